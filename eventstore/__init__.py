@@ -1,0 +1,36 @@
+"""The journal: an append-only, idempotent, hash-chained event store.
+
+Generic: it knows streams, event types, times and JSON payloads, nothing about
+credits or jobs. `Journal` stores on SQLite or PostgreSQL, `MemoryJournal` in
+memory; both satisfy `JournalLike`.
+"""
+
+from .errors import (
+    ConnectionProblem,
+    IdempotencyConflict,
+    JournalError,
+    LockTimeout,
+    SchemaError,
+    VersionConflict,
+)
+from .hashing import GENESIS_HASH, canonical_json
+from .interface import JournalLike, Transaction
+from .memory import MemoryJournal
+from .records import NewEvent, RecordedEvent, SnapshotInfo
+
+__all__ = [
+    "GENESIS_HASH",
+    "ConnectionProblem",
+    "IdempotencyConflict",
+    "JournalError",
+    "JournalLike",
+    "LockTimeout",
+    "MemoryJournal",
+    "NewEvent",
+    "RecordedEvent",
+    "SchemaError",
+    "SnapshotInfo",
+    "Transaction",
+    "VersionConflict",
+    "canonical_json",
+]

@@ -1,0 +1,267 @@
+"""The rules of an append, shared by every journal so they cannot drift apart.
+
+A journal (memory or SQL) locks its head, asks this module to validate the batch,
+tells it what is already recorded, and gets back the records to store. Only the
+storage differs between backends; what an append means is decided here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import IdempotencyConflict, VersionConflict
+from .hashing import canonical_json, record_hash
+from .records import NewEvent, RecordedEvent
+
+# Every integer the journal stores must fit a signed 64-bit column (BIGINT).
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One distinct event of a batch, validated, with its canonical payload text."""
+
+    event: NewEvent
+    payload_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A validated batch: its distinct events and where each input lands among them."""
+
+    candidates: list[Candidate]  # distinct ids, first occurrence order
+    slots: list[int]  # for each input event, its index in candidates
+
+    @property
+    def ids(self) -> list[str]:
+        """The distinct event ids of the batch."""
+        return [c.event.id for c in self.candidates]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A record to store: the recorded event and its canonical payload text."""
+
+    event: RecordedEvent
+    payload_text: str
+
+
+def require_int(name: str, value: object) -> int:
+    """Return value if it is an int (not a bool) that fits 64 bits, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} must fit in 64 bits, got {value}")
+    return value
+
+
+def require_text(name: str, value: object) -> str:
+    """Return value if it is a non-empty str, else raise ValueError."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+    return value
+
+
+def payload_text(event_id: str, payload: object) -> str:
+    """The canonical JSON of a payload, which must be a mapping with str keys."""
+    if not isinstance(payload, Mapping):
+        raise ValueError(
+            f"event {event_id!r}: payload must be a JSON object (a mapping), "
+            f"got {type(payload).__name__}"
+        )
+    try:
+        # json.dumps wants a dict; a Mapping that is not one is copied first.
+        text = canonical_json(payload if isinstance(payload, dict) else dict(payload))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"event {event_id!r}: payload is not JSON-serialisable: {exc}") from exc
+    # json.dumps silently turns int/float/bool/None keys into strings: the stored
+    # payload would not be the one given, so refuse them.
+    _require_str_keys(event_id, payload)
+    return text
+
+
+def _require_str_keys(event_id: str, obj: object) -> None:
+    """Raise ValueError at the first mapping key inside obj that is not a str."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, value in item.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"event {event_id!r}: payload keys must be str, got {key!r}")
+                stack.append(value)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def describe(stream: str, type_: str, time: int, text: str) -> str:
+    """One line naming an event's content, for error messages."""
+    return f"stream={stream!r} type={type_!r} time={time} payload={text}"
+
+
+def plan(events: Sequence[NewEvent]) -> Plan:
+    """Validate a batch and fold repeated ids; raise before anything is stored.
+
+    Raises ValueError for a malformed event and IdempotencyConflict when one id
+    appears twice in the batch with different content.
+    """
+    if isinstance(events, NewEvent) or not isinstance(events, Sequence):
+        raise ValueError("append takes a sequence of NewEvent (a list), not a single event")
+    candidates: list[Candidate] = []
+    slots: list[int] = []
+    seen: dict[str, int] = {}
+    for i, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            raise ValueError(f"event #{i} must be a NewEvent, got {type(event).__name__}")
+        require_text(f"event #{i} id", event.id)
+        require_text(f"event {event.id!r} stream", event.stream)
+        require_text(f"event {event.id!r} type", event.type)
+        require_int(f"event {event.id!r} time", event.time)
+        text = payload_text(event.id, event.payload)
+        first = seen.get(event.id)
+        if first is None:
+            seen[event.id] = len(candidates)
+            slots.append(len(candidates))
+            candidates.append(Candidate(event, text))
+            continue
+        other = candidates[first]
+        first_e = other.event
+        if not same_content(other.event, other.payload_text, event, text):
+            raise IdempotencyConflict(
+                f"event id {event.id!r} appears twice in one batch with different content: "
+                f"{describe(first_e.stream, first_e.type, first_e.time, other.payload_text)} "
+                f"and {describe(event.stream, event.type, event.time, text)}; "
+                "an id names one event: give the second a new id"
+            )
+        slots.append(first)
+    return Plan(candidates, slots)
+
+
+def same_content(a: NewEvent | RecordedEvent, a_text: str, b: NewEvent, b_text: str) -> bool:
+    """Whether two events carry the same content (stream, type, time, payload)."""
+    return a.stream == b.stream and a.type == b.type and a.time == b.time and a_text == b_text
+
+
+def check_existing(batch: Plan, existing: Mapping[str, RecordedEvent]) -> list[Candidate]:
+    """Return the candidates not yet recorded; raise if a recorded id has other content."""
+    fresh: list[Candidate] = []
+    for c in batch.candidates:
+        old = existing.get(c.event.id)
+        if old is None:
+            fresh.append(c)
+            continue
+        old_text = canonical_json(old.payload)
+        if not same_content(old, old_text, c.event, c.payload_text):
+            raise IdempotencyConflict(
+                f"event id {c.event.id!r} is already recorded at position {old.position} with "
+                f"{describe(old.stream, old.type, old.time, old_text)}; this append has "
+                f"{describe(c.event.stream, c.event.type, c.event.time, c.payload_text)}; "
+                "an id names one event forever: use a new id for a different event"
+            )
+    return fresh
+
+
+def check_expected(expected: Mapping[str, int] | None, versions: Mapping[str, int]) -> None:
+    """Raise VersionConflict unless each stream is at its expected version (0 = empty)."""
+    if not expected:
+        return
+    wrong = {
+        s: (v, versions.get(s, 0)) for s, v in sorted(expected.items()) if versions.get(s, 0) != v
+    }
+    if wrong:
+        detail = ", ".join(f"{s!r} expected {e}, is at {a}" for s, (e, a) in wrong.items())
+        raise VersionConflict(
+            f"stream version mismatch: {detail}; another writer appended first: "
+            "re-read the stream and decide again"
+        )
+
+
+def validate_expected(expected: Mapping[str, int] | None) -> None:
+    """Raise ValueError unless expected_versions maps non-empty str to int >= 0."""
+    if expected is None:
+        return
+    if not isinstance(expected, Mapping):
+        raise ValueError("expected_versions must be a mapping {stream: version}")
+    for stream, version in expected.items():
+        require_text("expected_versions stream", stream)
+        if require_int(f"expected version of {stream!r}", version) < 0:
+            raise ValueError(f"expected version of {stream!r} must be >= 0, got {version}")
+
+
+def streams_of(fresh: Sequence[Candidate], expected: Mapping[str, int] | None) -> list[str]:
+    """The streams whose current version an append needs, sorted."""
+    return sorted({c.event.stream for c in fresh} | set(expected or ()))
+
+
+def build(
+    fresh: Sequence[Candidate],
+    *,
+    head_position: int,
+    head_hash: str,
+    versions: Mapping[str, int],
+    recorded_at: int,
+) -> list[Row]:
+    """Give the fresh events their positions, versions and chained hashes."""
+    rows: list[Row] = []
+    current = dict(versions)
+    prev = head_hash
+    position = head_position
+    for c in fresh:
+        e = c.event
+        position += 1
+        version = current.get(e.stream, 0) + 1
+        current[e.stream] = version
+        payload = json.loads(c.payload_text)
+        digest = record_hash(
+            prev,
+            position=position,
+            id=e.id,
+            stream=e.stream,
+            version=version,
+            type=e.type,
+            time=e.time,
+            recorded_at=recorded_at,
+            payload=payload,
+        )
+        rows.append(
+            Row(
+                RecordedEvent(
+                    position=position,
+                    id=e.id,
+                    stream=e.stream,
+                    version=version,
+                    type=e.type,
+                    time=e.time,
+                    recorded_at=recorded_at,
+                    payload=payload,
+                    hash=digest,
+                ),
+                c.payload_text,
+            )
+        )
+        prev = digest
+    return rows
+
+
+def results(
+    batch: Plan, existing: Mapping[str, RecordedEvent], rows: Sequence[Row]
+) -> list[RecordedEvent]:
+    """One RecordedEvent per input event: the new record, or the original for a repeat."""
+    by_id: dict[str, RecordedEvent] = dict(existing)
+    by_id.update((r.event.id, r.event) for r in rows)
+    return [by_id[batch.candidates[slot].event.id] for slot in batch.slots]
+
+
+def record_payload_ok(payload_text_: str) -> Mapping[str, Any] | None:
+    """Parse a stored payload; None if it is not canonical JSON of an object (tampered)."""
+    try:
+        payload = json.loads(payload_text_)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or canonical_json(payload) != payload_text_:
+        return None
+    return payload

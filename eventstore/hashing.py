@@ -1,0 +1,59 @@
+"""Canonical bytes and the hash chain.
+
+Every backend (memory, SQLite, PostgreSQL) computes hashes here, in Python, so the
+same events give the same chain wherever they are stored, and a journal can be
+verified without trusting the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+#: The "previous hash" of position 1.
+GENESIS_HASH = "0" * 64
+
+
+def canonical_json(obj: Any) -> str:
+    """One text for one value: sorted keys, no spaces, UTF-8 kept as is.
+
+    NaN and infinities are refused (ValueError): they are not JSON, and another
+    reader could not reproduce the bytes.
+    """
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def record_hash(
+    prev_hash: str,
+    *,
+    position: int,
+    id: str,
+    stream: str,
+    version: int,
+    type: str,
+    time: int,
+    recorded_at: int,
+    payload: Mapping[str, Any],
+) -> str:
+    """The hex SHA-256 chaining a record to its predecessor.
+
+    sha256(prev_hash as ASCII hex + canonical JSON bytes of the record's fields
+    position, id, stream, version, type, time, recorded_at, payload).
+    """
+    body = canonical_json(
+        {
+            "position": position,
+            "id": id,
+            "stream": stream,
+            "version": version,
+            "type": type,
+            "time": time,
+            "recorded_at": recorded_at,
+            "payload": payload,
+        }
+    )
+    return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()

@@ -1,0 +1,128 @@
+"""The journal's interface, and nothing else: what projections may rely on.
+
+Both `Journal` (SQL) and `MemoryJournal` satisfy `JournalLike`; their
+transactions satisfy `Transaction`. Code written against these protocols runs
+unchanged on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Literal, Protocol, runtime_checkable
+
+from .records import NewEvent, RecordedEvent, SnapshotInfo
+
+#: The orders `read` knows: canonical = (event_time, position); position = arrival.
+Order = Literal["canonical", "position"]
+
+
+@runtime_checkable
+class Transaction(Protocol):
+    """One read-decide-append unit; commits on clean exit, rolls back on exception."""
+
+    def read(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        stream: str | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[RecordedEvent]:
+        """Events as this transaction sees them (its own appends included)."""
+        ...
+
+    def append(
+        self, events: Sequence[NewEvent], *, expected_versions: Mapping[str, int] | None = None
+    ) -> list[RecordedEvent]:
+        """Append inside the transaction; visible to others only at commit."""
+        ...
+
+    def head(self) -> int:
+        """The last position as this transaction sees it."""
+        ...
+
+
+@runtime_checkable
+class JournalLike(Protocol):
+    """An append-only, idempotent, hash-chained event journal."""
+
+    @property
+    def url(self) -> str | None:
+        """The database URL, or None for an in-memory journal."""
+        ...
+
+    def append(
+        self, events: Sequence[NewEvent], *, expected_versions: Mapping[str, int] | None = None
+    ) -> list[RecordedEvent]:
+        """Append a batch atomically; repeated ids return their original records."""
+        ...
+
+    def read(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        stream: str | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[RecordedEvent]:
+        """Stream events in canonical (event_time, position) or position order."""
+        ...
+
+    def head(self) -> int:
+        """The last position, 0 when empty."""
+        ...
+
+    def get(self, event_id: str) -> RecordedEvent | None:
+        """The event recorded under this id, or None."""
+        ...
+
+    def stream_version(self, stream: str) -> int:
+        """The stream's current version, 0 when it has no event."""
+        ...
+
+    def max_time(self, streams: Iterable[str] | None = None) -> int | None:
+        """The latest event time recorded (in those streams), None when none."""
+        ...
+
+    def position_at(self, recorded_at: int) -> int:
+        """The last position recorded at or before that wall-clock time (µs), 0 if none."""
+        ...
+
+    def verify(self) -> int | None:
+        """The first position whose hash or place in the 1..N sequence is wrong, else None."""
+        ...
+
+    def transaction(self, locks: Iterable[str] = ()) -> AbstractContextManager[Transaction]:
+        """A read-decide-append transaction holding the given lock keys."""
+        ...
+
+    def save_snapshot(
+        self, name: str, position: int, event_time: int, digest: str, state: bytes
+    ) -> SnapshotInfo:
+        """Store a projection state (a cache, never truth)."""
+        ...
+
+    def snapshots(self, name: str) -> list[SnapshotInfo]:
+        """The snapshots saved under name, ordered by (event_time, position)."""
+        ...
+
+    def load_snapshot(self, snapshot_id: int) -> bytes:
+        """The state bytes of one snapshot; KeyError if there is none with that id."""
+        ...
+
+    def drop_snapshots(self, name: str, *, from_time: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time (all if None); return how many."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the journal is unusable afterwards."""
+        ...

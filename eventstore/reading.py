@@ -1,0 +1,80 @@
+"""What a read asks for, validated once for every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .appending import require_int
+from .interface import Order
+
+
+@dataclass(frozen=True, slots=True)
+class ReadQuery:
+    """The filters of one read; `to_position` is fixed when the read starts.
+
+    after_position and after are exclusive, to_position, from_time and to_time
+    inclusive. `after=(t, p)` keeps events whose (event_time, position) > (t, p).
+    """
+
+    after_position: int
+    to_position: int  # the head when the read began, if the caller gave none
+    from_time: int | None
+    to_time: int | None
+    stream: str | None
+    after: tuple[int, int] | None
+    order: Order
+    batch_size: int
+
+    @classmethod
+    def make(
+        cls,
+        head: int,
+        *,
+        after_position: int,
+        to_position: int | None,
+        from_time: int | None,
+        to_time: int | None,
+        stream: str | None,
+        after: tuple[int, int] | None,
+        order: Order,
+        batch_size: int,
+    ) -> ReadQuery:
+        """Validate read arguments (ValueError) and pin to_position to what is known now.
+
+        Pinning makes a long read a consistent view of the journal as it stood when
+        the read began, even though it fetches in batches, each in its own short
+        transaction: positions up to the head are immutable.
+        """
+        require_int("after_position", after_position)
+        if to_position is not None:
+            require_int("to_position", to_position)
+        if from_time is not None:
+            require_int("from_time", from_time)
+        if to_time is not None:
+            require_int("to_time", to_time)
+        if stream is not None and (not isinstance(stream, str) or not stream):
+            raise ValueError(f"stream must be a non-empty str or None, got {stream!r}")
+        if after is not None:
+            if not isinstance(after, tuple) or len(after) != 2:
+                raise ValueError(f"after must be a tuple (event_time, position), got {after!r}")
+            after = (
+                require_int("after[0] (event_time)", after[0]),
+                require_int("after[1] (position)", after[1]),
+            )
+        if order != "canonical" and order != "position":
+            raise ValueError(f"order must be 'canonical' or 'position', got {order!r}")
+        if require_int("batch_size", batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        bound = head if to_position is None else min(to_position, head)
+        return cls(after_position, bound, from_time, to_time, stream, after, order, batch_size)
+
+    @property
+    def empty(self) -> bool:
+        """Whether no event can match (so no query is needed)."""
+        if self.to_position <= self.after_position:
+            return True
+        return (
+            self.from_time is not None
+            and self.to_time is not None
+            and self.from_time > self.to_time
+        )
