@@ -1,0 +1,297 @@
+"""The credit book of one account: expiring batches, pools, debt and holds. Pure: no I/O.
+
+Batches live in one min-heap per pool, keyed by (expiry, grant order). Expired batches
+are evicted lazily when the book is advanced to an event's time. A consume in pool P
+draws from P's heap and the general heap together, earliest expiry first, pool-specific
+before general on an equal expiry. Debt is kept per pool. A hold moves credits out of
+their batches into a reservation that cannot expire; releasing it puts each credit back
+into the batch it came from (or expires it there, if that batch has expired meanwhile).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from projections.events import GENERAL
+
+NEVER = 2**63
+"""Heap key of a batch that never expires."""
+
+Lineage = tuple[tuple[str, int], ...]
+"""Which grants (by event id) provided how many credits, in draw order."""
+
+
+class Batch:
+    """What is left of one grant, and what became of the rest."""
+
+    __slots__ = ("amount", "expired", "expiry", "grant_id", "in_heap", "key", "pool")
+
+    def __init__(self, grant_id: str, pool: str, expiry: int | None, amount: int,
+                 order: tuple[int, int]) -> None:
+        self.grant_id = grant_id
+        self.pool = pool
+        self.expiry = expiry
+        self.amount = amount
+        self.expired = 0
+        self.in_heap = False
+        # Pool-specific batches sort before general ones on an equal expiry.
+        self.key = (NEVER if expiry is None else expiry, pool == GENERAL, order)
+
+    def __lt__(self, other: Batch) -> bool:
+        return self.key < other.key
+
+    def is_expired_at(self, time: int) -> bool:
+        return self.expiry is not None and self.expiry <= time
+
+
+@dataclass(slots=True)
+class Hold:
+    """Credits reserved for one reference (a job): portions of batches, in draw order."""
+
+    pool: str
+    portions: list[tuple[Batch, int]]
+
+    @property
+    def amount(self) -> int:
+        return sum(amount for _, amount in self.portions)
+
+
+@dataclass(slots=True)
+class Totals:
+    """Running totals for the conservation invariants."""
+
+    granted: int = 0
+    consumed: int = 0
+    charged_from_credits: int = 0  # consumed or charged and paid by credits
+    debt_created: int = 0
+    debt_paid: int = 0  # credits of grants (or released holds) that paid debt
+    expired: int = 0
+    charged_jobs: int = 0
+
+
+@dataclass(slots=True)
+class Expiry:
+    """Credits of one grant that expired unused."""
+
+    grant_id: str
+    pool: str
+    expiry: int
+    amount: int
+
+
+@dataclass(slots=True)
+class CreditBook:
+    """One account's credits. Every method takes the event time it happens at."""
+
+    heaps: dict[str, list[Batch]] = field(default_factory=dict)
+    active: dict[str, int] = field(default_factory=dict)
+    debt: dict[str, int] = field(default_factory=dict)
+    holds: dict[str, Hold] = field(default_factory=dict)
+    held: int = 0
+    totals: Totals = field(default_factory=Totals)
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def active_total(self) -> int:
+        return sum(self.active.values())
+
+    @property
+    def debt_total(self) -> int:
+        return sum(self.debt.values())
+
+    def usable(self, pool: str) -> int:
+        """Active credits a draw in `pool` may take (the pool's own and general ones)."""
+        if pool == GENERAL:
+            return self.active.get(GENERAL, 0)
+        return self.active.get(pool, 0) + self.active.get(GENERAL, 0)
+
+    def expiring_by(self, time: int) -> dict[str, int]:
+        """Per pool, live credits whose batch has expired by `time` (not yet evicted)."""
+        out: dict[str, int] = {}
+        for pool, heap in self.heaps.items():
+            total = 0
+            # Walk only the heap's prefix of expired batches: children of a batch that is
+            # still valid at `time` are valid too.
+            stack = [0] if heap else []
+            while stack:
+                i = stack.pop()
+                batch = heap[i]
+                if batch.is_expired_at(time):
+                    total += batch.amount
+                    stack.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
+            if total:
+                out[pool] = total
+        return out
+
+    def pool_balances_at(self, time: int) -> dict[str, int]:
+        """Per pool, active credits minus debt at `time` (>= the last event's time)."""
+        gone = self.expiring_by(time)
+        pools = sorted(set(self.active) | set(self.debt))
+        return {
+            pool: self.active.get(pool, 0) - gone.get(pool, 0) - self.debt.get(pool, 0)
+            for pool in pools
+        }
+
+    # -- time --------------------------------------------------------------------------
+
+    def advance(self, time: int) -> list[Expiry]:
+        """Evict every batch expired at `time`; return what expired."""
+        expired: list[Expiry] = []
+        for pool, heap in self.heaps.items():
+            while heap and heap[0].is_expired_at(time):
+                batch = heapq.heappop(heap)
+                batch.in_heap = False
+                if batch.amount:
+                    expired.append(self._expire(batch, batch.amount))
+        if len(self.heaps) > 1 and len(expired) > 1:
+            expired.sort(key=lambda e: (e.expiry, e.pool, e.grant_id))
+        return expired
+
+    def _expire(self, batch: Batch, amount: int) -> Expiry:
+        assert batch.expiry is not None
+        batch.amount -= amount
+        batch.expired += amount
+        self.active[batch.pool] -= amount
+        self.totals.expired += amount
+        return Expiry(batch.grant_id, batch.pool, batch.expiry, amount)
+
+    # -- changes -----------------------------------------------------------------------
+
+    def grant(self, grant_id: str, amount: int, expiry: int | None, pool: str,
+              order: tuple[int, int]) -> tuple[tuple[tuple[str, int], ...], Batch | None]:
+        """Add a grant: pay debt first, keep the rest as a batch; return (debts paid, batch)."""
+        self.totals.granted += amount
+        paid = self._pay_debt(pool, amount)
+        rest = amount - sum(p for _, p in paid)
+        if rest == 0:
+            # Swallowed whole by debt: it never enters the expiry queue.
+            return paid, None
+        batch = Batch(grant_id, pool, expiry, rest, order)
+        self._push(batch)
+        self.active[pool] = self.active.get(pool, 0) + rest
+        return paid, batch
+
+    def _debt_order(self, pool: str) -> list[str]:
+        # A pool's credits pay that pool's debt; general credits pay general debt first,
+        # then every pool's debt in pool-name order.
+        if pool != GENERAL:
+            return [pool]
+        return [GENERAL, *sorted(p for p in self.debt if p != GENERAL)]
+
+    def _pay_debt(self, pool: str, amount: int) -> tuple[tuple[str, int], ...]:
+        paid: list[tuple[str, int]] = []
+        for debtor in self._debt_order(pool):
+            owed = self.debt.get(debtor, 0)
+            if owed and amount:
+                pay = min(owed, amount)
+                self.debt[debtor] = owed - pay
+                if self.debt[debtor] == 0:
+                    del self.debt[debtor]
+                amount -= pay
+                self.totals.debt_paid += pay
+                paid.append((debtor, pay))
+        return tuple(paid)
+
+    def _push(self, batch: Batch) -> None:
+        batch.in_heap = True
+        heapq.heappush(self.heaps.setdefault(batch.pool, []), batch)
+
+    def _draw(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
+        """Take up to `amount` from the batches usable in `pool`, earliest expiry first."""
+        own = self.heaps.get(pool, [])
+        general = self.heaps.get(GENERAL, []) if pool != GENERAL else []
+        taken: list[tuple[Batch, int]] = []
+        while amount > 0:
+            if own and (not general or own[0].key < general[0].key):
+                heap = own
+            elif general:
+                heap = general
+            else:
+                break
+            batch = heap[0]
+            take = min(batch.amount, amount)
+            batch.amount -= take
+            self.active[batch.pool] -= take
+            amount -= take
+            taken.append((batch, take))
+            if batch.amount == 0:
+                heapq.heappop(heap)
+                batch.in_heap = False
+        return taken
+
+    def consume(self, amount: int, pool: str) -> tuple[Lineage, int]:
+        """Spend `amount` in `pool`; return (grants that paid, debt created)."""
+        taken = self._draw(pool, amount)
+        covered = sum(t for _, t in taken)
+        short = amount - covered
+        self.totals.consumed += amount
+        self.totals.charged_from_credits += covered
+        if short:
+            self.debt[pool] = self.debt.get(pool, 0) + short
+            self.totals.debt_created += short
+        return _lineage(taken), short
+
+    def hold(self, ref: str, amount: int, pool: str) -> Lineage:
+        """Reserve `amount` usable in `pool` for `ref`; the caller checked it is there."""
+        if ref in self.holds:
+            raise ValueError(f"hold {ref!r} already exists")
+        taken = self._draw(pool, amount)
+        got = sum(t for _, t in taken)
+        if got != amount:
+            self._return(taken, time=None)
+            raise ValueError(f"hold {ref!r}: {amount} asked, only {got} usable in pool {pool!r}")
+        self.holds[ref] = Hold(pool, taken)
+        self.held += amount
+        return _lineage(taken)
+
+    def settle(self, ref: str, charge: int, time: int) -> tuple[Lineage, list[Expiry]]:
+        """Spend `charge` of the hold (earliest expiry first), release the rest.
+
+        Returns (grants that paid the charge, credits that expired on release).
+        """
+        hold = self.holds.pop(ref)
+        total = hold.amount
+        if not 0 <= charge <= total:
+            raise ValueError(f"hold {ref!r}: charge {charge} outside [0, {total}]")
+        self.held -= total
+        charged: list[tuple[Batch, int]] = []
+        released: list[tuple[Batch, int]] = []
+        left = charge
+        for batch, amount in hold.portions:
+            take = min(left, amount)
+            left -= take
+            if take:
+                charged.append((batch, take))
+            if amount - take:
+                released.append((batch, amount - take))
+        self.totals.charged_from_credits += charge
+        self.totals.charged_jobs += charge
+        return _lineage(charged), self._return(released, time)
+
+    def _return(self, portions: list[tuple[Batch, int]], time: int | None) -> list[Expiry]:
+        """Put released credits back into their batches; expired batches expire them."""
+        expired: list[Expiry] = []
+        for batch, amount in portions:
+            batch.amount += amount
+            self.active[batch.pool] = self.active.get(batch.pool, 0) + amount
+            if time is not None and batch.is_expired_at(time):
+                expired.append(self._expire(batch, amount))
+                continue
+            # Released credits are like a grant arriving now: they pay debt first.
+            paid = self._pay_debt(batch.pool, amount)
+            paid_total = sum(p for _, p in paid)
+            if paid_total:
+                batch.amount -= paid_total
+                self.active[batch.pool] -= paid_total
+            if batch.amount and not batch.in_heap:
+                self._push(batch)
+        return expired
+
+
+def _lineage(taken: list[tuple[Batch, int]]) -> Lineage:
+    merged: dict[str, int] = {}
+    for batch, amount in taken:
+        merged[batch.grant_id] = merged.get(batch.grant_id, 0) + amount
+    return tuple(merged.items())

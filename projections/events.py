@@ -1,0 +1,253 @@
+"""The event vocabulary: one frozen dataclass per event type, validated on construction.
+
+An event is a value: a bad one cannot exist, whether it came from a facade, an import
+or a test. `to_payload` / `from_payload` map an event to and from the journal's JSON
+payload; optional fields are omitted when they hold their default, so two spellings of
+the same event (`"pool": null` or no `pool`) have the same canonical bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeAlias
+
+GENERAL = "general"
+"""The pool name of unrestricted credits, usable in every pool."""
+
+TIMELINE_START = -(2**62)
+"""Event time of an `account` event that carries no time: it takes effect from the start."""
+
+MAX_ID_LENGTH = 200
+
+
+def require_int(name: str, value: object) -> int:
+    """Return `value` if it is an `int` (and not a `bool`), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def require_positive_int(name: str, value: object) -> int:
+    """Return `value` if it is an `int` > 0 (not a `bool`), else raise ValueError."""
+    require_int(name, value)
+    assert isinstance(value, int)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def require_non_negative_int(name: str, value: object) -> int:
+    """Return `value` if it is an `int` >= 0 (not a `bool`), else raise ValueError."""
+    require_int(name, value)
+    assert isinstance(value, int)
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def require_name(name: str, value: object) -> str:
+    """Return `value` if it is a non-empty string of printable characters, else ValueError."""
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ValueError(f"{name} must be a non-empty printable string, got {value!r}")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"{name} must be at most {MAX_ID_LENGTH} characters, got {len(value)}")
+    return value
+
+
+def normalise_pool(value: object) -> str:
+    """The pool a grant, consume or job names: None and "general" mean unrestricted."""
+    if value is None:
+        return GENERAL
+    return require_name("pool", value)
+
+
+def require_fraction(name: str, value: object) -> float:
+    """Return `value` as a float in [0, 1], else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    as_float = float(value)
+    if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return as_float
+
+
+@dataclass(frozen=True, slots=True)
+class AccountOpened:
+    """An account exists from here on, with its scheduling policy."""
+
+    type: ClassVar[str] = "account"
+    account: str
+    max_running: int | None = None  # None: no cap on running jobs
+    share: int | None = None  # fair-share weight; None: fair share off for this account
+
+    def __post_init__(self) -> None:
+        require_name("account", self.account)
+        if self.max_running is not None:
+            require_positive_int("max_running", self.max_running)
+        if self.share is not None:
+            require_positive_int("share", self.share)
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
+@dataclass(frozen=True, slots=True)
+class CreditsGranted:
+    """Credits added to an account, valid for time <= t < expiry, in one pool."""
+
+    type: ClassVar[str] = "grant"
+    account: str
+    amount: int
+    expiry: int | None = None  # None: never expires
+    pool: str = GENERAL
+
+    def __post_init__(self) -> None:
+        require_name("account", self.account)
+        require_positive_int("amount", self.amount)
+        if self.expiry is not None:
+            require_int("expiry", self.expiry)
+        object.__setattr__(self, "pool", normalise_pool(self.pool))
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
+@dataclass(frozen=True, slots=True)
+class CreditsConsumed:
+    """Credits used outside the scheduler (a usage report); past the credits it is debt."""
+
+    type: ClassVar[str] = "consume"
+    account: str
+    amount: int
+    pool: str = GENERAL
+
+    def __post_init__(self) -> None:
+        require_name("account", self.account)
+        require_positive_int("amount", self.amount)
+        object.__setattr__(self, "pool", normalise_pool(self.pool))
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitted:
+    """A job asks to reserve `cost` credits; the fold decides whether it is accepted."""
+
+    type: ClassVar[str] = "submit"
+    account: str
+    job: str
+    cost: int
+    priority: int
+    pool: str = GENERAL
+
+    def __post_init__(self) -> None:
+        require_name("account", self.account)
+        require_name("job", self.job)
+        require_non_negative_int("cost", self.cost)
+        require_int("priority", self.priority)
+        object.__setattr__(self, "pool", normalise_pool(self.pool))
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted:
+    """A pending job starts running."""
+
+    type: ClassVar[str] = "start"
+    job: str
+
+    def __post_init__(self) -> None:
+        require_name("job", self.job)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCompleted:
+    """A running job ends: success charges its cost; failure charges floor(cost * (1 - f))."""
+
+    type: ClassVar[str] = "complete"
+    job: str
+    success: bool
+    refund_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        require_name("job", self.job)
+        if not isinstance(self.success, bool):
+            raise ValueError(f"success must be true or false, got {self.success!r}")
+        object.__setattr__(
+            self, "refund_fraction", require_fraction("refund_fraction", self.refund_fraction)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobCancelled:
+    """A pending job is withdrawn and its reservation released."""
+
+    type: ClassVar[str] = "cancel"
+    job: str
+
+    def __post_init__(self) -> None:
+        require_name("job", self.job)
+
+
+DomainEvent: TypeAlias = (
+    AccountOpened
+    | CreditsGranted
+    | CreditsConsumed
+    | JobSubmitted
+    | JobStarted
+    | JobCompleted
+    | JobCancelled
+)
+
+JOB_EVENTS = (JobStarted, JobCompleted, JobCancelled)
+
+_FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
+    "account": (AccountOpened, ("account",), {"max_running": None, "share": None}),
+    "grant": (CreditsGranted, ("account", "amount"), {"expiry": None, "pool": GENERAL}),
+    "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL}),
+    "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL}),
+    "start": (JobStarted, ("job",), {}),
+    "complete": (JobCompleted, ("job", "success"), {"refund_fraction": 1.0}),
+    "cancel": (JobCancelled, ("job",), {}),
+}
+
+EVENT_TYPES = tuple(_FIELDS)
+
+
+def to_payload(event: DomainEvent) -> dict[str, Any]:
+    """The journal payload of `event`: required fields, and optional ones not at default."""
+    cls, required, optional = _FIELDS[event.type]
+    payload: dict[str, Any] = {name: getattr(event, name) for name in required}
+    for name, default in optional.items():
+        value = getattr(event, name)
+        if value != default:
+            payload[name] = value
+    return payload
+
+
+def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
+    """Build the event of `event_type` from a payload; ValueError names what is wrong."""
+    if event_type not in _FIELDS:
+        raise ValueError(f"unknown event type {event_type!r}; expected one of {EVENT_TYPES}")
+    cls, required, optional = _FIELDS[event_type]
+    missing = [name for name in required if name not in payload]
+    if missing:
+        raise ValueError(f"{event_type} event is missing {', '.join(missing)}")
+    unknown = sorted(set(payload) - set(required) - set(optional))
+    if unknown:
+        raise ValueError(f"{event_type} event has unknown field(s) {', '.join(unknown)}")
+    kwargs = {name: payload[name] for name in required}
+    for name, default in optional.items():
+        value = payload.get(name, default)
+        kwargs[name] = default if value is None else value
+    event: DomainEvent = cls(**kwargs)
+    return event

@@ -1,0 +1,385 @@
+"""The ledger fold: every account's credit book and every job, as a pure function of events.
+
+`Ledger.apply` takes one event at its place on the timeline and returns its `Outcome`.
+Nothing here reads a clock, touches a database or iterates an unordered set: the same
+events in canonical order `(event_time, position)` give the same state, byte for byte.
+An event that is well formed but not valid where it lands on the timeline (starting a job
+that is not pending, completing one twice) is kept and reported as an anomaly, never a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from projections.creditbook import CreditBook
+from projections.events import (
+    AccountOpened,
+    CreditsConsumed,
+    CreditsGranted,
+    DomainEvent,
+    JobCancelled,
+    JobCompleted,
+    JobStarted,
+    JobSubmitted,
+    from_payload,
+)
+from projections.outcomes import Outcome
+
+PENDING = "pending"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+REJECTED = "rejected"
+JOB_STATES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
+
+
+def failure_charge(cost: int, refund_fraction: float) -> int:
+    """floor(cost * (1 - refund_fraction)), computed exactly on the fraction as written."""
+    # Fraction(repr(f)) takes 0.9 as nine tenths, not as the binary float just above it,
+    # so 10 credits at a 0.9 refund charge 1, not 0.
+    return math.floor(cost * (1 - Fraction(repr(float(refund_fraction)))))
+
+
+@dataclass(slots=True)
+class JobState:
+    """One job and where it is in its life."""
+
+    id: str
+    account: str
+    cost: int
+    priority: int
+    pool: str
+    state: str
+    order: tuple[int, int]  # (event time, position) of its submit: "oldest first"
+    charge: int | None = None
+
+
+@dataclass(slots=True)
+class AccountState:
+    """One account: its credits, its policy and its queue of pending jobs."""
+
+    name: str
+    book: CreditBook = field(default_factory=CreditBook)
+    opened: bool = False  # by an `account` event or a grant; a consume alone does not open
+    declared: bool = False  # by an `account` event (open_account)
+    max_running: int | None = None
+    share: int | None = None
+    running: int = 0
+    last_time: int = -(2**63)  # event time of the latest event touching this account
+    queue: list[tuple[int, int, int, str]] = field(default_factory=list)
+    head_key: tuple[int, int, int, str] | None = None  # the key registered in the heads heap
+
+    @property
+    def blocked(self) -> bool:
+        return self.max_running is not None and self.running >= self.max_running
+
+    @property
+    def reserved(self) -> int:
+        return self.book.held
+
+    @property
+    def available(self) -> int:
+        return self.book.active_total - self.book.debt_total
+
+    @property
+    def balance(self) -> int:
+        return self.book.active_total + self.book.held - self.book.debt_total
+
+
+@dataclass(slots=True)
+class Ledger:
+    """The whole projected state of one journal."""
+
+    accounts: dict[str, AccountState] = field(default_factory=dict)
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    heads: list[tuple[tuple[int, int, int, str], str]] = field(default_factory=list)
+    last: tuple[int, int] = (-(2**63), 0)  # (event_time, position) of the last applied event
+    applied: int = 0
+    rejected: int = 0
+    anomalies: list[tuple[int, str, str]] = field(default_factory=list)  # (time, event id, why)
+
+    # -- the fold ------------------------------------------------------------------------
+
+    def apply_recorded(self, position: int, event_id: str, event_type: str, time: int,
+                       payload: Any) -> Outcome:
+        """Decode a journal payload and apply it; a payload that does not decode is an anomaly."""
+        try:
+            event = from_payload(event_type, payload)
+        except (ValueError, TypeError) as exc:
+            return self._anomaly(position, event_id, event_type, time, None, str(exc))
+        return self.apply(position, event_id, time, event)
+
+    def apply(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
+        """Apply one event at (time, position), which must not precede the last applied one."""
+        key = (time, position)
+        if key <= self.last:
+            raise ValueError(f"event at {key} applied after {self.last}: not in canonical order")
+        self.last = key
+        self.applied += 1
+        outcome = self._dispatch(position, event_id, time, event)
+        if outcome.account is not None and outcome.account in self.accounts:
+            self.accounts[outcome.account].last_time = time
+        return outcome
+
+    def _dispatch(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
+        if isinstance(event, CreditsGranted):
+            return self._grant(position, event_id, time, event)
+        if isinstance(event, CreditsConsumed):
+            return self._consume(position, event_id, time, event)
+        if isinstance(event, JobSubmitted):
+            return self._submit(position, event_id, time, event)
+        if isinstance(event, JobStarted):
+            return self._start(position, event_id, time, event)
+        if isinstance(event, JobCompleted):
+            return self._complete(position, event_id, time, event)
+        if isinstance(event, JobCancelled):
+            return self._cancel(position, event_id, time, event)
+        return self._open(position, event_id, time, event)
+
+    def _account(self, name: str) -> AccountState:
+        account = self.accounts.get(name)
+        if account is None:
+            account = self.accounts[name] = AccountState(name)
+        return account
+
+    def _anomaly(self, position: int, event_id: str, event_type: str, time: int,
+                 account: str | None, why: str) -> Outcome:
+        self.anomalies.append((time, event_id, why))
+        return Outcome(position, event_id, event_type, time, account, ok=False, reason=why,
+                       anomaly=True)
+
+    def _open(self, position: int, event_id: str, time: int, event: AccountOpened) -> Outcome:
+        account = self._account(event.account)
+        expired = tuple(account.book.advance(time))
+        account.opened = True
+        account.declared = True
+        account.max_running = event.max_running
+        account.share = event.share
+        self._register_head(account)
+        return Outcome(position, event_id, event.type, time, event.account, expired=expired)
+
+    def _grant(self, position: int, event_id: str, time: int, event: CreditsGranted) -> Outcome:
+        account = self._account(event.account)
+        account.opened = True
+        expired = tuple(account.book.advance(time))
+        if event.expiry is not None and event.expiry <= time:
+            # Well formed but dead on arrival (only an import can record one): nothing to add.
+            return self._anomaly(position, event_id, event.type, time, event.account,
+                                 f"grant expires at {event.expiry}, not after its time {time}")
+        paid, _ = account.book.grant(event_id, event.amount, event.expiry, event.pool,
+                                     (time, position))
+        return Outcome(position, event_id, event.type, time, event.account, paid_debt=paid,
+                       expired=expired)
+
+    def _consume(self, position: int, event_id: str, time: int,
+                 event: CreditsConsumed) -> Outcome:
+        account = self._account(event.account)
+        expired = tuple(account.book.advance(time))
+        lineage, short = account.book.consume(event.amount, event.pool)
+        return Outcome(position, event_id, event.type, time, event.account,
+                       debt_after=account.book.debt_total, debt_created=short, paid_by=lineage,
+                       expired=expired)
+
+    def _submit(self, position: int, event_id: str, time: int, event: JobSubmitted) -> Outcome:
+        if event.job in self.jobs:
+            return self._anomaly(position, event_id, event.type, time, event.account,
+                                 f"job {event.job!r} was submitted before; job ids are unique")
+        account = self.accounts.get(event.account)
+        if account is None or not account.opened:
+            self.rejected += 1
+            self.jobs[event.job] = JobState(event.job, event.account, event.cost,
+                                            event.priority, event.pool, REJECTED, (time, position))
+            return Outcome(position, event_id, event.type, time, event.account, ok=False,
+                           reason=f"unknown account {event.account!r}")
+        book = account.book
+        expired = tuple(book.advance(time))
+        available = min(book.usable(event.pool), account.available)
+        job = JobState(event.job, event.account, event.cost, event.priority, event.pool,
+                       PENDING, (time, position))
+        self.jobs[event.job] = job
+        if event.cost > available:
+            job.state = REJECTED
+            self.rejected += 1
+            return Outcome(position, event_id, event.type, time, event.account, ok=False,
+                           reason=self._shortfall(account, event, available), expired=expired)
+        lineage = book.hold(event.job, event.cost, event.pool)
+        heapq.heappush(account.queue, (-event.priority, time, position, event.job))
+        self._register_head(account)
+        return Outcome(position, event_id, event.type, time, event.account, paid_by=lineage,
+                       expired=expired)
+
+    def _shortfall(self, account: AccountState, event: JobSubmitted, available: int) -> str:
+        book = account.book
+        holders = sum(1 for ref in book.holds)
+        pool = "" if event.pool == "general" else f" in pool {event.pool!r}"
+        return (
+            f"job {event.job!r} costs {event.cost}, only {max(available, 0)} available{pool} "
+            f"({book.active_total} active, {book.debt_total} debt, {book.held} held by "
+            f"{holders} jobs, {book.totals.expired} expired so far)"
+        )
+
+    def _start(self, position: int, event_id: str, time: int, event: JobStarted) -> Outcome:
+        job = self.jobs.get(event.job)
+        if job is None:
+            return self._anomaly(position, event_id, event.type, time, None,
+                                 f"start of unknown job {event.job!r}")
+        account = self.accounts[job.account]
+        expired = tuple(account.book.advance(time))
+        if job.state != PENDING:
+            return self._anomaly(position, event_id, event.type, time, job.account,
+                                 f"start of job {job.id!r} which is {job.state}, not pending")
+        if account.blocked:
+            return self._anomaly(position, event_id, event.type, time, job.account,
+                                 f"start of job {job.id!r}: account {job.account!r} already "
+                                 f"runs {account.running} of max {account.max_running}")
+        job.state = RUNNING
+        account.running += 1
+        self._register_head(account)
+        return Outcome(position, event_id, event.type, time, job.account, expired=expired)
+
+    def _complete(self, position: int, event_id: str, time: int, event: JobCompleted) -> Outcome:
+        job = self.jobs.get(event.job)
+        if job is None:
+            return self._anomaly(position, event_id, event.type, time, None,
+                                 f"completion of unknown job {event.job!r}")
+        account = self.accounts[job.account]
+        expired = list(account.book.advance(time))
+        if job.state != RUNNING:
+            return self._anomaly(position, event_id, event.type, time, job.account,
+                                 f"completion of job {job.id!r} which is {job.state}, "
+                                 "not running")
+        charge = job.cost if event.success else failure_charge(job.cost, event.refund_fraction)
+        lineage, lost = account.book.settle(job.id, charge, time)
+        expired.extend(lost)
+        job.state = SUCCEEDED if event.success else FAILED
+        job.charge = charge
+        account.running -= 1
+        self._register_head(account)
+        return Outcome(position, event_id, event.type, time, job.account, paid_by=lineage,
+                       charge=charge, released=job.cost - charge, expired=tuple(expired))
+
+    def _cancel(self, position: int, event_id: str, time: int, event: JobCancelled) -> Outcome:
+        job = self.jobs.get(event.job)
+        if job is None:
+            return self._anomaly(position, event_id, event.type, time, None,
+                                 f"cancel of unknown job {event.job!r}")
+        account = self.accounts[job.account]
+        expired = list(account.book.advance(time))
+        if job.state == CANCELLED:
+            return Outcome(position, event_id, event.type, time, job.account, released=0,
+                           reason="already cancelled", expired=tuple(expired))
+        if job.state != PENDING:
+            return self._anomaly(position, event_id, event.type, time, job.account,
+                                 f"cancel of job {job.id!r} which is {job.state}, not pending")
+        _, lost = account.book.settle(job.id, 0, time)
+        expired.extend(lost)
+        job.state = CANCELLED
+        # The queue entry stays as a tombstone; it is skipped when it reaches the top.
+        return Outcome(position, event_id, event.type, time, job.account, released=job.cost,
+                       expired=tuple(expired))
+
+    # -- the queue: one heap per account, and a heap of account heads -------------------
+
+    def _clean_top(self, account: AccountState) -> None:
+        queue = account.queue
+        jobs = self.jobs
+        while queue and jobs[queue[0][3]].state != PENDING:
+            heapq.heappop(queue)
+
+    def _register_head(self, account: AccountState) -> None:
+        """Make sure the account's current head is in the heads heap, if it may start."""
+        self._clean_top(account)
+        if not account.queue or account.blocked:
+            account.head_key = None
+            return
+        top = account.queue[0]
+        if account.head_key != top:
+            account.head_key = top
+            heapq.heappush(self.heads, (top, account.name))
+
+    def next_job(self) -> JobState | None:
+        """The job `start_next` would start: highest priority, then oldest, among accounts
+        below their cap. Stale head entries are dropped as they surface: O(log accounts)."""
+        heads = self.heads
+        while heads:
+            key, name = heads[0]
+            account = self.accounts[name]
+            if account.head_key != key:
+                heapq.heappop(heads)
+                continue
+            self._clean_top(account)
+            if not account.queue or account.blocked:
+                heapq.heappop(heads)
+                account.head_key = None
+                continue
+            if account.queue[0] != key:
+                heapq.heappop(heads)
+                self._register_head(account)
+                continue
+            return self.jobs[key[3]]
+        return None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def pending_ahead(self, job: JobState) -> int:
+        """How many pending jobs would start before `job` (linear: for explanations only)."""
+        mine = (-job.priority, *job.order)
+        return sum(
+            1 for other in self.jobs.values()
+            if other.state == PENDING and other.id != job.id
+            and (-other.priority, *other.order) < mine
+        )
+
+    def canonical(self) -> dict[str, Any]:
+        """A canonical, JSON-ready view of the whole state (no positions, no arrival order)."""
+        accounts: dict[str, Any] = {}
+        for name in sorted(self.accounts):
+            account = self.accounts[name]
+            book = account.book
+            batches = sorted(
+                (b for heap in book.heaps.values() for b in heap),
+                key=lambda b: (b.key[0], b.key[1], b.key[2][0], b.grant_id),
+            )
+            accounts[name] = {
+                "opened": account.opened,
+                "max_running": account.max_running,
+                "share": account.share,
+                "running": account.running,
+                "batches": [[b.grant_id, b.pool, b.expiry, b.amount] for b in batches],
+                "debt": dict(sorted(book.debt.items())),
+                "holds": {
+                    ref: [[b.grant_id, amount] for b, amount in book.holds[ref].portions]
+                    for ref in sorted(book.holds)
+                },
+                "totals": {
+                    "granted": book.totals.granted,
+                    "consumed": book.totals.consumed,
+                    "charged_from_credits": book.totals.charged_from_credits,
+                    "charged_jobs": book.totals.charged_jobs,
+                    "debt_created": book.totals.debt_created,
+                    "debt_paid": book.totals.debt_paid,
+                    "expired": book.totals.expired,
+                },
+            }
+        jobs = {
+            job_id: [j.account, j.cost, j.priority, j.pool, j.state, j.charge]
+            for job_id, j in sorted(self.jobs.items())
+        }
+        return {
+            "accounts": accounts,
+            "jobs": jobs,
+            "anomalies": sorted([list(a) for a in self.anomalies]),
+        }
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical state: same journal, same digest, on every backend."""
+        data = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False)
+        return hashlib.sha256(data.encode()).hexdigest()

@@ -1,0 +1,72 @@
+"""What each event did, as the fold decided it: the only place outcomes come from.
+
+Outcomes are never stored beside the journal as truth; they are recomputed by the fold
+and compared between timelines to find revisions. `reported()` is the part a caller was
+told (a submit's acceptance, a consume's debt, who paid a charge), which a late event
+may revise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from projections.creditbook import Expiry, Lineage
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of applying one recorded event."""
+
+    position: int
+    event_id: str
+    type: str
+    time: int
+    account: str | None
+    ok: bool = True  # False: rejected submit, or an anomaly (invalid transition kept in the journal)
+    reason: str | None = None
+    debt_after: int | None = None  # consume: the account's outstanding debt right after it
+    debt_created: int = 0
+    paid_by: Lineage = ()  # consume / charge: grants that paid; submit: grants reserved
+    paid_debt: tuple[tuple[str, int], ...] = ()  # grant: (pool, amount) of debt it paid
+    charge: int | None = None  # complete: credits charged
+    released: int | None = None  # complete / cancel: credits released
+    expired: tuple[Expiry, ...] = field(default=())  # credits that expired before/at this event
+    anomaly: bool = False
+
+    def reported(self) -> dict[str, Any]:
+        """What a caller was told about this event; a change here is a revision."""
+        out: dict[str, Any] = {"ok": self.ok}
+        if self.reason is not None and not self.ok:
+            out["reason"] = self.reason
+        if self.debt_after is not None:
+            out["debt_after"] = self.debt_after
+        if self.paid_by:
+            out["paid_by"] = [list(p) for p in self.paid_by]
+        if self.charge is not None:
+            out["charge"] = self.charge
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """A late event changed what an already-applied event was reported to do."""
+
+    late_position: int
+    late_event_id: str
+    position: int
+    event_id: str
+    type: str
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "late_position": self.late_position,
+            "late_event_id": self.late_event_id,
+            "position": self.position,
+            "event_id": self.event_id,
+            "type": self.type,
+            "before": self.before,
+            "after": self.after,
+        }

@@ -1,0 +1,158 @@
+"""Replay with checkpoints: events in arrival order, projected on the canonical timeline.
+
+The projector ingests recorded events in position (arrival) order. An event that lands
+after everything applied so far is simply folded. An event whose event time is earlier
+than the last applied one is *late*: the ledger is restored from the nearest snapshot
+before it and the canonical timeline from there is folded again, twice, once with the
+late event and once without, so every outcome the late event changed is found and
+recorded as a `Revision`. The cost grows with the events after the late one, not with the
+journal; memory holds the state and a bounded set of snapshots, never the journal.
+
+Snapshots are a cache, never truth: a late event drops every snapshot after its time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from projections.ledger import Ledger
+from projections.outcomes import Outcome, Revision
+
+MIN_KEY = (-(2**63), 0)
+
+
+class Recorded(Protocol):
+    """What the projector needs of a recorded event."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def time(self) -> int: ...
+    @property
+    def payload(self) -> Any: ...
+
+
+Reader = Callable[[tuple[int, int], int, int | None], Iterable[Recorded]]
+"""reader(after_key, to_position, to_time): events in canonical order with
+(time, position) > after_key, position <= to_position and, if given, time <= to_time."""
+
+
+def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
+    return ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
+
+
+class Projector:
+    """Keeps a `Ledger` current with a journal read in arrival order."""
+
+    def __init__(self, reader: Reader, *, min_snapshot_every: int = 2000,
+                 max_snapshots: int = 32) -> None:
+        self.ledger = Ledger()
+        self.position = 0  # the highest position ingested
+        self.revisions: list[Revision] = []
+        self._reader = reader
+        self._min_every = min_snapshot_every
+        self._max_snapshots = max_snapshots
+        self._snap_keys: list[tuple[int, int]] = []
+        self._snap_states: list[bytes] = []
+        self._since_snapshot = 0
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def _interval(self, ledger: Ledger) -> int:
+        # Pickling costs in proportion to the state; spacing snapshots in proportion to it
+        # keeps their amortised cost per event constant.
+        return max(self._min_every, 2 * (len(ledger.jobs) + len(ledger.accounts)))
+
+    def _maybe_snapshot(self, ledger: Ledger) -> None:
+        self._since_snapshot += 1
+        if self._since_snapshot < self._interval(ledger):
+            return
+        self._since_snapshot = 0
+        self._snap_keys.append(ledger.last)
+        self._snap_states.append(pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL))
+        if len(self._snap_keys) > self._max_snapshots:
+            # Thin out the older half so late events far back still find a snapshot.
+            half = len(self._snap_keys) // 2
+            keep = list(range(0, half, 2)) + list(range(half, len(self._snap_keys)))
+            self._snap_keys = [self._snap_keys[i] for i in keep]
+            self._snap_states = [self._snap_states[i] for i in keep]
+
+    def _restore_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger]:
+        """The newest snapshot strictly before `key`, or an empty ledger."""
+        i = bisect.bisect_left(self._snap_keys, key)
+        if i == 0:
+            return MIN_KEY, Ledger()
+        ledger: Ledger = pickle.loads(self._snap_states[i - 1])
+        return self._snap_keys[i - 1], ledger
+
+    def snapshot_count(self) -> int:
+        return len(self._snap_keys)
+
+    # -- ingesting ---------------------------------------------------------------------
+
+    def ingest(self, rec: Recorded) -> Outcome:
+        """Apply the next recorded event (positions must arrive in increasing order)."""
+        if rec.position <= self.position:
+            raise ValueError(f"position {rec.position} ingested after {self.position}")
+        self.position = rec.position
+        key = (rec.time, rec.position)
+        if key > self.ledger.last:
+            outcome = apply_recorded(self.ledger, rec)
+            self._maybe_snapshot(self.ledger)
+            return outcome
+        return self._reproject(rec)
+
+    def _reproject(self, late: Recorded) -> Outcome:
+        key = (late.time, late.position)
+        i = bisect.bisect_left(self._snap_keys, key)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+        start, new = self._restore_before(key)
+        _, old = self._restore_before(key)
+        self._since_snapshot = 0
+        late_outcome: Outcome | None = None
+        for rec in self._reader(start, late.position, None):
+            after = apply_recorded(new, rec)
+            self._maybe_snapshot(new)
+            if rec.position == late.position:
+                late_outcome = after
+                continue
+            before = apply_recorded(old, rec)
+            was, now = before.reported(), after.reported()
+            if was != now:
+                self.revisions.append(Revision(late.position, late.id, rec.position, rec.id,
+                                               rec.type, was, now))
+        if late_outcome is None:
+            raise RuntimeError(f"late event at position {late.position} not found on re-read")
+        self.ledger = new
+        return late_outcome
+
+    def catch_up(self, events: Iterable[Recorded]) -> dict[int, Outcome]:
+        """Ingest events in position order; return their outcomes by position."""
+        return {rec.position: self.ingest(rec) for rec in events}
+
+    # -- the past ----------------------------------------------------------------------
+
+    def state_at(self, time: int) -> Ledger:
+        """A ledger of every ingested event with event time <= `time` (a throwaway copy)."""
+        if time >= self.ledger.last[0]:
+            ledger: Ledger = pickle.loads(pickle.dumps(self.ledger, pickle.HIGHEST_PROTOCOL))
+            return ledger
+        start, ledger = self._restore_before((time + 1, 0))
+        for rec in self._reader(start, self.position, time):
+            apply_recorded(ledger, rec)
+        return ledger
+
+
+def fold(events: Iterable[Recorded]) -> Iterator[tuple[Recorded, Outcome, Ledger]]:
+    """Fold events given in canonical order into a fresh ledger, yielding each outcome."""
+    ledger = Ledger()
+    for rec in events:
+        yield rec, apply_recorded(ledger, rec), ledger

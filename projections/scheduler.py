@@ -1,0 +1,252 @@
+"""`Scheduler`: the job facade of the contract. Reserve at submit, settle at completion."""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from eventstore import NewEvent
+from projections.errors import AccountExists, DuplicateJob, InvalidTransition, UnknownAccount, UnknownJob
+from projections.events import (
+    GENERAL,
+    AccountOpened,
+    CreditsGranted,
+    JobCancelled,
+    JobCompleted,
+    JobStarted,
+    JobSubmitted,
+    normalise_pool,
+    require_fraction,
+    require_int,
+    require_name,
+    require_non_negative_int,
+    require_positive_int,
+)
+from projections.ledger import CANCELLED, PENDING, RUNNING, JobState, Ledger
+from projections.outcomes import Outcome, Revision
+from projections.session import JournalArg, LedgerSession
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as `start_next` hands it out."""
+
+    id: str
+    account_id: str
+    cost: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class AccountView:
+    """An account's figures at the moment it was read (a copy: changing it changes nothing)."""
+
+    id: str
+    balance: int  # active + held - debt
+    reserved: int  # held for pending and running jobs
+    available: int  # balance - reserved
+    running: int
+    max_running: int | None
+    pools: Mapping[str, int]
+
+
+class AccountsView(Mapping[str, AccountView]):
+    """Read-only mapping of account id to its current figures."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def __getitem__(self, account_id: str) -> AccountView:
+        return self._scheduler._view(account_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._scheduler._account_names())
+
+    def __len__(self) -> int:
+        return len(self._scheduler._account_names())
+
+
+def _wall_clock() -> int:
+    return int(_time.time())
+
+
+class Scheduler:
+    """Accounts submit jobs with a cost and a priority; the highest priority, oldest job of
+    an account below its cap starts next. Every call is an event in the journal."""
+
+    def __init__(self, journal: JournalArg = None,
+                 clock: Callable[[], int] | None = None) -> None:
+        self._session = LedgerSession(journal)
+        self._clock = clock or _wall_clock
+        self.accounts: Mapping[str, AccountView] = AccountsView(self)
+
+    # -- time ----------------------------------------------------------------------------
+
+    def _time(self, at: int | None) -> int:
+        if at is not None:
+            return require_int("at", at)
+        return self._session.now(require_int("clock()", self._clock()))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _account_names(self) -> list[str]:
+        with self._session.lock:
+            self._session.catch_up()
+            return sorted(n for n, a in self._session.ledger.accounts.items() if a.opened)
+
+    def _view(self, account_id: str) -> AccountView:
+        session = self._session
+        with session.lock:
+            session.catch_up()
+            account = session.ledger.accounts.get(account_id)
+            if account is None or not account.opened:
+                raise UnknownAccount(f"unknown account {account_id!r}")
+            now = session.now(self._clock())
+            pools = account.book.pool_balances_at(now) or {GENERAL: 0}
+            available = sum(pools.values())
+            reserved = account.book.held
+            return AccountView(account_id, available + reserved, reserved, available,
+                               account.running, account.max_running, pools)
+
+    def job_state(self, job_id: str) -> str:
+        """pending, running, succeeded, failed, cancelled or rejected."""
+        return self._job(self._session.ledger, job_id).state
+
+    def _job(self, ledger: Ledger, job_id: str) -> JobState:
+        self._session.catch_up()
+        job = ledger.jobs.get(job_id)
+        if job is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        return job
+
+    @property
+    def revisions(self) -> list[Revision]:
+        """What late events changed in outcomes already reported."""
+        self._session.catch_up()
+        return self._session.revisions
+
+    def ledger(self) -> Ledger:
+        self._session.catch_up()
+        return self._session.ledger
+
+    def state_digest(self) -> str:
+        return self._session.digest()
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def _decide(self, locks: Sequence[str],
+                build: Callable[[Ledger], Sequence[NewEvent]]) -> list[Outcome]:
+        return self._session.decide(locks, build)
+
+    def open_account(self, account_id: str, balance: int = 0, *,
+                     max_running: int | None = None, share: int | None = None,
+                     at: int | None = None) -> None:
+        """Open an account with a general, non-expiring grant of `balance` credits."""
+        require_name("account_id", account_id)
+        require_non_negative_int("balance", balance)
+        if max_running is not None:
+            require_positive_int("max_running", max_running)
+        opened = AccountOpened(account_id, max_running, share)
+        session = self._session
+
+        def build(ledger: Ledger) -> list[NewEvent]:
+            existing = ledger.accounts.get(account_id)
+            if existing is not None and existing.declared:
+                raise AccountExists(f"account {account_id!r} is already open; "
+                                    "grant credits to it instead")
+            when = self._time(at)
+            events = [session.event(when, opened, account_id)]
+            if balance:
+                events.append(session.event(when, CreditsGranted(account_id, balance), account_id))
+            return events
+
+        self._decide([account_id], build)
+
+    def submit(self, job_id: str, account_id: str, cost: int, priority: int, *,
+               at: int | None = None, pool: str | None = None) -> bool:
+        """Reserve `cost` for a new job; False (still recorded) when the account cannot pay."""
+        require_name("job_id", job_id)
+        require_name("account_id", account_id)
+        require_non_negative_int("cost", cost)
+        require_int("priority", priority)
+        event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool))
+        session = self._session
+
+        def build(ledger: Ledger) -> list[NewEvent]:
+            if job_id in ledger.jobs:
+                raise DuplicateJob(f"job {job_id!r} was submitted before "
+                                   f"({ledger.jobs[job_id].state}); job ids are unique")
+            account = ledger.accounts.get(account_id)
+            if account is None or not account.opened:
+                known = sorted(n for n, a in ledger.accounts.items() if a.opened)
+                raise UnknownAccount(f"unknown account {account_id!r}; open it first "
+                                     f"(known: {', '.join(known[:10]) or 'none'})")
+            return [session.event(self._time(at), event, account_id)]
+
+        (outcome,) = self._decide([account_id], build)
+        return outcome.ok
+
+    def start_next(self, *, at: int | None = None) -> Job | None:
+        """Start the highest-priority, oldest pending job whose account is below its cap."""
+        session = self._session
+        picked: list[JobState] = []
+
+        def build(ledger: Ledger) -> list[NewEvent]:
+            when = self._time(at)
+            view = ledger if when >= ledger.last[0] else session.projector.state_at(when)
+            job = view.next_job()
+            if job is None:
+                return []
+            picked.append(job)
+            return [session.event(when, JobStarted(job.id), job.account)]
+
+        # Every account may be considered: lock them all (the session sorts them).
+        self._decide(self._account_names(), build)
+        if not picked:
+            return None
+        job = picked[0]
+        return Job(job.id, job.account, job.cost, job.priority)
+
+    def complete(self, job_id: str, success: bool, *, refund_fraction: float = 1.0,
+                 at: int | None = None) -> None:
+        """Settle a running job: success charges its cost, failure floor(cost * (1 - f))."""
+        require_name("job_id", job_id)
+        if not isinstance(success, bool):
+            raise ValueError(f"success must be True or False, got {success!r}")
+        require_fraction("refund_fraction", refund_fraction)
+        session = self._session
+
+        def build(ledger: Ledger) -> list[NewEvent]:
+            job = ledger.jobs.get(job_id)
+            if job is None:
+                raise UnknownJob(f"unknown job {job_id!r}")
+            if job.state != RUNNING:
+                raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
+                                        "can complete")
+            event = JobCompleted(job_id, success, refund_fraction)
+            return [session.event(self._time(at), event, job.account)]
+
+        self._decide(self._job_locks(job_id), build)
+
+    def cancel(self, job_id: str, *, at: int | None = None) -> None:
+        """Cancel a pending job and release its reservation; cancelling twice is a no-op."""
+        require_name("job_id", job_id)
+        session = self._session
+
+        def build(ledger: Ledger) -> list[NewEvent]:
+            job = ledger.jobs.get(job_id)
+            if job is None:
+                raise UnknownJob(f"unknown job {job_id!r}")
+            if job.state == CANCELLED:
+                return []
+            if job.state != PENDING:
+                raise InvalidTransition(f"job {job_id!r} is {job.state}; only a pending job "
+                                        "can be cancelled")
+            return [session.event(self._time(at), JobCancelled(job_id), job.account)]
+
+        self._decide(self._job_locks(job_id), build)
+
+    def _job_locks(self, job_id: str) -> list[str]:
+        job = self._session.ledger.jobs.get(job_id)
+        return [job.account] if job is not None else []

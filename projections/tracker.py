@@ -1,0 +1,97 @@
+"""`GPUCreditTracker`: the expiring-credit facade of the contract, over any journal."""
+
+from __future__ import annotations
+
+from projections.events import (
+    GENERAL,
+    CreditsConsumed,
+    CreditsGranted,
+    normalise_pool,
+    require_int,
+    require_name,
+    require_positive_int,
+)
+from projections.ledger import Ledger
+from projections.outcomes import Revision
+from projections.session import JournalArg, LedgerSession
+
+
+class GPUCreditTracker:
+    """Grant, consume and query one account's expiring credits; every call is an event.
+
+    Calls may come out of time order: a call earlier than recorded events is placed on
+    the timeline by its timestamp and everything after it is re-projected.
+    """
+
+    def __init__(self, journal: JournalArg = None, account: str = "default") -> None:
+        self.account = require_name("account", account)
+        self._session = LedgerSession(journal)
+
+    @property
+    def journal(self) -> object:
+        return self._session.journal
+
+    def grant(self, amount: int, timestamp: int, expiry: int, *,
+              pool: str | None = None) -> None:
+        """Grant `amount` credits valid for timestamp <= t < expiry (in `pool`, if named)."""
+        require_positive_int("amount", amount)
+        require_int("timestamp", timestamp)
+        require_int("expiry", expiry)
+        if expiry <= timestamp:
+            raise ValueError(f"expiry must be after timestamp: expiry {expiry} <= "
+                             f"timestamp {timestamp}")
+        event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool))
+        session = self._session
+        session.decide([self.account], lambda _: [session.event(timestamp, event, self.account)])
+
+    def consume(self, amount: int, timestamp: int, *, pool: str | None = None) -> int:
+        """Consume `amount` at `timestamp`; return the account's outstanding debt right after."""
+        require_positive_int("amount", amount)
+        require_int("timestamp", timestamp)
+        event = CreditsConsumed(self.account, amount, normalise_pool(pool))
+        session = self._session
+        (outcome,) = session.decide(
+            [self.account], lambda _: [session.event(timestamp, event, self.account)]
+        )
+        assert outcome.debt_after is not None
+        return outcome.debt_after
+
+    def get_balance(self, timestamp: int, *, pool: str | None = None) -> int:
+        """Active credits at `timestamp` minus debt (all pools, or one), from events <= it."""
+        require_int("timestamp", timestamp)
+        wanted = None if pool is None else normalise_pool(pool)
+        session = self._session
+        with session.lock:
+            session.catch_up()
+            account = session.account_at(self.account, timestamp)
+            if account is None:
+                return 0
+            balances = account.book.pool_balances_at(timestamp)
+        if wanted is None:
+            return sum(balances.values())
+        return balances.get(wanted, 0)
+
+    def pool_balances(self, timestamp: int) -> dict[str, int]:
+        """Per pool (``"general"`` for unrestricted credits), active credits minus debt."""
+        require_int("timestamp", timestamp)
+        with self._session.lock:
+            self._session.catch_up()
+            account = self._session.account_at(self.account, timestamp)
+            if account is None:
+                return {GENERAL: 0}
+            return account.book.pool_balances_at(timestamp) or {GENERAL: 0}
+
+    @property
+    def revisions(self) -> list[Revision]:
+        """What late calls changed in outcomes already reported, in the order they came."""
+        self._session.catch_up()
+        return self._session.revisions
+
+    def ledger(self) -> Ledger:
+        """The caught-up projected state (read-only by convention)."""
+        self._session.catch_up()
+        return self._session.ledger
+
+    def state_digest(self) -> str:
+        """SHA-256 of the projected state of the whole journal."""
+        return self._session.digest()
