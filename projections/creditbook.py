@@ -125,12 +125,25 @@ class CreditBook:
                 out[pool] = total
         return out
 
+    def held_by_pool(self) -> dict[str, int]:
+        """Per pool of the batches they came from, credits held for jobs."""
+        out: dict[str, int] = {}
+        for hold in self.holds.values():
+            for batch, amount in hold.portions:
+                out[batch.pool] = out.get(batch.pool, 0) + amount
+        return out
+
     def pool_balances_at(self, time: int) -> dict[str, int]:
-        """Per pool, active credits minus debt at `time` (>= the last event's time)."""
+        """Per pool, credits (active and held) minus debt at `time` (>= the last event's).
+
+        Held credits count: they are the account's until a job's settlement charges them.
+        """
         gone = self.expiring_by(time)
-        pools = sorted(set(self.active) | set(self.debt))
+        held = self.held_by_pool() if self.holds else {}
+        pools = sorted(set(self.active) | set(self.debt) | set(held))
         return {
-            pool: self.active.get(pool, 0) - gone.get(pool, 0) - self.debt.get(pool, 0)
+            pool: self.active.get(pool, 0) - gone.get(pool, 0) + held.get(pool, 0)
+            - self.debt.get(pool, 0)
             for pool in pools
         }
 

@@ -104,9 +104,9 @@ class Scheduler:
                 raise UnknownAccount(f"unknown account {account_id!r}")
             now = session.now(self._clock())
             pools = account.book.pool_balances_at(now) or {GENERAL: 0}
-            available = sum(pools.values())
+            balance = sum(pools.values())
             reserved = account.book.held
-            return AccountView(account_id, available + reserved, reserved, available,
+            return AccountView(account_id, balance, reserved, balance - reserved,
                                account.running, account.max_running, pools)
 
     def job_state(self, job_id: str) -> str:

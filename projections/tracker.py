@@ -57,7 +57,10 @@ class GPUCreditTracker:
         return outcome.debt_after
 
     def get_balance(self, timestamp: int, *, pool: str | None = None) -> int:
-        """Active credits at `timestamp` minus debt (all pools, or one), from events <= it."""
+        """Credits at `timestamp` (active, and held for jobs) minus debt, from events <= it.
+
+        All pools unless `pool` names one (``"general"`` for unrestricted credits).
+        """
         require_int("timestamp", timestamp)
         wanted = None if pool is None else normalise_pool(pool)
         session = self._session
@@ -72,7 +75,7 @@ class GPUCreditTracker:
         return balances.get(wanted, 0)
 
     def pool_balances(self, timestamp: int) -> dict[str, int]:
-        """Per pool (``"general"`` for unrestricted credits), active credits minus debt."""
+        """Per pool (``"general"`` for unrestricted credits), credits minus debt."""
         require_int("timestamp", timestamp)
         with self._session.lock:
             self._session.catch_up()
