@@ -152,7 +152,7 @@ class CreditBook:
     def advance(self, time: int) -> list[Expiry]:
         """Evict every batch expired at `time`; return what expired."""
         expired: list[Expiry] = []
-        for pool, heap in self.heaps.items():
+        for _pool, heap in self.heaps.items():
             while heap and heap[0].is_expired_at(time):
                 batch = heapq.heappop(heap)
                 batch.in_heap = False
@@ -185,6 +185,18 @@ class CreditBook:
         self._push(batch)
         self.active[pool] = self.active.get(pool, 0) + rest
         return paid, batch
+
+    def top_up(self, batch: Batch, amount: int) -> tuple[tuple[str, int], ...]:
+        """Add `amount` to an existing batch (a refill): it pays debt first, like a grant."""
+        self.totals.granted += amount
+        paid = self._pay_debt(batch.pool, amount)
+        rest = amount - sum(p for _, p in paid)
+        if rest:
+            batch.amount += rest
+            self.active[batch.pool] = self.active.get(batch.pool, 0) + rest
+            if not batch.in_heap:
+                self._push(batch)
+        return paid
 
     def _debt_order(self, pool: str) -> list[str]:
         # A pool's credits pay that pool's debt; general credits pay general debt first,

@@ -21,6 +21,9 @@ TIMELINE_START = -(2**62)
 
 MAX_ID_LENGTH = 200
 
+DEFAULT_HALF_LIFE = 7 * 24 * 3600
+"""Fair share: recorded usage halves every week unless an account says otherwise."""
+
 
 def require_int(name: str, value: object) -> int:
     """Return `value` if it is an `int` (and not a `bool`), else raise ValueError."""
@@ -81,6 +84,9 @@ class AccountOpened:
     account: str
     max_running: int | None = None  # None: no cap on running jobs
     share: int | None = None  # fair-share weight; None: fair share off for this account
+    half_life: int = DEFAULT_HALF_LIFE  # seconds for the account's recorded usage to halve
+    refill_rate: int | None = None  # token bucket: credits per hour; None: no refill
+    refill_cap: int | None = None  # the refill bucket holds at most this many credits
 
     def __post_init__(self) -> None:
         require_name("account", self.account)
@@ -88,6 +94,13 @@ class AccountOpened:
             require_positive_int("max_running", self.max_running)
         if self.share is not None:
             require_positive_int("share", self.share)
+        require_positive_int("half_life", self.half_life)
+        if (self.refill_rate is None) != (self.refill_cap is None):
+            raise ValueError("refill_rate and refill_cap go together: give both or neither "
+                             f"(got rate {self.refill_rate!r}, cap {self.refill_cap!r})")
+        if self.refill_rate is not None:
+            require_positive_int("refill_rate", self.refill_rate)
+            require_positive_int("refill_cap", self.refill_cap)
 
     @property
     def stream(self) -> str:
@@ -211,7 +224,17 @@ DomainEvent: TypeAlias = (
 JOB_EVENTS = (JobStarted, JobCompleted, JobCancelled)
 
 _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
-    "account": (AccountOpened, ("account",), {"max_running": None, "share": None}),
+    "account": (
+        AccountOpened,
+        ("account",),
+        {
+            "max_running": None,
+            "share": None,
+            "half_life": DEFAULT_HALF_LIFE,
+            "refill_rate": None,
+            "refill_cap": None,
+        },
+    ),
     "grant": (CreditsGranted, ("account", "amount"), {"expiry": None, "pool": GENERAL}),
     "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL}),
     "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL}),
@@ -225,7 +248,7 @@ EVENT_TYPES = tuple(_FIELDS)
 
 def to_payload(event: DomainEvent) -> dict[str, Any]:
     """The journal payload of `event`: required fields, and optional ones not at default."""
-    cls, required, optional = _FIELDS[event.type]
+    _cls, required, optional = _FIELDS[event.type]
     payload: dict[str, Any] = {name: getattr(event, name) for name in required}
     for name, default in optional.items():
         value = getattr(event, name)

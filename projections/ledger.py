@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from projections.creditbook import CreditBook
+from projections.creditbook import Batch, CreditBook, Expiry
 from projections.events import (
+    DEFAULT_HALF_LIFE,
+    GENERAL,
     AccountOpened,
     CreditsConsumed,
     CreditsGranted,
@@ -38,6 +40,32 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 REJECTED = "rejected"
 JOB_STATES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
+
+
+def _log2_add(a: float, b: float) -> float:
+    """log2(2**a + 2**b) without overflow."""
+    if a == -math.inf:
+        return b
+    hi, lo = (a, b) if a >= b else (b, a)
+    return hi + math.log2(1.0 + 2.0 ** (lo - hi))
+
+
+def refill_due(account: AccountState, time: int) -> tuple[int, int]:
+    """(whole credits the bucket gains by `time`, the remainder carried in credit-seconds).
+
+    Exact integers: rate x elapsed seconds accumulate in credit-seconds, and every 3,600
+    of them is one credit, so a million small steps add up to the same as one big one.
+    A full bucket accrues nothing and drops its remainder.
+    """
+    assert account.refill_rate is not None and account.refill_cap is not None
+    anchor = time if account.refill_anchor is None else account.refill_anchor
+    units = account.refill_rate * max(0, time - anchor) + account.refill_carry
+    add, carry = divmod(units, 3600)
+    in_bucket = account.refill_batch.amount if account.refill_batch is not None else 0
+    room = max(0, account.refill_cap - in_bucket)
+    if add >= room:
+        return room, 0
+    return add, carry
 
 
 def failure_charge(cost: int, refund_fraction: float) -> int:
@@ -61,6 +89,10 @@ class JobState:
     charge: int | None = None
 
 
+HeadKey = tuple[int, float, int, int, str]
+"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
+
+
 @dataclass(slots=True)
 class AccountState:
     """One account: its credits, its policy and its queue of pending jobs."""
@@ -74,7 +106,28 @@ class AccountState:
     running: int = 0
     last_time: int = -(2**63)  # event time of the latest event touching this account
     queue: list[tuple[int, int, int, str]] = field(default_factory=list)
-    head_key: tuple[int, int, int, str] | None = None  # the key registered in the heads heap
+    head_key: HeadKey | None = None  # the key registered in the heads heap
+    # Fair share: log2 of the usage decayed to time 0 (see `usage_key`); -inf: no usage.
+    half_life: int = DEFAULT_HALF_LIFE
+    usage_log2: float = -math.inf
+    # Refill: a token bucket feeding one general, non-expiring batch.
+    refill_rate: int | None = None
+    refill_cap: int | None = None
+    refill_anchor: int | None = None  # event time refill was last accrued to
+    refill_carry: int = 0  # credit-seconds accrued but not yet a whole credit (x 3600)
+    refill_batch: Batch | None = None
+
+    def fair_key(self) -> float:
+        """Decayed usage / share on a log scale; -inf (first) without a share or usage."""
+        if self.share is None or self.usage_log2 == -math.inf:
+            return -math.inf
+        return self.usage_log2 - math.log2(self.share)
+
+    def decayed_usage(self, time: int) -> float:
+        """Usage charged so far, decayed to `time` (for explanations)."""
+        if self.usage_log2 == -math.inf:
+            return 0.0
+        return float(2 ** (self.usage_log2 - time / self.half_life))
 
     @property
     def blocked(self) -> bool:
@@ -99,7 +152,7 @@ class Ledger:
 
     accounts: dict[str, AccountState] = field(default_factory=dict)
     jobs: dict[str, JobState] = field(default_factory=dict)
-    heads: list[tuple[tuple[int, int, int, str], str]] = field(default_factory=list)
+    heads: list[tuple[HeadKey, str]] = field(default_factory=list)
     last: tuple[int, int] = (-(2**63), 0)  # (event_time, position) of the last applied event
     applied: int = 0
     rejected: int = 0
@@ -157,18 +210,23 @@ class Ledger:
 
     def _open(self, position: int, event_id: str, time: int, event: AccountOpened) -> Outcome:
         account = self._account(event.account)
-        expired = tuple(account.book.advance(time))
+        expired = tuple(self._touch(account, time))
         account.opened = True
         account.declared = True
         account.max_running = event.max_running
         account.share = event.share
-        self._register_head(account)
+        account.half_life = event.half_life
+        account.refill_rate = event.refill_rate
+        account.refill_cap = event.refill_cap
+        if event.refill_rate is not None and account.refill_anchor is None:
+            account.refill_anchor = time
+        self._register_head(account, force=True)
         return Outcome(position, event_id, event.type, time, event.account, expired=expired)
 
     def _grant(self, position: int, event_id: str, time: int, event: CreditsGranted) -> Outcome:
         account = self._account(event.account)
         account.opened = True
-        expired = tuple(account.book.advance(time))
+        expired = tuple(self._touch(account, time))
         if event.expiry is not None and event.expiry <= time:
             # Well formed but dead on arrival (only an import can record one): nothing to add.
             return self._anomaly(position, event_id, event.type, time, event.account,
@@ -181,7 +239,7 @@ class Ledger:
     def _consume(self, position: int, event_id: str, time: int,
                  event: CreditsConsumed) -> Outcome:
         account = self._account(event.account)
-        expired = tuple(account.book.advance(time))
+        expired = tuple(self._touch(account, time))
         lineage, short = account.book.consume(event.amount, event.pool)
         return Outcome(position, event_id, event.type, time, event.account,
                        debt_after=account.book.debt_total, debt_created=short, paid_by=lineage,
@@ -231,7 +289,7 @@ class Ledger:
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"start of unknown job {event.job!r}")
         account = self.accounts[job.account]
-        expired = tuple(account.book.advance(time))
+        expired = tuple(self._touch(account, time))
         if job.state != PENDING:
             return self._anomaly(position, event_id, event.type, time, job.account,
                                  f"start of job {job.id!r} which is {job.state}, not pending")
@@ -250,7 +308,7 @@ class Ledger:
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"completion of unknown job {event.job!r}")
         account = self.accounts[job.account]
-        expired = list(account.book.advance(time))
+        expired = list(self._touch(account, time))
         if job.state != RUNNING:
             return self._anomaly(position, event_id, event.type, time, job.account,
                                  f"completion of job {job.id!r} which is {job.state}, "
@@ -261,7 +319,10 @@ class Ledger:
         job.state = SUCCEEDED if event.success else FAILED
         job.charge = charge
         account.running -= 1
-        self._register_head(account)
+        if charge and account.share is not None:
+            account.usage_log2 = _log2_add(account.usage_log2,
+                                           math.log2(charge) + time / account.half_life)
+        self._register_head(account, force=account.share is not None)
         return Outcome(position, event_id, event.type, time, job.account, paid_by=lineage,
                        charge=charge, released=job.cost - charge, expired=tuple(expired))
 
@@ -271,7 +332,7 @@ class Ledger:
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"cancel of unknown job {event.job!r}")
         account = self.accounts[job.account]
-        expired = list(account.book.advance(time))
+        expired = list(self._touch(account, time))
         if job.state == CANCELLED:
             return Outcome(position, event_id, event.type, time, job.account, released=0,
                            reason="already cancelled", expired=tuple(expired))
@@ -285,6 +346,28 @@ class Ledger:
         return Outcome(position, event_id, event.type, time, job.account, released=job.cost,
                        expired=tuple(expired))
 
+    # -- time passing: expiry and refill ----------------------------------------------------
+
+    def _touch(self, account: AccountState, time: int) -> list[Expiry]:
+        """Bring the account to `time`: evict expired batches, accrue refill."""
+        expired = account.book.advance(time)
+        if account.refill_rate is not None:
+            self._refill(account, time)
+        return expired
+
+    def _refill(self, account: AccountState, time: int) -> None:
+        add, carry = refill_due(account, time)
+        account.refill_anchor = time
+        account.refill_carry = carry
+        if add:
+            batch = account.refill_batch
+            if batch is None:
+                _paid, batch = account.book.grant(f"refill:{account.name}", add, None, GENERAL,
+                                                 (time, 0))
+                account.refill_batch = batch
+            else:
+                account.book.top_up(batch, add)
+
     # -- the queue: one heap per account, and a heap of account heads -------------------
 
     def _clean_top(self, account: AccountState) -> None:
@@ -293,16 +376,23 @@ class Ledger:
         while queue and jobs[queue[0][3]].state != PENDING:
             heapq.heappop(queue)
 
-    def _register_head(self, account: AccountState) -> None:
-        """Make sure the account's current head is in the heads heap, if it may start."""
+    def _head_key(self, account: AccountState) -> HeadKey:
+        neg_priority, time, position, job_id = account.queue[0]
+        return (neg_priority, account.fair_key(), time, position, job_id)
+
+    def _register_head(self, account: AccountState, *, force: bool = False) -> None:
+        """Make sure the account's current head is in the heads heap, if it may start.
+
+        `force`: the fair-share key may have changed, so register even the same job again.
+        """
         self._clean_top(account)
         if not account.queue or account.blocked:
             account.head_key = None
             return
-        top = account.queue[0]
-        if account.head_key != top:
-            account.head_key = top
-            heapq.heappush(self.heads, (top, account.name))
+        key = self._head_key(account)
+        if force or account.head_key != key:
+            account.head_key = key
+            heapq.heappush(self.heads, (key, account.name))
 
     def next_job(self) -> JobState | None:
         """The job `start_next` would start: highest priority, then oldest, among accounts
@@ -319,11 +409,11 @@ class Ledger:
                 heapq.heappop(heads)
                 account.head_key = None
                 continue
-            if account.queue[0] != key:
+            if self._head_key(account) != key:
                 heapq.heappop(heads)
                 self._register_head(account)
                 continue
-            return self.jobs[key[3]]
+            return self.jobs[key[4]]
         return None
 
     # -- reading ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ class Outcome:
     type: str
     time: int
     account: str | None
-    ok: bool = True  # False: rejected submit, or an anomaly (invalid transition kept in the journal)
+    ok: bool = True  # False: a rejected submit, or an anomaly kept in the journal
     reason: str | None = None
     debt_after: int | None = None  # consume: the account's outstanding debt right after it
     debt_created: int = 0

@@ -7,7 +7,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from eventstore import NewEvent
-from projections.errors import AccountExists, DuplicateJob, InvalidTransition, UnknownAccount, UnknownJob
+from projections.errors import (
+    AccountExists,
+    DuplicateJob,
+    InvalidTransition,
+    UnknownAccount,
+    UnknownJob,
+)
 from projections.events import (
     GENERAL,
     AccountOpened,
