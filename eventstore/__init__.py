@@ -15,6 +15,7 @@ from .errors import (
 )
 from .hashing import GENESIS_HASH, canonical_json
 from .interface import JournalLike, Transaction
+from .journal import Journal, upgrade
 from .memory import MemoryJournal
 from .records import NewEvent, RecordedEvent, SnapshotInfo
 
@@ -22,6 +23,7 @@ __all__ = [
     "GENESIS_HASH",
     "ConnectionProblem",
     "IdempotencyConflict",
+    "Journal",
     "JournalError",
     "JournalLike",
     "LockTimeout",
@@ -33,4 +35,5 @@ __all__ = [
     "Transaction",
     "VersionConflict",
     "canonical_json",
+    "upgrade",
 ]

@@ -8,6 +8,7 @@ storage differs between backends; what an append means is decided here.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,11 @@ from .records import NewEvent, RecordedEvent
 # Every integer the journal stores must fit a signed 64-bit column (BIGINT).
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
+
+def wall_clock_us() -> int:
+    """Microseconds since the Unix epoch, from the wall clock (recorded_at)."""
+    return time.time_ns() // 1000
 
 
 @dataclass(frozen=True, slots=True)

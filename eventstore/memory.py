@@ -9,23 +9,17 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-import time as _time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import appending
-from .appending import require_int, require_text
+from .appending import require_int, require_text, wall_clock_us
 from .errors import JournalError
 from .hashing import GENESIS_HASH, record_hash
 from .interface import Order
 from .reading import ReadQuery
 from .records import NewEvent, RecordedEvent, SnapshotInfo
-
-
-def wall_clock_us() -> int:
-    """Microseconds since the Unix epoch, from the wall clock."""
-    return _time.time_ns() // 1000
 
 
 @dataclass(slots=True)

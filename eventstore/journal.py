@@ -1,0 +1,603 @@
+"""`Journal`: append, read and verify over a SQLAlchemy engine.
+
+Plain SQLAlchemy Core against `schema.py`; whatever differs between SQLite and
+PostgreSQL is asked of the `Backend` (see `sqlite.py`, `postgres.py`). What an
+append means (validation, idempotency, versions, hashes) is decided in
+`appending.py`, shared with `MemoryJournal`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from sqlalchemy import Column, Connection, Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy.sql import ColumnElement
+
+from . import appending, migrate
+from .appending import require_int, require_text, wall_clock_us
+from .backend import backend_for, translating
+from .errors import JournalError
+from .hashing import GENESIS_HASH, record_hash
+from .interface import Order
+from .reading import ReadQuery
+from .records import NewEvent, RecordedEvent, SnapshotInfo
+from .schema import events, journal_head, snapshots
+
+# SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
+_CHUNK = 900
+_VERIFY_BATCH = 5000
+
+_EVENT_COLUMNS = (
+    events.c.position,
+    events.c.event_id,
+    events.c.stream,
+    events.c.version,
+    events.c.type,
+    events.c.event_time,
+    events.c.recorded_at,
+    events.c.payload,
+    events.c.hash,
+)
+_SNAPSHOT_COLUMNS = (
+    snapshots.c.id,
+    snapshots.c.name,
+    snapshots.c.position,
+    snapshots.c.event_time,
+    snapshots.c.digest,
+)
+
+
+def _event(row: Row[Any]) -> RecordedEvent:
+    return RecordedEvent(
+        position=row[0],
+        id=row[1],
+        stream=row[2],
+        version=row[3],
+        type=row[4],
+        time=row[5],
+        recorded_at=row[6],
+        payload=json.loads(row[7]),
+        hash=row[8],
+    )
+
+
+def _snapshot(row: Row[Any]) -> SnapshotInfo:
+    return SnapshotInfo(id=row[0], name=row[1], position=row[2], event_time=row[3], digest=row[4])
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i : i + _CHUNK]
+
+
+def _after(key: tuple[int, int]) -> ColumnElement[bool]:
+    """(event_time, position) > key, written so an index on (event_time, position) serves it."""
+    t, p = key
+    return and_(events.c.event_time >= t, or_(events.c.event_time > t, events.c.position > p))
+
+
+class SqlTransaction:
+    """A read-decide-append transaction on one connection (see `Journal.transaction`)."""
+
+    def __init__(self, journal: Journal, conn: Connection) -> None:
+        self._journal = journal
+        self.conn = conn
+        self.open = True
+
+    def _check(self) -> Connection:
+        if not self.open:
+            raise JournalError("this transaction has ended; open a new journal.transaction()")
+        return self.conn
+
+    def read(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        stream: str | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[RecordedEvent]:
+        """Events as this transaction sees them, its own appends included."""
+        j = self._journal
+        q = ReadQuery.make(
+            j._head(self),
+            after_position=after_position,
+            to_position=to_position,
+            from_time=from_time,
+            to_time=to_time,
+            stream=stream,
+            after=after,
+            order=order,
+            batch_size=batch_size,
+        )
+        return j._read(q, self)
+
+    def append(
+        self, events: Sequence[NewEvent], *, expected_versions: Mapping[str, int] | None = None
+    ) -> list[RecordedEvent]:
+        """Append inside the transaction; others see it only at commit."""
+        return self._journal._append_batch(events, expected_versions, self)
+
+    def head(self) -> int:
+        """The last position as this transaction sees it."""
+        return self._journal._head(self)
+
+
+class Journal:
+    """An append-only, idempotent, hash-chained journal on SQLite or PostgreSQL.
+
+    `Journal()` is an in-memory SQLite database; `Journal("sqlite:///path.db")` a
+    file any number of processes may share; `Journal("postgresql+psycopg://...")`
+    a PostgreSQL database. Opening upgrades the schema to this code's Alembic head
+    unless `upgrade=False`; a schema newer than the code is refused (SchemaError).
+    Safe to share between threads. Inside `with journal.transaction():` every
+    call of this thread joins that transaction.
+    """
+
+    url: str | None
+
+    def __init__(
+        self, url: str | None = None, *, upgrade: bool = True, lock_timeout: float = 10.0
+    ) -> None:
+        """Open (and by default upgrade) the database at url; None: in-memory SQLite."""
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
+            raise ValueError(f"lock_timeout must be a number of seconds, got {lock_timeout!r}")
+        if not lock_timeout > 0:
+            raise ValueError(f"lock_timeout must be > 0 seconds, got {lock_timeout!r}")
+        self.url = url
+        self._backend = backend_for(url, float(lock_timeout))
+        self._local = threading.local()
+        self._closed = False
+        self._clock: Callable[[], int] = wall_clock_us
+        self._engine = self._backend.create_engine()
+        try:
+            with self._errors(), self._backend.guard(), self._engine.connect() as conn:
+                if upgrade:
+                    migrate.upgrade(self._backend, conn)
+                else:
+                    migrate.check(self._backend, conn)
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    # -- connections -----------------------------------------------------------
+
+    def _errors(self) -> AbstractContextManager[None]:
+        return translating(self._backend)
+
+    def _current(self) -> SqlTransaction | None:
+        tx: SqlTransaction | None = getattr(self._local, "tx", None)
+        return tx
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalError(f"this journal ({self._backend.describe()}) is closed")
+
+    @contextmanager
+    def _reading(self, tx: SqlTransaction | None = None) -> Iterator[Connection]:
+        """A connection in a read transaction: tx, else this thread's open one, else new."""
+        tx = tx or self._current()
+        if tx is not None:
+            with self._errors():
+                yield tx._check()
+            return
+        self._check_open()
+        with (
+            self._errors(),
+            self._backend.guard(),
+            self._engine.connect() as conn,
+            conn.begin(),
+        ):
+            yield conn
+
+    @contextmanager
+    def _writing(
+        self, locks: Sequence[str] = (), tx: SqlTransaction | None = None
+    ) -> Iterator[Connection]:
+        """A connection in a write transaction: tx, else this thread's open one, else new."""
+        tx = tx or self._current()
+        if tx is not None:
+            with self._errors():
+                conn = tx._check()
+                self._backend.lock_more(conn, locks)
+                yield conn
+            return
+        self._check_open()
+        with (
+            self._errors(),
+            self._backend.guard(),
+            self._engine.connect() as conn,
+            self._backend.begin_write(conn, locks),
+        ):
+            yield conn
+
+    @contextmanager
+    def transaction(self, locks: Iterable[str] = ()) -> Iterator[SqlTransaction]:
+        """One database transaction for a read-decide-append.
+
+        PostgreSQL: pg_advisory_xact_lock per key (sorted, keyed by a stable 64-bit
+        hash), so decisions on different keys do not wait for each other; SQLite:
+        BEGIN IMMEDIATE (one writer). Commits on clean exit, rolls back on exception.
+        A lock not obtained within lock_timeout raises LockTimeout. Nested calls in
+        the same thread join the outer transaction (and take their extra keys).
+        """
+        keys = [require_text("lock key", k) for k in locks]
+        outer = self._current()
+        if outer is not None:
+            with self._errors():
+                self._backend.lock_more(outer._check(), keys)
+            yield outer
+            return
+        with self._writing(keys) as conn:
+            tx = SqlTransaction(self, conn)
+            self._local.tx = tx
+            try:
+                yield tx
+            finally:
+                self._local.tx = None
+                tx.open = False
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(
+        self, events: Sequence[NewEvent], *, expected_versions: Mapping[str, int] | None = None
+    ) -> list[RecordedEvent]:
+        """Append a batch atomically; return one RecordedEvent per input event.
+
+        An id already recorded (or repeated in the batch) with the same content
+        (stream, type, time, payload) is not appended again: its original record is
+        returned in its place. The same id with other content raises
+        IdempotencyConflict. expected_versions {stream: version} must match each
+        stream's current version (0 = empty) else VersionConflict; a batch that
+        appends nothing new is not checked. Malformed events raise ValueError.
+        Whatever is raised, nothing of the batch is appended.
+        """
+        return self._append_batch(events, expected_versions, None)
+
+    def _append_batch(
+        self,
+        events: Sequence[NewEvent],
+        expected: Mapping[str, int] | None,
+        tx: SqlTransaction | None,
+    ) -> list[RecordedEvent]:
+        # Validate before touching the database: a bad batch never waits for a lock.
+        batch = appending.plan(events)
+        appending.validate_expected(expected)
+        if not batch.candidates:
+            return []
+        with self._writing(tx=tx) as conn:
+            return self._append(conn, batch, expected)
+
+    def _append(
+        self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None
+    ) -> list[RecordedEvent]:
+        # Lock the head first: from here until commit no other append can run, so
+        # the duplicate and version checks below cannot be overtaken.
+        head = self._backend.lock_head(conn)
+        existing = self._existing(conn, batch.ids)
+        fresh = appending.check_existing(batch, existing)
+        if not fresh:
+            return appending.results(batch, existing, [])
+        versions = self._versions(conn, appending.streams_of(fresh, expected))
+        appending.check_expected(expected, versions)
+        rows = appending.build(
+            fresh,
+            head_position=head.position,
+            head_hash=head.hash,
+            versions=versions,
+            # Never earlier than the last record: position_at() relies on it.
+            recorded_at=max(self._clock(), head.recorded_at),
+        )
+        # One executemany for the batch: hashes were computed in Python, so no
+        # per-event round trip.
+        conn.execute(
+            insert(events),
+            [
+                {
+                    "position": r.event.position,
+                    "event_id": r.event.id,
+                    "stream": r.event.stream,
+                    "version": r.event.version,
+                    "type": r.event.type,
+                    "event_time": r.event.time,
+                    "recorded_at": r.event.recorded_at,
+                    "payload": r.payload_text,
+                    "hash": r.event.hash,
+                }
+                for r in rows
+            ],
+        )
+        last = rows[-1].event
+        conn.execute(
+            update(journal_head)
+            .where(journal_head.c.id == 1)
+            .values(position=last.position, hash=last.hash)
+        )
+        return appending.results(batch, existing, rows)
+
+    def _existing(self, conn: Connection, ids: Sequence[str]) -> dict[str, RecordedEvent]:
+        found: dict[str, RecordedEvent] = {}
+        for chunk in _chunks(ids):
+            for row in conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id.in_(chunk))):
+                found[row[1]] = _event(row)
+        return found
+
+    def _versions(self, conn: Connection, streams: Sequence[str]) -> dict[str, int]:
+        versions: dict[str, int] = {}
+        for chunk in _chunks(streams):
+            q = (
+                select(events.c.stream, func.max(events.c.version))
+                .where(events.c.stream.in_(chunk))
+                .group_by(events.c.stream)
+            )
+            versions.update((s, v) for s, v in conn.execute(q))
+        return versions
+
+    # -- reading ---------------------------------------------------------------
+
+    def read(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        stream: str | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[RecordedEvent]:
+        """Stream events, fetching batch_size at a time (never the whole journal).
+
+        canonical: ORDER BY event_time, position; position: arrival order.
+        after_position exclusive; to_position inclusive (what was known then);
+        from_time / to_time inclusive; after=(t, p) keeps events whose
+        (event_time, position) > (t, p). The read sees the journal as it stood when
+        it began: events appended meanwhile are not included.
+        """
+        q = ReadQuery.make(
+            self.head(),
+            after_position=after_position,
+            to_position=to_position,
+            from_time=from_time,
+            to_time=to_time,
+            stream=stream,
+            after=after,
+            order=order,
+            batch_size=batch_size,
+        )
+        return self._read(q, None)
+
+    def _read(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[RecordedEvent]:
+        if q.empty:
+            return
+        base = [events.c.position > q.after_position, events.c.position <= q.to_position]
+        if q.from_time is not None:
+            base.append(events.c.event_time >= q.from_time)
+        if q.to_time is not None:
+            base.append(events.c.event_time <= q.to_time)
+        if q.stream is not None:
+            base.append(events.c.stream == q.stream)
+        if q.after is not None:
+            base.append(_after(q.after))
+        order_by: tuple[Column[Any], ...] = (
+            (events.c.position,)
+            if q.order == "position"
+            else (events.c.event_time, events.c.position)
+        )
+        cursor: RecordedEvent | None = None
+        while True:
+            where = list(base)
+            if cursor is not None:
+                if q.order == "position":
+                    where.append(events.c.position > cursor.position)
+                else:
+                    where.append(_after((cursor.time, cursor.position)))
+            stmt = select(*_EVENT_COLUMNS).where(*where).order_by(*order_by).limit(q.batch_size)
+            # Each batch in its own short transaction: a long replay holds no
+            # snapshot open (WAL checkpoints and VACUUM can proceed).
+            with self._reading(tx) as conn:
+                batch = [_event(r) for r in conn.execute(stmt)]
+            yield from batch
+            if len(batch) < q.batch_size:
+                return
+            cursor = batch[-1]
+
+    def head(self) -> int:
+        """The last position, 0 when empty."""
+        return self._head(None)
+
+    def _head(self, tx: SqlTransaction | None) -> int:
+        q = select(func.coalesce(func.max(events.c.position), 0))
+        with self._reading(tx) as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def get(self, event_id: str) -> RecordedEvent | None:
+        """The event recorded under this id, or None."""
+        with self._reading() as conn:
+            row = conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id == event_id)).first()
+        return None if row is None else _event(row)
+
+    def stream_version(self, stream: str) -> int:
+        """The stream's current version, 0 when it has no event."""
+        with self._reading() as conn:
+            v = conn.execute(select(func.max(events.c.version)).where(events.c.stream == stream))
+            return int(v.scalar_one() or 0)
+
+    def max_time(self, streams: Iterable[str] | None = None) -> int | None:
+        """The latest event time recorded (in those streams), None when none."""
+        with self._reading() as conn:
+            if streams is None:
+                t0: int | None = conn.execute(select(func.max(events.c.event_time))).scalar_one()
+                return t0
+            best: int | None = None
+            for chunk in _chunks(sorted(set(streams))):
+                t = conn.execute(
+                    select(func.max(events.c.event_time)).where(events.c.stream.in_(chunk))
+                ).scalar_one()
+                if t is not None and (best is None or t > best):
+                    best = t
+            return best
+
+    def position_at(self, recorded_at: int) -> int:
+        """The last position recorded at or before that wall-clock time (µs), 0 if none."""
+        require_int("recorded_at", recorded_at)
+        # recorded_at never decreases along positions: walk the primary key back
+        # from the head (quick for recent times, which are the usual question).
+        q = (
+            select(events.c.position)
+            .where(events.c.recorded_at <= recorded_at)
+            .order_by(events.c.position.desc())
+            .limit(1)
+        )
+        with self._reading() as conn:
+            return int(conn.execute(q).scalar_one_or_none() or 0)
+
+    def verify(self) -> int | None:
+        """The first position whose hash or place in the 1..N sequence is wrong, else None.
+
+        Walks the chain in position order, recomputing every hash from the stored
+        fields (a stored payload must also be canonical JSON), then checks that the
+        head row names the last position and its hash.
+        """
+        with self._reading() as conn:
+            # One statement, so head and last position are from the same moment.
+            head_pos: int
+            head_hash: str
+            last: int
+            head_pos, head_hash, last = conn.execute(
+                select(
+                    journal_head.c.position,
+                    journal_head.c.hash,
+                    select(func.coalesce(func.max(events.c.position), 0)).scalar_subquery(),
+                )
+            ).one()
+        prev, expected = GENESIS_HASH, 1
+        while expected <= last:
+            stmt = (
+                select(*_EVENT_COLUMNS)
+                .where(events.c.position >= expected, events.c.position <= last)
+                .order_by(events.c.position)
+                .limit(_VERIFY_BATCH)
+            )
+            with self._reading() as conn:
+                rows = conn.execute(stmt).all()
+            if not rows:
+                return expected
+            for r in rows:
+                payload = appending.record_payload_ok(r[7])
+                if r[0] != expected or payload is None:
+                    return expected
+                digest = record_hash(
+                    prev,
+                    position=r[0],
+                    id=r[1],
+                    stream=r[2],
+                    version=r[3],
+                    type=r[4],
+                    time=r[5],
+                    recorded_at=r[6],
+                    payload=payload,
+                )
+                if digest != r[8]:
+                    return expected
+                prev, expected = digest, expected + 1
+        if head_pos != last:
+            return min(head_pos, last) + 1
+        if head_hash != prev:
+            return last
+        return None
+
+    # -- snapshots -------------------------------------------------------------
+
+    def save_snapshot(
+        self, name: str, position: int, event_time: int, digest: str, state: bytes
+    ) -> SnapshotInfo:
+        """Store a projection state (a cache of a fold, never truth)."""
+        require_text("snapshot name", name)
+        require_int("snapshot position", position)
+        require_int("snapshot event_time", event_time)
+        require_text("snapshot digest", digest)
+        if not isinstance(state, bytes | bytearray | memoryview):
+            raise ValueError(f"snapshot state must be bytes, got {type(state).__name__}")
+        with self._writing() as conn:
+            result = conn.execute(
+                insert(snapshots).values(
+                    name=name,
+                    position=position,
+                    event_time=event_time,
+                    digest=digest,
+                    state=bytes(state),
+                    recorded_at=self._clock(),
+                )
+            )
+            key = result.inserted_primary_key
+            assert key is not None
+            return SnapshotInfo(int(key[0]), name, position, event_time, digest)
+
+    def snapshots(self, name: str) -> list[SnapshotInfo]:
+        """The snapshots saved under name, ordered by (event_time, position)."""
+        q = (
+            select(*_SNAPSHOT_COLUMNS)
+            .where(snapshots.c.name == name)
+            .order_by(snapshots.c.event_time, snapshots.c.position, snapshots.c.id)
+        )
+        with self._reading() as conn:
+            return [_snapshot(r) for r in conn.execute(q)]
+
+    def load_snapshot(self, snapshot_id: int) -> bytes:
+        """The state bytes of one snapshot; KeyError if there is none with that id."""
+        with self._reading() as conn:
+            state = conn.execute(
+                select(snapshots.c.state).where(snapshots.c.id == snapshot_id)
+            ).scalar_one_or_none()
+        if state is None:
+            raise KeyError(f"no snapshot with id {snapshot_id}")
+        return bytes(state)
+
+    def drop_snapshots(self, name: str, *, from_time: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time (all if None); return how many."""
+        stmt = delete(snapshots).where(snapshots.c.name == name)
+        if from_time is not None:
+            stmt = stmt.where(snapshots.c.event_time >= require_int("from_time", from_time))
+        with self._writing() as conn:
+            return int(conn.execute(stmt).rowcount)
+
+    # -- life ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection; the journal is unusable afterwards."""
+        self._closed = True
+        self._engine.dispose()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Journal({self._backend.describe()!r})"
+
+
+def upgrade(url: str | None) -> tuple[str | None, str]:
+    """Apply the Alembic migrations to the database at url (`gpu-credits db upgrade`).
+
+    Returns (revision before, revision after); before is None for a new database.
+    Raises SchemaError if the database is newer than this code.
+    """
+    backend = backend_for(url, 10.0)
+    engine = backend.create_engine()
+    try:
+        with translating(backend), backend.guard(), engine.connect() as conn:
+            return migrate.upgrade(backend, conn)
+    finally:
+        engine.dispose()

@@ -1,0 +1,97 @@
+"""PostgreSQL specifics: how positions stay gapless and commit-ordered.
+
+The technique: one counter row, `journal_head` (last position, last hash). Every
+append transaction locks it with SELECT ... FOR UPDATE, takes positions head+1..
+head+n, inserts the events, updates the row, and commits. The row lock is held
+until commit, so:
+
+- gapless: a transaction that rolls back (an error, a killed client) never
+  published its numbers, and the next writer gets the same ones again;
+- commit-ordered: position p+1 cannot commit before p, because its writer waited
+  for p's writer to commit. A reader that has seen everything up to p can resume
+  with after_position=p and never miss a position that commits later;
+- chained: the row also carries the previous hash, so hashes are computed in
+  Python with no extra query.
+
+Why not a SEQUENCE (or IDENTITY/BIGSERIAL)? nextval() is non-transactional: a
+rolled-back insert burns its number (a hole), and two writers can take n and n+1
+and commit in the order n+1, n, so a reader at n+1 silently misses n. Why not
+LOCK TABLE events IN EXCLUSIVE MODE? It serialises appends as well, but it also
+conflicts with the SHARE UPDATE EXCLUSIVE lock that (auto)VACUUM and CREATE INDEX
+CONCURRENTLY need, so a busy journal would starve its own maintenance; and it still
+needs a max(position) query and the last hash, which the head row carries for
+free. The cost is the same either way: appends are serialised for the few
+milliseconds between lock and commit. Batches amortise that; reads never take it.
+
+Read-decide-append transactions use pg_advisory_xact_lock on their own keys
+first, so two decisions about different keys run their reads in parallel and
+only queue on the head row for their short append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import psycopg
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+
+from .backend import Backend, Head, head_query, lock_key
+from .errors import ConnectionProblem, JournalError, LockTimeout
+from .schema import journal_head
+
+_LOCK_NOT_AVAILABLE = "55P03"
+_QUERY_CANCELED = "57014"
+
+
+class PostgresBackend(Backend):
+    """A PostgreSQL database through psycopg 3."""
+
+    name = "PostgreSQL"
+
+    def create_engine(self) -> Engine:
+        """A pooled engine; connecting gives up after 10 s with a clear error."""
+        return create_engine(self.url, connect_args={"connect_timeout": 10})
+
+    @contextmanager
+    def begin_write(self, conn: Connection, locks: Sequence[str]) -> Iterator[None]:
+        """BEGIN, bound every lock wait by lock_timeout, then take the key locks."""
+        with conn.begin():
+            ms = max(1, int(self.lock_timeout * 1000))
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
+            self.lock_more(conn, locks)
+            yield
+
+    def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
+        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock."""
+        for k in sorted({lock_key(key) for key in locks}):
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
+
+    def lock_head(self, conn: Connection) -> Head:
+        """SELECT the head row FOR UPDATE: appends queue here until the holder commits."""
+        row = conn.execute(head_query().with_for_update(of=journal_head)).one()
+        return Head(row[0], row[1], row[2] or 0)
+
+    def translate(self, exc: DBAPIError) -> JournalError | None:
+        """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""
+        orig = exc.orig
+        state = getattr(orig, "sqlstate", None)
+        if state in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
+            return LockTimeout(
+                f"PostgreSQL {self.describe()}: a journal lock was not granted within "
+                f"{self.lock_timeout:g} s (the lock_timeout): another transaction holds it; "
+                "retry, or look for a long transaction in pg_stat_activity"
+            )
+        if exc.connection_invalidated or (
+            isinstance(orig, psycopg.OperationalError) and state is None
+        ):
+            u = make_url(self.url)
+            first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+            return ConnectionProblem(
+                f"cannot reach PostgreSQL at {u.host or 'localhost'}:{u.port or 5432} "
+                f"(database {u.database!r}, user {u.username!r}): {first}; check that the "
+                "server is running and the URL's host, port, user and password"
+            )
+        return None

@@ -1,0 +1,1 @@
+"""Migration scripts, one revision each, applied in order."""
