@@ -56,6 +56,7 @@ class Projector:
         self.ledger = Ledger()
         self.position = 0  # the highest position ingested
         self.revisions: list[Revision] = []
+        self.late_times: list[int] = []  # event times of late events, for cache invalidation
         self._reader = reader
         self._min_every = min_snapshot_every
         self._max_snapshots = max_snapshots
@@ -92,6 +93,15 @@ class Projector:
         ledger: Ledger = pickle.loads(self._snap_states[i - 1])
         return self._snap_keys[i - 1], ledger
 
+    def start_from(self, ledger: Ledger, position: int) -> None:
+        """Begin from a saved state that holds every event up to `position`."""
+        if self.position:
+            raise ValueError("start_from is only for a projector that has ingested nothing")
+        self.ledger = ledger
+        self.position = position
+        self._snap_keys = [ledger.last]
+        self._snap_states = [pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL)]
+
     def snapshot_count(self) -> int:
         return len(self._snap_keys)
 
@@ -111,6 +121,7 @@ class Projector:
 
     def _reproject(self, late: Recorded) -> Outcome:
         key = (late.time, late.position)
+        self.late_times.append(late.time)
         i = bisect.bisect_left(self._snap_keys, key)
         del self._snap_keys[i:]
         del self._snap_states[i:]

@@ -61,9 +61,14 @@ def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable
 
 
 def replay(journal: JournalLike, *, to_time: int | None = None,
-           to_position: int | None = None, progress: Progress | None = None) -> ReplayReport:
+           to_position: int | None = None, progress: Progress | None = None,
+           checkpoint: bool = False) -> ReplayReport:
     """Rebuild the ledger from the journal (events with time <= to_time, position <=
-    to_position), in arrival order, re-projecting late events as they came."""
+    to_position), in arrival order, re-projecting late events as they came.
+
+    `checkpoint`: save the rebuilt state of a whole journal as a checkpoint (and drop the
+    ones a late event made stale), so facades and the next replay start from it.
+    """
     head = journal.head() if to_position is None else min(to_position, journal.head())
     projector = Projector(journal_reader(journal, to_time))
     done = 0
@@ -76,6 +81,10 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
+    if checkpoint and to_time is None and to_position is None:
+        # One checkpoint is enough to resume from, and verify re-derives every one kept.
+        journal.drop_snapshots(CHECKPOINT)
+        save_checkpoint(journal, ledger, head)
     return ReplayReport(ledger.digest(), ledger.applied, list(projector.revisions),
                         list(ledger.anomalies), ledger, head)
 

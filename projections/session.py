@@ -45,7 +45,18 @@ class LedgerSession:
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(8).hex()
+        if self.journal.url is not None:
+            self._resume_from_checkpoint()
         self.catch_up()
+
+    def _resume_from_checkpoint(self) -> None:
+        # A large journal opens from its newest valid checkpoint instead of a full replay.
+        from projections.replay import latest_valid_checkpoint
+
+        found = latest_valid_checkpoint(self.journal)
+        if found is not None:
+            info, ledger = found
+            self.projector.start_from(ledger, info.position)
 
     def _read_canonical(self, after: tuple[int, int], to_position: int,
                         to_time: int | None) -> Iterable[RecordedEvent]:
@@ -82,7 +93,16 @@ class LedgerSession:
                     return []
                 recorded = tx.append(events)
             outcomes = self.catch_up()
+            self._invalidate_stale_checkpoints()
             return [self._outcome(rec, outcomes) for rec in recorded]
+
+    def _invalidate_stale_checkpoints(self) -> None:
+        late = self.projector.late_times
+        if late and self.journal.url is not None:
+            from projections.replay import invalidate_after
+
+            invalidate_after(self.journal, min(late))
+        late.clear()
 
     def _outcome(self, rec: RecordedEvent, fresh: dict[int, Outcome]) -> Outcome:
         if rec.position in fresh:
