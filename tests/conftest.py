@@ -1,0 +1,98 @@
+"""Fixtures every test layer shares: journal backends and PostgreSQL isolation.
+
+- `journal_url`: parametrised over "memory" (the string "memory"), "sqlite" (a
+  file URL in tmp_path) and "postgres" (a fresh schema); open it with
+  `open_journal(journal_url)`.
+- `pg_url`: one PostgreSQL schema for the whole test session.
+- `pg_fresh_url`: a new, empty schema for one test.
+
+PostgreSQL comes from $GPU_CREDITS_TEST_PG. When it is unset the PostgreSQL tests
+are skipped, except under CI=true, where they fail: CI must not pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eventstore.testing import open_journal
+
+__all__ = ["open_journal"]
+
+PG_ENV = "GPU_CREDITS_TEST_PG"
+
+
+def _pg_base() -> str:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{PG_ENV} not set under CI=true: PostgreSQL tests must run in CI")
+        pytest.skip(f"{PG_ENV} not set: PostgreSQL tests skipped")
+    return url
+
+
+def _schema_url(base: str, schema: str) -> str:
+    # libpq "options" sets search_path for every connection the URL opens, so the
+    # journal's tables (and alembic_version) land in the test's own schema.
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options=-csearch_path%3D{schema}"
+
+
+def _admin(base: str, sql: str) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(base).set(drivername="postgresql")
+    dsn = u.render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            # A test that died inside a transaction may still hold locks: wait a
+            # little, then fail the teardown rather than hang the run.
+            conn.execute("SET lock_timeout = '10s'")
+            conn.execute(sql)  # type: ignore[arg-type]
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"{PG_ENV}={u.render_as_string()} does not answer: {exc}".splitlines()[0])
+
+
+def _new_schema(base: str) -> str:
+    schema = f"gpuc_{os.getpid()}_{secrets.token_hex(4)}"
+    _admin(base, f'CREATE SCHEMA "{schema}"')
+    return schema
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL selecting a schema of its own for this test session."""
+    base = _pg_base()
+    schema = _new_schema(base)
+    try:
+        yield _schema_url(base, schema)
+    finally:
+        _admin(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_fresh_url() -> Iterator[str]:
+    """A PostgreSQL URL selecting a new, empty schema, dropped after the test."""
+    base = _pg_base()
+    schema = _new_schema(base)
+    try:
+        yield _schema_url(base, schema)
+    finally:
+        _admin(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """ "memory", a SQLite file URL, or a fresh PostgreSQL schema URL: one per backend."""
+    kind: str = request.param
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'journal.db'}"
+    if kind == "postgres":
+        url: str = request.getfixturevalue("pg_fresh_url")
+        return url
+    return kind
