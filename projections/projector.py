@@ -18,6 +18,7 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from projections.events import DomainEvent
 from projections.ledger import Ledger
 from projections.outcomes import Outcome, Revision
 
@@ -107,14 +108,19 @@ class Projector:
 
     # -- ingesting ---------------------------------------------------------------------
 
-    def ingest(self, rec: Recorded) -> Outcome:
-        """Apply the next recorded event (positions must arrive in increasing order)."""
+    def ingest(self, rec: Recorded, event: DomainEvent | None = None) -> Outcome:
+        """Apply the next recorded event (positions must arrive in increasing order).
+
+        `event`: the already-decoded domain event of `rec`, when the caller has it.
+        """
         if rec.position <= self.position:
             raise ValueError(f"position {rec.position} ingested after {self.position}")
         self.position = rec.position
-        key = (rec.time, rec.position)
-        if key > self.ledger.last:
-            outcome = apply_recorded(self.ledger, rec)
+        if (rec.time, rec.position) > self.ledger.last:
+            if event is None:
+                outcome = apply_recorded(self.ledger, rec)
+            else:
+                outcome = self.ledger.apply(rec.position, rec.id, rec.time, event)
             self._maybe_snapshot(self.ledger)
             return outcome
         return self._reproject(rec)

@@ -18,6 +18,7 @@ from projections.events import (
     GENERAL,
     AccountOpened,
     CreditsGranted,
+    DomainEvent,
     JobCancelled,
     JobCompleted,
     JobStarted,
@@ -142,7 +143,8 @@ class Scheduler:
     # -- decisions -------------------------------------------------------------------------
 
     def _decide(self, locks: Sequence[str],
-                build: Callable[[Ledger], Sequence[NewEvent]]) -> list[Outcome]:
+                build: Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
+                ) -> list[Outcome]:
         return self._session.decide(locks, build)
 
     def open_account(self, account_id: str, balance: int = 0, *,
@@ -156,7 +158,7 @@ class Scheduler:
         opened = AccountOpened(account_id, max_running, share)
         session = self._session
 
-        def build(ledger: Ledger) -> list[NewEvent]:
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             existing = ledger.accounts.get(account_id)
             if existing is not None and existing.declared:
                 raise AccountExists(f"account {account_id!r} is already open; "
@@ -179,7 +181,7 @@ class Scheduler:
         event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool))
         session = self._session
 
-        def build(ledger: Ledger) -> list[NewEvent]:
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             if job_id in ledger.jobs:
                 raise DuplicateJob(f"job {job_id!r} was submitted before "
                                    f"({ledger.jobs[job_id].state}); job ids are unique")
@@ -198,7 +200,7 @@ class Scheduler:
         session = self._session
         picked: list[JobState] = []
 
-        def build(ledger: Ledger) -> list[NewEvent]:
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             when = self._time(at)
             view = ledger if when >= ledger.last[0] else session.projector.state_at(when)
             job = view.next_job()
@@ -223,7 +225,7 @@ class Scheduler:
         require_fraction("refund_fraction", refund_fraction)
         session = self._session
 
-        def build(ledger: Ledger) -> list[NewEvent]:
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             job = ledger.jobs.get(job_id)
             if job is None:
                 raise UnknownJob(f"unknown job {job_id!r}")
@@ -240,7 +242,7 @@ class Scheduler:
         require_name("job_id", job_id)
         session = self._session
 
-        def build(ledger: Ledger) -> list[NewEvent]:
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             job = ledger.jobs.get(job_id)
             if job is None:
                 raise UnknownJob(f"unknown job {job_id!r}")

@@ -40,6 +40,8 @@ class LedgerSession:
 
     def __init__(self, journal: JournalArg) -> None:
         self.journal = open_journal(journal)
+        # Only this process writes an in-memory journal, so its head tells all.
+        self._in_memory = self.journal.url is None
         self.projector = Projector(self._read_canonical)
         self.lock = threading.RLock()
         # Event ids: unique per session without a random draw per call.
@@ -70,29 +72,48 @@ class LedgerSession:
     def new_id(self) -> str:
         return f"{self._id_prefix}-{next(self._ids)}"
 
-    def event(self, time: int, event: DomainEvent, stream: str) -> NewEvent:
-        return NewEvent(self.new_id(), stream, event.type, time, to_payload(event))
+    def event(self, time: int, event: DomainEvent,
+              stream: str) -> tuple[NewEvent, DomainEvent]:
+        """A new journal event for `event` at `time`, paired with the event itself."""
+        return NewEvent(self.new_id(), stream, event.type, time, to_payload(event)), event
 
     def catch_up(self) -> dict[int, Outcome]:
         """Ingest everything recorded since the last look (other writers included)."""
         with self.lock:
+            if self._in_memory and self.journal.head() == self.projector.position:
+                return {}
             return self.projector.catch_up(
                 self.journal.read(after_position=self.projector.position, order="position")
             )
 
     def decide(self, locks: Iterable[str],
-               build: Callable[[Ledger], Sequence[NewEvent]]) -> list[Outcome]:
-        """Build events from the caught-up state and append them atomically; their outcomes."""
+               build: Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
+               ) -> list[Outcome]:
+        """Build events from the caught-up state and append them atomically; their outcomes.
+
+        `build` returns each new journal event with its domain event; it raises (and so
+        nothing is appended) when the call is not valid on the caught-up state.
+        """
         with self.lock:
             with self.journal.transaction(sorted(set(locks))) as tx:
-                self.projector.catch_up(
-                    tx.read(after_position=self.projector.position, order="position")
-                )
-                events = build(self.projector.ledger)
-                if not events:
+                if not (self._in_memory and tx.head() == self.projector.position):
+                    self.projector.catch_up(
+                        tx.read(after_position=self.projector.position, order="position")
+                    )
+                built = build(self.projector.ledger)
+                if not built:
                     return []
-                recorded = tx.append(events)
-            outcomes = self.catch_up()
+                recorded = tx.append([new for new, _ in built])
+            fresh = [rec.position for rec in recorded]
+            start = self.projector.position
+            if fresh == list(range(start + 1, start + 1 + len(recorded))):
+                # Nobody wrote in between: apply the events we hold, without re-reading.
+                outcomes = {
+                    rec.position: self.projector.ingest(rec, event)
+                    for rec, (_, event) in zip(recorded, built, strict=True)
+                }
+            else:
+                outcomes = self.catch_up()
             self._invalidate_stale_checkpoints()
             return [self._outcome(rec, outcomes) for rec in recorded]
 
