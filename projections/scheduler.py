@@ -116,9 +116,11 @@ class Scheduler:
             return AccountView(account_id, balance, reserved, balance - reserved,
                                account.running, account.max_running, pools)
 
-    def job_state(self, job_id: str) -> str:
-        """pending, running, succeeded, failed, cancelled or rejected."""
-        return self._job(self._session.ledger, job_id).state
+    def job_state(self, job_id: str, *, as_known_at: int | None = None) -> str:
+        """pending, running, succeeded, failed, cancelled or rejected (as known at a position)."""
+        if as_known_at is None:
+            return self._job(self._session.ledger, job_id).state
+        return self._job(self._session.ledger_as_known(as_known_at, None), job_id).state
 
     def _job(self, ledger: Ledger, job_id: str) -> JobState:
         self._session.catch_up()

@@ -153,6 +153,21 @@ class LedgerSession:
             return account
         return self.projector.state_at(time).accounts.get(name)
 
+    def known_position(self, as_known_at: int) -> int:
+        """Validate an as-known-at position: 0..head."""
+        from projections.events import require_non_negative_int
+
+        require_non_negative_int("as_known_at", as_known_at)
+        return min(as_known_at, self.journal.head())
+
+    def ledger_as_known(self, as_known_at: int, time: int | None) -> Ledger:
+        """The ledger from only the events recorded at positions <= as_known_at (and with
+        event time <= `time`, if given): what was known then."""
+        from projections.replay import fold_canonical
+
+        return fold_canonical(self.journal, to_position=self.known_position(as_known_at),
+                              to_time=time)
+
     @property
     def revisions(self) -> list[Revision]:
         return list(self.projector.revisions)

@@ -56,17 +56,23 @@ class GPUCreditTracker:
         assert outcome.debt_after is not None
         return outcome.debt_after
 
-    def get_balance(self, timestamp: int, *, pool: str | None = None) -> int:
+    def get_balance(self, timestamp: int, *, pool: str | None = None,
+                    as_known_at: int | None = None) -> int:
         """Credits at `timestamp` (active, and held for jobs) minus debt, from events <= it.
 
         All pools unless `pool` names one (``"general"`` for unrestricted credits).
+        `as_known_at`: answer from only the events recorded at positions <= it.
         """
         require_int("timestamp", timestamp)
         wanted = None if pool is None else normalise_pool(pool)
         session = self._session
         with session.lock:
             session.catch_up()
-            account = session.account_at(self.account, timestamp)
+            if as_known_at is None:
+                account = session.account_at(self.account, timestamp)
+            else:
+                known = session.ledger_as_known(as_known_at, timestamp)
+                account = known.accounts.get(self.account)
             if account is None:
                 return 0
             balances = account.book.pool_balances_at(timestamp)
