@@ -4,23 +4,55 @@ Both facades decide the same way: under the journal's lock for the accounts invo
 ingest every event other writers recorded since we last looked, let the caller build the
 events from that state (raising, and so appending nothing, when the call is invalid),
 append them in the same transaction, then ingest them. The fold decides their outcomes.
+
+Why this is linearizable per account, on every backend (docs/operations.md has the
+long version): the lock is taken first, inside the transaction, and only then is the
+journal read, so the read sees every decision committed before ours on the accounts we
+hold; nobody else can append to them until we commit. On PostgreSQL the locks are
+`pg_advisory_xact_lock` per account (different accounts never wait for each other, only
+for the short append on the journal head row); on SQLite `BEGIN IMMEDIATE` (one writer).
+`decide` also refuses to append to an account it does not hold: if `build` produces an
+event for an account outside `locks` (a caller whose lock list came from a stale
+projection), that lock is taken and the decision is made again on the fresh state.
+
+Retries: `decision(facade, event_id=...)` gives the next decision a caller-chosen event
+id. If that id is already recorded (the first attempt committed, but its answer was lost
+with the connection), the command is rebuilt on the state it was first decided on and
+the journal's idempotent append returns the original records: the caller gets the
+original outcome and nothing is appended twice. A different command under a used id is
+an `IdempotencyConflict`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
+from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
 from projections.events import DomainEvent, to_payload
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.projector import Projector
 
 JournalArg = JournalLike | str | None
+Build = Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
+
+# `decide` retakes missing locks and rebuilds; a build that keeps naming new accounts
+# after this many rounds is a bug in the caller, not a reason to loop forever.
+_MAX_LOCK_ROUNDS = 8
+
+
+@dataclasses.dataclass(slots=True)
+class _Pinned:
+    """What `decision()` asked of the next decision."""
+
+    event_id: str | None
+    live: bool
 
 
 def open_journal(journal: JournalArg) -> JournalLike:
@@ -47,6 +79,12 @@ class LedgerSession:
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(8).hex()
+        # Set by `decision()` for the next decide; and, while a decision is being
+        # rebuilt for a retry, the id it names and the time it was first decided at.
+        self._pinned: _Pinned | None = None
+        self._id_base: str | None = None
+        self._id_count = 0
+        self._replay_time: int | None = None
         if self.journal.url is not None:
             self._resume_from_checkpoint()
         self.catch_up()
@@ -70,6 +108,12 @@ class LedgerSession:
         return self.projector.ledger
 
     def new_id(self) -> str:
+        """A fresh event id; inside a decision with a caller's id: that id, then id/2, id/3."""
+        if self._id_base is not None:
+            self._id_count += 1
+            if self._id_count == 1:
+                return self._id_base
+            return f"{self._id_base}/{self._id_count}"
         return f"{self._id_prefix}-{next(self._ids)}"
 
     def event(self, time: int, event: DomainEvent,
@@ -86,21 +130,44 @@ class LedgerSession:
                 self.journal.read(after_position=self.projector.position, order="position")
             )
 
-    def decide(self, locks: Iterable[str],
-               build: Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
-               ) -> list[Outcome]:
+    def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
+               live: bool = False) -> list[Outcome]:
         """Build events from the caught-up state and append them atomically; their outcomes.
 
         `build` returns each new journal event with its domain event; it raises (and so
         nothing is appended) when the call is not valid on the caught-up state.
+
+        `event_id`: the id of the first event (further ones get `id/2`, `id/3`...). When
+        it is already recorded, this is a retry: the original outcomes are returned and
+        nothing is appended. `live`: every event's time is at least `now()` (see
+        docs/semantics.md, "Time of live decisions"). Both default to what `decision()`
+        set for this decision, if anything.
         """
         with self.lock:
-            with self.journal.transaction(sorted(set(locks))) as tx:
-                if not (self._in_memory and tx.head() == self.projector.position):
-                    self.projector.catch_up(
-                        tx.read(after_position=self.projector.position, order="position")
-                    )
-                built = build(self.projector.ledger)
+            pinned, self._pinned = self._pinned, None
+            if pinned is not None:
+                event_id = event_id if event_id is not None else pinned.event_id
+                live = live or pinned.live
+            if event_id is not None:
+                from projections.events import require_name
+
+                require_name("event_id", event_id)
+            held = sorted(set(locks))
+            with self.journal.transaction(held) as tx:
+                for _ in range(_MAX_LOCK_ROUNDS):
+                    self._catch_up_in(tx)
+                    built = self._build(build, event_id, live)
+                    # Only ever append to accounts we hold: a lock list computed from a
+                    # stale projection is completed here, and the decision made again
+                    # on the state as it stands under the full set of locks.
+                    missing = sorted({new.stream for new, _ in built} - set(held))
+                    if not missing:
+                        break
+                    with self.journal.transaction(missing):  # joins ours: takes the keys
+                        held.extend(missing)
+                else:
+                    raise RuntimeError(f"decision kept naming accounts it does not hold "
+                                       f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
                 if not built:
                     return []
                 recorded = tx.append([new for new, _ in built])
@@ -116,6 +183,46 @@ class LedgerSession:
                 outcomes = self.catch_up()
             self._invalidate_stale_checkpoints()
             return [self._outcome(rec, outcomes) for rec in recorded]
+
+    def _catch_up_in(self, tx: Transaction) -> None:
+        if not (self._in_memory and tx.head() == self.projector.position):
+            self.projector.catch_up(
+                tx.read(after_position=self.projector.position, order="position")
+            )
+
+    def _build(self, build: Build, event_id: str | None,
+               live: bool) -> Sequence[tuple[NewEvent, DomainEvent]]:
+        """Run `build` on the caught-up state, or, for a retry, on the state it first saw."""
+        original = self.journal.get(event_id) if event_id is not None else None
+        self._id_base, self._id_count = event_id, 0
+        try:
+            if original is None:
+                built = build(self.projector.ledger)
+                return [(self._live(new), e) for new, e in built] if live else built
+            # A retry of a decision already recorded: rebuild it on the state it was
+            # decided on (everything recorded before it), at the time it was decided,
+            # so the same command yields the same events and the append below returns
+            # the original records instead of appending.
+            from projections.replay import fold_canonical
+
+            as_was = fold_canonical(self.journal, to_position=original.position - 1)
+            self._replay_time = original.time
+            built = build(as_was)
+            if not live:
+                return built
+            return [(self._as_recorded(new), e) for new, e in built]
+        finally:
+            self._id_base, self._id_count, self._replay_time = None, 0, None
+
+    def _as_recorded(self, new: NewEvent) -> NewEvent:
+        # A live event's time was decided when it was first recorded: take that one.
+        rec = self.journal.get(new.id)
+        return new if rec is None or rec.time == new.time else dataclasses.replace(
+            new, time=rec.time)
+
+    def _live(self, new: NewEvent) -> NewEvent:
+        when = self.now(new.time)
+        return new if when == new.time else dataclasses.replace(new, time=when)
 
     def _invalidate_stale_checkpoints(self) -> None:
         late = self.projector.late_times
@@ -143,7 +250,12 @@ class LedgerSession:
         raise LookupError(f"event {rec.id!r} at position {rec.position} is not on the timeline")
 
     def now(self, clock_time: int) -> int:
-        """Event time of a live decision: never before anything already recorded."""
+        """Event time of a live decision: the later of the clock and the latest event time
+        applied (read under the decision's locks, after catching up, so it includes every
+        event recorded before this decision on the accounts it holds). While a retry is
+        rebuilt: the time the decision was first made."""
+        if self._replay_time is not None:
+            return self._replay_time
         return max(clock_time, self.ledger.last[0])
 
     def account_at(self, name: str, time: int) -> AccountState | None:
@@ -176,6 +288,44 @@ class LedgerSession:
         with self.lock:
             self.catch_up()
             return self.ledger.digest()
+
+
+def session_of(facade: object) -> LedgerSession:
+    """The `LedgerSession` behind a facade (`GPUCreditTracker`, `Scheduler`) or itself."""
+    if isinstance(facade, LedgerSession):
+        return facade
+    session = getattr(facade, "_session", None)
+    if not isinstance(session, LedgerSession):
+        raise TypeError(f"{type(facade).__name__} is not a gpu-credits facade "
+                        "(GPUCreditTracker or Scheduler)")
+    return session
+
+
+@contextmanager
+def decision(facade: object, *, event_id: str | None = None,
+             live: bool = False) -> Iterator[None]:
+    """Options for the next decision the facade makes in this block (one call).
+
+    `event_id`: the id its (first) event is recorded under; a retry of the same call
+    with the same id, after a lost connection or a crash, returns the original outcome
+    and appends nothing::
+
+        with decision(scheduler, event_id="req-42"):
+            accepted = scheduler.submit("job-7", "team-a", cost=10, priority=1)
+
+    `live`: the call is decided now, so its events take the later of their own time and
+    the latest event time recorded (for `GPUCreditTracker.consume` / `grant`, whose
+    timestamp is otherwise taken as given and may place the event in the past).
+
+    The facade's lock is held for the block, so other threads of this process wait.
+    """
+    session = session_of(facade)
+    with session.lock:
+        session._pinned = _Pinned(event_id, live)
+        try:
+            yield
+        finally:
+            session._pinned = None
 
 
 def payload_summary(outcome: Outcome) -> dict[str, Any]:
