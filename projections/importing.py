@@ -1,0 +1,425 @@
+"""Events in and out of files: JSON Lines and CSV, validated line by line, ids kept stable.
+
+An import is all or nothing. Every line is checked first (JSON, field names, types and
+values, through the event dataclasses of `projections.events`); one bad line and nothing
+is appended, and each bad line is reported as `FILE:LINE: what is wrong`. A line without
+`id` gets one derived from the file's content hash and its line number, so importing the
+same file twice appends nothing the second time.
+
+The stream of an event is its account; a job event (start, complete, cancel) goes to the
+stream of the job's account, found from submits in the file or already in the journal,
+else to `job:<id>` (the fold will report the orphan as an anomaly).
+
+Export writes the journal in canonical order `(event_time, position)` with the `id` of
+every event, in the same JSON Lines format (or CSV), so an export imports back into an
+empty database to the same state digest.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
+from eventstore.appending import INT64_MAX, INT64_MIN
+from eventstore.hashing import canonical_json
+from projections.events import (
+    EVENT_TYPES,
+    TIMELINE_START,
+    AccountOpened,
+    CreditsConsumed,
+    CreditsGranted,
+    DomainEvent,
+    JobCancelled,
+    JobCompleted,
+    JobStarted,
+    JobSubmitted,
+    from_payload,
+    require_name,
+    to_payload,
+)
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): called now and then while a long file is read."""
+
+ENVELOPE = ("type", "id", "time")
+"""Fields of every line that are not part of the event's payload."""
+
+_EVENT_CLASSES = (AccountOpened, CreditsGranted, CreditsConsumed, JobSubmitted, JobStarted,
+                  JobCompleted, JobCancelled)
+
+PAYLOAD_FIELDS = tuple(dict.fromkeys(
+    ["account", "job"] + [f.name for cls in _EVENT_CLASSES for f in dataclasses.fields(cls)]
+))
+"""Every payload field of the vocabulary, the names first."""
+
+CSV_COLUMNS = ("id", "type", "time", *PAYLOAD_FIELDS, "position")
+"""The columns `export --format csv` writes, in order; `position` is ignored on import."""
+
+_TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool"})
+_PROGRESS_EVERY = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One bad line of an input file."""
+
+    line: int
+    message: str
+
+    def render(self, source: str) -> str:
+        """`FILE:LINE: what is wrong`."""
+        return f"{source}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One valid line: the event, its event time and its idempotency key (if given)."""
+
+    line: int
+    id: str | None
+    time: int
+    event: DomainEvent
+
+
+@dataclass(slots=True)
+class ImportPlan:
+    """What an import would append: events in file order, or the problems that stop it."""
+
+    source: str
+    events: list[NewEvent] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # the line of each event
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every line is valid and the plan may be appended."""
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """What an import did: events newly appended, and lines already in the journal."""
+
+    appended: int
+    already_present: int
+
+
+class ImportRejected(ValueError):
+    """An input file with bad lines: nothing was appended."""
+
+    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        first = self.problems[0].render(source) if self.problems else source
+        super().__init__(f"{len(self.problems)} invalid line(s) in {source}; first: {first}")
+
+
+# -- one record ---------------------------------------------------------------------------
+
+
+def _require_time(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} must fit in 64 bits, got {value}")
+    return value
+
+
+def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEvent]:
+    """Validate one decoded line; return (id or None, event time, event). ValueError if bad."""
+    kind = record.get("type")
+    if kind is None:
+        raise ValueError(f"missing \"type\"; expected one of {', '.join(EVENT_TYPES)}")
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
+        raise ValueError(f"unknown type {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+    event_id = record.get("id")
+    if event_id is not None:
+        require_name("id", event_id)
+    if "time" in record and record["time"] is not None:
+        time = _require_time("time", record["time"])
+    elif kind == "account":
+        time = TIMELINE_START
+    else:
+        raise ValueError(f"{kind} event is missing time")
+    payload = {k: v for k, v in record.items() if k not in ENVELOPE}
+    event = from_payload(kind, payload)
+    if isinstance(event, CreditsGranted) and event.expiry is not None:
+        _require_time("expiry", event.expiry)
+        if event.expiry <= time:
+            raise ValueError(f"grant expiry {event.expiry} must be after its time {time}")
+    return event_id, time, event
+
+
+def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+    return parse_record(record)
+
+
+def _csv_value(column: str, text: str) -> object:
+    if column in _TEXT_COLUMNS:
+        return text
+    if column == "success":
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ValueError(f"success must be true or false, got {text!r}")
+    if column == "refund_fraction":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"refund_fraction must be a number, got {text!r}") from None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{column} must be an integer, got {text!r}") from None
+
+
+# -- reading files ------------------------------------------------------------------------
+
+
+def _decode(data: bytes) -> tuple[list[str], list[Problem]]:
+    """Lines of `data` (without line ends), with a problem per line that is not UTF-8."""
+    lines: list[str] = []
+    problems: list[Problem] = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            lines.append("")
+            problems.append(Problem(number, f"not UTF-8: {exc.reason} at byte {exc.start}"))
+    return lines, problems
+
+
+def read_jsonl(data: bytes, progress: Progress | None = None) -> tuple[list[Entry], list[Problem]]:
+    """Parse JSON Lines; blank lines are skipped. Returns (valid entries, problems)."""
+    lines, problems = _decode(data)
+    bad = {p.line for p in problems}
+    entries: list[Entry] = []
+    total = len(lines)
+    for number, text in enumerate(lines, start=1):
+        if progress is not None and number % _PROGRESS_EVERY == 0:
+            progress(number, total)
+        if number in bad or not text.strip():
+            continue
+        try:
+            event_id, time, event = _parse_json_line(text)
+        except (ValueError, TypeError) as exc:
+            problems.append(Problem(number, str(exc)))
+            continue
+        entries.append(Entry(number, event_id, time, event))
+    if progress is not None:
+        progress(total, total)
+    problems.sort(key=lambda p: p.line)
+    return entries, problems
+
+
+def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry], list[Problem]]:
+    """Parse the CSV `export --format csv` writes: a header row, empty cell = absent field."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return [], [Problem(1, f"not UTF-8: {exc.reason} at byte {exc.start}")]
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None:
+        return [], []
+    columns = [c.strip() for c in header]
+    unknown = [c for c in columns if c not in CSV_COLUMNS]
+    if unknown or "type" not in columns:
+        why = (f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown
+               else "no \"type\" column")
+        return [], [Problem(1, f"{why}; expected a header of {', '.join(CSV_COLUMNS)}")]
+    entries: list[Entry] = []
+    problems: list[Problem] = []
+    total = max(text.count("\n"), 1)
+    for row in reader:
+        number = reader.line_num
+        if progress is not None and number % _PROGRESS_EVERY == 0:
+            progress(number, total)
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(columns):
+            problems.append(Problem(number, f"{len(row)} cells, the header has {len(columns)}"))
+            continue
+        try:
+            record = {
+                column: _csv_value(column, cell)
+                for column, cell in zip(columns, row, strict=True)
+                if cell != "" and column != "position"
+            }
+            event_id, time, event = parse_record(record)
+        except (ValueError, TypeError) as exc:
+            problems.append(Problem(number, str(exc)))
+            continue
+        entries.append(Entry(number, event_id, time, event))
+    if progress is not None:
+        progress(total, total)
+    return entries, problems
+
+
+# -- ids and streams ----------------------------------------------------------------------
+
+
+def content_id(file_digest: str, line: int) -> str:
+    """The id of a line that has none: the file's content hash and the line number."""
+    return f"import-{file_digest[:20]}-{line}"
+
+
+def _job_accounts_in_journal(journal: JournalLike, jobs: set[str]) -> dict[str, str]:
+    """Accounts of the given jobs, from submits already recorded (one pass, only if needed)."""
+    found: dict[str, str] = {}
+    if not jobs:
+        return found
+    for rec in journal.read(order="position"):
+        if rec.type == "submit":
+            job = rec.payload.get("job")
+            account = rec.payload.get("account")
+            if job in jobs and job not in found and isinstance(account, str):
+                found[job] = account
+                if len(found) == len(jobs):
+                    break
+    return found
+
+
+def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
+    account = getattr(event, "account", None)
+    if isinstance(account, str):
+        return account
+    job: str = getattr(event, "job")  # noqa: B009 - every other event names a job
+    return job_accounts.get(job, f"job:{job}")
+
+
+def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "jsonl",
+                progress: Progress | None = None) -> ImportPlan:
+    """Validate a whole file and build the events an import appends (or its problems)."""
+    if fmt not in ("jsonl", "csv"):
+        raise ValueError(f"unknown import format {fmt!r}; expected jsonl or csv")
+    reader = read_csv if fmt == "csv" else read_jsonl
+    entries, problems = reader(data, progress)
+    plan = ImportPlan(source, problems=problems)
+    digest = hashlib.sha256(data).hexdigest()
+    job_accounts = {e.event.job: e.event.account for e in entries
+                    if isinstance(e.event, JobSubmitted)}
+    orphans = {getattr(e.event, "job") for e in entries  # noqa: B009
+               if not hasattr(e.event, "account")} - set(job_accounts)
+    if not plan.problems:
+        job_accounts.update(_job_accounts_in_journal(journal, orphans))
+    seen: dict[str, tuple[int, str]] = {}
+    for entry in entries:
+        event_id = entry.id or content_id(digest, entry.line)
+        payload = to_payload(entry.event)
+        content = canonical_json([entry.event.type, entry.time, payload])
+        first = seen.get(event_id)
+        if first is not None and first[1] != content:
+            plan.problems.append(Problem(entry.line, f"id {event_id!r} is used on line "
+                                         f"{first[0]} for another event"))
+            continue
+        seen.setdefault(event_id, (entry.line, content))
+        plan.events.append(NewEvent(event_id, _stream(entry.event, job_accounts),
+                                    entry.event.type, entry.time, payload))
+        plan.lines.append(entry.line)
+    plan.problems.sort(key=lambda p: p.line)
+    return plan
+
+
+def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:
+    """Lines whose id is already recorded with other content."""
+    problems = []
+    for event, line in zip(plan.events, plan.lines, strict=True):
+        old = journal.get(event.id)
+        if old is None:
+            continue
+        same = (old.stream, old.type, old.time, canonical_json(old.payload)) == (
+            event.stream, event.type, event.time, canonical_json(event.payload))
+        if not same:
+            problems.append(Problem(line, f"id {event.id!r} is already recorded at position "
+                                          f"{old.position} as another event"))
+    return problems
+
+
+def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
+    """Append a valid plan in one atomic batch; ImportRejected if any line conflicts."""
+    if not plan.ok:
+        raise ImportRejected(plan.source, plan.problems)
+    if not plan.events:
+        return ImportResult(0, 0)
+    before = journal.head()
+    try:
+        recorded = journal.append(plan.events)
+    except IdempotencyConflict as exc:
+        problems = _conflicts(journal, plan) or [Problem(plan.lines[0], str(exc))]
+        raise ImportRejected(plan.source, problems) from None
+    appended = len({r.position for r in recorded if r.position > before})
+    return ImportResult(appended, len(plan.events) - appended)
+
+
+def import_file(journal: JournalLike, data: bytes, source: str, *, fmt: str = "jsonl",
+                progress: Progress | None = None) -> ImportResult:
+    """Validate then append a whole file: all or nothing (ImportRejected names bad lines)."""
+    return append_plan(journal, plan_import(data, source, journal, fmt=fmt, progress=progress))
+
+
+# -- export -------------------------------------------------------------------------------
+
+
+def export_record(rec: RecordedEvent) -> dict[str, Any]:
+    """One recorded event as an import line: type, payload, time (if any) and id."""
+    record: dict[str, Any] = {"type": rec.type, **rec.payload}
+    if not (rec.type == "account" and rec.time == TIMELINE_START):
+        record["time"] = rec.time
+    record["id"] = rec.id
+    return record
+
+
+def export_records(journal: JournalLike) -> Iterator[tuple[RecordedEvent, dict[str, Any]]]:
+    """Every recorded event in canonical order, with its import line."""
+    for rec in journal.read(order="canonical"):
+        yield rec, export_record(rec)
+
+
+def write_jsonl(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO) -> int:
+    """Write JSON Lines; return the number of lines."""
+    count = 0
+    for _, record in records:
+        out.write(json.dumps(record, ensure_ascii=False))
+        out.write("\n")
+        count += 1
+    return count
+
+
+def _csv_cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def write_csv(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO) -> int:
+    """Write CSV with `CSV_COLUMNS`; return the number of rows (header not counted)."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    count = 0
+    for rec, record in records:
+        extra = sorted(set(record) - set(CSV_COLUMNS))
+        if extra:
+            raise ValueError(f"event {rec.id!r} at position {rec.position} has field(s) "
+                             f"{', '.join(extra)} that CSV cannot carry; export as jsonl")
+        row = {**record, "position": rec.position}
+        writer.writerow([_csv_cell(row.get(c)) for c in CSV_COLUMNS])
+        count += 1
+    return count

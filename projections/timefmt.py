@@ -1,0 +1,85 @@
+"""Event times as people write them and read them: integers or ISO-8601, always UTC.
+
+Event times are integers (by convention seconds since the Unix epoch; small integers
+are fine too). `parse_time` accepts either spelling; `format_time` shows ISO-8601 only
+when an integer looks like epoch seconds (between 2000-01-01 and 2100-01-01), so a
+seed's `t = 12` stays `12` and never becomes a date in 1970.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from projections.events import TIMELINE_START
+
+EPOCH_LOW = 946_684_800
+"""2000-01-01T00:00:00Z: below this an integer is shown as it is."""
+
+EPOCH_HIGH = 4_102_444_800
+"""2100-01-01T00:00:00Z: from this on an integer is shown as it is."""
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def looks_like_epoch(value: int) -> bool:
+    """Whether `value` reads best as a date: epoch seconds between 2000 and 2100."""
+    return EPOCH_LOW <= value < EPOCH_HIGH
+
+
+def parse_time(text: str) -> int:
+    """An event time from `text`: an integer, or an ISO-8601 date or date-time.
+
+    `2026-11-03` is midnight UTC; `2026-11-03T12:00Z`, `2026-11-03T12:00:00+01:00` and
+    `2026-11-03 12:00` (no offset: UTC) are accepted. Fractions of a second are cut off.
+    Raises ValueError naming what was expected.
+    """
+    cleaned = text.strip()
+    if _INTEGER.fullmatch(cleaned):
+        return int(cleaned)
+    try:
+        moment = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r}; expected an integer or ISO-8601 such as "
+            "2026-11-03 or 2026-11-03T12:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp())
+
+
+def iso(value: int) -> str:
+    """ISO-8601 UTC spelling of epoch seconds: `2026-11-03T12:00:00Z`."""
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_time(value: int | None) -> str:
+    """How a time is shown: ISO-8601 for epoch-looking seconds, else the integer.
+
+    `None` is shown as `-` and `TIMELINE_START` as `start` (an account event without time).
+    """
+    if value is None:
+        return "-"
+    if value == TIMELINE_START:
+        return "start"
+    if looks_like_epoch(value):
+        return iso(value)
+    return str(value)
+
+
+def parse_micros(text: str) -> int:
+    """A wall-clock instant (microseconds since the epoch) from ISO-8601 text.
+
+    For `--as-known-at`: recorded-at times are kept in microseconds. Raises ValueError.
+    """
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"not an ISO-8601 time: {text!r}; expected e.g. 2026-11-03T12:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

@@ -1,0 +1,104 @@
+"""The command line's frame: --db anywhere, GPU_CREDITS_DB, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import SMALL, Run, as_json, error_lines
+from typer.testing import CliRunner
+
+from tools.cli import app
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("demo", "import", "export", "balance", "statement", "explain",
+                    "revisions", "replay", "verify", "db"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["bogus"],
+    ["balance"],
+    ["balance", "a", "--bogus"],
+    ["balance", "a", "--at", "yesterday"],
+    ["export", "--format", "xml"],
+    ["statement", "a", "--csv", "--json"],
+    ["explain"],
+    ["explain", "a", "--job", "j1"],
+])
+def test_usage_errors_exit_2_with_one_line(run: Run, argv: list[str]) -> None:
+    result = run(*argv)
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpu-credits: error: ")
+    assert result.stdout == ""
+
+
+def test_db_before_or_after_the_command(tmp_path: Path) -> None:
+    runner = CliRunner()
+    source = tmp_path / "small.jsonl"
+    source.write_text(SMALL)
+    first, second = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}"
+    assert runner.invoke(app, ["--db", first, "import", str(source)]).exit_code == 0
+    assert runner.invoke(app, ["import", str(source), "--db", second]).exit_code == 0
+    a = runner.invoke(app, ["balance", "a", "--json", "--db", first])
+    b = runner.invoke(app, ["--db", second, "balance", "a", "--json"])
+    assert as_json(a) == as_json(b)
+    # The command's own --db wins over the app's.
+    c = runner.invoke(app, ["--db", f"sqlite:///{tmp_path / 'none.db'}", "balance", "a",
+                            "--json", "--db", first])
+    assert as_json(c) == as_json(a)
+
+
+def test_gpu_credits_db_environment_variable(tmp_path: Path) -> None:
+    runner = CliRunner()
+    source = tmp_path / "small.jsonl"
+    source.write_text(SMALL)
+    env = {"GPU_CREDITS_DB": f"sqlite:///{tmp_path / 'env.db'}"}
+    assert runner.invoke(app, ["import", str(source)], env=env).exit_code == 0
+    assert (tmp_path / "env.db").exists()
+    result = runner.invoke(app, ["balance", "b", "--json"], env=env)
+    assert as_json(result)["balance"] == -10  # type: ignore[index]
+
+
+def test_default_database_in_the_current_folder(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPU_CREDITS_DB", raising=False)
+    (tmp_path / "small.jsonl").write_text(SMALL)
+    result = CliRunner().invoke(app, ["import", "small.jsonl"])
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "gpu-credits.db").exists()
+
+
+def test_reading_a_missing_database_creates_nothing(run: Run, db: str) -> None:
+    result = run("balance", "a")
+    assert result.exit_code == 2
+    assert "unknown account 'a'" in result.stderr
+    assert "no database file" in result.stderr
+    assert not Path(db.removeprefix("sqlite:///")).exists()
+    assert run("export").stdout == ""
+
+
+def test_db_upgrade_creates_then_keeps_the_schema(run: Run, db: str) -> None:
+    first = run("db", "upgrade")
+    assert first.exit_code == 0, first.stderr
+    assert "upgraded" in first.stdout
+    again = CliRunner().invoke(app, ["--db", db, "db", "upgrade"])
+    assert again.exit_code == 0
+    assert "already" in again.stdout
+
+
+def test_an_unusable_database_url_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["replay", "--db", "mysql://nowhere/x"])
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    not_a_db = tmp_path / "junk.db"
+    not_a_db.write_text("this is not a database " * 100)
+    result = CliRunner().invoke(app, ["replay", "--db", f"sqlite:///{not_a_db}"])
+    assert result.exit_code == 2, result.stderr
+    assert len(error_lines(result)) == 1

@@ -1,0 +1,1 @@
+"""The gpu-credits command line (and later the HTTP service), and benchmarks."""

@@ -1,0 +1,485 @@
+"""`gpu-credits`: the command line. Thin: parse, call `projections`, render with Rich.
+
+Database: `--db URL` before or after the command name, else $GPU_CREDITS_DB, else
+`sqlite:///gpu-credits.db` in the current folder. Exit status: 0 success, 1 a check
+failed (`verify`), 2 bad input. Every error is one line on stderr:
+`gpu-credits: error: ...`; set GPU_CREDITS_DEBUG=1 to see the traceback of a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer.core import TyperGroup
+
+from eventstore import Journal, JournalError, JournalLike, MemoryJournal, upgrade
+from projections import demo as demo_mod
+from projections import importing, queries
+from projections.errors import LedgerError
+from projections.replay import replay as replay_journal
+from projections.replay import verify as verify_journal
+from projections.timefmt import format_time, parse_time
+from tools import render
+
+PROG = "gpu-credits"
+ENV_DB = "GPU_CREDITS_DB"
+DEFAULT_DB = "sqlite:///gpu-credits.db"
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+# Errors a user can act on: exit 2 with their message.
+USER_ERRORS = (LedgerError, JournalError, ValueError, KeyError, OSError, SQLAlchemyError)
+
+
+class CliError(Exception):
+    """An error to show as one line, with an exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _say_error(message: str) -> None:
+    one_line = " ".join(str(message).split())
+    sys.stderr.write(f"{PROG}: error: {one_line}\n")
+    sys.stderr.flush()
+
+
+def _usage_hint(exc: UsageError) -> str:
+    if exc.ctx is None:
+        return f"(see '{PROG} --help')"
+    path = " ".join([PROG, *exc.ctx.command_path.split()[1:]])
+    return f"(see '{path} --help')"
+
+
+class _Group(TyperGroup):
+    """The root command: turns every error into one line on stderr and an exit status."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        code = self._run(args, prog_name or PROG, complete_var, windows_expand_args, extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def _run(self, args: Sequence[str] | None, prog_name: str, complete_var: str | None,
+             windows_expand_args: bool, extra: dict[str, Any]) -> int:
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                  windows_expand_args=windows_expand_args, **extra)
+        except NoArgsIsHelpError as exc:
+            sys.stdout.write(exc.format_message() + "\n")
+            return 0
+        except UsageError as exc:
+            _say_error(f"{exc.format_message().rstrip('.')} {_usage_hint(exc)}")
+            return EXIT_BAD_INPUT
+        except ClickException as exc:
+            _say_error(exc.format_message())
+            return int(exc.exit_code)
+        except typer.Abort:
+            _say_error("aborted")
+            return EXIT_CHECK_FAILED
+        except CliError as exc:
+            _say_error(str(exc))
+            return exc.code
+        except importing.ImportRejected as exc:
+            for problem in exc.problems:
+                sys.stderr.write(problem.render(exc.source) + "\n")
+            _say_error(f"{len(exc.problems)} invalid line(s) in {exc.source}; nothing appended")
+            return EXIT_BAD_INPUT
+        except USER_ERRORS as exc:
+            _say_error(str(exc) or type(exc).__name__)
+            return EXIT_BAD_INPUT
+        except Exception as exc:  # a bug: still one line, the traceback on request
+            if os.environ.get("GPU_CREDITS_DEBUG"):
+                traceback.print_exc()
+            _say_error(f"internal error: {type(exc).__name__}: {exc} "
+                       "(set GPU_CREDITS_DEBUG=1 for the traceback)")
+            return EXIT_CHECK_FAILED
+        return result if isinstance(result, int) else 0
+
+
+app = typer.Typer(
+    cls=_Group,
+    name=PROG,
+    help="An event-sourced ledger for expiring GPU credits and the jobs that spend them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", metavar="URL", show_default=False,
+                 help=f"Database URL (default: ${ENV_DB}, else {DEFAULT_DB})."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+# -- the database ---------------------------------------------------------------------------
+
+
+def database_url(ctx: typer.Context, db: str | None) -> str:
+    """The URL to use: this command's --db, the app's --db, $GPU_CREDITS_DB, the default."""
+    if db:
+        return db
+    if isinstance(ctx.obj, str) and ctx.obj:
+        return ctx.obj
+    return os.environ.get(ENV_DB) or DEFAULT_DB
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False
+    if not parsed.drivername.startswith("sqlite"):
+        return False
+    database = parsed.database
+    return bool(database) and database != ":memory:" and not Path(str(database)).exists()
+
+
+@contextmanager
+def open_journal(ctx: typer.Context, db: str | None, *,
+                 write: bool = False) -> Iterator[JournalLike]:
+    """The journal at the chosen URL. A read on a SQLite file that does not exist reads an
+    empty journal instead of creating the file."""
+    url = database_url(ctx, db)
+    if not write and _missing_sqlite_file(url):
+        yield MemoryJournal()
+        return
+    try:
+        journal = Journal(url)
+    except ArgumentError as exc:
+        raise CliError(f"cannot use database URL {url!r}: {exc}") from None
+    try:
+        yield journal
+    finally:
+        journal.close()
+
+
+@app.callback()
+def _root(ctx: typer.Context, db: DbOption = None) -> None:
+    """An event-sourced ledger for expiring GPU credits and the jobs that spend them.
+
+    Every command reads or writes one journal: --db URL (before or after the command),
+    else $GPU_CREDITS_DB, else sqlite:///gpu-credits.db here.
+    """
+    ctx.obj = db
+
+
+@db_app.callback()
+def _db_group(ctx: typer.Context, db: DbOption = None) -> None:
+    """Database administration."""
+    if db:
+        ctx.obj = db
+
+
+def _time_option(value: str | None, option: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated month.")] = 42,
+    db: DbOption = None,
+) -> None:
+    """Write a simulated month into the database; show balances and an audit summary.
+
+    Twenty accounts, expiring grants, jobs, failures, cancellations, debt, a few late and
+    duplicated events. The same seed twice appends nothing the second time; a database
+    holding other events is refused.
+    """
+    with open_journal(ctx, db, write=True) as journal:
+        with render.progress_bar("simulating and writing the month") as progress:
+            run = demo_mod.write_demo(journal, seed, progress=progress)
+        with render.progress_bar("replaying") as progress:
+            report = replay_journal(journal, progress=progress, checkpoint=True)
+        at = queries.latest_time(journal)
+        out = render.console()
+        out.print(render.balances_table(queries.account_figures(report.ledger, at), at))
+        audit = queries.audit(report.ledger, events=report.events,
+                              revisions=len(report.revisions), at=at)
+        out.print(render.audit_table(audit, run))
+        out.print(f"State digest: {audit.digest}")
+        url = database_url(ctx, db)
+        account, job = demo_mod.examples(report.ledger)
+        where = "" if url == DEFAULT_DB else f" --db {url}"
+        out.print(f"\nWritten to {url}. Try:")
+        for command in (f"statement {account}", f"explain {account}", f"explain --job {job}",
+                        "revisions", "verify"):
+            out.print(f"  gpu-credits{where} {command}")
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(metavar="FILE",
+                                        help="JSON Lines (or CSV) file; '-' reads stdin.")],
+    fmt: Annotated[str | None, typer.Option(
+        "--format", metavar="jsonl|csv",
+        help="Input format (default: csv for a .csv file, else jsonl).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Append events from a file, all or nothing: every line is checked first.
+
+    Lines without an id get one from the file's content and line number, so importing
+    the same file again appends nothing.
+    """
+    kind = fmt or ("csv" if file.lower().endswith(".csv") else "jsonl")
+    if kind not in ("jsonl", "csv"):
+        raise typer.BadParameter(f"expected jsonl or csv, got {kind!r}", param_hint="--format")
+    source = "<stdin>" if file == "-" else file
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+    with open_journal(ctx, db, write=True) as journal:
+        with render.progress_bar(f"checking {source}") as progress:
+            plan = importing.plan_import(data, source, journal, fmt=kind, progress=progress)
+        result = importing.append_plan(journal, plan)
+    render.console().print(f"{source}: appended {result.appended} events, "
+                           f"{result.already_present} already present")
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    fmt: Annotated[str, typer.Option("--format", metavar="jsonl|csv",
+                                     help="Output format.")] = "jsonl",
+    out: Annotated[Path | None, typer.Option("--out", metavar="FILE",
+                                             help="Write here instead of stdout.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Write the journal in canonical order (event time, position), ids included.
+
+    The JSON Lines export imports back into an empty database to the same state digest.
+    """
+    if fmt not in ("jsonl", "csv"):
+        raise typer.BadParameter(f"expected jsonl or csv, got {fmt!r}", param_hint="--format")
+    write = importing.write_csv if fmt == "csv" else importing.write_jsonl
+    with open_journal(ctx, db) as journal:
+        records = importing.export_records(journal)
+        if out is None:
+            write(records, sys.stdout)
+            return
+        try:
+            with out.open("w", encoding="utf-8", newline="") as handle:
+                count = write(records, handle)
+        except OSError as exc:
+            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    render.console(stderr=True).print(f"wrote {count} events to {out}")
+
+
+@app.command()
+def balance(
+    ctx: typer.Context,
+    account: Annotated[str, typer.Argument(help="Account id.")],
+    at: Annotated[str | None, typer.Option(
+        "--at", metavar="T", help="Event time (integer or ISO-8601; default: the latest).")
+    ] = None,
+    as_known_at: Annotated[str | None, typer.Option(
+        "--as-known-at", metavar="R",
+        help="Only events recorded up to position R (or an ISO-8601 recorded-at time).")
+    ] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="Show this pool's balance.")
+    ] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """An account's balance at an event time, as the journal stood at a position."""
+    when = _time_option(at, "--at")
+    with open_journal(ctx, db) as journal:
+        report = _known(journal, lambda: queries.balance(
+            journal, account, at=when, as_known_at=as_known_at, pool=pool))
+    if as_json:
+        render.print_json(report.as_dict())
+    else:
+        render.balance_report(report)
+
+
+def _known(journal: JournalLike, answer: Any) -> Any:
+    """Run a query; an unknown name on an empty journal says the journal is empty."""
+    try:
+        return answer()
+    except LedgerError as exc:
+        if journal.head() == 0:
+            where = (f"the journal at {journal.url} is empty" if journal.url is not None
+                     else "there is no database file at that --db URL")
+            raise CliError(f"{exc}; {where} (run gpu-credits import or gpu-credits demo "
+                           "first)") from None
+        raise
+
+
+@app.command()
+def statement(
+    ctx: typer.Context,
+    account: Annotated[str, typer.Argument(help="Account id.")],
+    from_: Annotated[str | None, typer.Option(
+        "--from", metavar="T", help="Start here, with an opening balance.")] = None,
+    to: Annotated[str | None, typer.Option(
+        "--to", metavar="T", help="End here (default: the latest event time).")] = None,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV.")] = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Every change to an account, with a running balance.
+
+    Grants, consumption, job reservations, charges and releases, expiries, rejections.
+    """
+    if as_csv and as_json:
+        raise typer.BadParameter("choose one of --csv and --json", param_hint="--csv")
+    start, end = _time_option(from_, "--from"), _time_option(to, "--to")
+    if start is not None and end is not None and start > end:
+        raise typer.BadParameter(f"--from {from_} is after --to {to}", param_hint="--from")
+    with open_journal(ctx, db) as journal:
+        st = _known(journal, lambda: queries.statement(journal, account, from_time=start,
+                                                       to_time=end))
+    if as_json:
+        render.print_json(st.as_dict())
+    elif as_csv:
+        render.statement_csv(st, sys.stdout)
+    else:
+        render.console().print(render.statement_table(st))
+
+
+@app.command()
+def explain(
+    ctx: typer.Context,
+    account: Annotated[str | None, typer.Argument(help="Account id.")] = None,
+    job: Annotated[str | None, typer.Option("--job", metavar="JOB",
+                                            help="Explain this job instead.")] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Which grants paid what, and why a job was rejected or has not started.
+
+    Give an ACCOUNT (the lineage of its grants: what they paid, what expired unused) or
+    --job JOB (its state, acceptance, holds, charge and payers).
+    """
+    if (account is None) == (job is None):
+        raise typer.BadParameter("give an ACCOUNT or --job JOB (one of them)",
+                                 param_hint="ACCOUNT")
+    with open_journal(ctx, db) as journal:
+        if job is not None:
+            job_ex = _known(journal, lambda: queries.explain_job(journal, job))
+            if as_json:
+                render.print_json(job_ex.as_dict())
+            else:
+                render.explain_job(job_ex)
+            return
+        assert account is not None
+        acct_ex = _known(journal, lambda: queries.explain_account(journal, account))
+    if as_json:
+        render.print_json(acct_ex.as_dict())
+    else:
+        render.explain_account(acct_ex)
+
+
+@app.command()
+def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = None) -> None:
+    """What late events changed: each outcome they revised, before and after."""
+    with open_journal(ctx, db) as journal:
+        with render.progress_bar("replaying") as progress:
+            report = replay_journal(journal, progress=progress)
+        rows = queries.revision_rows(journal, report.revisions)
+    if as_json:
+        render.print_json([row.as_dict() for row in rows])
+    elif rows:
+        render.console().print(render.revisions_table(rows))
+    else:
+        render.console().print("no revisions: no late event changed an outcome")
+
+
+@app.command()
+def replay(
+    ctx: typer.Context,
+    to: Annotated[str | None, typer.Option(
+        "--to", metavar="T", help="Only events with event time <= T.")] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Rebuild every projection from the journal and print the state digest."""
+    until = _time_option(to, "--to")
+    with open_journal(ctx, db) as journal, render.progress_bar("replaying") as progress:
+        report = replay_journal(journal, to_time=until, progress=progress,
+                                checkpoint=until is None)
+    summary = {"digest": report.digest, "events": report.events, "position": report.position,
+               "to": until, "revisions": len(report.revisions),
+               "anomalies": len(report.anomalies)}
+    if as_json:
+        render.print_json(summary)
+        return
+    span = f" up to {format_time(until)}" if until is not None else ""
+    render.console().print(
+        f"replayed {report.events} events{span} (journal position {report.position}): "
+        f"{len(report.revisions)} revisions, {len(report.anomalies)} anomalies\n"
+        f"digest {report.digest}")
+
+
+@app.command()
+def verify(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = None) -> None:
+    """Check the hash chain, and that replay reproduces the recorded outcomes.
+
+    Exit status 1 and the first bad position when a check fails.
+    """
+    with open_journal(ctx, db) as journal, render.progress_bar("verifying") as progress:
+        report = verify_journal(journal, progress=progress)
+    if as_json:
+        render.print_json({"ok": report.ok, "first_bad_position": report.first_bad_position,
+                           "problem": report.problem, "events": report.checked_events,
+                           "checkpoints": report.checked_checkpoints})
+    elif report.ok:
+        render.console().print(
+            f"ok: {report.checked_events} events, hash chain intact, replay reproduces "
+            f"{report.checked_checkpoints} recorded checkpoint(s)")
+    else:
+        render.console().print(f"FAILED at position {report.first_bad_position}: "
+                               f"{report.problem}")
+    if not report.ok:
+        _say_error(f"verification failed at position {report.first_bad_position}: "
+                   f"{report.problem}")
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context, db: DbOption = None) -> None:
+    """Apply the Alembic migrations: bring the schema to this version's head."""
+    url = database_url(ctx, db)
+    before, after = upgrade(url)
+    if before == after:
+        render.console().print(f"{url}: schema already at revision {after}")
+    else:
+        render.console().print(f"{url}: schema upgraded from {before or 'nothing'} to {after}")
+
+
+def main() -> None:
+    """The `gpu-credits` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""How the command line shows answers: Rich tables for people, JSON and CSV for scripts.
+
+Nothing here computes a figure: every number comes from `projections.queries` (or the
+replay report) and is only laid out. Times are shown with `format_time` (ISO-8601 when
+they look like epoch seconds); JSON keeps them as integers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from projections.creditbook import Lineage
+from projections.demo import DemoRun
+from projections.events import GENERAL
+from projections.queries import (
+    AccountExplanation,
+    Audit,
+    BalanceReport,
+    Figures,
+    JobExplanation,
+    RevisionRow,
+    Statement,
+    describe_lineage,
+    describe_reported,
+)
+from projections.timefmt import format_time
+
+PIPE_WIDTH = 140
+"""Width of tables written to a pipe or file (a terminal uses its own width)."""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console on stdout (or stderr) for this call: plain when not a terminal."""
+    made = Console(stderr=stderr, highlight=False)
+    if not made.is_terminal and "COLUMNS" not in os.environ:
+        made = Console(stderr=stderr, highlight=False, width=PIPE_WIDTH)
+    return made
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout."""
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Any]:
+    """A Rich progress bar on stderr (only on a terminal); yields progress(done, total)."""
+    err = console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err, transient=True,
+                   disable=not err.is_terminal)
+    with bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _n(value: int) -> Text:
+    return Text(f"{value:,}", style="red" if value < 0 else "")
+
+
+def _pools_text(pools: dict[str, int]) -> str:
+    shown = [f"{pool} {amount:,}" for pool, amount in sorted(pools.items()) if amount]
+    return " · ".join(shown) or "-"
+
+
+def _lineage(lineage: Lineage) -> str:
+    return describe_lineage(lineage) if lineage else "-"
+
+
+# -- balances and the demo ----------------------------------------------------------------
+
+
+def balance_report(report: BalanceReport) -> None:
+    """The human answer of `balance`."""
+    out = console()
+    f = report.figures
+    out.print(Text.assemble((report.account, "bold"),
+                            f" at {format_time(report.at)}, as known at position "
+                            f"{report.as_known_at}"))
+    if report.pool is not None:
+        out.print(f"  {report.pool:<10} {report.figures.pools.get(report.pool, 0):>12,}")
+        out.print(f"  (all pools: balance {f.balance:,}, available {f.available:,})")
+        return
+    for label, value in (("balance", f.balance), ("reserved", f.reserved),
+                         ("available", f.available), ("debt", f.debt)):
+        out.print(f"  {label:<10} {value:>12,}")
+    out.print(f"  {'pools':<10} {_pools_text(f.pools)}")
+
+
+def _pool_columns(rows: Sequence[tuple[str, Figures]]) -> list[str]:
+    pools = sorted({p for _, f in rows for p in f.pools if p != GENERAL})
+    return [*pools, GENERAL]
+
+
+def balances_table(rows: Sequence[tuple[str, Figures]], at: int) -> Table:
+    """Per account: each pool's balance, then balance, reserved, available and debt."""
+    pools = _pool_columns(rows)
+    table = Table(title=f"Balances at {format_time(at)}", title_justify="left")
+    table.add_column("account")
+    for pool in pools:
+        table.add_column(pool, justify="right", style="dim" if pool == GENERAL else "")
+    for name in ("balance", "reserved", "available", "debt"):
+        table.add_column(name, justify="right", style="bold" if name == "balance" else "")
+    totals = Figures(0, 0, 0, 0, {})
+    for account, f in rows:
+        cells = [_n(f.pools[p]) if f.pools.get(p) else Text("") for p in pools]
+        debt = Text(f"{f.debt:,}", style="red") if f.debt else Text("")
+        table.add_row(Text(account), *cells, _n(f.balance), _n(f.reserved), _n(f.available),
+                      debt)
+        totals = Figures(totals.balance + f.balance, totals.reserved + f.reserved,
+                         totals.available + f.available, totals.debt + f.debt,
+                         {p: totals.pools.get(p, 0) + f.pools.get(p, 0) for p in pools})
+    table.add_section()
+    table.add_row(Text("total", style="bold"), *[_n(totals.pools[p]) for p in pools],
+                  _n(totals.balance), _n(totals.reserved), _n(totals.available),
+                  _n(totals.debt))
+    return table
+
+
+def audit_table(audit: Audit, run: DemoRun | None = None) -> Table:
+    """The audit summary: events, credits granted and expired, debt, rejections, revisions."""
+    table = Table(title="Audit summary", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_column("note", style="dim")
+    rows: list[tuple[str, str, str]] = []
+    if run is not None:
+        plan = run.plan
+        present = run.already_present - plan.duplicates
+        note = f"of {plan.events:,}, sent in {len(plan.batches)} daily batches"
+        if present > 0:
+            note += f"; {present:,} were already in the database"
+        rows.append(("events appended", f"{run.appended:,}", note))
+        rows.append(("duplicates sent", f"{plan.duplicates:,}",
+                     "same id, same content: appended nothing"))
+        rows.append(("late events", f"{plan.late:,}",
+                     "event time earlier than events already recorded"))
+    rows += [
+        ("events in the journal", f"{audit.events:,}", ""),
+        ("accounts", f"{audit.accounts:,}", ""),
+        ("jobs", f"{audit.jobs:,}", ""),
+        ("credits granted", f"{audit.granted:,}", ""),
+        ("credits expired unused", f"{audit.expired:,}", ""),
+        ("outstanding debt", f"{audit.debt:,}", ""),
+        ("rejected submits", f"{audit.rejected:,}", "the account could not pay"),
+        ("anomalies", f"{audit.anomalies:,}", "kept in the journal, no effect"),
+        ("revisions by late events", f"{audit.revisions:,}",
+         "outcomes a late event changed: gpu-credits revisions"),
+    ]
+    for what, value, note in rows:
+        table.add_row(what, value, note)
+    return table
+
+
+# -- statement ------------------------------------------------------------------------------
+
+
+STATEMENT_COLUMNS = ("time", "time_utc", "position", "event_id", "type", "status", "change",
+                     "balance", "reserved", "job", "pool", "grants", "debt_paid",
+                     "debt_created", "detail")
+"""Columns of `statement --csv`."""
+
+
+def statement_table(st: Statement) -> Table:
+    """A statement as a table: one row per change, with the running balance."""
+    span = f"from {format_time(st.from_time)} " if st.from_time is not None else ""
+    table = Table(title=f"Statement of {st.account} {span}to {format_time(st.to_time)}",
+                  title_justify="left")
+    for name, justify in (("time", "left"), ("pos", "right"), ("event", "left"),
+                          ("type", "left"), ("change", "right"), ("balance", "right"),
+                          ("reserved", "right"), ("detail", "left")):
+        table.add_column(name, justify=justify,  # type: ignore[arg-type]
+                         overflow="fold", no_wrap=name != "detail")
+    lines = [st.opening] if st.opening is not None else []
+    for line in [*lines, *st.lines]:
+        style = {"rejected": "yellow", "anomaly": "magenta"}.get(line.status, "")
+        change = Text("") if line.type == "opening" else _n(line.change)
+        table.add_row(format_time(line.time),
+                      "" if line.position is None else str(line.position),
+                      Text(line.event_id or ""), Text(line.type, style=style), change,
+                      _n(line.balance), _n(line.reserved), Text(line.detail, style=style))
+    balance_, reserved = st.closing
+    table.add_section()
+    table.add_row("", "", "", Text("closing", style="bold"), "", _n(balance_), _n(reserved),
+                  "")
+    return table
+
+
+def statement_csv(st: Statement, out: TextIO) -> None:
+    """A statement as CSV, for spreadsheets and reconciliation (opening line first)."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(STATEMENT_COLUMNS)
+    lines = [st.opening] if st.opening is not None else []
+    for line in [*lines, *st.lines]:
+        writer.writerow([
+            line.time, format_time(line.time), "" if line.position is None else line.position,
+            line.event_id or "", line.type, line.status, line.change, line.balance,
+            line.reserved, line.job or "", line.pool or "",
+            " ".join(f"{g}:{a}" for g, a in line.grants), line.debt_paid, line.debt_created,
+            line.detail,
+        ])
+
+
+# -- explain --------------------------------------------------------------------------------
+
+
+def explain_account(ex: AccountExplanation) -> None:
+    """Where an account's credits came from and went."""
+    out = console()
+    f = ex.figures
+    out.print(Text.assemble((ex.account, "bold"), f" at {format_time(ex.at)}: balance "
+                            f"{f.balance:,}, reserved {f.reserved:,}, available "
+                            f"{f.available:,}, debt {f.debt:,}"))
+    grants = Table(title="Grants and what became of them", title_justify="left")
+    for name in ("grant", "time", "pool", "expiry", "amount", "paid debt", "used", "expired",
+                 "held", "remaining"):
+        grants.add_column(name, justify="left" if name in ("grant", "time", "pool", "expiry")
+                          else "right")
+    for g in ex.grants:
+        held = sum(a for _, a in g.held)
+        grants.add_row(Text(g.grant_id), format_time(g.time) if g.position else "refill",
+                       g.pool, format_time(g.expiry) if g.expiry is not None else "never",
+                       f"{g.amount:,}", f"{g.paid_debt + g.debt_paid_later:,}",
+                       f"{g.used:,}", Text(f"{g.expired:,}", style="yellow" if g.expired else ""),
+                       f"{held:,}", f"{g.remaining:,}")
+    out.print(grants)
+    spends = Table(title="Consumption and job charges, and the grants that paid",
+                   title_justify="left")
+    for name in ("time", "event", "what", "amount", "paid by", "debt created"):
+        spends.add_column(name, justify="right" if name in ("amount", "debt created")
+                          else "left", overflow="fold")
+    for s in ex.spends:
+        if s.kind == "job" and not s.amount:
+            continue  # a failed job refunded in full: nothing was paid
+        what = f"job {s.job}" if s.kind == "job" else "consume"
+        if s.pool != GENERAL:
+            what += f" ({s.pool})"
+        spends.add_row(format_time(s.time), Text(s.event_id), Text(what), f"{s.amount:,}",
+                       Text(_lineage(s.paid_by)),
+                       Text(f"{s.debt_created:,}", style="red") if s.debt_created else "")
+    out.print(spends)
+    if ex.rejections:
+        out.print(Text("Rejected submits", style="bold"))
+        for r in ex.rejections:
+            out.print(Text(f"  {format_time(r.time)}  {r.job}: {r.reason}"))
+    if ex.anomalies:
+        out.print(Text("Anomalies (kept in the journal, no effect)", style="bold"))
+        for time, event_id, why in ex.anomalies:
+            out.print(Text(f"  {format_time(time)}  {event_id}: {why}"))
+    if ex.debt:
+        out.print(Text(f"Outstanding debt: {_pools_text(ex.debt)}", style="red"))
+
+
+def explain_job(ex: JobExplanation) -> None:
+    """A job's life and the reasons behind it."""
+    out = console()
+    out.print(Text.assemble(("job ", ""), (ex.job, "bold"), f" of {ex.account or '?'}: ",
+                            (ex.state, "bold")))
+    if ex.cost is not None:
+        pool = "" if ex.pool in (None, GENERAL) else f", pool {ex.pool}"
+        out.print(f"  cost {ex.cost:,}, priority {ex.priority}{pool}, submitted "
+                  f"{format_time(ex.submitted_at)}")
+    if ex.accepted is False:
+        out.print(Text(f"  rejected at submit: {ex.reason}", style="yellow"))
+    elif ex.accepted:
+        out.print(Text(f"  accepted: reserved {ex.cost:,} from {_lineage(ex.held_from)}"))
+    if ex.charge is not None:
+        out.print(Text(f"  charged {ex.charge:,}, paid by {_lineage(ex.paid_by)}"
+                       + (f"; released {ex.released:,}" if ex.released else "")))
+    elif ex.state == "cancelled" and ex.released is not None:
+        out.print(f"  cancelled: released {ex.released:,}")
+    if ex.waiting:
+        out.print(Text(f"  {ex.waiting}"))
+    table = Table(title="Events", title_justify="left")
+    for name in ("time", "pos", "event", "type", "detail"):
+        table.add_column(name, justify="right" if name == "pos" else "left", overflow="fold")
+    for e in ex.events:
+        table.add_row(format_time(e.time), str(e.position), Text(e.event_id), e.type,
+                      Text(e.detail, style="" if e.ok else "yellow"))
+    out.print(table)
+
+
+# -- revisions --------------------------------------------------------------------------------
+
+
+def revisions_table(rows: Sequence[RevisionRow]) -> Table:
+    """What each late event changed: the event it changed, before and after."""
+    table = Table(title=f"Revisions by late events ({len(rows)})", title_justify="left")
+    for name in ("late event", "changed event", "before", "after"):
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        r = row.revision
+        late = Text(f"#{r.late_position} {row.late_type or ''} {r.late_event_id}\n"
+                    f"at {format_time(row.late_time)}")
+        changed = Text(f"#{r.position} {r.type} {r.event_id}\nat {format_time(row.time)}")
+        table.add_row(late, changed, Text(describe_reported(r.before)),
+                      Text(describe_reported(r.after)))
+    return table
