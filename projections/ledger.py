@@ -288,7 +288,10 @@ class Ledger:
         if job is None:
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"start of unknown job {event.job!r}")
-        account = self.accounts[job.account]
+        account = self.accounts.get(job.account)
+        if account is None:  # a submit to an unknown account: rejected, nothing to touch
+            return self._anomaly(position, event_id, event.type, time, None,
+                                 f"{event.type} of job {job.id!r} which is {job.state}")
         expired = tuple(self._touch(account, time))
         if job.state != PENDING:
             return self._anomaly(position, event_id, event.type, time, job.account,
@@ -307,7 +310,10 @@ class Ledger:
         if job is None:
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"completion of unknown job {event.job!r}")
-        account = self.accounts[job.account]
+        account = self.accounts.get(job.account)
+        if account is None:  # a submit to an unknown account: rejected, nothing to touch
+            return self._anomaly(position, event_id, event.type, time, None,
+                                 f"{event.type} of job {job.id!r} which is {job.state}")
         expired = list(self._touch(account, time))
         if job.state != RUNNING:
             return self._anomaly(position, event_id, event.type, time, job.account,
@@ -331,7 +337,10 @@ class Ledger:
         if job is None:
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"cancel of unknown job {event.job!r}")
-        account = self.accounts[job.account]
+        account = self.accounts.get(job.account)
+        if account is None:  # a submit to an unknown account: rejected, nothing to touch
+            return self._anomaly(position, event_id, event.type, time, None,
+                                 f"{event.type} of job {job.id!r} which is {job.state}")
         expired = list(self._touch(account, time))
         if job.state == CANCELLED:
             return Outcome(position, event_id, event.type, time, job.account, released=0,
