@@ -11,10 +11,9 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import IdempotencyConflict, VersionConflict
-from .hashing import canonical_json, record_hash
+from .hashing import canonical_json, load_json, record_hash_text
 from .records import NewEvent, RecordedEvent
 
 # Every integer the journal stores must fit a signed 64-bit column (BIGINT).
@@ -80,8 +79,8 @@ def payload_text(event_id: str, payload: object) -> str:
             f"got {type(payload).__name__}"
         )
     try:
-        # json.dumps wants a dict; a Mapping that is not one is copied first.
-        text = canonical_json(payload if isinstance(payload, dict) else dict(payload))
+        # The encoder wants a dict; a Mapping that is not one is copied first.
+        text = canonical_json(payload if type(payload) is dict else dict(payload))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"event {event_id!r}: payload is not JSON-serialisable: {exc}") from exc
     # json.dumps silently turns int/float/bool/None keys into strings: the stored
@@ -90,16 +89,22 @@ def payload_text(event_id: str, payload: object) -> str:
     return text
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _require_str_keys(event_id: str, obj: object) -> None:
     """Raise ValueError at the first mapping key inside obj that is not a str."""
     stack = [obj]
     while stack:
         item = stack.pop()
+        if type(item) in _SCALARS:
+            continue
         if isinstance(item, Mapping):
             for key, value in item.items():
-                if not isinstance(key, str):
+                if type(key) is not str and not isinstance(key, str):
                     raise ValueError(f"event {event_id!r}: payload keys must be str, got {key!r}")
-                stack.append(value)
+                if type(value) not in _SCALARS:
+                    stack.append(value)
         elif isinstance(item, list | tuple):
             stack.extend(item)
 
@@ -121,12 +126,22 @@ def plan(events: Sequence[NewEvent]) -> Plan:
     slots: list[int] = []
     seen: dict[str, int] = {}
     for i, event in enumerate(events):
-        if not isinstance(event, NewEvent):
+        # Fast path for the usual exact types; the slow path explains (or accepts
+        # a subclass). Messages are built only on failure: batches are large.
+        if type(event) is not NewEvent and not isinstance(event, NewEvent):
             raise ValueError(f"event #{i} must be a NewEvent, got {type(event).__name__}")
-        require_text(f"event #{i} id", event.id)
-        require_text(f"event {event.id!r} stream", event.stream)
-        require_text(f"event {event.id!r} type", event.type)
-        require_int(f"event {event.id!r} time", event.time)
+        t = event.time
+        if not (
+            type(event.id) is str
+            and event.id
+            and type(event.stream) is str
+            and event.stream
+            and type(event.type) is str
+            and event.type
+            and type(t) is int
+            and INT64_MIN <= t <= INT64_MAX
+        ):
+            _explain(i, event)
         text = payload_text(event.id, event.payload)
         first = seen.get(event.id)
         if first is None:
@@ -145,6 +160,14 @@ def plan(events: Sequence[NewEvent]) -> Plan:
             )
         slots.append(first)
     return Plan(candidates, slots)
+
+
+def _explain(i: int, event: NewEvent) -> None:
+    """Raise the precise ValueError for a malformed event (return if it is valid)."""
+    require_text(f"event #{i} id", event.id)
+    require_text(f"event {event.id!r} stream", event.stream)
+    require_text(f"event {event.id!r} type", event.type)
+    require_int(f"event {event.id!r} time", event.time)
 
 
 def same_content(a: NewEvent | RecordedEvent, a_text: str, b: NewEvent, b_text: str) -> bool:
@@ -221,17 +244,9 @@ def build(
         position += 1
         version = current.get(e.stream, 0) + 1
         current[e.stream] = version
-        payload = json.loads(c.payload_text)
-        digest = record_hash(
-            prev,
-            position=position,
-            id=e.id,
-            stream=e.stream,
-            version=version,
-            type=e.type,
-            time=e.time,
-            recorded_at=recorded_at,
-            payload=payload,
+        payload = load_json(c.payload_text)
+        digest = record_hash_text(
+            prev, position, e.id, e.stream, version, e.type, e.time, recorded_at, c.payload_text
         )
         rows.append(
             Row(
@@ -262,12 +277,10 @@ def results(
     return [by_id[batch.candidates[slot].event.id] for slot in batch.slots]
 
 
-def record_payload_ok(payload_text_: str) -> Mapping[str, Any] | None:
-    """Parse a stored payload; None if it is not canonical JSON of an object (tampered)."""
+def payload_is_canonical(text: str) -> bool:
+    """Whether a stored payload is the canonical JSON of an object (else it was altered)."""
     try:
-        payload = json.loads(payload_text_)
+        payload = json.loads(text)
     except ValueError:
-        return None
-    if not isinstance(payload, dict) or canonical_json(payload) != payload_text_:
-        return None
-    return payload
+        return False
+    return isinstance(payload, dict) and canonical_json(payload) == text

@@ -19,16 +19,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import Select
 
 from .errors import JournalError
-from .schema import events, journal_head
+from .schema import journal_head
 
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """The journal's head as an append found it: last position, its hash, its time."""
+    """The journal's head as an append locked it: the last position and its hash."""
 
     position: int
     hash: str
-    recorded_at: int  # of the last event; 0 when the journal is empty
 
 
 def lock_key(key: str) -> int:
@@ -36,11 +35,31 @@ def lock_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
-def head_query() -> Select[tuple[int, str, int | None]]:
-    """The head row with the recorded_at of its event (NULL when empty)."""
-    return select(journal_head.c.position, journal_head.c.hash, events.c.recorded_at).select_from(
-        journal_head.outerjoin(events, events.c.position == journal_head.c.position)
-    )
+def head_query() -> Select[tuple[int, str]]:
+    """The head row, alone in its statement.
+
+    Alone on purpose: on PostgreSQL a SELECT ... FOR UPDATE that waited re-reads
+    the locked row, but anything else in the same statement (a join, a subquery)
+    still comes from the snapshot taken before the wait. Whatever an append needs
+    besides the head is read by the next statement, after the lock is held.
+    """
+    return select(journal_head.c.position, journal_head.c.hash).where(journal_head.c.id == 1)
+
+
+#: The events columns in the order `Backend.insert_events` receives them.
+EVENT_COLUMNS = (
+    "position",
+    "event_id",
+    "stream",
+    "version",
+    "type",
+    "event_time",
+    "recorded_at",
+    "payload",
+    "hash",
+)
+
+EventRow = tuple[int, str, str, int, str, int, int, str, str]
 
 
 class Backend:
@@ -48,6 +67,8 @@ class Backend:
 
     #: Shown in messages: "SQLite" or "PostgreSQL".
     name = "SQL"
+    #: The driver's positional parameter marker.
+    placeholder = "?"
 
     def __init__(self, url: str, lock_timeout: float) -> None:
         self.url = url
@@ -73,7 +94,17 @@ class Backend:
     def lock_head(self, conn: Connection) -> Head:
         """Read the head for an append, so that no other append can interleave."""
         row = conn.execute(head_query()).one()
-        return Head(row[0], row[1], row[2] or 0)
+        return Head(row[0], row[1])
+
+    def insert_events(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+        """Insert a batch of event rows in one driver call (executemany).
+
+        Straight to the driver with positional parameters: SQLAlchemy's per-row
+        parameter processing would cost more than the database's own work.
+        """
+        marks = ", ".join([self.placeholder] * len(EVENT_COLUMNS))
+        sql = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})"
+        conn.exec_driver_sql(sql, list(rows))
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """A clear journal error for a driver error, or None to let it through."""

@@ -10,21 +10,35 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any
 
 #: The "previous hash" of position 1.
 GENESIS_HASH = "0" * 64
 
 
+# One encoder for the process: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+_DECODER = json.JSONDecoder()
+
+
+def load_json(text: str) -> Any:
+    """Parse a stored canonical JSON text (no surrounding whitespace to skip)."""
+    return _DECODER.raw_decode(text)[0]
+
+
 def canonical_json(obj: Any) -> str:
     """One text for one value: sorted keys, no spaces, UTF-8 kept as is.
 
-    NaN and infinities are refused (ValueError): they are not JSON, and another
-    reader could not reproduce the bytes.
+    The same as json.dumps(obj, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False), except that NaN and infinities are refused (ValueError):
+    they are not JSON, and another reader could not reproduce the bytes.
     """
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(obj)
 
 
 def record_hash(
@@ -55,5 +69,31 @@ def record_hash(
             "recorded_at": recorded_at,
             "payload": payload,
         }
+    )
+    return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()
+
+
+def record_hash_text(
+    prev_hash: str,
+    position: int,
+    id: str,
+    stream: str,
+    version: int,
+    type: str,
+    time: int,
+    recorded_at: int,
+    payload_text: str,
+) -> str:
+    """`record_hash` from the payload's canonical text, without re-encoding it.
+
+    Appends and verify() hash every record, so this writes the canonical JSON of
+    the record directly: the keys in sorted order, each str through the same
+    encoder json.dumps uses, the payload text spliced in. A test holds it equal to
+    `record_hash`.
+    """
+    body = (
+        f'{{"id":{encode_basestring(id)},"payload":{payload_text},"position":{position},'
+        f'"recorded_at":{recorded_at},"stream":{encode_basestring(stream)},"time":{time},'
+        f'"type":{encode_basestring(type)},"version":{version}}}'
     )
     return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()

@@ -8,20 +8,32 @@ append means (validation, idempotency, versions, hashes) is decided in
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from sqlalchemy import Column, Connection, Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Column,
+    Connection,
+    Row,
+    ScalarSelect,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.sql import ColumnElement
 
 from . import appending, migrate
 from .appending import require_int, require_text, wall_clock_us
 from .backend import backend_for, translating
 from .errors import JournalError
-from .hashing import GENESIS_HASH, record_hash
+from .hashing import GENESIS_HASH, load_json, record_hash_text
 from .interface import Order
 from .reading import ReadQuery
 from .records import NewEvent, RecordedEvent, SnapshotInfo
@@ -29,6 +41,8 @@ from .schema import events, journal_head, snapshots
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
 _CHUNK = 900
+# Streams whose versions one statement asks for.
+_STREAMS = 100
 _VERIFY_BATCH = 5000
 
 _EVENT_COLUMNS = (
@@ -60,7 +74,7 @@ def _event(row: Row[Any]) -> RecordedEvent:
         type=row[4],
         time=row[5],
         recorded_at=row[6],
-        payload=json.loads(row[7]),
+        payload=load_json(row[7]),
         hash=row[8],
     )
 
@@ -69,9 +83,19 @@ def _snapshot(row: Row[Any]) -> SnapshotInfo:
     return SnapshotInfo(id=row[0], name=row[1], position=row[2], event_time=row[3], digest=row[4])
 
 
-def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i : i + _CHUNK]
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _stream_version(stream: str) -> ScalarSelect[int | None]:
+    """max(version) of one stream: an index seek on (stream, version).
+
+    One scalar subquery per stream rather than GROUP BY stream: the planners turn
+    max() with an equality on the index prefix into a single seek, but a GROUP BY
+    aggregates every row of the stream.
+    """
+    return select(func.max(events.c.version)).where(events.c.stream == stream).scalar_subquery()
 
 
 def _after(key: tuple[int, int]) -> ColumnElement[bool]:
@@ -282,11 +306,10 @@ class Journal:
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         head = self._backend.lock_head(conn)
-        existing = self._existing(conn, batch.ids)
+        last_recorded_at, versions, existing = self._probe(conn, head.position, batch, expected)
         fresh = appending.check_existing(batch, existing)
         if not fresh:
             return appending.results(batch, existing, [])
-        versions = self._versions(conn, appending.streams_of(fresh, expected))
         appending.check_expected(expected, versions)
         rows = appending.build(
             fresh,
@@ -294,24 +317,24 @@ class Journal:
             head_hash=head.hash,
             versions=versions,
             # Never earlier than the last record: position_at() relies on it.
-            recorded_at=max(self._clock(), head.recorded_at),
+            recorded_at=max(self._clock(), last_recorded_at),
         )
-        # One executemany for the batch: hashes were computed in Python, so no
-        # per-event round trip.
-        conn.execute(
-            insert(events),
+        # One bulk insert for the batch (executemany, or COPY on PostgreSQL):
+        # hashes were computed in Python, so there is no per-event round trip.
+        self._backend.insert_events(
+            conn,
             [
-                {
-                    "position": r.event.position,
-                    "event_id": r.event.id,
-                    "stream": r.event.stream,
-                    "version": r.event.version,
-                    "type": r.event.type,
-                    "event_time": r.event.time,
-                    "recorded_at": r.event.recorded_at,
-                    "payload": r.payload_text,
-                    "hash": r.event.hash,
-                }
+                (
+                    r.event.position,
+                    r.event.id,
+                    r.event.stream,
+                    r.event.version,
+                    r.event.type,
+                    r.event.time,
+                    r.event.recorded_at,
+                    r.payload_text,
+                    r.event.hash,
+                )
                 for r in rows
             ],
         )
@@ -323,22 +346,48 @@ class Journal:
         )
         return appending.results(batch, existing, rows)
 
+    def _probe(
+        self,
+        conn: Connection,
+        head: int,
+        batch: appending.Plan,
+        expected: Mapping[str, int] | None,
+    ) -> tuple[int, dict[str, int], dict[str, RecordedEvent]]:
+        """What an append must know besides the head, in one round trip for a usual batch.
+
+        Returns the last event's recorded_at, the current version of every stream
+        the batch touches or asserts, and the batch's ids already recorded. Only
+        the ids of the first chunk are probed with EXISTS; their rows are fetched
+        only when one exists (rare: a retry), the rest of a huge batch in chunks.
+        """
+        ids = batch.ids
+        streams = sorted({c.event.stream for c in batch.candidates} | set(expected or ()))
+        first_ids, first_streams = ids[:_CHUNK], streams[:_STREAMS]
+        row = conn.execute(
+            select(
+                select(events.c.recorded_at).where(events.c.position == head).scalar_subquery(),
+                exists().where(events.c.event_id.in_(first_ids)),
+                *(_stream_version(s) for s in first_streams),
+            )
+        ).one()
+        versions = {s: v for s, v in zip(first_streams, row[2:], strict=True) if v is not None}
+        versions.update(self._versions(conn, streams[_STREAMS:]))
+        existing = self._existing(conn, first_ids) if row[1] else {}
+        existing.update(self._existing(conn, ids[_CHUNK:]))
+        return row[0] or 0, versions, existing
+
     def _existing(self, conn: Connection, ids: Sequence[str]) -> dict[str, RecordedEvent]:
         found: dict[str, RecordedEvent] = {}
-        for chunk in _chunks(ids):
+        for chunk in _chunks(ids, _CHUNK):
             for row in conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id.in_(chunk))):
                 found[row[1]] = _event(row)
         return found
 
     def _versions(self, conn: Connection, streams: Sequence[str]) -> dict[str, int]:
         versions: dict[str, int] = {}
-        for chunk in _chunks(streams):
-            q = (
-                select(events.c.stream, func.max(events.c.version))
-                .where(events.c.stream.in_(chunk))
-                .group_by(events.c.stream)
-            )
-            versions.update((s, v) for s, v in conn.execute(q))
+        for chunk in _chunks(streams, _STREAMS):
+            row = conn.execute(select(*(_stream_version(s) for s in chunk))).one()
+            versions.update((s, v) for s, v in zip(chunk, row, strict=True) if v is not None)
         return versions
 
     # -- reading ---------------------------------------------------------------
@@ -439,10 +488,15 @@ class Journal:
                 t0: int | None = conn.execute(select(func.max(events.c.event_time))).scalar_one()
                 return t0
             best: int | None = None
-            for chunk in _chunks(sorted(set(streams))):
+            for chunk in _chunks(sorted(set(streams)), _CHUNK):
+                # Walk the (event_time, position) index back from the end until a
+                # row of these streams: quick when they are active, no extra index.
                 t = conn.execute(
-                    select(func.max(events.c.event_time)).where(events.c.stream.in_(chunk))
-                ).scalar_one()
+                    select(events.c.event_time)
+                    .where(events.c.stream.in_(chunk))
+                    .order_by(events.c.event_time.desc(), events.c.position.desc())
+                    .limit(1)
+                ).scalar_one_or_none()
                 if t is not None and (best is None or t > best):
                     best = t
             return best
@@ -493,20 +547,9 @@ class Journal:
             if not rows:
                 return expected
             for r in rows:
-                payload = appending.record_payload_ok(r[7])
-                if r[0] != expected or payload is None:
+                if r[0] != expected or not appending.payload_is_canonical(r[7]):
                     return expected
-                digest = record_hash(
-                    prev,
-                    position=r[0],
-                    id=r[1],
-                    stream=r[2],
-                    version=r[3],
-                    type=r[4],
-                    time=r[5],
-                    recorded_at=r[6],
-                    payload=payload,
-                )
+                digest = record_hash_text(prev, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
                 if digest != r[8]:
                     return expected
                 prev, expected = digest, expected + 1

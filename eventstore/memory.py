@@ -7,7 +7,6 @@ every operation, and a transaction holds it from start to end (one writer).
 from __future__ import annotations
 
 import bisect
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from . import appending
 from .appending import require_int, require_text, wall_clock_us
 from .errors import JournalError
-from .hashing import GENESIS_HASH, record_hash
+from .hashing import GENESIS_HASH, load_json, record_hash_text
 from .interface import Order
 from .reading import ReadQuery
 from .records import NewEvent, RecordedEvent, SnapshotInfo
@@ -50,7 +49,7 @@ class _Row:
             type=self.type,
             time=self.time,
             recorded_at=self.recorded_at,
-            payload=json.loads(self.payload_text),
+            payload=load_json(self.payload_text),
             hash=self.hash,
         )
 
@@ -295,19 +294,18 @@ class MemoryJournal:
         with self._lock:
             prev = GENESIS_HASH
             for expected, row in enumerate(self._rows, start=1):
-                payload = appending.record_payload_ok(row.payload_text)
-                if row.position != expected or payload is None:
+                if row.position != expected or not appending.payload_is_canonical(row.payload_text):
                     return expected
-                digest = record_hash(
+                digest = record_hash_text(
                     prev,
-                    position=row.position,
-                    id=row.id,
-                    stream=row.stream,
-                    version=row.version,
-                    type=row.type,
-                    time=row.time,
-                    recorded_at=row.recorded_at,
-                    payload=payload,
+                    row.position,
+                    row.id,
+                    row.stream,
+                    row.version,
+                    row.type,
+                    row.time,
+                    row.recorded_at,
+                    row.payload_text,
                 )
                 if digest != row.hash:
                     return expected

@@ -34,13 +34,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from .backend import Backend, Head, head_query, lock_key
+from .backend import EVENT_COLUMNS, Backend, EventRow, Head, head_query, lock_key
 from .errors import ConnectionProblem, JournalError, LockTimeout
-from .schema import journal_head
 
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
@@ -50,17 +49,31 @@ class PostgresBackend(Backend):
     """A PostgreSQL database through psycopg 3."""
 
     name = "PostgreSQL"
+    placeholder = "%s"
+    #: From this many rows on, COPY beats a pipelined executemany.
+    copy_from = 32
 
     def create_engine(self) -> Engine:
-        """A pooled engine; connecting gives up after 10 s with a clear error."""
-        return create_engine(self.url, connect_args={"connect_timeout": 10})
+        """A pooled engine; connecting gives up after 10 s with a clear error.
+
+        Every connection bounds its lock waits (head row, advisory keys) by
+        lock_timeout, set once per connection rather than per transaction: one
+        round trip less on every append.
+        """
+        engine = create_engine(self.url, connect_args={"connect_timeout": 10})
+        ms = max(1, int(self.lock_timeout * 1000))
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: psycopg.Connection[object], _record: object) -> None:
+            dbapi_conn.execute(f"SET lock_timeout = {ms}")
+            dbapi_conn.commit()
+
+        return engine
 
     @contextmanager
     def begin_write(self, conn: Connection, locks: Sequence[str]) -> Iterator[None]:
-        """BEGIN, bound every lock wait by lock_timeout, then take the key locks."""
+        """BEGIN, then take the key locks (the head row is locked by the append)."""
         with conn.begin():
-            ms = max(1, int(self.lock_timeout * 1000))
-            conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
             self.lock_more(conn, locks)
             yield
 
@@ -71,8 +84,26 @@ class PostgresBackend(Backend):
 
     def lock_head(self, conn: Connection) -> Head:
         """SELECT the head row FOR UPDATE: appends queue here until the holder commits."""
-        row = conn.execute(head_query().with_for_update(of=journal_head)).one()
-        return Head(row[0], row[1], row[2] or 0)
+        row = conn.execute(head_query().with_for_update()).one()
+        return Head(row[0], row[1])
+
+    def insert_events(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+        """COPY for a large batch (several times faster than INSERT), else executemany.
+
+        COPY runs inside the append's transaction: it is all or nothing like the
+        INSERT it replaces.
+        """
+        if len(rows) < self.copy_from:
+            super().insert_events(conn, rows)
+            return
+        dbapi = conn.connection.dbapi_connection
+        assert isinstance(dbapi, psycopg.Connection)
+        with (
+            dbapi.cursor() as cur,
+            cur.copy(f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""

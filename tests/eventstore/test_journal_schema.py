@@ -1,0 +1,113 @@
+"""The schema: created only by Alembic, no drift from the models, newer revisions refused.
+
+Also how opening fails: an unreachable database and a database never upgraded
+each give one clear error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+import eventstore
+from eventstore import ConnectionProblem, Journal, SchemaError
+from eventstore.migrate import alembic_config, code_head
+from eventstore.schema import metadata
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database: a new SQLite file or a new PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    url: str = request.getfixturevalue("pg_fresh_url")
+    return url
+
+
+@pytest.fixture
+def upgraded(empty_url: str) -> Iterator[Journal]:
+    j = Journal(empty_url)
+    yield j
+    j.close()
+
+
+def test_upgrade_from_empty_creates_the_journal(empty_url: str) -> None:
+    assert eventstore.upgrade(empty_url) == (None, code_head())
+    assert eventstore.upgrade(empty_url) == (code_head(), code_head())
+    engine = create_engine(empty_url)
+    with engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        assert {"events", "journal_head", "snapshots", "alembic_version"} <= tables
+        assert conn.execute(text("SELECT position, hash FROM journal_head")).all() == [
+            (0, "0" * 64)
+        ]
+    engine.dispose()
+    with Journal(empty_url, upgrade=False) as j:
+        assert j.head() == 0 and j.verify() is None
+
+
+def test_models_and_migrations_do_not_drift(upgraded: Journal) -> None:
+    with upgraded._engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, metadata) == []
+        # The same through Alembic's own `alembic check` command.
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.check(cfg)
+
+
+def test_newer_revision_is_refused(upgraded: Journal) -> None:
+    with upgraded._engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    for upgrade in (True, False):
+        with pytest.raises(SchemaError) as err:
+            Journal(upgraded.url, upgrade=upgrade)
+        assert "9999_from_the_future" in str(err.value) and repr(code_head()) in str(err.value)
+    with pytest.raises(SchemaError):
+        eventstore.upgrade(upgraded.url)
+
+
+def test_never_upgraded_database_names_the_command(empty_url: str) -> None:
+    with pytest.raises(SchemaError, match="gpu-credits db upgrade"):
+        Journal(empty_url, upgrade=False)
+    with pytest.raises(SchemaError, match="gpu-credits db upgrade"):
+        Journal(None, upgrade=False)
+
+
+def test_migrations_do_not_depend_on_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with Journal("sqlite:///relative.db") as j:
+        j.append([eventstore.NewEvent("a", "s", "t", 1, {})])
+    assert (tmp_path / "relative.db").exists()
+
+
+def test_unreachable_postgres_is_one_clear_line() -> None:
+    with pytest.raises(ConnectionProblem) as err:
+        Journal("postgresql+psycopg://postgres@127.0.0.1:1/test")
+    message = str(err.value)
+    assert "127.0.0.1:1" in message and "check that the server is running" in message
+    assert "\n" not in message
+
+
+def test_unopenable_sqlite_file_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(ConnectionProblem, match="folder exists"):
+        Journal(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(ConnectionProblem, match="not a SQLite database"):
+        Journal(f"sqlite:///{garbage}")
+
+
+def test_unsupported_urls_and_arguments() -> None:
+    with pytest.raises(ValueError, match="unsupported journal URL"):
+        Journal("mysql://localhost/x")
+    with pytest.raises(ValueError):
+        Journal(None, lock_timeout=0)
