@@ -15,6 +15,7 @@ from projections.errors import (
     UnknownJob,
 )
 from projections.events import (
+    DEFAULT_HALF_LIFE,
     GENERAL,
     AccountOpened,
     CreditsGranted,
@@ -151,13 +152,19 @@ class Scheduler:
 
     def open_account(self, account_id: str, balance: int = 0, *,
                      max_running: int | None = None, share: int | None = None,
-                     at: int | None = None) -> None:
-        """Open an account with a general, non-expiring grant of `balance` credits."""
+                     half_life: int = DEFAULT_HALF_LIFE, refill_rate: int | None = None,
+                     refill_cap: int | None = None, at: int | None = None) -> None:
+        """Open an account with a general, non-expiring grant of `balance` credits.
+
+        `share` turns fair share on (with usage halving every `half_life` seconds);
+        `refill_rate` credits per hour up to `refill_cap` turn on a refill bucket.
+        """
         require_name("account_id", account_id)
         require_non_negative_int("balance", balance)
         if max_running is not None:
             require_positive_int("max_running", max_running)
-        opened = AccountOpened(account_id, max_running, share)
+        opened = AccountOpened(account_id, max_running, share, half_life, refill_rate,
+                               refill_cap)
         session = self._session
 
         def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:

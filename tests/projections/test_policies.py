@@ -1,0 +1,101 @@
+"""Account policies over scripted scenarios whose expected results are computed by hand."""
+
+from __future__ import annotations
+
+from eventstore import MemoryJournal, NewEvent
+from projections import Scheduler
+from projections.ledger import refill_due
+from projections.replay import replay
+
+HOUR = 3600
+DAY = 24 * HOUR
+
+
+def _clock(start: int = 1_000) -> tuple[list[int], Scheduler]:
+    now = [start]
+    return now, Scheduler(clock=lambda: now[0])
+
+
+def test_fair_share_prefers_the_account_with_least_decayed_usage_per_share() -> None:
+    now, s = _clock()
+    # a has twice b's share. Usage: a is charged 300, b 100, c (no share) 500.
+    s.open_account("a", 10_000, share=2)
+    s.open_account("b", 10_000, share=1)
+    s.open_account("c", 10_000)
+    for job, account, cost in [("a0", "a", 300), ("b0", "b", 100), ("c0", "c", 500)]:
+        assert s.submit(job, account, cost, priority=0)
+        assert s.start_next() is not None
+        s.complete(job, True)
+    # By hand: a 300/2 = 150 per share, b 100/1 = 100; c has no share so it is never held back.
+    # Equal priority, submitted a, b, c: c first, then b (100 < 150), then a.
+    for job, account in [("a1", "a"), ("b1", "b"), ("c1", "c")]:
+        assert s.submit(job, account, 1, priority=0)
+    # A higher priority still wins outright.
+    assert s.submit("a2", "a", 1, priority=5)
+    order = [s.start_next() for _ in range(4)]
+    assert [j.id for j in order if j is not None] == ["a2", "c1", "b1", "a1"]
+
+
+def test_fair_share_usage_decays_with_the_half_life() -> None:
+    now, s = _clock()
+    s.open_account("a", 10_000, share=1, half_life=DAY)
+    s.open_account("b", 10_000, share=1, half_life=DAY)
+    s.submit("a0", "a", 400, 0)
+    s.start_next()
+    s.complete("a0", True)             # a: 400 at t=1000
+    now[0] += 2 * DAY
+    s.submit("b0", "b", 150, 0)
+    s.start_next()
+    s.complete("b0", True)             # b: 150 at t=1000+2d; a has decayed to 400/4 = 100
+    s.submit("a1", "a", 1, 0)
+    s.submit("b1", "b", 1, 0)
+    first = s.start_next()
+    assert first is not None and first.id == "a1"   # 100 < 150
+    ledger = s.ledger()
+    assert round(ledger.accounts["a"].decayed_usage(now[0])) == 100
+    assert round(ledger.accounts["b"].decayed_usage(now[0])) == 150
+
+
+def test_refill_accrues_exactly_and_stops_at_the_cap() -> None:
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": 10,
+                                              "refill_cap": 25}),
+        # 10 credits per hour: by 1.5 h, 15 credits.
+        NewEvent("c1", "a", "consume", 5400, {"account": "a", "amount": 4}),
+    ])
+    ledger = replay(journal).ledger
+    assert ledger.accounts["a"].balance == 11
+    # By 1.5 h + 3 h: +30, but the bucket holds at most 25.
+    journal.append([NewEvent("c2", "a", "consume", 5400 + 3 * HOUR,
+                             {"account": "a", "amount": 1})])
+    ledger = replay(journal).ledger
+    assert ledger.accounts["a"].balance == 24
+
+
+def test_refill_in_a_million_small_steps_equals_one_big_step() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("open", "a", "account", 0,
+                             {"account": "a", "refill_rate": 7, "refill_cap": 10**9})])
+    ledger = replay(journal).ledger
+    account = ledger.accounts["a"]
+    total = 0
+    for t in range(1, 1_000_001):      # one step per second for a million seconds
+        add, carry = refill_due(account, t)
+        account.refill_anchor, account.refill_carry = t, carry
+        total += add
+    assert total == 7 * 1_000_000 // 3600
+
+
+def test_refill_pays_debt_first() -> None:
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": 3600,
+                                              "refill_cap": 100}),
+        NewEvent("c1", "a", "consume", 0, {"account": "a", "amount": 30}),
+        NewEvent("c2", "a", "consume", 40, {"account": "a", "amount": 1}),
+    ])
+    ledger = replay(journal).ledger
+    # 1 credit per second: 40 by t=40, 30 pay the debt, 10 stay, then 1 is consumed.
+    book = ledger.accounts["a"].book
+    assert (book.active_total, book.debt_total) == (9, 0)
