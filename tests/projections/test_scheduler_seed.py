@@ -1,0 +1,392 @@
+"""`Scheduler` against the seed (000): its four tests, every error case of the contract,
+refunds, caps across accounts, and the figures after each settlement."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from invariants import assert_invariants
+
+from eventstore import MemoryJournal
+from projections import (
+    AccountExists,
+    DuplicateJob,
+    InvalidTransition,
+    LedgerError,
+    Scheduler,
+    UnknownAccount,
+    UnknownJob,
+)
+
+
+def make(**accounts: int) -> tuple[Scheduler, MemoryJournal]:
+    """A scheduler on a fresh memory journal with a deterministic clock (1, 2, 3, ...)."""
+    journal = MemoryJournal()
+    ticks = itertools.count(1)
+    scheduler = Scheduler(journal, clock=lambda: next(ticks))
+    for name, balance in accounts.items():
+        scheduler.open_account(name, balance)
+    return scheduler, journal
+
+
+def figures(s: Scheduler, account: str = "a") -> tuple[int, int, int, int]:
+    v = s.accounts[account]
+    return v.balance, v.reserved, v.available, v.running
+
+
+# -- the seed's four tests, accounts opened with open_account ------------------------------
+
+
+def test_reject_when_unaffordable() -> None:
+    s, _ = make(a=10)
+    assert s.submit("j1", "a", cost=8, priority=1)
+    assert not s.submit("j2", "a", cost=5, priority=9)  # 8 reserved, 2 available
+
+
+def test_priority_then_age() -> None:
+    s, _ = make(a=100)
+    s.submit("low", "a", 1, priority=1)
+    s.submit("high1", "a", 1, priority=5)
+    s.submit("high2", "a", 1, priority=5)
+    started = [s.start_next() for _ in range(3)]
+    assert [j.id for j in started if j is not None] == ["high1", "high2", "low"]
+
+
+def test_failure_refunds_reservation() -> None:
+    s, _ = make(a=10)
+    s.submit("j", "a", 7, 1)
+    s.start_next()
+    s.complete("j", success=False)
+    assert s.accounts["a"].available == 10 and s.accounts["a"].balance == 10
+
+
+def test_cancel_pending_is_skipped() -> None:
+    s, _ = make(a=10)
+    s.submit("j1", "a", 3, 1)
+    s.submit("j2", "a", 3, 1)
+    s.cancel("j1")
+    assert s.accounts["a"].available == 7
+    s.cancel("j1")
+    assert s.accounts["a"].available == 7
+    job = s.start_next()
+    assert job is not None and job.id == "j2"
+
+
+# -- what start_next hands out, and when it hands out nothing ----------------------------
+
+
+def test_start_next_returns_the_job_fields() -> None:
+    s, _ = make(a=10)
+    s.submit("j", "a", 4, priority=-3)
+    job = s.start_next()
+    assert job is not None
+    assert (job.id, job.account_id, job.cost, job.priority) == ("j", "a", 4, -3)
+    assert s.job_state("j") == "running"
+    assert figures(s) == (10, 4, 6, 1)
+
+
+def test_start_next_returns_none_when_nothing_can_start() -> None:
+    s, journal = make(a=10)
+    assert s.start_next() is None  # no jobs at all
+    s.submit("j", "a", 3, 0)
+    s.cancel("j")
+    assert not s.submit("big", "a", 11, 5)  # rejected: never pending
+    head = journal.head()
+    assert s.start_next() is None  # only a tombstone and a rejected job
+    assert journal.head() == head  # None appends nothing
+
+
+def test_rejected_submit_is_recorded_and_takes_its_id() -> None:
+    s, journal = make(a=10)
+    head = journal.head()
+    assert not s.submit("j", "a", 11, 0)
+    assert journal.head() == head + 1
+    assert s.job_state("j") == "rejected"
+    assert figures(s) == (10, 0, 10, 0)
+    with pytest.raises(DuplicateJob):
+        s.submit("j", "a", 1, 0)
+
+
+def test_zero_cost_job_runs_and_charges_nothing() -> None:
+    s, _ = make(a=0)
+    assert s.submit("free", "a", 0, 0)
+    assert s.start_next() is not None
+    s.complete("free", success=True)
+    assert figures(s) == (0, 0, 0, 0)
+    assert s.job_state("free") == "succeeded"
+
+
+# -- settlement figures --------------------------------------------------------------------
+
+
+def test_after_success_balance_and_reserved_fall_by_cost_available_unchanged() -> None:
+    s, _ = make(a=20)
+    s.submit("j", "a", 7, 0)
+    s.submit("k", "a", 5, 0)
+    s.start_next()
+    before = figures(s)
+    assert before == (20, 12, 8, 1)
+    s.complete("j", success=True)
+    balance, reserved, available, running = figures(s)
+    assert balance == before[0] - 7
+    assert reserved == before[1] - 7
+    assert available == before[2]
+    assert running == 0
+    assert s.job_state("j") == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("cost", "fraction", "charge"),
+    [
+        (7, 0.5, 3),  # floor(3.5)
+        (7, 1.0, 0),  # the seed's rule: a failed job costs nothing
+        (7, 0.0, 7),
+        (10, 0.9, 1),  # exactly 1 (a binary float product would floor to 0)
+        (10, 0.1, 9),
+        (10, 0.7, 3),
+        (3, 0.1, 2),  # floor(2.7)
+        (100, 0.33, 67),  # floor(67.0): a float product gives 66.99999999999999
+        (1, 0.5, 0),
+        (0, 0.5, 0),
+        (9, 1, 0),  # an int fraction is a number in [0, 1] too
+        (9, 0, 9),
+    ],
+)
+def test_failure_charges_floor_of_cost_times_one_minus_fraction(
+    cost: int, fraction: float, charge: int
+) -> None:
+    s, _ = make(a=100, b=5)
+    s.submit("j", "a", cost, 0)
+    s.start_next()
+    before = figures(s)
+    s.complete("j", success=False, refund_fraction=fraction)
+    balance, reserved, available, _ = figures(s)
+    assert balance == before[0] - charge
+    assert reserved == before[1] - cost
+    assert available == before[2] + cost - charge
+    assert s.ledger().jobs["j"].charge == charge
+    assert s.job_state("j") == "failed"
+    assert figures(s, "b") == (5, 0, 5, 0)
+    assert_invariants(s.ledger(), scheduler_only=True)
+
+
+def test_default_failure_leaves_balance_unchanged_and_frees_the_cost() -> None:
+    s, _ = make(a=10)
+    s.submit("j", "a", 6, 0)
+    s.start_next()
+    s.complete("j", success=False)
+    assert figures(s) == (10, 0, 10, 0)
+
+
+def test_cancel_releases_the_whole_reservation() -> None:
+    s, _ = make(a=10)
+    s.submit("j", "a", 6, 0)
+    assert figures(s) == (10, 6, 4, 0)
+    s.cancel("j")
+    assert figures(s) == (10, 0, 10, 0)
+    assert s.job_state("j") == "cancelled"
+
+
+# -- caps across two accounts ---------------------------------------------------------------
+
+
+def test_accounts_at_their_cap_are_skipped_without_losing_their_place() -> None:
+    journal = MemoryJournal()
+    ticks = itertools.count(1)
+    s = Scheduler(journal, clock=lambda: next(ticks))
+    s.open_account("a", 100, max_running=1)
+    s.open_account("b", 100, max_running=2)
+    s.submit("a1", "a", 1, 9)
+    s.submit("a2", "a", 1, 9)
+    s.submit("b1", "b", 1, 5)
+    s.submit("a3", "a", 1, 9)
+    s.submit("b2", "b", 1, 5)
+    s.submit("b3", "b", 1, 1)
+
+    def next_id() -> str | None:
+        job = s.start_next()
+        return None if job is None else job.id
+
+    assert next_id() == "a1"
+    assert next_id() == "b1"  # a is at its cap: a2 and a3 wait
+    assert next_id() == "b2"
+    head = journal.head()
+    assert next_id() is None  # a at 1 of 1, b at 2 of 2
+    assert journal.head() == head
+    assert s.accounts["a"].running == 1 and s.accounts["b"].running == 2
+    s.complete("a1", success=True)
+    assert next_id() == "a2"  # a's place kept: before b3 and in submit order
+    s.complete("b1", success=True)
+    assert next_id() == "b3"  # a is at its cap again
+    s.complete("a2", success=True)
+    assert next_id() == "a3"
+    assert next_id() is None
+    assert_invariants(s.ledger(), scheduler_only=True)
+
+
+def test_equal_priority_across_accounts_is_oldest_first_after_a_cap_frees() -> None:
+    s, _ = make()
+    s.open_account("a", 10, max_running=1)
+    s.open_account("b", 10)
+    s.submit("a1", "a", 1, 1)
+    s.submit("a2", "a", 1, 1)  # older than b1
+    s.submit("b1", "b", 1, 1)
+    assert [s.start_next().id, s.start_next().id] == ["a1", "b1"]  # type: ignore[union-attr]
+    s.submit("b2", "b", 1, 1)  # younger than a2
+    s.complete("a1", success=False)
+    assert [s.start_next().id, s.start_next().id] == ["a2", "b2"]  # type: ignore[union-attr]
+
+
+def test_cancelled_head_does_not_block_its_account() -> None:
+    s, _ = make()
+    s.open_account("a", 10, max_running=1)
+    s.submit("a1", "a", 1, 5)
+    s.submit("a2", "a", 1, 4)
+    s.cancel("a1")
+    job = s.start_next()
+    assert job is not None and job.id == "a2"
+
+
+# -- errors: raise, append nothing, change no figure ---------------------------------------
+
+
+def scenario() -> tuple[Scheduler, MemoryJournal]:
+    """Account a (balance 100): pending p, running r, succeeded s, failed f, cancelled c,
+    rejected x; account b (balance 5) with nothing; account 'c' used only by a consume."""
+    s, journal = make(a=100, b=5)
+    for job, prio in [("s", 9), ("f", 8), ("r", 7), ("p", 1), ("c", 0)]:
+        assert s.submit(job, "a", 10, prio)
+    assert not s.submit("x", "a", 1000, 0)
+    for _ in range(3):
+        s.start_next()
+    s.complete("s", success=True)
+    s.complete("f", success=False, refund_fraction=0.5)
+    s.cancel("c")
+    from projections import GPUCreditTracker
+
+    GPUCreditTracker(journal, account="consumer").consume(5, 10**6)
+    return s, journal
+
+
+def state(s: Scheduler, journal: MemoryJournal) -> tuple[Any, ...]:
+    return (
+        journal.head(),
+        s.state_digest(),
+        figures(s, "a"),
+        figures(s, "b"),
+        {j: s.job_state(j) for j in "sfrpcx"},
+    )
+
+
+def test_scenario_figures() -> None:
+    s, _ = scenario()
+    assert {j: s.job_state(j) for j in "sfrpcx"} == {
+        "s": "succeeded", "f": "failed", "r": "running", "p": "pending",
+        "c": "cancelled", "x": "rejected",
+    }
+    assert figures(s, "a") == (100 - 10 - 5, 20, 65, 1)
+    assert sorted(s.accounts) == ["a", "b"]
+    assert_invariants(s.ledger(), scheduler_only=True)
+
+
+ERRORS: list[tuple[str, type[Exception], Callable[[Scheduler], object]]] = [
+    ("duplicate pending", DuplicateJob, lambda s: s.submit("p", "a", 1, 0)),
+    ("duplicate running", DuplicateJob, lambda s: s.submit("r", "a", 1, 0)),
+    ("duplicate succeeded", DuplicateJob, lambda s: s.submit("s", "b", 1, 0)),
+    ("duplicate failed", DuplicateJob, lambda s: s.submit("f", "a", 1, 0)),
+    ("duplicate cancelled", DuplicateJob, lambda s: s.submit("c", "a", 1, 0)),
+    ("duplicate rejected", DuplicateJob, lambda s: s.submit("x", "a", 1, 0)),
+    ("negative cost", ValueError, lambda s: s.submit("new", "a", -1, 0)),
+    ("cost 1.5", ValueError, lambda s: s.submit("new", "a", 1.5, 0)),  # type: ignore[arg-type]
+    ("cost True", ValueError, lambda s: s.submit("new", "a", True, 0)),
+    ("cost '3'", ValueError, lambda s: s.submit("new", "a", "3", 0)),  # type: ignore[arg-type]
+    ("priority 1.5", ValueError, lambda s: s.submit("new", "a", 1, 1.5)),  # type: ignore[arg-type]
+    ("unknown account", KeyError, lambda s: s.submit("new", "zz", 1, 0)),
+    ("consume-only account", KeyError, lambda s: s.submit("new", "consumer", 0, 0)),
+    ("cancel running", ValueError, lambda s: s.cancel("r")),
+    ("cancel succeeded", ValueError, lambda s: s.cancel("s")),
+    ("cancel failed", ValueError, lambda s: s.cancel("f")),
+    ("cancel rejected", ValueError, lambda s: s.cancel("x")),
+    ("cancel unknown", KeyError, lambda s: s.cancel("nope")),
+    ("complete pending", ValueError, lambda s: s.complete("p", True)),
+    ("complete succeeded", ValueError, lambda s: s.complete("s", True)),
+    ("complete failed", ValueError, lambda s: s.complete("f", False)),
+    ("complete cancelled", ValueError, lambda s: s.complete("c", True)),
+    ("complete rejected", ValueError, lambda s: s.complete("x", False)),
+    ("complete unknown", KeyError, lambda s: s.complete("nope", True)),
+    ("refund -0.1", ValueError, lambda s: s.complete("r", False, refund_fraction=-0.1)),
+    ("refund 1.1", ValueError, lambda s: s.complete("r", False, refund_fraction=1.1)),
+    ("refund 2", ValueError, lambda s: s.complete("r", False, refund_fraction=2)),
+    ("refund nan", ValueError, lambda s: s.complete("r", False, refund_fraction=math.nan)),
+    ("refund inf", ValueError, lambda s: s.complete("r", False, refund_fraction=math.inf)),
+    ("refund True", ValueError, lambda s: s.complete("r", False, refund_fraction=True)),
+    ("refund '0.5'", ValueError,
+     lambda s: s.complete("r", False, refund_fraction="0.5")),  # type: ignore[arg-type]
+    ("refund 1.1 on success", ValueError,
+     lambda s: s.complete("r", True, refund_fraction=1.1)),
+    ("success 1", ValueError, lambda s: s.complete("r", 1)),  # type: ignore[arg-type]
+    ("open twice", AccountExists, lambda s: s.open_account("a", 5)),
+    ("open negative", ValueError, lambda s: s.open_account("new", -5)),
+    ("open max_running 0", ValueError, lambda s: s.open_account("new", 5, max_running=0)),
+]
+
+
+@pytest.mark.parametrize(
+    ("error", "call"), [(e, c) for _, e, c in ERRORS], ids=[n for n, _, _ in ERRORS]
+)
+def test_error_raises_appends_nothing_and_changes_no_figure(
+    error: type[Exception], call: Callable[[Scheduler], object]
+) -> None:
+    s, journal = scenario()
+    before = state(s, journal)
+    with pytest.raises(error) as raised:
+        call(s)
+    assert isinstance(raised.value, LedgerError | ValueError)
+    assert state(s, journal) == before
+    # A replay agrees: nothing half-written.
+    assert Scheduler(journal).state_digest() == before[1]
+
+
+def test_error_classes_are_what_the_contract_promises() -> None:
+    assert issubclass(DuplicateJob, ValueError)
+    assert issubclass(InvalidTransition, ValueError)
+    assert issubclass(AccountExists, ValueError)
+    assert issubclass(UnknownAccount, KeyError)
+    assert issubclass(UnknownJob, KeyError)
+
+
+def test_cancelling_an_already_cancelled_job_is_a_no_op() -> None:
+    s, journal = scenario()
+    before = state(s, journal)
+    s.cancel("c")
+    s.cancel("c")
+    assert state(s, journal) == before
+
+
+def test_accounts_is_a_read_only_view() -> None:
+    s, _ = make(a=10)
+    view = s.accounts["a"]
+    with pytest.raises(AttributeError):
+        view.balance = 99  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        s.accounts["a"] = view  # type: ignore[index]
+    with pytest.raises(KeyError):
+        s.accounts["zz"]
+    assert "a" in s.accounts and "zz" not in s.accounts
+    assert s.accounts["a"].balance == 10
+
+
+def test_open_account_after_a_grant_adds_the_balance_and_the_cap() -> None:
+    from projections import GPUCreditTracker
+
+    s, journal = make()
+    GPUCreditTracker(journal, account="a").grant(5, 0, 10**9)
+    s.open_account("a", 10, max_running=1)
+    assert figures(s) == (15, 0, 15, 0)
+    assert s.accounts["a"].max_running == 1
+    with pytest.raises(AccountExists):
+        s.open_account("a", 1)
