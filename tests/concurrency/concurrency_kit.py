@@ -12,6 +12,7 @@ It compares each answer with the fold's outcome and with what the worker was tol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from typing import Any
 from eventstore import Journal, JournalLike
 from projections import GPUCreditTracker, LedgerError, Scheduler
 from projections.projector import fold
+from projections.replay import fold_canonical
 from projections.session import decision
 
 ACCOUNTS = ("acct-a", "acct-b", "acct-c", "acct-d", "acct-e")
@@ -133,8 +135,8 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
                     job = other_job()
                 success = rng.random() < 0.7
                 refund = rng.choice((1.0, 0.5, 0.0))
-                _decide(scheduler, eid,
-                        lambda: scheduler.complete(job, success, refund_fraction=refund))
+                _decide(scheduler, eid, scheduler.complete, job, success,
+                        refund_fraction=refund)
                 told.completes[eid] = job
             elif r < 0.82:
                 if mine_pending and rng.random() < 0.8:
@@ -142,20 +144,18 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
                 else:
                     job = other_job()
                 if scheduler.job_state(job) == "pending":
-                    _decide(scheduler, eid, lambda: scheduler.cancel(job))
+                    _decide(scheduler, eid, scheduler.cancel, job)
                     told.cancels[eid] = job
                 else:
                     refused["not pending"] = refused.get("not pending", 0) + 1
             elif r < 0.95:
                 tracker = trackers[rng.choice(ACCOUNTS)]
                 amount = rng.randint(1, 12)
-                debt = _decide(tracker, eid, lambda: tracker.consume(amount, clock()),
-                               live=True)
+                debt = _decide(tracker, eid, tracker.consume, amount, clock(), live=True)
                 told.consumes[eid] = debt
                 if rng.random() < 0.05:
                     retries += 1
-                    again = _decide(tracker, eid, lambda: tracker.consume(amount, clock()),
-                                    live=True)
+                    again = _decide(tracker, eid, tracker.consume, amount, clock(), live=True)
                     if again != debt:
                         mismatches += 1
                         problems.append(f"{eid}: retried consume said {again}, not {debt}")
@@ -163,7 +163,7 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
                 tracker = trackers[rng.choice(ACCOUNTS)]
                 amount = rng.randint(20, 70)
                 now = clock()
-                _decide(tracker, eid, lambda: tracker.grant(amount, now, now + FAR), live=True)
+                _decide(tracker, eid, tracker.grant, amount, now, now + FAR, live=True)
         except LedgerError as exc:
             # Refused commands (a job someone else started, completed, cancelled): fine,
             # as long as nothing was appended (the journal checks prove it).
@@ -187,10 +187,11 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
     journal.close()
 
 
-def _decide(facade: object, event_id: str, call: Callable[[], Any], *,
-            live: bool = False) -> Any:
+def _decide(facade: object, event_id: str, call: Callable[..., Any], *args: Any,
+            live: bool = False, **kwargs: Any) -> Any:
+    """call(*args, **kwargs) as a decision recorded under `event_id`."""
     with decision(facade, event_id=event_id, live=live):
-        return call()
+        return call(*args, **kwargs)
 
 
 # -- killed workers ------------------------------------------------------------------
@@ -297,7 +298,7 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
     def bad(rec: Any, why: str) -> None:
         problems.append(f"position {rec.position} ({rec.type} {rec.id}): {why}")
 
-    for rec, outcome, ledger in fold(journal.read(order="canonical")):
+    for rec, outcome, _ledger in fold(journal.read(order="canonical")):
         p = rec.payload
         if outcome.anomaly:
             bad(rec, f"the fold found an anomaly: {outcome.reason}")
@@ -393,11 +394,7 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
 
 def fold_state(journal: JournalLike) -> dict[str, tuple[int, int, int]]:
     """(balance, reserved, running) of every account, from a straight canonical fold."""
-    ledger = None
-    for _rec, _outcome, ledger in fold(journal.read(order="canonical")):
-        pass
-    if ledger is None:
-        return {}
+    ledger = fold_canonical(journal)
     return {name: (a.balance, a.reserved, a.running) for name, a in ledger.accounts.items()}
 
 
@@ -491,8 +488,6 @@ def _chunks(sock: socket.socket) -> Iterator[bytes]:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
