@@ -17,7 +17,7 @@ def _clock(start: int = 1_000) -> tuple[list[int], Scheduler]:
 
 
 def test_fair_share_prefers_the_account_with_least_decayed_usage_per_share() -> None:
-    now, s = _clock()
+    _now, s = _clock()
     # a has twice b's share. Usage: a is charged 300, b 100, c (no share) 500.
     s.open_account("a", 10_000, share=2)
     s.open_account("b", 10_000, share=1)
