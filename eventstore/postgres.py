@@ -79,13 +79,32 @@ class PostgresBackend(Backend):
 
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock."""
-        for k in sorted({lock_key(key) for key in locks}):
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
+        for k, key in sorted({lock_key(key): key for key in locks}.items()):
+            with self._naming(f"the lock on key {key!r}"):
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
 
     def lock_head(self, conn: Connection) -> Head:
         """SELECT the head row FOR UPDATE: appends queue here until the holder commits."""
-        row = conn.execute(head_query().with_for_update()).one()
+        with self._naming("the journal head row (every append queues there)"):
+            row = conn.execute(head_query().with_for_update()).one()
         return Head(row[0], row[1])
+
+    @contextmanager
+    def _naming(self, lock: str) -> Iterator[None]:
+        """A lock wait that times out says which lock it was."""
+        try:
+            yield
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
+                raise self._lock_timeout(lock) from exc
+            raise
+
+    def _lock_timeout(self, lock: str) -> LockTimeout:
+        return LockTimeout(
+            f"PostgreSQL {self.describe()}: {lock} was not granted within "
+            f"{self.lock_timeout:g} s (the lock_timeout): another transaction holds it; "
+            "retry, or look for a long transaction in pg_stat_activity"
+        )
 
     def insert_events(self, conn: Connection, rows: Sequence[EventRow]) -> None:
         """COPY for a large batch (several times faster than INSERT), else executemany.
@@ -110,16 +129,20 @@ class PostgresBackend(Backend):
         orig = exc.orig
         state = getattr(orig, "sqlstate", None)
         if state in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
-            return LockTimeout(
-                f"PostgreSQL {self.describe()}: a journal lock was not granted within "
-                f"{self.lock_timeout:g} s (the lock_timeout): another transaction holds it; "
-                "retry, or look for a long transaction in pg_stat_activity"
-            )
+            return self._lock_timeout("a journal lock")
         if exc.connection_invalidated or (
             isinstance(orig, psycopg.OperationalError) and state is None
         ):
             u = make_url(self.url)
             first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+            if exc.connection_invalidated:
+                # An established connection died (server restart, pg_terminate_backend,
+                # network): a COMMIT in flight may or may not have happened.
+                return ConnectionProblem(
+                    f"lost the connection to PostgreSQL at {u.host or 'localhost'}:"
+                    f"{u.port or 5432} during a transaction ({first}); it may or may not "
+                    "have committed: retry with the same event ids (appends are idempotent)"
+                )
             return ConnectionProblem(
                 f"cannot reach PostgreSQL at {u.host or 'localhost'}:{u.port or 5432} "
                 f"(database {u.database!r}, user {u.username!r}): {first}; check that the "
