@@ -287,18 +287,18 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
     if positions != list(range(1, len(positions) + 1)):
         problems.append(f"positions are not 1..{len(positions)}")
     # Live decisions: on each account, later decisions never take an earlier time.
-    for rec in by_position:
-        account = rec.stream
-        last = seen_time.get(account)
-        if last is not None and rec.time < last[0]:
-            problems.append(f"{rec.id} at position {rec.position} on {account} has time "
-                            f"{rec.time}, before position {last[1]} at {last[0]}")
-        seen_time[account] = (rec.time, rec.position)
+    for r in by_position:
+        last = seen_time.get(r.stream)
+        if last is not None and r.time < last[0]:
+            problems.append(f"{r.id} at position {r.position} on {r.stream} has time "
+                            f"{r.time}, before position {last[1]} at {last[0]}")
+        seen_time[r.stream] = (r.time, r.position)
 
     def bad(rec: Any, why: str) -> None:
         problems.append(f"position {rec.position} ({rec.type} {rec.id}): {why}")
 
-    for rec, outcome, _ledger in fold(journal.read(order="canonical")):
+    for event, outcome, _ledger in fold(journal.read(order="canonical")):
+        rec = event
         p = rec.payload
         if outcome.anomaly:
             bad(rec, f"the fold found an anomaly: {outcome.reason}")

@@ -68,11 +68,10 @@ def test_backend_killed_after_the_append_was_sent_then_retry_appends_once(
 ) -> None:
     journal = Journal(pg_fresh_url)
     event = NewEvent("req-1", "acct", "consume", 5, {"account": "acct", "amount": 3})
-    with pytest.raises(ConnectionProblem) as err:
-        with journal.transaction(["acct"]) as tx:
-            tx.append([event])
-            assert _terminate_advisory_holder(pg_fresh_url) == 1
-            time.sleep(0.2)
+    with pytest.raises(ConnectionProblem) as err, journal.transaction(["acct"]) as tx:
+        tx.append([event])
+        assert _terminate_advisory_holder(pg_fresh_url) == 1
+        time.sleep(0.2)
     assert "lost" in _one_line(err.value)
     assert journal.get("req-1") is None  # the transaction died with its backend
     (first,) = journal.append([event])  # the retry, on a fresh connection

@@ -1,0 +1,200 @@
+"""Who waits for whom, and the one-line errors a user can act on.
+
+- Decisions on one account take turns: of eight simultaneous submits that each need
+  all the credits, exactly one is accepted.
+- On PostgreSQL, a decision held open on one account does not delay decisions on
+  another; a decision that needs the held account waits `lock_timeout`, then says which
+  lock it could not have and for how long. `start_next` needs every account.
+- A caller whose lock list came from a stale view (`complete` of a job this process
+  has not seen yet) still decides under the account's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from eventstore import ConnectionProblem, Journal, LockTimeout, NewEvent, SchemaError
+from projections import InvalidTransition, Scheduler
+from projections.replay import replay
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert text and "\n" not in text, f"not one line: {text!r}"
+    return text
+
+
+@contextmanager
+def held_decision(url: str, call: Callable[[Scheduler], object],
+                  setup: Callable[[Scheduler], object] | None = None) -> Iterator[Scheduler]:
+    """Run `call` on its own Scheduler in a thread and hold it inside its decision
+    (its clock blocks), with the decision's locks taken, until the block ends."""
+    arm, inside, release = threading.Event(), threading.Event(), threading.Event()
+
+    def clock() -> int:
+        if arm.is_set():
+            inside.set()
+            release.wait(60)
+        return 1000
+
+    scheduler = Scheduler(Journal(url, lock_timeout=30), clock=clock)
+    if setup is not None:
+        setup(scheduler)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call(scheduler)
+        except BaseException as exc:
+            errors.append(exc)
+
+    arm.set()
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert inside.wait(30), "the held decision never started"
+    try:
+        yield scheduler
+    finally:
+        arm.clear()
+        release.set()
+        thread.join(30)
+    assert not errors, errors
+
+
+def test_one_account_decisions_take_turns(shared_url: str) -> None:
+    Scheduler(shared_url).open_account("team", 10)
+    schedulers = [Scheduler(Journal(shared_url, lock_timeout=30)) for _ in range(8)]
+    barrier = threading.Barrier(len(schedulers))
+    answers: list[bool] = []
+
+    def submit(i: int) -> None:
+        barrier.wait()
+        answers.append(schedulers[i].submit(f"job-{i}", "team", 10, 0))
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(schedulers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(answers) == [False] * 7 + [True]
+    with Journal(shared_url) as journal:
+        report = replay(journal)
+        assert report.ledger.accounts["team"].reserved == 10
+        assert report.revisions == [] and report.anomalies == []
+
+
+@pytest.mark.postgres
+def test_accounts_do_not_wait_for_each_other(pg_fresh_url: str) -> None:
+    setup = Scheduler(pg_fresh_url)
+    for name in ("a", "b"):
+        setup.open_account(name, 100)
+    other = Scheduler(Journal(pg_fresh_url, lock_timeout=0.5), clock=lambda: 1000)
+    with held_decision(pg_fresh_url, lambda s: s.submit("held", "a", 5, 0)):
+        began = time.monotonic()
+        assert other.submit("free", "b", 5, 0) is True
+        assert time.monotonic() - began < 0.5, "account b waited for account a"
+        with pytest.raises(LockTimeout) as err:
+            other.submit("blocked", "a", 5, 0)
+        message = _one_line(err.value)
+        assert "the lock on key 'a'" in message and "0.5 s" in message
+        # start_next considers every account, so it needs a's lock too.
+        with pytest.raises(LockTimeout, match="'a'"):
+            other.start_next()
+    # Released: the held decision committed, and a's decisions go through again.
+    assert other.submit("after", "a", 5, 0) is True
+    assert other.ledger().jobs["held"].state == "pending"
+
+
+def test_sqlite_lock_timeout_is_one_clear_line(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/one-writer.db"
+    Scheduler(url).open_account("a", 100)
+    other = Scheduler(Journal(url, lock_timeout=0.3))
+    with held_decision(url, lambda s: s.submit("held", "a", 5, 0)):
+        with pytest.raises(LockTimeout) as err:
+            other.submit("blocked", "a", 5, 0)
+        message = _one_line(err.value)
+        assert "0.3 s" in message and "SQLite" in message
+
+
+@pytest.mark.postgres
+def test_stale_lock_list_still_decides_under_the_account_lock(pg_fresh_url: str) -> None:
+    # `stale` opened before the job existed: Scheduler.complete computes its locks from
+    # that view (no lock at all), so the session must take the account's lock itself.
+    stale = Scheduler(pg_fresh_url, clock=lambda: 1000)
+    fresh = Scheduler(pg_fresh_url, clock=lambda: 1000)
+    fresh.open_account("team", 100)
+    fresh.submit("job", "team", 10, 0)
+    assert fresh.start_next() is not None
+
+    def setup(s: Scheduler) -> None:
+        s.ledger()  # catch up: it knows the job is running
+
+    errors: list[BaseException] = []
+    with held_decision(pg_fresh_url, lambda s: s.complete("job", True), setup):
+        # The held decision saw the job running and is about to complete it.
+        def complete_too() -> None:
+            try:
+                stale.complete("job", True)
+            except InvalidTransition as exc:
+                errors.append(exc)
+
+        racer = threading.Thread(target=complete_too)
+        racer.start()
+        racer.join(1.0)
+        assert racer.is_alive(), "the stale caller did not wait for the account's lock"
+    racer.join(30)
+    assert len(errors) == 1, "the job was completed twice"
+    with Journal(pg_fresh_url) as journal:
+        completes = [e for e in journal.read(order="position") if e.type == "complete"]
+        assert len(completes) == 1
+        assert replay(journal).anomalies == []
+
+
+def test_cannot_connect_is_one_line_naming_host_and_port() -> None:
+    with pytest.raises(ConnectionProblem) as err:
+        Scheduler("postgresql+psycopg://gpu@127.0.0.1:1/ledger")
+    message = _one_line(err.value)
+    assert "127.0.0.1:1" in message and "'ledger'" in message
+
+
+def test_missing_database_folder_is_one_line(tmp_path: object) -> None:
+    with pytest.raises(ConnectionProblem) as err:
+        Scheduler(f"sqlite:///{tmp_path}/no/such/folder/ledger.db")
+    assert "folder" in _one_line(err.value)
+
+
+@pytest.mark.postgres
+def test_schema_not_upgraded_says_what_to_run(pg_fresh_url: str) -> None:
+    with pytest.raises(SchemaError) as err:
+        Scheduler(Journal(pg_fresh_url, upgrade=False))
+    assert "gpu-credits db upgrade" in _one_line(err.value)
+
+
+@pytest.mark.postgres
+def test_recorded_at_never_goes_back_when_appends_queue(pg_fresh_url: str) -> None:
+    """A writer whose clock lags, queued behind another on the head row, still records
+    no earlier than the event before it (position_at() relies on it)."""
+    ahead, behind = Journal(pg_fresh_url), Journal(pg_fresh_url)
+    behind._clock = lambda: 1  # a machine whose clock is far behind
+    done = threading.Event()
+
+    def queued_append() -> None:
+        behind.append([NewEvent("late-clock", "s", "t", 0, {})])
+        done.set()
+
+    with ahead.transaction() as tx:
+        tx.append([NewEvent("first", "s", "t", 0, {})])
+        waiter = threading.Thread(target=queued_append)
+        waiter.start()
+        time.sleep(0.3)  # the waiter is now queued on the head row
+        assert not done.is_set()
+    waiter.join(30)
+    first, second = list(ahead.read(order="position"))
+    assert second.recorded_at >= first.recorded_at
+    ahead.close()
+    behind.close()

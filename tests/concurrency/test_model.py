@@ -1,0 +1,69 @@
+"""The stress test's checker must itself catch what it is there to catch."""
+
+from __future__ import annotations
+
+from concurrency_kit import check_linearizable
+
+from eventstore import MemoryJournal, NewEvent
+
+
+def _journal(*events: tuple[str, str, str, int, dict[str, object]]) -> MemoryJournal:
+    journal = MemoryJournal()
+    journal.append([NewEvent(*e) for e in events])
+    return journal
+
+
+OPEN = [
+    ("o1", "a", "account", 0, {"account": "a", "max_running": 1}),
+    ("g1", "a", "grant", 0, {"account": "a", "amount": 10}),
+]
+
+
+def test_a_clean_journal_passes() -> None:
+    journal = _journal(*OPEN,
+                       ("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 10,
+                                                 "priority": 0}),
+                       ("s2", "a", "submit", 2, {"account": "a", "job": "j2", "cost": 1,
+                                                 "priority": 0}),
+                       ("t1", "a", "start", 3, {"job": "j1"}),
+                       ("c1", "a", "complete", 4, {"job": "j1", "success": True}))
+    told = {"submits": {"j1": True, "j2": False}, "consumes": {}, "starts": {"t1": "j1"}}
+    assert check_linearizable(journal, [told]) == []
+
+
+def test_a_worker_told_otherwise_is_caught() -> None:
+    journal = _journal(*OPEN, ("s1", "a", "submit", 1,
+                               {"account": "a", "job": "j1", "cost": 11, "priority": 0}))
+    told = {"submits": {"j1": True}, "consumes": {}, "starts": {}}
+    (problem,) = check_linearizable(journal, [told])
+    assert "told accepted=True" in problem
+
+
+def test_a_start_out_of_priority_order_is_caught() -> None:
+    journal = _journal(*OPEN,
+                       ("s1", "a", "submit", 1, {"account": "a", "job": "low", "cost": 1,
+                                                 "priority": 0}),
+                       ("s2", "a", "submit", 2, {"account": "a", "job": "high", "cost": 1,
+                                                 "priority": 5}),
+                       ("t1", "a", "start", 3, {"job": "low"}))
+    (problem,) = check_linearizable(journal)
+    assert "had to pick high" in problem
+
+
+def test_a_decision_placed_before_an_earlier_one_is_caught() -> None:
+    journal = _journal(*OPEN,
+                       ("x1", "a", "consume", 5, {"account": "a", "amount": 1}),
+                       ("x2", "a", "consume", 4, {"account": "a", "amount": 1}))
+    problems = check_linearizable(journal)
+    assert any("before position 3" in p for p in problems)
+
+
+def test_a_double_completion_is_caught() -> None:
+    journal = _journal(*OPEN,
+                       ("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 1,
+                                                 "priority": 0}),
+                       ("t1", "a", "start", 2, {"job": "j1"}),
+                       ("c1", "a", "complete", 3, {"job": "j1", "success": True}),
+                       ("c2", "a", "complete", 4, {"job": "j1", "success": True}))
+    problems = check_linearizable(journal)
+    assert any("anomaly" in p for p in problems) and any("is done" in p for p in problems)
