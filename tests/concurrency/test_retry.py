@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,10 +112,9 @@ def test_facade_retries_after_a_lost_commit_answer_get_the_original_outcome(
     tracker = GPUCreditTracker(url, account="team")
     scheduler.open_account("team", 30, max_running=1)
 
-    def lose_the_answer(facade: object, event_id: str, call: object, *args: object,
-                        live: bool = False) -> object:
+    def lose_the_answer(facade: object, event_id: str, call: Callable[..., Any],
+                        *args: object, live: bool = False) -> Any:
         # First attempt: committed, answer lost. Retry: the original answer.
-        assert callable(call)
         proxy.armed.set()
         with pytest.raises(ConnectionProblem), decision(facade, event_id=event_id, live=live):
             call(*args)
