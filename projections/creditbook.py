@@ -276,10 +276,11 @@ class CreditBook:
 
         Returns (grants that paid the charge, credits that expired on release).
         """
-        hold = self.holds.pop(ref)
+        hold = self.holds[ref]
         total = hold.amount
         if not 0 <= charge <= total:
             raise ValueError(f"hold {ref!r}: charge {charge} outside [0, {total}]")
+        del self.holds[ref]
         self.held -= total
         charged: list[tuple[Batch, int]] = []
         released: list[tuple[Batch, int]] = []

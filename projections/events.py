@@ -262,6 +262,15 @@ def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
     if event_type not in _FIELDS:
         raise ValueError(f"unknown event type {event_type!r}; expected one of {EVENT_TYPES}")
     cls, required, optional = _FIELDS[event_type]
+    if isinstance(payload, dict):
+        # Fast path for replay: a canonical payload is exactly the constructor's keywords
+        # (validation still runs in __post_init__). Anything else takes the slow path,
+        # which names what is wrong.
+        try:
+            fast: DomainEvent = cls(**payload)
+            return fast
+        except TypeError:
+            pass
     missing = [name for name in required if name not in payload]
     if missing:
         raise ValueError(f"{event_type} event is missing {', '.join(missing)}")

@@ -182,19 +182,9 @@ class Ledger:
         return outcome
 
     def _dispatch(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
-        if isinstance(event, CreditsGranted):
-            return self._grant(position, event_id, time, event)
-        if isinstance(event, CreditsConsumed):
-            return self._consume(position, event_id, time, event)
-        if isinstance(event, JobSubmitted):
-            return self._submit(position, event_id, time, event)
-        if isinstance(event, JobStarted):
-            return self._start(position, event_id, time, event)
-        if isinstance(event, JobCompleted):
-            return self._complete(position, event_id, time, event)
-        if isinstance(event, JobCancelled):
-            return self._cancel(position, event_id, time, event)
-        return self._open(position, event_id, time, event)
+        handler: Any = _HANDLERS[type(event)]
+        outcome: Outcome = handler(self, position, event_id, time, event)
+        return outcome
 
     def _account(self, name: str) -> AccountState:
         account = self.accounts.get(name)
@@ -482,3 +472,14 @@ class Ledger:
         data = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False)
         return hashlib.sha256(data.encode()).hexdigest()
+
+
+_HANDLERS: dict[type[Any], Any] = {
+    AccountOpened: Ledger._open,
+    CreditsGranted: Ledger._grant,
+    CreditsConsumed: Ledger._consume,
+    JobSubmitted: Ledger._submit,
+    JobStarted: Ledger._start,
+    JobCompleted: Ledger._complete,
+    JobCancelled: Ledger._cancel,
+}

@@ -64,19 +64,21 @@ class Projector:
         self._snap_keys: list[tuple[int, int]] = []
         self._snap_states: list[bytes] = []
         self._since_snapshot = 0
+        self._next_snapshot = min_snapshot_every
 
     # -- snapshots ---------------------------------------------------------------------
 
     def _interval(self, ledger: Ledger) -> int:
         # Pickling costs in proportion to the state; spacing snapshots in proportion to it
         # keeps their amortised cost per event constant.
-        return max(self._min_every, 2 * (len(ledger.jobs) + len(ledger.accounts)))
+        return max(self._min_every, 8 * (len(ledger.jobs) + len(ledger.accounts)))
 
     def _maybe_snapshot(self, ledger: Ledger) -> None:
         self._since_snapshot += 1
-        if self._since_snapshot < self._interval(ledger):
+        if self._since_snapshot < self._next_snapshot:
             return
         self._since_snapshot = 0
+        self._next_snapshot = self._interval(ledger)
         self._snap_keys.append(ledger.last)
         self._snap_states.append(pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL))
         if len(self._snap_keys) > self._max_snapshots:
