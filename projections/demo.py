@@ -240,7 +240,7 @@ def simulate(seed: int) -> DemoPlan:
     for d in range(DAYS):
         month.day(d)
     recorded = list(month.journal.read(order="position"))
-    events = [NewEvent(f"demo{seed}-{r.position:05d}", r.stream, r.type, r.time, dict(r.payload))
+    events = [NewEvent(event_id(seed, r.position), r.stream, r.type, r.time, dict(r.payload))
               for r in recorded]
     plan = DemoPlan(seed, late=month.late)
     begin = 0
@@ -256,6 +256,11 @@ def simulate(seed: int) -> DemoPlan:
     return plan
 
 
+def event_id(seed: int, n: int) -> str:
+    """The id of the n-th event (from 1) of the month for `seed`."""
+    return f"demo{seed}-{n:05d}"
+
+
 def write_demo(journal: JournalLike, seed: int = 42, *,
                progress: Progress | None = None) -> DemoRun:
     """Simulate the month for `seed` and append it, one batch per simulated day.
@@ -264,15 +269,14 @@ def write_demo(journal: JournalLike, seed: int = 42, *,
     database holding other events is refused (DemoRefused), so a demo never mixes with
     real data or with another seed's month.
     """
-    plan = simulate(seed)
-    first = plan.batches[0][0]
     head = journal.head()
-    if head and journal.get(first.id) is None:
+    if head and journal.get(event_id(seed, 1)) is None:
         raise DemoRefused(
             f"the database already holds {head} events that are not the demo for seed {seed}; "
             "the demo writes into an empty database (or one holding the same seed's demo): "
             "use another --db, e.g. --db sqlite:///demo.db"
         )
+    plan = simulate(seed)
     appended = sent = 0
     for i, batch in enumerate(plan.batches, start=1):
         before = journal.head()

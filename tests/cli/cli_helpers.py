@@ -31,7 +31,7 @@ SMALL = """\
 
 # Recorded after SMALL, placed before its consume at t=3: a late grant.
 LATE = """\
-{"type": "grant", "account": "a", "amount": 30, "time": 1, "expiry": 4, "id": "late-grant"}
+{"type": "grant", "account": "a", "amount": 40, "time": 1, "expiry": 4, "id": "late-grant"}
 """
 
 Run = Callable[..., Result]

@@ -1,0 +1,208 @@
+"""import and export: validation before anything is appended, idempotence, round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import LATE, SMALL, Run, as_json, error_lines, lines_of
+from typer.testing import CliRunner
+
+from eventstore import Journal
+from tools.cli import app
+
+CONTRACT_EXAMPLE = """\
+{"type": "grant",    "account": "a", "amount": 100, "time": 0, "expiry": 10, "pool": "h100"}
+{"type": "consume",  "account": "a", "amount": 70,  "time": 3, "pool": "h100"}
+{"type": "account",  "account": "a", "max_running": 2}
+{"type": "submit",   "account": "a", "job": "j1", "cost": 8, "priority": 1, "time": 4}
+{"type": "start",    "job": "j1", "time": 5}
+{"type": "complete", "job": "j1", "success": true, "time": 9, "refund_fraction": 0.5}
+{"type": "cancel",   "job": "j2", "time": 6}
+"""
+
+
+def _head(db: str) -> int:
+    journal = Journal(db)
+    try:
+        return journal.head()
+    finally:
+        journal.close()
+
+
+def _digest(run: Run) -> str:
+    digest = as_json(run("replay", "--json"))["digest"]  # type: ignore[index]
+    assert isinstance(digest, str)
+    return digest
+
+
+def test_the_contract_example_imports(run: Run, tmp_path: Path, db: str) -> None:
+    path = tmp_path / "example.jsonl"
+    path.write_text(CONTRACT_EXAMPLE)
+    result = run("import", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert "appended 7 events, 0 already present" in result.stdout
+    assert _head(db) == 7
+    journal = Journal(db)
+    try:
+        streams = {rec.payload.get("job"): rec.stream for rec in journal.read()
+                   if rec.type in ("start", "complete", "cancel")}
+        account = next(r for r in journal.read() if r.type == "account")
+    finally:
+        journal.close()
+    assert streams == {"j1": "a", "j2": "job:j2"}  # j2 was never submitted
+    assert account.time == -(2**62)  # no time: from the start of the timeline
+
+
+def test_reimporting_the_same_file_appends_nothing(run: Run, small: Path, db: str) -> None:
+    again = run("import", str(small))
+    assert again.exit_code == 0
+    assert "appended 0 events, 12 already present" in again.stdout
+    assert _head(db) == 12
+
+
+def test_a_changed_file_gets_other_ids(run: Run, small: Path, tmp_path: Path,
+                                       db: str) -> None:
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(SMALL + '{"type": "consume", "account": "b", "amount": 1, "time": 12}\n')
+    result = run("import", str(edited))
+    assert result.exit_code == 0
+    assert "appended 13 events" in result.stdout  # the content hash changed every id
+
+
+def test_every_bad_line_is_reported_and_nothing_is_appended(run: Run, small: Path,
+                                                            tmp_path: Path, db: str) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([
+        '{"type": "grant", "account": "a", "amount": 100, "time": 20}',
+        '{"type": "grant", "account": "a", "amount": true, "time": 20}',
+        '{"type": "consume", "account": "a", "amount": 70}',
+        "not json",
+        '{"type": "submit", "account": "a", "job": "j9", "cost": 8, "priority": 1, '
+        '"time": 20, "colour": "red"}',
+        '{"type": "complete", "job": "j1", "success": true, "time": 21, '
+        '"refund_fraction": 1.5}',
+        '{"type": "grant", "account": "a", "amount": 5, "time": 30, "expiry": 30}',
+        "[1, 2]",
+        '{"type": "explode", "time": 3}',
+        '{"type": "grant", "account": "a", "amount": -5, "time": 30}',
+        '{"type": "grant", "account": "", "amount": 5, "time": 30}',
+        '{"type": "grant", "account": "a", "amount": 5.0, "time": 30}',
+        '{"type": "grant", "account": "a", "amount": 5, "time": "noon"}',
+    ]) + "\n")
+    result = run("import", str(bad))
+    assert result.exit_code == 2
+    errors = error_lines(result)
+    assert [e.split(":")[1] for e in errors[:-1]] == [str(n) for n in range(2, 14)]
+    assert all(e.startswith(f"{bad}:") for e in errors[:-1])
+    assert "amount" in errors[0] and "missing time" in errors[1]
+    assert "not valid JSON" in errors[2] and "colour" in errors[3]
+    assert "refund_fraction" in errors[4] and "expiry" in errors[5]
+    assert errors[-1] == f"gpu-credits: error: 12 invalid line(s) in {bad}; nothing appended"
+    assert _head(db) == 12
+
+
+def test_an_id_recorded_with_other_content_is_a_bad_line(run: Run, small: Path,
+                                                         tmp_path: Path, db: str) -> None:
+    first = tmp_path / "first.jsonl"
+    first.write_text('{"type": "grant", "account": "a", "amount": 5, "time": 20, "id": "x"}\n')
+    assert run("import", str(first)).exit_code == 0
+    second = tmp_path / "second.jsonl"
+    second.write_text('{"type": "grant", "account": "b", "amount": 7, "time": 21}\n'
+                      '{"type": "grant", "account": "a", "amount": 6, "time": 20, "id": "x"}\n')
+    result = run("import", str(second))
+    assert result.exit_code == 2
+    assert error_lines(result)[0].startswith(f"{second}:2: id 'x' is already recorded")
+    assert _head(db) == 13
+
+
+def test_one_id_twice_in_a_file(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "twice.jsonl"
+    same = '{"type": "grant", "account": "a", "amount": 5, "time": 1, "id": "g"}\n'
+    path.write_text(same + same)
+    result = run("import", str(path))
+    assert result.exit_code == 0
+    assert "appended 1 events, 1 already present" in result.stdout
+    path.write_text(same + same.replace("5", "6"))
+    result = run("import", str(path))
+    assert result.exit_code == 2
+    assert error_lines(result)[0] == f"{path}:2: id 'g' is used on line 1 for another event"
+
+
+def test_import_from_stdin(run: Run) -> None:
+    result = run("import", "-", input=SMALL)
+    assert result.exit_code == 0, result.stderr
+    assert "<stdin>: appended 12 events" in result.stdout
+    assert "appended 0 events" in run("import", "-", input=SMALL).stdout
+
+
+def test_a_missing_file_is_one_line(run: Run, tmp_path: Path) -> None:
+    result = run("import", str(tmp_path / "nope.jsonl"))
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    assert "cannot read" in result.stderr
+
+
+def test_job_events_find_their_account_in_the_journal(run: Run, tmp_path: Path,
+                                                      db: str) -> None:
+    (tmp_path / "one.jsonl").write_text(
+        '{"type": "grant", "account": "a", "amount": 50, "time": 0}\n'
+        '{"type": "submit", "account": "a", "job": "j", "cost": 5, "priority": 0, "time": 1}\n')
+    (tmp_path / "two.jsonl").write_text('{"type": "start", "job": "j", "time": 2}\n')
+    assert run("import", str(tmp_path / "one.jsonl")).exit_code == 0
+    assert run("import", str(tmp_path / "two.jsonl")).exit_code == 0
+    journal = Journal(db)
+    try:
+        assert journal.stream_version("a") == 3
+    finally:
+        journal.close()
+
+
+def test_export_is_canonical_with_ids(run: Run, small: Path, tmp_path: Path) -> None:
+    late = tmp_path / "late.jsonl"
+    late.write_text(LATE)
+    assert run("import", str(late)).exit_code == 0
+    records = [json.loads(line) for line in lines_of(run("export").stdout)]
+    assert len(records) == 13
+    assert all("id" in r for r in records)
+    times = [r.get("time", -(2**62)) for r in records]
+    assert times == sorted(times)
+    # The two accounts (no time), the grant at t=0, then both grants at t=1 in arrival
+    # order: b's (line 6 of the first file) before the late one, recorded last.
+    ids = [r["id"] for r in records]
+    assert ids.index("late-grant") == 4
+    assert ids[3].endswith("-6")
+
+
+def test_export_round_trips_to_the_same_digest(run: Run, small: Path, tmp_path: Path) -> None:
+    late = tmp_path / "late.jsonl"
+    late.write_text(LATE)
+    assert run("import", str(late)).exit_code == 0
+    digest = _digest(run)
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / f"export.{fmt}"
+        result = run("export", "--format", fmt, "--out", str(out))
+        assert result.exit_code == 0, result.stderr
+        fresh = f"sqlite:///{tmp_path / f'fresh-{fmt}.db'}"
+        runner = CliRunner()
+        imported = runner.invoke(app, ["import", str(out), "--db", fresh])
+        assert imported.exit_code == 0, imported.stderr
+        assert "appended 13 events" in imported.stdout
+        replayed = as_json(runner.invoke(app, ["replay", "--json", "--db", fresh]))
+        assert replayed["digest"] == digest  # type: ignore[index]
+        # Importing the export into the database it came from appends nothing.
+        assert "appended 0 events" in run("import", str(out)).stdout
+
+
+def test_csv_import_needs_the_export_header(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "odd.csv"
+    path.write_text("id,type,colour\nx,grant,red\n")
+    result = run("import", str(path))
+    assert result.exit_code == 2
+    assert error_lines(result)[0].startswith(f"{path}:1: unknown column(s) 'colour'")
+    path.write_text("type,account,amount,time\ngrant,a,ten,1\n")
+    result = run("import", str(path))
+    assert error_lines(result)[0] == f"{path}:2: amount must be an integer, got 'ten'"
+    as_jsonl = tmp_path / "data.txt"
+    as_jsonl.write_text("type,account,amount,time\ngrant,a,10,1\n")
+    assert run("import", "--format", "csv", str(as_jsonl)).exit_code == 0

@@ -1,0 +1,265 @@
+"""balance, statement, explain, revisions, replay and verify on a small hand-made month."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import LATE, Run, as_json, db_path, error_lines, tamper
+
+
+def _late(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "late.jsonl"
+    path.write_text(LATE)
+    assert run("import", str(path)).exit_code == 0
+
+
+def _obj(value: object) -> dict[str, Any]:
+    assert isinstance(value, dict)
+    return value
+
+
+# -- balance -------------------------------------------------------------------------------
+
+
+def test_balance_json_has_the_contract_keys(run: Run, small: Path) -> None:
+    b = _obj(as_json(run("balance", "b", "--json")))
+    assert b == {"account": "b", "balance": -10, "available": -10, "reserved": 0,
+                 "debt": 10, "pools": {"general": -10}, "at": 11, "as_known_at": 12}
+
+
+def test_balance_at_an_event_time(run: Run, small: Path) -> None:
+    at5 = _obj(as_json(run("balance", "a", "--at", "5", "--json")))
+    assert (at5["balance"], at5["reserved"], at5["available"]) == (80, 8, 72)
+    assert sum(at5["pools"].values()) == at5["balance"]
+    at9 = _obj(as_json(run("balance", "a", "--at", "9", "--json")))
+    assert (at9["balance"], at9["reserved"], at9["pools"]["h100"]) == (76, 0, 76)
+    latest = _obj(as_json(run("balance", "a", "--json")))
+    assert latest["balance"] == 0  # the h100 grant expired at t=10
+
+
+def test_balance_as_known_at_a_position(run: Run, small: Path, tmp_path: Path) -> None:
+    _late(run, tmp_path)
+    before = _obj(as_json(run("balance", "a", "--at", "4", "--as-known-at", "12", "--json")))
+    after = _obj(as_json(run("balance", "a", "--at", "4", "--json")))
+    assert (before["balance"], before["as_known_at"]) == (80, 12)
+    assert (after["balance"], after["as_known_at"]) == (120, 13)
+    assert after["pools"] == {"general": 20, "h100": 100}
+    known_now = _obj(as_json(run("balance", "a", "--at", "4", "--as-known-at",
+                                 "2100-01-01T00:00Z", "--json")))
+    assert known_now["as_known_at"] == 13
+    known_never = _obj(as_json(run("balance", "a", "--as-known-at", "2000-01-01",
+                                   "--json")))
+    assert (known_never["as_known_at"], known_never["balance"]) == (0, 0)
+
+
+def test_balance_of_one_pool(run: Run, small: Path) -> None:
+    result = _obj(as_json(run("balance", "a", "--at", "5", "--pool", "h100", "--json")))
+    assert (result["pool"], result["pool_balance"], result["balance"]) == ("h100", 80, 80)
+    text = run("balance", "a", "--at", "5", "--pool", "h100")
+    assert "h100" in text.stdout and "80" in text.stdout
+
+
+def test_balance_human_output_and_iso_times(run: Run, small: Path) -> None:
+    result = run("balance", "a", "--at", "9")
+    assert result.exit_code == 0
+    assert "balance" in result.stdout and "76" in result.stdout
+
+
+def test_unknown_account_names_the_known_ones(run: Run, small: Path) -> None:
+    for command in (["balance", "x"], ["statement", "x"], ["explain", "x"]):
+        result = run(*command)
+        assert result.exit_code == 2
+        assert error_lines(result) == ["gpu-credits: error: unknown account 'x' (known: a, b)"]
+
+
+def test_bad_as_known_at(run: Run, small: Path) -> None:
+    result = run("balance", "a", "--as-known-at", "soon")
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+
+
+# -- statement -----------------------------------------------------------------------------
+
+
+def test_statement_json_lines_and_running_balance(run: Run, small: Path) -> None:
+    st = _obj(as_json(run("statement", "a", "--json")))
+    kinds = [(line["type"], line["change"], line["balance"], line["reserved"])
+             for line in st["lines"]]
+    assert kinds == [
+        ("account", 0, 0, 0), ("grant", 100, 100, 0), ("grant", 50, 150, 0),
+        ("consume", -70, 80, 0), ("submit", 0, 80, 8), ("submit", 0, 80, 8),
+        ("start", 0, 80, 8), ("complete", -4, 76, 0), ("expire", -76, 0, 0),
+    ]
+    assert st["lines"][5]["status"] == "rejected"
+    assert "only 0 available" in st["lines"][5]["detail"]
+    consume = st["lines"][3]
+    assert [a for _, a in consume["grants"]] == [50, 20]
+    assert st["lines"][-1]["time"] == 10  # the expiry, at the grant's expiry time
+    assert st["closing"] == {"balance": 0, "reserved": 0}
+    assert st["opening"] is None
+
+
+def test_statement_debt_and_rejection(run: Run, small: Path) -> None:
+    st = _obj(as_json(run("statement", "b", "--json")))
+    last = st["lines"][-1]
+    assert (last["type"], last["change"], last["balance"], last["debt_created"]) == (
+        "consume", -40, -10, 10)
+    assert st["lines"][2]["status"] == "rejected"
+
+
+def test_statement_from_opens_with_a_balance(run: Run, small: Path) -> None:
+    st = _obj(as_json(run("statement", "a", "--from", "5", "--json")))
+    assert (st["opening"]["balance"], st["opening"]["reserved"]) == (80, 8)
+    assert [line["type"] for line in st["lines"]] == ["start", "complete", "expire"]
+    to = _obj(as_json(run("statement", "a", "--to", "9", "--json")))
+    assert to["closing"] == {"balance": 76, "reserved": 0}
+
+
+def test_statement_closing_equals_balance_after_late_events(run: Run, small: Path,
+                                                            tmp_path: Path) -> None:
+    _late(run, tmp_path)
+    st = _obj(as_json(run("statement", "a", "--json")))
+    balance = _obj(as_json(run("balance", "a", "--json")))
+    assert st["closing"] == {"balance": balance["balance"], "reserved": balance["reserved"]}
+    assert not [line for line in st["lines"] if line["type"] == "adjust"]
+    expiries = [(line["time"], line["change"]) for line in st["lines"]
+                if line["type"] == "expire"]
+    assert expiries == [(5, -7), (9, -4), (10, -100)]
+    running = 0
+    for line in st["lines"]:
+        running += line["change"]
+        assert line["balance"] == running
+
+
+def test_statement_csv_reconciles(run: Run, small: Path) -> None:
+    result = run("statement", "a", "--csv")
+    assert result.exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert sum(int(r["change"]) for r in rows) == int(rows[-1]["balance"]) == 0
+    assert rows[1]["type"] == "grant" and rows[1]["time"] == "0"
+    with_opening = list(csv.DictReader(io.StringIO(run("statement", "a", "--csv", "--from",
+                                                       "5").stdout)))
+    assert with_opening[0]["type"] == "opening" and with_opening[0]["balance"] == "80"
+
+
+def test_statement_table(run: Run, small: Path) -> None:
+    result = run("statement", "a")
+    assert result.exit_code == 0
+    assert "Statement of a" in result.stdout and "closing" in result.stdout
+
+
+def test_statement_from_after_to_is_bad_input(run: Run, small: Path) -> None:
+    assert run("statement", "a", "--from", "9", "--to", "5").exit_code == 2
+
+
+# -- explain -------------------------------------------------------------------------------
+
+
+def test_explain_account_lineage(run: Run, small: Path) -> None:
+    ex = _obj(as_json(run("explain", "a", "--json")))
+    grants = {g["grant"].rsplit("-", 1)[1]: g for g in ex["grants"]}
+    g1, g2 = grants["3"], grants["4"]
+    assert (g1["amount"], g1["used"], g1["expired"], g1["remaining"]) == (100, 24, 76, 0)
+    assert [(u["kind"], u["amount"], u["job"]) for u in g1["uses"]] == [
+        ("consume", 20, None), ("job", 4, "j1")]
+    assert (g2["used"], g2["expired"]) == (50, 0)
+    assert [s["amount"] for s in ex["spends"]] == [70, 4]
+    assert [r["job"] for r in ex["rejections"]] == ["j2"]
+    text = run("explain", "a")
+    assert text.exit_code == 0 and "Grants and what became of them" in text.stdout
+
+
+def test_explain_job_rejected_with_figures(run: Run, small: Path) -> None:
+    ex = _obj(as_json(run("explain", "--job", "j3", "--json")))
+    assert (ex["state"], ex["accepted"], ex["account"]) == ("rejected", False, "b")
+    assert "costs 500, only 30 available" in ex["reason"]
+    text = run("explain", "--job", "j3")
+    assert "rejected at submit" in text.stdout
+
+
+def test_explain_job_charge_and_payers(run: Run, small: Path) -> None:
+    ex = _obj(as_json(run("explain", "--job", "j1", "--json")))
+    assert (ex["state"], ex["charge"], ex["released"]) == ("failed", 4, 4)
+    assert [a for _, a in ex["paid_by"]] == [4]
+    assert [e["type"] for e in ex["events"]] == ["submit", "start", "complete"]
+
+
+def test_explain_pending_job_says_why(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "queue.jsonl"
+    path.write_text(
+        '{"type": "account", "account": "c", "max_running": 1}\n'
+        '{"type": "grant", "account": "c", "amount": 100, "time": 0}\n'
+        '{"type": "submit", "account": "c", "job": "c1", "cost": 10, "priority": 1, '
+        '"time": 1}\n'
+        '{"type": "submit", "account": "c", "job": "c2", "cost": 10, "priority": 1, '
+        '"time": 2}\n'
+        '{"type": "submit", "account": "c", "job": "c3", "cost": 10, "priority": 0, '
+        '"time": 2}\n'
+        '{"type": "start", "job": "c1", "time": 3}\n')
+    assert run("import", str(path)).exit_code == 0
+    c3 = _obj(as_json(run("explain", "--job", "c3", "--json")))
+    assert c3["state"] == "pending" and c3["ahead"] == 1
+    assert "already runs 1 of at most 1" in c3["waiting"]
+    c1 = _obj(as_json(run("explain", "--job", "c1", "--json")))
+    assert c1["state"] == "running" and c1["held_from"]
+
+
+def test_explain_unknown_job(run: Run, small: Path) -> None:
+    result = run("explain", "--job", "nope")
+    assert result.exit_code == 2
+    assert error_lines(result) == ["gpu-credits: error: unknown job 'nope' (no event names it)"]
+
+
+# -- revisions, replay, verify ------------------------------------------------------------
+
+
+def test_revisions_show_what_the_late_event_changed(run: Run, small: Path,
+                                                    tmp_path: Path) -> None:
+    assert as_json(run("revisions", "--json")) == []
+    assert "no revisions" in run("revisions").stdout
+    _late(run, tmp_path)
+    rows = as_json(run("revisions", "--json"))
+    assert isinstance(rows, list)
+    assert {r["late_event_id"] for r in rows} == {"late-grant"}
+    assert all(r["late_time"] == 1 for r in rows)
+    j2 = next(r for r in rows if r["type"] == "submit" and not r["before"]["ok"])
+    assert j2["after"]["ok"] is True
+    assert "Revisions by late events" in run("revisions").stdout
+
+
+def test_replay_digest_and_to(run: Run, small: Path) -> None:
+    full = _obj(as_json(run("replay", "--json")))
+    assert (full["events"], full["revisions"], full["anomalies"]) == (12, 0, 0)
+    assert len(full["digest"]) == 64
+    assert run("replay").stdout.split()[-1] == full["digest"]
+    early = _obj(as_json(run("replay", "--to", "4", "--json")))
+    assert early["events"] == 9 and early["digest"] != full["digest"]
+
+
+def test_verify_ok_then_a_changed_byte(run: Run, small: Path, db: str) -> None:
+    ok = run("verify")
+    assert ok.exit_code == 0
+    assert ok.stdout.startswith("ok:")
+    assert _obj(as_json(run("verify", "--json")))["ok"] is True
+    tamper(db_path(db), 5, '"amount":70', '"amount":71')
+    bad = run("verify")
+    assert bad.exit_code == 1
+    assert "position 5" in bad.stdout
+    assert error_lines(bad) == [
+        "gpu-credits: error: verification failed at position 5: hash chain broken at "
+        "position 5"]
+    report = run("verify", "--json")
+    assert report.exit_code == 1
+
+
+@pytest.mark.parametrize("command", ["balance", "statement", "explain"])
+def test_iso_times_are_accepted(run: Run, small: Path, command: str) -> None:
+    # Small integer times are not epoch seconds; ISO dates still parse (to large times).
+    args = {"balance": ["balance", "a", "--at", "2026-11-03"],
+            "statement": ["statement", "a", "--to", "2026-11-03T12:00Z"],
+            "explain": ["explain", "a"]}[command]
+    assert run(*args).exit_code == 0
