@@ -265,12 +265,15 @@ class Ledger:
 
     def _shortfall(self, account: AccountState, event: JobSubmitted, available: int) -> str:
         book = account.book
-        holders = sum(1 for ref in book.holds)
-        pool = "" if event.pool == "general" else f" in pool {event.pool!r}"
+        if event.pool == GENERAL:
+            where, usable = "", ""
+        else:
+            where = f" in pool {event.pool!r}"
+            usable = f", {book.usable(event.pool)} of them usable in {event.pool!r}"
         return (
-            f"job {event.job!r} costs {event.cost}, only {max(available, 0)} available{pool} "
-            f"({book.active_total} active, {book.debt_total} debt, {book.held} held by "
-            f"{holders} jobs, {book.totals.expired} expired so far)"
+            f"job {event.job!r} costs {event.cost}, only {max(available, 0)} available{where} "
+            f"({book.active_total} active{usable}, {book.debt_total} debt, {book.held} held by "
+            f"{len(book.holds)} jobs, {book.totals.expired} expired so far)"
         )
 
     def _start(self, position: int, event_id: str, time: int, event: JobStarted) -> Outcome:
