@@ -1,0 +1,138 @@
+"""The benchmark harness at toy sizes, so it cannot rot. No timing is ever asserted.
+
+- every scenario runs end to end (in this process) and the report names each one;
+- one scenario runs the real way, each case in a spawned process;
+- the plain baselines give the same answers as ours on the same work, so the ratios in
+  docs/benchmarks.md compare like with like.
+
+PostgreSQL cases use $GPU_CREDITS_TEST_PG when it is set (else they are skipped by the
+harness itself); eventsourcing / matplotlib cases are skipped when the bench extra is not
+installed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from tools.bench import __main__ as bench
+from tools.bench.baselines import PlainScheduler, PlainTracker
+from tools.bench.storage import PG_ENV, RUN_ENV
+from tools.bench.workload import (
+    BALANCE,
+    CONSUME,
+    GRANT,
+    START,
+    SUBMIT,
+    realistic_mix,
+    scheduler_ops,
+    tracker_calls,
+)
+
+TITLES = ("Journal appends", "Full replay", "A late event", "GPUCreditTracker in memory",
+          "Scheduler", "PostgreSQL with 1-8 workers")
+
+
+@pytest.fixture
+def bench_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUN_ENV, "smoke" + os.urandom(2).hex())
+    test_pg = os.environ.get("GPU_CREDITS_TEST_PG")
+    if test_pg:
+        monkeypatch.setenv(PG_ENV, test_pg)
+    elif not os.environ.get(PG_ENV):
+        monkeypatch.setenv(PG_ENV, "postgresql+psycopg://nobody@127.0.0.1:1/none")
+
+
+def test_every_scenario_runs_at_toy_size(tmp_path: Path, bench_env: None) -> None:
+    out = tmp_path / "benchmarks.md"
+    code = bench.main(["--toy", "--runs", "1", "--in-process", "--no-profile",
+                       "--out", str(out), "--workdir", str(tmp_path / "work")])
+    text = out.read_text()
+    assert code == 0, text[text.find("## Errors"):]
+    for title in TITLES:
+        assert f"## {title}" in text
+    assert "| target | measured | verdict |" in text
+
+
+def test_cases_run_in_their_own_processes(tmp_path: Path, bench_env: None) -> None:
+    out = tmp_path / "benchmarks.md"
+    code = bench.main(["--toy", "--runs", "1", "--only", "tracker", "--no-profile",
+                       "--out", str(out), "--workdir", str(tmp_path / "work")])
+    assert code == 0
+    text = out.read_text()
+    assert "## GPUCreditTracker in memory" in text
+    assert "## Scheduler" not in text
+    assert " MB |" in text  # peak RSS reported by each case's process
+
+
+def test_plain_tracker_answers_like_the_facade() -> None:
+    from projections import GPUCreditTracker
+
+    ours, plain = GPUCreditTracker(journal=None), PlainTracker()
+    for kind, amount, ts, expiry in tracker_calls(400):
+        if kind == GRANT:
+            ours.grant(amount, ts, expiry)
+            plain.grant(amount, ts, expiry)
+        elif kind == CONSUME:
+            assert ours.consume(amount, ts) == plain.consume(amount, ts)
+        else:
+            assert kind == BALANCE
+            assert ours.get_balance(ts) == plain.get_balance(ts)
+
+
+def test_plain_scheduler_picks_like_the_fold() -> None:
+    from projections import Ledger
+    from projections.events import (
+        AccountOpened,
+        CreditsGranted,
+        JobCompleted,
+        JobStarted,
+        JobSubmitted,
+    )
+
+    work = scheduler_ops(300, accounts=7, backlog=50)
+    plain, ledger = PlainScheduler(), Ledger()
+    pos = 0
+
+    def apply(event: object) -> None:
+        nonlocal pos
+        pos += 1
+        ledger.apply(pos, f"e{pos}", pos, event)  # type: ignore[arg-type]
+
+    for name in work.accounts:
+        plain.open_account(name, 10**9)
+        apply(AccountOpened(name))
+        apply(CreditsGranted(name, 10**9))
+    running: deque[str] = deque()
+    for op, arg in work.ops:
+        if op == SUBMIT:
+            job, account, cost, priority = work.jobs[arg]
+            plain.submit(job, account, cost, priority)
+            apply(JobSubmitted(account, job, cost, priority))
+        elif op == START:
+            mine, theirs = ledger.next_job(), plain.start_next()
+            assert mine is not None and theirs is not None and mine.id == theirs.id
+            apply(JobStarted(mine.id))
+            running.append(mine.id)
+        else:
+            job_id = running.popleft()
+            plain.complete(job_id, arg == 1)
+            apply(JobCompleted(job_id, arg == 1))
+    assert not ledger.anomalies
+    assert {a: plain.accounts[a].balance for a in work.accounts} == {
+        a: ledger.accounts[a].balance for a in work.accounts}
+
+
+def test_realistic_mix_folds_without_anomalies() -> None:
+    from projections import Ledger
+    from projections.events import from_payload
+
+    ledger = Ledger()
+    events = list(realistic_mix(3000))
+    assert len({e.type for e in events}) == 7
+    for i, e in enumerate(events, 1):
+        ledger.apply(i, e.id, e.time, from_payload(e.type, e.fields))
+    assert ledger.anomalies == []
