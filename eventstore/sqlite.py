@@ -101,6 +101,11 @@ class SQLiteBackend(Backend):
                 f"cannot open SQLite database {self.describe()}: {text}; check that its "
                 "folder exists and is writable"
             )
+        if "disk is full" in text:
+            return JournalError(
+                f"SQLite database {self.describe()}: the disk is full ({text}); nothing of "
+                "the failed transaction was stored: free space and retry"
+            )
         if isinstance(exc.orig, sqlite3.DatabaseError) and "not a database" in text:
             return ConnectionProblem(
                 f"{self.describe()} is not a SQLite database ({text}); check the path"
