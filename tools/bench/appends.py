@@ -240,32 +240,35 @@ def scenario(cfg: Config) -> Scenario:
                 "pg_url": cfg.pg_url if kind == "pg" else None}
         pg = frozenset({"pg"}) if kind == "pg" else frozenset()
         k = f"appends.{kind}"
+        drv = "raw sqlite3" if kind == "sqlite" else "raw psycopg"
         one = {**base, "n": n1}
         many = {**base, "n": nb, "batch": b}
         cases += [
-            Case(f"{k}.raw1", f"raw {'sqlite3' if kind == 'sqlite' else 'psycopg'}: "
-                 "1 row per commit", "appends:raw_single", one, n1, baseline=True, needs=pg),
+            Case(f"{k}.raw1", f"{drv}: 1 row per commit", "appends:raw_single", one, n1,
+                 baseline=True, needs=pg, short=f"{drv} 1/commit"),
             Case(f"{k}.es1", "eventsourcing: 1 event per save", "appends:es_single", one, n1,
-                 baseline=True, needs=pg | {"es"}),
+                 baseline=True, needs=pg | {"es"}, short="eventsourcing 1/save"),
             Case(f"{k}.ours1", "gpu-credits Journal: 1 event per append", "appends:journal_single",
                  one, n1, compare=(f"{k}.raw1", f"{k}.es1"), needs=pg),
-            Case(f"{k}.rawN", f"raw {'sqlite3' if kind == 'sqlite' else 'psycopg'}: executemany, "
-                 f"{b} rows per commit", "appends:raw_batched", many, nb, baseline=True, needs=pg),
+            Case(f"{k}.rawN", f"{drv}: executemany, {b} rows per commit",
+                 "appends:raw_batched", many, nb, baseline=True, needs=pg,
+                 short=f"{drv} executemany"),
         ]
         if kind == "pg":
             cases.append(Case(f"{k}.copyN", f"raw psycopg: COPY, {b} rows per commit",
                               "appends:raw_batched", {**many, "method": "copy"}, nb,
-                              baseline=True, needs=pg))
+                              baseline=True, needs=pg, short="psycopg COPY"))
         cases += [
             Case(f"{k}.esN", f"eventsourcing: {per} events per save", "appends:es_batched",
-                 {**base, "n": nb, "per_save": per}, nb, baseline=True, needs=pg | {"es"}),
+                 {**base, "n": nb, "per_save": per}, nb, baseline=True, needs=pg | {"es"},
+                 short=f"eventsourcing {per}/save"),
             Case(f"{k}.oursN", f"gpu-credits Journal: {b} events per append",
                  "appends:journal_batched", many, nb,
                  compare=(f"{k}.rawN", *((f"{k}.copyN",) if kind == "pg" else ()), f"{k}.esN"),
                  needs=pg, profile_params={"n": min(nb, 20_000)}),
             Case(f"{k}.esR", f"eventsourcing: repository.get of all {ACCOUNTS} accounts",
                  "appends:es_reconstruct", {**base, "n": nb, "per_save": per}, nb,
-                 baseline=True, needs=pg | {"es"}),
+                 baseline=True, needs=pg | {"es"}, short="eventsourcing repository.get"),
             Case(f"{k}.oursR", f"gpu-credits: Journal.read(stream=...) + Ledger fold, all "
                  f"{ACCOUNTS} accounts", "appends:journal_streams", many, nb,
                  compare=(f"{k}.esR",), needs=pg),

@@ -259,29 +259,35 @@ def replay_scenario(cfg: Config) -> Scenario:
     prepare += [_prepare(cfg, "pg", n), _prepare_es(cfg, "sqlite", n), _prepare_es(cfg, "pg", n)]
     pgn = frozenset({"pg"})
     cases: list[Case] = []
+
+    def versus(m: int) -> tuple[str, ...]:
+        # eventsourcing holds the mix at the main size only.
+        return (f"replay.sqlite.raw.{m}", *(("replay.sqlite.es",) if m == n else ()))
+
     for m in sizes:
         url = journal_url("sqlite", wd, None, m)
         prof = {"url": journal_url("sqlite", wd, None, small), "n": small}
         cases += [
             Case(f"replay.sqlite.raw.{m}", "raw sqlite3: SELECT in canonical order + json.loads",
                  "replay:raw_sqlite_read", {"path": mix_path(wd, m)}, m, baseline=True,
-                 series="raw sqlite3 read + json.loads", panel="journal", n=m),
+                 series="raw sqlite3 read + json.loads", panel="journal", n=m,
+                 short="raw sqlite3 read+decode"),
             Case(f"replay.sqlite.replay.{m}", "gpu-credits replay() (Projector, arrival order)",
                  "replay:ours_replay", {"url": url, "n": m}, m,
-                 compare=(f"replay.sqlite.raw.{m}", "replay.sqlite.es"),
-                 series="replay() from SQLite", panel="journal", n=m, profile_params=prof),
+                 compare=versus(m), series="replay() from SQLite", panel="journal", n=m,
+                 profile_params=prof),
             Case(f"replay.sqlite.fold.{m}", "gpu-credits fold_canonical() (one canonical read)",
                  "replay:ours_fold", {"url": url, "n": m}, m,
-                 compare=(f"replay.sqlite.raw.{m}", "replay.sqlite.es"),
-                 series="fold_canonical() from SQLite", panel="journal", n=m,
-                 profile_params=prof),
+                 compare=versus(m), series="fold_canonical() from SQLite", panel="journal",
+                 n=m, profile_params=prof),
             Case(f"replay.memory.fold.{m}", "the fold alone: Ledger.apply on prebuilt events "
                  "(no journal)", "replay:memory_fold", {"n": m}, m,
                  series="Ledger.apply in memory (prebuilt events)", panel="journal", n=m),
         ]
     cases += [
         Case("replay.sqlite.es", "eventsourcing: read the notification log", "replay:es_read",
-             {"env": es_env("sqlite", wd, None, n)}, n, baseline=True, needs=frozenset({"es"})),
+             {"env": es_env("sqlite", wd, None, n)}, n, baseline=True, needs=frozenset({"es"}),
+             short="eventsourcing log read"),
         Case("replay.sqlite.esdecode", "eventsourcing: read the log + decode domain events",
              "replay:es_read", {"env": es_env("sqlite", wd, None, n), "decode": True}, n,
              baseline=True, needs=frozenset({"es"})),
@@ -292,9 +298,11 @@ def replay_scenario(cfg: Config) -> Scenario:
     cases += [
         Case("replay.pg.raw", "raw psycopg: server-side cursor in canonical order + "
              "json.loads", "replay:raw_pg_read",
-             {"pg_url": pgu, "schema": schema_name(f"mix{n}")}, n, baseline=True, needs=pgn),
+             {"pg_url": pgu, "schema": schema_name(f"mix{n}")}, n, baseline=True, needs=pgn,
+             short="raw psycopg read+decode"),
         Case("replay.pg.es", "eventsourcing: read the notification log", "replay:es_read",
-             {"env": es_env("pg", wd, pgu, n)}, n, baseline=True, needs=pgn | {"es"}),
+             {"env": es_env("pg", wd, pgu, n)}, n, baseline=True, needs=pgn | {"es"},
+             short="eventsourcing log read"),
         Case("replay.pg.replay", "gpu-credits replay() (Projector, arrival order)",
              "replay:ours_replay", {"url": pg_journal, "n": n}, n,
              compare=("replay.pg.raw", "replay.pg.es"), needs=pgn),
@@ -365,6 +373,7 @@ def _mix_text() -> str:
 def late_scenario(cfg: Config) -> Scenario:
     s = cfg.sizes
     n, back = s.replay, s.late_back
+    small = max([m for m in s.replay_sizes if m <= 100_000] or [n])
     case = Case(
         "late", "late event", "replay:late_event",
         {"path": mix_path(cfg.workdir, n), "workdir": cfg.workdir, "n": n, "back": back}, n,
@@ -372,6 +381,7 @@ def late_scenario(cfg: Config) -> Scenario:
                   Section("late", f"re-projection: one late event landing {back:,} events "
                           "before the end", 1, "late event")),
         profile_only="late",
+        profile_params={"path": mix_path(cfg.workdir, small), "n": small},
     )
     return Scenario(
         name="late",
@@ -388,5 +398,5 @@ def late_scenario(cfg: Config) -> Scenario:
         tables=[Table(f"Late event in a {n:,}-event journal", ("late/full", "late/late"))],
         targets=[Target("late event re-projection >= 100x faster than a full replay", "speedup",
                         "late/late", "late/full", 100.0, "late", "issue 5")],
-        prepare=[_prepare(cfg, "sqlite", n)],
+        prepare=[_prepare(cfg, "sqlite", m) for m in sorted({small, n})],
     )

@@ -224,17 +224,22 @@ def _scenario(sc: Scenario, results: Results, cfg: Config,
         for _, target, text, ok in vs:
             lines.append(f"- {_verdict(ok)}: {target.label} — {text}")
         lines.append("")
+    missed: dict[str, list[str]] = {}
     for _, target, _, ok in vs:
         if ok is False and target.profile and target.profile in results.profiles:
-            profiled = next((c for c in sc.cases if c.key == target.profile), None)
-            size = ""
-            if profiled is not None and profiled.profile_params:
-                size = " (at " + ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}"
-                                           for k, v in profiled.profile_params.items()
-                                           if k != "url") + ")"
-            lines += [f"**Where the time goes** for the missed target \"{target.label}\": "
-                      f"cProfile of one run of `{target.profile}`{size}, measured section "
-                      "only.", "", "```", results.profiles[target.profile], "```", ""]
+            missed.setdefault(target.profile, []).append(target.label)
+    for key, labels in missed.items():
+        profiled = next((c for c in sc.cases if c.key == key), None)
+        size = ""
+        if profiled is not None and profiled.profile_params:
+            sized = [f"{k}={v:,}" for k, v in profiled.profile_params.items()
+                     if isinstance(v, int) and not isinstance(v, bool)]
+            size = f" (at {', '.join(sized)})" if sized else ""
+        only = (f", section \"{profiled.profile_only}\" only" if profiled is not None
+                and profiled.profile_only else ", measured section only")
+        names = "; ".join(f"\"{label}\"" for label in labels)
+        lines += [f"**Where the time goes** (missed: {names}): cProfile of one run of "
+                  f"`{key}`{size}{only}.", "", "```", results.profiles[key], "```", ""]
     return lines
 
 
@@ -244,7 +249,9 @@ def _ratio_text(stat: Stat, compare: Sequence[str], results: Results) -> str:
         base = results.get(mid)
         if base is None:
             continue
-        parts.append(f"{fmt_ratio(stat.rate / base.rate)}x {base.label}")
+        m = results.measured.get(mid.split("/", 1)[0])
+        name = m.case.short if m is not None and m.case.short else base.label
+        parts.append(f"{fmt_ratio(stat.rate / base.rate)}x {name}")
     return "<br>".join(parts)
 
 

@@ -19,6 +19,7 @@ import importlib
 import io
 import multiprocessing
 import pstats
+import re
 import resource
 import statistics
 import sys
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Literal
 
 MAIN = "main"
@@ -104,6 +106,7 @@ class Case:
     profile_params: Mapping[str, Any] | None = None
     profile_only: str | None = None  # profile this section only
     needs: frozenset[str] = frozenset()
+    short: str | None = None  # a baseline's name in ratio cells (default: its label)
 
     def all_sections(self) -> tuple[Section, ...]:
         return self.sections or (Section(MAIN, self.label, self.units),)
@@ -366,14 +369,17 @@ def profile_case(case: Case, *, isolated: bool = True) -> str:
     return str(msg["profile"])
 
 
+_PREFIX = re.compile(r"^.*?(site-packages/|/lib/python3\.\d+/)")
+
+
 def _where(func: tuple[str, int, str]) -> str:
     filename, line, name = func
-    for marker in ("site-packages/", "/lib/python3", "/work/main/"):
-        if marker in filename:
-            filename = filename.split(marker, 1)[1]
-            break
     if filename == "~":
         return name
+    filename = _PREFIX.sub("", filename)
+    root = str(Path(__file__).resolve().parents[2]) + "/"
+    if filename.startswith(root):
+        filename = filename[len(root):]
     return f"{filename}:{line}({name})"
 
 
@@ -437,6 +443,7 @@ class Sizes:
     blocked: tuple[int, int]  # accounts blocked at their cap: few, many
     picks: int  # start_next picks timed per blocked setting
     facade_picks: int  # the same through the Scheduler facade
+    facade_blocked: tuple[int, int]  # blocked accounts for the facade (its setup is slow)
     append_batch: int = 1000
     es_per_save: int = 100
     late_back: int = 1000  # the late event lands this many events before the end
@@ -453,6 +460,7 @@ FULL = Sizes(
     blocked=(10, 10_000),
     picks=500,
     facade_picks=100,
+    facade_blocked=(10, 10_000),
 )
 
 QUICK = Sizes(
@@ -466,6 +474,7 @@ QUICK = Sizes(
     blocked=(10, 10_000),
     picks=100,
     facade_picks=20,
+    facade_blocked=(10, 2_000),
 )
 
 TOY = Sizes(
@@ -479,6 +488,7 @@ TOY = Sizes(
     blocked=(2, 20),
     picks=5,
     facade_picks=3,
+    facade_blocked=(2, 20),
     append_batch=20,
     es_per_save=10,
     late_back=10,
