@@ -58,7 +58,37 @@ def _admin(base: str, sql: str) -> None:
         pytest.fail(f"{PG_ENV}={u.render_as_string()} does not answer: {exc}".splitlines()[0])
 
 
+_swept = False
+
+
+def _sweep_orphans(base: str) -> None:
+    """Drop test schemas left by runs that were killed (their pid no longer exists)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    dsn = make_url(base).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(r"SELECT nspname FROM pg_namespace WHERE nspname LIKE 'gpuc\_%'")
+        ]
+    for name in names:
+        parts = name.split("_")
+        if len(parts) != 3 or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            _admin(base, f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        except PermissionError:
+            pass  # alive, another user's
+
+
 def _new_schema(base: str) -> str:
+    global _swept
+    if not _swept:
+        _swept = True
+        _sweep_orphans(base)
     schema = f"gpuc_{os.getpid()}_{secrets.token_hex(4)}"
     _admin(base, f'CREATE SCHEMA "{schema}"')
     return schema
