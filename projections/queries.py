@@ -304,67 +304,101 @@ def _expired_batches(book: CreditBook, at: int) -> list[Batch]:
 
 @dataclass(frozen=True, slots=True)
 class _Step:
-    """One event applied to an account, and what time passing did to it first."""
+    """One event of an account, and what time passing did to the account first."""
 
+    rec: RecordedEvent
     outcome: Outcome
-    evicted: list[Expiry]  # expired before the event (its time evicts them)
-    on_release: list[Expiry]  # held credits released by the event after their grant expired
+    expired: list[Expiry]  # credits that expired by the event's time (at their expiry)
     refill: int  # credits a refill bucket accrued before the event
+    on_release: list[Expiry]  # held credits released by the event after their grant expired
 
 
-def _step(ledger: Ledger, rec: RecordedEvent, account: str) -> _Step:
-    """Apply `rec`, which touches `account`, noting expiries and refill it brought about.
+class _AccountWalk:
+    """Folds a journal and follows one account, event by event.
 
-    The expiries are read from the book before the event (an anomaly's outcome does not
-    list them), so the running balance holds whatever the event turns out to be.
+    Expiries are taken at their expiry time, whether or not the fold has evicted them yet
+    (it evicts lazily, when an event touches the account; an event refused before that, a
+    duplicate submit, evicts nothing). Each expired batch is reported once: `announced`
+    remembers batches reported but still in the book.
     """
-    state = ledger.accounts.get(account)
-    evicted: list[Expiry] = []
-    granted = 0
-    if state is not None:
-        for batch in _expired_batches(state.book, rec.time):
-            assert batch.expiry is not None
-            evicted.append(Expiry(batch.grant_id, batch.pool, batch.expiry, batch.amount))
-        granted = state.book.totals.granted
-    outcome = apply_recorded(ledger, rec)
-    state = ledger.accounts.get(account)
-    refill = 0
-    if state is not None:
-        added = rec.payload.get("amount", 0) if rec.type == "grant" and not outcome.anomaly else 0
-        refill = state.book.totals.granted - granted - int(added)
-    due = sum(e.amount for e in evicted)
-    seen = 0
-    on_release: list[Expiry] = []
-    for e in outcome.expired:
-        if seen >= due:
-            on_release.append(e)
-        seen += e.amount
-    return _Step(outcome, evicted, on_release, refill)
-
-
-class _StatementBuilder:
-    """Folds the journal and writes the lines of one account as it goes."""
 
     def __init__(self, account: str) -> None:
         self.account = account
         self.ledger = Ledger()
+        self.seen = False  # whether any event touched the account
+        self.announced: dict[int, Batch] = {}  # id(batch) -> batch reported as expired
+
+    @property
+    def state(self) -> AccountState | None:
+        """The account as the fold stands."""
+        return self.ledger.accounts.get(self.account)
+
+    def expired_by(self, time: int) -> list[Expiry]:
+        """Expiries by `time` not yet reported; they are reported now."""
+        state = self.state
+        if state is None:
+            return []
+        out = []
+        for batch in _expired_batches(state.book, time):
+            if id(batch) not in self.announced:
+                self.announced[id(batch)] = batch
+                assert batch.expiry is not None
+                out.append(Expiry(batch.grant_id, batch.pool, batch.expiry, batch.amount))
+        return out
+
+    def unevicted(self) -> int:
+        """Credits reported as expired that the fold has not evicted yet."""
+        return sum(b.amount for b in self.announced.values() if b.in_heap)
+
+    def apply(self, rec: RecordedEvent) -> _Step | None:
+        """Apply `rec`; a `_Step` if it touched the account, else None."""
+        ledger = self.ledger
+        if _target(ledger, rec) != self.account:
+            apply_recorded(ledger, rec)
+            return None
+        self.seen = True
+        expired = self.expired_by(rec.time)
+        state = self.state
+        in_heap = [(b, b.amount) for b in self.announced.values() if b.in_heap]
+        granted = state.book.totals.granted if state is not None else 0
+        outcome = apply_recorded(ledger, rec)
+        # What advance() evicted now is at the head of outcome.expired; the rest expired
+        # when a settlement released credits into a batch already expired.
+        evicted = sum(amount for b, amount in in_heap if not b.in_heap)
+        self.announced = {k: b for k, b in self.announced.items() if b.in_heap}
+        on_release: list[Expiry] = []
+        seen = 0
+        for e in outcome.expired:
+            if seen >= evicted:
+                on_release.append(e)
+            seen += e.amount
+        refill = 0
+        state = self.state
+        if state is not None:
+            added = rec.payload.get("amount", 0) if rec.type == "grant" and not outcome.anomaly \
+                else 0
+            refill = state.book.totals.granted - granted - int(added)
+        return _Step(rec, outcome, expired, refill, on_release)
+
+
+class _StatementBuilder:
+    """Writes the lines of one account as the walk goes."""
+
+    def __init__(self, account: str) -> None:
+        self.walk = _AccountWalk(account)
         self.lines: list[StatementLine] = []
         self.balance = 0
         self.reserved = 0
-        self.seen = False
 
     def add(self, line: StatementLine) -> None:
         self.lines.append(line)
 
     def apply(self, rec: RecordedEvent) -> None:
-        ledger = self.ledger
-        if _target(ledger, rec) != self.account:
-            apply_recorded(ledger, rec)
+        step = self.walk.apply(rec)
+        if step is None:
             return
-        self.seen = True
-        step = _step(ledger, rec, self.account)
         outcome = step.outcome
-        for e in step.evicted:
+        for e in step.expired:
             self.balance -= e.amount
             self.add(_expiry_line(e, e.expiry, self.balance, self.reserved))
         if step.refill:
@@ -372,8 +406,8 @@ class _StatementBuilder:
             self.add(StatementLine(rec.time, None, None, "refill", step.refill, self.balance,
                                    self.reserved, f"refill of {step.refill} credits accrued",
                                    pool=GENERAL))
-        detail, change = _event_detail(rec, outcome, ledger)
-        state = ledger.accounts.get(self.account)
+        detail, change = _event_detail(rec, outcome, self.walk.ledger)
+        state = self.walk.state
         if state is not None:
             self.reserved = state.book.held
         self.balance += change
@@ -389,7 +423,8 @@ class _StatementBuilder:
             self.add(_expiry_line(e, rec.time, self.balance, self.reserved,
                                   on_release=str(job)))
         if state is not None:
-            actual = state.book.active_total + state.book.held - state.book.debt_total
+            book = state.book
+            actual = book.active_total + book.held - book.debt_total - self.walk.unevicted()
             if actual != self.balance:  # never expected: shown rather than hidden
                 self.add(StatementLine(rec.time, None, None, "adjust", actual - self.balance,
                                        actual, self.reserved,
@@ -399,14 +434,9 @@ class _StatementBuilder:
 
     def finish(self, to_time: int) -> None:
         """Expiries after the account's last event, up to `to_time`."""
-        state = self.ledger.accounts.get(self.account)
-        if state is None:
-            return
-        for batch in _expired_batches(state.book, to_time):
-            assert batch.expiry is not None
-            self.balance -= batch.amount
-            e = Expiry(batch.grant_id, batch.pool, batch.expiry, batch.amount)
-            self.add(_expiry_line(e, batch.expiry, self.balance, self.reserved))
+        for e in self.walk.expired_by(to_time):
+            self.balance -= e.amount
+            self.add(_expiry_line(e, e.expiry, self.balance, self.reserved))
 
 
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
@@ -418,9 +448,9 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     for rec in journal.read(to_time=to, order="canonical"):
         builder.apply(rec)
     builder.finish(to)
-    known = builder.seen or account in builder.ledger.accounts
-    if not known and not _exists_later(journal, account):
-        raise unknown_account(account, builder.ledger)
+    walk = builder.walk
+    if not walk.seen and walk.state is None and not _exists_later(journal, account):
+        raise unknown_account(account, walk.ledger)
     lines = builder.lines
     opening = None
     if from_time is not None:
@@ -558,12 +588,12 @@ class AccountExplanation:
 def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
     """Which grants paid which consumption or job, and what expired unused per grant."""
     at = latest_time(journal)
-    ledger = Ledger()
+    walk = _AccountWalk(account)
+    ledger = walk.ledger
     grants: dict[str, GrantLineage] = {}
     spends: list[Spend] = []
     rejections: list[Rejection] = []
     anomalies: list[tuple[int, str, str]] = []
-    seen = False
 
     def grant(grant_id: str, pool: str) -> GrantLineage:
         found = grants.get(grant_id)
@@ -572,14 +602,12 @@ def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
         return found
 
     for rec in journal.read(order="canonical"):
-        if _target(ledger, rec) != account:
-            apply_recorded(ledger, rec)
+        step = walk.apply(rec)
+        if step is None:
             continue
-        seen = True
-        step = _step(ledger, rec, account)
         outcome = step.outcome
         p = rec.payload
-        for e in (*step.evicted, *step.on_release):
+        for e in (*step.expired, *step.on_release):
             grant(e.grant_id, e.pool).expired += e.amount
         if outcome.anomaly:
             anomalies.append((rec.time, rec.id, outcome.reason or ""))
@@ -606,15 +634,15 @@ def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
         elif rec.type == "submit" and not outcome.ok:
             rejections.append(Rejection(rec.time, rec.position, str(p["job"]),
                                         outcome.reason or "rejected"))
-    state = ledger.accounts.get(account)
-    if state is None and not seen:
+    state = walk.state
+    if state is None and not walk.seen:
         raise unknown_account(account, ledger)
+    for e in walk.expired_by(at):
+        grant(e.grant_id, e.pool).expired += e.amount
     if state is not None:
         book = state.book
         for batch in (b for heap in book.heaps.values() for b in heap):
-            if batch.is_expired_at(at):
-                grant(batch.grant_id, batch.pool).expired += batch.amount
-            else:
+            if not batch.is_expired_at(at):
                 grant(batch.grant_id, batch.pool).remaining += batch.amount
         for job_id in sorted(book.holds):
             for batch, amount in book.holds[job_id].portions:

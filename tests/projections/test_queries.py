@@ -1,0 +1,214 @@
+"""projections.queries: balances, statements and lineage agree with the fold, whatever comes.
+
+Property tests append random events (late ones, anomalies, refills and expiries
+included) straight to a MemoryJournal and check that every account's statement adds up:
+each line's balance is the running sum of the changes, the closing line equals
+`balance`, and `balance` equals what the tracker facade answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal, NewEvent
+from projections import GPUCreditTracker, Scheduler
+from projections.errors import UnknownAccount, UnknownJob
+from projections.queries import (
+    audit,
+    balance,
+    explain_account,
+    explain_job,
+    fold_to,
+    known_position,
+    latest_time,
+    revision_rows,
+    statement,
+)
+from projections.replay import replay
+
+ACCOUNTS = ("a", "b")
+POOLS = (None, "h100", "a100")
+JOBS = ("j1", "j2", "j3", "j4")
+
+
+def _event(draw: st.DrawFn, n: int) -> NewEvent:
+    kind = draw(st.sampled_from(["grant", "grant", "consume", "submit", "start", "complete",
+                                 "cancel", "account"]))
+    time = draw(st.integers(0, 40))
+    account = draw(st.sampled_from(ACCOUNTS))
+    payload: dict[str, Any]
+    if kind == "grant":
+        payload = {"account": account, "amount": draw(st.integers(1, 60))}
+        if draw(st.booleans()):
+            payload["expiry"] = time + draw(st.integers(1, 15))
+    elif kind == "consume":
+        payload = {"account": account, "amount": draw(st.integers(1, 60))}
+    elif kind == "submit":
+        payload = {"account": account, "job": draw(st.sampled_from(JOBS)),
+                   "cost": draw(st.integers(0, 40)), "priority": draw(st.integers(0, 2))}
+    elif kind == "account":
+        payload = {"account": account}
+        if draw(st.booleans()):
+            payload["max_running"] = draw(st.integers(1, 2))
+        if draw(st.booleans()):
+            payload.update(refill_rate=draw(st.integers(1, 3600)),
+                           refill_cap=draw(st.integers(1, 50)))
+    else:
+        payload = {"job": draw(st.sampled_from(JOBS))}
+        if kind == "complete":
+            payload["success"] = draw(st.booleans())
+            payload["refund_fraction"] = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+    pool = draw(st.sampled_from(POOLS))
+    if pool is not None and kind in ("grant", "consume", "submit"):
+        payload["pool"] = pool
+    return NewEvent(f"e{n}", str(payload.get("account", "jobs")), kind, time, payload)
+
+
+@st.composite
+def journals(draw: st.DrawFn) -> MemoryJournal:
+    journal = MemoryJournal()
+    count = draw(st.integers(1, 30))
+    for n in range(count):
+        journal.append([_event(draw, n)])
+    return journal
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(journals(), st.integers(0, 60))
+def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) -> None:
+    ledger = fold_to(journal)
+    to = latest_time(journal) + extra
+    for name in ledger.accounts:
+        st_ = statement(journal, name, to_time=to)
+        running = 0
+        for line in st_.lines:
+            assert line.type != "adjust", line
+            running += line.change
+            assert line.balance == running, line
+        figures = balance(journal, name, at=to).figures
+        assert st_.closing == (figures.balance, figures.reserved)
+        assert sum(figures.pools.values()) == figures.balance
+        assert figures.available == figures.balance - figures.reserved
+        times = [line.time for line in st_.lines]
+        assert times == sorted(times)
+        # An opening balance is the running balance just before the first line shown.
+        middle = to // 2
+        part = statement(journal, name, from_time=middle, to_time=to)
+        assert part.opening is not None
+        assert all(line.time >= middle for line in part.lines)
+        assert part.closing == st_.closing
+        assert part.opening.balance + sum(line.change for line in part.lines) == running
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(journals())
+def test_every_grant_accounts_for_its_credits(journal: MemoryJournal) -> None:
+    for name, account in fold_to(journal).accounts.items():
+        ex = explain_account(journal, name)
+        for g in ex.grants:
+            accounted = (g.paid_debt + g.used + g.expired + g.remaining
+                         + sum(a for _, a in g.held))
+            assert accounted <= g.amount, g
+            assert g.debt_paid_later == g.amount - accounted
+        spent = sum(s.amount for s in ex.spends)
+        totals = account.book.totals
+        assert spent == totals.consumed + totals.charged_jobs
+        assert sum(s.debt_created for s in ex.spends) == totals.debt_created
+
+
+def test_balance_matches_the_tracker() -> None:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(100, 0, 10)
+    tracker.grant(50, 2, 5)
+    assert tracker.consume(70, 3) == 0
+    assert tracker.consume(90, 8) == 10
+    tracker.grant(30, 12, 20)
+    for t in range(0, 22):
+        assert balance(journal, "a", at=t).figures.balance == tracker.get_balance(t), t
+    assert balance(journal, "a", at=8).figures.debt == 10
+
+
+def test_balance_matches_the_scheduler_view() -> None:
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 5)
+    scheduler.open_account("x", 100, max_running=1)
+    assert scheduler.submit("j1", "x", 30, 1)
+    assert scheduler.submit("j2", "x", 30, 1)
+    scheduler.start_next()
+    view = scheduler.accounts["x"]
+    figures = balance(journal, "x").figures
+    assert (figures.balance, figures.reserved, figures.available) == (
+        view.balance, view.reserved, view.available)
+    assert figures.pools == dict(view.pools)
+
+
+def test_as_known_at_shows_the_journal_before_a_late_event() -> None:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(100, 0, 100)
+    tracker.consume(30, 10)
+    tracker.consume(20, 5)  # late
+    assert balance(journal, "a", at=10, as_known_at=2).figures.balance == 70
+    assert balance(journal, "a", at=10).figures.balance == 50
+    assert known_position(journal, None) == 3
+    assert known_position(journal, "2") == 2
+    assert known_position(journal, 99) == 3
+    with pytest.raises(ValueError, match="position"):
+        known_position(journal, -1)
+    with pytest.raises(ValueError, match="ISO-8601"):
+        known_position(journal, "later")
+
+
+def test_unknown_names() -> None:
+    journal = MemoryJournal()
+    GPUCreditTracker(journal, account="a").grant(5, 0, 10)
+    with pytest.raises(UnknownAccount, match=r"unknown account 'z' \(known: a\)"):
+        balance(journal, "z")
+    with pytest.raises(UnknownAccount):
+        statement(journal, "z")
+    with pytest.raises(UnknownJob, match="unknown job 'j'"):
+        explain_job(journal, "j")
+    # An account that exists only later is known, with nothing in it yet.
+    GPUCreditTracker(journal, account="late").grant(5, 50, 60)
+    assert balance(journal, "late", at=10).figures.balance == 0
+
+
+def test_explain_job_for_events_of_a_job_never_submitted() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("s", "job:ghost", "start", 3, {"job": "ghost"})])
+    ex = explain_job(journal, "ghost")
+    assert ex.state == "never submitted"
+    assert [e.ok for e in ex.events] == [False]
+    assert "unknown job" in ex.events[0].detail
+
+
+def test_revision_rows_carry_both_times() -> None:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(100, 0, 100)
+    tracker.consume(30, 10)
+    tracker.grant(10, 5, 8)  # late: the consume at 10 is unchanged (it expired at 8)
+    tracker.grant(10, 6, 50)  # late: now the consume at 10 draws from it first
+    report = replay(journal)
+    rows = revision_rows(journal, report.revisions)
+    assert [(r.late_time, r.time, r.late_type, r.revision.type) for r in rows] == [
+        (6, 10, "grant", "consume")]
+    assert rows[0].as_dict()["late_time"] == 6
+
+
+def test_audit_totals() -> None:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(100, 0, 10)
+    tracker.consume(30, 5)
+    scheduler = Scheduler(journal, clock=lambda: 6)
+    assert not scheduler.submit("big", "a", 500, 1)
+    report = replay(journal)
+    totals = audit(report.ledger, events=report.events, revisions=0, at=20)
+    assert (totals.granted, totals.expired, totals.debt, totals.rejected) == (100, 70, 0, 1)
+    assert totals.digest == report.digest
