@@ -13,6 +13,7 @@ import hashlib
 import heapq
 import json
 import math
+import pickle
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -152,6 +153,10 @@ class Ledger:
 
     accounts: dict[str, AccountState] = field(default_factory=dict)
     jobs: dict[str, JobState] = field(default_factory=dict)
+    # Jobs split by whether they can still change: live (pending, running) and an
+    # append-only archive of finished ones, which snapshots share instead of copying.
+    live: dict[str, JobState] = field(default_factory=dict)
+    archive: list[JobState] = field(default_factory=list)
     heads: list[tuple[HeadKey, str]] = field(default_factory=list)
     last: tuple[int, int] = (-(2**63), 0)  # (event_time, position) of the last applied event
     applied: int = 0
@@ -242,22 +247,26 @@ class Ledger:
         account = self.accounts.get(event.account)
         if account is None or not account.opened:
             self.rejected += 1
-            self.jobs[event.job] = JobState(event.job, event.account, event.cost,
-                                            event.priority, event.pool, REJECTED, (time, position))
+            rejected = JobState(event.job, event.account, event.cost, event.priority,
+                                event.pool, REJECTED, (time, position))
+            self.jobs[event.job] = rejected
+            self.archive.append(rejected)
             return Outcome(position, event_id, event.type, time, event.account, ok=False,
                            reason=f"unknown account {event.account!r}")
         book = account.book
-        expired = tuple(book.advance(time))
+        expired = tuple(self._touch(account, time))
         available = min(book.usable(event.pool), account.available)
         job = JobState(event.job, event.account, event.cost, event.priority, event.pool,
                        PENDING, (time, position))
         self.jobs[event.job] = job
         if event.cost > available:
             job.state = REJECTED
+            self.archive.append(job)
             self.rejected += 1
             return Outcome(position, event_id, event.type, time, event.account, ok=False,
                            reason=self._shortfall(account, event, available), expired=expired)
         lineage = book.hold(event.job, event.cost, event.pool)
+        self.live[event.job] = job
         heapq.heappush(account.queue, (-event.priority, time, position, event.job))
         self._register_head(account)
         return Outcome(position, event_id, event.type, time, event.account, paid_by=lineage,
@@ -316,6 +325,7 @@ class Ledger:
         lineage, lost = account.book.settle(job.id, charge, time)
         expired.extend(lost)
         job.state = SUCCEEDED if event.success else FAILED
+        self._finish(job)
         job.charge = charge
         account.running -= 1
         if charge and account.share is not None:
@@ -344,9 +354,14 @@ class Ledger:
         _, lost = account.book.settle(job.id, 0, time)
         expired.extend(lost)
         job.state = CANCELLED
+        self._finish(job)
         # The queue entry stays as a tombstone; it is skipped when it reaches the top.
         return Outcome(position, event_id, event.type, time, job.account, released=job.cost,
                        expired=tuple(expired))
+
+    def _finish(self, job: JobState) -> None:
+        del self.live[job.id]
+        self.archive.append(job)
 
     # -- time passing: expiry and refill ----------------------------------------------------
 
@@ -486,3 +501,28 @@ _HANDLERS: dict[type[Any], Any] = {
     JobCompleted: Ledger._complete,
     JobCancelled: Ledger._cancel,
 }
+
+
+def snapshot(ledger: Ledger) -> tuple[bytes, list[JobState], int]:
+    """A restorable copy of `ledger` that costs what can still change, not the history.
+
+    Finished jobs never change again, so the snapshot keeps a reference to the archive
+    and its length instead of copying them.
+    """
+    jobs, archive = ledger.jobs, ledger.archive
+    ledger.jobs, ledger.archive = {}, []
+    try:
+        blob = pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        ledger.jobs, ledger.archive = jobs, archive
+    return blob, archive, len(archive)
+
+
+def restore(saved: tuple[bytes, list[JobState], int]) -> Ledger:
+    """The ledger `snapshot` saved (a fresh copy each time)."""
+    blob, archive, count = saved
+    ledger: Ledger = pickle.loads(blob)
+    ledger.archive = archive[:count]
+    ledger.jobs = {job.id: job for job in ledger.archive}
+    ledger.jobs.update(ledger.live)
+    return ledger

@@ -14,15 +14,16 @@ Snapshots are a cache, never truth: a late event drops every snapshot after its 
 from __future__ import annotations
 
 import bisect
-import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from projections.events import DomainEvent
-from projections.ledger import Ledger
+from projections.ledger import JobState, Ledger, restore, snapshot
 from projections.outcomes import Outcome, Revision
 
 MIN_KEY = (-(2**63), 0)
+
+Saved = tuple[bytes, list[JobState], int]
 
 
 class Recorded(Protocol):
@@ -62,16 +63,17 @@ class Projector:
         self._min_every = min_snapshot_every
         self._max_snapshots = max_snapshots
         self._snap_keys: list[tuple[int, int]] = []
-        self._snap_states: list[bytes] = []
+        self._snap_states: list[Saved] = []
         self._since_snapshot = 0
         self._next_snapshot = min_snapshot_every
 
     # -- snapshots ---------------------------------------------------------------------
 
     def _interval(self, ledger: Ledger) -> int:
-        # Pickling costs in proportion to the state; spacing snapshots in proportion to it
-        # keeps their amortised cost per event constant.
-        return max(self._min_every, 8 * (len(ledger.jobs) + len(ledger.accounts)))
+        # A snapshot costs in proportion to what can still change (finished jobs are
+        # shared, not copied); spacing snapshots in proportion to it keeps their amortised
+        # cost per event constant, and dense enough that a late event refolds little.
+        return max(self._min_every, 4 * (len(ledger.live) + len(ledger.accounts)))
 
     def _maybe_snapshot(self, ledger: Ledger) -> None:
         self._since_snapshot += 1
@@ -80,7 +82,7 @@ class Projector:
         self._since_snapshot = 0
         self._next_snapshot = self._interval(ledger)
         self._snap_keys.append(ledger.last)
-        self._snap_states.append(pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL))
+        self._snap_states.append(snapshot(ledger))
         if len(self._snap_keys) > self._max_snapshots:
             # Thin out the older half so late events far back still find a snapshot.
             half = len(self._snap_keys) // 2
@@ -93,8 +95,7 @@ class Projector:
         i = bisect.bisect_left(self._snap_keys, key)
         if i == 0:
             return MIN_KEY, Ledger()
-        ledger: Ledger = pickle.loads(self._snap_states[i - 1])
-        return self._snap_keys[i - 1], ledger
+        return self._snap_keys[i - 1], restore(self._snap_states[i - 1])
 
     def start_from(self, ledger: Ledger, position: int) -> None:
         """Begin from a saved state that holds every event up to `position`."""
@@ -103,7 +104,7 @@ class Projector:
         self.ledger = ledger
         self.position = position
         self._snap_keys = [ledger.last]
-        self._snap_states = [pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL)]
+        self._snap_states = [snapshot(ledger)]
 
     def snapshot_count(self) -> int:
         return len(self._snap_keys)
@@ -162,8 +163,7 @@ class Projector:
     def state_at(self, time: int) -> Ledger:
         """A ledger of every ingested event with event time <= `time` (a throwaway copy)."""
         if time >= self.ledger.last[0]:
-            ledger: Ledger = pickle.loads(pickle.dumps(self.ledger, pickle.HIGHEST_PROTOCOL))
-            return ledger
+            return restore(snapshot(self.ledger))
         start, ledger = self._restore_before((time + 1, 0))
         for rec in self._reader(start, self.position, time):
             apply_recorded(ledger, rec)

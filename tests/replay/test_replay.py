@@ -105,6 +105,11 @@ def test_incremental_reprojection_equals_full_replay_and_finds_every_revision(
                                            after[position]))
         assert projector.ledger.digest() == fold_canonical(journal, to_position=rec.position
                                                            ).digest()
+        ledger = projector.ledger
+        archived = [job.id for job in ledger.archive]
+        assert len(archived) == len(set(archived)) and not set(archived) & set(ledger.live)
+        assert set(ledger.jobs) == set(archived) | set(ledger.live)
+        assert all(job.state in ("pending", "running") for job in ledger.live.values())
     got = [(r.late_position, r.position, r.before, r.after) for r in projector.revisions]
     # The projector reports in timeline order; compare as sets of (cause, effect).
     assert sorted(got, key=lambda r: r[:2]) == sorted(expected_revisions, key=lambda r: r[:2])
