@@ -15,6 +15,7 @@ own process, with the profiler on only inside the measured sections.
 from __future__ import annotations
 
 import cProfile
+import gc
 import importlib
 import io
 import multiprocessing
@@ -278,6 +279,7 @@ def _child(path: str, params: dict[str, Any], runs: int, profile: bool,
         notes: dict[str, Any] = {}
         prof = cProfile.Profile() if profile else None
         for _ in range(runs):
+            gc.collect()  # each run starts without the previous run's garbage
             t = Timing(prof, profile_only)
             fn(t, **params)
             for k, v in t.seconds.items():
@@ -326,6 +328,7 @@ def run_in_process(path: str, params: Mapping[str, Any], runs: int) -> dict[str,
     try:
         fn = resolve(path)
         for _ in range(runs):
+            gc.collect()
             t = Timing()
             fn(t, **params)
             for k, v in t.seconds.items():
