@@ -20,6 +20,7 @@ import random
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -70,7 +71,22 @@ class Told:
 
 def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
                   go: Event, done: Barrier | None) -> None:
-    """Run `ops` random decisions through both facades; write what it was told to `out`."""
+    """Run `ops` random decisions through both facades; write what it was told to `out`.
+
+    A crash is written to `out` too (the parent shows it) and breaks the barrier, so the
+    other workers do not wait for this one forever.
+    """
+    try:
+        _stress(url, worker, ops, seed, out, go, done)
+    except BaseException:
+        Path(out).write_text(json.dumps({"worker": worker, "crash": traceback.format_exc()}))
+        if done is not None:
+            done.abort()
+        raise
+
+
+def _stress(url: str, worker: int, ops: int, seed: int, out: str,
+            go: Event, done: Barrier | None) -> None:
     rng = random.Random(seed)
     # Clocks disagree between workers: the live-decision rule must still keep the
     # canonical order the order in which decisions were made.
@@ -96,9 +112,13 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
         # (Scheduler then locks from a stale projection; the session must cope).
         return f"w{rng.randrange(8)}-j{rng.randrange(max(1, ops))}"
 
+    timing: dict[str, list[float]] = {}  # kind -> [count, seconds, slowest]
     for i in range(ops):
         eid = f"w{worker}-{i}"
         r = rng.random()
+        kind = ("submit" if r < 0.30 else "start" if r < 0.52 else "complete" if r < 0.72
+                else "cancel" if r < 0.82 else "consume" if r < 0.95 else "grant")
+        op_began = time.monotonic()
         try:
             if r < 0.30:
                 job = f"w{worker}-j{i}"
@@ -169,6 +189,9 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
             # as long as nothing was appended (the journal checks prove it).
             name = type(exc).__name__
             refused[name] = refused.get(name, 0) + 1
+        took = time.monotonic() - op_began
+        t = timing.setdefault(kind, [0, 0.0, 0.0])
+        t[0], t[1], t[2] = t[0] + 1, t[1] + took, max(t[2], took)
     seconds = time.monotonic() - started
     if done is not None:
         done.wait(timeout=600)  # everyone finished: now every view must be the same
@@ -176,6 +199,7 @@ def stress_worker(url: str, worker: int, ops: int, seed: int, out: str,
         "worker": worker,
         "ops": ops,
         "seconds": seconds,
+        "timing": timing,
         "refused": refused,
         "retries": retries,
         "mismatches": mismatches,

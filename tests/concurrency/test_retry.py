@@ -31,15 +31,23 @@ def _admin_dsn(url: str) -> str:
     return u.render_as_string(hide_password=False)
 
 
-def _terminate_advisory_holder(url: str) -> int:
-    """pg_terminate_backend every backend holding an advisory lock; how many."""
+def _terminate(url: str, pid: int) -> None:
+    """pg_terminate_backend one backend, from another connection.
+
+    Only the backend named by its pid: the database is shared with other tests (and other
+    people's processes), which must not lose their connections.
+    """
     with psycopg.connect(_admin_dsn(url), autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        ).fetchall()
-        for (pid,) in rows:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    return len(rows)
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+
+
+def _backend_pid(journal: Journal) -> int:
+    """The backend of this thread's open transaction on `journal`."""
+    tx = journal._current()
+    assert tx is not None, "no transaction open in this thread"
+    pid = tx.conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    assert isinstance(pid, int)
+    return pid
 
 
 @pytest.fixture
@@ -71,7 +79,7 @@ def test_backend_killed_after_the_append_was_sent_then_retry_appends_once(
     event = NewEvent("req-1", "acct", "consume", 5, {"account": "acct", "amount": 3})
     with pytest.raises(ConnectionProblem) as err, journal.transaction(["acct"]) as tx:
         tx.append([event])
-        assert _terminate_advisory_holder(pg_fresh_url) == 1
+        _terminate(pg_fresh_url, _backend_pid(journal))
         time.sleep(0.2)
     assert "lost" in _one_line(err.value)
     assert journal.get("req-1") is None  # the transaction died with its backend
@@ -156,14 +164,18 @@ def test_facade_decision_whose_backend_dies_is_recorded_once_on_retry(
     hold = threading.Event()
     release = threading.Event()
     holding = threading.Event()
+    pids: list[int] = []
 
     def clock() -> int:
         if hold.is_set():
+            # Inside the decision's transaction, in the deciding thread.
+            pids.append(_backend_pid(journal))
             holding.set()
             release.wait(30)
         return 1000
 
-    scheduler = Scheduler(pg_fresh_url, clock=clock)
+    journal = Journal(pg_fresh_url)
+    scheduler = Scheduler(journal, clock=clock)
     scheduler.open_account("team", 30)
     errors: list[BaseException] = []
 
@@ -179,7 +191,7 @@ def test_facade_decision_whose_backend_dies_is_recorded_once_on_retry(
     worker.start()
     assert holding.wait(30)
     # The decision holds its account lock inside its transaction: kill its backend.
-    assert _terminate_advisory_holder(pg_fresh_url) == 1
+    _terminate(pg_fresh_url, pids[0])
     hold.clear()
     release.set()
     worker.join(30)
