@@ -1,9 +1,14 @@
 """What the journal needs from a database, and nothing else: one small interface.
 
-`journal.py` speaks SQLAlchemy Core against the tables in `schema.py` and asks a
-`Backend` only for what really differs between databases: how to open an engine,
-how to start a write transaction, how to lock the head and keys, and how to turn a
-driver error into a clear journal error. `sqlite.py` and `postgres.py` implement it.
+`journal.py` speaks SQLAlchemy Core against the tables in `schema.py` for reads
+and housekeeping, and asks a `Backend` for what really differs between databases:
+opening an engine, starting a write transaction, taking lock keys, the append's
+own round trips (lock the head, probe, write), and turning a driver error into a
+clear journal error. `sqlite.py` and `postgres.py` implement it.
+
+The append path goes to the driver directly with fixed SQL texts: SQLAlchemy's
+per-statement work (compiling, cache keys, per-row parameter processing) would
+cost more than the database's own work for small events.
 """
 
 from __future__ import annotations
@@ -12,41 +17,15 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import Select
 
 from .errors import JournalError
-from .schema import journal_head
 
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """The journal's head as an append locked it: the last position and its hash."""
-
-    position: int
-    hash: str
-
-
-def lock_key(key: str) -> int:
-    """A stable signed 64-bit number for a lock key (the same in every process)."""
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big", signed=True)
-
-
-def head_query() -> Select[tuple[int, str]]:
-    """The head row, alone in its statement.
-
-    Alone on purpose: on PostgreSQL a SELECT ... FOR UPDATE that waited re-reads
-    the locked row, but anything else in the same statement (a join, a subquery)
-    still comes from the snapshot taken before the wait. Whatever an append needs
-    besides the head is read by the next statement, after the lock is held.
-    """
-    return select(journal_head.c.position, journal_head.c.hash).where(journal_head.c.id == 1)
-
-
-#: The events columns in the order `Backend.insert_events` receives them.
+#: The events columns in the order an `EventRow` holds them.
 EVENT_COLUMNS = (
     "position",
     "event_id",
@@ -58,8 +37,30 @@ EVENT_COLUMNS = (
     "payload",
     "hash",
 )
+COLUMNS_SQL = ", ".join(EVENT_COLUMNS)
 
 EventRow = tuple[int, str, str, int, str, int, int, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What an append found once it held the head: enough to decide and chain."""
+
+    position: int  # the last position (0 when empty)
+    hash: str  # its hash (the genesis hash when empty)
+    recorded_at: int  # its recorded_at (0 when empty)
+    versions: dict[str, int]  # current version of each stream asked about (absent: 0)
+    any_existing: bool  # whether any of the ids asked about is already recorded
+
+
+def lock_key(key: str) -> int:
+    """A stable signed 64-bit number for a lock key (the same in every process)."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def dbapi(conn: Connection) -> Any:
+    """The driver's own connection under a SQLAlchemy connection."""
+    return conn.connection.dbapi_connection
 
 
 class Backend:
@@ -67,8 +68,8 @@ class Backend:
 
     #: Shown in messages: "SQLite" or "PostgreSQL".
     name = "SQL"
-    #: The driver's positional parameter marker.
-    placeholder = "?"
+    #: The driver's base exception, wrapped like SQLAlchemy would on the direct path.
+    driver_error: type[Exception] = Exception
 
     def __init__(self, url: str, lock_timeout: float) -> None:
         self.url = url
@@ -91,20 +92,35 @@ class Backend:
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """Take more lock keys inside an open write transaction."""
 
-    def lock_head(self, conn: Connection) -> Head:
-        """Read the head for an append, so that no other append can interleave."""
-        row = conn.execute(head_query()).one()
-        return Head(row[0], row[1])
+    def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
+        """Lock the head so no other append can interleave, then read what the append needs."""
+        raise NotImplementedError
 
-    def insert_events(self, conn: Connection, rows: Sequence[EventRow]) -> None:
-        """Insert a batch of event rows in one driver call (executemany).
+    def existing(self, conn: Connection, ids: Sequence[str]) -> list[EventRow]:
+        """The recorded rows among these ids (columns in EVENT_COLUMNS order)."""
+        raise NotImplementedError
 
-        Straight to the driver with positional parameters: SQLAlchemy's per-row
-        parameter processing would cost more than the database's own work.
+    def write(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+        """Insert the rows in one bulk call and move the head to the last of them."""
+        raise NotImplementedError
+
+    @contextmanager
+    def direct(self, conn: Connection) -> Iterator[None]:
+        """Around direct driver calls: handle driver errors as SQLAlchemy would.
+
+        The error is wrapped in SQLAlchemy's DBAPIError (so `translate` sees one
+        kind of error), and a connection the error shows dead is invalidated, so
+        the pool never hands it out again.
         """
-        marks = ", ".join([self.placeholder] * len(EVENT_COLUMNS))
-        sql = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})"
-        conn.exec_driver_sql(sql, list(rows))
+        try:
+            yield
+        except self.driver_error as exc:
+            gone = conn.dialect.is_disconnect(exc, dbapi(conn), None)  # type: ignore[arg-type]
+            if gone:
+                conn.invalidate(exc)
+            raise DBAPIError.instance(
+                None, None, exc, self.driver_error, connection_invalidated=gone
+            ) from exc
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """A clear journal error for a driver error, or None to let it through."""

@@ -1,9 +1,10 @@
 """`Journal`: append, read and verify over a SQLAlchemy engine.
 
 Plain SQLAlchemy Core against `schema.py`; whatever differs between SQLite and
-PostgreSQL is asked of the `Backend` (see `sqlite.py`, `postgres.py`). What an
-append means (validation, idempotency, versions, hashes) is decided in
-`appending.py`, shared with `MemoryJournal`.
+PostgreSQL, including the append's own round trips, is asked of the `Backend`
+(see `backend.py`, `sqlite.py`, `postgres.py`). What an append means (validation,
+idempotency, versions, hashes) is decided in `appending.py`, shared with
+`MemoryJournal`.
 """
 
 from __future__ import annotations
@@ -17,21 +18,18 @@ from sqlalchemy import (
     Column,
     Connection,
     Row,
-    ScalarSelect,
     and_,
     delete,
-    exists,
     func,
     insert,
     or_,
     select,
-    update,
 )
 from sqlalchemy.sql import ColumnElement
 
 from . import appending, migrate
 from .appending import require_int, require_text, wall_clock_us
-from .backend import backend_for, translating
+from .backend import EventRow, backend_for, translating
 from .errors import JournalError
 from .hashing import GENESIS_HASH, load_json, record_hash_text
 from .interface import Order
@@ -41,8 +39,6 @@ from .schema import events, journal_head, snapshots
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
 _CHUNK = 900
-# Streams whose versions one statement asks for.
-_STREAMS = 100
 _VERIFY_BATCH = 5000
 
 _EVENT_COLUMNS = (
@@ -65,7 +61,7 @@ _SNAPSHOT_COLUMNS = (
 )
 
 
-def _event(row: Row[Any]) -> RecordedEvent:
+def _event(row: Row[Any] | EventRow) -> RecordedEvent:
     return RecordedEvent(
         position=row[0],
         id=row[1],
@@ -86,16 +82,6 @@ def _snapshot(row: Row[Any]) -> SnapshotInfo:
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
-
-
-def _stream_version(stream: str) -> ScalarSelect[int | None]:
-    """max(version) of one stream: an index seek on (stream, version).
-
-    One scalar subquery per stream rather than GROUP BY stream: the planners turn
-    max() with an equality on the index prefix into a single seek, but a GROUP BY
-    aggregates every row of the stream.
-    """
-    return select(func.max(events.c.version)).where(events.c.stream == stream).scalar_subquery()
 
 
 def _after(key: tuple[int, int]) -> ColumnElement[bool]:
@@ -305,23 +291,27 @@ class Journal:
     ) -> list[RecordedEvent]:
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
-        head = self._backend.lock_head(conn)
-        last_recorded_at, versions, existing = self._probe(conn, head.position, batch, expected)
+        ids = batch.ids
+        streams = sorted({c.event.stream for c in batch.candidates} | set(expected or ()))
+        probe = self._backend.lock_and_probe(conn, ids, streams)
+        existing: dict[str, RecordedEvent] = {}
+        if probe.any_existing:  # rare: a retry, or an import run twice
+            existing = {r[1]: _event(r) for r in self._backend.existing(conn, ids)}
         fresh = appending.check_existing(batch, existing)
         if not fresh:
             return appending.results(batch, existing, [])
-        appending.check_expected(expected, versions)
+        appending.check_expected(expected, probe.versions)
         rows = appending.build(
             fresh,
-            head_position=head.position,
-            head_hash=head.hash,
-            versions=versions,
+            head_position=probe.position,
+            head_hash=probe.hash,
+            versions=probe.versions,
             # Never earlier than the last record: position_at() relies on it.
-            recorded_at=max(self._clock(), last_recorded_at),
+            recorded_at=max(self._clock(), probe.recorded_at),
         )
-        # One bulk insert for the batch (executemany, or COPY on PostgreSQL):
-        # hashes were computed in Python, so there is no per-event round trip.
-        self._backend.insert_events(
+        # One bulk write for the batch: hashes were computed in Python, so there
+        # is no per-event round trip.
+        self._backend.write(
             conn,
             [
                 (
@@ -338,57 +328,7 @@ class Journal:
                 for r in rows
             ],
         )
-        last = rows[-1].event
-        conn.execute(
-            update(journal_head)
-            .where(journal_head.c.id == 1)
-            .values(position=last.position, hash=last.hash)
-        )
         return appending.results(batch, existing, rows)
-
-    def _probe(
-        self,
-        conn: Connection,
-        head: int,
-        batch: appending.Plan,
-        expected: Mapping[str, int] | None,
-    ) -> tuple[int, dict[str, int], dict[str, RecordedEvent]]:
-        """What an append must know besides the head, in one round trip for a usual batch.
-
-        Returns the last event's recorded_at, the current version of every stream
-        the batch touches or asserts, and the batch's ids already recorded. Only
-        the ids of the first chunk are probed with EXISTS; their rows are fetched
-        only when one exists (rare: a retry), the rest of a huge batch in chunks.
-        """
-        ids = batch.ids
-        streams = sorted({c.event.stream for c in batch.candidates} | set(expected or ()))
-        first_ids, first_streams = ids[:_CHUNK], streams[:_STREAMS]
-        row = conn.execute(
-            select(
-                select(events.c.recorded_at).where(events.c.position == head).scalar_subquery(),
-                exists().where(events.c.event_id.in_(first_ids)),
-                *(_stream_version(s) for s in first_streams),
-            )
-        ).one()
-        versions = {s: v for s, v in zip(first_streams, row[2:], strict=True) if v is not None}
-        versions.update(self._versions(conn, streams[_STREAMS:]))
-        existing = self._existing(conn, first_ids) if row[1] else {}
-        existing.update(self._existing(conn, ids[_CHUNK:]))
-        return row[0] or 0, versions, existing
-
-    def _existing(self, conn: Connection, ids: Sequence[str]) -> dict[str, RecordedEvent]:
-        found: dict[str, RecordedEvent] = {}
-        for chunk in _chunks(ids, _CHUNK):
-            for row in conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id.in_(chunk))):
-                found[row[1]] = _event(row)
-        return found
-
-    def _versions(self, conn: Connection, streams: Sequence[str]) -> dict[str, int]:
-        versions: dict[str, int] = {}
-        for chunk in _chunks(streams, _STREAMS):
-            row = conn.execute(select(*(_stream_version(s) for s in chunk))).one()
-            versions.update((s, v) for s, v in zip(chunk, row, strict=True) if v is not None)
-        return versions
 
     # -- reading ---------------------------------------------------------------
 

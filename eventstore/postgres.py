@@ -38,7 +38,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from .backend import EVENT_COLUMNS, Backend, EventRow, Head, head_query, lock_key
+from .backend import COLUMNS_SQL, Backend, EventRow, Probe, dbapi, lock_key
 from .errors import ConnectionProblem, JournalError, LockTimeout
 
 _LOCK_NOT_AVAILABLE = "55P03"
@@ -49,7 +49,7 @@ class PostgresBackend(Backend):
     """A PostgreSQL database through psycopg 3."""
 
     name = "PostgreSQL"
-    placeholder = "%s"
+    driver_error = psycopg.Error
     #: From this many rows on, COPY beats a pipelined executemany.
     copy_from = 32
 
@@ -83,12 +83,6 @@ class PostgresBackend(Backend):
             with self._naming(f"the lock on key {key!r}"):
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
 
-    def lock_head(self, conn: Connection) -> Head:
-        """SELECT the head row FOR UPDATE: appends queue here until the holder commits."""
-        with self._naming("the journal head row (every append queues there)"):
-            row = conn.execute(head_query().with_for_update()).one()
-        return Head(row[0], row[1])
-
     @contextmanager
     def _naming(self, lock: str) -> Iterator[None]:
         """A lock wait that times out says which lock it was."""
@@ -106,23 +100,54 @@ class PostgresBackend(Backend):
             "retry, or look for a long transaction in pg_stat_activity"
         )
 
-    def insert_events(self, conn: Connection, rows: Sequence[EventRow]) -> None:
-        """COPY for a large batch (several times faster than INSERT), else executemany.
+    def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
+        """Lock the head row FOR UPDATE, then probe: one round trip (a pipeline).
 
-        COPY runs inside the append's transaction: it is all or nothing like the
-        INSERT it replaces.
+        Two statements on purpose: a SELECT ... FOR UPDATE that waited re-reads the
+        locked row, but anything else in the same statement would still come from
+        the snapshot taken before the wait. The probe, a separate statement, gets a
+        fresh snapshot (READ COMMITTED) that already includes the previous append.
+        Pipelined, the pair (and the transaction's BEGIN) costs one round trip.
         """
-        if len(rows) < self.copy_from:
-            super().insert_events(conn, rows)
-            return
-        dbapi = conn.connection.dbapi_connection
-        assert isinstance(dbapi, psycopg.Connection)
-        with (
-            dbapi.cursor() as cur,
-            cur.copy(f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy,
-        ):
-            for row in rows:
-                copy.write_row(row)
+        raw = dbapi(conn)
+        with self._naming("the journal head row (every append queues there)"), self.direct(conn):
+            with raw.pipeline():
+                head = raw.execute(_LOCK_HEAD)
+                probe = raw.execute(_PROBE, (list(ids), list(streams)))
+            position, digest = head.fetchone()
+            last, any_existing, versions = probe.fetchone()
+        return Probe(
+            position,
+            digest,
+            last or 0,
+            {s: v for s, v in zip(streams, versions, strict=True) if v},
+            bool(any_existing),
+        )
+
+    def existing(self, conn: Connection, ids: Sequence[str]) -> list[EventRow]:
+        """The recorded rows among these ids."""
+        with self.direct(conn):
+            return list(dbapi(conn).execute(_EXISTING, (list(ids),)))
+
+    def write(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+        """Insert the rows and move the head: one pipelined round trip, or COPY + UPDATE.
+
+        COPY is several times faster than INSERT for a large batch but cannot join
+        a pipeline. Either way it all runs inside the append's transaction.
+        """
+        raw = dbapi(conn)
+        last = (rows[-1][0], rows[-1][8])
+        with self.direct(conn):
+            if len(rows) < self.copy_from:
+                with raw.pipeline(), raw.cursor() as cur:
+                    cur.executemany(_INSERT, rows)
+                    cur.execute(_MOVE_HEAD, last)
+                return
+            with raw.cursor() as cur:
+                with cur.copy(f"COPY events ({COLUMNS_SQL}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+                cur.execute(_MOVE_HEAD, last)
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""
@@ -149,3 +174,21 @@ class PostgresBackend(Backend):
                 "server is running and the URL's host, port, user and password"
             )
         return None
+
+
+_LOCK_HEAD = "SELECT position, hash FROM journal_head WHERE id = 1 FOR UPDATE"
+# The last recorded_at, whether any id exists, and max(version) per stream (each an
+# index seek on (stream, version)), in the order the streams were given.
+_PROBE = """
+SELECT
+    (SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1),
+    EXISTS (SELECT 1 FROM events WHERE event_id = ANY(%s::text[])),
+    ARRAY(
+        SELECT (SELECT max(e.version) FROM events e WHERE e.stream = u.s)
+        FROM unnest(%s::text[]) WITH ORDINALITY AS u(s, n)
+        ORDER BY u.n
+    )
+"""
+_EXISTING = f"SELECT {COLUMNS_SQL} FROM events WHERE event_id = ANY(%s::text[])"
+_INSERT = f"INSERT INTO events ({COLUMNS_SQL}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_MOVE_HEAD = "UPDATE journal_head SET position = %s, hash = %s WHERE id = 1"

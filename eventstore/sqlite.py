@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from .backend import Backend
+from .backend import COLUMNS_SQL, Backend, EventRow, Probe, dbapi
 from .errors import ConnectionProblem, JournalError, LockTimeout
 
 # Execution option marking a connection whose next BEGIN must be IMMEDIATE.
@@ -37,6 +38,7 @@ class SQLiteBackend(Backend):
     """A SQLite file shared by any number of processes, or one in-memory database."""
 
     name = "SQLite"
+    driver_error = sqlite3.Error
 
     def __init__(self, url: str, lock_timeout: float) -> None:
         super().__init__(url, lock_timeout)
@@ -87,6 +89,36 @@ class SQLiteBackend(Backend):
         with conn.begin():
             yield
 
+    def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
+        """Read the head and what the append needs; BEGIN IMMEDIATE already holds the lock.
+
+        Lists travel as one JSON array parameter (json_each), so each statement
+        has a fixed text the driver's statement cache keeps, whatever the batch size.
+        """
+        with self.direct(conn):
+            cur = dbapi(conn).cursor()
+            position, digest = cur.execute(_HEAD).fetchone()
+            last = cur.execute(_LAST_RECORDED_AT).fetchone()
+            any_existing = cur.execute(_ANY_EXISTING, (json.dumps(ids),)).fetchone()[0]
+            versions = {
+                s: v for s, v in cur.execute(_VERSIONS, (json.dumps(streams),)) if v is not None
+            }
+            cur.close()
+        return Probe(position, digest, last[0] if last else 0, versions, bool(any_existing))
+
+    def existing(self, conn: Connection, ids: Sequence[str]) -> list[EventRow]:
+        """The recorded rows among these ids."""
+        with self.direct(conn):
+            return list(dbapi(conn).execute(_EXISTING, (json.dumps(ids),)))
+
+    def write(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+        """executemany the rows, then move the head."""
+        with self.direct(conn):
+            cur = dbapi(conn).cursor()
+            cur.executemany(_INSERT, rows)
+            cur.execute(_MOVE_HEAD, (rows[-1][0], rows[-1][8]))
+            cur.close()
+
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """'database is locked' -> LockTimeout; cannot open -> ConnectionProblem."""
         text = str(exc.orig)
@@ -111,3 +143,18 @@ class SQLiteBackend(Backend):
                 f"{self.describe()} is not a SQLite database ({text}); check the path"
             )
         return None
+
+
+_HEAD = "SELECT position, hash FROM journal_head WHERE id = 1"
+_LAST_RECORDED_AT = "SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1"
+_ANY_EXISTING = (
+    "SELECT EXISTS (SELECT 1 FROM events WHERE event_id IN (SELECT value FROM json_each(?)))"
+)
+# max(version) per stream: each one an index seek on (stream, version).
+_VERSIONS = (
+    "SELECT j.value, (SELECT max(e.version) FROM events e WHERE e.stream = j.value) "
+    "FROM json_each(?) AS j"
+)
+_EXISTING = f"SELECT {COLUMNS_SQL} FROM events WHERE event_id IN (SELECT value FROM json_each(?))"
+_INSERT = f"INSERT INTO events ({COLUMNS_SQL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_MOVE_HEAD = "UPDATE journal_head SET position = ?, hash = ? WHERE id = 1"
