@@ -276,7 +276,7 @@ def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry]
 
 def content_id(file_digest: str, line: int) -> str:
     """The id of a line that has none: the file's content hash and the line number."""
-    return f"import-{file_digest[:20]}-{line}"
+    return f"import-{file_digest[:12]}-{line}"
 
 
 def _job_accounts_in_journal(journal: JournalLike, jobs: set[str]) -> dict[str, str]:

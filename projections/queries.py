@@ -84,7 +84,7 @@ def _lineage_dict(lineage: Lineage) -> list[list[Any]]:
 
 def describe_lineage(lineage: Lineage) -> str:
     """`g1 50, g2 20`: which grants gave how many credits."""
-    return ", ".join(f"{grant} {amount}" for grant, amount in lineage) or "nothing"
+    return ", ".join(f"{grant} {amount:,}" for grant, amount in lineage) or "nothing"
 
 
 # -- balance -----------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
     return None if job is None else job.account
 
 
-def _pool_text(pool: str | None) -> str:
+def _pool_text(pool: object) -> str:
     return "" if pool in (None, GENERAL) else f" {pool}"
 
 
@@ -248,50 +248,52 @@ def _event_detail(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple
     if rec.type == "grant":
         amount = int(p["amount"])
         expiry = p.get("expiry")
-        text = f"grant of {amount}{_pool_text(p.get('pool'))} credits"
+        text = f"grant of {amount:,}{_pool_text(p.get('pool'))} credits"
         text += f", expires {format_time(expiry)}" if expiry is not None else ", no expiry"
         paid = sum(a for _, a in outcome.paid_debt)
         if paid:
-            text += f"; {paid} paid debt first"
+            text += f"; {paid:,} paid debt first"
         return text, amount
     if rec.type == "consume":
         amount = int(p["amount"])
-        text = f"consumed {amount}{_pool_text(p.get('pool'))}, paid by "
+        text = f"consumed {amount:,}{_pool_text(p.get('pool'))}, paid by "
         text += describe_lineage(outcome.paid_by)
         if outcome.debt_created:
-            text += f"; {outcome.debt_created} became debt (debt now {outcome.debt_after})"
+            text += (f"; {outcome.debt_created:,} became debt (debt now "
+                     f"{outcome.debt_after or 0:,})")
         return text, -amount
     job = str(p.get("job"))
     if rec.type == "submit":
-        head = f"job {job} submitted (cost {p['cost']}, priority {p['priority']}"
-        head += f", pool {p['pool']})" if p.get("pool") not in (None, GENERAL) else ")"
+        head = f"job {job}, cost {int(p['cost']):,}, priority {p['priority']}"
+        if p.get("pool") not in (None, GENERAL):
+            head += f", pool {p['pool']}"
         if not outcome.ok:
             return f"{head}: rejected: {outcome.reason}", 0
         return f"{head}: reserved from {describe_lineage(outcome.paid_by)}", 0
     if rec.type == "start":
-        return f"job {job} started", 0
+        return f"job {job}", 0
     if rec.type == "complete":
         state = ledger.jobs[job].state
         charge = outcome.charge or 0
-        text = f"job {job} {state}: charged {charge}"
+        text = f"job {job} {state}: charged {charge:,}"
         if charge:
             text += f" (paid by {describe_lineage(outcome.paid_by)})"
         if outcome.released:
-            text += f", released {outcome.released}"
+            text += f", released {outcome.released:,}"
         return text, -charge
     if rec.type == "cancel":
         if outcome.reason:
             return f"job {job}: {outcome.reason}", 0
-        return f"job {job} cancelled: released {outcome.released}", 0
+        return f"job {job} cancelled: released {outcome.released or 0:,}", 0
     return rec.type, 0  # pragma: no cover - every event type is handled above
 
 
 def _expiry_line(e: Expiry, time: int, balance_: int, reserved: int,
                  *, on_release: str | None = None) -> StatementLine:
-    text = f"{e.amount}{_pool_text(e.pool)} credits of grant {e.grant_id} expired unused"
+    text = f"{e.amount:,}{_pool_text(e.pool)} of grant {e.grant_id} expired unused"
     if on_release is not None:
-        text = (f"{e.amount}{_pool_text(e.pool)} credits of grant {e.grant_id} released by "
-                f"job {on_release} after the grant expired at {format_time(e.expiry)}")
+        text = (f"{e.amount:,}{_pool_text(e.pool)} of grant {e.grant_id} released by job "
+                f"{on_release} after the grant expired at {format_time(e.expiry)}")
     return StatementLine(time, None, None, "expire", -e.amount, balance_, reserved, text,
                          pool=e.pool, grants=((e.grant_id, e.amount),))
 
@@ -459,7 +461,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         balance_ = prior.balance if prior is not None else 0
         reserved = prior.reserved if prior is not None else 0
         opening = StatementLine(from_time, None, None, "opening", 0, balance_, reserved,
-                                f"opening balance at {format_time(from_time)}")
+                                "opening balance")
         lines = lines[cut:]
     return Statement(account, from_time, to, opening, lines)
 
@@ -801,11 +803,11 @@ def describe_reported(reported: Mapping[str, Any]) -> str:
     """An outcome as a caller was told it: `ok, debt 10, paid by g1 5`."""
     parts = ["ok" if reported.get("ok", True) else "rejected"]
     if "debt_after" in reported:
-        parts.append(f"debt {reported['debt_after']}")
+        parts.append(f"debt {reported['debt_after']:,}")
     if "charge" in reported:
-        parts.append(f"charged {reported['charge']}")
+        parts.append(f"charged {reported['charge']:,}")
     if reported.get("paid_by"):
-        paid = ", ".join(f"{g} {a}" for g, a in reported["paid_by"])
+        paid = ", ".join(f"{g} {a:,}" for g, a in reported["paid_by"])
         parts.append(f"paid by {paid}")
     if "reason" in reported:
         parts.append(str(reported["reason"]))

@@ -261,7 +261,8 @@ def import_(
         with render.progress_bar(f"checking {source}") as progress:
             plan = importing.plan_import(data, source, journal, fmt=kind, progress=progress)
         result = importing.append_plan(journal, plan)
-    render.console().print(f"{source}: appended {result.appended} events, "
+    events = "event" if result.appended == 1 else "events"
+    render.console().print(f"{source}: appended {result.appended} {events}, "
                            f"{result.already_present} already present")
 
 
@@ -452,10 +453,14 @@ def verify(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = None)
         render.print_json({"ok": report.ok, "first_bad_position": report.first_bad_position,
                            "problem": report.problem, "events": report.checked_events,
                            "checkpoints": report.checked_checkpoints})
+    elif report.ok and report.checked_checkpoints:
+        render.console().print(
+            f"ok: {report.checked_events} events, hash chain intact, replay reproduces the "
+            f"{report.checked_checkpoints} recorded checkpoint(s)")
     elif report.ok:
         render.console().print(
-            f"ok: {report.checked_events} events, hash chain intact, replay reproduces "
-            f"{report.checked_checkpoints} recorded checkpoint(s)")
+            f"ok: {report.checked_events} events, hash chain intact; no checkpoint recorded "
+            "yet to compare replay with (gpu-credits replay records one)")
     else:
         render.console().print(f"FAILED at position {report.first_bad_position}: "
                                f"{report.problem}")

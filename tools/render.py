@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -69,6 +70,20 @@ def progress_bar(description: str) -> Iterator[Any]:
         yield update
 
 
+def _table(title: str, *, show_header: bool = True) -> Table:
+    """The one table style: a bold title, a rule under the header, no outer frame."""
+    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                 pad_edge=False, show_header=show_header)
+
+
+def _time_column(table: Table, name: str = "time") -> None:
+    table.add_column(name, no_wrap=True, min_width=20)
+
+
+def _number_column(table: Table, name: str) -> None:
+    table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+
+
 def _n(value: int) -> Text:
     return Text(f"{value:,}", style="red" if value < 0 else "")
 
@@ -110,12 +125,12 @@ def _pool_columns(rows: Sequence[tuple[str, Figures]]) -> list[str]:
 def balances_table(rows: Sequence[tuple[str, Figures]], at: int) -> Table:
     """Per account: each pool's balance, then balance, reserved, available and debt."""
     pools = _pool_columns(rows)
-    table = Table(title=f"Balances at {format_time(at)}", title_justify="left")
-    table.add_column("account")
+    table = _table(f"Balances at {format_time(at)}")
+    table.add_column("account", no_wrap=True)
     for pool in pools:
-        table.add_column(pool, justify="right", style="dim" if pool == GENERAL else "")
+        _number_column(table, pool)
     for name in ("balance", "reserved", "available", "debt"):
-        table.add_column(name, justify="right", style="bold" if name == "balance" else "")
+        _number_column(table, name)
     totals = Figures(0, 0, 0, 0, {})
     for account, f in rows:
         cells = [_n(f.pools[p]) if f.pools.get(p) else Text("") for p in pools]
@@ -134,7 +149,7 @@ def balances_table(rows: Sequence[tuple[str, Figures]], at: int) -> Table:
 
 def audit_table(audit: Audit, run: DemoRun | None = None) -> Table:
     """The audit summary: events, credits granted and expired, debt, rejections, revisions."""
-    table = Table(title="Audit summary", title_justify="left", show_header=False)
+    table = _table("Audit summary", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_column("note", style="dim")
@@ -179,13 +194,14 @@ STATEMENT_COLUMNS = ("time", "time_utc", "position", "event_id", "type", "status
 def statement_table(st: Statement) -> Table:
     """A statement as a table: one row per change, with the running balance."""
     span = f"from {format_time(st.from_time)} " if st.from_time is not None else ""
-    table = Table(title=f"Statement of {st.account} {span}to {format_time(st.to_time)}",
-                  title_justify="left")
-    for name, justify in (("time", "left"), ("pos", "right"), ("event", "left"),
-                          ("type", "left"), ("change", "right"), ("balance", "right"),
-                          ("reserved", "right"), ("detail", "left")):
-        table.add_column(name, justify=justify,  # type: ignore[arg-type]
-                         overflow="fold", no_wrap=name != "detail")
+    table = _table(f"Statement of {st.account} {span}to {format_time(st.to_time)}")
+    _time_column(table)
+    _number_column(table, "pos")
+    table.add_column("event", overflow="fold", max_width=22)
+    table.add_column("type", no_wrap=True)
+    for name in ("change", "balance", "reserved"):
+        _number_column(table, name)
+    table.add_column("detail", ratio=1, min_width=20)
     lines = [st.opening] if st.opening is not None else []
     for line in [*lines, *st.lines]:
         style = {"rejected": "yellow", "anomaly": "magenta"}.get(line.status, "")
@@ -226,24 +242,28 @@ def explain_account(ex: AccountExplanation) -> None:
     out.print(Text.assemble((ex.account, "bold"), f" at {format_time(ex.at)}: balance "
                             f"{f.balance:,}, reserved {f.reserved:,}, available "
                             f"{f.available:,}, debt {f.debt:,}"))
-    grants = Table(title="Grants and what became of them", title_justify="left")
-    for name in ("grant", "time", "pool", "expiry", "amount", "paid debt", "used", "expired",
-                 "held", "remaining"):
-        grants.add_column(name, justify="left" if name in ("grant", "time", "pool", "expiry")
-                          else "right")
+    grants = _table("Grants and what became of them")
+    grants.add_column("grant", overflow="fold", min_width=12)
+    grants.add_column("pool", no_wrap=True)
+    _time_column(grants, "expiry")
+    for name in ("amount", "paid debt", "used", "expired", "held", "remaining"):
+        _number_column(grants, name)
     for g in ex.grants:
         held = sum(a for _, a in g.held)
-        grants.add_row(Text(g.grant_id), format_time(g.time) if g.position else "refill",
-                       g.pool, format_time(g.expiry) if g.expiry is not None else "never",
-                       f"{g.amount:,}", f"{g.paid_debt + g.debt_paid_later:,}",
+        name = g.grant_id if g.position else f"{g.grant_id} (refill)"
+        expiry = format_time(g.expiry) if g.expiry is not None else "never"
+        grants.add_row(Text(name), g.pool, expiry, f"{g.amount:,}",
+                       f"{g.paid_debt + g.debt_paid_later:,}",
                        f"{g.used:,}", Text(f"{g.expired:,}", style="yellow" if g.expired else ""),
                        f"{held:,}", f"{g.remaining:,}")
     out.print(grants)
-    spends = Table(title="Consumption and job charges, and the grants that paid",
-                   title_justify="left")
-    for name in ("time", "event", "what", "amount", "paid by", "debt created"):
-        spends.add_column(name, justify="right" if name in ("amount", "debt created")
-                          else "left", overflow="fold")
+    spends = _table("Consumption and job charges, and the grants that paid")
+    _time_column(spends)
+    spends.add_column("event", overflow="fold", max_width=22)
+    spends.add_column("what", ratio=1)
+    _number_column(spends, "amount")
+    spends.add_column("paid by", ratio=1)
+    _number_column(spends, "debt created")
     for s in ex.spends:
         if s.kind == "job" and not s.amount:
             continue  # a failed job refunded in full: nothing was paid
@@ -286,9 +306,12 @@ def explain_job(ex: JobExplanation) -> None:
         out.print(f"  cancelled: released {ex.released:,}")
     if ex.waiting:
         out.print(Text(f"  {ex.waiting}"))
-    table = Table(title="Events", title_justify="left")
-    for name in ("time", "pos", "event", "type", "detail"):
-        table.add_column(name, justify="right" if name == "pos" else "left", overflow="fold")
+    table = _table("Events")
+    _time_column(table)
+    _number_column(table, "pos")
+    table.add_column("event", overflow="fold", max_width=22)
+    table.add_column("type", no_wrap=True)
+    table.add_column("detail", ratio=1, min_width=20)
     for e in ex.events:
         table.add_row(format_time(e.time), str(e.position), Text(e.event_id), e.type,
                       Text(e.detail, style="" if e.ok else "yellow"))
@@ -300,9 +323,9 @@ def explain_job(ex: JobExplanation) -> None:
 
 def revisions_table(rows: Sequence[RevisionRow]) -> Table:
     """What each late event changed: the event it changed, before and after."""
-    table = Table(title=f"Revisions by late events ({len(rows)})", title_justify="left")
+    table = _table(f"Revisions by late events ({len(rows)})")
     for name in ("late event", "changed event", "before", "after"):
-        table.add_column(name, overflow="fold")
+        table.add_column(name, overflow="fold", ratio=1)
     for row in rows:
         r = row.revision
         late = Text(f"#{r.late_position} {row.late_type or ''} {r.late_event_id}\n"

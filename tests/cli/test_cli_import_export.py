@@ -122,7 +122,7 @@ def test_one_id_twice_in_a_file(run: Run, tmp_path: Path) -> None:
     path.write_text(same + same)
     result = run("import", str(path))
     assert result.exit_code == 0
-    assert "appended 1 events, 1 already present" in result.stdout
+    assert "appended 1 event, 1 already present" in result.stdout
     path.write_text(same + same.replace("5", "6"))
     result = run("import", str(path))
     assert result.exit_code == 2
