@@ -24,6 +24,7 @@ class ReadQuery:
     after: tuple[int, int] | None
     order: Order
     batch_size: int
+    head: int  # the journal's last position when the read began
 
     @classmethod
     def make(
@@ -66,7 +67,19 @@ class ReadQuery:
         if require_int("batch_size", batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         bound = head if to_position is None else min(to_position, head)
-        return cls(after_position, bound, from_time, to_time, stream, after, order, batch_size)
+        return cls(
+            after_position, bound, from_time, to_time, stream, after, order, batch_size, head
+        )
+
+    @property
+    def narrow(self) -> bool:
+        """Whether the position window is a small part of the journal.
+
+        Then walking the positions and sorting them is cheaper than walking the
+        whole canonical index; otherwise the position bounds must not tempt the
+        planner away from the (event_time, position) index.
+        """
+        return (self.to_position - self.after_position) * 4 < self.head
 
     @property
     def empty(self) -> bool:

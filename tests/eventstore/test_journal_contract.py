@@ -204,6 +204,9 @@ def test_every_filter(timeline: JournalLike, batch_size: int) -> None:
     assert p(after_position=4) == [8, 6, 7, 5]
     assert p(to_position=4) == [4, 2, 1, 3]
     assert p(after_position=2, to_position=6) == [4, 6, 3, 5]
+    # A narrow position window (read along positions, then sorted) and a wide one.
+    assert p(after_position=6, to_position=7) == [7]
+    assert p(after_position=5, to_position=7) == [6, 7]
     assert p(from_time=3) == [2, 6, 1, 3, 7, 5]
     assert p(to_time=5) == [8, 4, 2, 6, 1, 3, 7]
     assert p(from_time=3, to_time=3) == [2, 6]
