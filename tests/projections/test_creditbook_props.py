@@ -20,7 +20,7 @@ from invariants import assert_invariants
 from eventstore import MemoryJournal
 from projections import GPUCreditTracker
 from projections.ledger import Ledger
-from projections.projector import apply_recorded
+from projections.projector import Projector, apply_recorded
 
 POOLS = ["general", "h100", "a100"]
 
@@ -100,8 +100,11 @@ def test_tracker_agrees_with_model_when_snapshots_are_frequent(
     late calls re-project from a snapshot and past balances restore one (white box: the
     default spacing of 2000 events never snapshots in a short example)."""
     tracker = GPUCreditTracker(account="a")
-    tracker._session.projector._min_every = every
+    session = tracker._session
+    session.projector = Projector(session._read_canonical, min_snapshot_every=every)
     run(ops, tracker)
+    if sum(1 for op in ops if op[0] != "balance") > 2 * every:
+        assert session.projector.snapshot_count() > 0
 
 
 @settings(max_examples=100, deadline=None)
