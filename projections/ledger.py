@@ -9,6 +9,7 @@ that is not pending, completing one twice) is kept and reported as an anomaly, n
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import heapq
 import json
@@ -88,6 +89,12 @@ class JobState:
     state: str
     order: tuple[int, int]  # (event time, position) of its submit: "oldest first"
     charge: int | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Snapshots pickle every live job: a constructor call is far cheaper than the
+        # generic slots protocol of a dataclass.
+        return (JobState, (self.id, self.account, self.cost, self.priority, self.pool,
+                           self.state, self.order, self.charge))
 
 
 HeadKey = tuple[int, float, int, int, str]
@@ -503,25 +510,39 @@ _HANDLERS: dict[type[Any], Any] = {
 }
 
 
-def snapshot(ledger: Ledger) -> tuple[bytes, list[JobState], int]:
+Saved = tuple[bytes, tuple[list[JobState], list[tuple[int, str, str]]], int]
+"""A snapshot: the pickled changeable state, the shared append-only lists, and a length."""
+
+
+def snapshot(ledger: Ledger) -> Saved:
     """A restorable copy of `ledger` that costs what can still change, not the history.
 
-    Finished jobs never change again, so the snapshot keeps a reference to the archive
-    and its length instead of copying them.
+    Finished jobs and recorded anomalies never change again, so the snapshot keeps a
+    reference to those lists and their lengths instead of copying them.
     """
-    jobs, archive = ledger.jobs, ledger.archive
-    ledger.jobs, ledger.archive = {}, []
+    jobs, archive, anomalies = ledger.jobs, ledger.archive, ledger.anomalies
+    ledger.jobs, ledger.archive, ledger.anomalies = {}, [], []
     try:
-        blob = pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps((ledger, len(anomalies)), protocol=pickle.HIGHEST_PROTOCOL)
     finally:
-        ledger.jobs, ledger.archive = jobs, archive
-    return blob, archive, len(archive)
+        ledger.jobs, ledger.archive, ledger.anomalies = jobs, archive, anomalies
+    return blob, (archive, anomalies), len(archive)
 
 
-def restore(saved: tuple[bytes, list[JobState], int]) -> Ledger:
+def restore(saved: Saved) -> Ledger:
     """The ledger `snapshot` saved (a fresh copy each time)."""
-    blob, archive, count = saved
-    ledger: Ledger = pickle.loads(blob)
+    blob, (archive, anomalies), count = saved
+    ledger: Ledger
+    # Unpickling makes many objects at once; without this the cyclic collector would
+    # walk the whole heap several times over while it runs.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ledger, anomaly_count = pickle.loads(blob)
+    finally:
+        if was_enabled:
+            gc.enable()
+    ledger.anomalies = anomalies[:anomaly_count]
     ledger.archive = archive[:count]
     ledger.jobs = {job.id: job for job in ledger.archive}
     ledger.jobs.update(ledger.live)

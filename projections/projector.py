@@ -18,12 +18,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from projections.events import DomainEvent
-from projections.ledger import JobState, Ledger, restore, snapshot
+from projections.ledger import Ledger, Saved, restore, snapshot
 from projections.outcomes import Outcome, Revision
 
 MIN_KEY = (-(2**63), 0)
-
-Saved = tuple[bytes, list[JobState], int]
 
 
 class Recorded(Protocol):
@@ -53,12 +51,14 @@ def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
 class Projector:
     """Keeps a `Ledger` current with a journal read in arrival order."""
 
-    def __init__(self, reader: Reader, *, min_snapshot_every: int = 2000,
-                 max_snapshots: int = 32) -> None:
+    def __init__(self, reader: Reader, *, min_snapshot_every: int = 1000,
+                 max_snapshots: int = 32, recent_outcomes: int = 50_000) -> None:
         self.ledger = Ledger()
         self.position = 0  # the highest position ingested
         self.revisions: list[Revision] = []
         self.late_times: list[int] = []  # event times of late events, for cache invalidation
+        self._recent: dict[int, Outcome] = {}
+        self._recent_limit = recent_outcomes
         self._reader = reader
         self._min_every = min_snapshot_every
         self._max_snapshots = max_snapshots
@@ -73,7 +73,7 @@ class Projector:
         # A snapshot costs in proportion to what can still change (finished jobs are
         # shared, not copied); spacing snapshots in proportion to it keeps their amortised
         # cost per event constant, and dense enough that a late event refolds little.
-        return max(self._min_every, 4 * (len(ledger.live) + len(ledger.accounts)))
+        return max(self._min_every, len(ledger.live) + len(ledger.accounts))
 
     def _maybe_snapshot(self, ledger: Ledger) -> None:
         self._since_snapshot += 1
@@ -90,12 +90,17 @@ class Projector:
             self._snap_keys = [self._snap_keys[i] for i in keep]
             self._snap_states = [self._snap_states[i] for i in keep]
 
-    def _restore_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger]:
-        """The newest snapshot strictly before `key`, or an empty ledger."""
+    def _snapshot_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Saved | None]:
+        """The newest snapshot strictly before `key` (None: start from an empty ledger)."""
         i = bisect.bisect_left(self._snap_keys, key)
         if i == 0:
-            return MIN_KEY, Ledger()
-        return self._snap_keys[i - 1], restore(self._snap_states[i - 1])
+            return MIN_KEY, None
+        return self._snap_keys[i - 1], self._snap_states[i - 1]
+
+    def _restore_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger]:
+        """The newest snapshot strictly before `key`, restored, or an empty ledger."""
+        start, saved = self._snapshot_before(key)
+        return start, restore(saved) if saved is not None else Ledger()
 
     def start_from(self, ledger: Ledger, position: int) -> None:
         """Begin from a saved state that holds every event up to `position`."""
@@ -125,8 +130,17 @@ class Projector:
             else:
                 outcome = self.ledger.apply(rec.position, rec.id, rec.time, event)
             self._maybe_snapshot(self.ledger)
+            self._remember(outcome)
             return outcome
         return self._reproject(rec)
+
+    def _remember(self, outcome: Outcome) -> None:
+        # The outcomes of recent events, as last reported: a late event compares against
+        # them instead of folding the old timeline a second time.
+        recent = self._recent
+        recent[outcome.position] = outcome
+        if len(recent) > self._recent_limit:
+            del recent[next(iter(recent))]
 
     def _reproject(self, late: Recorded) -> Outcome:
         key = (late.time, late.position)
@@ -134,25 +148,51 @@ class Projector:
         i = bisect.bisect_left(self._snap_keys, key)
         del self._snap_keys[i:]
         del self._snap_states[i:]
-        start, new = self._restore_before(key)
-        _, old = self._restore_before(key)
+        start, saved = self._snapshot_before(key)
+        found = self._refold(late, start, restore(saved) if saved else Ledger(), None)
+        if found is None:
+            # An event too old to be remembered: fold the old timeline beside the new one.
+            old = restore(saved) if saved else Ledger()
+            found = self._refold(late, start, restore(saved) if saved else Ledger(), old)
+            assert found is not None
+        ledger, late_outcome, revisions, outcomes = found
+        self.revisions.extend(revisions)
+        for outcome in outcomes:
+            self._remember(outcome)
+        self.ledger = ledger
+        return late_outcome
+
+    def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, old: Ledger | None
+                ) -> tuple[Ledger, Outcome, list[Revision], list[Outcome]] | None:
+        """Fold the timeline after `start` with the late event; None if an earlier outcome
+        is not remembered (and `old`, the timeline without it, was not given)."""
         self._since_snapshot = 0
         late_outcome: Outcome | None = None
+        revisions: list[Revision] = []
+        outcomes: list[Outcome] = []
+        snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
         for rec in self._reader(start, late.position, None):
             after = apply_recorded(new, rec)
             self._maybe_snapshot(new)
+            outcomes.append(after)
             if rec.position == late.position:
                 late_outcome = after
                 continue
-            before = apply_recorded(old, rec)
+            if old is not None:
+                before: Outcome | None = apply_recorded(old, rec)
+            else:
+                before = self._recent.get(rec.position)
+                if before is None:
+                    self._snap_keys, self._snap_states = snap_keys, snap_states
+                    return None
+            assert before is not None
             was, now = before.reported(), after.reported()
             if was != now:
-                self.revisions.append(Revision(late.position, late.id, rec.position, rec.id,
-                                               rec.type, was, now))
+                revisions.append(Revision(late.position, late.id, rec.position, rec.id,
+                                          rec.type, was, now))
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
-        self.ledger = new
-        return late_outcome
+        return new, late_outcome, revisions, outcomes
 
     def catch_up(self, events: Iterable[Recorded]) -> dict[int, Outcome]:
         """Ingest events in position order; return their outcomes by position."""

@@ -85,14 +85,16 @@ def _reported_outcomes(journal: MemoryJournal, to_position: int) -> dict[int, di
     return out
 
 
-@settings(max_examples=80, deadline=None)
-@given(histories(), st.randoms(use_true_random=False), st.integers(1, 4))
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.randoms(use_true_random=False), st.integers(1, 4),
+       st.sampled_from([1, 3, 50_000]))
 def test_incremental_reprojection_equals_full_replay_and_finds_every_revision(
-        events: list[Any], rnd: random.Random, snapshot_every: int) -> None:
+        events: list[Any], rnd: random.Random, snapshot_every: int, remembered: int) -> None:
     rnd.shuffle(events)
     journal = _journal(events)
+    # `remembered` small forces the fallback that folds the old timeline again.
     projector = Projector(journal_reader(journal), min_snapshot_every=snapshot_every,
-                          max_snapshots=3)
+                          max_snapshots=3, recent_outcomes=remembered)
     expected_revisions = []
     for rec in journal.read(order="position"):
         before = _reported_outcomes(journal, rec.position - 1)
