@@ -7,8 +7,8 @@ it prepares what it needs, then wraps only the work to measure in
 timed.
 
 Every case runs in a new process (multiprocessing *spawn*), which runs it `runs` times and
-reports each run's seconds and its own peak RSS (``ru_maxrss`` of that process), so the
-RSS of one case is not inflated by another's. Profiling (cProfile) runs once more, in its
+reports each run's seconds and its own peak RSS (VmHWM of that process), so the RSS of one
+case is not inflated by another's, nor by the parent's. Profiling (cProfile) runs once more, in its
 own process, with the profiler on only inside the measured sections.
 """
 
@@ -266,7 +266,19 @@ def resolve(path: str) -> CaseFn:
 
 
 def _peak_rss_mb() -> float:
-    # Linux reports ru_maxrss in KiB (macOS in bytes).
+    """This process's peak resident set size, in MB.
+
+    On Linux, VmHWM from /proc/self/status: it belongs to the address space, which exec
+    replaces, so a spawned child does not inherit its parent's peak (ru_maxrss does: it
+    survives the fork + exec that start the child). Elsewhere ru_maxrss (macOS: bytes).
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return raw / (1024 * 1024) if sys.platform == "darwin" else raw / 1024
 
@@ -287,7 +299,9 @@ def _child(path: str, params: dict[str, Any], runs: int, profile: bool,
             notes.update(t.notes)
         out: dict[str, Any] = {"seconds": seconds, "notes": notes, "rss_mb": _peak_rss_mb()}
         if prof is not None:
-            out["profile"] = profile_text(prof)
+            wall = sum(v for k, vs in seconds.items() for v in vs
+                       if profile_only is None or k == profile_only)
+            out["profile"] = profile_text(prof, wall)
         conn.send(out)
     except BaseException:  # report anything, including a KeyboardInterrupt, to the parent
         conn.send({"error": traceback.format_exc()})
@@ -365,8 +379,11 @@ def profile_case(case: Case, *, isolated: bool = True) -> str:
     else:
         prof = cProfile.Profile()
         fn = resolve(case.fn)
-        fn(Timing(prof, case.profile_only), **params)
-        msg = {"profile": profile_text(prof)}
+        t = Timing(prof, case.profile_only)
+        fn(t, **params)
+        wall = sum(v for k, v in t.seconds.items()
+                   if case.profile_only is None or k == case.profile_only)
+        msg = {"profile": profile_text(prof, wall)}
     if "error" in msg:
         return f"(profiling failed: {str(msg['error']).strip().splitlines()[-1]})"
     return str(msg["profile"])
@@ -386,13 +403,14 @@ def _where(func: tuple[str, int, str]) -> str:
     return f"{filename}:{line}({name})"
 
 
-def profile_text(prof: cProfile.Profile, top: int = 14) -> str:
-    """The top entries by own time and by cumulative time, one line each."""
+def profile_text(prof: cProfile.Profile, wall: float = 0.0, top: int = 14) -> str:
+    """The top entries by own time and by cumulative time, one line each; percentages are
+    of `wall`, the profiled sections' time (profiler overhead included)."""
     stats = pstats.Stats(prof, stream=io.StringIO())
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
-    total = sum(tt for (_, _, tt, _, _) in raw.values()) or 1e-9
     rows = [(func, nc, tt, ct) for func, (_, nc, tt, ct, _) in raw.items()]
-    lines = [f"total profiled time {total:.2f} s",
+    total = max(wall, sum(r[2] for r in rows), max((r[3] for r in rows), default=0.0)) or 1e-9
+    lines = [f"profiled section: {total:.2f} s under cProfile (percentages are of this)",
              "", f"top {top} by own time:", "  own s   own%    cum s      calls  function"]
     for func, nc, tt, ct in sorted(rows, key=lambda r: -r[2])[:top]:
         lines.append(f"{tt:7.2f} {100 * tt / total:6.1f}% {ct:8.2f} {nc:10d}  {_where(func)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools.bench.runner import Case, Config, Scenario, Table, Target, Timing
-from tools.bench.workload import BALANCE, CONSUME, GRANT, tracker_calls
+from tools.bench.workload import BALANCE, CONSUME, GRANT, iter_tracker_calls, tracker_calls
 
 _CALLS: dict[tuple[int, bool], list[tuple[int, int, int, int]]] = {}
 
@@ -90,7 +90,7 @@ def scenario(cfg: Config) -> Scenario:
     sizes = sorted(set(s.tracker_sizes) | {n})
     cases: list[Case] = []
     for m in sizes:
-        events = sum(1 for c in tracker_calls(m) if c[0] != BALANCE)
+        events = sum(1 for c in iter_tracker_calls(m) if c[0] != BALANCE)
         cases += [
             Case(f"tracker.plain.{m}", "plain heap tracker (seed 002): all calls",
                  "tracker:plain", {"n": m}, m, unit="calls", baseline=True,

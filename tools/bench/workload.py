@@ -141,19 +141,22 @@ def tracker_calls(n: int, seed: int = 3) -> list[tuple[int, int, int, int]]:
     30% grants of 1..100 credits expiring 1..2,000 s later, 40% consumes of 1..80 (so
     debt happens), 30% get_balance; time advances 0 to 2 per call.
     """
+    return list(iter_tracker_calls(n, seed))
+
+
+def iter_tracker_calls(n: int, seed: int = 3) -> Iterator[tuple[int, int, int, int]]:
+    """`tracker_calls`, one at a time."""
     rng = random.Random(seed)
-    out: list[tuple[int, int, int, int]] = []
     t = 0
     for _ in range(n):
         t += rng.choice((0, 1, 1, 2))
         r = rng.random()
         if r < 0.3:
-            out.append((GRANT, rng.randint(1, 100), t, t + rng.randint(1, 2000)))
+            yield (GRANT, rng.randint(1, 100), t, t + rng.randint(1, 2000))
         elif r < 0.7:
-            out.append((CONSUME, rng.randint(1, 80), t, 0))
+            yield (CONSUME, rng.randint(1, 80), t, 0)
         else:
-            out.append((BALANCE, 0, t, 0))
-    return out
+            yield (BALANCE, 0, t, 0)
 
 
 SUBMIT, START, COMPLETE = 0, 1, 2
