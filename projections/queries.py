@@ -25,6 +25,7 @@ from projections.events import GENERAL, TIMELINE_START
 from projections.ledger import PENDING, RUNNING, AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.projector import apply_recorded
+from projections.replay import fold_canonical
 from projections.timefmt import format_time, parse_micros
 
 _KNOWN_SHOWN = 20
@@ -102,7 +103,7 @@ class Figures:
 
     @classmethod
     def of(cls, account: AccountState | None, at: int) -> Figures:
-        """The figures of `account` at `at` (no later than... its last event, or later)."""
+        """The figures of `account` at `at`, no earlier than its last applied event."""
         if account is None:
             return cls(0, 0, 0, 0, {GENERAL: 0})
         book = account.book
@@ -136,22 +137,13 @@ class BalanceReport:
         return out
 
 
-def fold_to(journal: JournalLike, *, to_time: int | None = None,
-            to_position: int | None = None) -> Ledger:
-    """The ledger of every event with time <= to_time and position <= to_position."""
-    ledger = Ledger()
-    for rec in journal.read(to_position=to_position, to_time=to_time, order="canonical"):
-        apply_recorded(ledger, rec)
-    return ledger
-
-
 def balance(journal: JournalLike, account: str, *, at: int | None = None,
             as_known_at: int | str | None = None, pool: str | None = None) -> BalanceReport:
     """`account`'s figures at event time `at` (default: the journal's latest event time),
     from only the events recorded at positions <= `as_known_at` (default: all)."""
     when = latest_time(journal) if at is None else at
     position = known_position(journal, as_known_at)
-    ledger = fold_to(journal, to_time=when, to_position=position)
+    ledger = fold_canonical(journal, to_time=when, to_position=position)
     state = ledger.accounts.get(account)
     if state is None and not _exists_later(journal, account):
         raise unknown_account(account, ledger)

@@ -22,13 +22,12 @@ from projections.queries import (
     balance,
     explain_account,
     explain_job,
-    fold_to,
     known_position,
     latest_time,
     revision_rows,
     statement,
 )
-from projections.replay import replay
+from projections.replay import fold_canonical, replay
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "h100", "a100")
@@ -80,7 +79,7 @@ def journals(draw: st.DrawFn) -> MemoryJournal:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals(), st.integers(0, 60))
 def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) -> None:
-    ledger = fold_to(journal)
+    ledger = fold_canonical(journal)
     to = latest_time(journal) + extra
     for name in ledger.accounts:
         st_ = statement(journal, name, to_time=to)
@@ -107,7 +106,7 @@ def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) ->
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals())
 def test_every_grant_accounts_for_its_credits(journal: MemoryJournal) -> None:
-    for name, account in fold_to(journal).accounts.items():
+    for name, account in fold_canonical(journal).accounts.items():
         ex = explain_account(journal, name)
         for g in ex.grants:
             accounted = (g.paid_debt + g.used + g.expired + g.remaining
