@@ -142,7 +142,9 @@ def test_writer_killed_during_a_huge_batch_leaves_no_partial_batch(url: str) -> 
     j = Journal(url)
     j.append([ev(f"before-{i}", i) for i in range(3)])
     ready = SPAWN.Event()
-    child = SPAWN.Process(target=huge_batch_worker, args=(url, 40_000, ready))
+    # Big enough that the INSERT (or COPY) runs for a good fraction of a second.
+    size = 80_000 if url.startswith("sqlite") else 40_000
+    child = SPAWN.Process(target=huge_batch_worker, args=(url, size, ready))
     child.start()
     watch = InsertWatch(url)
     assert ready.wait(60)
