@@ -8,15 +8,18 @@ may revise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from projections.creditbook import Expiry, Lineage
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The result of applying one recorded event."""
+class Outcome(NamedTuple):
+    """The result of applying one recorded event (immutable).
+
+    A named tuple rather than a frozen dataclass: the fold makes one per event, and a
+    tuple is several times cheaper to build.
+    """
 
     position: int
     event_id: str
@@ -31,7 +34,7 @@ class Outcome:
     paid_debt: tuple[tuple[str, int], ...] = ()  # grant: (pool, amount) of debt it paid
     charge: int | None = None  # complete: credits charged
     released: int | None = None  # complete / cancel: credits released
-    expired: tuple[Expiry, ...] = field(default=())  # credits that expired before/at this event
+    expired: tuple[Expiry, ...] = ()  # credits that expired before/at this event
     anomaly: bool = False
 
     def reported(self) -> dict[str, Any]:
