@@ -131,6 +131,17 @@ class AccountState:
             return -math.inf
         return self.usage_log2 - math.log2(self.share)
 
+    def pool_balances_at(self, time: int) -> dict[str, int]:
+        """Per pool, credits minus debt at `time` (>= this account's last event), counting
+        what has expired and what the refill bucket has accrued by then."""
+        balances = self.book.pool_balances_at(time)
+        if self.refill_rate is not None:
+            add, _ = refill_due(self, time)
+            if add:
+                # Accrued credits pay debt first or become credits: either way, + add.
+                balances[GENERAL] = balances.get(GENERAL, 0) + add
+        return balances
+
     def decayed_usage(self, time: int) -> float:
         """Usage charged so far, decayed to `time` (for explanations)."""
         if self.usage_log2 == -math.inf:

@@ -111,7 +111,7 @@ class Scheduler:
             if account is None or not account.opened:
                 raise UnknownAccount(f"unknown account {account_id!r}")
             now = session.now(self._clock())
-            pools = account.book.pool_balances_at(now) or {GENERAL: 0}
+            pools = account.pool_balances_at(now) or {GENERAL: 0}
             balance = sum(pools.values())
             reserved = account.book.held
             return AccountView(account_id, balance, reserved, balance - reserved,

@@ -75,7 +75,7 @@ class GPUCreditTracker:
                 account = known.accounts.get(self.account)
             if account is None:
                 return 0
-            balances = account.book.pool_balances_at(timestamp)
+            balances = account.pool_balances_at(timestamp)
         if wanted is None:
             return sum(balances.values())
         return balances.get(wanted, 0)
@@ -88,7 +88,7 @@ class GPUCreditTracker:
             account = self._session.account_at(self.account, timestamp)
             if account is None:
                 return {GENERAL: 0}
-            return account.book.pool_balances_at(timestamp) or {GENERAL: 0}
+            return account.pool_balances_at(timestamp) or {GENERAL: 0}
 
     @property
     def revisions(self) -> list[Revision]:

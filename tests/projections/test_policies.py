@@ -99,3 +99,16 @@ def test_refill_pays_debt_first() -> None:
     # 1 credit per second: 40 by t=40, 30 pay the debt, 10 stay, then 1 is consumed.
     book = ledger.accounts["a"].book
     assert (book.active_total, book.debt_total) == (9, 0)
+
+
+def test_balance_between_events_counts_what_the_bucket_has_accrued() -> None:
+    now, s = _clock(start=0)
+    s.open_account("a", 0, refill_rate=60, refill_cap=100)   # one credit a minute
+    now[0] = 30 * 60
+    assert s.accounts["a"].balance == 30
+    now[0] = 10 * HOUR
+    assert s.accounts["a"].balance == 100                     # the cap
+    from projections import GPUCreditTracker
+
+    t = GPUCreditTracker(s._session.journal, account="a")
+    assert t.get_balance(45 * 60) == 45
