@@ -390,3 +390,71 @@ def test_open_account_after_a_grant_adds_the_balance_and_the_cap() -> None:
     assert s.accounts["a"].max_running == 1
     with pytest.raises(AccountExists):
         s.open_account("a", 1)
+
+
+# -- explicit times (`at=`): a call placed in the past -----------------------------------
+
+
+def timed() -> tuple[Scheduler, MemoryJournal]:
+    """Account a opened at 100 with 10; job p (cost 5) submitted at 100."""
+    journal = MemoryJournal()
+    s = Scheduler(journal, clock=lambda: 100)
+    s.open_account("a", 10)
+    assert s.submit("p", "a", 5, 0)
+    return s, journal
+
+
+def test_complete_at_a_time_when_the_job_was_running_settles_it() -> None:
+    s, _ = timed()
+    assert s.start_next(at=110) is not None
+    s.complete("p", True, at=150)
+    assert s.job_state("p") == "succeeded"
+    assert figures(s) == (5, 0, 5, 0)
+    assert s.ledger().anomalies == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: complete(at=) before the job's start appends an "
+                                       "anomaly instead of raising")
+def test_complete_at_a_time_before_the_job_started_is_refused() -> None:
+    s, journal = timed()
+    assert s.start_next(at=110) is not None
+    head, digest = journal.head(), s.state_digest()
+    with pytest.raises(ValueError):
+        s.complete("p", True, at=105)  # p was pending at 105, not running
+    assert journal.head() == head
+    assert s.state_digest() == digest
+    assert s.ledger().anomalies == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: cancel(at=) before the job's submit appends an "
+                                       "anomaly instead of raising")
+def test_cancel_at_a_time_before_the_job_was_submitted_is_refused() -> None:
+    s, journal = timed()
+    head = journal.head()
+    with pytest.raises((ValueError, KeyError)):
+        s.cancel("p", at=90)  # p did not exist at 90
+    assert journal.head() == head
+    assert s.ledger().anomalies == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: start_next(at=) in the past starts a job cancelled "
+                                       "later; the cancel becomes an anomaly")
+def test_start_next_in_the_past_does_not_resurrect_a_cancelled_job() -> None:
+    s, _ = timed()
+    s.cancel("p", at=120)
+    assert figures(s) == (10, 0, 10, 0)
+    job = s.start_next(at=110)  # p was pending at 110, but it is cancelled at 120
+    assert job is None
+    assert s.job_state("p") == "cancelled"
+    assert figures(s) == (10, 0, 10, 0)
+    assert s.ledger().anomalies == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: submit(at=) before the account existed returns "
+                                       "False and appends instead of raising unknown account")
+def test_submit_at_a_time_before_the_account_existed_is_an_unknown_account() -> None:
+    s, journal = timed()
+    head = journal.head()
+    with pytest.raises(KeyError):
+        s.submit("early", "a", 1, 0, at=50)  # a was opened at 100
+    assert journal.head() == head
