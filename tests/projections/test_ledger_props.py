@@ -17,10 +17,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_invariants
 
-from eventstore import MemoryJournal
+from eventstore import MemoryJournal, NewEvent
 from projections import GPUCreditTracker, LedgerError, Scheduler
+from projections.events import (
+    AccountOpened,
+    CreditsConsumed,
+    CreditsGranted,
+    JobCancelled,
+    JobCompleted,
+    JobStarted,
+    JobSubmitted,
+    to_payload,
+)
 from projections.projector import Projector
-from projections.replay import fold_canonical
+from projections.replay import fold_canonical, replay
 
 ACCOUNTS = ["a", "b"]
 POOLS = [None, "h100"]
@@ -121,3 +131,45 @@ def test_live_state_equals_a_cold_fold_when_snapshots_are_frequent(
     every: int, opening: tuple[int, int | None, int, int | None], ops: list[tuple[Any, ...]]
 ) -> None:
     run(opening, ops, snapshot_every=every)
+
+
+# -- arrival order does not matter for events with distinct event times ------------------
+
+JOB_NAMES = ["x", "y", "z"]
+domain_event = st.one_of(
+    st.builds(AccountOpened, st.sampled_from(ACCOUNTS), st.sampled_from([None, 1])),
+    st.builds(CreditsGranted, st.sampled_from(ACCOUNTS), st.integers(1, 30),
+              st.one_of(st.none(), st.integers(0, 60)), st.sampled_from(["general", "h100"])),
+    st.builds(CreditsConsumed, st.sampled_from(ACCOUNTS), st.integers(1, 30),
+              st.sampled_from(["general", "h100"])),
+    st.builds(JobSubmitted, st.sampled_from(ACCOUNTS), st.sampled_from(JOB_NAMES),
+              st.integers(0, 20), st.integers(0, 2), st.sampled_from(["general", "h100"])),
+    st.builds(JobStarted, st.sampled_from(JOB_NAMES)),
+    st.builds(JobCompleted, st.sampled_from(JOB_NAMES), st.booleans(),
+              st.sampled_from([0.0, 0.5, 1.0])),
+    st.builds(JobCancelled, st.sampled_from(JOB_NAMES)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), events=st.lists(domain_event, min_size=1, max_size=25))
+def test_replay_digest_does_not_depend_on_arrival_order(
+    data: st.DataObject, events: list[Any]
+) -> None:
+    times = data.draw(st.permutations(range(0, 3 * len(events), 3)))
+    new = [
+        NewEvent(f"e{i}", getattr(e, "account", "jobs"), e.type, times[i], to_payload(e))
+        for i, e in enumerate(events)
+    ]
+    arrival = data.draw(st.permutations(new))
+    first, second = MemoryJournal(), MemoryJournal()
+    for ev in new:
+        first.append([ev])
+    for ev in arrival:
+        second.append([ev])
+    want = fold_canonical(first).digest()
+    assert fold_canonical(second).digest() == want
+    assert replay(first).digest == want
+    assert replay(second).digest == want
+    assert Scheduler(second).state_digest() == want
+    assert_invariants(replay(second).ledger)
