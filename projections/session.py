@@ -26,6 +26,7 @@ an `IdempotencyConflict`.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import os
 import threading
@@ -45,6 +46,9 @@ Build = Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
 # `decide` retakes missing locks and rebuilds; a build that keeps naming new accounts
 # after this many rounds is a bug in the caller, not a reason to loop forever.
 _MAX_LOCK_ROUNDS = 8
+# A retry rebuilds the state of the accounts it held from their own events; with more
+# accounts than this (start_next on a large ledger), one fold of the journal is cheaper.
+_MAX_RETRY_STREAMS = 32
 
 
 @dataclasses.dataclass(slots=True)
@@ -156,7 +160,7 @@ class LedgerSession:
             with self.journal.transaction(held) as tx:
                 for _ in range(_MAX_LOCK_ROUNDS):
                     self._catch_up_in(tx)
-                    built = self._build(build, event_id, live)
+                    built = self._build(build, event_id, live, held)
                     # Only ever append to accounts we hold: a lock list computed from a
                     # stale projection is completed here, and the decision made again
                     # on the state as it stands under the full set of locks.
@@ -190,8 +194,8 @@ class LedgerSession:
                 tx.read(after_position=self.projector.position, order="position")
             )
 
-    def _build(self, build: Build, event_id: str | None,
-               live: bool) -> Sequence[tuple[NewEvent, DomainEvent]]:
+    def _build(self, build: Build, event_id: str | None, live: bool,
+               held: Sequence[str]) -> Sequence[tuple[NewEvent, DomainEvent]]:
         """Run `build` on the caught-up state, or, for a retry, on the state it first saw."""
         original = self.journal.get(event_id) if event_id is not None else None
         self._id_base, self._id_count = event_id, 0
@@ -200,12 +204,9 @@ class LedgerSession:
                 built = build(self.projector.ledger)
                 return [(self._live(new), e) for new, e in built] if live else built
             # A retry of a decision already recorded: rebuild it on the state it was
-            # decided on (everything recorded before it), at the time it was decided,
-            # so the same command yields the same events and the append below returns
-            # the original records instead of appending.
-            from projections.replay import fold_canonical
-
-            as_was = fold_canonical(self.journal, to_position=original.position - 1)
+            # decided on, at the time it was decided, so the same command yields the
+            # same events and the append below returns the original records.
+            as_was = self._state_before(original, {*held, original.stream})
             self._replay_time = original.time
             built = build(as_was)
             if not live:
@@ -213,6 +214,25 @@ class LedgerSession:
             return [(self._as_recorded(new), e) for new, e in built]
         finally:
             self._id_base, self._id_count, self._replay_time = None, 0, None
+
+    def _state_before(self, original: RecordedEvent, streams: set[str]) -> Ledger:
+        """The accounts `streams` as they stood for the decision recorded at `original`:
+        every event of theirs recorded before it, folded in canonical order.
+
+        Only those accounts: the decision held their locks and read nothing else, and a
+        retry then costs their history, not the journal's.
+        """
+        before = original.position - 1
+        if len(streams) > _MAX_RETRY_STREAMS:
+            from projections.replay import fold_canonical
+
+            return fold_canonical(self.journal, to_position=before)
+        reads = [self.journal.read(stream=s, to_position=before, order="canonical")
+                 for s in sorted(streams)]
+        ledger = Ledger()
+        for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
+            ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
+        return ledger
 
     def _as_recorded(self, new: NewEvent) -> NewEvent:
         # A live event's time was decided when it was first recorded: take that one.
