@@ -7,7 +7,7 @@ and jobs), so it can be called after any step of any facade, on any journal.
 from __future__ import annotations
 
 from projections.events import GENERAL
-from projections.ledger import PENDING, RUNNING, Ledger
+from projections.ledger import JOB_STATES, PENDING, RUNNING, Ledger
 
 
 def assert_invariants(ledger: Ledger, *, scheduler_only: bool = False) -> None:
@@ -101,6 +101,23 @@ def assert_invariants(ledger: Ledger, *, scheduler_only: bool = False) -> None:
             )
 
     for job in ledger.jobs.values():
+        assert job.state in JOB_STATES, f"job {job.id} in unknown state {job.state!r}"
         assert job.account in ledger.accounts or job.state == "rejected", (
             f"job {job.id} names account {job.account!r} the ledger does not know"
         )
+
+    # Each job in exactly one state: the ledger keeps jobs that can still change (pending,
+    # running) apart from finished ones; every job is in exactly one of the two.
+    live = getattr(ledger, "live", None)
+    archive = getattr(ledger, "archive", None)
+    if live is not None and archive is not None:
+        archived = [job.id for job in archive]
+        assert len(archived) == len(set(archived)), "a job archived twice"
+        assert not set(archived) & set(live), "a job both live and finished"
+        assert set(live) | set(archived) == set(ledger.jobs)
+        for job_id, job in live.items():
+            assert job.state in (PENDING, RUNNING), f"live job {job_id} is {job.state}"
+            assert ledger.jobs[job_id] is job
+        for job in archive:
+            assert job.state not in (PENDING, RUNNING), f"finished job {job.id} is {job.state}"
+            assert ledger.jobs[job.id] is job

@@ -33,7 +33,10 @@ def check(book: CreditBook) -> None:
     ledger = Ledger()
     ledger.accounts["x"] = AccountState("x", book=book, opened=True)
     for ref, hold in book.holds.items():
-        ledger.jobs[ref] = JobState(ref, "x", hold.amount, 0, hold.pool, RUNNING, (0, 0))
+        job = JobState(ref, "x", hold.amount, 0, hold.pool, RUNNING, (0, 0))
+        ledger.jobs[ref] = job
+        if hasattr(ledger, "live"):
+            ledger.live[ref] = job
         ledger.accounts["x"].running += 1
     assert_invariants(ledger)
 
