@@ -15,6 +15,7 @@ import heapq
 import json
 import math
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -216,10 +217,11 @@ class Ledger:
         return account
 
     def _anomaly(self, position: int, event_id: str, event_type: str, time: int,
-                 account: str | None, why: str) -> Outcome:
+                 account: str | None, why: str,
+                 expired: Sequence[Expiry] = ()) -> Outcome:
         self.anomalies.append((time, event_id, why))
         return Outcome(position, event_id, event_type, time, account, ok=False, reason=why,
-                       anomaly=True)
+                       anomaly=True, expired=tuple(expired))
 
     def _open(self, position: int, event_id: str, time: int, event: AccountOpened) -> Outcome:
         account = self._account(event.account)
@@ -243,7 +245,8 @@ class Ledger:
         if event.expiry is not None and event.expiry <= time:
             # Well formed but dead on arrival (only an import can record one): nothing to add.
             return self._anomaly(position, event_id, event.type, time, event.account,
-                                 f"grant expires at {event.expiry}, not after its time {time}")
+                                 f"grant expires at {event.expiry}, not after its time {time}",
+                                 expired=expired)
         paid, _ = account.book.grant(event_id, event.amount, event.expiry, event.pool,
                                      (time, position))
         return Outcome(position, event_id, event.type, time, event.account, paid_debt=paid,
@@ -315,11 +318,13 @@ class Ledger:
         expired = tuple(self._touch(account, time))
         if job.state != PENDING:
             return self._anomaly(position, event_id, event.type, time, job.account,
-                                 f"start of job {job.id!r} which is {job.state}, not pending")
+                                 f"start of job {job.id!r} which is {job.state}, not pending",
+                                 expired=expired)
         if account.blocked:
             return self._anomaly(position, event_id, event.type, time, job.account,
                                  f"start of job {job.id!r}: account {job.account!r} already "
-                                 f"runs {account.running} of max {account.max_running}")
+                                 f"runs {account.running} of max {account.max_running}",
+                                 expired=expired)
         job.state = RUNNING
         account.running += 1
         self._register_head(account)
@@ -338,7 +343,8 @@ class Ledger:
         if job.state != RUNNING:
             return self._anomaly(position, event_id, event.type, time, job.account,
                                  f"completion of job {job.id!r} which is {job.state}, "
-                                 "not running")
+                                 "not running",
+                                 expired=expired)
         charge = job.cost if event.success else failure_charge(job.cost, event.refund_fraction)
         lineage, lost = account.book.settle(job.id, charge, time)
         expired.extend(lost)
@@ -368,7 +374,8 @@ class Ledger:
                            reason="already cancelled", expired=tuple(expired))
         if job.state != PENDING:
             return self._anomaly(position, event_id, event.type, time, job.account,
-                                 f"cancel of job {job.id!r} which is {job.state}, not pending")
+                                 f"cancel of job {job.id!r} which is {job.state}, not pending",
+                                 expired=expired)
         _, lost = account.book.settle(job.id, 0, time)
         expired.extend(lost)
         job.state = CANCELLED
@@ -455,11 +462,13 @@ class Ledger:
 
     def pending_ahead(self, job: JobState) -> int:
         """How many pending jobs would start before `job` (linear: for explanations only)."""
-        mine = (-job.priority, *job.order)
+        def key(j: JobState) -> tuple[int, float, int, int]:
+            return (-j.priority, self.accounts[j.account].fair_key(), *j.order)
+
+        mine = key(job)
         return sum(
-            1 for other in self.jobs.values()
-            if other.state == PENDING and other.id != job.id
-            and (-other.priority, *other.order) < mine
+            1 for other in self.live.values()
+            if other.state == PENDING and other.id != job.id and key(other) < mine
         )
 
     def canonical(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from eventstore import JournalLike, RecordedEvent
 from projections.creditbook import Batch, CreditBook, Expiry, Lineage
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import GENERAL, TIMELINE_START
-from projections.ledger import PENDING, RUNNING, AccountState, Ledger
+from projections.ledger import PENDING, RUNNING, AccountState, Ledger, refill_due
 from projections.outcomes import Outcome, Revision
 from projections.projector import apply_recorded
 from projections.replay import fold_canonical
@@ -107,7 +107,7 @@ class Figures:
         if account is None:
             return cls(0, 0, 0, 0, {GENERAL: 0})
         book = account.book
-        pools = book.pool_balances_at(at) or {GENERAL: 0}
+        pools = account.pool_balances_at(at) or {GENERAL: 0}
         balance = sum(pools.values())
         return cls(balance, book.held, balance - book.held, book.debt_total, pools)
 
@@ -427,10 +427,18 @@ class _StatementBuilder:
                 self.balance = actual
 
     def finish(self, to_time: int) -> None:
-        """Expiries after the account's last event, up to `to_time`."""
+        """Expiries and refill accrued after the account's last event, up to `to_time`."""
         for e in self.walk.expired_by(to_time):
             self.balance -= e.amount
             self.add(_expiry_line(e, e.expiry, self.balance, self.reserved))
+        state = self.walk.state
+        if state is not None and state.refill_rate is not None:
+            add, _ = refill_due(state, to_time)
+            if add:
+                self.balance += add
+                self.add(StatementLine(to_time, None, None, "refill", add, self.balance,
+                                       self.reserved, f"refill of {add} credits accrued",
+                                       pool=GENERAL))
 
 
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
