@@ -9,6 +9,7 @@ time and at the end of the timeline (all pools, and each pool), and `assert_inva
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import pytest
@@ -88,6 +89,27 @@ def test_tracker_agrees_with_linear_model(ops: list[tuple[Any, ...]]) -> None:
     for t in sorted({-1, 0, 7, 15, 31, 50, *(c.time for c in model.calls)}):
         assert again.get_balance(t) == model.get_balance(t), f"replayed get_balance({t})"
         assert again.pool_balances(t) == tracker.pool_balances(t)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops_strategy)
+def test_tracker_agrees_with_linear_model_on_a_sqlite_file(ops: list[tuple[Any, ...]]) -> None:
+    """The same differential test through a SQLite file journal (late calls re-project
+    from SQL reads), and a second tracker reopened on the URL agrees."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{folder}/journal.db"
+        tracker = GPUCreditTracker(url, account="a")
+        try:
+            model = run(ops, tracker)
+            again = GPUCreditTracker(url, account="a")
+            try:
+                assert again.state_digest() == tracker.state_digest()
+                for t in sorted({-1, 15, 50, *(c.time for c in model.calls)}):
+                    assert again.get_balance(t) == model.get_balance(t)
+            finally:
+                again.journal.close()  # type: ignore[attr-defined]
+        finally:
+            tracker.journal.close()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("every", [1, 3])
