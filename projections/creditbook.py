@@ -16,9 +16,6 @@ from typing import Any
 
 from projections.events import GENERAL
 
-NEVER = 2**63
-"""Heap key of a batch that never expires."""
-
 Lineage = tuple[tuple[str, int], ...]
 """Which grants (by event id) provided how many credits, in draw order."""
 
@@ -36,8 +33,9 @@ class Batch:
         self.amount = amount
         self.expired = 0
         self.in_heap = False
-        # Pool-specific batches sort before general ones on an equal expiry.
-        self.key = (NEVER if expiry is None else expiry, pool == GENERAL, order)
+        # Earliest expiry first (never-expiring last, whatever the others' expiry);
+        # pool-specific batches before general ones on an equal expiry; then grant order.
+        self.key = (expiry is None, expiry or 0, pool == GENERAL, order)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Snapshots pickle many batches: a constructor call is far cheaper than the
@@ -53,7 +51,7 @@ class Batch:
 
 
 def _rebuild_batch(grant_id: str, pool: str, expiry: int | None, amount: int, expired: int,
-                   in_heap: bool, key: tuple[int, bool, tuple[int, int]]) -> Batch:
+                   in_heap: bool, key: tuple[bool, int, bool, tuple[int, int]]) -> Batch:
     batch = Batch.__new__(Batch)
     batch.grant_id, batch.pool, batch.expiry, batch.amount = grant_id, pool, expiry, amount
     batch.expired, batch.in_heap, batch.key = expired, in_heap, key

@@ -479,7 +479,7 @@ class Ledger:
             book = account.book
             batches = sorted(
                 (b for heap in book.heaps.values() for b in heap),
-                key=lambda b: (b.key[0], b.key[1], b.key[2][0], b.grant_id),
+                key=lambda b: (*b.key[:3], b.key[3][0], b.grant_id),
             )
             accounts[name] = {
                 "opened": account.opened,

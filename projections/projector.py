@@ -14,7 +14,9 @@ Snapshots are a cache, never truth: a late event drops every snapshot after its 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from projections.events import DomainEvent
@@ -37,6 +39,17 @@ class Recorded(Protocol):
     def time(self) -> int: ...
     @property
     def payload(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A recorded event that a decision placed in the past would turn into an anomaly."""
+
+    position: int
+    event_id: str
+    type: str
+    time: int
+    reason: str
 
 
 Reader = Callable[[tuple[int, int], int, int | None], Iterable[Recorded]]
@@ -197,6 +210,37 @@ class Projector:
     def catch_up(self, events: Iterable[Recorded]) -> dict[int, Outcome]:
         """Ingest events in position order; return their outcomes by position."""
         return {rec.position: self.ingest(rec) for rec in events}
+
+    # -- trying an event in the past ----------------------------------------------------
+
+    def trial(self, new: Sequence[Recorded]) -> tuple[list[Outcome], list[Conflict]]:
+        """Fold the timeline as if `new` (not yet recorded; positions after everything
+        ingested) were in it, without changing anything.
+
+        Returns the outcomes of `new`, and every recorded event that would become an
+        anomaly (an event that was valid where it stood and no longer would be): a
+        decision placed in the past must not invalidate what is already recorded.
+        """
+        first = min((rec.time, rec.position) for rec in new)
+        start, saved = self._snapshot_before(first)
+        with_new = restore(saved) if saved is not None else Ledger()
+        without = restore(saved) if saved is not None else Ledger()
+        mine = {rec.position for rec in new}
+        timeline = heapq.merge(self._reader(start, self.position, None),
+                               sorted(new, key=lambda r: (r.time, r.position)),
+                               key=lambda r: (r.time, r.position))
+        outcomes: list[Outcome] = []
+        conflicts: list[Conflict] = []
+        for rec in timeline:
+            after = apply_recorded(with_new, rec)
+            if rec.position in mine:
+                outcomes.append(after)
+                continue
+            before = apply_recorded(without, rec)
+            if after.anomaly and not before.anomaly:
+                conflicts.append(Conflict(rec.position, rec.id, rec.type, rec.time,
+                                          after.reason or "anomaly"))
+        return outcomes, conflicts
 
     # -- the past ----------------------------------------------------------------------
 

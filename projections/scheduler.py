@@ -5,6 +5,7 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from eventstore import NewEvent
 from projections.errors import (
@@ -73,6 +74,17 @@ class AccountsView(Mapping[str, AccountView]):
 
     def __len__(self) -> int:
         return len(self._scheduler._account_names())
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """An event not yet recorded, as the projector's trial fold reads it."""
+
+    position: int
+    id: str
+    type: str
+    time: int
+    payload: Any
 
 
 def _wall_clock() -> int:
@@ -150,6 +162,31 @@ class Scheduler:
                 ) -> list[Outcome]:
         return self._session.decide(locks, build)
 
+    def _try_in_past(self, ledger: Ledger, built: Sequence[tuple[NewEvent, DomainEvent]],
+                     *, protect_recorded: bool = True) -> list[Outcome] | None:
+        """For events placed before the latest recorded one: their outcomes on the
+        corrected timeline; raise if any is invalid there or (`protect_recorded`) would
+        make a recorded event invalid. None when nothing is in the past.
+
+        A late submit may revise what came after it (that is what late events do, and
+        the revisions say so); a job transition placed in the past may not."""
+        if not built or min(new.time for new, _ in built) >= ledger.last[0]:
+            return None
+        head = self._session.projector.position
+        trial = [_Trial(head + 1 + i, new.id, new.type, new.time, new.payload)
+                 for i, (new, _) in enumerate(built)]
+        outcomes, conflicts = self._session.projector.trial(trial)
+        for outcome in outcomes:
+            if outcome.anomaly:
+                raise InvalidTransition(f"at time {outcome.time}: {outcome.reason}")
+        if conflicts and protect_recorded:
+            c = conflicts[0]
+            raise InvalidTransition(
+                f"placing this at time {built[0][0].time} would invalidate the {c.type} "
+                f"{c.event_id!r} recorded at position {c.position} (time {c.time}): "
+                f"{c.reason}; decide it now instead (omit `at`)")
+        return outcomes
+
     def open_account(self, account_id: str, balance: int = 0, *,
                      max_running: int | None = None, share: int | None = None,
                      half_life: int = DEFAULT_HALF_LIFE, refill_rate: int | None = None,
@@ -199,7 +236,12 @@ class Scheduler:
                 known = sorted(n for n, a in ledger.accounts.items() if a.opened)
                 raise UnknownAccount(f"unknown account {account_id!r}; open it first "
                                      f"(known: {', '.join(known[:10]) or 'none'})")
-            return [session.event(self._time(at), event, account_id)]
+            built = [session.event(self._time(at), event, account_id)]
+            tried = self._try_in_past(ledger, built, protect_recorded=False)
+            if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
+                raise UnknownAccount(f"account {account_id!r} did not exist at time "
+                                     f"{built[0][0].time}")
+            return built
 
         (outcome,) = self._decide([account_id], build)
         return outcome.ok
@@ -211,12 +253,25 @@ class Scheduler:
 
         def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             when = self._time(at)
-            view = ledger if when >= ledger.last[0] else session.projector.state_at(when)
-            job = view.next_job()
-            if job is None:
-                return []
-            picked.append(job)
-            return [session.event(when, JobStarted(job.id), job.account)]
+            if when >= ledger.last[0]:
+                job = ledger.next_job()
+                if job is None:
+                    return []
+                picked.append(job)
+                return [session.event(when, JobStarted(job.id), job.account)]
+            # In the past: the first job startable then whose start would not invalidate
+            # anything recorded since (the view is a throwaway copy).
+            view = session.projector.state_at(when)
+            while (job := view.next_job()) is not None:
+                built = [session.event(when, JobStarted(job.id), job.account)]
+                try:
+                    self._try_in_past(ledger, built)
+                except InvalidTransition:
+                    job.state = CANCELLED  # skip it in the throwaway view
+                    continue
+                picked.append(job)
+                return built
+            return []
 
         # Every account may be considered: lock them all (the session sorts them).
         self._decide(self._account_names(), build)
@@ -242,7 +297,9 @@ class Scheduler:
                 raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                         "can complete")
             event = JobCompleted(job_id, success, refund_fraction)
-            return [session.event(self._time(at), event, job.account)]
+            built = [session.event(self._time(at), event, job.account)]
+            self._try_in_past(ledger, built)
+            return built
 
         self._decide(self._job_locks(job_id), build)
 
@@ -260,7 +317,9 @@ class Scheduler:
             if job.state != PENDING:
                 raise InvalidTransition(f"job {job_id!r} is {job.state}; only a pending job "
                                         "can be cancelled")
-            return [session.event(self._time(at), JobCancelled(job_id), job.account)]
+            built = [session.event(self._time(at), JobCancelled(job_id), job.account)]
+            self._try_in_past(ledger, built)
+            return built
 
         self._decide(self._job_locks(job_id), build)
 

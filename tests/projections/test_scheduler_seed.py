@@ -413,8 +413,6 @@ def test_complete_at_a_time_when_the_job_was_running_settles_it() -> None:
     assert s.ledger().anomalies == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: complete(at=) before the job's start appends an "
-                                       "anomaly instead of raising")
 def test_complete_at_a_time_before_the_job_started_is_refused() -> None:
     s, journal = timed()
     assert s.start_next(at=110) is not None
@@ -426,8 +424,6 @@ def test_complete_at_a_time_before_the_job_started_is_refused() -> None:
     assert s.ledger().anomalies == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cancel(at=) before the job's submit appends an "
-                                       "anomaly instead of raising")
 def test_cancel_at_a_time_before_the_job_was_submitted_is_refused() -> None:
     s, journal = timed()
     head = journal.head()
@@ -437,8 +433,6 @@ def test_cancel_at_a_time_before_the_job_was_submitted_is_refused() -> None:
     assert s.ledger().anomalies == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: start_next(at=) in the past starts a job cancelled "
-                                       "later; the cancel becomes an anomaly")
 def test_start_next_in_the_past_does_not_resurrect_a_cancelled_job() -> None:
     s, _ = timed()
     s.cancel("p", at=120)
@@ -450,8 +444,6 @@ def test_start_next_in_the_past_does_not_resurrect_a_cancelled_job() -> None:
     assert s.ledger().anomalies == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: submit(at=) before the account existed returns "
-                                       "False and appends instead of raising unknown account")
 def test_submit_at_a_time_before_the_account_existed_is_an_unknown_account() -> None:
     s, journal = timed()
     head = journal.head()

@@ -163,8 +163,6 @@ def test_same_expiry_grant_order_is_timeline_order_for_a_late_grant() -> None:
                                       key=lambda b: b[0])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an expiry >= 2**63 sorts after never-expiring "
-                                       "credits (heap key NEVER = 2**63)")
 def test_a_far_expiry_is_still_consumed_before_credits_that_never_expire() -> None:
     """open_account's credits never expire; a grant expiring at 2**64 does, so it goes first.
     (Refusing such an expiry with ValueError would be fine too: then nothing is appended.)"""
