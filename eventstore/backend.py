@@ -53,6 +53,10 @@ class Probe:
     any_existing: bool  # whether any of the ids asked about is already recorded
 
 
+SHARED = "shared:"
+"""Prefix of a lock key taken in shared mode (see PostgresBackend.lock_more)."""
+
+
 def lock_key(key: str) -> int:
     """A stable signed 64-bit number for a lock key (the same in every process)."""
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big", signed=True)

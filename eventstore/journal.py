@@ -234,7 +234,8 @@ class Journal:
         """One database transaction for a read-decide-append.
 
         PostgreSQL: pg_advisory_xact_lock per key (sorted, keyed by a stable 64-bit
-        hash), so decisions on different keys do not wait for each other; SQLite:
+        hash), so decisions on different keys do not wait for each other; a key
+        `shared:NAME` takes NAME's lock in shared mode. SQLite:
         BEGIN IMMEDIATE (one writer). Commits on clean exit, rolls back on exception.
         A lock not obtained within lock_timeout raises LockTimeout. Nested calls in
         the same thread join the outer transaction (and take their extra keys).

@@ -38,7 +38,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from .backend import COLUMNS_SQL, Backend, EventRow, Probe, dbapi, lock_key
+from .backend import COLUMNS_SQL, SHARED, Backend, EventRow, Probe, dbapi, lock_key
 from .errors import ConnectionProblem, JournalError, LockTimeout
 
 _LOCK_NOT_AVAILABLE = "55P03"
@@ -78,10 +78,35 @@ class PostgresBackend(Backend):
             yield
 
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
-        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock."""
-        for k, key in sorted({lock_key(key): key for key in locks}.items()):
-            with self._naming(f"the lock on key {key!r}"):
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
+        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
+
+        A key written `shared:NAME` takes NAME's lock in shared mode: many holders at once,
+        excluded only by an exclusive holder of NAME (e.g. the scheduler's queue, read by
+        every submit and taken whole by start_next).
+        """
+        wanted: dict[int, tuple[str, bool]] = {}
+        # Advisory locks are database-wide, journals are per schema: two journals in one
+        # database must not lock each other out, so the schema is part of every key.
+        namespace = self._namespace(conn)
+        for key in locks:
+            name, shared = (key[len(SHARED):], True) if key.startswith(SHARED) else (key, False)
+            k = lock_key(f"{namespace}:{name}")
+            # Asked for both ways in one transaction: the exclusive lock covers both.
+            wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
+        # Shared keys first: a key some take shared (the queue) is then always taken
+        # before any plain key, by everyone, which keeps the global lock order total.
+        for k, (name, shared) in sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0])):
+            fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+            with self._naming(f"the {'shared ' if shared else ''}lock on key {name!r}"):
+                conn.execute(text(f"SELECT {fn}(:k)"), {"k": k})
+
+    def _namespace(self, conn: Connection) -> str:
+        """The journal's schema (cached: a journal's search_path does not change)."""
+        cached: str | None = getattr(self, "_schema", None)
+        if cached is None:
+            cached = str(conn.execute(text("SELECT current_schema()")).scalar_one())
+            self._schema = cached
+        return cached
 
     @contextmanager
     def _naming(self, lock: str) -> Iterator[None]:

@@ -76,6 +76,12 @@ class AccountsView(Mapping[str, AccountView]):
         return len(self._scheduler._account_names())
 
 
+QUEUE = "*scheduler-queue*"
+"""Lock key of the job queue: start_next holds it alone; every other job decision holds
+it shared, with its account's key, so decisions on different accounts run side by side."""
+QUEUE_SHARED = f"shared:{QUEUE}"
+
+
 @dataclass(frozen=True, slots=True)
 class _Trial:
     """An event not yet recorded, as the projector's trial fold reads it."""
@@ -243,7 +249,7 @@ class Scheduler:
                                      f"{built[0][0].time}")
             return built
 
-        (outcome,) = self._decide([account_id], build)
+        (outcome,) = self._decide([account_id, QUEUE_SHARED], build)
         return outcome.ok
 
     def start_next(self, *, at: int | None = None) -> Job | None:
@@ -273,8 +279,9 @@ class Scheduler:
                 return built
             return []
 
-        # Every account may be considered: lock them all (the session sorts them).
-        self._decide(self._account_names(), build)
+        # Every account may be considered: the queue's exclusive lock excludes every
+        # submit, completion and cancel (they hold it shared) for this one decision.
+        self._decide([QUEUE], build)
         if not picked:
             return None
         job = picked[0]
@@ -325,4 +332,4 @@ class Scheduler:
 
     def _job_locks(self, job_id: str) -> list[str]:
         job = self._session.ledger.jobs.get(job_id)
-        return [job.account] if job is not None else []
+        return [QUEUE_SHARED] + ([job.account] if job is not None else [])

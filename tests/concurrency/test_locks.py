@@ -106,8 +106,8 @@ def test_accounts_do_not_wait_for_each_other(pg_fresh_url: str) -> None:
             other.submit("blocked", a, 5, 0)
         message = _one_line(err.value)
         assert f"the lock on key {a!r}" in message and "0.5 s" in message
-        # start_next considers every account, so it needs a's lock too.
-        with pytest.raises(LockTimeout, match=a):
+        # start_next takes the whole queue, which a's open decision holds shared.
+        with pytest.raises(LockTimeout, match="scheduler-queue"):
             other.start_next()
     # Released: the held decision committed, and a's decisions go through again.
     assert other.submit("after", a, 5, 0) is True
@@ -205,21 +205,20 @@ def test_recorded_at_never_goes_back_when_appends_queue(pg_fresh_url: str) -> No
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (projections/scheduler.py, start_next): the accounts to lock are listed from the "
-    "projection before the decision's transaction, so an account opened meanwhile is not "
-    "locked; a higher-priority job submitted on it while start_next decides is recorded "
-    "before the start and at the same time, and start_next picked another job"))
 def test_start_next_sees_an_account_opened_while_it_decides(pg_fresh_url: str) -> None:
+    # start_next holds the queue's lock whole; every submit holds it shared, so a job
+    # submitted on an account opened meanwhile waits for the start instead of racing it.
     low = f"low-{uuid.uuid4().hex[:8]}"
     new = f"new-{uuid.uuid4().hex[:8]}"
     other = Scheduler(pg_fresh_url, clock=lambda: 1000)
     other.open_account(low, 100)
     other.submit("low-job", low, 1, 0)
+    impatient = Scheduler(Journal(pg_fresh_url, lock_timeout=0.5), clock=lambda: 1000)
     with held_decision(pg_fresh_url, lambda s: s.start_next(), setup=lambda s: s.ledger()):
-        # start_next holds the locks of the accounts it knew (only `low`) and has read
-        # the journal; meanwhile a new account gets an urgent job.
         other.open_account(new, 100)
-        other.submit("urgent-job", new, 1, 9)
+        with pytest.raises(LockTimeout, match="scheduler-queue"):
+            impatient.submit("urgent-job", new, 1, 9)
+    assert other.submit("urgent-job", new, 1, 9) is True
+    assert other.ledger().jobs["low-job"].state == "running"
     with Journal(pg_fresh_url) as journal:
         assert check_linearizable(journal) == []
