@@ -158,17 +158,21 @@ class LedgerSession:
                 require_name("event_id", event_id)
             held = sorted(set(locks))
             with self.journal.transaction(held) as tx:
+                self._catch_up_in(tx)
+                built = self._build(build, event_id, live, held)
                 for _ in range(_MAX_LOCK_ROUNDS):
-                    self._catch_up_in(tx)
-                    built = self._build(build, event_id, live, held)
                     # Only ever append to accounts we hold: a lock list computed from a
-                    # stale projection is completed here, and the decision made again
-                    # on the state as it stands under the full set of locks.
+                    # stale projection (or one that covers the decision but not the
+                    # accounts it writes to) is completed here; if anything was recorded
+                    # meanwhile, the decision is made again on the state as it stands
+                    # under the full set of locks.
                     missing = sorted({new.stream for new, _ in built} - set(held))
                     if not missing:
                         break
                     with self.journal.transaction(missing):  # joins ours: takes the keys
                         held.extend(missing)
+                    if self._catch_up_in(tx):
+                        built = self._build(build, event_id, live, held)
                 else:
                     raise RuntimeError(f"decision kept naming accounts it does not hold "
                                        f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
@@ -188,11 +192,13 @@ class LedgerSession:
             self._invalidate_stale_checkpoints()
             return [self._outcome(rec, outcomes) for rec in recorded]
 
-    def _catch_up_in(self, tx: Transaction) -> None:
-        if not (self._in_memory and tx.head() == self.projector.position):
-            self.projector.catch_up(
-                tx.read(after_position=self.projector.position, order="position")
-            )
+    def _catch_up_in(self, tx: Transaction) -> bool:
+        """Ingest what others recorded, as `tx` sees it; whether there was anything."""
+        if self._in_memory and tx.head() == self.projector.position:
+            return False
+        return bool(self.projector.catch_up(
+            tx.read(after_position=self.projector.position, order="position")
+        ))
 
     def _build(self, build: Build, event_id: str | None, live: bool,
                held: Sequence[str]) -> Sequence[tuple[NewEvent, DomainEvent]]:
