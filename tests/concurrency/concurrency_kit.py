@@ -51,7 +51,7 @@ def open_accounts(url: str, accounts: tuple[str, ...] = ACCOUNTS,
 
 def stress_ops() -> int:
     """Operations per worker: $GPU_CREDITS_STRESS_OPS, else the quick default."""
-    return int(os.environ.get("GPU_CREDITS_STRESS_OPS", "100"))
+    return int(os.environ.get("GPU_CREDITS_STRESS_OPS", "200"))
 
 
 # -- the stress worker -----------------------------------------------------------------
