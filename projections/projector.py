@@ -65,13 +65,15 @@ class Projector:
     """Keeps a `Ledger` current with a journal read in arrival order."""
 
     def __init__(self, reader: Reader, *, min_snapshot_every: int = 1000,
-                 max_snapshots: int = 32, recent_outcomes: int = 50_000) -> None:
+                 max_snapshots: int = 32, recent_outcomes: int = 50_000,
+                 snapshot_factor: int = 1) -> None:
         self.ledger = Ledger()
         self.position = 0  # the highest position ingested
         self.revisions: list[Revision] = []
         self.late_times: list[int] = []  # event times of late events, for cache invalidation
         self._recent: dict[int, Outcome] = {}
         self._recent_limit = recent_outcomes
+        self._factor = snapshot_factor
         self._reader = reader
         self._min_every = min_snapshot_every
         self._max_snapshots = max_snapshots
@@ -86,7 +88,7 @@ class Projector:
         # A snapshot costs in proportion to what can still change (finished jobs are
         # shared, not copied); spacing snapshots in proportion to it keeps their amortised
         # cost per event constant, and dense enough that a late event refolds little.
-        return max(self._min_every, len(ledger.live) + len(ledger.accounts))
+        return max(self._min_every, self._factor * (len(ledger.live) + len(ledger.accounts)))
 
     def _maybe_snapshot(self, ledger: Ledger) -> None:
         self._since_snapshot += 1
@@ -150,6 +152,8 @@ class Projector:
     def _remember(self, outcome: Outcome) -> None:
         # The outcomes of recent events, as last reported: a late event compares against
         # them instead of folding the old timeline a second time.
+        if not self._recent_limit:
+            return
         recent = self._recent
         recent[outcome.position] = outcome
         if len(recent) > self._recent_limit:

@@ -70,7 +70,11 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     ones a late event made stale), so facades and the next replay start from it.
     """
     head = journal.head() if to_position is None else min(to_position, journal.head())
-    projector = Projector(journal_reader(journal, to_time))
+    # A replay pays for snapshots on every event but needs them only for late events,
+    # and then once: sparse snapshots and no remembered outcomes (a late event folds the
+    # old timeline beside the new one) make the common, in-order journal fast.
+    projector = Projector(journal_reader(journal, to_time), min_snapshot_every=20_000,
+                          snapshot_factor=8, recent_outcomes=0)
     done = 0
     for rec in journal.read(to_position=head, order="position"):
         if to_time is None or rec.time <= to_time:
