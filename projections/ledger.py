@@ -296,7 +296,11 @@ class Ledger:
     def _shortfall(self, account: AccountState, event: JobSubmitted, available: int) -> str:
         book = account.book
         if event.pool == GENERAL:
-            where, usable = "", ""
+            where = ""
+            general = book.usable(GENERAL)
+            usable = ("" if general == book.active_total else
+                      f", {general} of them general credits: a job without a pool cannot "
+                      "use pool credits")
         else:
             where = f" in pool {event.pool!r}"
             usable = f", {book.usable(event.pool)} of them usable in {event.pool!r}"
