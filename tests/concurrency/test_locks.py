@@ -222,3 +222,41 @@ def test_start_next_sees_an_account_opened_while_it_decides(pg_fresh_url: str) -
     assert other.ledger().jobs["low-job"].state == "running"
     with Journal(pg_fresh_url) as journal:
         assert check_linearizable(journal) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG (projections/scheduler.py, start_next): its build appends the job it picks to a "
+    "list and start_next returns the list's first entry; LedgerSession.decide may run a "
+    "build twice (after taking the picked account's lock, when events arrived meanwhile), "
+    "so start_next returns its first pick while the journal records the second. Fix: "
+    "`picked[:] = [job]` instead of `picked.append(job)`"))
+def test_start_next_returns_the_job_it_recorded(pg_fresh_url: str) -> None:
+    from projections import GPUCreditTracker
+
+    busy, calm = f"busy-{uuid.uuid4().hex[:8]}", f"calm-{uuid.uuid4().hex[:8]}"
+    other = Scheduler(pg_fresh_url, clock=lambda: 1000)
+    GPUCreditTracker(pg_fresh_url, account=busy).grant(100, 1000, 10**6)  # no cap yet
+    other.open_account(calm, 100)
+    other.submit("running", busy, 1, 9)
+    assert other.start_next() is not None
+    other.submit("urgent", busy, 1, 5)
+    other.submit("routine", calm, 1, 1)
+    picker = Scheduler(pg_fresh_url, clock=lambda: 1000)
+    picker.ledger()
+    got: list[object] = []
+    # open_account(busy, max_running=1) holds busy's lock, undecided: start_next picks
+    # "urgent", waits for busy's lock, then finds busy at its cap and starts "routine".
+    with held_decision(pg_fresh_url, lambda s: s.open_account(busy, max_running=1)):
+        racer = threading.Thread(target=lambda: got.append(picker.start_next()))
+        racer.start()
+        racer.join(1.0)
+        assert racer.is_alive(), "start_next did not wait for the picked account"
+    racer.join(30)
+    with Journal(pg_fresh_url) as journal:
+        started = [e.payload["job"] for e in journal.read(order="position")
+                   if e.type == "start"]
+        assert check_linearizable(journal) == []
+    assert started == ["running", "routine"]
+    (job,) = got
+    assert getattr(job, "id", None) == "routine"
