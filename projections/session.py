@@ -139,7 +139,10 @@ class LedgerSession:
         """Build events from the caught-up state and append them atomically; their outcomes.
 
         `build` returns each new journal event with its domain event; it raises (and so
-        nothing is appended) when the call is not valid on the caught-up state.
+        nothing is appended) when the call is not valid on the caught-up state. It may be
+        called more than once (when the lock of an account it writes to had to be taken
+        and events arrived meanwhile): only its last result counts, so it must not keep
+        anything from one call to the next.
 
         `event_id`: the id of the first event (further ones get `id/2`, `id/3`...). When
         it is already recorded, this is a retry: the original outcomes are returned and
