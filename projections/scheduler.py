@@ -263,7 +263,7 @@ class Scheduler:
                 job = ledger.next_job()
                 if job is None:
                     return []
-                picked.append(job)
+                picked[:] = [job]  # a build may run twice: keep its last pick
                 return [session.event(when, JobStarted(job.id), job.account)]
             # In the past: the first job startable then whose start would not invalidate
             # anything recorded since (the view is a throwaway copy).
@@ -275,7 +275,7 @@ class Scheduler:
                 except InvalidTransition:
                     job.state = CANCELLED  # skip it in the throwaway view
                     continue
-                picked.append(job)
+                picked[:] = [job]  # a build may run twice: keep its last pick
                 return built
             return []
 

@@ -89,6 +89,7 @@ class LedgerSession:
         self._id_base: str | None = None
         self._id_count = 0
         self._replay_time: int | None = None
+        self._now_value: int | None = None  # the live time the current build used
         if self.journal.url is not None:
             self._resume_from_checkpoint()
         self.catch_up()
@@ -181,6 +182,7 @@ class LedgerSession:
                                        f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
                 if not built:
                     return []
+                built = self._after_latest(built)
                 recorded = tx.append([new for new, _ in built])
             fresh = [rec.position for rec in recorded]
             start = self.projector.position
@@ -208,6 +210,7 @@ class LedgerSession:
         """Run `build` on the caught-up state, or, for a retry, on the state it first saw."""
         original = self.journal.get(event_id) if event_id is not None else None
         self._id_base, self._id_count = event_id, 0
+        self._now_value = None
         try:
             if original is None:
                 built = build(self.projector.ledger)
@@ -285,7 +288,25 @@ class LedgerSession:
         rebuilt: the time the decision was first made."""
         if self._replay_time is not None:
             return self._replay_time
-        return max(clock_time, self.ledger.last[0])
+        when = max(clock_time, self.ledger.last[0])
+        self._now_value = when
+        return when
+
+    def _after_latest(self, built: Sequence[tuple[NewEvent, DomainEvent]]
+                      ) -> Sequence[tuple[NewEvent, DomainEvent]]:
+        """Live events move up to the journal's latest event time, read just before the
+        append: another account's decision may have committed a later time since we
+        caught up (workers' clocks disagree), and landing before it would make ours late
+        and every process re-project. Safe: what we decided depends only on the accounts
+        we hold, and nothing of theirs can have been recorded meanwhile."""
+        when, self._now_value = self._now_value, None
+        if when is None or self._in_memory:
+            return built
+        latest = self.journal.max_time()
+        if latest is None or latest <= when:
+            return built
+        return [(dataclasses.replace(new, time=latest) if new.time == when else new, event)
+                for new, event in built]
 
     def account_at(self, name: str, time: int) -> AccountState | None:
         """The account as it stood at `time` (live state when nothing of it came later)."""

@@ -225,12 +225,6 @@ def test_start_next_sees_an_account_opened_while_it_decides(pg_fresh_url: str) -
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (projections/scheduler.py, start_next): its build appends the job it picks to a "
-    "list and start_next returns the list's first entry; LedgerSession.decide may run a "
-    "build twice (after taking the picked account's lock, when events arrived meanwhile), "
-    "so start_next returns its first pick while the journal records the second. Fix: "
-    "`picked[:] = [job]` instead of `picked.append(job)`"))
 def test_start_next_returns_the_job_it_recorded(pg_fresh_url: str) -> None:
     from projections import GPUCreditTracker
 
