@@ -99,7 +99,11 @@ def _wall_clock() -> int:
 
 class Scheduler:
     """Accounts submit jobs with a cost and a priority; the highest priority, oldest job of
-    an account below its cap starts next. Every call is an event in the journal."""
+    an account below its cap starts next. Every call is an event in the journal.
+
+    Every decision takes an optional `event_id`: a client that lost the answer retries
+    with the same id and gets the original outcome; nothing is recorded twice.
+    """
 
     def __init__(self, journal: JournalArg = None,
                  clock: Callable[[], int] | None = None) -> None:
@@ -164,9 +168,9 @@ class Scheduler:
     # -- decisions -------------------------------------------------------------------------
 
     def _decide(self, locks: Sequence[str],
-                build: Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
-                ) -> list[Outcome]:
-        return self._session.decide(locks, build)
+                build: Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]],
+                event_id: str | None = None) -> list[Outcome]:
+        return self._session.decide(locks, build, event_id=event_id)
 
     def _try_in_past(self, ledger: Ledger, built: Sequence[tuple[NewEvent, DomainEvent]],
                      *, protect_recorded: bool = True) -> list[Outcome] | None:
@@ -196,7 +200,8 @@ class Scheduler:
     def open_account(self, account_id: str, balance: int = 0, *,
                      max_running: int | None = None, share: int | None = None,
                      half_life: int = DEFAULT_HALF_LIFE, refill_rate: int | None = None,
-                     refill_cap: int | None = None, at: int | None = None) -> None:
+                     refill_cap: int | None = None, at: int | None = None,
+                     event_id: str | None = None) -> None:
         """Open an account with a general, non-expiring grant of `balance` credits.
 
         `share` turns fair share on (with usage halving every `half_life` seconds);
@@ -221,10 +226,11 @@ class Scheduler:
                 events.append(session.event(when, CreditsGranted(account_id, balance), account_id))
             return events
 
-        self._decide([account_id], build)
+        self._decide([account_id], build, event_id)
 
     def submit(self, job_id: str, account_id: str, cost: int, priority: int, *,
-               at: int | None = None, pool: str | None = None) -> bool:
+               at: int | None = None, pool: str | None = None,
+               event_id: str | None = None) -> bool:
         """Reserve `cost` for a new job; False (still recorded) when the account cannot pay."""
         require_name("job_id", job_id)
         require_name("account_id", account_id)
@@ -249,10 +255,10 @@ class Scheduler:
                                      f"{built[0][0].time}")
             return built
 
-        (outcome,) = self._decide([account_id, QUEUE_SHARED], build)
+        (outcome,) = self._decide([account_id, QUEUE_SHARED], build, event_id)
         return outcome.ok
 
-    def start_next(self, *, at: int | None = None) -> Job | None:
+    def start_next(self, *, at: int | None = None, event_id: str | None = None) -> Job | None:
         """Start the highest-priority, oldest pending job whose account is below its cap."""
         session = self._session
         picked: list[JobState] = []
@@ -281,14 +287,14 @@ class Scheduler:
 
         # Every account may be considered: the queue's exclusive lock excludes every
         # submit, completion and cancel (they hold it shared) for this one decision.
-        self._decide([QUEUE], build)
+        self._decide([QUEUE], build, event_id)
         if not picked:
             return None
         job = picked[0]
         return Job(job.id, job.account, job.cost, job.priority)
 
     def complete(self, job_id: str, success: bool, *, refund_fraction: float = 1.0,
-                 at: int | None = None) -> None:
+                 at: int | None = None, event_id: str | None = None) -> None:
         """Settle a running job: success charges its cost, failure floor(cost * (1 - f))."""
         require_name("job_id", job_id)
         if not isinstance(success, bool):
@@ -308,9 +314,10 @@ class Scheduler:
             self._try_in_past(ledger, built)
             return built
 
-        self._decide(self._job_locks(job_id), build)
+        self._decide(self._job_locks(job_id), build, event_id)
 
-    def cancel(self, job_id: str, *, at: int | None = None) -> None:
+    def cancel(self, job_id: str, *, at: int | None = None,
+               event_id: str | None = None) -> None:
         """Cancel a pending job and release its reservation; cancelling twice is a no-op."""
         require_name("job_id", job_id)
         session = self._session
@@ -328,7 +335,7 @@ class Scheduler:
             self._try_in_past(ledger, built)
             return built
 
-        self._decide(self._job_locks(job_id), build)
+        self._decide(self._job_locks(job_id), build, event_id)
 
     def _job_locks(self, job_id: str) -> list[str]:
         job = self._session.ledger.jobs.get(job_id)

@@ -20,7 +20,8 @@ class GPUCreditTracker:
     """Grant, consume and query one account's expiring credits; every call is an event.
 
     Calls may come out of time order: a call earlier than recorded events is placed on
-    the timeline by its timestamp and everything after it is re-projected.
+    the timeline by its timestamp and everything after it is re-projected. `event_id`
+    (optional) makes a call safe to retry: the same id returns the original outcome.
     """
 
     def __init__(self, journal: JournalArg = None, account: str = "default") -> None:
@@ -32,7 +33,7 @@ class GPUCreditTracker:
         return self._session.journal
 
     def grant(self, amount: int, timestamp: int, expiry: int, *,
-              pool: str | None = None) -> None:
+              pool: str | None = None, event_id: str | None = None) -> None:
         """Grant `amount` credits valid for timestamp <= t < expiry (in `pool`, if named)."""
         require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
@@ -42,16 +43,19 @@ class GPUCreditTracker:
                              f"timestamp {timestamp}")
         event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool))
         session = self._session
-        session.decide([self.account], lambda _: [session.event(timestamp, event, self.account)])
+        session.decide([self.account], lambda _: [session.event(timestamp, event, self.account)],
+                       event_id=event_id)
 
-    def consume(self, amount: int, timestamp: int, *, pool: str | None = None) -> int:
+    def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
+                event_id: str | None = None) -> int:
         """Consume `amount` at `timestamp`; return the account's outstanding debt right after."""
         require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
         event = CreditsConsumed(self.account, amount, normalise_pool(pool))
         session = self._session
         (outcome,) = session.decide(
-            [self.account], lambda _: [session.event(timestamp, event, self.account)]
+            [self.account], lambda _: [session.event(timestamp, event, self.account)],
+            event_id=event_id,
         )
         assert outcome.debt_after is not None
         return outcome.debt_after

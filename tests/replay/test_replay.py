@@ -238,3 +238,17 @@ def test_checkpoint_resumes_a_facade_and_is_dropped_by_a_late_event(tmp_path: An
 
 def _unused(_: DomainEvent) -> None:  # keeps the import honest for type checkers
     pass
+
+
+def test_a_retried_call_with_the_same_event_id_is_recorded_once() -> None:
+    journal = MemoryJournal()
+    s = Scheduler(journal, clock=lambda: 10)
+    s.open_account("a", 10, event_id="open-a")
+    assert s.submit("j", "a", 8, 1, event_id="submit-j") is True
+    head = journal.head()
+    # The answer was lost: the client sends the same call again and gets the same answer.
+    assert s.submit("j", "a", 8, 1, event_id="submit-j") is True
+    t = GPUCreditTracker(journal, account="a")
+    assert t.consume(5, 20, event_id="use-1") == 3
+    assert t.consume(5, 20, event_id="use-1") == 3
+    assert journal.head() == head + 1
