@@ -162,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if version is None:
         _log(f"PostgreSQL at {pg} does not answer: its cases are skipped")
     scenarios = build(cfg, args.only)
+    commit = report.commit()  # before the run writes anything into the work tree
     out = Path(args.out)
     chart_path = Path(args.chart) if args.chart else out.parent / "benchmarks-throughput.png"
     try:
@@ -182,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pg_version=version,
             pg_where=make_url(pg).render_as_string(hide_password=True),
             scenarios=[sc.name for sc in scenarios],
+            commit=commit,
         )
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(report.render(scenarios, results, cfg, meta))

@@ -27,6 +27,7 @@ class Meta:
     pg_version: str | None
     pg_where: str
     scenarios: list[str]
+    commit: str  # read when the run starts, before the run writes the chart
 
 
 # -- the machine -------------------------------------------------------------------------
@@ -59,7 +60,8 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def _commit() -> str:
+def commit() -> str:
+    """The checked-out commit, and whether the work tree differs from it."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True, timeout=10).stdout.strip()
@@ -82,7 +84,7 @@ def machine_rows(meta: Meta) -> list[tuple[str, str]]:
          else f"not reachable at {meta.pg_where}: PostgreSQL cases skipped"),
         ("packages", ", ".join(f"{d} {_version(d)}" for d in
                                ("SQLAlchemy", "psycopg", "eventsourcing", "matplotlib"))),
-        ("commit", _commit()),
+        ("commit", meta.commit),
     ]
 
 
@@ -121,6 +123,31 @@ def verdicts(scenarios: Sequence[Scenario], results: Results,
             if ok is None:
                 text = _why_missing(target, results, cfg)
             out.append((sc, target, text, ok))
+        out += _table_verdicts(sc, results)
+    return out
+
+
+def _table_verdicts(sc: Scenario,
+                    results: Results) -> list[tuple[Scenario, Target, str, bool | None]]:
+    """Targets a case judged itself: rows of its "table" note with "target" and "met"
+    ("yes" / "NO"), as `tools/bench_workers.py` returns them."""
+    out: list[tuple[Scenario, Target, str, bool | None]] = []
+    for case in sc.cases:
+        m = results.measured.get(case.key)
+        rows = m.notes.get("table") if m is not None else None
+        if not isinstance(rows, list):
+            continue
+        for row in rows:
+            met = str(row.get("met", "")).lower()
+            if met not in ("yes", "no"):
+                continue
+            name = ", ".join(f"{row[k]} {k}" if k == "workers" else str(row[k])
+                             for k in ("workload", "workers") if k in row)
+            label = f"{name}: {row.get('target', '')}"
+            measured = ", ".join(f"{k} {_fmt_any(row[k])}" for k in ("per_second", "vs_1_worker")
+                                 if k in row)
+            out.append((sc, Target(label, "ratio", case.key, None, 0.0, None, case.label),
+                        measured, met == "yes"))
     return out
 
 
@@ -158,9 +185,10 @@ def render(scenarios: Sequence[Scenario], results: Results, cfg: Config, meta: M
         "",
         "**How to read the tables.** Each case ran in a fresh process (multiprocessing "
         f"spawn), {cfg.runs} times (unless noted); the rate is the median of those runs, "
-        "with the slowest and fastest run beside it. Peak RSS is the `ru_maxrss` of that "
-        "process (interpreter and imports included). Ratios divide our median rate by the "
-        "baseline's median rate measured in the same run: above 1 we are faster, 0.5 "
+        "with the slowest and fastest run beside it. Peak RSS is the peak resident set "
+        "(VmHWM) of that process (interpreter and imports included). Ratios divide our "
+        "median rate by the baseline's median rate measured in the same run: above 1 we "
+        "are faster, 0.5 "
         "means half the baseline's rate. Setup (generating events, creating databases) is "
         "never timed. The workloads are seeded, so every run does the same work.",
         "",
@@ -178,7 +206,8 @@ def render(scenarios: Sequence[Scenario], results: Results, cfg: Config, meta: M
                          f"{_verdict(ok)} | {target.issue} |")
         lines.append("")
         if missed:
-            lines += ["Every missed target has a profile in its scenario's section below.", ""]
+            lines += ["A missed speed target's scenario section shows the cProfile of the case "
+                      "that missed it.", ""]
     for sc in scenarios:
         lines += _scenario(sc, results, cfg, [v for v in all_verdicts if v[0] is sc])
     if results.chart:

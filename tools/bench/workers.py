@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from tools.bench.runner import Case, Config, Scenario, Table, Timing
+from tools.bench.runner import Case, Config, Scenario, Timing
 
 MODULE = "tools.bench_workers"
 
@@ -51,6 +51,6 @@ def scenario(cfg: Config) -> Scenario:
     case = Case("workers", "tools.bench_workers.run", "workers:run_workers",
                 {"quick": cfg.quick}, 1, unit="runs", runs=1, needs=frozenset({"pg"}))
     return Scenario(name="workers", title="PostgreSQL with 1-8 workers", intro=intro,
-                    cases=[case], tables=[Table("Workers", ())],
+                    cases=[case], tables=[],
                     notes=["Rows as returned by `tools.bench_workers.run`; it measures and "
                            "judges its own targets."])
