@@ -26,33 +26,33 @@ class Account(Aggregate):  # type: ignore[misc, unused-ignore]
     def create_id(name: str) -> UUID:
         return uuid5(NAMESPACE_URL, f"gpu-credits-bench/{name}")
 
-    @event("Opened")  # type: ignore[misc, unused-ignore]
+    @event("Opened")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def __init__(self, name: str) -> None:
         self.name = name
         self.balance = 0
         self.reserved = 0
 
-    @event("Granted")  # type: ignore[misc, unused-ignore]
+    @event("Granted")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def grant(self, amount: int, expiry: int | None = None, pool: str | None = None) -> None:
         self.balance += amount
 
-    @event("Consumed")  # type: ignore[misc, unused-ignore]
+    @event("Consumed")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def consume(self, amount: int, pool: str | None = None) -> None:
         self.balance -= amount
 
-    @event("JobSubmitted")  # type: ignore[misc, unused-ignore]
+    @event("JobSubmitted")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def submit(self, job: str, cost: int, priority: int) -> None:
         self.reserved += cost
 
-    @event("JobStarted")  # type: ignore[misc, unused-ignore]
+    @event("JobStarted")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def start(self, job: str) -> None:
         pass
 
-    @event("JobCompleted")  # type: ignore[misc, unused-ignore]
+    @event("JobCompleted")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def complete(self, job: str, success: bool, refund_fraction: float = 1.0) -> None:
         pass
 
-    @event("JobCancelled")  # type: ignore[misc, unused-ignore]
+    @event("JobCancelled")  # type: ignore[misc, untyped-decorator, unused-ignore]
     def cancel(self, job: str) -> None:
         pass
 
