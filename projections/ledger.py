@@ -310,16 +310,28 @@ class Ledger:
             f"{len(book.holds)} jobs, {book.totals.expired} expired so far)"
         )
 
-    def _start(self, position: int, event_id: str, time: int, event: JobStarted) -> Outcome:
+    def _job_event(self, position: int, event_id: str, time: int,
+                   event: JobStarted | JobCompleted | JobCancelled
+                   ) -> Outcome | tuple[JobState, AccountState, list[Expiry]]:
+        """The job an event names, its account brought to `time`, and what expired on the
+        way; or the anomaly when there is no such job (or its account never existed)."""
         job = self.jobs.get(event.job)
         if job is None:
+            what = "completion" if event.type == "complete" else event.type
             return self._anomaly(position, event_id, event.type, time, None,
-                                 f"start of unknown job {event.job!r}")
+                                 f"{what} of unknown job {event.job!r}")
         account = self.accounts.get(job.account)
         if account is None:  # a submit to an unknown account: rejected, nothing to touch
             return self._anomaly(position, event_id, event.type, time, None,
                                  f"{event.type} of job {job.id!r} which is {job.state}")
-        expired = tuple(self._touch(account, time))
+        return job, account, self._touch(account, time)
+
+    def _start(self, position: int, event_id: str, time: int, event: JobStarted) -> Outcome:
+        found = self._job_event(position, event_id, time, event)
+        if isinstance(found, Outcome):
+            return found
+        job, account, expired_list = found
+        expired = tuple(expired_list)
         if job.state != PENDING:
             return self._anomaly(position, event_id, event.type, time, job.account,
                                  f"start of job {job.id!r} which is {job.state}, not pending",
@@ -335,15 +347,10 @@ class Ledger:
         return Outcome(position, event_id, event.type, time, job.account, expired=expired)
 
     def _complete(self, position: int, event_id: str, time: int, event: JobCompleted) -> Outcome:
-        job = self.jobs.get(event.job)
-        if job is None:
-            return self._anomaly(position, event_id, event.type, time, None,
-                                 f"completion of unknown job {event.job!r}")
-        account = self.accounts.get(job.account)
-        if account is None:  # a submit to an unknown account: rejected, nothing to touch
-            return self._anomaly(position, event_id, event.type, time, None,
-                                 f"{event.type} of job {job.id!r} which is {job.state}")
-        expired = list(self._touch(account, time))
+        found = self._job_event(position, event_id, time, event)
+        if isinstance(found, Outcome):
+            return found
+        job, account, expired = found
         if job.state != RUNNING:
             return self._anomaly(position, event_id, event.type, time, job.account,
                                  f"completion of job {job.id!r} which is {job.state}, "
@@ -364,15 +371,10 @@ class Ledger:
                        charge=charge, released=job.cost - charge, expired=tuple(expired))
 
     def _cancel(self, position: int, event_id: str, time: int, event: JobCancelled) -> Outcome:
-        job = self.jobs.get(event.job)
-        if job is None:
-            return self._anomaly(position, event_id, event.type, time, None,
-                                 f"cancel of unknown job {event.job!r}")
-        account = self.accounts.get(job.account)
-        if account is None:  # a submit to an unknown account: rejected, nothing to touch
-            return self._anomaly(position, event_id, event.type, time, None,
-                                 f"{event.type} of job {job.id!r} which is {job.state}")
-        expired = list(self._touch(account, time))
+        found = self._job_event(position, event_id, time, event)
+        if isinstance(found, Outcome):
+            return found
+        job, account, expired = found
         if job.state == CANCELLED:
             return Outcome(position, event_id, event.type, time, job.account, released=0,
                            reason="already cancelled", expired=tuple(expired))
