@@ -441,6 +441,15 @@ class Ledger:
         if force or account.head_key != key:
             account.head_key = key
             heapq.heappush(self.heads, (key, account.name))
+            if len(self.heads) > 2 * len(self.accounts) + 64:
+                self._compact_heads()
+
+    def _compact_heads(self) -> None:
+        """Drop stale entries: they are skipped lazily, but would otherwise pile up with
+        every submit and start (memory growing with the journal, not with the queue)."""
+        self.heads = [(a.head_key, name) for name, a in self.accounts.items()
+                      if a.head_key is not None]
+        heapq.heapify(self.heads)
 
     def next_job(self) -> JobState | None:
         """The job `start_next` would start: highest priority, then oldest, among accounts
