@@ -71,6 +71,17 @@ def require_text(name: str, value: object) -> str:
     return value
 
 
+def validate_snapshot(name: object, position: object, event_time: object, digest: object,
+                      state: object) -> None:
+    """Raise ValueError unless the arguments of save_snapshot are well formed."""
+    require_text("snapshot name", name)
+    require_int("snapshot position", position)
+    require_int("snapshot event_time", event_time)
+    require_text("snapshot digest", digest)
+    if not isinstance(state, bytes | bytearray | memoryview):
+        raise ValueError(f"snapshot state must be bytes, got {type(state).__name__}")
+
+
 def payload_text(event_id: str, payload: object) -> str:
     """The canonical JSON of a payload, which must be a mapping with str keys."""
     if not isinstance(payload, Mapping):

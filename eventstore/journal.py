@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.sql import ColumnElement, Select
 
 from . import appending, migrate
-from .appending import require_int, require_text, wall_clock_us
+from .appending import require_int, require_text, validate_snapshot, wall_clock_us
 from .backend import EventRow, backend_for, dbapi, translating
 from .errors import JournalError
 from .hashing import GENESIS_HASH, load_json, record_hash_text
@@ -532,12 +532,7 @@ class Journal:
         self, name: str, position: int, event_time: int, digest: str, state: bytes
     ) -> SnapshotInfo:
         """Store a projection state (a cache of a fold, never truth)."""
-        require_text("snapshot name", name)
-        require_int("snapshot position", position)
-        require_int("snapshot event_time", event_time)
-        require_text("snapshot digest", digest)
-        if not isinstance(state, bytes | bytearray | memoryview):
-            raise ValueError(f"snapshot state must be bytes, got {type(state).__name__}")
+        validate_snapshot(name, position, event_time, digest, state)
         with self._writing() as conn:
             result = conn.execute(
                 insert(snapshots).values(

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import appending
-from .appending import require_int, require_text, wall_clock_us
+from .appending import require_int, require_text, validate_snapshot, wall_clock_us
 from .errors import JournalError
 from .hashing import GENESIS_HASH, load_json, record_hash_text
 from .interface import Order
@@ -318,12 +318,7 @@ class MemoryJournal:
         self, name: str, position: int, event_time: int, digest: str, state: bytes
     ) -> SnapshotInfo:
         """Store a projection state (a cache, never truth)."""
-        require_text("snapshot name", name)
-        require_int("snapshot position", position)
-        require_int("snapshot event_time", event_time)
-        require_text("snapshot digest", digest)
-        if not isinstance(state, bytes | bytearray | memoryview):
-            raise ValueError(f"snapshot state must be bytes, got {type(state).__name__}")
+        validate_snapshot(name, position, event_time, digest, state)
         with self._lock:
             self._check_open()
             info = SnapshotInfo(self._next_snapshot_id, name, position, event_time, digest)
