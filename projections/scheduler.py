@@ -33,8 +33,8 @@ from projections.events import (
     require_positive_int,
 )
 from projections.ledger import CANCELLED, PENDING, RUNNING, JobState, Ledger
-from projections.outcomes import Outcome, Revision
-from projections.session import JournalArg, LedgerSession
+from projections.outcomes import Outcome
+from projections.session import JournalArg, LedgerSession, SessionFacade
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ def _wall_clock() -> int:
     return int(_time.time())
 
 
-class Scheduler:
+class Scheduler(SessionFacade):
     """Accounts submit jobs with a cost and a priority; the highest priority, oldest job of
     an account below its cap starts next. Every call is an event in the journal.
 
@@ -152,18 +152,6 @@ class Scheduler:
             raise UnknownJob(f"unknown job {job_id!r}")
         return job
 
-    @property
-    def revisions(self) -> list[Revision]:
-        """What late events changed in outcomes already reported."""
-        self._session.catch_up()
-        return self._session.revisions
-
-    def ledger(self) -> Ledger:
-        self._session.catch_up()
-        return self._session.ledger
-
-    def state_digest(self) -> str:
-        return self._session.digest()
 
     # -- decisions -------------------------------------------------------------------------
 

@@ -340,6 +340,27 @@ class LedgerSession:
             return self.ledger.digest()
 
 
+class SessionFacade:
+    """What both facades answer the same way from their session."""
+
+    _session: LedgerSession
+
+    @property
+    def revisions(self) -> list[Revision]:
+        """What late events changed in outcomes already reported, in the order they came."""
+        self._session.catch_up()
+        return self._session.revisions
+
+    def ledger(self) -> Ledger:
+        """The caught-up projected state (read-only by convention)."""
+        self._session.catch_up()
+        return self._session.ledger
+
+    def state_digest(self) -> str:
+        """SHA-256 of the projected state of the whole journal."""
+        return self._session.digest()
+
+
 def session_of(facade: object) -> LedgerSession:
     """The `LedgerSession` behind a facade (`GPUCreditTracker`, `Scheduler`) or itself."""
     if isinstance(facade, LedgerSession):

@@ -11,12 +11,10 @@ from projections.events import (
     require_name,
     require_positive_int,
 )
-from projections.ledger import Ledger
-from projections.outcomes import Revision
-from projections.session import JournalArg, LedgerSession
+from projections.session import JournalArg, LedgerSession, SessionFacade
 
 
-class GPUCreditTracker:
+class GPUCreditTracker(SessionFacade):
     """Grant, consume and query one account's expiring credits; every call is an event.
 
     Calls may come out of time order: a call earlier than recorded events is placed on
@@ -94,17 +92,3 @@ class GPUCreditTracker:
                 return {GENERAL: 0}
             return account.pool_balances_at(timestamp) or {GENERAL: 0}
 
-    @property
-    def revisions(self) -> list[Revision]:
-        """What late calls changed in outcomes already reported, in the order they came."""
-        self._session.catch_up()
-        return self._session.revisions
-
-    def ledger(self) -> Ledger:
-        """The caught-up projected state (read-only by convention)."""
-        self._session.catch_up()
-        return self._session.ledger
-
-    def state_digest(self) -> str:
-        """SHA-256 of the projected state of the whole journal."""
-        return self._session.digest()
