@@ -62,17 +62,12 @@ _SNAPSHOT_COLUMNS = (
 
 
 def _event(row: Row[Any] | EventRow) -> RecordedEvent:
-    return RecordedEvent(
-        position=row[0],
-        id=row[1],
-        stream=row[2],
-        version=row[3],
-        type=row[4],
-        time=row[5],
-        recorded_at=row[6],
-        payload=load_json(row[7]),
-        hash=row[8],
-    )
+    # Columns are in RecordedEvent's field order; only the payload needs decoding.
+    return _new_record(RecordedEvent, (row[0], row[1], row[2], row[3], row[4], row[5],
+                                       row[6], load_json(row[7]), row[8]))
+
+
+_new_record = tuple.__new__
 
 
 def _snapshot(row: Row[Any]) -> SnapshotInfo:

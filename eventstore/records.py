@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,9 +18,12 @@ class NewEvent:
     payload: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedEvent:
-    """An event as the journal holds it, with its place in the journal and in the chain."""
+class RecordedEvent(NamedTuple):
+    """An event as the journal holds it, with its place in the journal and in the chain.
+
+    Immutable like the dataclasses here, but a named tuple: a replay builds one per row,
+    and a tuple costs a tenth of a frozen dataclass to build.
+    """
 
     position: int  # gapless global arrival sequence, from 1
     id: str  # idempotency key

@@ -9,7 +9,6 @@ that is not pending, completing one twice) is kept and reported as an anomaly, n
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import heapq
 import json
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from projections.bulk import paused_gc
 from projections.creditbook import Batch, CreditBook, Expiry
 from projections.events import (
     DEFAULT_HALF_LIFE,
@@ -200,9 +200,10 @@ class Ledger:
             raise ValueError(f"event at {key} applied after {self.last}: not in canonical order")
         self.last = key
         self.applied += 1
-        outcome = self._dispatch(position, event_id, time, event)
-        if outcome.account is not None and outcome.account in self.accounts:
-            self.accounts[outcome.account].last_time = time
+        outcome: Outcome = _HANDLERS[type(event)](self, position, event_id, time, event)
+        account = self.accounts.get(outcome.account) if outcome.account is not None else None
+        if account is not None:
+            account.last_time = time
         return outcome
 
     def _dispatch(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
@@ -570,13 +571,8 @@ def restore(saved: Saved) -> Ledger:
     ledger: Ledger
     # Unpickling makes many objects at once; without this the cyclic collector would
     # walk the whole heap several times over while it runs.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         ledger, anomaly_count = pickle.loads(blob)
-    finally:
-        if was_enabled:
-            gc.enable()
     ledger.anomalies = anomalies[:anomaly_count]
     ledger.archive = archive[:count]
     ledger.jobs = {job.id: job for job in ledger.archive}

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from projections.bulk import paused_gc
 from projections.events import DomainEvent
 from projections.ledger import Ledger, Saved, restore, snapshot
 from projections.outcomes import Outcome, Revision
@@ -166,12 +167,13 @@ class Projector:
         del self._snap_keys[i:]
         del self._snap_states[i:]
         start, saved = self._snapshot_before(key)
-        found = self._refold(late, start, restore(saved) if saved else Ledger(), None)
-        if found is None:
-            # An event too old to be remembered: fold the old timeline beside the new one.
-            old = restore(saved) if saved else Ledger()
-            found = self._refold(late, start, restore(saved) if saved else Ledger(), old)
-            assert found is not None
+        with paused_gc():
+            found = self._refold(late, start, restore(saved) if saved else Ledger(), None)
+            if found is None:
+                # An event too old to be remembered: fold the old timeline beside the new.
+                old = restore(saved) if saved else Ledger()
+                found = self._refold(late, start, restore(saved) if saved else Ledger(), old)
+                assert found is not None
         ledger, late_outcome, revisions, outcomes = found
         self.revisions.extend(revisions)
         for outcome in outcomes:
@@ -213,7 +215,8 @@ class Projector:
 
     def catch_up(self, events: Iterable[Recorded]) -> dict[int, Outcome]:
         """Ingest events in position order; return their outcomes by position."""
-        return {rec.position: self.ingest(rec) for rec in events}
+        with paused_gc():
+            return {rec.position: self.ingest(rec) for rec in events}
 
     # -- trying an event in the past ----------------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from eventstore import JournalLike, RecordedEvent, SnapshotInfo
+from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
@@ -76,12 +77,13 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     projector = Projector(journal_reader(journal, to_time), min_snapshot_every=20_000,
                           snapshot_factor=8, recent_outcomes=0)
     done = 0
-    for rec in journal.read(to_position=head, order="position"):
-        if to_time is None or rec.time <= to_time:
-            projector.ingest(rec)
-        done += 1
-        if progress is not None and done % 5000 == 0:
-            progress(done, head)
+    with paused_gc():
+        for rec in journal.read(to_position=head, order="position"):
+            if to_time is None or rec.time <= to_time:
+                projector.ingest(rec)
+            done += 1
+            if progress is not None and done % 5000 == 0:
+                progress(done, head)
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
@@ -98,8 +100,9 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
     """Fold the journal straight in canonical order (no revisions): the state at to_time as
     known at to_position."""
     ledger = Ledger()
-    for rec in journal.read(to_position=to_position, to_time=to_time, order="canonical"):
-        apply_recorded(ledger, rec)
+    with paused_gc():
+        for rec in journal.read(to_position=to_position, to_time=to_time, order="canonical"):
+            apply_recorded(ledger, rec)
     return ledger
 
 
