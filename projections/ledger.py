@@ -88,7 +88,9 @@ class JobState:
     priority: int
     pool: str
     state: str
-    order: tuple[int, int]  # (event time, position) of its submit: "oldest first"
+    # (event time, position) of its submit, "oldest first", while the job can still
+    # start; None once it is rejected or finished (a replay keeps a million of them).
+    order: tuple[int, int] | None
     charge: int | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -270,7 +272,7 @@ class Ledger:
         if account is None or not account.opened:
             self.rejected += 1
             rejected = JobState(event.job, event.account, event.cost, event.priority,
-                                event.pool, REJECTED, (time, position))
+                                event.pool, REJECTED, None)
             self.jobs[event.job] = rejected
             self.archive.append(rejected)
             return Outcome(position, event_id, event.type, time, event.account, ok=False,
@@ -278,11 +280,13 @@ class Ledger:
         book = account.book
         expired = tuple(self._touch(account, time))
         available = min(book.usable(event.pool), account.available)
-        job = JobState(event.job, event.account, event.cost, event.priority, event.pool,
+        # The account's own name, not the event's copy: one string per account, not per job.
+        job = JobState(event.job, account.name, event.cost, event.priority, event.pool,
                        PENDING, (time, position))
         self.jobs[event.job] = job
         if event.cost > available:
             job.state = REJECTED
+            job.order = None
             self.archive.append(job)
             self.rejected += 1
             return Outcome(position, event_id, event.type, time, event.account, ok=False,
@@ -393,6 +397,7 @@ class Ledger:
 
     def _finish(self, job: JobState) -> None:
         del self.live[job.id]
+        job.order = None
         self.archive.append(job)
 
     # -- time passing: expiry and refill ----------------------------------------------------
@@ -479,6 +484,7 @@ class Ledger:
     def pending_ahead(self, job: JobState) -> int:
         """How many pending jobs would start before `job` (linear: for explanations only)."""
         def key(j: JobState) -> tuple[int, float, int, int]:
+            assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
             return (-j.priority, self.accounts[j.account].fair_key(), *j.order)
 
         mine = key(job)
@@ -489,6 +495,11 @@ class Ledger:
 
     def canonical(self) -> dict[str, Any]:
         """A canonical, JSON-ready view of the whole state (no positions, no arrival order)."""
+        state = self._canonical_without_jobs()
+        state["jobs"] = {job_id: self._canonical_job(job_id) for job_id in sorted(self.jobs)}
+        return state
+
+    def _canonical_without_jobs(self) -> dict[str, Any]:
         accounts: dict[str, Any] = {}
         for name in sorted(self.accounts):
             account = self.accounts[name]
@@ -518,21 +529,36 @@ class Ledger:
                     "expired": book.totals.expired,
                 },
             }
-        jobs = {
-            job_id: [j.account, j.cost, j.priority, j.pool, j.state, j.charge]
-            for job_id, j in sorted(self.jobs.items())
-        }
-        return {
-            "accounts": accounts,
-            "jobs": jobs,
-            "anomalies": sorted([list(a) for a in self.anomalies]),
-        }
+        return {"accounts": accounts, "anomalies": sorted([list(a) for a in self.anomalies])}
+
+    def _canonical_job(self, job_id: str) -> list[Any]:
+        j = self.jobs[job_id]
+        return [j.account, j.cost, j.priority, j.pool, j.state, j.charge]
 
     def digest(self) -> str:
-        """SHA-256 of the canonical state: same journal, same digest, on every backend."""
-        data = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False)
-        return hashlib.sha256(data.encode()).hexdigest()
+        """SHA-256 of the canonical state: same journal, same digest, on every backend.
+
+        The bytes hashed are `json.dumps(self.canonical(), sort_keys=True, ...)`, but the
+        jobs (most of a large state) are encoded a slice at a time, never as one string.
+        """
+        hasher = hashlib.sha256()
+        head = _CANONICAL.encode({**self._canonical_without_jobs(), "jobs": {}})
+        # `head` ends with '"jobs":{}}': the keys sort as accounts, anomalies, jobs.
+        hasher.update(head[:-2].encode())
+        ids = sorted(self.jobs)
+        for start in range(0, len(ids), _DIGEST_SLICE):
+            part = _CANONICAL.encode(
+                {job_id: self._canonical_job(job_id)
+                 for job_id in ids[start:start + _DIGEST_SLICE]})
+            if start:
+                hasher.update(b",")
+            hasher.update(part[1:-1].encode())
+        hasher.update(b"}}")
+        return hasher.hexdigest()
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_DIGEST_SLICE = 10_000
 
 
 _HANDLERS: dict[type[Any], Any] = {
