@@ -370,7 +370,12 @@ class Journal:
             # (event_time, position) index in order instead of fetching the whole
             # position range and sorting it for every batch.
             position = events.c.position + 0
-        base = [position > q.after_position, position <= q.to_position]
+        # In position order the lower bound moves with each batch and is given once (see
+        # below): with two `position >` terms SQLite may seek on the stale one and scan
+        # every earlier row again, making a long read quadratic.
+        base = [position <= q.to_position]
+        if q.order != "position":
+            base.append(position > q.after_position)
         if q.from_time is not None:
             base.append(events.c.event_time >= q.from_time)
         if q.to_time is not None:
@@ -387,11 +392,11 @@ class Journal:
         cursor: RecordedEvent | None = None
         while True:
             where = list(base)
-            if cursor is not None:
-                if q.order == "position":
-                    where.append(events.c.position > cursor.position)
-                else:
-                    where.append(_after((cursor.time, cursor.position)))
+            if q.order == "position":
+                lower = q.after_position if cursor is None else cursor.position
+                where.append(events.c.position > lower)
+            elif cursor is not None:
+                where.append(_after((cursor.time, cursor.position)))
             stmt = select(*_EVENT_COLUMNS).where(*where).order_by(*order_by).limit(q.batch_size)
             # Each batch in its own short transaction: a long replay holds no
             # snapshot open (WAL checkpoints and VACUUM can proceed).
