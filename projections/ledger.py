@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import math
 import pickle
@@ -173,11 +174,10 @@ class Ledger:
     """The whole projected state of one journal."""
 
     accounts: dict[str, AccountState] = field(default_factory=dict)
+    # Every job ever submitted, insert-only (snapshots share it instead of copying it),
+    # and the live ones (pending, running): the only jobs that can still change.
     jobs: dict[str, JobState] = field(default_factory=dict)
-    # Jobs split by whether they can still change: live (pending, running) and an
-    # append-only archive of finished ones, which snapshots share instead of copying.
     live: dict[str, JobState] = field(default_factory=dict)
-    archive: list[JobState] = field(default_factory=list)
     heads: list[tuple[HeadKey, str]] = field(default_factory=list)
     last: tuple[int, int] = (-(2**63), 0)  # (event_time, position) of the last applied event
     applied: int = 0
@@ -274,7 +274,6 @@ class Ledger:
             rejected = JobState(event.job, event.account, event.cost, event.priority,
                                 event.pool, REJECTED, None)
             self.jobs[event.job] = rejected
-            self.archive.append(rejected)
             return Outcome(position, event_id, event.type, time, event.account, ok=False,
                            reason=f"unknown account {event.account!r}")
         book = account.book
@@ -287,7 +286,6 @@ class Ledger:
         if event.cost > available:
             job.state = REJECTED
             job.order = None
-            self.archive.append(job)
             self.rejected += 1
             return Outcome(position, event_id, event.type, time, event.account, ok=False,
                            reason=self._shortfall(account, event, available), expired=expired)
@@ -398,7 +396,6 @@ class Ledger:
     def _finish(self, job: JobState) -> None:
         del self.live[job.id]
         job.order = None
-        self.archive.append(job)
 
     # -- time passing: expiry and refill ----------------------------------------------------
 
@@ -572,35 +569,42 @@ _HANDLERS: dict[type[Any], Any] = {
 }
 
 
-Saved = tuple[bytes, tuple[list[JobState], list[tuple[int, str, str]]], int]
-"""A snapshot: the pickled changeable state, the shared append-only lists, and a length."""
+Saved = tuple[bytes, tuple[dict[str, JobState], list[tuple[int, str, str]]], int]
+"""A snapshot: the pickled changeable state, the shared insert-only job index and anomaly
+list, and how many jobs the index held."""
 
 
 def snapshot(ledger: Ledger) -> Saved:
     """A restorable copy of `ledger` that costs what can still change, not the history.
 
-    Finished jobs and recorded anomalies never change again, so the snapshot keeps a
-    reference to those lists and their lengths instead of copying them.
+    Finished jobs and recorded anomalies never change again, and `jobs` and `anomalies`
+    only grow, so the snapshot keeps a reference to them and their lengths instead of
+    copying them: only the live part (accounts, pending and running jobs) is pickled.
     """
-    jobs, archive, anomalies = ledger.jobs, ledger.archive, ledger.anomalies
-    ledger.jobs, ledger.archive, ledger.anomalies = {}, [], []
+    jobs, anomalies = ledger.jobs, ledger.anomalies
+    ledger.jobs, ledger.anomalies = {}, []
     try:
         blob = pickle.dumps((ledger, len(anomalies)), protocol=pickle.HIGHEST_PROTOCOL)
     finally:
-        ledger.jobs, ledger.archive, ledger.anomalies = jobs, archive, anomalies
-    return blob, (archive, anomalies), len(archive)
+        ledger.jobs, ledger.anomalies = jobs, anomalies
+    return blob, (jobs, anomalies), len(jobs)
 
 
 def restore(saved: Saved) -> Ledger:
     """The ledger `snapshot` saved (a fresh copy each time)."""
-    blob, (archive, anomalies), count = saved
+    blob, (jobs, anomalies), count = saved
     ledger: Ledger
     # Unpickling makes many objects at once; without this the cyclic collector would
     # walk the whole heap several times over while it runs.
     with paused_gc():
         ledger, anomaly_count = pickle.loads(blob)
     ledger.anomalies = anomalies[:anomaly_count]
-    ledger.archive = archive[:count]
-    ledger.jobs = {job.id: job for job in ledger.archive}
-    ledger.jobs.update(ledger.live)
+    # The shared index may have grown since: copy it (a fast, flat copy), drop the jobs
+    # submitted after the snapshot (the last ones inserted), and put back the live jobs
+    # as they were then. Finished jobs never change, so sharing their objects is safe.
+    own = jobs.copy()
+    for job_id in list(itertools.islice(reversed(own), len(own) - count)):
+        del own[job_id]
+    own.update(ledger.live)
+    ledger.jobs = own
     return ledger

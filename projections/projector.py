@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -72,7 +73,9 @@ class Projector:
         self.position = 0  # the highest position ingested
         self.revisions: list[Revision] = []
         self.late_times: list[int] = []  # event times of late events, for cache invalidation
-        self._recent: dict[int, Outcome] = {}
+        # Ordered for O(1) eviction of the oldest: taking the first key of a plain dict
+        # skips every slot deleted before it, which made a long catch-up quadratic.
+        self._recent: OrderedDict[int, Outcome] = OrderedDict()
         self._recent_limit = recent_outcomes
         self._factor = snapshot_factor
         self._reader = reader
@@ -158,7 +161,7 @@ class Projector:
         recent = self._recent
         recent[outcome.position] = outcome
         if len(recent) > self._recent_limit:
-            del recent[next(iter(recent))]
+            recent.popitem(last=False)
 
     def _reproject(self, late: Recorded) -> Outcome:
         key = (late.time, late.position)

@@ -108,16 +108,11 @@ def assert_invariants(ledger: Ledger, *, scheduler_only: bool = False) -> None:
 
     # Each job in exactly one state: the ledger keeps jobs that can still change (pending,
     # running) apart from finished ones; every job is in exactly one of the two.
-    live = getattr(ledger, "live", None)
-    archive = getattr(ledger, "archive", None)
-    if live is not None and archive is not None:
-        archived = [job.id for job in archive]
-        assert len(archived) == len(set(archived)), "a job archived twice"
-        assert not set(archived) & set(live), "a job both live and finished"
-        assert set(live) | set(archived) == set(ledger.jobs)
-        for job_id, job in live.items():
-            assert job.state in (PENDING, RUNNING), f"live job {job_id} is {job.state}"
-            assert ledger.jobs[job_id] is job
-        for job in archive:
-            assert job.state not in (PENDING, RUNNING), f"finished job {job.id} is {job.state}"
-            assert ledger.jobs[job.id] is job
+    for job_id, job in ledger.live.items():
+        assert job.state in (PENDING, RUNNING), f"live job {job_id} is {job.state}"
+        assert ledger.jobs[job_id] is job, f"live job {job_id} is not the indexed one"
+        assert job.order is not None, f"live job {job_id} has no queue place"
+    for job_id, job in ledger.jobs.items():
+        if job_id not in ledger.live:
+            assert job.state not in (PENDING, RUNNING), f"job {job_id} is {job.state}, not live"
+            assert job.order is None, f"finished job {job_id} still has a queue place"
