@@ -171,11 +171,10 @@ class Projector:
         del self._snap_states[i:]
         start, saved = self._snapshot_before(key)
         with paused_gc():
-            found = self._refold(late, start, restore(saved) if saved else Ledger(), None)
+            found = self._refold(late, start, restore(saved) if saved else Ledger(), False)
             if found is None:
                 # An event too old to be remembered: fold the old timeline beside the new.
-                old = restore(saved) if saved else Ledger()
-                found = self._refold(late, start, restore(saved) if saved else Ledger(), old)
+                found = self._refold(late, start, restore(saved) if saved else Ledger(), True)
                 assert found is not None
         ledger, late_outcome, revisions, outcomes = found
         self.revisions.extend(revisions)
@@ -184,21 +183,30 @@ class Projector:
         self.ledger = ledger
         return late_outcome
 
-    def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, old: Ledger | None
+    def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, fold_old: bool
                 ) -> tuple[Ledger, Outcome, list[Revision], list[Outcome]] | None:
-        """Fold the timeline after `start` with the late event; None if an earlier outcome
-        is not remembered (and `old`, the timeline without it, was not given)."""
+        """Fold the timeline after `start` with the late event; None if a later outcome
+        is not remembered (and `fold_old`, fold the timeline without it too, is False).
+
+        Events before the late one on the timeline cannot change: they are folded once,
+        and the timeline without the late event forks from the state just before it.
+        """
         self._since_snapshot = 0
         late_outcome: Outcome | None = None
+        old: Ledger | None = None
         revisions: list[Revision] = []
         outcomes: list[Outcome] = []
         snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
         for rec in self._reader(start, late.position, None):
+            if rec.position == late.position and fold_old:
+                old = restore(snapshot(new))
             after = apply_recorded(new, rec)
             self._maybe_snapshot(new)
             outcomes.append(after)
             if rec.position == late.position:
                 late_outcome = after
+                continue
+            if late_outcome is None:
                 continue
             if old is not None:
                 before: Outcome | None = apply_recorded(old, rec)
