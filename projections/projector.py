@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -224,10 +224,20 @@ class Projector:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         return new, late_outcome, revisions, outcomes
 
-    def catch_up(self, events: Iterable[Recorded]) -> dict[int, Outcome]:
-        """Ingest events in position order; return their outcomes by position."""
+    def catch_up(self, events: Iterable[Recorded],
+                 keep: Container[int] = frozenset()) -> dict[int, Outcome]:
+        """Ingest events in position order; return the outcomes of the positions in `keep`.
+
+        Only those: a facade opening a journal of 10^6 events has no use for 10^6
+        outcomes, which would take more memory than the whole projection.
+        """
+        kept: dict[int, Outcome] = {}
         with paused_gc():
-            return {rec.position: self.ingest(rec) for rec in events}
+            for rec in events:
+                outcome = self.ingest(rec)
+                if rec.position in keep:
+                    kept[rec.position] = outcome
+        return kept
 
     # -- trying an event in the past ----------------------------------------------------
 

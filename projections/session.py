@@ -30,7 +30,7 @@ import heapq
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -126,13 +126,15 @@ class LedgerSession:
         """A new journal event for `event` at `time`, paired with the event itself."""
         return NewEvent(self.new_id(), stream, event.type, time, to_payload(event)), event
 
-    def catch_up(self) -> dict[int, Outcome]:
-        """Ingest everything recorded since the last look (other writers included)."""
+    def catch_up(self, keep: Container[int] = frozenset()) -> dict[int, Outcome]:
+        """Ingest everything recorded since the last look (other writers included); the
+        outcomes of the positions in `keep`."""
         with self.lock:
             if self._in_memory and self.journal.head() == self.projector.position:
                 return {}
             return self.projector.catch_up(
-                self.journal.read(after_position=self.projector.position, order="position")
+                self.journal.read(after_position=self.projector.position, order="position"),
+                keep,
             )
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
@@ -193,7 +195,7 @@ class LedgerSession:
                     for rec, (_, event) in zip(recorded, built, strict=True)
                 }
             else:
-                outcomes = self.catch_up()
+                outcomes = self.catch_up(keep=set(fresh))
             self._invalidate_stale_checkpoints()
             return [self._outcome(rec, outcomes) for rec in recorded]
 
@@ -201,9 +203,9 @@ class LedgerSession:
         """Ingest what others recorded, as `tx` sees it; whether there was anything."""
         if self._in_memory and tx.head() == self.projector.position:
             return False
-        return bool(self.projector.catch_up(
-            tx.read(after_position=self.projector.position, order="position")
-        ))
+        before = self.projector.position
+        self.projector.catch_up(tx.read(after_position=before, order="position"))
+        return self.projector.position != before
 
     def _build(self, build: Build, event_id: str | None, live: bool,
                held: Sequence[str]) -> Sequence[tuple[NewEvent, DomainEvent]]:
