@@ -59,6 +59,10 @@ Reader = Callable[[tuple[int, int], int, int | None], Iterable[Recorded]]
 (time, position) > after_key, position <= to_position and, if given, time <= to_time."""
 
 
+Older = Callable[[tuple[int, int]], tuple[tuple[int, int], Ledger] | None]
+"""older(key): a saved state wholly before `key` on the timeline, as (its last key, ledger)."""
+
+
 def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
     return ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
 
@@ -68,8 +72,11 @@ class Projector:
 
     def __init__(self, reader: Reader, *, min_snapshot_every: int = 1000,
                  max_snapshots: int = 32, recent_outcomes: int = 50_000,
-                 snapshot_factor: int = 1) -> None:
+                 snapshot_factor: int = 1, older: Older | None = None) -> None:
         self.ledger = Ledger()
+        # Where to find a state older than every snapshot held (the journal's saved
+        # checkpoints), so a late event before them does not refold from the start.
+        self._older = older
         self.position = 0  # the highest position ingested
         self.revisions: list[Revision] = []
         self.late_times: list[int] = []  # event times of late events, for cache invalidation
@@ -113,7 +120,15 @@ class Projector:
         """The newest snapshot strictly before `key` (None: start from an empty ledger)."""
         i = bisect.bisect_left(self._snap_keys, key)
         if i == 0:
-            return MIN_KEY, None
+            found = self._older(key) if self._older is not None else None
+            if found is None:
+                return MIN_KEY, None
+            # Older than every snapshot held: it goes first, and stays for the next time.
+            start, ledger = found
+            saved = snapshot(ledger)
+            self._snap_keys.insert(0, start)
+            self._snap_states.insert(0, saved)
+            return start, saved
         return self._snap_keys[i - 1], self._snap_states[i - 1]
 
     def _restore_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger]:

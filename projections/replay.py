@@ -63,14 +63,20 @@ def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable
 
 def replay(journal: JournalLike, *, to_time: int | None = None,
            to_position: int | None = None, progress: Progress | None = None,
-           checkpoint: bool = False) -> ReplayReport:
+           checkpoint: bool = False, checkpoint_every: int | None = None) -> ReplayReport:
     """Rebuild the ledger from the journal (events with time <= to_time, position <=
     to_position), in arrival order, re-projecting late events as they came.
 
-    `checkpoint`: save the rebuilt state of a whole journal as a checkpoint (and drop the
-    ones a late event made stale), so facades and the next replay start from it.
+    `checkpoint`: replace the saved checkpoints with fresh ones of the whole journal: the
+    end, and up to `CHECKPOINTS - 1` more every `checkpoint_every` events before it
+    (default: a sixteenth of the journal), so facades start from the end and a late event
+    in a fresh process refolds from a recent one, not from the start.
     """
     head = journal.head() if to_position is None else min(to_position, journal.head())
+    saving = checkpoint and to_time is None and to_position is None
+    at = checkpoint_positions(head, checkpoint_every) if saving else frozenset()
+    if saving:
+        journal.drop_snapshots(CHECKPOINT)
     # A replay pays for snapshots on every event but needs them only for late events,
     # and then once: sparse snapshots and no remembered outcomes (a late event folds the
     # old timeline beside the new one) make the common, in-order journal fast.
@@ -82,17 +88,29 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
             if to_time is None or rec.time <= to_time:
                 projector.ingest(rec)
             done += 1
+            if rec.position in at and (rec.position == head or checkpoint_is_valid_at(
+                    journal, rec.position, projector.ledger.last[0])):
+                save_checkpoint(journal, projector.ledger, rec.position)
             if progress is not None and done % 5000 == 0:
                 progress(done, head)
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
-    if checkpoint and to_time is None and to_position is None:
-        # One checkpoint is enough to resume from, and verify re-derives every one kept.
-        journal.drop_snapshots(CHECKPOINT)
-        save_checkpoint(journal, ledger, head)
     return ReplayReport(ledger.digest(), ledger.applied, list(projector.revisions),
                         list(ledger.anomalies), ledger, head)
+
+
+CHECKPOINTS = 4
+"""How many checkpoints `replay(checkpoint=True)` leaves: the end and up to 3 before it."""
+
+
+def checkpoint_positions(head: int, every: int | None = None) -> frozenset[int]:
+    """Where a replay of a journal of `head` events saves its checkpoints."""
+    if every is None:
+        every = max(10_000, head // 16)
+    if every <= 0:
+        raise ValueError(f"checkpoint_every must be a positive number of events, got {every}")
+    return frozenset(head - k * every for k in range(CHECKPOINTS) if head - k * every > 0)
 
 
 def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
@@ -117,10 +135,32 @@ def save_checkpoint(journal: JournalLike, ledger: Ledger, position: int) -> Snap
 
 def checkpoint_is_valid(journal: JournalLike, info: SnapshotInfo) -> bool:
     """Valid while no event recorded after it lands before its last event on the timeline."""
-    for _ in journal.read(after_position=info.position, to_time=info.event_time - 1,
+    return checkpoint_is_valid_at(journal, info.position, info.event_time)
+
+
+def checkpoint_is_valid_at(journal: JournalLike, position: int, event_time: int) -> bool:
+    """Whether a state of every event up to `position`, the last of them on the timeline
+    at `event_time`, is still the timeline's state there (no later arrival before it)."""
+    for _ in journal.read(after_position=position, to_time=event_time - 1,
                           order="position", batch_size=1):
         return False
     return True
+
+
+def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: int
+                      ) -> tuple[tuple[int, int], Ledger] | None:
+    """The newest valid checkpoint whose state lies wholly before `key` = (event time,
+    position) on the timeline and covers no position after `max_position`, loaded; None
+    if there is none."""
+    candidates = [info for info in journal.snapshots(CHECKPOINT)
+                  if info.event_time <= key[0] and info.position <= max_position]
+    for info in sorted(candidates, key=lambda s: (s.event_time, s.position), reverse=True):
+        if not checkpoint_is_valid(journal, info):
+            continue
+        ledger: Ledger = pickle.loads(journal.load_snapshot(info.id))
+        if ledger.last < key:
+            return ledger.last, ledger
+    return None
 
 
 def latest_valid_checkpoint(journal: JournalLike) -> tuple[SnapshotInfo, Ledger] | None:

@@ -78,7 +78,7 @@ class LedgerSession:
         self.journal = open_journal(journal)
         # Only this process writes an in-memory journal, so its head tells all.
         self._in_memory = self.journal.url is None
-        self.projector = Projector(self._read_canonical)
+        self.projector = Projector(self._read_canonical, older=self._checkpoint_before)
         self.lock = threading.RLock()
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
@@ -102,6 +102,15 @@ class LedgerSession:
         if found is not None:
             info, ledger = found
             self.projector.start_from(ledger, info.position)
+
+    def _checkpoint_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger] | None:
+        if self.journal.url is None:
+            return None
+        from projections.replay import checkpoint_before
+
+        # Only a state of events this projection has seen: a replay running elsewhere
+        # may have saved one further on.
+        return checkpoint_before(self.journal, key, self.projector.position)
 
     def _read_canonical(self, after: tuple[int, int], to_position: int,
                         to_time: int | None) -> Iterable[RecordedEvent]:

@@ -280,3 +280,47 @@ def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
         first.apply_recorded(position, event_id, kind, time, payload)
     assert first.canonical() == ledger.canonical()
     assert second.canonical() == want == restore(saved).canonical()
+
+
+def test_interval_checkpoints_let_a_fresh_facade_refold_a_late_event_from_a_recent_one(
+        tmp_path: Any) -> None:
+    from eventstore import Journal
+
+    url = f"sqlite:///{tmp_path / 'cps.db'}"
+    t = GPUCreditTracker(url, account="a")
+    for i in range(100):  # position p has event time p - 1
+        t.grant(10, timestamp=2 * i, expiry=2 * i + 30)
+        t.consume(7, timestamp=2 * i + 1)
+    journal = Journal(url)
+    replay(journal, checkpoint=True, checkpoint_every=40)
+    assert [info.position for info in journal.snapshots("ledger")] == [80, 120, 160, 200]
+    assert verify(journal).checked_checkpoints == 4
+
+    reopened = GPUCreditTracker(url, account="a")
+    projector = reopened._session.projector
+    assert projector.position == 200  # resumed from the newest checkpoint
+    folded: list[int] = []
+    reader = projector._reader
+
+    def counting(after: Any, to_position: int, to_time: int | None) -> Any:
+        for rec in reader(after, to_position, to_time):
+            folded.append(rec.position)
+            yield rec
+
+    projector._reader = counting
+    reopened.consume(50, timestamp=130)
+    # Refolded from the checkpoint at position 120 (time 119), not from the start: the
+    # events at times 120..199 and the late one.
+    assert folded and min(folded) > 120 and len(set(folded)) == 81
+    # The late consume made the two later checkpoints stale; the earlier ones stay.
+    assert [info.position for info in journal.snapshots("ledger")] == [80, 120]
+    want = fold_canonical(journal).digest()
+    assert reopened.state_digest() == want == GPUCreditTracker(url, account="a").state_digest()
+    assert verify(journal).ok
+
+
+def test_checkpoint_every_must_be_positive() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="checkpoint_every must be a positive"):
+        replay(MemoryJournal(), checkpoint=True, checkpoint_every=0)
