@@ -390,9 +390,10 @@ def late_scenario(cfg: Config) -> Scenario:
             f"A Projector catches up on a copy of the {n:,}-event SQLite journal (the full "
             f"replay, timed), then a usage report whose event time lands {back:,} events "
             "before the end is appended (untimed) and ingested (timed): the Projector "
-            "restores its nearest snapshot before the late event and re-folds the timeline "
-            "from there, with and without the late event, to find the revisions. Both "
-            "timings come from the same process and the same run."
+            "restores its nearest snapshot before the late event, re-folds the timeline "
+            "from there with the late event, and compares each later outcome with the one "
+            "it reported to find the revisions. Both timings come from the same process "
+            "and the same run."
         ),
         cases=[case],
         tables=[Table(f"Late event in a {n:,}-event journal", ("late/full", "late/late"))],
