@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from projections.ledger import Ledger, Saved, restore, snapshot
 from projections.outcomes import Outcome, Revision
 
 MIN_KEY = (-(2**63), 0)
+MIN_SPACING = 16
+"""Fewest events between two snapshots however frequent late events are (unless the
+projector was asked for snapshots more often than that)."""
 
 
 class Recorded(Protocol):
@@ -92,6 +96,8 @@ class Projector:
         self._snap_states: list[Saved] = []
         self._since_snapshot = 0
         self._next_snapshot = min_snapshot_every
+        self._ingested = 0  # events ingested, and how many of them were late
+        self._late = 0
 
     # -- snapshots ---------------------------------------------------------------------
 
@@ -99,8 +105,16 @@ class Projector:
         # A snapshot costs in proportion to what can still change (finished jobs are
         # shared, not copied); spacing snapshots in proportion to it keeps their amortised
         # cost per event constant, and dense enough that a late event refolds little.
-        return max(self._min_every, self._factor * (len(ledger.live) + len(ledger.accounts)))
-
+        size = len(ledger.live) + len(ledger.accounts) + 1
+        spacing = max(self._min_every, self._factor * size)
+        if not self._late:
+            return spacing
+        # With late events at a rate f, each refolds half a spacing I on average and
+        # restores a state of `size`: per event, size / I + f * (size + I / 2), least at
+        # I = sqrt(2 * size / f). Without this, frequent late events made a catch-up
+        # quadratic (each refolding up to a whole sparse spacing).
+        best = math.isqrt(2 * size * self._ingested // self._late)
+        return max(min(MIN_SPACING, self._min_every), min(spacing, best))
     def _maybe_snapshot(self, ledger: Ledger) -> None:
         self._since_snapshot += 1
         if self._since_snapshot < self._next_snapshot:
@@ -158,6 +172,7 @@ class Projector:
         if rec.position <= self.position:
             raise ValueError(f"position {rec.position} ingested after {self.position}")
         self.position = rec.position
+        self._ingested += 1
         if (rec.time, rec.position) > self.ledger.last:
             if event is None:
                 outcome = apply_recorded(self.ledger, rec)
@@ -181,17 +196,22 @@ class Projector:
     def _reproject(self, late: Recorded) -> Outcome:
         key = (late.time, late.position)
         self.late_times.append(late.time)
+        self._late += 1
         i = bisect.bisect_left(self._snap_keys, key)
         del self._snap_keys[i:]
         del self._snap_states[i:]
         start, saved = self._snapshot_before(key)
         with paused_gc():
-            found = self._refold(late, start, restore(saved) if saved else Ledger(), False)
+            found = None
+            if self._recent_limit:
+                found = self._refold(late, start, restore(saved) if saved else Ledger(), False)
             if found is None:
                 # An event too old to be remembered: fold the old timeline beside the new.
                 found = self._refold(late, start, restore(saved) if saved else Ledger(), True)
                 assert found is not None
         ledger, late_outcome, revisions, outcomes = found
+        # Late events are more frequent than assumed so far: snapshot sooner.
+        self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
         self.revisions.extend(revisions)
         for outcome in outcomes:
             self._remember(outcome)
