@@ -77,11 +77,12 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     at = checkpoint_positions(head, checkpoint_every) if saving else frozenset()
     if saving:
         journal.drop_snapshots(CHECKPOINT)
-    # A replay pays for snapshots on every event but needs them only for late events,
-    # and then once: sparse snapshots and no remembered outcomes (a late event folds the
-    # old timeline beside the new one) make the common, in-order journal fast.
+    # A replay pays for snapshots on every event but needs them only for late events:
+    # sparse snapshots (denser once late events show up) keep an in-order journal fast,
+    # and a short memory of outcomes lets a late event compare against what was reported
+    # instead of folding the old timeline beside the new one.
     projector = Projector(journal_reader(journal, to_time), min_snapshot_every=20_000,
-                          snapshot_factor=8, recent_outcomes=0)
+                          snapshot_factor=8, recent_outcomes=REPLAY_REMEMBERS)
     done = 0
     with paused_gc():
         for rec in journal.read(to_position=head, order="position"):
@@ -99,6 +100,9 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     return ReplayReport(ledger.digest(), ledger.applied, list(projector.revisions),
                         list(ledger.anomalies), ledger, head)
 
+
+REPLAY_REMEMBERS = 1000
+"""Outcomes a replay remembers: enough for events arriving up to that many events late."""
 
 CHECKPOINTS = 4
 """How many checkpoints `replay(checkpoint=True)` leaves: the end and up to 3 before it."""

@@ -65,6 +65,34 @@ def es_env(kind: str, workdir: str, pg_url: str | None, n: int) -> dict[str, str
 # -- building the journals (untimed setup) -----------------------------------------------
 
 
+LATE_FRACTION = 0.02
+"""In the late-arrivals journal: the share of events that arrive 1 to 20 events late."""
+
+
+def late_mix_path(workdir: str, n: int) -> str:
+    return str(Path(workdir) / f"late-mix-{n}.db")
+
+
+def build_late_journal(t: Timing, workdir: str, n: int) -> None:
+    """The mix of n events on SQLite, 2% of them arriving a little late."""
+    from eventstore import Journal, NewEvent
+    from tools.bench.workload import with_late_arrivals
+
+    remove_sqlite(late_mix_path(workdir, n))
+    journal = Journal(sqlite_url(late_mix_path(workdir, n)))
+    buf: list[Any] = []
+    with t.measure():
+        for e in with_late_arrivals(realistic_mix(n), LATE_FRACTION):
+            buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
+            if len(buf) == 1000:
+                journal.append(buf)
+                buf = []
+        if buf:
+            journal.append(buf)
+    t.note("head", journal.head())
+    journal.close()
+
+
 def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
                   batch: int = 1000) -> None:
     """Write the mix of n events through Journal.append, `batch` per append."""
@@ -284,6 +312,20 @@ def replay_scenario(cfg: Config) -> Scenario:
                  "(no journal)", "replay:memory_fold", {"n": m}, m,
                  series="Ledger.apply in memory (prebuilt events)", panel="journal", n=m),
         ]
+    # A journal where some events arrive late: replay() re-projects each one (and finds
+    # its revisions); fold_canonical() of the same journal is the in-order baseline.
+    late_url = sqlite_url(late_mix_path(wd, small))
+    prepare.append(Call(f"write the {small:,}-event mix to SQLite, "
+                        f"{LATE_FRACTION:.0%} of it arriving late", "replay:build_late_journal",
+                        {"workdir": wd, "n": small}, frozenset()))
+    cases += [
+        Case(f"replay.sqlite.latefold.{small}", f"fold_canonical(), {LATE_FRACTION:.0%} of "
+             "events arriving late", "replay:ours_fold", {"url": late_url, "n": small}, small,
+             baseline=True),
+        Case(f"replay.sqlite.latereplay.{small}", f"replay(), {LATE_FRACTION:.0%} of events "
+             "arriving late (each re-projected)", "replay:ours_replay",
+             {"url": late_url, "n": small}, small, compare=(f"replay.sqlite.latefold.{small}",)),
+    ]
     cases += [
         Case("replay.sqlite.es", "eventsourcing: read the notification log", "replay:es_read",
              {"env": es_env("sqlite", wd, None, n)}, n, baseline=True, needs=frozenset({"es"}),
@@ -316,6 +358,12 @@ def replay_scenario(cfg: Config) -> Scenario:
               ("replay.pg.raw", "replay.pg.es", "replay.pg.replay"),
               "fold_canonical() is measured on SQLite only: on PostgreSQL it reads the same "
               "rows the same way, and the full run is long enough."),
+        Table(f"Replay of {small:,} events, {LATE_FRACTION:.0%} of them arriving 1-20 events "
+              "late (SQLite)",
+              (f"replay.sqlite.latefold.{small}", f"replay.sqlite.latereplay.{small}"),
+              "replay() re-projects every late event from the nearest snapshot before it and "
+              "records its revisions; fold_canonical() folds the same journal once in "
+              "canonical order, with no revisions."),
         Table("Replay throughput against journal size (SQLite; the chart)",
               tuple(f"replay.{w}.{m}" for m in sizes
                     for w in ("sqlite.raw", "sqlite.replay", "sqlite.fold", "memory.fold"))),

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -130,6 +131,23 @@ def realistic_mix(n: int, seed: int = 5) -> Iterator[MixEvent]:
                            {"account": account, "job": job, "cost": rng.randint(1, 100),
                             "priority": rng.randint(0, 9)})
         made += 1
+
+
+def with_late_arrivals(events: Iterator[MixEvent], fraction: float, max_delay: int = 20,
+                       seed: int = 9) -> Iterator[MixEvent]:
+    """The same events, a `fraction` of them arriving 1 to `max_delay` events late (event
+    times unchanged): what workers whose reports queue up for a moment produce."""
+    rng = random.Random(seed)
+    held: list[tuple[int, int, MixEvent]] = []  # (release after, arrival index, event)
+    for i, event in enumerate(events):
+        if rng.random() < fraction:
+            heapq.heappush(held, (i + rng.randint(1, max_delay), i, event))
+        else:
+            yield event
+        while held and held[0][0] <= i:
+            yield heapq.heappop(held)[2]
+    while held:
+        yield heapq.heappop(held)[2]
 
 
 GRANT, CONSUME, BALANCE = 0, 1, 2
