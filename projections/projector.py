@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -76,7 +76,8 @@ class Projector:
 
     def __init__(self, reader: Reader, *, min_snapshot_every: int = 1000,
                  max_snapshots: int = 32, recent_outcomes: int = 50_000,
-                 snapshot_factor: int = 1, older: Older | None = None) -> None:
+                 snapshot_factor: int = 1, older: Older | None = None,
+                 remember_once_late: bool = False) -> None:
         self.ledger = Ledger()
         # Where to find a state older than every snapshot held (the journal's saved
         # checkpoints), so a late event before them does not refold from the start.
@@ -84,10 +85,14 @@ class Projector:
         self.position = 0  # the highest position ingested
         self.revisions: list[Revision] = []
         self.late_times: list[int] = []  # event times of late events, for cache invalidation
-        # Ordered for O(1) eviction of the oldest: taking the first key of a plain dict
-        # skips every slot deleted before it, which made a long catch-up quadratic.
-        self._recent: OrderedDict[int, Outcome] = OrderedDict()
+        # At least the last `recent_outcomes` outcomes (at most twice as many), pruned in
+        # bulk: deleting the oldest one at a time from a dict made a long catch-up
+        # quadratic, and an OrderedDict costs more on every event.
+        self._recent: dict[int, Outcome] = {}
         self._recent_limit = recent_outcomes
+        # Remember outcomes only from the first late event on: a journal read in order
+        # (most replays) then pays nothing for them.
+        self._remember_once_late = remember_once_late
         self._factor = snapshot_factor
         self._reader = reader
         self._min_every = min_snapshot_every
@@ -186,12 +191,14 @@ class Projector:
     def _remember(self, outcome: Outcome) -> None:
         # The outcomes of recent events, as last reported: a late event compares against
         # them instead of folding the old timeline a second time.
-        if not self._recent_limit:
+        if not self._recent_limit or (self._remember_once_late and not self._late):
             return
         recent = self._recent
         recent[outcome.position] = outcome
-        if len(recent) > self._recent_limit:
-            recent.popitem(last=False)
+        if len(recent) > 2 * self._recent_limit:
+            # Positions were remembered in increasing order: keep the newest half.
+            self._recent = dict(itertools.islice(recent.items(), len(recent) - self._recent_limit,
+                                                 None))
 
     def _reproject(self, late: Recorded) -> Outcome:
         key = (late.time, late.position)

@@ -78,11 +78,12 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if saving:
         journal.drop_snapshots(CHECKPOINT)
     # A replay pays for snapshots on every event but needs them only for late events:
-    # sparse snapshots (denser once late events show up) keep an in-order journal fast,
-    # and a short memory of outcomes lets a late event compare against what was reported
-    # instead of folding the old timeline beside the new one.
+    # sparse snapshots (denser once late events show up) keep an in-order journal fast.
+    # Once a late event has been seen, a short memory of outcomes lets the next ones
+    # compare against what was reported instead of folding the old timeline beside the new.
     projector = Projector(journal_reader(journal, to_time), min_snapshot_every=20_000,
-                          snapshot_factor=8, recent_outcomes=REPLAY_REMEMBERS)
+                          snapshot_factor=8, recent_outcomes=REPLAY_REMEMBERS,
+                          remember_once_late=True)
     done = 0
     with paused_gc():
         for rec in journal.read(to_position=head, order="position"):

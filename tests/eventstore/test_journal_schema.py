@@ -111,3 +111,28 @@ def test_unsupported_urls_and_arguments() -> None:
         Journal("mysql://localhost/x")
     with pytest.raises(ValueError):
         Journal(None, lock_timeout=0)
+
+
+def test_head_revision_constant_is_alembics_head() -> None:
+    """Opening checks the schema against HEAD_REVISION without Alembic: a new migration
+    must move it too."""
+    from eventstore.migrate import HEAD_REVISION
+
+    assert code_head() == HEAD_REVISION
+
+
+def test_opening_an_upgraded_journal_does_not_load_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    Journal(url).close()  # creates and upgrades
+    script = (
+        "import sys\n"
+        "from eventstore import Journal\n"
+        f"j = Journal({url!r}); j.head(); j.close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout
