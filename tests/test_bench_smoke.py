@@ -55,6 +55,22 @@ def test_every_scenario_runs_at_toy_size(tmp_path: Path, bench_env: None) -> Non
     for title in TITLES:
         assert f"## {title}" in text
     assert "| target | measured | verdict |" in text
+    assert "arriving 1-20 events late" in text  # the late-arrivals replay table
+
+
+def test_late_arrivals_keep_every_event_and_delay_some() -> None:
+    from tools.bench.workload import with_late_arrivals
+
+    events = list(realistic_mix(3000))
+    arrived = list(with_late_arrivals(iter(events), 0.05))
+    assert sorted(e.id for e in arrived) == sorted(e.id for e in events)
+    assert {e.id: e.time for e in arrived} == {e.id: e.time for e in events}
+    latest = 0
+    late = 0
+    for e in arrived:
+        late += e.time < latest
+        latest = max(latest, e.time)
+    assert late > 50  # about 5% of 3,000 arrive after a later event
 
 
 def test_cases_run_in_their_own_processes(tmp_path: Path, bench_env: None) -> None:

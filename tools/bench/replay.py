@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from tools.bench.storage import (
     schema_url,
     sqlite_url,
 )
-from tools.bench.workload import realistic_mix
+from tools.bench.workload import MixEvent, realistic_mix
 
 RSS_LIMIT_MB = 250.0
 
@@ -75,28 +76,35 @@ def late_mix_path(workdir: str, n: int) -> str:
 
 def build_late_journal(t: Timing, workdir: str, n: int) -> None:
     """The mix of n events on SQLite, 2% of them arriving a little late."""
-    from eventstore import Journal, NewEvent
+    from eventstore import Journal
     from tools.bench.workload import with_late_arrivals
 
     remove_sqlite(late_mix_path(workdir, n))
     journal = Journal(sqlite_url(late_mix_path(workdir, n)))
-    buf: list[Any] = []
     with t.measure():
-        for e in with_late_arrivals(realistic_mix(n), LATE_FRACTION):
-            buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
-            if len(buf) == 1000:
-                journal.append(buf)
-                buf = []
-        if buf:
-            journal.append(buf)
+        _append_all(journal, with_late_arrivals(realistic_mix(n), LATE_FRACTION), 1000)
     t.note("head", journal.head())
     journal.close()
+
+
+def _append_all(journal: Any, events: Iterable[MixEvent], batch: int) -> None:
+    """Append the mix's events to our journal, `batch` per append."""
+    from eventstore import NewEvent
+
+    buf: list[Any] = []
+    for e in events:
+        buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
+        if len(buf) == batch:
+            journal.append(buf)
+            buf = []
+    if buf:
+        journal.append(buf)
 
 
 def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
                   batch: int = 1000) -> None:
     """Write the mix of n events through Journal.append, `batch` per append."""
-    from eventstore import Journal, NewEvent
+    from eventstore import Journal
 
     if kind == "pg":
         assert pg_url is not None
@@ -104,15 +112,8 @@ def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int
     else:
         remove_sqlite(mix_path(workdir, n))
     journal = Journal(journal_url(kind, workdir, pg_url, n))
-    buf: list[Any] = []
     with t.measure():
-        for e in realistic_mix(n):
-            buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
-            if len(buf) == batch:
-                journal.append(buf)
-                buf = []
-        if buf:
-            journal.append(buf)
+        _append_all(journal, realistic_mix(n), batch)
     t.note("head", journal.head())
     journal.close()
     if kind == "sqlite":
