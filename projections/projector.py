@@ -120,6 +120,7 @@ class Projector:
         # quadratic (each refolding up to a whole sparse spacing).
         best = math.isqrt(2 * size * self._ingested // self._late)
         return max(min(MIN_SPACING, self._min_every), min(spacing, best))
+
     def _maybe_snapshot(self, ledger: Ledger) -> None:
         self._since_snapshot += 1
         if self._since_snapshot < self._next_snapshot:
