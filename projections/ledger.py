@@ -208,11 +208,6 @@ class Ledger:
             account.last_time = time
         return outcome
 
-    def _dispatch(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
-        handler: Any = _HANDLERS[type(event)]
-        outcome: Outcome = handler(self, position, event_id, time, event)
-        return outcome
-
     def _account(self, name: str) -> AccountState:
         account = self.accounts.get(name)
         if account is None:

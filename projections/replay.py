@@ -10,7 +10,7 @@ opening a large journal starts from the newest one that is still valid.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from eventstore import JournalLike, RecordedEvent, SnapshotInfo
@@ -159,22 +159,29 @@ def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: 
     if there is none."""
     candidates = [info for info in journal.snapshots(CHECKPOINT)
                   if info.event_time <= key[0] and info.position <= max_position]
-    for info in sorted(candidates, key=lambda s: (s.event_time, s.position), reverse=True):
-        if not checkpoint_is_valid(journal, info):
-            continue
-        ledger: Ledger = pickle.loads(journal.load_snapshot(info.id))
+    for _, ledger in _valid_checkpoints(journal, candidates,
+                                        key=lambda s: (s.event_time, s.position)):
         if ledger.last < key:
             return ledger.last, ledger
     return None
 
 
 def latest_valid_checkpoint(journal: JournalLike) -> tuple[SnapshotInfo, Ledger] | None:
-    """The newest checkpoint still valid, loaded; invalid newer ones are dropped."""
-    for info in sorted(journal.snapshots(CHECKPOINT), key=lambda s: s.position, reverse=True):
+    """The newest checkpoint still valid, loaded (invalid ones are skipped, not dropped)."""
+    for found in _valid_checkpoints(journal, journal.snapshots(CHECKPOINT),
+                                    key=lambda s: (s.position,)):
+        return found
+    return None
+
+
+def _valid_checkpoints(journal: JournalLike, infos: Iterable[SnapshotInfo],
+                       key: Callable[[SnapshotInfo], tuple[int, ...]]
+                       ) -> Iterator[tuple[SnapshotInfo, Ledger]]:
+    """The valid ones among `infos`, newest (by `key`) first, each loaded when reached."""
+    for info in sorted(infos, key=key, reverse=True):
         if checkpoint_is_valid(journal, info):
             ledger: Ledger = pickle.loads(journal.load_snapshot(info.id))
-            return info, ledger
-    return None
+            yield info, ledger
 
 
 def invalidate_after(journal: JournalLike, late_time: int) -> int:
