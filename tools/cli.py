@@ -481,6 +481,10 @@ def db_upgrade(ctx: typer.Context, db: DbOption = None) -> None:
         render.console().print(f"{url}: schema upgraded from {before or 'nothing'} to {after}")
 
 
+# Commands grouped by area live in their own modules and register themselves on `app`.
+from tools import cli_corrections, cli_reports, cli_serve, cli_trust  # noqa: E402, F401
+
+
 def main() -> None:
     """The `gpu-credits` console script."""
     app()

@@ -1,0 +1,1 @@
+"""`gpu-credits` commands: corrections. Registered on `tools.cli.app` when imported."""

@@ -1,0 +1,1 @@
+"""`gpu-credits` commands: reports. Registered on `tools.cli.app` when imported."""

@@ -1,0 +1,1 @@
+"""`gpu-credits` commands: serve. Registered on `tools.cli.app` when imported."""

@@ -1,0 +1,1 @@
+"""`gpu-credits` commands: trust. Registered on `tools.cli.app` when imported."""
