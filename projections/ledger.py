@@ -226,8 +226,10 @@ class Ledger:
         return outcome
 
     def _skip(self, position: int, event_id: str, event_type: str, time: int) -> Outcome:
-        """A reversed event: it takes no part in the fold, as if it had never happened."""
-        self.last = (time, position)
+        """A reversed event: it takes no part in the fold, as if it had never happened.
+
+        Not even in `last`: a reversed event far in the future (a time in milliseconds)
+        must not drag live decisions there."""
         return Outcome(position, event_id, event_type, time, None, reason="reversed")
 
     def _account(self, name: str) -> AccountState:

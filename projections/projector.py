@@ -9,6 +9,10 @@ recorded as a `Revision`. The cost grows with the events after the late one, not
 journal; memory holds the state and a bounded set of snapshots, never the journal.
 
 Snapshots are a cache, never truth: a late event drops every snapshot after its time.
+
+A reversal (`reverse` event) is re-projected the same way, from the place on the timeline
+of the event it takes out (or puts back): the projector keeps the set of reversed ids,
+as known from everything ingested, and every ledger it folds skips them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from projections.bulk import paused_gc
 from projections.events import DomainEvent
 from projections.ledger import Ledger, Saved, restore, snapshot
 from projections.outcomes import Outcome, Revision
+from projections.reversals import reversed_ids
 
 MIN_KEY = (-(2**63), 0)
 MIN_SPACING = 16
@@ -66,6 +71,11 @@ Reader = Callable[[tuple[int, int], int, int | None], Iterable[Recorded]]
 Older = Callable[[tuple[int, int]], tuple[tuple[int, int], Ledger] | None]
 """older(key): a saved state wholly before `key` on the timeline, as (its last key, ledger)."""
 
+Locate = Callable[[str], tuple[int, int] | None]
+"""locate(event_id): the (event time, position) of a recorded event, None if unknown."""
+
+REVERSE = "reverse"
+
 
 def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
     return ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
@@ -77,8 +87,12 @@ class Projector:
     def __init__(self, reader: Reader, *, min_snapshot_every: int = 1000,
                  max_snapshots: int = 32, recent_outcomes: int = 50_000,
                  snapshot_factor: int = 1, older: Older | None = None,
-                 remember_once_late: bool = False) -> None:
+                 remember_once_late: bool = False, locate: Locate | None = None) -> None:
         self.ledger = Ledger()
+        # Reversals: the ids reversed as known, and where to find a reversed event on the
+        # timeline (without it, a reversal refolds from the start: correct, only slower).
+        self.excluded: frozenset[str] = frozenset()
+        self._locate = locate
         # Where to find a state older than every snapshot held (the journal's saved
         # checkpoints), so a late event before them does not refold from the start.
         self._older = older
@@ -154,7 +168,17 @@ class Projector:
     def _restore_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger]:
         """The newest snapshot strictly before `key`, restored, or an empty ledger."""
         start, saved = self._snapshot_before(key)
-        return start, restore(saved) if saved is not None else Ledger()
+        return start, self._fresh(saved)
+
+    def _fresh(self, saved: Saved | None) -> Ledger:
+        """A restored copy of `saved` (or an empty ledger) skipping the reversed events.
+
+        A snapshot may predate a reversal; it is still right up to its own key, since a
+        reversal drops every snapshot from the reversed event's place on.
+        """
+        ledger = restore(saved) if saved is not None else Ledger()
+        ledger.excluded = self.excluded
+        return ledger
 
     def start_from(self, ledger: Ledger, position: int) -> None:
         """Begin from a saved state that holds every event up to `position`."""
@@ -162,6 +186,7 @@ class Projector:
             raise ValueError("start_from is only for a projector that has ingested nothing")
         self.ledger = ledger
         self.position = position
+        self.excluded = ledger.excluded
         self._snap_keys = [ledger.last]
         self._snap_states = [snapshot(ledger)]
 
@@ -179,6 +204,11 @@ class Projector:
             raise ValueError(f"position {rec.position} ingested after {self.position}")
         self.position = rec.position
         self._ingested += 1
+        if rec.type == REVERSE:
+            return self._ingest_reversal(rec)
+        return self._ingest(rec, event)
+
+    def _ingest(self, rec: Recorded, event: DomainEvent | None) -> Outcome:
         if (rec.time, rec.position) > self.ledger.last:
             if event is None:
                 outcome = apply_recorded(self.ledger, rec)
@@ -201,9 +231,29 @@ class Projector:
             self._recent = dict(itertools.islice(recent.items(), len(recent) - self._recent_limit,
                                                  None))
 
-    def _reproject(self, late: Recorded) -> Outcome:
-        key = (late.time, late.position)
-        self.late_times.append(late.time)
+    def _ingest_reversal(self, rec: Recorded) -> Outcome:
+        """Fold a reversal (by itself it changes nothing), then, if it changes which events
+        are reversed, re-project from the earliest of them, like a late event there."""
+        outcome = self._ingest(rec, None)
+        excluded = reversed_ids(self.ledger.reversals)
+        if excluded == self.excluded:
+            return outcome
+        changed = excluded ^ self.excluded
+        places = [self._locate(event_id) if self._locate is not None else None
+                  for event_id in sorted(changed)]
+        pivot = min((p for p in places if p is not None), default=MIN_KEY)
+        if any(p is None for p in places):
+            pivot = MIN_KEY
+        previous, self.excluded = self.excluded, excluded
+        return self._reproject(rec, pivot=min(pivot, (rec.time, rec.position)),
+                               old_excluded=previous)
+
+    def _reproject(self, late: Recorded, *, pivot: tuple[int, int] | None = None,
+                   old_excluded: frozenset[str] | None = None) -> Outcome:
+        """Fold again from `pivot` (default: the late event's place); outcomes after it
+        that differ from what was reported become revisions."""
+        key = (late.time, late.position) if pivot is None else pivot
+        self.late_times.append(key[0])
         self._late += 1
         i = bisect.bisect_left(self._snap_keys, key)
         del self._snap_keys[i:]
@@ -212,10 +262,10 @@ class Projector:
         with paused_gc():
             found = None
             if self._recent_limit:
-                found = self._refold(late, start, restore(saved) if saved else Ledger(), False)
+                found = self._refold(late, start, self._fresh(saved), False, key, old_excluded)
             if found is None:
                 # An event too old to be remembered: fold the old timeline beside the new.
-                found = self._refold(late, start, restore(saved) if saved else Ledger(), True)
+                found = self._refold(late, start, self._fresh(saved), True, key, old_excluded)
                 assert found is not None
         ledger, late_outcome, revisions, outcomes = found
         # Late events are more frequent than assumed so far: snapshot sooner.
@@ -226,13 +276,15 @@ class Projector:
         self.ledger = ledger
         return late_outcome
 
-    def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, fold_old: bool
+    def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, fold_old: bool,
+                pivot: tuple[int, int], old_excluded: frozenset[str] | None
                 ) -> tuple[Ledger, Outcome, list[Revision], list[Outcome]] | None:
         """Fold the timeline after `start` with the late event; None if a later outcome
         is not remembered (and `fold_old`, fold the timeline without it too, is False).
 
-        Events before the late one on the timeline cannot change: they are folded once,
-        and the timeline without the late event forks from the state just before it.
+        Events before `pivot` (the late event's place, or the earliest event a reversal
+        changed) cannot change: they are folded once, and the old timeline (without the
+        late event, or with the reversed ids as they were) forks from the state there.
         """
         self._since_snapshot = 0
         late_outcome: Outcome | None = None
@@ -241,15 +293,18 @@ class Projector:
         outcomes: list[Outcome] = []
         snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
         for rec in self._reader(start, late.position, None):
-            if rec.position == late.position and fold_old:
+            place = (rec.time, rec.position)
+            if fold_old and old is None and place >= pivot:
                 old = restore(snapshot(new))
+                if old_excluded is not None:
+                    old.excluded = old_excluded
             after = apply_recorded(new, rec)
             self._maybe_snapshot(new)
             outcomes.append(after)
             if rec.position == late.position:
                 late_outcome = after
                 continue
-            if late_outcome is None:
+            if place < pivot:
                 continue
             if old is not None:
                 before: Outcome | None = apply_recorded(old, rec)
@@ -294,8 +349,8 @@ class Projector:
         """
         first = min((rec.time, rec.position) for rec in new)
         start, saved = self._snapshot_before(first)
-        with_new = restore(saved) if saved is not None else Ledger()
-        without = restore(saved) if saved is not None else Ledger()
+        with_new = self._fresh(saved)
+        without = self._fresh(saved)
         mine = {rec.position for rec in new}
         timeline = heapq.merge(self._reader(start, self.position, None),
                                sorted(new, key=lambda r: (r.time, r.position)),

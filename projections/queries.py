@@ -25,7 +25,7 @@ from projections.events import GENERAL, TIMELINE_START
 from projections.ledger import PENDING, RUNNING, AccountState, Ledger, refill_due
 from projections.outcomes import Outcome, Revision
 from projections.projector import apply_recorded
-from projections.replay import fold_canonical
+from projections.replay import excluded_as_known, fold_canonical
 from projections.timefmt import format_time, parse_micros
 
 _KNOWN_SHOWN = 20
@@ -177,6 +177,7 @@ class StatementLine:
     grants: Lineage = ()  # consume/complete: who paid; submit: reserved from; expire: the grant
     debt_paid: int = 0
     debt_created: int = 0
+    memo: str | None = None  # the event's memo, if it has one
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready line (integer times)."""
@@ -186,6 +187,7 @@ class StatementLine:
             "reserved": self.reserved, "detail": self.detail, "status": self.status,
             "job": self.job, "pool": self.pool, "grants": _lineage_dict(self.grants),
             "debt_paid": self.debt_paid, "debt_created": self.debt_created,
+            "memo": self.memo,
         }
 
 
@@ -221,6 +223,8 @@ def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
     account = rec.payload.get("account")
     if isinstance(account, str):
         return account
+    if rec.type in ("void", "reverse"):
+        return rec.stream  # recorded in the stream of the account of the event it names
     job = ledger.jobs.get(str(rec.payload.get("job")))
     return None if job is None else job.account
 
@@ -232,8 +236,28 @@ def _pool_text(pool: object) -> str:
 def _event_detail(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple[str, int]:
     """(what the event did, its change to the balance)."""
     p = rec.payload
+    if rec.id in ledger.excluded:
+        return "reversed, no effect", 0
     if outcome.anomaly:
         return f"anomaly, no effect: {outcome.reason}", 0
+    if rec.type == "adjust":
+        amount = int(p["amount"])
+        text = f"adjustment of {amount:+,}{_pool_text(p.get('pool'))} credits: {p['reason']}"
+        if amount < 0:
+            text += f"; paid by {describe_lineage(outcome.paid_by)}"
+            if outcome.debt_created:
+                text += (f"; {outcome.debt_created:,} became debt (debt now "
+                         f"{outcome.debt_after or 0:,})")
+        elif outcome.paid_debt:
+            text += f"; {sum(a for _, a in outcome.paid_debt):,} paid debt first"
+        return text, amount
+    if rec.type == "void":
+        lapsed = sum(e.amount for e in outcome.expired if e.voided)
+        why = f": {p['reason']}" if p.get("reason") else ""
+        return f"grant {p['grant']} voided, {lapsed:,} unused credits stop counting{why}", \
+            -lapsed
+    if rec.type == "reverse":
+        return f"reversal of event {p['event']}: {p['reason']}", 0
     if rec.type == "account":
         cap = p.get("max_running")
         return "account opened" + (f" (at most {cap} running)" if cap else ""), 0
@@ -283,7 +307,10 @@ def _event_detail(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple
 def _expiry_line(e: Expiry, time: int, balance_: int, reserved: int,
                  *, on_release: str | None = None) -> StatementLine:
     text = f"{e.amount:,}{_pool_text(e.pool)} of grant {e.grant_id} expired unused"
-    if on_release is not None:
+    if on_release is not None and e.voided:
+        text = (f"{e.amount:,}{_pool_text(e.pool)} of grant {e.grant_id} released by job "
+                f"{on_release} after the grant was voided at {format_time(e.expiry)}")
+    elif on_release is not None:
         text = (f"{e.amount:,}{_pool_text(e.pool)} of grant {e.grant_id} released by job "
                 f"{on_release} after the grant expired at {format_time(e.expiry)}")
     return StatementLine(time, None, None, "expire", -e.amount, balance_, reserved, text,
@@ -363,14 +390,18 @@ class _AccountWalk:
         on_release: list[Expiry] = []
         seen = 0
         for e in outcome.expired:
+            if e.voided and rec.type == "void":
+                continue  # the void's own change, on its line
             if seen >= evicted:
                 on_release.append(e)
             seen += e.amount
         refill = 0
         state = self.state
         if state is not None:
-            added = rec.payload.get("amount", 0) if rec.type == "grant" and not outcome.anomaly \
-                else 0
+            credits = rec.type == "grant" or (rec.type == "adjust"
+                                              and int(rec.payload.get("amount", 0)) > 0)
+            added = rec.payload.get("amount", 0) if credits and not outcome.anomaly \
+                and rec.id not in ledger.excluded else 0
             refill = state.book.totals.granted - granted - int(added)
         return _Step(rec, outcome, expired, refill, on_release)
 
@@ -406,12 +437,16 @@ class _StatementBuilder:
             self.reserved = state.book.held
         self.balance += change
         status = "anomaly" if outcome.anomaly else ("ok" if outcome.ok else "rejected")
+        if rec.id in self.walk.ledger.excluded:
+            status = "reversed"
         job = rec.payload.get("job")
         self.add(StatementLine(
             rec.time, rec.position, rec.id, rec.type, change, self.balance, self.reserved,
             detail, status, job if isinstance(job, str) else None,
-            rec.payload.get("pool", GENERAL) if rec.type in ("grant", "consume") else None,
-            outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created))
+            rec.payload.get("pool", GENERAL) if rec.type in ("grant", "consume", "adjust")
+            else None,
+            outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created,
+            memo if isinstance(memo := rec.payload.get("memo"), str) else None))
         for e in step.on_release:
             self.balance -= e.amount
             self.add(_expiry_line(e, rec.time, self.balance, self.reserved,
@@ -447,6 +482,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     a running balance; with `from_time`, an opening line and the changes from then on."""
     to = latest_time(journal) if to_time is None else to_time
     builder = _StatementBuilder(account)
+    builder.walk.ledger.excluded = excluded_as_known(journal, None)
     for rec in journal.read(to_time=to, order="canonical"):
         builder.apply(rec)
     builder.finish(to)
@@ -591,6 +627,7 @@ def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
     """Which grants paid which consumption or job, and what expired unused per grant."""
     at = latest_time(journal)
     walk = _AccountWalk(account)
+    walk.ledger.excluded = excluded_as_known(journal, None)
     ledger = walk.ledger
     grants: dict[str, GrantLineage] = {}
     spends: list[Spend] = []
@@ -728,7 +765,7 @@ def _waiting(ledger: Ledger, job_id: str) -> tuple[str, int]:
 def explain_job(journal: JournalLike, job_id: str) -> JobExplanation:
     """A job's state, its submit's outcome (and reason), holds, charge and payers, and for a
     pending job why it has not started."""
-    ledger = Ledger()
+    ledger = Ledger(excluded=excluded_as_known(journal, None))
     found: list[tuple[RecordedEvent, Outcome]] = []
     for rec in journal.read(order="canonical"):
         outcome = apply_recorded(ledger, rec)

@@ -18,6 +18,7 @@ from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
+from projections.reversals import reversed_ids
 
 CHECKPOINT = "ledger"
 """Snapshot name under which the ledger's checkpoints are saved."""
@@ -83,7 +84,7 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # compare against what was reported instead of folding the old timeline beside the new.
     projector = Projector(journal_reader(journal, to_time), min_snapshot_every=20_000,
                           snapshot_factor=8, recent_outcomes=REPLAY_REMEMBERS,
-                          remember_once_late=True)
+                          remember_once_late=True, locate=locator(journal))
     done = 0
     with paused_gc():
         for rec in journal.read(to_position=head, order="position"):
@@ -118,15 +119,57 @@ def checkpoint_positions(head: int, every: int | None = None) -> frozenset[int]:
     return frozenset(head - k * every for k in range(CHECKPOINTS) if head - k * every > 0)
 
 
+def locator(journal: JournalLike) -> Callable[[str], tuple[int, int] | None]:
+    """Where a recorded event lies on the timeline: (event time, position), by its id."""
+
+    def locate(event_id: str) -> tuple[int, int] | None:
+        rec = journal.get(event_id)
+        return None if rec is None else (rec.time, rec.position)
+
+    return locate
+
+
 def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
                    to_time: int | None = None) -> Ledger:
     """Fold the journal straight in canonical order (no revisions): the state at to_time as
-    known at to_position."""
-    ledger = Ledger()
+    known at to_position, without the events reversed as known at to_position."""
+    ledger = _fold(journal, to_position, to_time, frozenset())
+    # The fold saw every reversal up to to_time; later ones reverse events too.
+    reversals = dict(ledger.reversals)
+    if to_time is not None:
+        reversals.update(_reversals(journal, to_position, to_time + 1))
+    excluded = reversed_ids(reversals)
+    if excluded:
+        # Rare (a reversal is a correction): fold again, skipping the reversed events.
+        ledger = _fold(journal, to_position, to_time, excluded)
+    return ledger
+
+
+def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,
+          excluded: frozenset[str]) -> Ledger:
+    ledger = Ledger(excluded=excluded)
     with paused_gc():
         for rec in journal.read(to_position=to_position, to_time=to_time, order="canonical"):
             apply_recorded(ledger, rec)
     return ledger
+
+
+def _reversals(journal: JournalLike, to_position: int | None,
+               from_time: int | None = None) -> dict[str, str]:
+    """{reversal id: target id} of the reversals recorded up to `to_position` (with event
+    time >= from_time, if given). Reads those events: the journal has no index by type."""
+    found: dict[str, str] = {}
+    for rec in journal.read(to_position=to_position, from_time=from_time, order="position"):
+        if rec.type == "reverse" and isinstance(rec.payload, dict):
+            target = rec.payload.get("event")
+            if isinstance(target, str):
+                found[rec.id] = target
+    return found
+
+
+def excluded_as_known(journal: JournalLike, to_position: int | None) -> frozenset[str]:
+    """The ids of the events reversed as known at `to_position` (a whole read)."""
+    return reversed_ids(_reversals(journal, to_position))
 
 
 # -- checkpoints ---------------------------------------------------------------------------

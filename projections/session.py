@@ -78,7 +78,8 @@ class LedgerSession:
         self.journal = open_journal(journal)
         # Only this process writes an in-memory journal, so its head tells all.
         self._in_memory = self.journal.url is None
-        self.projector = Projector(self._read_canonical, older=self._checkpoint_before)
+        self.projector = Projector(self._read_canonical, older=self._checkpoint_before,
+                                   locate=self._locate)
         self.lock = threading.RLock()
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
@@ -111,6 +112,10 @@ class LedgerSession:
         # Only a state of events this projection has seen: a replay running elsewhere
         # may have saved one further on.
         return checkpoint_before(self.journal, key, self.projector.position)
+
+    def _locate(self, event_id: str) -> tuple[int, int] | None:
+        rec = self.journal.get(event_id)
+        return None if rec is None else (rec.time, rec.position)
 
     def _read_canonical(self, after: tuple[int, int], to_position: int,
                         to_time: int | None) -> Iterable[RecordedEvent]:
@@ -252,7 +257,9 @@ class LedgerSession:
             return fold_canonical(self.journal, to_position=before)
         reads = [self.journal.read(stream=s, to_position=before, order="canonical")
                  for s in sorted(streams)]
-        ledger = Ledger()
+        from projections.replay import excluded_as_known
+
+        ledger = Ledger(excluded=excluded_as_known(self.journal, before))
         for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
             ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
         return ledger
@@ -316,6 +323,13 @@ class LedgerSession:
         latest = self.journal.max_time()
         if latest is None or latest <= when:
             return built
+        if self.projector.excluded:
+            # A reversed event (a time in milliseconds, say) does not count as latest.
+            latest = max((rec.time for rec in self.journal.read(from_time=when + 1,
+                                                                 order="position")
+                          if rec.id not in self.projector.excluded), default=when)
+            if latest <= when:
+                return built
         return [(dataclasses.replace(new, time=latest) if new.time == when else new, event)
                 for new, event in built]
 

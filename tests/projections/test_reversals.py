@@ -1,0 +1,160 @@
+"""Reversals: a reversed event leaves every fold, as if it had never been recorded.
+
+The central property: for a generated journal, reversing the event at any position gives
+the same state (digest, balances) as the journal without that event, whether the state is
+replayed, folded straight, or kept live by a session that ingests the reversal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal, NewEvent
+from projections import GPUCreditTracker
+from projections.replay import fold_canonical, replay
+from projections.reversals import reversed_ids
+from projections.session import LedgerSession
+
+Raw = tuple[str, str, int, dict[str, Any]]  # (id, type, time, payload)
+
+ACCOUNTS = ["a", "b"]
+
+
+@st.composite
+def journals(draw: st.DrawFn) -> list[Raw]:
+    """Grants (with priorities, expiries, pools), usage, adjustments, voids and jobs."""
+    events: list[Raw] = []
+    grants: list[str] = []
+    jobs: list[tuple[str, str]] = []
+    for n in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(["grant", "grant", "consume", "adjust", "void", "submit",
+                                     "start", "complete"]))
+        time = draw(st.integers(0, 20))
+        account = draw(st.sampled_from(ACCOUNTS))
+        pool = draw(st.sampled_from([None, "h100"]))
+        payload: dict[str, Any]
+        if kind == "grant":
+            payload = {"account": account, "amount": draw(st.integers(1, 40))}
+            expiry = draw(st.sampled_from([None, 10, 25]))
+            if expiry is not None:
+                payload["expiry"] = max(expiry, time + 1)
+            priority = draw(st.sampled_from([None, 10, 90]))
+            if priority is not None:
+                payload["priority"] = priority
+            grants.append(f"e{n}")
+        elif kind == "consume":
+            payload = {"account": account, "amount": draw(st.integers(1, 40))}
+        elif kind == "adjust":
+            amount = draw(st.integers(-30, 30).filter(bool))
+            payload = {"account": account, "amount": amount, "reason": "correction"}
+        elif kind == "void":
+            if not grants:
+                continue
+            payload = {"grant": draw(st.sampled_from(grants))}
+        elif kind == "submit":
+            job = f"j{n}"
+            payload = {"account": account, "job": job, "cost": draw(st.integers(0, 30)),
+                       "priority": 1}
+            jobs.append((job, account))
+        else:
+            if not jobs:
+                continue
+            job, account = draw(st.sampled_from(jobs))
+            payload = {"job": job}
+            if kind == "complete":
+                payload["success"] = draw(st.booleans())
+        if pool is not None and kind in ("grant", "consume", "adjust", "submit"):
+            payload["pool"] = pool
+        events.append((f"e{n}", kind, time, payload))
+    return events
+
+
+def stream_of(raw: Raw, events: list[Raw]) -> str:
+    _, kind, _, payload = raw
+    if "account" in payload:
+        return str(payload["account"])
+    if kind == "void":
+        grant = [p for i, _, _, p in events if i == payload["grant"]]
+        return str(grant[0]["account"]) if grant else "a"
+    for _, k, _, p in events:
+        if k == "submit" and p["job"] == payload.get("job"):
+            return str(p["account"])
+    return "a"
+
+
+def journal_of(events: list[Raw]) -> MemoryJournal:
+    journal = MemoryJournal()
+    journal.append([NewEvent(raw[0], stream_of(raw, events), raw[1], raw[2], raw[3])
+                    for raw in events])
+    return journal
+
+
+def reversal(target: str, time: int, event_id: str = "r1") -> NewEvent:
+    return NewEvent(event_id, "a", "reverse", time, {"event": target, "reason": "wrong"})
+
+
+def balances(ledger: Any) -> dict[str, int]:
+    return {name: a.balance for name, a in sorted(ledger.accounts.items()) if a.opened}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=journals().filter(bool), when=st.integers(0, 25))
+def test_reversing_any_event_equals_the_journal_without_it(events: list[Raw],
+                                                           when: int) -> None:
+    for target in events:
+        rest = [e for e in events if e is not target]
+        expected = fold_canonical(journal_of(rest))
+        journal = journal_of(events)
+        session = LedgerSession(journal)  # live: ingests the reversal as it is appended
+        journal.append([reversal(target[0], when)])
+        session.catch_up()
+        for got in (session.ledger, replay(journal).ledger, fold_canonical(journal)):
+            assert got.digest() == expected.digest(), f"reversing {target}"
+            assert balances(got) == balances(expected)
+
+
+def test_a_reversal_of_a_reversal_restores_the_event() -> None:
+    journal = journal_of([("g1", "grant", 0, {"account": "a", "amount": 100}),
+                          ("u1", "consume", 1, {"account": "a", "amount": 1_000_000})])
+    tracker = GPUCreditTracker(journal, "a")
+    journal.append([reversal("u1", 2, "r1")])
+    assert tracker.get_balance(5) == 100
+    journal.append([reversal("r1", 3, "r2")])
+    assert tracker.get_balance(5) == -999_900
+    journal.append([reversal("r2", 4, "r3")])
+    assert tracker.get_balance(5) == 100
+    assert reversed_ids({"r1": "u1", "r2": "r1", "r3": "r2"}) == {"u1", "r2"}
+
+
+def test_answers_as_known_before_the_reversal_still_show_the_event() -> None:
+    journal = journal_of([("g1", "grant", 0, {"account": "a", "amount": 100}),
+                          ("u1", "consume", 1, {"account": "a", "amount": 30})])
+    tracker = GPUCreditTracker(journal, "a")
+    assert tracker.get_balance(5) == 70
+    journal.append([reversal("u1", 9)])
+    assert tracker.get_balance(5) == 100  # before the reversal's own time too
+    assert tracker.get_balance(5, as_known_at=2) == 70
+    assert tracker.get_balance(5, as_known_at=3) == 100
+
+
+def test_a_reversal_is_listed_in_the_revisions() -> None:
+    journal = journal_of([("u1", "consume", 1, {"account": "a", "amount": 30}),
+                          ("u2", "consume", 2, {"account": "a", "amount": 5})])
+    tracker = GPUCreditTracker(journal, "a")
+    tracker.get_balance(2)
+    journal.append([reversal("u1", 3)])
+    (revision,) = [r for r in tracker.revisions if r.event_id == "u2"]
+    assert revision.late_event_id == "r1"
+    assert (revision.before["debt_after"], revision.after["debt_after"]) == (35, 5)
+
+
+def test_a_reversed_millisecond_timestamp_stops_ruining_the_balance() -> None:
+    journal = journal_of([("g1", "grant", 0, {"account": "a", "amount": 100, "expiry": 100}),
+                          ("u-991", "consume", 1796083200000, {"account": "a", "amount": 1})])
+    tracker = GPUCreditTracker(journal, "a")
+    journal.append([reversal("u-991", 7)])
+    assert tracker.get_balance(50) == 100
+    assert fold_canonical(journal).last[0] < 1796083200000
