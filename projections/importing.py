@@ -3,12 +3,17 @@
 An import is all or nothing. Every line is checked first (JSON, field names, types and
 values, through the event dataclasses of `projections.events`); one bad line and nothing
 is appended, and each bad line is reported as `FILE:LINE: what is wrong`. A line without
-`id` gets one derived from the file's content hash and its line number, so importing the
-same file twice appends nothing the second time.
+`id` gets one derived from its own content (the event it describes, so line endings,
+spacing and key order do not matter) and how many identical lines came before it in the
+file: importing the same file twice appends nothing the second time, and a file that grew
+appends only its new lines. Event times after 2200-01-01 are refused as probably
+milliseconds, unless the caller allows far times.
 
 The stream of an event is its account; a job event (start, complete, cancel) goes to the
 stream of the job's account, found from submits in the file or already in the journal,
-else to `job:<id>` (the fold will report the orphan as an anomaly).
+else to `job:<id>` (the fold will report the orphan as an anomaly). A void goes to its
+grant's account, a reversal to the stream of the event it names; both must name an event
+recorded before them (in the journal, or earlier in the file).
 
 Export writes the journal in canonical order `(event_time, position)` with the `id` of
 every event, in the same JSON Lines format (or CSV), so an export imports back into an
@@ -31,11 +36,15 @@ from eventstore.appending import INT64_MAX, INT64_MIN
 from eventstore.hashing import canonical_json
 from projections.events import (
     EVENT_TYPES,
+    FAR_TIME,
     TIMELINE_START,
     AccountOpened,
+    CreditsAdjusted,
     CreditsConsumed,
     CreditsGranted,
     DomainEvent,
+    EventReversed,
+    GrantVoided,
     JobCancelled,
     JobCompleted,
     JobStarted,
@@ -52,17 +61,23 @@ ENVELOPE = ("type", "id", "time")
 """Fields of every line that are not part of the event's payload."""
 
 _EVENT_CLASSES = (AccountOpened, CreditsGranted, CreditsConsumed, JobSubmitted, JobStarted,
-                  JobCompleted, JobCancelled)
+                  JobCompleted, JobCancelled, CreditsAdjusted, GrantVoided, EventReversed)
+
+# The corrections' fields come last, so CSV columns of earlier exports keep their place.
+_LATER_FIELDS = ("reason", "grant", "event", "memo")
 
 PAYLOAD_FIELDS = tuple(dict.fromkeys(
-    ["account", "job"] + [f.name for cls in _EVENT_CLASSES for f in dataclasses.fields(cls)]
+    ["account", "job"]
+    + [f.name for cls in _EVENT_CLASSES for f in dataclasses.fields(cls)
+       if f.name not in _LATER_FIELDS]
+    + list(_LATER_FIELDS)
 ))
 """Every payload field of the vocabulary, the names first."""
 
 CSV_COLUMNS = ("id", "type", "time", *PAYLOAD_FIELDS, "position")
 """The columns `export --format csv` writes, in order; `position` is ignored on import."""
 
-_TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool"})
+_TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool", *_LATER_FIELDS})
 _PROGRESS_EVERY = 1000
 
 
@@ -87,6 +102,12 @@ class Entry:
     time: int
     event: DomainEvent
 
+    @property
+    def content(self) -> str:
+        """The event the line describes, canonically: what a line's derived id hashes."""
+        return canonical_json({"type": self.event.type, "time": self.time,
+                               **to_payload(self.event)})
+
 
 @dataclass(slots=True)
 class ImportPlan:
@@ -96,6 +117,7 @@ class ImportPlan:
     events: list[NewEvent] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # the line of each event
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # worth a look, not a reason to refuse
 
     @property
     def ok(self) -> bool:
@@ -109,6 +131,7 @@ class ImportResult:
 
     appended: int
     already_present: int
+    warnings: tuple[str, ...] = ()
 
 
 class ImportRejected(ValueError):
@@ -274,9 +297,11 @@ def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry]
 # -- ids and streams ----------------------------------------------------------------------
 
 
-def content_id(file_digest: str, line: int) -> str:
-    """The id of a line that has none: the file's content hash and the line number."""
-    return f"import-{file_digest[:12]}-{line}"
+def content_id(content: str, occurrence: int) -> str:
+    """The id of a line that has none, from the event it describes (`Entry.content`) and
+    how many identical lines came before it in the file (0 for the first)."""
+    digest = hashlib.sha256(f"{occurrence}\n{content}".encode()).hexdigest()
+    return f"import-{digest[:15]}"
 
 
 def _job_accounts_in_journal(journal: JournalLike, jobs: set[str]) -> dict[str, str]:
@@ -303,37 +328,120 @@ def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
     return job_accounts.get(job, f"job:{job}")
 
 
+def far_time_problem(name: str, time: int) -> str | None:
+    """Why an event time is refused as probably milliseconds, or None if it is fine."""
+    if time <= FAR_TIME:
+        return None
+    return (f"{name} {time} is after 2200-01-01 ({FAR_TIME} in epoch seconds): probably "
+            "milliseconds; give seconds, or allow far times (--allow-far-times) if meant")
+
+
 def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "jsonl",
-                progress: Progress | None = None) -> ImportPlan:
+                progress: Progress | None = None,
+                allow_far_times: bool = False) -> ImportPlan:
     """Validate a whole file and build the events an import appends (or its problems)."""
     if fmt not in ("jsonl", "csv"):
         raise ValueError(f"unknown import format {fmt!r}; expected jsonl or csv")
     reader = read_csv if fmt == "csv" else read_jsonl
     entries, problems = reader(data, progress)
     plan = ImportPlan(source, problems=problems)
-    digest = hashlib.sha256(data).hexdigest()
+    if not allow_far_times:
+        for entry in entries:
+            why = far_time_problem("time", entry.time)
+            if why is not None:
+                plan.problems.append(Problem(entry.line, why))
     job_accounts = {e.event.job: e.event.account for e in entries
                     if isinstance(e.event, JobSubmitted)}
-    orphans = {getattr(e.event, "job") for e in entries  # noqa: B009
-               if not hasattr(e.event, "account")} - set(job_accounts)
+    orphans = {e.event.job for e in entries
+               if isinstance(e.event, JobStarted | JobCompleted | JobCancelled)
+               } - set(job_accounts)
     if not plan.problems:
         job_accounts.update(_job_accounts_in_journal(journal, orphans))
     seen: dict[str, tuple[int, str]] = {}
+    occurrences: dict[str, int] = {}
+    streams: dict[str, tuple[str, str]] = {}  # id -> (type, stream) of the file's events
+    derived: list[NewEvent] = []
     for entry in entries:
-        event_id = entry.id or content_id(digest, entry.line)
+        content = entry.content
+        event_id = entry.id
+        if event_id is None:
+            occurrence = occurrences.get(content, 0)
+            occurrences[content] = occurrence + 1
+            event_id = content_id(content, occurrence)
         payload = to_payload(entry.event)
-        content = canonical_json([entry.event.type, entry.time, payload])
         first = seen.get(event_id)
         if first is not None and first[1] != content:
             plan.problems.append(Problem(entry.line, f"id {event_id!r} is used on line "
                                          f"{first[0]} for another event"))
             continue
         seen.setdefault(event_id, (entry.line, content))
-        plan.events.append(NewEvent(event_id, _stream(entry.event, job_accounts),
-                                    entry.event.type, entry.time, payload))
+        try:
+            stream = _correction_stream(entry.event, streams, journal)
+        except ValueError as exc:
+            plan.problems.append(Problem(entry.line, str(exc)))
+            continue
+        if stream is None:
+            stream = _stream(entry.event, job_accounts)
+        streams.setdefault(event_id, (entry.event.type, stream))
+        new = NewEvent(event_id, stream, entry.event.type, entry.time, payload)
+        plan.events.append(new)
         plan.lines.append(entry.line)
+        if entry.id is None:
+            derived.append(new)
     plan.problems.sort(key=lambda p: p.line)
+    if not plan.problems and derived:
+        plan.warnings.extend(_redelivery_warnings(journal, derived, source))
     return plan
+
+
+def _correction_stream(event: DomainEvent, streams: Mapping[str, tuple[str, str]],
+                       journal: JournalLike) -> str | None:
+    """The stream of a void or a reversal: that of the event it names, which must be
+    recorded before it (in the journal or earlier in the file); None for other events."""
+    if isinstance(event, GrantVoided):
+        target, wanted = event.grant, "grant"
+    elif isinstance(event, EventReversed):
+        target, wanted = event.event, None
+    else:
+        return None
+    found = streams.get(target)
+    if found is None:
+        rec = journal.get(target)
+        found = None if rec is None else (rec.type, rec.stream)
+    if found is None:
+        raise ValueError(f"{event.type} names event {target!r}, which is neither in the "
+                         "journal nor earlier in the file")
+    if wanted is not None and found[0] != wanted:
+        raise ValueError(f"void names event {target!r}, which is a {found[0]}, not a grant")
+    return found[1]
+
+
+def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
+                         source: str) -> list[str]:
+    """A warning when lines without ids match events already recorded under other ids
+    (same account, type, amount and time): the file may be a re-delivery of events
+    imported before (under ids given then, or derived another way)."""
+    new = [e for e in derived if journal.get(e.id) is None]
+    if not new:
+        return []
+
+    def key(stream: str, kind: str, time: int, payload: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (payload.get("account", stream), kind, payload.get("amount"), time)
+
+    low, high = min(e.time for e in new), max(e.time for e in new)
+    mine = {e.id for e in new}
+    recorded = {key(r.stream, r.type, r.time, r.payload)
+                for r in journal.read(from_time=low, to_time=high, order="position")
+                if r.id not in mine}
+    matches = [e for e in new if key(e.stream, e.type, e.time, e.payload) in recorded]
+    if not matches:
+        return []
+    first = matches[0]
+    return [f"{source}: {len(matches)} of {len(new)} new line(s) without an id match events "
+            "already in the journal under other ids (same account, type, amount and time; "
+            f"first: {first.type} of {first.payload.get('amount')} for "
+            f"{first.payload.get('account', first.stream)} at {first.time}): is this file a "
+            "re-delivery? They were appended; reverse them if they are duplicates"]
 
 
 def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:
@@ -364,13 +472,15 @@ def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
         problems = _conflicts(journal, plan) or [Problem(plan.lines[0], str(exc))]
         raise ImportRejected(plan.source, problems) from None
     appended = len({r.position for r in recorded if r.position > before})
-    return ImportResult(appended, len(plan.events) - appended)
+    return ImportResult(appended, len(plan.events) - appended, tuple(plan.warnings))
 
 
 def import_file(journal: JournalLike, data: bytes, source: str, *, fmt: str = "jsonl",
-                progress: Progress | None = None) -> ImportResult:
+                progress: Progress | None = None,
+                allow_far_times: bool = False) -> ImportResult:
     """Validate then append a whole file: all or nothing (ImportRejected names bad lines)."""
-    return append_plan(journal, plan_import(data, source, journal, fmt=fmt, progress=progress))
+    return append_plan(journal, plan_import(data, source, journal, fmt=fmt, progress=progress,
+                                            allow_far_times=allow_far_times))
 
 
 # -- export -------------------------------------------------------------------------------

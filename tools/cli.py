@@ -128,6 +128,9 @@ DbOption = Annotated[
                  help=f"Database URL (default: ${ENV_DB}, else {DEFAULT_DB})."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+AllowFarTimes = Annotated[bool, typer.Option(
+    "--allow-far-times",
+    help="Accept event times after 2200-01-01 (refused by default as probably milliseconds).")]
 
 
 # -- the database ---------------------------------------------------------------------------
@@ -243,11 +246,14 @@ def import_(
         "--format", metavar="jsonl|csv",
         help="Input format (default: csv for a .csv file, else jsonl).")] = None,
     db: DbOption = None,
+    allow_far_times: AllowFarTimes = False,
 ) -> None:
     """Append events from a file, all or nothing: every line is checked first.
 
-    Lines without an id get one from the file's content and line number, so importing
-    the same file again appends nothing.
+    Lines without an id get one from the line's own content and how many identical lines
+    came before it, so importing the same file again (grown, or with other line endings)
+    appends only its new lines. Event times after 2200-01-01 are refused as probably
+    milliseconds unless --allow-far-times.
     """
     kind = fmt or ("csv" if file.lower().endswith(".csv") else "jsonl")
     if kind not in ("jsonl", "csv"):
@@ -259,8 +265,11 @@ def import_(
         raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
     with open_journal(ctx, db, write=True) as journal:
         with render.progress_bar(f"checking {source}") as progress:
-            plan = importing.plan_import(data, source, journal, fmt=kind, progress=progress)
+            plan = importing.plan_import(data, source, journal, fmt=kind, progress=progress,
+                                         allow_far_times=allow_far_times)
         result = importing.append_plan(journal, plan)
+    for warning in result.warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     events = "event" if result.appended == 1 else "events"
     render.console().print(f"{source}: appended {result.appended} {events}, "
                            f"{result.already_present} already present")

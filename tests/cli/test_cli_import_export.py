@@ -61,13 +61,28 @@ def test_reimporting_the_same_file_appends_nothing(run: Run, small: Path, db: st
     assert _head(db) == 12
 
 
-def test_a_changed_file_gets_other_ids(run: Run, small: Path, tmp_path: Path,
-                                       db: str) -> None:
-    edited = tmp_path / "edited.jsonl"
-    edited.write_text(SMALL + '{"type": "consume", "account": "b", "amount": 1, "time": 12}\n')
-    result = run("import", str(edited))
+def test_a_grown_file_with_other_line_endings_appends_only_its_new_line(
+        run: Run, small: Path, tmp_path: Path, db: str) -> None:
+    grown = tmp_path / "grown.jsonl"
+    text = SMALL + '{"type": "consume", "account": "b", "amount": 1, "time": 12}\n'
+    grown.write_bytes(text.replace("\n", "\r\n").encode())
+    result = run("import", str(grown))
     assert result.exit_code == 0
-    assert "appended 13 events" in result.stdout  # the content hash changed every id
+    assert "appended 1 event, 12 already present" in result.stdout
+
+
+def test_a_time_in_milliseconds_is_refused_unless_allowed(run: Run, tmp_path: Path,
+                                                          db: str) -> None:
+    millis = tmp_path / "millis.jsonl"
+    millis.write_text('{"type": "consume", "account": "b", "amount": 1, '
+                      '"time": 1796083200000}\n')
+    refused = run("import", str(millis))
+    assert refused.exit_code == 2
+    assert "probably milliseconds" in refused.stderr
+    assert _head(db) == 0
+    allowed = run("import", str(millis), "--allow-far-times")
+    assert allowed.exit_code == 0
+    assert _head(db) == 1
 
 
 def test_every_bad_line_is_reported_and_nothing_is_appended(run: Run, small: Path,
@@ -171,7 +186,7 @@ def test_export_is_canonical_with_ids(run: Run, small: Path, tmp_path: Path) -> 
     # order: b's (line 6 of the first file) before the late one, recorded last.
     ids = [r["id"] for r in records]
     assert ids.index("late-grant") == 4
-    assert ids[3].endswith("-6")
+    assert records[3]["account"] == "b" and ids[3].startswith("import-")
 
 
 def test_export_round_trips_to_the_same_digest(run: Run, small: Path, tmp_path: Path) -> None:

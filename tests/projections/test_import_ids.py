@@ -1,0 +1,115 @@
+"""Import ids that depend only on a line's content: re-deliveries append only what is new,
+far times are refused, and voids and reversals must name events recorded before them."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal
+from projections.events import FAR_TIME
+from projections.importing import ImportRejected, import_file, plan_import
+
+Record = dict[str, Any]
+
+
+def jsonl(records: list[Record], *, end: str = "\n", shuffle_keys: bool = False) -> bytes:
+    lines = []
+    for i, record in enumerate(records):
+        items = list(record.items())
+        if shuffle_keys:
+            random.Random(i).shuffle(items)
+        lines.append(json.dumps(dict(items), separators=(", ", ": ")))
+    return "".join(line + end for line in lines).encode()
+
+
+records = st.lists(st.fixed_dictionaries({
+    "type": st.sampled_from(["grant", "consume"]),
+    "account": st.sampled_from(["a", "b"]),
+    "amount": st.integers(1, 3),  # few values: identical lines are common
+    "time": st.integers(0, 3),
+}), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records, more=records)
+def test_a_grown_file_appends_only_its_new_lines(records: list[Record],
+                                                 more: list[Record]) -> None:
+    journal = MemoryJournal()
+    first = import_file(journal, jsonl(records), "bill.jsonl")
+    assert first.appended == len(records)
+    again = import_file(journal, jsonl(records + more), "bill.jsonl")
+    assert (again.appended, again.already_present) == (len(more), len(records))
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records)
+def test_crlf_spacing_and_key_order_append_nothing(records: list[Record]) -> None:
+    journal = MemoryJournal()
+    import_file(journal, jsonl(records), "bill.jsonl")
+    redelivered = import_file(journal, jsonl(records, end="\r\n", shuffle_keys=True),
+                              "bill-copy.jsonl")
+    assert (redelivered.appended, redelivered.already_present) == (0, len(records))
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records, data=st.data())
+def test_a_reordered_file_appends_nothing(records: list[Record], data: st.DataObject) -> None:
+    journal = MemoryJournal()
+    import_file(journal, jsonl(records), "bill.jsonl")
+    reordered = data.draw(st.permutations(records))
+    assert import_file(journal, jsonl(reordered), "bill.jsonl").appended == 0
+
+
+def test_identical_lines_count_each_time_they_occur() -> None:
+    journal = MemoryJournal()
+    line: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1}
+    assert import_file(journal, jsonl([line, line]), "f").appended == 2
+    assert import_file(journal, jsonl([line, line, line]), "f").appended == 1
+
+
+def test_a_redelivery_under_other_ids_is_warned_about_not_refused() -> None:
+    journal = MemoryJournal()
+    line: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1}
+    import_file(journal, jsonl([{**line, "id": "u-1"}]), "with-ids.jsonl")
+    result = import_file(journal, jsonl([line]), "without-ids.jsonl")
+    assert result.appended == 1
+    (warning,) = result.warnings
+    assert "re-delivery" in warning and "1 of 1" in warning
+
+
+def test_far_times_are_refused_unless_allowed() -> None:
+    journal = MemoryJournal()
+    millis: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1796083200000}
+    with pytest.raises(ImportRejected) as caught:
+        import_file(journal, jsonl([millis]), "f")
+    assert "probably milliseconds" in caught.value.problems[0].message
+    assert journal.head() == 0
+    # The limit itself is fine, and so is an expiry beyond it.
+    grant: Record = {"type": "grant", "account": "a", "amount": 5, "time": FAR_TIME,
+                     "expiry": 10**15}
+    assert import_file(journal, jsonl([grant]), "f").appended == 1
+    assert import_file(journal, jsonl([millis]), "f", allow_far_times=True).appended == 1
+
+
+def test_voids_and_reversals_name_events_recorded_before_them() -> None:
+    journal = MemoryJournal()
+    grant: Record = {"type": "grant", "account": "a", "amount": 5, "time": 1, "id": "g1"}
+    usage: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1, "id": "u1"}
+    void: Record = {"type": "void", "grant": "g1", "time": 2}
+    for bad, why in [([void], "neither in the journal"),
+                     ([usage, {"type": "void", "grant": "u1", "time": 2}], "not a grant"),
+                     ([{"type": "reverse", "event": "x", "reason": "r", "time": 2}],
+                      "neither in the journal")]:
+        with pytest.raises(ImportRejected) as caught:
+            import_file(journal, jsonl(bad), "f")
+        assert why in caught.value.problems[0].message
+    plan = plan_import(jsonl([grant, void]), "f", journal)
+    assert plan.ok and plan.events[1].stream == "a"
+    import_file(journal, jsonl([grant]), "f")
+    assert import_file(journal, jsonl([void]), "f").appended == 1
