@@ -27,20 +27,17 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def client(demo_db: str) -> Iterator[TestClient]:
-    """The web view over the demo month, without a network or a browser."""
-    app = app_for(demo_db)
-    with TestClient(app) as test_client:
+    """The service with its web view over the demo month, without a network or a browser."""
+    with TestClient(app_for(demo_db)) as test_client:
         yield test_client
-    app.state.journal.close()
 
 
 @pytest.fixture(scope="session")
 def base_url(demo_db: str) -> Iterator[str]:
-    """A real uvicorn server on a free loopback port over the demo month."""
-    app = app_for(demo_db)
-    with serving(app) as base:
+    """The service (`gpu-credits serve`'s app) in uvicorn on a free loopback port over the
+    demo month."""
+    with serving(app_for(demo_db)) as base:
         yield base
-    app.state.journal.close()
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,7 @@ def test_summary_lists_every_account_with_figures_per_pool(client: TestClient) -
 
 def test_summary_shows_head_expiring_credits_and_verify_state(client: TestClient) -> None:
     r = client.get("/")
-    head = client.app.state.journal.head()  # type: ignore[attr-defined]
+    head = client.app.state.ledger.journal.head()  # type: ignore[attr-defined]
     assert f"#{head:,}" in r.text
     assert re.search(r"<code>[0-9a-f]{64}</code>", r.text)
     assert "Credits expiring by" in r.text
@@ -60,7 +60,7 @@ def test_account_page_has_figures_grants_ledger_and_chart_source(client: TestCli
     grants = cells(r.text, "grants-table")
     assert grants and all(len(row) == 10 for row in grants)
     ledger = cells(r.text, "ledger-table")
-    journal = client.app.state.journal  # type: ignore[attr-defined]
+    journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
     assert len(ledger) == len(statement(journal, ACCOUNT).lines)
     assert f'data-src="/accounts/{ACCOUNT}/timeline.json?as_known_at={journal.head()}"' in r.text
     assert 'href="/events/' in r.text and 'href="/jobs/' in r.text
@@ -198,3 +198,16 @@ def test_markup_in_names_is_escaped(tmp_path: object) -> None:
         for path in ("/", "/journal", "/events/1", "/accounts/%3Cscript%3Ex%3C%2Fscript%3E"):
             body = c.get(path).text
             assert "<script>x" not in body and "<img src=x" not in body, path
+
+
+def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> None:
+    from tools.service.app import create_app
+    from tools.service.auth import Token
+
+    app = create_app(demo_db, tokens=[Token("auditor", b"s3cret")])
+    with TestClient(app) as c:
+        assert c.get("/").status_code == 401
+        assert c.get(f"/accounts/{ACCOUNT}/timeline.json").status_code == 401
+        ok = c.get("/", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and "Accounts" in ok.text
+        assert c.get("/static/web/web.css").status_code == 200  # no figures in static files

@@ -42,20 +42,11 @@ def launch(playwright: Any) -> Any:
 
 
 def app_for(url: str) -> Any:
-    """A FastAPI app serving only the web view over the journal at `url`.
+    """The HTTP service (`gpu-credits serve`'s app, web view mounted) over the journal at
+    `url`; it opens the journal and closes it when its lifespan ends."""
+    from tools.service.app import create_app
 
-    The HTTP service mounts the same view on its own app; this one is for screenshots and
-    tests that need nothing but the pages.
-    """
-    from fastapi import FastAPI
-
-    from eventstore import Journal
-    from tools.web import mount
-
-    app = FastAPI(title="gpu-credits audit view")
-    app.state.journal = Journal(url)
-    mount(app)
-    return app
+    return create_app(url)
 
 
 def free_port() -> int:

@@ -128,16 +128,18 @@ def head_record(journal: JournalLike, position: int | None = None) -> RecordedEv
 def summary(source: AuditSource) -> dict[str, Any]:
     """The summary page: accounts, credits expiring soon, the head, the last verify."""
     journal = source.journal
-    ledger = source.ledger()
     at = latest_time(journal)
     rows = []
-    for name, fig in account_figures(ledger, at):
-        book = ledger.accounts[name].book
-        held = book.held_by_pool()
-        pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
-                         book.debt.get(pool, 0)) for pool, amount in sorted(fig.pools.items())]
-        rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt, pools))
-    expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
+    with source.reading() as ledger:  # copy out what the page shows: the block holds a lock
+        for name, fig in account_figures(ledger, at):
+            book = ledger.accounts[name].book
+            held = book.held_by_pool()
+            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
+                             book.debt.get(pool, 0))
+                     for pool, amount in sorted(fig.pools.items())]
+            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
+                                   pools))
+        expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
     return {"accounts": rows, "at": at, "expiring": expiring,
             "expiring_until": at + EXPIRING_WINDOW, "head": head_record(journal),
             "verify": source.verifier.status() if source.verifier is not None else None}

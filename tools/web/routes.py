@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from projections.errors import UnknownAccount, UnknownJob
@@ -19,7 +19,18 @@ from tools.web.source import AuditSource
 from tools.web.templating import environment
 from tools.web.verifying import Verifier
 
-router = APIRouter(include_in_schema=False)
+
+def _may_read(request: Request) -> None:
+    """When the service has bearer tokens configured, the pages need a token with a read
+    role, as `GET /v1/...` does: an audit view shows the same figures."""
+    authority = getattr(request.app.state, "authority", None)
+    if authority is not None and getattr(authority, "enabled", False):
+        from tools.service.auth import READ
+
+        authority.require(request, READ)
+
+
+router = APIRouter(include_in_schema=False, dependencies=[Depends(_may_read)])
 _env = environment()
 _source_lock = threading.Lock()
 
@@ -28,8 +39,9 @@ STATIC = "/static/web"
 
 
 def source_of(request: Request) -> AuditSource:
-    """The app's `AuditSource`, made on first use from what the service put on
-    `app.state`: `web_source` itself, else a `journal` (and a `session`, if any)."""
+    """The app's `AuditSource`, made on first use from what the app put on `app.state`:
+    `web_source` itself; else `ledger`, the service's live projection (its `journal`
+    and `reading()`); else a bare `journal`."""
     state = request.app.state
     found = getattr(state, "web_source", None)
     if isinstance(found, AuditSource):
@@ -38,14 +50,12 @@ def source_of(request: Request) -> AuditSource:
         found = getattr(state, "web_source", None)
         if isinstance(found, AuditSource):
             return found
-        live = getattr(state, "session", None)
-        journal = getattr(state, "journal", None)
-        if journal is None and live is not None:
-            journal = getattr(live, "journal", None)
+        live = getattr(state, "ledger", None)
+        journal = getattr(live, "journal", None) or getattr(state, "journal", None)
         if journal is None:
-            raise RuntimeError("the web view needs app.state.journal (or app.state.session, "
-                               "or app.state.web_source) to be set by the app factory")
-        source = AuditSource(journal, live=live)
+            raise RuntimeError("the web view needs app.state.ledger (the service's live "
+                               "projection), app.state.journal or app.state.web_source")
+        source = AuditSource(journal, live=live if hasattr(live, "reading") else None)
         source.verifier = Verifier(journal)
         state.web_source = source
         return source

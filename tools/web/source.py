@@ -3,8 +3,8 @@
 `AuditSource` wraps the journal the service serves. Answers are folds of the journal
 (projections' query functions), remembered until the journal's head moves, so a page
 asked twice, or the chart's JSON asked right after its page, folds once. When the
-service hands over its live session, the summary page reads the live ledger instead of
-folding.
+service hands over its live projection (an object with `reading()`, the service's
+`LedgerService`), the summary page reads the live ledger instead of folding.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from eventstore import JournalLike, RecordedEvent
@@ -77,7 +78,7 @@ class AuditSource:
 
     def __init__(self, journal: JournalLike, *, live: Any = None) -> None:
         self.journal = journal
-        self.live = live  # a LedgerSession (or a facade on one), when the service has one
+        self.live = live  # the service's live projection (has `reading()`), if any
         self._lock = threading.Lock()
         self._head = -1
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -112,32 +113,26 @@ class AuditSource:
             return self.journal
         return KnownAt(self.journal, position)  # type: ignore[return-value]
 
-    def ledger(self) -> Ledger:
-        """The whole journal folded: the live session's ledger when there is one."""
+    @contextmanager
+    def reading(self) -> Iterator[Ledger]:
+        """The whole journal folded, for the duration of the block (read-only): the live
+        projection, under its lock, when the service has one; else a remembered fold."""
         if self.live is not None:
-            from projections.session import session_of
-
-            session = session_of(self.live)
-            with session.lock:
-                session.catch_up()
-                return session.ledger
+            with self.live.reading() as ledger:
+                yield ledger
+            return
 
         def fold() -> Ledger:
             from projections.replay import fold_canonical
 
             return fold_canonical(self.journal)
 
-        return self.cached(("ledger",), fold)
+        yield self.cached(("ledger",), fold)
 
     def revisions(self) -> list[Revision]:
-        """What late events changed, in the order they came (a replay, remembered)."""
-        if self.live is not None:
-            from projections.session import session_of
-
-            session = session_of(self.live)
-            with session.lock:
-                session.catch_up()
-                return session.revisions
+        """What late events changed, in the order they came: a replay of the whole journal,
+        remembered until the head moves. (A live projection that started from a checkpoint
+        knows only the revisions since; an audit page needs all of them.)"""
 
         def find() -> list[Revision]:
             from projections.replay import replay
