@@ -8,10 +8,18 @@ the same event (`"pool": null` or no `pool`) have the same canonical bytes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
+
+# The checks live in one module shared by every entry point; re-exported here because
+# callers have always imported them from the vocabulary.
+from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
+from projections.validation import require_fraction as require_fraction
+from projections.validation import require_int as require_int
+from projections.validation import require_name as require_name
+from projections.validation import require_non_negative_int as require_non_negative_int
+from projections.validation import require_positive_int as require_positive_int
 
 GENERAL = "general"
 """The pool name of unrestricted credits, usable in every pool."""
@@ -19,44 +27,8 @@ GENERAL = "general"
 TIMELINE_START = -(2**62)
 """Event time of an `account` event that carries no time: it takes effect from the start."""
 
-MAX_ID_LENGTH = 200
-
 DEFAULT_HALF_LIFE = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
-
-
-def require_int(name: str, value: object) -> int:
-    """Return `value` if it is an `int` (and not a `bool`), else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def require_positive_int(name: str, value: object) -> int:
-    """Return `value` if it is an `int` > 0 (not a `bool`), else raise ValueError."""
-    require_int(name, value)
-    assert isinstance(value, int)
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def require_non_negative_int(name: str, value: object) -> int:
-    """Return `value` if it is an `int` >= 0 (not a `bool`), else raise ValueError."""
-    require_int(name, value)
-    assert isinstance(value, int)
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def require_name(name: str, value: object) -> str:
-    """Return `value` if it is a non-empty string of printable characters, else ValueError."""
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise ValueError(f"{name} must be a non-empty printable string, got {value!r}")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"{name} must be at most {MAX_ID_LENGTH} characters, got {len(value)}")
-    return value
 
 
 def normalise_pool(value: object) -> str:
@@ -64,16 +36,6 @@ def normalise_pool(value: object) -> str:
     if value is None:
         return GENERAL
     return require_name("pool", value)
-
-
-def require_fraction(name: str, value: object) -> float:
-    """Return `value` as a float in [0, 1], else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    as_float = float(value)
-    if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-    return as_float
 
 
 @dataclass(frozen=True, slots=True)
