@@ -15,17 +15,29 @@ from typing import Any, ClassVar, TypeAlias
 # The checks live in one module shared by every entry point; re-exported here because
 # callers have always imported them from the vocabulary.
 from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
+from projections.validation import MAX_TEXT_LENGTH, require_grant_priority
+from projections.validation import optional_text as optional_text
 from projections.validation import require_fraction as require_fraction
 from projections.validation import require_int as require_int
 from projections.validation import require_name as require_name
 from projections.validation import require_non_negative_int as require_non_negative_int
 from projections.validation import require_positive_int as require_positive_int
+from projections.validation import require_text as require_text
 
 GENERAL = "general"
 """The pool name of unrestricted credits, usable in every pool."""
 
 TIMELINE_START = -(2**62)
 """Event time of an `account` event that carries no time: it takes effect from the start."""
+
+MAX_MEMO_LENGTH = MAX_TEXT_LENGTH
+"""A memo or reason is free text for people: long enough for a PO number and a sentence."""
+
+DEFAULT_GRANT_PRIORITY = 50
+"""A grant's priority when none is given: lower numbers are used first (0-100)."""
+
+FAR_TIME = 7258118400
+"""2200-01-01T00:00Z in epoch seconds: an event time after it is probably milliseconds."""
 
 DEFAULT_HALF_LIFE = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
@@ -36,6 +48,11 @@ def normalise_pool(value: object) -> str:
     if value is None:
         return GENERAL
     return require_name("pool", value)
+
+
+def require_priority(value: object) -> int:
+    """Return a grant priority: an integer 0-100 (lower is used first)."""
+    return require_grant_priority("priority", value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +66,10 @@ class AccountOpened:
     half_life: int = DEFAULT_HALF_LIFE  # seconds for the account's recorded usage to halve
     refill_rate: int | None = None  # token bucket: credits per hour; None: no refill
     refill_cap: int | None = None  # the refill bucket holds at most this many credits
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("account", self.account)
         if self.max_running is not None:
             require_positive_int("max_running", self.max_running)
@@ -78,6 +97,8 @@ class CreditsGranted:
     amount: int
     expiry: int | None = None  # None: never expires
     pool: str = GENERAL
+    priority: int = DEFAULT_GRANT_PRIORITY  # lower numbers are used first
+    memo: str | None = None
 
     def __post_init__(self) -> None:
         require_name("account", self.account)
@@ -85,6 +106,8 @@ class CreditsGranted:
         if self.expiry is not None:
             require_int("expiry", self.expiry)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
+        require_priority(self.priority)
+        optional_text("memo", self.memo)
 
     @property
     def stream(self) -> str:
@@ -99,8 +122,10 @@ class CreditsConsumed:
     account: str
     amount: int
     pool: str = GENERAL
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("account", self.account)
         require_positive_int("amount", self.amount)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
@@ -120,8 +145,10 @@ class JobSubmitted:
     cost: int
     priority: int
     pool: str = GENERAL
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("account", self.account)
         require_name("job", self.job)
         require_non_negative_int("cost", self.cost)
@@ -139,8 +166,10 @@ class JobStarted:
 
     type: ClassVar[str] = "start"
     job: str
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("job", self.job)
 
 
@@ -152,8 +181,10 @@ class JobCompleted:
     job: str
     success: bool
     refund_fraction: float = 1.0
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("job", self.job)
         if not isinstance(self.success, bool):
             raise ValueError(f"success must be true or false, got {self.success!r}")
@@ -168,9 +199,69 @@ class JobCancelled:
 
     type: ClassVar[str] = "cancel"
     job: str
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("job", self.job)
+
+
+@dataclass(frozen=True, slots=True)
+class CreditsAdjusted:
+    """A manual correction with its reason: a credit (amount > 0) works like a grant
+    without expiry and pays debt first; a debit (amount < 0) works like a usage report."""
+
+    type: ClassVar[str] = "adjust"
+    account: str
+    amount: int
+    reason: str
+    pool: str = GENERAL
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name("account", self.account)
+        require_int("amount", self.amount)
+        if self.amount == 0:
+            raise ValueError("amount of an adjustment must not be 0: give a credit (> 0) "
+                             "or a debit (< 0)")
+        require_text("reason", self.reason)
+        object.__setattr__(self, "pool", normalise_pool(self.pool))
+        optional_text("memo", self.memo)
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
+@dataclass(frozen=True, slots=True)
+class GrantVoided:
+    """From its event time on, the named grant's unused credits no longer count."""
+
+    type: ClassVar[str] = "void"
+    grant: str  # the id of a grant event
+    reason: str | None = None
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name("grant", self.grant)
+        optional_text("reason", self.reason)
+        optional_text("memo", self.memo)
+
+
+@dataclass(frozen=True, slots=True)
+class EventReversed:
+    """The named recorded event no longer takes part in any fold, as if it never
+    happened; both stay in the journal. Reversing a reversal restores the event."""
+
+    type: ClassVar[str] = "reverse"
+    event: str  # the id of a recorded event
+    reason: str
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name("event", self.event)
+        require_text("reason", self.reason)
+        optional_text("memo", self.memo)
 
 
 DomainEvent: TypeAlias = (
@@ -181,10 +272,14 @@ DomainEvent: TypeAlias = (
     | JobStarted
     | JobCompleted
     | JobCancelled
+    | CreditsAdjusted
+    | GrantVoided
+    | EventReversed
 )
 
 JOB_EVENTS = (JobStarted, JobCompleted, JobCancelled)
 
+_MEMO = {"memo": None}
 _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
     "account": (
         AccountOpened,
@@ -195,14 +290,19 @@ _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
             "half_life": DEFAULT_HALF_LIFE,
             "refill_rate": None,
             "refill_cap": None,
+            **_MEMO,
         },
     ),
-    "grant": (CreditsGranted, ("account", "amount"), {"expiry": None, "pool": GENERAL}),
-    "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL}),
-    "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL}),
-    "start": (JobStarted, ("job",), {}),
-    "complete": (JobCompleted, ("job", "success"), {"refund_fraction": 1.0}),
-    "cancel": (JobCancelled, ("job",), {}),
+    "grant": (CreditsGranted, ("account", "amount"),
+              {"expiry": None, "pool": GENERAL, "priority": DEFAULT_GRANT_PRIORITY, **_MEMO}),
+    "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL, **_MEMO}),
+    "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL, **_MEMO}),
+    "start": (JobStarted, ("job",), {**_MEMO}),
+    "complete": (JobCompleted, ("job", "success"), {"refund_fraction": 1.0, **_MEMO}),
+    "cancel": (JobCancelled, ("job",), {**_MEMO}),
+    "adjust": (CreditsAdjusted, ("account", "amount", "reason"), {"pool": GENERAL, **_MEMO}),
+    "void": (GrantVoided, ("grant",), {"reason": None, **_MEMO}),
+    "reverse": (EventReversed, ("event", "reason"), {**_MEMO}),
 }
 
 EVENT_TYPES = tuple(_FIELDS)

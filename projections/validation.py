@@ -136,18 +136,20 @@ def require_name(name: str, value: object) -> str:
     return value
 
 
-def require_text(name: str, value: object, *, allow_empty: bool = False) -> str:
-    """Free text (a memo, a reason): printable, at most MAX_TEXT_LENGTH characters."""
-    if not isinstance(value, str) or (not value and not allow_empty):
-        raise ValueError(f"{name} must be {'' if allow_empty else 'non-empty '}text, "
-                         f"got {show(value)}")
+def require_text(name: str, value: object) -> str:
+    """Free text (a memo, a reason): printable, not blank, at most MAX_TEXT_LENGTH characters."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ValueError(f"{name} must be non-empty printable text (no NUL, control character "
+                         f"or line break), got {show(value)}")
     if len(value) > MAX_TEXT_LENGTH:
         raise ValueError(f"{name} must be at most {MAX_TEXT_LENGTH} characters, "
                          f"got {len(value)}")
-    if not value.isprintable():
-        raise ValueError(f"{name} must be printable text (no NUL, control character or "
-                         f"line break), got {show(value)}")
     return value
+
+
+def optional_text(name: str, value: object) -> str | None:
+    """None, or `value` checked by `require_text`."""
+    return None if value is None else require_text(name, value)
 
 
 def require_fraction(name: str, value: object) -> float:
