@@ -65,16 +65,18 @@ def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_IN
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {show(value)} "
                          f"({type(value).__name__})")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be {_describe(low, high)}, got {show(value)}")
+    if value < low:
+        raise ValueError(f"{name} must be {_at_least(low, high)}, got {show(value)}")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high}, got {show(value)}")
     return value
 
 
-def _describe(low: int, high: int) -> str:
+def _at_least(low: int, high: int) -> str:
     if low == 1:
-        return f"a positive integer (at most {high})"
+        return "a positive integer"
     if low == 0:
-        return f"a non-negative integer (at most {high})"
+        return "a non-negative integer"
     return f"an integer in {low}..{high}"
 
 
