@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo serve test bench lint venv clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpu-credits demo
 
+# The HTTP service on the demo database (written first if missing; the same seed twice
+# appends nothing). DEMO_DB, HOST and PORT may be overridden: make serve PORT=8080
+DEMO_DB ?= sqlite:///demo.db
+HOST ?= 127.0.0.1
+PORT ?= 8000
+serve: $(STAMP)
+	$(BIN)/gpu-credits --db $(DEMO_DB) demo > /dev/null
+	$(BIN)/gpu-credits --db $(DEMO_DB) serve --host $(HOST) --port $(PORT)
+
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
@@ -33,6 +42,10 @@ lint: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench $(if $(QUICK),--quick,)
+
+# Every page of the web view at 1280 and 390 px, over the demo month, in a headless Chromium.
+screenshots: $(STAMP)
+	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
 	rm -rf $(VENV) build *.egg-info
