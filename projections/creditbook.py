@@ -1,12 +1,13 @@
 """The credit book of one account: expiring batches, pools, debt and holds. Pure: no I/O.
 
-Batches live in one min-heap per pool, keyed by (priority, expiry, grant order). Expired batches
-are evicted lazily when the book is advanced to an event's time. A consume in pool P
-draws from P's heap and the general heap together: lowest priority number first, then
-earliest expiry, pool-specific before general on an equal expiry, then grant order. Debt
-is kept per pool. A hold moves credits out of their batches into a reservation that
-cannot expire; releasing it puts each credit back into the batch it came from (or expires
-it there, if that batch has expired or its grant was voided meanwhile).
+Batches live in one min-heap per pool and priority, keyed by (expiry, grant order), so
+each heap's top is its earliest expiry. Expired batches are evicted lazily when the book
+is advanced to an event's time. A consume in pool P draws from P's heaps and the general
+heaps together: lowest priority number first, then earliest expiry, pool-specific before
+general on an equal expiry, then grant order. Debt is kept per pool. A hold moves
+credits out of their batches into a reservation that cannot expire; releasing it puts
+each credit back into the batch it came from (or expires it there, if that batch has
+expired or its grant was voided meanwhile).
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 
 Lineage = tuple[tuple[str, int], ...]
 """Which grants (by event id) provided how many credits, in draw order."""
+
+
+def heap_name(pool: str, priority: int) -> str:
+    """The heap of a pool's batches at one priority: the pool's name at the default
+    priority (so books without priorities look as they always did), else the name and
+    the priority apart by a NUL, which no pool name holds."""
+    return pool if priority == DEFAULT_GRANT_PRIORITY else f"{pool}\x00{priority}"
 
 
 class Batch:
@@ -113,6 +121,7 @@ class CreditBook:
     holds: dict[str, Hold] = field(default_factory=dict)
     held: int = 0
     totals: Totals = field(default_factory=Totals)
+    prioritised: bool = False  # whether any batch has a priority other than the default
 
     # -- reading ---------------------------------------------------------------------
 
@@ -133,7 +142,10 @@ class CreditBook:
     def expiring_by(self, time: int) -> dict[str, int]:
         """Per pool, live credits whose batch has expired by `time` (not yet evicted)."""
         out: dict[str, int] = {}
-        for pool, heap in self.heaps.items():
+        for heap in self.heaps.values():
+            if not heap:
+                continue
+            pool = heap[0].pool
             total = 0
             # Walk only the heap's prefix of expired batches: children of a batch that is
             # still valid at `time` are valid too.
@@ -145,7 +157,7 @@ class CreditBook:
                     total += batch.amount
                     stack.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
             if total:
-                out[pool] = total
+                out[pool] = out.get(pool, 0) + total
         return out
 
     def held_by_pool(self) -> dict[str, int]:
@@ -285,10 +297,16 @@ class CreditBook:
 
     def _push(self, batch: Batch) -> None:
         batch.in_heap = True
-        heapq.heappush(self.heaps.setdefault(batch.pool, []), batch)
+        priority = batch.key[0]
+        if priority != DEFAULT_GRANT_PRIORITY:
+            self.prioritised = True
+        heapq.heappush(self.heaps.setdefault(heap_name(batch.pool, priority), []), batch)
 
     def _draw(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
-        """Take up to `amount` from the batches usable in `pool`, earliest expiry first."""
+        """Take up to `amount` from the batches usable in `pool`: lowest priority number,
+        then earliest expiry first."""
+        if self.prioritised:
+            return self._draw_by_priority(pool, amount)
         own = self.heaps.get(pool, [])
         general = self.heaps.get(GENERAL, []) if pool != GENERAL else []
         taken: list[tuple[Batch, int]] = []
@@ -298,6 +316,29 @@ class CreditBook:
             elif general:
                 heap = general
             else:
+                break
+            batch = heap[0]
+            take = min(batch.amount, amount)
+            batch.amount -= take
+            self.active[batch.pool] -= take
+            amount -= take
+            taken.append((batch, take))
+            if batch.amount == 0:
+                heapq.heappop(heap)
+                batch.in_heap = False
+        return taken
+
+    def _draw_by_priority(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
+        """`_draw` when some batch has a priority: one heap per pool and priority, the
+        lowest key among the heads of those usable in `pool` first."""
+        candidates = [h for h in self.heaps.values() if h and h[0].pool in (pool, GENERAL)]
+        taken: list[tuple[Batch, int]] = []
+        while amount > 0:
+            heap = None
+            for candidate in candidates:
+                if candidate and (heap is None or candidate[0].key < heap[0].key):
+                    heap = candidate
+            if heap is None:
                 break
             batch = heap[0]
             take = min(batch.amount, amount)

@@ -31,3 +31,10 @@ class InvalidTransition(LedgerError, ValueError):
 
 class AccountExists(LedgerError, ValueError):
     """`open_account` on an account that an `account` event already opened."""
+
+
+class UnknownEvent(LedgerError, KeyError):
+    """An event id that is not in the journal."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown event"

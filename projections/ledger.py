@@ -23,6 +23,7 @@ from typing import Any
 from projections.bulk import paused_gc
 from projections.creditbook import Batch, CreditBook, Expiry
 from projections.events import (
+    DEFAULT_GRANT_PRIORITY,
     DEFAULT_HALF_LIFE,
     GENERAL,
     AccountOpened,
@@ -193,6 +194,9 @@ class Ledger:
     excluded: frozenset[str] = frozenset()
     reversals: dict[str, str] = field(default_factory=dict)
     voids: dict[str, int] = field(default_factory=dict)
+    # A policy for what-if folds: every grant at the default priority (earliest expiry
+    # first, as if no grant had a priority).
+    ignore_priorities: bool = False
 
     # -- the fold ------------------------------------------------------------------------
 
@@ -279,8 +283,9 @@ class Ledger:
             lapsed = Expiry(event_id, event.pool, voided, event.amount, voided=True)
             return Outcome(position, event_id, event.type, time, event.account,
                            reason=f"voided at {voided}", expired=(*expired, lapsed))
+        priority = DEFAULT_GRANT_PRIORITY if self.ignore_priorities else event.priority
         paid, batch = account.book.grant(event_id, event.amount, event.expiry, event.pool,
-                                         (time, position), event.priority)
+                                         (time, position), priority)
         if voided is not None and batch is not None:
             batch.voided = voided  # a void recorded earlier, effective later on the timeline
         return Outcome(position, event_id, event.type, time, event.account, paid_debt=paid,

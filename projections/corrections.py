@@ -1,0 +1,168 @@
+"""`Corrections`: single grants and usage reports, and the corrections finance makes.
+
+Every call is one event decided like the facades' (under the lock of the account it
+touches, on the caught-up state, so calls are linearizable and a retry under the same
+`event_id` appends nothing). A call without `at` is live: it happens now, never earlier
+than the latest event recorded. A refused call raises ValueError (or LookupError for an
+unknown id: `UnknownEvent`) and appends nothing.
+
+- `grant`, `consume`: one grant or usage report, with the optional fields of the JSON
+  Lines format (priority, memo).
+- `adjust`: a manual credit (amount > 0, like a grant without expiry: it pays debt
+  first) or debit (amount < 0, like a usage report), with its reason.
+- `void`: from `at` on, the named grant's unused credits no longer count. It must name a
+  grant that is recorded and not voided already.
+- `reverse`: the named recorded event leaves every fold, as if it had never happened;
+  reversing a reversal restores its event. An event already reversed is refused.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable
+
+from eventstore import NewEvent, RecordedEvent
+from projections.errors import UnknownEvent
+from projections.events import (
+    DEFAULT_GRANT_PRIORITY,
+    CreditsAdjusted,
+    CreditsConsumed,
+    CreditsGranted,
+    DomainEvent,
+    EventReversed,
+    GrantVoided,
+    normalise_pool,
+    require_int,
+    require_name,
+    require_positive_int,
+)
+from projections.importing import far_time_problem
+from projections.ledger import Ledger
+from projections.outcomes import Outcome
+from projections.session import JournalArg, LedgerSession, SessionFacade
+
+
+def _wall_clock() -> int:
+    return int(_time.time())
+
+
+class Corrections(SessionFacade):
+    """Record single events and corrections in one journal (the command line's writer)."""
+
+    def __init__(self, journal: JournalArg = None, clock: Callable[[], int] | None = None,
+                 *, allow_far_times: bool = False) -> None:
+        self._session = LedgerSession(journal)
+        self._clock = clock or _wall_clock
+        self.allow_far_times = allow_far_times
+
+    @property
+    def journal(self) -> object:
+        return self._session.journal
+
+    # -- deciding ------------------------------------------------------------------------
+
+    def _time(self, at: int | None) -> int:
+        when = (require_int("at", at) if at is not None
+                else self._session.now(require_int("clock()", self._clock())))
+        why = None if self.allow_far_times else far_time_problem("time", when)
+        if why is not None:
+            raise ValueError(why)
+        return when
+
+    def _decide(self, stream: str, at: int | None, make: Callable[[Ledger], DomainEvent],
+                event_id: str | None) -> Outcome:
+        session = self._session
+
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
+            event = make(ledger)
+            return [session.event(self._time(at), event, stream)]
+
+        (outcome,) = session.decide([stream], build, event_id=event_id)
+        return outcome
+
+    def _recorded(self, event_id: str, what: str) -> RecordedEvent:
+        require_name(what, event_id)
+        rec = self._session.journal.get(event_id)
+        if rec is None:
+            raise UnknownEvent(f"no event {event_id!r} in the journal: {what} must be the id "
+                              "of a recorded event")
+        return rec
+
+    # -- the calls -------------------------------------------------------------------------
+
+    def grant(self, account: str, amount: int, *, at: int | None = None,
+              expiry: int | None = None, pool: str | None = None,
+              priority: int = DEFAULT_GRANT_PRIORITY, memo: str | None = None,
+              event_id: str | None = None) -> Outcome:
+        """Record a grant of `amount` (valid until `expiry`, if given)."""
+        require_positive_int("amount", amount)
+        event = CreditsGranted(account, amount, expiry, normalise_pool(pool), priority, memo)
+
+        def make(_: Ledger) -> DomainEvent:
+            when = self._time(at)
+            if expiry is not None and expiry <= when:
+                raise ValueError(f"expiry must be after the grant's time: expiry {expiry} <= "
+                                 f"time {when}")
+            return event
+
+        return self._decide(account, at, make, event_id)
+
+    def consume(self, account: str, amount: int, *, at: int | None = None,
+                pool: str | None = None, memo: str | None = None,
+                event_id: str | None = None) -> Outcome:
+        """Record a usage report; the outcome's `debt_after` is the debt right after it."""
+        require_positive_int("amount", amount)
+        event = CreditsConsumed(account, amount, normalise_pool(pool), memo)
+        return self._decide(account, at, lambda _: event, event_id)
+
+    def adjust(self, account: str, amount: int, reason: str, *, at: int | None = None,
+               pool: str | None = None, memo: str | None = None,
+               event_id: str | None = None) -> Outcome:
+        """Record a manual credit (amount > 0) or debit (amount < 0) with its reason."""
+        event = CreditsAdjusted(account, amount, reason, normalise_pool(pool), memo)
+        return self._decide(account, at, lambda _: event, event_id)
+
+    def void(self, grant_id: str, *, at: int | None = None, reason: str | None = None,
+             memo: str | None = None, event_id: str | None = None) -> Outcome:
+        """From `at` on, the unused credits of grant `grant_id` no longer count."""
+        target = self._recorded(grant_id, "grant")
+        if target.type != "grant":
+            raise ValueError(f"event {grant_id!r} is a {target.type}, not a grant: only a "
+                             "grant can be voided (reverse other events)")
+        event = GrantVoided(grant_id, reason, memo)
+
+        def make(ledger: Ledger) -> DomainEvent:
+            if ledger.excluded and grant_id in ledger.excluded:
+                raise ValueError(f"grant {grant_id!r} is reversed: there is nothing to void")
+            voided = ledger.voids.get(grant_id)
+            if voided is not None:
+                raise ValueError(f"grant {grant_id!r} is already voided from {voided}")
+            return event
+
+        return self._decide(target.stream, at, make, event_id)
+
+    def reverse(self, target_id: str, reason: str, *, memo: str | None = None,
+                event_id: str | None = None) -> Outcome:
+        """Take the recorded event `target_id` out of every fold (a reversal of a reversal
+        puts its event back). Recorded at the clock's time, which changes nothing."""
+        target = self._recorded(target_id, "event")
+        event = EventReversed(target_id, reason, memo)
+
+        def make(ledger: Ledger) -> DomainEvent:
+            if ledger.excluded and target_id in ledger.excluded:
+                raise ValueError(f"event {target_id!r} is already reversed")
+            return event
+
+        session = self._session
+
+        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
+            # The wall clock, not "never before the latest event": the latest event may be
+            # the very one reversed (a time in milliseconds). A reversal's time changes no
+            # fold, so landing in the past costs a re-projection, nothing else. A retry
+            # rebuilds at the time first recorded.
+            replay = session._replay_time
+            when = replay if replay is not None else require_int("clock()", self._clock())
+            return [session.event(when, make(ledger), target.stream)]
+
+        (outcome,) = session.decide([target.stream], build, event_id=event_id)
+        return outcome

@@ -1,0 +1,157 @@
+"""The correction commands: grant, consume, adjust, void, reverse; errors append nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import Run
+
+from eventstore import Journal
+
+
+def _head(db: str) -> int:
+    journal = Journal(db)
+    try:
+        return journal.head()
+    finally:
+        journal.close()
+
+
+def _balance(run: Run, account: str, *extra: str) -> int:
+    result = run("balance", account, "--json", *extra)
+    assert result.exit_code == 0, result.stderr
+    return int(json.loads(result.stdout)["balance"])
+
+
+def _json(run: Run, *args: str) -> dict[str, object]:
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    out: dict[str, object] = json.loads(result.stdout)
+    return out
+
+
+def test_grant_and_consume_record_one_event_each(run: Run, db: str) -> None:
+    granted = _json(run, "grant", "acme", "100", "--at", "1", "--expiry", "50",
+                    "--priority", "10", "--memo", "PO 4411", "--id", "g1")
+    assert (granted["id"], granted["amount"], granted["priority"]) == ("g1", 100, 10)
+    used = _json(run, "consume", "acme", "130", "--at", "2", "--memo", "run 17")
+    assert used["debt"] == 30
+    human = run("consume", "acme", "5", "--at", "3")
+    assert human.exit_code == 0 and "debt after it: 35" in human.stdout
+    assert _head(db) == 3
+    exported = [json.loads(line) for line in run("export").stdout.splitlines()]
+    assert exported[0]["memo"] == "PO 4411" and exported[0]["priority"] == 10
+    statement = _json(run, "statement", "acme")
+    assert [line["memo"] for line in statement["lines"]][:2] == ["PO 4411", "run 17"]
+
+
+def test_a_retry_with_the_same_id_appends_nothing(run: Run, db: str) -> None:
+    for _ in range(2):
+        assert run("grant", "acme", "100", "--at", "1", "--id", "g1").exit_code == 0
+    assert _head(db) == 1
+
+
+def test_a_time_without_at_is_never_before_the_latest_event(run: Run) -> None:
+    run("grant", "acme", "100", "--at", "4000000000")
+    used = _json(run, "consume", "acme", "10")
+    assert used["time"] == 4000000000
+
+
+def test_adjust_takes_a_negative_amount_and_requires_a_reason(run: Run, db: str) -> None:
+    run("grant", "acme", "10", "--at", "1")
+    debit = _json(run, "adjust", "acme", "-25", "--reason", "double-billed run 17",
+                  "--at", "2")
+    assert (debit["amount"], debit["debt"]) == (-25, 15)
+    credit = _json(run, "adjust", "acme", "40", "--reason", "goodwill", "--at", "3")
+    assert credit["amount"] == 40
+    assert _balance(run, "acme") == 25
+    missing = run("adjust", "acme", "-5")
+    assert missing.exit_code == 2 and "--reason" in missing.stderr
+    zero = run("adjust", "acme", "0", "--reason", "nothing")
+    assert zero.exit_code == 2 and "must not be 0" in zero.stderr
+    assert _head(db) == 3
+
+
+def test_void_stops_the_rest_of_a_grant(run: Run, db: str) -> None:
+    run("grant", "acme", "100", "--at", "0", "--id", "g1")
+    run("consume", "acme", "30", "--at", "2")
+    voided = _json(run, "void", "g1", "--at", "6", "--reason", "contract cancelled")
+    assert voided["voided"] == 70
+    assert _balance(run, "acme", "--at", "5") == 70
+    assert _balance(run, "acme", "--at", "6") == 0
+    again = run("void", "g1", "--at", "7")
+    assert again.exit_code == 2 and "already voided" in again.stderr
+    assert _head(db) == 3
+
+
+@pytest.mark.parametrize(("target", "message"), [("nope", "no event 'nope'"),
+                                                  ("u1", "not a grant")])
+def test_void_of_anything_but_a_grant_is_refused(run: Run, db: str, target: str,
+                                                 message: str) -> None:
+    run("consume", "acme", "30", "--at", "2", "--id", "u1")
+    result = run("void", target)
+    assert result.exit_code == 2 and message in result.stderr
+    assert _head(db) == 1
+
+
+def test_reverse_takes_an_event_out_and_a_second_reverse_puts_it_back(run: Run,
+                                                                      db: str) -> None:
+    run("grant", "acme", "100", "--at", "0")
+    run("consume", "acme", "1", "--at", "1796083200000", "--allow-far-times", "--id", "u-991")
+    assert _balance(run, "acme", "--at", "50") == 100
+    reversed_ = _json(run, "reverse", "u-991", "--reason", "timestamp was in milliseconds",
+                      "--id", "r1")
+    assert reversed_["event"] == "u-991"
+    # Live decisions no longer move to the reversed event's time.
+    assert int(_json(run, "consume", "acme", "1")["time"]) < 1796083200000
+    twice = run("reverse", "u-991", "--reason", "again")
+    assert twice.exit_code == 2 and "already reversed" in twice.stderr
+    assert run("reverse", "r1", "--reason", "it was right").exit_code == 0
+    assert _head(db) == 5
+
+
+def test_far_times_are_refused_unless_allowed(run: Run, db: str) -> None:
+    result = run("grant", "acme", "100", "--at", "1796083200000")
+    assert result.exit_code == 2 and "probably milliseconds" in result.stderr
+    result = run("consume", "acme", "1", "--at", "1796083200000")
+    assert result.exit_code == 2
+    assert _head(db) == 0
+    # An expiry may be later.
+    assert run("grant", "acme", "100", "--at", "1", "--expiry", "99999999999").exit_code == 0
+
+
+@pytest.mark.parametrize("args", [
+    ("grant", "acme", "0"),
+    ("grant", "acme", "-5"),
+    ("grant", "acme", "5", "--priority", "101"),
+    ("grant", "acme", "5", "--at", "10", "--expiry", "10"),
+    ("consume", "acme", "-5"),
+    ("reverse", "nope", "--reason", "x"),
+    ("reverse", "nope"),
+])
+def test_bad_input_exits_2_and_appends_nothing(run: Run, db: str, args: tuple[str, ...]) -> None:
+    result = run(*args)
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.count("\n") == 1
+    assert _head(db) == 0
+
+
+def test_statement_and_explain_show_each_correction(run: Run) -> None:
+    for args in (("grant", "acme", "100", "--at", "0", "--id", "g1"),
+                 ("grant", "acme", "50", "--at", "0", "--id", "g2", "--priority", "10"),
+                 ("consume", "acme", "30", "--at", "2", "--id", "u1"),
+                 ("adjust", "acme", "-25", "--reason", "dup", "--at", "3", "--id", "x1"),
+                 ("void", "g1", "--at", "6", "--id", "v1"),
+                 ("consume", "acme", "500", "--at", "7", "--id", "u2"),
+                 ("reverse", "u2", "--reason", "wrong", "--id", "r1")):
+        assert run(*args).exit_code == 0
+    lines = {line["event_id"]: line for line in _json(run, "statement", "acme")["lines"]}
+    assert lines["u1"]["grants"] == [["g2", 30]]  # priority 10 first
+    assert (lines["x1"]["change"], lines["v1"]["change"]) == (-25, -95)
+    assert (lines["u2"]["change"], lines["u2"]["status"]) == (0, "reversed")
+    assert not [line for line in lines.values() if "unexplained" in line["detail"]]
+    explained = _json(run, "explain", "acme")
+    g1 = next(g for g in explained["grants"] if g["grant"] == "g1")
+    assert (g1["expired"], g1["remaining"]) == (95, 0)
+    assert [s["event_id"] for s in explained["spends"]] == ["u1", "x1"]
