@@ -257,6 +257,7 @@ class StatementLineAnswer(Answer):
     grants: list[list[Any]]
     debt_paid: int
     debt_created: int
+    memo: str | None = None  # the event's memo, if it has one
 
 
 class Closing(Answer):
