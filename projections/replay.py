@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
-from projections.checkpoint import (
-    CHECKPOINT,
-    CheckpointError,
-    checkpoint_is_valid_at,
-    load_checkpoint,
-    save_checkpoint,
-)
+
+# The checkpoint names callers found here before they moved (`X as X`: re-exported).
+from projections.checkpoint import CHECKPOINT as CHECKPOINT
+from projections.checkpoint import CheckpointError, checkpoint_is_valid_at, load_checkpoint
+from projections.checkpoint import invalidate_after as invalidate_after
+from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
+from projections.checkpoint import save_checkpoint as save_checkpoint
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded

@@ -22,6 +22,8 @@ The tree format, every container a list whose first element is a tag:
     [2, key, value, key, value...] a dict, in insertion order
     [3, class index, field...]     a new object; fields in the order of `schema()`
     [4, object index]              an object seen before (indices count the 3s, from 0)
+    [5, item, ...]                 a frozenset
+    [6, item, ...]                 a set
 
 Scalars stand for themselves.
 """
@@ -31,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-_LIST, _TUPLE, _DICT, _NEW, _REF = range(5)
+_LIST, _TUPLE, _DICT, _NEW, _REF, _FROZENSET, _SET = range(7)
 _SCALARS = (type(None), bool, int, float, str)
 
 
@@ -76,6 +78,10 @@ class StateCodec:
                 return [copy(x) for x in v]
             if t is dict:
                 return {k: copy(x) for k, x in v.items()}
+            if t is frozenset:
+                return v  # hashable members: immutable all the way down
+            if t is set:
+                return set(v)
             names = fields.get(t)
             if names is None:
                 raise TypeError(f"cannot copy a {t.__name__}: not a state class")
@@ -115,6 +121,10 @@ class StateCodec:
                     out.append(enc(k))
                     out.append(enc(x))
                 return out
+            if t is frozenset:
+                return [_FROZENSET, *[enc(x) for x in v]]
+            if t is set:
+                return [_SET, *[enc(x) for x in v]]
             names = fields.get(t)
             if names is None:
                 raise TypeError(f"cannot encode a {t.__name__}: not a state class")
@@ -156,6 +166,12 @@ class StateCodec:
                     except TypeError as exc:  # an unhashable key
                         raise StateFormatError(f"bad dict key: {exc}") from None
                 return out
+            if tag in (_FROZENSET, _SET):
+                try:
+                    members = [dec(x) for x in v[1:]]
+                    return frozenset(members) if tag == _FROZENSET else set(members)
+                except TypeError as exc:  # an unhashable member
+                    raise StateFormatError(f"bad set member: {exc}") from None
             if tag == _REF:
                 if len(v) != 2 or type(v[1]) is not int or not 0 <= v[1] < len(objects):
                     raise StateFormatError(f"reference to an unknown object: {v[1:]!r}")
