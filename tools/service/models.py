@@ -83,6 +83,7 @@ class AccountBody(Body):
     account: Name = Field(min_length=1, max_length=200)
     max_running: StrictInt | None = Field(default=None, ge=1,
                                           description="cap on running jobs; none: no cap")
+    time: EventTime | None = Field(default=None, description="none: now")
 
 
 class AccountCreated(Answer):
