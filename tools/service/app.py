@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from eventstore import JournalLike
@@ -78,14 +78,19 @@ class AccessLog:
 def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
                clock: Callable[[], int] | None = None, allow_far_times: bool = False,
                max_batch: int = 512, load_in_background: bool = False,
-               mount_web: bool = True) -> FastAPI:
+               mount_web: bool = True, manage_ledger: bool = True) -> FastAPI:
     """The service on `journal` (a URL or a journal). `load_in_background`: answer
-    /healthz at once and /readyz (and everything else) once the projection is caught up."""
+    /healthz at once and /readyz (and everything else) once the projection is caught up.
+    `manage_ledger=False`: the caller starts and stops `app.state.ledger` itself (an app
+    embedded somewhere that runs the lifespan more than once)."""
     service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
                             max_batch=max_batch)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not manage_ledger:
+            yield
+            return
         loader: threading.Thread | None = None
         if load_in_background:
             loader = threading.Thread(target=_start, args=(service,), name="catch-up",
@@ -126,6 +131,8 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
                                 status_code=503)
         return {"status": "ready", "position": service.head()}
 
+    if not app.state.authority.enabled:
+        _without_security(app)
     app.include_router(writes.router, tags=["decisions"])
     app.include_router(reads.router, tags=["reads"])
     app.add_middleware(AccessLog)
@@ -136,6 +143,27 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     return app
 
 
+def _without_security(app: FastAPI) -> None:
+    """Without tokens nothing needs one: the document must not say otherwise."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = plain()
+            doc.get("components", {}).pop("securitySchemes", None)
+            for operations in doc.get("paths", {}).values():
+                for operation in operations.values():
+                    if isinstance(operation, dict):
+                        operation.pop("security", None)
+                        responses = operation.get("responses", {})
+                        responses.pop("401", None)
+                        responses.pop("403", None)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def _start(service: LedgerService) -> None:
     try:
         service.start()
@@ -143,6 +171,3 @@ def _start(service: LedgerService) -> None:
         log.exception("the service could not load the journal")
 
 
-def _request_role(request: Request) -> str | None:
-    role: str | None = getattr(request.state, "role", None)
-    return role

@@ -114,7 +114,7 @@ class GrantAnswer(Answer):
     id: str
     account: str
     amount: int
-    expiry: int | None
+    expiry: int | None = Field(default=None, description="absent: never expires")
     pool: str
     priority: int | None = None
     memo: str | None = None

@@ -46,7 +46,7 @@ from tools.service.times import check_far, parse_event_time
 router = APIRouter(prefix="/v1")
 
 IdempotencyKey = Annotated[str | None, Header(
-    alias="Idempotency-Key",
+    alias="Idempotency-Key", min_length=1, max_length=200,
     description="becomes the event id; repeat it to retry safely (same body: same answer, "
                 "nothing appended; another body: 409)")]
 
