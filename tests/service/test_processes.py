@@ -72,7 +72,9 @@ def test_two_replicas_on_one_postgres_journal(tmp_path: Path, pg_fresh_url: str)
             server.running(pg_fresh_url, tmp_path / "b.log") as b:
         http_kit.open_accounts(a.base)
         results = _run_clients([a.base, b.base], tmp_path)
-        # Both replicas caught up: they answer the same balances.
+        # Both replicas caught up (a read looks at the journal again after 50 ms): they
+        # answer the same balances.
+        time.sleep(0.2)
         for account in http_kit.ACCOUNTS:
             path = f"/v1/accounts/{account}/balance"
             assert http_kit.call(a.base, "GET", path) == http_kit.call(b.base, "GET", path)

@@ -270,7 +270,7 @@ class AppendEvents:
         before = journal.head()
         # Hold the key of every stream written, as the import resolved them (a job event
         # goes to its job's account, found only now); already held keys cost nothing.
-        with journal.transaction(sorted({e.stream for e in plan.events})):
+        with service.batching.transaction(sorted({e.stream for e in plan.events})):
             recorded = journal.append(plan.events)
         with session.lock:
             session.catch_up()
