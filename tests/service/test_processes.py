@@ -58,9 +58,16 @@ def _check(url: str, results: list[dict[str, Any]]) -> None:
 
 def test_one_service_on_sqlite_many_clients(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with server.running(url, tmp_path / "serve.log") as one:
+    one = server.start(url, tmp_path / "serve.log")
+    try:
         http_kit.open_accounts(one.base)
         results = _run_clients([one.base], tmp_path)
+        status, ready = http_kit.call(one.base, "GET", "/readyz")
+        assert status == 200 and ready["decisions"] >= len(http_kit.ACCOUNTS) * 2
+    finally:
+        # SIGTERM: a graceful stop (uvicorn then ends by the signal it was sent).
+        assert one.stop() in (0, -signal.SIGTERM)
+    assert "stopped: " in (tmp_path / "serve.log").read_text()
     _check(url, results)
     log = (tmp_path / "serve.log").read_text()
     assert '"path": "/v1/jobs"' in log  # structured access logs

@@ -107,6 +107,9 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
                 loader.join()
             service.stop()
             service.close()
+            writer = service.writer
+            log.info("stopped: %d decisions committed in %d batches", writer.committed,
+                     writer.batches)
 
     app = FastAPI(title="gpu-credits", version="1.0", description=DESCRIPTION,
                   lifespan=lifespan)
@@ -116,20 +119,23 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     reads.install(app)
     writes.install(app)
 
-    @app.get("/healthz", response_model=Health, tags=["operations"],
-             summary="Liveness")
+    @app.get("/healthz", response_model=Health, response_model_exclude_none=True,
+             tags=["operations"], summary="Liveness")
     def healthz() -> Any:
         """The process answers (whether or not it is caught up yet)."""
         return {"status": "stopping" if service.stopping else "ok"}
 
-    @app.get("/readyz", response_model=Health, tags=["operations"], summary="Readiness",
+    @app.get("/readyz", response_model=Health, response_model_exclude_none=True,
+             tags=["operations"], summary="Readiness",
              responses={503: {"model": Health, "description": "not caught up yet"}})
     def readyz() -> Any:
         """Ready once the projection has caught up with the journal."""
         if not service.ready.is_set() or service.stopping:
             return JSONResponse({"status": "stopping" if service.stopping else "starting"},
                                 status_code=503)
-        return {"status": "ready", "position": service.head()}
+        writer = service.writer
+        return {"status": "ready", "position": service.head(), "batches": writer.batches,
+                "decisions": writer.committed, "largest_batch": writer.largest_batch}
 
     if not app.state.authority.enabled:
         _without_security(app)

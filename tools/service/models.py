@@ -339,4 +339,7 @@ class Health(Answer):
     """Liveness or readiness."""
 
     status: Literal["ok", "ready", "starting", "stopping"]
-    position: int | None = None
+    position: int | None = Field(default=None, description="the projection's journal position")
+    batches: int | None = Field(default=None, description="decision batches committed")
+    decisions: int | None = Field(default=None, description="decisions in those batches")
+    largest_batch: int | None = None
