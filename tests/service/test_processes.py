@@ -27,6 +27,10 @@ from tests.service import http_kit, server
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "concurrency"))
 from concurrency_kit import check_linearizable
 
+# Multi-process, like the journal's and the concurrency tests: `make test` and CI run them,
+# the quick landing gate does not.
+pytestmark = pytest.mark.slow
+
 CLIENTS = 3
 OPS = 40
 

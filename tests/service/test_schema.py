@@ -30,7 +30,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
 @schema.parametrize()
-@settings(max_examples=20, deadline=None,
+@settings(max_examples=12, deadline=None,
           suppress_health_check=list(HealthCheck))
 def test_every_answer_conforms(case: schemathesis.Case) -> None:
     # Every check but one: names (accounts, jobs, keys) are refused with 422 when they
