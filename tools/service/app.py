@@ -104,6 +104,7 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
             # Uvicorn has stopped taking requests and waited for those in flight: the
             # writer now commits what is queued, then the connections close.
             if loader is not None:
+                service.stopping = True  # a loader still retrying gives up
                 loader.join()
             service.stop()
             service.close()
@@ -170,10 +171,16 @@ def _without_security(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _start(service: LedgerService) -> None:
-    try:
-        service.start()
-    except Exception:
-        log.exception("the service could not load the journal")
+def _start(service: LedgerService, retry_every: float = 2.0) -> None:
+    """Load the projection; while the database cannot be read, try again (the process
+    stays alive and not ready, which is what an orchestrator should see)."""
+    while not service.stopping:
+        try:
+            service.start()
+            return
+        except Exception as exc:
+            log.warning("cannot load the journal yet (%s: %s); retrying in %g s",
+                        type(exc).__name__, " ".join(str(exc).split())[:200], retry_every)
+            _time.sleep(retry_every)
 
 
