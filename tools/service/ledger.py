@@ -152,6 +152,8 @@ class LedgerService:
         """Queue `command` for the writer; its answer once committed (or its error)."""
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")
+        if not self.ready.is_set():
+            raise Unavailable("the service is starting: the projection is not caught up yet")
         return await asyncio.wrap_future(self.writer.submit(command))
 
     def decide_now(self, command: Command) -> Any:
