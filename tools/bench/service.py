@@ -5,7 +5,8 @@ Three measurements, each beside its baseline in the same run:
 1. single decisions: 16 client processes each send usage reports (one decision per
    request, with an Idempotency-Key) to `gpu-credits serve` on PostgreSQL; committed
    decisions/s and latency p50/p99, beside a bare FastAPI endpoint that only answers,
-   driven by the same clients;
+   driven by the same clients, and beside today's library path (8 worker processes
+   deciding through `Scheduler.submit` on 100 accounts, `tools/bench_workers.py`);
 2. `POST /v1/events` in batches of 100: events/s, beside raw psycopg inserting one row
    per commit;
 3. `GET /v1/accounts/{a}/balance` with 8 clients: requests/s and latency p50/p99.
@@ -235,10 +236,19 @@ def run(quick: bool) -> dict[str, Any]:
                     for i in range(reads)] for c in range(8)])
             out["raw_psycopg_rows_per_second"] = round(
                 raw_one_per_commit(url, 300 if quick else 2000), 1)
+        # Today's library path: 8 worker processes, each deciding through Scheduler.submit
+        # on a random one of 100 accounts (tools/bench_workers.py's measurement).
+        from tools import bench_workers
+
+        library = bench_workers.measure(bench_workers.WORKLOADS[1], 8,
+                                        3.0 if quick else 10.0, base)
+        out["library_8_workers_per_second"] = round(library["per_second"], 1)
     finally:
         drop_schema(base, schema)
     single = out["decisions_16"]["per_second"]
     out["ratio_decisions_to_bare"] = round(single / out["bare_16"]["per_second"], 2)
+    out["ratio_decisions_to_library_8"] = round(single / out["library_8_workers_per_second"],
+                                                2)
     out["ratio_events_to_raw"] = round(
         out["events_batches_of_100"]["events_per_second"] / out["raw_psycopg_rows_per_second"],
         1)
