@@ -1,22 +1,28 @@
 """The journal as the live session sees it while the writer decides a batch.
 
 The session decides each command as the library does (lock, catch up, build, append),
-which costs several round trips per decision. Inside a batch most of them are already
-done, once, for the whole batch:
+which costs several round trips per decision. Inside a batch most of them are done once
+for the whole batch:
 
 - the batch holds every key its commands lock, so a decision's own lock request only
   goes to the database for a key the batch does not hold yet;
 - the batch caught up under those keys, and the projection holds each decision of the
-  batch as it is appended; a decision's catch-up can only find events other writers
+  batch as it is made; a decision's catch-up could only find events other writers
   appended since, on keys this batch does not hold, which cannot change a decision on
   the keys it does hold, so it is skipped (unless a key was added during the batch: then
   the next catch-up reads, because that key's events may be new);
 - the journal's latest event time is only asked to move a live decision after events
-  other writers recorded meanwhile on other keys, a courtesy the batch skips.
+  other writers recorded meanwhile on other keys, a courtesy the batch skips;
+- with `defer_appends`, the decisions' events are not written one decision at a time:
+  each gets the position it will have (the head, plus the events before it in the
+  batch), the projection applies it there, and the batch writes them all in one append
+  before anything reads the journal and before the commit. The append must return
+  exactly those positions, all new; if not (another writer appended in between, or a
+  retried key was already recorded), `PositionsMoved` is raised: the transaction rolls
+  back and the caller decides the batch again without deferring.
 
-Appending stays per decision, inside the one transaction: the commit is what the batch
-shares. Everything else (reads by other threads, retries rebuilding a decision, late
-events) goes to the journal itself.
+Everything else (reads, retries rebuilding a decision, late events) goes to the journal
+itself, after writing what is deferred.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction
 SHARED = "shared:"
 
 
+class PositionsMoved(Exception):
+    """The deferred events did not land where the projection placed them."""
+
+
 @dataclass
 class _Batch:
     tx: Transaction
@@ -39,6 +49,23 @@ class _Batch:
     thread: int = field(default_factory=threading.get_ident)
     caught_up: int | None = None  # the position the batch caught up to under its keys
     dirty: bool = False  # a key was added: the next catch-up must read
+    defer: bool = False
+    base: int | None = None  # the head the pending events follow (None: ask the journal)
+    pending: list[NewEvent] = field(default_factory=list)
+    pending_ids: dict[str, RecordedEvent] = field(default_factory=dict)
+    direct: bool = False  # the decision being made is a retry: append it at once
+
+
+def _flush(batch: _Batch) -> None:
+    if not batch.pending:
+        return
+    events, first = batch.pending, (batch.base or 0) + 1
+    batch.pending, batch.pending_ids = [], {}
+    recorded = batch.tx.append(events)
+    if [r.position for r in recorded] != list(range(first, first + len(events))):
+        raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
+                             f"expected {first}..")
+    batch.base = None
 
 
 class _BatchTransaction:
@@ -56,14 +83,36 @@ class _BatchTransaction:
             return iter(())
         if catching_up:
             batch.dirty = False
+        _flush(batch)
         return batch.tx.read(**kwargs)
 
     def append(self, events: Sequence[NewEvent], *,
                expected_versions: Mapping[str, int] | None = None) -> list[RecordedEvent]:
-        return self._batch.tx.append(events, expected_versions=expected_versions)
+        batch = self._batch
+        if not batch.defer or expected_versions is not None or batch.direct:
+            # A retry appends at once: the journal answers it with the original records,
+            # or refuses another body (IdempotencyConflict) before writing anything, so
+            # the batch goes on.
+            batch.direct = False
+            _flush(batch)
+            return batch.tx.append(events, expected_versions=expected_versions)
+        if batch.base is None:
+            batch.base = batch.tx.head()
+        out = []
+        for event in events:
+            position = batch.base + len(batch.pending) + 1
+            rec = RecordedEvent(position, event.id, event.stream, 0, event.type, event.time,
+                                0, event.payload, "")
+            batch.pending.append(event)
+            batch.pending_ids[event.id] = rec
+            out.append(rec)
+        return out
 
     def head(self) -> int:
-        return self._batch.tx.head()
+        batch = self._batch
+        if batch.pending and batch.base is not None:
+            return batch.base + len(batch.pending)
+        return batch.tx.head()
 
 
 class BatchJournal:
@@ -78,6 +127,10 @@ class BatchJournal:
         return self._journal.url
 
     def __getattr__(self, name: str) -> Any:
+        # Anything not listed here reads or writes the journal: write what is deferred.
+        batch = self._current()
+        if batch is not None:
+            _flush(batch)
         return getattr(self._journal, name)
 
     def _current(self) -> _Batch | None:
@@ -88,19 +141,30 @@ class BatchJournal:
 
     @contextmanager
     def batch(self, locks: Sequence[str]) -> Iterator[Transaction]:
-        """One transaction for a whole batch, holding `locks`."""
+        """One transaction for a whole batch, holding `locks`; deferred events are
+        written before it commits."""
         with self._journal.transaction(locks) as tx:
-            self._batch = _Batch(tx, set(locks))
+            batch = self._batch = _Batch(tx, set(locks))
             try:
                 yield tx
+                _flush(batch)
             finally:
                 self._batch = None
 
-    def caught_up(self, position: int) -> None:
-        """The batch has caught up to `position` under its keys."""
+    def caught_up(self, position: int, *, defer_appends: bool = False) -> None:
+        """The batch has caught up to `position` (the head) under its keys; with
+        `defer_appends`, decisions' events are written together (see the module doc)."""
         batch = self._current()
         if batch is not None:
             batch.caught_up = position
+            batch.defer = defer_appends
+            batch.base = position
+
+    def flush(self) -> None:
+        """Write the deferred events now (before an append that is not deferred)."""
+        batch = self._current()
+        if batch is not None:
+            _flush(batch)
 
     @contextmanager
     def transaction(self, locks: Iterable[str] = ()) -> Iterator[Any]:
@@ -117,7 +181,35 @@ class BatchJournal:
                 batch.dirty = True
         yield _BatchTransaction(batch)
 
+    def get(self, event_id: str) -> RecordedEvent | None:
+        batch = self._current()
+        if batch is not None:
+            # A key is in at most one decision of a batch (the writer sees to it): a
+            # deferred id is this batch's own event.
+            deferred = batch.pending_ids.get(event_id)
+            if deferred is not None:
+                return deferred
+        found = self._journal.get(event_id)
+        if found is not None and batch is not None:
+            batch.direct = True
+        return found
+
     def max_time(self, streams: Iterable[str] | None = None) -> int | None:
         if streams is None and self._current() is not None:
             return None
+        batch = self._current()
+        if batch is not None:
+            _flush(batch)
         return self._journal.max_time(streams)
+
+    def read(self, **kwargs: Any) -> Iterator[RecordedEvent]:
+        batch = self._current()
+        if batch is not None:
+            _flush(batch)
+        return self._journal.read(**kwargs)
+
+    def head(self) -> int:
+        batch = self._current()
+        if batch is not None:
+            _flush(batch)
+        return self._journal.head()

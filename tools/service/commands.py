@@ -263,6 +263,7 @@ class AppendEvents:
 
     def run(self, service: LedgerService) -> AnswerDict:
         journal, session = service.journal, service.session
+        service.batching.flush()  # the batch's deferred decisions go first
         data = "\n".join(json.dumps(r, ensure_ascii=False) for r in self.records).encode()
         plan = importing.plan_import(data, "request", journal)
         if not plan.ok:

@@ -25,7 +25,7 @@ from projections.ledger import Ledger
 from projections.outcomes import Outcome
 from projections.scheduler import Scheduler
 from projections.session import LedgerSession, open_journal, session_of
-from tools.service.batching import BatchJournal
+from tools.service.batching import BatchJournal, PositionsMoved
 from tools.service.groupcommit import Command, GroupCommit, run_commands
 from tools.service.problems import Unavailable
 
@@ -49,6 +49,9 @@ class _Scheduler(Scheduler):
         return outcomes
 
 
+DEFER_PAUSE = 1.0
+"""Seconds without deferred appends after another writer's events were seen."""
+
 READ_FRESHNESS = 0.05
 """Seconds a read may answer without looking for other writers' events (see reading())."""
 
@@ -58,8 +61,12 @@ class LedgerService:
 
     def __init__(self, journal: JournalLike | str | None, *,
                  clock: Callable[[], int] | None = None, allow_far_times: bool = False,
-                 max_batch: int = 512) -> None:
+                 max_batch: int = 512, defer_appends: bool = True) -> None:
         self.journal = open_journal(journal)
+        # Write a batch's decisions in one append when no other writer is active (see
+        # tools/service/batching.py); False: one append per decision, always.
+        self.defer_appends = defer_appends
+        self._defer_after = 0.0
         # The journal as the session and the commands see it inside a batch.
         self.batching = BatchJournal(self.journal)
         self.clock = clock or wall_clock
@@ -161,6 +168,17 @@ class LedgerService:
         return self.writer.submit(command).result()
 
     def _run_batch(self, commands: Sequence[Command]) -> list[Any]:
+        defer = self.defer_appends and _time.monotonic() >= self._defer_after
+        try:
+            return self._decide_batch(commands, defer)
+        except PositionsMoved:
+            # Nothing of the attempt committed, but the projection applied it: rebuild
+            # it, then decide the batch again with one append per decision.
+            self._defer_after = _time.monotonic() + DEFER_PAUSE
+            self.reset()
+            return self._decide_batch(commands, False)
+
+    def _decide_batch(self, commands: Sequence[Command], defer: bool) -> list[Any]:
         session = self.session
         with session.lock:
             # Keys from the projection as it stands: a key missed because the projection
@@ -174,6 +192,10 @@ class LedgerService:
                 # first spares the read when nobody else wrote, the usual case.)
                 if self.journal.head() != session.projector.position:
                     session.catch_up()
-                self.batching.caught_up(session.projector.position)
+                    # Another writer is active: deferred appends would likely find their
+                    # positions taken; write one decision at a time for a while.
+                    self._defer_after = _time.monotonic() + DEFER_PAUSE
+                    defer = False
+                self.batching.caught_up(session.projector.position, defer_appends=defer)
                 self._caught_up_at = _time.monotonic()
                 return run_commands(commands, self)
