@@ -72,3 +72,24 @@ def test_a_refused_command_does_not_fail_its_batch(service: Any) -> None:
     assert service.writer.batches >= 2
     with service.reading() as ledger:
         assert ledger.digest() == fold_canonical(service.journal).digest()
+
+
+def test_a_graceful_stop_leaves_a_checkpoint_for_the_next_start(tmp_path: Path) -> None:
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT
+
+    url = f"sqlite:///{tmp_path / 'cp.db'}"
+    svc = LedgerService(url, clock=lambda: 10)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    svc.decide_now(commands.Usage("u1", "a", 7, None, None, 10))
+    svc.stop()
+    svc.close()
+    with Journal(url) as journal:
+        assert [i.position for i in journal.snapshots(CHECKPOINT)] == [2]
+    again = LedgerService(url, clock=lambda: 10)
+    again.start()
+    with again.reading() as ledger:
+        assert ledger.accounts["a"].balance == 93
+    again.stop()
+    again.close()
