@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from eventstore import JournalLike, RecordedEvent, SnapshotInfo
 from projections.bulk import paused_gc
+from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
@@ -190,7 +191,8 @@ def invalidate_after(journal: JournalLike, late_time: int) -> int:
 
 
 def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyReport:
-    """Check the hash chain, then that replay reproduces every checkpoint's digest."""
+    """Check the hash chain, that replay reproduces every checkpoint's digest, and that
+    the replayed state keeps every invariant (`projections.invariants`)."""
     bad = journal.verify()
     if bad is not None:
         return VerifyReport(False, bad, f"hash chain broken at position {bad}")
@@ -215,4 +217,12 @@ def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyR
                                 f"{info.digest[:16]}…")
         checked += 1
     report = replay(journal, progress=progress)
+    # The replayed state must also be sound: a fold bug that the chain and the digests
+    # cannot see (they agree with themselves) still breaks an invariant.
+    broken = violations(report.ledger)
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        return VerifyReport(False, report.position,
+                            f"replay to position {report.position} breaks an invariant: "
+                            f"{broken[0]}{more}", report.events, checked)
     return VerifyReport(True, None, None, report.events, checked)
