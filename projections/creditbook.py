@@ -1,11 +1,12 @@
 """The credit book of one account: expiring batches, pools, debt and holds. Pure: no I/O.
 
-Batches live in one min-heap per pool, keyed by (expiry, grant order). Expired batches
+Batches live in one min-heap per pool, keyed by (priority, expiry, grant order). Expired batches
 are evicted lazily when the book is advanced to an event's time. A consume in pool P
-draws from P's heap and the general heap together, earliest expiry first, pool-specific
-before general on an equal expiry. Debt is kept per pool. A hold moves credits out of
-their batches into a reservation that cannot expire; releasing it puts each credit back
-into the batch it came from (or expires it there, if that batch has expired meanwhile).
+draws from P's heap and the general heap together: lowest priority number first, then
+earliest expiry, pool-specific before general on an equal expiry, then grant order. Debt
+is kept per pool. A hold moves credits out of their batches into a reservation that
+cannot expire; releasing it puts each credit back into the batch it came from (or expires
+it there, if that batch has expired or its grant was voided meanwhile).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.events import GENERAL
+from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 
 Lineage = tuple[tuple[str, int], ...]
 """Which grants (by event id) provided how many credits, in draw order."""
@@ -23,25 +24,28 @@ Lineage = tuple[tuple[str, int], ...]
 class Batch:
     """What is left of one grant, and what became of the rest."""
 
-    __slots__ = ("amount", "expired", "expiry", "grant_id", "in_heap", "key", "pool")
+    __slots__ = ("amount", "expired", "expiry", "grant_id", "in_heap", "key", "pool", "voided")
 
     def __init__(self, grant_id: str, pool: str, expiry: int | None, amount: int,
-                 order: tuple[int, int]) -> None:
+                 order: tuple[int, int], priority: int = DEFAULT_GRANT_PRIORITY) -> None:
         self.grant_id = grant_id
         self.pool = pool
         self.expiry = expiry
         self.amount = amount
         self.expired = 0
         self.in_heap = False
-        # Earliest expiry first (never-expiring last, whatever the others' expiry);
-        # pool-specific batches before general ones on an equal expiry; then grant order.
-        self.key = (expiry is None, expiry or 0, pool == GENERAL, order)
+        self.voided: int | None = None  # the event time its grant was voided at
+        # Lowest priority number first; then earliest expiry (never-expiring last,
+        # whatever the others' expiry); pool-specific batches before general ones on an
+        # equal expiry; then grant order. With every grant at the default priority this
+        # is exactly earliest-expiry-first.
+        self.key = (priority, expiry is None, expiry or 0, pool == GENERAL, order)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Snapshots pickle many batches: a constructor call is far cheaper than the
         # generic slots protocol.
         return (_rebuild_batch, (self.grant_id, self.pool, self.expiry, self.amount,
-                                 self.expired, self.in_heap, self.key))
+                                 self.expired, self.in_heap, self.key, self.voided))
 
     def __lt__(self, other: Batch) -> bool:
         return self.key < other.key
@@ -51,10 +55,11 @@ class Batch:
 
 
 def _rebuild_batch(grant_id: str, pool: str, expiry: int | None, amount: int, expired: int,
-                   in_heap: bool, key: tuple[bool, int, bool, tuple[int, int]]) -> Batch:
+                   in_heap: bool, key: tuple[int, bool, int, bool, tuple[int, int]],
+                   voided: int | None = None) -> Batch:
     batch = Batch.__new__(Batch)
     batch.grant_id, batch.pool, batch.expiry, batch.amount = grant_id, pool, expiry, amount
-    batch.expired, batch.in_heap, batch.key = expired, in_heap, key
+    batch.expired, batch.in_heap, batch.key, batch.voided = expired, in_heap, key, voided
     return batch
 
 
@@ -82,18 +87,20 @@ class Totals:
     charged_from_credits: int = 0  # consumed or charged and paid by credits
     debt_created: int = 0
     debt_paid: int = 0  # credits of grants (or released holds) that paid debt
-    expired: int = 0
+    expired: int = 0  # lapsed unused: by expiry or by a void
     charged_jobs: int = 0
+    voided: int = 0  # the part of `expired` that lapsed by a void
 
 
 @dataclass(slots=True)
 class Expiry:
-    """Credits of one grant that expired unused."""
+    """Credits of one grant that expired unused (or stopped counting: a void)."""
 
     grant_id: str
     pool: str
-    expiry: int
+    expiry: int  # the time they stopped counting: the grant's expiry or its void
     amount: int
+    voided: bool = False
 
 
 @dataclass(slots=True)
@@ -187,17 +194,50 @@ class CreditBook:
         return expired
 
     def _expire(self, batch: Batch, amount: int) -> Expiry:
-        assert batch.expiry is not None
         batch.amount -= amount
         batch.expired += amount
         self.active[batch.pool] -= amount
         self.totals.expired += amount
+        if batch.voided is not None and (batch.expiry is None or batch.voided < batch.expiry):
+            self.totals.voided += amount
+            return Expiry(batch.grant_id, batch.pool, batch.voided, amount, voided=True)
+        assert batch.expiry is not None
         return Expiry(batch.grant_id, batch.pool, batch.expiry, amount)
+
+    def void(self, grant_id: str, time: int) -> tuple[bool, list[Expiry]]:
+        """The unused credits of `grant_id` stop counting at `time`.
+
+        Returns (whether this book holds a batch of that grant, what lapsed now). Credits
+        of it held for a pending or running job stay with the job: a charge still takes
+        them, and whatever the job releases lapses on release.
+        """
+        found = False
+        lapsed: list[Expiry] = []
+        for hold in self.holds.values():
+            for batch, _ in hold.portions:
+                if batch.grant_id == grant_id and batch.voided is None:
+                    batch.voided = time
+                    found = True
+        for heap in self.heaps.values():
+            for i, batch in enumerate(heap):
+                if batch.grant_id != grant_id:
+                    continue
+                found = True
+                if batch.voided is None:
+                    batch.voided = time
+                del heap[i]
+                heapq.heapify(heap)
+                batch.in_heap = False
+                if batch.amount:
+                    lapsed.append(self._expire(batch, batch.amount))
+                break
+        return found, lapsed
 
     # -- changes -----------------------------------------------------------------------
 
     def grant(self, grant_id: str, amount: int, expiry: int | None, pool: str,
-              order: tuple[int, int]) -> tuple[tuple[tuple[str, int], ...], Batch | None]:
+              order: tuple[int, int], priority: int = DEFAULT_GRANT_PRIORITY
+              ) -> tuple[tuple[tuple[str, int], ...], Batch | None]:
         """Add a grant: pay debt first, keep the rest as a batch; return (debts paid, batch)."""
         self.totals.granted += amount
         paid = self._pay_debt(pool, amount)
@@ -205,7 +245,7 @@ class CreditBook:
         if rest == 0:
             # Swallowed whole by debt: it never enters the expiry queue.
             return paid, None
-        batch = Batch(grant_id, pool, expiry, rest, order)
+        batch = Batch(grant_id, pool, expiry, rest, order, priority)
         self._push(batch)
         self.active[pool] = self.active.get(pool, 0) + rest
         return paid, batch
@@ -326,7 +366,7 @@ class CreditBook:
         for batch, amount in portions:
             batch.amount += amount
             self.active[batch.pool] = self.active.get(batch.pool, 0) + amount
-            if time is not None and batch.is_expired_at(time):
+            if time is not None and (batch.voided is not None or batch.is_expired_at(time)):
                 expired.append(self._expire(batch, amount))
                 continue
             # Released credits are like a grant arriving now: they pay debt first.

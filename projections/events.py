@@ -21,6 +21,15 @@ TIMELINE_START = -(2**62)
 
 MAX_ID_LENGTH = 200
 
+MAX_MEMO_LENGTH = 1000
+"""A memo or reason is free text for people: long enough for a PO number and a sentence."""
+
+DEFAULT_GRANT_PRIORITY = 50
+"""A grant's priority when none is given: lower numbers are used first (0-100)."""
+
+FAR_TIME = 7258118400
+"""2200-01-01T00:00Z in epoch seconds: an event time after it is probably milliseconds."""
+
 DEFAULT_HALF_LIFE = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
 
@@ -59,6 +68,32 @@ def require_name(name: str, value: object) -> str:
     return value
 
 
+def require_text(name: str, value: object) -> str:
+    """Return `value` if it is a non-empty printable string of at most MAX_MEMO_LENGTH
+    characters (a memo or a reason), else raise ValueError."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ValueError(f"{name} must be non-empty printable text (no line breaks), "
+                         f"got {value!r}")
+    if len(value) > MAX_MEMO_LENGTH:
+        raise ValueError(f"{name} must be at most {MAX_MEMO_LENGTH} characters, "
+                         f"got {len(value)}")
+    return value
+
+
+def optional_text(name: str, value: object) -> str | None:
+    """None, or `value` checked by `require_text`."""
+    return None if value is None else require_text(name, value)
+
+
+def require_priority(value: object) -> int:
+    """Return a grant priority: an integer 0-100 (lower is used first)."""
+    require_int("priority", value)
+    assert isinstance(value, int)
+    if not 0 <= value <= 100:
+        raise ValueError(f"priority must be an integer from 0 to 100, got {value!r}")
+    return value
+
+
 def normalise_pool(value: object) -> str:
     """The pool a grant, consume or job names: None and "general" mean unrestricted."""
     if value is None:
@@ -87,8 +122,10 @@ class AccountOpened:
     half_life: int = DEFAULT_HALF_LIFE  # seconds for the account's recorded usage to halve
     refill_rate: int | None = None  # token bucket: credits per hour; None: no refill
     refill_cap: int | None = None  # the refill bucket holds at most this many credits
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("account", self.account)
         if self.max_running is not None:
             require_positive_int("max_running", self.max_running)
@@ -116,6 +153,8 @@ class CreditsGranted:
     amount: int
     expiry: int | None = None  # None: never expires
     pool: str = GENERAL
+    priority: int = DEFAULT_GRANT_PRIORITY  # lower numbers are used first
+    memo: str | None = None
 
     def __post_init__(self) -> None:
         require_name("account", self.account)
@@ -123,6 +162,8 @@ class CreditsGranted:
         if self.expiry is not None:
             require_int("expiry", self.expiry)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
+        require_priority(self.priority)
+        optional_text("memo", self.memo)
 
     @property
     def stream(self) -> str:
@@ -137,8 +178,10 @@ class CreditsConsumed:
     account: str
     amount: int
     pool: str = GENERAL
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("account", self.account)
         require_positive_int("amount", self.amount)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
@@ -158,8 +201,10 @@ class JobSubmitted:
     cost: int
     priority: int
     pool: str = GENERAL
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("account", self.account)
         require_name("job", self.job)
         require_non_negative_int("cost", self.cost)
@@ -177,8 +222,10 @@ class JobStarted:
 
     type: ClassVar[str] = "start"
     job: str
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("job", self.job)
 
 
@@ -190,8 +237,10 @@ class JobCompleted:
     job: str
     success: bool
     refund_fraction: float = 1.0
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("job", self.job)
         if not isinstance(self.success, bool):
             raise ValueError(f"success must be true or false, got {self.success!r}")
@@ -206,9 +255,69 @@ class JobCancelled:
 
     type: ClassVar[str] = "cancel"
     job: str
+    memo: str | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
+        optional_text("memo", self.memo)
         require_name("job", self.job)
+
+
+@dataclass(frozen=True, slots=True)
+class CreditsAdjusted:
+    """A manual correction with its reason: a credit (amount > 0) works like a grant
+    without expiry and pays debt first; a debit (amount < 0) works like a usage report."""
+
+    type: ClassVar[str] = "adjust"
+    account: str
+    amount: int
+    reason: str
+    pool: str = GENERAL
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name("account", self.account)
+        require_int("amount", self.amount)
+        if self.amount == 0:
+            raise ValueError("amount of an adjustment must not be 0: give a credit (> 0) "
+                             "or a debit (< 0)")
+        require_text("reason", self.reason)
+        object.__setattr__(self, "pool", normalise_pool(self.pool))
+        optional_text("memo", self.memo)
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
+@dataclass(frozen=True, slots=True)
+class GrantVoided:
+    """From its event time on, the named grant's unused credits no longer count."""
+
+    type: ClassVar[str] = "void"
+    grant: str  # the id of a grant event
+    reason: str | None = None
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name("grant", self.grant)
+        optional_text("reason", self.reason)
+        optional_text("memo", self.memo)
+
+
+@dataclass(frozen=True, slots=True)
+class EventReversed:
+    """The named recorded event no longer takes part in any fold, as if it never
+    happened; both stay in the journal. Reversing a reversal restores the event."""
+
+    type: ClassVar[str] = "reverse"
+    event: str  # the id of a recorded event
+    reason: str
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        require_name("event", self.event)
+        require_text("reason", self.reason)
+        optional_text("memo", self.memo)
 
 
 DomainEvent: TypeAlias = (
@@ -219,10 +328,14 @@ DomainEvent: TypeAlias = (
     | JobStarted
     | JobCompleted
     | JobCancelled
+    | CreditsAdjusted
+    | GrantVoided
+    | EventReversed
 )
 
 JOB_EVENTS = (JobStarted, JobCompleted, JobCancelled)
 
+_MEMO = {"memo": None}
 _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
     "account": (
         AccountOpened,
@@ -233,14 +346,19 @@ _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
             "half_life": DEFAULT_HALF_LIFE,
             "refill_rate": None,
             "refill_cap": None,
+            **_MEMO,
         },
     ),
-    "grant": (CreditsGranted, ("account", "amount"), {"expiry": None, "pool": GENERAL}),
-    "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL}),
-    "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL}),
-    "start": (JobStarted, ("job",), {}),
-    "complete": (JobCompleted, ("job", "success"), {"refund_fraction": 1.0}),
-    "cancel": (JobCancelled, ("job",), {}),
+    "grant": (CreditsGranted, ("account", "amount"),
+              {"expiry": None, "pool": GENERAL, "priority": DEFAULT_GRANT_PRIORITY, **_MEMO}),
+    "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL, **_MEMO}),
+    "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL, **_MEMO}),
+    "start": (JobStarted, ("job",), {**_MEMO}),
+    "complete": (JobCompleted, ("job", "success"), {"refund_fraction": 1.0, **_MEMO}),
+    "cancel": (JobCancelled, ("job",), {**_MEMO}),
+    "adjust": (CreditsAdjusted, ("account", "amount", "reason"), {"pool": GENERAL, **_MEMO}),
+    "void": (GrantVoided, ("grant",), {"reason": None, **_MEMO}),
+    "reverse": (EventReversed, ("event", "reason"), {**_MEMO}),
 }
 
 EVENT_TYPES = tuple(_FIELDS)

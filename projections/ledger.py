@@ -26,9 +26,12 @@ from projections.events import (
     DEFAULT_HALF_LIFE,
     GENERAL,
     AccountOpened,
+    CreditsAdjusted,
     CreditsConsumed,
     CreditsGranted,
     DomainEvent,
+    EventReversed,
+    GrantVoided,
     JobCancelled,
     JobCompleted,
     JobStarted,
@@ -183,6 +186,13 @@ class Ledger:
     applied: int = 0
     rejected: int = 0
     anomalies: list[tuple[int, str, str]] = field(default_factory=list)  # (time, event id, why)
+    # Corrections. `excluded`: ids of reversed events, skipped by the fold (given by whoever
+    # folds: which events are reversed depends on every reversal known, wherever it lies on
+    # the timeline). `reversals`: every reversal folded, its id to the id it names.
+    # `voids`: grant id to the event time it was voided at (voids are rare: a small dict).
+    excluded: frozenset[str] = frozenset()
+    reversals: dict[str, str] = field(default_factory=dict)
+    voids: dict[str, int] = field(default_factory=dict)
 
     # -- the fold ------------------------------------------------------------------------
 
@@ -192,6 +202,8 @@ class Ledger:
         try:
             event = from_payload(event_type, payload)
         except (ValueError, TypeError) as exc:
+            if self.excluded and event_id in self.excluded:
+                return self._skip(position, event_id, event_type, time)
             return self._anomaly(position, event_id, event_type, time, None, str(exc))
         return self.apply(position, event_id, time, event)
 
@@ -200,6 +212,11 @@ class Ledger:
         key = (time, position)
         if key <= self.last:
             raise ValueError(f"event at {key} applied after {self.last}: not in canonical order")
+        if isinstance(event, EventReversed):
+            # Known even when itself reversed: a reversal of it may be reversed in turn.
+            self.reversals[event_id] = event.event
+        if self.excluded and event_id in self.excluded:
+            return self._skip(position, event_id, event.type, time)
         self.last = key
         self.applied += 1
         outcome: Outcome = _HANDLERS[type(event)](self, position, event_id, time, event)
@@ -207,6 +224,11 @@ class Ledger:
         if account is not None:
             account.last_time = time
         return outcome
+
+    def _skip(self, position: int, event_id: str, event_type: str, time: int) -> Outcome:
+        """A reversed event: it takes no part in the fold, as if it had never happened."""
+        self.last = (time, position)
+        return Outcome(position, event_id, event_type, time, None, reason="reversed")
 
     def _account(self, name: str) -> AccountState:
         account = self.accounts.get(name)
@@ -245,10 +267,58 @@ class Ledger:
             return self._anomaly(position, event_id, event.type, time, event.account,
                                  f"grant expires at {event.expiry}, not after its time {time}",
                                  expired=expired)
-        paid, _ = account.book.grant(event_id, event.amount, event.expiry, event.pool,
-                                     (time, position))
+        voided = self.voids.get(event_id)
+        if voided is not None and voided <= time:
+            # Voided before it takes effect: none of it ever counts.
+            book = account.book
+            book.totals.granted += event.amount
+            book.totals.expired += event.amount
+            book.totals.voided += event.amount
+            lapsed = Expiry(event_id, event.pool, voided, event.amount, voided=True)
+            return Outcome(position, event_id, event.type, time, event.account,
+                           reason=f"voided at {voided}", expired=(*expired, lapsed))
+        paid, batch = account.book.grant(event_id, event.amount, event.expiry, event.pool,
+                                         (time, position), event.priority)
+        if voided is not None and batch is not None:
+            batch.voided = voided  # a void recorded earlier, effective later on the timeline
         return Outcome(position, event_id, event.type, time, event.account, paid_debt=paid,
                        expired=expired)
+
+    def _adjust(self, position: int, event_id: str, time: int,
+                event: CreditsAdjusted) -> Outcome:
+        account = self._account(event.account)
+        expired = tuple(self._touch(account, time))
+        if event.amount > 0:
+            # A manual credit: like a grant without expiry, it pays debt first.
+            account.opened = True
+            paid, _ = account.book.grant(event_id, event.amount, None, event.pool,
+                                         (time, position))
+            return Outcome(position, event_id, event.type, time, event.account,
+                           paid_debt=paid, expired=expired)
+        # A manual debit: like a usage report, past the credits it is debt.
+        lineage, short = account.book.consume(-event.amount, event.pool)
+        return Outcome(position, event_id, event.type, time, event.account,
+                       debt_after=account.book.debt_total, debt_created=short, paid_by=lineage,
+                       expired=expired)
+
+    def _void(self, position: int, event_id: str, time: int, event: GrantVoided) -> Outcome:
+        self.voids[event.grant] = min(time, self.voids.get(event.grant, time))
+        for name, account in self.accounts.items():
+            if not _has_batch(account, event.grant):
+                continue
+            expired = self._touch(account, time)
+            _, lapsed = account.book.void(event.grant, time)
+            return Outcome(position, event_id, event.type, time, name,
+                           expired=(*expired, *lapsed))
+        # Used up, swallowed by debt, or later on the timeline (then it arrives voided).
+        return Outcome(position, event_id, event.type, time, None,
+                       reason=f"grant {event.grant!r} has no unused credits at {time}")
+
+    def _reverse(self, position: int, event_id: str, time: int,
+                 event: EventReversed) -> Outcome:
+        # The reversal itself changes nothing here: whoever folds skips the events it
+        # names (see `excluded`), wherever they lie on the timeline.
+        return Outcome(position, event_id, event.type, time, None)
 
     def _consume(self, position: int, event_id: str, time: int,
                  event: CreditsConsumed) -> Outcome:
@@ -498,7 +568,7 @@ class Ledger:
             book = account.book
             batches = sorted(
                 (b for heap in book.heaps.values() for b in heap),
-                key=lambda b: (*b.key[:3], b.key[3][0], b.grant_id),
+                key=lambda b: (*b.key[:4], b.key[4][0], b.grant_id),
             )
             accounts[name] = {
                 "opened": account.opened,
@@ -519,6 +589,9 @@ class Ledger:
                     "debt_created": book.totals.debt_created,
                     "debt_paid": book.totals.debt_paid,
                     "expired": book.totals.expired,
+                    # Only when there is any: digests of journals without voids stay as
+                    # they were.
+                    **({"voided": book.totals.voided} if book.totals.voided else {}),
                 },
             }
         return {"accounts": accounts, "anomalies": sorted([list(a) for a in self.anomalies])}
@@ -553,6 +626,20 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 _DIGEST_SLICE = 10_000
 
 
+def _has_batch(account: AccountState, grant_id: str) -> bool:
+    """Whether the account holds credits of `grant_id` (in its heaps or its holds)."""
+    book = account.book
+    for heap in book.heaps.values():
+        for batch in heap:
+            if batch.grant_id == grant_id:
+                return True
+    for hold in book.holds.values():
+        for batch, _ in hold.portions:
+            if batch.grant_id == grant_id:
+                return True
+    return False
+
+
 _HANDLERS: dict[type[Any], Any] = {
     AccountOpened: Ledger._open,
     CreditsGranted: Ledger._grant,
@@ -561,6 +648,9 @@ _HANDLERS: dict[type[Any], Any] = {
     JobStarted: Ledger._start,
     JobCompleted: Ledger._complete,
     JobCancelled: Ledger._cancel,
+    CreditsAdjusted: Ledger._adjust,
+    GrantVoided: Ledger._void,
+    EventReversed: Ledger._reverse,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from projections.events import (
+    DEFAULT_GRANT_PRIORITY,
     GENERAL,
     CreditsConsumed,
     CreditsGranted,
@@ -31,25 +32,30 @@ class GPUCreditTracker(SessionFacade):
         return self._session.journal
 
     def grant(self, amount: int, timestamp: int, expiry: int, *,
-              pool: str | None = None, event_id: str | None = None) -> None:
-        """Grant `amount` credits valid for timestamp <= t < expiry (in `pool`, if named)."""
+              pool: str | None = None, event_id: str | None = None,
+              priority: int = DEFAULT_GRANT_PRIORITY, memo: str | None = None) -> None:
+        """Grant `amount` credits valid for timestamp <= t < expiry (in `pool`, if named).
+
+        `priority` (0-100): lower numbers are used first; `memo`: free text (a PO number).
+        """
         require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
         require_int("expiry", expiry)
         if expiry <= timestamp:
             raise ValueError(f"expiry must be after timestamp: expiry {expiry} <= "
                              f"timestamp {timestamp}")
-        event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool))
+        event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
+                               memo)
         session = self._session
         session.decide([self.account], lambda _: [session.event(timestamp, event, self.account)],
                        event_id=event_id)
 
     def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
-                event_id: str | None = None) -> int:
+                event_id: str | None = None, memo: str | None = None) -> int:
         """Consume `amount` at `timestamp`; return the account's outstanding debt right after."""
         require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
-        event = CreditsConsumed(self.account, amount, normalise_pool(pool))
+        event = CreditsConsumed(self.account, amount, normalise_pool(pool), memo)
         session = self._session
         (outcome,) = session.decide(
             [self.account], lambda _: [session.event(timestamp, event, self.account)],

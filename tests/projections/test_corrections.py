@@ -1,0 +1,129 @@
+"""Grant priority, manual adjustments and voids, folded from journal events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventstore import MemoryJournal, NewEvent
+from projections import GPUCreditTracker
+from projections.events import (
+    CreditsAdjusted,
+    CreditsGranted,
+    EventReversed,
+    GrantVoided,
+    from_payload,
+    to_payload,
+)
+from projections.replay import fold_canonical
+
+
+def journal_of(*events: tuple[str, str, int, dict[str, Any]]) -> MemoryJournal:
+    """A journal of (id, type, time, payload) events, each in its account's stream."""
+    journal = MemoryJournal()
+    journal.append([NewEvent(event_id, str(payload.get("account", "a")), kind, time, payload)
+                    for event_id, kind, time, payload in events])
+    return journal
+
+
+def balance(journal: MemoryJournal, at: int, account: str = "a") -> int:
+    return GPUCreditTracker(journal, account).get_balance(at)
+
+
+def test_default_priority_is_omitted_from_the_payload() -> None:
+    event = CreditsGranted("a", 10, 20)
+    assert to_payload(event) == {"account": "a", "amount": 10, "expiry": 20}
+    assert to_payload(CreditsGranted("a", 10, 20, priority=10, memo="PO 4411")) == {
+        "account": "a", "amount": 10, "expiry": 20, "priority": 10, "memo": "PO 4411"}
+
+
+@pytest.mark.parametrize("payload", [
+    {"account": "a", "amount": 1, "priority": -1},
+    {"account": "a", "amount": 1, "priority": 101},
+    {"account": "a", "amount": 1, "priority": True},
+    {"account": "a", "amount": 1, "memo": ""},
+    {"account": "a", "amount": 1, "memo": "two\nlines"},
+])
+def test_bad_grant_fields_are_refused(payload: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        from_payload("grant", payload)
+
+
+def test_new_event_types_validate_on_construction() -> None:
+    with pytest.raises(ValueError, match="must not be 0"):
+        CreditsAdjusted("a", 0, "typo")
+    with pytest.raises(ValueError, match="reason"):
+        from_payload("adjust", {"account": "a", "amount": 5, "reason": ""})
+    with pytest.raises(ValueError, match="missing reason"):
+        from_payload("reverse", {"event": "x"})
+    assert GrantVoided("g1").reason is None
+    assert to_payload(EventReversed("u", "ms")) == {"event": "u", "reason": "ms"}
+
+
+def test_lower_priority_number_is_used_first_whatever_the_expiry() -> None:
+    tracker = GPUCreditTracker()
+    tracker.grant(10, 0, 100, priority=10, event_id="late-expiring")
+    tracker.grant(10, 0, 5, event_id="soon-expiring")
+    tracker.consume(10, 1)
+    # The priority-10 grant paid, so the default one still expires unused at 5.
+    assert tracker.get_balance(4) == 10
+    assert tracker.get_balance(5) == 0
+
+
+def test_a_positive_adjustment_pays_debt_then_stays_without_expiry() -> None:
+    journal = journal_of(
+        ("u1", "consume", 1, {"account": "a", "amount": 30}),
+        ("x1", "adjust", 2, {"account": "a", "amount": 50, "reason": "goodwill"}),
+    )
+    assert balance(journal, 1) == -30
+    assert balance(journal, 10**9) == 20
+
+
+def test_a_negative_adjustment_is_debited_like_usage() -> None:
+    journal = journal_of(
+        ("g1", "grant", 0, {"account": "a", "amount": 10, "expiry": 100}),
+        ("x1", "adjust", 4, {"account": "a", "amount": -25, "reason": "double-billed"}),
+    )
+    assert balance(journal, 3) == 10
+    assert balance(journal, 4) == -15
+
+
+def test_a_void_stops_the_unused_rest_from_counting_and_keeps_what_it_paid() -> None:
+    journal = journal_of(
+        ("g1", "grant", 0, {"account": "a", "amount": 100}),
+        ("u1", "consume", 2, {"account": "a", "amount": 30}),
+        ("v1", "void", 6, {"grant": "g1", "reason": "contract cancelled"}),
+        ("u2", "consume", 8, {"account": "a", "amount": 5}),
+    )
+    assert balance(journal, 5) == 70
+    assert balance(journal, 6) == 0
+    assert balance(journal, 8) == -5
+    totals = fold_canonical(journal).accounts["a"].book.totals
+    assert (totals.voided, totals.expired, totals.consumed) == (70, 70, 35)
+
+
+def test_a_void_before_its_grant_on_the_timeline_voids_all_of_it() -> None:
+    journal = journal_of(
+        ("v1", "void", 1, {"grant": "g1"}),
+        ("g1", "grant", 3, {"account": "a", "amount": 100}),
+    )
+    assert balance(journal, 5) == 0
+
+
+def test_credits_of_a_voided_grant_held_by_a_job_stay_with_the_job() -> None:
+    journal = journal_of(
+        ("g1", "grant", 0, {"account": "a", "amount": 100}),
+        ("s1", "submit", 1, {"account": "a", "job": "j1", "cost": 40, "priority": 1}),
+        ("s2", "submit", 1, {"account": "a", "job": "j2", "cost": 10, "priority": 1}),
+        ("v1", "void", 2, {"grant": "g1"}),
+        ("t1", "start", 3, {"job": "j1"}),
+        ("c1", "complete", 4, {"job": "j1", "success": True}),
+        ("c2", "cancel", 4, {"job": "j2"}),
+    )
+    ledger = fold_canonical(journal)
+    assert ledger.jobs["j1"].charge == 40
+    book = ledger.accounts["a"].book
+    # 50 unused at the void, 10 more released by the cancelled job: 60 voided in all.
+    assert (book.totals.voided, book.active_total, book.held) == (60, 0, 0)
+    assert not ledger.anomalies
