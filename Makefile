@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench lint venv clean sim
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ lint: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench $(if $(QUICK),--quick,)
+
+# The simulator: SEED (default 1), SEEDS seeds from it (default 5), STEPS ops each
+# (default 20000). A failure is shrunk and written to sim-failures/ with the command to
+# replay it.
+sim: $(STAMP)
+	$(BIN)/python -m tools.sim --seed $(or $(SEED),1) --seeds $(or $(SEEDS),5) --steps $(or $(STEPS),20000)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
