@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from projections.events import (
     GENERAL,
+    CreditsAdjusted,
     CreditsConsumed,
     CreditsGranted,
     DomainEvent,
@@ -247,7 +248,12 @@ def outcome_violations(outcome: Outcome, event: DomainEvent | None = None,
         if paid != event.cost:
             found.append(Violation(LINEAGE, where, f"reserved {paid} for a job costing "
                                                    f"{event.cost}"))
-    elif isinstance(event, CreditsGranted):
+    elif isinstance(event, CreditsAdjusted) and event.amount < 0:
+        if paid + outcome.debt_created != -event.amount:
+            found.append(Violation(LINEAGE, where, f"debited {-event.amount}, grants paid "
+                                                   f"{paid}, debt created "
+                                                   f"{outcome.debt_created}"))
+    elif isinstance(event, (CreditsGranted, CreditsAdjusted)):
         debt_paid = sum(amount for _, amount in outcome.paid_debt)
         if not 0 <= debt_paid <= event.amount:
             found.append(Violation(LINEAGE, where, f"a grant of {event.amount} paid "
