@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="folder for reproductions of failures (default sim-failures)")
     parser.add_argument("--shrink-seconds", type=float, default=60.0,
                         help="time allowed to shrink a failure (default 60)")
+    parser.add_argument("--one-process", action="store_true",
+                        help="every actor in one process on one projection (faster; no "
+                             "clock skew between workers)")
     parser.add_argument("--replay", type=Path, metavar="FILE",
                         help="perform a reproduction file line by line instead")
     return parser
@@ -54,7 +57,8 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
     _say("last events (arrival order):")
     for event in failure.last_events:
         _say(f"  {json.dumps(event, sort_keys=True)}")
-    _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}")
+    _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}"
+         + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else ""))
     smallest = shrink(failure.ops, budget_seconds=shrink_seconds)
     again = run_script(smallest)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     total_steps = 0
     total_seconds = 0.0
     for seed in range(args.seed, args.seed + args.seeds):
-        result = run(seed, args.steps, check_every=args.check_every)
+        result = run(seed, args.steps, check_every=args.check_every,
+                     one_process=args.one_process)
         total_steps += result.steps
         total_seconds += result.seconds
         faults = ", ".join(f"{n} {k}" for k, n in sorted(result.faults.items()))

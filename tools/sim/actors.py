@@ -18,6 +18,10 @@ ACCOUNTS = ("acme", "bio", "cern", "dyn")
 POOLS = (None, None, None, "h100")
 WORKERS = ("w0", "w1")
 START_TIME = 1_000
+MAX_SKEW = 5
+"""Workers' clocks are up to this many seconds off. Reporters and finance stamp their
+events with the time usage happened, which is never ahead of the latest worker clock
+unless they are delivered late (then by up to 30 seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +33,17 @@ class Rates:
     complete: float = 0.15
     cancel: float = 0.06
     consume: float = 0.18
-    grant: float = 0.12
+    grant: float = 0.10
+    adjust: float = 0.015
+    void: float = 0.008
     import_: float = 0.03
-    audit: float = 0.005
+    audit: float = 0.002
     open: float = 0.002
     late: float = 0.03  # a usage report or grant stamped earlier than the latest event
     late_line: float = 0.3  # a delivered line stamped earlier than the latest event
     lost_answer: float = 0.03
     crash_before_commit: float = 0.02
-    restart: float = 0.0005
+    restart: float = 0.0003
     invalid: float = 0.05  # a worker names a job in the wrong state
 
 
@@ -55,12 +61,13 @@ class Director:
     running: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    grants: list[str] = field(default_factory=list)  # ids of grants made, for voids
     skews: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         # Clocks disagree between workers: live decisions must still keep the timeline.
-        self.skews = {w: self.rng.randint(-5, 5) for w in WORKERS}
+        self.skews = {w: self.rng.randint(-MAX_SKEW, MAX_SKEW) for w in WORKERS}
 
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
@@ -84,6 +91,7 @@ class Director:
         for candidate, rate in (("submit", r.submit), ("start", r.start),
                                 ("complete", r.complete), ("cancel", r.cancel),
                                 ("consume", r.consume), ("grant", r.grant),
+                                ("adjust", r.adjust), ("void", r.void),
                                 ("import", r.import_), ("audit", r.audit), ("open", r.open)):
             if x < rate:
                 kind = candidate
@@ -117,6 +125,15 @@ class Director:
         if kind == "grant":
             return self._op("finance", self._grant(self._account(), self._report_time(),
                                                    10, 120))
+        if kind == "adjust":
+            amount = rng.choice((-1, 1)) * rng.randint(1, 40)
+            line = {"type": "adjust", "account": self._account(), "amount": amount,
+                    "time": self._report_time(), "reason": "simulated correction"}
+            return self._op("finance", self._id(line))
+        if kind == "void" and self.grants:
+            line = {"type": "void", "grant": rng.choice(self.grants),
+                    "time": self._report_time(), "reason": "simulated contract change"}
+            return self._op("finance", self._id(line))
         if kind == "import":
             return self._delivery()
         if kind == "open":
@@ -185,7 +202,7 @@ class Director:
     def _report_time(self) -> int:
         if self.rng.random() < self.rates.late:
             return self.now - self.rng.randint(1, 30)  # delivered late
-        return self.now
+        return self.now + MAX_SKEW
 
     def _grant(self, account: str, time: int, low: int, high: int) -> dict[str, Any]:
         # Expiries land inside the run, often on the same times: the order of expiry and
@@ -196,7 +213,10 @@ class Director:
         pool = self.rng.choice(POOLS)
         if pool:
             line["pool"] = pool
-        return self._id(line)
+        line = self._id(line)
+        self.grants.append(line["id"])
+        del self.grants[:-40]
+        return line
 
     def _pick(self, right: list[str], wrong: list[str]) -> str:
         rng = self.rng
@@ -218,7 +238,7 @@ class Director:
         if not lines or rng.random() < 0.6:  # grown (or new): a few lines, out of order
             for _ in range(rng.randint(1, 4)):
                 late = rng.random() < self.rates.late_line
-                time = self.now - rng.randint(1, 25) if late else self.now
+                time = self.now - rng.randint(1, 25) if late else self.now + MAX_SKEW
                 line: dict[str, Any]
                 if rng.random() < 0.7:
                     line = {"type": "consume", "account": self._account(),

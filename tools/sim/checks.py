@@ -34,7 +34,7 @@ def full_check(world: World) -> list[str]:
     for rec in records:
         outcome = ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
         outcomes[rec.id] = outcome
-        if rec.type in ("consume", "submit", "complete", "grant"):
+        if rec.type in ("consume", "submit", "complete", "grant", "adjust"):
             event = from_payload(rec.type, rec.payload)
             job = getattr(event, "job", None)
             cost = ledger.jobs[job].cost if rec.type == "complete" and job in ledger.jobs else None
@@ -95,7 +95,7 @@ def _compare(ledger: Ledger, reference: model.Model, outcomes: dict[str, Any]) -
     for eid, said in reference.told.items():
         outcome = outcomes[eid]
         folded = outcome.ok if isinstance(said, bool) else (
-            outcome.debt_after if outcome.type == "consume" else outcome.charge)
+            outcome.debt_after if outcome.type in ("consume", "adjust") else outcome.charge)
         if folded != said:
             problems.append(f"event {eid!r} ({outcome.type}): the fold decided {folded}, the "
                             f"reference model {said}")

@@ -32,6 +32,7 @@ class Batch:
     expiry: int  # NEVER: does not expire
     amount: int
     order: tuple[int, int]
+    voided: bool = False  # its unused credits stopped counting; held ones lapse on release
 
     def draw_key(self) -> tuple[int, bool, tuple[int, int]]:
         return (self.expiry, self.pool == GENERAL, self.order)
@@ -80,8 +81,8 @@ class Account:
 
     def release(self, portions: list[tuple[Batch, int]], time: int) -> None:
         for b, amount in portions:
-            if b.expiry <= time:
-                continue  # expired while held: gone
+            if b.expiry <= time or b.voided:
+                continue  # expired (or voided) while held: gone
             rest = self.pay_debt(b.pool, amount)
             if rest:
                 if b not in self.batches:
@@ -123,6 +124,8 @@ class Model:
     accounts: dict[str, Account] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     told: dict[str, Any] = field(default_factory=dict)  # event id -> what it reported
+    grants: dict[str, tuple[str, Batch | None]] = field(default_factory=dict)  # id -> batch
+    voids: dict[str, int] = field(default_factory=dict)  # grant id -> time voided
     last_time: int = -NEVER
 
     def balances(self, name: str, time: int) -> dict[str, int]:
@@ -151,7 +154,10 @@ def fold(records: Iterable[Any]) -> Model:
 
 def _apply(model: Model, rec: Any) -> None:
     p = rec.payload
-    if rec.type in ("account", "grant", "consume", "submit"):
+    if rec.type == "void":
+        _void(model, p["grant"], rec.time)
+        return
+    if rec.type in ("account", "grant", "consume", "submit", "adjust"):
         account = model.accounts.setdefault(p["account"], Account())
         account.expire(rec.time)
         _credit_event(model, account, rec)
@@ -163,24 +169,41 @@ def _apply(model: Model, rec: Any) -> None:
         _job_event(model, account, job, rec)
 
 
+def _void(model: Model, grant: str, time: int) -> None:
+    """From `time` on the grant's unused credits stop counting; held ones stay with their
+    job (a charge still takes them) and lapse when released."""
+    model.voids[grant] = min(time, model.voids.get(grant, time))
+    name, batch = model.grants.get(grant, ("", None))
+    if batch is not None:
+        model.accounts[name].expire(time)
+        batch.voided = True
+        batch.amount = 0
+
+
 def _credit_event(model: Model, account: Account, rec: Any) -> None:
     p, t, kind = rec.payload, rec.time, rec.type
     if kind == "account":
         account.opened = True
         account.max_running = p.get("max_running")
-    elif kind == "grant":
+    elif kind == "grant" or (kind == "adjust" and p["amount"] > 0):
+        # A credit adjustment is a grant without expiry.
         account.opened = True
         expiry = p.get("expiry")
         expiry = NEVER if expiry is None else expiry
-        if expiry <= t:
+        voided = model.voids.get(rec.id)
+        if expiry <= t or (voided is not None and voided <= t):
             return
         pool = p.get("pool", GENERAL)
         rest = account.pay_debt(pool, p["amount"])
-        if rest:
-            account.batches.append(Batch(rec.id, pool, expiry, rest, (t, rec.position)))
-    elif kind == "consume":
+        batch = Batch(rec.id, pool, expiry, rest, (t, rec.position)) if rest else None
+        if batch is not None:
+            account.batches.append(batch)
+        model.grants[rec.id] = (p["account"], batch)
+    elif kind in ("consume", "adjust"):
+        # A debit adjustment is a usage report.
         pool = p.get("pool", GENERAL)
-        short = p["amount"] - sum(a for _, a in account.draw(pool, p["amount"]))
+        amount = abs(p["amount"])
+        short = amount - sum(a for _, a in account.draw(pool, amount))
         if short:
             account.debt[pool] = account.debt.get(pool, 0) + short
         model.told[rec.id] = sum(account.debt.values())

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import JournalLike, MemoryJournal
+from eventstore import JournalLike, MemoryJournal, NewEvent
 from projections import GPUCreditTracker, LedgerError, Scheduler
+from projections.events import from_payload, to_payload
 from projections.importing import import_file
 from projections.invariants import violations
 from projections.ledger import CANCELLED, PENDING, Ledger
@@ -59,10 +60,16 @@ class World:
     files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     appended: int = 0  # events the simulator expects the journal to hold
     last_ids: list[str] = field(default_factory=list)  # the last step's event ids
+    crashes: list[str] = field(default_factory=list)  # unexpected exceptions of this op
+    one_process: bool = False  # every actor in one process, on one projection
+    grant_accounts: dict[str, str] = field(default_factory=dict)  # grant id -> its account
 
     # -- processes ---------------------------------------------------------------------
 
     def process(self, name: str) -> Process:
+        """The process an actor runs in (with `one_process`, all actors share one)."""
+        if self.one_process:
+            name = "all"
         proc = self.processes.get(name)
         if proc is None:
             proc = self.processes[name] = Process(name, 0)
@@ -82,6 +89,12 @@ class World:
             if proc.trackers:
                 tracker = copy.copy(next(iter(proc.trackers.values())))
                 tracker.account = account
+            elif self.one_process:
+                # The scheduler's projection serves everyone: a tracker made around it,
+                # not one that folds the journal once more only to be replaced.
+                tracker = object.__new__(GPUCreditTracker)
+                tracker.account = account
+                tracker._session = session_of(self.scheduler(proc))
             else:
                 tracker = GPUCreditTracker(self.journal, account=account)
             proc.trackers[account] = tracker
@@ -99,7 +112,8 @@ class World:
             proc = self.processes[name]
             if proc.scheduler is not None:
                 out.append((name, proc.scheduler))
-            if proc.trackers:  # they share one session: one digest says it all
+            # A process's trackers share one session: one digest says it all.
+            if proc.trackers and not self.one_process:
                 out.append((f"{name} (trackers)", next(iter(proc.trackers.values()))))
         return out
 
@@ -122,6 +136,12 @@ class World:
         proc = self.process(op["actor"])
         if op.get("fault") == "restart":
             self.restart(proc)
+        self.crashes = []
+        problems = self._perform(op, proc)
+        return [f"{op.get('line', {}).get('id', op['kind'])}: the call raised {crash}"
+                for crash in self.crashes] + problems
+
+    def _perform(self, op: Op, proc: Process) -> list[str]:
         kind = op["kind"]
         if kind == "audit":
             return []  # audits need a model fold: tools.sim.checks does them
@@ -129,6 +149,8 @@ class World:
             return self._import(op)
         line = op["line"]
         self.last_ids = [line["id"]]
+        if line["type"] == "grant":
+            self.grant_accounts[line["id"]] = line["account"]
         proc.clock_value = line["time"] + proc.skew
         call = self._call(proc, line)
         problems: list[str] = []
@@ -137,10 +159,8 @@ class World:
         if fault == "crash-before-commit":
             disarm = self._arm_crash()
             try:
-                call()  # returns only when it had nothing to append (checked below)
+                self._attempt(call)  # returns only when it had nothing to append
             except SimulatedCrash:
-                pass
-            except LedgerError:
                 pass
             finally:
                 disarm()
@@ -167,9 +187,16 @@ class World:
         return problems
 
     def _attempt(self, call: Callable[[], Any]) -> tuple[Any, bool]:
+        """(the answer, False), or (the error's name, True) for a refusal. Any other
+        exception is a crash of the code under test: a problem, noted in `crashes`."""
         try:
             return call(), False
         except LedgerError as exc:
+            return type(exc).__name__, True
+        except SimulatedCrash:
+            raise
+        except Exception as exc:  # whatever the code under test raised is a finding
+            self.crashes.append(f"{type(exc).__name__}: {exc}".strip())
             return type(exc).__name__, True
 
     def _call(self, proc: Process, line: dict[str, Any]) -> Callable[[], Any]:
@@ -182,6 +209,8 @@ class World:
                                              pool=line.get("pool"), event_id=eid)
             return lambda: tracker.consume(line["amount"], line["time"], pool=line.get("pool"),
                                            event_id=eid)
+        if kind in ("adjust", "void"):
+            return lambda: self._correct(line)
         s = self.scheduler(proc)
         if kind == "account":
             return lambda: s.open_account(line["account"], 0,
@@ -198,6 +227,15 @@ class World:
         if kind == "cancel":
             return lambda: s.cancel(line["job"], event_id=eid)
         raise ValueError(f"the simulator cannot perform a {kind!r} line")
+
+    def _correct(self, line: dict[str, Any]) -> None:
+        """Finance records a correction straight into the journal, as the command line
+        does: the event validates itself, the id makes a retry harmless."""
+        fields = {k: v for k, v in line.items() if k not in ("type", "time", "id")}
+        event = from_payload(line["type"], fields)
+        stream = line.get("account") or self.grant_accounts.get(line.get("grant", ""), "void")
+        self.journal.append([NewEvent(line["id"], stream, line["type"], line["time"],
+                                      to_payload(event))])
 
     def _check_append(self, op: Op, proc: Process, head: int, answer: Any,
                       refused: bool) -> list[str]:
@@ -238,13 +276,19 @@ class World:
     def _touched(self, op: Op, proc: Process, answer: Any) -> list[str]:
         """Invariants of the accounts and job the op touched, on the actor's projection."""
         line = op["line"]
-        facade: Any = (proc.trackers.get(line.get("account", ""))
-                       if line["type"] in ("grant", "consume") else proc.scheduler)
+        kind = line["type"]
+        account = line.get("account")
+        if kind == "void":
+            account = self.grant_accounts.get(line["grant"])
+        facade: Any = proc.scheduler
+        if kind in ("grant", "consume", "adjust", "void"):
+            facade = next(iter(proc.trackers.values()), None)
         if facade is None:
             return []
-        ledger: Ledger = session_of(facade).ledger
-        job = line.get("job") if line["type"] != "start" else answer
-        account = line.get("account")
+        session = session_of(facade)
+        session.catch_up()
+        ledger: Ledger = session.ledger
+        job = line.get("job") if kind != "start" else answer
         if account is None and job is not None and job in ledger.jobs:
             account = ledger.jobs[job].account
         found = violations(ledger, accounts=[account] if account else [],
@@ -267,7 +311,7 @@ class World:
         if op.get("fault") == "crash-before-commit":
             disarm = self._arm_crash()
             try:
-                import_file(self.journal, data, op["file"])
+                self._attempt(lambda: import_file(self.journal, data, op["file"]))
                 problems.append(f"{op['file']}: the import survived a crash before commit")
             except SimulatedCrash:
                 pass
@@ -277,13 +321,16 @@ class World:
                 problems.append(f"{op['file']}: a crashed import appended "
                                 f"{self.journal.head() - head} event(s)")
             head = self.journal.head()
-        result = import_file(self.journal, data, op["file"])
+        result, refused = self._attempt(lambda: import_file(self.journal, data, op["file"]))
         grew = self.journal.head() - head
         self.appended += grew
-        if grew != fresh or result.appended != fresh:
+        reported = None if refused else result.appended
+        if grew != fresh or reported != fresh:
             problems.append(f"{op['file']}: delivery of {len(lines)} lines ({fresh} new) "
-                            f"appended {grew} (reported {result.appended})")
+                            f"appended {grew} (reported {reported})")
         self.recorded.update(line["id"] for line in lines)
+        self.grant_accounts.update((line["id"], line["account"]) for line in lines
+                                   if line["type"] == "grant")
         return problems
 
 
