@@ -80,7 +80,7 @@ def test_the_command_line_runs_seeds_and_refuses_bad_input(
     assert "seed 3: 300 steps" in out and "seed 4: 300 steps" in out
     assert main(["--steps", "-1"]) == 2
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"type": "grant", "account": "a", "amount": 1, "time": 1, "id": "g"}\n')
+    bad.write_text('{"type": "grant", "account": "a", "amount": 1, "id": "g"}\n')
     assert main(["--replay", str(bad)]) == 2
 
 

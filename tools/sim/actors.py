@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from eventstore import MemoryJournal
+from projections.importing import plan_import
 from tools.sim.world import Op, World
 
 ACCOUNTS = ("acme", "bio", "cern", "dyn")
@@ -22,6 +24,17 @@ MAX_SKEW = 5
 """Workers' clocks are up to this many seconds off. Reporters and finance stamp their
 events with the time usage happened, which is never ahead of the latest worker clock
 unless they are delivered late (then by up to 30 seconds)."""
+
+
+def content_ids_by_line() -> bool:
+    """Whether the importer names a line without an id by that line's own content (so
+    the same line in a grown file keeps its id); until it does, every delivered line
+    carries an id of its own."""
+    line = b'{"type": "consume", "account": "a", "amount": 1, "time": 1}\n'
+    other = b'{"type": "consume", "account": "a", "amount": 2, "time": 1}\n'
+    alone = plan_import(line, "probe", MemoryJournal())
+    grown = plan_import(line + other, "probe", MemoryJournal())
+    return bool(alone.events) and alone.events[0].id == grown.events[0].id
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +76,11 @@ class Director:
     files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     grants: list[str] = field(default_factory=list)  # ids of grants made, for voids
     skews: dict[str, int] = field(default_factory=dict)
+    content_ids: bool = False  # lines without an id are known by their own content
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.content_ids = content_ids_by_line()
         # Clocks disagree between workers: live decisions must still keep the timeline.
         self.skews = {w: self.rng.randint(-MAX_SKEW, MAX_SKEW) for w in WORKERS}
 
@@ -247,7 +262,8 @@ class Director:
                     line = {"type": "grant", "account": self._account(),
                             "amount": rng.randint(5, 60), "time": time,
                             "expiry": time + rng.choice((5, 15, 60))}
-                line["id"] = f"{name}:{len(lines) + 1}"
+                if not self.content_ids or rng.random() < 0.5:
+                    line["id"] = f"{name}:{len(lines) + 1}"
                 lines.append(line)
         op: Op = {"step": step, "actor": "importer", "kind": "import", "file": name,
                   "lines": list(lines), "fault": None}

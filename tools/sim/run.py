@@ -202,14 +202,20 @@ ACTORS = {"grant": "finance", "adjust": "finance", "void": "finance", "consume":
 
 
 def file_ops(text: str) -> list[Op]:
-    """A reproduction file's lines as ops: a line whose id came before is a retry."""
+    """A reproduction file's lines as ops: a line whose id came before is a retry; a line
+    without an id is imported on its own."""
     ops: list[Op] = []
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         line = json.loads(raw)
-        if not isinstance(line, dict) or "id" not in line or "time" not in line:
-            raise ValueError(f"line {number}: expected an object with an id and a time")
+        if not isinstance(line, dict) or "time" not in line:
+            raise ValueError(f"line {number}: expected an object with a time")
+        if "id" not in line:
+            # Delivered without an id: imported, known by its content.
+            ops.append({"step": number, "actor": "importer", "kind": "import",
+                        "file": f"line-{number}", "lines": [line], "fault": None})
+            continue
         if line.get("type") == "grant" and line.get("expiry") is None:
             raise ValueError(f"line {number}: the simulator performs grants with an expiry")
         ops.append({"step": number, "actor": ACTORS.get(str(line.get("type")), "w0"),

@@ -63,6 +63,7 @@ class World:
     crashes: list[str] = field(default_factory=list)  # unexpected exceptions of this op
     one_process: bool = False  # every actor in one process, on one projection
     grant_accounts: dict[str, str] = field(default_factory=dict)  # grant id -> its account
+    imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
 
     # -- processes ---------------------------------------------------------------------
 
@@ -301,11 +302,17 @@ class World:
         return problems
 
     def _import(self, op: Op) -> list[str]:
-        """Deliver a file: all of its lines so far, as one import."""
+        """Deliver a file: all of its lines so far, as one import.
+
+        A line with an `id` is that event; a line without one is known by its content and
+        how many identical lines came before it in the file (the contract's rule), so a
+        file delivered again, or grown, appends only its new lines.
+        """
         lines = op["lines"]
-        self.last_ids = [line["id"] for line in lines]
+        keys = _line_keys(lines)
+        self.last_ids = [str(key) for key in keys]
         data = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
-        fresh = len({line["id"] for line in lines} - self.recorded)
+        fresh = len(set(keys) - self.imported - self.recorded)
         head = self.journal.head()
         problems: list[str] = []
         if op.get("fault") == "crash-before-commit":
@@ -328,10 +335,28 @@ class World:
         if grew != fresh or reported != fresh:
             problems.append(f"{op['file']}: delivery of {len(lines)} lines ({fresh} new) "
                             f"appended {grew} (reported {reported})")
-        self.recorded.update(line["id"] for line in lines)
-        self.grant_accounts.update((line["id"], line["account"]) for line in lines
-                                   if line["type"] == "grant")
+        if not refused:
+            self.imported.update(keys)
+        for rec in self.journal.read(after_position=head, order="position"):
+            self.recorded.add(rec.id)
+            if rec.type == "grant":
+                self.grant_accounts[rec.id] = rec.payload["account"]
         return problems
+
+
+def _line_keys(lines: list[dict[str, Any]]) -> list[Any]:
+    """What identifies each line of a file: its id, else (its content, how many identical
+    lines came before it in the file)."""
+    seen: dict[str, int] = {}
+    keys: list[Any] = []
+    for line in lines:
+        if "id" in line:
+            keys.append(line["id"])
+            continue
+        text = json.dumps(line, sort_keys=True)
+        keys.append((text, seen.get(text, 0)))
+        seen[text] = seen.get(text, 0) + 1
+    return keys
 
 
 def _job_id(job: Any) -> str | None:
