@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench lint venv clean sim
+.PHONY: demo serve test bench lint venv clean sim
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/gpu-credits demo
+
+# The HTTP service on the demo database (written first if missing; the same seed twice
+# appends nothing). DEMO_DB, HOST and PORT may be overridden: make serve PORT=8080
+DEMO_DB ?= sqlite:///demo.db
+HOST ?= 127.0.0.1
+PORT ?= 8000
+serve: $(STAMP)
+	$(BIN)/gpu-credits --db $(DEMO_DB) demo > /dev/null
+	$(BIN)/gpu-credits --db $(DEMO_DB) serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

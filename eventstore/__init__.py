@@ -6,10 +6,13 @@ memory; both satisfy `JournalLike`.
 """
 
 from .errors import (
+    ChainBroken,
     ConnectionProblem,
     IdempotencyConflict,
     JournalError,
+    JournalNotFound,
     LockTimeout,
+    ReadOnlyJournal,
     SchemaError,
     VersionConflict,
 )
@@ -17,18 +20,23 @@ from .hashing import GENESIS_HASH, canonical_json
 from .interface import JournalLike, Transaction
 from .journal import Journal, upgrade
 from .memory import MemoryJournal
-from .records import NewEvent, RecordedEvent, SnapshotInfo
+from .records import Anchor, ChainReport, NewEvent, RecordedEvent, SnapshotInfo
 
 __all__ = [
     "GENESIS_HASH",
+    "Anchor",
+    "ChainBroken",
+    "ChainReport",
     "ConnectionProblem",
     "IdempotencyConflict",
     "Journal",
     "JournalError",
     "JournalLike",
+    "JournalNotFound",
     "LockTimeout",
     "MemoryJournal",
     "NewEvent",
+    "ReadOnlyJournal",
     "RecordedEvent",
     "SchemaError",
     "SnapshotInfo",

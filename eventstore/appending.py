@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import IdempotencyConflict, VersionConflict
 from .hashing import canonical_json, load_json, record_hash_text
-from .records import NewEvent, RecordedEvent
+from .records import NewEvent, RecordedEvent, StoredRow
 
 # Every integer the journal stores must fit a signed 64-bit column (BIGINT).
 INT64_MIN = -(2**63)
@@ -54,6 +54,12 @@ class Row:
     event: RecordedEvent
     payload_text: str
 
+    def stored(self) -> StoredRow:
+        """The record as storage holds it: the payload as its canonical text."""
+        e = self.event
+        return (e.position, e.id, e.stream, e.version, e.type, e.time, e.recorded_at,
+                self.payload_text, e.hash)
+
 
 def require_int(name: str, value: object) -> int:
     """Return value if it is an int (not a bool) that fits 64 bits, else raise ValueError."""
@@ -64,11 +70,37 @@ def require_int(name: str, value: object) -> int:
     return value
 
 
+NUL = "\x00"
+
+
 def require_text(name: str, value: object) -> str:
-    """Return value if it is a non-empty str, else raise ValueError."""
+    """Return value if it is a non-empty str without NUL, else raise ValueError."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+    if NUL in value:
+        raise ValueError(f"{name} must not contain a NUL character (\\x00), got {value!r}")
     return value
+
+
+def _refuse_nul(event_id: str, obj: object, where: str = "payload") -> None:
+    """Raise ValueError naming the first str (value or key) inside obj holding a NUL.
+
+    PostgreSQL cannot store NUL in text, and a NUL cut by some reader (C strings)
+    would make two different values look the same: refused on every backend alike.
+    """
+    if isinstance(obj, str):
+        if NUL in obj:
+            raise ValueError(
+                f"event {event_id!r}: {where} contains a NUL character (\\x00): {obj!r}; "
+                "remove it"
+            )
+    elif isinstance(obj, Mapping):
+        for key, value in obj.items():
+            _refuse_nul(event_id, key, f"{where} key {key!r}")
+            _refuse_nul(event_id, value, f"{where}[{key!r}]")
+    elif isinstance(obj, list | tuple):
+        for i, item in enumerate(obj):
+            _refuse_nul(event_id, item, f"{where}[{i}]")
 
 
 def validate_snapshot(name: object, position: object, event_time: object, digest: object,
@@ -97,6 +129,9 @@ def payload_text(event_id: str, payload: object) -> str:
     # json.dumps silently turns int/float/bool/None keys into strings: the stored
     # payload would not be the one given, so refuse them.
     _require_str_keys(event_id, payload)
+    # The canonical text writes a NUL as the escape \u0000: look closer only then.
+    if "\\u0000" in text:
+        _refuse_nul(event_id, payload)
     return text
 
 
@@ -151,6 +186,9 @@ def plan(events: Sequence[NewEvent]) -> Plan:
             and event.type
             and type(t) is int
             and INT64_MIN <= t <= INT64_MAX
+            and NUL not in event.id
+            and NUL not in event.stream
+            and NUL not in event.type
         ):
             _explain(i, event)
         text = payload_text(event.id, event.payload)

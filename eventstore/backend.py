@@ -24,22 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from .errors import JournalError
-
-#: The events columns in the order an `EventRow` holds them.
-EVENT_COLUMNS = (
-    "position",
-    "event_id",
-    "stream",
-    "version",
-    "type",
-    "event_time",
-    "recorded_at",
-    "payload",
-    "hash",
-)
-COLUMNS_SQL = ", ".join(EVENT_COLUMNS)
-
-EventRow = tuple[int, str, str, int, str, int, int, str, str]
+from .records import StoredRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +60,22 @@ class Backend:
     #: The driver's base exception, wrapped like SQLAlchemy would on the direct path.
     driver_error: type[Exception] = Exception
 
-    def __init__(self, url: str, lock_timeout: float) -> None:
+    def __init__(self, url: str, lock_timeout: float, *, read_only: bool = False) -> None:
         self.url = url
         self.lock_timeout = lock_timeout
+        #: Connections refuse every write (SQLite: mode=ro; PostgreSQL: read-only
+        #: transactions), so a reader cannot change the database even by mistake.
+        self.read_only = read_only
+
+    def require_existing(self) -> None:
+        """Raise JournalNotFound if the database is not already there (nothing is created).
+
+        Only a file database can be missing; a server database that does not exist
+        fails to connect.
+        """
+
+    def prepare(self) -> None:
+        """Before the first connection of a journal that may create its database."""
 
     def create_engine(self) -> Engine:
         """Open the SQLAlchemy engine, with this database's settings."""
@@ -100,11 +98,11 @@ class Backend:
         """Lock the head so no other append can interleave, then read what the append needs."""
         raise NotImplementedError
 
-    def existing(self, conn: Connection, ids: Sequence[str]) -> list[EventRow]:
-        """The recorded rows among these ids (columns in EVENT_COLUMNS order)."""
+    def existing(self, conn: Connection, ids: Sequence[str]) -> list[StoredRow]:
+        """The recorded rows among these ids (columns in `COLUMNS` order)."""
         raise NotImplementedError
 
-    def write(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+    def write(self, conn: Connection, rows: Sequence[StoredRow]) -> None:
         """Insert the rows in one bulk call and move the head to the last of them."""
         raise NotImplementedError
 
@@ -147,22 +145,22 @@ def translating(backend: Backend) -> Iterator[None]:
         raise err from exc
 
 
-def backend_for(url: str | None, lock_timeout: float) -> Backend:
+def backend_for(url: str | None, lock_timeout: float, *, read_only: bool = False) -> Backend:
     """The backend for a URL: None or sqlite:... -> SQLite, postgresql... -> PostgreSQL."""
     from .postgres import PostgresBackend
     from .sqlite import SQLiteBackend
 
     if url is None:
-        return SQLiteBackend("sqlite://", lock_timeout)
+        return SQLiteBackend("sqlite://", lock_timeout, read_only=read_only)
     if not isinstance(url, str):
         raise ValueError(f"a journal URL must be a str or None, got {type(url).__name__}")
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite" or scheme.startswith("sqlite+"):
-        return SQLiteBackend(url, lock_timeout)
+        return SQLiteBackend(url, lock_timeout, read_only=read_only)
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         # Only psycopg 3 is installed: accept the bare scheme and mean it.
         rest = url.split(":", 1)[1]
-        return PostgresBackend("postgresql+psycopg:" + rest, lock_timeout)
+        return PostgresBackend("postgresql+psycopg:" + rest, lock_timeout, read_only=read_only)
     raise ValueError(
         f"unsupported journal URL {url!r}: use sqlite:///path.db or "
         "postgresql+psycopg://user@host:port/database (or None for in-memory)"

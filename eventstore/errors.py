@@ -25,3 +25,25 @@ class LockTimeout(JournalError):
 
 class ConnectionProblem(JournalError):
     """The database cannot be reached."""
+
+
+class JournalNotFound(JournalError):
+    """A journal opened with create=False (or read_only=True) does not exist.
+
+    Raised before anything is written: no file is created and no schema is laid down.
+    """
+
+
+class ReadOnlyJournal(JournalError):
+    """A write was asked of a journal opened with read_only=True."""
+
+
+class ChainBroken(JournalError):
+    """Events read with their chain checked do not chain: the journal was altered.
+
+    `position` is the first position whose record does not follow from the one before.
+    """
+
+    def __init__(self, position: int, message: str) -> None:
+        super().__init__(message)
+        self.position = position

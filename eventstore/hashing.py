@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from json.encoder import encode_basestring
 from typing import Any
+
+from .errors import ChainBroken
+from .records import StoredRow
 
 #: The "previous hash" of position 1.
 GENESIS_HASH = "0" * 64
@@ -97,3 +100,52 @@ def record_hash_text(
         f'"type":{encode_basestring(type)},"version":{version}}}'
     )
     return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()
+
+
+def chained(rows: Iterable[StoredRow], prev_hash: str, after_position: int) -> Iterator[StoredRow]:
+    """Yield stored rows in position order, each after checking that it chains.
+
+    The first row must be at after_position + 1 and hash from prev_hash (the hash at
+    after_position: a verified checkpoint's, or the genesis hash), each next one at
+    the next position from the one before. Raises ChainBroken at the first row that
+    is out of place or whose stored hash is not the one recomputed, so a reader never
+    acts on an altered record. It cannot see records removed from the end: that
+    needs an anchor (`verify_chain(anchor=...)`).
+
+    As fast as the chain allows: the body is built as one str with the hash before it
+    (one encode, no concatenation of bytes), and the escaped forms of streams and
+    types, which repeat, are cached for the duration of the read.
+    """
+    sha256 = hashlib.sha256
+    escape = encode_basestring
+    escaped: dict[str, str] = {}
+    expected = after_position + 1
+    prev = prev_hash
+    for row in rows:
+        position, id_, stream, version, type_, time, recorded_at, payload, digest = row
+        if position != expected:
+            what = "missing" if position > expected else "repeated or out of order"
+            raise ChainBroken(
+                expected,
+                f"journal chain broken at position {expected}: it is {what} (the next "
+                f"record read is at position {position}); the journal was altered",
+            )
+        s = escaped.get(stream)
+        if s is None:
+            s = escaped[stream] = escape(stream)
+        t = escaped.get(type_)
+        if t is None:
+            t = escaped[type_] = escape(type_)
+        prev = sha256(
+            f'{prev}{{"id":{escape(id_)},"payload":{payload},"position":{position},'
+            f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
+            f'"type":{t},"version":{version}}}'.encode()
+        ).hexdigest()
+        if prev != digest:
+            raise ChainBroken(
+                position,
+                f"journal chain broken at position {position}: its stored hash is not the "
+                "one its content and its predecessor give: the record or its hash was altered",
+            )
+        expected += 1
+        yield row

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Literal, Protocol, runtime_checkable
 
-from .records import NewEvent, RecordedEvent, SnapshotInfo
+from .records import Anchor, ChainReport, NewEvent, RecordedEvent, SnapshotInfo
 
 #: The orders `read` knows: canonical = (event_time, position); position = arrival.
 Order = Literal["canonical", "position"]
@@ -97,8 +97,26 @@ class JournalLike(Protocol):
         """The last position recorded at or before that wall-clock time (µs), 0 if none."""
         ...
 
-    def verify(self) -> int | None:
+    def read_verified(
+        self,
+        after: Anchor | tuple[int, str] | None = None,
+        *,
+        to_position: int | None = None,
+        batch_size: int = 5000,
+    ) -> Iterator[RecordedEvent]:
+        """Events after (position, hash) in position order, each checked to chain (ChainBroken)."""
+        ...
+
+    def head_anchor(self) -> Anchor:
+        """The last position and its chain hash; (0, genesis hash) when empty."""
+        ...
+
+    def verify(self, anchor: Anchor | tuple[int, str] | None = None) -> int | None:
         """The first position whose hash or place in the 1..N sequence is wrong, else None."""
+        ...
+
+    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None) -> ChainReport:
+        """Whether the chain is whole (and holds the anchored prefix), and where it breaks."""
         ...
 
     def transaction(self, locks: Iterable[str] = ()) -> AbstractContextManager[Transaction]:

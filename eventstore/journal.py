@@ -28,30 +28,20 @@ from sqlalchemy import (
 from sqlalchemy.sql import ColumnElement, Select
 
 from . import appending, migrate
-from .appending import require_int, require_text, validate_snapshot, wall_clock_us
-from .backend import EventRow, backend_for, dbapi, translating
-from .errors import JournalError
-from .hashing import GENESIS_HASH, load_json, record_hash_text
+from .appending import NUL, require_int, require_text, validate_snapshot, wall_clock_us
+from .backend import backend_for, dbapi, translating
+from .base import JournalBase, to_event
+from .errors import JournalError, ReadOnlyJournal
+from .hashing import GENESIS_HASH
 from .interface import Order
 from .reading import ReadQuery
-from .records import NewEvent, RecordedEvent, SnapshotInfo
+from .records import COLUMNS, Anchor, NewEvent, RecordedEvent, SnapshotInfo, StoredRow
 from .schema import events, journal_head, snapshots
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
 _CHUNK = 900
-_VERIFY_BATCH = 5000
 
-_EVENT_COLUMNS = (
-    events.c.position,
-    events.c.event_id,
-    events.c.stream,
-    events.c.version,
-    events.c.type,
-    events.c.event_time,
-    events.c.recorded_at,
-    events.c.payload,
-    events.c.hash,
-)
+_EVENT_COLUMNS = tuple(events.c[name] for name in COLUMNS)
 _SNAPSHOT_COLUMNS = (
     snapshots.c.id,
     snapshots.c.name,
@@ -59,15 +49,6 @@ _SNAPSHOT_COLUMNS = (
     snapshots.c.event_time,
     snapshots.c.digest,
 )
-
-
-def _event(row: Row[Any] | EventRow) -> RecordedEvent:
-    # Columns are in RecordedEvent's field order; only the payload needs decoding.
-    return _new_record(RecordedEvent, (row[0], row[1], row[2], row[3], row[4], row[5],
-                                       row[6], load_json(row[7]), row[8]))
-
-
-_new_record = tuple.__new__
 
 
 def _snapshot(row: Row[Any]) -> SnapshotInfo:
@@ -136,7 +117,7 @@ class SqlTransaction:
         return self._journal._head(self)
 
 
-class Journal:
+class Journal(JournalBase):
     """An append-only, idempotent, hash-chained journal on SQLite or PostgreSQL.
 
     `Journal()` is an in-memory SQLite database; `Journal("sqlite:///path.db")` a
@@ -150,21 +131,43 @@ class Journal:
     url: str | None
 
     def __init__(
-        self, url: str | None = None, *, upgrade: bool = True, lock_timeout: float = 10.0
+        self,
+        url: str | None = None,
+        *,
+        upgrade: bool = True,
+        lock_timeout: float = 10.0,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
-        """Open (and by default upgrade) the database at url; None: in-memory SQLite."""
+        """Open the journal at url (None: in-memory SQLite).
+
+        upgrade: bring the schema to this code's head (else refuse any other revision).
+        create=False: the database must already hold a journal; a missing SQLite file
+        (or a database without the journal's schema) raises JournalNotFound and
+        nothing is created or written. read_only=True: create=False and upgrade=False,
+        and every connection refuses writes (ReadOnlyJournal): for verify and queries.
+        """
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout must be a number of seconds, got {lock_timeout!r}")
         if not lock_timeout > 0:
             raise ValueError(f"lock_timeout must be > 0 seconds, got {lock_timeout!r}")
+        if read_only:
+            create = upgrade = False
         self.url = url
-        self._backend = backend_for(url, float(lock_timeout))
+        self.read_only = read_only
+        self._backend = backend_for(url, float(lock_timeout), read_only=read_only)
         self._local = threading.local()
         self._closed = False
         self._clock: Callable[[], int] = wall_clock_us
+        if create:
+            self._backend.prepare()
+        else:
+            self._backend.require_existing()
         self._engine = self._backend.create_engine()
         try:
             with self._errors(), self._backend.guard(), self._engine.connect() as conn:
+                if not create:
+                    migrate.require_journal(self._backend, conn)
                 if upgrade:
                     migrate.upgrade(self._backend, conn)
                 else:
@@ -216,6 +219,11 @@ class Journal:
                 yield conn
             return
         self._check_open()
+        if self.read_only:
+            raise ReadOnlyJournal(
+                f"this journal ({self._backend.describe()}) was opened read-only: "
+                "nothing was written; open it without read_only=True to write"
+            )
         with (
             self._errors(),
             self._backend.guard(),
@@ -292,7 +300,7 @@ class Journal:
         probe = self._backend.lock_and_probe(conn, ids, streams)
         existing: dict[str, RecordedEvent] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice
-            existing = {r[1]: _event(r) for r in self._backend.existing(conn, ids)}
+            existing = {r[1]: to_event(r) for r in self._backend.existing(conn, ids)}
         fresh = appending.check_existing(batch, existing)
         if not fresh:
             return appending.results(batch, existing, [])
@@ -307,61 +315,12 @@ class Journal:
         )
         # One bulk write for the batch: hashes were computed in Python, so there
         # is no per-event round trip.
-        self._backend.write(
-            conn,
-            [
-                (
-                    r.event.position,
-                    r.event.id,
-                    r.event.stream,
-                    r.event.version,
-                    r.event.type,
-                    r.event.time,
-                    r.event.recorded_at,
-                    r.payload_text,
-                    r.event.hash,
-                )
-                for r in rows
-            ],
-        )
+        self._backend.write(conn, [r.stored() for r in rows])
         return appending.results(batch, existing, rows)
 
     # -- reading ---------------------------------------------------------------
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
-        """Stream events, fetching batch_size at a time (never the whole journal).
-
-        canonical: ORDER BY event_time, position; position: arrival order.
-        after_position exclusive; to_position inclusive (what was known then);
-        from_time / to_time inclusive; after=(t, p) keeps events whose
-        (event_time, position) > (t, p). The read sees the journal as it stood when
-        it began: events appended meanwhile are not included.
-        """
-        q = ReadQuery.make(
-            self.head(),
-            after_position=after_position,
-            to_position=to_position,
-            from_time=from_time,
-            to_time=to_time,
-            stream=stream,
-            after=after,
-            order=order,
-            batch_size=batch_size,
-        )
-        return self._read(q, None)
-
-    def _read(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[RecordedEvent]:
+    def _rows(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[StoredRow]:
         if q.empty:
             return
         position: ColumnElement[int] = events.c.position
@@ -389,25 +348,25 @@ class Journal:
             if q.order == "position"
             else (events.c.event_time, events.c.position)
         )
-        cursor: RecordedEvent | None = None
+        cursor: StoredRow | None = None
         while True:
             where = list(base)
             if q.order == "position":
-                lower = q.after_position if cursor is None else cursor.position
+                lower = q.after_position if cursor is None else cursor[0]
                 where.append(events.c.position > lower)
             elif cursor is not None:
-                where.append(_after((cursor.time, cursor.position)))
+                where.append(_after((cursor[5], cursor[0])))
             stmt = select(*_EVENT_COLUMNS).where(*where).order_by(*order_by).limit(q.batch_size)
             # Each batch in its own short transaction: a long replay holds no
             # snapshot open (WAL checkpoints and VACUUM can proceed).
             with self._reading(tx) as conn:
-                batch = [_event(r) for r in self._fetch(conn, stmt)]
+                batch = self._fetch(conn, stmt)
             yield from batch
             if len(batch) < q.batch_size:
                 return
             cursor = batch[-1]
 
-    def _fetch(self, conn: Connection, stmt: Select[Any]) -> list[EventRow]:
+    def _fetch(self, conn: Connection, stmt: Select[Any]) -> list[StoredRow]:
         """Run a query built with SQLAlchemy straight on the driver's cursor.
 
         Compiling costs once per batch; SQLAlchemy's per-row result processing
@@ -422,7 +381,7 @@ class Journal:
             cur = dbapi(conn).cursor()
             try:
                 cur.execute(str(compiled), args)
-                rows: list[EventRow] = cur.fetchall()
+                rows: list[StoredRow] = cur.fetchall()
             finally:
                 cur.close()
         return rows
@@ -438,12 +397,16 @@ class Journal:
 
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event recorded under this id, or None."""
+        if not isinstance(event_id, str) or NUL in event_id:
+            return None  # no such id can be recorded (and PostgreSQL could not compare it)
         with self._reading() as conn:
             row = conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id == event_id)).first()
-        return None if row is None else _event(row)
+        return None if row is None else to_event(row)
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
+        if not isinstance(stream, str) or NUL in stream:
+            return 0  # no such stream can be recorded
         with self._reading() as conn:
             v = conn.execute(select(func.max(events.c.version)).where(events.c.stream == stream))
             return int(v.scalar_one() or 0)
@@ -455,7 +418,9 @@ class Journal:
                 t0: int | None = conn.execute(select(func.max(events.c.event_time))).scalar_one()
                 return t0
             best: int | None = None
-            for chunk in _chunks(sorted(set(streams)), _CHUNK):
+            # A name with NUL cannot be recorded (nor compared by PostgreSQL): skip it.
+            names = sorted({s for s in streams if isinstance(s, str) and NUL not in s})
+            for chunk in _chunks(names, _CHUNK):
                 # Walk the (event_time, position) index back from the end until a
                 # row of these streams: quick when they are active, no extra index.
                 t = conn.execute(
@@ -482,49 +447,24 @@ class Journal:
         with self._reading() as conn:
             return int(conn.execute(q).scalar_one_or_none() or 0)
 
-    def verify(self) -> int | None:
-        """The first position whose hash or place in the 1..N sequence is wrong, else None.
-
-        Walks the chain in position order, recomputing every hash from the stored
-        fields (a stored payload must also be canonical JSON), then checks that the
-        head row names the last position and its hash.
-        """
+    def _ends(self) -> tuple[Anchor, Anchor]:
+        """The head row and the last record, read in one statement (one moment)."""
+        last = (
+            select(events.c.position, events.c.hash)
+            .order_by(events.c.position.desc())
+            .limit(1)
+            .subquery()
+        )
         with self._reading() as conn:
-            # One statement, so head and last position are from the same moment.
-            head_pos: int
-            head_hash: str
-            last: int
-            head_pos, head_hash, last = conn.execute(
+            row = conn.execute(
                 select(
                     journal_head.c.position,
                     journal_head.c.hash,
-                    select(func.coalesce(func.max(events.c.position), 0)).scalar_subquery(),
+                    select(last.c.position).scalar_subquery(),
+                    select(last.c.hash).scalar_subquery(),
                 )
             ).one()
-        prev, expected = GENESIS_HASH, 1
-        while expected <= last:
-            stmt = (
-                select(*_EVENT_COLUMNS)
-                .where(events.c.position >= expected, events.c.position <= last)
-                .order_by(events.c.position)
-                .limit(_VERIFY_BATCH)
-            )
-            with self._reading() as conn:
-                rows = conn.execute(stmt).all()
-            if not rows:
-                return expected
-            for r in rows:
-                if r[0] != expected or not appending.payload_is_canonical(r[7]):
-                    return expected
-                digest = record_hash_text(prev, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
-                if digest != r[8]:
-                    return expected
-                prev, expected = digest, expected + 1
-        if head_pos != last:
-            return min(head_pos, last) + 1
-        if head_hash != prev:
-            return last
-        return None
+        return Anchor(row[0], row[1]), Anchor(row[2] or 0, row[3] or GENESIS_HASH)
 
     # -- snapshots -------------------------------------------------------------
 

@@ -14,44 +14,11 @@ from dataclasses import dataclass
 
 from . import appending
 from .appending import require_int, require_text, validate_snapshot, wall_clock_us
+from .base import JournalBase, to_event
 from .errors import JournalError
-from .hashing import GENESIS_HASH, load_json, record_hash_text
-from .interface import Order
+from .hashing import GENESIS_HASH
 from .reading import ReadQuery
-from .records import NewEvent, RecordedEvent, SnapshotInfo
-
-
-@dataclass(slots=True)
-class _Row:
-    """A stored event: like RecordedEvent, with the payload kept as canonical text.
-
-    Mutable on purpose, and read back into a fresh RecordedEvent each time, so a
-    caller who mutates a returned payload cannot change the journal (and a test can
-    tamper with a row to check that verify() notices).
-    """
-
-    position: int
-    id: str
-    stream: str
-    version: int
-    type: str
-    time: int
-    recorded_at: int
-    payload_text: str
-    hash: str
-
-    def event(self) -> RecordedEvent:
-        return RecordedEvent(
-            position=self.position,
-            id=self.id,
-            stream=self.stream,
-            version=self.version,
-            type=self.type,
-            time=self.time,
-            recorded_at=self.recorded_at,
-            payload=load_json(self.payload_text),
-            hash=self.hash,
-        )
+from .records import Anchor, NewEvent, RecordedEvent, SnapshotInfo, StoredRow
 
 
 @dataclass(slots=True)
@@ -60,8 +27,13 @@ class _Snapshot:
     state: bytes
 
 
-class MemoryJournal:
-    """A journal held in this process's memory; lost when the process ends."""
+class MemoryJournal(JournalBase):
+    """A journal held in this process's memory; lost when the process ends.
+
+    Rows are kept as stored rows (the payload as canonical text) and decoded into a
+    fresh RecordedEvent on every read, so a caller who mutates a returned payload
+    cannot change the journal.
+    """
 
     url: str | None = None
 
@@ -69,7 +41,7 @@ class MemoryJournal:
         """Create an empty journal; `clock` gives recorded_at in µs (tests may pin it)."""
         self._lock = threading.RLock()
         self._clock = clock
-        self._rows: list[_Row] = []  # index = position - 1
+        self._stored: list[StoredRow] = []  # index = position - 1
         self._by_id: dict[str, int] = {}  # event id -> position
         self._canonical: list[tuple[int, int]] = []  # sorted (event_time, position)
         self._versions: dict[str, int] = {}
@@ -90,37 +62,25 @@ class MemoryJournal:
         with self._lock:
             self._check_open()
             existing = {
-                i: self._rows[self._by_id[i] - 1].event() for i in batch.ids if i in self._by_id
+                i: to_event(self._stored[self._by_id[i] - 1]) for i in batch.ids if i in self._by_id
             }
             fresh = appending.check_existing(batch, existing)
             if not fresh:
                 # A pure repeat changes nothing, so there is no version to conflict with.
                 return appending.results(batch, existing, [])
             appending.check_expected(expected_versions, self._versions)
-            head_hash = self._rows[-1].hash if self._rows else GENESIS_HASH
+            head_hash = self._stored[-1][8] if self._stored else GENESIS_HASH
             recorded_at = max(self._clock(), self._last_recorded_at)
             rows = appending.build(
                 fresh,
-                head_position=len(self._rows),
+                head_position=len(self._stored),
                 head_hash=head_hash,
                 versions=self._versions,
                 recorded_at=recorded_at,
             )
             for r in rows:
                 e = r.event
-                self._rows.append(
-                    _Row(
-                        e.position,
-                        e.id,
-                        e.stream,
-                        e.version,
-                        e.type,
-                        e.time,
-                        e.recorded_at,
-                        r.payload_text,
-                        e.hash,
-                    )
-                )
+                self._stored.append(r.stored())
                 self._by_id[e.id] = e.position
                 bisect.insort(self._canonical, (e.time, e.position))
                 self._versions[e.stream] = e.version
@@ -140,7 +100,7 @@ class MemoryJournal:
         with self._lock:
             self._check_open()
             mark = (
-                len(self._rows),
+                len(self._stored),
                 dict(self._versions),
                 dict(self._max_time),
                 self._last_recorded_at,
@@ -156,44 +116,18 @@ class MemoryJournal:
     def _rollback(
         self, length: int, versions: dict[str, int], max_time: dict[str, int], last: int
     ) -> None:
-        for row in self._rows[length:]:
-            del self._by_id[row.id]
-            i = bisect.bisect_left(self._canonical, (row.time, row.position))
+        for row in self._stored[length:]:
+            del self._by_id[row[1]]
+            i = bisect.bisect_left(self._canonical, (row[5], row[0]))
             del self._canonical[i]
-        del self._rows[length:]
+        del self._stored[length:]
         self._versions = versions
         self._max_time = max_time
         self._last_recorded_at = last
 
     # -- reading ---------------------------------------------------------------
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
-        """Stream events; see `eventstore.Journal.read`."""
-        q = ReadQuery.make(
-            self.head(),
-            after_position=after_position,
-            to_position=to_position,
-            from_time=from_time,
-            to_time=to_time,
-            stream=stream,
-            after=after,
-            order=order,
-            batch_size=batch_size,
-        )
-        return self._read(q)
-
-    def _read(self, q: ReadQuery) -> Iterator[RecordedEvent]:
+    def _rows(self, q: ReadQuery, tx: object = None) -> Iterator[StoredRow]:
         if q.empty:
             return
         if q.order == "position":
@@ -215,29 +149,30 @@ class MemoryJournal:
                 if done:
                     return
 
-    def _matches(self, q: ReadQuery, row: _Row) -> bool:
+    def _matches(self, q: ReadQuery, row: StoredRow) -> bool:
+        position, time = row[0], row[5]
         return (
-            q.after_position < row.position <= q.to_position
-            and (q.from_time is None or row.time >= q.from_time)
-            and (q.to_time is None or row.time <= q.to_time)
-            and (q.stream is None or row.stream == q.stream)
-            and (q.after is None or (row.time, row.position) > q.after)
+            q.after_position < position <= q.to_position
+            and (q.from_time is None or time >= q.from_time)
+            and (q.to_time is None or time <= q.to_time)
+            and (q.stream is None or row[2] == q.stream)
+            and (q.after is None or (time, position) > q.after)
         )
 
-    def _position_batch(self, q: ReadQuery, cursor: int) -> tuple[list[RecordedEvent], int, bool]:
-        out: list[RecordedEvent] = []
-        end = min(q.to_position, len(self._rows))
+    def _position_batch(self, q: ReadQuery, cursor: int) -> tuple[list[StoredRow], int, bool]:
+        out: list[StoredRow] = []
+        end = min(q.to_position, len(self._stored))
         while cursor < end and len(out) < q.batch_size:
-            row = self._rows[cursor]  # position cursor + 1
+            row = self._stored[cursor]  # position cursor + 1
             cursor += 1
             if self._matches(q, row):
-                out.append(row.event())
+                out.append(row)
         return out, cursor, cursor >= end
 
     def _canonical_batch(
         self, q: ReadQuery, key: tuple[int, int] | None
-    ) -> tuple[list[RecordedEvent], tuple[int, int] | None, bool]:
-        out: list[RecordedEvent] = []
+    ) -> tuple[list[StoredRow], tuple[int, int] | None, bool]:
+        out: list[StoredRow] = []
         i = 0 if key is None else bisect.bisect_right(self._canonical, key)
         n = len(self._canonical)
         while i < n and len(out) < q.batch_size:
@@ -246,21 +181,21 @@ class MemoryJournal:
                 return out, key, True
             key = (t, p)
             i += 1
-            row = self._rows[p - 1]
+            row = self._stored[p - 1]
             if self._matches(q, row):
-                out.append(row.event())
+                out.append(row)
         return out, key, i >= n
 
     def head(self) -> int:
         """The last position, 0 when empty."""
         with self._lock:
-            return len(self._rows)
+            return len(self._stored)
 
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event recorded under this id, or None."""
         with self._lock:
             p = self._by_id.get(event_id)
-            return None if p is None else self._rows[p - 1].event()
+            return None if p is None else to_event(self._stored[p - 1])
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
@@ -280,37 +215,21 @@ class MemoryJournal:
         require_int("recorded_at", recorded_at)
         with self._lock:
             # recorded_at never decreases along positions, so it is sorted: bisect.
-            lo, hi = 0, len(self._rows)
+            lo, hi = 0, len(self._stored)
             while lo < hi:
                 mid = (lo + hi) // 2
-                if self._rows[mid].recorded_at <= recorded_at:
+                if self._stored[mid][6] <= recorded_at:
                     lo = mid + 1
                 else:
                     hi = mid
             return lo
 
-    def verify(self) -> int | None:
-        """The first position whose hash or place in the 1..N sequence is wrong, else None."""
+    def _ends(self) -> tuple[Anchor, Anchor]:
+        """The last record, twice: the list's end is this journal's head marker."""
         with self._lock:
-            prev = GENESIS_HASH
-            for expected, row in enumerate(self._rows, start=1):
-                if row.position != expected or not appending.payload_is_canonical(row.payload_text):
-                    return expected
-                digest = record_hash_text(
-                    prev,
-                    row.position,
-                    row.id,
-                    row.stream,
-                    row.version,
-                    row.type,
-                    row.time,
-                    row.recorded_at,
-                    row.payload_text,
-                )
-                if digest != row.hash:
-                    return expected
-                prev = row.hash
-            return None
+            last = Anchor(len(self._stored), self._stored[-1][8]) if self._stored else None
+        end = last or Anchor(0, GENESIS_HASH)
+        return end, end
 
     # -- snapshots -------------------------------------------------------------
 

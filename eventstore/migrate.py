@@ -16,7 +16,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from .backend import Backend
-from .errors import SchemaError
+from .errors import JournalNotFound, SchemaError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -91,6 +91,19 @@ def refuse_unknown(backend: Backend, current: str | None) -> None:
             f"{backend.name} database {backend.describe()} is at schema revision {current!r}, "
             f"which this code does not know (its newest is {code_head()!r}): the database "
             "was upgraded by a newer gpu-credits; upgrade this installation"
+        )
+
+
+def require_journal(backend: Backend, conn: Connection) -> None:
+    """Raise JournalNotFound unless the database holds a journal schema (writes nothing)."""
+    if _at_head(conn):
+        return
+    with conn.begin():
+        current = current_revision(conn)
+    if current is None:
+        raise JournalNotFound(
+            f"{backend.name} database {backend.describe()} holds no journal (no schema "
+            "was written); check the URL, or create one with `gpu-credits db upgrade`"
         )
 
 

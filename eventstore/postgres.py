@@ -26,10 +26,18 @@ milliseconds between lock and commit. Batches amortise that; reads never take it
 Read-decide-append transactions use pg_advisory_xact_lock on their own keys
 first, so two decisions about different keys run their reads in parallel and
 only queue on the head row for their short append.
+
+Connections: the pool pings a connection before handing it out (pool_pre_ping), so
+one that died while idle (server restart, pg_terminate_backend, a firewall that
+drops idle sockets) is replaced before anything is sent on it: the call goes on as
+if nothing happened, instead of failing with "may or may not have committed". Any
+other connection failure becomes one ConnectionProblem line; the pool's own log
+records of failed resets are kept off stderr (the error the caller gets says it).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -38,11 +46,23 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from .backend import COLUMNS_SQL, SHARED, Backend, EventRow, Probe, dbapi, lock_key
-from .errors import ConnectionProblem, JournalError, LockTimeout
+from .backend import SHARED, Backend, Probe, dbapi, lock_key
+from .errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
+from .records import COLUMNS_SQL, StoredRow
 
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
+_READ_ONLY_TRANSACTION = "25006"
+#: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
+#: and the server ending the session (admin shutdown, crash shutdown, cannot connect now).
+_CONNECTION_GONE = ("08", "57P01", "57P02", "57P03")
+
+# A connection that dies in the pool makes SQLAlchemy log "Exception during reset or
+# similar" with a traceback; with no logging configured, Python's last-resort handler
+# prints it on stderr. The caller already gets one clear error for the same failure,
+# so the pool's logger gets a handler of its own that prints nothing. An application
+# that configures logging still sees the records (they propagate to its handlers).
+logging.getLogger("sqlalchemy.pool").addHandler(logging.NullHandler())
 
 
 class PostgresBackend(Backend):
@@ -60,12 +80,17 @@ class PostgresBackend(Backend):
         lock_timeout, set once per connection rather than per transaction: one
         round trip less on every append.
         """
-        engine = create_engine(self.url, connect_args={"connect_timeout": 10})
+        engine = create_engine(
+            self.url, connect_args={"connect_timeout": 10}, pool_pre_ping=True
+        )
         ms = max(1, int(self.lock_timeout * 1000))
+        read_only = "SET default_transaction_read_only = on" if self.read_only else None
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: psycopg.Connection[object], _record: object) -> None:
             dbapi_conn.execute(f"SET lock_timeout = {ms}")
+            if read_only:
+                dbapi_conn.execute(read_only)
             dbapi_conn.commit()
 
         return engine
@@ -149,12 +174,12 @@ class PostgresBackend(Backend):
             bool(any_existing),
         )
 
-    def existing(self, conn: Connection, ids: Sequence[str]) -> list[EventRow]:
+    def existing(self, conn: Connection, ids: Sequence[str]) -> list[StoredRow]:
         """The recorded rows among these ids."""
         with self.direct(conn):
             return list(dbapi(conn).execute(_EXISTING, (list(ids),)))
 
-    def write(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+    def write(self, conn: Connection, rows: Sequence[StoredRow]) -> None:
         """Insert the rows and move the head: one pipelined round trip, or COPY + UPDATE.
 
         COPY is several times faster than INSERT for a large batch but cannot join
@@ -180,7 +205,12 @@ class PostgresBackend(Backend):
         state = getattr(orig, "sqlstate", None)
         if state in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
             return self._lock_timeout("a journal lock")
-        if exc.connection_invalidated or (
+        if state == _READ_ONLY_TRANSACTION:
+            return ReadOnlyJournal(
+                f"PostgreSQL {self.describe()} is open read-only: nothing was written"
+            )
+        gone = state is not None and state.startswith(_CONNECTION_GONE)
+        if exc.connection_invalidated or gone or (
             isinstance(orig, psycopg.OperationalError) and state is None
         ):
             u = make_url(self.url)
@@ -192,6 +222,13 @@ class PostgresBackend(Backend):
                     f"lost the connection to PostgreSQL at {u.host or 'localhost'}:"
                     f"{u.port or 5432} during a transaction ({first}); it may or may not "
                     "have committed: retry with the same event ids (appends are idempotent)"
+                )
+            if gone:
+                # The server ended a session that had sent nothing of ours yet (it died
+                # while being set up): nothing was written.
+                return ConnectionProblem(
+                    f"PostgreSQL at {u.host or 'localhost'}:{u.port or 5432} closed the "
+                    f"connection ({first}); nothing was written: retry"
                 )
             return ConnectionProblem(
                 f"cannot reach PostgreSQL at {u.host or 'localhost'}:{u.port or 5432} "

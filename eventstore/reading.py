@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .appending import require_int
+from .appending import require_int, require_text
 from .interface import Order
 
 
@@ -53,8 +53,8 @@ class ReadQuery:
             require_int("from_time", from_time)
         if to_time is not None:
             require_int("to_time", to_time)
-        if stream is not None and (not isinstance(stream, str) or not stream):
-            raise ValueError(f"stream must be a non-empty str or None, got {stream!r}")
+        if stream is not None:
+            require_text("stream", stream)
         if after is not None:
             if not isinstance(after, tuple) or len(after) != 2:
                 raise ValueError(f"after must be a tuple (event_time, position), got {after!r}")

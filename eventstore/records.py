@@ -1,7 +1,14 @@
-"""The values the journal takes and gives back: new events, recorded events, snapshots."""
+"""The values the journal takes and gives back: new events, recorded events, anchors,
+verification reports, snapshots.
+
+`RecordedEvent` is the one definition of a stored record's layout: the storage row
+(`StoredRow`, the same fields with the payload as canonical text), the database
+columns (`COLUMNS`) and the hash's fields are all derived from its field list.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -34,6 +41,84 @@ class RecordedEvent(NamedTuple):
     recorded_at: int  # wall clock at append, microseconds since the Unix epoch (UTC)
     payload: Mapping[str, Any]
     hash: str  # hex SHA-256 over the previous hash and this record's canonical bytes
+
+
+StoredRow = tuple[int, str, str, int, str, int, int, str, str]
+"""A record as storage holds it: `RecordedEvent`'s fields in its order, the payload as
+its canonical JSON text (what the hash covers)."""
+
+HASH = RecordedEvent._fields.index("hash")
+
+#: Where a field's database column has another name (SQL keywords and clarity).
+_COLUMN_NAMES = {"id": "event_id", "time": "event_time"}
+
+COLUMNS: tuple[str, ...] = tuple(_COLUMN_NAMES.get(f, f) for f in RecordedEvent._fields)
+"""The `events` table's columns in `RecordedEvent`'s field order."""
+
+COLUMNS_SQL = ", ".join(COLUMNS)
+
+
+def hashed_fields() -> tuple[str, ...]:
+    """The fields the chain hash covers: every field but the hash itself."""
+    return RecordedEvent._fields[:HASH]
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class Anchor(NamedTuple):
+    """A journal position and the chain hash there: what to keep outside the database.
+
+    Written `POSITION:HASH`. A journal that still holds that prefix unchanged
+    recomputes exactly this hash at this position; position 0 is the empty journal
+    (the genesis hash).
+    """
+
+    position: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.position}:{self.hash}"
+
+    @classmethod
+    def parse(cls, text: str) -> Anchor:
+        """`POSITION:HASH` -> Anchor; ValueError naming the text and the format otherwise."""
+        if not isinstance(text, str):
+            raise ValueError(f"an anchor is a str POSITION:HASH, got {type(text).__name__}")
+        pos, sep, digest = text.strip().partition(":")
+        if not sep or not pos.isascii() or not pos.isdigit():
+            raise ValueError(
+                f"anchor {text!r} is not POSITION:HASH (a position >= 0, a colon, "
+                "64 lowercase hex digits), e.g. as printed by `gpu-credits head`"
+            )
+        return cls.of(int(pos), digest)
+
+    @classmethod
+    def of(cls, position: object, digest: object) -> Anchor:
+        """A checked Anchor: position an int >= 0, hash 64 lowercase hex digits."""
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(f"anchor position must be an int >= 0, got {position!r}")
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise ValueError(
+                f"anchor hash must be 64 lowercase hex digits (a SHA-256), got {digest!r}"
+            )
+        return cls(position, digest)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    """What `verify_chain` found.
+
+    ok: the chain is whole (and holds the anchor, if one was given); events: how
+    many events the journal holds; first_bad_position: the first position found
+    altered, missing or out of place (None when ok); problem: one line saying what.
+    """
+
+    ok: bool
+    events: int
+    first_bad_position: int | None = None
+    problem: str | None = None
+    head: Anchor | None = None  # the last position and its recomputed hash, when ok
 
 
 @dataclass(frozen=True, slots=True)

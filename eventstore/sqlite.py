@@ -11,15 +11,22 @@
   because one writer at a time reads the head and writes head + 1, head + 2, ...
 - busy_timeout = lock_timeout: a writer waits that long for another to commit, then
   gets LockTimeout instead of "database is locked".
+- A new database file is created 0600 (owner only) before SQLite opens it: a ledger
+  is nobody else's to read. SQLite gives its -wal and -shm files the database
+  file's mode.
+- read_only: connections are opened with the `mode=ro` URI, so SQLite itself refuses
+  every write and never creates the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -27,8 +34,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from .backend import COLUMNS_SQL, Backend, EventRow, Probe, dbapi
-from .errors import ConnectionProblem, JournalError, LockTimeout
+from .backend import Backend, Probe, dbapi
+from .errors import ConnectionProblem, JournalError, JournalNotFound, LockTimeout, ReadOnlyJournal
+from .records import COLUMNS_SQL, StoredRow
 
 # Execution option marking a connection whose next BEGIN must be IMMEDIATE.
 _WRITE = "eventstore_write"
@@ -40,10 +48,11 @@ class SQLiteBackend(Backend):
     name = "SQLite"
     driver_error = sqlite3.Error
 
-    def __init__(self, url: str, lock_timeout: float) -> None:
-        super().__init__(url, lock_timeout)
+    def __init__(self, url: str, lock_timeout: float, *, read_only: bool = False) -> None:
+        super().__init__(url, lock_timeout, read_only=read_only)
         database = make_url(url).database
         self.in_memory = database in (None, "", ":memory:")
+        self.path = None if self.in_memory or database is None else Path(database)
         # An in-memory database lives in one connection (StaticPool) shared by all
         # threads: sqlite3 cannot run two transactions on one connection, so the
         # journal holds this lock around each use (a transaction: for its duration).
@@ -55,6 +64,13 @@ class SQLiteBackend(Backend):
         connect_args: dict[str, Any] = {"timeout": self.lock_timeout, "check_same_thread": False}
         if self.in_memory:
             engine = create_engine("sqlite://", connect_args=connect_args, poolclass=StaticPool)
+        elif self.read_only:
+            assert self.path is not None
+            uri = self.path.absolute().as_uri() + "?mode=ro"
+            engine = create_engine(
+                "sqlite://",
+                creator=lambda: sqlite3.connect(uri, uri=True, **connect_args),
+            )
         else:
             engine = create_engine(self.url, connect_args=connect_args)
 
@@ -65,7 +81,7 @@ class SQLiteBackend(Backend):
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
-            if not self.in_memory:
+            if not self.in_memory and not self.read_only:
                 cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA synchronous = FULL")
             cur.close()
@@ -77,6 +93,54 @@ class SQLiteBackend(Backend):
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
         return engine
+
+    def require_existing(self) -> None:
+        """JournalNotFound for an in-memory database or a file that does not exist."""
+        if self.path is None:
+            raise JournalNotFound(
+                "an in-memory SQLite database never exists before it is opened: "
+                "give a file, sqlite:///path.db"
+            )
+        if not self.path.is_file():
+            what = "is not a file" if self.path.exists() else "does not exist"
+            raise JournalNotFound(
+                f"no journal at {self.path}: the file {what} (nothing was created); "
+                "check the path, or create it with `gpu-credits db upgrade`"
+            )
+        # Look before the engine's first connection, which sets WAL mode (a write):
+        # a file that holds no journal must be left exactly as it was.
+        try:
+            ro = sqlite3.connect(self.path.absolute().as_uri() + "?mode=ro", uri=True)
+            try:
+                found = ro.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+                ).fetchone()
+            finally:
+                ro.close()
+        except sqlite3.DatabaseError as exc:
+            raise ConnectionProblem(
+                f"{self.path} is not a SQLite database ({exc}); check the path"
+            ) from None
+        if found is None:
+            raise JournalNotFound(
+                f"SQLite database {self.path} holds no journal (no schema was written); "
+                "check the path, or create one with `gpu-credits db upgrade`"
+            )
+
+    def prepare(self) -> None:
+        """Create a missing database file empty and 0600, before SQLite makes it 0644."""
+        if self.path is None or self.read_only:
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise ConnectionProblem(
+                f"cannot create SQLite database {self.path}: {exc.strerror}; check that "
+                "its folder exists and is writable"
+            ) from None
+        os.close(fd)
 
     def guard(self) -> AbstractContextManager[object]:
         """The in-memory database's connection lock; nothing for a file."""
@@ -106,12 +170,12 @@ class SQLiteBackend(Backend):
             cur.close()
         return Probe(position, digest, last[0] if last else 0, versions, bool(any_existing))
 
-    def existing(self, conn: Connection, ids: Sequence[str]) -> list[EventRow]:
+    def existing(self, conn: Connection, ids: Sequence[str]) -> list[StoredRow]:
         """The recorded rows among these ids."""
         with self.direct(conn):
             return list(dbapi(conn).execute(_EXISTING, (json.dumps(ids),)))
 
-    def write(self, conn: Connection, rows: Sequence[EventRow]) -> None:
+    def write(self, conn: Connection, rows: Sequence[StoredRow]) -> None:
         """executemany the rows, then move the head."""
         with self.direct(conn):
             cur = dbapi(conn).cursor()
@@ -122,6 +186,11 @@ class SQLiteBackend(Backend):
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """'database is locked' -> LockTimeout; cannot open -> ConnectionProblem."""
         text = str(exc.orig)
+        if "readonly database" in text:
+            return ReadOnlyJournal(
+                f"SQLite database {self.describe()} is open read-only (or its file is not "
+                "writable): nothing was written"
+            )
         if "database is locked" in text or "database is busy" in text:
             return LockTimeout(
                 f"SQLite database {self.describe()} stayed locked by another writer for "

@@ -17,7 +17,6 @@ from projections.errors import (
 )
 from projections.events import (
     DEFAULT_HALF_LIFE,
-    GENERAL,
     AccountOpened,
     CreditsGranted,
     DomainEvent,
@@ -32,6 +31,7 @@ from projections.events import (
     require_non_negative_int,
     require_positive_int,
 )
+from projections.figures import Figures
 from projections.ledger import CANCELLED, PENDING, RUNNING, JobState, Ledger
 from projections.outcomes import Outcome
 from projections.session import JournalArg, LedgerSession, SessionFacade
@@ -132,12 +132,9 @@ class Scheduler(SessionFacade):
             account = session.ledger.accounts.get(account_id)
             if account is None or not account.opened:
                 raise UnknownAccount(f"unknown account {account_id!r}")
-            now = session.now(self._clock())
-            pools = account.pool_balances_at(now) or {GENERAL: 0}
-            balance = sum(pools.values())
-            reserved = account.book.held
-            return AccountView(account_id, balance, reserved, balance - reserved,
-                               account.running, account.max_running, pools)
+            f = Figures.of(account, session.now(self._clock()))
+            return AccountView(account_id, f.balance, f.reserved, f.available,
+                               account.running, account.max_running, f.pools)
 
     def job_state(self, job_id: str, *, as_known_at: int | None = None) -> str:
         """pending, running, succeeded, failed, cancelled or rejected (as known at a position)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from projections.events import (
     DEFAULT_GRANT_PRIORITY,
-    GENERAL,
     CreditsConsumed,
     CreditsGranted,
     normalise_pool,
@@ -12,6 +11,7 @@ from projections.events import (
     require_name,
     require_positive_int,
 )
+from projections.figures import Figures
 from projections.session import JournalArg, LedgerSession, SessionFacade
 
 
@@ -81,12 +81,10 @@ class GPUCreditTracker(SessionFacade):
             else:
                 known = session.ledger_as_known(as_known_at, timestamp)
                 account = known.accounts.get(self.account)
-            if account is None:
-                return 0
-            balances = account.pool_balances_at(timestamp)
+            figures = Figures.of(account, timestamp)
         if wanted is None:
-            return sum(balances.values())
-        return balances.get(wanted, 0)
+            return figures.balance
+        return figures.pools.get(wanted, 0)
 
     def pool_balances(self, timestamp: int) -> dict[str, int]:
         """Per pool (``"general"`` for unrestricted credits), credits minus debt."""
@@ -94,7 +92,5 @@ class GPUCreditTracker(SessionFacade):
         with self._session.lock:
             self._session.catch_up()
             account = self._session.account_at(self.account, timestamp)
-            if account is None:
-                return {GENERAL: 0}
-            return account.pool_balances_at(timestamp) or {GENERAL: 0}
+            return Figures.of(account, timestamp).pools
 

@@ -12,7 +12,9 @@ from multiprocessing.synchronize import Event
 
 from sqlalchemy import text
 
-from eventstore import Journal, JournalLike, MemoryJournal, NewEvent
+from eventstore import GENESIS_HASH, Journal, JournalLike, MemoryJournal, NewEvent
+from eventstore.hashing import record_hash_text
+from eventstore.records import StoredRow
 
 
 def ev(id: str, time: int = 0, stream: str = "s", type: str = "t", **payload: object) -> NewEvent:
@@ -23,8 +25,8 @@ def ev(id: str, time: int = 0, stream: str = "s", type: str = "t", **payload: ob
 def tamper_payload(journal: JournalLike, position: int, edit: Callable[[str], str]) -> None:
     """Rewrite the stored payload text of one position behind the journal's back."""
     if isinstance(journal, MemoryJournal):
-        row = journal._rows[position - 1]
-        row.payload_text = edit(row.payload_text)
+        row = journal._stored[position - 1]
+        journal._stored[position - 1] = (*row[:7], edit(row[7]), row[8])
         return
     assert isinstance(journal, Journal)
     with journal._engine.begin() as conn:
@@ -35,6 +37,55 @@ def tamper_payload(journal: JournalLike, position: int, edit: Callable[[str], st
             text("UPDATE events SET payload = :v WHERE position = :p"),
             {"v": edit(old), "p": position},
         )
+
+
+def stored_rows(journal: JournalLike) -> list[StoredRow]:
+    """Every stored row, in position order, read behind the journal's back."""
+    if isinstance(journal, MemoryJournal):
+        return list(journal._stored)
+    assert isinstance(journal, Journal)
+    with journal._engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT position, event_id, stream, version, type, event_time, recorded_at, "
+                "payload, hash FROM events ORDER BY position"
+            )
+        ).all()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def rehash(rows: list[StoredRow]) -> list[StoredRow]:
+    """The rows renumbered 1..N and re-chained: what a forger with the hash function makes."""
+    out: list[StoredRow] = []
+    prev = GENESIS_HASH
+    for i, r in enumerate(rows, start=1):
+        prev = record_hash_text(prev, i, r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+        out.append((i, r[1], r[2], r[3], r[4], r[5], r[6], r[7], prev))
+    return out
+
+
+def replace_rows(journal: JournalLike, rows: list[StoredRow], *, move_head: bool = True) -> None:
+    """Replace the journal's whole content behind its back (and its head marker, if asked)."""
+    last = (rows[-1][0], rows[-1][8]) if rows else (0, GENESIS_HASH)
+    if isinstance(journal, MemoryJournal):
+        journal._stored[:] = rows
+        return
+    assert isinstance(journal, Journal)
+    with journal._engine.begin() as conn:
+        conn.execute(text("DELETE FROM events"))
+        for r in rows:
+            conn.execute(
+                text(
+                    "INSERT INTO events (position, event_id, stream, version, type, event_time, "
+                    "recorded_at, payload, hash) VALUES (:p, :i, :s, :v, :t, :et, :ra, :pl, :h)"
+                ),
+                dict(zip(("p", "i", "s", "v", "t", "et", "ra", "pl", "h"), r, strict=True)),
+            )
+        if move_head:
+            conn.execute(
+                text("UPDATE journal_head SET position = :p, hash = :h WHERE id = 1"),
+                {"p": last[0], "h": last[1]},
+            )
 
 
 def pin_clock(journal: JournalLike, now: Callable[[], int]) -> None:

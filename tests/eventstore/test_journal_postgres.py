@@ -1,15 +1,17 @@
-"""PostgreSQL-only behaviour: advisory locks per key and lock timeouts (and SQLite's one writer)."""
+"""PostgreSQL-only behaviour: advisory locks per key, lock timeouts and connections that
+die (and SQLite's one writer)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from journal_testkit import ev
 
-from eventstore import Journal, LockTimeout
+from eventstore import ConnectionProblem, Journal, LockTimeout
 
 
 @pytest.mark.postgres
@@ -85,3 +87,69 @@ def test_sqlite_writer_waits_then_times_out(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+# -- connections that die ---------------------------------------------------------------
+
+
+def _terminate(url: str, pid: int) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    dsn = make_url(url).set(drivername="postgresql", query={}).render_as_string(
+        hide_password=False
+    )
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # Wait until the backend is really gone, so the next call meets a dead socket.
+        for _ in range(100):
+            alive = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if alive.fetchone() is None:
+                return
+            time.sleep(0.05)
+
+
+@pytest.mark.postgres
+def test_an_idle_pooled_connection_killed_between_calls_is_replaced(
+    pg_fresh_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy import text
+
+    with Journal(pg_fresh_url) as j:
+        j.append([ev("a")])
+        with j._engine.connect() as conn:  # the one pooled connection the journal uses
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        _terminate(pg_fresh_url, pid)
+        assert j.append([ev("b")])[0].position == 2  # nothing was sent: it just works
+        assert j.head() == 2 and j.verify() is None
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.postgres
+def test_a_backend_killed_while_connecting_is_one_clear_error(
+    pg_fresh_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy import event
+
+    with Journal(pg_fresh_url) as j:
+        j.append([ev("a")])
+        j._engine.dispose()  # the next call opens a new connection
+
+        def kill_self(dbapi_conn: Any, _record: object) -> None:
+            dbapi_conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        event.listen(j._engine, "connect", kill_self, insert=True)
+        with pytest.raises(ConnectionProblem) as caught:
+            j.append([ev("b")])
+        message = str(caught.value)
+        assert "\n" not in message and "PostgreSQL" in message
+        event.remove(j._engine, "connect", kill_self)
+        assert j.append([ev("b")])[0].position == 2
+    assert capfd.readouterr().err == ""
+
+
+def test_an_unreachable_server_is_one_clear_error() -> None:
+    with pytest.raises(ConnectionProblem) as caught:
+        Journal("postgresql+psycopg://nobody:secret@127.0.0.1:1/none")
+    message = str(caught.value)
+    assert "\n" not in message and "secret" not in message and "127.0.0.1:1" in message

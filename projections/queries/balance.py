@@ -1,0 +1,52 @@
+"""`balance` and the per-account figures of a ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore import JournalLike
+from projections.events import GENERAL
+from projections.figures import Figures
+from projections.ledger import Ledger
+from projections.queries.common import exists_later, known_position, latest_time, unknown_account
+from projections.replay import fold_canonical
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceReport:
+    """The answer of `balance`: one account at event time `at`, as known at a position."""
+
+    account: str
+    at: int
+    as_known_at: int  # the journal position the answer is based on
+    figures: Figures
+    pool: str | None = None  # the pool asked about, if any
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `balance --json` object (integers throughout)."""
+        out: dict[str, Any] = {"account": self.account, **self.figures.as_dict(),
+                               "at": self.at, "as_known_at": self.as_known_at}
+        if self.pool is not None:
+            out["pool"] = self.pool
+            out["pool_balance"] = self.figures.pools.get(self.pool, 0)
+        return out
+
+
+def balance(journal: JournalLike, account: str, *, at: int | None = None,
+            as_known_at: int | str | None = None, pool: str | None = None) -> BalanceReport:
+    """`account`'s figures at event time `at` (default: the journal's latest event time),
+    from only the events recorded at positions <= `as_known_at` (default: all)."""
+    when = latest_time(journal) if at is None else at
+    position = known_position(journal, as_known_at)
+    ledger = fold_canonical(journal, to_time=when, to_position=position)
+    state = ledger.accounts.get(account)
+    if state is None and not exists_later(journal, account):
+        raise unknown_account(account, ledger)
+    wanted = None if pool is None else (pool or GENERAL)
+    return BalanceReport(account, when, position, Figures.of(state, when), wanted)
+
+
+def account_figures(ledger: Ledger, at: int) -> list[tuple[str, Figures]]:
+    """Every account of the ledger (sorted by name) with its figures at `at`."""
+    return [(name, Figures.of(ledger.accounts[name], at)) for name in sorted(ledger.accounts)]

@@ -1,0 +1,315 @@
+"""`explain`: which grants paid what (lineage), what expired unused, and why a job was
+rejected or has not started."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventstore import JournalLike, RecordedEvent
+from projections.creditbook import Lineage
+from projections.errors import UnknownJob
+from projections.events import GENERAL, TIMELINE_START
+from projections.figures import Figures
+from projections.ledger import PENDING, RUNNING, Ledger
+from projections.outcomes import Outcome
+from projections.projector import apply_recorded
+from projections.queries.common import latest_time, lineage_dict, unknown_account
+from projections.queries.walk import AccountWalk
+from projections.queries.wording import event_detail
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """Credits of one grant that paid for one consumption or one job."""
+
+    time: int
+    position: int
+    event_id: str
+    kind: str  # "consume" or "job"
+    amount: int
+    job: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready use."""
+        return {"time": self.time, "position": self.position, "event_id": self.event_id,
+                "kind": self.kind, "amount": self.amount, "job": self.job}
+
+
+@dataclass(slots=True)
+class GrantLineage:
+    """One grant and everything that became of its credits."""
+
+    grant_id: str
+    time: int
+    position: int | None
+    pool: str
+    amount: int
+    expiry: int | None
+    paid_debt: int = 0  # on arrival, debt it paid before becoming a batch
+    uses: list[Use] = field(default_factory=list)
+    expired: int = 0  # expired unused (evicted, or expired by `at` and not yet evicted)
+    held: list[tuple[str, int]] = field(default_factory=list)  # (job, credits) held now
+    remaining: int = 0  # still usable at `at`
+
+    @property
+    def used(self) -> int:
+        """Credits that paid consumptions and jobs."""
+        return sum(u.amount for u in self.uses)
+
+    @property
+    def debt_paid_later(self) -> int:
+        """Credits released from jobs back to this grant that paid debt (what is left over)."""
+        accounted = (self.paid_debt + self.used + self.expired + self.remaining
+                     + sum(a for _, a in self.held))
+        return max(0, self.amount - accounted)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready lineage of the grant."""
+        return {
+            "grant": self.grant_id, "time": self.time, "position": self.position,
+            "pool": self.pool, "amount": self.amount, "expiry": self.expiry,
+            "paid_debt": self.paid_debt + self.debt_paid_later, "used": self.used,
+            "uses": [u.as_dict() for u in self.uses], "expired": self.expired,
+            "held": [[job, amount] for job, amount in self.held],
+            "remaining": self.remaining,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """One consumption or one job charge, and the grants that paid it."""
+
+    time: int
+    position: int
+    event_id: str
+    kind: str  # "consume" or "job"
+    amount: int
+    paid_by: Lineage
+    debt_created: int = 0
+    job: str | None = None
+    pool: str = GENERAL
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready spend."""
+        return {"time": self.time, "position": self.position, "event_id": self.event_id,
+                "kind": self.kind, "amount": self.amount, "pool": self.pool, "job": self.job,
+                "paid_by": lineage_dict(self.paid_by), "debt_created": self.debt_created}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A submit the account could not pay for, with the fold's reason."""
+
+    time: int
+    position: int
+    job: str
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready rejection."""
+        return {"time": self.time, "position": self.position, "job": self.job,
+                "reason": self.reason}
+
+
+@dataclass(slots=True)
+class AccountExplanation:
+    """Where an account's credits came from and went: the lineage of every grant."""
+
+    account: str
+    at: int
+    figures: Figures
+    grants: list[GrantLineage]
+    spends: list[Spend]
+    rejections: list[Rejection]
+    anomalies: list[tuple[int, str, str]]  # (time, event id, why)
+    debt: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `explain ACCOUNT --json` object."""
+        return {
+            "account": self.account, "at": self.at, **self.figures.as_dict(),
+            "grants": [g.as_dict() for g in self.grants],
+            "spends": [s.as_dict() for s in self.spends],
+            "rejections": [r.as_dict() for r in self.rejections],
+            "anomalies": [list(a) for a in self.anomalies],
+            "debt_by_pool": dict(self.debt),
+        }
+
+
+def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
+    """Which grants paid which consumption or job, and what expired unused per grant."""
+    at = latest_time(journal)
+    walk = AccountWalk(account)
+    ledger = walk.ledger
+    grants: dict[str, GrantLineage] = {}
+    spends: list[Spend] = []
+    rejections: list[Rejection] = []
+    anomalies: list[tuple[int, str, str]] = []
+
+    def grant(grant_id: str, pool: str) -> GrantLineage:
+        found = grants.get(grant_id)
+        if found is None:  # a refill batch: no grant event of its own
+            found = grants[grant_id] = GrantLineage(grant_id, TIMELINE_START, None, pool, 0, None)
+        return found
+
+    for rec in journal.read(order="canonical"):
+        step = walk.apply(rec)
+        if step is None:
+            continue
+        outcome = step.outcome
+        p = rec.payload
+        for e in (*step.expired, *step.on_release):
+            grant(e.grant_id, e.pool).expired += e.amount
+        if outcome.anomaly:
+            anomalies.append((rec.time, rec.id, outcome.reason or ""))
+        elif rec.type == "grant":
+            expiry = p.get("expiry")
+            grants[rec.id] = GrantLineage(
+                rec.id, rec.time, rec.position, str(p.get("pool", GENERAL)), int(p["amount"]),
+                expiry if isinstance(expiry, int) else None,
+                paid_debt=sum(a for _, a in outcome.paid_debt))
+        elif rec.type == "consume":
+            spends.append(Spend(rec.time, rec.position, rec.id, "consume", int(p["amount"]),
+                                outcome.paid_by, outcome.debt_created,
+                                pool=str(p.get("pool", GENERAL))))
+            for g, amount in outcome.paid_by:
+                grant(g, GENERAL).uses.append(Use(rec.time, rec.position, rec.id, "consume",
+                                                  amount))
+        elif rec.type == "complete":
+            job = ledger.jobs[str(p["job"])]
+            spends.append(Spend(rec.time, rec.position, rec.id, "job", outcome.charge or 0,
+                                outcome.paid_by, job=job.id, pool=job.pool))
+            for g, amount in outcome.paid_by:
+                grant(g, GENERAL).uses.append(Use(rec.time, rec.position, rec.id, "job", amount,
+                                                  job.id))
+        elif rec.type == "submit" and not outcome.ok:
+            rejections.append(Rejection(rec.time, rec.position, str(p["job"]),
+                                        outcome.reason or "rejected"))
+    state = walk.state
+    if state is None and not walk.seen:
+        raise unknown_account(account, ledger)
+    for e in walk.expired_by(at):
+        grant(e.grant_id, e.pool).expired += e.amount
+    if state is not None:
+        book = state.book
+        for batch in (b for heap in book.heaps.values() for b in heap):
+            if not batch.is_expired_at(at):
+                grant(batch.grant_id, batch.pool).remaining += batch.amount
+        for job_id in sorted(book.holds):
+            for batch, amount in book.holds[job_id].portions:
+                grant(batch.grant_id, batch.pool).held.append((job_id, amount))
+        for lineage in grants.values():
+            if lineage.position is None:  # a refill batch: its amount is what it accounts for
+                lineage.amount = (lineage.used + lineage.expired + lineage.remaining
+                                  + sum(a for _, a in lineage.held))
+    debt = dict(sorted(state.book.debt.items())) if state is not None else {}
+    ordered = sorted(grants.values(), key=lambda g: (g.time, g.position or 0, g.grant_id))
+    return AccountExplanation(account, at, Figures.of(state, at), ordered, spends, rejections,
+                              anomalies, debt)
+
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One event of a job's life and what the fold made of it."""
+
+    time: int
+    position: int
+    event_id: str
+    type: str
+    detail: str
+    ok: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready event."""
+        return {"time": self.time, "position": self.position, "event_id": self.event_id,
+                "type": self.type, "detail": self.detail, "ok": self.ok}
+
+
+@dataclass(slots=True)
+class JobExplanation:
+    """A job's life: state, acceptance (or the reason it was refused), holds, charge."""
+
+    job: str
+    account: str | None
+    state: str  # a job state, or "never submitted" for events naming an unknown job
+    cost: int | None = None
+    priority: int | None = None
+    pool: str | None = None
+    submitted_at: int | None = None
+    accepted: bool | None = None
+    reason: str | None = None  # why the submit was rejected
+    held_from: Lineage = ()  # grants the submit reserved from
+    charge: int | None = None
+    paid_by: Lineage = ()
+    released: int | None = None
+    waiting: str | None = None  # a pending job: why it has not started
+    ahead: int | None = None  # a pending job: pending jobs that start before it
+    events: list[JobEvent] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `explain --job --json` object."""
+        return {
+            "job": self.job, "account": self.account, "state": self.state, "cost": self.cost,
+            "priority": self.priority, "pool": self.pool, "submitted_at": self.submitted_at,
+            "accepted": self.accepted, "reason": self.reason,
+            "held_from": lineage_dict(self.held_from), "charge": self.charge,
+            "paid_by": lineage_dict(self.paid_by), "released": self.released,
+            "waiting": self.waiting, "ahead": self.ahead,
+            "events": [e.as_dict() for e in self.events],
+        }
+
+
+def _waiting(ledger: Ledger, job_id: str) -> tuple[str, int]:
+    """Why a pending job has not started, and how many pending jobs start before it."""
+    job = ledger.jobs[job_id]
+    account = ledger.accounts[job.account]
+    ahead = ledger.pending_ahead(job)
+    if account.blocked:
+        why = (f"account {job.account!r} already runs {account.running} of at most "
+               f"{account.max_running} jobs; {ahead} pending job(s) ahead of it")
+    elif ahead:
+        why = f"{ahead} pending job(s) ahead of it (higher priority, or submitted earlier)"
+    else:
+        why = "first in line: the next start_next starts it"
+    return why, ahead
+
+
+def explain_job(journal: JournalLike, job_id: str) -> JobExplanation:
+    """A job's state, its submit's outcome (and reason), holds, charge and payers, and for a
+    pending job why it has not started."""
+    ledger = Ledger()
+    found: list[tuple[RecordedEvent, Outcome]] = []
+    for rec in journal.read(order="canonical"):
+        outcome = apply_recorded(ledger, rec)
+        if rec.payload.get("job") == job_id:
+            found.append((rec, outcome))
+    job = ledger.jobs.get(job_id)
+    if job is None and not found:
+        raise UnknownJob(f"unknown job {job_id!r} (no event names it)")
+    out = JobExplanation(job_id, None if job is None else job.account,
+                         "never submitted" if job is None else job.state)
+    if job is not None:
+        out.cost, out.priority, out.pool = job.cost, job.priority, job.pool
+        out.charge = job.charge
+    for rec, outcome in found:
+        detail, _ = event_detail(rec, outcome, ledger)
+        out.events.append(JobEvent(rec.time, rec.position, rec.id, rec.type, detail,
+                                   outcome.ok))
+        if rec.type == "submit" and out.submitted_at is None and not outcome.anomaly:
+            out.submitted_at = rec.time
+            out.accepted = outcome.ok
+            out.reason = None if outcome.ok else outcome.reason
+            out.held_from = outcome.paid_by
+        elif rec.type == "complete" and not outcome.anomaly:
+            out.paid_by = outcome.paid_by
+            out.released = outcome.released
+        elif rec.type == "cancel" and not outcome.anomaly and outcome.released:
+            out.released = outcome.released
+    if job is not None and job.state == PENDING:
+        out.waiting, out.ahead = _waiting(ledger, job_id)
+    elif job is not None and job.state == RUNNING:
+        out.waiting = f"running; {job.cost} credits held until it completes"
+    return out
+

@@ -1,0 +1,174 @@
+"""`statement`: every change to an account with a running balance, expiries included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore import JournalLike, RecordedEvent
+from projections.creditbook import Expiry, Lineage
+from projections.events import GENERAL
+from projections.ledger import refill_due
+from projections.queries.common import exists_later, latest_time, lineage_dict, unknown_account
+from projections.queries.walk import AccountWalk
+from projections.queries.wording import event_detail, pool_text
+from projections.timefmt import format_time
+
+
+@dataclass(frozen=True, slots=True)
+class StatementLine:
+    """One change to an account, and the account's balance and reservations after it."""
+
+    time: int
+    position: int | None  # None: an expiry found between events, or the opening line
+    event_id: str | None
+    type: str  # an event type, or "expire", "refill", "opening"
+    change: int
+    balance: int
+    reserved: int
+    detail: str
+    status: str = "ok"  # ok, rejected (a submit), anomaly (kept in the journal, no effect)
+    job: str | None = None
+    pool: str | None = None
+    grants: Lineage = ()  # consume/complete: who paid; submit: reserved from; expire: the grant
+    debt_paid: int = 0
+    debt_created: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready line (integer times)."""
+        return {
+            "time": self.time, "position": self.position, "event_id": self.event_id,
+            "type": self.type, "change": self.change, "balance": self.balance,
+            "reserved": self.reserved, "detail": self.detail, "status": self.status,
+            "job": self.job, "pool": self.pool, "grants": lineage_dict(self.grants),
+            "debt_paid": self.debt_paid, "debt_created": self.debt_created,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """Every change to one account between two event times, with a running balance."""
+
+    account: str
+    from_time: int | None
+    to_time: int
+    opening: StatementLine | None  # only when from_time is given
+    lines: list[StatementLine]
+
+    @property
+    def closing(self) -> tuple[int, int]:
+        """(balance, reserved) after the last line."""
+        last = self.lines[-1] if self.lines else self.opening
+        return (last.balance, last.reserved) if last is not None else (0, 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `statement --json` object."""
+        balance_, reserved = self.closing
+        return {
+            "account": self.account, "from": self.from_time, "to": self.to_time,
+            "opening": None if self.opening is None else self.opening.as_dict(),
+            "lines": [line.as_dict() for line in self.lines],
+            "closing": {"balance": balance_, "reserved": reserved},
+        }
+
+
+def expiry_line(e: Expiry, time: int, balance_: int, reserved: int,
+                 *, on_release: str | None = None) -> StatementLine:
+    text = f"{e.amount:,}{pool_text(e.pool)} of grant {e.grant_id} expired unused"
+    if on_release is not None:
+        text = (f"{e.amount:,}{pool_text(e.pool)} of grant {e.grant_id} released by job "
+                f"{on_release} after the grant expired at {format_time(e.expiry)}")
+    return StatementLine(time, None, None, "expire", -e.amount, balance_, reserved, text,
+                         pool=e.pool, grants=((e.grant_id, e.amount),))
+
+
+
+class _StatementBuilder:
+    """Writes the lines of one account as the walk goes."""
+
+    def __init__(self, account: str) -> None:
+        self.walk = AccountWalk(account)
+        self.lines: list[StatementLine] = []
+        self.balance = 0
+        self.reserved = 0
+
+    def add(self, line: StatementLine) -> None:
+        self.lines.append(line)
+
+    def apply(self, rec: RecordedEvent) -> None:
+        step = self.walk.apply(rec)
+        if step is None:
+            return
+        outcome = step.outcome
+        for e in step.expired:
+            self.balance -= e.amount
+            self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
+        if step.refill:
+            self.balance += step.refill
+            self.add(StatementLine(rec.time, None, None, "refill", step.refill, self.balance,
+                                   self.reserved, f"refill of {step.refill} credits accrued",
+                                   pool=GENERAL))
+        detail, change = event_detail(rec, outcome, self.walk.ledger)
+        state = self.walk.state
+        if state is not None:
+            self.reserved = state.book.held
+        self.balance += change
+        status = "anomaly" if outcome.anomaly else ("ok" if outcome.ok else "rejected")
+        job = rec.payload.get("job")
+        self.add(StatementLine(
+            rec.time, rec.position, rec.id, rec.type, change, self.balance, self.reserved,
+            detail, status, job if isinstance(job, str) else None,
+            rec.payload.get("pool", GENERAL) if rec.type in ("grant", "consume") else None,
+            outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created))
+        for e in step.on_release:
+            self.balance -= e.amount
+            self.add(expiry_line(e, rec.time, self.balance, self.reserved,
+                                  on_release=str(job)))
+        if state is not None:
+            book = state.book
+            actual = book.active_total + book.held - book.debt_total - self.walk.unevicted()
+            if actual != self.balance:  # never expected: shown rather than hidden
+                self.add(StatementLine(rec.time, None, None, "adjust", actual - self.balance,
+                                       actual, self.reserved,
+                                       "unexplained change (please report): balance is "
+                                       f"{actual}, the lines above add up to {self.balance}"))
+                self.balance = actual
+
+    def finish(self, to_time: int) -> None:
+        """Expiries and refill accrued after the account's last event, up to `to_time`."""
+        for e in self.walk.expired_by(to_time):
+            self.balance -= e.amount
+            self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
+        state = self.walk.state
+        if state is not None and state.refill_rate is not None:
+            add, _ = refill_due(state, to_time)
+            if add:
+                self.balance += add
+                self.add(StatementLine(to_time, None, None, "refill", add, self.balance,
+                                       self.reserved, f"refill of {add} credits accrued",
+                                       pool=GENERAL))
+
+
+def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
+              to_time: int | None = None) -> Statement:
+    """Every change to `account` with event time <= `to_time` (default: the latest), with
+    a running balance; with `from_time`, an opening line and the changes from then on."""
+    to = latest_time(journal) if to_time is None else to_time
+    builder = _StatementBuilder(account)
+    for rec in journal.read(to_time=to, order="canonical"):
+        builder.apply(rec)
+    builder.finish(to)
+    walk = builder.walk
+    if not walk.seen and walk.state is None and not exists_later(journal, account):
+        raise unknown_account(account, walk.ledger)
+    lines = builder.lines
+    opening = None
+    if from_time is not None:
+        cut = next((i for i, line in enumerate(lines) if line.time >= from_time), len(lines))
+        prior = lines[cut - 1] if cut else None
+        balance_ = prior.balance if prior is not None else 0
+        reserved = prior.reserved if prior is not None else 0
+        opening = StatementLine(from_time, None, None, "opening", 0, balance_, reserved,
+                                "opening balance")
+        lines = lines[cut:]
+    return Statement(account, from_time, to, opening, lines)

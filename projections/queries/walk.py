@@ -1,0 +1,111 @@
+"""One account followed through a fold of the whole journal, event by event.
+
+Shared by statements and explanations: what each event did to the account, and what
+expired or accrued in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eventstore import RecordedEvent
+from projections.creditbook import Batch, CreditBook, Expiry
+from projections.ledger import AccountState, Ledger
+from projections.outcomes import Outcome
+from projections.projector import apply_recorded
+
+
+def target(ledger: Ledger, rec: RecordedEvent) -> str | None:
+    """The account an event touches, as the ledger stands before applying it."""
+    account = rec.payload.get("account")
+    if isinstance(account, str):
+        return account
+    job = ledger.jobs.get(str(rec.payload.get("job")))
+    return None if job is None else job.account
+
+
+
+def expired_batches(book: CreditBook, at: int) -> list[Batch]:
+    """Batches still in the book whose credits have expired by `at`, in expiry order."""
+    found = [b for heap in book.heaps.values() for b in heap if b.is_expired_at(at) and b.amount]
+    return sorted(found, key=lambda b: b.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One event of an account, and what time passing did to the account first."""
+
+    rec: RecordedEvent
+    outcome: Outcome
+    expired: list[Expiry]  # credits that expired by the event's time (at their expiry)
+    refill: int  # credits a refill bucket accrued before the event
+    on_release: list[Expiry]  # held credits released by the event after their grant expired
+
+
+class AccountWalk:
+    """Folds a journal and follows one account, event by event.
+
+    Expiries are taken at their expiry time, whether or not the fold has evicted them yet
+    (it evicts lazily, when an event touches the account; an event refused before that, a
+    duplicate submit, evicts nothing). Each expired batch is reported once: `announced`
+    remembers batches reported but still in the book.
+    """
+
+    def __init__(self, account: str) -> None:
+        self.account = account
+        self.ledger = Ledger()
+        self.seen = False  # whether any event touched the account
+        self.announced: dict[int, Batch] = {}  # id(batch) -> batch reported as expired
+
+    @property
+    def state(self) -> AccountState | None:
+        """The account as the fold stands."""
+        return self.ledger.accounts.get(self.account)
+
+    def expired_by(self, time: int) -> list[Expiry]:
+        """Expiries by `time` not yet reported; they are reported now."""
+        state = self.state
+        if state is None:
+            return []
+        out = []
+        for batch in expired_batches(state.book, time):
+            if id(batch) not in self.announced:
+                self.announced[id(batch)] = batch
+                assert batch.expiry is not None
+                out.append(Expiry(batch.grant_id, batch.pool, batch.expiry, batch.amount))
+        return out
+
+    def unevicted(self) -> int:
+        """Credits reported as expired that the fold has not evicted yet."""
+        return sum(b.amount for b in self.announced.values() if b.in_heap)
+
+    def apply(self, rec: RecordedEvent) -> Step | None:
+        """Apply `rec`; a `Step` if it touched the account, else None."""
+        ledger = self.ledger
+        if target(ledger, rec) != self.account:
+            apply_recorded(ledger, rec)
+            return None
+        self.seen = True
+        expired = self.expired_by(rec.time)
+        state = self.state
+        in_heap = [(b, b.amount) for b in self.announced.values() if b.in_heap]
+        granted = state.book.totals.granted if state is not None else 0
+        outcome = apply_recorded(ledger, rec)
+        # What advance() evicted now is at the head of outcome.expired; the rest expired
+        # when a settlement released credits into a batch already expired.
+        evicted = sum(amount for b, amount in in_heap if not b.in_heap)
+        self.announced = {k: b for k, b in self.announced.items() if b.in_heap}
+        on_release: list[Expiry] = []
+        seen = 0
+        for e in outcome.expired:
+            if seen >= evicted:
+                on_release.append(e)
+            seen += e.amount
+        refill = 0
+        state = self.state
+        if state is not None:
+            added = rec.payload.get("amount", 0) if rec.type == "grant" and not outcome.anomaly \
+                else 0
+            refill = state.book.totals.granted - granted - int(added)
+        return Step(rec, outcome, expired, refill, on_release)
+

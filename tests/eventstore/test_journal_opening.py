@@ -1,0 +1,159 @@
+"""Opening a journal: read-only and never-create modes, file permissions.
+
+An auditor's `verify` or a query on a mistyped path must not create an empty
+journal and report on it; a reader must not be able to write.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from journal_testkit import ev
+
+from eventstore import (
+    Journal,
+    JournalError,
+    JournalNotFound,
+    ReadOnlyJournal,
+    SchemaError,
+)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.parametrize("mode", [{"create": False}, {"read_only": True}])
+def test_a_missing_sqlite_file_is_an_error_and_stays_missing(
+    tmp_path: Path, mode: dict[str, bool]
+) -> None:
+    path = tmp_path / "typo.db"
+    with pytest.raises(JournalNotFound) as caught:
+        Journal(sqlite_url(path), **mode)
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message
+    assert isinstance(caught.value, JournalError)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", [{"create": False}, {"read_only": True}])
+def test_an_in_memory_database_cannot_be_opened_without_creating_it(
+    mode: dict[str, bool],
+) -> None:
+    with pytest.raises(JournalNotFound, match="in-memory"):
+        Journal(None, **mode)
+
+
+@pytest.mark.parametrize("mode", [{"create": False}, {"read_only": True}])
+def test_a_file_without_a_journal_is_not_given_a_schema(
+    tmp_path: Path, mode: dict[str, bool]
+) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(JournalNotFound, match="holds no journal"):
+        Journal(sqlite_url(path), **mode)
+    assert path.stat().st_size == 0
+
+
+def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
+    with pytest.raises(JournalNotFound, match="not a file"):
+        Journal(sqlite_url(tmp_path), read_only=True)
+
+
+def test_a_read_only_journal_reads_and_refuses_every_write(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "j.db")
+    with Journal(url) as writer:
+        writer.append([ev("a", 1), ev("b", 2)])
+        writer.save_snapshot("n", 2, 2, "d", b"state")
+    with Journal(url, read_only=True) as reader:
+        assert reader.head() == 2 and reader.verify() is None
+        assert [e.id for e in reader.read()] == ["a", "b"]
+        assert [s.name for s in reader.snapshots("n")] == ["n"]
+        with pytest.raises(ReadOnlyJournal, match="read-only"):
+            reader.append([ev("c", 3)])
+        with pytest.raises(ReadOnlyJournal):
+            reader.save_snapshot("n", 2, 2, "d", b"x")
+        with pytest.raises(ReadOnlyJournal):
+            reader.drop_snapshots("n")
+        with pytest.raises(ReadOnlyJournal), reader.transaction():
+            pass
+    with Journal(url) as again:
+        assert again.head() == 2 and len(again.snapshots("n")) == 1
+
+
+def test_a_read_only_journal_sees_appends_made_after_it_opened(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "j.db")
+    with Journal(url) as writer, Journal(url, read_only=True) as reader:
+        assert reader.head() == 0
+        writer.append([ev("a", 1)])
+        assert reader.head() == 1
+
+
+def test_read_only_does_not_upgrade_an_old_schema(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "j.db")
+    Journal(url).close()
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "j.db")
+    conn.execute("UPDATE alembic_version SET version_num = '0000'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaError):
+        Journal(url, read_only=True)
+
+
+def test_an_existing_journal_opens_with_create_false(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "j.db")
+    Journal(url).close()
+    with Journal(url, create=False) as j:
+        j.append([ev("a")])  # create=False only forbids creating; writing is fine
+        assert j.head() == 1
+
+
+def test_a_new_sqlite_journal_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "private.db"
+    old = os.umask(0o022)
+    try:
+        with Journal(sqlite_url(path)) as j:
+            j.append([ev("a")])
+            files = [p for p in tmp_path.iterdir() if p.name.startswith("private.db")]
+            assert {p.name for p in files} >= {"private.db", "private.db-wal"}
+            for p in files:
+                assert stat.S_IMODE(p.stat().st_mode) == 0o600, p.name
+    finally:
+        os.umask(old)
+
+
+def test_an_existing_file_keeps_its_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    Journal(sqlite_url(path)).close()
+    path.chmod(0o640)
+    Journal(sqlite_url(path)).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+@pytest.mark.postgres
+def test_postgres_read_only_refuses_writes(pg_fresh_url: str) -> None:
+    with Journal(pg_fresh_url) as writer:
+        writer.append([ev("a")])
+    with Journal(pg_fresh_url, read_only=True) as reader:
+        assert reader.head() == 1 and reader.verify() is None
+        with pytest.raises(ReadOnlyJournal):
+            reader.append([ev("b")])
+
+
+@pytest.mark.postgres
+def test_postgres_schema_without_a_journal_is_not_given_one(pg_fresh_url: str) -> None:
+    with pytest.raises(JournalNotFound, match="holds no journal"):
+        Journal(pg_fresh_url, read_only=True)
+    with pytest.raises(JournalNotFound):
+        Journal(pg_fresh_url, create=False)
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(pg_fresh_url)
+    with engine.connect() as conn:
+        assert inspect(conn).get_table_names() == []
+    engine.dispose()

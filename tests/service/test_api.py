@@ -1,0 +1,288 @@
+"""Every endpoint of the HTTP contract through FastAPI's TestClient: answers, statuses,
+problems, idempotency; and that a refused request appends nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.service.conftest import Clock
+
+PROBLEM = "application/problem+json"
+
+
+def head(client: TestClient) -> int:
+    position: int = client.get("/v1/journal/head").json()["position"]
+    return position
+
+
+def problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert {"type", "title", "status", "detail"} <= set(body)
+    return body
+
+
+def setup_account(client: TestClient, name: str = "a", amount: int = 100) -> None:
+    assert client.post("/v1/accounts", json={"account": name}).status_code == 201
+    r = client.post(f"/v1/accounts/{name}/grants", json={"amount": amount, "time": 0,
+                                                         "expiry": 1000})
+    assert r.status_code == 201, r.text
+
+
+def test_open_account_then_again_is_a_conflict(client: TestClient) -> None:
+    r = client.post("/v1/accounts", json={"account": "a", "max_running": 2},
+                    headers={"Idempotency-Key": "open-a"})
+    assert r.status_code == 201
+    assert r.json()["account"] == "a" and r.json()["id"] == "open-a"
+    again = client.post("/v1/accounts", json={"account": "a", "max_running": 2},
+                        headers={"Idempotency-Key": "open-a"})
+    assert again.status_code == 201 and again.json() == r.json()
+    problem(client.post("/v1/accounts", json={"account": "a"}), 409)
+    assert head(client) == 1
+
+
+def test_grant_usage_and_balance(client: TestClient) -> None:
+    r = client.post("/v1/accounts/a/grants", json={"amount": 100, "time": 0, "expiry": 10,
+                                                   "pool": "h100"},
+                    headers={"Idempotency-Key": "g-1"})
+    assert r.status_code == 201
+    assert r.json()["id"] == "g-1" and r.json()["amount"] == 100 and r.json()["pool"] == "h100"
+    u = client.post("/v1/accounts/a/usage", json={"amount": 130, "time": 3, "pool": "h100"})
+    assert u.status_code == 201 and u.json()["debt"] == 30
+    b = client.get("/v1/accounts/a/balance", params={"at": 5}).json()
+    assert b["account"] == "a" and b["balance"] == -30 and b["available"] == -30
+    assert b["pools"] == {"h100": -30}
+    before = client.get("/v1/accounts/a/balance", params={"at": 2}).json()
+    assert before["balance"] == 100
+    known = client.get("/v1/accounts/a/balance", params={"at": 5, "as_known_at": 1}).json()
+    assert known["balance"] == 100 and known["as_known_at"] == 1
+    iso = client.get("/v1/accounts/a/balance", params={"at": "1970-01-01T00:00:02Z"}).json()
+    assert iso["balance"] == 100
+
+
+def test_times_are_integers_or_iso_with_offset(client: TestClient) -> None:
+    r = client.post("/v1/accounts/a/grants",
+                    json={"amount": 5, "time": "2026-11-03T12:00:00+01:00"})
+    assert r.status_code == 201 and r.json()["time"] == 1_793_703_600
+    problem(client.post("/v1/accounts/a/grants", json={"amount": 5,
+                                                       "time": "2026-11-03T12:00:00"}), 422)
+    problem(client.post("/v1/accounts/a/grants", json={"amount": 5,
+                                                       "time": 1_793_703_600_000}), 422)
+    assert head(client) == 1
+
+
+def test_live_decisions_take_the_clock_but_never_go_back(client: TestClient,
+                                                         clock: Clock) -> None:
+    client.post("/v1/accounts/a/grants", json={"amount": 5, "time": 500})
+    clock.now = 200
+    r = client.post("/v1/accounts/a/usage", json={"amount": 1})
+    assert r.json()["time"] == 500
+    clock.now = 900
+    assert client.post("/v1/accounts/a/usage", json={"amount": 1}).json()["time"] == 900
+
+
+@pytest.mark.parametrize("body", [
+    {"amount": 0}, {"amount": -1}, {"amount": "5"}, {"amount": 5.0}, {"amount": True},
+    {"amount": 5, "bogus": 1}, {"amount": 5, "time": 10, "expiry": 10}, {},
+])
+def test_invalid_grants_are_422_and_append_nothing(client: TestClient,
+                                                   body: dict[str, Any]) -> None:
+    problem(client.post("/v1/accounts/a/grants", json=body), 422)
+    assert head(client) == 0
+
+
+def test_usage_of_an_unknown_account_is_404(client: TestClient) -> None:
+    problem(client.post("/v1/accounts/nobody/usage", json={"amount": 1}), 404)
+    problem(client.get("/v1/accounts/nobody/balance"), 404)
+    problem(client.get("/v1/accounts/nobody/statement"), 404)
+    problem(client.get("/v1/jobs/nothing"), 404)
+    assert head(client) == 0
+
+
+def test_job_life(client: TestClient) -> None:
+    setup_account(client)
+    r = client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 30, "priority": 1},
+                    headers={"Idempotency-Key": "submit-j1"})
+    assert r.status_code == 201
+    assert r.json()["job"] == "j1" and r.json()["accepted"] is True
+    assert r.json()["state"] == "pending"
+    poor = client.post("/v1/jobs", json={"job": "j2", "account": "a", "cost": 500,
+                                         "priority": 1})
+    assert poor.status_code == 201 and poor.json()["accepted"] is False
+    assert poor.json()["state"] == "rejected" and "500" in poor.json()["reason"]
+    problem(client.post("/v1/jobs", json={"job": "j3", "account": "zz", "cost": 1,
+                                          "priority": 1}), 404)
+    problem(client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                          "priority": 1}), 409)
+    problem(client.post("/v1/jobs/j1/complete", json={"success": True}), 409)
+    started = client.post("/v1/jobs/start-next", json={})
+    assert started.status_code == 200
+    assert started.json() == {"job": "j1", "account": "a", "cost": 30, "priority": 1}
+    assert client.post("/v1/jobs/start-next").status_code == 204
+    problem(client.post("/v1/jobs/j1/cancel", json={}), 409)
+    done = client.post("/v1/jobs/j1/complete", json={"success": False, "refund_fraction": 0.5})
+    assert done.status_code == 200 and done.json() == {"job": "j1", "state": "failed",
+                                                       "charged": 15}
+    job = client.get("/v1/jobs/j1").json()
+    assert job["state"] == "failed" and job["charged"] == 15
+    assert job["paid_by"] == [{"grant": job["paid_by"][0]["grant"], "amount": 15}]
+    rejected = client.get("/v1/jobs/j2").json()
+    assert rejected["state"] == "rejected" and rejected["reason"]
+    problem(client.post("/v1/jobs/nope/complete", json={"success": True}), 404)
+    problem(client.post("/v1/jobs/j1/complete", json={"success": True,
+                                                      "refund_fraction": 2}), 422)
+
+
+def test_cancel(client: TestClient) -> None:
+    setup_account(client)
+    client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 30, "priority": 1})
+    r = client.post("/v1/jobs/j1/cancel", json={})
+    assert r.status_code == 200 and r.json() == {"job": "j1", "state": "cancelled"}
+    at = head(client)
+    assert client.post("/v1/jobs/j1/cancel").json() == {"job": "j1", "state": "cancelled"}
+    assert head(client) == at
+    assert client.get("/v1/accounts/a/balance").json()["reserved"] == 0
+
+
+def test_idempotent_retries_answer_the_same_and_append_once(client: TestClient,
+                                                            clock: Clock) -> None:
+    setup_account(client)
+    key = {"Idempotency-Key": "use-1"}
+    first = client.post("/v1/accounts/a/usage", json={"amount": 7}, headers=key)
+    at = head(client)
+    clock.now += 50
+    again = client.post("/v1/accounts/a/usage", json={"amount": 7}, headers=key)
+    assert (again.status_code, again.json()) == (first.status_code, first.json())
+    assert head(client) == at
+    problem(client.post("/v1/accounts/a/usage", json={"amount": 8}, headers=key), 409)
+    problem(client.post("/v1/accounts/b/grants", json={"amount": 8}, headers=key), 409)
+    sub = {"Idempotency-Key": "sub-1"}
+    body = {"job": "j1", "account": "a", "cost": 1, "priority": 1}
+    one = client.post("/v1/jobs", json=body, headers=sub)
+    two = client.post("/v1/jobs", json=body, headers=sub)
+    assert (one.status_code, one.json()) == (two.status_code, two.json())
+    assert head(client) == at + 1
+
+
+def test_idempotency_survives_a_restart(db_url: str, clock: Clock) -> None:
+    from tools.service import create_app
+
+    body = {"amount": 7, "time": 3}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        setup_account(c)
+        first = c.post("/v1/accounts/a/usage", json=body, headers={"Idempotency-Key": "u"})
+        events = c.post("/v1/events", json={"events": [
+            {"type": "grant", "account": "b", "amount": 1, "time": 1},
+            {"type": "grant", "account": "b", "amount": 2, "time": 2}]},
+            headers={"Idempotency-Key": "batch"})
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        at = head(c)
+        again = c.post("/v1/accounts/a/usage", json=body, headers={"Idempotency-Key": "u"})
+        assert again.json() == first.json()
+        repeat = c.post("/v1/events", json={"events": [
+            {"type": "grant", "account": "b", "amount": 1, "time": 1},
+            {"type": "grant", "account": "b", "amount": 2, "time": 2}]},
+            headers={"Idempotency-Key": "batch"})
+        assert repeat.json() == events.json()
+        assert head(c) == at
+
+
+def test_events_all_or_nothing(client: TestClient) -> None:
+    bad = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10},
+        {"type": "consume", "account": "a", "amount": -1, "time": 3},
+        {"type": "nonsense"},
+    ]})
+    body = problem(bad, 422)
+    assert [e["index"] for e in body["errors"]] == [1, 2]
+    assert head(client) == 0
+    good = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10, "id": "g"},
+        {"type": "consume", "account": "a", "amount": 70, "time": 3},
+    ]})
+    assert good.status_code == 200
+    assert good.json() == {"appended": 2, "already_present": 0, "positions": [1, 2]}
+    again = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10, "id": "g"},
+    ]})
+    assert again.json() == {"appended": 0, "already_present": 1, "positions": [1]}
+    problem(client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 99, "time": 0, "id": "g"}]}), 409)
+    problem(client.post("/v1/events", json={"events": []}), 422)
+    problem(client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 1, "time": 9_999_999_999}]}), 422)
+
+
+def test_late_event_through_events_revises(client: TestClient) -> None:
+    client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100, "id": "g1"},
+        {"type": "consume", "account": "a", "amount": 15, "time": 5, "id": "c1"},
+    ]})
+    late = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 10, "time": 1, "expiry": 100, "id": "g2"}]})
+    assert late.status_code == 200
+    assert client.get("/v1/accounts/a/balance").json()["balance"] == 5
+    revs = client.get("/v1/revisions").json()
+    assert revs["next"] is None
+    assert revs["revisions"][0]["event_id"] == "c1"
+    assert revs["revisions"][0]["late_event_id"] == "g2"
+    assert revs["revisions"][0]["account"] == "a"
+    assert client.get("/v1/revisions", params={"account": "b"}).json()["revisions"] == []
+
+
+def test_reads(client: TestClient) -> None:
+    setup_account(client, "a")
+    setup_account(client, "b", 50)
+    listed = client.get("/v1/accounts").json()
+    assert [x["account"] for x in listed] == ["a", "b"]
+    assert listed[1]["balance"] == 50
+    st = client.get("/v1/accounts/a/statement").json()
+    assert st["account"] == "a" and st["closing"]["balance"] == 100
+    csv = client.get("/v1/accounts/a/statement", headers={"Accept": "text/csv"})
+    assert csv.headers["content-type"].startswith("text/csv")
+    assert csv.text.splitlines()[0].startswith("time,")
+    problem(client.get("/v1/accounts/a/statement", params={"from": 5, "to": 1}), 422)
+    page = client.get("/v1/journal", params={"limit": 3}).json()
+    assert [e["position"] for e in page["events"]] == [1, 2, 3] and page["next"] == 3
+    rest = client.get("/v1/journal", params={"after": 3}).json()
+    assert [e["position"] for e in rest["events"]] == [4] and rest["next"] is None
+    assert {"id", "type", "position", "recorded_at"} <= set(rest["events"][0])
+    h = client.get("/v1/journal/head").json()
+    assert h["position"] == 4 and len(h["hash"]) == 64
+    ok = client.post("/v1/journal/verify", json={"anchor": f"{h['position']}:{h['hash']}"})
+    assert ok.json()["ok"] is True and ok.json()["events"] == 4
+    wrong = client.post("/v1/journal/verify", json={"anchor": f"2:{'0' * 64}"}).json()
+    assert wrong["ok"] is False and wrong["first_bad_position"] == 2
+    past = client.post("/v1/journal/verify", json={"anchor": f"9:{h['hash']}"}).json()
+    assert past["ok"] is False
+    problem(client.post("/v1/journal/verify", json={"anchor": "nonsense"}), 422)
+    assert client.post("/v1/journal/verify").json()["ok"] is True
+    problem(client.get("/v1/accounts/a/balance", params={"at": "yesterday"}), 422)
+    problem(client.get("/v1/accounts/a/balance", params={"as_known_at": "-1"}), 422)
+
+
+def test_operations(client: TestClient) -> None:
+    assert client.get("/healthz").json()["status"] == "ok"
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    doc = client.get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.1")
+    paths = doc["paths"]
+    for path, method in [("/v1/events", "post"), ("/v1/accounts", "post"),
+                         ("/v1/accounts/{account}/grants", "post"),
+                         ("/v1/accounts/{account}/usage", "post"), ("/v1/jobs", "post"),
+                         ("/v1/jobs/start-next", "post"), ("/v1/jobs/{job}/complete", "post"),
+                         ("/v1/jobs/{job}/cancel", "post"), ("/v1/accounts", "get"),
+                         ("/v1/accounts/{account}/balance", "get"),
+                         ("/v1/accounts/{account}/statement", "get"),
+                         ("/v1/jobs/{job}", "get"), ("/v1/revisions", "get"),
+                         ("/v1/journal", "get"), ("/v1/journal/head", "get"),
+                         ("/v1/journal/verify", "post")]:
+        assert method in paths[path], (path, method)
+    assert client.get("/docs").status_code == 200
+    problem(client.get("/v1/nothing-here"), 404)

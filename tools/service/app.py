@@ -1,0 +1,148 @@
+"""The FastAPI application: `create_app(...)` wires the live ledger, the routes, the error
+mapping, bearer tokens, access logs and the web view.
+
+`app.state.ledger` is the `LedgerService` (see `tools/service/ledger.py`): the web view
+and any other mounted router read through `app.state.ledger.reading()`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time as _time
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from eventstore import JournalLike
+from tools.service import problems, reads, writes
+from tools.service.auth import Authority, Token
+from tools.service.ledger import LedgerService
+from tools.service.models import Health
+
+access_log = logging.getLogger("gpu_credits.access")
+log = logging.getLogger("gpu_credits.service")
+
+DESCRIPTION = """\
+The gpu-credits ledger over HTTP: expiring GPU credits, usage, and the jobs that spend
+them. Every write is an event in an append-only journal; answers come from the fold.
+
+* Times: integer event times or ISO 8601 with an offset. A write without `time` is
+  decided now (never earlier than the journal's latest event).
+* `Idempotency-Key` on a write becomes its event id: a retry with the same key and body
+  answers the same and appends nothing; another body is `409`.
+* Errors are `application/problem+json`; a `4xx` appended nothing.
+* With tokens configured, every `/v1` call needs `Authorization: Bearer TOKEN`: roles
+  `worker` (usage, jobs), `finance` (accounts, grants, events), `auditor` (read only);
+  any role reads.
+"""
+
+
+class AccessLog:
+    """Structured access logs: one JSON object per request (never a header or token)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = _time.perf_counter()
+        status = [500]
+
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if access_log.isEnabledFor(logging.INFO):
+                client = scope.get("client")
+                state = scope.get("state") or {}
+                access_log.info(json.dumps({
+                    "ts": round(_time.time(), 3), "method": scope.get("method"),
+                    "path": scope.get("path"), "status": status[0],
+                    "ms": round((_time.perf_counter() - start) * 1000, 2),
+                    "client": client[0] if client else None,
+                    "role": state.get("role") if isinstance(state, dict) else None,
+                }))
+
+
+def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
+               clock: Callable[[], int] | None = None, allow_far_times: bool = False,
+               max_batch: int = 512, load_in_background: bool = False,
+               mount_web: bool = True) -> FastAPI:
+    """The service on `journal` (a URL or a journal). `load_in_background`: answer
+    /healthz at once and /readyz (and everything else) once the projection is caught up."""
+    service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
+                            max_batch=max_batch)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loader: threading.Thread | None = None
+        if load_in_background:
+            loader = threading.Thread(target=_start, args=(service,), name="catch-up",
+                                      daemon=True)
+            loader.start()
+        else:
+            service.start()
+        try:
+            yield
+        finally:
+            # Uvicorn has stopped taking requests and waited for those in flight: the
+            # writer now commits what is queued, then the connections close.
+            if loader is not None:
+                loader.join()
+            service.stop()
+            service.close()
+
+    app = FastAPI(title="gpu-credits", version="1.0", description=DESCRIPTION,
+                  lifespan=lifespan)
+    app.state.ledger = service
+    app.state.authority = Authority(tokens)
+    problems.install(app)
+    reads.install(app)
+    writes.install(app)
+
+    @app.get("/healthz", response_model=Health, tags=["operations"],
+             summary="Liveness")
+    def healthz() -> Any:
+        """The process answers (whether or not it is caught up yet)."""
+        return {"status": "stopping" if service.stopping else "ok"}
+
+    @app.get("/readyz", response_model=Health, tags=["operations"], summary="Readiness",
+             responses={503: {"model": Health, "description": "not caught up yet"}})
+    def readyz() -> Any:
+        """Ready once the projection has caught up with the journal."""
+        if not service.ready.is_set() or service.stopping:
+            return JSONResponse({"status": "stopping" if service.stopping else "starting"},
+                                status_code=503)
+        return {"status": "ready", "position": service.head()}
+
+    app.include_router(writes.router, tags=["decisions"])
+    app.include_router(reads.router, tags=["reads"])
+    app.add_middleware(AccessLog)
+    if mount_web:
+        from tools import web
+
+        web.mount(app)
+    return app
+
+
+def _start(service: LedgerService) -> None:
+    try:
+        service.start()
+    except Exception:
+        log.exception("the service could not load the journal")
+
+
+def _request_role(request: Request) -> str | None:
+    role: str | None = getattr(request.state, "role", None)
+    return role

@@ -1,0 +1,284 @@
+"""The service's write commands: each knows the keys it locks and how it decides.
+
+Every command runs on the writer thread, inside the batch's transaction, through the
+same session methods and event validation the library and `gpu-credits import` use:
+nothing about credits or jobs is decided here. A command's answer is built from what
+was recorded (the event and the fold's outcome), so a retry with the same
+Idempotency-Key, even after a restart, answers the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from projections import importing
+from projections.errors import UnknownAccount, UnknownJob
+from projections.events import DomainEvent
+from projections.ledger import Ledger
+from projections.replay import invalidate_after
+from projections.scheduler import QUEUE, QUEUE_SHARED
+from tools.service.ledger import LedgerService
+from tools.service.problems import ServiceProblem
+
+# Answers are plain dicts in the shape of the response models; `None` means 204.
+AnswerDict = dict[str, Any]
+
+
+def _event_time(service: LedgerService, time: int | None) -> int:
+    """An explicit time, or now for a live decision (never before the latest event)."""
+    if time is not None:
+        return time
+    return service.session.now(service.clock())
+
+
+def _record(kind: str, time: int, fields: Mapping[str, Any]) -> tuple[int, DomainEvent]:
+    """An event through the import's validation: the same rules for every way in."""
+    record = {"type": kind, "time": time, **{k: v for k, v in fields.items() if v is not None}}
+    try:
+        _, when, event = importing.parse_record(record)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    return when, event
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAccount:
+    """`POST /v1/accounts`."""
+
+    key: str | None
+    account: str
+    max_running: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return [self.account]
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        scheduler = service.scheduler
+        scheduler.open_account(self.account, max_running=self.max_running, event_id=self.key)
+        (outcome, *_) = scheduler.last_outcomes
+        return {"account": self.account, "max_running": self.max_running,
+                "id": outcome.event_id, "position": outcome.position}
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """`POST /v1/accounts/{account}/grants`."""
+
+    key: str | None
+    account: str
+    amount: int
+    expiry: int | None
+    pool: str | None
+    priority: int | None
+    memo: str | None
+    time: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return [self.account]
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        session = service.session
+        fields = {"account": self.account, "amount": self.amount, "expiry": self.expiry,
+                  "pool": self.pool, "priority": self.priority, "memo": self.memo}
+
+        def build(_: Ledger) -> list[Any]:
+            when, event = _record("grant", _event_time(service, self.time), fields)
+            return [session.event(when, event, self.account)]
+
+        (outcome,) = session.decide([self.account], build, event_id=self.key)
+        event_pool = self.pool if self.pool is not None else "general"
+        return {"id": outcome.event_id, "account": self.account, "amount": self.amount,
+                "expiry": self.expiry, "pool": event_pool, "priority": self.priority,
+                "memo": self.memo, "time": outcome.time, "position": outcome.position}
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """`POST /v1/accounts/{account}/usage`."""
+
+    key: str | None
+    account: str
+    amount: int
+    pool: str | None
+    memo: str | None
+    time: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return [self.account]
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        session = service.session
+        fields = {"account": self.account, "amount": self.amount, "pool": self.pool,
+                  "memo": self.memo}
+
+        def build(ledger: Ledger) -> list[Any]:
+            account = ledger.accounts.get(self.account)
+            if account is None or not account.opened:
+                raise UnknownAccount(f"unknown account {self.account!r}: open it or grant "
+                                     "credits to it first")
+            when, event = _record("consume", _event_time(service, self.time), fields)
+            return [session.event(when, event, self.account)]
+
+        (outcome,) = session.decide([self.account], build, event_id=self.key)
+        return {"id": outcome.event_id, "debt": outcome.debt_after or 0,
+                "account": self.account, "amount": self.amount,
+                "pool": self.pool if self.pool is not None else "general",
+                "time": outcome.time, "position": outcome.position}
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """`POST /v1/jobs`."""
+
+    key: str | None
+    job: str
+    account: str
+    cost: int
+    priority: int
+    pool: str | None
+    time: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return [self.account, QUEUE_SHARED]
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        scheduler = service.scheduler
+        scheduler.submit(self.job, self.account, self.cost, self.priority, at=self.time,
+                         pool=self.pool, event_id=self.key)
+        (outcome,) = scheduler.last_outcomes
+        answer: AnswerDict = {"job": self.job, "accepted": outcome.ok,
+                              "state": "pending" if outcome.ok else "rejected",
+                              "id": outcome.event_id, "position": outcome.position}
+        if not outcome.ok:
+            answer["reason"] = outcome.reason
+        return answer
+
+
+def _job_locks(ledger: Ledger, job: str) -> list[str]:
+    state = ledger.jobs.get(job)
+    return [QUEUE_SHARED] + ([state.account] if state is not None else [])
+
+
+@dataclass(frozen=True, slots=True)
+class StartNext:
+    """`POST /v1/jobs/start-next`: the answer is the started job, or None (204)."""
+
+    key: str | None
+    time: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        # The queue's exclusive key: no submit, completion or cancel anywhere meanwhile.
+        return [QUEUE]
+
+    def run(self, service: LedgerService) -> AnswerDict | None:
+        job = service.scheduler.start_next(at=self.time, event_id=self.key)
+        if job is None:
+            return None
+        return {"job": job.id, "account": job.account_id, "cost": job.cost,
+                "priority": job.priority}
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """`POST /v1/jobs/{job}/complete`."""
+
+    key: str | None
+    job: str
+    success: bool
+    refund_fraction: float
+    time: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return _job_locks(ledger, self.job)
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        scheduler = service.scheduler
+        scheduler.complete(self.job, self.success, refund_fraction=self.refund_fraction,
+                           at=self.time, event_id=self.key)
+        outcomes = scheduler.last_outcomes
+        job = service.session.ledger.jobs.get(self.job)
+        if job is None:
+            raise UnknownJob(f"unknown job {self.job!r}")
+        charged = outcomes[0].charge if outcomes and outcomes[0].charge is not None \
+            else job.charge
+        state = job.state if job.state in ("succeeded", "failed") else (
+            "succeeded" if self.success else "failed")
+        return {"job": self.job, "state": state, "charged": charged}
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """`POST /v1/jobs/{job}/cancel`."""
+
+    key: str | None
+    job: str
+    time: int | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return _job_locks(ledger, self.job)
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        service.scheduler.cancel(self.job, at=self.time, event_id=self.key)
+        job = service.session.ledger.jobs.get(self.job)
+        if job is None:
+            raise UnknownJob(f"unknown job {self.job!r}")
+        return {"job": self.job, "state": job.state}
+
+
+class EventsRejected(ServiceProblem):
+    """A batch of events with bad ones: each named by its index; nothing appended."""
+
+    def __init__(self, errors: list[tuple[int, str]]) -> None:
+        first = f"event {errors[0][0]}: {errors[0][1]}" if errors else ""
+        super().__init__(422, f"{len(errors)} invalid event(s), nothing appended; {first}",
+                         slug="invalid-events", errors=errors)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEvents:
+    """`POST /v1/events`: import-format records, all or nothing."""
+
+    key: str | None
+    records: tuple[Mapping[str, Any], ...]  # already checked one by one by the route
+    keyed: bool = False  # some records took their id from the key (KEY, KEY/2, ...)
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        keys: set[str] = set()
+        for record in self.records:
+            account = record.get("account")
+            if isinstance(account, str):
+                keys.add(account)
+            job = record.get("job")
+            if isinstance(job, str):
+                keys.add(QUEUE_SHARED)
+                state = ledger.jobs.get(job)
+                if state is not None:
+                    keys.add(state.account)
+        return sorted(keys)
+
+    def run(self, service: LedgerService) -> AnswerDict:
+        journal, session = service.journal, service.session
+        data = "\n".join(json.dumps(r, ensure_ascii=False) for r in self.records).encode()
+        plan = importing.plan_import(data, "request", journal)
+        if not plan.ok:
+            raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
+        before = journal.head()
+        recorded = journal.append(plan.events)
+        with session.lock:
+            session.catch_up()
+            late = session.projector.late_times
+            if late and journal.url is not None:
+                invalidate_after(journal, min(late))
+            late.clear()
+        appended = sum(1 for r in recorded if r.position > before)
+        if appended == 0 and self.keyed and recorded:
+            # A retry (after a restart: the answer cache is per process). The original
+            # request appended its new events in one append, which stamped them with one
+            # recorded_at: those are the ones it appended.
+            newest = max(r.recorded_at for r in recorded)
+            appended = sum(1 for r in recorded if r.recorded_at == newest)
+        return {"appended": appended, "already_present": len(recorded) - appended,
+                "positions": [r.position for r in recorded]}

@@ -1,0 +1,229 @@
+"""Group commit: one writer thread decides queued commands in arrival order against the
+live projection and commits them together in one transaction.
+
+Why: a decision on the live projection takes microseconds; its commit takes a round trip
+and a flush. Committing K decisions at once pays the commit once. The batch is whatever
+queued while the previous batch was committing (up to `max_batch`), so an idle service
+commits each command at once (no timer, no sleep) and a loaded one commits bigger batches.
+
+The protocol, for every batch:
+
+1. Under the session's lock (readers wait: they never see a decision before its commit),
+   catch up with what other writers appended, and compute every key the batch's
+   commands write (their accounts, the job queue), from the projection.
+2. Open one journal transaction holding all those keys (PostgreSQL advisory locks in the
+   journal's global order; SQLite BEGIN IMMEDIATE), catch up again under them, and run
+   each command in arrival order: each is decided on the state its predecessors left,
+   appended inside the transaction and applied to the projection. A command that is
+   invalid raises and appends nothing; the others go on.
+3. Commit. Only then are the answers released. If anything fails before the commit is
+   done, no command of the batch answers success, and the projection is rebuilt from the
+   journal (it had applied decisions that never committed). A batch that fails for a
+   reason other than the database being unreachable is run again one command at a time,
+   so one poisonous command cannot fail its neighbours.
+
+Two commands with the same idempotency key never share a batch: the second waits for the
+next one, so it sees the first one's event and answers as a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from eventstore import ConnectionProblem, IdempotencyConflict, JournalError, LockTimeout
+from projections.errors import LedgerError
+from projections.ledger import Ledger
+from tools.service.problems import Unavailable
+
+log = logging.getLogger("gpu_credits.service")
+
+
+class Command(Protocol):
+    """One write: the keys it locks, and how it decides (inside the batch transaction)."""
+
+    @property
+    def key(self) -> str | None:
+        """The idempotency key (the event id), if the client gave one."""
+        ...
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        """Lock keys of everything the command may write, judged on `ledger`."""
+        ...
+
+    def run(self, service: Any) -> Any:
+        """Decide and append; return the answer. Raise to refuse (nothing appended)."""
+        ...
+
+
+@dataclass(slots=True)
+class _Item:
+    command: Command
+    future: Future[Any] = field(default_factory=Future)
+
+
+_STOP = object()
+
+
+def _refusal(exc: BaseException) -> bool:
+    """Whether `exc` is a command refusing (the transaction is intact) rather than a
+    failure of the transaction itself."""
+    if isinstance(exc, IdempotencyConflict):
+        return True  # found before writing: the transaction goes on
+    if isinstance(exc, JournalError | SQLAlchemyError):
+        return False
+    return isinstance(exc, LedgerError | ValueError | KeyError)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionProblem | LockTimeout) or (
+        isinstance(exc, SQLAlchemyError) and "connection" in str(exc).lower())
+
+
+class GroupCommit:
+    """The single writer of one service process."""
+
+    def __init__(self, run_batch: Callable[[Sequence[Command]], list[Any]],
+                 reset: Callable[[], None], *, max_batch: int = 512) -> None:
+        """`run_batch(commands)`: decide them in one transaction and commit, returning
+        each command's answer or the exception it refused with; raises if the
+        transaction fails. `reset()`: rebuild the projection from the journal."""
+        self._run_batch = run_batch
+        self._reset = reset
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._deferred: list[_Item] = []
+        self.batches = 0
+        self.committed = 0
+        self.largest_batch = 0
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="group-commit",
+                                            daemon=True)
+            self._thread.start()
+
+    def submit(self, command: Command) -> Future[Any]:
+        """Queue a command; its future holds the answer once its batch committed."""
+        item = _Item(command)
+        if self._thread is None or not self._thread.is_alive():
+            item.future.set_exception(Unavailable("the service is stopping"))
+            return item.future
+        self._queue.put(item)
+        return item.future
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Decide what is queued, commit the batch in flight, then end the thread."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._queue.put(_STOP)
+        thread.join(timeout)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _next_batch(self, first: _Item) -> tuple[list[_Item], bool]:
+        items: list[_Item] = []
+        keys: set[str] = set()
+        stop = False
+        later: list[_Item] = []
+        candidates = [*self._deferred, first]
+        self._deferred = []
+        while True:
+            for item in candidates:
+                key = item.command.key
+                if (key is not None and key in keys) or len(items) >= self.max_batch:
+                    later.append(item)
+                    continue
+                if key is not None:
+                    keys.add(key)
+                items.append(item)
+            if stop or len(items) + len(later) >= self.max_batch:
+                break
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is _STOP:
+                stop = True
+                candidates = []
+                continue
+            candidates = [nxt]
+        self._deferred = later
+        return items, stop
+
+    def _loop(self) -> None:
+        stopping = False
+        while True:
+            if self._deferred:
+                first = self._deferred.pop(0)
+            elif stopping:
+                return
+            else:
+                got = self._queue.get()
+                if got is _STOP:
+                    stopping = True
+                    # Finish whatever was queued before the stop.
+                    while True:
+                        try:
+                            more = self._queue.get_nowait()
+                        except queue.Empty:
+                            break
+                        if more is not _STOP:
+                            self._deferred.append(more)
+                    continue
+                first = got
+            items, stop = self._next_batch(first)
+            stopping = stopping or stop
+            self._commit(items)
+
+    def _commit(self, items: list[_Item]) -> None:
+        try:
+            results = self._run_batch([i.command for i in items])
+        except BaseException as exc:  # the transaction failed: nothing of it committed
+            self._recover(exc)
+            if len(items) > 1 and not _unreachable(exc):
+                for item in items:
+                    self._commit([item])
+                return
+            for item in items:
+                item.future.set_exception(exc)
+            return
+        self.batches += 1
+        self.committed += len(items)
+        self.largest_batch = max(self.largest_batch, len(items))
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, BaseException):
+                item.future.set_exception(result)
+            else:
+                item.future.set_result(result)
+
+    def _recover(self, exc: BaseException) -> None:
+        log.warning("batch failed, nothing of it committed: %s: %s", type(exc).__name__,
+                    " ".join(str(exc).split())[:300])
+        try:
+            self._reset()
+        except BaseException as again:  # the database may still be away: retry later
+            log.warning("projection reset failed: %s", type(again).__name__)
+
+
+def run_commands(commands: Sequence[Command], service: Any) -> list[Any]:
+    """Run each command, keeping a refusal as its answer; raise on a transaction failure."""
+    results: list[Any] = []
+    for command in commands:
+        try:
+            results.append(command.run(service))
+        except BaseException as exc:
+            if not _refusal(exc):
+                raise
+            results.append(exc)
+    return results

@@ -1,0 +1,341 @@
+"""Every body and answer of the HTTP API, as pydantic models: the OpenAPI document is
+generated from these, so it cannot drift from what the service accepts and returns.
+
+Bodies forbid unknown fields and take integers strictly (no `"5"`, no `5.0`, no `true`
+for an amount): a ledger should refuse what it would otherwise have to guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from tools.service.times import EventTime
+
+Name = str  # accounts, jobs, pools: non-empty printable text (checked by the event types)
+
+
+class Body(BaseModel):
+    """Base of every request body: unknown fields are an error, numbers are strict."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Answer(BaseModel):
+    """Base of every answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- problems -------------------------------------------------------------------------------
+
+
+class EventProblem(Answer):
+    """One bad event of a `POST /v1/events` body."""
+
+    index: int = Field(description="0-based index of the event in `events`")
+    detail: str
+
+
+class Problem(Answer):
+    """An error (RFC 9457 `application/problem+json`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="a URI naming the kind of problem")
+    title: str
+    status: int
+    detail: str
+    errors: list[EventProblem] | None = Field(
+        default=None, description="for a batch of events: each bad event by its index")
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+class EventsBody(Body):
+    """Events in the JSON Lines import format, one object per event."""
+
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"examples": [{"events": [
+                                  {"type": "grant", "account": "a", "amount": 100, "time": 0,
+                                   "expiry": 10},
+                                  {"type": "consume", "account": "a", "amount": 70,
+                                   "time": 3}]}]})
+
+    events: list[dict[str, Any]] = Field(
+        min_length=1, max_length=10_000,
+        description="events as in `gpu-credits import` (type, fields, time, optional id)")
+
+
+class EventsAnswer(Answer):
+    """What a batch of events did: all of it or nothing."""
+
+    appended: int
+    already_present: int
+    positions: list[int] = Field(description="the journal position of each event, in order")
+
+
+class AccountBody(Body):
+    """Open an account."""
+
+    account: Name = Field(min_length=1, max_length=200)
+    max_running: StrictInt | None = Field(default=None, ge=1,
+                                          description="cap on running jobs; none: no cap")
+
+
+class AccountCreated(Answer):
+    """An opened account."""
+
+    account: str
+    max_running: int | None
+    id: str = Field(description="the event id (the Idempotency-Key, if one was given)")
+    position: int
+
+
+class GrantBody(Body):
+    """Grant credits to an account (it is opened if it was not)."""
+
+    amount: StrictInt = Field(gt=0)
+    expiry: EventTime | None = Field(default=None, description="credits valid while time < "
+                                     "expiry; none: they never expire")
+    pool: Name | None = Field(default=None, description="restrict to a pool; none: general")
+    priority: StrictInt | None = Field(default=None, ge=0, le=100,
+                                       description="lower is used first (default 50)")
+    time: EventTime | None = Field(default=None, description="none: now (a live decision)")
+    memo: str | None = Field(default=None, max_length=1000)
+
+
+class GrantAnswer(Answer):
+    """A recorded grant."""
+
+    id: str
+    account: str
+    amount: int
+    expiry: int | None
+    pool: str
+    priority: int | None = None
+    memo: str | None = None
+    time: int
+    position: int
+
+
+class UsageBody(Body):
+    """Report credits used outside the scheduler; beyond the credits it becomes debt."""
+
+    amount: StrictInt = Field(gt=0)
+    pool: Name | None = None
+    time: EventTime | None = None
+    memo: str | None = Field(default=None, max_length=1000)
+
+
+class UsageAnswer(Answer):
+    """A recorded usage report and the account's debt right after it."""
+
+    id: str
+    debt: int
+    account: str
+    amount: int
+    pool: str
+    time: int
+    position: int
+
+
+class JobBody(Body):
+    """Submit a job: its cost is reserved now and settled at completion."""
+
+    job: Name = Field(min_length=1, max_length=200)
+    account: Name = Field(min_length=1, max_length=200)
+    cost: StrictInt = Field(ge=0)
+    priority: StrictInt
+    pool: Name | None = None
+    time: EventTime | None = None
+
+
+class JobSubmitted(Answer):
+    """The decision on a submit: an unaffordable job is a recorded rejection."""
+
+    job: str
+    accepted: bool
+    state: Literal["pending", "rejected"]
+    reason: str | None = None
+    id: str
+    position: int
+
+
+class TimeBody(Body):
+    """Only a time (none: now)."""
+
+    time: EventTime | None = None
+
+
+class StartedJob(Answer):
+    """The job that started."""
+
+    job: str
+    account: str
+    cost: int
+    priority: int
+
+
+class CompleteBody(Body):
+    """Settle a running job."""
+
+    success: StrictBool
+    refund_fraction: float = Field(default=1.0, ge=0.0, le=1.0,
+                                   description="share of the cost released on failure")
+    time: EventTime | None = None
+
+
+class JobSettled(Answer):
+    """A completed job and what it was charged."""
+
+    job: str
+    state: str
+    charged: int | None
+
+
+class JobCancelledAnswer(Answer):
+    """A cancelled job."""
+
+    job: str
+    state: str
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+class BalanceAnswer(Answer):
+    """An account's figures, as `gpu-credits balance --json` prints them."""
+
+    account: str
+    balance: int = Field(description="active and held credits minus debt, all pools")
+    reserved: int = Field(description="held for pending and running jobs")
+    available: int = Field(description="balance minus reserved")
+    debt: int
+    pools: dict[str, int] = Field(description="pool (general: unrestricted) to its balance")
+    at: int = Field(description="the event time of the answer")
+    as_known_at: int = Field(description="the journal position the answer is based on")
+
+
+class Payer(Answer):
+    """Credits of one grant that paid (part of) a charge."""
+
+    grant: str
+    amount: int
+
+
+class JobAnswer(Answer):
+    """A job: state, cost, charge and who paid it."""
+
+    job: str
+    account: str | None
+    state: str
+    cost: int | None
+    priority: int | None
+    pool: str | None = None
+    charged: int | None
+    paid_by: list[Payer]
+    reason: str | None = None
+
+
+class StatementLineAnswer(Answer):
+    """One change to an account, with the balance after it."""
+
+    time: int
+    position: int | None
+    event_id: str | None
+    type: str
+    change: int
+    balance: int
+    reserved: int
+    detail: str
+    status: str
+    job: str | None
+    pool: str | None
+    grants: list[list[Any]]
+    debt_paid: int
+    debt_created: int
+
+
+class Closing(Answer):
+    """The balance after the last line."""
+
+    balance: int
+    reserved: int
+
+
+class StatementAnswer(Answer):
+    """Every change to an account, as `gpu-credits statement --json` prints it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    account: str
+    from_: int | None = Field(alias="from", serialization_alias="from")
+    to: int
+    opening: StatementLineAnswer | None
+    lines: list[StatementLineAnswer]
+    closing: Closing
+    as_known_at: int
+
+
+class RevisionAnswer(Answer):
+    """A late event changed what an earlier-reported event did."""
+
+    late_position: int
+    late_event_id: str
+    position: int
+    event_id: str
+    type: str
+    before: dict[str, Any]
+    after: dict[str, Any]
+    late_time: int | None
+    late_type: str | None
+    time: int | None
+    account: str | None
+
+
+class RevisionsPage(Answer):
+    """A page of revisions; `next` is the `after` of the next page (none: no more)."""
+
+    revisions: list[RevisionAnswer]
+    next: int | None
+
+
+class JournalPage(Answer):
+    """A page of the journal in position order; `next` is the `after` of the next page."""
+
+    events: list[dict[str, Any]] = Field(
+        description="events in the JSON Lines format, with id, position, recorded_at")
+    next: int | None
+
+
+class Head(Answer):
+    """The journal's last position and its chain hash: an anchor to keep elsewhere."""
+
+    position: int
+    hash: str
+
+
+class VerifyBody(Body):
+    """Optionally, an anchor taken earlier by `GET /v1/journal/head`."""
+
+    anchor: str | None = Field(default=None, pattern=r"^[0-9]+:[0-9a-fA-F]{1,128}$",
+                               description="POSITION:HASH")
+
+
+class VerifyAnswer(Answer):
+    """Whether the hash chain is intact (and holds the anchored prefix unchanged)."""
+
+    ok: bool
+    events: int
+    first_bad_position: int | None = None
+    problem: str | None = None
+
+
+class Health(Answer):
+    """Liveness or readiness."""
+
+    status: Literal["ok", "ready", "starting", "stopping"]
+    position: int | None = None

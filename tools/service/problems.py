@@ -1,0 +1,179 @@
+"""Errors as `application/problem+json`, mapped once from the domain's exception types.
+
+| raised                                              | status |
+|-----------------------------------------------------|--------|
+| UnknownAccount, UnknownJob                          | 404    |
+| IdempotencyConflict, InvalidTransition, DuplicateJob, AccountExists | 409 |
+| any other LedgerError / ValueError (a bad command)  | 422    |
+| ConnectionProblem, LockTimeout, SchemaError, a database error | 503 |
+
+A 4xx always means nothing was appended: commands validate before they append, and a
+batch that fails to commit answers no decision of it as a success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from eventstore import IdempotencyConflict, JournalError
+from projections.errors import (
+    AccountExists,
+    DuplicateJob,
+    InvalidTransition,
+    UnknownAccount,
+    UnknownJob,
+)
+
+PROBLEM_JSON = "application/problem+json"
+_BASE = "https://gpu-credits.invalid/problems/"
+
+_TITLES = {
+    400: "bad request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not found",
+    405: "method not allowed",
+    406: "not acceptable",
+    409: "conflict",
+    413: "request too large",
+    415: "unsupported media type",
+    422: "invalid request",
+    500: "internal error",
+    503: "service unavailable",
+}
+
+_SLUGS = {
+    404: "not-found",
+    409: "conflict",
+    422: "invalid",
+    503: "unavailable",
+}
+
+
+class ServiceProblem(Exception):
+    """An error answer with an explicit status (auth, readiness, a bad query)."""
+
+    def __init__(self, status: int, detail: str, *, slug: str | None = None,
+                 errors: Sequence[tuple[int, str]] = (),
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.slug = slug
+        self.errors = list(errors)
+        self.headers = headers or {}
+
+
+class Unavailable(ServiceProblem):
+    """The database cannot be used right now; retrying later with the same key is safe."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, detail, slug="unavailable")
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status a domain or journal exception maps to (500: a bug)."""
+    if isinstance(exc, ServiceProblem):
+        return exc.status
+    if isinstance(exc, UnknownAccount | UnknownJob):
+        return 404
+    if isinstance(exc, IdempotencyConflict | InvalidTransition | DuplicateJob | AccountExists):
+        return 409
+    if isinstance(exc, JournalError | SQLAlchemyError):
+        return 503
+    if isinstance(exc, ValueError | KeyError):
+        return 422
+    return 500
+
+
+def _slug(exc: BaseException, status: int) -> str:
+    if isinstance(exc, ServiceProblem) and exc.slug:
+        return exc.slug
+    if isinstance(exc, IdempotencyConflict):
+        return "idempotency-conflict"
+    if isinstance(exc, InvalidTransition):
+        return "invalid-transition"
+    if isinstance(exc, DuplicateJob):
+        return "duplicate-job"
+    if isinstance(exc, AccountExists):
+        return "account-exists"
+    if isinstance(exc, UnknownAccount):
+        return "unknown-account"
+    if isinstance(exc, UnknownJob):
+        return "unknown-job"
+    return _SLUGS.get(status, "error")
+
+
+def detail_of(exc: BaseException) -> str:
+    """One line saying what was wrong (never a traceback)."""
+    if isinstance(exc, ServiceProblem):
+        return exc.detail
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def problem_body(status: int, detail: str, slug: str | None = None,
+                 errors: Sequence[tuple[int, str]] = ()) -> dict[str, Any]:
+    """The JSON of a problem answer."""
+    body: dict[str, Any] = {"type": _BASE + (slug or _SLUGS.get(status, "error")),
+                            "title": _TITLES.get(status, "error"), "status": status,
+                            "detail": detail}
+    if errors:
+        body["errors"] = [{"index": i, "detail": d} for i, d in errors]
+    return body
+
+
+def problem_response(status: int, detail: str, *, slug: str | None = None,
+                     errors: Sequence[tuple[int, str]] = (),
+                     headers: dict[str, str] | None = None) -> JSONResponse:
+    """A problem answer."""
+    return JSONResponse(problem_body(status, detail, slug, errors), status_code=status,
+                        media_type=PROBLEM_JSON, headers=headers)
+
+
+def from_exception(exc: BaseException) -> JSONResponse:
+    """The problem answer of an exception, by its type."""
+    status = status_of(exc)
+    if status == 500:
+        return problem_response(500, f"internal error: {type(exc).__name__}")
+    errors = exc.errors if isinstance(exc, ServiceProblem) else ()
+    headers = exc.headers if isinstance(exc, ServiceProblem) else None
+    return problem_response(status, detail_of(exc), slug=_slug(exc, status), errors=errors,
+                            headers=headers)
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:10]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error of `app` as a problem."""
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(422, _validation_detail(exc), slug="invalid")
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return problem_response(exc.status_code, str(exc.detail),
+                                headers=dict(exc.headers or {}))
+
+    async def on_domain(_: Request, exc: Exception) -> JSONResponse:
+        return from_exception(exc)
+
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    for kind in (ServiceProblem, LookupError, ValueError, JournalError, SQLAlchemyError,
+                 Exception):
+        app.add_exception_handler(kind, on_domain)

@@ -1,0 +1,338 @@
+"""The read endpoints: answered from the live projection where it holds the answer
+(balances, jobs), from the journal where the question is about the past as it was known
+(`as_known_at`) or about every event (statements, revisions, the journal itself).
+
+Every read needs a token of any role when tokens are configured.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import threading
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from eventstore import GENESIS_HASH, JournalLike, RecordedEvent
+from projections import importing, queries
+from projections.errors import UnknownAccount, UnknownJob
+from projections.events import TIMELINE_START
+from projections.ledger import Ledger
+from projections.replay import replay as replay_journal
+from projections.replay import verify as verify_journal
+from projections.timefmt import parse_micros
+from tools import render
+from tools.service.auth import READ, needs
+from tools.service.ledger import LedgerService
+from tools.service.models import (
+    BalanceAnswer,
+    Head,
+    JobAnswer,
+    JournalPage,
+    Problem,
+    RevisionsPage,
+    StatementAnswer,
+    VerifyAnswer,
+    VerifyBody,
+)
+from tools.service.problems import PROBLEM_JSON, ServiceProblem
+from tools.service.times import parse_event_time
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(needs(READ))])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
+    for status, why in [
+        (401, "no or unknown bearer token (when tokens are configured)"),
+        (404, "unknown account or job"),
+        (422, "invalid parameters"),
+        (503, "database unavailable or service starting"),
+    ]
+}
+
+TimeParam = Annotated[str | None, Query(
+    description="event time: an integer or ISO 8601 with an offset (default: the latest)",
+    max_length=64)]
+KnownParam = Annotated[str | None, Query(
+    description="only events recorded up to this journal position (or ISO 8601 recorded-at "
+                "time); default: all", max_length=64)]
+
+
+def _service(request: Request) -> LedgerService:
+    service: LedgerService = request.app.state.ledger
+    return service
+
+
+def _time(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_event_time(value)
+    except ValueError as exc:
+        raise ServiceProblem(422, f"{name}: {exc}", slug="invalid") from None
+
+
+def _known(journal: JournalLike, head: int, value: str | None) -> int:
+    """A position from `as_known_at`: an integer position or an ISO 8601 recorded-at."""
+    if value is None:
+        return head
+    text = value.strip()
+    try:
+        if text.lstrip("+-").isdigit():
+            position = int(text)
+            if position < 0:
+                raise ValueError(f"a position is 0 or more, got {position}")
+            return min(position, head)
+        return min(journal.position_at(parse_micros(text)), head)
+    except ValueError as exc:
+        raise ServiceProblem(422, f"as_known_at: {exc}", slug="invalid") from None
+
+
+def _latest(ledger: Ledger) -> int:
+    return TIMELINE_START if ledger.applied == 0 and not ledger.accounts else ledger.last[0]
+
+
+def _figures(account: str, figures: queries.Figures, at: int, position: int) -> dict[str, Any]:
+    return {"account": account, **figures.as_dict(), "at": at, "as_known_at": position}
+
+
+@router.get("/accounts", response_model=list[BalanceAnswer], responses=_ERRORS,
+            summary="Every account's balance")
+def accounts(request: Request) -> Any:
+    """Every account with its figures at the journal's latest event time."""
+    service = _service(request)
+    with service.reading() as ledger:
+        at, position = _latest(ledger), service.head()
+        return [_figures(name, figures, at, position)
+                for name, figures in queries.account_figures(ledger, at)]
+
+
+@router.get("/accounts/{account}/balance", response_model=BalanceAnswer, responses=_ERRORS,
+            summary="An account's balance")
+def balance(account: str, request: Request, at: TimeParam = None,
+            as_known_at: KnownParam = None) -> Any:
+    """The same object as `gpu-credits balance ACCOUNT --json`: at event time `at`, as
+    the journal stood at position `as_known_at`."""
+    service = _service(request)
+    when = _time("at", at)
+    if as_known_at is not None:
+        position = _known(service.journal, service.journal.head(), as_known_at)
+        return queries.balance(service.journal, account, at=when,
+                               as_known_at=position).as_dict()
+    session = service.session
+    with service.reading() as ledger:
+        if account not in ledger.accounts:
+            raise queries.unknown_account(account, ledger)
+        moment = _latest(ledger) if when is None else when
+        state = session.account_at(account, moment)
+        return _figures(account, queries.Figures.of(state, moment), moment, service.head())
+
+
+class _KnownJournal:
+    """A journal as it stood at a position: what `as_known_at` asks about."""
+
+    def __init__(self, journal: JournalLike, position: int) -> None:
+        self._journal = journal
+        self._position = position
+
+    def read(self, **kwargs: Any) -> Any:
+        limit = kwargs.pop("to_position", None)
+        to = self._position if limit is None else min(limit, self._position)
+        return self._journal.read(to_position=to, **kwargs)
+
+    def max_time(self, streams: Any = None) -> int | None:
+        return max((r.time for r in self.read(order="position")), default=None)
+
+    def stream_version(self, stream: str) -> int:
+        return sum(1 for _ in self.read(stream=stream, order="position"))
+
+    def get(self, event_id: str) -> RecordedEvent | None:
+        rec = self._journal.get(event_id)
+        return rec if rec is not None and rec.position <= self._position else None
+
+    def head(self) -> int:
+        return self._position
+
+
+@router.get("/accounts/{account}/statement", response_model=StatementAnswer,
+            responses={**_ERRORS, 200: {"content": {"text/csv": {}},
+                                        "description": "the statement (JSON, or CSV for "
+                                                       "Accept: text/csv)"}},
+            summary="An account's statement")
+def statement(account: str, request: Request,
+              from_: Annotated[str | None, Query(alias="from", max_length=64,
+                                                 description="start, with an opening "
+                                                             "balance")] = None,
+              to: TimeParam = None, as_known_at: KnownParam = None) -> Any:
+    """Every change to the account with a running balance (as `statement --json`);
+    `Accept: text/csv` gives the CSV of `statement --csv`."""
+    service = _service(request)
+    start, end = _time("from", from_), _time("to", to)
+    if start is not None and end is not None and start > end:
+        raise ServiceProblem(422, f"from {start} is after to {end}", slug="invalid")
+    journal = service.journal
+    position = _known(journal, journal.head(), as_known_at)
+    source: Any = journal if as_known_at is None else _KnownJournal(journal, position)
+    st = queries.statement(source, account, from_time=start, to_time=end)
+    if "text/csv" in request.headers.get("accept", ""):
+        out = io.StringIO()
+        render.statement_csv(st, out)
+        return Response(out.getvalue(), media_type="text/csv")
+    return {**st.as_dict(), "as_known_at": position}
+
+
+@router.get("/jobs/{job}", response_model=JobAnswer, response_model_exclude_none=False,
+            responses=_ERRORS, summary="A job")
+def job(job: str, request: Request) -> Any:
+    """A job's state, cost, charge, the grants that paid it, and why it was rejected."""
+    service = _service(request)
+    session = service.session
+    with service.reading() as ledger:
+        state = ledger.jobs.get(job)
+        if state is None:
+            raise UnknownJob(f"unknown job {job!r} (no submit names it)")
+        answer: dict[str, Any] = {"job": job, "account": state.account, "state": state.state,
+                                  "cost": state.cost, "priority": state.priority,
+                                  "pool": state.pool, "charged": state.charge,
+                                  "paid_by": [], "reason": None}
+        if state.state in ("rejected", "succeeded", "failed"):
+            # The outcome says who paid and why a submit was refused: refold only this
+            # job's events, from the projection's snapshots.
+            for rec in service.journal.read(stream=state.account, order="canonical"):
+                if rec.payload.get("job") != job:
+                    continue
+                outcome = session.outcome_of(rec)
+                if rec.type == "submit" and not outcome.ok and not outcome.anomaly:
+                    answer["reason"] = outcome.reason
+                elif rec.type == "complete" and not outcome.anomaly:
+                    answer["paid_by"] = [{"grant": g, "amount": a}
+                                         for g, a in outcome.paid_by]
+        return answer
+
+
+class _RevisionCache:
+    """Revisions from one replay of the journal, kept while the journal's head is the same."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._head = -1
+        self._rows: list[dict[str, Any]] = []
+
+    def rows(self, journal: JournalLike) -> list[dict[str, Any]]:
+        with self._lock:
+            head = journal.head()
+            if head != self._head:
+                report = replay_journal(journal)
+                rows = queries.revision_rows(journal, report.revisions)
+                streams: dict[str, str | None] = {}
+                out = []
+                for row in rows:
+                    event_id = row.revision.event_id
+                    if event_id not in streams:
+                        rec = journal.get(event_id)
+                        streams[event_id] = None if rec is None else rec.stream
+                    out.append({**row.as_dict(), "account": streams[event_id]})
+                self._head, self._rows = head, out
+            return self._rows
+
+
+@router.get("/revisions", response_model=RevisionsPage, responses=_ERRORS,
+            summary="What late events changed")
+def revisions(request: Request,
+              after: Annotated[int, Query(ge=0, description="revisions already seen (the "
+                                                            "`next` of the last page)")] = 0,
+              limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+              account: Annotated[str | None, Query(max_length=200)] = None) -> Any:
+    """Each outcome a late event revised, before and after, in the order they came."""
+    service = _service(request)
+    cache: _RevisionCache = request.app.state.revisions
+    rows = cache.rows(service.journal)
+    indexed = list(enumerate(rows))[after:]
+    if account is not None:
+        indexed = [(i, r) for i, r in indexed if r["account"] == account]
+    page = indexed[:limit]
+    more = len(indexed) > limit
+    return {"revisions": [r for _, r in page], "next": page[-1][0] + 1 if more else None}
+
+
+def _journal_record(rec: RecordedEvent) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    recorded = datetime.fromtimestamp(rec.recorded_at / 1_000_000, UTC)
+    return {**importing.export_record(rec), "position": rec.position,
+            "recorded_at": recorded.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+
+
+@router.get("/journal", response_model=JournalPage, responses=_ERRORS,
+            summary="The journal, in arrival order")
+def journal_page(request: Request,
+                 after: Annotated[int, Query(ge=0, description="the last position seen")] = 0,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
+    """Events in the JSON Lines format with `id`, `position` and `recorded_at` (UTC)."""
+    journal = _service(request).journal
+    got = list(itertools.islice(journal.read(after_position=after, order="position"),
+                                limit + 1))
+    page = got[:limit]
+    more = len(got) > limit
+    return {"events": [_journal_record(r) for r in page],
+            "next": page[-1].position if more else None}
+
+
+def _head(journal: JournalLike) -> tuple[int, str]:
+    position = journal.head()
+    if position == 0:
+        return 0, GENESIS_HASH
+    last = next(journal.read(after_position=position - 1, to_position=position,
+                             order="position"))
+    return last.position, last.hash
+
+
+@router.get("/journal/head", response_model=Head, responses=_ERRORS,
+            summary="The journal's head: an anchor")
+def head(request: Request) -> Any:
+    """The last position and its chain hash: keep it outside the database, and later
+    `POST /v1/journal/verify` with it proves the journal still holds that prefix."""
+    position, chain = _head(_service(request).journal)
+    return {"position": position, "hash": chain}
+
+
+@router.post("/journal/verify", response_model=VerifyAnswer,
+             response_model_exclude_none=True, responses=_ERRORS,
+             summary="Verify the journal")
+def verify(request: Request, body: VerifyBody | None = None) -> Any:
+    """Check the hash chain, that replay reproduces the recorded checkpoints, and (with an
+    anchor `POSITION:HASH`) that the journal still holds the anchored prefix unchanged."""
+    journal = _service(request).journal
+    if body is not None and body.anchor is not None:
+        text_position, _, anchored = body.anchor.partition(":")
+        position = int(text_position)
+        if position > journal.head():
+            return {"ok": False, "events": journal.head(), "first_bad_position": position,
+                    "problem": f"the anchor's position {position} is past the journal's "
+                               f"head {journal.head()}: events were removed"}
+        if position > 0:
+            rec = next(journal.read(after_position=position - 1, to_position=position,
+                                    order="position"))
+            if rec.hash.lower() != anchored.lower():
+                return {"ok": False, "events": journal.head(), "first_bad_position": position,
+                        "problem": f"the hash at position {position} is not the anchored "
+                                   "one: the prefix was changed"}
+        elif anchored.lower() != GENESIS_HASH.lower():
+            return {"ok": False, "events": journal.head(), "first_bad_position": 0,
+                    "problem": "an anchor at position 0 must carry the genesis hash"}
+    report = verify_journal(journal)
+    answer: dict[str, Any] = {"ok": report.ok, "events": report.checked_events
+                              if report.ok else journal.head()}
+    if not report.ok:
+        answer["first_bad_position"] = report.first_bad_position
+        answer["problem"] = report.problem
+    return answer
+
+
+def install(app: Any) -> None:
+    """State the read routes need."""
+    app.state.revisions = _RevisionCache()
+
+
+__all__ = ["UnknownAccount", "install", "router"]

@@ -1,0 +1,68 @@
+"""Event times in bodies and query strings: an integer, or ISO 8601 with an offset.
+
+The service is stricter than the command line about one thing: an ISO 8601 string must
+say its offset (`Z`, `+01:00`). A server has no "local time" a client could mean, so a
+bare `2026-11-03T12:00` is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, WithJsonSchema
+
+FAR_TIME = 7_258_118_400
+"""2200-01-01T00:00Z: event times after this are probably milliseconds (refused unless the
+service was started with --allow-far-times); expiries may be later."""
+
+_INTEGER = re.compile(r"[+-]?\d{1,19}")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def parse_event_time(value: Any) -> int:
+    """An event time from an integer or an ISO 8601 string with an offset; ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
+    if isinstance(value, int):
+        moment = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if _INTEGER.fullmatch(text):
+            moment = int(text)
+        else:
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                raise ValueError(f"not a time: {value!r}; expected an integer or ISO 8601 "
+                                 "with an offset such as 2026-11-03T12:00:00Z") from None
+            if parsed.tzinfo is None:
+                raise ValueError(f"{value!r} has no offset; write it as "
+                                 f"{text}Z (UTC) or with +HH:MM")
+            moment = int(parsed.timestamp())
+    else:
+        raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
+    if not _INT64[0] <= moment <= _INT64[1]:
+        raise ValueError(f"a time must fit in 64 bits, got {moment}")
+    return moment
+
+
+_TIME_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "description": "event time, e.g. seconds since the Unix epoch"},
+        {"type": "string", "format": "date-time",
+         "description": "ISO 8601 with an offset, e.g. 2026-11-03T12:00:00Z"},
+    ],
+}
+
+EventTime = Annotated[int, BeforeValidator(parse_event_time), WithJsonSchema(_TIME_SCHEMA)]
+"""A body field holding an event time (an integer after validation)."""
+
+
+def check_far(name: str, value: int | None, allow_far_times: bool) -> None:
+    """Refuse an event time after 2200-01-01 (probably milliseconds) unless allowed."""
+    if value is not None and value > FAR_TIME and not allow_far_times:
+        raise ValueError(
+            f"{name} {value} is after 2200-01-01T00:00Z ({FAR_TIME}): probably milliseconds; "
+            "send seconds, or start the service with --allow-far-times")

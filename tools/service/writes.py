@@ -1,0 +1,254 @@
+"""The write endpoints: parse, build a command, hand it to the group-commit writer.
+
+Every write takes an optional `Idempotency-Key` header, which becomes the event id (a
+batch of events: the id of each event that has none, as KEY, KEY/2, KEY/3...). The same
+key with the same body answers what the first request answered and appends nothing; the
+same key with another body is 409. Without a key the service picks a fresh event id, and
+a retry may record the decision twice: clients that retry should send a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request, Response
+
+from projections import importing
+from projections.events import require_name
+from tools.service import commands
+from tools.service.auth import FINANCE, WORKER, needs
+from tools.service.ledger import LedgerService
+from tools.service.models import (
+    AccountBody,
+    AccountCreated,
+    CompleteBody,
+    EventsAnswer,
+    EventsBody,
+    GrantAnswer,
+    GrantBody,
+    JobBody,
+    JobCancelledAnswer,
+    JobSettled,
+    JobSubmitted,
+    Problem,
+    StartedJob,
+    TimeBody,
+    UsageAnswer,
+    UsageBody,
+)
+from tools.service.problems import PROBLEM_JSON, ServiceProblem
+from tools.service.times import check_far, parse_event_time
+
+router = APIRouter(prefix="/v1")
+
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key",
+    description="becomes the event id; repeat it to retry safely (same body: same answer, "
+                "nothing appended; another body: 409)")]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
+    for status, why in [
+        (401, "no or unknown bearer token (when tokens are configured)"),
+        (403, "the token's role may not do this"),
+        (404, "unknown account or job"),
+        (409, "idempotency conflict, or a transition the job's state does not allow"),
+        (422, "invalid body, parameters or key; nothing appended"),
+        (503, "database unavailable or service starting; retry with the same key"),
+    ]
+}
+
+
+def _service(request: Request) -> LedgerService:
+    service: LedgerService = request.app.state.ledger
+    return service
+
+
+def _key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return require_name("Idempotency-Key", value)
+    except ValueError as exc:
+        raise ServiceProblem(422, str(exc), slug="invalid") from None
+
+
+def _far(service: LedgerService, **times: int | None) -> None:
+    for name, value in times.items():
+        try:
+            check_far(name, value, service.allow_far_times)
+        except ValueError as exc:
+            raise ServiceProblem(422, str(exc), slug="invalid") from None
+
+
+@router.post("/accounts", status_code=201, response_model=AccountCreated,
+             responses=_ERRORS, dependencies=[Depends(needs(FINANCE))],
+             summary="Open an account")
+async def open_account(body: AccountBody, request: Request,
+                       idempotency_key: IdempotencyKey = None) -> Any:
+    """Open an account (409 if an `account` event opened it before)."""
+    return await _service(request).decide(commands.OpenAccount(
+        _key(idempotency_key), body.account, body.max_running))
+
+
+@router.post("/accounts/{account}/grants", status_code=201, response_model=GrantAnswer,
+             response_model_exclude_none=True, responses=_ERRORS,
+             dependencies=[Depends(needs(FINANCE))], summary="Grant credits")
+async def grant(account: str, body: GrantBody, request: Request,
+                idempotency_key: IdempotencyKey = None) -> Any:
+    """Grant credits valid for `time <= t < expiry` (opens the account if needed)."""
+    service = _service(request)
+    _far(service, time=body.time)
+    return await service.decide(commands.Grant(
+        _key(idempotency_key), account, body.amount, body.expiry, body.pool, body.priority,
+        body.memo, body.time))
+
+
+@router.post("/accounts/{account}/usage", status_code=201, response_model=UsageAnswer,
+             responses=_ERRORS, dependencies=[Depends(needs(WORKER))],
+             summary="Report usage")
+async def usage(account: str, body: UsageBody, request: Request,
+                idempotency_key: IdempotencyKey = None) -> Any:
+    """Record credits used; beyond the active credits it becomes debt (`debt` after it)."""
+    service = _service(request)
+    _far(service, time=body.time)
+    return await service.decide(commands.Usage(
+        _key(idempotency_key), account, body.amount, body.pool, body.memo, body.time))
+
+
+@router.post("/jobs", status_code=201, response_model=JobSubmitted,
+             response_model_exclude_none=True, responses=_ERRORS,
+             dependencies=[Depends(needs(WORKER))], summary="Submit a job")
+async def submit(body: JobBody, request: Request,
+                 idempotency_key: IdempotencyKey = None) -> Any:
+    """Reserve the job's cost; an unaffordable job is a recorded rejection (201, with
+    `accepted: false` and the reason), not an error."""
+    service = _service(request)
+    _far(service, time=body.time)
+    return await service.decide(commands.Submit(
+        _key(idempotency_key), body.job, body.account, body.cost, body.priority, body.pool,
+        body.time))
+
+
+@router.post("/jobs/start-next", response_model=StartedJob,
+             responses={**_ERRORS, 204: {"description": "no job can start"}},
+             dependencies=[Depends(needs(WORKER))], summary="Start the next job")
+async def start_next(request: Request, body: TimeBody | None = None,
+                     idempotency_key: IdempotencyKey = None) -> Any:
+    """Start the highest-priority, oldest pending job whose account is below its cap."""
+    service = _service(request)
+    time = body.time if body is not None else None
+    _far(service, time=time)
+    started = await service.decide(commands.StartNext(_key(idempotency_key), time))
+    if started is None:
+        return Response(status_code=204)
+    return started
+
+
+@router.post("/jobs/{job}/complete", response_model=JobSettled, responses=_ERRORS,
+             dependencies=[Depends(needs(WORKER))], summary="Complete a running job")
+async def complete(job: str, body: CompleteBody, request: Request,
+                   idempotency_key: IdempotencyKey = None) -> Any:
+    """Settle a running job: success charges its cost, failure `floor(cost * (1 - f))`."""
+    service = _service(request)
+    _far(service, time=body.time)
+    return await service.decide(commands.Complete(
+        _key(idempotency_key), job, body.success, float(body.refund_fraction), body.time))
+
+
+@router.post("/jobs/{job}/cancel", response_model=JobCancelledAnswer, responses=_ERRORS,
+             dependencies=[Depends(needs(WORKER))], summary="Cancel a pending job")
+async def cancel(job: str, request: Request, body: TimeBody | None = None,
+                 idempotency_key: IdempotencyKey = None) -> Any:
+    """Cancel a pending job and release its reservation (again: no change)."""
+    service = _service(request)
+    time = body.time if body is not None else None
+    _far(service, time=time)
+    return await service.decide(commands.Cancel(_key(idempotency_key), job, time))
+
+
+# -- a batch of events ----------------------------------------------------------------------
+
+
+class _AnswerCache:
+    """The answers of recent keyed event batches, to repeat them word for word."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._items: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[str, dict[str, Any]] | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: str, fingerprint: str, answer: dict[str, Any]) -> None:
+        with self._lock:
+            self._items[key] = (fingerprint, answer)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+_TIME_FIELDS = ("time", "expiry")
+
+
+def _checked(records: list[dict[str, Any]], key: str | None,
+             allow_far: bool) -> tuple[list[dict[str, Any]], bool, list[tuple[int, str]]]:
+    """Each record validated as `import` validates a line; ids from the key where missing."""
+    out: list[dict[str, Any]] = []
+    problems: list[tuple[int, str]] = []
+    keyed = False
+    for index, raw in enumerate(records):
+        record = dict(raw)
+        try:
+            for name in _TIME_FIELDS:
+                if isinstance(record.get(name), str):
+                    record[name] = parse_event_time(record[name])
+            if record.get("id") is None and key is not None:
+                record["id"] = key if index == 0 else f"{key}/{index + 1}"
+                keyed = True
+            importing.parse_record(record)
+            if isinstance(record.get("time"), int):
+                check_far("time", record["time"], allow_far)
+        except (ValueError, TypeError) as exc:
+            problems.append((index, " ".join(str(exc).split())))
+            continue
+        out.append(record)
+    return out, keyed, problems
+
+
+@router.post("/events", response_model=EventsAnswer, responses=_ERRORS,
+             dependencies=[Depends(needs(FINANCE))], summary="Append events")
+async def append_events(body: EventsBody, request: Request,
+                        idempotency_key: IdempotencyKey = None) -> Any:
+    """Append events in the JSON Lines import format, all or nothing: `422` names each
+    bad event by its index. Events without `id` take one from the Idempotency-Key (KEY,
+    KEY/2, ...), or without a key the id `import` would give them; events already recorded
+    count as `already_present`."""
+    service = _service(request)
+    key = _key(idempotency_key)
+    cache: _AnswerCache = request.app.state.event_answers
+    fingerprint = hashlib.sha256(json.dumps(body.events, sort_keys=True).encode()).hexdigest()
+    if key is not None:
+        seen = cache.get(key)
+        if seen is not None:
+            if seen[0] != fingerprint:
+                raise ServiceProblem(409, f"Idempotency-Key {key!r} was used for another "
+                                     "batch of events", slug="idempotency-conflict")
+            return seen[1]
+    records, keyed, problems = _checked(body.events, key, service.allow_far_times)
+    if problems:
+        raise commands.EventsRejected(problems)
+    answer = await service.decide(commands.AppendEvents(key, tuple(records), keyed))
+    if key is not None:
+        cache.put(key, fingerprint, answer)
+    return answer
+
+
+def install(app: Any) -> None:
+    """State the write routes need."""
+    app.state.event_answers = _AnswerCache()
