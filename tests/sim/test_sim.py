@@ -27,6 +27,17 @@ def test_a_bounded_budget_of_seeds_passes(seed: int) -> None:
         assert faults.get(kind, 0) > 0, f"seed {seed} exercised no {kind}: {faults}"
 
 
+def test_a_long_run_starts_new_worlds_and_counts_steps_across_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = run(4, 2500, epoch=1000)
+    assert clean.ok and clean.steps == 2500
+    BUGS["double release on cancel"](monkeypatch)
+    found = run(4, 2500, epoch=1000, check_every=100)
+    assert found.failure is not None
+    again = run(4, found.failure.step, epoch=1000, check_every=100)
+    assert again.failure is not None and again.failure.step == found.failure.step
+
+
 def test_a_seed_and_a_step_count_reproduce_a_run_exactly() -> None:
     first, again = run(11, 800), run(11, 800)
     assert (first.events, first.digest, first.faults) == (again.events, again.digest,

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tools.sim.run import (
+    EPOCH,
     Failure,
     RunResult,
     replay_file,
@@ -37,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="folder for reproductions of failures (default sim-failures)")
     parser.add_argument("--shrink-seconds", type=float, default=60.0,
                         help="time allowed to shrink a failure (default 60)")
+    parser.add_argument("--epoch", type=int, default=EPOCH, metavar="E",
+                        help=f"start a new world every E ops (default {EPOCH})")
     parser.add_argument("--one-process", action="store_true",
                         help="every actor in one process on one projection (faster; no "
                              "clock skew between workers)")
@@ -50,7 +53,7 @@ def _say(text: str) -> None:
 
 
 def _report_failure(result: RunResult, failure: Failure, out: Path,
-                    shrink_seconds: float) -> None:
+                    shrink_seconds: float, epoch: int) -> None:
     _say(f"FAILED: seed {result.seed}, step {failure.step} of {result.steps}")
     for problem in failure.problems[:10]:
         _say(f"  {problem}")
@@ -58,6 +61,7 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
     for event in failure.last_events:
         _say(f"  {json.dumps(event, sort_keys=True)}")
     _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}"
+         + (f" --epoch {epoch}" if epoch != EPOCH else "")
          + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else ""))
     smallest = shrink(failure.ops, budget_seconds=shrink_seconds)
     again = run_script(smallest)
@@ -89,15 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         for problem in failure.problems[:10]:
             _say(f"  {problem}")
         return 1
-    if args.steps < 0 or args.seeds < 1 or args.check_every < 1:
-        print("tools.sim: error: --steps must be >= 0, --seeds and --check-every >= 1",
-              file=sys.stderr)
+    if args.steps < 0 or min(args.seeds, args.check_every, args.epoch) < 1:
+        print("tools.sim: error: --steps must be >= 0; --seeds, --check-every and --epoch "
+              ">= 1", file=sys.stderr)
         return 2
     total_steps = 0
     total_seconds = 0.0
     for seed in range(args.seed, args.seed + args.seeds):
         result = run(seed, args.steps, check_every=args.check_every,
-                     one_process=args.one_process)
+                     one_process=args.one_process, epoch=args.epoch)
         total_steps += result.steps
         total_seconds += result.seconds
         faults = ", ".join(f"{n} {k}" for k, n in sorted(result.faults.items()))
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
              f"steps/s); faults: {faults or 'none'}; "
              f"{'ok' if result.ok else 'FAILED'}")
         if result.failure is not None:
-            _report_failure(result, result.failure, args.out, args.shrink_seconds)
+            _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch)
             return 1
     if args.seeds > 1:
         _say(f"all {args.seeds} seeds passed: {total_steps} steps in {total_seconds:.2f} s "

@@ -84,6 +84,11 @@ class Director:
         # Clocks disagree between workers: live decisions must still keep the timeline.
         self.skews = {w: self.rng.randint(-MAX_SKEW, MAX_SKEW) for w in WORKERS}
 
+    def new_world(self) -> None:
+        """Forget what the actors knew of the previous world (the clock goes on)."""
+        self.accounts, self.pending, self.running, self.finished = [], [], [], []
+        self.files, self.grants = {}, []
+
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
         ops = []
