@@ -78,6 +78,11 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
             "replay the seed instead)"))
 
 
+def _rate(steps: int, seconds: float, cpu: float) -> str:
+    return (f"{steps / max(seconds, 1e-9):,.0f} steps/s, "
+            f"{steps / max(cpu, 1e-9):,.0f} per CPU second")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.replay is not None:
@@ -98,23 +103,23 @@ def main(argv: list[str] | None = None) -> int:
               ">= 1", file=sys.stderr)
         return 2
     total_steps = 0
-    total_seconds = 0.0
+    total_seconds = total_cpu = 0.0
     for seed in range(args.seed, args.seed + args.seeds):
         result = run(seed, args.steps, check_every=args.check_every,
                      one_process=args.one_process, epoch=args.epoch)
         total_steps += result.steps
         total_seconds += result.seconds
+        total_cpu += result.cpu_seconds
         faults = ", ".join(f"{n} {k}" for k, n in sorted(result.faults.items()))
         _say(f"seed {seed}: {result.steps} steps, {result.events} events in "
-             f"{result.seconds:.2f} s ({result.steps / max(result.seconds, 1e-9):,.0f} "
-             f"steps/s); faults: {faults or 'none'}; "
-             f"{'ok' if result.ok else 'FAILED'}")
+             f"{result.seconds:.2f} s ({_rate(result.steps, result.seconds, result.cpu_seconds)}"
+             f"); faults: {faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
         if result.failure is not None:
             _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch)
             return 1
     if args.seeds > 1:
         _say(f"all {args.seeds} seeds passed: {total_steps} steps in {total_seconds:.2f} s "
-             f"({total_steps / max(total_seconds, 1e-9):,.0f} steps/s)")
+             f"({_rate(total_steps, total_seconds, total_cpu)})")
     return 0
 
 
