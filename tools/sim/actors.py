@@ -50,7 +50,7 @@ class Rates:
     adjust: float = 0.015
     void: float = 0.008
     import_: float = 0.03
-    audit: float = 0.002
+    audit: float = 0.001
     open: float = 0.002
     late: float = 0.03  # a usage report or grant stamped earlier than the latest event
     late_line: float = 0.3  # a delivered line stamped earlier than the latest event
