@@ -12,8 +12,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import MemoryJournal
+from eventstore import MemoryJournal, NewEvent
 from projections.importing import plan_import
+from projections.replay import fold_canonical
 from tools.sim.world import Op, World
 
 ACCOUNTS = ("acme", "bio", "cern", "dyn")
@@ -37,6 +38,21 @@ def content_ids_by_line() -> bool:
     return bool(alone.events) and alone.events[0].id == grown.events[0].id
 
 
+def reversals_fold() -> bool:
+    """Whether a `reverse` event takes the event it names out of a fold; until the
+    fold does, finance records no reversals."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 10}),
+                     NewEvent("c", "a", "consume", 2, {"account": "a", "amount": 4}),
+                     NewEvent("r", "a", "reverse", 3, {"event": "c", "reason": "probe"})])
+    try:
+        ledger = fold_canonical(journal)
+    except Exception:  # an older fold may not know the event at all
+        return False
+    account = ledger.accounts.get("a")
+    return account is not None and account.balance == 10
+
+
 @dataclass(frozen=True, slots=True)
 class Rates:
     """How often each actor acts and each fault strikes (per op)."""
@@ -49,6 +65,7 @@ class Rates:
     grant: float = 0.10
     adjust: float = 0.015
     void: float = 0.008
+    reverse: float = 0.006
     import_: float = 0.03
     audit: float = 0.001
     open: float = 0.002
@@ -77,17 +94,20 @@ class Director:
     grants: list[str] = field(default_factory=list)  # ids of grants made, for voids
     skews: dict[str, int] = field(default_factory=dict)
     content_ids: bool = False  # lines without an id are known by their own content
+    reversals: bool = False  # the fold takes reversed events out
+    reversible: list[str] = field(default_factory=list)  # recent usage, grants, corrections
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.content_ids = content_ids_by_line()
+        self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
         self.skews = {w: self.rng.randint(-MAX_SKEW, MAX_SKEW) for w in WORKERS}
 
     def new_world(self) -> None:
         """Forget what the actors knew of the previous world (the clock goes on)."""
         self.accounts, self.pending, self.running, self.finished = [], [], [], []
-        self.files, self.grants = {}, []
+        self.files, self.grants, self.reversible = {}, [], []
 
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
@@ -112,6 +132,7 @@ class Director:
                                 ("complete", r.complete), ("cancel", r.cancel),
                                 ("consume", r.consume), ("grant", r.grant),
                                 ("adjust", r.adjust), ("void", r.void),
+                                ("reverse", r.reverse),
                                 ("import", r.import_), ("audit", r.audit), ("open", r.open)):
             if x < rate:
                 kind = candidate
@@ -154,6 +175,16 @@ class Director:
             line = {"type": "void", "grant": rng.choice(self.grants),
                     "time": self._report_time(), "reason": "simulated contract change"}
             return self._op("finance", self._id(line))
+        if kind == "reverse" and self.reversible and self.reversals:
+            # Usage, grants and corrections; now and then a reversal, to put one back.
+            target = rng.choice(self.reversible)
+            reverse: dict[str, Any] = {"type": "reverse", "event": target,
+                                       "time": self._report_time(),
+                                       "reason": "simulated mistake"}
+            line = self._id(reverse)
+            self.reversible.append(str(line["id"]))
+            del self.reversible[:-40]
+            return self._op("finance", line)
         if kind == "import":
             return self._delivery()
         if kind == "open":
@@ -197,6 +228,9 @@ class Director:
     def _op(self, actor: str, line: dict[str, Any]) -> Op:
         op: Op = {"step": self._next_step(), "actor": actor, "kind": line["type"],
                   "line": line, "fault": None}
+        if line["type"] in ("consume", "grant", "adjust"):
+            self.reversible.append(line["id"])
+            del self.reversible[:-40]
         x = self.rng.random()
         if x < self.rates.lost_answer:
             op["fault"] = "lost-answer"

@@ -30,11 +30,15 @@ def full_check(world: World) -> list[str]:
     records = list(journal.read(order="canonical"))
     problems: list[str] = []
     ledger = Ledger()
+    excluded = model.excluded_ids(records)
+    if excluded:
+        ledger.excluded = excluded  # reversed events take no part
     outcomes: dict[str, Any] = {}
     for rec in records:
         outcome = ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
         outcomes[rec.id] = outcome
-        if rec.type in ("consume", "submit", "complete", "grant", "adjust"):
+        if rec.type in ("consume", "submit", "complete", "grant", "adjust") \
+                and rec.id not in excluded:
             event = from_payload(rec.type, rec.payload)
             job = getattr(event, "job", None)
             cost = ledger.jobs[job].cost if rec.type == "complete" and job in ledger.jobs else None
@@ -108,12 +112,16 @@ def _told(world: World, records: list[Any], reference: model.Model) -> list[str]
     """Answers given live agree with the final timeline, unless a later arrival landed
     before them on it (a late event may revise an answer: that is what it is for)."""
     by_position = sorted(records, key=lambda r: r.position)
+    times = {rec.id: rec.time for rec in records}
     revisable: set[str] = set()
     earliest_after = NEVER
     for rec in reversed(by_position):
         if earliest_after < rec.time:
             revisable.add(rec.id)
-        earliest_after = min(earliest_after, rec.time)
+        # A reversal changes the timeline from the place of the event it names.
+        time = min(rec.time, times.get(rec.payload["event"], rec.time)) \
+            if rec.type == "reverse" else rec.time
+        earliest_after = min(earliest_after, time)
     problems = []
     for eid, said in world.told.items():
         if eid in revisable or eid not in reference.told or said is None:

@@ -143,11 +143,25 @@ class Model:
         }
 
 
+def excluded_ids(records: Iterable[Any]) -> frozenset[str]:
+    """The ids that take no part in the fold: named by a reversal that is not itself
+    reversed. A reversal can only name an event recorded before it, so walking back from
+    the last position settles each reversal before the event it names."""
+    out: set[str] = set()
+    for rec in sorted(records, key=lambda r: r.position, reverse=True):
+        if rec.type == "reverse" and rec.id not in out:
+            out.add(rec.payload["event"])
+    return frozenset(out)
+
+
 def fold(records: Iterable[Any]) -> Model:
     """Fold records (anything with .position .id .type .time .payload) in canonical order."""
     model = Model()
+    records = list(records)
+    excluded = excluded_ids(records)
     for rec in sorted(records, key=lambda r: (r.time, r.position)):
-        _apply(model, rec)
+        if rec.id not in excluded and rec.type != "reverse":
+            _apply(model, rec)
         model.last_time = rec.time
     return model
 

@@ -210,7 +210,7 @@ class World:
                                              pool=line.get("pool"), event_id=eid)
             return lambda: tracker.consume(line["amount"], line["time"], pool=line.get("pool"),
                                            event_id=eid)
-        if kind in ("adjust", "void"):
+        if kind in ("adjust", "void", "reverse"):
             return lambda: self._correct(line)
         s = self.scheduler(proc)
         if kind == "account":
@@ -235,6 +235,9 @@ class World:
         fields = {k: v for k, v in line.items() if k not in ("type", "time", "id")}
         event = from_payload(line["type"], fields)
         stream = line.get("account") or self.grant_accounts.get(line.get("grant", ""), "void")
+        if line["type"] == "reverse":  # on the stream of the event it takes out
+            target = self.journal.get(line["event"])
+            stream = target.stream if target is not None else "reversals"
         self.journal.append([NewEvent(line["id"], stream, line["type"], line["time"],
                                       to_payload(event))])
 
@@ -282,7 +285,7 @@ class World:
         if kind == "void":
             account = self.grant_accounts.get(line["grant"])
         facade: Any = proc.scheduler
-        if kind in ("grant", "consume", "adjust", "void"):
+        if kind in ("grant", "consume", "adjust", "void", "reverse"):
             facade = next(iter(proc.trackers.values()), None)
         if facade is None:
             return []
