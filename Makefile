@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo serve test bench lint venv clean sim
+.PHONY: demo serve test bench lint venv clean sim screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: $(BENCH_STAMP)
 # replay it.
 sim: $(STAMP)
 	$(BIN)/python -m tools.sim --seed $(or $(SEED),1) --seeds $(or $(SEEDS),5) --steps $(or $(STEPS),20000)
+
+# Every page of the web view at 1280 and 390 px, over the demo month, in a headless Chromium.
+screenshots: $(STAMP)
+	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
 	rm -rf $(VENV) build *.egg-info
