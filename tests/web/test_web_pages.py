@@ -211,3 +211,27 @@ def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> No
         ok = c.get("/", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and "Accounts" in ok.text
         assert c.get("/static/web/web.css").status_code == 200  # no figures in static files
+
+
+def test_an_accounts_stream_answers_as_the_whole_journal_does(demo_db: str) -> None:
+    """The pages read an account's figures through its stream alone: the same statement and
+    lineage as a fold of the whole journal, now and as known at earlier positions."""
+    from eventstore import Journal
+    from projections.queries import explain_account, statement
+    from tools.web.source import JournalView
+
+    journal = Journal(demo_db)
+    try:
+        accounts = sorted({rec.stream for rec in journal.read(order="position")})
+        for position in (None, 500, 979, 1800):
+            whole = journal if position is None else JournalView(journal, position)
+            for account in accounts:
+                alone = JournalView(journal, position, account)
+                assert statement(alone, account) == statement(whole, account), account
+                try:
+                    expected = explain_account(whole, account).as_dict()
+                except KeyError:  # not yet known at that position
+                    continue
+                assert explain_account(alone, account).as_dict() == expected, account
+    finally:
+        journal.close()

@@ -15,6 +15,7 @@ from typing import Any
 from eventstore import JournalLike, RecordedEvent
 from projections.errors import UnknownAccount
 from projections.events import GENERAL
+from projections.ledger import PENDING
 from projections.queries import (
     AccountExplanation,
     Figures,
@@ -29,6 +30,7 @@ from projections.queries import (
     latest_time,
     revision_rows,
     statement,
+    unknown_account,
 )
 from projections.timefmt import format_time, parse_time
 from projections.timeline import account_timeline, expiring_within, grant_burndown
@@ -216,6 +218,13 @@ class AccountPage:
     revised_ids: set[str] = field(default_factory=set)  # events some revision changed
 
 
+def require_account(source: AuditSource, account: str) -> None:
+    """UnknownAccount, naming the known ones, unless the journal has events of `account`."""
+    if source.journal.stream_version(account) == 0:
+        with source.reading() as ledger:
+            raise unknown_account(account, ledger)
+
+
 def account_revisions(source: AuditSource, account: str) -> list[RevisionRow]:
     """Revisions that changed an outcome of one of the account's events."""
 
@@ -234,14 +243,14 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow]:
 
 def account_statement(source: AuditSource, account: str, position: int) -> Statement:
     """The account's whole statement as known at `position`."""
-    view = source.view(position)
+    view = source.view(position, account)
     return source.cached(("statement", account, position), lambda: statement(view, account))
 
 
 def account_explanation(source: AuditSource, account: str,
                         position: int) -> AccountExplanation:
     """Which grants paid what, as known at `position`."""
-    view = source.view(position)
+    view = source.view(position, account)
 
     def explain() -> AccountExplanation:
         try:
@@ -260,6 +269,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
     """The account page; UnknownAccount for an account the journal never names,
     ValueError for a bad filter."""
     journal = source.journal
+    require_account(source, account)
     position = parse_known_at(journal, params.get("as_known_at"))
     filters = ledger_filter(params)
     stmt = account_statement(source, account, position)
@@ -308,8 +318,10 @@ def ledger_csv(page: AccountPage) -> str:
 def timeline_json(source: AuditSource, account: str, position: int) -> dict[str, Any]:
     """The chart's data: the account's figures over time and each grant's burn-down."""
 
+    require_account(source, account)
+
     def build() -> dict[str, Any]:
-        view = source.view(position)
+        view = source.view(position, account)
         stmt = account_statement(source, account, position)
         until = stmt.to_time
         points = account_timeline(view.read(to_time=until, order="canonical"), account,
@@ -337,7 +349,14 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
 def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, int]]:
     """A job's explanation and the positions of the grants that paid or held for it."""
     journal = source.journal
-    explanation = source.cached(("job", job), lambda: explain_job(journal, job))
+    with source.reading() as ledger:
+        state = ledger.jobs.get(job)
+        account = None if state is None else state.account
+        pending = state is not None and state.state == PENDING
+    # A job's events are in its account's stream; only a pending job's place in the queue
+    # (how many jobs start before it) needs every account's pending jobs.
+    where = source.view(None, None if account is None or pending else account)
+    explanation = source.cached(("job", job), lambda: explain_job(where, job))
     positions = {}
     for grant_id, _ in (*explanation.paid_by, *explanation.held_from):
         rec = journal.get(grant_id)

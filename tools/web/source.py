@@ -25,16 +25,24 @@ _CACHED = 64
 """Answers remembered per head: a few pages' worth for a handful of auditors."""
 
 
-class KnownAt:
-    """A read-only view of a journal holding only the events recorded at positions <= `position`.
+class JournalView:
+    """A read-only view of a journal: only the events recorded at positions <= `position`
+    (None: all), and, with `stream`, only that stream's events.
 
-    Event times are the journal's own: `max_time` is the whole journal's latest, so an
-    answer "as known at" a position is about the same moment as the current one.
+    An account's stream holds every event that decides its figures (its grants, usage,
+    submits, and its jobs' starts, completions and cancellations: see
+    `projections/importing.py` and the facades), so an account's statement or lineage
+    read through its stream is the same as through the whole journal, at the cost of its
+    own events instead of everyone's. Event times are the journal's own: `max_time` is the
+    whole journal's latest, so an answer "as known at" a position is about the same moment
+    as the current one.
     """
 
-    def __init__(self, journal: JournalLike, position: int) -> None:
+    def __init__(self, journal: JournalLike, position: int | None = None,
+                 stream: str | None = None) -> None:
         self._journal = journal
         self.position = position
+        self.stream = stream
 
     @property
     def url(self) -> str | None:
@@ -45,20 +53,29 @@ class KnownAt:
              from_time: int | None = None, to_time: int | None = None,
              stream: str | None = None, after: tuple[int, int] | None = None,
              order: Any = "canonical", batch_size: int = 5000) -> Iterator[RecordedEvent]:
-        """The journal's events, none recorded after the view's position."""
-        bound = self.position if to_position is None else min(to_position, self.position)
+        """The journal's events within the view."""
+        bound = to_position
+        if self.position is not None:
+            bound = self.position if to_position is None else min(to_position, self.position)
+        if self.stream is not None:
+            if stream is not None and stream != self.stream:
+                return iter(())
+            stream = self.stream
         return self._journal.read(after_position=after_position, to_position=bound,
                                   from_time=from_time, to_time=to_time, stream=stream,
                                   after=after, order=order, batch_size=batch_size)
 
     def head(self) -> int:
         """The view's position (never past the journal's head)."""
-        return min(self.position, self._journal.head())
+        head = self._journal.head()
+        return head if self.position is None else min(self.position, head)
 
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event under `event_id`, if it was recorded by the view's position."""
         rec = self._journal.get(event_id)
-        return rec if rec is not None and rec.position <= self.position else None
+        if rec is None or (self.position is not None and rec.position > self.position):
+            return None
+        return rec
 
     def stream_version(self, stream: str) -> int:
         """The stream's version in the whole journal: an account recorded later exists."""
@@ -70,7 +87,8 @@ class KnownAt:
 
     def position_at(self, recorded_at: int) -> int:
         """The last position recorded by `recorded_at`, within the view."""
-        return min(self._journal.position_at(recorded_at), self.position)
+        found = self._journal.position_at(recorded_at)
+        return found if self.position is None else min(found, self.position)
 
 
 class AuditSource:
@@ -107,11 +125,14 @@ class AuditSource:
                     self._cache.popitem(last=False)
         return value
 
-    def view(self, position: int | None) -> JournalLike:
-        """The journal as known at `position` (None or the head: the journal itself)."""
-        if position is None or position >= self.journal.head():
+    def view(self, position: int | None, stream: str | None = None) -> JournalLike:
+        """The journal as known at `position` (None or the head: all of it), only
+        `stream`'s events if given."""
+        if position is not None and position >= self.journal.head():
+            position = None
+        if position is None and stream is None:
             return self.journal
-        return KnownAt(self.journal, position)  # type: ignore[return-value]
+        return JournalView(self.journal, position, stream)  # type: ignore[return-value]
 
     @contextmanager
     def reading(self) -> Iterator[Ledger]:
