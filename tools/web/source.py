@@ -101,6 +101,8 @@ class AuditSource:
         self._head = -1
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.verifier: Any = None  # the page's background verify (tools.web.verifying)
+        self._revisions_lock = threading.Lock()
+        self._projector: Any = None  # a Projector, made on the first revisions() call
 
     def head(self) -> int:
         """The journal's head position."""
@@ -151,13 +153,22 @@ class AuditSource:
         yield self.cached(("ledger",), fold)
 
     def revisions(self) -> list[Revision]:
-        """What late events changed, in the order they came: a replay of the whole journal,
-        remembered until the head moves. (A live projection that started from a checkpoint
-        knows only the revisions since; an audit page needs all of them.)"""
+        """What late events changed, in the order they came: a projector of this source's
+        own, fed the journal in arrival order and caught up on each call, so the first
+        call replays the journal and later ones only what was recorded since. (The live
+        projection may have started from a checkpoint and then knows only the revisions
+        since; an audit page needs all of them.)"""
+        from projections.projector import Projector
+        from projections.replay import REPLAY_REMEMBERS, journal_reader
 
-        def find() -> list[Revision]:
-            from projections.replay import replay
-
-            return replay(self.journal).revisions
-
-        return self.cached(("revisions",), find)
+        with self._revisions_lock:
+            if self._projector is None:
+                # The settings `replay` uses: sparse snapshots until late events show up.
+                self._projector = Projector(journal_reader(self.journal),
+                                            min_snapshot_every=20_000, snapshot_factor=8,
+                                            recent_outcomes=REPLAY_REMEMBERS,
+                                            remember_once_late=True)
+            projector = self._projector
+            projector.catch_up(self.journal.read(after_position=projector.position,
+                                                 order="position"))
+            return list(projector.revisions)
