@@ -230,13 +230,12 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow]:
 
     def find() -> list[RevisionRow]:
         journal = source.journal
-        rows = revision_rows(journal, source.revisions())
-        out = []
-        for row in rows:
-            rec = journal.get(row.revision.event_id)
+        mine = []
+        for revision in source.revisions():
+            rec = journal.get(revision.event_id)
             if rec is not None and rec.stream == account:
-                out.append(row)
-        return out
+                mine.append(revision)
+        return revision_rows(journal, mine)
 
     return source.cached(("account-revisions", account), find)
 
@@ -390,10 +389,17 @@ def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
     return JournalPage(events, after, limit, head, previous, following)
 
 
-def all_revisions(source: AuditSource) -> list[RevisionRow]:
-    """Every revision with the times of both events."""
-    return source.cached(("revision-rows",),
-                         lambda: revision_rows(source.journal, source.revisions()))
+REVISIONS_SHOWN = 100
+"""The journal page lists the latest revisions; `GET /v1/revisions` pages through all."""
+
+
+def recent_revisions(source: AuditSource) -> tuple[list[RevisionRow], int]:
+    """The latest `REVISIONS_SHOWN` revisions with the times of both events, and how many
+    there are in all."""
+    revisions = source.revisions()
+    rows = source.cached(("recent-revisions",),
+                         lambda: revision_rows(source.journal, revisions[-REVISIONS_SHOWN:]))
+    return rows, len(revisions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,7 +420,9 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     rec = head_record(journal, position) if 0 < position <= journal.head() else None
     if rec is None:
         return None
-    rows = all_revisions(source)
+    mine = [r for r in source.revisions()
+            if r.late_position == rec.position or r.event_id == rec.id]
+    rows = revision_rows(journal, mine)
     caused = [r for r in rows if r.revision.late_position == rec.position]
     revised = [r for r in rows if r.revision.event_id == rec.id]
     account: str | None = rec.stream

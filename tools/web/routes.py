@@ -155,9 +155,10 @@ def journal_page(request: Request) -> HTMLResponse:
         page = pages.journal_page(source, params)
     except ValueError as exc:
         return problem(request, 422, "Bad parameter", str(exc))
+    revisions, total = pages.recent_revisions(source)
     return render(request, "journal.html", title="Journal", page=page, params=params,
-                  head=pages.head_record(source.journal),
-                  revisions=pages.all_revisions(source), verify=_verifier(source).status())
+                  head=pages.head_record(source.journal), revisions=revisions,
+                  revisions_total=total, verify=_verifier(source).status())
 
 
 def _verifier(source: AuditSource) -> Verifier:
