@@ -11,6 +11,7 @@ import csv
 import io
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from projections.queries import statement
@@ -233,5 +234,26 @@ def test_an_accounts_stream_answers_as_the_whole_journal_does(demo_db: str) -> N
                 except KeyError:  # not yet known at that position
                     continue
                 assert explain_account(alone, account).as_dict() == expected, account
+    finally:
+        journal.close()
+
+
+def test_revisions_of_a_large_journal_are_found_in_the_background(
+        demo_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventstore import Journal
+    from tools.web import source as source_module
+    from tools.web.pages import recent_revisions
+    from tools.web.source import AuditSource
+
+    monkeypatch.setattr(source_module, "SYNC_REPLAY_LIMIT", 10)  # the demo month is "large"
+    journal = Journal(demo_db)
+    try:
+        source = AuditSource(journal)
+        source.warm_up()
+        rows, total = recent_revisions(source)
+        assert (rows is None and total == 0) or total == 25  # never a partial answer
+        assert len(source.wait_for_revisions(120) or []) == 25
+        rows, total = recent_revisions(source)
+        assert rows is not None and total == 25
     finally:
         journal.close()

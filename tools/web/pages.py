@@ -8,6 +8,7 @@ page's query string (bad values raise `ValueError` naming what would be valid).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +33,14 @@ from projections.queries import (
     statement,
     unknown_account,
 )
+from projections.queries.explain import _waiting as waiting_reason
 from projections.timefmt import format_time, parse_time
-from projections.timeline import account_timeline, expiring_within, grant_burndown
+from projections.timeline import (
+    ExpiringCredits,
+    account_timeline,
+    expiring_within,
+    grant_burndown,
+)
 from tools.web.source import AuditSource
 
 DAY = 86_400
@@ -127,23 +134,43 @@ def head_record(journal: JournalLike, position: int | None = None) -> RecordedEv
                 None)
 
 
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The summary page's figures: every account, and credits expiring soon."""
+
+    at: int
+    accounts: list[AccountRow]
+    expiring: list[ExpiringCredits]
+    expiring_until: int
+
+
+def summary_figures(source: AuditSource) -> Summary:
+    """Every account's figures per pool and the credits expiring soon, at the journal's
+    latest event time (remembered until the head moves: they change only with it)."""
+
+    def build() -> Summary:
+        at = latest_time(source.journal)
+        rows = []
+        with source.reading() as ledger:  # copy out what the page shows: it holds a lock
+            for name, fig in account_figures(ledger, at):
+                book = ledger.accounts[name].book
+                held = book.held_by_pool()
+                pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
+                                 book.debt.get(pool, 0))
+                         for pool, amount in sorted(fig.pools.items())]
+                rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available,
+                                       fig.debt, pools))
+            expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
+        return Summary(at, rows, expiring, at + EXPIRING_WINDOW)
+
+    return source.cached(("summary",), build)
+
+
 def summary(source: AuditSource) -> dict[str, Any]:
     """The summary page: accounts, credits expiring soon, the head, the last verify."""
-    journal = source.journal
-    at = latest_time(journal)
-    rows = []
-    with source.reading() as ledger:  # copy out what the page shows: the block holds a lock
-        for name, fig in account_figures(ledger, at):
-            book = ledger.accounts[name].book
-            held = book.held_by_pool()
-            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
-                             book.debt.get(pool, 0))
-                     for pool, amount in sorted(fig.pools.items())]
-            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
-                                   pools))
-        expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
-    return {"accounts": rows, "at": at, "expiring": expiring,
-            "expiring_until": at + EXPIRING_WINDOW, "head": head_record(journal),
+    figures = summary_figures(source)
+    return {"accounts": figures.accounts, "at": figures.at, "expiring": figures.expiring,
+            "expiring_until": figures.expiring_until, "head": head_record(source.journal),
             "verify": source.verifier.status() if source.verifier is not None else None}
 
 
@@ -212,7 +239,7 @@ class AccountPage:
     lines: list[StatementLine]
     grants: list[GrantRow]
     pools: list[str]
-    revisions: list[RevisionRow]  # revisions of this account's events, all of them
+    revisions: list[RevisionRow] | None  # of this account's events; None: still being found
     later_revisions: list[RevisionRow]  # recorded after `position`: not in this view
     recorded_later: int  # events of the account recorded after `position`
     revised_ids: set[str] = field(default_factory=set)  # events some revision changed
@@ -225,13 +252,17 @@ def require_account(source: AuditSource, account: str) -> None:
             raise unknown_account(account, ledger)
 
 
-def account_revisions(source: AuditSource, account: str) -> list[RevisionRow]:
-    """Revisions that changed an outcome of one of the account's events."""
+def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | None:
+    """Revisions that changed an outcome of one of the account's events; None while the
+    revisions of a large journal are still being found."""
+    revisions = source.revisions()
+    if revisions is None:
+        return None
 
     def find() -> list[RevisionRow]:
         journal = source.journal
         mine = []
-        for revision in source.revisions():
+        for revision in revisions:
             rec = journal.get(revision.event_id)
             if rec is not None and rec.stream == account:
                 mine.append(revision)
@@ -286,7 +317,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
                                memo if isinstance(memo, str) else None))
     pools = sorted({line.pool for line in stmt.lines if line.pool} | set(expl.figures.pools))
     revisions = account_revisions(source, account)
-    later = [r for r in revisions if r.revision.late_position > position]
+    later = [r for r in revisions or () if r.revision.late_position > position]
     head = journal.head()
     recorded_later = 0
     if position < head:
@@ -295,7 +326,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
                        [line for line in stmt.lines if filters.keeps(line)], grants, pools,
                        revisions, later, recorded_later,
-                       {r.revision.event_id for r in revisions})
+                       {r.revision.event_id for r in revisions or ()})
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",
@@ -351,11 +382,15 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
     with source.reading() as ledger:
         state = ledger.jobs.get(job)
         account = None if state is None else state.account
-        pending = state is not None and state.state == PENDING
-    # A job's events are in its account's stream; only a pending job's place in the queue
-    # (how many jobs start before it) needs every account's pending jobs.
-    where = source.view(None, None if account is None or pending else account)
+    # A job's events are all in its account's stream: read only those.
+    where = source.view(None, account)
     explanation = source.cached(("job", job), lambda: explain_job(where, job))
+    if explanation.waiting is not None and explanation.state == PENDING:
+        # Its place in the queue depends on every account's pending jobs: the live ledger.
+        with source.reading() as ledger:
+            if job in ledger.jobs and ledger.jobs[job].state == PENDING:
+                explanation = dataclasses.replace(explanation)
+                explanation.waiting, explanation.ahead = waiting_reason(ledger, job)
     positions = {}
     for grant_id, _ in (*explanation.paid_by, *explanation.held_from):
         rec = journal.get(grant_id)
@@ -393,10 +428,12 @@ REVISIONS_SHOWN = 100
 """The journal page lists the latest revisions; `GET /v1/revisions` pages through all."""
 
 
-def recent_revisions(source: AuditSource) -> tuple[list[RevisionRow], int]:
+def recent_revisions(source: AuditSource) -> tuple[list[RevisionRow] | None, int]:
     """The latest `REVISIONS_SHOWN` revisions with the times of both events, and how many
-    there are in all."""
+    there are in all (None and 0 while they are still being found)."""
     revisions = source.revisions()
+    if revisions is None:
+        return None, 0
     rows = source.cached(("recent-revisions",),
                          lambda: revision_rows(source.journal, revisions[-REVISIONS_SHOWN:]))
     return rows, len(revisions)
@@ -409,8 +446,9 @@ class EventPage:
     record: RecordedEvent
     account: str | None
     lines: list[StatementLine]  # its lines in the account's statement (change, balance)
-    caused: list[RevisionRow]  # outcomes of earlier-applied events this late event changed
-    revised: list[RevisionRow]  # changes to this event's own outcome by later late events
+    caused: list[RevisionRow] | None  # outcomes of earlier events this late event changed
+    revised: list[RevisionRow] | None  # changes to its own outcome by later late events
+    # (both None while the revisions of a large journal are still being found)
     late: bool  # recorded after events with a later event time
 
 
@@ -420,11 +458,14 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     rec = head_record(journal, position) if 0 < position <= journal.head() else None
     if rec is None:
         return None
-    mine = [r for r in source.revisions()
-            if r.late_position == rec.position or r.event_id == rec.id]
-    rows = revision_rows(journal, mine)
-    caused = [r for r in rows if r.revision.late_position == rec.position]
-    revised = [r for r in rows if r.revision.event_id == rec.id]
+    revisions = source.revisions()
+    caused: list[RevisionRow] | None = None
+    revised: list[RevisionRow] | None = None
+    if revisions is not None:
+        rows = revision_rows(journal, [r for r in revisions if r.late_position == rec.position
+                                       or r.event_id == rec.id])
+        caused = [r for r in rows if r.revision.late_position == rec.position]
+        revised = [r for r in rows if r.revision.event_id == rec.id]
     account: str | None = rec.stream
     lines: list[StatementLine] = []
     try:

@@ -57,6 +57,7 @@ def source_of(request: Request) -> AuditSource:
                                "projection), app.state.journal or app.state.web_source")
         source = AuditSource(journal, live=live if hasattr(live, "reading") else None)
         source.verifier = Verifier(journal)
+        source.warm_up()
         state.web_source = source
         return source
 

@@ -21,6 +21,9 @@ from projections.outcomes import Revision
 
 T = TypeVar("T")
 
+SYNC_REPLAY_LIMIT = 50_000
+"""Up to this many events, revisions are found while the page waits (well under a second)."""
+
 _CACHED = 64
 """Answers remembered per head: a few pages' worth for a handful of auditors."""
 
@@ -102,7 +105,9 @@ class AuditSource:
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.verifier: Any = None  # the page's background verify (tools.web.verifying)
         self._revisions_lock = threading.Lock()
+        self._projector_lock = threading.Lock()
         self._projector: Any = None  # a Projector, made on the first revisions() call
+        self._warming: threading.Thread | None = None
 
     def head(self) -> int:
         """The journal's head position."""
@@ -152,16 +157,54 @@ class AuditSource:
 
         yield self.cached(("ledger",), fold)
 
-    def revisions(self) -> list[Revision]:
-        """What late events changed, in the order they came: a projector of this source's
-        own, fed the journal in arrival order and caught up on each call, so the first
-        call replays the journal and later ones only what was recorded since. (The live
-        projection may have started from a checkpoint and then knows only the revisions
-        since; an audit page needs all of them.)"""
+    def revisions(self) -> list[Revision] | None:
+        """What late events changed, in the order they came; None while they are still
+        being found.
+
+        A projector of this source's own is fed the journal in arrival order and caught
+        up on each call, so only what was recorded since the last call is folded. (The
+        live projection may have started from a checkpoint and then knows only the
+        revisions since; an audit page needs all of them.) The first pass over a large
+        journal runs in a background thread (started by `warm_up`, or here), so no page
+        waits for a full replay; until it is done this returns None.
+        """
+        with self._revisions_lock:
+            if self._warming is not None and self._warming.is_alive():
+                return None
+            if self._projector is None and self.journal.head() > SYNC_REPLAY_LIMIT:
+                self._start_warm_up()
+                return None
+            return self._catch_up_revisions()
+
+    def warm_up(self) -> None:
+        """Start finding the revisions of a large journal in the background now."""
+        with self._revisions_lock:
+            if self._projector is None and self.journal.head() > SYNC_REPLAY_LIMIT:
+                self._start_warm_up()
+
+    def wait_for_revisions(self, timeout: float | None = None) -> list[Revision] | None:
+        """Wait for a background search of revisions (scripts and tests); `revisions()`."""
+        warming = self._warming
+        if warming is not None:
+            warming.join(timeout)
+        return self.revisions()
+
+    def _start_warm_up(self) -> None:
+        if self._warming is None or not self._warming.is_alive():
+            self._warming = threading.Thread(target=self._warm, name="web-revisions",
+                                             daemon=True)
+            self._warming.start()
+
+    def _warm(self) -> None:
+        with self._revisions_lock:
+            pass  # the caller holds the lock while starting us; wait for it to let go
+        self._catch_up_revisions()
+
+    def _catch_up_revisions(self) -> list[Revision]:
         from projections.projector import Projector
         from projections.replay import REPLAY_REMEMBERS, journal_reader
 
-        with self._revisions_lock:
+        with self._projector_lock:
             if self._projector is None:
                 # The settings `replay` uses: sparse snapshots until late events show up.
                 self._projector = Projector(journal_reader(self.journal),
