@@ -257,3 +257,10 @@ def test_revisions_of_a_large_journal_are_found_in_the_background(
         assert rows is not None and total == 25
     finally:
         journal.close()
+
+
+def test_summary_finds_accounts_by_name_and_pages(client: TestClient) -> None:
+    rows = cells(client.get("/?q=LUMEN").text, "accounts-table")
+    assert [row[0] for row in rows if row[1] == "all"] == ["lumen-health"]
+    assert client.get("/?page=2").status_code == 422  # 20 accounts: one page
+    assert client.get("/?page=x").status_code == 422

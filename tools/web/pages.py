@@ -166,11 +166,29 @@ def summary_figures(source: AuditSource) -> Summary:
     return source.cached(("summary",), build)
 
 
-def summary(source: AuditSource) -> dict[str, Any]:
-    """The summary page: accounts, credits expiring soon, the head, the last verify."""
+EXPIRING_SHOWN = 200
+"""The soonest expiries the summary lists (`gpu-credits expiring` lists them all)."""
+
+ACCOUNTS_PAGE = 100
+"""Accounts per page of the summary."""
+
+
+def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
+    """The summary page: accounts (those whose name contains `q`, a page of them), credits
+    expiring soon, the head, the last verify."""
     figures = summary_figures(source)
-    return {"accounts": figures.accounts, "at": figures.at, "expiring": figures.expiring,
-            "expiring_until": figures.expiring_until, "head": head_record(source.journal),
+    wanted = (params.get("q") or "").strip()
+    rows = [r for r in figures.accounts if wanted.casefold() in r.account.casefold()]
+    pages_ = max(1, -(-len(rows) // ACCOUNTS_PAGE))
+    page = parse_int("page", params.get("page"), 1, low=1, high=pages_)
+    shown = rows[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
+    expiring = [e for e in figures.expiring if wanted.casefold() in e.account.casefold()]
+    more = max(0, len(expiring) - EXPIRING_SHOWN)
+    return {"accounts": shown, "matching": len(rows), "total": len(figures.accounts),
+            "q": wanted, "page": page, "pages": pages_, "at": figures.at,
+            "expiring": expiring[:EXPIRING_SHOWN], "expiring_more": more,
+            "expiring_until": figures.expiring_until,
+            "head": head_record(source.journal),
             "verify": source.verifier.status() if source.verifier is not None else None}
 
 
@@ -449,7 +467,7 @@ class EventPage:
     caused: list[RevisionRow] | None  # outcomes of earlier events this late event changed
     revised: list[RevisionRow] | None  # changes to its own outcome by later late events
     # (both None while the revisions of a large journal are still being found)
-    late: bool  # recorded after events with a later event time
+    late: bool  # recorded after events of its stream with a later event time
 
 
 def event_page(source: AuditSource, position: int) -> EventPage | None:
@@ -474,8 +492,10 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         account = None
     else:
         lines = [line for line in stmt.lines if line.position == rec.position]
+    # Late for its account: recorded after an event of the same stream with a later time
+    # (read through the stream: the whole journal would be a scan of every position).
     earlier = journal.read(to_position=rec.position - 1, from_time=rec.time + 1,
-                           order="position", batch_size=1)
+                           stream=rec.stream, order="position", batch_size=1)
     late = next(iter(earlier), None) is not None
     return EventPage(rec, account, lines, caused, revised, late)
 

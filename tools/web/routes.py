@@ -82,8 +82,12 @@ def _params(request: Request) -> dict[str, str]:
 @router.get("/", response_class=HTMLResponse)
 def summary_page(request: Request) -> HTMLResponse:
     """Every account's figures per pool, credits expiring soon, head, last verify."""
-    return render(request, "summary.html", title="Accounts",
-                  **pages.summary(source_of(request)))
+    params = _params(request)
+    try:
+        context = pages.summary(source_of(request), params)
+    except ValueError as exc:
+        return problem(request, 422, "Bad parameter", str(exc))
+    return render(request, "summary.html", title="Accounts", params=params, **context)
 
 
 @router.get("/accounts/{account}", response_class=HTMLResponse)
