@@ -166,6 +166,8 @@ def test_event_page_shows_fields_hash_and_what_it_changed(client: TestClient) ->
     assert "demo42-00980" in r.text and re.search(r"<code>[0-9a-f]{64}</code>", r.text)
     assert cells(r.text, "changed-table")
     assert 'id="caused"' in r.text  # the outcomes it revised
+    assert '<span class="mark">late</span>' in r.text
+    assert '<span class="mark">late</span>' not in client.get("/events/1").text
     assert client.get("/events/999999").status_code == 404
     assert client.get("/events/abc").status_code == 422
     moved = client.get("/event?id=demo42-00980", follow_redirects=False)
