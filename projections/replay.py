@@ -17,7 +17,12 @@ from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
 from projections.checkpoint import CHECKPOINT as CHECKPOINT
-from projections.checkpoint import CheckpointError, checkpoint_is_valid_at, load_checkpoint
+from projections.checkpoint import (
+    CheckpointError,
+    checkpoint_is_valid_at,
+    load_checkpoint,
+    valid_checkpoints,
+)
 from projections.checkpoint import invalidate_after as invalidate_after
 from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
 from projections.checkpoint import save_checkpoint as save_checkpoint
@@ -120,6 +125,33 @@ def checkpoint_positions(head: int, every: int | None = None) -> frozenset[int]:
     if every <= 0:
         raise ValueError(f"checkpoint_every must be a positive number of events, got {every}")
     return frozenset(head - k * every for k in range(CHECKPOINTS) if head - k * every > 0)
+
+
+def ledger_at(journal: JournalLike, *, to_position: int | None = None,
+              to_time: int | None = None) -> Ledger:
+    """The state at event time `to_time` as known at position `to_position` (defaults: the
+    latest), the same as `fold_canonical` gives, from the nearest valid checkpoint at or
+    before them plus the events between: the way a query reads a journal.
+
+    A checkpoint serves when it covers no position after `to_position` and no event time
+    after `to_time`, and no event recorded after it lands before its end on the timeline
+    (then every event it lacks comes after it, in canonical order). Without one, this is
+    `fold_canonical`.
+    """
+    head = journal.head() if to_position is None else min(to_position, journal.head())
+    candidates = [info for info in journal.snapshots(CHECKPOINT) if info.position <= head
+                  and (to_time is None or info.event_time <= to_time)]
+    found = next(valid_checkpoints(journal, candidates, key=lambda s: (s.position, s.id)),
+                 None)
+    if found is None:
+        return fold_canonical(journal, to_position=head, to_time=to_time)
+    info, ledger = found
+    with paused_gc():
+        for rec in journal.read(after_position=info.position, to_position=head,
+                                from_time=info.event_time, to_time=to_time,
+                                order="canonical"):
+            apply_recorded(ledger, rec)
+    return ledger
 
 
 def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
