@@ -17,10 +17,16 @@ from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
 from projections.checkpoint import CHECKPOINT as CHECKPOINT
-from projections.checkpoint import CheckpointError, checkpoint_is_valid_at, load_checkpoint
+from projections.checkpoint import (
+    CheckpointError,
+    checkpoint_is_valid_at,
+    load_checkpoint,
+    valid_checkpoints,
+)
 from projections.checkpoint import invalidate_after as invalidate_after
 from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
 from projections.checkpoint import save_checkpoint as save_checkpoint
+from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
@@ -132,6 +138,36 @@ def locator(journal: JournalLike) -> Callable[[str], tuple[int, int] | None]:
     return locate
 
 
+def ledger_at(journal: JournalLike, *, to_position: int | None = None,
+              to_time: int | None = None) -> Ledger:
+    """The state at event time `to_time` as known at position `to_position` (defaults: the
+    latest), the same as `fold_canonical` gives, from the nearest valid checkpoint at or
+    before them plus the events between: the way a query reads a journal.
+
+    A checkpoint serves when it covers no position after `to_position` and no event time
+    after `to_time`, and no event recorded after it lands before its end on the timeline
+    (then every event it lacks comes after it, in canonical order). Without one, this is
+    `fold_canonical`.
+    """
+    head = journal.head() if to_position is None else min(to_position, journal.head())
+    candidates = [info for info in journal.snapshots(CHECKPOINT) if info.position <= head
+                  and (to_time is None or info.event_time <= to_time)]
+    found = next(valid_checkpoints(journal, candidates, key=lambda s: (s.position, s.id)),
+                 None)
+    if found is None:
+        return fold_canonical(journal, to_position=head, to_time=to_time)
+    info, ledger = found
+    if _reversals(journal, head, after_position=info.position):
+        # A reversal recorded since may take out an event the checkpoint holds (rare).
+        return fold_canonical(journal, to_position=head, to_time=to_time)
+    with paused_gc():
+        for rec in journal.read(after_position=info.position, to_position=head,
+                                from_time=info.event_time, to_time=to_time,
+                                order="canonical"):
+            apply_recorded(ledger, rec)
+    return ledger
+
+
 def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
                    to_time: int | None = None) -> Ledger:
     """Fold the journal straight in canonical order (no revisions): the state at to_time as
@@ -158,11 +194,13 @@ def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,
 
 
 def _reversals(journal: JournalLike, to_position: int | None,
-               from_time: int | None = None) -> dict[str, str]:
-    """{reversal id: target id} of the reversals recorded up to `to_position` (with event
-    time >= from_time, if given). Reads those events: the journal has no index by type."""
+               from_time: int | None = None, after_position: int = 0) -> dict[str, str]:
+    """{reversal id: target id} of the reversals recorded after `after_position` up to
+    `to_position` (with event time >= from_time, if given). Reads those events: the
+    journal has no index by type."""
     found: dict[str, str] = {}
-    for rec in journal.read(to_position=to_position, from_time=from_time, order="position"):
+    for rec in journal.read(after_position=after_position, to_position=to_position,
+                            from_time=from_time, order="position"):
         if rec.type == "reverse" and isinstance(rec.payload, dict):
             target = rec.payload.get("event")
             if isinstance(target, str):
@@ -176,7 +214,8 @@ def excluded_as_known(journal: JournalLike, to_position: int | None) -> frozense
 
 
 def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyReport:
-    """Check the hash chain, then that replay reproduces every checkpoint's digest."""
+    """Check the hash chain, that replay reproduces every checkpoint's digest, and that
+    the replayed state keeps every invariant (`projections.invariants`)."""
     bad = journal.verify()
     if bad is not None:
         return VerifyReport(False, bad, f"hash chain broken at position {bad}")
@@ -200,4 +239,12 @@ def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyR
                                 f"{info.digest[:16]}…")
         checked += 1
     report = replay(journal, progress=progress)
+    # The replayed state must also be sound: a fold bug that the chain and the digests
+    # cannot see (they agree with themselves) still breaks an invariant.
+    broken = violations(report.ledger)
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        return VerifyReport(False, report.position,
+                            f"replay to position {report.position} breaks an invariant: "
+                            f"{broken[0]}{more}", report.events, checked)
     return VerifyReport(True, None, None, report.events, checked)

@@ -158,3 +158,20 @@ def test_a_reversed_millisecond_timestamp_stops_ruining_the_balance() -> None:
     journal.append([reversal("u-991", 7)])
     assert tracker.get_balance(50) == 100
     assert fold_canonical(journal).last[0] < 1796083200000
+
+
+def test_a_reversal_after_a_checkpoint_is_not_missed_by_queries(tmp_path: Any) -> None:
+    from eventstore import Journal
+    from projections.replay import ledger_at
+
+    journal = Journal(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        journal.append([NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
+                        NewEvent("u1", "a", "consume", 1, {"account": "a", "amount": 30})])
+        replay(journal, checkpoint=True)
+        journal.append([reversal("u1", 2)])
+        expected = fold_canonical(journal)
+        assert ledger_at(journal).digest() == expected.digest()
+        assert expected.accounts["a"].balance == 100
+    finally:
+        journal.close()
