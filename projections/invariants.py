@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from projections.creditbook import heap_name
 from projections.events import (
     GENERAL,
     CreditsAdjusted,
@@ -85,26 +86,29 @@ def account_violations(ledger: Ledger, account: AccountState, live_jobs: Iterabl
         found.append(Violation(rule, where, detail))
 
     book = account.book
-    # Active credits are the live batches, none below zero, each in its own pool's heap.
-    for pool, heap in book.heaps.items():
-        total = 0
+    # Active credits are the live batches, none below zero, each in the heap of its own
+    # pool and priority (`heap_name`).
+    held_per_pool: dict[str, int] = {}
+    for name, heap in book.heaps.items():
         for i, batch in enumerate(heap):
-            total += batch.amount
+            held_per_pool[batch.pool] = held_per_pool.get(batch.pool, 0) + batch.amount
             if batch.amount < 0:
                 bad(CREDITS, f"batch of grant {batch.grant_id!r} holds {batch.amount} < 0")
-            if batch.pool != pool or not batch.in_heap:
+            if heap_name(batch.pool, batch.key[0]) != name or not batch.in_heap:
                 bad(CREDITS, f"batch of grant {batch.grant_id!r} (pool {batch.pool!r}) "
-                             f"misplaced in the {pool!r} heap")
+                             f"misplaced in the {name!r} heap")
             if i and heap[i] < heap[(i - 1) // 2]:
-                bad(CREDITS, f"expiry order broken in pool {pool!r} at batch "
+                bad(CREDITS, f"expiry order broken in heap {name!r} at batch "
                              f"{batch.grant_id!r}")
+    for pool in sorted(set(held_per_pool) | set(book.active)):
+        total = held_per_pool.get(pool, 0)
         if total != book.active.get(pool, 0):
             bad(CREDITS, f"active[{pool!r}] = {book.active.get(pool, 0)}, its batches "
                          f"hold {total}")
     for pool, active in book.active.items():
         if active < 0:
             bad(CREDITS, f"active[{pool!r}] = {active} < 0")
-        elif active and pool not in book.heaps:
+        elif active and pool not in held_per_pool:
             bad(CREDITS, f"active[{pool!r}] = {active} without batches")
 
     # Debt: never negative, and only where no credit usable by that pool is active.
