@@ -26,6 +26,7 @@ from projections.checkpoint import (
 from projections.checkpoint import invalidate_after as invalidate_after
 from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
 from projections.checkpoint import save_checkpoint as save_checkpoint
+from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
@@ -165,7 +166,8 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
 
 
 def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyReport:
-    """Check the hash chain, then that replay reproduces every checkpoint's digest."""
+    """Check the hash chain, that replay reproduces every checkpoint's digest, and that
+    the replayed state keeps every invariant (`projections.invariants`)."""
     bad = journal.verify()
     if bad is not None:
         return VerifyReport(False, bad, f"hash chain broken at position {bad}")
@@ -189,4 +191,12 @@ def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyR
                                 f"{info.digest[:16]}…")
         checked += 1
     report = replay(journal, progress=progress)
+    # The replayed state must also be sound: a fold bug that the chain and the digests
+    # cannot see (they agree with themselves) still breaks an invariant.
+    broken = violations(report.ledger)
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        return VerifyReport(False, report.position,
+                            f"replay to position {report.position} breaks an invariant: "
+                            f"{broken[0]}{more}", report.events, checked)
     return VerifyReport(True, None, None, report.events, checked)
