@@ -8,10 +8,21 @@ the same event (`"pool": null` or no `pool`) have the same canonical bytes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
+
+# The checks live in one module shared by every entry point; re-exported here because
+# callers have always imported them from the vocabulary.
+from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
+from projections.validation import MAX_TEXT_LENGTH, require_grant_priority
+from projections.validation import optional_text as optional_text
+from projections.validation import require_fraction as require_fraction
+from projections.validation import require_int as require_int
+from projections.validation import require_name as require_name
+from projections.validation import require_non_negative_int as require_non_negative_int
+from projections.validation import require_positive_int as require_positive_int
+from projections.validation import require_text as require_text
 
 GENERAL = "general"
 """The pool name of unrestricted credits, usable in every pool."""
@@ -19,9 +30,7 @@ GENERAL = "general"
 TIMELINE_START = -(2**62)
 """Event time of an `account` event that carries no time: it takes effect from the start."""
 
-MAX_ID_LENGTH = 200
-
-MAX_MEMO_LENGTH = 1000
+MAX_MEMO_LENGTH = MAX_TEXT_LENGTH
 """A memo or reason is free text for people: long enough for a PO number and a sentence."""
 
 DEFAULT_GRANT_PRIORITY = 50
@@ -34,66 +43,6 @@ DEFAULT_HALF_LIFE = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
 
 
-def require_int(name: str, value: object) -> int:
-    """Return `value` if it is an `int` (and not a `bool`), else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def require_positive_int(name: str, value: object) -> int:
-    """Return `value` if it is an `int` > 0 (not a `bool`), else raise ValueError."""
-    require_int(name, value)
-    assert isinstance(value, int)
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def require_non_negative_int(name: str, value: object) -> int:
-    """Return `value` if it is an `int` >= 0 (not a `bool`), else raise ValueError."""
-    require_int(name, value)
-    assert isinstance(value, int)
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def require_name(name: str, value: object) -> str:
-    """Return `value` if it is a non-empty string of printable characters, else ValueError."""
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise ValueError(f"{name} must be a non-empty printable string, got {value!r}")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"{name} must be at most {MAX_ID_LENGTH} characters, got {len(value)}")
-    return value
-
-
-def require_text(name: str, value: object) -> str:
-    """Return `value` if it is a non-empty printable string of at most MAX_MEMO_LENGTH
-    characters (a memo or a reason), else raise ValueError."""
-    if not isinstance(value, str) or not value.strip() or not value.isprintable():
-        raise ValueError(f"{name} must be non-empty printable text (no line breaks), "
-                         f"got {value!r}")
-    if len(value) > MAX_MEMO_LENGTH:
-        raise ValueError(f"{name} must be at most {MAX_MEMO_LENGTH} characters, "
-                         f"got {len(value)}")
-    return value
-
-
-def optional_text(name: str, value: object) -> str | None:
-    """None, or `value` checked by `require_text`."""
-    return None if value is None else require_text(name, value)
-
-
-def require_priority(value: object) -> int:
-    """Return a grant priority: an integer 0-100 (lower is used first)."""
-    require_int("priority", value)
-    assert isinstance(value, int)
-    if not 0 <= value <= 100:
-        raise ValueError(f"priority must be an integer from 0 to 100, got {value!r}")
-    return value
-
-
 def normalise_pool(value: object) -> str:
     """The pool a grant, consume or job names: None and "general" mean unrestricted."""
     if value is None:
@@ -101,14 +50,9 @@ def normalise_pool(value: object) -> str:
     return require_name("pool", value)
 
 
-def require_fraction(name: str, value: object) -> float:
-    """Return `value` as a float in [0, 1], else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    as_float = float(value)
-    if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-    return as_float
+def require_priority(value: object) -> int:
+    """Return a grant priority: an integer 0-100 (lower is used first)."""
+    return require_grant_priority("priority", value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,12 @@ import dataclasses
 import hashlib
 import io
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
-from eventstore.appending import INT64_MAX, INT64_MIN
 from eventstore.hashing import canonical_json
 from projections.events import (
     EVENT_TYPES,
@@ -41,9 +41,9 @@ from projections.events import (
     JobStarted,
     JobSubmitted,
     from_payload,
-    require_name,
     to_payload,
 )
+from projections.validation import MAX_SAFE_INT, require_name, require_time, show
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called now and then while a long file is read."""
@@ -62,6 +62,11 @@ PAYLOAD_FIELDS = tuple(dict.fromkeys(
 CSV_COLUMNS = ("id", "type", "time", *PAYLOAD_FIELDS, "position")
 """The columns `export --format csv` writes, in order; `position` is ignored on import."""
 
+MAX_LINE_LENGTH = 64 * 1024
+"""The longest JSON line or CSV cell an import reads: far above any valid event."""
+
+_INTEGER = re.compile(r"-?[0-9]{1,20}", re.ASCII)
+_DECIMAL = re.compile(r"[0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20}", re.ASCII)
 _TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool"})
 _PROGRESS_EVERY = 1000
 
@@ -124,14 +129,6 @@ class ImportRejected(ValueError):
 # -- one record ---------------------------------------------------------------------------
 
 
-def _require_time(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"{name} must fit in 64 bits, got {value}")
-    return value
-
-
 def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEvent]:
     """Validate one decoded line; return (id or None, event time, event). ValueError if bad."""
     kind = record.get("type")
@@ -143,7 +140,7 @@ def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEven
     if event_id is not None:
         require_name("id", event_id)
     if "time" in record and record["time"] is not None:
-        time = _require_time("time", record["time"])
+        time = require_time("time", record["time"])
     elif kind == "account":
         time = TIMELINE_START
     else:
@@ -151,17 +148,51 @@ def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEven
     payload = {k: v for k, v in record.items() if k not in ENVELOPE}
     event = from_payload(kind, payload)
     if isinstance(event, CreditsGranted) and event.expiry is not None:
-        _require_time("expiry", event.expiry)
+        require_time("expiry", event.expiry)
         if event.expiry <= time:
             raise ValueError(f"grant expiry {event.expiry} must be after its time {time}")
     return event_id, time, event
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct (a repeated key would silently win)."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {show(key)} appears more than once")
+            seen.add(key)
+    return record
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number; use a finite number")
+
+
+def _bounded_int(text: str) -> int:
+    # Python refuses to read integers of more than 4300 digits with an unrelated message;
+    # anything past 20 digits is far outside every bound of the ledger anyway.
+    if len(text.lstrip("-")) > 20:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is out of range; "
+                         f"integers lie within +-{MAX_SAFE_INT}")
+    return int(text)
+
+
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+                                parse_int=_bounded_int)
+
+
 def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:
+    if len(text) > MAX_LINE_LENGTH:
+        raise ValueError(f"line is {len(text)} characters long; at most {MAX_LINE_LENGTH}")
     try:
-        record = json.loads(text)
+        record = _STRICT_JSON.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("not an event: JSON nested too deeply (an event's fields are "
+                         "strings, numbers and booleans)") from None
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     return parse_record(record)
@@ -178,14 +209,24 @@ def _csv_value(column: str, text: str) -> object:
             return False
         raise ValueError(f"success must be true or false, got {text!r}")
     if column == "refund_fraction":
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"refund_fraction must be a number, got {text!r}") from None
+        if not _DECIMAL.fullmatch(text):
+            raise ValueError(f"refund_fraction must be a decimal number such as 0.5, "
+                             f"got {show(text)}")
+        return float(text)
+    # int() would also take "1_000", "+5", " 5", Arabic-Indic or full-width digits: a
+    # ledger reads plain ASCII digits only.
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"{column} must be an integer, got {show(text)}{_why_not(text)}")
+    return int(text)
+
+
+def _why_not(text: str) -> str:
+    """Why a spelling Python would read as an integer is still refused."""
     try:
-        return int(text)
+        int(text)
     except ValueError:
-        raise ValueError(f"{column} must be an integer, got {text!r}") from None
+        return ""
+    return " (only ASCII digits 0-9 after an optional -, at most 20 digits)"
 
 
 # -- reading files ------------------------------------------------------------------------
@@ -243,10 +284,23 @@ def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry]
         why = (f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown
                else "no \"type\" column")
         return [], [Problem(1, f"{why}; expected a header of {', '.join(CSV_COLUMNS)}")]
+    repeated = sorted({c for c in columns if columns.count(c) > 1})
+    if repeated:
+        return [], [Problem(1, f"column(s) {', '.join(map(repr, repeated))} appear more "
+                               "than once")]
     entries: list[Entry] = []
     problems: list[Problem] = []
     total = max(text.count("\n"), 1)
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            # A malformed or oversized cell: the reader cannot resynchronise, so this is
+            # the last line read (the import is refused anyway).
+            problems.append(Problem(reader.line_num, f"not valid CSV: {exc}"))
+            break
         number = reader.line_num
         if progress is not None and number % _PROGRESS_EVERY == 0:
             progress(number, total)
@@ -254,6 +308,11 @@ def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry]
             continue
         if len(row) != len(columns):
             problems.append(Problem(number, f"{len(row)} cells, the header has {len(columns)}"))
+            continue
+        longest = max(row, key=len)
+        if len(longest) > MAX_LINE_LENGTH:
+            problems.append(Problem(number, f"a cell is {len(longest)} characters long; "
+                                            f"at most {MAX_LINE_LENGTH}"))
             continue
         try:
             record = {

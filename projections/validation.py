@@ -1,0 +1,167 @@
+"""One definition of a valid value: every entry point (facades, import, CLI, HTTP) checks here.
+
+The bounds are chosen so that what one path accepts, every other path accepts too, and
+so that every figure survives a round trip through any JSON reader:
+
+* every integer of the ledger (amounts, costs, priorities, times, expiries, counts) lies
+  within +-(2**53 - 1), the integers a JSON reader using doubles (JavaScript, many
+  spreadsheets) reads exactly; a sum of two such values still fits a 64-bit column;
+* amounts are at least 1; costs at least 0; a grant's priority is 0-100;
+* names (accounts, jobs, pools, ids) are non-empty printable text of at most
+  `MAX_NAME_LENGTH` characters: no NUL, no control character, no line break;
+* free text (memos, reasons) is printable text of at most `MAX_TEXT_LENGTH` characters;
+* fractions are finite numbers in [0, 1].
+
+Every check returns the value it accepted and raises `ValueError` naming the field, the
+offending value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_SAFE_INT = 2**53 - 1
+"""The largest integer every JSON reader reads exactly (JavaScript's MAX_SAFE_INTEGER)."""
+
+MIN_INT = -MAX_SAFE_INT
+MAX_INT = MAX_SAFE_INT
+
+MIN_TIME = -MAX_SAFE_INT
+"""The earliest event time or expiry any path accepts."""
+
+MAX_TIME = MAX_SAFE_INT
+"""The latest event time or expiry any path accepts (event times also meet the far-time rule)."""
+
+MAX_AMOUNT = MAX_SAFE_INT
+"""The largest amount or cost: 9,007,199,254,740,991 credits."""
+
+MIN_GRANT_PRIORITY = 0
+MAX_GRANT_PRIORITY = 100
+
+MAX_NAME_LENGTH = 200
+"""Accounts, jobs, pools and event ids: at most this many characters."""
+
+MAX_ID_LENGTH = MAX_NAME_LENGTH
+
+MAX_TEXT_LENGTH = 1000
+"""Memos and reasons: at most this many characters."""
+
+_SHOWN_DIGITS = 40
+
+
+def show(value: object) -> str:
+    """`repr(value)`, shortened for huge integers and long strings (an error stays one line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        sign = "-" if value < 0 else ""
+        return f"{sign}an integer of about 2**{value.bit_length() - 1}"
+    text = repr(value)
+    if len(text) > _SHOWN_DIGITS * 2:
+        return f"{text[:_SHOWN_DIGITS]}... ({len(text)} characters)"
+    return text
+
+
+def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_INT) -> int:
+    """Return `value` if it is an `int` (not a `bool`) with low <= value <= high."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {show(value)} "
+                         f"({type(value).__name__})")
+    if value < low:
+        raise ValueError(f"{name} must be {_at_least(low, high)}, got {show(value)}")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high}, got {show(value)}")
+    return value
+
+
+def _at_least(low: int, high: int) -> str:
+    if low == 1:
+        return "a positive integer"
+    if low == 0:
+        return "a non-negative integer"
+    return f"an integer in {low}..{high}"
+
+
+def require_positive_int(name: str, value: object, high: int = MAX_INT) -> int:
+    """Return `value` if it is an `int` in 1..high (not a `bool`)."""
+    return require_int(name, value, 1, high)
+
+
+def require_non_negative_int(name: str, value: object, high: int = MAX_INT) -> int:
+    """Return `value` if it is an `int` in 0..high (not a `bool`)."""
+    return require_int(name, value, 0, high)
+
+
+def require_amount(name: str, value: object) -> int:
+    """An amount of credits: an `int` in 1..MAX_AMOUNT."""
+    return require_int(name, value, 1, MAX_AMOUNT)
+
+
+def require_signed_amount(name: str, value: object) -> int:
+    """A manual credit or debit: a non-zero `int` within +-MAX_AMOUNT."""
+    require_int(name, value, -MAX_AMOUNT, MAX_AMOUNT)
+    if value == 0:
+        raise ValueError(f"{name} must not be 0: a positive amount credits, "
+                         "a negative one debits")
+    assert isinstance(value, int)
+    return value
+
+
+def require_cost(name: str, value: object) -> int:
+    """A job's cost: an `int` in 0..MAX_AMOUNT (a negative cost is an error)."""
+    return require_int(name, value, 0, MAX_AMOUNT)
+
+
+def require_job_priority(name: str, value: object) -> int:
+    """A job's priority: any `int` within +-(2**53 - 1); higher starts first."""
+    return require_int(name, value, MIN_INT, MAX_INT)
+
+
+def require_grant_priority(name: str, value: object) -> int:
+    """A grant's priority: an `int` in 0..100; lower is used first."""
+    return require_int(name, value, MIN_GRANT_PRIORITY, MAX_GRANT_PRIORITY)
+
+
+def require_time(name: str, value: object) -> int:
+    """An event time or expiry: an `int` in MIN_TIME..MAX_TIME."""
+    return require_int(name, value, MIN_TIME, MAX_TIME)
+
+
+def require_name(name: str, value: object) -> str:
+    """A name: a non-empty printable string of at most MAX_NAME_LENGTH characters."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty printable string, got {show(value)}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{name} must be at most {MAX_NAME_LENGTH} characters, "
+                         f"got {len(value)}")
+    if not value.isprintable():
+        raise ValueError(f"{name} must be printable text (no NUL, control character or "
+                         f"line break), got {show(value)}")
+    return value
+
+
+def require_text(name: str, value: object) -> str:
+    """Free text (a memo, a reason): printable, not blank, at most MAX_TEXT_LENGTH characters."""
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ValueError(f"{name} must be non-empty printable text (no NUL, control character "
+                         f"or line break), got {show(value)}")
+    if len(value) > MAX_TEXT_LENGTH:
+        raise ValueError(f"{name} must be at most {MAX_TEXT_LENGTH} characters, "
+                         f"got {len(value)}")
+    return value
+
+
+def optional_text(name: str, value: object) -> str | None:
+    """None, or `value` checked by `require_text`."""
+    return None if value is None else require_text(name, value)
+
+
+def require_fraction(name: str, value: object) -> float:
+    """Return `value` as a float in [0, 1] (an int or a finite float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number in [0, 1], got {show(value)}")
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = math.inf
+    if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {show(value)}")
+    return as_float

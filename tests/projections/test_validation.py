@@ -1,0 +1,233 @@
+"""One definition of a valid value: the same bounds at every entry, strict file input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal
+from projections import GPUCreditTracker, Scheduler
+from projections.importing import ImportRejected, import_file, parse_record, read_csv, read_jsonl
+from projections.validation import (
+    MAX_AMOUNT,
+    MAX_NAME_LENGTH,
+    MAX_TIME,
+    MIN_TIME,
+    require_amount,
+    require_cost,
+    require_fraction,
+    require_grant_priority,
+    require_job_priority,
+    require_name,
+    require_signed_amount,
+    require_text,
+    require_time,
+    show,
+)
+
+OUTSIDE_TIMES = [MAX_TIME + 1, MIN_TIME - 1, 2**63, -(2**63), 2**63 - 1, 10**30]
+
+
+@pytest.mark.parametrize(("check", "good", "bad"), [
+    (require_amount, [1, MAX_AMOUNT], [0, -1, MAX_AMOUNT + 1, 10**30, True, 1.0, "5", None]),
+    (require_cost, [0, 1, MAX_AMOUNT], [-1, MAX_AMOUNT + 1, False, 2.5]),
+    (require_grant_priority, [0, 50, 100], [-1, 101, True]),
+    (require_job_priority, [-MAX_AMOUNT, 0, MAX_AMOUNT], [MAX_AMOUNT + 1, -MAX_AMOUNT - 1]),
+    (require_time, [MIN_TIME, 0, MAX_TIME], OUTSIDE_TIMES),
+    (require_signed_amount, [-MAX_AMOUNT, -1, 1, MAX_AMOUNT], [0, MAX_AMOUNT + 1]),
+    (require_fraction, [0, 1, 0.5, 0.0, 1.0], [-0.1, 1.1, float("nan"), float("inf"), True,
+                                               10**400]),
+])
+def test_bounds(check: object, good: list[object], bad: list[object]) -> None:
+    assert callable(check)
+    for value in good:
+        assert check("x", value) == value
+    for value in bad:
+        with pytest.raises(ValueError, match=r"^x must"):
+            check("x", value)
+
+
+def test_names_are_printable_and_bounded() -> None:
+    assert require_name("account", "team[/red]") == "team[/red]"
+    assert require_name("account", "x" * MAX_NAME_LENGTH)
+    for bad in ["", "a\x00b", "a\nb", "tab\there", "x" * (MAX_NAME_LENGTH + 1), 5, None,
+                "\ud800"]:
+        with pytest.raises(ValueError, match=r"^account must"):
+            require_name("account", bad)
+    assert require_text("memo", "PO 4411: paid") == "PO 4411: paid"
+    with pytest.raises(ValueError, match="memo must"):
+        require_text("memo", "a\x00")
+
+
+def test_errors_name_the_value_and_stay_short() -> None:
+    with pytest.raises(ValueError) as info:
+        require_amount("amount", 10**400)
+    assert "2**" in str(info.value) and len(str(info.value)) < 200
+    assert show("x" * 10_000).endswith("(10002 characters)")
+
+
+# -- every path accepts and refuses alike -----------------------------------------------
+
+
+def _import_one(record: dict[str, object]) -> bool:
+    """Whether import accepts `record` (appending it)."""
+    journal = MemoryJournal()
+    try:
+        import_file(journal, (json.dumps(record) + "\n").encode(), "x.jsonl")
+    except ImportRejected:
+        assert journal.head() == 0
+        return False
+    return True
+
+
+def _tracker_grant(amount: int, time: int, expiry: int) -> bool:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    try:
+        tracker.grant(amount, time, expiry)
+    except ValueError:
+        assert journal.head() == 0
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("amount", "time", "expiry"), [
+    (5, 0, 10),
+    (MAX_AMOUNT, 0, 10),
+    (MAX_AMOUNT + 1, 0, 10),
+    (5, 0, 2**63),
+    (5, 0, MAX_TIME),
+    (5, 0, MAX_TIME + 1),
+    (5, -(2**63), 0),
+    (5, MIN_TIME, 0),
+    (10**30, 0, 10),
+])
+def test_facade_and_import_agree_on_grants(amount: int, time: int, expiry: int) -> None:
+    record = {"type": "grant", "account": "a", "amount": amount, "time": time,
+              "expiry": expiry}
+    assert _tracker_grant(amount, time, expiry) == _import_one(record)
+
+
+@pytest.mark.parametrize("time", OUTSIDE_TIMES)
+def test_a_time_out_of_range_is_refused_everywhere(time: int) -> None:
+    tracker = GPUCreditTracker(account="a")
+    with pytest.raises(ValueError, match="timestamp must"):
+        tracker.consume(5, time)
+    with pytest.raises(ValueError):
+        tracker.get_balance(time)
+    scheduler = Scheduler(clock=lambda: 0)
+    with pytest.raises(ValueError):
+        scheduler.open_account("a", 10, at=time)
+    assert not _import_one({"type": "consume", "account": "a", "amount": 5, "time": time})
+    # ...and the facades keep answering afterwards.
+    tracker.grant(10, 0, 100)
+    assert tracker.consume(3, 1) == 0
+    assert tracker.get_balance(2) == 7
+
+
+@pytest.mark.parametrize(("cost", "priority"), [
+    (-1, 0), (MAX_AMOUNT + 1, 0), (5, MAX_AMOUNT + 1), (5, -(2**63)), (True, 0), (5, 1.5),
+])
+def test_scheduler_and_import_refuse_the_same_jobs(cost: object, priority: object) -> None:
+    scheduler = Scheduler(clock=lambda: 0)
+    scheduler.open_account("a", 100)
+    with pytest.raises(ValueError):
+        scheduler.submit("j", "a", cost, priority)  # type: ignore[arg-type]
+    assert not _import_one({"type": "submit", "account": "a", "job": "j", "cost": cost,
+                            "priority": priority, "time": 1})
+
+
+# -- strict JSON Lines --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"type": "consume", "type": "grant", "account": "a", "amount": 5, "time": 1}',
+     "key 'type' appears more than once"),
+    ('{"type": "grant", "account": "a", "amount": 5, "amount": 5, "time": 1}',
+     "key 'amount' appears more than once"),
+    ('{"type": "complete", "job": "j", "success": false, "time": 1, "refund_fraction": NaN}',
+     "NaN is not a JSON number"),
+    ('{"type": "grant", "account": "a", "amount": 5, "time": Infinity}',
+     "Infinity is not a JSON number"),
+    ("[" * 100_000 + "]" * 100_000, "characters long"),
+    ("[" * 5_000 + "]" * 5_000, "nested too deeply"),
+    ('{"type": "grant", "account": "a", "amount": 5, "time": 1, "x": ' + "[" * 5_000
+     + "]" * 5_000 + "}", "nested too deeply"),
+    ('{"type": "grant", "account": "a", "amount": ' + "9" * 5000 + ', "time": 1}', "5000 digits"),
+])
+def test_json_lines_are_read_strictly(line: str, message: str) -> None:
+    entries, problems = read_jsonl(f'{{"type": "account", "account": "a"}}\n{line}\n'.encode())
+    assert len(entries) == 1
+    assert [p.line for p in problems] == [2]
+    assert message in problems[0].message
+
+
+# -- strict CSV ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("amount", ["1_000", "+5", " 5", "5 ", "\u0665", "\uff15", "5.0",
+                                    "0x10", "1e3", "9" * 21, ""])
+def test_csv_integers_are_ascii_digits(amount: str) -> None:
+    data = f"type,account,amount,time\ngrant,a,{amount},1\n".encode()
+    entries, problems = read_csv(data)
+    assert not entries
+    assert [p.line for p in problems] == [2]
+
+
+def test_csv_reads_plain_integers_and_fractions() -> None:
+    data = (b"type,account,amount,time,job,success,refund_fraction\n"
+            b"grant,a,1000,-5,,,\n"
+            b"complete,,,7,j,false,0.25\n")
+    entries, problems = read_csv(data)
+    assert not problems
+    assert entries[0].time == -5
+    assert entries[1].event.refund_fraction == 0.25  # type: ignore[union-attr]
+    for fraction in ["nan", "inf", "1_0", "\u0660.5", "+0.5"]:
+        bad = f"type,job,success,time,refund_fraction\ncomplete,j,false,1,{fraction}\n"
+        assert read_csv(bad.encode())[1], fraction
+
+
+@pytest.mark.parametrize("size", [70_000, 131_073, 300_000])
+def test_an_oversized_csv_cell_is_a_line_problem(size: int) -> None:
+    data = f"type,account,amount,time\ngrant,a,5,1\ngrant,{'a' * size},5,2\n".encode()
+    entries, problems = read_csv(data)
+    assert len(entries) == 1
+    assert [p.line for p in problems] == [3]
+
+
+def test_a_repeated_csv_column_is_refused() -> None:
+    data = b"type,account,amount,amount,time\ngrant,a,5,6,1\n"
+    entries, problems = read_csv(data)
+    assert not entries and problems[0].line == 1
+
+
+# -- fuzzing: a rejected file appends nothing -------------------------------------------
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                     st.text(max_size=8), st.sampled_from([2**53, 2**63, -(2**63), 10**30]))
+_records = st.dictionaries(
+    st.sampled_from(["type", "account", "amount", "time", "expiry", "pool", "job", "cost",
+                     "priority", "success", "refund_fraction", "id", "max_running"]),
+    st.one_of(_scalars, st.sampled_from(["grant", "consume", "submit", "account", "start",
+                                         "complete", "cancel"])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_records.map(json.dumps), st.text(max_size=40)), min_size=1,
+                max_size=5))
+def test_import_is_all_or_nothing_on_any_lines(lines: list[str]) -> None:
+    journal = MemoryJournal()
+    data = "\n".join(lines).encode("utf-8", "surrogatepass")
+    try:
+        import_file(journal, data, "fuzz.jsonl")
+    except ImportRejected as exc:
+        assert journal.head() == 0
+        assert all(p.line >= 1 for p in exc.problems)
+        return
+    for rec in journal.read(order="position"):
+        record = {"type": rec.type, "time": rec.time, **rec.payload}
+        parse_record(record)  # what was appended is valid by the same rules
