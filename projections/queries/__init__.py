@@ -31,6 +31,7 @@ from projections.queries.common import (
     json_time,
     known_position,
     latest_time,
+    recorded_position,
     recorded_text,
     unknown_account,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "parse_charges",
     "parse_duration",
     "reconcile",
+    "recorded_position",
     "recorded_text",
     "revision_rows",
     "statement",

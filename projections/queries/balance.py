@@ -13,8 +13,8 @@ from projections.queries.common import (
     exists_later,
     fold_as_known,
     json_time,
-    known_position,
     latest_time,
+    recorded_position,
     unknown_account,
 )
 
@@ -50,7 +50,7 @@ def balance(journal: JournalLike, account: str, *, at: int | None = None,
     """`account`'s figures at event time `at` (default: the journal's latest event time),
     from only the events recorded at positions <= `as_known_at` (default: all)."""
     when = latest_time(journal) if at is None else at
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     state = ledger.accounts.get(account)
     if state is None and not exists_later(journal, account):

@@ -30,36 +30,44 @@ class NothingRecorded(LedgerError, ValueError):
 def known_position(journal: JournalLike, value: int | str | None) -> int:
     """A journal position from `--as-known-at`: a position, or an ISO-8601 recorded-at time.
 
-    None means the head. ValueError if negative, past the head (never clamped: a script
-    asking about position 900 of a 300-event journal has the wrong journal or a typo), or
-    neither an integer nor ISO-8601. `NothingRecorded` when the journal holds events but
-    none had been recorded by then (position 0, or a time before the first record).
+    None means the head; 0 means before the first event (a time before the first record
+    gives 0 too). ValueError if negative, past the head (never clamped: a script asking
+    about position 900 of a 300-event journal has the wrong journal or a typo), or
+    neither an integer nor ISO-8601.
     """
     head = journal.head()
     if value is None:
         return head
-    shown = str(value).strip()
     if isinstance(value, str):
         text = value.strip()
         if text.lstrip("+-").isdigit():
             value = int(text)
         else:
-            position = journal.position_at(parse_micros(text))
-            if position == 0 and head > 0:
-                raise NothingRecorded(
-                    f"nothing was recorded yet at {shown}: the first event was recorded at "
-                    f"{first_recorded(journal)}; ask about a later time, or a position "
-                    f"from 1 to {head}")
-            return position
+            return journal.position_at(parse_micros(text))
     if value < 0:
         raise ValueError(f"a position is 0 or more (0: before the first event), got {value}")
     if value > head:
         raise ValueError(f"position {value} is past the journal's head {head}; known "
                          f"positions are 1 to {head} (gpu-credits head shows the last one)")
-    if value == 0 and head > 0:
-        raise NothingRecorded(f"nothing was recorded yet at position 0 (before the first "
-                              f"event); known positions are 1 to {head}")
     return value
+
+
+def recorded_position(journal: JournalLike, value: int | str | None) -> int:
+    """`known_position`, for a question that needs something recorded to answer from:
+    `NothingRecorded` when the journal holds events but none had been recorded by then
+    (position 0, or a time before the first record), rather than an answer of zeros."""
+    position = known_position(journal, value)
+    head = journal.head()
+    if position == 0 and head > 0:
+        shown = str(value).strip()
+        if shown.lstrip("+-").isdigit():
+            raise NothingRecorded(f"nothing was recorded yet at position 0 (before the "
+                                  f"first event); known positions are 1 to {head}")
+        raise NothingRecorded(
+            f"nothing was recorded yet at {shown}: the first event was recorded at "
+            f"{first_recorded(journal)}; ask about a later time, or a position from 1 "
+            f"to {head}")
+    return position
 
 
 def first_recorded(journal: JournalLike) -> str:

@@ -16,9 +16,9 @@ from projections.outcomes import Outcome
 from projections.projector import apply_recorded
 from projections.queries.common import (
     json_time,
-    known_position,
     latest_time,
     lineage_dict,
+    recorded_position,
     unknown_account,
 )
 from projections.queries.walk import AccountWalk
@@ -150,7 +150,7 @@ def explain_account(journal: JournalLike, account: str, *,
     """Which grants paid which consumption or job, and what expired unused per grant, from
     the events recorded up to `as_known_at` (default: all)."""
     at = latest_time(journal)
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     walk = AccountWalk(account)
     ledger = walk.ledger
     grants: dict[str, GrantLineage] = {}
@@ -293,7 +293,7 @@ def explain_job(journal: JournalLike, job_id: str, *,
                 as_known_at: int | str | None = None) -> JobExplanation:
     """A job's state, its submit's outcome (and reason), holds, charge and payers, and for a
     pending job why it has not started; from the events recorded up to `as_known_at`."""
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     ledger = Ledger()
     found: list[tuple[RecordedEvent, Outcome]] = []
     for rec in journal.read(to_position=position, order="canonical"):

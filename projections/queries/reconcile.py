@@ -20,7 +20,7 @@ from typing import Any
 from eventstore import JournalLike
 from projections.ledger import Ledger
 from projections.projector import apply_recorded
-from projections.queries.common import json_time, known_position
+from projections.queries.common import json_time, recorded_position
 from projections.timefmt import parse_time
 
 MATCHED = "matched"
@@ -222,7 +222,7 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     """Compare the file's rows with the ledger; list the ledger's charges the file lacks
     (for the accounts the file names, between its earliest and latest time if it has
     times)."""
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     jobs, events, ledger = ledger_charges(journal, position)
     out = Reconciliation(source, position)
     seen: set[tuple[str, str]] = set()

@@ -12,8 +12,8 @@ from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
     fold_as_known,
     json_time,
-    known_position,
     latest_time,
+    recorded_position,
     unknown_account,
 )
 
@@ -84,7 +84,7 @@ def accounts(journal: JournalLike, *, at: int | None = None,
     """Every account's balance, reserved, available, debt and pools at event time `at`
     (default: the latest), from the events recorded up to `as_known_at`."""
     when = latest_time(journal) if at is None else at
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     return AccountsReport(when, position, account_rows(ledger, when))
 
@@ -174,7 +174,7 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
     if within <= 0:
         raise ValueError(f"the window must be positive, got {within} seconds")
     when = latest_time(journal) if at is None else at
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     return ExpiringReport(when, within, position,
                           expiring_credits(ledger, when, when + within))
@@ -245,7 +245,7 @@ def jobs(journal: JournalLike, *, account: str | None = None, state: str | None 
          as_known_at: int | str | None = None) -> JobsReport:
     """Every job (in submit order), or those of `account` and/or in `state`."""
     check_state(state)
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     ledger = fold_as_known(journal, to_position=position)
     if account is not None and account not in ledger.accounts and not any(
             j.account == account for j in ledger.jobs.values()):

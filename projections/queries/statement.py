@@ -13,9 +13,9 @@ from projections.ledger import refill_due
 from projections.queries.common import (
     exists_later,
     json_time,
-    known_position,
     latest_time,
     lineage_dict,
+    recorded_position,
     recorded_text,
     unknown_account,
 )
@@ -255,7 +255,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     a running balance; with `from_time`, an opening line and the changes from then on;
     from the events recorded up to `as_known_at` (default: all)."""
     to = latest_time(journal) if to_time is None else to_time
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     builder = _StatementBuilder(account)
     for rec in journal.read(to_time=to, to_position=position, order="canonical"):
         builder.apply(rec)

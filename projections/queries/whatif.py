@@ -14,7 +14,7 @@ from projections.figures import Figures
 from projections.ledger import Ledger
 from projections.policy import Policy
 from projections.projector import apply_recorded
-from projections.queries.common import fold_as_known, json_time, known_position, latest_time
+from projections.queries.common import fold_as_known, json_time, latest_time, recorded_position
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ def whatif(journal: JournalLike, policy: Policy, *,
            as_known_at: int | str | None = None) -> WhatIf:
     """Fold the journal as recorded and under `policy`; list balances per account and pool,
     and jobs, that differ, at the journal's latest event time."""
-    position = known_position(journal, as_known_at)
+    position = recorded_position(journal, as_known_at)
     at = latest_time(journal)
     actual = fold_as_known(journal, to_position=position)
     other = fold_under(journal, policy, position=position, excluded=actual.excluded)
