@@ -11,7 +11,7 @@ from projections.creditbook import Lineage
 from projections.errors import LedgerError, UnknownAccount
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
-from projections.replay import fold_canonical
+from projections.replay import ledger_at
 from projections.timefmt import parse_micros
 
 _KNOWN_SHOWN = 20
@@ -93,9 +93,10 @@ def fold_as_known(journal: JournalLike, *, to_time: int | None = None,
                   to_position: int | None = None) -> Ledger:
     """The ledger at event time `to_time`, from the events recorded up to `to_position`.
 
-    Every report reads its state through here, so a faster read path changes one place.
+    From the nearest valid checkpoint plus the events after it: every report reads its
+    state through here, so a faster read path changes one place.
     """
-    return fold_canonical(journal, to_time=to_time, to_position=to_position)
+    return ledger_at(journal, to_time=to_time, to_position=to_position)
 
 
 def names_text(names: Iterable[str]) -> str:
