@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import orjson
+
 from projections.bulk import paused_gc
 from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals
 from projections.events import (
-    DEFAULT_GRANT_PRIORITY,
     DEFAULT_HALF_LIFE,
     GENERAL,
     AccountOpened,
@@ -39,6 +40,7 @@ from projections.events import (
     from_payload,
 )
 from projections.outcomes import Outcome
+from projections.policy import Policy
 from projections.statecopy import StateCodec
 
 PENDING = "pending"
@@ -79,8 +81,21 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
 def failure_charge(cost: int, refund_fraction: float) -> int:
     """floor(cost * (1 - refund_fraction)), computed exactly on the fraction as written."""
     # Fraction(repr(f)) takes 0.9 as nine tenths, not as the binary float just above it,
-    # so 10 credits at a 0.9 refund charge 1, not 0.
-    return math.floor(cost * (1 - Fraction(repr(float(refund_fraction)))))
+    # so 10 credits at a 0.9 refund charge 1, not 0. The kept share is remembered as two
+    # integers per fraction: building a Fraction per failed job was a cost of the fold.
+    f = float(refund_fraction)
+    kept = _KEPT.get(f)
+    if kept is None:
+        share = 1 - Fraction(repr(f))
+        kept = (share.numerator, share.denominator)
+        if len(_KEPT) >= 1024:  # a journal with many distinct fractions: stay bounded
+            _KEPT.clear()
+        _KEPT[f] = kept
+    return cost * kept[0] // kept[1]
+
+
+_KEPT: dict[float, tuple[int, int]] = {}
+"""1 - refund fraction, as (numerator, denominator), per fraction seen."""
 
 
 @dataclass(slots=True)
@@ -188,9 +203,9 @@ class Ledger:
     excluded: frozenset[str] = frozenset()
     reversals: dict[str, str] = field(default_factory=dict)
     voids: dict[str, int] = field(default_factory=dict)
-    # A policy for what-if folds: every grant at the default priority (earliest expiry
-    # first, as if no grant had a priority).
-    ignore_priorities: bool = False
+    # Rules other than the recorded ones, for what-if folds; None (always, outside
+    # `whatif`) is the journal's own rules.
+    policy: Policy | None = None
 
     # -- the fold ------------------------------------------------------------------------
 
@@ -234,6 +249,8 @@ class Ledger:
         account = self.accounts.get(name)
         if account is None:
             account = self.accounts[name] = AccountState(name)
+            if self.policy is not None:
+                account.max_running = self.policy.cap(name, None)
         return account
 
     def _anomaly(self, position: int, event_id: str, event_type: str, time: int,
@@ -248,7 +265,8 @@ class Ledger:
         expired = tuple(self._touch(account, time))
         account.opened = True
         account.declared = True
-        account.max_running = event.max_running
+        account.max_running = (event.max_running if self.policy is None
+                               else self.policy.cap(event.account, event.max_running))
         account.share = event.share
         account.half_life = event.half_life
         account.refill_rate = event.refill_rate
@@ -277,7 +295,8 @@ class Ledger:
             lapsed = Expiry(event_id, event.pool, voided, event.amount, voided=True)
             return Outcome(position, event_id, event.type, time, event.account,
                            reason=f"voided at {voided}", expired=(*expired, lapsed))
-        priority = DEFAULT_GRANT_PRIORITY if self.ignore_priorities else event.priority
+        priority = (event.priority if self.policy is None
+                    else self.policy.grant_priority(event.priority))
         paid, batch = account.book.grant(event_id, event.amount, event.expiry, event.pool,
                                          (time, position), priority)
         if voided is not None and batch is not None:
@@ -425,7 +444,9 @@ class Ledger:
                                  f"completion of job {job.id!r} which is {job.state}, "
                                  "not running",
                                  expired=expired)
-        charge = job.cost if event.success else failure_charge(job.cost, event.refund_fraction)
+        refund = (event.refund_fraction if self.policy is None
+                  else self.policy.refund(event.refund_fraction))
+        charge = job.cost if event.success else failure_charge(job.cost, refund)
         lineage, lost = account.book.settle(job.id, charge, time)
         expired.extend(lost)
         job.state = SUCCEEDED if event.success else FAILED
@@ -608,22 +629,36 @@ class Ledger:
         jobs (most of a large state) are encoded a slice at a time, never as one string.
         """
         hasher = hashlib.sha256()
-        head = _CANONICAL.encode({**self._canonical_without_jobs(), "jobs": {}})
+        head = _canonical_bytes({**self._canonical_without_jobs(), "jobs": {}})
         # `head` ends with '"jobs":{}}': the keys sort as accounts, anomalies, jobs.
-        hasher.update(head[:-2].encode())
+        hasher.update(head[:-2])
         ids = sorted(self.jobs)
         for start in range(0, len(ids), _DIGEST_SLICE):
-            part = _CANONICAL.encode(
+            part = _canonical_bytes(
                 {job_id: self._canonical_job(job_id)
                  for job_id in ids[start:start + _DIGEST_SLICE]})
             if start:
                 hasher.update(b",")
-            hasher.update(part[1:-1].encode())
+            hasher.update(part[1:-1])
         hasher.update(b"}}")
         return hasher.hexdigest()
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical_bytes(obj: Any) -> bytes:
+    """`_CANONICAL.encode(obj)` as UTF-8, through orjson (several times faster).
+
+    orjson with sorted keys writes the same bytes as `json.dumps(..., sort_keys=True,
+    separators=(",", ":"), ensure_ascii=False)` for what a canonical state holds (str
+    keys, str, int, bool, None, lists); what orjson refuses (an integer beyond 64 bits)
+    goes through `json`, so the digest never changes with the encoder.
+    """
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return _CANONICAL.encode(obj).encode()
 _DIGEST_SLICE = 10_000
 
 

@@ -16,7 +16,6 @@ from projections.events import (
     from_payload,
     to_payload,
 )
-from projections.ledger import Ledger
 from projections.replay import fold_canonical
 
 
@@ -129,17 +128,3 @@ def test_credits_of_a_voided_grant_held_by_a_job_stay_with_the_job() -> None:
     assert (book.totals.voided, book.active_total, book.held) == (60, 0, 0)
     assert not ledger.anomalies
 
-
-def test_a_what_if_fold_can_ignore_priorities() -> None:
-    journal = journal_of(
-        ("g1", "grant", 0, {"account": "a", "amount": 10, "expiry": 100, "priority": 0}),
-        ("g2", "grant", 0, {"account": "a", "amount": 10, "expiry": 5}),
-        ("u1", "consume", 1, {"account": "a", "amount": 10}),
-    )
-    as_recorded = fold_canonical(journal)
-    assert [b.grant_id for h in as_recorded.accounts["a"].book.heaps.values() for b in h] \
-        == ["g2"]
-    what_if = Ledger(ignore_priorities=True)
-    for rec in journal.read(order="canonical"):
-        what_if.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
-    assert [b.grant_id for h in what_if.accounts["a"].book.heaps.values() for b in h] == ["g1"]
