@@ -144,7 +144,7 @@ class Corrections(SessionFacade):
     def reverse(self, target_id: str, reason: str, *, memo: str | None = None,
                 event_id: str | None = None) -> Outcome:
         """Take the recorded event `target_id` out of every fold (a reversal of a reversal
-        puts its event back). Recorded at the clock's time, which changes nothing."""
+        puts its event back). Recorded at the reversed event's time."""
         target = self._recorded(target_id, "event")
         event = EventReversed(target_id, reason, memo)
 
@@ -156,13 +156,9 @@ class Corrections(SessionFacade):
         session = self._session
 
         def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
-            # The wall clock, not "never before the latest event": the latest event may be
-            # the very one reversed (a time in milliseconds). A reversal's time changes no
-            # fold, so landing in the past costs a re-projection, nothing else. A retry
-            # rebuilds at the time first recorded.
-            replay = session._replay_time
-            when = replay if replay is not None else require_int("clock()", self._clock())
-            return [session.event(when, make(ledger), target.stream)]
+            # At the reversed event's own time: from there on (the whole life of the
+            # event) it no longer counts, and a retry rebuilds the same event.
+            return [session.event(target.time, make(ledger), target.stream)]
 
         (outcome,) = session.decide([target.stream], build, event_id=event_id)
         return outcome

@@ -227,7 +227,10 @@ class Ledger:
             raise ValueError(f"event at {key} applied after {self.last}: not in canonical order")
         if isinstance(event, EventReversed):
             # Known even when itself reversed: a reversal of it may be reversed in turn.
+            # Not in `last` either: a reversal placed at a far time (that of the event it
+            # reverses) must not drag live decisions there.
             self.reversals[event_id] = event.event
+            return self._reverse(position, event_id, time, event)
         if self.excluded and event_id in self.excluded:
             return self._skip(position, event_id, event.type, time)
         self.last = key

@@ -343,7 +343,8 @@ class LedgerSession:
             # A reversed event (a time in milliseconds, say) does not count as latest.
             latest = max((rec.time for rec in self.journal.read(from_time=when + 1,
                                                                  order="position")
-                          if rec.id not in self.projector.excluded), default=when)
+                          if rec.id not in self.projector.excluded
+                          and rec.type != "reverse"), default=when)
             if latest <= when:
                 return built
         return [(dataclasses.replace(new, time=latest) if new.time == when else new, event)
