@@ -393,3 +393,39 @@ def test_expiring_within_nonsense_is_exit_2(cli: Run, loaded: Path) -> None:
     result = cli("expiring", "--within", "soon")
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def tamper(db: str) -> None:
+    """Change the amount of the first event behind the journal's back."""
+    import sqlite3
+
+    conn = sqlite3.connect(db.removeprefix("sqlite:///"))
+    with conn:
+        conn.execute("UPDATE events SET payload = replace(payload, '100', '900') "
+                     "WHERE position = 2")
+    conn.close()
+
+
+def test_verify_fails_with_exit_1_on_a_tampered_journal(cli: Run, loaded: Path,
+                                                        db: str) -> None:
+    tamper(db)
+    result = cli("verify")
+    assert result.exit_code == 1
+    assert result.stderr.strip()
+    result = cli("verify", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["first_bad_position"] == 2
+
+
+def test_default_database_is_gpu_credits_db_here(cli: Run, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPU_CREDITS_DB", raising=False)
+    path = tmp_path / "one.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "z", "amount": 3, "time": 1}]))
+    assert cli("import", str(path), use_db=False).exit_code == 0
+    assert (tmp_path / "gpu-credits.db").exists()
+    result = cli("balance", "z", "--json", use_db=False)
+    assert json.loads(result.stdout)["balance"] == 3
