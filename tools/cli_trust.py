@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from eventstore import Anchor, ChainReport, JournalLike
-from projections import anchors
+from projections import anchors, signing
 from tools import render
 from tools.cli import CliError, DbOption, JsonOption, app, open_journal, output_file
 
@@ -48,11 +48,11 @@ def head(
     """
     if out is not None and sign is None:
         raise typer.BadParameter("--out goes with --sign KEY", param_hint="--out")
-    key = anchors.load_private_key(_read_file(sign, "signing key")) if sign else None
+    key = signing.load_private_key(_read_file(sign, "signing key")) if sign else None
     with open_journal(ctx, db) as journal:
         anchor = anchors.head_anchor(journal)
     if key is not None:
-        text = anchors.dump_statement(anchors.sign_anchor(anchor, key))
+        text = signing.dump_statement(signing.sign_anchor(anchor, key))
         if out is None:
             sys.stdout.write(text)
         else:
@@ -88,10 +88,10 @@ def signed_anchor_option(anchor_file: Path | None,
     if anchor_file is None or public_key is None:
         raise typer.BadParameter("--anchor-file F and --public-key K go together",
                                  param_hint="--anchor-file")
-    key = anchors.load_public_key(_read_file(public_key, "public key"))
+    key = signing.load_public_key(_read_file(public_key, "public key"))
     data = _read_file(anchor_file, "anchor file")
     try:
-        anchor, _ = anchors.read_statement(data, key)
+        anchor, _ = signing.read_statement(data, key)
     except anchors.AnchorError as exc:
         raise CliError(f"{anchor_file}: {exc}", code=1) from None
     return anchor

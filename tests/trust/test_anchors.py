@@ -15,14 +15,16 @@ from projections import GPUCreditTracker
 from projections.anchors import (
     AnchorError,
     check_anchor,
+    head_anchor,
+    parse_anchor,
+    report_dict,
+)
+from projections.signing import (
     dump_statement,
     fingerprint,
-    head_anchor,
     load_private_key,
     load_public_key,
-    parse_anchor,
     read_statement,
-    report_dict,
     sign_anchor,
 )
 

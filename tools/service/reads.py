@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from eventstore import GENESIS_HASH, JournalLike, RecordedEvent
-from projections import importing, queries
+from eventstore import JournalLike, RecordedEvent
+from projections import anchors, importing, queries
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
@@ -279,22 +279,13 @@ def journal_page(request: Request,
             "next": page[-1].position if more else None}
 
 
-def _head(journal: JournalLike) -> tuple[int, str]:
-    position = journal.head()
-    if position == 0:
-        return 0, GENESIS_HASH
-    last = next(journal.read(after_position=position - 1, to_position=position,
-                             order="position"))
-    return last.position, last.hash
-
-
 @router.get("/journal/head", response_model=Head, responses=_ERRORS,
             summary="The journal's head: an anchor")
 def head(request: Request) -> Any:
     """The last position and its chain hash: keep it outside the database, and later
     `POST /v1/journal/verify` with it proves the journal still holds that prefix."""
-    position, chain = _head(_service(request).journal)
-    return {"position": position, "hash": chain}
+    anchor = anchors.head_anchor(_service(request).journal)
+    return {"position": anchor.position, "hash": anchor.hash}
 
 
 @router.post("/journal/verify", response_model=VerifyAnswer,
@@ -304,24 +295,14 @@ def verify(request: Request, body: VerifyBody | None = None) -> Any:
     """Check the hash chain, that replay reproduces the recorded checkpoints, and (with an
     anchor `POSITION:HASH`) that the journal still holds the anchored prefix unchanged."""
     journal = _service(request).journal
-    if body is not None and body.anchor is not None:
-        text_position, _, anchored = body.anchor.partition(":")
-        position = int(text_position)
-        if position > journal.head():
-            return {"ok": False, "events": journal.head(), "first_bad_position": position,
-                    "problem": f"the anchor's position {position} is past the journal's "
-                               f"head {journal.head()}: events were removed"}
-        if position > 0:
-            rec = next(journal.read(after_position=position - 1, to_position=position,
-                                    order="position"))
-            if rec.hash.lower() != anchored.lower():
-                return {"ok": False, "events": journal.head(), "first_bad_position": position,
-                        "problem": f"the hash at position {position} is not the anchored "
-                                   "one: the prefix was changed"}
-        elif anchored.lower() != GENESIS_HASH.lower():
-            return {"ok": False, "events": journal.head(), "first_bad_position": 0,
-                    "problem": "an anchor at position 0 must carry the genesis hash"}
+    # The same checks as `gpu-credits verify --anchor` (projections.anchors).
+    anchor = (anchors.parse_anchor(body.anchor)
+              if body is not None and body.anchor is not None else None)
     report = verify_journal(journal)
+    if report.ok and anchor is not None:
+        held = anchors.check_anchor(journal, anchor)
+        if not held.ok:
+            return anchors.report_dict(held)
     answer: dict[str, Any] = {"ok": report.ok, "events": report.checked_events
                               if report.ok else journal.head()}
     if not report.ok:
