@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
-from eventstore import Anchor, Journal
+from eventstore import Anchor, ChainBroken, Journal
 from eventstore.hashing import GENESIS_HASH, canonical_json, record_hash
-from projections import GPUCreditTracker
+from projections import GPUCreditTracker, Scheduler
 from projections.anchors import check_anchor, head_anchor
 from projections.replay import verify
 
@@ -232,3 +232,32 @@ def test_an_untouched_journal_holds_its_anchors(url: str) -> None:
         journal.close()
     assert _check(url, anchor) == (True, None)  # appending keeps every earlier anchor
     assert _check(url, Anchor(0, GENESIS_HASH)) == (True, None)
+
+
+def test_a_facade_never_answers_from_an_altered_journal(url: str, db: Engine) -> None:
+    tracker = GPUCreditTracker(url, account="a")
+    assert tracker.get_balance(100) >= 0
+    # Events recorded by another writer, then altered before this facade reads them.
+    other = Journal(url)
+    try:
+        GPUCreditTracker(other, account="b").grant(50, 40, 90)
+        GPUCreditTracker(other, account="b").consume(5, 41)
+    finally:
+        other.close()
+    EDITS["event time"](db, EVENTS + 1)
+    with pytest.raises(ChainBroken) as info:
+        tracker.get_balance(100)
+    assert info.value.position == EVENTS + 1
+    # A facade opened afresh refuses as well, naming the same position.
+    with pytest.raises(ChainBroken) as again:
+        GPUCreditTracker(url, account="a").get_balance(100)
+    assert again.value.position == EVENTS + 1
+    with pytest.raises(ChainBroken):
+        Scheduler(url, clock=lambda: 100).accounts["a"].balance  # noqa: B018
+
+
+def test_a_facade_keeps_answering_from_its_own_appends(url: str) -> None:
+    tracker = GPUCreditTracker(url, account="a")
+    for t in range(40, 60):
+        tracker.consume(1, t)
+    assert tracker.get_balance(60) == GPUCreditTracker(url, account="a").get_balance(60)
