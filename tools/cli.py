@@ -585,4 +585,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m tools.cli` runs this file as `__main__`, a second copy of the module: the
+    # area modules register their commands on `tools.cli.app`, so run that one.
+    from tools.cli import main as _registered_main
+
+    _registered_main()

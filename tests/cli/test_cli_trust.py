@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from cli_helpers import Run, as_json, db_path, error_lines, tamper
+from cli_helpers import Run, as_json, cli, db_path, error_lines, tamper
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
@@ -273,3 +273,11 @@ def test_queries_refuse_an_altered_journal(run: Run, small: Path, db: str,
     assert result.stdout == ""
     (line,) = error_lines(result)
     assert "position 5" in line
+
+
+def test_area_commands_run_as_a_process(tmp_path: Path) -> None:
+    # `python -m tools.cli` must know the commands the area modules register.
+    result = cli("head", "--db", f"sqlite:///{tmp_path / 'none.db'}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no database file" in result.stderr
+    assert not (tmp_path / "none.db").exists()
