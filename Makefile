@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo serve test bench lint venv clean
+.PHONY: demo serve test bench lint venv clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ lint: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench $(if $(QUICK),--quick,)
+
+# Every page of the web view at 1280 and 390 px, over the demo month, in a headless Chromium.
+screenshots: $(STAMP)
+	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
 	rm -rf $(VENV) build *.egg-info

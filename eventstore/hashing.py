@@ -94,12 +94,22 @@ def record_hash_text(
     encoder json.dumps uses, the payload text spliced in. A test holds it equal to
     `record_hash`.
     """
-    body = (
-        f'{{"id":{encode_basestring(id)},"payload":{payload_text},"position":{position},'
-        f'"recorded_at":{recorded_at},"stream":{encode_basestring(stream)},"time":{time},'
-        f'"type":{encode_basestring(type)},"version":{version}}}'
-    )
-    return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()
+    return hashlib.sha256(
+        chain_input(prev_hash, (position, id, stream, version, type, time, recorded_at,
+                                payload_text, ""))
+    ).hexdigest()
+
+
+def chain_input(prev_hash: str, row: StoredRow) -> bytes:
+    """The exact bytes hashed for a stored row: the previous hash (ASCII hex), then the
+    record's canonical JSON (UTF-8), its payload spliced in as stored."""
+    position, id_, stream, version, type_, time, recorded_at, payload_text, _ = row
+    return (
+        f'{prev_hash}{{"id":{encode_basestring(id_)},"payload":{payload_text},'
+        f'"position":{position},"recorded_at":{recorded_at},'
+        f'"stream":{encode_basestring(stream)},"time":{time},'
+        f'"type":{encode_basestring(type_)},"version":{version}}}'
+    ).encode()
 
 
 def chained(rows: Iterable[StoredRow], prev_hash: str, after_position: int) -> Iterator[StoredRow]:

@@ -33,7 +33,7 @@ from tools.bench.workload import (
 )
 
 TITLES = ("Journal appends", "Full replay", "A late event", "GPUCreditTracker in memory",
-          "Scheduler", "PostgreSQL with 1-8 workers")
+          "Scheduler", "PostgreSQL with 1-8 workers", "The chain check")
 
 
 @pytest.fixture

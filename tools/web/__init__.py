@@ -1,9 +1,24 @@
-"""The web audit view: server-rendered pages mounted on the HTTP service's app."""
+"""The web audit view: server-rendered pages mounted on the HTTP service's app.
+
+`mount(app)` adds the pages (`/`, `/accounts/{account}`, `/jobs/{job}`, `/journal`,
+`/events/{position}`), the chart's JSON and the static files (stylesheet, page script,
+vendored htmx and uPlot) to a FastAPI application. The pages read the journal the app
+puts on `app.state` (see `tools.web.routes.source_of`).
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+STATIC_DIR = Path(__file__).parent / "static"
 
 
 def mount(app: Any) -> None:
     """Add the web view's routes and static files to `app` (a FastAPI application)."""
+    from fastapi.staticfiles import StaticFiles
+
+    from tools.web.routes import STATIC, router
+
+    app.include_router(router)
+    app.mount(STATIC, StaticFiles(directory=STATIC_DIR), name="web-static")

@@ -1,0 +1,155 @@
+"""An account's figures over time and the credits about to expire: what a chart draws.
+
+- `account_timeline`: after every event of one account, and at every expiry of one of
+  its grants between events, its balance per pool, what is held for jobs and its debt.
+- `grant_burndown`: for each grant, what was left of it after each use and at its expiry.
+- `expiring_within`: active credits whose grant expires in a window, per account and pool.
+
+Pure functions of events and states (no I/O): the web view and the reports call them on
+whatever part of the journal they read (as known at a position, up to an event time).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore import RecordedEvent
+from projections.events import GENERAL
+from projections.ledger import AccountState, Ledger
+from projections.projector import apply_recorded
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """One account's figures at one event time."""
+
+    time: int
+    position: int | None  # None: an expiry between the account's events
+    pools: dict[str, int]  # pool -> credits (active and held) minus debt
+    held: int  # reserved for pending and running jobs
+    debt: int
+
+    @property
+    def balance(self) -> int:
+        """Credits minus debt, all pools."""
+        return sum(self.pools.values())
+
+    @property
+    def available(self) -> int:
+        """Balance minus what is held."""
+        return self.balance - self.held
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready point (integers throughout)."""
+        return {"time": self.time, "position": self.position, "pools": dict(self.pools),
+                "balance": self.balance, "available": self.available, "held": self.held,
+                "debt": self.debt}
+
+
+def _point(state: AccountState, time: int, position: int | None) -> TimelinePoint:
+    pools = state.pool_balances_at(time) or {GENERAL: 0}
+    return TimelinePoint(time, position, pools, state.book.held, state.book.debt_total)
+
+
+def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
+    """The account an event touches, as the ledger stands before applying it."""
+    account = rec.payload.get("account")
+    if isinstance(account, str):
+        return account
+    job = ledger.jobs.get(str(rec.payload.get("job")))
+    return None if job is None else job.account
+
+
+def account_timeline(events: Iterable[RecordedEvent], account: str, *,
+                     until: int | None = None) -> list[TimelinePoint]:
+    """The figures of `account` after each of its events and at each expiry of its grants,
+    from `events` in canonical order; expiries after the last event up to `until`.
+
+    Two points at the same time are both kept (the chart draws a step).
+    """
+    ledger = Ledger()
+    points: list[TimelinePoint] = []
+    expiries: list[int] = []  # expiry times of the account's grants not yet passed
+
+    def expire_until(time: int, *, inclusive: bool) -> None:
+        state = ledger.accounts.get(account)
+        while expiries and (expiries[0] < time or (inclusive and expiries[0] == time)):
+            when = heapq.heappop(expiries)
+            while expiries and expiries[0] == when:
+                heapq.heappop(expiries)
+            if state is not None:
+                points.append(_point(state, when, None))
+
+    for rec in events:
+        expire_until(rec.time, inclusive=False)
+        target = _target(ledger, rec)
+        apply_recorded(ledger, rec)
+        if target != account:
+            continue
+        state = ledger.accounts.get(account)
+        if state is None:
+            continue
+        points.append(_point(state, rec.time, rec.position))
+        expiry = rec.payload.get("expiry")
+        if rec.type == "grant" and isinstance(expiry, int) and expiry > rec.time:
+            heapq.heappush(expiries, expiry)
+    if until is not None:
+        expire_until(until, inclusive=True)
+    return points
+
+
+@dataclass(frozen=True, slots=True)
+class BurnStep:
+    """What was left of one grant from `time` on."""
+
+    time: int
+    remaining: int
+
+
+def grant_burndown(granted: int, time: int, uses: Iterable[tuple[int, int]],
+                   expiry: int | None, *, until: int | None = None) -> list[BurnStep]:
+    """A grant's unused credits over time: `granted` at `time`, less each (time, amount)
+    use, and nothing from `expiry` on (if it comes by `until`)."""
+    left = granted
+    steps = [BurnStep(time, left)]
+    for when, amount in sorted(uses):
+        if expiry is not None and when >= expiry:
+            break
+        left -= amount
+        steps.append(BurnStep(when, left))
+    if expiry is not None and (until is None or expiry <= until):
+        steps.append(BurnStep(expiry, 0))
+    return steps
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiringCredits:
+    """Active credits of one grant that expire in the window asked about."""
+
+    account: str
+    pool: str
+    grant_id: str
+    expiry: int
+    amount: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready entry."""
+        return {"account": self.account, "pool": self.pool, "grant": self.grant_id,
+                "expiry": self.expiry, "amount": self.amount}
+
+
+def expiring_within(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
+    """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
+    until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
+    them and settles them."""
+    found = [
+        ExpiringCredits(name, batch.pool, batch.grant_id, batch.expiry, batch.amount)
+        for name in sorted(ledger.accounts)
+        for heap in ledger.accounts[name].book.heaps.values()
+        for batch in heap
+        if batch.expiry is not None and at < batch.expiry <= until and batch.amount > 0
+    ]
+    return sorted(found, key=lambda e: (e.expiry, e.account, e.pool, e.grant_id))

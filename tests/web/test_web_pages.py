@@ -1,0 +1,213 @@
+"""Every page and filter of the web view, rendered over the demo month (no browser).
+
+The demo month (seed 42) has a late grant recorded at position 980 for lumen-health that
+changed which grant paid several of its jobs, among them lumen-0191; job cobalt-0074 was
+rejected at submit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+from fastapi.testclient import TestClient
+
+from projections.queries import statement
+from tools.web.browsing import app_for
+
+LATE_GRANT = 980
+ACCOUNT = "lumen-health"
+
+
+def cells(html: str, table_id: str) -> list[list[str]]:
+    """The text of each body row's cells of the table with that id."""
+    found = re.search(rf'<table[^>]*id="{table_id}".*?<tbody>(.*?)</tbody>', html, re.S)
+    assert found, f"no table {table_id}"
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
+    return [[re.sub(r"<[^>]+>", "", c).strip()
+             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)] for row in rows]
+
+
+def test_summary_lists_every_account_with_figures_per_pool(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200
+    rows = cells(r.text, "accounts-table")
+    totals = [row for row in rows if row[1] == "all"]
+    assert len(totals) == 20
+    assert [row[0] for row in totals] == sorted(row[0] for row in totals)
+    assert 'href="/accounts/lumen-health"' in r.text
+    for row in totals:  # balance - reserved = available, with thousands separators
+        balance, available, reserved = (int(v.replace(",", "")) for v in row[2:5])
+        assert available == balance - reserved
+
+
+def test_summary_shows_head_expiring_credits_and_verify_state(client: TestClient) -> None:
+    r = client.get("/")
+    head = client.app.state.ledger.journal.head()  # type: ignore[attr-defined]
+    assert f"#{head:,}" in r.text
+    assert re.search(r"<code>[0-9a-f]{64}</code>", r.text)
+    assert "Credits expiring by" in r.text
+    expiring = cells(r.text, "expiring-table")
+    assert expiring and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row[0])
+                            for row in expiring if len(row) == 5)
+    assert "Not verified" in r.text or "OK" in r.text
+
+
+def test_account_page_has_figures_grants_ledger_and_chart_source(client: TestClient) -> None:
+    r = client.get(f"/accounts/{ACCOUNT}")
+    assert r.status_code == 200
+    grants = cells(r.text, "grants-table")
+    assert grants and all(len(row) == 10 for row in grants)
+    ledger = cells(r.text, "ledger-table")
+    journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
+    assert len(ledger) == len(statement(journal, ACCOUNT).lines)
+    assert f'data-src="/accounts/{ACCOUNT}/timeline.json?as_known_at={journal.head()}"' in r.text
+    assert 'href="/events/' in r.text and 'href="/jobs/' in r.text
+    assert "revised" in r.text  # the late grant's revisions are marked on their lines
+
+
+def test_account_ledger_filters_by_kind_pool_and_time(client: TestClient) -> None:
+    rows = cells(client.get(f"/accounts/{ACCOUNT}?kind=grant").text, "ledger-table")
+    assert rows and all(row[2].startswith("grant") for row in rows)
+    rows = cells(client.get(f"/accounts/{ACCOUNT}?pool=a100").text, "ledger-table")
+    assert rows and all(row[3] == "a100" for row in rows)
+    rows = cells(client.get(f"/accounts/{ACCOUNT}?from=2026-11-10&to=2026-11-12").text,
+                 "ledger-table")
+    assert rows and all("2026-11-10" <= row[0][:10] <= "2026-11-12" for row in rows)
+
+
+def test_account_filters_refuse_bad_values_with_what_is_valid(client: TestClient) -> None:
+    r = client.get(f"/accounts/{ACCOUNT}?from=yesterday")
+    assert r.status_code == 422 and "ISO-8601" in r.text
+    r = client.get(f"/accounts/{ACCOUNT}?kind=bogus")
+    assert r.status_code == 422 and "consume" in r.text
+    r = client.get(f"/accounts/{ACCOUNT}?as_known_at=-3")
+    assert r.status_code == 422 and "position" in r.text
+
+
+def test_unknown_account_is_404_naming_known_ones(client: TestClient) -> None:
+    r = client.get("/accounts/no-such-team")
+    assert r.status_code == 404 and "lumen-health" in r.text
+
+
+def test_as_known_at_before_the_late_grant_shows_the_old_payers(client: TestClient) -> None:
+    now = client.get(f"/accounts/{ACCOUNT}").text
+    before = client.get(f"/accounts/{ACCOUNT}?as_known_at={LATE_GRANT - 1}").text
+    assert 'id="known-banner"' in before and 'id="known-banner"' not in now
+    assert f"#{LATE_GRANT - 1:,}" in before
+    # The late grant is not in the old view's grants; its revisions are marked "after".
+    assert "demo42-00980" in cells(now, "grants-table")[-1][0] or any(
+        "demo42-00980" in row[0] for row in cells(now, "grants-table"))
+    assert not any("demo42-00980" in row[0] for row in cells(before, "grants-table"))
+    assert 'class="later"' in before and 'class="later"' not in now
+
+
+def test_as_known_at_takes_a_recorded_time(client: TestClient) -> None:
+    r = client.get(f"/accounts/{ACCOUNT}?as_known_at=2000-01-01T00:00Z")
+    assert r.status_code == 200
+    assert "As known at position <strong>#0</strong>" in r.text
+
+
+def test_timeline_json_has_points_per_pool_and_burndowns(client: TestClient) -> None:
+    data = client.get(f"/accounts/{ACCOUNT}/timeline.json").json()
+    assert data["account"] == ACCOUNT and data["points"] and data["grants"]
+    for point in data["points"]:
+        assert point["balance"] == sum(point["pools"].values())
+        assert point["available"] == point["balance"] - point["held"]
+    times = [p["time"] for p in data["points"]]
+    assert times == sorted(times)
+    old = client.get(f"/accounts/{ACCOUNT}/timeline.json?as_known_at={LATE_GRANT - 1}").json()
+    assert old["as_known_at"] == LATE_GRANT - 1
+    assert {g["grant"] for g in old["grants"]} < {g["grant"] for g in data["grants"]}
+    assert client.get("/accounts/nobody/timeline.json").status_code == 404
+
+
+def test_csv_download_matches_the_filtered_ledger(client: TestClient) -> None:
+    r = client.get(f"/accounts/{ACCOUNT}/ledger.csv?kind=consume")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    assert "attachment" in r.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    page = cells(client.get(f"/accounts/{ACCOUNT}?kind=consume").text, "ledger-table")
+    assert len(rows) == len(page) > 0
+    assert all(row["type"] == "consume" for row in rows)
+    assert [int(row["balance"]) for row in rows] == [int(c[5].replace(",", "")) for c in page]
+
+
+def test_job_page_shows_timeline_and_payers(client: TestClient) -> None:
+    r = client.get("/jobs/lumen-0191")
+    assert r.status_code == 200
+    events = cells(r.text, "job-events")
+    assert [row[2] for row in events] == ["submit", "start", "complete"]
+    assert cells(r.text, "paid-by")
+
+
+def test_rejected_job_says_why(client: TestClient) -> None:
+    r = client.get("/jobs/cobalt-0074")
+    assert r.status_code == 200 and "Rejected at submit" in r.text and "available" in r.text
+    assert client.get("/jobs/nope").status_code == 404
+
+
+def test_journal_pages_events_and_lists_revisions(client: TestClient) -> None:
+    first = cells(client.get("/journal?limit=10").text, "journal-table")
+    assert [row[0] for row in first] == [str(n) for n in range(1, 11)]
+    second = client.get("/journal?after=10&limit=10").text
+    assert cells(second, "journal-table")[0][0] == "11"
+    assert 'rel="prev"' in second and 'rel="next"' in second
+    revisions = cells(second, "revisions-table")
+    assert len(revisions) == 25
+    assert client.get("/journal?limit=0").status_code == 422
+
+
+def test_event_page_shows_fields_hash_and_what_it_changed(client: TestClient) -> None:
+    r = client.get(f"/events/{LATE_GRANT}")
+    assert r.status_code == 200
+    assert "demo42-00980" in r.text and re.search(r"<code>[0-9a-f]{64}</code>", r.text)
+    assert cells(r.text, "changed-table")
+    assert 'id="caused"' in r.text  # the outcomes it revised
+    assert client.get("/events/999999").status_code == 404
+    assert client.get("/events/abc").status_code == 422
+    moved = client.get("/event?id=demo42-00980", follow_redirects=False)
+    assert moved.status_code == 303 and moved.headers["location"] == f"/events/{LATE_GRANT}"
+
+
+def test_verify_runs_in_the_background_and_reports(client: TestClient) -> None:
+    moved = client.post("/journal/verify", follow_redirects=False)
+    assert moved.status_code == 303
+    fragment = client.post("/journal/verify", headers={"HX-Request": "true"}).text
+    assert 'id="verify-status"' in fragment
+    source = client.app.state.web_source  # type: ignore[attr-defined]
+    status = source.verifier.wait(60)
+    assert status.state == "ok" and status.events > 0
+    assert "OK" in client.get("/journal/verify").text
+    assert "OK" in client.get("/").text
+
+
+def test_markup_in_names_is_escaped(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from eventstore import Journal, NewEvent
+
+    url = f"sqlite:///{Path(str(tmp_path)) / 'x.db'}"
+    journal = Journal(url)
+    journal.append([NewEvent("<b>g</b>", "<script>x</script>", "grant", 1,
+                             {"account": "<script>x</script>", "amount": 5,
+                              "memo": "<img src=x onerror=alert(1)>"})])
+    journal.close()
+    with TestClient(app_for(url)) as c:
+        for path in ("/", "/journal", "/events/1", "/accounts/%3Cscript%3Ex%3C%2Fscript%3E"):
+            body = c.get(path).text
+            assert "<script>x" not in body and "<img src=x" not in body, path
+
+
+def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> None:
+    from tools.service.app import create_app
+    from tools.service.auth import Token
+
+    app = create_app(demo_db, tokens=[Token("auditor", b"s3cret")])
+    with TestClient(app) as c:
+        assert c.get("/").status_code == 401
+        assert c.get(f"/accounts/{ACCOUNT}/timeline.json").status_code == 401
+        ok = c.get("/", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and "Accounts" in ok.text
+        assert c.get("/static/web/web.css").status_code == 200  # no figures in static files

@@ -1,0 +1,419 @@
+"""What each page shows, gathered from projections' queries: plain data for the templates.
+
+No ledger rule lives here: figures, statements, lineage and revisions come from
+`projections`; this module picks, filters and orders them for a page, and parses the
+page's query string (bad values raise `ValueError` naming what would be valid).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventstore import JournalLike, RecordedEvent
+from projections.errors import UnknownAccount
+from projections.events import GENERAL
+from projections.queries import (
+    AccountExplanation,
+    Figures,
+    JobExplanation,
+    RevisionRow,
+    Statement,
+    StatementLine,
+    account_figures,
+    explain_account,
+    explain_job,
+    known_position,
+    latest_time,
+    revision_rows,
+    statement,
+)
+from projections.timefmt import format_time, parse_time
+from projections.timeline import account_timeline, expiring_within, grant_burndown
+from tools.web.source import AuditSource
+
+DAY = 86_400
+EXPIRING_WINDOW = 7 * DAY
+"""The summary page lists credits expiring within a week of the latest event time."""
+
+JOURNAL_PAGE = 50
+"""Events per page of the journal, unless `limit` says otherwise."""
+
+MAX_PAGE = 500
+
+LINE_KINDS = ("account", "grant", "consume", "adjust", "void", "reverse", "submit", "start",
+              "complete", "cancel", "expire", "refill")
+"""Kinds of statement line the ledger filter offers."""
+
+DEFAULT_PRIORITY = 50
+
+
+# -- query strings -----------------------------------------------------------------------
+
+
+def parse_optional_time(name: str, text: str | None) -> int | None:
+    """An event time from a query parameter (integer or ISO-8601), None when empty."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def parse_known_at(journal: JournalLike, text: str | None) -> int:
+    """The position of `as_known_at` (a position or an ISO-8601 recorded time); the head
+    when empty."""
+    if text is None or not text.strip():
+        return journal.head()
+    try:
+        return known_position(journal, text)
+    except ValueError as exc:
+        raise ValueError(f"as_known_at: {exc}; give a position (0 to {journal.head():,}) "
+                         "or a recorded time such as 2026-11-03T12:00Z") from None
+
+
+def parse_int(name: str, text: str | None, default: int, *, low: int = 0,
+              high: int | None = None) -> int:
+    """A whole number from a query parameter within [low, high]."""
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}: not a whole number: {text!r}") from None
+    if value < low or (high is not None and value > high):
+        upper = "" if high is None else f" and {high:,}"
+        raise ValueError(f"{name}: {value} is out of range; expected between {low:,}{upper}")
+    return value
+
+
+# -- summary -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRow:
+    """One pool of one account on the summary page."""
+
+    pool: str
+    balance: int
+    reserved: int
+    available: int
+    debt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRow:
+    """One account on the summary page: totals and its pools."""
+
+    account: str
+    balance: int
+    reserved: int
+    available: int
+    debt: int
+    pools: list[PoolRow]
+
+
+def head_record(journal: JournalLike, position: int | None = None) -> RecordedEvent | None:
+    """The record at `position` (default: the head), None for an empty journal."""
+    at = journal.head() if position is None else position
+    if at <= 0:
+        return None
+    return next(iter(journal.read(after_position=at - 1, to_position=at, order="position")),
+                None)
+
+
+def summary(source: AuditSource) -> dict[str, Any]:
+    """The summary page: accounts, credits expiring soon, the head, the last verify."""
+    journal = source.journal
+    at = latest_time(journal)
+    rows = []
+    with source.reading() as ledger:  # copy out what the page shows: the block holds a lock
+        for name, fig in account_figures(ledger, at):
+            book = ledger.accounts[name].book
+            held = book.held_by_pool()
+            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
+                             book.debt.get(pool, 0))
+                     for pool, amount in sorted(fig.pools.items())]
+            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
+                                   pools))
+        expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
+    return {"accounts": rows, "at": at, "expiring": expiring,
+            "expiring_until": at + EXPIRING_WINDOW, "head": head_record(journal),
+            "verify": source.verifier.status() if source.verifier is not None else None}
+
+
+# -- one account -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerFilter:
+    """The ledger filters of the account page, as given in its query string."""
+
+    from_time: int | None = None
+    to_time: int | None = None
+    pool: str | None = None
+    kind: str | None = None
+
+    def keeps(self, line: StatementLine) -> bool:
+        """Whether `line` passes every filter."""
+        if self.from_time is not None and line.time < self.from_time:
+            return False
+        if self.to_time is not None and line.time > self.to_time:
+            return False
+        if self.pool and (line.pool or "") != self.pool:
+            return False
+        return not self.kind or line.type == self.kind
+
+
+def ledger_filter(params: dict[str, str]) -> LedgerFilter:
+    """The filters from a query string; ValueError for a bad time or kind."""
+    kind = (params.get("kind") or "").strip() or None
+    if kind is not None and kind not in LINE_KINDS:
+        raise ValueError(f"kind: {kind!r} is not a kind of line; expected one of "
+                         f"{', '.join(LINE_KINDS)}")
+    return LedgerFilter(parse_optional_time("from", params.get("from")),
+                        parse_optional_time("to", params.get("to")),
+                        (params.get("pool") or "").strip() or None, kind)
+
+
+@dataclass(slots=True)
+class GrantRow:
+    """One grant of the account page."""
+
+    grant_id: str
+    position: int | None
+    time: int
+    pool: str
+    amount: int
+    used: int
+    held: int
+    expired: int
+    remaining: int
+    priority: int | None
+    expiry: int | None
+    memo: str | None = None
+
+
+@dataclass(slots=True)
+class AccountPage:
+    """Everything the account page shows, as known at `position`."""
+
+    account: str
+    position: int
+    head: int
+    at: int
+    explanation: AccountExplanation
+    statement: Statement
+    lines: list[StatementLine]
+    grants: list[GrantRow]
+    pools: list[str]
+    revisions: list[RevisionRow]  # revisions of this account's events, all of them
+    later_revisions: list[RevisionRow]  # recorded after `position`: not in this view
+    recorded_later: int  # events of the account recorded after `position`
+    revised_ids: set[str] = field(default_factory=set)  # events some revision changed
+
+
+def account_revisions(source: AuditSource, account: str) -> list[RevisionRow]:
+    """Revisions that changed an outcome of one of the account's events."""
+
+    def find() -> list[RevisionRow]:
+        journal = source.journal
+        rows = revision_rows(journal, source.revisions())
+        out = []
+        for row in rows:
+            rec = journal.get(row.revision.event_id)
+            if rec is not None and rec.stream == account:
+                out.append(row)
+        return out
+
+    return source.cached(("account-revisions", account), find)
+
+
+def account_statement(source: AuditSource, account: str, position: int) -> Statement:
+    """The account's whole statement as known at `position`."""
+    view = source.view(position)
+    return source.cached(("statement", account, position), lambda: statement(view, account))
+
+
+def account_explanation(source: AuditSource, account: str,
+                        position: int) -> AccountExplanation:
+    """Which grants paid what, as known at `position`."""
+    view = source.view(position)
+
+    def explain() -> AccountExplanation:
+        try:
+            return explain_account(view, account)
+        except UnknownAccount:
+            if source.journal.stream_version(account) == 0:
+                raise
+            # Recorded later than `position`: as known then, an account with nothing yet.
+            at = latest_time(view)
+            return AccountExplanation(account, at, Figures.of(None, at), [], [], [], [], {})
+
+    return source.cached(("explain", account, position), explain)
+
+
+def account_page(source: AuditSource, account: str, params: dict[str, str]) -> AccountPage:
+    """The account page; UnknownAccount for an account the journal never names,
+    ValueError for a bad filter."""
+    journal = source.journal
+    position = parse_known_at(journal, params.get("as_known_at"))
+    filters = ledger_filter(params)
+    stmt = account_statement(source, account, position)
+    expl = account_explanation(source, account, position)
+    view = source.view(position)
+    grants = []
+    for g in expl.grants:
+        rec = view.get(g.grant_id) if g.position is not None else None
+        payload = rec.payload if rec is not None else {}
+        priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
+        memo = payload.get("memo")
+        grants.append(GrantRow(g.grant_id, g.position, g.time, g.pool, g.amount, g.used,
+                               sum(a for _, a in g.held), g.expired, g.remaining,
+                               priority if isinstance(priority, int) else None, g.expiry,
+                               memo if isinstance(memo, str) else None))
+    pools = sorted({line.pool for line in stmt.lines if line.pool} | set(expl.figures.pools))
+    revisions = account_revisions(source, account)
+    later = [r for r in revisions if r.revision.late_position > position]
+    head = journal.head()
+    recorded_later = 0
+    if position < head:
+        recorded_later = sum(1 for _ in journal.read(after_position=position, stream=account,
+                                                     order="position"))
+    return AccountPage(account, position, head, stmt.to_time, expl, stmt,
+                       [line for line in stmt.lines if filters.keeps(line)], grants, pools,
+                       revisions, later, recorded_later,
+                       {r.revision.event_id for r in revisions})
+
+
+CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",
+               "reserved", "status", "detail")
+
+
+def ledger_csv(page: AccountPage) -> str:
+    """The page's ledger lines (filters applied) as CSV, times in ISO-8601 UTC."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for line in page.lines:
+        writer.writerow([format_time(line.time), line.position or "", line.event_id or "",
+                         line.type, line.pool or "", line.job or "", line.change,
+                         line.balance, line.reserved, line.status, line.detail])
+    return out.getvalue()
+
+
+def timeline_json(source: AuditSource, account: str, position: int) -> dict[str, Any]:
+    """The chart's data: the account's figures over time and each grant's burn-down."""
+
+    def build() -> dict[str, Any]:
+        view = source.view(position)
+        stmt = account_statement(source, account, position)
+        until = stmt.to_time
+        points = account_timeline(view.read(to_time=until, order="canonical"), account,
+                                  until=until)
+        expl = account_explanation(source, account, position)
+        pools = sorted({p for point in points for p in point.pools} or {GENERAL})
+        grants = []
+        for g in expl.grants:
+            if g.position is None:
+                continue
+            steps = grant_burndown(g.amount - g.paid_debt, g.time,
+                                   [(u.time, u.amount) for u in g.uses], g.expiry,
+                                   until=until)
+            grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
+                           "steps": [[s.time, s.remaining] for s in steps]})
+        return {"account": account, "as_known_at": position, "to": until, "pools": pools,
+                "points": [p.as_dict() for p in points], "grants": grants}
+
+    return source.cached(("timeline", account, position), build)
+
+
+# -- jobs, journal, events ---------------------------------------------------------------
+
+
+def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, int]]:
+    """A job's explanation and the positions of the grants that paid or held for it."""
+    journal = source.journal
+    explanation = source.cached(("job", job), lambda: explain_job(journal, job))
+    positions = {}
+    for grant_id, _ in (*explanation.paid_by, *explanation.held_from):
+        rec = journal.get(grant_id)
+        if rec is not None:
+            positions[grant_id] = rec.position
+    return explanation, positions
+
+
+@dataclass(frozen=True, slots=True)
+class JournalPage:
+    """A page of the journal in arrival order, and where the neighbouring pages start."""
+
+    events: list[RecordedEvent]
+    after: int
+    limit: int
+    head: int
+    previous: int | None
+    next: int | None
+
+
+def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
+    """Events after position `after`, `limit` of them."""
+    journal = source.journal
+    head = journal.head()
+    after = parse_int("after", params.get("after"), 0, high=max(head, 0))
+    limit = parse_int("limit", params.get("limit"), JOURNAL_PAGE, low=1, high=MAX_PAGE)
+    events = list(journal.read(after_position=after, to_position=after + limit,
+                               order="position"))
+    previous = max(0, after - limit) if after > 0 else None
+    following = after + limit if after + limit < head else None
+    return JournalPage(events, after, limit, head, previous, following)
+
+
+def all_revisions(source: AuditSource) -> list[RevisionRow]:
+    """Every revision with the times of both events."""
+    return source.cached(("revision-rows",),
+                         lambda: revision_rows(source.journal, source.revisions()))
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """One recorded event and what it changed."""
+
+    record: RecordedEvent
+    account: str | None
+    lines: list[StatementLine]  # its lines in the account's statement (change, balance)
+    caused: list[RevisionRow]  # outcomes of earlier-applied events this late event changed
+    revised: list[RevisionRow]  # changes to this event's own outcome by later late events
+    late: bool  # recorded after events with a later event time
+
+
+def event_page(source: AuditSource, position: int) -> EventPage | None:
+    """The event at `position`, None when there is none."""
+    journal = source.journal
+    rec = head_record(journal, position) if 0 < position <= journal.head() else None
+    if rec is None:
+        return None
+    rows = all_revisions(source)
+    caused = [r for r in rows if r.revision.late_position == rec.position]
+    revised = [r for r in rows if r.revision.event_id == rec.id]
+    account: str | None = rec.stream
+    lines: list[StatementLine] = []
+    try:
+        stmt = account_statement(source, rec.stream, journal.head())
+    except (KeyError, ValueError):
+        account = None
+    else:
+        lines = [line for line in stmt.lines if line.position == rec.position]
+    earlier = journal.read(to_position=rec.position - 1, from_time=rec.time + 1,
+                           order="position", batch_size=1)
+    late = next(iter(earlier), None) is not None
+    return EventPage(rec, account, lines, caused, revised, late)
+
+
+def event_position(journal: JournalLike, event_id: str) -> int | None:
+    """The position of the event recorded under `event_id`."""
+    rec = journal.get(event_id)
+    return None if rec is None else rec.position
+

@@ -1,0 +1,210 @@
+"""The web view's routes: parse the query string, ask `pages`, render a template.
+
+Every filter is a GET parameter, so a view can be bookmarked and shared; forms submit
+with GET and work without JavaScript. The one POST (start a verification) answers an
+htmx request with the progress fragment and a plain form post with a redirect.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from projections.errors import UnknownAccount, UnknownJob
+from tools.web import pages
+from tools.web.source import AuditSource
+from tools.web.templating import environment
+from tools.web.verifying import Verifier
+
+
+def _may_read(request: Request) -> None:
+    """When the service has bearer tokens configured, the pages need a token with a read
+    role, as `GET /v1/...` does: an audit view shows the same figures."""
+    authority = getattr(request.app.state, "authority", None)
+    if authority is not None and getattr(authority, "enabled", False):
+        from tools.service.auth import READ
+
+        authority.require(request, READ)
+
+
+router = APIRouter(include_in_schema=False, dependencies=[Depends(_may_read)])
+_env = environment()
+_source_lock = threading.Lock()
+
+STATIC = "/static/web"
+"""Where the stylesheet, the page script and the vendored htmx and uPlot are served."""
+
+
+def source_of(request: Request) -> AuditSource:
+    """The app's `AuditSource`, made on first use from what the app put on `app.state`:
+    `web_source` itself; else `ledger`, the service's live projection (its `journal`
+    and `reading()`); else a bare `journal`."""
+    state = request.app.state
+    found = getattr(state, "web_source", None)
+    if isinstance(found, AuditSource):
+        return found
+    with _source_lock:
+        found = getattr(state, "web_source", None)
+        if isinstance(found, AuditSource):
+            return found
+        live = getattr(state, "ledger", None)
+        journal = getattr(live, "journal", None) or getattr(state, "journal", None)
+        if journal is None:
+            raise RuntimeError("the web view needs app.state.ledger (the service's live "
+                               "projection), app.state.journal or app.state.web_source")
+        source = AuditSource(journal, live=live if hasattr(live, "reading") else None)
+        source.verifier = Verifier(journal)
+        state.web_source = source
+        return source
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """The page `template` with `context`, plus what every page uses."""
+    source = source_of(request)
+    body = _env.get_template(template).render(static=STATIC, path=request.url.path,
+                                              journal_head=source.head(), **context)
+    return HTMLResponse(body, status_code=status)
+
+
+def problem(request: Request, status: int, title: str, detail: str) -> HTMLResponse:
+    """An error page naming what was wrong and what would be right."""
+    return render(request, "error.html", status=status, title=title, detail=detail)
+
+
+def _params(request: Request) -> dict[str, str]:
+    return dict(request.query_params)
+
+
+@router.get("/", response_class=HTMLResponse)
+def summary_page(request: Request) -> HTMLResponse:
+    """Every account's figures per pool, credits expiring soon, head, last verify."""
+    return render(request, "summary.html", title="Accounts",
+                  **pages.summary(source_of(request)))
+
+
+@router.get("/accounts/{account}", response_class=HTMLResponse)
+def account_page(request: Request, account: str) -> HTMLResponse:
+    """One account: chart, grants, ledger with filters, as known at a position."""
+    params = _params(request)
+    try:
+        page = pages.account_page(source_of(request), account, params)
+    except UnknownAccount as exc:
+        return problem(request, 404, "Unknown account", str(exc))
+    except ValueError as exc:
+        return problem(request, 422, "Bad filter", str(exc))
+    return render(request, "account.html", title=f"Account {account}", page=page,
+                  params=params, kinds=pages.LINE_KINDS)
+
+
+@router.get("/accounts/{account}/ledger.csv")
+def account_csv(request: Request, account: str) -> Response:
+    """The account page's ledger, filters applied, as a CSV download."""
+    params = _params(request)
+    try:
+        page = pages.account_page(source_of(request), account, params)
+    except UnknownAccount as exc:
+        return problem(request, 404, "Unknown account", str(exc))
+    except ValueError as exc:
+        return problem(request, 422, "Bad filter", str(exc))
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in account)
+    return Response(pages.ledger_csv(page), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition":
+                             f'attachment; filename="{safe}-ledger-{page.position}.csv"'})
+
+
+@router.get("/accounts/{account}/timeline.json")
+def account_timeline(request: Request, account: str) -> JSONResponse:
+    """The chart's JSON: the account's figures over time and each grant's burn-down."""
+    source = source_of(request)
+    try:
+        position = pages.parse_known_at(source.journal, request.query_params.get("as_known_at"))
+        data = pages.timeline_json(source, account, position)
+    except UnknownAccount as exc:
+        return _json_problem(404, "Unknown account", str(exc))
+    except ValueError as exc:
+        return _json_problem(422, "Bad parameter", str(exc))
+    return JSONResponse(data)
+
+
+def _json_problem(status: int, title: str, detail: str) -> JSONResponse:
+    return JSONResponse({"type": "about:blank", "title": title, "status": status,
+                         "detail": detail}, status_code=status,
+                        media_type="application/problem+json")
+
+
+@router.get("/jobs/{job}", response_class=HTMLResponse)
+def job_page(request: Request, job: str) -> HTMLResponse:
+    """A job's timeline, who paid its charge, why it was rejected or is waiting."""
+    try:
+        explanation, positions = pages.job_page(source_of(request), job)
+    except UnknownJob as exc:
+        return problem(request, 404, "Unknown job", str(exc))
+    return render(request, "job.html", title=f"Job {job}", job=explanation,
+                  grant_positions=positions)
+
+
+@router.get("/journal", response_class=HTMLResponse)
+def journal_page(request: Request) -> HTMLResponse:
+    """Pages of events in arrival order, the revisions, the head and verification."""
+    source = source_of(request)
+    params = _params(request)
+    try:
+        page = pages.journal_page(source, params)
+    except ValueError as exc:
+        return problem(request, 422, "Bad parameter", str(exc))
+    return render(request, "journal.html", title="Journal", page=page, params=params,
+                  head=pages.head_record(source.journal),
+                  revisions=pages.all_revisions(source), verify=_verifier(source).status())
+
+
+def _verifier(source: AuditSource) -> Verifier:
+    if source.verifier is None:
+        source.verifier = Verifier(source.journal)
+    verifier: Verifier = source.verifier
+    return verifier
+
+
+@router.post("/journal/verify", response_model=None)
+def start_verify(request: Request) -> Response:
+    """Start a verification in the background (unless one runs): the progress fragment
+    for htmx, a redirect to the journal page for a plain form."""
+    status = _verifier(source_of(request)).start()
+    if request.headers.get("HX-Request"):
+        return render(request, "_verify.html", verify=status)
+    return RedirectResponse("/journal#verify", status_code=303)
+
+
+@router.get("/journal/verify", response_class=HTMLResponse)
+def verify_status(request: Request) -> HTMLResponse:
+    """The verification's progress or verdict (polled by the journal page)."""
+    status = _verifier(source_of(request)).status()
+    return render(request, "_verify.html", verify=status)
+
+
+@router.get("/events/{position}", response_class=HTMLResponse)
+def event_page(request: Request, position: str) -> HTMLResponse:
+    """One event by position: fields, recorded time, chain hash, what it changed."""
+    source = source_of(request)
+    try:
+        at = pages.parse_int("position", position, 0, low=1)
+    except ValueError as exc:
+        return problem(request, 422, "Bad position", str(exc))
+    page = pages.event_page(source, at)
+    if page is None:
+        return problem(request, 404, "No such event",
+                       f"no event at position {at:,}; the journal holds positions 1 to "
+                       f"{source.head():,}")
+    return render(request, "event.html", title=f"Event {page.record.id}", page=page)
+
+
+@router.get("/event", response_model=None)
+def event_by_id(request: Request, id: str = "") -> Response:
+    """`/event?id=...`: the page of the event recorded under that id."""
+    source = source_of(request)
+    position = pages.event_position(source.journal, id) if id else None
+    if position is None:
+        return problem(request, 404, "No such event", f"no event is recorded under id {id!r}")
+    return RedirectResponse(f"/events/{position}", status_code=303)

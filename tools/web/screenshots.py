@@ -1,0 +1,81 @@
+"""`python -m tools.web.screenshots [FOLDER]`: screenshots of every page at 1280 and 390 px.
+
+Writes the demo month into a temporary database, serves the web view over it, and saves
+`<page>-<width>.png` into FOLDER (default `docs/screenshots`). `make screenshots` runs it.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from tools.web.browsing import app_for, launch, serving
+
+WIDTHS = (1280, 390)
+
+PAGES = (
+    ("summary", "/"),
+    ("account", "/accounts/lumen-health"),
+    ("account-as-known", "/accounts/lumen-health?as_known_at=979"),
+    ("job", "/jobs/lumen-0191"),
+    ("job-rejected", "/jobs/cobalt-0074"),
+    ("journal", "/journal"),
+    ("event", "/events/980"),
+)
+"""(name, path) of each page shot, on the demo month of seed 42: an account before and
+after the late grant at position 980 that revised what paid its jobs."""
+
+
+def demo_url(folder: Path) -> str:
+    """A SQLite database in `folder` holding the demo month (seed 42)."""
+    from eventstore import Journal
+    from projections.demo import write_demo
+
+    url = f"sqlite:///{folder / 'demo.db'}"
+    journal = Journal(url)
+    try:
+        write_demo(journal, 42)
+    finally:
+        journal.close()
+    return url
+
+
+def shoot(base: str, out: Path) -> list[Path]:
+    """Screenshots of `PAGES` at `WIDTHS` from the server at `base`; the files written."""
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            for width in WIDTHS:
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                for name, path in PAGES:
+                    page.goto(base + path, wait_until="networkidle")
+                    if page.locator(".chart[data-src]").count():
+                        page.wait_for_selector(".chart[data-drawn]", timeout=15_000)
+                    target = out / f"{name}-{width}.png"
+                    page.screenshot(path=str(target), full_page=False)
+                    written.append(target)
+                page.close()
+        finally:
+            browser.close()
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the screenshots; print each file."""
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else Path("docs/screenshots")
+    with tempfile.TemporaryDirectory() as tmp:
+        url = demo_url(Path(tmp))
+        with serving(app_for(url)) as base:
+            for path in shoot(base, out):
+                print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+// Draws the account page's charts with uPlot from the same JSON the page links to.
+// Everything else on the pages works without this script.
+(function () {
+  "use strict";
+  var COLORS = ["#1f5fbf", "#d9822b", "#2e9c5b", "#8e44ad", "#c0392b", "#16a085",
+                "#7f8c8d", "#b7950b", "#2c3e50", "#e84393", "#0984e3", "#6c5ce7"];
+
+  function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
+  function fmt(v) { return v == null ? "-" : Math.round(v).toLocaleString("en-US"); }
+
+  function widthOf(el) { return Math.max(280, el.clientWidth || el.parentNode.clientWidth || 600); }
+
+  function timelineOpts(data, el) {
+    var series = [{ label: "time (UTC)" }];
+    var stepped = uPlot.paths.stepped({ align: 1 });
+    data.pools.forEach(function (pool, i) {
+      series.push({ label: "balance " + pool, stroke: COLORS[i % COLORS.length], width: 2,
+                    paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
+    });
+    series.push({ label: "available (all)", stroke: "#111", width: 1.5, dash: [6, 4],
+                  paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
+    series.push({ label: "held", stroke: "#8a5a00", width: 1.5, paths: stepped, points: { show: false },
+                  value: function (u, v) { return fmt(v); } });
+    series.push({ label: "debt", stroke: "#b3261e", width: 1.5, paths: stepped, points: { show: false },
+                  fill: "rgba(179,38,30,0.08)", value: function (u, v) { return fmt(v); } });
+    var xs = [], cols = series.slice(1).map(function () { return []; });
+    data.points.forEach(function (p) {
+      xs.push(p.time);
+      data.pools.forEach(function (pool, i) { cols[i].push(p.pools[pool] || 0); });
+      var n = data.pools.length;
+      cols[n].push(p.available); cols[n + 1].push(p.held); cols[n + 2].push(p.debt);
+    });
+    return { opts: { width: widthOf(el), height: 300, tzDate: utc, series: series,
+                     axes: [{}, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
+             data: [xs].concat(cols) };
+  }
+
+  function burndownOpts(data, el) {
+    var grants = data.grants;
+    var times = {};
+    grants.forEach(function (g) { g.steps.forEach(function (s) { times[s[0]] = true; }); });
+    var xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
+    var series = [{ label: "time (UTC)" }];
+    var cols = [];
+    var stepped = uPlot.paths.stepped({ align: 1 });
+    grants.forEach(function (g, i) {
+      series.push({ label: g.grant + " (" + g.pool + ")", stroke: COLORS[i % COLORS.length],
+                    width: 1.5, paths: stepped, points: { show: false }, spanGaps: false, points: { show: false },
+                    value: function (u, v) { return fmt(v); } });
+      var col = [], k = 0, cur = null, first = g.steps.length ? g.steps[0][0] : Infinity;
+      var last = g.steps.length ? g.steps[g.steps.length - 1] : null;
+      xs.forEach(function (t) {
+        while (k < g.steps.length && g.steps[k][0] <= t) { cur = g.steps[k][1]; k++; }
+        var ended = last && last[1] === 0 && t > last[0];
+        col.push(t < first || ended ? null : cur);
+      });
+      cols.push(col);
+    });
+    return { opts: { width: widthOf(el), height: 260, tzDate: utc, series: series,
+                     axes: [{}, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
+             data: [xs].concat(cols) };
+  }
+
+  function draw(el, json) {
+    el.innerHTML = "";
+    var built = el.dataset.kind === "burndown" ? burndownOpts(json, el) : timelineOpts(json, el);
+    if (!built.data[0].length) { el.textContent = "Nothing to draw yet."; el.dataset.drawn = "empty"; return; }
+    var plot = new uPlot(built.opts, built.data, el);
+    el.dataset.drawn = "yes";
+    var resize = function () { plot.setSize({ width: widthOf(el), height: built.opts.height }); };
+    window.addEventListener("resize", resize);
+  }
+
+  var fetched = {};
+  function load(src) {
+    if (!fetched[src]) {
+      fetched[src] = fetch(src, { headers: { Accept: "application/json" } }).then(function (r) {
+        if (!r.ok) { throw new Error("chart data: HTTP " + r.status); }
+        return r.json();
+      });
+    }
+    return fetched[src];
+  }
+
+  function init() {
+    document.querySelectorAll(".chart[data-src]").forEach(function (el) {
+      load(el.dataset.src).then(function (json) { draw(el, json); }, function (err) {
+        el.textContent = "The chart could not be drawn (" + err.message + "); the tables below hold the same figures.";
+        el.dataset.drawn = "failed";
+      });
+    });
+  }
+
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", init); }
+  else { init(); }
+})();

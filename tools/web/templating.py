@@ -1,0 +1,80 @@
+"""The Jinja2 environment of the web view and the filters its templates use.
+
+Numbers are shown with thousands separators, times as ISO-8601 UTC; every value is
+escaped (autoescape), so an account name or a memo is shown, never run.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from projections.queries import describe_reported
+from projections.timefmt import format_time
+
+
+def num(value: Any) -> str:
+    """`1,234,567`; `-` for None."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def signed(value: int | None) -> str:
+    """`+1,000`, `-250`, `0`."""
+    if value is None:
+        return "-"
+    return f"{value:+,}" if value else "0"
+
+
+def when(value: int | None) -> str:
+    """An event time: ISO-8601 UTC for epoch seconds, the integer otherwise."""
+    return format_time(value)
+
+
+def micros(value: int | None) -> str:
+    """A recorded-at time (microseconds since the epoch) as ISO-8601 UTC."""
+    if value is None:
+        return "-"
+    moment = datetime.fromtimestamp(value / 1_000_000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def wallclock(value: float | None) -> str:
+    """A wall-clock time in seconds as ISO-8601 UTC."""
+    if value is None:
+        return "-"
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def seg(value: Any) -> str:
+    """One URL path segment: every reserved character escaped."""
+    return quote(str(value), safe="")
+
+
+def query(params: dict[str, Any], **changes: Any) -> str:
+    """`?a=1&b=2` from `params` with `changes` applied; empty values left out."""
+    merged = {**params, **changes}
+    kept = {k: v for k, v in merged.items() if v not in (None, "")}
+    return "?" + urlencode(kept) if kept else ""
+
+
+def environment() -> Environment:
+    """The environment loading `tools/web/templates`, with the filters above."""
+    env = Environment(loader=PackageLoader("tools.web", "templates"),
+                      autoescape=select_autoescape(["html", "xml"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=num, signed=signed, when=when, micros=micros,
+                       wallclock=wallclock, seg=seg,
+                       describe=describe_reported)
+    env.globals.update(query=query)
+    return env

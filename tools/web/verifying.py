@@ -1,0 +1,98 @@
+"""The journal page's verify button: one background verification at a time, with progress.
+
+A verification reads the whole journal (the hash chain, then a replay), which takes
+seconds on a large one: it runs in a thread so the page answers at once and shows the
+progress until the verdict. The last verdict is kept for the summary page.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from eventstore import JournalLike
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyStatus:
+    """Where the current (or last) verification stands."""
+
+    state: str  # "never", "running", "ok", "failed", "error"
+    done: int = 0
+    total: int = 0
+    started_at: float | None = None  # wall clock, seconds since the epoch
+    finished_at: float | None = None
+    head: int | None = None  # the journal's head when it started
+    first_bad_position: int | None = None
+    problem: str | None = None
+    events: int = 0
+
+    @property
+    def running(self) -> bool:
+        """Whether a verification is under way."""
+        return self.state == "running"
+
+    @property
+    def percent(self) -> int:
+        """Progress in whole percent."""
+        if self.total <= 0:
+            return 100 if self.state != "running" else 0
+        return min(100, self.done * 100 // self.total)
+
+
+class Verifier:
+    """Runs `projections.replay.verify` on the journal in a thread, one run at a time."""
+
+    def __init__(self, journal: JournalLike) -> None:
+        self._journal = journal
+        self._lock = threading.Lock()
+        self._status = VerifyStatus("never")
+        self._thread: threading.Thread | None = None
+
+    def status(self) -> VerifyStatus:
+        """The current or last verification."""
+        with self._lock:
+            return self._status
+
+    def start(self) -> VerifyStatus:
+        """Start a verification unless one is running; the status either way."""
+        with self._lock:
+            if self._status.running:
+                return self._status
+            head = self._journal.head()
+            self._status = VerifyStatus("running", 0, head, time.time(), head=head)
+            self._thread = threading.Thread(target=self._run, name="web-verify", daemon=True)
+            self._thread.start()
+            return self._status
+
+    def wait(self, timeout: float | None = None) -> VerifyStatus:
+        """Wait for the running verification (tests and scripts); its status."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return self.status()
+
+    def _progress(self, done: int, total: int) -> None:
+        with self._lock:
+            old = self._status
+            self._status = VerifyStatus("running", done, max(total, 1), old.started_at,
+                                        head=old.head)
+
+    def _run(self) -> None:
+        from projections.replay import verify
+
+        started = self._status.started_at
+        head = self._status.head
+        try:
+            report = verify(self._journal, progress=self._progress)
+        except Exception as exc:  # a verdict the page can show, not a dead thread
+            final = VerifyStatus("error", 0, 0, started, time.time(), head,
+                                 problem=f"{type(exc).__name__}: {exc}")
+        else:
+            final = VerifyStatus(
+                "ok" if report.ok else "failed", report.checked_events,
+                report.checked_events, started, time.time(), head,
+                report.first_bad_position, report.problem, report.checked_events)
+        with self._lock:
+            self._status = final
