@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
 
 from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 
@@ -41,26 +40,11 @@ class Batch:
         # is exactly earliest-expiry-first.
         self.key = (priority, expiry is None, expiry or 0, pool == GENERAL, order)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Snapshots pickle many batches: a constructor call is far cheaper than the
-        # generic slots protocol.
-        return (_rebuild_batch, (self.grant_id, self.pool, self.expiry, self.amount,
-                                 self.expired, self.in_heap, self.key, self.voided))
-
     def __lt__(self, other: Batch) -> bool:
         return self.key < other.key
 
     def is_expired_at(self, time: int) -> bool:
         return self.expiry is not None and self.expiry <= time
-
-
-def _rebuild_batch(grant_id: str, pool: str, expiry: int | None, amount: int, expired: int,
-                   in_heap: bool, key: tuple[int, bool, int, bool, tuple[int, int]],
-                   voided: int | None = None) -> Batch:
-    batch = Batch.__new__(Batch)
-    batch.grant_id, batch.pool, batch.expiry, batch.amount = grant_id, pool, expiry, amount
-    batch.expired, batch.in_heap, batch.key, batch.voided = expired, in_heap, key, voided
-    return batch
 
 
 @dataclass(slots=True)
@@ -69,9 +53,6 @@ class Hold:
 
     pool: str
     portions: list[tuple[Batch, int]]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Hold, (self.pool, self.portions))
 
     @property
     def amount(self) -> int:

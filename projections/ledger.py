@@ -14,14 +14,13 @@ import heapq
 import itertools
 import json
 import math
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from projections.bulk import paused_gc
-from projections.creditbook import Batch, CreditBook, Expiry
+from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals
 from projections.events import (
     DEFAULT_HALF_LIFE,
     GENERAL,
@@ -39,6 +38,7 @@ from projections.events import (
     from_payload,
 )
 from projections.outcomes import Outcome
+from projections.statecopy import StateCodec
 
 PENDING = "pending"
 RUNNING = "running"
@@ -96,12 +96,6 @@ class JobState:
     # start; None once it is rejected or finished (a replay keeps a million of them).
     order: tuple[int, int] | None
     charge: int | None = None
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Snapshots pickle every live job: a constructor call is far cheaper than the
-        # generic slots protocol of a dataclass.
-        return (JobState, (self.id, self.account, self.cost, self.priority, self.pool,
-                           self.state, self.order, self.charge))
 
 
 HeadKey = tuple[int, float, int, int, str]
@@ -654,9 +648,16 @@ _HANDLERS: dict[type[Any], Any] = {
 }
 
 
-Saved = tuple[bytes, tuple[dict[str, JobState], list[tuple[int, str, str]]], int]
-"""A snapshot: the pickled changeable state, the shared insert-only job index and anomaly
-list, and how many jobs the index held."""
+STATE_CLASSES: tuple[type, ...] = (Ledger, AccountState, CreditBook, Batch, Hold, Totals,
+                                   JobState)
+"""Every class a ledger's state is made of: what snapshots copy and checkpoints encode."""
+
+STATE = StateCodec(STATE_CLASSES)
+
+Saved = tuple[Ledger, tuple[dict[str, JobState], list[tuple[int, str, str]]], int, int]
+"""A snapshot: a private copy of the changeable state (no jobs but the live ones, no
+anomalies), the shared insert-only job index and anomaly list, and how many jobs and
+anomalies they held then."""
 
 
 def snapshot(ledger: Ledger) -> Saved:
@@ -664,25 +665,25 @@ def snapshot(ledger: Ledger) -> Saved:
 
     Finished jobs and recorded anomalies never change again, and `jobs` and `anomalies`
     only grow, so the snapshot keeps a reference to them and their lengths instead of
-    copying them: only the live part (accounts, pending and running jobs) is pickled.
+    copying them: only the live part (accounts, pending and running jobs) is copied.
     """
     jobs, anomalies = ledger.jobs, ledger.anomalies
     ledger.jobs, ledger.anomalies = {}, []
     try:
-        blob = pickle.dumps((ledger, len(anomalies)), protocol=pickle.HIGHEST_PROTOCOL)
+        with paused_gc():
+            copy: Ledger = STATE.copy(ledger)
     finally:
         ledger.jobs, ledger.anomalies = jobs, anomalies
-    return blob, (jobs, anomalies), len(jobs)
+    return copy, (jobs, anomalies), len(jobs), len(anomalies)
 
 
 def restore(saved: Saved) -> Ledger:
     """The ledger `snapshot` saved (a fresh copy each time)."""
-    blob, (jobs, anomalies), count = saved
-    ledger: Ledger
-    # Unpickling makes many objects at once; without this the cyclic collector would
+    kept, (jobs, anomalies), count, anomaly_count = saved
+    # Copying makes many objects at once; without this the cyclic collector would
     # walk the whole heap several times over while it runs.
     with paused_gc():
-        ledger, anomaly_count = pickle.loads(blob)
+        ledger: Ledger = STATE.copy(kept)
     ledger.anomalies = anomalies[:anomaly_count]
     # The shared index may have grown since: copy it (a fast, flat copy), drop the jobs
     # submitted after the snapshot (the last ones inserted), and put back the live jobs

@@ -3,24 +3,27 @@
 `replay` ingests the journal in arrival order through a `Projector`, so late events are
 re-projected and the same revisions are found every time; `verify` checks the hash
 chain and that replay reproduces the digests recorded with the saved checkpoints.
-Checkpoints (the journal's `snapshots` table, name `CHECKPOINT`) are a cache: a facade
-opening a large journal starts from the newest one that is still valid.
+Checkpoints (`projections.checkpoint`) are a cache: a facade opening a large journal
+starts from the newest one that is still valid.
 """
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from eventstore import JournalLike, RecordedEvent, SnapshotInfo
+from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
+
+# The checkpoint names callers found here before they moved (`X as X`: re-exported).
+from projections.checkpoint import CHECKPOINT as CHECKPOINT
+from projections.checkpoint import CheckpointError, checkpoint_is_valid_at, load_checkpoint
+from projections.checkpoint import invalidate_after as invalidate_after
+from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
+from projections.checkpoint import save_checkpoint as save_checkpoint
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
-
-CHECKPOINT = "ledger"
-"""Snapshot name under which the ledger's checkpoints are saved."""
 
 Progress = Callable[[int, int], None]
 
@@ -129,66 +132,6 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
     return ledger
 
 
-# -- checkpoints ---------------------------------------------------------------------------
-
-
-def save_checkpoint(journal: JournalLike, ledger: Ledger, position: int) -> SnapshotInfo:
-    """Save `ledger`, which holds every event recorded up to `position`, as a checkpoint."""
-    state = pickle.dumps(ledger, protocol=pickle.HIGHEST_PROTOCOL)
-    return journal.save_snapshot(CHECKPOINT, position, ledger.last[0], ledger.digest(), state)
-
-
-def checkpoint_is_valid(journal: JournalLike, info: SnapshotInfo) -> bool:
-    """Valid while no event recorded after it lands before its last event on the timeline."""
-    return checkpoint_is_valid_at(journal, info.position, info.event_time)
-
-
-def checkpoint_is_valid_at(journal: JournalLike, position: int, event_time: int) -> bool:
-    """Whether a state of every event up to `position`, the last of them on the timeline
-    at `event_time`, is still the timeline's state there (no later arrival before it)."""
-    for _ in journal.read(after_position=position, to_time=event_time - 1,
-                          order="position", batch_size=1):
-        return False
-    return True
-
-
-def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: int
-                      ) -> tuple[tuple[int, int], Ledger] | None:
-    """The newest valid checkpoint whose state lies wholly before `key` = (event time,
-    position) on the timeline and covers no position after `max_position`, loaded; None
-    if there is none."""
-    candidates = [info for info in journal.snapshots(CHECKPOINT)
-                  if info.event_time <= key[0] and info.position <= max_position]
-    for _, ledger in _valid_checkpoints(journal, candidates,
-                                        key=lambda s: (s.event_time, s.position)):
-        if ledger.last < key:
-            return ledger.last, ledger
-    return None
-
-
-def latest_valid_checkpoint(journal: JournalLike) -> tuple[SnapshotInfo, Ledger] | None:
-    """The newest checkpoint still valid, loaded (invalid ones are skipped, not dropped)."""
-    for found in _valid_checkpoints(journal, journal.snapshots(CHECKPOINT),
-                                    key=lambda s: (s.position,)):
-        return found
-    return None
-
-
-def _valid_checkpoints(journal: JournalLike, infos: Iterable[SnapshotInfo],
-                       key: Callable[[SnapshotInfo], tuple[int, ...]]
-                       ) -> Iterator[tuple[SnapshotInfo, Ledger]]:
-    """The valid ones among `infos`, newest (by `key`) first, each loaded when reached."""
-    for info in sorted(infos, key=key, reverse=True):
-        if checkpoint_is_valid(journal, info):
-            ledger: Ledger = pickle.loads(journal.load_snapshot(info.id))
-            yield info, ledger
-
-
-def invalidate_after(journal: JournalLike, late_time: int) -> int:
-    """A late event at `late_time` makes every checkpoint after that time stale."""
-    return journal.drop_snapshots(CHECKPOINT, from_time=late_time + 1)
-
-
 def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyReport:
     """Check the hash chain, then that replay reproduces every checkpoint's digest."""
     bad = journal.verify()
@@ -198,9 +141,8 @@ def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyR
     checked = 0
     for info in checkpoints:
         try:
-            stored: Ledger = pickle.loads(journal.load_snapshot(info.id))
-            stored_digest = stored.digest()
-        except Exception as exc:  # a damaged cache entry is a finding, not a crash
+            stored_digest = load_checkpoint(journal, info).digest()
+        except (CheckpointError, KeyError) as exc:  # a damaged cache entry is a finding
             return VerifyReport(False, info.position,
                                 f"checkpoint {info.id} at position {info.position} is "
                                 f"unreadable: {exc}")

@@ -101,7 +101,7 @@ class LedgerSession:
 
     def _resume_from_checkpoint(self) -> None:
         # A large journal opens from its newest valid checkpoint instead of a full replay.
-        from projections.replay import latest_valid_checkpoint
+        from projections.checkpoint import latest_valid_checkpoint
 
         found = latest_valid_checkpoint(self.journal)
         if found is not None:
@@ -112,7 +112,7 @@ class LedgerSession:
     def _checkpoint_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger] | None:
         if self.journal.url is None:
             return None
-        from projections.replay import checkpoint_before
+        from projections.checkpoint import checkpoint_before
 
         # Only a state of events this projection has seen: a replay running elsewhere
         # may have saved one further on.
@@ -290,7 +290,7 @@ class LedgerSession:
     def _invalidate_stale_checkpoints(self) -> None:
         late = self.projector.late_times
         if late and self.journal.url is not None:
-            from projections.replay import invalidate_after
+            from projections.checkpoint import invalidate_after
 
             invalidate_after(self.journal, min(late))
         late.clear()

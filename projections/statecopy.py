@@ -1,0 +1,197 @@
+"""Copying and encoding projection state explicitly: data in, data out, never code.
+
+A projection's state is a graph of a few known classes (`Ledger`, `AccountState`,
+`CreditBook`, `Batch`, `Hold`, `Totals`, `JobState`) holding scalars, tuples, lists and
+dicts. Some objects are shared (a hold's portions point at the batches they came from, a
+job sits in both the job index and the live jobs), so both functions here keep identity:
+an object reached twice is copied or encoded once and referred to after that.
+
+- `StateCodec.copy` makes an independent copy (the projector's in-memory snapshots).
+- `StateCodec.encode` turns the state into a tree of plain values (None, bool, int,
+  float, str and lists) that msgpack or JSON can hold; `StateCodec.decode` builds the
+  state back from such a tree. Decoding creates only instances of the classes the codec
+  was given (by `object.__new__` and plain attribute assignment: no constructor, no
+  `__reduce__`, no import by name), so a crafted tree can at worst make a wrong state,
+  never run code. A tree that does not fit (unknown tag or class, wrong field count)
+  raises `StateFormatError`.
+
+The tree format, every container a list whose first element is a tag:
+
+    [0, item, ...]                 a list
+    [1, item, ...]                 a tuple
+    [2, key, value, key, value...] a dict, in insertion order
+    [3, class index, field...]     a new object; fields in the order of `schema()`
+    [4, object index]              an object seen before (indices count the 3s, from 0)
+    [5, item, ...]                 a frozenset
+    [6, item, ...]                 a set
+
+Scalars stand for themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+_LIST, _TUPLE, _DICT, _NEW, _REF, _FROZENSET, _SET = range(7)
+_SCALARS = (type(None), bool, int, float, str)
+
+
+class StateFormatError(ValueError):
+    """A state tree that does not describe a state of the known classes."""
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    slots = cls.__dict__.get("__slots__")
+    if slots is None:
+        raise TypeError(f"{cls.__name__} has no __slots__: its fields cannot be listed")
+    return (slots,) if isinstance(slots, str) else tuple(slots)
+
+
+class StateCodec:
+    """Copies, encodes and decodes state made of `classes` (slotted classes only)."""
+
+    def __init__(self, classes: Sequence[type]) -> None:
+        self._classes = tuple(classes)
+        self._index = {cls: i for i, cls in enumerate(self._classes)}
+        self._fields = {cls: _fields(cls) for cls in self._classes}
+
+    def schema(self) -> dict[str, list[str]]:
+        """Each class's name and its fields in encoding order: what a tree depends on."""
+        return {cls.__name__: list(self._fields[cls]) for cls in self._classes}
+
+    # -- copy ------------------------------------------------------------------------
+
+    def copy(self, value: Any) -> Any:
+        """An independent deep copy of `value`, sharing only immutable scalars."""
+        memo: dict[int, Any] = {}
+        fields = self._fields
+        scalars = _SCALARS
+
+        def copy(v: Any) -> Any:
+            t = type(v)
+            if t in scalars:
+                return v
+            if t is tuple:
+                return tuple([copy(x) for x in v])
+            if t is list:
+                return [copy(x) for x in v]
+            if t is dict:
+                return {k: copy(x) for k, x in v.items()}
+            if t is frozenset:
+                return v  # hashable members: immutable all the way down
+            if t is set:
+                return set(v)
+            names = fields.get(t)
+            if names is None:
+                raise TypeError(f"cannot copy a {t.__name__}: not a state class")
+            seen = memo.get(id(v))
+            if seen is not None:
+                return seen
+            new = object.__new__(t)
+            memo[id(v)] = new
+            for name in names:
+                setattr(new, name, copy(getattr(v, name)))
+            return new
+
+        return copy(value)
+
+    # -- encode / decode -------------------------------------------------------------
+
+    def encode(self, value: Any) -> Any:
+        """`value` as a tree of plain values (see the module's docstring)."""
+        memo: dict[int, int] = {}
+        fields = self._fields
+        index = self._index
+        scalars = _SCALARS
+        # Objects being encoded stay referenced here, so no id() is reused meanwhile.
+        keep: list[Any] = []
+
+        def enc(v: Any) -> Any:
+            t = type(v)
+            if t in scalars:
+                return v
+            if t is tuple:
+                return [_TUPLE, *[enc(x) for x in v]]
+            if t is list:
+                return [_LIST, *[enc(x) for x in v]]
+            if t is dict:
+                out: list[Any] = [_DICT]
+                for k, x in v.items():
+                    out.append(enc(k))
+                    out.append(enc(x))
+                return out
+            if t is frozenset:
+                return [_FROZENSET, *[enc(x) for x in v]]
+            if t is set:
+                return [_SET, *[enc(x) for x in v]]
+            names = fields.get(t)
+            if names is None:
+                raise TypeError(f"cannot encode a {t.__name__}: not a state class")
+            seen = memo.get(id(v))
+            if seen is not None:
+                return [_REF, seen]
+            memo[id(v)] = len(keep)
+            keep.append(v)
+            return [_NEW, index[t], *[enc(getattr(v, name)) for name in names]]
+
+        return enc(value)
+
+    def decode(self, tree: Any) -> Any:
+        """The state a tree from `encode` describes; `StateFormatError` if it is not one."""
+        objects: list[Any] = []
+        classes = self._classes
+        fields = self._fields
+        scalars = _SCALARS
+
+        def dec(v: Any) -> Any:
+            t = type(v)
+            if t in scalars:
+                return v
+            if t is not list or not v or type(v[0]) is not int:
+                raise StateFormatError(f"unexpected {t.__name__} in a state tree")
+            tag = v[0]
+            if tag == _LIST:
+                return [dec(x) for x in v[1:]]
+            if tag == _TUPLE:
+                return tuple([dec(x) for x in v[1:]])
+            if tag == _DICT:
+                if len(v) % 2 != 1:
+                    raise StateFormatError("a dict with a key but no value")
+                out: dict[Any, Any] = {}
+                for i in range(1, len(v), 2):
+                    key = dec(v[i])
+                    try:
+                        out[key] = dec(v[i + 1])
+                    except TypeError as exc:  # an unhashable key
+                        raise StateFormatError(f"bad dict key: {exc}") from None
+                return out
+            if tag in (_FROZENSET, _SET):
+                try:
+                    members = [dec(x) for x in v[1:]]
+                    return frozenset(members) if tag == _FROZENSET else set(members)
+                except TypeError as exc:  # an unhashable member
+                    raise StateFormatError(f"bad set member: {exc}") from None
+            if tag == _REF:
+                if len(v) != 2 or type(v[1]) is not int or not 0 <= v[1] < len(objects):
+                    raise StateFormatError(f"reference to an unknown object: {v[1:]!r}")
+                return objects[v[1]]
+            if tag == _NEW:
+                if len(v) < 2 or type(v[1]) is not int or not 0 <= v[1] < len(classes):
+                    raise StateFormatError(f"unknown class index {v[1:2]!r}")
+                cls = classes[v[1]]
+                names = fields[cls]
+                if len(v) != 2 + len(names):
+                    raise StateFormatError(f"{cls.__name__} needs {len(names)} fields, "
+                                           f"got {len(v) - 2}")
+                new: Any = object.__new__(cls)
+                objects.append(new)
+                for name, x in zip(names, v[2:], strict=True):
+                    setattr(new, name, dec(x))
+                return new
+            raise StateFormatError(f"unknown tag {tag!r} in a state tree")
+
+        try:
+            return dec(tree)
+        except RecursionError:
+            raise StateFormatError("state tree nested too deeply") from None

@@ -1,0 +1,169 @@
+"""Checkpoints are data: they round-trip exactly, and loading one never runs its bytes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import create_engine, text
+
+from eventstore import Journal
+from projections import GPUCreditTracker, Scheduler
+from projections.checkpoint import (
+    CHECKPOINT,
+    CheckpointError,
+    decode_checkpoint,
+    encode_checkpoint,
+    latest_valid_checkpoint,
+)
+from projections.ledger import STATE, Ledger
+from projections.replay import fold_canonical, replay, verify
+from projections.statecopy import StateFormatError
+from tests.replay.test_replay import histories
+
+HASH = "ab" * 32
+
+
+def _fold(timeline: list[Any], ledger: Ledger, start: int = 0) -> Ledger:
+    for position, (event_id, kind, time, payload) in enumerate(timeline[start:],
+                                                               start=start + 1):
+        ledger.apply_recorded(position, event_id, kind, time, payload)
+    return ledger
+
+
+@settings(max_examples=80, deadline=None)
+@given(histories(), st.data())
+def test_a_decoded_checkpoint_folds_on_exactly_like_the_ledger_it_was_taken_from(
+        events: list[Any], data: st.DataObject) -> None:
+    timeline = sorted(events, key=lambda e: e[2])
+    cut = data.draw(st.integers(0, len(timeline)), label="cut")
+    ledger = _fold(timeline[:cut], Ledger())
+    blob = encode_checkpoint(ledger, cut, HASH)
+    loaded = decode_checkpoint(blob, position=cut, chain_hash=HASH)
+    assert loaded.canonical() == ledger.canonical() and loaded.last == ledger.last
+    assert sorted(loaded.live) == sorted(ledger.live)
+    assert all(loaded.jobs[job_id] is job for job_id, job in loaded.live.items())
+    # Same state, same future: fold the rest into both.
+    assert _fold(timeline, loaded, cut).digest() == _fold(timeline, ledger, cut).digest()
+
+
+def test_damaged_or_foreign_checkpoint_bytes_are_refused_with_the_reason() -> None:
+    ledger = Ledger()
+    ledger.apply_recorded(1, "g", "grant", 5, {"account": "a", "amount": 3})
+    blob = encode_checkpoint(ledger, 1, HASH)
+    flipped = blob[:-3] + bytes([blob[-3] ^ 1]) + blob[-2:]
+    cases = {
+        "own hash": flipped,
+        "pickled": pickle.dumps(ledger),
+        "not a checkpoint": b"",
+    }
+    for why, data in cases.items():
+        with pytest.raises(CheckpointError, match=why):
+            decode_checkpoint(data, position=1, chain_hash=HASH)
+    with pytest.raises(CheckpointError, match="chain hash"):
+        decode_checkpoint(blob, position=1, chain_hash="cd" * 32)
+    with pytest.raises(CheckpointError, match="position"):
+        decode_checkpoint(blob, position=2, chain_hash=HASH)
+
+
+def test_a_state_tree_can_only_build_the_known_classes() -> None:
+    for tree in ([3, 99], [7, 1], [4, 0], [3, 0, "too few fields"], {"a": 1}, b"x"):
+        with pytest.raises(StateFormatError):
+            STATE.decode(tree)
+
+
+class _Poison:
+    """A pickle payload that creates a file when unpickled."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+def _journal_with_history(url: str) -> GPUCreditTracker:
+    t = GPUCreditTracker(url, account="a")
+    for i in range(20):
+        t.grant(10, timestamp=2 * i, expiry=2 * i + 30)
+        t.consume(7, timestamp=2 * i + 1)
+    return t
+
+
+def test_poisoned_checkpoint_bytes_are_never_executed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path / 'poison.db'}"
+    t = _journal_with_history(url)
+    want = t.get_balance(100)
+    journal = Journal(url)
+    replay(journal, checkpoint=True)
+    (good,) = journal.snapshots(CHECKPOINT)
+    marker = tmp_path / "pwned"
+    bad = pickle.dumps(_Poison(marker))
+    # Newer than the good one, at the head: every reader tries it first.
+    journal.save_snapshot(CHECKPOINT, good.position, good.event_time, good.digest, bad)
+    with caplog.at_level(logging.WARNING, logger="projections.checkpoint"):
+        assert GPUCreditTracker(url, account="a").get_balance(100) == want
+        assert Scheduler(url).state_digest() == fold_canonical(journal).digest()
+        found = latest_valid_checkpoint(journal)
+    assert found is not None and found[0].id == good.id  # the good one, not the poison
+    assert any("ignored" in r.getMessage() and "\n" not in r.getMessage()
+               for r in caplog.records)
+    report = verify(journal)
+    assert not report.ok and report.problem is not None and "unreadable" in report.problem
+    assert not marker.exists()
+    assert not os.path.exists("pwned")
+
+
+def test_a_checkpoint_from_another_history_is_ignored(tmp_path: Path) -> None:
+    """Bytes that are a valid checkpoint, but of another journal with the same positions."""
+    first, second = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}"
+    _journal_with_history(first)
+    other = GPUCreditTracker(second, account="a")
+    for i in range(40):
+        other.grant(1, timestamp=i, expiry=1000)
+    one, two = Journal(first), Journal(second)
+    replay(one, checkpoint=True)
+    (info,) = one.snapshots(CHECKPOINT)
+    two.save_snapshot(CHECKPOINT, info.position, info.event_time, info.digest,
+                      one.load_snapshot(info.id))
+    assert latest_valid_checkpoint(two) is None
+    assert GPUCreditTracker(second, account="a").get_balance(100) == 40
+    assert not verify(two).ok
+
+
+def test_upgrading_drops_checkpoints_saved_in_the_old_pickled_format(tmp_path: Path) -> None:
+    from alembic import command
+
+    from eventstore.migrate import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text(
+            "INSERT INTO snapshots (name, position, event_time, digest, state, recorded_at) "
+            "VALUES ('ledger', 0, 0, 'd', :state, 0)"), {"state": pickle.dumps(Ledger())})
+    engine.dispose()
+    journal = Journal(url)  # opening upgrades
+    assert journal.snapshots(CHECKPOINT) == []
+    journal.close()
+
+
+def test_a_checkpoint_after_replay_resumes_to_the_same_digest(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'resume.db'}"
+    _journal_with_history(url)
+    journal = Journal(url)
+    replay(journal, checkpoint=True)
+    t = GPUCreditTracker(url, account="a")
+    assert t._session.projector.position == journal.head()
+    assert t.state_digest() == fold_canonical(journal).digest()
+    assert verify(journal).ok
