@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo serve test bench lint venv clean screenshots
+.PHONY: demo serve test bench bench-service lint venv clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ lint: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench $(if $(QUICK),--quick,)
+
+# The HTTP service under load on loopback (PostgreSQL from $$GPU_CREDITS_BENCH_PG).
+bench-service: $(STAMP)
+	$(BIN)/python -m tools.bench.service $(if $(QUICK),--quick,)
 
 # Every page of the web view at 1280 and 390 px, over the demo month, in a headless Chromium.
 screenshots: $(STAMP)

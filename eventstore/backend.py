@@ -4,7 +4,8 @@
 and housekeeping, and asks a `Backend` for what really differs between databases:
 opening an engine, starting a write transaction, taking lock keys, the append's
 own round trips (lock the head, probe, write), and turning a driver error into a
-clear journal error. `sqlite.py` and `postgres.py` implement it.
+clear journal error. `backends/sqlite.py` and `backends/postgres.py` implement it;
+`backends/__init__.py` chooses one by URL scheme.
 
 The append path goes to the driver directly with fixed SQL texts: SQLAlchemy's
 per-statement work (compiling, cache keys, per-row parameter processing) would
@@ -14,6 +15,7 @@ cost more than the database's own work for small events.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -133,6 +135,14 @@ class Backend:
         return make_url(self.url).render_as_string(hide_password=True)
 
 
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***, for messages."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
 @contextmanager
 def translating(backend: Backend) -> Iterator[None]:
     """Turn a driver error into a clear JournalError where the backend knows one."""
@@ -143,25 +153,3 @@ def translating(backend: Backend) -> Iterator[None]:
         if err is None:
             raise
         raise err from exc
-
-
-def backend_for(url: str | None, lock_timeout: float, *, read_only: bool = False) -> Backend:
-    """The backend for a URL: None or sqlite:... -> SQLite, postgresql... -> PostgreSQL."""
-    from .postgres import PostgresBackend
-    from .sqlite import SQLiteBackend
-
-    if url is None:
-        return SQLiteBackend("sqlite://", lock_timeout, read_only=read_only)
-    if not isinstance(url, str):
-        raise ValueError(f"a journal URL must be a str or None, got {type(url).__name__}")
-    scheme = url.split(":", 1)[0].lower()
-    if scheme == "sqlite" or scheme.startswith("sqlite+"):
-        return SQLiteBackend(url, lock_timeout, read_only=read_only)
-    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        # Only psycopg 3 is installed: accept the bare scheme and mean it.
-        rest = url.split(":", 1)[1]
-        return PostgresBackend("postgresql+psycopg:" + rest, lock_timeout, read_only=read_only)
-    raise ValueError(
-        f"unsupported journal URL {url!r}: use sqlite:///path.db or "
-        "postgresql+psycopg://user@host:port/database (or None for in-memory)"
-    )

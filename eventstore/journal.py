@@ -1,8 +1,8 @@
-"""`Journal`: append, read and verify over a SQLAlchemy engine.
+"""`Journal`: append and store over a SQLAlchemy engine (read and verify: `base.py`).
 
 Plain SQLAlchemy Core against `schema.py`; whatever differs between SQLite and
 PostgreSQL, including the append's own round trips, is asked of the `Backend`
-(see `backend.py`, `sqlite.py`, `postgres.py`). What an append means (validation,
+(see `backend.py` and `backends/`). What an append means (validation,
 idempotency, versions, hashes) is decided in `appending.py`, shared with
 `MemoryJournal`.
 """
@@ -29,7 +29,8 @@ from sqlalchemy.sql import ColumnElement, Select
 
 from . import appending, migrate
 from .appending import NUL, require_int, require_text, validate_snapshot, wall_clock_us
-from .backend import backend_for, dbapi, translating
+from .backend import dbapi, translating
+from .backends import backend_for
 from .base import JournalBase, to_event
 from .errors import JournalError, ReadOnlyJournal
 from .hashing import GENESIS_HASH

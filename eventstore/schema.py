@@ -56,7 +56,7 @@ journal_head = Table(
     "journal_head",
     metadata,
     # Exactly one row: the last position and its hash. Appends lock it (PostgreSQL:
-    # SELECT ... FOR UPDATE) to assign positions; see eventstore/postgres.py.
+    # SELECT ... FOR UPDATE) to assign positions; see eventstore/backends/postgres.py.
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("position", BigInteger, nullable=False),
     Column("hash", Text, nullable=False),

@@ -136,3 +136,10 @@ def test_opening_an_upgraded_journal_does_not_load_alembic(tmp_path: Path) -> No
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_events_table_holds_a_recorded_event_s_fields_in_order() -> None:
+    from eventstore.records import COLUMNS
+    from eventstore.schema import events
+
+    assert tuple(c.name for c in events.columns) == COLUMNS

@@ -17,7 +17,8 @@ from eventstore import MemoryJournal
 from projections.importing import ImportRejected, import_file
 from tools.service import create_app
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(),
+                     st.floats(allow_nan=False, allow_infinity=False),
                      st.text(max_size=6),
                      st.sampled_from([2**53 - 1, 2**53, 2**63, -(2**63), 10**30, "a\x00",
                                       "team[/red]", 7258118401]))

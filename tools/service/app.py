@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from eventstore import JournalLike
@@ -79,14 +79,19 @@ class AccessLog:
 def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
                clock: Callable[[], int] | None = None, allow_far_times: bool = False,
                max_batch: int = 512, load_in_background: bool = False,
-               mount_web: bool = True) -> FastAPI:
+               mount_web: bool = True, manage_ledger: bool = True) -> FastAPI:
     """The service on `journal` (a URL or a journal). `load_in_background`: answer
-    /healthz at once and /readyz (and everything else) once the projection is caught up."""
+    /healthz at once and /readyz (and everything else) once the projection is caught up.
+    `manage_ledger=False`: the caller starts and stops `app.state.ledger` itself (an app
+    embedded somewhere that runs the lifespan more than once)."""
     service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
                             max_batch=max_batch)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not manage_ledger:
+            yield
+            return
         loader: threading.Thread | None = None
         if load_in_background:
             loader = threading.Thread(target=_start, args=(service,), name="catch-up",
@@ -100,9 +105,13 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
             # Uvicorn has stopped taking requests and waited for those in flight: the
             # writer now commits what is queued, then the connections close.
             if loader is not None:
+                service.stopping = True  # a loader still retrying gives up
                 loader.join()
             service.stop()
             service.close()
+            writer = service.writer
+            log.info("stopped: %d decisions committed in %d batches", writer.committed,
+                     writer.batches)
 
     app = FastAPI(title="gpu-credits", version="1.0", description=DESCRIPTION,
                   lifespan=lifespan)
@@ -112,21 +121,26 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     reads.install(app)
     writes.install(app)
 
-    @app.get("/healthz", response_model=Health, tags=["operations"],
-             summary="Liveness")
+    @app.get("/healthz", response_model=Health, response_model_exclude_none=True,
+             tags=["operations"], summary="Liveness")
     def healthz() -> Any:
         """The process answers (whether or not it is caught up yet)."""
         return {"status": "stopping" if service.stopping else "ok"}
 
-    @app.get("/readyz", response_model=Health, tags=["operations"], summary="Readiness",
+    @app.get("/readyz", response_model=Health, response_model_exclude_none=True,
+             tags=["operations"], summary="Readiness",
              responses={503: {"model": Health, "description": "not caught up yet"}})
     def readyz() -> Any:
         """Ready once the projection has caught up with the journal."""
         if not service.ready.is_set() or service.stopping:
             return JSONResponse({"status": "stopping" if service.stopping else "starting"},
                                 status_code=503)
-        return {"status": "ready", "position": service.head()}
+        writer = service.writer
+        return {"status": "ready", "position": service.head(), "batches": writer.batches,
+                "decisions": writer.committed, "largest_batch": writer.largest_batch}
 
+    if not app.state.authority.enabled:
+        _without_security(app)
     app.include_router(writes.router, tags=["decisions"])
     app.include_router(reads.router, tags=["reads"])
     app.add_middleware(StrictJsonBodies)  # bodies read as strictly as import reads files
@@ -138,13 +152,37 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     return app
 
 
-def _start(service: LedgerService) -> None:
-    try:
-        service.start()
-    except Exception:
-        log.exception("the service could not load the journal")
+def _without_security(app: FastAPI) -> None:
+    """Without tokens nothing needs one: the document must not say otherwise."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = plain()
+            doc.get("components", {}).pop("securitySchemes", None)
+            for operations in doc.get("paths", {}).values():
+                for operation in operations.values():
+                    if isinstance(operation, dict):
+                        operation.pop("security", None)
+                        responses = operation.get("responses", {})
+                        responses.pop("401", None)
+                        responses.pop("403", None)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _request_role(request: Request) -> str | None:
-    role: str | None = getattr(request.state, "role", None)
-    return role
+def _start(service: LedgerService, retry_every: float = 2.0) -> None:
+    """Load the projection; while the database cannot be read, try again (the process
+    stays alive and not ready, which is what an orchestrator should see)."""
+    while not service.stopping:
+        try:
+            service.start()
+            return
+        except Exception as exc:
+            log.warning("cannot load the journal yet (%s: %s); retrying in %g s",
+                        type(exc).__name__, " ".join(str(exc).split())[:200], retry_every)
+            _time.sleep(retry_every)
+
+

@@ -51,13 +51,15 @@ class OpenAccount:
     key: str | None
     account: str
     max_running: int | None
+    time: int | None = None
 
     def locks(self, ledger: Ledger) -> list[str]:
         return [self.account]
 
     def run(self, service: LedgerService) -> AnswerDict:
         scheduler = service.scheduler
-        scheduler.open_account(self.account, max_running=self.max_running, event_id=self.key)
+        scheduler.open_account(self.account, max_running=self.max_running, at=self.time,
+                               event_id=self.key)
         (outcome, *_) = scheduler.last_outcomes
         return {"account": self.account, "max_running": self.max_running,
                 "id": outcome.event_id, "position": outcome.position}
@@ -261,12 +263,16 @@ class AppendEvents:
 
     def run(self, service: LedgerService) -> AnswerDict:
         journal, session = service.journal, service.session
+        service.batching.flush()  # the batch's deferred decisions go first
         data = "\n".join(json.dumps(r, ensure_ascii=False) for r in self.records).encode()
         plan = importing.plan_import(data, "request", journal)
         if not plan.ok:
             raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
         before = journal.head()
-        recorded = journal.append(plan.events)
+        # Hold the key of every stream written, as the import resolved them (a job event
+        # goes to its job's account, found only now); already held keys cost nothing.
+        with service.batching.transaction(sorted({e.stream for e in plan.events})):
+            recorded = journal.append(plan.events)
         with session.lock:
             session.catch_up()
             late = session.projector.late_times

@@ -25,6 +25,7 @@ from projections.ledger import Ledger
 from projections.outcomes import Outcome
 from projections.scheduler import Scheduler
 from projections.session import LedgerSession, open_journal, session_of
+from tools.service.batching import BatchJournal, PositionsMoved
 from tools.service.groupcommit import Command, GroupCommit, run_commands
 from tools.service.problems import Unavailable
 
@@ -48,17 +49,31 @@ class _Scheduler(Scheduler):
         return outcomes
 
 
+DEFER_PAUSE = 1.0
+"""Seconds without deferred appends after another writer's events were seen."""
+
+READ_FRESHNESS = 0.05
+"""Seconds a read may answer without looking for other writers' events (see reading())."""
+
+
 class LedgerService:
     """One journal, its live projection, and the group-commit writer deciding on it."""
 
     def __init__(self, journal: JournalLike | str | None, *,
                  clock: Callable[[], int] | None = None, allow_far_times: bool = False,
-                 max_batch: int = 512) -> None:
+                 max_batch: int = 512, defer_appends: bool = True) -> None:
         self.journal = open_journal(journal)
+        # Write a batch's decisions in one append when no other writer is active (see
+        # tools/service/batching.py); False: one append per decision, always.
+        self.defer_appends = defer_appends
+        self._defer_after = 0.0
+        # The journal as the session and the commands see it inside a batch.
+        self.batching = BatchJournal(self.journal)
         self.clock = clock or wall_clock
         self.allow_far_times = allow_far_times
         self._scheduler: _Scheduler | None = None
         self._stale = False
+        self._caught_up_at = -1.0
         self._load_lock = threading.Lock()
         self.ready = threading.Event()
         self.stopping = False
@@ -85,7 +100,7 @@ class LedgerService:
     def _load(self) -> None:
         with self._load_lock:
             # Opening a session resumes from the newest valid checkpoint and catches up.
-            self._scheduler = _Scheduler(self.journal, clock=self.clock)
+            self._scheduler = _Scheduler(self.batching, clock=self.clock)  # type: ignore[arg-type,unused-ignore]
             self._stale = False
 
     def reset(self) -> None:
@@ -118,11 +133,20 @@ class LedgerService:
 
     @contextmanager
     def reading(self) -> Iterator[Ledger]:
-        """The caught-up projection, for the duration of the block (read-only: the writer
-        waits until the block ends, and no uncommitted decision is ever visible)."""
+        """The projection, for the duration of the block (read-only: the writer waits
+        until the block ends, and no uncommitted decision is ever visible).
+
+        It holds every decision this process committed, and what other writers (other
+        replicas, the command line) committed up to `READ_FRESHNESS` seconds ago: a
+        read looks at the journal only when the last look is older than that, so reads
+        answer from memory under load. Every decision batch catches up first, whatever
+        its age, so decisions never work from a stale view."""
         session = self.session
         with session.lock:
-            session.catch_up()
+            now = _time.monotonic()
+            if now - self._caught_up_at > READ_FRESHNESS:
+                session.catch_up()
+                self._caught_up_at = now
             yield session.ledger
 
     def head(self) -> int:
@@ -135,6 +159,8 @@ class LedgerService:
         """Queue `command` for the writer; its answer once committed (or its error)."""
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")
+        if not self.ready.is_set():
+            raise Unavailable("the service is starting: the projection is not caught up yet")
         return await asyncio.wrap_future(self.writer.submit(command))
 
     def decide_now(self, command: Command) -> Any:
@@ -142,11 +168,34 @@ class LedgerService:
         return self.writer.submit(command).result()
 
     def _run_batch(self, commands: Sequence[Command]) -> list[Any]:
+        defer = self.defer_appends and _time.monotonic() >= self._defer_after
+        try:
+            return self._decide_batch(commands, defer)
+        except PositionsMoved:
+            # Nothing of the attempt committed, but the projection applied it: rebuild
+            # it, then decide the batch again with one append per decision.
+            self._defer_after = _time.monotonic() + DEFER_PAUSE
+            self.reset()
+            return self._decide_batch(commands, False)
+
+    def _decide_batch(self, commands: Sequence[Command], defer: bool) -> list[Any]:
         session = self.session
         with session.lock:
-            session.catch_up()
+            # Keys from the projection as it stands: a key missed because the projection
+            # was behind is taken during the batch by the session, which then decides on
+            # fresh state.
             locks: set[str] = set()
             for command in commands:
                 locks.update(command.locks(session.ledger))
-            with self.journal.transaction(sorted(locks)):
+            with self.batching.batch(sorted(locks)):
+                # Under the keys: nothing of theirs can be missed now. (Asking the head
+                # first spares the read when nobody else wrote, the usual case.)
+                if self.journal.head() != session.projector.position:
+                    session.catch_up()
+                    # Another writer is active: deferred appends would likely find their
+                    # positions taken; write one decision at a time for a while.
+                    self._defer_after = _time.monotonic() + DEFER_PAUSE
+                    defer = False
+                self.batching.caught_up(session.projector.position, defer_appends=defer)
+                self._caught_up_at = _time.monotonic()
                 return run_commands(commands, self)

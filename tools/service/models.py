@@ -28,6 +28,14 @@ class Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Report(BaseModel):
+    """Base of the answers that are the command line's `--json` objects (balance,
+    statement, revisions): the fields named here are promised; a field the command line
+    adds later is passed on too."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 # -- problems -------------------------------------------------------------------------------
 
 
@@ -83,6 +91,7 @@ class AccountBody(Body):
     account: Name = Field(min_length=1, max_length=200)
     max_running: StrictInt | None = Field(default=None, ge=1,
                                           description="cap on running jobs; none: no cap")
+    time: EventTime | None = Field(default=None, description="none: now")
 
 
 class AccountCreated(Answer):
@@ -113,7 +122,7 @@ class GrantAnswer(Answer):
     id: str
     account: str
     amount: int
-    expiry: int | None
+    expiry: int | None = Field(default=None, description="absent: never expires")
     pool: str
     priority: int | None = None
     memo: str | None = None
@@ -206,7 +215,7 @@ class JobCancelledAnswer(Answer):
 # -- reads ----------------------------------------------------------------------------------
 
 
-class BalanceAnswer(Answer):
+class BalanceAnswer(Report):
     """An account's figures, as `gpu-credits balance --json` prints them."""
 
     account: str
@@ -240,7 +249,7 @@ class JobAnswer(Answer):
     reason: str | None = None
 
 
-class StatementLineAnswer(Answer):
+class StatementLineAnswer(Report):
     """One change to an account, with the balance after it."""
 
     time: int
@@ -259,17 +268,17 @@ class StatementLineAnswer(Answer):
     debt_created: int
 
 
-class Closing(Answer):
+class Closing(Report):
     """The balance after the last line."""
 
     balance: int
     reserved: int
 
 
-class StatementAnswer(Answer):
+class StatementAnswer(Report):
     """Every change to an account, as `gpu-credits statement --json` prints it."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     account: str
     from_: int | None = Field(alias="from", serialization_alias="from")
@@ -280,7 +289,7 @@ class StatementAnswer(Answer):
     as_known_at: int
 
 
-class RevisionAnswer(Answer):
+class RevisionAnswer(Report):
     """A late event changed what an earlier-reported event did."""
 
     late_position: int
@@ -338,4 +347,7 @@ class Health(Answer):
     """Liveness or readiness."""
 
     status: Literal["ok", "ready", "starting", "stopping"]
-    position: int | None = None
+    position: int | None = Field(default=None, description="the projection's journal position")
+    batches: int | None = Field(default=None, description="decision batches committed")
+    decisions: int | None = Field(default=None, description="decisions in those batches")
+    largest_batch: int | None = None

@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from eventstore import IdempotencyConflict, JournalError
 from projections.errors import (
@@ -157,6 +158,16 @@ def _validation_detail(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def _allowed(request: Request) -> list[str]:
+    """Every method some route offers for this request's path."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     """Answer every error of `app` as a problem."""
 
@@ -164,10 +175,18 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return problem_response(422, _validation_detail(exc), slug="invalid")
 
-    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return problem_response(exc.status_code, str(exc.detail),
-                                headers=dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route of the path; GET and POST of one
+            # path may live in two routers.
+            headers["Allow"] = ", ".join(_allowed(request))
+        if exc.status_code == 400:
+            # A body that is not JSON at all is an invalid body like any other.
+            return problem_response(422, f"the body is not valid JSON ({exc.detail})",
+                                    slug="invalid")
+        return problem_response(exc.status_code, str(exc.detail), headers=headers)
 
     async def on_domain(_: Request, exc: Exception) -> JSONResponse:
         return from_exception(exc)

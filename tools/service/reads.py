@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from eventstore import JournalLike, RecordedEvent
-from projections import anchors, importing, queries
+from eventstore import Anchor, JournalLike, RecordedEvent
+from projections import importing, queries
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
@@ -284,7 +284,7 @@ def journal_page(request: Request,
 def head(request: Request) -> Any:
     """The last position and its chain hash: keep it outside the database, and later
     `POST /v1/journal/verify` with it proves the journal still holds that prefix."""
-    anchor = anchors.head_anchor(_service(request).journal)
+    anchor = _service(request).journal.head_anchor()
     return {"position": anchor.position, "hash": anchor.hash}
 
 
@@ -292,19 +292,22 @@ def head(request: Request) -> Any:
              response_model_exclude_none=True, responses=_ERRORS,
              summary="Verify the journal")
 def verify(request: Request, body: VerifyBody | None = None) -> Any:
-    """Check the hash chain, that replay reproduces the recorded checkpoints, and (with an
-    anchor `POSITION:HASH`) that the journal still holds the anchored prefix unchanged."""
+    """Check the hash chain (and, with an anchor `POSITION:HASH`, that the journal still
+    holds the anchored prefix unchanged), then that replay reproduces the recorded
+    checkpoints: what `gpu-credits verify [--anchor]` checks."""
     journal = _service(request).journal
-    # The same checks as `gpu-credits verify --anchor` (projections.anchors).
-    anchor = (anchors.parse_anchor(body.anchor)
-              if body is not None and body.anchor is not None else None)
+    anchor = None
+    if body is not None and body.anchor is not None:
+        try:
+            anchor = Anchor.parse(body.anchor)
+        except ValueError as exc:
+            raise ServiceProblem(422, str(exc), slug="invalid") from None
+    chain = journal.verify_chain(anchor=anchor)
+    if not chain.ok:
+        return {"ok": False, "events": chain.events,
+                "first_bad_position": chain.first_bad_position, "problem": chain.problem}
     report = verify_journal(journal)
-    if report.ok and anchor is not None:
-        held = anchors.check_anchor(journal, anchor)
-        if not held.ok:
-            return anchors.report_dict(held)
-    answer: dict[str, Any] = {"ok": report.ok, "events": report.checked_events
-                              if report.ok else journal.head()}
+    answer: dict[str, Any] = {"ok": report.ok, "events": chain.events}
     if not report.ok:
         answer["first_bad_position"] = report.first_bad_position
         answer["problem"] = report.problem

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
 
-FAR_TIME = 7_258_118_400
-"""2200-01-01T00:00Z: event times after this are probably milliseconds (refused unless the
-service was started with --allow-far-times); expiries may be later."""
+# 2200-01-01T00:00Z: event times after this are probably milliseconds (refused unless the
+# service was started with --allow-far-times); expiries may be later.
+from projections.events import FAR_TIME
 
 _INTEGER = re.compile(r"[+-]?\d{1,19}")
 _INT64 = (-(2**63), 2**63 - 1)

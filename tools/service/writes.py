@@ -46,7 +46,7 @@ from tools.service.times import check_far, parse_event_time
 router = APIRouter(prefix="/v1")
 
 IdempotencyKey = Annotated[str | None, Header(
-    alias="Idempotency-Key",
+    alias="Idempotency-Key", min_length=1, max_length=200,
     description="becomes the event id; repeat it to retry safely (same body: same answer, "
                 "nothing appended; another body: 409)")]
 
@@ -91,8 +91,10 @@ def _far(service: LedgerService, **times: int | None) -> None:
 async def open_account(body: AccountBody, request: Request,
                        idempotency_key: IdempotencyKey = None) -> Any:
     """Open an account (409 if an `account` event opened it before)."""
-    return await _service(request).decide(commands.OpenAccount(
-        _key(idempotency_key), body.account, body.max_running))
+    service = _service(request)
+    _far(service, time=body.time)
+    return await service.decide(commands.OpenAccount(
+        _key(idempotency_key), body.account, body.max_running, body.time))
 
 
 @router.post("/accounts/{account}/grants", status_code=201, response_model=GrantAnswer,

@@ -46,9 +46,9 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from .backend import SHARED, Backend, Probe, dbapi, lock_key
-from .errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
-from .records import COLUMNS_SQL, StoredRow
+from ..backend import SHARED, Backend, Probe, dbapi, lock_key
+from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
+from ..records import COLUMNS_SQL, StoredRow
 
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"

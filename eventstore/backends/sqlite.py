@@ -34,9 +34,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from .backend import Backend, Probe, dbapi
-from .errors import ConnectionProblem, JournalError, JournalNotFound, LockTimeout, ReadOnlyJournal
-from .records import COLUMNS_SQL, StoredRow
+from ..backend import Backend, Probe, dbapi
+from ..errors import ConnectionProblem, JournalError, JournalNotFound, LockTimeout, ReadOnlyJournal
+from ..records import COLUMNS_SQL, StoredRow
 
 # Execution option marking a connection whose next BEGIN must be IMMEDIATE.
 _WRITE = "eventstore_write"

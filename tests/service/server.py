@@ -1,0 +1,87 @@
+"""A real `gpu-credits serve` process on a loopback port, for tests that need one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+GPU_CREDITS = str(Path(sys.executable).with_name("gpu-credits"))
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """A running service: its base URL and process."""
+
+    base: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        """Send `sig` and wait for the process to end; its exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+
+def wait_ready(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"serve exited with {process.returncode}:\n{log.read_text()}")
+        with contextlib.suppress(OSError, urllib.error.URLError), \
+                urllib.request.urlopen(f"{base}/readyz", timeout=2) as answer:
+            if answer.status == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"serve not ready after {START_TIMEOUT} s:\n{log.read_text()}")
+
+
+def start(db_url: str, log: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+    """Start `gpu-credits serve` on a free loopback port and wait until it is ready."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        [GPU_CREDITS, "--db", db_url, "serve", "--port", str(port), *args],
+        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})})
+    try:
+        wait_ready(base, process, log)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return Server(base, process, log)
+
+
+@contextlib.contextmanager
+def running(db_url: str, log: Path, *args: str,
+            env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A server for the duration of the block (stopped with SIGTERM, then killed)."""
+    server = start(db_url, log, *args, env=env)
+    try:
+        yield server
+    finally:
+        try:
+            server.stop(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()

@@ -1,0 +1,91 @@
+"""Bearer tokens and roles: who may do what, and what happens without a token."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.service.conftest import TOKENS, bearer
+from tools.cli_serve import is_loopback
+from tools.service.auth import Authority, load_tokens, parse_tokens
+
+GRANT = ("/v1/accounts/a/grants", {"amount": 5, "time": 1})
+USAGE = ("/v1/accounts/a/usage", {"amount": 1, "time": 2})
+SUBMIT = ("/v1/jobs", {"job": "j", "account": "a", "cost": 1, "priority": 1, "time": 2})
+EVENTS = ("/v1/events", {"events": [{"type": "grant", "account": "a", "amount": 1,
+                                     "time": 1}]})
+
+
+def test_reads_need_a_token_of_any_role(secured: TestClient) -> None:
+    assert secured.get("/v1/accounts").status_code == 401
+    assert secured.get("/v1/accounts").headers["www-authenticate"].startswith("Bearer")
+    bad = secured.get("/v1/accounts", headers={"Authorization": "Bearer not-a-known-token"})
+    assert bad.status_code == 401
+    basic = secured.get("/v1/accounts", headers={"Authorization": "Basic abc"})
+    assert basic.status_code == 401
+    for role in TOKENS:
+        assert secured.get("/v1/accounts", headers=bearer(role)).status_code == 200
+    for path in ("/healthz", "/readyz", "/openapi.json", "/docs"):
+        assert secured.get(path).status_code == 200
+
+
+@pytest.mark.parametrize(("role", "allowed"), [
+    ("finance", {GRANT[0], EVENTS[0]}),
+    ("worker", {USAGE[0], SUBMIT[0]}),
+    ("auditor", set()),
+])
+def test_roles(secured: TestClient, role: str, allowed: set[str]) -> None:
+    assert secured.post(*GRANT[:1], json=GRANT[1], headers=bearer("finance")).status_code == 201
+    for path, body in (GRANT, USAGE, SUBMIT, EVENTS):
+        status = secured.post(path, json=body, headers=bearer(role)).status_code
+        if path in allowed:
+            assert status in (200, 201), (role, path, status)
+        else:
+            assert status == 403, (role, path, status)
+    assert secured.post("/v1/journal/verify", headers=bearer("auditor")).status_code == 200
+
+
+def test_token_files() -> None:
+    tokens = parse_tokens("# comment\nworker:aaaaaaaaaaaaaaaa\nfinance: bbbbbbbbbbbbbbbb\n",
+                          "f")
+    assert [t.role for t in tokens] == ["worker", "finance"]
+    assert "aaaa" not in repr(tokens[0])
+    with pytest.raises(ValueError, match="ROLE:TOKEN"):
+        parse_tokens("admin:aaaaaaaaaaaaaaaa", "f")
+    with pytest.raises(ValueError, match="at least"):
+        parse_tokens("worker:short", "f")
+    env = {"GPU_CREDITS_TOKENS": "auditor:cccccccccccccccc,worker:dddddddddddddddd"}
+    assert [t.role for t in load_tokens(None, env)] == ["auditor", "worker"]
+    authority = Authority(tokens)
+    assert authority.role_of("bbbbbbbbbbbbbbbb") == "finance"
+    assert authority.role_of("bbbbbbbbbbbbbbbc") is None
+    assert authority.role_of("") is None
+
+
+def test_tokens_are_never_logged(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gpu_credits.access"):
+        secured.get("/v1/accounts", headers=bearer("auditor"))
+        secured.get("/v1/accounts", headers={"Authorization": "Bearer wrong-token-xxxxxxxx"})
+    text = caplog.text
+    assert '"path": "/v1/accounts"' in text and '"role": "auditor"' in text
+    assert TOKENS["auditor"] not in text and "wrong-token" not in text
+
+
+def test_loopback_hosts() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert is_loopback("127.5.0.1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
+    assert not is_loopback("example.com")
+
+
+def test_serve_refuses_a_public_host_without_tokens() -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0"], env={})
+    assert result.exit_code == 2
+    assert "without tokens" in result.output
+

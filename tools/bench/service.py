@@ -1,0 +1,268 @@
+"""`python -m tools.bench.service [--quick]`: the HTTP service under load, on loopback.
+
+Three measurements, each beside its baseline in the same run:
+
+1. single decisions: 16 client processes each send usage reports (one decision per
+   request, with an Idempotency-Key) to `gpu-credits serve` on PostgreSQL; committed
+   decisions/s and latency p50/p99, beside a bare FastAPI endpoint that only answers,
+   driven by the same clients, and beside today's library path (8 worker processes
+   deciding through `Scheduler.submit` on 100 accounts, `tools/bench_workers.py`);
+2. `POST /v1/events` in batches of 100: events/s, beside raw psycopg inserting one row
+   per commit;
+3. `GET /v1/accounts/{a}/balance` with 8 clients: requests/s and latency p50/p99.
+
+Every loop is bounded (a fixed number of requests per client) and talks to 127.0.0.1
+only. Clients are separate processes (stdlib http.client, one kept-alive connection
+each), so the server's two cores are shared with them as they would be on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tools.bench.storage import create_schema, drop_schema, libpq_dsn, pg_base_url, schema_url
+
+ACCOUNTS = 100
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait(port: int, path: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("server did not become ready")
+
+
+@contextmanager
+def _process(args: list[str], port: int, ready: str) -> Iterator[None]:
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    try:
+        _wait(port, ready, proc)
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def serve(url: str, port: int) -> Any:
+    """`gpu-credits serve` on `url` (access logs off: they would measure the terminal)."""
+    exe = str(Path(sys.executable).with_name("gpu-credits"))
+    return _process([exe, "--db", url, "serve", "--port", str(port)], port, "/readyz")
+
+
+BARE_APP = """
+from fastapi import FastAPI
+app = FastAPI()
+@app.post("/v1/accounts/{account}/usage", status_code=201)
+async def usage(account: str, body: dict) -> dict:
+    return {"id": "x", "debt": 0}
+"""
+
+
+def bare(port: int, workdir: Path) -> Any:
+    """A FastAPI endpoint that only answers, on the same uvicorn settings."""
+    (workdir / "bare_app.py").write_text(BARE_APP)
+    return _process([sys.executable, "-c",
+                     f"import sys; sys.path.insert(0, {str(workdir)!r}); import uvicorn, "
+                     f"bare_app; uvicorn.run(bare_app.app, host='127.0.0.1', port={port}, "
+                     "access_log=False, log_level='warning')"], port, "/docs")
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, str]]],
+            out: Any, go: Any) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    go.wait()
+    for method, path, body, headers in requests:
+        began = time.perf_counter()
+        conn.request(method, path, body=body, headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        latencies.append(time.perf_counter() - began)
+        statuses[answer.status] = statuses.get(answer.status, 0) + 1
+    conn.close()
+    out.send((latencies, statuses))
+
+
+def drive(port: int, plans: list[Plan]) -> dict[str, Any]:
+    """Run one client process per plan, all starting together; throughput and latency."""
+    ctx = mp.get_context("spawn")
+    go = ctx.Event()
+    pipes, procs = [], []
+    for plan in plans:
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_client, args=(port, plan, send, go))
+        p.start()
+        pipes.append(recv)
+        procs.append(p)
+    time.sleep(1.0)  # every client connected and waiting
+    began = time.perf_counter()
+    go.set()
+    results = [r.recv() for r in pipes]
+    seconds = time.perf_counter() - began
+    for p in procs:
+        p.join()
+    latencies = sorted(x for lat, _ in results for x in lat)
+    statuses: dict[int, int] = {}
+    for _, st in results:
+        for k, v in st.items():
+            statuses[k] = statuses.get(k, 0) + v
+    return {"requests": len(latencies), "seconds": round(seconds, 3),
+            "per_second": round(len(latencies) / seconds, 1),
+            "p50_ms": round(1000 * statistics.median(latencies), 2),
+            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
+            "statuses": statuses}
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+Plan = list[tuple[str, str, bytes | None, dict[str, str]]]
+
+
+def _usage_plans(clients: int, each: int, tag: str) -> list[Plan]:
+    return [[("POST", f"/v1/accounts/acct-{(c * each + i) % ACCOUNTS}/usage",
+              json.dumps({"amount": 1}).encode(),
+              {**JSON, "Idempotency-Key": f"{tag}-{c}-{i}"}) for i in range(each)]
+            for c in range(clients)]
+
+
+def _setup(port: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    events = [{"type": "grant", "account": f"acct-{a}", "amount": 10**9, "time": 0,
+               "id": f"opening-{a}"} for a in range(ACCOUNTS)]
+    conn.request("POST", "/v1/events", body=json.dumps({"events": events}), headers=JSON)
+    answer = conn.getresponse()
+    assert answer.status == 200, answer.read()
+    answer.read()
+
+
+def _batch(client: int, number: int) -> bytes:
+    return json.dumps({"events": [
+        {"type": "consume", "account": f"acct-{(number * 100 + i) % ACCOUNTS}", "amount": 1,
+         # After every live decision of the run: appended in order, not late.
+         "time": 4_000_000_000 + number, "id": f"batch-{client}-{number}-{i}"}
+        for i in range(100)]}
+    ).encode()
+
+
+# -- raw psycopg --------------------------------------------------------------------------
+
+
+def raw_one_per_commit(url: str, rows: int) -> float:
+    """Rows/s of psycopg inserting one JSON row per transaction (autocommit)."""
+    import psycopg
+
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS raw_events (position bigserial primary key, "
+                     "event_id text unique, payload jsonb)")
+        payload = json.dumps({"type": "grant", "account": "a", "amount": 1, "time": 0})
+        began = time.perf_counter()
+        for i in range(rows):
+            conn.execute("INSERT INTO raw_events (event_id, payload) VALUES (%s, %s)",
+                         (f"raw-{i}", payload))
+        return rows / (time.perf_counter() - began)
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def run(quick: bool) -> dict[str, Any]:
+    base = pg_base_url()
+    schema = f"bench_service_{os.getpid()}"
+    create_schema(base, schema)
+    url = schema_url(base, schema)
+    each = 40 if quick else 150
+    out: dict[str, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            port = _free_port()
+            with bare(port, Path(tmp)):
+                out["bare_16"] = drive(port, _usage_plans(16, each, "bare"))
+            port = _free_port()
+            with serve(url, port):
+                _setup(port)
+                out["decisions_16"] = drive(port, _usage_plans(16, each, "single"))
+                batches = 10 if quick else 40
+                plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
+                                      for b in range(batches)] for c in range(2)]
+                events = drive(port, plans)
+                events["events_per_second"] = round(events["per_second"] * 100, 1)
+                out["events_batches_of_100"] = events
+                reads = 100 if quick else 400
+                out["balance_8"] = drive(port, [[
+                    ("GET", f"/v1/accounts/acct-{(c + i) % ACCOUNTS}/balance", None, {})
+                    for i in range(reads)] for c in range(8)])
+            out["raw_psycopg_rows_per_second"] = round(
+                raw_one_per_commit(url, 300 if quick else 2000), 1)
+        # Today's library path: 8 worker processes, each deciding through Scheduler.submit
+        # on a random one of 100 accounts (tools/bench_workers.py's measurement).
+        from tools import bench_workers
+
+        library = bench_workers.measure(bench_workers.WORKLOADS[1], 8,
+                                        3.0 if quick else 10.0, base)
+        out["library_8_workers_per_second"] = round(library["per_second"], 1)
+    finally:
+        drop_schema(base, schema)
+    single = out["decisions_16"]["per_second"]
+    out["ratio_decisions_to_bare"] = round(single / out["bare_16"]["per_second"], 2)
+    out["ratio_decisions_to_library_8"] = round(single / out["library_8_workers_per_second"],
+                                                2)
+    out["ratio_events_to_raw"] = round(
+        out["events_batches_of_100"]["events_per_second"] / out["raw_psycopg_rows_per_second"],
+        1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.service",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests per client")
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.quick), indent=2))
+
+
+if __name__ == "__main__":
+    main()
+
