@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo serve test bench bench-service lint venv clean screenshots
+.PHONY: demo serve test bench bench-service lint venv clean sim screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ lint: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench $(if $(QUICK),--quick,)
+
+# The simulator: SEED (default 1), SEEDS seeds from it (default 5), STEPS ops each
+# (default 20000). A failure is shrunk and written to sim-failures/ with the command to
+# replay it.
+sim: $(STAMP)
+	$(BIN)/python -m tools.sim --seed $(or $(SEED),1) --seeds $(or $(SEEDS),5) --steps $(or $(STEPS),20000)
 
 # The HTTP service under load on loopback (PostgreSQL from $$GPU_CREDITS_BENCH_PG).
 bench-service: $(STAMP)

@@ -17,10 +17,16 @@ from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
 from projections.checkpoint import CHECKPOINT as CHECKPOINT
-from projections.checkpoint import CheckpointError, checkpoint_is_valid_at, load_checkpoint
+from projections.checkpoint import (
+    CheckpointError,
+    checkpoint_is_valid_at,
+    load_checkpoint,
+    valid_checkpoints,
+)
 from projections.checkpoint import invalidate_after as invalidate_after
 from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
 from projections.checkpoint import save_checkpoint as save_checkpoint
+from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.projector import Projector, apply_recorded
@@ -121,6 +127,33 @@ def checkpoint_positions(head: int, every: int | None = None) -> frozenset[int]:
     return frozenset(head - k * every for k in range(CHECKPOINTS) if head - k * every > 0)
 
 
+def ledger_at(journal: JournalLike, *, to_position: int | None = None,
+              to_time: int | None = None) -> Ledger:
+    """The state at event time `to_time` as known at position `to_position` (defaults: the
+    latest), the same as `fold_canonical` gives, from the nearest valid checkpoint at or
+    before them plus the events between: the way a query reads a journal.
+
+    A checkpoint serves when it covers no position after `to_position` and no event time
+    after `to_time`, and no event recorded after it lands before its end on the timeline
+    (then every event it lacks comes after it, in canonical order). Without one, this is
+    `fold_canonical`.
+    """
+    head = journal.head() if to_position is None else min(to_position, journal.head())
+    candidates = [info for info in journal.snapshots(CHECKPOINT) if info.position <= head
+                  and (to_time is None or info.event_time <= to_time)]
+    found = next(valid_checkpoints(journal, candidates, key=lambda s: (s.position, s.id)),
+                 None)
+    if found is None:
+        return fold_canonical(journal, to_position=head, to_time=to_time)
+    info, ledger = found
+    with paused_gc():
+        for rec in journal.read(after_position=info.position, to_position=head,
+                                from_time=info.event_time, to_time=to_time,
+                                order="canonical"):
+            apply_recorded(ledger, rec)
+    return ledger
+
+
 def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
                    to_time: int | None = None) -> Ledger:
     """Fold the journal straight in canonical order (no revisions): the state at to_time as
@@ -133,7 +166,8 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
 
 
 def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyReport:
-    """Check the hash chain, then that replay reproduces every checkpoint's digest."""
+    """Check the hash chain, that replay reproduces every checkpoint's digest, and that
+    the replayed state keeps every invariant (`projections.invariants`)."""
     bad = journal.verify()
     if bad is not None:
         return VerifyReport(False, bad, f"hash chain broken at position {bad}")
@@ -157,4 +191,12 @@ def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyR
                                 f"{info.digest[:16]}…")
         checked += 1
     report = replay(journal, progress=progress)
+    # The replayed state must also be sound: a fold bug that the chain and the digests
+    # cannot see (they agree with themselves) still breaks an invariant.
+    broken = violations(report.ledger)
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        return VerifyReport(False, report.position,
+                            f"replay to position {report.position} breaks an invariant: "
+                            f"{broken[0]}{more}", report.events, checked)
     return VerifyReport(True, None, None, report.events, checked)

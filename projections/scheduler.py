@@ -121,15 +121,13 @@ class Scheduler(SessionFacade):
     # -- reading ---------------------------------------------------------------------------
 
     def _account_names(self) -> list[str]:
-        with self._session.lock:
-            self._session.catch_up()
-            return sorted(n for n, a in self._session.ledger.accounts.items() if a.opened)
+        with self._session.reading() as ledger:
+            return sorted(n for n, a in ledger.accounts.items() if a.opened)
 
     def _view(self, account_id: str) -> AccountView:
         session = self._session
-        with session.lock:
-            session.catch_up()
-            account = session.ledger.accounts.get(account_id)
+        with session.reading() as ledger:
+            account = ledger.accounts.get(account_id)
             if account is None or not account.opened:
                 raise UnknownAccount(f"unknown account {account_id!r}")
             f = Figures.of(account, session.now(self._clock()))
@@ -138,12 +136,13 @@ class Scheduler(SessionFacade):
 
     def job_state(self, job_id: str, *, as_known_at: int | None = None) -> str:
         """pending, running, succeeded, failed, cancelled or rejected (as known at a position)."""
-        if as_known_at is None:
-            return self._job(self._session.ledger, job_id).state
-        return self._job(self._session.ledger_as_known(as_known_at, None), job_id).state
+        if as_known_at is not None:
+            return self._job(self._session.ledger_as_known(as_known_at, None), job_id).state
+        with self._session.reading() as ledger:
+            return self._job(ledger, job_id).state
 
-    def _job(self, ledger: Ledger, job_id: str) -> JobState:
-        self._session.catch_up()
+    @staticmethod
+    def _job(ledger: Ledger, job_id: str) -> JobState:
         job = ledger.jobs.get(job_id)
         if job is None:
             raise UnknownJob(f"unknown job {job_id!r}")

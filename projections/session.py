@@ -125,7 +125,23 @@ class LedgerSession:
 
     @property
     def ledger(self) -> Ledger:
+        """The projection as it stands, NOT caught up: read through `reading()` instead."""
         return self.projector.ledger
+
+    @contextmanager
+    def reading(self) -> Iterator[Ledger]:
+        """The caught-up projection, for the duration of the block: the one way to read.
+
+        Takes the lock (so no decision of this process changes it meanwhile), catches up
+        with what every writer recorded, then yields the ledger. Read it inside the block
+        only (copy out what you need): a late event arriving later replaces the object::
+
+            with session.reading() as ledger:
+                job = ledger.jobs.get("j1")
+        """
+        with self.lock:
+            self.catch_up()
+            yield self.projector.ledger
 
     def new_id(self) -> str:
         """A fresh event id; inside a decision with a caller's id: that id, then id/2, id/3."""
@@ -357,19 +373,18 @@ class LedgerSession:
     def ledger_as_known(self, as_known_at: int, time: int | None) -> Ledger:
         """The ledger from only the events recorded at positions <= as_known_at (and with
         event time <= `time`, if given): what was known then."""
-        from projections.replay import fold_canonical
+        from projections.replay import ledger_at
 
-        return fold_canonical(self.journal, to_position=self.known_position(as_known_at),
-                              to_time=time)
+        return ledger_at(self.journal, to_position=self.known_position(as_known_at),
+                         to_time=time)
 
     @property
     def revisions(self) -> list[Revision]:
         return list(self.projector.revisions)
 
     def digest(self) -> str:
-        with self.lock:
-            self.catch_up()
-            return self.ledger.digest()
+        with self.reading() as ledger:
+            return ledger.digest()
 
 
 class SessionFacade:
@@ -380,13 +395,14 @@ class SessionFacade:
     @property
     def revisions(self) -> list[Revision]:
         """What late events changed in outcomes already reported, in the order they came."""
-        self._session.catch_up()
-        return self._session.revisions
+        with self._session.reading():
+            return self._session.revisions
 
     def ledger(self) -> Ledger:
-        """The caught-up projected state (read-only by convention)."""
-        self._session.catch_up()
-        return self._session.ledger
+        """The caught-up projected state (read-only by convention); prefer
+        `session_of(facade).reading()`, which also holds the lock while you read."""
+        with self._session.reading() as ledger:
+            return ledger
 
     def state_digest(self) -> str:
         """SHA-256 of the projected state of the whole journal."""

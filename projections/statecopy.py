@@ -69,15 +69,20 @@ class StateCodec:
         scalars = _SCALARS
 
         def copy(v: Any) -> Any:
+            # Scalars are tested inline at every level: most fields are scalars, and a
+            # call per field would cost more than the copy itself.
             t = type(v)
             if t in scalars:
                 return v
             if t is tuple:
-                return tuple([copy(x) for x in v])
+                for x in v:
+                    if type(x) not in scalars:
+                        return tuple([copy(x) for x in v])
+                return v  # immutable all the way down: share it
             if t is list:
-                return [copy(x) for x in v]
+                return [x if type(x) in scalars else copy(x) for x in v]
             if t is dict:
-                return {k: copy(x) for k, x in v.items()}
+                return {k: x if type(x) in scalars else copy(x) for k, x in v.items()}
             if t is frozenset:
                 return v  # hashable members: immutable all the way down
             if t is set:
@@ -91,7 +96,8 @@ class StateCodec:
             new = object.__new__(t)
             memo[id(v)] = new
             for name in names:
-                setattr(new, name, copy(getattr(v, name)))
+                x = getattr(v, name)
+                setattr(new, name, x if type(x) in scalars else copy(x))
             return new
 
         return copy(value)
@@ -114,7 +120,7 @@ class StateCodec:
             if t is tuple:
                 return [_TUPLE, *[enc(x) for x in v]]
             if t is list:
-                return [_LIST, *[enc(x) for x in v]]
+                return [_LIST, *[x if type(x) in scalars else enc(x) for x in v]]
             if t is dict:
                 out: list[Any] = [_DICT]
                 for k, x in v.items():
@@ -133,7 +139,11 @@ class StateCodec:
                 return [_REF, seen]
             memo[id(v)] = len(keep)
             keep.append(v)
-            return [_NEW, index[t], *[enc(getattr(v, name)) for name in names]]
+            out = [_NEW, index[t]]
+            for name in names:
+                x = getattr(v, name)
+                out.append(x if type(x) in scalars else enc(x))
+            return out
 
         return enc(value)
 

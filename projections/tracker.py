@@ -74,8 +74,7 @@ class GPUCreditTracker(SessionFacade):
         require_int("timestamp", timestamp)
         wanted = None if pool is None else normalise_pool(pool)
         session = self._session
-        with session.lock:
-            session.catch_up()
+        with session.reading():
             if as_known_at is None:
                 account = session.account_at(self.account, timestamp)
             else:
@@ -89,8 +88,7 @@ class GPUCreditTracker(SessionFacade):
     def pool_balances(self, timestamp: int) -> dict[str, int]:
         """Per pool (``"general"`` for unrestricted credits), credits minus debt."""
         require_int("timestamp", timestamp)
-        with self._session.lock:
-            self._session.catch_up()
+        with self._session.reading():
             account = self._session.account_at(self.account, timestamp)
             return Figures.of(account, timestamp).pools
 

@@ -10,7 +10,7 @@ from projections.events import GENERAL
 from projections.figures import Figures
 from projections.ledger import Ledger
 from projections.queries.common import exists_later, known_position, latest_time, unknown_account
-from projections.replay import fold_canonical
+from projections.replay import ledger_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ def balance(journal: JournalLike, account: str, *, at: int | None = None,
     from only the events recorded at positions <= `as_known_at` (default: all)."""
     when = latest_time(journal) if at is None else at
     position = known_position(journal, as_known_at)
-    ledger = fold_canonical(journal, to_time=when, to_position=position)
+    ledger = ledger_at(journal, to_time=when, to_position=position)
     state = ledger.accounts.get(account)
     if state is None and not exists_later(journal, account):
         raise unknown_account(account, ledger)

@@ -6,6 +6,7 @@ expired or accrued in between.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from eventstore import RecordedEvent
@@ -56,6 +57,11 @@ class AccountWalk:
         self.ledger = Ledger()
         self.seen = False  # whether any event touched the account
         self.announced: dict[int, Batch] = {}  # id(batch) -> batch reported as expired
+        # Every batch of the account that can expire, by expiry: finding what expired by a
+        # time costs what expired, not every batch at every event (which made statements
+        # quadratic in an account's grants).
+        self._known: dict[int, Batch] = {}  # id -> batch (kept, so ids stay unique)
+        self._by_expiry: list[tuple[int, int, Batch]] = []
 
     @property
     def state(self) -> AccountState | None:
@@ -68,7 +74,16 @@ class AccountWalk:
         if state is None:
             return []
         out = []
-        for batch in expired_batches(state.book, time):
+        found: list[Batch] = []
+        by_expiry = self._by_expiry
+        while by_expiry and by_expiry[0][0] <= time:
+            _, _, batch = heapq.heappop(by_expiry)
+            # Still in the book with credits (evicted or spent ones are gone for good: a
+            # release into an expired batch expires at once, see CreditBook._return).
+            if batch.in_heap and batch.amount:
+                found.append(batch)
+        found.sort(key=lambda b: b.key)
+        for batch in found:
             if id(batch) not in self.announced:
                 self.announced[id(batch)] = batch
                 assert batch.expiry is not None
@@ -104,8 +119,26 @@ class AccountWalk:
         refill = 0
         state = self.state
         if state is not None:
+            self._learn_batches(state)
             added = rec.payload.get("amount", 0) if rec.type == "grant" and not outcome.anomaly \
                 else 0
             refill = state.book.totals.granted - granted - int(added)
         return Step(rec, outcome, expired, refill, on_release)
+
+    def _learn_batches(self, state: AccountState) -> None:
+        """Index the batches the last event created. A new batch is pushed onto its pool's
+        heap, so it lies on the path from the heap's last slot to its root (nothing pops
+        after a grant within one event); a refill's batch is the account's own."""
+        candidates: list[Batch] = []
+        for heap in state.book.heaps.values():
+            i = len(heap) - 1
+            while i >= 0:
+                candidates.append(heap[i])
+                i = (i - 1) // 2 if i else -1
+        if state.refill_batch is not None:
+            candidates.append(state.refill_batch)
+        for batch in candidates:
+            if batch.expiry is not None and id(batch) not in self._known:
+                self._known[id(batch)] = batch
+                heapq.heappush(self._by_expiry, (batch.expiry, len(self._known), batch))
 

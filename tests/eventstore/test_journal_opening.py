@@ -157,3 +157,11 @@ def test_postgres_schema_without_a_journal_is_not_given_one(pg_fresh_url: str) -
     with engine.connect() as conn:
         assert inspect(conn).get_table_names() == []
     engine.dispose()
+
+
+def test_sql_journal_repr_hides_the_password() -> None:
+    j = Journal()
+    try:
+        assert "sqlite" in repr(j) and j.url is None
+    finally:
+        j.close()

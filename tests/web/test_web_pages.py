@@ -11,6 +11,7 @@ import csv
 import io
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from projections.queries import statement
@@ -165,6 +166,8 @@ def test_event_page_shows_fields_hash_and_what_it_changed(client: TestClient) ->
     assert "demo42-00980" in r.text and re.search(r"<code>[0-9a-f]{64}</code>", r.text)
     assert cells(r.text, "changed-table")
     assert 'id="caused"' in r.text  # the outcomes it revised
+    assert '<span class="mark">late</span>' in r.text
+    assert '<span class="mark">late</span>' not in client.get("/events/1").text
     assert client.get("/events/999999").status_code == 404
     assert client.get("/events/abc").status_code == 422
     moved = client.get("/event?id=demo42-00980", follow_redirects=False)
@@ -211,3 +214,55 @@ def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> No
         ok = c.get("/", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and "Accounts" in ok.text
         assert c.get("/static/web/web.css").status_code == 200  # no figures in static files
+
+
+def test_an_accounts_stream_answers_as_the_whole_journal_does(demo_db: str) -> None:
+    """The pages read an account's figures through its stream alone: the same statement and
+    lineage as a fold of the whole journal, now and as known at earlier positions."""
+    from eventstore import Journal
+    from projections.queries import explain_account, statement
+    from tools.web.source import JournalView
+
+    journal = Journal(demo_db)
+    try:
+        accounts = sorted({rec.stream for rec in journal.read(order="position")})
+        for position in (None, 500, 979, 1800):
+            whole = journal if position is None else JournalView(journal, position)
+            for account in accounts:
+                alone = JournalView(journal, position, account)
+                assert statement(alone, account) == statement(whole, account), account
+                try:
+                    expected = explain_account(whole, account).as_dict()
+                except KeyError:  # not yet known at that position
+                    continue
+                assert explain_account(alone, account).as_dict() == expected, account
+    finally:
+        journal.close()
+
+
+def test_revisions_of_a_large_journal_are_found_in_the_background(
+        demo_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventstore import Journal
+    from tools.web import source as source_module
+    from tools.web.pages import recent_revisions
+    from tools.web.source import AuditSource
+
+    monkeypatch.setattr(source_module, "SYNC_REPLAY_LIMIT", 10)  # the demo month is "large"
+    journal = Journal(demo_db)
+    try:
+        source = AuditSource(journal)
+        source.warm_up()
+        rows, total = recent_revisions(source)
+        assert (rows is None and total == 0) or total == 25  # never a partial answer
+        assert len(source.wait_for_revisions(120) or []) == 25
+        rows, total = recent_revisions(source)
+        assert rows is not None and total == 25
+    finally:
+        journal.close()
+
+
+def test_summary_finds_accounts_by_name_and_pages(client: TestClient) -> None:
+    rows = cells(client.get("/?q=LUMEN").text, "accounts-table")
+    assert [row[0] for row in rows if row[1] == "all"] == ["lumen-health"]
+    assert client.get("/?page=2").status_code == 422  # 20 accounts: one page
+    assert client.get("/?page=x").status_code == 422

@@ -8,6 +8,7 @@ page's query string (bad values raise `ValueError` naming what would be valid).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from eventstore import JournalLike, RecordedEvent
 from projections.errors import UnknownAccount
 from projections.events import GENERAL
+from projections.ledger import PENDING
 from projections.queries import (
     AccountExplanation,
     Figures,
@@ -29,9 +31,16 @@ from projections.queries import (
     latest_time,
     revision_rows,
     statement,
+    unknown_account,
 )
+from projections.queries.explain import _waiting as waiting_reason
 from projections.timefmt import format_time, parse_time
-from projections.timeline import account_timeline, expiring_within, grant_burndown
+from projections.timeline import (
+    ExpiringCredits,
+    account_timeline,
+    expiring_within,
+    grant_burndown,
+)
 from tools.web.source import AuditSource
 
 DAY = 86_400
@@ -125,23 +134,61 @@ def head_record(journal: JournalLike, position: int | None = None) -> RecordedEv
                 None)
 
 
-def summary(source: AuditSource) -> dict[str, Any]:
-    """The summary page: accounts, credits expiring soon, the head, the last verify."""
-    journal = source.journal
-    at = latest_time(journal)
-    rows = []
-    with source.reading() as ledger:  # copy out what the page shows: the block holds a lock
-        for name, fig in account_figures(ledger, at):
-            book = ledger.accounts[name].book
-            held = book.held_by_pool()
-            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
-                             book.debt.get(pool, 0))
-                     for pool, amount in sorted(fig.pools.items())]
-            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
-                                   pools))
-        expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
-    return {"accounts": rows, "at": at, "expiring": expiring,
-            "expiring_until": at + EXPIRING_WINDOW, "head": head_record(journal),
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The summary page's figures: every account, and credits expiring soon."""
+
+    at: int
+    accounts: list[AccountRow]
+    expiring: list[ExpiringCredits]
+    expiring_until: int
+
+
+def summary_figures(source: AuditSource) -> Summary:
+    """Every account's figures per pool and the credits expiring soon, at the journal's
+    latest event time (remembered until the head moves: they change only with it)."""
+
+    def build() -> Summary:
+        at = latest_time(source.journal)
+        rows = []
+        with source.reading() as ledger:  # copy out what the page shows: it holds a lock
+            for name, fig in account_figures(ledger, at):
+                book = ledger.accounts[name].book
+                held = book.held_by_pool()
+                pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
+                                 book.debt.get(pool, 0))
+                         for pool, amount in sorted(fig.pools.items())]
+                rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available,
+                                       fig.debt, pools))
+            expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
+        return Summary(at, rows, expiring, at + EXPIRING_WINDOW)
+
+    return source.cached(("summary",), build)
+
+
+EXPIRING_SHOWN = 200
+"""The soonest expiries the summary lists (`gpu-credits expiring` lists them all)."""
+
+ACCOUNTS_PAGE = 100
+"""Accounts per page of the summary."""
+
+
+def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
+    """The summary page: accounts (those whose name contains `q`, a page of them), credits
+    expiring soon, the head, the last verify."""
+    figures = summary_figures(source)
+    wanted = (params.get("q") or "").strip()
+    rows = [r for r in figures.accounts if wanted.casefold() in r.account.casefold()]
+    pages_ = max(1, -(-len(rows) // ACCOUNTS_PAGE))
+    page = parse_int("page", params.get("page"), 1, low=1, high=pages_)
+    shown = rows[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
+    expiring = [e for e in figures.expiring if wanted.casefold() in e.account.casefold()]
+    more = max(0, len(expiring) - EXPIRING_SHOWN)
+    return {"accounts": shown, "matching": len(rows), "total": len(figures.accounts),
+            "q": wanted, "page": page, "pages": pages_, "at": figures.at,
+            "expiring": expiring[:EXPIRING_SHOWN], "expiring_more": more,
+            "expiring_until": figures.expiring_until,
+            "head": head_record(source.journal),
             "verify": source.verifier.status() if source.verifier is not None else None}
 
 
@@ -210,38 +257,48 @@ class AccountPage:
     lines: list[StatementLine]
     grants: list[GrantRow]
     pools: list[str]
-    revisions: list[RevisionRow]  # revisions of this account's events, all of them
+    revisions: list[RevisionRow] | None  # of this account's events; None: still being found
     later_revisions: list[RevisionRow]  # recorded after `position`: not in this view
     recorded_later: int  # events of the account recorded after `position`
     revised_ids: set[str] = field(default_factory=set)  # events some revision changed
 
 
-def account_revisions(source: AuditSource, account: str) -> list[RevisionRow]:
-    """Revisions that changed an outcome of one of the account's events."""
+def require_account(source: AuditSource, account: str) -> None:
+    """UnknownAccount, naming the known ones, unless the journal has events of `account`."""
+    if source.journal.stream_version(account) == 0:
+        with source.reading() as ledger:
+            raise unknown_account(account, ledger)
+
+
+def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | None:
+    """Revisions that changed an outcome of one of the account's events; None while the
+    revisions of a large journal are still being found."""
+    revisions = source.revisions()
+    if revisions is None:
+        return None
 
     def find() -> list[RevisionRow]:
         journal = source.journal
-        rows = revision_rows(journal, source.revisions())
-        out = []
-        for row in rows:
-            rec = journal.get(row.revision.event_id)
+        mine = []
+        for revision in revisions:
+            rec = journal.get(revision.event_id)
             if rec is not None and rec.stream == account:
-                out.append(row)
-        return out
+                mine.append(revision)
+        return revision_rows(journal, mine)
 
     return source.cached(("account-revisions", account), find)
 
 
 def account_statement(source: AuditSource, account: str, position: int) -> Statement:
     """The account's whole statement as known at `position`."""
-    view = source.view(position)
+    view = source.view(position, account)
     return source.cached(("statement", account, position), lambda: statement(view, account))
 
 
 def account_explanation(source: AuditSource, account: str,
                         position: int) -> AccountExplanation:
     """Which grants paid what, as known at `position`."""
-    view = source.view(position)
+    view = source.view(position, account)
 
     def explain() -> AccountExplanation:
         try:
@@ -260,6 +317,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
     """The account page; UnknownAccount for an account the journal never names,
     ValueError for a bad filter."""
     journal = source.journal
+    require_account(source, account)
     position = parse_known_at(journal, params.get("as_known_at"))
     filters = ledger_filter(params)
     stmt = account_statement(source, account, position)
@@ -277,7 +335,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
                                memo if isinstance(memo, str) else None))
     pools = sorted({line.pool for line in stmt.lines if line.pool} | set(expl.figures.pools))
     revisions = account_revisions(source, account)
-    later = [r for r in revisions if r.revision.late_position > position]
+    later = [r for r in revisions or () if r.revision.late_position > position]
     head = journal.head()
     recorded_later = 0
     if position < head:
@@ -286,7 +344,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
                        [line for line in stmt.lines if filters.keeps(line)], grants, pools,
                        revisions, later, recorded_later,
-                       {r.revision.event_id for r in revisions})
+                       {r.revision.event_id for r in revisions or ()})
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",
@@ -308,8 +366,10 @@ def ledger_csv(page: AccountPage) -> str:
 def timeline_json(source: AuditSource, account: str, position: int) -> dict[str, Any]:
     """The chart's data: the account's figures over time and each grant's burn-down."""
 
+    require_account(source, account)
+
     def build() -> dict[str, Any]:
-        view = source.view(position)
+        view = source.view(position, account)
         stmt = account_statement(source, account, position)
         until = stmt.to_time
         points = account_timeline(view.read(to_time=until, order="canonical"), account,
@@ -337,7 +397,18 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
 def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, int]]:
     """A job's explanation and the positions of the grants that paid or held for it."""
     journal = source.journal
-    explanation = source.cached(("job", job), lambda: explain_job(journal, job))
+    with source.reading() as ledger:
+        state = ledger.jobs.get(job)
+        account = None if state is None else state.account
+    # A job's events are all in its account's stream: read only those.
+    where = source.view(None, account)
+    explanation = source.cached(("job", job), lambda: explain_job(where, job))
+    if explanation.waiting is not None and explanation.state == PENDING:
+        # Its place in the queue depends on every account's pending jobs: the live ledger.
+        with source.reading() as ledger:
+            if job in ledger.jobs and ledger.jobs[job].state == PENDING:
+                explanation = dataclasses.replace(explanation)
+                explanation.waiting, explanation.ahead = waiting_reason(ledger, job)
     positions = {}
     for grant_id, _ in (*explanation.paid_by, *explanation.held_from):
         rec = journal.get(grant_id)
@@ -371,10 +442,19 @@ def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
     return JournalPage(events, after, limit, head, previous, following)
 
 
-def all_revisions(source: AuditSource) -> list[RevisionRow]:
-    """Every revision with the times of both events."""
-    return source.cached(("revision-rows",),
-                         lambda: revision_rows(source.journal, source.revisions()))
+REVISIONS_SHOWN = 100
+"""The journal page lists the latest revisions; `GET /v1/revisions` pages through all."""
+
+
+def recent_revisions(source: AuditSource) -> tuple[list[RevisionRow] | None, int]:
+    """The latest `REVISIONS_SHOWN` revisions with the times of both events, and how many
+    there are in all (None and 0 while they are still being found)."""
+    revisions = source.revisions()
+    if revisions is None:
+        return None, 0
+    rows = source.cached(("recent-revisions",),
+                         lambda: revision_rows(source.journal, revisions[-REVISIONS_SHOWN:]))
+    return rows, len(revisions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,9 +464,10 @@ class EventPage:
     record: RecordedEvent
     account: str | None
     lines: list[StatementLine]  # its lines in the account's statement (change, balance)
-    caused: list[RevisionRow]  # outcomes of earlier-applied events this late event changed
-    revised: list[RevisionRow]  # changes to this event's own outcome by later late events
-    late: bool  # recorded after events with a later event time
+    caused: list[RevisionRow] | None  # outcomes of earlier events this late event changed
+    revised: list[RevisionRow] | None  # changes to its own outcome by later late events
+    # (both None while the revisions of a large journal are still being found)
+    late: bool  # recorded after events of its stream with a later event time
 
 
 def event_page(source: AuditSource, position: int) -> EventPage | None:
@@ -395,9 +476,14 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     rec = head_record(journal, position) if 0 < position <= journal.head() else None
     if rec is None:
         return None
-    rows = all_revisions(source)
-    caused = [r for r in rows if r.revision.late_position == rec.position]
-    revised = [r for r in rows if r.revision.event_id == rec.id]
+    revisions = source.revisions()
+    caused: list[RevisionRow] | None = None
+    revised: list[RevisionRow] | None = None
+    if revisions is not None:
+        rows = revision_rows(journal, [r for r in revisions if r.late_position == rec.position
+                                       or r.event_id == rec.id])
+        caused = [r for r in rows if r.revision.late_position == rec.position]
+        revised = [r for r in rows if r.revision.event_id == rec.id]
     account: str | None = rec.stream
     lines: list[StatementLine] = []
     try:
@@ -406,8 +492,10 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         account = None
     else:
         lines = [line for line in stmt.lines if line.position == rec.position]
+    # Late for its account: recorded after an event of the same stream with a later time
+    # (read through the stream: the whole journal would be a scan of every position).
     earlier = journal.read(to_position=rec.position - 1, from_time=rec.time + 1,
-                           order="position", batch_size=1)
+                           stream=rec.stream, order="position", batch_size=1)
     late = next(iter(earlier), None) is not None
     return EventPage(rec, account, lines, caused, revised, late)
 

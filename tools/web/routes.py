@@ -57,6 +57,7 @@ def source_of(request: Request) -> AuditSource:
                                "projection), app.state.journal or app.state.web_source")
         source = AuditSource(journal, live=live if hasattr(live, "reading") else None)
         source.verifier = Verifier(journal)
+        source.warm_up()
         state.web_source = source
         return source
 
@@ -81,8 +82,12 @@ def _params(request: Request) -> dict[str, str]:
 @router.get("/", response_class=HTMLResponse)
 def summary_page(request: Request) -> HTMLResponse:
     """Every account's figures per pool, credits expiring soon, head, last verify."""
-    return render(request, "summary.html", title="Accounts",
-                  **pages.summary(source_of(request)))
+    params = _params(request)
+    try:
+        context = pages.summary(source_of(request), params)
+    except ValueError as exc:
+        return problem(request, 422, "Bad parameter", str(exc))
+    return render(request, "summary.html", title="Accounts", params=params, **context)
 
 
 @router.get("/accounts/{account}", response_class=HTMLResponse)
@@ -155,9 +160,10 @@ def journal_page(request: Request) -> HTMLResponse:
         page = pages.journal_page(source, params)
     except ValueError as exc:
         return problem(request, 422, "Bad parameter", str(exc))
+    revisions, total = pages.recent_revisions(source)
     return render(request, "journal.html", title="Journal", page=page, params=params,
-                  head=pages.head_record(source.journal),
-                  revisions=pages.all_revisions(source), verify=_verifier(source).status())
+                  head=pages.head_record(source.journal), revisions=revisions,
+                  revisions_total=total, verify=_verifier(source).status())
 
 
 def _verifier(source: AuditSource) -> Verifier:

@@ -21,20 +21,31 @@ from projections.outcomes import Revision
 
 T = TypeVar("T")
 
+SYNC_REPLAY_LIMIT = 50_000
+"""Up to this many events, revisions are found while the page waits (well under a second)."""
+
 _CACHED = 64
 """Answers remembered per head: a few pages' worth for a handful of auditors."""
 
 
-class KnownAt:
-    """A read-only view of a journal holding only the events recorded at positions <= `position`.
+class JournalView:
+    """A read-only view of a journal: only the events recorded at positions <= `position`
+    (None: all), and, with `stream`, only that stream's events.
 
-    Event times are the journal's own: `max_time` is the whole journal's latest, so an
-    answer "as known at" a position is about the same moment as the current one.
+    An account's stream holds every event that decides its figures (its grants, usage,
+    submits, and its jobs' starts, completions and cancellations: see
+    `projections/importing.py` and the facades), so an account's statement or lineage
+    read through its stream is the same as through the whole journal, at the cost of its
+    own events instead of everyone's. Event times are the journal's own: `max_time` is the
+    whole journal's latest, so an answer "as known at" a position is about the same moment
+    as the current one.
     """
 
-    def __init__(self, journal: JournalLike, position: int) -> None:
+    def __init__(self, journal: JournalLike, position: int | None = None,
+                 stream: str | None = None) -> None:
         self._journal = journal
         self.position = position
+        self.stream = stream
 
     @property
     def url(self) -> str | None:
@@ -45,20 +56,29 @@ class KnownAt:
              from_time: int | None = None, to_time: int | None = None,
              stream: str | None = None, after: tuple[int, int] | None = None,
              order: Any = "canonical", batch_size: int = 5000) -> Iterator[RecordedEvent]:
-        """The journal's events, none recorded after the view's position."""
-        bound = self.position if to_position is None else min(to_position, self.position)
+        """The journal's events within the view."""
+        bound = to_position
+        if self.position is not None:
+            bound = self.position if to_position is None else min(to_position, self.position)
+        if self.stream is not None:
+            if stream is not None and stream != self.stream:
+                return iter(())
+            stream = self.stream
         return self._journal.read(after_position=after_position, to_position=bound,
                                   from_time=from_time, to_time=to_time, stream=stream,
                                   after=after, order=order, batch_size=batch_size)
 
     def head(self) -> int:
         """The view's position (never past the journal's head)."""
-        return min(self.position, self._journal.head())
+        head = self._journal.head()
+        return head if self.position is None else min(self.position, head)
 
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event under `event_id`, if it was recorded by the view's position."""
         rec = self._journal.get(event_id)
-        return rec if rec is not None and rec.position <= self.position else None
+        if rec is None or (self.position is not None and rec.position > self.position):
+            return None
+        return rec
 
     def stream_version(self, stream: str) -> int:
         """The stream's version in the whole journal: an account recorded later exists."""
@@ -70,7 +90,8 @@ class KnownAt:
 
     def position_at(self, recorded_at: int) -> int:
         """The last position recorded by `recorded_at`, within the view."""
-        return min(self._journal.position_at(recorded_at), self.position)
+        found = self._journal.position_at(recorded_at)
+        return found if self.position is None else min(found, self.position)
 
 
 class AuditSource:
@@ -83,6 +104,10 @@ class AuditSource:
         self._head = -1
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.verifier: Any = None  # the page's background verify (tools.web.verifying)
+        self._revisions_lock = threading.Lock()
+        self._projector_lock = threading.Lock()
+        self._projector: Any = None  # a Projector, made on the first revisions() call
+        self._warming: threading.Thread | None = None
 
     def head(self) -> int:
         """The journal's head position."""
@@ -107,11 +132,14 @@ class AuditSource:
                     self._cache.popitem(last=False)
         return value
 
-    def view(self, position: int | None) -> JournalLike:
-        """The journal as known at `position` (None or the head: the journal itself)."""
-        if position is None or position >= self.journal.head():
+    def view(self, position: int | None, stream: str | None = None) -> JournalLike:
+        """The journal as known at `position` (None or the head: all of it), only
+        `stream`'s events if given."""
+        if position is not None and position >= self.journal.head():
+            position = None
+        if position is None and stream is None:
             return self.journal
-        return KnownAt(self.journal, position)  # type: ignore[return-value]
+        return JournalView(self.journal, position, stream)  # type: ignore[return-value]
 
     @contextmanager
     def reading(self) -> Iterator[Ledger]:
@@ -129,14 +157,61 @@ class AuditSource:
 
         yield self.cached(("ledger",), fold)
 
-    def revisions(self) -> list[Revision]:
-        """What late events changed, in the order they came: a replay of the whole journal,
-        remembered until the head moves. (A live projection that started from a checkpoint
-        knows only the revisions since; an audit page needs all of them.)"""
+    def revisions(self) -> list[Revision] | None:
+        """What late events changed, in the order they came; None while they are still
+        being found.
 
-        def find() -> list[Revision]:
-            from projections.replay import replay
+        A projector of this source's own is fed the journal in arrival order and caught
+        up on each call, so only what was recorded since the last call is folded. (The
+        live projection may have started from a checkpoint and then knows only the
+        revisions since; an audit page needs all of them.) The first pass over a large
+        journal runs in a background thread (started by `warm_up`, or here), so no page
+        waits for a full replay; until it is done this returns None.
+        """
+        with self._revisions_lock:
+            if self._warming is not None and self._warming.is_alive():
+                return None
+            if self._projector is None and self.journal.head() > SYNC_REPLAY_LIMIT:
+                self._start_warm_up()
+                return None
+            return self._catch_up_revisions()
 
-            return replay(self.journal).revisions
+    def warm_up(self) -> None:
+        """Start finding the revisions of a large journal in the background now."""
+        with self._revisions_lock:
+            if self._projector is None and self.journal.head() > SYNC_REPLAY_LIMIT:
+                self._start_warm_up()
 
-        return self.cached(("revisions",), find)
+    def wait_for_revisions(self, timeout: float | None = None) -> list[Revision] | None:
+        """Wait for a background search of revisions (scripts and tests); `revisions()`."""
+        warming = self._warming
+        if warming is not None:
+            warming.join(timeout)
+        return self.revisions()
+
+    def _start_warm_up(self) -> None:
+        if self._warming is None or not self._warming.is_alive():
+            self._warming = threading.Thread(target=self._warm, name="web-revisions",
+                                             daemon=True)
+            self._warming.start()
+
+    def _warm(self) -> None:
+        with self._revisions_lock:
+            pass  # the caller holds the lock while starting us; wait for it to let go
+        self._catch_up_revisions()
+
+    def _catch_up_revisions(self) -> list[Revision]:
+        from projections.projector import Projector
+        from projections.replay import REPLAY_REMEMBERS, journal_reader
+
+        with self._projector_lock:
+            if self._projector is None:
+                # The settings `replay` uses: sparse snapshots until late events show up.
+                self._projector = Projector(journal_reader(self.journal),
+                                            min_snapshot_every=20_000, snapshot_factor=8,
+                                            recent_outcomes=REPLAY_REMEMBERS,
+                                            remember_once_late=True)
+            projector = self._projector
+            projector.catch_up(self.journal.read(after_position=projector.position,
+                                                 order="position"))
+            return list(projector.revisions)

@@ -1,0 +1,592 @@
+"""The journal contract, written once and run on every backend.
+
+Like the recorder test cases `eventsourcing` ships (`eventsourcing/tests/persistence.py`)
+and SQLAlchemy's dialect suite: each class below states one part of what a journal
+promises, in tests named by the behaviour they check; `JournalContract` gathers them.
+A backend runs the whole contract by subclassing it and saying how to open a journal:
+
+    class TestMyJournal(JournalContract):
+        @pytest.fixture
+        def journal_url(self, tmp_path: Path) -> str:
+            return ...  # what `open_journal` takes
+
+        def open_journal(self, url: str) -> JournalLike:  # optional
+            return MyJournal(url)
+
+`test_journal_contract.py` runs it on the memory journal, a SQLite file and PostgreSQL.
+A behaviour only one backend has (PostgreSQL's advisory locks, SQLite's one writer) gets
+its own test file instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from journal_testkit import (
+    ev,
+    pin_clock,
+    rehash,
+    replace_rows,
+    stored_rows,
+    tamper_payload,
+)
+
+from eventstore import (
+    GENESIS_HASH,
+    Anchor,
+    ChainBroken,
+    IdempotencyConflict,
+    JournalLike,
+    MemoryJournal,
+    NewEvent,
+    Transaction,
+    VersionConflict,
+    canonical_json,
+)
+from eventstore.hashing import record_hash
+from eventstore.testing import open_journal
+
+
+def positions(journal: JournalLike, **kw: Any) -> list[int]:
+    return [e.position for e in journal.read(**kw)]
+
+
+def filled(journal: JournalLike, n: int = 10) -> JournalLike:
+    journal.append([ev(f"e{i}", i, f"s{i % 3}", amount=100 + i) for i in range(1, n + 1)])
+    return journal
+
+
+class _OnABackend:
+    """What every part of the contract needs: a journal, opened the backend's way."""
+
+    @pytest.fixture
+    def journal_url(self) -> str:
+        """What `open_journal` takes; a backend's subclass overrides this fixture."""
+        raise NotImplementedError("a JournalContract subclass defines the journal_url fixture")
+
+    def open_journal(self, url: str) -> JournalLike:
+        """Open a journal (a second call with the same url: another handle on it)."""
+        return open_journal(url)
+
+    @pytest.fixture
+    def journal(self, journal_url: str) -> Iterator[JournalLike]:
+        """An empty journal, closed after the test."""
+        j = self.open_journal(journal_url)
+        try:
+            yield j
+        finally:
+            j.close()
+
+
+class AppendReadContract(_OnABackend):
+    """Appends, idempotency, versions, reads, transactions, snapshots."""
+
+    def test_the_journal_and_its_transactions_satisfy_the_protocols(
+        self, journal: JournalLike
+    ) -> None:
+        assert isinstance(journal, JournalLike)
+        with journal.transaction() as tx:
+            assert isinstance(tx, Transaction)
+
+    def test_append_assigns_positions_versions_and_chain(self, journal: JournalLike) -> None:
+        out = journal.append([ev("a", 5, "x"), ev("b", 3, "y"), ev("c", 4, "x")])
+        assert [(e.position, e.stream, e.version) for e in out] == [
+            (1, "x", 1),
+            (2, "y", 1),
+            (3, "x", 2),
+        ]
+        prev = GENESIS_HASH
+        for e in out:
+            assert e.hash == record_hash(
+                prev,
+                position=e.position,
+                id=e.id,
+                stream=e.stream,
+                version=e.version,
+                type=e.type,
+                time=e.time,
+                recorded_at=e.recorded_at,
+                payload=e.payload,
+            )
+            prev = e.hash
+        assert journal.head() == 3
+        assert journal.verify() is None
+
+    def test_same_id_same_content_returns_the_original(self, journal: JournalLike) -> None:
+        first = journal.append([ev("a", 1, amount=10), ev("b", 2)])
+        again = journal.append([ev("c", 3), ev("a", 1, amount=10)])
+        assert again[1] == first[0]  # the original record, recorded_at and hash included
+        assert again[0].position == 3
+        assert journal.head() == 3
+        # A batch of repeats only appends nothing at all.
+        assert journal.append([ev("b", 2), ev("a", 1, amount=10)]) == [first[1], first[0]]
+        assert journal.head() == 3
+        assert journal.verify() is None
+
+    def test_repeat_within_one_batch_is_recorded_once(self, journal: JournalLike) -> None:
+        out = journal.append([ev("a", 1, k=[1, 2]), ev("b", 2), ev("a", 1, k=[1, 2])])
+        assert out[0] == out[2]
+        assert [e.id for e in journal.read(order="position")] == ["a", "b"]
+
+    def test_payload_equality_is_by_canonical_json(self, journal: JournalLike) -> None:
+        a = journal.append([NewEvent("a", "s", "t", 1, {"x": 1, "y": (1, 2)})])[0]
+        b = journal.append([NewEvent("a", "s", "t", 1, {"y": [1, 2], "x": 1})])[0]
+        assert a == b and journal.head() == 1
+
+    @pytest.mark.parametrize(
+        "other",
+        [
+            ev("a", 2, amount=10),  # time
+            ev("a", 1, amount=11),  # payload
+            ev("a", 1, "other-stream", amount=10),  # stream
+            ev("a", 1, type="other-type", amount=10),  # type
+        ],
+    )
+    def test_same_id_other_content_is_a_conflict(
+        self, journal: JournalLike, other: NewEvent
+    ) -> None:
+        journal.append([ev("a", 1, amount=10)])
+        with pytest.raises(IdempotencyConflict) as err:
+            journal.append([ev("z", 9), other])
+        message = str(err.value)
+        assert "'a'" in message and '{"amount":10}' in message
+        assert canonical_json(dict(other.payload)) in message
+        assert journal.head() == 1 and journal.get("z") is None
+        assert isinstance(err.value, ValueError)
+
+    def test_conflict_within_one_batch_appends_nothing(self, journal: JournalLike) -> None:
+        with pytest.raises(IdempotencyConflict, match="'a'"):
+            journal.append([ev("a", 1, v=1), ev("b", 1), ev("a", 1, v=2)])
+        assert journal.head() == 0
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            NewEvent("", "s", "t", 1, {}),
+            NewEvent("x", "", "t", 1, {}),
+            NewEvent("x", "s", "", 1, {}),
+            NewEvent("x", "s", "t", True, {}),
+            NewEvent("x", "s", "t", 1.5, {}),  # type: ignore[arg-type]
+            NewEvent("x", "s", "t", 2**63, {}),
+            NewEvent("x", "s", "t", 1, [1, 2]),  # type: ignore[arg-type]
+            NewEvent("x", "s", "t", 1, {"f": float("nan")}),
+            NewEvent("x", "s", "t", 1, {"o": object()}),
+            NewEvent("x", "s", "t", 1, {1: "int key"}),  # type: ignore[dict-item]
+            NewEvent(7, "s", "t", 1, {}),  # type: ignore[arg-type]
+        ],
+    )
+    def test_one_invalid_event_appends_nothing(self, journal: JournalLike, bad: NewEvent) -> None:
+        journal.append([ev("before")])
+        with pytest.raises(ValueError):
+            journal.append([ev("ok-1"), bad, ev("ok-2")])
+        assert journal.head() == 1
+        assert journal.get("ok-1") is None
+
+    def test_append_wants_a_sequence_of_events(self, journal: JournalLike) -> None:
+        with pytest.raises(ValueError):
+            journal.append(ev("a"))  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            journal.append([{"id": "a"}])  # type: ignore[list-item]
+        assert journal.append([]) == []
+        assert journal.head() == 0
+
+    def test_expected_versions_guard_against_concurrent_writers(self, journal: JournalLike) -> None:
+        journal.append([ev("a", stream="x")], expected_versions={"x": 0})
+        journal.append(
+            [ev("b", stream="x"), ev("c", stream="y")], expected_versions={"x": 1, "y": 0}
+        )
+        assert journal.stream_version("x") == 2 and journal.stream_version("y") == 1
+        assert journal.stream_version("nobody") == 0
+        with pytest.raises(VersionConflict, match="'x' expected 1, is at 2"):
+            journal.append([ev("d", stream="y"), ev("e", stream="x")], expected_versions={"x": 1})
+        assert journal.head() == 3 and journal.get("d") is None
+        # A stream not in the batch can still be asserted.
+        with pytest.raises(VersionConflict):
+            journal.append([ev("f", stream="z")], expected_versions={"y": 5})
+        assert journal.head() == 3
+        with pytest.raises(ValueError):
+            journal.append([ev("g")], expected_versions={"x": -1})
+
+    def test_repeat_of_a_recorded_batch_is_not_a_version_conflict(
+        self, journal: JournalLike
+    ) -> None:
+        first = journal.append([ev("a", stream="x")], expected_versions={"x": 0})
+        # A retry after a lost reply: nothing new, so nothing to conflict with.
+        assert journal.append([ev("a", stream="x")], expected_versions={"x": 0}) == first
+
+    @pytest.fixture
+    def timeline(self, journal: JournalLike) -> JournalLike:
+        # (id, time, stream) appended in this order: positions 1..8.
+        spec = [("p1", 5, "a"), ("p2", 3, "b"), ("p3", 5, "a"), ("p4", 1, "b"),
+                ("p5", 9, "a"), ("p6", 3, "a"), ("p7", 5, "b"), ("p8", 0, "a")]  # fmt: skip
+        journal.append([ev(i, t, s) for i, t, s in spec[:3]])
+        for i, t, s in spec[3:]:
+            journal.append([ev(i, t, s)])
+        return journal
+
+    def test_canonical_order_is_event_time_then_position(self, timeline: JournalLike) -> None:
+        assert positions(timeline) == [8, 4, 2, 6, 1, 3, 7, 5]
+        assert positions(timeline, order="position") == [1, 2, 3, 4, 5, 6, 7, 8]
+
+    @pytest.mark.parametrize("batch_size", [1, 2, 3, 5000])
+    def test_every_read_filter_selects_the_documented_events(
+        self, timeline: JournalLike, batch_size: int
+    ) -> None:
+        def p(**kw: Any) -> list[int]:
+            return positions(timeline, batch_size=batch_size, **kw)
+
+        assert p() == [8, 4, 2, 6, 1, 3, 7, 5]
+        assert p(after_position=4) == [8, 6, 7, 5]
+        assert p(to_position=4) == [4, 2, 1, 3]
+        assert p(after_position=2, to_position=6) == [4, 6, 3, 5]
+        # A narrow position window (read along positions, then sorted) and a wide one.
+        assert p(after_position=6, to_position=7) == [7]
+        assert p(after_position=5, to_position=7) == [6, 7]
+        assert p(from_time=3) == [2, 6, 1, 3, 7, 5]
+        assert p(to_time=5) == [8, 4, 2, 6, 1, 3, 7]
+        assert p(from_time=3, to_time=3) == [2, 6]
+        assert p(from_time=6, to_time=4) == []
+        assert p(stream="a") == [8, 6, 1, 3, 5]
+        assert p(stream="nobody") == []
+        assert p(after=(3, 2)) == [6, 1, 3, 7, 5]
+        assert p(after=(5, 1)) == [3, 7, 5]
+        assert p(after=(5, 3), stream="b") == [7]
+        assert p(after=(3, 2), to_position=6, stream="a") == [6, 1, 3, 5]
+        assert p(order="position", after=(5, 1)) == [3, 5, 7]
+        assert p(order="position", stream="b", after_position=2) == [4, 7]
+        assert p(order="position", from_time=1, to_time=5, to_position=7) == [1, 2, 3, 4, 6, 7]
+
+    def test_read_arguments_are_checked(self, journal: JournalLike) -> None:
+        for kw in [
+            {"order": "time"},
+            {"batch_size": 0},
+            {"after_position": "1"},
+            {"after": (1,)},
+            {"to_time": 1.0},
+            {"stream": ""},
+        ]:
+            with pytest.raises(ValueError):
+                journal.read(**kw)
+
+    def test_a_read_sees_the_journal_as_it_stood_when_it_began(self, journal: JournalLike) -> None:
+        journal.append([ev(f"e{i}", i) for i in range(10)])
+        reader = journal.read(batch_size=3)
+        assert next(reader).id == "e0"
+        journal.append([ev("late", 2), ev("new", 100)])
+        assert [e.id for e in reader] == [f"e{i}" for i in range(1, 10)]
+
+    def test_lookups_by_id_stream_time_and_wall_clock(self, journal: JournalLike) -> None:
+        ticks = iter([100, 200, 200, 150, 400])  # a clock that steps back at 150
+        pin_clock(journal, lambda: next(ticks))
+        assert journal.max_time() is None and journal.position_at(10**18) == 0
+        journal.append([ev("a", 7, "x", n=1)])  # 100
+        journal.append([ev("b", 3, "y"), ev("c", 2, "x")])  # 200
+        journal.append([ev("d", 1, "z")])  # 200
+        journal.append([ev("e", 5, "z")])  # 150 -> stays 200
+        journal.append([ev("f", 4, "y")])  # 400
+        recorded = [e.recorded_at for e in journal.read(order="position")]
+        assert recorded == [100, 200, 200, 200, 200, 400]
+        assert journal.position_at(99) == 0
+        assert journal.position_at(100) == 1
+        assert journal.position_at(399) == 5
+        assert journal.position_at(400) == 6
+        got = journal.get("a")
+        assert got is not None and got.payload == {"n": 1} and got.position == 1
+        assert journal.get("nobody") is None
+        assert journal.max_time() == 7
+        assert journal.max_time(["y", "z"]) == 5
+        assert journal.max_time(["nobody"]) is None
+        assert journal.max_time([]) is None
+
+    def test_payload_is_a_value_the_caller_cannot_corrupt(self, journal: JournalLike) -> None:
+        out = journal.append([ev("a", 1, items=[1])])[0]
+        out.payload["items"].append(2)  # type: ignore[index]
+        got = journal.get("a")
+        assert got is not None and got.payload == {"items": [1]}
+        assert journal.verify() is None
+
+    def test_unicode_payloads_round_trip(self, journal: JournalLike) -> None:
+        payload = {"name": "Zoë 🚀", "nested": {"b": [1, {"c": None}], "a": True}}
+        journal.append([NewEvent("u", "ström", "t", 1, payload)])
+        got = journal.get("u")
+        assert got is not None and got.payload == payload and got.stream == "ström"
+        assert journal.verify() is None
+
+    def test_verify_finds_one_tampered_payload_byte(self, journal: JournalLike) -> None:
+        journal.append([ev(f"e{i}", i, amount=100 + i) for i in range(1, 8)])
+        assert journal.verify() is None
+        tamper_payload(journal, 4, lambda s: s.replace("104", "105"))
+        assert journal.verify() == 4
+
+    def test_verify_finds_a_payload_made_invalid_or_non_canonical(
+        self, journal: JournalLike
+    ) -> None:
+        journal.append([ev(f"e{i}", i, amount=i) for i in range(1, 6)])
+        tamper_payload(journal, 5, lambda s: s[:-1] + "]")
+        assert journal.verify() == 5
+        tamper_payload(journal, 5, lambda s: s[:-1] + "}")
+        assert journal.verify() is None
+        tamper_payload(journal, 2, lambda s: s.replace(":", ": "))  # same value, other bytes
+        assert journal.verify() == 2
+
+    def test_same_events_give_the_same_hashes_on_every_backend(self, journal: JournalLike) -> None:
+        batch = [ev("a", 3, "x", v=1.5), ev("b", 1, "y", s="é")]
+        pin_clock(journal, lambda: 1_700_000_000_000_000)
+        reference = MemoryJournal(clock=lambda: 1_700_000_000_000_000)
+        assert journal.append(batch) == reference.append(batch)
+
+    def test_transaction_commits_on_clean_exit(self, journal: JournalLike) -> None:
+        with journal.transaction(["acct:a", "acct:b"]) as tx:
+            assert tx.head() == 0
+            tx.append([ev("a", 2)])
+            tx.append([ev("b", 1)])
+            assert tx.head() == 2
+            assert [e.id for e in tx.read()] == ["b", "a"]
+            assert journal.head() == 2  # this thread joins its own transaction
+        assert [e.id for e in journal.read()] == ["b", "a"]
+        assert journal.verify() is None
+
+    def test_transaction_rolls_back_on_exception(self, journal: JournalLike) -> None:
+        journal.append([ev("before", 1, "x")])
+        with pytest.raises(RuntimeError), journal.transaction(["k"]) as tx:
+            tx.append([ev("a", 1, "x"), ev("b", 0, "y")])
+            raise RuntimeError("decided against it")
+        assert journal.head() == 1 and journal.get("a") is None
+        assert journal.stream_version("x") == 1 and journal.max_time(["y"]) is None
+        # The positions were not burnt: the next append takes 2.
+        assert journal.append([ev("c")])[0].position == 2
+        assert journal.verify() is None
+
+    def test_a_failed_append_inside_a_transaction_keeps_earlier_appends(
+        self, journal: JournalLike
+    ) -> None:
+        with journal.transaction() as tx:
+            tx.append([ev("a", 1, v=1)])
+            with pytest.raises(IdempotencyConflict):
+                tx.append([ev("a", 1, v=2)])
+        assert journal.head() == 1
+
+    def test_uncommitted_appends_are_invisible_to_other_threads(self, journal_url: str) -> None:
+        # SQL journals: the other thread reads the committed state at once. The memory
+        # journal: it waits for the transaction to end. Neither ever sees an
+        # uncommitted append.
+        writer = self.open_journal(journal_url)
+        reader = writer if journal_url == "memory" else self.open_journal(journal_url)
+        try:
+            open_ = threading.Event()
+            seen: list[tuple[int, bool]] = []
+            t = threading.Thread(target=lambda: seen.append((reader.head(), open_.is_set())))
+            with writer.transaction() as tx:
+                open_.set()
+                tx.append([ev("a")])
+                t.start()
+                t.join(0.5)
+                open_.clear()
+            t.join(10)
+            assert seen in ([(0, True)], [(1, False)])
+            assert reader.head() == 1
+        finally:
+            writer.close()
+            reader.close()
+
+    def test_nested_transaction_joins_the_outer_one(self, journal: JournalLike) -> None:
+        with pytest.raises(KeyError), journal.transaction(["a"]):
+            journal.append([ev("x")])
+            with journal.transaction(["b"]) as inner:
+                inner.append([ev("y")])
+            raise KeyError("abandon both")
+        assert journal.head() == 0
+
+    def test_snapshots_are_saved_listed_loaded_and_dropped(self, journal: JournalLike) -> None:
+        s1 = journal.save_snapshot("ledger", 10, 50, "d1", b"\x00state-1")
+        s2 = journal.save_snapshot("ledger", 12, 40, "d2", b"state-2")
+        s3 = journal.save_snapshot("ledger", 11, 50, "d3", b"")
+        journal.save_snapshot("other", 1, 1, "d4", b"x")
+        assert [s.id for s in journal.snapshots("ledger")] == [s2.id, s1.id, s3.id]
+        assert journal.snapshots("ledger")[0].digest == "d2"
+        assert journal.load_snapshot(s1.id) == b"\x00state-1"
+        assert journal.load_snapshot(s3.id) == b""
+        with pytest.raises(KeyError):
+            journal.load_snapshot(10**9)
+        assert journal.drop_snapshots("ledger", from_time=45) == 2
+        assert journal.snapshots("ledger") == [s2]
+        assert journal.drop_snapshots("ledger") == 1
+        assert journal.snapshots("ledger") == [] and len(journal.snapshots("other")) == 1
+        s5 = journal.save_snapshot("ledger", 1, 1, "d5", b"y")
+        assert s5.id not in (s1.id, s2.id, s3.id)  # ids are never reused
+        with pytest.raises(ValueError):
+            journal.save_snapshot("ledger", 1, 1, "d", "not bytes")  # type: ignore[arg-type]
+
+    def test_closed_journal_refuses_work(self, journal_url: str) -> None:
+        j = self.open_journal(journal_url)
+        j.close()
+        with pytest.raises(Exception, match="closed"):
+            j.append([ev("a")])
+
+
+class ChainContract(_OnABackend):
+    """The hash chain: anchors, tampering found, reads that check the chain."""
+
+    def test_an_empty_journal_is_anchored_at_the_genesis_hash(self, journal: JournalLike) -> None:
+        assert journal.head_anchor() == Anchor(0, GENESIS_HASH)
+        assert journal.verify_chain().ok
+        assert journal.verify_chain(anchor=Anchor(0, GENESIS_HASH)).ok
+
+    def test_the_head_anchor_is_the_last_position_and_its_hash(self, journal: JournalLike) -> None:
+        last = filled(journal).append([ev("last", 99)])[0]
+        assert journal.head_anchor() == Anchor(last.position, last.hash)
+        report = journal.verify_chain(anchor=journal.head_anchor())
+        assert report.ok and report.events == 11 and report.head == journal.head_anchor()
+        assert report.first_bad_position is None and report.problem is None
+
+    def test_an_anchor_still_holds_after_more_appends(self, journal: JournalLike) -> None:
+        anchor = filled(journal).head_anchor()
+        journal.append([ev("later", 50)])
+        assert journal.verify(anchor) is None
+        assert journal.verify_chain(anchor=(anchor.position, anchor.hash)).ok
+
+    def test_one_edited_record_is_found_at_its_position(self, journal: JournalLike) -> None:
+        anchor = filled(journal).head_anchor()
+        tamper_payload(journal, 6, lambda s: s.replace("106", "107"))
+        report = journal.verify_chain(anchor=anchor)
+        assert not report.ok and report.first_bad_position == 6
+        assert report.problem is not None and "position 6" in report.problem
+
+    def test_a_deleted_record_with_the_chain_rehashed_fails_only_against_an_anchor(
+        self,
+        journal: JournalLike,
+    ) -> None:
+        anchor = filled(journal).head_anchor()
+        rows = stored_rows(journal)
+        replace_rows(journal, rehash(rows[:3] + rows[4:]))  # delete position 4, re-chain the rest
+        assert journal.verify_chain().ok  # consistent in itself: nothing else could tell
+        report = journal.verify_chain(anchor=anchor)
+        assert not report.ok and report.first_bad_position == 10
+        assert report.problem is not None and "ends at position 9" in report.problem
+
+    def test_a_rewritten_prefix_fails_at_the_anchored_position(self, journal: JournalLike) -> None:
+        filled(journal)
+        rows = stored_rows(journal)
+        anchor = Anchor(5, rows[4][8])
+        edited = (*rows[1][:7], rows[1][7].replace("102", "999"), rows[1][8])
+        replace_rows(journal, rehash([rows[0], edited, *rows[2:]]))
+        assert journal.verify() is None
+        report = journal.verify_chain(anchor=anchor)
+        assert not report.ok and report.first_bad_position == 5
+        assert report.problem is not None and "rewritten" in report.problem
+
+    def test_a_truncated_tail_with_the_head_pointed_back_fails_against_an_anchor(
+        self,
+        journal: JournalLike,
+    ) -> None:
+        anchor = filled(journal).head_anchor()
+        replace_rows(journal, stored_rows(journal)[:7])
+        assert journal.verify() is None  # no re-hash needed for this one
+        assert journal.head_anchor().position == 7
+        report = journal.verify_chain(anchor=anchor)
+        assert not report.ok and report.first_bad_position == 8
+
+    def test_a_truncated_tail_behind_the_head_marker_is_found_without_an_anchor(
+        self,
+        journal: JournalLike,
+    ) -> None:
+        if isinstance(journal, MemoryJournal):
+            pytest.skip("the memory journal has no head marker apart from its records")
+        filled(journal)
+        replace_rows(journal, stored_rows(journal)[:7], move_head=False)
+        report = journal.verify_chain()
+        assert not report.ok and report.first_bad_position == 8
+
+    def test_an_anchor_from_another_journal_fails(self, journal: JournalLike) -> None:
+        filled(journal)
+        assert journal.verify(Anchor(3, "f" * 64)) == 3
+
+    def test_a_verified_read_yields_the_same_events_as_a_plain_read(
+        self, journal: JournalLike
+    ) -> None:
+        filled(journal, 25)
+        plain = list(journal.read(order="position"))
+        assert list(journal.read_verified(batch_size=4)) == plain
+        mid = plain[9]
+        assert list(journal.read_verified((mid.position, mid.hash), batch_size=3)) == plain[10:]
+        assert list(journal.read_verified((mid.position, mid.hash), to_position=12)) == plain[10:12]
+        assert list(journal.read_verified(journal.head_anchor())) == []
+
+    def test_a_verified_read_stops_before_an_altered_event(self, journal: JournalLike) -> None:
+        filled(journal)
+        checkpoint = list(journal.read(order="position"))[3]
+        tamper_payload(journal, 7, lambda s: s.replace("107", "1070"))
+        seen: list[int] = []
+        with pytest.raises(ChainBroken, match="position 7") as caught:
+            for event in journal.read_verified((checkpoint.position, checkpoint.hash)):
+                seen.append(event.position)
+        assert caught.value.position == 7
+        assert seen == [5, 6]
+
+    def test_a_verified_read_from_a_wrong_hash_fails_at_the_first_event(
+        self, journal: JournalLike
+    ) -> None:
+        filled(journal)
+        with pytest.raises(ChainBroken) as caught:
+            list(journal.read_verified((4, "0" * 64)))
+        assert caught.value.position == 5
+
+    def test_a_verified_read_finds_a_missing_position(self, journal: JournalLike) -> None:
+        filled(journal)
+        rows = stored_rows(journal)
+        replace_rows(journal, rows[:5] + rows[6:])
+        with pytest.raises(ChainBroken, match="position 6") as caught:
+            list(journal.read_verified())
+        assert caught.value.position == 6
+
+
+class NulContract(_OnABackend):
+    """NUL characters are refused everywhere, with a clear error."""
+
+    @pytest.mark.parametrize(
+        ("event", "where"),
+        [
+            (NewEvent("a\x00b", "s", "t", 1, {}), "id"),
+            (NewEvent("a", "s\x00", "t", 1, {}), "stream"),
+            (NewEvent("a", "s", "\x00t", 1, {}), "type"),
+            (NewEvent("a", "s", "t", 1, {"memo": "x\x00y"}), "memo"),
+            (NewEvent("a", "s", "t", 1, {"deep": [{"k": ["ok", "no\x00"]}]}), "deep"),
+            (NewEvent("a", "s", "t", 1, {"key\x00": 1}), "key"),
+        ],
+        ids=["id", "stream", "type", "payload-value", "payload-deep", "payload-key"],
+    )
+    def test_nul_anywhere_in_an_event_is_refused_and_nothing_is_appended(
+        self, journal: JournalLike, event: NewEvent, where: str
+    ) -> None:
+        journal.append([ev("before")])
+        with pytest.raises(ValueError, match="NUL") as caught:
+            journal.append([ev("fine"), event])
+        assert where in str(caught.value)
+        assert journal.head() == 1
+
+    def test_a_backslash_u0000_text_is_not_a_nul(self, journal: JournalLike) -> None:
+        payload: dict[str, Any] = {"memo": "\\u0000 is how JSON writes NUL"}
+        journal.append([NewEvent("a", "s", "t", 1, payload)])
+        got = journal.get("a")
+        assert got is not None and got.payload == payload
+        assert journal.verify() is None
+
+    def test_lookups_with_nul_find_nothing_instead_of_failing(self, journal: JournalLike) -> None:
+        journal.append([ev("a", stream="s")])
+        assert journal.get("a\x00") is None
+        assert journal.stream_version("s\x00") == 0
+        assert journal.max_time(["s\x00"]) is None
+        assert journal.max_time(["s\x00", "s"]) == 0
+        with pytest.raises(ValueError, match="NUL"):
+            list(journal.read(stream="s\x00"))
+        with pytest.raises(ValueError, match="NUL"), journal.transaction(["k\x00"]):
+            pass
+        with pytest.raises(ValueError, match="NUL"):
+            journal.save_snapshot("n\x00", 1, 0, "d", b"")
+
+
+class JournalContract(AppendReadContract, ChainContract, NulContract):
+    """The whole journal contract: subclass it with a `journal_url` fixture."""

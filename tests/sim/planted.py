@@ -1,0 +1,89 @@
+"""Known bugs, planted by monkeypatching, that the simulator must find.
+
+Each function takes pytest's `monkeypatch` and breaks one rule of the ledger the way a
+plausible mistake would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from projections import creditbook, ledger, projector, session
+from projections.events import JobCancelled
+
+
+def expiry_order_reversed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches are drawn latest expiry first."""
+    init = creditbook.Batch.__init__
+
+    def reversed_init(self: creditbook.Batch, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        priority, never, expiry, general, order = self.key
+        self.key = (priority, not never, -expiry, general, order)
+
+    monkeypatch.setattr(creditbook.Batch, "__init__", reversed_init)
+
+
+def off_by_one_at_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credits still count at their expiry time (valid for t <= expiry, not t < expiry)."""
+    monkeypatch.setattr(creditbook.Batch, "is_expired_at",
+                        lambda self, time: self.expiry is not None and self.expiry < time)
+
+
+def double_release_on_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling a pending job returns its reserved credits twice."""
+    cancel = ledger._HANDLERS[JobCancelled]
+
+    def twice(self: ledger.Ledger, position: int, event_id: str, time: int,
+              event: JobCancelled) -> Any:
+        job = self.jobs.get(event.job)
+        hold = None
+        if job is not None and job.state == ledger.PENDING:
+            hold = self.accounts[job.account].book.holds.get(job.id)
+        portions = list(hold.portions) if hold is not None else []
+        outcome = cancel(self, position, event_id, time, event)
+        if portions:
+            self.accounts[job.account].book._return(portions, time)
+        return outcome
+
+    monkeypatch.setitem(ledger._HANDLERS, JobCancelled, twice)
+
+
+def retry_appended_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retry with an id already recorded is not recognised: it is decided again."""
+    build = session.LedgerSession._build
+
+    def forgetful(self: session.LedgerSession, *args: Any) -> Any:
+        decide, event_id, *rest = args
+        if event_id is not None and self.journal.get(event_id) is not None:
+            event_id = None
+        return build(self, decide, event_id, *rest)
+
+    monkeypatch.setattr(session.LedgerSession, "_build", forgetful)
+
+
+def late_event_not_reprojected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late event is applied where it arrives, after everything, instead of at its
+    place on the timeline with everything after it folded again."""
+
+    def on_top(self: projector.Projector, late: Any) -> Any:
+        last = self.ledger.last
+        self.ledger.last = (-(2**63), 0)
+        try:
+            return projector.apply_recorded(self.ledger, late)
+        finally:
+            self.ledger.last = max(last, self.ledger.last)
+
+    monkeypatch.setattr(projector.Projector, "_reproject", on_top)
+
+
+BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "expiry order reversed": expiry_order_reversed,
+    "off by one at expiry": off_by_one_at_expiry,
+    "double release on cancel": double_release_on_cancel,
+    "retry appended twice": retry_appended_twice,
+    "late event not re-projected": late_event_not_reprojected,
+}

@@ -1,0 +1,127 @@
+"""`python -m tools.sim`: run seeded simulations, or replay a reproduction file.
+
+Exit status 0 when every run passed, 1 when one failed (its reproduction is written),
+2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tools.sim.run import (
+    EPOCH,
+    Failure,
+    RunResult,
+    replay_file,
+    reproduction_lines,
+    run,
+    run_script,
+    shrink,
+    write_reproduction,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.sim",
+        description="Seeded simulation of workers, reporters, finance, importers and "
+                    "auditors with faults; checks invariants after every step.")
+    parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    parser.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
+    parser.add_argument("--steps", type=int, default=10_000, help="ops per run")
+    parser.add_argument("--check-every", type=int, default=1000, metavar="K",
+                        help="whole-journal checks every K ops (default 1000)")
+    parser.add_argument("--out", type=Path, default=Path("sim-failures"),
+                        help="folder for reproductions of failures (default sim-failures)")
+    parser.add_argument("--shrink-seconds", type=float, default=60.0,
+                        help="time allowed to shrink a failure (default 60)")
+    parser.add_argument("--epoch", type=int, default=EPOCH, metavar="E",
+                        help=f"start a new world every E ops (default {EPOCH})")
+    parser.add_argument("--one-process", action="store_true",
+                        help="every actor in one process on one projection (faster; no "
+                             "clock skew between workers)")
+    parser.add_argument("--replay", type=Path, metavar="FILE",
+                        help="perform a reproduction file line by line instead")
+    return parser
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _report_failure(result: RunResult, failure: Failure, out: Path,
+                    shrink_seconds: float, epoch: int) -> None:
+    _say(f"FAILED: seed {result.seed}, step {failure.step} of {result.steps}")
+    for problem in failure.problems[:10]:
+        _say(f"  {problem}")
+    _say("last events (arrival order):")
+    for event in failure.last_events:
+        _say(f"  {json.dumps(event, sort_keys=True)}")
+    _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}"
+         + (f" --epoch {epoch}" if epoch != EPOCH else "")
+         + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else ""))
+    smallest = shrink(failure.ops, budget_seconds=shrink_seconds)
+    again = run_script(smallest)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"seed-{result.seed}-step-{failure.step}.jsonl"
+    write_reproduction(path, reproduction_lines(smallest))
+    _say(f"shrunk to {len(smallest)} of {len(failure.ops)} ops"
+         + (f": {again.problems[0]}" if again is not None else " (no longer failing!)"))
+    replayed = replay_file(path)
+    _say(f"wrote {path} ({sum(1 for _ in path.open())} lines)")
+    _say(f"replay it: python -m tools.sim --replay {path}"
+         + ("" if replayed is not None else
+            "  (the file alone does not fail: the failure needs the run's faults; "
+            "replay the seed instead)"))
+
+
+def _rate(steps: int, seconds: float, cpu: float) -> str:
+    return (f"{steps / max(seconds, 1e-9):,.0f} steps/s, "
+            f"{steps / max(cpu, 1e-9):,.0f} per CPU second")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.replay is not None:
+        try:
+            failure = replay_file(args.replay)
+        except (OSError, ValueError) as exc:
+            print(f"tools.sim: error: {exc}", file=sys.stderr)
+            return 2
+        if failure is None:
+            _say(f"{args.replay}: every line performed, every check passed")
+            return 0
+        _say(f"FAILED at line {failure.step} of {args.replay}:")
+        for problem in failure.problems[:10]:
+            _say(f"  {problem}")
+        return 1
+    if args.steps < 0 or min(args.seeds, args.check_every, args.epoch) < 1:
+        print("tools.sim: error: --steps must be >= 0; --seeds, --check-every and --epoch "
+              ">= 1", file=sys.stderr)
+        return 2
+    total_steps = 0
+    total_seconds = total_cpu = 0.0
+    for seed in range(args.seed, args.seed + args.seeds):
+        result = run(seed, args.steps, check_every=args.check_every,
+                     one_process=args.one_process, epoch=args.epoch)
+        total_steps += result.steps
+        total_seconds += result.seconds
+        total_cpu += result.cpu_seconds
+        faults = ", ".join(f"{n} {k}" for k, n in sorted(result.faults.items()))
+        _say(f"seed {seed}: {result.steps} steps, {result.events} events in "
+             f"{result.seconds:.2f} s ({_rate(result.steps, result.seconds, result.cpu_seconds)}"
+             f"); faults: {faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
+        if result.failure is not None:
+            _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch)
+            return 1
+    if args.seeds > 1:
+        _say(f"all {args.seeds} seeds passed: {total_steps} steps in {total_seconds:.2f} s "
+             f"({_rate(total_steps, total_seconds, total_cpu)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

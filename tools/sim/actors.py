@@ -1,0 +1,311 @@
+"""The simulated actors: one seeded random source decides every op and every fault.
+
+`Director.next_op()` draws the next op (see `tools.sim.world`) from what the actors
+know: the jobs they submitted and were told accepted, the jobs they started, the files
+they delivered. It reads answers from `World.told` after each op; it never reads the
+ledger, so what it asks does not depend on the code under test beyond its answers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventstore import MemoryJournal, NewEvent
+from projections.importing import plan_import
+from projections.replay import fold_canonical
+from tools.sim.world import Op, World
+
+ACCOUNTS = ("acme", "bio", "cern", "dyn")
+POOLS = (None, None, None, "h100")
+WORKERS = ("w0", "w1")
+START_TIME = 1_000
+MAX_SKEW = 5
+"""Workers' clocks are up to this many seconds off. Reporters and finance stamp their
+events with the time usage happened, which is never ahead of the latest worker clock
+unless they are delivered late (then by up to 30 seconds)."""
+
+
+def content_ids_by_line() -> bool:
+    """Whether the importer names a line without an id by that line's own content (so
+    the same line in a grown file keeps its id); until it does, every delivered line
+    carries an id of its own."""
+    line = b'{"type": "consume", "account": "a", "amount": 1, "time": 1}\n'
+    other = b'{"type": "consume", "account": "a", "amount": 2, "time": 1}\n'
+    alone = plan_import(line, "probe", MemoryJournal())
+    grown = plan_import(line + other, "probe", MemoryJournal())
+    return bool(alone.events) and alone.events[0].id == grown.events[0].id
+
+
+def reversals_fold() -> bool:
+    """Whether a `reverse` event takes the event it names out of a fold; until the
+    fold does, finance records no reversals."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 10}),
+                     NewEvent("c", "a", "consume", 2, {"account": "a", "amount": 4}),
+                     NewEvent("r", "a", "reverse", 3, {"event": "c", "reason": "probe"})])
+    try:
+        ledger = fold_canonical(journal)
+    except Exception:  # an older fold may not know the event at all
+        return False
+    account = ledger.accounts.get("a")
+    return account is not None and account.balance == 10
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """How often each actor acts and each fault strikes (per op)."""
+
+    submit: float = 0.24
+    start: float = 0.18
+    complete: float = 0.15
+    cancel: float = 0.06
+    consume: float = 0.18
+    grant: float = 0.10
+    adjust: float = 0.015
+    void: float = 0.008
+    reverse: float = 0.006
+    import_: float = 0.03
+    audit: float = 0.001
+    open: float = 0.002
+    late: float = 0.03  # a usage report or grant stamped earlier than the latest event
+    late_line: float = 0.3  # a delivered line stamped earlier than the latest event
+    lost_answer: float = 0.03
+    crash_before_commit: float = 0.02
+    restart: float = 0.0003
+    invalid: float = 0.05  # a worker names a job in the wrong state
+
+
+@dataclass
+class Director:
+    """Draws ops for a seed; `observe` tells it what the world answered."""
+
+    seed: int
+    rates: Rates = field(default_factory=Rates)
+    rng: random.Random = field(init=False)
+    now: int = START_TIME
+    step: int = 0
+    accounts: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    grants: list[str] = field(default_factory=list)  # ids of grants made, for voids
+    skews: dict[str, int] = field(default_factory=dict)
+    content_ids: bool = False  # lines without an id are known by their own content
+    reversals: bool = False  # the fold takes reversed events out
+    reversible: list[str] = field(default_factory=list)  # recent usage, grants, corrections
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.content_ids = content_ids_by_line()
+        self.reversals = reversals_fold()
+        # Clocks disagree between workers: live decisions must still keep the timeline.
+        self.skews = {w: self.rng.randint(-MAX_SKEW, MAX_SKEW) for w in WORKERS}
+
+    def new_world(self) -> None:
+        """Forget what the actors knew of the previous world (the clock goes on)."""
+        self.accounts, self.pending, self.running, self.finished = [], [], [], []
+        self.files, self.grants, self.reversible = {}, [], []
+
+    def opening(self) -> list[Op]:
+        """The first ops: every account opened, with a cap on running jobs for some."""
+        ops = []
+        for name in ACCOUNTS:
+            cap = self.rng.choice((None, 1, 2, 3))
+            line: dict[str, Any] = {"type": "account", "account": name, "time": self.now,
+                                    "id": f"open-{name}"}
+            if cap is not None:
+                line["max_running"] = cap
+            ops.append(self._op("w0", line))
+            ops.append(self._op("finance", self._grant(name, self.now, 60, 400)))
+        return ops
+
+    def next_op(self) -> Op:
+        rng, r = self.rng, self.rates
+        self.now += rng.choice((0, 1, 1, 2, 3))
+        worker = rng.choice(WORKERS)
+        x = rng.random()
+        kind = "start"
+        for candidate, rate in (("submit", r.submit), ("start", r.start),
+                                ("complete", r.complete), ("cancel", r.cancel),
+                                ("consume", r.consume), ("grant", r.grant),
+                                ("adjust", r.adjust), ("void", r.void),
+                                ("reverse", r.reverse),
+                                ("import", r.import_), ("audit", r.audit), ("open", r.open)):
+            if x < rate:
+                kind = candidate
+                break
+            x -= rate
+        if kind == "submit":
+            line = {"type": "submit", "account": self._account(), "job": f"j{self.step}",
+                    "cost": rng.randint(1, 40), "priority": rng.randint(0, 3)}
+            pool = rng.choice(POOLS)
+            if pool:
+                line["pool"] = pool
+            return self._op(worker, self._stamp(line))
+        if kind == "start":
+            return self._op(worker, self._stamp({"type": "start"}))
+        if kind == "complete":
+            job = self._pick(self.running, self.pending + self.finished)
+            line = {"type": "complete", "job": job, "success": rng.random() < 0.6}
+            if not line["success"]:
+                line["refund_fraction"] = rng.choice((1.0, 0.9, 0.5, 0.25, 0.0))
+            return self._op(worker, self._stamp(line))
+        if kind == "cancel":
+            job = self._pick(self.pending, self.running + self.finished)
+            return self._op(worker, self._stamp({"type": "cancel", "job": job}))
+        if kind == "consume":
+            line = {"type": "consume", "account": self._account(),
+                    "amount": rng.randint(1, 25), "time": self._report_time()}
+            pool = rng.choice(POOLS)
+            if pool:
+                line["pool"] = pool
+            return self._op("reporter", self._id(line))
+        if kind == "grant":
+            return self._op("finance", self._grant(self._account(), self._report_time(),
+                                                   10, 120))
+        if kind == "adjust":
+            amount = rng.choice((-1, 1)) * rng.randint(1, 40)
+            line = {"type": "adjust", "account": self._account(), "amount": amount,
+                    "time": self._report_time(), "reason": "simulated correction"}
+            return self._op("finance", self._id(line))
+        if kind == "void" and self.grants:
+            line = {"type": "void", "grant": rng.choice(self.grants),
+                    "time": self._report_time(), "reason": "simulated contract change"}
+            return self._op("finance", self._id(line))
+        if kind == "reverse" and self.reversible and self.reversals:
+            # Usage, grants and corrections; now and then a reversal, to put one back.
+            target = rng.choice(self.reversible)
+            reverse: dict[str, Any] = {"type": "reverse", "event": target,
+                                       "time": self._report_time(),
+                                       "reason": "simulated mistake"}
+            line = self._id(reverse)
+            self.reversible.append(str(line["id"]))
+            del self.reversible[:-40]
+            return self._op("finance", line)
+        if kind == "import":
+            return self._delivery()
+        if kind == "open":
+            name = f"new{self.step}"
+            self.accounts.append(name)
+            return self._op("w0", self._stamp({"type": "account", "account": name}))
+        return {"step": self._next_step(), "actor": "auditor", "kind": "audit",
+                "account": self._account(), "at": self.now - rng.randint(0, 40),
+                "as_known_at": rng.random()}
+
+    def observe(self, op: Op, world: World) -> None:
+        """Update what the actors know from the answers the world gave."""
+        if op["kind"] in ("import", "audit"):
+            return
+        line = op["line"]
+        if op.get("fault") == "crash-before-commit" and not op.get("retry"):
+            return
+        answer = world.told.get(line["id"])
+        kind = line["type"]
+        if kind == "account" and line["account"] not in self.accounts:
+            self.accounts.append(line["account"])
+        elif kind == "submit" and answer is True:
+            self.pending.append(line["job"])
+        elif kind == "start" and answer is not None and line["id"] in world.told:
+            if answer in self.pending:
+                self.pending.remove(answer)
+            self.running.append(answer)
+        elif kind in ("complete", "cancel") and line["id"] in world.told:
+            for known in (self.running, self.pending):
+                if line["job"] in known:
+                    known.remove(line["job"])
+            self.finished.append(line["job"])
+            del self.finished[:-50]
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _next_step(self) -> int:
+        self.step += 1
+        return self.step
+
+    def _op(self, actor: str, line: dict[str, Any]) -> Op:
+        op: Op = {"step": self._next_step(), "actor": actor, "kind": line["type"],
+                  "line": line, "fault": None}
+        if line["type"] in ("consume", "grant", "adjust"):
+            self.reversible.append(line["id"])
+            del self.reversible[:-40]
+        x = self.rng.random()
+        if x < self.rates.lost_answer:
+            op["fault"] = "lost-answer"
+        elif x < self.rates.lost_answer + self.rates.crash_before_commit:
+            op["fault"] = "crash-before-commit"
+            op["retry"] = self.rng.random() < 0.7
+        elif x < self.rates.lost_answer + self.rates.crash_before_commit + self.rates.restart:
+            op["fault"] = "restart"
+        return op
+
+    def _id(self, line: dict[str, Any]) -> dict[str, Any]:
+        line["id"] = f"{line['type'][0]}{self.step + 1}"
+        return line
+
+    def _stamp(self, line: dict[str, Any]) -> dict[str, Any]:
+        """A worker's decision: its clock now (skewed per worker: set by the world)."""
+        line["time"] = self.now
+        return self._id(line)
+
+    def _account(self) -> str:
+        return self.rng.choice(self.accounts or list(ACCOUNTS))
+
+    def _report_time(self) -> int:
+        if self.rng.random() < self.rates.late:
+            return self.now - self.rng.randint(1, 30)  # delivered late
+        return self.now + MAX_SKEW
+
+    def _grant(self, account: str, time: int, low: int, high: int) -> dict[str, Any]:
+        # Expiries land inside the run, often on the same times: the order of expiry and
+        # the boundary at expiry are exercised.
+        line: dict[str, Any] = {"type": "grant", "account": account,
+                                "amount": self.rng.randint(low, high), "time": time,
+                                "expiry": time + self.rng.choice((5, 10, 10, 20, 40, 200))}
+        pool = self.rng.choice(POOLS)
+        if pool:
+            line["pool"] = pool
+        line = self._id(line)
+        self.grants.append(line["id"])
+        del self.grants[:-40]
+        return line
+
+    def _pick(self, right: list[str], wrong: list[str]) -> str:
+        rng = self.rng
+        if right and (not wrong or rng.random() >= self.rates.invalid):
+            return rng.choice(right)
+        if wrong:
+            return rng.choice(wrong)
+        return f"j{rng.randrange(max(1, self.step))}"
+
+    def _delivery(self) -> Op:
+        """A file of usage and grants: new, delivered again, or grown by a few lines."""
+        rng = self.rng
+        step = self._next_step()
+        name = rng.choice(sorted(self.files)) if self.files and rng.random() < 0.5 else None
+        if name is None:
+            name = f"usage-{step}.jsonl"
+            self.files[name] = []
+        lines = self.files[name]
+        if not lines or rng.random() < 0.6:  # grown (or new): a few lines, out of order
+            for _ in range(rng.randint(1, 4)):
+                late = rng.random() < self.rates.late_line
+                time = self.now - rng.randint(1, 25) if late else self.now + MAX_SKEW
+                line: dict[str, Any]
+                if rng.random() < 0.7:
+                    line = {"type": "consume", "account": self._account(),
+                            "amount": rng.randint(1, 20), "time": time}
+                else:
+                    line = {"type": "grant", "account": self._account(),
+                            "amount": rng.randint(5, 60), "time": time,
+                            "expiry": time + rng.choice((5, 15, 60))}
+                if not self.content_ids or rng.random() < 0.5:
+                    line["id"] = f"{name}:{len(lines) + 1}"
+                lines.append(line)
+        op: Op = {"step": step, "actor": "importer", "kind": "import", "file": name,
+                  "lines": list(lines), "fault": None}
+        if rng.random() < self.rates.crash_before_commit:
+            op["fault"] = "crash-before-commit"
+        return op

@@ -1,0 +1,148 @@
+"""The checks that need the whole journal, run every K steps and at the end of a run.
+
+- A fresh full fold of the journal (in canonical order, a new `Ledger`): every outcome's
+  lineage (`outcome_violations`), every invariant of the final state (`violations`).
+- Every live projection's digest equals the fresh fold's.
+- The plain reference model (`tools.sim.model`) folded from the same records agrees with
+  the fresh fold: balances per pool, reservations, running jobs, job states and charges,
+  each consume's debt and each submit's acceptance; and with what callers were told,
+  for every decision no later arrival could have revised.
+- The journal's hash chain verifies, and it holds exactly the events the simulator saw
+  acknowledged (each once, none it did not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from projections.events import from_payload
+from projections.invariants import outcome_violations, violations
+from projections.ledger import Ledger
+from tools.sim import model
+from tools.sim.world import Op, World
+
+NEVER = 2**62
+
+
+def full_check(world: World) -> list[str]:
+    """Every whole-journal check; the problems found (empty: all is well)."""
+    journal = world.journal
+    records = list(journal.read(order="canonical"))
+    problems: list[str] = []
+    ledger = Ledger()
+    excluded = model.excluded_ids(records)
+    if excluded:
+        ledger.excluded = excluded  # reversed events take no part
+    outcomes: dict[str, Any] = {}
+    for rec in records:
+        outcome = ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
+        outcomes[rec.id] = outcome
+        if rec.type in ("consume", "submit", "complete", "grant", "adjust") \
+                and rec.id not in excluded:
+            event = from_payload(rec.type, rec.payload)
+            job = getattr(event, "job", None)
+            cost = ledger.jobs[job].cost if rec.type == "complete" and job in ledger.jobs else None
+            problems += [f"fresh fold: {v}" for v in outcome_violations(outcome, event, cost)]
+    problems += [f"fresh fold: invariant broken: {v}" for v in violations(ledger)]
+    digest = ledger.digest()
+    for name, facade in world.sessions():
+        live = facade.state_digest()
+        if live != digest:
+            problems.append(f"the live projection of {name} has digest {live[:16]}…, a fresh "
+                            f"fold of the journal {digest[:16]}…")
+            break
+    reference = model.fold(records)
+    problems += _compare(ledger, reference, outcomes)
+    problems += _told(world, records, reference)
+    bad = journal.verify()
+    if bad is not None:
+        problems.append(f"the journal's hash chain is broken at position {bad}")
+    ids = {rec.id for rec in records}
+    if ids != world.recorded or len(records) != len(ids):
+        extra = sorted(ids - world.recorded)[:5]
+        lost = sorted(world.recorded - ids)[:5]
+        problems.append(f"the journal holds {len(records)} events; not acknowledged: {extra}; "
+                        f"acknowledged but missing: {lost}")
+    return problems
+
+
+def _figures(ledger: Ledger, time: int) -> dict[str, Any]:
+    """The fold's figures in the model's shape (zero pools left out)."""
+    accounts = {}
+    for name in sorted(ledger.accounts):
+        account = ledger.accounts[name]
+        if not account.opened:
+            continue
+        pools = account.pool_balances_at(max(time, account.last_time))
+        accounts[name] = {"pools": {p: v for p, v in sorted(pools.items()) if v},
+                          "reserved": account.reserved, "running": account.running}
+    jobs = {j: (job.state, job.charge) for j, job in sorted(ledger.jobs.items())}
+    return {"accounts": accounts, "jobs": jobs}
+
+
+def _compare(ledger: Ledger, reference: model.Model, outcomes: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    time = reference.last_time
+    want, got = reference.figures(time), _figures(ledger, time)
+    for name in sorted(set(want["accounts"]) | set(got["accounts"])):
+        w, g = want["accounts"].get(name), got["accounts"].get(name)
+        if w != g:
+            problems.append(f"account {name!r} at time {time}: the fold says {g}, the "
+                            f"reference model {w}")
+    for job in sorted(set(want["jobs"]) | set(got["jobs"])):
+        w, g = want["jobs"].get(job), got["jobs"].get(job)
+        if w != g:
+            problems.append(f"job {job!r}: the fold says (state, charge) {g}, the reference "
+                            f"model {w}")
+            if len(problems) > 10:
+                break
+    for eid, said in reference.told.items():
+        outcome = outcomes[eid]
+        folded = outcome.ok if isinstance(said, bool) else (
+            outcome.debt_after if outcome.type in ("consume", "adjust") else outcome.charge)
+        if folded != said:
+            problems.append(f"event {eid!r} ({outcome.type}): the fold decided {folded}, the "
+                            f"reference model {said}")
+            if len(problems) > 10:
+                break
+    return problems
+
+
+def _told(world: World, records: list[Any], reference: model.Model) -> list[str]:
+    """Answers given live agree with the final timeline, unless a later arrival landed
+    before them on it (a late event may revise an answer: that is what it is for)."""
+    by_position = sorted(records, key=lambda r: r.position)
+    times = {rec.id: rec.time for rec in records}
+    revisable: set[str] = set()
+    earliest_after = NEVER
+    for rec in reversed(by_position):
+        if earliest_after < rec.time:
+            revisable.add(rec.id)
+        # A reversal changes the timeline from the place of the event it names.
+        time = min(rec.time, times.get(rec.payload["event"], rec.time)) \
+            if rec.type == "reverse" else rec.time
+        earliest_after = min(earliest_after, time)
+    problems = []
+    for eid, said in world.told.items():
+        if eid in revisable or eid not in reference.told or said is None:
+            continue
+        if isinstance(said, (bool, int)) and reference.told[eid] != said:
+            problems.append(f"event {eid!r}: the caller was told {said!r}, the reference "
+                            f"model says {reference.told[eid]!r}")
+    return problems
+
+
+def audit(world: World, op: Op) -> list[str]:
+    """A balance as known at an earlier position, against the model of that prefix."""
+    journal = world.journal
+    head = journal.head()
+    position = int(op["as_known_at"] * (head + 1))
+    account, at = op["account"], op["at"]
+    tracker = world.tracker(world.process(op["actor"]), account)
+    said = tracker.get_balance(at, as_known_at=position)
+    known = list(journal.read(to_position=position, to_time=at, order="canonical"))
+    want = sum(model.fold(known).balances(account, at).values())
+    if said != want:
+        return [f"audit of {account!r} at time {at} as known at position {position}: "
+                f"get_balance says {said}, the reference model {want}"]
+    return []

@@ -1,0 +1,266 @@
+"""The simulator's reference: a plain, obviously-correct fold of the journal's records.
+
+Written apart from `projections.ledger` on purpose: no heaps, no laziness, no snapshots.
+Every question re-folds the records it is given, sorted by (time, position), through
+lists scanned linearly. It knows only the event types the simulator writes.
+
+Rules (docs/semantics.md): credits are valid for time < expiry; a draw in pool P takes
+P's batches and general ones, earliest expiry first (never-expiring last), P's before
+general on an equal expiry, then grant order; a general draw takes only general batches.
+What a draw cannot cover is P's debt. A grant to P pays P's debt; a general grant pays
+general debt, then each pool's debt in pool-name order; only the rest is a batch. A hold
+takes credits out of their batches; releasing returns them there (expired at once if the
+batch has expired, else paying debt first like a grant of that batch's pool).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+GENERAL = "general"
+NEVER = 2**63
+
+
+@dataclass
+class Batch:
+    grant: str
+    pool: str
+    expiry: int  # NEVER: does not expire
+    amount: int
+    order: tuple[int, int]
+    voided: bool = False  # its unused credits stopped counting; held ones lapse on release
+
+    def draw_key(self) -> tuple[int, bool, tuple[int, int]]:
+        return (self.expiry, self.pool == GENERAL, self.order)
+
+
+@dataclass
+class Account:
+    opened: bool = False
+    max_running: int | None = None
+    batches: list[Batch] = field(default_factory=list)
+    debt: dict[str, int] = field(default_factory=dict)
+    holds: dict[str, list[tuple[Batch, int]]] = field(default_factory=dict)
+    running: int = 0
+
+    def expire(self, time: int) -> None:
+        self.batches = [b for b in self.batches if b.expiry > time and b.amount > 0]
+
+    def usable(self, pool: str) -> int:
+        return sum(b.amount for b in self.batches if b.pool in (pool, GENERAL)
+                   and (pool != GENERAL or b.pool == GENERAL))
+
+    def draw(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
+        taken = []
+        for b in sorted(self.batches, key=Batch.draw_key):
+            if amount == 0:
+                break
+            if b.amount == 0 or not (b.pool == pool or b.pool == GENERAL):
+                continue
+            take = min(b.amount, amount)
+            b.amount -= take
+            amount -= take
+            taken.append((b, take))
+        return taken
+
+    def pay_debt(self, pool: str, amount: int) -> int:
+        order = [pool] if pool != GENERAL else [GENERAL, *sorted(p for p in self.debt
+                                                                 if p != GENERAL)]
+        for p in order:
+            pay = min(self.debt.get(p, 0), amount)
+            if pay:
+                self.debt[p] -= pay
+                amount -= pay
+                if not self.debt[p]:
+                    del self.debt[p]
+        return amount
+
+    def release(self, portions: list[tuple[Batch, int]], time: int) -> None:
+        for b, amount in portions:
+            if b.expiry <= time or b.voided:
+                continue  # expired (or voided) while held: gone
+            rest = self.pay_debt(b.pool, amount)
+            if rest:
+                if b not in self.batches:
+                    self.batches.append(b)
+                b.amount += rest
+
+    def balances(self, time: int) -> dict[str, int]:
+        """Per pool, live credits at `time` plus held minus debt (zero pools left out)."""
+        out: dict[str, int] = {}
+        for b in self.batches:
+            if b.expiry > time and b.amount:
+                out[b.pool] = out.get(b.pool, 0) + b.amount
+        for portions in self.holds.values():
+            for b, amount in portions:
+                out[b.pool] = out.get(b.pool, 0) + amount
+        for pool, debt in self.debt.items():
+            out[pool] = out.get(pool, 0) - debt
+        return {p: v for p, v in sorted(out.items()) if v}
+
+    @property
+    def held(self) -> int:
+        return sum(a for portions in self.holds.values() for _, a in portions)
+
+
+@dataclass
+class Job:
+    account: str
+    cost: int
+    priority: int
+    pool: str
+    state: str
+    charge: int | None = None
+
+
+@dataclass
+class Model:
+    """The state after folding some records."""
+
+    accounts: dict[str, Account] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    told: dict[str, Any] = field(default_factory=dict)  # event id -> what it reported
+    grants: dict[str, tuple[str, Batch | None]] = field(default_factory=dict)  # id -> batch
+    voids: dict[str, int] = field(default_factory=dict)  # grant id -> time voided
+    last_time: int = -NEVER
+
+    def balances(self, name: str, time: int) -> dict[str, int]:
+        account = self.accounts.get(name)
+        return {} if account is None else account.balances(time)
+
+    def figures(self, time: int) -> dict[str, Any]:
+        """Everything the simulator compares with the projection, as plain data."""
+        return {
+            "accounts": {
+                name: {"pools": a.balances(time), "reserved": a.held, "running": a.running}
+                for name, a in sorted(self.accounts.items()) if a.opened
+            },
+            "jobs": {j: (job.state, job.charge) for j, job in sorted(self.jobs.items())},
+        }
+
+
+def excluded_ids(records: Iterable[Any]) -> frozenset[str]:
+    """The ids that take no part in the fold: named by a reversal that is not itself
+    reversed. A reversal can only name an event recorded before it, so walking back from
+    the last position settles each reversal before the event it names."""
+    out: set[str] = set()
+    for rec in sorted(records, key=lambda r: r.position, reverse=True):
+        if rec.type == "reverse" and rec.id not in out:
+            out.add(rec.payload["event"])
+    return frozenset(out)
+
+
+def fold(records: Iterable[Any]) -> Model:
+    """Fold records (anything with .position .id .type .time .payload) in canonical order."""
+    model = Model()
+    records = list(records)
+    excluded = excluded_ids(records)
+    for rec in sorted(records, key=lambda r: (r.time, r.position)):
+        if rec.id not in excluded and rec.type != "reverse":
+            _apply(model, rec)
+        model.last_time = rec.time
+    return model
+
+
+def _apply(model: Model, rec: Any) -> None:
+    p = rec.payload
+    if rec.type == "void":
+        _void(model, p["grant"], rec.time)
+        return
+    if rec.type in ("account", "grant", "consume", "submit", "adjust"):
+        account = model.accounts.setdefault(p["account"], Account())
+        account.expire(rec.time)
+        _credit_event(model, account, rec)
+        return
+    job = model.jobs.get(p["job"])
+    if job is not None:
+        account = model.accounts[job.account]
+        account.expire(rec.time)
+        _job_event(model, account, job, rec)
+
+
+def _void(model: Model, grant: str, time: int) -> None:
+    """From `time` on the grant's unused credits stop counting; held ones stay with their
+    job (a charge still takes them) and lapse when released."""
+    model.voids[grant] = min(time, model.voids.get(grant, time))
+    name, batch = model.grants.get(grant, ("", None))
+    if batch is not None:
+        model.accounts[name].expire(time)
+        batch.voided = True
+        batch.amount = 0
+
+
+def _credit_event(model: Model, account: Account, rec: Any) -> None:
+    p, t, kind = rec.payload, rec.time, rec.type
+    if kind == "account":
+        account.opened = True
+        account.max_running = p.get("max_running")
+    elif kind == "grant" or (kind == "adjust" and p["amount"] > 0):
+        # A credit adjustment is a grant without expiry.
+        account.opened = True
+        expiry = p.get("expiry")
+        expiry = NEVER if expiry is None else expiry
+        voided = model.voids.get(rec.id)
+        if expiry <= t or (voided is not None and voided <= t):
+            return
+        pool = p.get("pool", GENERAL)
+        rest = account.pay_debt(pool, p["amount"])
+        batch = Batch(rec.id, pool, expiry, rest, (t, rec.position)) if rest else None
+        if batch is not None:
+            account.batches.append(batch)
+        model.grants[rec.id] = (p["account"], batch)
+    elif kind in ("consume", "adjust"):
+        # A debit adjustment is a usage report.
+        pool = p.get("pool", GENERAL)
+        amount = abs(p["amount"])
+        short = amount - sum(a for _, a in account.draw(pool, amount))
+        if short:
+            account.debt[pool] = account.debt.get(pool, 0) + short
+        model.told[rec.id] = sum(account.debt.values())
+    elif kind == "submit":
+        name, pool = p["job"], p.get("pool", GENERAL)
+        if name in model.jobs:
+            return
+        available = sum(b.amount for b in account.batches) - sum(account.debt.values())
+        cost = p["cost"]
+        ok = account.opened and cost <= min(account.usable(pool), available)
+        model.jobs[name] = Job(p["account"], cost, p["priority"], pool,
+                               "pending" if ok else "rejected")
+        model.told[rec.id] = ok
+        if ok:
+            account.holds[name] = account.draw(pool, cost)
+
+
+def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
+    p, t, kind = rec.payload, rec.time, rec.type
+    if kind == "start":
+        capped = account.max_running is not None and account.running >= account.max_running
+        if job.state == "pending" and not capped:
+            job.state = "running"
+            account.running += 1
+    elif kind == "complete" and job.state == "running":
+        if p["success"]:
+            charge = job.cost
+        else:
+            refund = Fraction(repr(float(p.get("refund_fraction", 1.0))))
+            charge = math.floor(job.cost * (1 - refund))
+        portions = account.holds.pop(p["job"])
+        released = []
+        left = charge
+        for b, amount in portions:
+            take = min(left, amount)
+            left -= take
+            if amount - take:
+                released.append((b, amount - take))
+        account.release(released, t)
+        account.running -= 1
+        job.state = "succeeded" if p["success"] else "failed"
+        job.charge = charge
+        model.told[rec.id] = charge
+    elif kind == "cancel" and job.state == "pending":
+        account.release(account.holds.pop(p["job"]), t)
+        job.state = "cancelled"

@@ -1,0 +1,257 @@
+"""Running ops against a fresh world: a seeded run, a fixed script, a reproduction file.
+
+`run(seed, steps)` draws ops from a `Director` and performs them one by one, checking
+after every op what it touched and every `check_every` ops the whole journal. The first
+problem stops the run; `shrink` then looks for the fewest ops that still fail, and
+`reproduction_lines` turns them into a JSON Lines file of the import format that
+`replay_file` (`python -m tools.sim --replay FILE`) performs again, line by line.
+"""
+
+from __future__ import annotations
+
+import json
+import time as _time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eventstore import JournalLike, MemoryJournal
+from projections.replay import fold_canonical, verify
+from tools.sim.actors import Director, Rates
+from tools.sim.checks import audit, full_check
+from tools.sim.world import Op, World
+
+SMALL = 300
+"""A script this short gets the whole-journal checks after every op (shrinking, replay)."""
+
+
+@dataclass
+class Failure:
+    """Where a run went wrong: the op, its problems, and the ops performed up to it."""
+
+    step: int
+    problems: list[str]
+    ops: list[Op]
+    last_events: list[dict[str, Any]]
+
+
+@dataclass
+class RunResult:
+    """What a run did."""
+
+    seed: int | None
+    steps: int
+    seconds: float
+    failure: Failure | None = None
+    faults: dict[str, int] = field(default_factory=dict)
+    events: int = 0
+    digest: str = ""  # a fresh fold's digest of the final journal (for reproducibility)
+    cpu_seconds: float = 0.0  # CPU time of this process (a shared machine's wall clock
+    # also counts what the other processes ran)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def new_world(journal: JournalLike | None = None, skews: dict[str, int] | None = None,
+              *, one_process: bool = False) -> World:
+    world = World(journal if journal is not None else MemoryJournal(),
+                  one_process=one_process)
+    for name, skew in (skews or {}).items():
+        world.process(name).skew = skew
+    return world
+
+
+def perform(world: World, ops: Iterable[Op], *, check_every: int,
+            observe: Callable[[Op], None] | None = None) -> tuple[int, Failure | None]:
+    """Perform ops in order with every check; (ops performed, the first failure)."""
+    done: list[Op] = []
+    for op in ops:
+        done.append(op)
+        problems = world.execute(op)
+        if op["kind"] == "audit":
+            problems += audit(world, op)
+        if observe is not None:
+            observe(op)
+        if not problems and len(done) % check_every == 0:
+            problems = full_check(world)
+        if problems:
+            return len(done), Failure(len(done), problems, done, last_events(world))
+    problems = full_check(world)
+    report = verify(world.journal)  # the product's own verdict, invariants included
+    if not report.ok:
+        problems.append(f"verify failed at position {report.first_bad_position}: "
+                        f"{report.problem}")
+    if problems:
+        return len(done), Failure(len(done), problems, done, last_events(world))
+    return len(done), None
+
+
+def last_events(world: World, count: int = 8) -> list[dict[str, Any]]:
+    """The journal's last events in arrival order, as export lines with their position."""
+    head = world.journal.head()
+    return [{"position": rec.position, "id": rec.id, "type": rec.type, "time": rec.time,
+             **rec.payload}
+            for rec in world.journal.read(after_position=max(0, head - count),
+                                          order="position")]
+
+
+EPOCH = 5000
+"""Ops per world: a run starts a new journal (and new processes) this often."""
+
+
+def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None = None,
+        one_process: bool = False, epoch: int = EPOCH) -> RunResult:
+    """A seeded run of `steps` ops; stops at the first problem, so `run(seed,
+    failure.step)` (same options) fails again at its last step.
+
+    Every `epoch` ops the world starts again: a new journal, new processes, the accounts
+    opened again (the random source goes on). A journal's checks and retries cost in
+    proportion to its size, so bounded worlds keep a long run's rate steady; many
+    worlds explore more beginnings.
+
+    `one_process`: every actor shares one process and one projection (no clock skew,
+    no projection lagging another): the same kind of ops at a fraction of the cost.
+    """
+    if epoch < 1:
+        raise ValueError(f"epoch must be at least 1 op, got {epoch}")
+    director = Director(seed, rates or Rates())
+    faults: dict[str, int] = {}
+    began, cpu = _time.perf_counter(), _time.process_time()
+    done = events = 0
+    failure: Failure | None = None
+    world = new_world()
+    while done < steps and failure is None:
+        length = min(epoch, steps - done)
+        director.new_world()
+        # One process has one clock: no skew. Several have their own, skewed.
+        world = new_world(None, {} if one_process else director.skews,
+                          one_process=one_process)
+        performed, failure = perform(world, _epoch_ops(director, length),
+                                     check_every=check_every,
+                                     observe=_observer(director, world, faults))
+        if failure is not None:
+            failure.step += done
+            for op in failure.ops:
+                op["skew"] = world.process(op["actor"]).skew
+                if one_process:
+                    op["actor"] = "all"
+        done += performed
+        events += world.journal.head()
+    seconds, cpu = _time.perf_counter() - began, _time.process_time() - cpu
+    digest = fold_canonical(world.journal).digest()
+    return RunResult(seed, done, seconds, failure, faults, events, digest, cpu)
+
+
+def _epoch_ops(director: Director, length: int) -> Iterator[Op]:
+    opening = director.opening()
+    yield from opening[:length]
+    for _ in range(length - len(opening)):
+        yield director.next_op()
+
+
+def _observer(director: Director, world: World,
+              faults: dict[str, int]) -> Callable[[Op], None]:
+    def observe(op: Op) -> None:
+        director.observe(op, world)
+        fault = op.get("fault")
+        if fault:
+            faults[fault] = faults.get(fault, 0) + 1
+        elif op["kind"] in ("consume", "grant") and op["line"]["time"] < director.now:
+            faults["late"] = faults.get("late", 0) + 1
+
+    return observe
+
+
+def run_script(ops: list[Op], *, check_every: int | None = None) -> Failure | None:
+    """Perform a fixed list of ops (each carrying its actor's clock skew) in a new world."""
+    skews = {op["actor"]: op.get("skew", 0) for op in ops}
+    world = new_world(skews=skews)
+    every = check_every or (1 if len(ops) <= SMALL else 1000)
+    _, failure = perform(world, (dict(op) for op in ops), check_every=every)
+    return failure
+
+
+def shrink(ops: list[Op], *, budget_seconds: float = 60.0,
+           still_fails: Callable[[list[Op]], bool] | None = None) -> list[Op]:
+    """The fewest ops (found within the budget) that still fail: delta debugging, taking
+    out ever smaller chunks while the rest still fails."""
+    fails = still_fails or (lambda candidate: run_script(candidate) is not None)
+    deadline = _time.monotonic() + budget_seconds
+    chunks = 2
+    while len(ops) >= 2 and _time.monotonic() < deadline:
+        size = -(-len(ops) // chunks)
+        for start in range(len(ops) - size, -1, -size) if size else ():
+            candidate = ops[:start] + ops[start + size:]
+            if _time.monotonic() >= deadline:
+                break
+            if fails(candidate):
+                ops = candidate
+                chunks = max(chunks - 1, 2)
+                break
+        else:
+            if size == 1:
+                break
+            chunks = min(len(ops), chunks * 2)
+    return ops
+
+
+def reproduction_lines(ops: list[Op]) -> list[dict[str, Any]]:
+    """The ops as import-format lines, in order; a retried decision appears twice (same
+    id), a file delivery as its lines, audits and refused commands not at all."""
+    world = new_world(skews={op["actor"]: op.get("skew", 0) for op in ops})
+    lines: list[dict[str, Any]] = []
+    for op in ops:
+        op = dict(op)
+        world.execute(op)
+        if op["kind"] == "audit":
+            continue
+        if op["kind"] == "import":
+            lines.extend(op["lines"])
+            continue
+        line = dict(op["line"])
+        if world.journal.get(line["id"]) is None:
+            continue  # refused, or crashed and never retried: nothing recorded
+        line["time"] += op.get("skew", 0)  # the clock the worker read
+        if line["type"] == "start":
+            line["job"] = world.told.get(line["id"])
+        lines.append(line)
+        if op.get("fault") == "lost-answer":
+            lines.append(line)
+    return lines
+
+
+def write_reproduction(path: Path, lines: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+
+
+ACTORS = {"grant": "finance", "adjust": "finance", "void": "finance", "consume": "reporter"}
+
+
+def file_ops(text: str) -> list[Op]:
+    """A reproduction file's lines as ops: a line whose id came before is a retry; a line
+    without an id is imported on its own."""
+    ops: list[Op] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        line = json.loads(raw)
+        if not isinstance(line, dict) or "time" not in line:
+            raise ValueError(f"line {number}: expected an object with a time")
+        if "id" not in line:
+            # Delivered without an id: imported, known by its content.
+            ops.append({"step": number, "actor": "importer", "kind": "import",
+                        "file": f"line-{number}", "lines": [line], "fault": None})
+            continue
+        if line.get("type") == "grant" and line.get("expiry") is None:
+            raise ValueError(f"line {number}: the simulator performs grants with an expiry")
+        ops.append({"step": number, "actor": ACTORS.get(str(line.get("type")), "w0"),
+                    "kind": line.get("type"), "line": line, "fault": None})
+    return ops
+
+
+def replay_file(path: Path) -> Failure | None:
+    """Perform a reproduction file line by line with every check after each line."""
+    return run_script(file_ops(path.read_text()), check_every=1)

@@ -1,0 +1,367 @@
+"""The simulated world: one journal, the processes using it, and the ops they perform.
+
+An op is a plain dict, so a run can be recorded, shrunk and written out:
+
+    {"step": 7, "actor": "w1", "kind": "submit", "line": {...}, "fault": None}
+
+`line` is the command as a line of the import format (with its `id`); `kind` is the
+line's type, or "import" (a file delivery: `file`, `lines`) or "audit" (a balance as
+known at an earlier position: `account`, `at`, `as_known_at`). `fault` is what goes
+wrong: "lost-answer" (committed, the answer lost, retried with the same id),
+"crash-before-commit" (nothing recorded, retried with the same id when `retry`),
+"restart" (the actor's process restarts first: a fresh projection from the journal).
+
+`World.execute` performs one op through the facades and returns the problems it saw at
+once; the checks that need the whole journal live in `tools.sim.checks`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventstore import JournalLike, MemoryJournal, NewEvent
+from projections import GPUCreditTracker, LedgerError, Scheduler
+from projections.events import from_payload, to_payload
+from projections.importing import import_file
+from projections.invariants import violations
+from projections.ledger import CANCELLED, PENDING, Ledger
+from projections.session import session_of
+
+Op = dict[str, Any]
+
+
+class SimulatedCrash(RuntimeError):
+    """The process died at this point (raised by an armed journal)."""
+
+
+@dataclass
+class Process:
+    """A worker (scheduler) or a reporter/finance process (one tracker per account)."""
+
+    name: str
+    skew: int
+    clock_value: int = 0
+    scheduler: Scheduler | None = None
+    trackers: dict[str, GPUCreditTracker] = field(default_factory=dict)
+
+
+@dataclass
+class World:
+    """The journal, the processes, and what the simulator knows was recorded."""
+
+    journal: JournalLike = field(default_factory=MemoryJournal)
+    processes: dict[str, Process] = field(default_factory=dict)
+    recorded: set[str] = field(default_factory=set)  # ids the simulator saw committed
+    told: dict[str, Any] = field(default_factory=dict)  # event id -> the answer given
+    files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    appended: int = 0  # events the simulator expects the journal to hold
+    last_ids: list[str] = field(default_factory=list)  # the last step's event ids
+    crashes: list[str] = field(default_factory=list)  # unexpected exceptions of this op
+    one_process: bool = False  # every actor in one process, on one projection
+    grant_accounts: dict[str, str] = field(default_factory=dict)  # grant id -> its account
+    imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
+
+    # -- processes ---------------------------------------------------------------------
+
+    def process(self, name: str) -> Process:
+        """The process an actor runs in (with `one_process`, all actors share one)."""
+        if self.one_process:
+            name = "all"
+        proc = self.processes.get(name)
+        if proc is None:
+            proc = self.processes[name] = Process(name, 0)
+        return proc
+
+    def scheduler(self, proc: Process) -> Scheduler:
+        if proc.scheduler is None:
+            proc.scheduler = Scheduler(self.journal, clock=lambda: proc.clock_value)
+        return proc.scheduler
+
+    def tracker(self, proc: Process, account: str) -> GPUCreditTracker:
+        """The process's tracker of `account`. One process keeps one projection, so its
+        trackers share one session (a shallow copy of the first tracker with another
+        account): every extra projection would fold every event once more."""
+        tracker = proc.trackers.get(account)
+        if tracker is None:
+            if proc.trackers:
+                tracker = copy.copy(next(iter(proc.trackers.values())))
+                tracker.account = account
+            elif self.one_process:
+                # The scheduler's projection serves everyone: a tracker made around it,
+                # not one that folds the journal once more only to be replaced.
+                tracker = object.__new__(GPUCreditTracker)
+                tracker.account = account
+                tracker._session = session_of(self.scheduler(proc))
+            else:
+                tracker = GPUCreditTracker(self.journal, account=account)
+            proc.trackers[account] = tracker
+        return tracker
+
+    def restart(self, proc: Process) -> None:
+        """The process dies and starts again: its projections are rebuilt from the journal."""
+        proc.scheduler = None
+        proc.trackers = {}
+
+    def sessions(self) -> list[tuple[str, Any]]:
+        """Every live projection, named by its process."""
+        out: list[tuple[str, Any]] = []
+        for name in sorted(self.processes):
+            proc = self.processes[name]
+            if proc.scheduler is not None:
+                out.append((name, proc.scheduler))
+            # A process's trackers share one session: one digest says it all.
+            if proc.trackers and not self.one_process:
+                out.append((f"{name} (trackers)", next(iter(proc.trackers.values()))))
+        return out
+
+    # -- faults ------------------------------------------------------------------------
+
+    def _arm_crash(self) -> Callable[[], None]:
+        """Make the journal's next append die before it commits; returns the disarm."""
+        journal = self.journal
+
+        def crash(*_args: Any, **_kwargs: Any) -> Any:
+            raise SimulatedCrash("the process died between deciding and committing")
+
+        journal.append = crash  # type: ignore[method-assign]  # this instance only
+        return lambda: journal.__dict__.pop("append", None)
+
+    # -- one op ------------------------------------------------------------------------
+
+    def execute(self, op: Op) -> list[str]:
+        """Perform `op`; the problems seen right away (answers, appends, invariants)."""
+        proc = self.process(op["actor"])
+        if op.get("fault") == "restart":
+            self.restart(proc)
+        self.crashes = []
+        problems = self._perform(op, proc)
+        return [f"{op.get('line', {}).get('id', op['kind'])}: the call raised {crash}"
+                for crash in self.crashes] + problems
+
+    def _perform(self, op: Op, proc: Process) -> list[str]:
+        kind = op["kind"]
+        if kind == "audit":
+            return []  # audits need a model fold: tools.sim.checks does them
+        if kind == "import":
+            return self._import(op)
+        line = op["line"]
+        self.last_ids = [line["id"]]
+        if line["type"] == "grant":
+            self.grant_accounts[line["id"]] = line["account"]
+        proc.clock_value = line["time"] + proc.skew
+        call = self._call(proc, line)
+        problems: list[str] = []
+        fault = op.get("fault")
+        head = self.journal.head()
+        if fault == "crash-before-commit":
+            disarm = self._arm_crash()
+            try:
+                self._attempt(call)  # returns only when it had nothing to append
+            except SimulatedCrash:
+                pass
+            finally:
+                disarm()
+            if self.journal.head() != head or (line["id"] not in self.recorded
+                                               and self.journal.get(line["id"]) is not None):
+                problems.append(f"{line['id']}: a decision that crashed before its commit "
+                                "was recorded")
+            if not op.get("retry"):
+                return problems
+            head = self.journal.head()
+        answer, refused = self._attempt(call)
+        problems += self._check_append(op, proc, head, answer, refused)
+        if fault == "lost-answer" and not refused:
+            # The answer never reached the caller: it retries with the same id.
+            head = self.journal.head()
+            again, refused_again = self._attempt(call)
+            if self.journal.head() != head:
+                problems.append(f"{line['id']}: a retry with the same id appended "
+                                f"{self.journal.head() - head} more event(s)")
+                self.appended += self.journal.head() - head
+            if (again, refused_again) != (answer, refused):
+                problems.append(f"{line['id']}: the retry answered {again!r}, the first "
+                                f"attempt {answer!r}")
+        return problems
+
+    def _attempt(self, call: Callable[[], Any]) -> tuple[Any, bool]:
+        """(the answer, False), or (the error's name, True) for a refusal. Any other
+        exception is a crash of the code under test: a problem, noted in `crashes`."""
+        try:
+            return call(), False
+        except LedgerError as exc:
+            return type(exc).__name__, True
+        except SimulatedCrash:
+            raise
+        except Exception as exc:  # whatever the code under test raised is a finding
+            self.crashes.append(f"{type(exc).__name__}: {exc}".strip())
+            return type(exc).__name__, True
+
+    def _call(self, proc: Process, line: dict[str, Any]) -> Callable[[], Any]:
+        kind = line["type"]
+        eid = line["id"]
+        if kind in ("grant", "consume"):
+            tracker = self.tracker(proc, line["account"])
+            if kind == "grant":
+                return lambda: tracker.grant(line["amount"], line["time"], line["expiry"],
+                                             pool=line.get("pool"), event_id=eid)
+            return lambda: tracker.consume(line["amount"], line["time"], pool=line.get("pool"),
+                                           event_id=eid)
+        if kind in ("adjust", "void", "reverse"):
+            return lambda: self._correct(line)
+        s = self.scheduler(proc)
+        if kind == "account":
+            return lambda: s.open_account(line["account"], 0,
+                                          max_running=line.get("max_running"), event_id=eid)
+        if kind == "submit":
+            return lambda: s.submit(line["job"], line["account"], line["cost"],
+                                    line["priority"], pool=line.get("pool"), event_id=eid)
+        if kind == "start":
+            return lambda: _job_id(s.start_next(event_id=eid))
+        if kind == "complete":
+            return lambda: s.complete(line["job"], line["success"],
+                                      refund_fraction=line.get("refund_fraction", 1.0),
+                                      event_id=eid)
+        if kind == "cancel":
+            return lambda: s.cancel(line["job"], event_id=eid)
+        raise ValueError(f"the simulator cannot perform a {kind!r} line")
+
+    def _correct(self, line: dict[str, Any]) -> None:
+        """Finance records a correction straight into the journal, as the command line
+        does: the event validates itself, the id makes a retry harmless."""
+        fields = {k: v for k, v in line.items() if k not in ("type", "time", "id")}
+        event = from_payload(line["type"], fields)
+        stream = line.get("account") or self.grant_accounts.get(line.get("grant", ""), "void")
+        if line["type"] == "reverse":  # on the stream of the event it takes out
+            target = self.journal.get(line["event"])
+            stream = target.stream if target is not None else "reversals"
+        self.journal.append([NewEvent(line["id"], stream, line["type"], line["time"],
+                                      to_payload(event))])
+
+    def _check_append(self, op: Op, proc: Process, head: int, answer: Any,
+                      refused: bool) -> list[str]:
+        """What one attempt appended, against what it answered."""
+        line = op["line"]
+        eid = line["id"]
+        grew = self.journal.head() - head
+        self.appended += grew
+        problems: list[str] = []
+        if eid in self.recorded:
+            # Already recorded (a repeated line): nothing may be appended again.
+            if grew:
+                problems.append(f"{eid}: recorded before, appended {grew} more event(s)")
+            return problems
+        expected = 0 if refused else 1
+        if line["type"] == "start" and answer is None:
+            expected = 0
+        if line["type"] == "cancel" and not refused and grew == 0:
+            facade = self.scheduler(proc)
+            state = facade.job_state(line["job"])
+            if state != CANCELLED:
+                problems.append(f"{eid}: cancel of a {state} job appended nothing")
+            expected = 0
+        if grew != expected:
+            what = f"refused ({answer})" if refused else f"answered {answer!r}"
+            problems.append(f"{eid}: {line['type']} {what}, appended {grew} event(s), "
+                            f"expected {expected}")
+        if expected and grew:
+            rec = self.journal.get(eid)
+            if rec is None or rec.position != head + 1:
+                problems.append(f"{eid}: acknowledged but not recorded at position {head + 1}")
+            self.recorded.add(eid)
+            if not refused:
+                self.told[eid] = answer
+        problems += self._touched(op, proc, answer)
+        return problems
+
+    def _touched(self, op: Op, proc: Process, answer: Any) -> list[str]:
+        """Invariants of the accounts and job the op touched, on the actor's projection."""
+        line = op["line"]
+        kind = line["type"]
+        account = line.get("account")
+        if kind == "void":
+            account = self.grant_accounts.get(line["grant"])
+        facade: Any = proc.scheduler
+        if kind in ("grant", "consume", "adjust", "void", "reverse"):
+            facade = next(iter(proc.trackers.values()), None)
+        if facade is None:
+            return []
+        session = session_of(facade)
+        session.catch_up()
+        ledger: Ledger = session.ledger
+        job = line.get("job") if kind != "start" else answer
+        if account is None and job is not None and job in ledger.jobs:
+            account = ledger.jobs[job].account
+        found = violations(ledger, accounts=[account] if account else [],
+                           jobs=[job] if job else [])
+        problems = [f"{line['id']}: invariant broken: {v}" for v in found]
+        if line["type"] == "submit" and isinstance(answer, bool) and job in ledger.jobs:
+            # A submit is a live decision: nothing can have changed the job since.
+            state = ledger.jobs[job].state
+            if answer != (state == PENDING):
+                problems.append(f"{line['id']}: submit answered {answer}, the job is {state}")
+        return problems
+
+    def _import(self, op: Op) -> list[str]:
+        """Deliver a file: all of its lines so far, as one import.
+
+        A line with an `id` is that event; a line without one is known by its content and
+        how many identical lines came before it in the file (the contract's rule), so a
+        file delivered again, or grown, appends only its new lines.
+        """
+        lines = op["lines"]
+        keys = _line_keys(lines)
+        self.last_ids = [str(key) for key in keys]
+        data = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
+        fresh = len(set(keys) - self.imported - self.recorded)
+        head = self.journal.head()
+        problems: list[str] = []
+        if op.get("fault") == "crash-before-commit":
+            disarm = self._arm_crash()
+            try:
+                self._attempt(lambda: import_file(self.journal, data, op["file"]))
+                problems.append(f"{op['file']}: the import survived a crash before commit")
+            except SimulatedCrash:
+                pass
+            finally:
+                disarm()
+            if self.journal.head() != head:
+                problems.append(f"{op['file']}: a crashed import appended "
+                                f"{self.journal.head() - head} event(s)")
+            head = self.journal.head()
+        result, refused = self._attempt(lambda: import_file(self.journal, data, op["file"]))
+        grew = self.journal.head() - head
+        self.appended += grew
+        reported = None if refused else result.appended
+        if grew != fresh or reported != fresh:
+            problems.append(f"{op['file']}: delivery of {len(lines)} lines ({fresh} new) "
+                            f"appended {grew} (reported {reported})")
+        if not refused:
+            self.imported.update(keys)
+        for rec in self.journal.read(after_position=head, order="position"):
+            self.recorded.add(rec.id)
+            if rec.type == "grant":
+                self.grant_accounts[rec.id] = rec.payload["account"]
+        return problems
+
+
+def _line_keys(lines: list[dict[str, Any]]) -> list[Any]:
+    """What identifies each line of a file: its id, else (its content, how many identical
+    lines came before it in the file)."""
+    seen: dict[str, int] = {}
+    keys: list[Any] = []
+    for line in lines:
+        if "id" in line:
+            keys.append(line["id"])
+            continue
+        text = json.dumps(line, sort_keys=True)
+        keys.append((text, seen.get(text, 0)))
+        seen[text] = seen.get(text, 0) + 1
+    return keys
+
+
+def _job_id(job: Any) -> str | None:
+    return None if job is None else str(job.id)
