@@ -14,6 +14,7 @@ queues the command for the group-commit writer and returns its answer after its 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,6 +53,8 @@ class _Scheduler(Scheduler):
 DEFER_PAUSE = 1.0
 """Seconds without deferred appends after another writer's events were seen."""
 
+log = logging.getLogger("gpu_credits.service")
+
 READ_FRESHNESS = 0.05
 """Seconds a read may answer without looking for other writers' events (see reading())."""
 
@@ -89,9 +92,29 @@ class LedgerService:
         self.ready.set()
 
     def stop(self) -> None:
-        """Finish the batch in flight and what is queued; then accept no more decisions."""
+        """Finish the batch in flight and what is queued; then accept no more decisions,
+        and leave a checkpoint so the next start-up folds only what comes after."""
         self.stopping = True
         self.writer.stop()
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        scheduler = self._scheduler
+        if scheduler is None or self._stale or self.journal.url is None:
+            return
+        from projections.checkpoint import CHECKPOINT, save_checkpoint
+
+        try:
+            session = session_of(scheduler)
+            with session.lock:
+                session.catch_up()
+                position = session.projector.position
+                newest = max((i.position for i in self.journal.snapshots(CHECKPOINT)),
+                             default=0)
+                if position > newest:
+                    save_checkpoint(self.journal, session.ledger, position)
+        except Exception as exc:  # a cache: a failure to write one is only a slower start
+            log.warning("no checkpoint at shutdown: %s: %s", type(exc).__name__, exc)
 
     def close(self) -> None:
         """Release the database connections."""

@@ -1,0 +1,95 @@
+"""The group-commit writer: a batch that fails commits nothing of itself, leaves the
+projection equal to the journal, and does not take its neighbours down with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from projections.ledger import Ledger
+from projections.replay import fold_canonical
+from tools.service import commands
+from tools.service.groupcommit import _Item
+from tools.service.ledger import LedgerService
+
+
+@dataclass(frozen=True)
+class AppendsThenFails:
+    """A command with a bug: it appends, then raises something that is not a refusal."""
+
+    key: str | None
+    account: str
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return [self.account]
+
+    def run(self, service: LedgerService) -> Any:
+        commands.Grant(self.key, self.account, 5, None, None, None, None, 10).run(service)
+        raise RuntimeError("a bug after the append")
+
+
+@pytest.fixture(params=[True, False], ids=["one-append", "append-per-decision"])
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    svc = LedgerService(f"sqlite:///{tmp_path / 'gc.db'}", clock=lambda: 10,
+                        defer_appends=request.param)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    yield svc
+    svc.stop()
+    svc.close()
+
+
+def test_a_failed_batch_commits_nothing_and_the_projection_returns(service: Any) -> None:
+    good = _Item(commands.Usage("u1", "a", 7, None, None, 10))
+    bad = _Item(AppendsThenFails("boom", "a"))
+    other = _Item(commands.Usage("u2", "a", 3, None, None, 10))
+    service.writer._commit([good, bad, other])
+    # The batch failed; each decision was then decided alone: the good ones committed.
+    assert good.future.result()["debt"] == 0
+    assert other.future.result()["id"] == "u2"
+    with pytest.raises(RuntimeError):
+        bad.future.result()
+    journal = service.journal
+    assert journal.get("boom") is None
+    assert [r.id for r in journal.read(order="position")] == ["g0", "u1", "u2"]
+    with service.reading() as ledger:
+        assert ledger.digest() == fold_canonical(journal).digest()
+
+
+def test_a_refused_command_does_not_fail_its_batch(service: Any) -> None:
+    ok = _Item(commands.Usage("u1", "a", 7, None, None, 10))
+    refused = _Item(commands.Usage("u2", "nobody", 7, None, None, 10))
+    conflict = _Item(commands.Grant("g0", "a", 99, None, None, None, None, 1))
+    service.writer._commit([ok, refused, conflict])
+    assert ok.future.result()["id"] == "u1"
+    with pytest.raises(KeyError):
+        refused.future.result()
+    with pytest.raises(ValueError, match="already recorded"):
+        conflict.future.result()
+    assert service.writer.batches >= 2
+    with service.reading() as ledger:
+        assert ledger.digest() == fold_canonical(service.journal).digest()
+
+
+def test_a_graceful_stop_leaves_a_checkpoint_for_the_next_start(tmp_path: Path) -> None:
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT
+
+    url = f"sqlite:///{tmp_path / 'cp.db'}"
+    svc = LedgerService(url, clock=lambda: 10)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    svc.decide_now(commands.Usage("u1", "a", 7, None, None, 10))
+    svc.stop()
+    svc.close()
+    with Journal(url) as journal:
+        assert [i.position for i in journal.snapshots(CHECKPOINT)] == [2]
+    again = LedgerService(url, clock=lambda: 10)
+    again.start()
+    with again.reading() as ledger:
+        assert ledger.accounts["a"].balance == 93
+    again.stop()
+    again.close()
