@@ -270,9 +270,9 @@ def validate_expected(expected: Mapping[str, int] | None) -> None:
             raise ValueError(f"expected version of {stream!r} must be >= 0, got {version}")
 
 
-def streams_of(fresh: Sequence[Candidate], expected: Mapping[str, int] | None) -> list[str]:
+def streams_of(batch: Sequence[Candidate], expected: Mapping[str, int] | None) -> list[str]:
     """The streams whose current version an append needs, sorted."""
-    return sorted({c.event.stream for c in fresh} | set(expected or ()))
+    return sorted({c.event.stream for c in batch} | set(expected or ()))
 
 
 def build(

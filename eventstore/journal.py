@@ -297,7 +297,7 @@ class Journal(JournalBase):
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
-        streams = sorted({c.event.stream for c in batch.candidates} | set(expected or ()))
+        streams = appending.streams_of(batch.candidates, expected)
         probe = self._backend.lock_and_probe(conn, ids, streams)
         existing: dict[str, RecordedEvent] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice

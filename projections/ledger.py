@@ -38,6 +38,7 @@ from projections.events import (
     from_payload,
 )
 from projections.outcomes import Outcome
+from projections.policy import Policy
 from projections.statecopy import StateCodec
 
 PENDING = "pending"
@@ -187,6 +188,9 @@ class Ledger:
     excluded: frozenset[str] = frozenset()
     reversals: dict[str, str] = field(default_factory=dict)
     voids: dict[str, int] = field(default_factory=dict)
+    # Rules other than the recorded ones, for what-if folds; None (always, outside
+    # `whatif`) is the journal's own rules.
+    policy: Policy | None = None
 
     # -- the fold ------------------------------------------------------------------------
 
@@ -228,6 +232,8 @@ class Ledger:
         account = self.accounts.get(name)
         if account is None:
             account = self.accounts[name] = AccountState(name)
+            if self.policy is not None:
+                account.max_running = self.policy.cap(name, None)
         return account
 
     def _anomaly(self, position: int, event_id: str, event_type: str, time: int,
@@ -242,7 +248,8 @@ class Ledger:
         expired = tuple(self._touch(account, time))
         account.opened = True
         account.declared = True
-        account.max_running = event.max_running
+        account.max_running = (event.max_running if self.policy is None
+                               else self.policy.cap(event.account, event.max_running))
         account.share = event.share
         account.half_life = event.half_life
         account.refill_rate = event.refill_rate
@@ -271,8 +278,10 @@ class Ledger:
             lapsed = Expiry(event_id, event.pool, voided, event.amount, voided=True)
             return Outcome(position, event_id, event.type, time, event.account,
                            reason=f"voided at {voided}", expired=(*expired, lapsed))
+        priority = (event.priority if self.policy is None
+                    else self.policy.grant_priority(event.priority))
         paid, batch = account.book.grant(event_id, event.amount, event.expiry, event.pool,
-                                         (time, position), event.priority)
+                                         (time, position), priority)
         if voided is not None and batch is not None:
             batch.voided = voided  # a void recorded earlier, effective later on the timeline
         return Outcome(position, event_id, event.type, time, event.account, paid_debt=paid,
@@ -418,7 +427,9 @@ class Ledger:
                                  f"completion of job {job.id!r} which is {job.state}, "
                                  "not running",
                                  expired=expired)
-        charge = job.cost if event.success else failure_charge(job.cost, event.refund_fraction)
+        refund = (event.refund_fraction if self.policy is None
+                  else self.policy.refund(event.refund_fraction))
+        charge = job.cost if event.success else failure_charge(job.cost, refund)
         lineage, lost = account.book.settle(job.id, charge, time)
         expired.extend(lost)
         job.state = SUCCEEDED if event.success else FAILED

@@ -161,18 +161,20 @@ class StateCodec:
             if t is not list or not v or type(v[0]) is not int:
                 raise StateFormatError(f"unexpected {t.__name__} in a state tree")
             tag = v[0]
+            # Scalars inline, as in `copy`: most of a tree is scalars.
             if tag == _LIST:
-                return [dec(x) for x in v[1:]]
+                return [x if type(x) in scalars else dec(x) for x in v[1:]]
             if tag == _TUPLE:
-                return tuple([dec(x) for x in v[1:]])
+                return tuple([x if type(x) in scalars else dec(x) for x in v[1:]])
             if tag == _DICT:
                 if len(v) % 2 != 1:
                     raise StateFormatError("a dict with a key but no value")
                 out: dict[Any, Any] = {}
                 for i in range(1, len(v), 2):
-                    key = dec(v[i])
+                    key = v[i] if type(v[i]) in scalars else dec(v[i])
+                    x = v[i + 1]
                     try:
-                        out[key] = dec(v[i + 1])
+                        out[key] = x if type(x) in scalars else dec(x)
                     except TypeError as exc:  # an unhashable key
                         raise StateFormatError(f"bad dict key: {exc}") from None
                 return out
@@ -197,7 +199,7 @@ class StateCodec:
                 new: Any = object.__new__(cls)
                 objects.append(new)
                 for name, x in zip(names, v[2:], strict=True):
-                    setattr(new, name, dec(x))
+                    setattr(new, name, x if type(x) in scalars else dec(x))
                 return new
             raise StateFormatError(f"unknown tag {tag!r} in a state tree")
 

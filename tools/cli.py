@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -63,6 +64,15 @@ def _usage_hint(exc: UsageError) -> str:
     return f"(see '{path} --help')"
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (tests capture stdout)
+        pass
+
+
 class _Group(TyperGroup):
     """The root command: turns every error into one line on stderr and an exit status."""
 
@@ -73,6 +83,14 @@ class _Group(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went away (`| head`): it has what it wanted; nothing to report.
+            _silence_stdout()
+            raise typer.Exit(0) from None
 
     def _run(self, args: Sequence[str] | None, prog_name: str, complete_var: str | None,
              windows_expand_args: bool, extra: dict[str, Any]) -> int:
@@ -133,6 +151,9 @@ DbOption = Annotated[
                  help=f"Database URL (default: ${ENV_DB}, else {DEFAULT_DB})."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+AsKnownAtOption = Annotated[str | None, typer.Option(
+    "--as-known-at", metavar="R",
+    help="Only events recorded up to position R (or an ISO-8601 recorded-at time).")]
 
 
 # -- the database ---------------------------------------------------------------------------
@@ -248,6 +269,27 @@ def _db_group(ctx: typer.Context, db: DbOption = None) -> None:
         ctx.obj = db
 
 
+def program_path() -> str:
+    """How to run this program again from here, as a user would type it.
+
+    `gpu-credits` when that name on $PATH is this program; else the path it was started
+    by, relative to the current folder when it lies below it (`.venv/bin/gpu-credits`
+    after `make demo`, whose venv is not on $PATH).
+    """
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if started is None or started.name != PROG:
+        on_path = shutil.which(PROG)
+        return PROG if on_path else f"{sys.executable} -m tools.cli"
+    found = shutil.which(PROG)
+    if found and Path(found).resolve() == started.resolve():
+        return PROG
+    try:
+        relative = started.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return shlex.quote(str(started.resolve()))
+    return shlex.quote(str(relative))
+
+
 def _time_option(value: str | None, option: str) -> int | None:
     if value is None:
         return None
@@ -279,18 +321,19 @@ def demo(
             report = replay_journal(journal, progress=progress, checkpoint=True)
         at = queries.latest_time(journal)
         out = render.console()
-        out.print(render.balances_table(queries.account_figures(report.ledger, at), at))
+        figures = queries.account_figures(report.ledger, at)
+        render.print_table(render.balances_table(figures, at), out)
         audit = queries.audit(report.ledger, events=report.events,
                               revisions=len(report.revisions), at=at)
-        out.print(render.audit_table(audit, run))
+        render.print_table(render.audit_table(audit, run), out)
         out.print(f"State digest: {audit.digest}")
         url = render.redact(database_url(ctx, db))
         account, job = demo_mod.examples(report.ledger)
         where = "" if url == DEFAULT_DB else f" --db {shlex.quote(url)}"
         out.print(f"\nWritten to {url}. Try:")
-        for command in (f"statement {account}", f"explain {account}", f"explain --job {job}",
-                        "revisions", "verify"):
-            out.print(f"  gpu-credits{where} {command}")
+        for command in ("accounts", f"statement {account}", f"explain {account}",
+                        f"explain --job {job}", "expiring --within 7d", "revisions", "verify"):
+            out.print(f"  {program_path()}{where} {command}")
 
 
 @app.command("import")
@@ -364,10 +407,7 @@ def balance(
     at: Annotated[str | None, typer.Option(
         "--at", metavar="T", help="Event time (integer or ISO-8601; default: the latest).")
     ] = None,
-    as_known_at: Annotated[str | None, typer.Option(
-        "--as-known-at", metavar="R",
-        help="Only events recorded up to position R (or an ISO-8601 recorded-at time).")
-    ] = None,
+    as_known_at: AsKnownAtOption = None,
     pool: Annotated[str | None, typer.Option("--pool", help="Show this pool's balance.")
     ] = None,
     as_json: JsonOption = False,
@@ -378,6 +418,10 @@ def balance(
     with open_journal(ctx, db) as journal:
         report = _known(journal, lambda: queries.balance(
             journal, account, at=when, as_known_at=as_known_at, pool=pool))
+    if not report.pool_is_known:
+        render.warn(f"account {account!r} has never held or owed credits in pool "
+                    f"{report.pool!r} (its pools: {', '.join(report.known_pools)}); "
+                    "is it a typo?")
     if as_json:
         render.print_json(report.as_dict())
     else:
@@ -406,12 +450,15 @@ def statement(
     to: Annotated[str | None, typer.Option(
         "--to", metavar="T", help="End here (default: the latest event time).")] = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV.")] = False,
+    as_known_at: AsKnownAtOption = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Every change to an account, with a running balance.
+    """Every change to an account, with a running balance and subtotals.
 
-    Grants, consumption, job reservations, charges and releases, expiries, rejections.
+    Grants, consumption, job reservations, charges and releases, expiries, rejections;
+    then opening, granted, used, refunded, expired, adjusted, voided and closing. Exit
+    status 1, with a warning, if the subtotals do not add up to the closing balance.
     """
     if as_csv and as_json:
         raise typer.BadParameter("choose one of --csv and --json", param_hint="--csv")
@@ -420,13 +467,18 @@ def statement(
         raise typer.BadParameter(f"--from {from_} is after --to {to}", param_hint="--from")
     with open_journal(ctx, db) as journal:
         st = _known(journal, lambda: queries.statement(journal, account, from_time=start,
-                                                       to_time=end))
+                                                       to_time=end, as_known_at=as_known_at))
     if as_json:
         render.print_json(st.as_dict())
     elif as_csv:
         render.statement_csv(st, sys.stdout)
     else:
-        render.console().print(render.statement_table(st))
+        render.print_table(render.statement_table(st))
+        render.print_table(render.subtotals_table(st.subtotals))
+    problems = st.subtotals.problems
+    if problems:
+        render.warn(f"statement of {account} does not add up: {'; '.join(problems)}")
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 @app.command()
@@ -435,6 +487,7 @@ def explain(
     account: Annotated[str | None, typer.Argument(help="Account id.")] = None,
     job: Annotated[str | None, typer.Option("--job", metavar="JOB",
                                             help="Explain this job instead.")] = None,
+    as_known_at: AsKnownAtOption = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
@@ -448,14 +501,16 @@ def explain(
                                  param_hint="ACCOUNT")
     with open_journal(ctx, db) as journal:
         if job is not None:
-            job_ex = _known(journal, lambda: queries.explain_job(journal, job))
+            job_ex = _known(journal, lambda: queries.explain_job(journal, job,
+                                                                   as_known_at=as_known_at))
             if as_json:
                 render.print_json(job_ex.as_dict())
             else:
                 render.explain_job(job_ex)
             return
         assert account is not None
-        acct_ex = _known(journal, lambda: queries.explain_account(journal, account))
+        acct_ex = _known(journal, lambda: queries.explain_account(
+            journal, account, as_known_at=as_known_at))
     if as_json:
         render.print_json(acct_ex.as_dict())
     else:
@@ -472,7 +527,7 @@ def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = No
     if as_json:
         render.print_json([row.as_dict() for row in rows])
     elif rows:
-        render.console().print(render.revisions_table(rows))
+        render.print_table(render.revisions_table(rows))
     else:
         render.console().print("no revisions: no late event changed an outcome")
 

@@ -27,19 +27,30 @@ from projections.demo import DemoRun
 from projections.events import GENERAL
 from projections.queries import (
     AccountExplanation,
+    AccountsReport,
     Audit,
     BalanceReport,
+    ExpiringReport,
     Figures,
     JobExplanation,
+    JobsReport,
+    Reconciliation,
     RevisionRow,
     Statement,
+    Subtotals,
+    WhatIf,
     describe_lineage,
     describe_reported,
+    json_time,
 )
 from projections.timefmt import format_time
 
-PIPE_WIDTH = 140
-"""Width of tables written to a pipe or file (a terminal uses its own width)."""
+PIPE_WIDTH = 100_000
+"""Width of output written to a pipe or file without $COLUMNS: nothing wraps, so an id is
+never split across lines and every row of a table is one line (for grep, cut, awk)."""
+
+MIN_TEXT_WIDTH = 8
+"""The narrowest a text column gets when a table must fit the screen."""
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -66,6 +77,65 @@ def redact(text: str) -> str:
     """`text` with the password of every `scheme://user:password@` URL in it replaced by
     `***`: what the command line shows or logs never carries a secret."""
     return _QUERY_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***@", text))
+
+
+def fit(table: Table, out: Console) -> int:
+    """Give the table's text columns widths that fit `out`, numbers keeping theirs.
+
+    Numeric and time columns (no_wrap) keep their full width; text columns share what is
+    left, never below `MIN_TEXT_WIDTH`, and wrap. Returns the width the table needs: more
+    than the console's only when its numbers alone do not fit, and then the table is
+    printed wider rather than cropping a number.
+    """
+    options = out.options
+    measures = [table._measure_column(out, options.update_width(PIPE_WIDTH), column)
+                for column in table.columns]
+    fixed = sum(m.maximum for m, c in zip(measures, table.columns, strict=True)
+                if c.no_wrap or c.width is not None)
+    flexible = [(i, m.maximum) for i, (m, c) in enumerate(zip(measures, table.columns,
+                                                             strict=True))
+                if not (c.no_wrap or c.width is not None)]
+    budget = out.width - table._extra_width - fixed
+    if sum(width for _, width in flexible) <= budget:
+        return max(out.width, fixed + table._extra_width)
+    # Water-filling: narrow columns keep their width, the rest share what remains evenly.
+    assigned: dict[int, int] = {}
+    left = budget
+    pending = sorted(flexible, key=lambda item: item[1])
+    while pending:
+        share = left // len(pending)
+        index, natural = pending[0]
+        padding = table._get_padding_width(index)
+        width = max(min(natural, share), MIN_TEXT_WIDTH + padding)
+        assigned[index] = width
+        left -= width
+        pending.pop(0)
+    for index, width in assigned.items():
+        table.columns[index].width = width - table._get_padding_width(index)
+    return fixed + sum(assigned.values()) + table._extra_width
+
+
+def print_table(table: Table, out: Console | None = None) -> None:
+    """Print a table that never crops a number (see `fit`)."""
+    out = out or console()
+    needed = fit(table, out)
+    if needed > out.width:
+        out.width = needed
+    if out.is_terminal:
+        out.print(table)
+        return
+    # To a pipe or file: the same text without the padding Rich adds to every row.
+    with out.capture() as captured:
+        out.print(table)
+    text = "\n".join(line.rstrip() for line in captured.get().splitlines())
+    out.file.write(text + "\n")
+    out.file.flush()
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr: the answer stands, but something deserves a look."""
+    sys.stderr.write(f"gpu-credits: warning: {' '.join(message.split())}\n")
+    sys.stderr.flush()
 
 
 def print_json(value: Any) -> None:
@@ -209,7 +279,8 @@ def audit_table(audit: Audit, run: DemoRun | None = None) -> Table:
 STATEMENT_COLUMNS = ("time", "time_utc", "position", "event_id", "type", "status", "change",
                      "balance", "reserved", "job", "pool", "grants", "debt_paid",
                      "debt_created", "detail")
-"""Columns of `statement --csv`."""
+"""Columns of `statement --csv`: times empty for an event without time (an account opened
+from the start of the timeline) and for lines that are not events (expiries)."""
 
 
 def statement_table(st: Statement) -> Table:
@@ -244,8 +315,10 @@ def statement_csv(st: Statement, out: TextIO) -> None:
     writer.writerow(STATEMENT_COLUMNS)
     lines = [st.opening] if st.opening is not None else []
     for line in [*lines, *st.lines]:
+        time = json_time(line.time)
         writer.writerow([
-            line.time, format_time(line.time), "" if line.position is None else line.position,
+            "" if time is None else time, "" if time is None else format_time(time),
+            "" if line.position is None else line.position,
             line.event_id or "", line.type, line.status, line.change, line.balance,
             line.reserved, line.job or "", line.pool or "",
             " ".join(f"{g}:{a}" for g, a in line.grants), line.debt_paid, line.debt_created,
@@ -277,7 +350,7 @@ def explain_account(ex: AccountExplanation) -> None:
                        f"{g.paid_debt + g.debt_paid_later:,}",
                        f"{g.used:,}", Text(f"{g.expired:,}", style="yellow" if g.expired else ""),
                        f"{held:,}", f"{g.remaining:,}")
-    out.print(grants)
+    print_table(grants, out)
     spends = _table("Consumption and job charges, and the grants that paid")
     _time_column(spends)
     spends.add_column("event", overflow="fold", max_width=22)
@@ -294,7 +367,7 @@ def explain_account(ex: AccountExplanation) -> None:
         spends.add_row(format_time(s.time), Text(s.event_id), Text(what), f"{s.amount:,}",
                        Text(_lineage(s.paid_by)),
                        Text(f"{s.debt_created:,}", style="red") if s.debt_created else "")
-    out.print(spends)
+    print_table(spends, out)
     if ex.rejections:
         out.print(Text("Rejected submits", style="bold"))
         for r in ex.rejections:
@@ -336,7 +409,7 @@ def explain_job(ex: JobExplanation) -> None:
     for e in ex.events:
         table.add_row(format_time(e.time), str(e.position), Text(e.event_id), e.type,
                       Text(e.detail, style="" if e.ok else "yellow"))
-    out.print(table)
+    print_table(table, out)
 
 
 # -- revisions --------------------------------------------------------------------------------
@@ -355,3 +428,202 @@ def revisions_table(rows: Sequence[RevisionRow]) -> Table:
         table.add_row(late, changed, Text(describe_reported(r.before)),
                       Text(describe_reported(r.after)))
     return table
+
+
+# -- statement subtotals ----------------------------------------------------------------------
+
+
+SUBTOTAL_LABELS = (("opening", "opening balance", 1), ("granted", "granted", 1),
+                   ("used", "used", -1), ("refunded", "refunded", 1),
+                   ("expired", "expired unused", -1), ("adjusted", "adjusted", 1),
+                   ("voided", "voided", -1), ("closing", "closing balance", 0))
+"""(field, label, sign in the sum: + adds, - subtracts, 0 is the result)."""
+
+
+def subtotals_table(sub: Subtotals) -> Table:
+    """Opening, what came in and went out by kind, closing: the way they add up."""
+    table = _table("Subtotals", show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("sign", no_wrap=True)
+    _number_column(table, "credits")
+    for name, label, sign in SUBTOTAL_LABELS:
+        if name == "closing":
+            table.add_section()
+        mark = {1: "+", -1: "-", 0: "="}[sign] if name != "opening" else ""
+        table.add_row(label, mark, _n(getattr(sub, name)))
+    return table
+
+
+# -- accounts, expiring, jobs -------------------------------------------------------------------
+
+
+def accounts_table(report: AccountsReport) -> Table:
+    """Every account: its balance per pool, then balance, reserved, available, debt."""
+    pools = [p for p in report.pools if p != GENERAL] + [GENERAL]
+    table = _table(f"Accounts at {format_time(report.at)}, as known at position "
+                   f"{report.as_known_at}")
+    table.add_column("account", overflow="fold")
+    for name in ("balance", "reserved", "available", "debt"):
+        _number_column(table, name)
+    for pool in pools:
+        _number_column(table, pool)
+    for row in report.rows:
+        f = row.figures
+        name = row.account if row.opened else f"{row.account} (not opened)"
+        table.add_row(Text(name), _n(f.balance), _n(f.reserved), _n(f.available),
+                      Text(f"{f.debt:,}", style="red" if f.debt else ""),
+                      *[_n(f.pools.get(p, 0)) for p in pools])
+    t = report.totals
+    table.add_section()
+    table.add_row(Text("total", style="bold"), _n(t.balance), _n(t.reserved),
+                  _n(t.available), _n(t.debt), *[_n(t.pools.get(p, 0)) for p in pools])
+    return table
+
+
+def expiring_tables(report: ExpiringReport) -> list[Table]:
+    """The grants whose credits stop counting in the window, and the totals per account
+    and pool."""
+    span = f"{format_time(report.at)} to {format_time(report.until)}"
+    detail = _table(f"Credits expiring from {span}")
+    _time_column(detail, "expires")
+    detail.add_column("account", overflow="fold")
+    detail.add_column("pool", overflow="fold")
+    detail.add_column("grant", overflow="fold")
+    _number_column(detail, "unused")
+    _number_column(detail, "held")
+    for c in report.credits:
+        when = format_time(c.ends) + (" (void)" if c.voided else "")
+        detail.add_row(when, Text(c.account), Text(c.pool), Text(c.grant), _n(c.amount),
+                       _n(c.held))
+    totals = _table("Per account and pool")
+    totals.add_column("account", overflow="fold")
+    totals.add_column("pool", overflow="fold")
+    _number_column(totals, "unused")
+    _number_column(totals, "held")
+    for account, pool, amount, held in report.totals():
+        totals.add_row(Text(account), Text(pool), _n(amount), _n(held))
+    return [detail, totals]
+
+
+def jobs_table(report: JobsReport) -> Table:
+    """Jobs with their account, state, cost and charge."""
+    which = " ".join(part for part in (
+        f"of {report.account}" if report.account else "",
+        f"in state {report.state}" if report.state else "") if part)
+    table = _table(f"Jobs {which}".rstrip() + f" ({len(report.rows):,})")
+    table.add_column("job", overflow="fold")
+    table.add_column("account", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    _number_column(table, "cost")
+    _number_column(table, "charged")
+    _number_column(table, "priority")
+    table.add_column("pool", overflow="fold")
+    styles = {"rejected": "yellow", "failed": "red", "running": "cyan"}
+    for r in report.rows:
+        table.add_row(Text(r.job), Text(r.account), Text(r.state, style=styles.get(r.state, "")),
+                      _n(r.cost), Text("" if r.charge is None else f"{r.charge:,}"),
+                      str(r.priority), Text(r.pool))
+    return table
+
+
+# -- reconcile --------------------------------------------------------------------------------
+
+
+RECONCILE_COLUMNS = ("status", "line", "account", "job", "id", "time", "file_amount",
+                     "ledger_amount", "difference", "note")
+"""Columns of `reconcile --csv`."""
+
+_STATUS_TEXT = {"matched": "matched", "amount_differs": "amount differs",
+                "missing_from_ledger": "missing from the ledger",
+                "duplicate": "duplicate in the file",
+                "missing_from_file": "missing from the file"}
+
+
+def reconcile_table(rec: Reconciliation) -> Table:
+    """Every finding that is not a match (matches are only counted)."""
+    table = _table(f"Differences between {rec.source} and the ledger")
+    table.add_column("status", overflow="fold")
+    _number_column(table, "line")
+    table.add_column("account", overflow="fold")
+    table.add_column("job or id", overflow="fold")
+    _number_column(table, "file")
+    _number_column(table, "ledger")
+    _number_column(table, "diff")
+    table.add_column("note", overflow="fold")
+    for f in rec.findings:
+        if f.status == "matched":
+            continue
+        diff = f.difference
+        table.add_row(Text(_STATUS_TEXT[f.status], style="yellow"),
+                      "" if f.line is None else str(f.line), Text(f.account),
+                      Text(f.job or f.event_id or ""),
+                      "" if f.file_amount is None else f"{f.file_amount:,}",
+                      "" if f.ledger_amount is None else f"{f.ledger_amount:,}",
+                      "" if diff is None else f"{diff:+,}", Text(f.note))
+    return table
+
+
+def reconcile_summary(rec: Reconciliation) -> str:
+    """One line: how many rows of each kind."""
+    counts = rec.counts()
+    parts = [f"{counts[k]:,} {_STATUS_TEXT[k]}" for k in counts
+             if counts[k] or k == "matched"]
+    span = ("" if rec.time_range is None else
+            f" between {format_time(rec.time_range[0])} and {format_time(rec.time_range[1])}")
+    return (f"{rec.source}: " + ", ".join(parts)
+            + f" (ledger charges compared for {len(rec.accounts)} account(s){span})")
+
+
+def reconcile_csv(rec: Reconciliation, out: TextIO) -> None:
+    """Every finding as CSV, matches included."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(RECONCILE_COLUMNS)
+    for f in rec.findings:
+        d = f.as_dict()
+        writer.writerow(["" if d[c] is None else d[c] for c in RECONCILE_COLUMNS])
+
+
+# -- what-if ----------------------------------------------------------------------------------
+
+
+def whatif_tables(w: WhatIf) -> list[Table]:
+    """What differs under the policy: totals, accounts and pools, jobs."""
+    tables = []
+    totals = _table("Totals: as recorded and under the policy")
+    totals.add_column("what", no_wrap=True)
+    for name in ("recorded", "policy", "difference"):
+        _number_column(totals, name)
+    for name, (a, b) in w.totals.items():
+        totals.add_row(name, _n(a), _n(b), Text(f"{b - a:+,}" if b != a else ""))
+    tables.append(totals)
+    if w.accounts:
+        accounts = _table("Accounts that differ")
+        accounts.add_column("account", overflow="fold")
+        accounts.add_column("figure", overflow="fold")
+        for name in ("recorded", "policy", "difference"):
+            _number_column(accounts, name)
+        for change in w.accounts:
+            rows = [(k, getattr(change.actual, k), getattr(change.whatif, k))
+                    for k in ("balance", "reserved", "available", "debt")]
+            rows += [(f"pool {p}", a, b) for p, a, b in change.pools()]
+            for figure, a, b in rows:
+                if a != b:
+                    accounts.add_row(Text(change.account), Text(figure), _n(a), _n(b),
+                                     Text(f"{b - a:+,}"))
+        tables.append(accounts)
+    if w.jobs:
+        jobs = _table("Jobs that differ")
+        jobs.add_column("job", overflow="fold")
+        jobs.add_column("account", overflow="fold")
+        jobs.add_column("recorded", overflow="fold")
+        jobs.add_column("policy", overflow="fold")
+        for j in w.jobs:
+            def text(state: str | None, charge: int | None) -> str:
+                if state is None:
+                    return "-"
+                return state + ("" if charge is None else f", charged {charge:,}")
+            jobs.add_row(Text(j.job), Text(j.account),
+                         Text(text(j.actual_state, j.actual_charge)),
+                         Text(text(j.whatif_state, j.whatif_charge)))
+        tables.append(jobs)
+    return tables

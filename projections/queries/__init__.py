@@ -9,6 +9,9 @@ One module per question:
   rejected or has not started.
 - `revisions`: what late events changed, with the times of both events.
 - `audit`: journal-wide totals for a summary.
+- `reports`: every account's figures, credits expiring soon, the job list.
+- `reconcile`: an external charges file compared with the ledger.
+- `whatif`: the same journal folded under another policy, and what differs.
 - `common`: the latest time, `--as-known-at` positions, errors for unknown names;
   `walk`: one account followed through a fold (shared by statement and explain).
 
@@ -22,9 +25,14 @@ from projections.figures import Figures
 from projections.queries.audit import Audit, audit
 from projections.queries.balance import BalanceReport, account_figures, balance
 from projections.queries.common import (
+    NothingRecorded,
     describe_lineage,
+    fold_as_known,
+    json_time,
     known_position,
     latest_time,
+    recorded_position,
+    recorded_text,
     unknown_account,
 )
 from projections.queries.explain import (
@@ -38,33 +46,84 @@ from projections.queries.explain import (
     explain_account,
     explain_job,
 )
+from projections.queries.reconcile import (
+    FileCharge,
+    Finding,
+    ReconcileFileError,
+    Reconciliation,
+    parse_charges,
+    reconcile,
+)
+from projections.queries.reports import (
+    DEFAULT_WITHIN,
+    AccountRow,
+    AccountsReport,
+    ExpiringCredits,
+    ExpiringReport,
+    JobRow,
+    JobsReport,
+    accounts,
+    check_state,
+    expiring,
+    jobs,
+    parse_duration,
+)
 from projections.queries.revisions import RevisionRow, describe_reported, revision_rows
-from projections.queries.statement import Statement, StatementLine, statement
+from projections.queries.statement import Statement, StatementLine, Subtotals, statement
+from projections.queries.whatif import AccountChange, JobChange, WhatIf, whatif
 
 __all__ = [
+    "DEFAULT_WITHIN",
+    "AccountChange",
     "AccountExplanation",
+    "AccountRow",
+    "AccountsReport",
     "Audit",
     "BalanceReport",
+    "ExpiringCredits",
+    "ExpiringReport",
     "Figures",
+    "FileCharge",
+    "Finding",
     "GrantLineage",
+    "JobChange",
     "JobEvent",
     "JobExplanation",
+    "JobRow",
+    "JobsReport",
+    "NothingRecorded",
+    "ReconcileFileError",
+    "Reconciliation",
     "Rejection",
     "RevisionRow",
     "Spend",
     "Statement",
     "StatementLine",
+    "Subtotals",
     "Use",
+    "WhatIf",
     "account_figures",
+    "accounts",
     "audit",
     "balance",
+    "check_state",
     "describe_lineage",
     "describe_reported",
+    "expiring",
     "explain_account",
     "explain_job",
+    "fold_as_known",
+    "jobs",
+    "json_time",
     "known_position",
     "latest_time",
+    "parse_charges",
+    "parse_duration",
+    "reconcile",
+    "recorded_position",
+    "recorded_text",
     "revision_rows",
     "statement",
     "unknown_account",
+    "whatif",
 ]

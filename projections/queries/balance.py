@@ -9,8 +9,14 @@ from eventstore import JournalLike
 from projections.events import GENERAL
 from projections.figures import Figures
 from projections.ledger import Ledger
-from projections.queries.common import exists_later, known_position, latest_time, unknown_account
-from projections.replay import ledger_at
+from projections.queries.common import (
+    exists_later,
+    fold_as_known,
+    json_time,
+    latest_time,
+    recorded_position,
+    unknown_account,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,11 +28,17 @@ class BalanceReport:
     as_known_at: int  # the journal position the answer is based on
     figures: Figures
     pool: str | None = None  # the pool asked about, if any
+    known_pools: tuple[str, ...] = (GENERAL,)  # pools the account has ever held or owed in
+
+    @property
+    def pool_is_known(self) -> bool:
+        """False when the pool asked about never appears in the account (a typo?)."""
+        return self.pool is None or self.pool in self.known_pools
 
     def as_dict(self) -> dict[str, Any]:
         """The `balance --json` object (integers throughout)."""
         out: dict[str, Any] = {"account": self.account, **self.figures.as_dict(),
-                               "at": self.at, "as_known_at": self.as_known_at}
+                               "at": json_time(self.at), "as_known_at": self.as_known_at}
         if self.pool is not None:
             out["pool"] = self.pool
             out["pool_balance"] = self.figures.pools.get(self.pool, 0)
@@ -38,13 +50,24 @@ def balance(journal: JournalLike, account: str, *, at: int | None = None,
     """`account`'s figures at event time `at` (default: the journal's latest event time),
     from only the events recorded at positions <= `as_known_at` (default: all)."""
     when = latest_time(journal) if at is None else at
-    position = known_position(journal, as_known_at)
-    ledger = ledger_at(journal, to_time=when, to_position=position)
+    position = recorded_position(journal, as_known_at)
+    ledger = fold_as_known(journal, to_time=when, to_position=position)
     state = ledger.accounts.get(account)
     if state is None and not exists_later(journal, account):
         raise unknown_account(account, ledger)
     wanted = None if pool is None else (pool or GENERAL)
-    return BalanceReport(account, when, position, Figures.of(state, when), wanted)
+    known = (GENERAL,) if state is None else pools_of(ledger, account)
+    return BalanceReport(account, when, position, Figures.of(state, when), wanted, known)
+
+
+def pools_of(ledger: Ledger, account: str) -> tuple[str, ...]:
+    """Every pool the account has held credits in or owed debt in, "general" included."""
+    state = ledger.accounts.get(account)
+    if state is None:
+        return (GENERAL,)
+    book = state.book
+    found = {GENERAL, *book.heaps, *book.debt, *(h.pool for h in book.holds.values())}
+    return tuple(sorted(found))
 
 
 def account_figures(ledger: Ledger, at: int) -> list[tuple[str, Figures]]:

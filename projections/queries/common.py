@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from eventstore import JournalLike
 from projections.creditbook import Lineage
-from projections.errors import UnknownAccount
+from projections.errors import LedgerError, UnknownAccount
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
+from projections.replay import ledger_at
 from projections.timefmt import parse_micros
 
 _KNOWN_SHOWN = 20
@@ -21,11 +23,17 @@ def latest_time(journal: JournalLike) -> int:
     return TIMELINE_START if latest is None else latest
 
 
+class NothingRecorded(LedgerError, ValueError):
+    """`--as-known-at` before the first event was recorded: there is nothing to answer from."""
+
+
 def known_position(journal: JournalLike, value: int | str | None) -> int:
     """A journal position from `--as-known-at`: a position, or an ISO-8601 recorded-at time.
 
-    None means the head. A position past the head means the head. ValueError if negative
-    or neither an integer nor ISO-8601.
+    None means the head; 0 means before the first event (a time before the first record
+    gives 0 too). ValueError if negative, past the head (never clamped: a script asking
+    about position 900 of a 300-event journal has the wrong journal or a typo), or
+    neither an integer nor ISO-8601.
     """
     head = journal.head()
     if value is None:
@@ -38,7 +46,57 @@ def known_position(journal: JournalLike, value: int | str | None) -> int:
             return journal.position_at(parse_micros(text))
     if value < 0:
         raise ValueError(f"a position is 0 or more (0: before the first event), got {value}")
-    return min(value, head)
+    if value > head:
+        raise ValueError(f"position {value} is past the journal's head {head}; known "
+                         f"positions are 1 to {head} (gpu-credits head shows the last one)")
+    return value
+
+
+def recorded_position(journal: JournalLike, value: int | str | None) -> int:
+    """`known_position`, for a question that needs something recorded to answer from:
+    `NothingRecorded` when the journal holds events but none had been recorded by then
+    (position 0, or a time before the first record), rather than an answer of zeros."""
+    position = known_position(journal, value)
+    head = journal.head()
+    if position == 0 and head > 0:
+        shown = str(value).strip()
+        if shown.lstrip("+-").isdigit():
+            raise NothingRecorded(f"nothing was recorded yet at position 0 (before the "
+                                  f"first event); known positions are 1 to {head}")
+        raise NothingRecorded(
+            f"nothing was recorded yet at {shown}: the first event was recorded at "
+            f"{first_recorded(journal)}; ask about a later time, or a position from 1 "
+            f"to {head}")
+    return position
+
+
+def first_recorded(journal: JournalLike) -> str:
+    """When the journal's first event was recorded (ISO-8601 UTC), '-' when empty."""
+    for rec in journal.read(order="position", batch_size=1):
+        return recorded_text(rec.recorded_at)
+    return "-"
+
+
+def recorded_text(micros: int) -> str:
+    """A recorded-at time (µs since the epoch) as ISO-8601 UTC with microseconds."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def json_time(value: int | None) -> int | None:
+    """An event time for JSON and CSV: None for an event without time (the start of the
+    timeline), whose internal placeholder must never reach a spreadsheet."""
+    return None if value is None or value == TIMELINE_START else value
+
+
+def fold_as_known(journal: JournalLike, *, to_time: int | None = None,
+                  to_position: int | None = None) -> Ledger:
+    """The ledger at event time `to_time`, from the events recorded up to `to_position`.
+
+    From the nearest valid checkpoint plus the events after it: every report reads its
+    state through here, so a faster read path changes one place.
+    """
+    return ledger_at(journal, to_time=to_time, to_position=to_position)
 
 
 def names_text(names: Iterable[str]) -> str:

@@ -14,7 +14,13 @@ from projections.figures import Figures
 from projections.ledger import PENDING, RUNNING, Ledger
 from projections.outcomes import Outcome
 from projections.projector import apply_recorded
-from projections.queries.common import latest_time, lineage_dict, unknown_account
+from projections.queries.common import (
+    json_time,
+    latest_time,
+    lineage_dict,
+    recorded_position,
+    unknown_account,
+)
 from projections.queries.walk import AccountWalk
 from projections.queries.wording import event_detail
 
@@ -32,7 +38,8 @@ class Use:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready use."""
-        return {"time": self.time, "position": self.position, "event_id": self.event_id,
+        return {"time": json_time(self.time), "position": self.position,
+                "event_id": self.event_id,
                 "kind": self.kind, "amount": self.amount, "job": self.job}
 
 
@@ -67,7 +74,7 @@ class GrantLineage:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready lineage of the grant."""
         return {
-            "grant": self.grant_id, "time": self.time, "position": self.position,
+            "grant": self.grant_id, "time": json_time(self.time), "position": self.position,
             "pool": self.pool, "amount": self.amount, "expiry": self.expiry,
             "paid_debt": self.paid_debt + self.debt_paid_later, "used": self.used,
             "uses": [u.as_dict() for u in self.uses], "expired": self.expired,
@@ -92,7 +99,8 @@ class Spend:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready spend."""
-        return {"time": self.time, "position": self.position, "event_id": self.event_id,
+        return {"time": json_time(self.time), "position": self.position,
+                "event_id": self.event_id,
                 "kind": self.kind, "amount": self.amount, "pool": self.pool, "job": self.job,
                 "paid_by": lineage_dict(self.paid_by), "debt_created": self.debt_created}
 
@@ -108,7 +116,7 @@ class Rejection:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready rejection."""
-        return {"time": self.time, "position": self.position, "job": self.job,
+        return {"time": json_time(self.time), "position": self.position, "job": self.job,
                 "reason": self.reason}
 
 
@@ -128,7 +136,7 @@ class AccountExplanation:
     def as_dict(self) -> dict[str, Any]:
         """The `explain ACCOUNT --json` object."""
         return {
-            "account": self.account, "at": self.at, **self.figures.as_dict(),
+            "account": self.account, "at": json_time(self.at), **self.figures.as_dict(),
             "grants": [g.as_dict() for g in self.grants],
             "spends": [s.as_dict() for s in self.spends],
             "rejections": [r.as_dict() for r in self.rejections],
@@ -137,9 +145,12 @@ class AccountExplanation:
         }
 
 
-def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
-    """Which grants paid which consumption or job, and what expired unused per grant."""
+def explain_account(journal: JournalLike, account: str, *,
+                    as_known_at: int | str | None = None) -> AccountExplanation:
+    """Which grants paid which consumption or job, and what expired unused per grant, from
+    the events recorded up to `as_known_at` (default: all)."""
     at = latest_time(journal)
+    position = recorded_position(journal, as_known_at)
     walk = AccountWalk(account)
     ledger = walk.ledger
     grants: dict[str, GrantLineage] = {}
@@ -153,7 +164,7 @@ def explain_account(journal: JournalLike, account: str) -> AccountExplanation:
             found = grants[grant_id] = GrantLineage(grant_id, TIMELINE_START, None, pool, 0, None)
         return found
 
-    for rec in journal.read(order="canonical"):
+    for rec in journal.read(to_position=position, order="canonical"):
         step = walk.apply(rec)
         if step is None:
             continue
@@ -223,7 +234,8 @@ class JobEvent:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready event."""
-        return {"time": self.time, "position": self.position, "event_id": self.event_id,
+        return {"time": json_time(self.time), "position": self.position,
+                "event_id": self.event_id,
                 "type": self.type, "detail": self.detail, "ok": self.ok}
 
 
@@ -252,7 +264,8 @@ class JobExplanation:
         """The `explain --job --json` object."""
         return {
             "job": self.job, "account": self.account, "state": self.state, "cost": self.cost,
-            "priority": self.priority, "pool": self.pool, "submitted_at": self.submitted_at,
+            "priority": self.priority, "pool": self.pool,
+            "submitted_at": json_time(self.submitted_at),
             "accepted": self.accepted, "reason": self.reason,
             "held_from": lineage_dict(self.held_from), "charge": self.charge,
             "paid_by": lineage_dict(self.paid_by), "released": self.released,
@@ -276,12 +289,14 @@ def _waiting(ledger: Ledger, job_id: str) -> tuple[str, int]:
     return why, ahead
 
 
-def explain_job(journal: JournalLike, job_id: str) -> JobExplanation:
+def explain_job(journal: JournalLike, job_id: str, *,
+                as_known_at: int | str | None = None) -> JobExplanation:
     """A job's state, its submit's outcome (and reason), holds, charge and payers, and for a
-    pending job why it has not started."""
+    pending job why it has not started; from the events recorded up to `as_known_at`."""
+    position = recorded_position(journal, as_known_at)
     ledger = Ledger()
     found: list[tuple[RecordedEvent, Outcome]] = []
-    for rec in journal.read(order="canonical"):
+    for rec in journal.read(to_position=position, order="canonical"):
         outcome = apply_recorded(ledger, rec)
         if rec.payload.get("job") == job_id:
             found.append((rec, outcome))

@@ -8,6 +8,7 @@ from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
 from projections.outcomes import Revision
+from projections.queries.common import json_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +22,8 @@ class RevisionRow:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready revision (integer times)."""
-        return {**self.revision.as_dict(), "late_time": self.late_time,
-                "late_type": self.late_type, "time": self.time}
+        return {**self.revision.as_dict(), "late_time": json_time(self.late_time),
+                "late_type": self.late_type, "time": json_time(self.time)}
 
 
 def revision_rows(journal: JournalLike, revisions: Iterable[Revision]) -> list[RevisionRow]:

@@ -8,8 +8,17 @@ from typing import Any
 from eventstore import JournalLike, RecordedEvent
 from projections.creditbook import Expiry, Lineage
 from projections.events import GENERAL
+from projections.figures import Figures
 from projections.ledger import refill_due
-from projections.queries.common import exists_later, latest_time, lineage_dict, unknown_account
+from projections.queries.common import (
+    exists_later,
+    json_time,
+    latest_time,
+    lineage_dict,
+    recorded_position,
+    recorded_text,
+    unknown_account,
+)
 from projections.queries.walk import AccountWalk
 from projections.queries.wording import event_detail, pool_text
 from projections.timefmt import format_time
@@ -33,16 +42,71 @@ class StatementLine:
     grants: Lineage = ()  # consume/complete: who paid; submit: reserved from; expire: the grant
     debt_paid: int = 0
     debt_created: int = 0
+    released: int = 0  # complete: the part of the job's cost not charged (refunded)
+    cost: int = 0  # complete: the job's cost
+    recorded_at: int | None = None  # when the journal recorded the event (µs); None: derived
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready line (integer times)."""
+        """JSON-ready line: integer event times (None for an event without time),
+        the recorded-at time as ISO-8601 UTC."""
         return {
-            "time": self.time, "position": self.position, "event_id": self.event_id,
-            "type": self.type, "change": self.change, "balance": self.balance,
-            "reserved": self.reserved, "detail": self.detail, "status": self.status,
-            "job": self.job, "pool": self.pool, "grants": lineage_dict(self.grants),
-            "debt_paid": self.debt_paid, "debt_created": self.debt_created,
+            "time": json_time(self.time), "position": self.position,
+            "event_id": self.event_id, "type": self.type, "change": self.change,
+            "balance": self.balance, "reserved": self.reserved, "detail": self.detail,
+            "status": self.status, "job": self.job, "pool": self.pool,
+            "grants": lineage_dict(self.grants), "debt_paid": self.debt_paid,
+            "debt_created": self.debt_created, "released": self.released,
+            "recorded_at": None if self.recorded_at is None else recorded_text(self.recorded_at),
         }
+
+
+SUBTOTALS = ("opening", "granted", "used", "refunded", "expired", "adjusted", "voided",
+             "closing")
+"""The subtotals of a statement, in the order they add up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subtotals:
+    """A statement's totals by kind: opening + granted - used + refunded - expired
+    + adjusted - voided = closing.
+
+    `used` counts usage reports and the full cost of every completed job; `refunded` the
+    part of a failed job's cost it was not charged, so `used - refunded` is what was
+    charged. Reservations change no balance: a held credit still counts until it is charged.
+    """
+
+    opening: int
+    granted: int  # grants and refill
+    used: int
+    refunded: int
+    expired: int
+    adjusted: int  # manual credits (+) and debits (-)
+    voided: int
+    closing: int
+    balance: int  # the account's balance at the statement's end, from the fold itself
+
+    @property
+    def computed(self) -> int:
+        """The closing balance the subtotals add up to."""
+        return (self.opening + self.granted - self.used + self.refunded - self.expired
+                + self.adjusted - self.voided)
+
+    @property
+    def problems(self) -> list[str]:
+        """Where the subtotals disagree: empty when the statement is consistent."""
+        found = []
+        if self.computed != self.closing:
+            found.append(f"the subtotals add up to {self.computed:,} but the closing balance "
+                         f"is {self.closing:,}")
+        if self.closing != self.balance:
+            found.append(f"the closing balance {self.closing:,} differs from the account's "
+                         f"balance {self.balance:,} at the same time")
+        return found
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready subtotals, with the consistency verdict."""
+        return {**{name: getattr(self, name) for name in SUBTOTALS},
+                "consistent": not self.problems, "problems": self.problems}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +118,34 @@ class Statement:
     to_time: int
     opening: StatementLine | None  # only when from_time is given
     lines: list[StatementLine]
+    balance: int = 0  # the account's balance at to_time, from the fold (for the check)
+    as_known_at: int | None = None  # the journal position the statement is based on
+
+    @property
+    def subtotals(self) -> Subtotals:
+        """Opening, granted, used, refunded, expired, adjusted, voided and closing."""
+        sums = dict.fromkeys(("granted", "used", "refunded", "expired", "adjusted",
+                              "voided"), 0)
+        for line in self.lines:
+            kind = line.type
+            if line.status in ("anomaly", "rejected"):
+                continue
+            if kind in ("grant", "refill"):
+                sums["granted"] += line.change
+            elif kind == "consume":
+                sums["used"] -= line.change
+            elif kind == "complete":
+                sums["used"] += line.cost
+                sums["refunded"] += line.released
+            elif kind == "expire":
+                sums["expired"] -= line.change
+            elif kind == "adjust":
+                sums["adjusted"] += line.change
+            elif kind == "void":
+                sums["voided"] -= line.change
+        opening = self.opening.balance if self.opening is not None else 0
+        return Subtotals(opening=opening, closing=self.closing[0], balance=self.balance,
+                         **sums)
 
     @property
     def closing(self) -> tuple[int, int]:
@@ -65,10 +157,12 @@ class Statement:
         """The `statement --json` object."""
         balance_, reserved = self.closing
         return {
-            "account": self.account, "from": self.from_time, "to": self.to_time,
+            "account": self.account, "from": json_time(self.from_time),
+            "to": json_time(self.to_time), "as_known_at": self.as_known_at,
             "opening": None if self.opening is None else self.opening.as_dict(),
             "lines": [line.as_dict() for line in self.lines],
             "closing": {"balance": balance_, "reserved": reserved},
+            "subtotals": self.subtotals.as_dict(),
         }
 
 
@@ -119,7 +213,11 @@ class _StatementBuilder:
             rec.time, rec.position, rec.id, rec.type, change, self.balance, self.reserved,
             detail, status, job if isinstance(job, str) else None,
             rec.payload.get("pool", GENERAL) if rec.type in ("grant", "consume") else None,
-            outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created))
+            outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created,
+            released=(outcome.released or 0) if rec.type == "complete" else 0,
+            cost=(outcome.charge or 0) + (outcome.released or 0)
+            if rec.type == "complete" else 0,
+            recorded_at=rec.recorded_at))
         for e in step.on_release:
             self.balance -= e.amount
             self.add(expiry_line(e, rec.time, self.balance, self.reserved,
@@ -128,7 +226,8 @@ class _StatementBuilder:
             book = state.book
             actual = book.active_total + book.held - book.debt_total - self.walk.unevicted()
             if actual != self.balance:  # never expected: shown rather than hidden
-                self.add(StatementLine(rec.time, None, None, "adjust", actual - self.balance,
+                self.add(StatementLine(rec.time, None, None, "unexplained",
+                                       actual - self.balance,
                                        actual, self.reserved,
                                        "unexplained change (please report): balance is "
                                        f"{actual}, the lines above add up to {self.balance}"))
@@ -150,12 +249,15 @@ class _StatementBuilder:
 
 
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
-              to_time: int | None = None) -> Statement:
+              to_time: int | None = None,
+              as_known_at: int | str | None = None) -> Statement:
     """Every change to `account` with event time <= `to_time` (default: the latest), with
-    a running balance; with `from_time`, an opening line and the changes from then on."""
+    a running balance; with `from_time`, an opening line and the changes from then on;
+    from the events recorded up to `as_known_at` (default: all)."""
     to = latest_time(journal) if to_time is None else to_time
+    position = recorded_position(journal, as_known_at)
     builder = _StatementBuilder(account)
-    for rec in journal.read(to_time=to, order="canonical"):
+    for rec in journal.read(to_time=to, to_position=position, order="canonical"):
         builder.apply(rec)
     builder.finish(to)
     walk = builder.walk
@@ -171,4 +273,5 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         opening = StatementLine(from_time, None, None, "opening", 0, balance_, reserved,
                                 "opening balance")
         lines = lines[cut:]
-    return Statement(account, from_time, to, opening, lines)
+    figures = Figures.of(walk.state, to)
+    return Statement(account, from_time, to, opening, lines, figures.balance, position)

@@ -51,9 +51,13 @@ def test_balance_as_known_at_a_position(run: Run, small: Path, tmp_path: Path) -
     known_now = _obj(as_json(run("balance", "a", "--at", "4", "--as-known-at",
                                  "2100-01-01T00:00Z", "--json")))
     assert known_now["as_known_at"] == 13
-    known_never = _obj(as_json(run("balance", "a", "--as-known-at", "2000-01-01",
-                                   "--json")))
-    assert (known_never["as_known_at"], known_never["balance"]) == (0, 0)
+    # Before anything was recorded there is nothing to answer from: said, not zeros.
+    known_never = run("balance", "a", "--as-known-at", "2000-01-01", "--json")
+    assert known_never.exit_code == 2
+    assert "nothing was recorded yet at 2000-01-01" in known_never.stderr
+    past = run("balance", "a", "--as-known-at", "14")
+    assert past.exit_code == 2
+    assert "position 14 is past the journal's head 13" in past.stderr
 
 
 def test_balance_of_one_pool(run: Run, small: Path) -> None:

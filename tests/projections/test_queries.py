@@ -156,7 +156,8 @@ def test_as_known_at_shows_the_journal_before_a_late_event() -> None:
     assert balance(journal, "a", at=10).figures.balance == 50
     assert known_position(journal, None) == 3
     assert known_position(journal, "2") == 2
-    assert known_position(journal, 99) == 3
+    with pytest.raises(ValueError, match="past the journal's head 3"):
+        known_position(journal, 99)
     with pytest.raises(ValueError, match="position"):
         known_position(journal, -1)
     with pytest.raises(ValueError, match="ISO-8601"):

@@ -69,7 +69,7 @@ def late_event_not_reprojected(monkeypatch: pytest.MonkeyPatch) -> None:
     """A late event is applied where it arrives, after everything, instead of at its
     place on the timeline with everything after it folded again."""
 
-    def on_top(self: projector.Projector, late: Any) -> Any:
+    def on_top(self: projector.Projector, late: Any, **_: Any) -> Any:
         last = self.ledger.last
         self.ledger.last = (-(2**63), 0)
         try:

@@ -139,3 +139,22 @@ def test_narrow_screen_has_no_page_wide_scroll(browser: Any, base_url: str) -> N
             assert width <= 390, f"{path} is {width} px wide at 390"
     finally:
         context.close()
+
+
+def test_tables_and_filters_work_without_javascript(browser: Any, base_url: str) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    tab = context.new_page()
+    try:
+        tab.goto(f"{base_url}/accounts/{ACCOUNT}")
+        assert tab.locator("#ledger-table tbody tr").count() > 10
+        tab.get_by_label("Pool", exact=True).select_option("a100")
+        tab.get_by_role("button", name="Filter").click()
+        tab.wait_for_url("**pool=a100**")
+        pools = tab.locator("#ledger-table tbody tr td:nth-child(4)").all_inner_texts()
+        assert pools and set(pools) == {"a100"}
+        tab.goto(base_url + "/journal")
+        tab.get_by_role("button", name="Verify the journal").click()  # a plain form post
+        tab.wait_for_url("**/journal#verify")
+        assert tab.locator("#verify-status").is_visible()
+    finally:
+        context.close()

@@ -252,7 +252,8 @@ class JobAnswer(Answer):
 class StatementLineAnswer(Report):
     """One change to an account, with the balance after it."""
 
-    time: int
+    time: int | None = Field(description="event time; null for an account opened from the "
+                                         "start of the timeline")
     position: int | None
     event_id: str | None
     type: str
@@ -266,6 +267,24 @@ class StatementLineAnswer(Report):
     grants: list[list[Any]]
     debt_paid: int
     debt_created: int
+    released: int = Field(0, description="a completion: the part of the cost not charged")
+    recorded_at: str | None = Field(None, description="when the journal recorded the event "
+                                                      "(ISO-8601 UTC); null for derived lines")
+
+
+class SubtotalsAnswer(Answer):
+    """opening + granted - used + refunded - expired + adjusted - voided = closing."""
+
+    opening: int
+    granted: int
+    used: int
+    refunded: int
+    expired: int
+    adjusted: int
+    voided: int
+    closing: int
+    consistent: bool
+    problems: list[str]
 
 
 class Closing(Report):
@@ -287,6 +306,7 @@ class StatementAnswer(Report):
     lines: list[StatementLineAnswer]
     closing: Closing
     as_known_at: int
+    subtotals: SubtotalsAnswer | None = None
 
 
 class RevisionAnswer(Report):

@@ -112,16 +112,20 @@ def _told(world: World, records: list[Any], reference: model.Model) -> list[str]
     """Answers given live agree with the final timeline, unless a later arrival landed
     before them on it (a late event may revise an answer: that is what it is for)."""
     by_position = sorted(records, key=lambda r: r.position)
-    times = {rec.id: rec.time for rec in records}
+    # Where each event changes the timeline from: its own place; for a reversal, the
+    # earliest place among the events it takes out or puts back (down its chain).
+    since: dict[str, tuple[int, int]] = {}
+    for rec in by_position:
+        key = (rec.time, rec.position)
+        if rec.type == "reverse":
+            key = min(key, since.get(rec.payload["event"], key))
+        since[rec.id] = key
     revisable: set[str] = set()
-    earliest_after = NEVER
+    earliest_after = (NEVER, 0)
     for rec in reversed(by_position):
-        if earliest_after < rec.time:
+        if earliest_after < (rec.time, rec.position):
             revisable.add(rec.id)
-        # A reversal changes the timeline from the place of the event it names.
-        time = min(rec.time, times.get(rec.payload["event"], rec.time)) \
-            if rec.type == "reverse" else rec.time
-        earliest_after = min(earliest_after, time)
+        earliest_after = min(earliest_after, since[rec.id])
     problems = []
     for eid, said in world.told.items():
         if eid in revisable or eid not in reference.told or said is None:

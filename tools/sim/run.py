@@ -70,20 +70,26 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
     done: list[Op] = []
     for op in ops:
         done.append(op)
-        problems = world.execute(op)
-        if op["kind"] == "audit":
-            problems += audit(world, op)
-        if observe is not None:
-            observe(op)
-        if not problems and len(done) % check_every == 0:
-            problems = full_check(world)
+        try:
+            problems = world.execute(op)
+            if op["kind"] == "audit":
+                problems += audit(world, op)
+            if observe is not None:
+                observe(op)
+            if not problems and len(done) % check_every == 0:
+                problems = full_check(world)
+        except Exception as exc:  # the code under test crashed outside a call: a finding
+            problems = [f"the ledger raised {type(exc).__name__}: {exc}"]
         if problems:
             return len(done), Failure(len(done), problems, done, last_events(world))
-    problems = full_check(world)
-    report = verify(world.journal)  # the product's own verdict, invariants included
-    if not report.ok:
-        problems.append(f"verify failed at position {report.first_bad_position}: "
-                        f"{report.problem}")
+    try:
+        problems = full_check(world)
+        report = verify(world.journal)  # the product's own verdict, invariants included
+        if not report.ok:
+            problems.append(f"verify failed at position {report.first_bad_position}: "
+                            f"{report.problem}")
+    except Exception as exc:  # as above
+        problems = [f"the ledger raised {type(exc).__name__}: {exc}"]
     if problems:
         return len(done), Failure(len(done), problems, done, last_events(world))
     return len(done), None

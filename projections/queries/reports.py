@@ -1,0 +1,262 @@
+"""Reports across accounts: every account's figures, credits expiring soon, the job list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore import JournalLike
+from projections.figures import Figures
+from projections.ledger import JOB_STATES, JobState, Ledger
+from projections.queries.common import (
+    fold_as_known,
+    json_time,
+    latest_time,
+    recorded_position,
+    unknown_account,
+)
+
+DEFAULT_WITHIN = 7 * 86_400
+"""`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
+
+
+# -- accounts ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRow:
+    """One account's figures, and its job limits."""
+
+    account: str
+    figures: Figures
+    opened: bool  # False: only usage reports name it (its debt still counts)
+    running: int
+    max_running: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The same keys as `balance --json`, plus the account's job limits."""
+        return {"account": self.account, **self.figures.as_dict(), "opened": self.opened,
+                "running": self.running, "max_running": self.max_running}
+
+
+@dataclass(frozen=True, slots=True)
+class AccountsReport:
+    """Every account of the journal at event time `at`, as known at a position."""
+
+    at: int
+    as_known_at: int
+    rows: list[AccountRow]
+
+    @property
+    def pools(self) -> list[str]:
+        """Every pool any account holds or owes in, sorted."""
+        return sorted({p for r in self.rows for p in r.figures.pools})
+
+    @property
+    def totals(self) -> Figures:
+        """The sum over every account."""
+        pools = {p: sum(r.figures.pools.get(p, 0) for r in self.rows) for p in self.pools}
+        return Figures(sum(r.figures.balance for r in self.rows),
+                       sum(r.figures.reserved for r in self.rows),
+                       sum(r.figures.available for r in self.rows),
+                       sum(r.figures.debt for r in self.rows), pools)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `accounts --json` object."""
+        return {"at": json_time(self.at), "as_known_at": self.as_known_at,
+                "accounts": [r.as_dict() for r in self.rows],
+                "totals": self.totals.as_dict()}
+
+
+def account_rows(ledger: Ledger, at: int) -> list[AccountRow]:
+    """Every account of a ledger (sorted by name) with its figures at `at`."""
+    rows = []
+    for name in sorted(ledger.accounts):
+        state = ledger.accounts[name]
+        rows.append(AccountRow(name, Figures.of(state, at), state.opened, state.running,
+                               state.max_running))
+    return rows
+
+
+def accounts(journal: JournalLike, *, at: int | None = None,
+             as_known_at: int | str | None = None) -> AccountsReport:
+    """Every account's balance, reserved, available, debt and pools at event time `at`
+    (default: the latest), from the events recorded up to `as_known_at`."""
+    when = latest_time(journal) if at is None else at
+    position = recorded_position(journal, as_known_at)
+    ledger = fold_as_known(journal, to_time=when, to_position=position)
+    return AccountsReport(when, position, account_rows(ledger, when))
+
+
+# -- expiring ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiringCredits:
+    """Unused credits of one grant that stop counting within the window."""
+
+    account: str
+    pool: str
+    grant: str
+    ends: int  # the grant's expiry, or its void if that comes first
+    amount: int  # unused and not held by a job
+    held: int  # held by pending or running jobs: lapse if released after `ends`
+    voided: bool  # ends by a void, not by expiry
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready credits."""
+        return {"account": self.account, "pool": self.pool, "grant": self.grant,
+                "expiry": self.ends, "amount": self.amount, "held": self.held,
+                "voided": self.voided}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiringReport:
+    """Credits that stop counting in `[at, at + within)`, soonest first."""
+
+    at: int
+    within: int
+    as_known_at: int
+    credits: list[ExpiringCredits]
+
+    @property
+    def until(self) -> int:
+        """The end of the window (excluded)."""
+        return self.at + self.within
+
+    def totals(self) -> list[tuple[str, str, int, int]]:
+        """(account, pool, amount, held) per account and pool, sorted."""
+        sums: dict[tuple[str, str], list[int]] = {}
+        for c in self.credits:
+            entry = sums.setdefault((c.account, c.pool), [0, 0])
+            entry[0] += c.amount
+            entry[1] += c.held
+        return [(a, p, v[0], v[1]) for (a, p), v in sorted(sums.items())]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `expiring --json` object."""
+        return {"at": json_time(self.at), "within": self.within, "until": self.until,
+                "as_known_at": self.as_known_at,
+                "credits": [c.as_dict() for c in self.credits],
+                "totals": [{"account": a, "pool": p, "amount": n, "held": h}
+                           for a, p, n, h in self.totals()]}
+
+
+def expiring_credits(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
+    """Every batch still counting at `at` whose credits stop in `[at, until)`."""
+    found: list[ExpiringCredits] = []
+    for name in sorted(ledger.accounts):
+        book = ledger.accounts[name].book
+        held: dict[int, int] = {}
+        batches = {id(b): b for heap in book.heaps.values() for b in heap}
+        for hold in book.holds.values():
+            for batch, amount in hold.portions:
+                held[id(batch)] = held.get(id(batch), 0) + amount
+                batches.setdefault(id(batch), batch)
+        for key, batch in batches.items():
+            ends = [t for t in (batch.expiry, batch.voided) if t is not None]
+            if not ends:
+                continue
+            end = min(ends)
+            unused = batch.amount if batch.in_heap else 0
+            if at <= end < until and (unused or held.get(key)):
+                found.append(ExpiringCredits(name, batch.pool, batch.grant_id, end, unused,
+                                             held.get(key, 0), batch.expiry != end))
+    found.sort(key=lambda c: (c.ends, c.account, c.pool, c.grant))
+    return found
+
+
+def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | None = None,
+             as_known_at: int | str | None = None) -> ExpiringReport:
+    """Credits that expire (or stop counting by a void) within `within` seconds of event
+    time `at` (default: the journal's latest event time)."""
+    if within <= 0:
+        raise ValueError(f"the window must be positive, got {within} seconds")
+    when = latest_time(journal) if at is None else at
+    position = recorded_position(journal, as_known_at)
+    ledger = fold_as_known(journal, to_time=when, to_position=position)
+    return ExpiringReport(when, within, position,
+                          expiring_credits(ledger, when, when + within))
+
+
+def parse_duration(text: str) -> int:
+    """Seconds from `7d`, `24h`, `90m`, `3600s`, `1w` or plain seconds (`3600`).
+
+    Raises ValueError naming the accepted forms.
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+    cleaned = text.strip().lower()
+    number, unit = cleaned, "s"
+    if cleaned and cleaned[-1] in units:
+        number, unit = cleaned[:-1], cleaned[-1]
+    if not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"not a duration: {text!r}; expected a positive whole number of "
+                         "seconds or a number with a unit: 3600, 3600s, 90m, 24h, 7d, 2w")
+    return int(number) * units[unit]
+
+
+# -- jobs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One job as the fold leaves it."""
+
+    job: str
+    account: str
+    state: str
+    cost: int
+    charge: int | None  # what it was charged: set once it completed
+    priority: int
+    pool: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready job (the same keys as the service's job object, where they overlap)."""
+        return {"job": self.job, "account": self.account, "state": self.state,
+                "cost": self.cost, "charged": self.charge, "priority": self.priority,
+                "pool": self.pool}
+
+
+@dataclass(frozen=True, slots=True)
+class JobsReport:
+    """The jobs of the journal, filtered by account and state, as known at a position."""
+
+    as_known_at: int
+    account: str | None
+    state: str | None
+    rows: list[JobRow]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `jobs --json` object."""
+        return {"as_known_at": self.as_known_at, "account": self.account,
+                "state": self.state, "jobs": [r.as_dict() for r in self.rows]}
+
+
+def check_state(state: str | None) -> str | None:
+    """`state` if it is a job state (or None); ValueError naming the valid ones."""
+    if state is not None and state not in JOB_STATES:
+        raise ValueError(f"unknown job state {state!r}; expected one of "
+                         f"{', '.join(JOB_STATES)}")
+    return state
+
+
+def jobs(journal: JournalLike, *, account: str | None = None, state: str | None = None,
+         as_known_at: int | str | None = None) -> JobsReport:
+    """Every job (in submit order), or those of `account` and/or in `state`."""
+    check_state(state)
+    position = recorded_position(journal, as_known_at)
+    ledger = fold_as_known(journal, to_position=position)
+    if account is not None and account not in ledger.accounts and not any(
+            j.account == account for j in ledger.jobs.values()):
+        raise unknown_account(account, ledger)
+    rows = job_rows(ledger.jobs.values(), account, state)
+    return JobsReport(position, account, state, rows)
+
+
+def job_rows(all_jobs: Iterable[JobState], account: str | None,
+             state: str | None) -> list[JobRow]:
+    """Rows for the jobs that match (None matches everything), in submit order."""
+    return [JobRow(j.id, j.account, j.state, j.cost, j.charge, j.priority, j.pool)
+            for j in all_jobs
+            if (account is None or j.account == account) and (state is None or j.state == state)]

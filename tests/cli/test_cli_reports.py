@@ -1,0 +1,374 @@
+"""The report commands: accounts, expiring, jobs, statement subtotals, reconcile, whatif,
+and --as-known-at on every query."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import Run, as_json, cli, error_lines
+
+from eventstore import Journal
+
+# Two accounts with explicit ids, so a charges file can name them.
+MONTH = """\
+{"type": "account", "account": "a", "max_running": 1, "id": "open-a"}
+{"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 100, "id": "g1"}
+{"type": "grant", "account": "a", "amount": 40, "time": 0, "expiry": 20, "pool": "h100", "id": "g2"}
+{"type": "grant", "account": "b", "amount": 30, "time": 1, "id": "g3"}
+{"type": "consume", "account": "a", "amount": 10, "time": 2, "id": "u1"}
+{"type": "submit", "account": "a", "job": "j1", "cost": 20, "priority": 1, "time": 3, "id": "s1"}
+{"type": "start", "job": "j1", "time": 4, "id": "st1"}
+{"type": "complete", "job": "j1", "success": false, "refund_fraction": 0.5, "time": 5, "id": "c1"}
+{"type": "submit", "account": "a", "job": "j2", "cost": 5, "priority": 1, "time": 6, "id": "s2"}
+{"type": "consume", "account": "b", "amount": 50, "time": 7, "id": "u2"}
+{"type": "submit", "account": "b", "job": "j3", "cost": 500, "priority": 1, "time": 8, "id": "s3"}
+"""
+
+
+def _obj(value: object) -> dict[str, Any]:
+    assert isinstance(value, dict)
+    return value
+
+
+@pytest.fixture
+def month(run: Run, tmp_path: Path) -> Path:
+    path = tmp_path / "month.jsonl"
+    path.write_text(MONTH)
+    result = run("import", str(path))
+    assert result.exit_code == 0, result.stderr
+    return path
+
+
+# -- accounts --------------------------------------------------------------------------------
+
+
+def test_accounts_lists_every_account_with_its_figures(run: Run, month: Path) -> None:
+    report = _obj(as_json(run("accounts", "--json")))
+    rows = {r["account"]: r for r in report["accounts"]}
+    assert set(rows) == {"a", "b"}
+    a, b = rows["a"], rows["b"]
+    # a: 140 granted, 10 used, job j1 charged 10 of 20, j2 pending holds 5.
+    assert (a["balance"], a["reserved"], a["available"], a["debt"]) == (120, 5, 115, 0)
+    assert a["pools"] == {"general": 80, "h100": 40}
+    assert (b["balance"], b["debt"], b["pools"]) == (-20, 20, {"general": -20})
+    assert report["totals"]["balance"] == 100
+    # The same figures as balance --json, key for key.
+    bal = _obj(as_json(run("balance", "a", "--json")))
+    for key in ("balance", "reserved", "available", "debt", "pools"):
+        assert bal[key] == a[key]
+    text = run("accounts")
+    assert text.exit_code == 0 and "h100" in text.stdout and "120" in text.stdout
+
+
+def test_accounts_on_an_empty_journal(run: Run) -> None:
+    result = run("accounts")
+    assert result.exit_code == 0
+    assert "no accounts yet" in result.stdout
+    assert _obj(as_json(run("accounts", "--json")))["accounts"] == []
+
+
+def test_accounts_as_known_at(run: Run, month: Path) -> None:
+    early = _obj(as_json(run("accounts", "--as-known-at", "2", "--json")))
+    assert [r["account"] for r in early["accounts"]] == ["a"]
+    assert early["accounts"][0]["balance"] == 100
+    assert early["as_known_at"] == 2
+
+
+# -- expiring --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("within", "grants"), [
+    ("7d", ["g2", "g1"]), ("15", ["g2"]), ("15s", ["g2"]), ("1m", ["g2"]), ("2h", ["g2", "g1"]),
+    ("93", ["g2", "g1"]),
+])
+def test_expiring_within_a_duration(run: Run, month: Path, within: str,
+                                    grants: list[str]) -> None:
+    report = _obj(as_json(run("expiring", "--within", within, "--json")))
+    assert report["at"] == 8  # the latest event time
+    assert [c["grant"] for c in report["credits"]] == grants
+
+
+def test_expiring_counts_unused_and_held_credits(run: Run, month: Path) -> None:
+    report = _obj(as_json(run("expiring", "--json")))
+    g1 = next(c for c in report["credits"] if c["grant"] == "g1")
+    # g1 gave 10 to u1, 10 to j1's charge, and holds 5 for j2: 75 unused.
+    assert (g1["account"], g1["pool"], g1["expiry"], g1["amount"], g1["held"]) == (
+        "a", "general", 100, 75, 5)
+    assert {(t["account"], t["pool"]) for t in report["totals"]} == {
+        ("a", "general"), ("a", "h100")}
+    text = run("expiring", "--within", "3600")
+    assert text.exit_code == 0 and "g2" in text.stdout
+    nothing = run("expiring", "--within", "5s")
+    assert "nothing expires" in nothing.stdout
+
+
+@pytest.mark.parametrize("bad", ["soon", "0", "-5", "7x", "1.5h", ""])
+def test_expiring_rejects_a_bad_duration(run: Run, month: Path, bad: str) -> None:
+    result = run("expiring", "--within", bad)
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    assert "7d" in result.stderr and "--within" in result.stderr
+
+
+def test_expiring_at_another_time(run: Run, month: Path) -> None:
+    report = _obj(as_json(run("expiring", "--at", "25", "--json")))
+    assert [c["grant"] for c in report["credits"]] == ["g1"]
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def test_jobs_with_state_cost_charge_and_account(run: Run, month: Path) -> None:
+    report = _obj(as_json(run("jobs", "--json")))
+    got = [(j["job"], j["account"], j["state"], j["cost"], j["charged"]) for j in report["jobs"]]
+    assert got == [("j1", "a", "failed", 20, 10), ("j2", "a", "pending", 5, None),
+                   ("j3", "b", "rejected", 500, None)]
+    only_a = _obj(as_json(run("jobs", "--account", "a", "--json")))
+    assert [j["job"] for j in only_a["jobs"]] == ["j1", "j2"]
+    rejected = _obj(as_json(run("jobs", "--state", "rejected", "--json")))
+    assert [j["job"] for j in rejected["jobs"]] == ["j3"]
+    text = run("jobs")
+    assert text.exit_code == 0 and "failed" in text.stdout and "j3" in text.stdout
+    assert "no jobs match" in run("jobs", "--state", "running").stdout
+
+
+def test_jobs_as_known_at(run: Run, month: Path) -> None:
+    early = _obj(as_json(run("jobs", "--as-known-at", "7", "--json")))
+    assert [(j["job"], j["state"]) for j in early["jobs"]] == [("j1", "running")]
+
+
+def test_jobs_errors(run: Run, month: Path) -> None:
+    bad = run("jobs", "--state", "done")
+    assert bad.exit_code == 2 and len(error_lines(bad)) == 1
+    assert "pending, running, succeeded, failed, cancelled, rejected" in bad.stderr
+    unknown = run("jobs", "--account", "zz")
+    assert unknown.exit_code == 2 and "unknown account 'zz'" in unknown.stderr
+
+
+# -- statement: subtotals, as known at, recorded times, no internal times ----------------------
+
+
+def test_statement_subtotals_add_up(run: Run, month: Path) -> None:
+    st = _obj(as_json(run("statement", "a", "--json")))
+    sub = st["subtotals"]
+    assert sub == {"opening": 0, "granted": 140, "used": 30, "refunded": 10, "expired": 0,
+                   "adjusted": 0, "voided": 0, "closing": 120, "consistent": True,
+                   "problems": []}
+    later = _obj(as_json(run("statement", "a", "--from", "3", "--to", "30", "--json")))
+    sub = later["subtotals"]
+    assert (sub["opening"], sub["used"], sub["refunded"], sub["expired"], sub["closing"]) == (
+        130, 20, 10, 40, 80)
+    text = run("statement", "a")
+    assert "Subtotals" in text.stdout and "closing balance" in text.stdout
+
+
+def test_statement_and_explain_as_known_at(run: Run, month: Path) -> None:
+    st = _obj(as_json(run("statement", "a", "--as-known-at", "5", "--json")))
+    assert st["as_known_at"] == 5
+    assert [line["event_id"] for line in st["lines"]] == ["open-a", "g1", "g2", "u1"]
+    ex = _obj(as_json(run("explain", "a", "--as-known-at", "5", "--json")))
+    assert ex["balance"] == 130
+    job = _obj(as_json(run("explain", "--job", "j1", "--as-known-at", "7", "--json")))
+    assert job["state"] == "running"
+    past = run("statement", "a", "--as-known-at", "99")
+    assert past.exit_code == 2 and "past the journal's head 11" in past.stderr
+    never = run("explain", "a", "--as-known-at", "0")
+    assert never.exit_code == 2 and "nothing was recorded yet" in never.stderr
+
+
+def test_statement_shows_recorded_times_and_no_internal_time(run: Run, month: Path) -> None:
+    st = _obj(as_json(run("statement", "a", "--json")))
+    opened = st["lines"][0]
+    assert opened["type"] == "account" and opened["time"] is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", opened["recorded_at"])
+    csv_text = run("statement", "a", "--csv").stdout
+    assert "4611686018427387904" not in csv_text
+    first = next(csv.DictReader(io.StringIO(csv_text)))
+    assert (first["type"], first["time"]) == ("account", "")
+    for args in (("explain", "a", "--json"), ("export",), ("export", "--format", "csv")):
+        assert "4611686018427387904" not in run(*args).stdout
+
+
+# -- reconcile -------------------------------------------------------------------------------
+
+
+def _charges(tmp_path: Path, text: str, name: str = "charges.csv") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_reconcile_every_row_matched(run: Run, month: Path, tmp_path: Path) -> None:
+    path = _charges(tmp_path, "account,job,id,amount\na,j1,,10\na,,u1,10\nb,,u2,50\n")
+    result = run("reconcile", path)
+    assert result.exit_code == 0, result.stderr
+    assert "3 matched" in result.stdout
+    report = _obj(as_json(run("reconcile", path, "--json")))
+    assert report["ok"] is True and report["counts"]["matched"] == 3
+
+
+def test_reconcile_lists_every_difference(run: Run, month: Path, tmp_path: Path) -> None:
+    path = _charges(tmp_path, "account,job,id,amount,time\n"
+                              "a,j1,,12,5\n"      # charged 10
+                              "a,j9,,5,5\n"       # no such job
+                              "a,j2,,5,6\n"       # pending: not charged
+                              "a,j1,,10,5\n")     # the same job again
+    result = run("reconcile", path, "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    statuses = [(f["status"], f["job"] or f["id"]) for f in report["findings"]]
+    # u1 (time 2) is outside the file's time range 5..6; nothing else of a's is charged.
+    assert statuses == [("amount_differs", "j1"), ("missing_from_ledger", "j9"),
+                        ("missing_from_ledger", "j2"), ("duplicate", "j1")]
+    assert report["findings"][0]["difference"] == 2
+    wide = _charges(tmp_path, "account,job,amount,time\na,j1,10,0\nb,j3,0,9\n", "wide.csv")
+    extra = json.loads(run("reconcile", wide, "--json").stdout)
+    assert [(f["status"], f["job"] or f["id"], f["ledger_amount"])
+            for f in extra["findings"]] == [
+        ("matched", "j1", 10), ("missing_from_ledger", "j3", None),
+        ("missing_from_file", "u1", 10), ("missing_from_file", "u2", 50)]
+    assert extra["findings"][1]["note"] == "job 'j3' is rejected: not charged"
+    text = run("reconcile", path)
+    assert text.exit_code == 1
+    assert "amount differs" in text.stdout and "missing from the ledger" in text.stdout
+    rows = list(csv.DictReader(io.StringIO(run("reconcile", path, "--csv").stdout)))
+    assert [r["status"] for r in rows][:2] == ["amount_differs", "missing_from_ledger"]
+
+
+def test_reconcile_without_times_covers_the_whole_ledger(run: Run, month: Path,
+                                                         tmp_path: Path) -> None:
+    path = _charges(tmp_path, "account,job,amount\na,j1,10\n")
+    report = json.loads(run("reconcile", path, "--json").stdout)
+    missing = [f["id"] for f in report["findings"] if f["status"] == "missing_from_file"]
+    assert missing == ["u1"]  # b is not in the file: its charges are not asked about
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty"),
+    ("account,amount\na,5\n", "job or id"),
+    ("account,job,amount,colour\na,j1,5,red\n", "unknown column"),
+    ("account,job,amount\na,j1,ten\n", "line 2: amount 'ten'"),
+    ("account,job,id,amount\na,j1,u1,10\n", "exactly one"),
+    ("account,job,amount,time\na,j1,10,yesterday\n", "line 2"),
+])
+def test_reconcile_rejects_a_bad_file(run: Run, month: Path, tmp_path: Path, text: str,
+                                      message: str) -> None:
+    result = run("reconcile", _charges(tmp_path, text))
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    assert message in result.stderr
+
+
+def test_reconcile_missing_file(run: Run, month: Path, tmp_path: Path) -> None:
+    result = run("reconcile", str(tmp_path / "nope.csv"))
+    assert result.exit_code == 2 and "cannot read" in result.stderr
+
+
+# -- whatif ----------------------------------------------------------------------------------
+
+
+def _policy(tmp_path: Path, policy: object) -> str:
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy))
+    return str(path)
+
+
+def test_whatif_refund_fraction(run: Run, month: Path, tmp_path: Path, db: str) -> None:
+    journal = Journal(db)
+    head = journal.head()
+    journal.close()
+    result = _obj(as_json(run("whatif", "--policy", _policy(tmp_path, {"refund_fraction": 0}),
+                              "--json")))
+    assert result["changed"] is True
+    assert result["jobs"] == [{"job": "j1", "account": "a",
+                               "actual": {"state": "failed", "charged": 10},
+                               "whatif": {"state": "failed", "charged": 20}}]
+    (a,) = result["accounts"]
+    assert (a["account"], a["difference"]["balance"]) == ("a", -10)
+    assert a["pools"] == [{"pool": "general", "actual": 80, "whatif": 70, "difference": -10}]
+    journal = Journal(db)
+    assert journal.head() == head  # appends nothing
+    journal.close()
+    text = run("whatif", "--policy", _policy(tmp_path, {"refund_fraction": 0}))
+    assert text.exit_code == 0 and "j1" in text.stdout
+
+
+def test_whatif_without_changes(run: Run, month: Path, tmp_path: Path) -> None:
+    result = _obj(as_json(run("whatif", "--policy", _policy(tmp_path, {}), "--json")))
+    assert result["changed"] is False and result["accounts"] == [] and result["jobs"] == []
+    assert "nothing differs" in run("whatif", "--policy", _policy(tmp_path, {})).stdout
+
+
+def test_whatif_max_running_and_grant_order(run: Run, month: Path, tmp_path: Path) -> None:
+    # One more job on b would start; a cap of 1 on b changes nothing here, and ignoring
+    # priorities changes nothing when every grant has the default priority.
+    same = _obj(as_json(run("whatif", "--policy", _policy(
+        tmp_path, {"grant_order": "expiry", "max_running": {"b": 1}}), "--json")))
+    assert same["changed"] is False
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    ({"refund_fraction": 2}, "refund_fraction"),
+    ({"grant_order": "random"}, "grant_order must be one of priority, expiry"),
+    ({"max_running": {"a": 0}}, "max_running"),
+    ({"colour": 1}, "unknown policy key"),
+    ([1], "JSON object"),
+])
+def test_whatif_rejects_a_bad_policy(run: Run, month: Path, tmp_path: Path, policy: object,
+                                     message: str) -> None:
+    result = run("whatif", "--policy", _policy(tmp_path, policy))
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    assert message in result.stderr
+
+
+def test_whatif_policy_file_not_json(run: Run, month: Path, tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text("{grant_order: expiry}")
+    result = run("whatif", "--policy", str(path))
+    assert result.exit_code == 2 and "not JSON" in result.stderr
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def test_no_number_is_cropped_at_80_columns(run: Run, month: Path) -> None:
+    env = {"COLUMNS": "80"}
+    for args in (("statement", "a"), ("explain", "a"), ("accounts",), ("jobs",),
+                 ("expiring",)):
+        out = run(*args, env=env).stdout
+        assert "…" not in out, args
+    statement = run("statement", "a", env=env).stdout
+    assert "120" in statement  # the closing balance, whole
+
+
+def test_a_typo_in_a_pool_is_pointed_out(run: Run, month: Path) -> None:
+    result = run("balance", "a", "--pool", "h200")
+    assert result.exit_code == 0
+    assert "warning" in result.stderr and "h200" in result.stderr and "h100" in result.stderr
+    assert run("balance", "a", "--pool", "h100").stderr == ""
+
+
+def test_a_closed_pipe_is_success(tmp_path: Path, month: Path, db: str) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "tools.cli", "export", "--db", db]
+    script = (f"import subprocess, sys; p = subprocess.Popen({command!r}, "
+              "stdout=subprocess.PIPE, stderr=subprocess.PIPE); p.stdout.readline(); "
+              "p.stdout.close(); err = p.stderr.read(); sys.exit(p.wait() or len(err))")
+    # Many lines, so the writer meets the closed pipe while writing.
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(
+        json.dumps({"type": "consume", "account": "a", "amount": 1, "time": 10 + i}) + "\n"
+        for i in range(20_000)))
+    assert cli("import", str(big), "--db", db, cwd=tmp_path).returncode == 0
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
+                          check=False)
+    assert done.returncode == 0
