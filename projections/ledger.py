@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import orjson
+
 from projections.bulk import paused_gc
 from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals
 from projections.events import (
@@ -79,8 +81,21 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
 def failure_charge(cost: int, refund_fraction: float) -> int:
     """floor(cost * (1 - refund_fraction)), computed exactly on the fraction as written."""
     # Fraction(repr(f)) takes 0.9 as nine tenths, not as the binary float just above it,
-    # so 10 credits at a 0.9 refund charge 1, not 0.
-    return math.floor(cost * (1 - Fraction(repr(float(refund_fraction)))))
+    # so 10 credits at a 0.9 refund charge 1, not 0. The kept share is remembered as two
+    # integers per fraction: building a Fraction per failed job was a cost of the fold.
+    f = float(refund_fraction)
+    kept = _KEPT.get(f)
+    if kept is None:
+        share = 1 - Fraction(repr(f))
+        kept = (share.numerator, share.denominator)
+        if len(_KEPT) >= 1024:  # a journal with many distinct fractions: stay bounded
+            _KEPT.clear()
+        _KEPT[f] = kept
+    return cost * kept[0] // kept[1]
+
+
+_KEPT: dict[float, tuple[int, int]] = {}
+"""1 - refund fraction, as (numerator, denominator), per fraction seen."""
 
 
 @dataclass(slots=True)
@@ -612,22 +627,36 @@ class Ledger:
         jobs (most of a large state) are encoded a slice at a time, never as one string.
         """
         hasher = hashlib.sha256()
-        head = _CANONICAL.encode({**self._canonical_without_jobs(), "jobs": {}})
+        head = _canonical_bytes({**self._canonical_without_jobs(), "jobs": {}})
         # `head` ends with '"jobs":{}}': the keys sort as accounts, anomalies, jobs.
-        hasher.update(head[:-2].encode())
+        hasher.update(head[:-2])
         ids = sorted(self.jobs)
         for start in range(0, len(ids), _DIGEST_SLICE):
-            part = _CANONICAL.encode(
+            part = _canonical_bytes(
                 {job_id: self._canonical_job(job_id)
                  for job_id in ids[start:start + _DIGEST_SLICE]})
             if start:
                 hasher.update(b",")
-            hasher.update(part[1:-1].encode())
+            hasher.update(part[1:-1])
         hasher.update(b"}}")
         return hasher.hexdigest()
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical_bytes(obj: Any) -> bytes:
+    """`_CANONICAL.encode(obj)` as UTF-8, through orjson (several times faster).
+
+    orjson with sorted keys writes the same bytes as `json.dumps(..., sort_keys=True,
+    separators=(",", ":"), ensure_ascii=False)` for what a canonical state holds (str
+    keys, str, int, bool, None, lists); what orjson refuses (an integer beyond 64 bits)
+    goes through `json`, so the digest never changes with the encoder.
+    """
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return _CANONICAL.encode(obj).encode()
 _DIGEST_SLICE = 10_000
 
 

@@ -72,3 +72,21 @@ def test_digest_changes_with_a_finished_job_charge() -> None:
     a = build([("j1", 10, True)], 0)
     b = build([("j1", 11, True)], 0)
     assert a.digest() != b.digest()
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_the_fast_canonical_encoder_writes_the_bytes_json_dumps_writes(value: object) -> None:
+    want = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        expected = want.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 either way
+        return
+    assert ledger_module._canonical_bytes(value) == expected
