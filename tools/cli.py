@@ -359,13 +359,34 @@ def import_(
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
         raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if fmt is None and kind == "jsonl" and _looks_like_csv(data):
+        raise CliError(f"{source} looks like CSV (its first line is "
+                       f"{_first_line(data)!r}), not JSON Lines; import it with "
+                       f"--format csv")
     with open_journal(ctx, db, write=True) as journal:
         with render.progress_bar(f"checking {source}") as progress:
             plan = importing.plan_import(data, source, journal, fmt=kind, progress=progress)
-        result = importing.append_plan(journal, plan)
-    events = "event" if result.appended == 1 else "events"
-    render.console().print(f"{source}: appended {result.appended} {events}, "
-                           f"{result.already_present} already present")
+        head, latest = journal.head(), journal.max_time()
+        with render.progress_bar(f"appending {len(plan.events):,} events") as progress:
+            result = importing.append_plan(journal, plan)
+        with render.progress_bar("projecting the new events") as progress:
+            effects = queries.import_effects(journal, after=head, latest_before=latest,
+                                             progress=progress)
+    render.import_summary(source, result.appended, result.already_present, effects)
+
+
+def _first_line(data: bytes) -> str:
+    for line in data.splitlines():
+        if line.strip():
+            return line.decode("utf-8", "replace").strip()[:80]
+    return ""
+
+
+def _looks_like_csv(data: bytes) -> bool:
+    """Whether a file given as JSON Lines starts like a CSV header (`id,type,time,...`)."""
+    first = _first_line(data)
+    return bool(first) and not first.startswith("{") and "," in first \
+        and "type" in first.lower()
 
 
 @app.command()

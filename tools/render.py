@@ -32,6 +32,7 @@ from projections.queries import (
     BalanceReport,
     ExpiringReport,
     Figures,
+    ImportEffects,
     JobExplanation,
     JobsReport,
     Reconciliation,
@@ -428,6 +429,37 @@ def revisions_table(rows: Sequence[RevisionRow]) -> Table:
         table.add_row(late, changed, Text(describe_reported(r.before)),
                       Text(describe_reported(r.after)))
     return table
+
+
+# -- import -----------------------------------------------------------------------------------
+
+
+ANOMALIES_SHOWN = 5
+
+
+def import_summary(source: str, appended: int, already_present: int,
+                   effects: ImportEffects) -> None:
+    """What an import did: appended, already present, late, revisions, anomalies, and
+    where to look at them."""
+    out = console()
+    events = "event" if appended == 1 else "events"
+    out.print(Text(f"{source}: appended {appended:,} {events}, {already_present:,} "
+                   f"already present; {effects.late:,} late, {effects.revisions:,} "
+                   f"revision(s), {len(effects.anomalies):,} anomaly(ies)"))
+    if effects.late:
+        out.print(Text(f"  {effects.late:,} late: placed on the timeline before events "
+                       "already recorded, and everything after them re-projected"))
+    if effects.revisions:
+        out.print(Text(f"  {effects.revisions:,} outcome(s) reported earlier changed: "
+                       "gpu-credits revisions lists them"))
+    if effects.anomalies:
+        out.print(Text(f"  {len(effects.anomalies):,} anomaly(ies), kept in the journal "
+                       "with no effect (gpu-credits statement ACCOUNT shows each in place):"))
+        for time, event_id, why in effects.anomalies[:ANOMALIES_SHOWN]:
+            out.print(Text(f"    {format_time(time)}  {event_id}: {why}"))
+        more = len(effects.anomalies) - ANOMALIES_SHOWN
+        if more > 0:
+            out.print(Text(f"    and {more:,} more"))
 
 
 # -- statement subtotals ----------------------------------------------------------------------

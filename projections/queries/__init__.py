@@ -11,6 +11,7 @@ One module per question:
 - `audit`: journal-wide totals for a summary.
 - `reports`: every account's figures, credits expiring soon, the job list.
 - `reconcile`: an external charges file compared with the ledger.
+- `imported`: what an import did beyond appending (late events, revisions, anomalies).
 - `whatif`: the same journal folded under another policy, and what differs.
 - `common`: the latest time, `--as-known-at` positions, errors for unknown names;
   `walk`: one account followed through a fold (shared by statement and explain).
@@ -46,6 +47,7 @@ from projections.queries.explain import (
     explain_account,
     explain_job,
 )
+from projections.queries.imported import ImportEffects, import_effects
 from projections.queries.reconcile import (
     FileCharge,
     Finding,
@@ -86,6 +88,7 @@ __all__ = [
     "FileCharge",
     "Finding",
     "GrantLineage",
+    "ImportEffects",
     "JobChange",
     "JobEvent",
     "JobExplanation",
@@ -113,6 +116,7 @@ __all__ = [
     "explain_account",
     "explain_job",
     "fold_as_known",
+    "import_effects",
     "jobs",
     "json_time",
     "known_position",

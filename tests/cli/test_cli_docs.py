@@ -1,6 +1,6 @@
 """docs/cli.md runs: its commands are executed in order and their output compared.
 
-- ```jsonl file=NAME blocks are written to NAME in a scratch folder;
+- ```jsonl file=NAME blocks (and csv, json) are written to NAME in a scratch folder;
 - ```console blocks: each `$ ` line is a command (`export VAR=value`, or `gpu-credits ...`,
   optionally `> FILE` and a trailing `# exit N`); the lines after it are its output
   (stdout and stderr), compared line by line at 120 columns.
@@ -85,7 +85,7 @@ def test_the_walk_through_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     failures: list[str] = []
     for match in BLOCK.finditer(text):
         lang, info, body = match.group(1), match.group(2), match.group(3)
-        if lang == "jsonl" and "file=" in info:
+        if lang in ("jsonl", "csv", "json") and "file=" in info:
             name = info.split("file=", 1)[1].split()[0]
             (tmp_path / name).write_text(body)
             continue

@@ -374,3 +374,33 @@ def test_a_closed_pipe_is_success(tmp_path: Path, month: Path, db: str) -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2],
                           check=False)
     assert done.returncode == 0
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+def test_import_says_what_it_did(run: Run, month: Path, tmp_path: Path) -> None:
+    late = tmp_path / "late.jsonl"
+    late.write_text(
+        '{"type": "consume", "account": "a", "amount": 5, "time": 1, "id": "late-u"}\n'
+        '{"type": "start", "job": "nope", "time": 9, "id": "bad-start"}\n')
+    result = run("import", str(late))
+    assert result.exit_code == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert "appended 2 events, 0 already present; 1 late" in first
+    assert "1 anomaly(ies)" in first
+    assert "bad-start: start of unknown job 'nope'" in result.stdout
+    assert "gpu-credits statement ACCOUNT" in result.stdout
+
+
+def test_import_hints_at_csv_with_another_extension(run: Run, month: Path,
+                                                    tmp_path: Path) -> None:
+    exported = run("export", "--format", "csv").stdout
+    path = tmp_path / "events.txt"
+    path.write_text(exported)
+    result = run("import", str(path))
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    assert "looks like CSV" in result.stderr and "--format csv" in result.stderr
+    again = run("import", str(path), "--format", "csv")
+    assert again.exit_code == 0 and "0 events" in again.stdout
