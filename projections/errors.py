@@ -7,15 +7,19 @@ class LedgerError(Exception):
     """Base class of every ledger error. A call that raises one appended nothing."""
 
 
-class UnknownAccount(LedgerError, KeyError):
-    """An account that has no `account` event and no grant."""
+class UnknownAccount(LedgerError, KeyError, ValueError):
+    """An account that has no `account` event and no grant.
+
+    Both a KeyError (an unknown id) and a ValueError (a bad argument to the call), so
+    callers catching either, as the facades' contract allows, see it.
+    """
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown account"
 
 
-class UnknownJob(LedgerError, KeyError):
-    """A job id that was never submitted."""
+class UnknownJob(LedgerError, KeyError, ValueError):
+    """A job id that was never submitted (a KeyError and a ValueError, like UnknownAccount)."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown job"

@@ -1,0 +1,377 @@
+"""The `gpu-credits` command line as the public contract states it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from contract.kit import Run, needs
+
+EVENTS = [
+    {"type": "account", "account": "a", "max_running": 2},
+    {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10, "pool": "h100"},
+    {"type": "grant", "account": "a", "amount": 50, "time": 0, "expiry": 1000},
+    {"type": "consume", "account": "a", "amount": 70, "time": 3, "pool": "h100"},
+    {"type": "submit", "account": "a", "job": "j1", "cost": 8, "priority": 1, "time": 4},
+    {"type": "submit", "account": "a", "job": "j2", "cost": 8, "priority": 1, "time": 4},
+    {"type": "start", "job": "j1", "time": 5},
+    {"type": "cancel", "job": "j2", "time": 6},
+    {"type": "complete", "job": "j1", "success": True, "time": 9, "refund_fraction": 0.5},
+]
+
+
+def jsonl(events: list[dict[str, object]], end: str = "\n") -> str:
+    return "".join(json.dumps(e) + end for e in events)
+
+
+@pytest.fixture
+def loaded(cli: Run, tmp_path: Path) -> Path:
+    path = tmp_path / "events.jsonl"
+    path.write_text(jsonl(EVENTS))
+    result = cli("import", str(path))
+    assert result.exit_code == 0, result.stderr
+    return path
+
+
+def balance_json(cli: Run, account: str, *extra: str) -> dict[str, object]:
+    result = cli("balance", account, "--json", *extra)
+    assert result.exit_code == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert isinstance(answer, dict)
+    return answer
+
+
+def test_balance_json_has_the_contract_keys(cli: Run, loaded: Path) -> None:
+    b = balance_json(cli, "a", "--at", "5")
+    assert {"account", "balance", "available", "pools"} <= set(b)
+    assert b["account"] == "a"
+    # h100: 100 - 70 = 30; general 50; j1's 8 reserved.
+    assert b["balance"] == 80
+    assert b["available"] == 64  # j1 and j2 (cancelled at 6) both hold 8
+    assert isinstance(b["pools"], dict)
+    assert b["pools"]["general"] == 50
+    assert b["pools"]["h100"] == 30
+    assert all(isinstance(v, int) and not isinstance(v, bool) for v in
+               (b["balance"], b["available"]))
+
+
+def test_balance_after_expiry_and_charge(cli: Run, loaded: Path) -> None:
+    b = balance_json(cli, "a", "--at", "10")
+    assert b["balance"] == 42
+    assert b["available"] == 42
+
+
+def test_balance_as_known_at_position(cli: Run, loaded: Path) -> None:
+    b = balance_json(cli, "a", "--at", "5", "--as-known-at", "3")
+    assert b["balance"] == 150
+
+
+def test_db_option_before_the_command(cli: Run, loaded: Path) -> None:
+    result = cli("balance", "a", "--json", "--at", "5", db_first=True)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["balance"] == 80
+
+
+def test_db_from_environment(cli: Run, loaded: Path, db: str) -> None:
+    result = cli("balance", "a", "--json", "--at", "5", use_db=False,
+                 env={"GPU_CREDITS_DB": db})
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["balance"] == 80
+
+
+def test_reimporting_the_same_file_appends_nothing(cli: Run, loaded: Path) -> None:
+    before = cli("export").stdout
+    assert cli("import", str(loaded)).exit_code == 0
+    assert cli("export").stdout == before
+
+
+@needs("void")
+def test_id_less_lines_redelivered_with_crlf_append_only_new_lines(
+        cli: Run, loaded: Path, tmp_path: Path) -> None:
+    extra = {"type": "grant", "account": "a", "amount": 5, "time": 20, "expiry": 30}
+    grown = tmp_path / "grown.jsonl"
+    grown.write_bytes(jsonl([*EVENTS, extra], end="\r\n").encode())
+    assert cli("import", str(grown)).exit_code == 0
+    exported = [json.loads(line) for line in cli("export").stdout.splitlines() if line]
+    assert len(exported) == len(EVENTS) + 1
+
+
+def test_identical_id_less_lines_are_distinct_events(cli: Run, tmp_path: Path) -> None:
+    line = {"type": "grant", "account": "x", "amount": 5, "time": 1}
+    path = tmp_path / "twice.jsonl"
+    path.write_text(jsonl([line, line]))
+    assert cli("import", str(path)).exit_code == 0
+    assert balance_json(cli, "x")["balance"] == 10
+    assert cli("import", str(path)).exit_code == 0
+    assert balance_json(cli, "x")["balance"] == 10
+
+
+def test_import_is_all_or_nothing_with_exit_2(cli: Run, loaded: Path, tmp_path: Path) -> None:
+    before = cli("export").stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1, "time": 50},
+                          {"type": "grant", "account": "a", "amount": -1, "time": 51}]))
+    result = cli("import", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr.strip()
+    assert cli("export").stdout == before
+
+
+@needs("void")
+def test_far_event_times_are_refused_unless_allowed(cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "far.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1,
+                            "time": 1_700_000_000_000}]))
+    result = cli("import", str(path))
+    assert result.exit_code == 2
+    assert cli("export").stdout.strip() == ""
+    result = cli("import", str(path), "--allow-far-times")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_far_expiry_is_fine(cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "expiry.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1, "time": 1,
+                            "expiry": 9_999_999_999}]))
+    assert cli("import", str(path)).exit_code == 0
+
+
+@needs("void")
+def test_every_event_type_imports(cli: Run, tmp_path: Path) -> None:
+    events = [
+        {"type": "grant", "id": "g1", "account": "a", "amount": 100, "time": 0, "expiry": 10,
+         "priority": 10, "memo": "PO 4411"},
+        {"type": "grant", "id": "g-2026-11", "account": "a", "amount": 40, "time": 0},
+        {"type": "consume", "id": "u-991", "account": "a", "amount": 30, "time": 2,
+         "memo": "run 17"},
+        {"type": "adjust", "account": "a", "amount": -25, "time": 4,
+         "reason": "double-billed run 17"},
+        {"type": "adjust", "account": "a", "amount": 5, "time": 4, "reason": "goodwill"},
+        {"type": "void", "grant": "g-2026-11", "time": 6, "reason": "contract cancelled"},
+        {"type": "reverse", "event": "u-991", "time": 7,
+         "reason": "timestamp was in milliseconds"},
+    ]
+    path = tmp_path / "all.jsonl"
+    path.write_text(jsonl(events))
+    result = cli("import", str(path))
+    assert result.exit_code == 0, result.stderr
+    # g1 100; u-991 reversed; adjust -25 then +5 -> 80 left of g1 ... and g-2026-11 voided.
+    assert balance_json(cli, "a", "--at", "8")["balance"] == 80
+
+
+@needs("reverse")
+def test_reversal_of_a_reversal_restores_the_event(cli: Run, tmp_path: Path) -> None:
+    events = [
+        {"type": "grant", "id": "g", "account": "a", "amount": 100, "time": 0},
+        {"type": "consume", "id": "u", "account": "a", "amount": 30, "time": 1},
+        {"type": "reverse", "id": "r1", "event": "u", "time": 2, "reason": "wrong"},
+        {"type": "reverse", "id": "r2", "event": "r1", "time": 3, "reason": "was right"},
+    ]
+    path = tmp_path / "rr.jsonl"
+    path.write_text(jsonl(events))
+    assert cli("import", str(path)).exit_code == 0, cli("import", str(path)).stderr
+    assert balance_json(cli, "a", "--at", "2")["balance"] == 100
+    assert balance_json(cli, "a", "--at", "3")["balance"] == 70
+    # As known before the reversal, the consume still counts.
+    assert balance_json(cli, "a", "--at", "2", "--as-known-at", "2")["balance"] == 70
+
+
+def test_export_round_trips_through_import(cli: Run, loaded: Path, tmp_path: Path) -> None:
+    exported = cli("export").stdout
+    again = tmp_path / "again.db"
+    path = tmp_path / "export.jsonl"
+    path.write_text(exported)
+    other = f"sqlite:///{again}"
+    result = cli("import", str(path), "--db", other, use_db=False)
+    assert result.exit_code == 0, result.stderr
+    assert cli("export", "--db", other, use_db=False).stdout == exported
+    digest = json.loads(cli("replay", "--json").stdout)["digest"]
+    assert json.loads(cli("replay", "--json", "--db", other, use_db=False).stdout)[
+        "digest"] == digest
+
+
+def test_export_lines_are_canonically_ordered(cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "late.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1, "time": 9},
+                           {"type": "grant", "account": "a", "amount": 1, "time": 2}]))
+    assert cli("import", str(path)).exit_code == 0
+    times = [json.loads(line)["time"] for line in cli("export").stdout.splitlines()]
+    assert times == [2, 9]
+
+
+def test_export_csv(cli: Run, loaded: Path) -> None:
+    result = cli("export", "--format", "csv")
+    assert result.exit_code == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == len(EVENTS)
+
+
+def test_statement_csv_and_json(cli: Run, loaded: Path) -> None:
+    result = cli("statement", "a", "--csv")
+    assert result.exit_code == 0, result.stderr
+    assert list(csv.reader(io.StringIO(result.stdout)))
+    result = cli("statement", "a", "--from", "1", "--to", "9", "--json")
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("args", [
+    ("explain", "a"), ("explain", "--job", "j1"), ("replay",), ("replay", "--to", "5"),
+    ("verify",), ("revisions",),
+])
+def test_query_commands_take_json(cli: Run, loaded: Path, args: tuple[str, ...]) -> None:
+    result = cli(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+
+
+@needs("accounts", "expiring", "jobs")
+@pytest.mark.parametrize("args", [
+    ("accounts",), ("expiring",), ("expiring", "--within", "3d"),
+    ("jobs",), ("jobs", "--account", "a"), ("jobs", "--state", "succeeded"),
+    ("jobs", "--account", "a", "--state", "cancelled"),
+])
+def test_report_commands_take_json(cli: Run, loaded: Path, args: tuple[str, ...]) -> None:
+    result = cli(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+
+
+def test_unknown_account_is_exit_2_with_one_line(cli: Run, loaded: Path) -> None:
+    result = cli("statement", "nobody")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_option_value_is_exit_2_with_one_line(cli: Run, loaded: Path) -> None:
+    result = cli("balance", "a", "--at", "not-a-time")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = cli("no-such-command")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_is_exit_2(cli: Run, tmp_path: Path) -> None:
+    result = cli("import", str(tmp_path / "missing.jsonl"))
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_db_upgrade(cli: Run) -> None:
+    result = cli("db", "upgrade")
+    assert result.exit_code == 0, result.stderr
+    assert cli("db", "upgrade", db_first=True).exit_code == 0
+
+
+def test_verify_passes_on_an_intact_journal(cli: Run, loaded: Path) -> None:
+    result = cli("verify", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["ok"] is True
+
+
+@needs("head")
+def test_head_and_verify_anchor(cli: Run, loaded: Path) -> None:
+    result = cli("head", "--json")
+    assert result.exit_code == 0, result.stderr
+    head = json.loads(result.stdout)
+    assert head["position"] == len(EVENTS)
+    anchor = f"{head['position']}:{head['hash']}"
+    result = cli("verify", "--anchor", anchor)
+    assert result.exit_code == 0, result.stderr
+    bad = f"{head['position']}:{'0' * 64}"
+    result = cli("verify", "--anchor", bad)
+    assert result.exit_code == 1
+    result = cli("verify", "--anchor", "nonsense")
+    assert result.exit_code == 2
+    plain = cli("head")
+    assert plain.exit_code == 0 and head["hash"] in plain.stdout
+
+
+@needs("grant", "consume", "adjust", "void", "reverse")
+def test_single_event_commands(cli: Run) -> None:
+    result = cli("grant", "a", "100", "--expiry", "10", "--pool", "h100", "--priority", "10",
+                 "--at", "0", "--memo", "PO 1")
+    assert result.exit_code == 0, result.stderr
+    result = cli("grant", "a", "40", "--at", "0")
+    assert result.exit_code == 0, result.stderr
+    result = cli("consume", "a", "130", "--pool", "h100", "--at", "2", "--memo", "run")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip().split()[-1].rstrip(".") in {"0", "debt:0"} or \
+        "0" in result.stdout
+    result = cli("consume", "a", "30", "--at", "3")
+    assert result.exit_code == 0, result.stderr
+    assert "20" in result.stdout  # 10 general left, 30 used: 20 debt
+    result = cli("adjust", "a", "-5", "--reason", "fee", "--at", "4")
+    assert result.exit_code == 0, result.stderr
+    result = cli("adjust", "a", "50", "--reason", "goodwill", "--pool", "h100", "--at", "5")
+    assert result.exit_code == 0, result.stderr
+    assert balance_json(cli, "a", "--at", "5")["balance"] == 25
+    assert cli("adjust", "a", "5").exit_code == 2  # reason required
+
+
+@needs("grant", "consume", "void", "reverse")
+def test_void_and_reverse_by_id(cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "ids.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "id": "g1", "account": "a", "amount": 100, "time": 0},
+        {"type": "consume", "id": "u1", "account": "a", "amount": 30, "time": 1},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    result = cli("void", "g1", "--at", "5", "--reason", "cancelled")
+    assert result.exit_code == 0, result.stderr
+    assert balance_json(cli, "a", "--at", "4")["balance"] == 70
+    assert balance_json(cli, "a", "--at", "5")["balance"] == 0
+    result = cli("reverse", "u1", "--reason", "mistake")
+    assert result.exit_code == 0, result.stderr
+    assert balance_json(cli, "a", "--at", "4")["balance"] == 100
+    assert cli("reverse", "nope", "--reason", "x").exit_code == 2
+    assert cli("reverse", "u1").exit_code == 2  # reason required
+
+
+@needs("grant")
+def test_single_event_commands_refuse_far_times(cli: Run) -> None:
+    result = cli("grant", "a", "1", "--at", "1700000000000")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = cli("grant", "a", "1", "--at", "1700000000000", "--allow-far-times")
+    assert result.exit_code == 0, result.stderr
+
+
+@needs("reconcile")
+def test_reconcile_exit_codes(cli: Run, loaded: Path, tmp_path: Path) -> None:
+    usage = next(json.loads(line)["id"] for line in cli("export").stdout.splitlines()
+                 if json.loads(line)["type"] == "consume")
+    good = tmp_path / "good.csv"
+    good.write_text(f"account,amount,job,id\na,8,j1,\na,70,,{usage}\n")
+    result = cli("reconcile", str(good), "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    json.loads(result.stdout)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"account,amount,job,id\na,9,j1,\na,70,,{usage}\n")
+    assert cli("reconcile", str(bad)).exit_code == 1
+    assert cli("reconcile", str(bad), "--csv").exit_code == 1
+
+
+@needs("whatif")
+def test_whatif_appends_nothing(cli: Run, loaded: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"grant_order": "expiry", "refund_fraction": 0.0,
+                                  "max_running": {"a": 1}}))
+    before = cli("export").stdout
+    result = cli("whatif", "--policy", str(policy), "--json")
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+    assert cli("export").stdout == before
+    policy.write_text(json.dumps({"refund_fraction": 2}))
+    assert cli("whatif", "--policy", str(policy)).exit_code == 2
+
+
+def test_demo_writes_history(cli: Run) -> None:
+    result = cli("demo")
+    assert result.exit_code == 0, result.stderr
+    assert len(cli("export").stdout.splitlines()) > 20

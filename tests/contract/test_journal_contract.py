@@ -1,0 +1,37 @@
+"""The journal's public promises: in-memory default and idempotency by id."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventstore import IdempotencyConflict, Journal, NewEvent
+
+
+def test_journal_without_url_is_in_memory_and_starts_empty() -> None:
+    j = Journal()
+    assert j.url is None
+    assert j.head() == 0
+    assert Journal().head() == 0
+
+
+def test_same_id_same_content_appends_nothing() -> None:
+    j = Journal()
+    e = NewEvent("e1", "s", "t", 1, {"x": 1})
+    first = j.append([e])
+    again = j.append([e])
+    assert j.head() == 1
+    assert [r.position for r in again] == [r.position for r in first] == [1]
+
+
+def test_same_id_other_content_is_an_error_and_appends_nothing() -> None:
+    j = Journal()
+    j.append([NewEvent("e1", "s", "t", 1, {"x": 1})])
+    with pytest.raises(IdempotencyConflict):
+        j.append([NewEvent("e2", "s", "t", 1, {}), NewEvent("e1", "s", "t", 1, {"x": 2})])
+    assert j.head() == 1
+
+
+def test_positions_are_gapless_from_one() -> None:
+    j = Journal()
+    recs = j.append([NewEvent(f"e{i}", "s", "t", 5 - i, {}) for i in range(3)])
+    assert [r.position for r in recs] == [1, 2, 3]
