@@ -52,7 +52,7 @@ from projections.events import (
     from_payload,
     to_payload,
 )
-from projections.validation import MAX_SAFE_INT, require_name, require_time, show
+from projections.validation import loads_strict, require_name, require_time, show
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called now and then while a long file is read."""
@@ -177,45 +177,10 @@ def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEven
     return event_id, time, event
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all distinct (a repeated key would silently win)."""
-    record = dict(pairs)
-    if len(record) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"key {show(key)} appears more than once")
-            seen.add(key)
-    return record
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON number; use a finite number")
-
-
-def _bounded_int(text: str) -> int:
-    # Python refuses to read integers of more than 4300 digits with an unrelated message;
-    # anything past 20 digits is far outside every bound of the ledger anyway.
-    if len(text.lstrip("-")) > 20:
-        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is out of range; "
-                         f"integers lie within +-{MAX_SAFE_INT}")
-    return int(text)
-
-
-_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant,
-                                parse_int=_bounded_int)
-
-
 def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:
     if len(text) > MAX_LINE_LENGTH:
         raise ValueError(f"line is {len(text)} characters long; at most {MAX_LINE_LENGTH}")
-    try:
-        record = _STRICT_JSON.decode(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
-    except RecursionError:
-        raise ValueError("not an event: JSON nested too deeply (an event's fields are "
-                         "strings, numbers and booleans)") from None
+    record = loads_strict(text)
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     return parse_record(record)

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
+from eventstore.hashing import GENESIS_HASH
+from projections.anchors import hash_at
 from projections.events import DomainEvent, to_payload
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
@@ -91,6 +93,9 @@ class LedgerSession:
         self._id_count = 0
         self._replay_time: int | None = None
         self._now_value: int | None = None  # the live time the current build used
+        # (position, chain hash) of the last event known to chain from the start or from
+        # a checkpoint: reads go on from there, checked (a stored journal only).
+        self._verified: tuple[int, str] = (0, GENESIS_HASH)
         if self.journal.url is not None:
             self._resume_from_checkpoint()
         self.catch_up()
@@ -103,6 +108,7 @@ class LedgerSession:
         if found is not None:
             info, ledger = found
             self.projector.start_from(ledger, info.position)
+            self._verified = (info.position, hash_at(self.journal, info.position))
 
     def _checkpoint_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger] | None:
         if self.journal.url is None:
@@ -162,10 +168,21 @@ class LedgerSession:
         with self.lock:
             if self._in_memory and self.journal.head() == self.projector.position:
                 return {}
-            return self.projector.catch_up(
-                self.journal.read(after_position=self.projector.position, order="position"),
-                keep,
-            )
+            return self.projector.catch_up(self._read_checked(self.projector.position), keep)
+
+    def _read_checked(self, after_position: int) -> Iterable[RecordedEvent]:
+        """Events after `after_position` in arrival order; from a stored journal, each
+        checked to chain from the last verified one (`ChainBroken` names the first altered
+        position), so a facade never answers from an altered journal."""
+        if self._in_memory:
+            return self.journal.read(after_position=after_position, order="position")
+        return self._chained_from_verified(after_position)
+
+    def _chained_from_verified(self, after_position: int) -> Iterator[RecordedEvent]:
+        for rec in self.journal.read_verified(after=self._verified):
+            self._verified = (rec.position, rec.hash)
+            if rec.position > after_position:
+                yield rec
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
                live: bool = False) -> list[Outcome]:
@@ -224,6 +241,10 @@ class LedgerSession:
                     rec.position: self.projector.ingest(rec, event)
                     for rec, (_, event) in zip(recorded, built, strict=True)
                 }
+                if recorded and self._verified[0] == start and len(recorded[-1].hash) == 64:
+                    # The journal hashed these from the verified head: they chain. (A
+                    # group commit answers before hashing: then the next read checks.)
+                    self._verified = (recorded[-1].position, recorded[-1].hash)
             else:
                 outcomes = self.catch_up(keep=set(fresh))
             self._invalidate_stale_checkpoints()

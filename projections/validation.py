@@ -18,7 +18,9 @@ offending value and what would be valid.
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 MAX_SAFE_INT = 2**53 - 1
 """The largest integer every JSON reader reads exactly (JavaScript's MAX_SAFE_INTEGER)."""
@@ -165,3 +167,49 @@ def require_fraction(name: str, value: object) -> float:
     if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {show(value)}")
     return as_float
+
+
+# -- JSON as a ledger reads it ----------------------------------------------------------
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct (a repeated key would silently win)."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {show(key)} appears more than once")
+            seen.add(key)
+    return record
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number; use a finite number")
+
+
+def _bounded_int(text: str) -> int:
+    # Python refuses to read integers of more than 4300 digits with an unrelated message;
+    # anything past 20 digits is far outside every bound of the ledger anyway.
+    if len(text.lstrip("-")) > 20:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is out of range; "
+                         f"integers lie within +-{MAX_SAFE_INT}")
+    return int(text)
+
+
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+                                parse_int=_bounded_int)
+
+
+def loads_strict(text: str) -> Any:
+    """Parse one JSON document the way a ledger must: ValueError (one line) on a repeated
+    key, NaN or Infinity, an integer of more than 20 digits, or nesting too deep for
+    Python's parser, where `json.loads` would let the last key win, read NaN, or crash.
+    """
+    try:
+        return _STRICT_JSON.decode(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply (an event's fields are strings, numbers "
+                         "and booleans)") from None

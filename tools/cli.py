@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 from sqlalchemy.engine import make_url
@@ -24,9 +24,9 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-from eventstore import Journal, JournalError, JournalLike, MemoryJournal, upgrade
+from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
+from projections import anchors, importing, queries
 from projections import demo as demo_mod
-from projections import importing, queries
 from projections.errors import LedgerError
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
@@ -52,7 +52,7 @@ class CliError(Exception):
 
 
 def _say_error(message: str) -> None:
-    one_line = " ".join(str(message).split())
+    one_line = render.redact(" ".join(str(message).split()))
     sys.stderr.write(f"{PROG}: error: {one_line}\n")
     sys.stderr.flush()
 
@@ -117,6 +117,10 @@ class _Group(TyperGroup):
                 sys.stderr.write(problem.render(exc.source) + "\n")
             _say_error(f"{len(exc.problems)} invalid line(s) in {exc.source}; nothing appended")
             return EXIT_BAD_INPUT
+        except ChainBroken as exc:
+            _say_error(f"{exc}; nothing was answered (gpu-credits verify reports the "
+                       "journal's state)")
+            return EXIT_CHECK_FAILED
         except USER_ERRORS as exc:
             _say_error(str(exc) or type(exc).__name__)
             return EXIT_BAD_INPUT
@@ -167,34 +171,88 @@ def database_url(ctx: typer.Context, db: str | None) -> str:
     return os.environ.get(ENV_DB) or DEFAULT_DB
 
 
-def _missing_sqlite_file(url: str) -> bool:
+def sqlite_path(url: str) -> Path | None:
+    """The file a `sqlite:` URL names, None for any other URL or an in-memory database."""
     try:
         parsed = make_url(url)
     except ArgumentError:
-        return False
-    if not parsed.drivername.startswith("sqlite"):
-        return False
+        return None
     database = parsed.database
-    return bool(database) and database != ":memory:" and not Path(str(database)).exists()
+    if not parsed.drivername.startswith("sqlite") or not database or database == ":memory:":
+        return None
+    return Path(str(database))
 
 
 @contextmanager
-def open_journal(ctx: typer.Context, db: str | None, *,
-                 write: bool = False) -> Iterator[JournalLike]:
-    """The journal at the chosen URL. A read on a SQLite file that does not exist reads an
-    empty journal instead of creating the file."""
+def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
+                 create: bool | None = None, check_chain: bool = True) -> Iterator[JournalLike]:
+    """The journal at the chosen URL.
+
+    Only a command that appends creates or upgrades a database (`create` defaults to
+    `write`): a read never does, so a mistyped path is an error (exit 2), never an empty
+    journal that "verifies"; a read opens it read-only. Unless it creates, a command
+    first checks the hash chain (`check_chain=False` for `verify`, which reports breaks
+    itself): it never answers from an altered journal (exit 1).
+    """
     url = database_url(ctx, db)
-    if not write and _missing_sqlite_file(url):
-        yield MemoryJournal()
-        return
+    path = sqlite_path(url)
+    create = write if create is None else create
+    if not create and path is not None and not path.exists():
+        raise CliError(f"no database file {path} (from {render.redact(url)}); a command "
+                       "that only reads never creates one: check --db or $GPU_CREDITS_DB, "
+                       "or create it with gpu-credits import or demo")
     try:
-        journal = Journal(url)
+        if create:
+            journal = Journal(url)
+        else:
+            journal = Journal(url, create=False) if write else Journal(url, read_only=True)
     except ArgumentError as exc:
-        raise CliError(f"cannot use database URL {url!r}: {exc}") from None
+        raise CliError(f"cannot use database URL {render.redact(url)!r}: {exc}") from None
     try:
+        if not create and check_chain:
+            anchors.check_chain(journal)
         yield journal
     finally:
         journal.close()
+
+
+def refuse_journal_file(out: Path, url: str) -> None:
+    """CliError when `out` is the SQLite journal's own file (or its -wal, -shm, -journal)."""
+    database = sqlite_path(url)
+    if database is None:
+        return
+    target = out.resolve()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        own = Path(f"{database}{suffix}")
+        same = (target == own.resolve() or
+                (target.exists() and own.exists() and os.path.samefile(target, own)))
+        if same:
+            raise CliError(f"refusing to write onto the journal's own file {own}; "
+                           "choose another --out")
+
+
+@contextmanager
+def output_file(out: Path, *, force: bool) -> Iterator[TextIO]:
+    """A new file at `out`, mode 0600; an existing one only with `force`.
+
+    Exclusive creation without `force`, so a file that appears meanwhile is not
+    clobbered either; a write that fails removes what it started.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    try:
+        fd = os.open(out, flags, 0o600)
+    except FileExistsError:
+        raise CliError(f"{out} already exists; give --force to overwrite it") from None
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        with open(fd, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+    except BaseException as exc:
+        out.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise
 
 
 @app.callback()
@@ -272,7 +330,7 @@ def demo(
                               revisions=len(report.revisions), at=at)
         render.print_table(render.audit_table(audit, run), out)
         out.print(f"State digest: {audit.digest}")
-        url = database_url(ctx, db)
+        url = render.redact(database_url(ctx, db))
         account, job = demo_mod.examples(report.ledger)
         where = "" if url == DEFAULT_DB else f" --db {shlex.quote(url)}"
         out.print(f"\nWritten to {url}. Try:")
@@ -347,25 +405,28 @@ def export(
                                      help="Output format.")] = "jsonl",
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE",
                                              help="Write here instead of stdout.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Overwrite FILE if it exists (never the journal's own file).")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Write the journal in canonical order (event time, position), ids included.
 
     The JSON Lines export imports back into an empty database to the same state digest.
+    `--out` refuses an existing file unless `--force`, and always the journal's own file.
     """
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter(f"expected jsonl or csv, got {fmt!r}", param_hint="--format")
     write = importing.write_csv if fmt == "csv" else importing.write_jsonl
+    if out is not None:
+        refuse_journal_file(out, database_url(ctx, db))
     with open_journal(ctx, db) as journal:
         records = importing.export_records(journal)
         if out is None:
             write(records, sys.stdout)
             return
-        try:
-            with out.open("w", encoding="utf-8", newline="") as handle:
-                count = write(records, handle)
-        except OSError as exc:
-            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        with output_file(out, force=force) as handle:
+            count = write(records, handle)
     render.console(stderr=True).print(f"wrote {count} events to {out}")
 
 
@@ -403,8 +464,8 @@ def _known(journal: JournalLike, answer: Any) -> Any:
         return answer()
     except LedgerError as exc:
         if journal.head() == 0:
-            where = (f"the journal at {journal.url} is empty" if journal.url is not None
-                     else "there is no database file at that --db URL")
+            where = (f"the journal at {render.redact(journal.url)} is empty"
+                     if journal.url is not None else "the journal is empty")
             raise CliError(f"{exc}; {where} (run gpu-credits import or gpu-credits demo "
                            "first)") from None
         raise
@@ -511,7 +572,9 @@ def replay(
 ) -> None:
     """Rebuild every projection from the journal and print the state digest."""
     until = _time_option(to, "--to")
-    with open_journal(ctx, db) as journal, render.progress_bar("replaying") as progress:
+    # Not read-only: a full replay records a checkpoint. Never creates a database.
+    with open_journal(ctx, db, write=True, create=False) as journal, \
+            render.progress_bar("replaying") as progress:
         report = replay_journal(journal, to_time=until, progress=progress,
                                 checkpoint=until is None)
     summary = {"digest": report.digest, "events": report.events, "position": report.position,
@@ -528,39 +591,69 @@ def replay(
 
 
 @app.command()
-def verify(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = None) -> None:
+def verify(
+    ctx: typer.Context,
+    anchor: Annotated[str | None, typer.Option(
+        "--anchor", metavar="POSITION:HASH",
+        help="Also prove the journal still holds this prefix (from `gpu-credits head`).")
+    ] = None,
+    anchor_file: Annotated[Path | None, typer.Option(
+        "--anchor-file", metavar="F", help="A signed anchor (`head --sign`) to prove too.")
+    ] = None,
+    public_key: Annotated[Path | None, typer.Option(
+        "--public-key", metavar="K", help="The Ed25519 public key that signed --anchor-file.")
+    ] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
     """Check the hash chain, and that replay reproduces the recorded outcomes.
 
-    Exit status 1 and the first bad position when a check fails.
+    With --anchor (or a signed --anchor-file), also prove that the journal still holds
+    exactly the anchored prefix: a rewrite that re-hashed the chain, or a truncated tail,
+    fails here. Exit status 1 and the first bad position when a check fails.
     """
-    with open_journal(ctx, db) as journal, render.progress_bar("verifying") as progress:
-        report = verify_journal(journal, progress=progress)
+    wanted = [a for a in (cli_trust.parse_anchor_option(anchor),
+                          cli_trust.signed_anchor_option(anchor_file, public_key)) if a]
+    with open_journal(ctx, db, check_chain=False) as journal:
+        with render.progress_bar("verifying") as progress:
+            report = verify_journal(journal, progress=progress)
+        checks = cli_trust.check_anchors(journal, wanted)
+    failed = next((c for _, c in checks if not c.ok), None)
+    ok = report.ok and failed is None
+    first_bad = report.first_bad_position if not report.ok else (
+        failed.first_bad_position if failed else None)
+    problem = report.problem if not report.ok else (failed.problem if failed else None)
     if as_json:
-        render.print_json({"ok": report.ok, "first_bad_position": report.first_bad_position,
-                           "problem": report.problem, "events": report.checked_events,
-                           "checkpoints": report.checked_checkpoints})
-    elif report.ok and report.checked_checkpoints:
-        render.console().print(
-            f"ok: {report.checked_events} events, hash chain intact, replay reproduces the "
-            f"{report.checked_checkpoints} recorded checkpoint(s)")
-    elif report.ok:
-        render.console().print(
-            f"ok: {report.checked_events} events, hash chain intact; no checkpoint recorded "
-            "yet to compare replay with (gpu-credits replay records one)")
+        out: dict[str, Any] = {"ok": ok, "first_bad_position": first_bad, "problem": problem,
+                               "events": report.checked_events,
+                               "checkpoints": report.checked_checkpoints}
+        if checks:
+            out["anchors"] = [anchors.report_dict(c, a) for a, c in checks]
+        render.print_json(out)
+    elif ok:
+        out_ = render.console()
+        if report.checked_checkpoints:
+            out_.print(
+                f"ok: {report.checked_events} events, hash chain intact, replay reproduces "
+                f"the {report.checked_checkpoints} recorded checkpoint(s)")
+        else:
+            out_.print(
+                f"ok: {report.checked_events} events, hash chain intact; no checkpoint "
+                "recorded yet to compare replay with (gpu-credits replay records one)")
+        for anchor_, _ in checks:
+            out_.print(f"ok: holds anchor {anchor_} unchanged", soft_wrap=True)
     else:
-        render.console().print(f"FAILED at position {report.first_bad_position}: "
-                               f"{report.problem}")
-    if not report.ok:
-        _say_error(f"verification failed at position {report.first_bad_position}: "
-                   f"{report.problem}")
+        render.console().print(f"FAILED at position {first_bad}: {problem}")
+    if not ok:
+        _say_error(f"verification failed at position {first_bad}: {problem}")
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context, db: DbOption = None) -> None:
     """Apply the Alembic migrations: bring the schema to this version's head."""
-    url = database_url(ctx, db)
-    before, after = upgrade(url)
+    before, after = upgrade(database_url(ctx, db))
+    url = render.redact(database_url(ctx, db))
     if before == after:
         render.console().print(f"{url}: schema already at revision {after}")
     else:
@@ -577,4 +670,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m tools.cli` runs this file as `__main__`, a second copy of the module: the
+    # area modules register their commands on `tools.cli.app`, so run that one.
+    from tools.cli import main as _registered_main
+
+    _registered_main()

@@ -1,1 +1,103 @@
-"""`gpu-credits` commands: trust. Registered on `tools.cli.app` when imported."""
+"""`gpu-credits` commands: trust. The head to keep outside the database, and its checks.
+
+`head` prints the anchor `POSITION:HASH` (or signs it with `--sign KEY`); `verify`'s
+`--anchor`, `--anchor-file` and `--public-key` options are checked here. The logic lives
+in `projections.anchors`, which the HTTP service calls too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from eventstore import Anchor, ChainReport, JournalLike
+from projections import anchors, signing
+from tools import render
+from tools.cli import CliError, DbOption, JsonOption, app, open_journal, output_file
+
+
+def _read_file(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+@app.command()
+def head(
+    ctx: typer.Context,
+    sign: Annotated[Path | None, typer.Option(
+        "--sign", metavar="KEY",
+        help="Write a statement of the head signed with this Ed25519 private key (PEM or "
+             "OpenSSH).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="FILE", help="With --sign: write the statement here.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="With --out: overwrite an existing file.")] = False,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """The last position and its chain hash: an anchor to keep outside the database.
+
+    Prints POSITION:HASH. Keep it (after each import, daily, in the finance system); a
+    later `gpu-credits verify --anchor POSITION:HASH` proves the journal still holds that
+    prefix unchanged.
+    """
+    if out is not None and sign is None:
+        raise typer.BadParameter("--out goes with --sign KEY", param_hint="--out")
+    key = signing.load_private_key(_read_file(sign, "signing key")) if sign else None
+    with open_journal(ctx, db) as journal:
+        anchor = anchors.head_anchor(journal)
+    if key is not None:
+        text = signing.dump_statement(signing.sign_anchor(anchor, key))
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            with output_file(out, force=force) as handle:
+                handle.write(text)
+            render.console(stderr=True).print(f"wrote a signed anchor of {anchor} to {out}")
+        return
+    if as_json:
+        render.print_json({"position": anchor.position, "hash": anchor.hash})
+    else:
+        sys.stdout.write(f"{anchor}\n")
+
+
+def parse_anchor_option(text: str | None) -> Anchor | None:
+    """The `--anchor` value, or a usage error (exit 2) naming the expected form."""
+    if text is None:
+        return None
+    try:
+        return anchors.parse_anchor(text)
+    except anchors.AnchorError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--anchor") from None
+
+
+def signed_anchor_option(anchor_file: Path | None,
+                         public_key: Path | None) -> Anchor | None:
+    """The anchor a signed statement attests, checked against the given public key.
+
+    A statement that does not check out is a failed check (exit 1), not bad input: it is
+    exactly what an auditor runs `verify` to find.
+    """
+    if anchor_file is None and public_key is None:
+        return None
+    if anchor_file is None or public_key is None:
+        raise typer.BadParameter("--anchor-file F and --public-key K go together",
+                                 param_hint="--anchor-file")
+    key = signing.load_public_key(_read_file(public_key, "public key"))
+    data = _read_file(anchor_file, "anchor file")
+    try:
+        anchor, _ = signing.read_statement(data, key)
+    except anchors.AnchorError as exc:
+        raise CliError(f"{anchor_file}: {exc}", code=1) from None
+    return anchor
+
+
+def check_anchors(journal: JournalLike,
+                  wanted: list[Anchor]) -> list[tuple[Anchor, ChainReport]]:
+    """Each anchor with the journal's answer: does it still hold that prefix unchanged."""
+    return [(anchor, anchors.check_anchor(journal, anchor)) for anchor in wanted]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,11 +55,29 @@ MIN_TEXT_WIDTH = 8
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console on stdout (or stderr) for this call: plain when not a terminal."""
-    made = Console(stderr=stderr, highlight=False)
+    """A console on stdout (or stderr) for this call: plain when not a terminal.
+
+    Markup and emoji codes are off: every string printed is shown as written, so a name
+    read from the journal (an account `team[/red]`, a pool `[bold]h100`) can neither
+    crash a command nor restyle its output. Style goes through `Text` and `style=`.
+    """
+    made = Console(stderr=stderr, highlight=False, markup=False, emoji=False)
     if not made.is_terminal and "COLUMNS" not in os.environ:
-        made = Console(stderr=stderr, highlight=False, width=PIPE_WIDTH)
+        made = Console(stderr=stderr, highlight=False, markup=False, emoji=False,
+                       width=PIPE_WIDTH)
     return made
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s/]*@")
+
+
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&\s'\"]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every `scheme://user:password@` URL in it replaced by
+    `***`: what the command line shows or logs never carries a secret."""
+    return _QUERY_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***@", text))
 
 
 def fit(table: Table, out: Console) -> int:
@@ -129,7 +148,9 @@ def print_json(value: Any) -> None:
 def progress_bar(description: str) -> Iterator[Any]:
     """A Rich progress bar on stderr (only on a terminal); yields progress(done, total)."""
     err = console(stderr=True)
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    # markup=False: the description may carry a file name or an account.
+    bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                   MofNCompleteColumn(),
                    TimeElapsedColumn(), console=err, transient=True,
                    disable=not err.is_terminal)
     with bar:

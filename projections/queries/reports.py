@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -181,19 +182,42 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
 
 
 def parse_duration(text: str) -> int:
-    """Seconds from `7d`, `24h`, `90m`, `3600s`, `1w` or plain seconds (`3600`).
+    """Seconds from `7d`, `24h`, `90m`, `3600s`, `1w`, plain seconds (`3600`), the same
+    with a spelled-out unit (`7 days`, `12 hours`) or ISO 8601 (`P7D`, `PT12H`, `P1DT6H`).
 
     Raises ValueError naming the accepted forms.
     """
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
     cleaned = text.strip().lower()
-    number, unit = cleaned, "s"
-    if cleaned and cleaned[-1] in units:
-        number, unit = cleaned[:-1], cleaned[-1]
-    if not number.isdigit() or int(number) <= 0:
+    seconds = _iso_duration(cleaned) if cleaned.startswith("p") else _unit_duration(cleaned)
+    if seconds is None or seconds <= 0:
         raise ValueError(f"not a duration: {text!r}; expected a positive whole number of "
-                         "seconds or a number with a unit: 3600, 3600s, 90m, 24h, 7d, 2w")
-    return int(number) * units[unit]
+                         "seconds or a number with a unit: 3600, 3600s, 90m, 24h, 7d, 2w, "
+                         "7 days, P7D, PT12H")
+    return seconds
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_UNIT_WORDS = {"sec": "s", "second": "s", "min": "m", "minute": "m", "hour": "h",
+               "day": "d", "week": "w"}
+
+
+def _unit_duration(cleaned: str) -> int | None:
+    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = cleaned[len(number):].strip() or "s"
+    unit = _UNIT_WORDS.get(unit.removesuffix("s") if len(unit) > 1 else unit, unit)
+    if not number.isdigit() or unit not in _UNITS:
+        return None
+    return int(number) * _UNITS[unit]
+
+
+def _iso_duration(cleaned: str) -> int | None:
+    """`PnW`, `PnD`, `PTnHnMnS` and `PnDTnHnMnS` (no years or months: their length varies)."""
+    match = re.fullmatch(r"p(?:(\d+)w)?(?:(\d+)d)?(?:t(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?)?",
+                         cleaned)
+    if match is None or cleaned in ("p", "pt") or cleaned.endswith("t"):
+        return None
+    weeks, days, hours, minutes, secs = (int(g) if g else 0 for g in match.groups())
+    return (((weeks * 7 + days) * 24 + hours) * 60 + minutes) * 60 + secs
 
 
 # -- jobs --------------------------------------------------------------------------------

@@ -67,6 +67,8 @@ def test_accounts_lists_every_account_with_its_figures(run: Run, month: Path) ->
 
 
 def test_accounts_on_an_empty_journal(run: Run) -> None:
+    assert run("accounts").exit_code == 2  # no database file: a read never creates one
+    assert run("db", "upgrade").exit_code == 0
     result = run("accounts")
     assert result.exit_code == 0
     assert "no accounts yet" in result.stdout

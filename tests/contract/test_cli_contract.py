@@ -174,9 +174,11 @@ def test_reversal_of_a_reversal_restores_the_event(cli: Run, tmp_path: Path) -> 
     path = tmp_path / "rr.jsonl"
     path.write_text(jsonl(events))
     assert cli("import", str(path)).exit_code == 0, cli("import", str(path)).stderr
-    assert balance_json(cli, "a", "--at", "2")["balance"] == 100
-    assert balance_json(cli, "a", "--at", "3")["balance"] == 70
-    # As known before the reversal, the consume still counts.
+    # The reversal of the reversal restores the consume everywhere on the timeline.
+    assert balance_json(cli, "a", "--at", "2")["balance"] == 70
+    # As known after the first reversal only, the consume never happened ...
+    assert balance_json(cli, "a", "--at", "2", "--as-known-at", "3")["balance"] == 100
+    # ... and as known before it, the consume still counts.
     assert balance_json(cli, "a", "--at", "2", "--as-known-at", "2")["balance"] == 70
 
 
@@ -375,3 +377,55 @@ def test_demo_writes_history(cli: Run) -> None:
     result = cli("demo")
     assert result.exit_code == 0, result.stderr
     assert len(cli("export").stdout.splitlines()) > 20
+
+
+@needs("expiring")
+@pytest.mark.parametrize("within", ["7d", "3d", "12h", "604800", "7 days", "P7D", "PT12H"])
+def test_expiring_within_takes_common_duration_forms(cli: Run, loaded: Path,
+                                                     within: str) -> None:
+    result = cli("expiring", "--within", within, "--json")
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+
+
+@needs("expiring")
+def test_expiring_within_nonsense_is_exit_2(cli: Run, loaded: Path) -> None:
+    result = cli("expiring", "--within", "soon")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def tamper(db: str) -> None:
+    """Change the amount of the first event behind the journal's back."""
+    import sqlite3
+
+    conn = sqlite3.connect(db.removeprefix("sqlite:///"))
+    with conn:
+        conn.execute("UPDATE events SET payload = replace(payload, '100', '900') "
+                     "WHERE position = 2")
+    conn.close()
+
+
+def test_verify_fails_with_exit_1_on_a_tampered_journal(cli: Run, loaded: Path,
+                                                        db: str) -> None:
+    tamper(db)
+    result = cli("verify")
+    assert result.exit_code == 1
+    assert result.stderr.strip()
+    result = cli("verify", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["first_bad_position"] == 2
+
+
+def test_default_database_is_gpu_credits_db_here(cli: Run, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPU_CREDITS_DB", raising=False)
+    path = tmp_path / "one.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "z", "amount": 3, "time": 1}]))
+    assert cli("import", str(path), use_db=False).exit_code == 0
+    assert (tmp_path / "gpu-credits.db").exists()
+    result = cli("balance", "z", "--json", use_db=False)
+    assert json.loads(result.stdout)["balance"] == 3

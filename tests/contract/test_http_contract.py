@@ -349,3 +349,46 @@ def test_web_view_at_root(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'web.db'}"
     with TestClient(create_app(url, clock=Clock())) as client:
         assert client.get("/").status_code == 200
+
+
+def test_idempotency_key_becomes_the_event_id(http: TestClient) -> None:
+    http.post("/v1/accounts", json={"account": "a"})
+    r = http.post("/v1/accounts/a/grants", json={"amount": 5, "time": 1},
+                  headers={"Idempotency-Key": "grant-po-1"})
+    assert r.json()["id"] == "grant-po-1"
+    ids = [e["id"] for e in http.get("/v1/journal").json()["events"]]
+    assert "grant-po-1" in ids
+    # The same key on another kind of write is a conflict, and appends nothing.
+    before = head(http)
+    is_problem(http.post("/v1/accounts/a/usage", json={"amount": 1, "time": 1},
+                         headers={"Idempotency-Key": "grant-po-1"}), 409)
+    assert head(http) == before
+
+
+def test_a_write_without_time_is_never_earlier_than_the_latest_event(
+        http: TestClient) -> None:
+    http.post("/v1/accounts", json={"account": "a"})
+    http.post("/v1/accounts/a/grants", json={"amount": 5, "time": 500})
+    r = http.post("/v1/accounts/a/usage", json={"amount": 1})  # the clock says 100
+    assert r.status_code == 201
+    last = http.get("/v1/journal").json()["events"][-1]
+    assert last["time"] == 500
+
+
+def test_verify_reports_a_tampered_journal(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "t.db"
+    url = f"sqlite:///{path}"
+    with TestClient(create_app(url, clock=Clock(), mount_web=False)) as client:
+        opened(client)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE events SET payload = replace(payload, '100', '900') "
+                     "WHERE position = 2")
+    conn.close()
+    with TestClient(create_app(url, clock=Clock(), mount_web=False)) as client:
+        r = client.post("/v1/journal/verify", json={})
+        assert r.status_code == 200
+        assert r.json()["ok"] is False
+        assert r.json()["first_bad_position"] == 2

@@ -23,6 +23,7 @@ from tools.service import problems, reads, writes
 from tools.service.auth import Authority, Token
 from tools.service.ledger import LedgerService
 from tools.service.models import Health
+from tools.service.strict_body import StrictJsonBodies
 
 access_log = logging.getLogger("gpu_credits.access")
 log = logging.getLogger("gpu_credits.service")
@@ -142,6 +143,7 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         _without_security(app)
     app.include_router(writes.router, tags=["decisions"])
     app.include_router(reads.router, tags=["reads"])
+    app.add_middleware(StrictJsonBodies)  # bodies read as strictly as import reads files
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web

@@ -1,0 +1,283 @@
+"""The command line under attack: anchors, signed anchors, hostile names, secrets in URLs,
+exports aimed at the journal, and paths that do not exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from cli_helpers import Run, as_json, cli, db_path, error_lines, tamper
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from typer.testing import CliRunner
+
+from tools.cli import app
+
+
+def _head(run: Run) -> str:
+    result = run("head")
+    assert result.exit_code == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_head_prints_an_anchor_that_verify_accepts(run: Run, small: Path) -> None:
+    anchor = _head(run)
+    position, _, digest = anchor.partition(":")
+    assert position == "12" and len(digest) == 64
+    assert as_json(run("head", "--json")) == {"position": 12, "hash": digest}
+    result = run("verify", "--anchor", anchor)
+    assert result.exit_code == 0, result.stderr
+    assert f"ok: holds anchor {anchor} unchanged" in result.stdout.splitlines()
+    report = as_json(run("verify", "--anchor", anchor, "--json"))
+    assert isinstance(report, dict) and report["ok"] is True
+    assert report["anchors"] == [{"ok": True, "events": 12, "anchor": anchor}]
+
+
+def test_an_anchor_survives_appends(run: Run, small: Path, tmp_path: Path) -> None:
+    anchor = _head(run)
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"type": "consume", "account": "b", "amount": 1, "time": 20}\n')
+    assert run("import", str(late)).exit_code == 0
+    assert run("verify", "--anchor", anchor).exit_code == 0
+    assert _head(run) != anchor
+
+
+def test_a_truncated_tail_fails_against_the_anchor(run: Run, small: Path, db: str) -> None:
+    anchor = _head(run)
+    conn = sqlite3.connect(db_path(db))
+    try:
+        (previous,) = conn.execute("SELECT hash FROM events WHERE position = 11").fetchone()
+        conn.execute("DELETE FROM events WHERE position = 12")
+        conn.execute("UPDATE journal_head SET position = 11, hash = ?", (previous,))
+        conn.commit()
+    finally:
+        conn.close()
+    assert run("verify").exit_code == 0  # consistent on its own...
+    result = run("verify", "--anchor", anchor)
+    assert result.exit_code == 1  # ...but not with the anchor
+    assert error_lines(result) == [
+        "gpu-credits: error: verification failed at position 12: the journal ends at "
+        "position 11, before the anchor's position 12: records 12..12 were removed"]
+
+
+def test_a_single_edit_fails_at_its_position(run: Run, small: Path, db: str) -> None:
+    anchor = _head(run)
+    tamper(db_path(db), 5, '"amount":70', '"amount":7')
+    result = run("verify", "--anchor", anchor, "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert (report["ok"], report["first_bad_position"]) == (False, 5)
+
+
+@pytest.mark.parametrize("anchor", ["12", "12:abc", "x:" + "0" * 64, "-1:" + "0" * 64, ""])
+def test_bad_anchor_syntax_is_bad_input(run: Run, small: Path, anchor: str) -> None:
+    result = run("verify", "--anchor", anchor)
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1 and "POSITION:HASH" in result.stderr
+
+
+# -- signed anchors -----------------------------------------------------------------------
+
+
+def _keys(tmp_path: Path, name: str, seed: int) -> tuple[Path, Path]:
+    key = Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32)
+    private, public = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def test_signed_anchor_round_trip(run: Run, small: Path, tmp_path: Path, db: str) -> None:
+    private, public = _keys(tmp_path, "auditor", 7)
+    _, other = _keys(tmp_path, "other", 8)
+    statement = tmp_path / "anchor.json"
+    result = run("head", "--sign", str(private), "--out", str(statement))
+    assert result.exit_code == 0, result.stderr
+    assert stat.S_IMODE(os.stat(statement).st_mode) == 0o600
+    content = json.loads(statement.read_text())
+    assert content["position"] == 12
+    assert f"{content['position']}:{content['hash']}" == _head(run)
+    ok = run("verify", "--anchor-file", str(statement), "--public-key", str(public))
+    assert ok.exit_code == 0, ok.stderr
+    # The wrong key: refused, a failed check.
+    wrong = run("verify", "--anchor-file", str(statement), "--public-key", str(other))
+    assert wrong.exit_code == 1 and "signed by" in wrong.stderr
+    # An edited statement: refused.
+    content["position"] = 11
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(content))
+    result = run("verify", "--anchor-file", str(edited), "--public-key", str(public))
+    assert result.exit_code == 1 and "signature does not match" in result.stderr
+    # Writing over the statement needs --force.
+    again = run("head", "--sign", str(private), "--out", str(statement))
+    assert again.exit_code == 2 and "--force" in again.stderr
+    assert run("head", "--sign", str(private), "--out", str(statement),
+               "--force").exit_code == 0
+    # A statement that checks out, against a journal that no longer holds it.
+    tamper(db_path(db), 4, '"amount":50', '"amount":5')
+    result = run("verify", "--anchor-file", str(statement), "--public-key", str(public))
+    assert result.exit_code == 1
+
+
+def test_signed_anchor_options_go_together(run: Run, small: Path, tmp_path: Path) -> None:
+    result = run("verify", "--anchor-file", str(tmp_path / "x.json"))
+    assert result.exit_code == 2
+    private, _ = _keys(tmp_path, "k", 3)
+    result = run("head", "--sign", str(tmp_path / "missing.pem"))
+    assert result.exit_code == 2 and "cannot read" in result.stderr
+    result = run("head", "--sign", str(_keys(tmp_path, "k", 3)[1]))  # a public key
+    assert result.exit_code == 2 and len(error_lines(result)) == 1
+    statement = run("head", "--sign", str(private))
+    assert statement.exit_code == 0 and json.loads(statement.stdout)["position"] == 12
+
+
+# -- no database is ever created by reading ------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["verify"], ["head"], ["balance", "a"],
+                                     ["statement", "a"], ["export"], ["replay"],
+                                     ["explain", "a"], ["revisions"]])
+def test_reading_a_missing_file_is_bad_input(run: Run, db: str, command: list[str]) -> None:
+    result = run(*command)
+    assert result.exit_code == 2
+    assert error_lines(result) == [
+        f"gpu-credits: error: no database file {db_path(db)} (from {db}); a command that "
+        "only reads never creates one: check --db or $GPU_CREDITS_DB, or create it with "
+        "gpu-credits import or demo"]
+    assert not db_path(db).exists()
+
+
+def test_verify_on_an_empty_file_does_not_write_a_schema(run: Run, db: str) -> None:
+    db_path(db).write_bytes(b"")
+    result = run("verify")
+    assert result.exit_code == 2
+    assert len(error_lines(result)) == 1
+    conn = sqlite3.connect(db_path(db))
+    try:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+    finally:
+        conn.close()
+
+
+# -- export never destroys -----------------------------------------------------------------
+
+
+def test_export_refuses_the_journal_and_existing_files(run: Run, small: Path, db: str,
+                                                       tmp_path: Path) -> None:
+    for target in (db_path(db), Path(f"{db_path(db)}-wal")):
+        result = run("export", "--out", str(target), "--force")
+        assert result.exit_code == 2
+        assert "journal's own file" in result.stderr
+    assert run("verify").exit_code == 0
+    out = tmp_path / "out.jsonl"
+    out.write_text("keep me\n")
+    result = run("export", "--out", str(out))
+    assert result.exit_code == 2 and "--force" in result.stderr
+    assert out.read_text() == "keep me\n"
+    assert run("export", "--out", str(out), "--force").exit_code == 0
+    assert len(out.read_text().splitlines()) == 12
+    fresh = tmp_path / "fresh.jsonl"
+    assert run("export", "--out", str(fresh)).exit_code == 0
+    assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o600
+
+
+# -- names are text, URLs are redacted -----------------------------------------------------
+
+HOSTILE = """\
+{"type": "grant", "account": "team[/red]", "amount": 10, "time": 0, "pool": "[bold]h100"}
+{"type": "consume", "account": "team[/red]", "amount": 3, "time": 1, "pool": "[bold]h100"}
+{"type": "grant", "account": ":smile: [link=http://x]y[/link]", "amount": 5, "time": 0}
+"""
+
+
+def test_names_from_the_journal_are_shown_literally(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "hostile[red].jsonl"
+    path.write_text(HOSTILE)
+    assert run("import", str(path)).exit_code == 0
+    for command in (["statement", "team[/red]"], ["balance", "team[/red]"],
+                    ["explain", "team[/red]"], ["balance", "team[/red]", "--pool", "[bold]h100"],
+                    ["statement", ":smile: [link=http://x]y[/link]"]):
+        result = run(*command)
+        assert result.exit_code == 0, (command, result.stderr)
+    assert "team[/red]" in run("statement", "team[/red]").stdout
+    assert "[bold]h100" in run("balance", "team[/red]").stdout
+    assert ":smile: [link=http://x]y[/link]" in run(
+        "statement", ":smile: [link=http://x]y[/link]").stdout
+    missing = run("balance", "nobody[/red]")
+    assert missing.exit_code == 2 and "nobody[/red]" in missing.stderr
+
+
+SECRET_URL = "postgresql+psycopg://auditor:hunter2@127.0.0.1:1/ledger"
+
+
+@pytest.mark.parametrize("args", [
+    ["--db", "mysql://auditor:hunter2@db.example/ledger", "verify"],
+    ["--db", "mysql://auditor:hunter2@db.example/ledger", "db", "upgrade"],
+    ["--db", SECRET_URL + "?connect_timeout=1", "balance", "a"],
+    ["--db", "postgresql+psycopg://h:1/x?password=hunter2&connect_timeout=1", "verify"],
+])
+def test_passwords_are_never_printed(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "hunter2" not in result.output
+    assert "hunter2" not in result.stderr
+
+
+def test_the_empty_journal_hint_hides_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import cli
+
+    class Empty:
+        url = SECRET_URL
+
+        def head(self) -> int:
+            return 0
+
+    def refuse() -> None:
+        from projections.errors import LedgerError
+
+        raise LedgerError("unknown account 'a'")
+
+    with pytest.raises(cli.CliError) as info:
+        cli._known(Empty(), refuse)  # type: ignore[arg-type]
+    assert "hunter2" not in str(info.value) and "auditor:***@" in str(info.value)
+
+
+def test_redact() -> None:
+    from tools.render import redact
+
+    assert redact(f"cannot open {SECRET_URL}: refused") == (
+        "cannot open postgresql+psycopg://auditor:***@127.0.0.1:1/ledger: refused")
+    assert redact("sqlite:///x.db") == "sqlite:///x.db"
+    assert redact("postgresql://h/db?password=pw&x=1") == "postgresql://h/db?password=***&x=1"
+    assert redact("postgresql://u:p@ss@h/db") == "postgresql://u:***@h/db"
+
+
+# -- no answer from an altered journal -----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["balance", "a"], ["statement", "a"], ["explain", "a"],
+                                     ["explain", "--job", "j1"], ["replay"], ["revisions"],
+                                     ["export"], ["head"], ["balance", "a", "--json"]])
+def test_queries_refuse_an_altered_journal(run: Run, small: Path, db: str,
+                                           command: list[str]) -> None:
+    tamper(db_path(db), 5, '"amount":70', '"amount":7')
+    result = run(*command)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    (line,) = error_lines(result)
+    assert "position 5" in line
+
+
+def test_area_commands_run_as_a_process(tmp_path: Path) -> None:
+    # `python -m tools.cli` must know the commands the area modules register.
+    result = cli("head", "--db", f"sqlite:///{tmp_path / 'none.db'}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no database file" in result.stderr
+    assert not (tmp_path / "none.db").exists()

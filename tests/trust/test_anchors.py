@@ -1,0 +1,148 @@
+"""Anchors and signed anchors: their syntax, their checks, and refusing what was edited."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from eventstore import Anchor, MemoryJournal
+from eventstore.hashing import GENESIS_HASH
+from projections import GPUCreditTracker
+from projections.anchors import (
+    AnchorError,
+    check_anchor,
+    head_anchor,
+    parse_anchor,
+    report_dict,
+)
+from projections.signing import (
+    dump_statement,
+    fingerprint,
+    load_private_key,
+    load_public_key,
+    read_statement,
+    sign_anchor,
+)
+
+HASH = "ab" * 32
+
+
+@pytest.mark.parametrize("text", [f"12:{HASH}", f" 12:{HASH.upper()} ", f"0:{GENESIS_HASH}"])
+def test_anchor_syntax(text: str) -> None:
+    anchor = parse_anchor(text)
+    assert str(anchor) == text.strip().lower()
+
+
+@pytest.mark.parametrize("text", ["", "12", f"12:{HASH[:-1]}", f"-1:{HASH}", f"x:{HASH}",
+                                  f"12:{HASH}g", f"12;{HASH}", f"1_2:{HASH}",
+                                  f"\u0661:{HASH}", f"12:{HASH}:3"])
+def test_bad_anchor_syntax(text: str) -> None:
+    with pytest.raises(AnchorError, match="anchor"):
+        parse_anchor(text)
+
+
+def _journal() -> MemoryJournal:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(10, 0, 100)
+    tracker.consume(3, 1)
+    return journal
+
+
+def test_head_anchor_is_the_last_record() -> None:
+    journal = _journal()
+    last = list(journal.read(order="position"))[-1]
+    assert head_anchor(journal) == Anchor(2, last.hash)
+    assert head_anchor(MemoryJournal()) == Anchor(0, GENESIS_HASH)
+
+
+def test_check_anchor() -> None:
+    journal = _journal()
+    anchor = head_anchor(journal)
+    assert check_anchor(journal, anchor).ok
+    assert check_anchor(journal, Anchor(0, GENESIS_HASH)).ok
+    wrong = check_anchor(journal, Anchor(2, HASH))
+    assert (wrong.ok, wrong.first_bad_position) == (False, 2)
+    assert "rewritten" in str(wrong.problem)
+    beyond = check_anchor(journal, Anchor(5, HASH))
+    assert (beyond.ok, beyond.first_bad_position) == (False, 3)
+    assert report_dict(beyond)["first_bad_position"] == 3
+    assert report_dict(check_anchor(journal, anchor), anchor) == {
+        "ok": True, "events": 2, "anchor": str(anchor)}
+    assert not check_anchor(journal, Anchor(0, HASH)).ok
+
+
+# -- signed anchors -----------------------------------------------------------------------
+
+_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+_OTHER = Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+_WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _pem_public(key: Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.PEM,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _statement() -> bytes:
+    return dump_statement(sign_anchor(Anchor(7, HASH), _KEY, now=lambda: _WHEN)).encode()
+
+
+def test_a_signed_statement_checks_out() -> None:
+    data = _statement()
+    anchor, statement = read_statement(data, load_public_key(_pem_public(_KEY)))
+    assert anchor == Anchor(7, HASH)
+    assert statement["time"] == "2026-11-30T12:00:00Z"
+    assert statement["signer"] == fingerprint(_KEY.public_key())
+    assert statement["format"] == "gpu-credits-anchor/1"
+
+
+def test_keys_load_from_pem_and_openssh() -> None:
+    pem = _KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+    ssh = _KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                             serialization.NoEncryption())
+    ssh_pub = _KEY.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                             serialization.PublicFormat.OpenSSH)
+    for data in (pem, ssh):
+        assert fingerprint(load_private_key(data).public_key()) == fingerprint(
+            _KEY.public_key())
+    assert fingerprint(load_public_key(ssh_pub)) == fingerprint(_KEY.public_key())
+    for bad in (b"", b"not a key", _pem_public(_KEY)):
+        with pytest.raises(AnchorError):
+            load_private_key(bad)
+
+
+def test_a_statement_checked_with_another_key_is_refused() -> None:
+    with pytest.raises(AnchorError, match="signed by"):
+        read_statement(_statement(), load_public_key(_pem_public(_OTHER)))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("position", 8), ("hash", "cd" * 32), ("time", "2027-01-01T00:00:00Z"),
+    ("signature", "AAAA"), ("format", "gpu-credits-anchor/2"), ("position", True),
+])
+def test_an_edited_statement_is_refused(field: str, value: object) -> None:
+    statement = json.loads(_statement())
+    statement[field] = value
+    with pytest.raises(AnchorError):
+        read_statement(json.dumps(statement).encode(), load_public_key(_pem_public(_KEY)))
+
+
+def test_a_statement_re_signed_by_another_key_names_the_other_signer() -> None:
+    statement = json.loads(_statement())
+    forged = sign_anchor(Anchor(8, "cd" * 32), _OTHER, now=lambda: _WHEN)
+    statement.update(forged)
+    with pytest.raises(AnchorError, match="not by the given public key"):
+        read_statement(json.dumps(statement).encode(), load_public_key(_pem_public(_KEY)))
+
+
+@pytest.mark.parametrize("data", [b"", b"[]", b"{", b"\xff", b'{"format": "x"}',
+                                  b'{"format": "gpu-credits-anchor/1"}'])
+def test_what_is_not_a_statement_is_refused(data: bytes) -> None:
+    with pytest.raises(AnchorError):
+        read_statement(data, load_public_key(_pem_public(_KEY)))

@@ -1,0 +1,75 @@
+"""Request bodies read as strictly as `import` reads a file: one definition of valid JSON.
+
+Starlette parses JSON with `json.loads`, where a repeated key silently wins (`"type"`
+twice turns a usage report into a grant), `NaN` is a number and a 5,000-digit integer
+takes the parser's time. This ASGI middleware reads each JSON body first with
+`projections.validation.loads_strict` and answers `422` (a problem) before any route
+sees a body that the importer would refuse; a valid body is passed on unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from projections.validation import loads_strict
+from tools.service.problems import problem_response
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_BODY = 32 * 1024 * 1024
+"""The largest JSON body read (a batch of events); larger is refused with 413."""
+
+
+class StrictJsonBodies:
+    """Refuse a JSON body with repeated keys, NaN, Infinity or huge integers (422)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if not (content_type == b"application/json" or content_type.endswith(b"+json")):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                await problem_response(413, f"the body is larger than {MAX_BODY} bytes")(
+                    scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        body = b"".join(chunks)
+        if body.strip():
+            try:
+                loads_strict(body.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                await problem_response(422, f"invalid JSON body: {exc}", slug="invalid")(
+                    scope, receive, send)
+                return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
