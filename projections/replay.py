@@ -173,8 +173,12 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
     """Fold the journal straight in canonical order (no revisions): the state at to_time as
     known at to_position, without the events reversed as known at to_position."""
     ledger = _fold(journal, to_position, to_time, frozenset())
-    # The reversals in force at to_time: those the fold saw (event time <= to_time).
-    excluded = reversed_ids(ledger.reversals)
+    # The fold saw every reversal up to to_time; later ones reverse events too: a
+    # reversal takes its event out at every event time, as known.
+    reversals = dict(ledger.reversals)
+    if to_time is not None:
+        reversals.update(_reversals(journal, to_position, to_time + 1))
+    excluded = reversed_ids(reversals)
     if excluded:
         # Rare (a reversal is a correction): fold again, skipping the reversed events.
         ledger = _fold(journal, to_position, to_time, excluded)
