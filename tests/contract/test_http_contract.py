@@ -392,3 +392,22 @@ def test_verify_reports_a_tampered_journal(tmp_path: Path) -> None:
         assert r.status_code == 200
         assert r.json()["ok"] is False
         assert r.json()["first_bad_position"] == 2
+
+
+def test_balance_answer_is_the_same_object_as_the_cli_prints(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    url = f"sqlite:///{tmp_path / 'same.db'}"
+    with TestClient(create_app(url, clock=Clock(), mount_web=False)) as client:
+        opened(client)
+        client.post("/v1/accounts/a/grants", json={"amount": 7, "pool": "h100", "time": 1})
+        client.post("/v1/jobs", json={"job": "j", "account": "a", "cost": 3, "priority": 1,
+                                      "time": 2})
+        served = client.get("/v1/accounts/a/balance", params={"at": 2}).json()
+    printed = CliRunner().invoke(app, ["balance", "a", "--at", "2", "--json", "--db", url])
+    assert printed.exit_code == 0, printed.stderr
+    assert json.loads(printed.stdout) == served
