@@ -12,7 +12,7 @@ together and run for the same window:
 - **raw psycopg**: one `INSERT` + `COMMIT` per transaction into a plain table with a
   BIGSERIAL key, no decision and no projection: what the driver and server give.
 
-Targets (issue 6): spread over accounts, throughput rises with workers up to the
+Targets (many workers): spread over accounts, throughput rises with workers up to the
 machine's cores; on the hot account it stays at least half the single-writer rate.
 Each measurement runs in a fresh schema (`bench_<run>_workers_...`), dropped afterwards.
 """

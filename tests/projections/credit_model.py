@@ -1,4 +1,4 @@
-"""A small, obviously-correct model of one account's expiring credits (issue 3's rules).
+"""A small, obviously-correct model of one account's expiring credits (the expiring-credit rules).
 
 No heap, no laziness, no incremental state: every question re-folds every recorded call,
 sorted by (timestamp, call index), through a plain list of batches scanned linearly.

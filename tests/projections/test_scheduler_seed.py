@@ -1,5 +1,5 @@
-"""`Scheduler` against the seed (000): its four tests, every error case of the contract,
-refunds, caps across accounts, and the figures after each settlement."""
+"""`Scheduler` against the credit-scheduler design note: its four tests, every error case
+of the contract, refunds, caps across accounts, and the figures after each settlement."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`GPUCreditTracker` against the seed (002): its examples, edge cases, bad input, late calls,
-and replay on the same journal (memory, SQLite file, PostgreSQL)."""
+"""`GPUCreditTracker` against the expiring-credit design note: its examples, edge cases,
+bad input, late calls, and replay on the same journal (memory, SQLite file, PostgreSQL)."""
 
 from __future__ import annotations
 

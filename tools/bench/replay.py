@@ -1,4 +1,4 @@
-"""Full replay and the late event (issues 5 and 8).
+"""Full replay and the late event (replay targets and baselines).
 
 A journal of the realistic mix (`workload.realistic_mix`: accounts, expiring and pool
 grants, usage, jobs submitted / started / completed / cancelled) is written once per size
@@ -372,26 +372,26 @@ def replay_scenario(cfg: Config) -> Scenario:
     targets = [
         Target("SQLite: replay() >= 0.5x raw sqlite3 read + json.loads", "ratio",
                f"replay.sqlite.replay.{n}", f"replay.sqlite.raw.{n}", 0.5,
-               f"replay.sqlite.replay.{n}", "issue 5, 8"),
+               f"replay.sqlite.replay.{n}", "replay, baselines"),
         Target("SQLite: fold_canonical() >= 0.5x raw sqlite3 read + json.loads", "ratio",
                f"replay.sqlite.fold.{n}", f"replay.sqlite.raw.{n}", 0.5,
-               f"replay.sqlite.fold.{n}", "issue 5, 8"),
+               f"replay.sqlite.fold.{n}", "replay, baselines"),
         Target("SQLite: replay() faster than eventsourcing reading its notification log",
                "ratio", f"replay.sqlite.replay.{n}", "replay.sqlite.es", 1.0,
-               f"replay.sqlite.replay.{n}", "issue 8"),
+               f"replay.sqlite.replay.{n}", "baselines"),
         Target("SQLite: fold_canonical() faster than eventsourcing reading its log", "ratio",
                f"replay.sqlite.fold.{n}", "replay.sqlite.es", 1.0, f"replay.sqlite.fold.{n}",
-               "issue 8"),
+               "baselines"),
         Target(f"SQLite: replay() peak RSS < {RSS_LIMIT_MB:.0f} MB", "rss",
-               f"replay.sqlite.replay.{n}", None, RSS_LIMIT_MB, None, "issue 5"),
+               f"replay.sqlite.replay.{n}", None, RSS_LIMIT_MB, None, "replay"),
         Target(f"SQLite: fold_canonical() peak RSS < {RSS_LIMIT_MB:.0f} MB", "rss",
-               f"replay.sqlite.fold.{n}", None, RSS_LIMIT_MB, None, "issue 5"),
+               f"replay.sqlite.fold.{n}", None, RSS_LIMIT_MB, None, "replay"),
         Target(f"PostgreSQL: replay() peak RSS < {RSS_LIMIT_MB:.0f} MB", "rss",
-               "replay.pg.replay", None, RSS_LIMIT_MB, None, "issue 5"),
+               "replay.pg.replay", None, RSS_LIMIT_MB, None, "replay"),
         Target("PostgreSQL: replay() >= 0.5x raw psycopg read + json.loads (by analogy)",
-               "ratio", "replay.pg.replay", "replay.pg.raw", 0.5, None, "issue 5 (analogy)"),
+               "ratio", "replay.pg.replay", "replay.pg.raw", 0.5, None, "replay (analogy)"),
         Target("PostgreSQL: replay() faster than eventsourcing reading its log", "ratio",
-               "replay.pg.replay", "replay.pg.es", 1.0, None, "issue 8 (analogy)"),
+               "replay.pg.replay", "replay.pg.es", 1.0, None, "baselines (analogy)"),
     ]
     return Scenario(
         name="replay",
@@ -447,6 +447,6 @@ def late_scenario(cfg: Config) -> Scenario:
         cases=[case],
         tables=[Table(f"Late event in a {n:,}-event journal", ("late/full", "late/late"))],
         targets=[Target("late event re-projection >= 100x faster than a full replay", "speedup",
-                        "late/late", "late/full", 100.0, "late", "issue 5")],
+                        "late/late", "late/full", 100.0, "late", "replay")],
         prepare=[_prepare(cfg, "sqlite", m) for m in sorted({small, n})],
     )

@@ -1,4 +1,4 @@
-"""The scheduler (issue 4): jobs through the fold and the facade beside the seed design,
+"""The scheduler (scheduler): jobs through the fold and the facade beside the seed design,
 and `start_next` with many accounts blocked at their cap.
 
 - n jobs, each submitted, started (`start_next`: highest priority, oldest) and completed,
@@ -271,13 +271,13 @@ def scenario(cfg: Config) -> Scenario:
         ],
         targets=[
             Target(f"fold within 1.5x of the plain single-heap scheduler ({n:,} jobs)", "ratio",
-                   "sched.fold", "sched.plain", 1 / 1.5, "sched.fold", "issue 4"),
+                   "sched.fold", "sched.plain", 1 / 1.5, "sched.fold", "scheduler"),
             Target(f"fold start_next per pick, {many:,} vs {few:,} blocked accounts: <= 3x",
                    "growth", f"sched.blocked.fold.{many}", f"sched.blocked.fold.{few}", 3.0,
-                   f"sched.blocked.fold.{many}", "issue 4"),
+                   f"sched.blocked.fold.{many}", "scheduler"),
             Target(f"Scheduler facade start_next per pick, {fmany:,} vs {ffew:,} blocked: <= 3x",
                    "growth", f"sched.blocked.facade.{fmany}", f"sched.blocked.facade.{ffew}",
-                   3.0, f"sched.blocked.facade.{fmany}", "issue 4 (through the facade)"),
+                   3.0, f"sched.blocked.facade.{fmany}", "scheduler (through the facade)"),
         ],
         notes=[
             "The single-heap rows show the growth the per-account design avoids: "

@@ -1,4 +1,4 @@
-"""The credit tracker in memory (issue 3): the facade and the fold beside the seed design.
+"""The credit tracker in memory: the facade and the fold beside the seed design.
 
 - `GPUCreditTracker(journal=None)` taking the seed's mixed grant / consume / get_balance
   calls (non-decreasing timestamps), beside `baselines.PlainTracker` taking the same calls;
@@ -134,15 +134,16 @@ def scenario(cfg: Config) -> Scenario:
         targets=[
             Target(f"facade within 2x of the plain tracker ({n:,} calls)", "ratio",
                    f"tracker.facade.{n}", f"tracker.plain.{n}", 0.5, f"tracker.facade.{n}",
-                   "issue 3"),
+                   "credit tracker"),
             Target("fold within 1.3x of the plain tracker (same grants and consumes)",
                    "ratio", f"tracker.fold.{n}", f"tracker.plainev.{n}", 1 / 1.3,
-                   f"tracker.fold.{n}", "issue 3"),
+                   f"tracker.fold.{n}", "credit tracker"),
             Target(f"facade per-call time, {hi:,} vs {lo:,} calls: <= 3x (n log n, not n^2)",
                    "growth", f"tracker.facade.{hi}", f"tracker.facade.{lo}", 3.0,
-                   f"tracker.facade.{hi}", "issue 3"),
+                   f"tracker.facade.{hi}", "credit tracker"),
             Target(f"fold per-event time, {hi:,} vs {lo:,} calls: <= 3x (n log n, not n^2)",
-                   "growth", f"tracker.fold.{hi}", f"tracker.fold.{lo}", 3.0, None, "issue 3"),
+                   "growth", f"tracker.fold.{hi}", f"tracker.fold.{lo}", 3.0, None,
+                   "credit tracker"),
         ],
     )
 

@@ -1,4 +1,4 @@
-"""PostgreSQL with 1-8 worker processes (issue 6): a hook into `tools/bench_workers.py`.
+"""PostgreSQL with 1-8 worker processes (many workers): a hook into `tools/bench_workers.py`.
 
 That module is written separately; its `run(quick: bool) -> list[dict]` measures committed
 decisions per second with 1, 2, 4 and 8 workers and returns one row per measurement. The
@@ -36,7 +36,7 @@ def scenario(cfg: Config) -> Scenario:
         "Committed decisions per second on PostgreSQL with 1, 2, 4 and 8 worker processes, "
         "(a) all on one hot account and (b) spread over 100 accounts, beside psycopg's raw "
         "one-transaction-per-insert rate, measured by `tools/bench_workers.py` "
-        "(`run(quick) -> list[dict]`). Targets (issue 6): spread over accounts, throughput "
+        "(`run(quick) -> list[dict]`). Targets (many workers): spread over accounts, throughput "
         "rises with workers up to the machine's cores; on one hot account it stays at least "
         "half the single-writer rate."
     )
