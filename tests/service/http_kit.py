@@ -8,6 +8,7 @@ library only, and writes down what it was told, in the shape
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import traceback
@@ -133,19 +134,23 @@ def usage_client(base: str, worker: int, ops: int, out: str) -> None:
     {key: debt} of the acknowledged ones, and the keys sent without an answer."""
     acked: dict[str, int] = {}
     unanswered: list[str] = []
-    for i in range(ops):
-        key = f"kill-w{worker}-{i}"
-        account = ACCOUNTS[i % len(ACCOUNTS)]
-        try:
-            status, answer = call(base, "POST", f"/v1/accounts/{account}/usage",
-                                  {"amount": 1 + i % 5}, key, timeout=20)
-        except (OSError, urllib.error.URLError):
-            unanswered.append(key)
-            break
-        if status == 201:
-            acked[key] = answer["debt"]
-        else:
-            unanswered.append(key)
-            if status != 503:
+    try:
+        for i in range(ops):
+            key = f"kill-w{worker}-{i}"
+            account = ACCOUNTS[i % len(ACCOUNTS)]
+            try:
+                status, answer = call(base, "POST", f"/v1/accounts/{account}/usage",
+                                      {"amount": 1 + i % 5}, key, timeout=20)
+            except (OSError, urllib.error.URLError, http.client.HTTPException, ValueError):
+                # A server killed mid-answer can cut the response anywhere: a reset, a
+                # truncated body, a missing status line. None of these is an answer.
+                unanswered.append(key)
                 break
-    Path(out).write_text(json.dumps({"acked": acked, "unanswered": unanswered}))
+            if status == 201:
+                acked[key] = answer["debt"]
+            else:
+                unanswered.append(key)
+                if status != 503:
+                    break
+    finally:
+        Path(out).write_text(json.dumps({"acked": acked, "unanswered": unanswered}))
