@@ -298,16 +298,21 @@ class CreditBook:
                 heap = general
             else:
                 break
-            batch = heap[0]
-            take = min(batch.amount, amount)
-            batch.amount -= take
-            self.active[batch.pool] -= take
-            amount -= take
-            taken.append((batch, take))
-            if batch.amount == 0:
-                heapq.heappop(heap)
-                batch.in_heap = False
+            take = self._take_head(heap, amount)
+            amount -= take[1]
+            taken.append(take)
         return taken
+
+    def _take_head(self, heap: list[Batch], amount: int) -> tuple[Batch, int]:
+        """Take up to `amount` from the batch on top of `heap`; pop it once it is empty."""
+        batch = heap[0]
+        take = min(batch.amount, amount)
+        batch.amount -= take
+        self.active[batch.pool] -= take
+        if batch.amount == 0:
+            heapq.heappop(heap)
+            batch.in_heap = False
+        return batch, take
 
     def _draw_by_priority(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
         """`_draw` when some batch has a priority: one heap per pool and priority, the
@@ -321,15 +326,9 @@ class CreditBook:
                     heap = candidate
             if heap is None:
                 break
-            batch = heap[0]
-            take = min(batch.amount, amount)
-            batch.amount -= take
-            self.active[batch.pool] -= take
-            amount -= take
-            taken.append((batch, take))
-            if batch.amount == 0:
-                heapq.heappop(heap)
-                batch.in_heap = False
+            take = self._take_head(heap, amount)
+            amount -= take[1]
+            taken.append(take)
         return taken
 
     def consume(self, amount: int, pool: str) -> tuple[Lineage, int]:
