@@ -34,6 +34,8 @@ from typing import Any, TextIO
 
 from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
 from eventstore.hashing import canonical_json
+from projections import csvcells
+from projections.csvcells import unguard
 from projections.events import (
     EVENT_TYPES,
     FAR_TIME,
@@ -188,7 +190,7 @@ def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:
 
 def _csv_value(column: str, text: str) -> object:
     if column in _TEXT_COLUMNS:
-        return text
+        return unguard(text)  # export guards text cells against spreadsheet formulas
     if column == "success":
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes"):
@@ -535,17 +537,21 @@ def write_jsonl(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: Te
     return count
 
 
-def _csv_cell(value: object) -> str:
+def _csv_cell(value: object) -> object:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    # Numbers stay numbers: the writer guards text cells only (a negative amount is no
+    # formula).
+    return value if isinstance(value, int | float | str) else str(value)
 
 
 def write_csv(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO) -> int:
-    """Write CSV with `CSV_COLUMNS`; return the number of rows (header not counted)."""
-    writer = csv.writer(out, lineterminator="\n")
+    """Write CSV with `CSV_COLUMNS`; return the number of rows (header not counted).
+
+    Text cells that a spreadsheet would run as a formula are guarded (`csvcells`)."""
+    writer = csvcells.writer(out)
     writer.writerow(CSV_COLUMNS)
     count = 0
     for rec, record in records:
