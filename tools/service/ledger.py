@@ -210,7 +210,8 @@ class LedgerService:
             locks: set[str] = set()
             for command in commands:
                 locks.update(command.locks(session.ledger))
-            with self.batching.batch(sorted(locks)):
+            keys = [c.key for c in commands if c.key is not None]
+            with self.batching.batch(sorted(locks), keys):
                 # Under the keys: nothing of theirs can be missed now. (Asking the head
                 # first spares the read when nobody else wrote, the usual case.)
                 if self.journal.head() != session.projector.position:
