@@ -183,15 +183,19 @@ class MemoryJournal(JournalBase):
         index = self._canonical if q.stream is None else self._stream_canonical.get(q.stream, [])
         i = 0 if key is None else bisect.bisect_right(index, key)
         n = len(index)
-        while i < n and len(out) < q.batch_size:
+        # Everything after `key` in the index is after `after` and from `from_time` on,
+        # and of the stream asked for (`_rows` starts there): only the position window
+        # and to_time are left to test, inline (a replay walks here once per late event).
+        lo, hi, to_time = q.after_position, q.to_position, q.to_time
+        stored, size = self._stored, q.batch_size
+        while i < n and len(out) < size:
             t, p = index[i]
-            if q.to_time is not None and t > q.to_time:
+            if to_time is not None and t > to_time:
                 return out, key, True
             key = (t, p)
             i += 1
-            row = self._stored[p - 1]
-            if self._matches(q, row):
-                out.append(row)
+            if lo < p <= hi:
+                out.append(stored[p - 1])
         return out, key, i >= n
 
     def head(self) -> int:
