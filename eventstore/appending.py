@@ -304,6 +304,9 @@ def check_existing(batch: Plan, existing: Mapping[str, RecordedEvent],
             continue
         old_text = canonical_json(old.payload)
         if not recorded_as(old, (held or {}).get(old.id), c):
+            public = {k: v for k, v in old.payload.items() if k != PRIVATE_KEY}
+            if PRIVATE_KEY in old.payload and canonical_json(public) == c.payload_text:
+                old_text += " (the same payload, but another private part)"
             raise IdempotencyConflict(
                 f"event id {c.event.id!r} is already recorded at position {old.position} with "
                 f"{describe(old.stream, old.type, old.time, old_text)}; this append has "

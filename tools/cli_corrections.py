@@ -94,6 +94,10 @@ def consume(
     pool: PoolOption = None,
     at: AtOption = None,
     memo: MemoOption = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", metavar="U", show_default=False,
+        help="Who used the credits (personal: `gpu-credits erase --user U` erases it).")
+    ] = None,
     event_id: IdOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -104,10 +108,11 @@ def consume(
     with open_journal(ctx, db, write=True) as journal:
         writer = Corrections(journal, allow_far_times=allow_far_times)
         outcome = writer.consume(account, amount, at=when, pool=pool, memo=memo,
-                                 event_id=event_id)
+                                 event_id=event_id, user=user)
     debt = outcome.debt_after or 0
+    extra = {"user": user} if user is not None else {}
     record = _recorded(outcome, account=account, amount=amount, pool=pool or "general",
-                       memo=memo, debt=debt)
+                       memo=memo, debt=debt, **extra)
     _say(as_json, record, f"recorded usage {outcome.event_id}: {amount:,} credits of "
                           f"{account} at {format_time(outcome.time)}; debt after it: {debt:,}")
 
