@@ -215,6 +215,12 @@ class MemoryJournal(JournalBase):
             p = self._by_id.get(event_id)
             return None if p is None else to_event(self._stored[p - 1])
 
+    def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """The events recorded under any of these ids, by id."""
+        with self._lock:
+            return {i: to_event(self._stored[p - 1]) for i in set(event_ids)
+                    if isinstance(i, str) and (p := self._by_id.get(i)) is not None}
+
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
         with self._lock:

@@ -85,7 +85,7 @@ class LedgerSession:
         # Only this process writes an in-memory journal, so its head tells all.
         self._in_memory = self.journal.url is None
         self.projector = Projector(self._read_canonical, older=self._checkpoint_before,
-                                   locate=self._locate)
+                                   locate=self._locate, account_reader=self._read_account)
         self.lock = threading.RLock()
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
@@ -130,6 +130,11 @@ class LedgerSession:
     def _read_canonical(self, after: tuple[int, int], to_position: int,
                         to_time: int | None) -> Iterable[RecordedEvent]:
         return self.journal.read(after=after, to_position=to_position, to_time=to_time,
+                                 order="canonical")
+
+    def _read_account(self, stream: str, after: tuple[int, int],
+                      to_position: int) -> Iterable[RecordedEvent]:
+        return self.journal.read(stream=stream, after=after, to_position=to_position,
                                  order="canonical")
 
     @property
