@@ -34,7 +34,7 @@ from projections.queries import (
     statement,
     unknown_account,
 )
-from projections.queries.explain import _waiting as waiting_reason
+from projections.queries.explain import waiting_reason
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ExpiringCredits,
