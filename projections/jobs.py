@@ -147,15 +147,16 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
 
 
 def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, priority: int,
-           *, at: int | None = None, pool: str | None = None, clock: Clock = wall_clock,
-           event_id: str | None = None) -> Decision:
+           *, at: int | None = None, pool: str | None = None, user: str | None = None,
+           clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
     """Submit a job, reserving `cost`; the outcome says whether it was accepted (a
-    rejection is recorded too) and why not."""
+    rejection is recorded too) and why not. `user`: who submitted it, kept apart from
+    the journal record so it can be erased."""
     require_name("job_id", job_id)
     require_name("account_id", account_id)
     require_non_negative_int("cost", cost)
     require_int("priority", priority)
-    event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool))
+    event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool), user=user)
 
     def build(draft: Draft) -> Built:
         ledger = draft.ledger

@@ -108,10 +108,12 @@ class Scheduler(SessionFacade):
 
     def submit(self, job_id: str, account_id: str, cost: int, priority: int, *,
                at: int | None = None, pool: str | None = None,
-               event_id: str | None = None) -> bool:
-        """Reserve `cost` for a new job; False (still recorded) when the account cannot pay."""
+               event_id: str | None = None, user: str | None = None) -> bool:
+        """Reserve `cost` for a new job; False (still recorded) when the account cannot pay.
+
+        `user`: who submitted it, kept apart from the journal record so it can be erased."""
         return jobs.submit(self._session, job_id, account_id, cost, priority, at=at, pool=pool,
-                           clock=self._clock, event_id=event_id).outcome.ok
+                           user=user, clock=self._clock, event_id=event_id).outcome.ok
 
     def start_next(self, *, at: int | None = None, event_id: str | None = None) -> Job | None:
         """Start the highest-priority, oldest pending job whose account is below its cap."""

@@ -43,9 +43,10 @@ from typing import Any
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
 from eventstore.hashing import GENESIS_HASH
 from projections.anchors import hash_at
-from projections.events import DomainEvent, to_payload
+from projections.events import DomainEvent
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
+from projections.personal import journal_event
 from projections.projector import Projector
 from projections.reversals import reversed_ids
 
@@ -120,7 +121,8 @@ class Draft:
     def event(self, time: int, event: DomainEvent,
               stream: str) -> tuple[NewEvent, DomainEvent]:
         """A new journal event for `event` at `time`, paired with the event itself."""
-        return NewEvent(self.new_id(), stream, event.type, time, to_payload(event)), event
+        # Personal fields (user, memo) go beside the record, so that they can be erased.
+        return journal_event(self.new_id(), stream, time, event), event
 
     def now(self, clock_time: int) -> int:
         """Event time of a live decision: the later of the clock and the latest event

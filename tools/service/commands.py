@@ -92,6 +92,7 @@ class Usage:
     pool: str | None
     memo: str | None
     time: int | None
+    user: str | None = None
 
     def locks(self, ledger: Ledger) -> list[str]:
         return [self.account]
@@ -105,7 +106,7 @@ class Usage:
                                  "credits to it first")
         outcome = _corrections(service).consume(
             self.account, self.amount, at=self.time, pool=self.pool, memo=self.memo,
-            event_id=self.key)
+            event_id=self.key, user=self.user)
         return {"id": outcome.event_id, "debt": outcome.debt_after or 0,
                 "account": self.account, "amount": self.amount,
                 "pool": self.pool if self.pool is not None else "general",
@@ -123,13 +124,14 @@ class Submit:
     priority: int
     pool: str | None
     time: int | None
+    user: str | None = None
 
     def locks(self, ledger: Ledger) -> list[str]:
         return [self.account, QUEUE_SHARED]
 
     def run(self, service: LedgerService) -> AnswerDict:
         outcome = jobs.submit(service.session, self.job, self.account, self.cost,
-                              self.priority, at=self.time, pool=self.pool,
+                              self.priority, at=self.time, pool=self.pool, user=self.user,
                               clock=service.clock, event_id=self.key).outcome
         answer: AnswerDict = {"job": self.job, "accepted": outcome.ok,
                               "state": "pending" if outcome.ok else "rejected",
