@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -52,7 +53,7 @@ def test_summary_shows_head_expiring_credits_and_verify_state(client: TestClient
     expiring = cells(r.text, "expiring-table")
     assert expiring and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row[0])
                             for row in expiring if len(row) == 5)
-    assert "Not verified" in r.text or "OK" in r.text
+    assert "No verification recorded yet" in r.text or "OK" in r.text
 
 
 def test_account_page_has_figures_grants_ledger_and_chart_source(client: TestClient) -> None:
@@ -271,3 +272,32 @@ def test_summary_finds_accounts_by_name_and_pages(client: TestClient) -> None:
     assert [row[0] for row in rows if row[1] == "all"] == ["lumen-health"]
     assert client.get("/?page=2").status_code == 422  # 20 accounts: one page
     assert client.get("/?page=x").status_code == 422
+
+
+def test_summary_shows_the_last_verify_however_it_ran(tmp_path: Path) -> None:
+    """A verification from the command line or the HTTP API shows on the summary as one
+    from the journal page does: the verdict is recorded beside the journal."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+    from tools.web.screenshots import demo_url
+
+    url = demo_url(tmp_path)
+    with TestClient(app_for(url)) as c:
+        assert "No verification recorded yet" in c.get("/").text
+        assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 0
+        summary = c.get("/").text
+        assert "<strong class=\"ok\">OK</strong>" in summary
+        assert "by gpu-credits verify" in summary
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with conn:
+            conn.execute("UPDATE events SET payload = replace(payload, '800', '900') "
+                         "WHERE position = 2")
+        conn.close()
+        assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 1
+        summary = c.get("/").text
+        assert "FAILED" in summary and 'href="/events/2"' in summary
+        assert c.post("/v1/journal/verify", json={}).json()["ok"] is False
+        assert "by POST /v1/journal/verify" in c.get("/").text

@@ -35,6 +35,7 @@ from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
 from projections.timeline import ExpiringCredits, expiring_within, grant_burndown
 from tools.web.source import AuditSource
+from tools.web.verifying import last_verify
 
 DAY = 86_400
 EXPIRING_WINDOW = 7 * DAY
@@ -182,7 +183,7 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
             "expiring": expiring[:EXPIRING_SHOWN], "expiring_more": more,
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
-            "verify": source.verifier.status() if source.verifier is not None else None}
+            "verify": last_verify(source.journal, source.verifier)}
 
 
 # -- one account -------------------------------------------------------------------------
