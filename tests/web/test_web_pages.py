@@ -301,3 +301,24 @@ def test_summary_shows_the_last_verify_however_it_ran(tmp_path: Path) -> None:
         assert "FAILED" in summary and 'href="/events/2"' in summary
         assert c.post("/v1/journal/verify", json={}).json()["ok"] is False
         assert "by POST /v1/journal/verify" in c.get("/").text
+
+
+def test_the_ledger_pages_from_the_latest_lines_and_the_csv_has_them_all(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.web import pages
+
+    monkeypatch.setattr(pages, "LEDGER_PAGE", 50)
+    journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
+    every = statement(journal, ACCOUNT).lines
+    assert len(every) > 150
+    shown = cells(client.get(f"/accounts/{ACCOUNT}").text, "ledger-table")
+    last = -(-len(every) // 50)
+    assert len(shown) == len(every) - (last - 1) * 50  # the latest lines first
+    assert shown[-1][5] == f"{every[-1].balance:,}"
+    first = client.get(f"/accounts/{ACCOUNT}?page=1")
+    rows = cells(first.text, "ledger-table")
+    assert [row[5] for row in rows] == [f"{line.balance:,}" for line in every[:50]]
+    assert "Later lines" in first.text and f"of {len(every):,} matching" in first.text
+    assert client.get(f"/accounts/{ACCOUNT}?page={last + 1}").status_code == 422
+    csv_text = client.get(f"/accounts/{ACCOUNT}/ledger.csv").text
+    assert len(list(csv.DictReader(io.StringIO(csv_text)))) == len(every)

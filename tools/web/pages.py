@@ -255,6 +255,10 @@ class AccountPage:
     later_revisions: list[RevisionRow]  # recorded after `position`: not in this view
     recorded_later: int  # events of the account recorded after `position`
     revised_ids: set[str] = field(default_factory=set)  # events some revision changed
+    matching: int = 0  # ledger lines that pass the filters (`lines` is one page of them)
+    first_line: int = 0  # the index of `lines[0]` among those
+    ledger_page: int = 1
+    ledger_pages: int = 1
 
 
 def require_account(source: AuditSource, account: str) -> None:
@@ -297,9 +301,15 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
     return source.cached(("history", account, position), build)
 
 
-def account_page(source: AuditSource, account: str, params: dict[str, str]) -> AccountPage:
+LEDGER_PAGE = 200
+"""Ledger lines per page of the account page (the CSV download has them all)."""
+
+
+def account_page(source: AuditSource, account: str, params: dict[str, str], *,
+                 paged: bool = True) -> AccountPage:
     """The account page; UnknownAccount for an account the journal never names,
-    ValueError for a bad filter."""
+    ValueError for a bad filter. The ledger shows `LEDGER_PAGE` lines a page, the latest
+    by default (`page`); `paged=False`: every line that passes the filters."""
     journal = source.journal
     require_account(source, account)
     position = parse_known_at(journal, params.get("as_known_at"))
@@ -324,10 +334,16 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
     recorded_later = 0
     if position < head:
         recorded_later = len(source.stream_events(account)) - len(by_id)
+    kept = [line for line in stmt.lines if filters.keeps(line)]
+    pages_ = max(1, -(-len(kept) // LEDGER_PAGE))
+    page = parse_int("page", params.get("page"), pages_, low=1, high=pages_)
+    first = (page - 1) * LEDGER_PAGE
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
-                       [line for line in stmt.lines if filters.keeps(line)], grants, pools,
+                       kept[first:first + LEDGER_PAGE] if paged else kept, grants, pools,
                        revisions, later, recorded_later,
-                       {r.revision.event_id for r in revisions or ()})
+                       {r.revision.event_id for r in revisions or ()},
+                       len(kept), first if paged else 0, page if paged else 1,
+                       pages_ if paged else 1)
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",

@@ -109,7 +109,7 @@ def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
     params = _params(request)
     try:
-        page = pages.account_page(source_of(request), account, params)
+        page = pages.account_page(source_of(request), account, params, paged=False)
     except UnknownAccount as exc:
         return problem(request, 404, "Unknown account", str(exc))
     except ValueError as exc:

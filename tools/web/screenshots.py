@@ -16,15 +16,23 @@ WIDTHS = (1280, 390)
 
 PAGES = (
     ("summary", "/"),
+    ("summary-expiring", "/#expiring"),
     ("account", "/accounts/lumen-health"),
+    ("account-grants", "/accounts/lumen-health#grants"),
+    ("account-ledger", "/accounts/lumen-health?kind=complete#ledger"),
     ("account-as-known", "/accounts/lumen-health?as_known_at=979"),
+    ("account-revisions", "/accounts/lumen-health?as_known_at=979#revisions"),
     ("job", "/jobs/lumen-0191"),
     ("job-rejected", "/jobs/cobalt-0074"),
     ("journal", "/journal"),
+    ("journal-events", "/journal#events"),
+    ("journal-revisions", "/journal#revisions"),
     ("event", "/events/980"),
+    ("event-changed", "/events/980#fields"),
 )
 """(name, path) of each page shot, on the demo month of seed 42: an account before and
-after the late grant at position 980 that revised what paid its jobs."""
+after the late grant at position 980 that revised what paid its jobs. A path with a
+#section is shot scrolled to that section: each table is seen at both widths."""
 
 
 def demo_url(folder: Path) -> str:

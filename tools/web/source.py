@@ -139,6 +139,14 @@ class AuditSource:
                     self._cache.popitem(last=False)
         return value
 
+    def forget(self) -> None:
+        """Let go of every remembered answer and stream (the next page is a first visit):
+        for measurements; the revisions found are kept."""
+        with self._lock:
+            self._cache.clear()
+        with self._streams_lock:
+            self._streams.clear()
+
     def peek(self, key: tuple[Any, ...]) -> Any:
         """What is remembered under `key` for the current head, None if nothing."""
         head = self.journal.head()
