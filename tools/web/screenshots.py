@@ -49,6 +49,26 @@ def demo_url(folder: Path) -> str:
     return url
 
 
+def verified(url: str) -> None:
+    """Verify the journal at `url` as `gpu-credits verify` does, recording the verdict
+    (the summary then shows a last verification, as it would in use)."""
+    import time
+
+    from eventstore import Journal
+    from projections.replay import verify
+    from projections.verifications import Verification, record_verification
+
+    journal = Journal(url)
+    try:
+        head = journal.head()
+        report = verify(journal)
+        record_verification(journal, Verification(
+            report.ok, head, report.checked_events, report.checked_checkpoints,
+            report.first_bad_position, report.problem, time.time(), "cli"))
+    finally:
+        journal.close()
+
+
 def shoot(base: str, out: Path) -> list[Path]:
     """Screenshots of `PAGES` at `WIDTHS` from the server at `base`; the files written."""
     from playwright.sync_api import sync_playwright
@@ -79,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[0]) if args else Path("docs/screenshots")
     with tempfile.TemporaryDirectory() as tmp:
         url = demo_url(Path(tmp))
+        verified(url)
         with serving(app_for(url)) as base:
             for path in shoot(base, out):
                 print(path)
