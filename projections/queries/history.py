@@ -58,8 +58,7 @@ def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
     Given the events of a journal as known at a position and `at` its latest event
     time, the statement and the explanation are those `statement` and `explain_account`
     answer (`as_known_at` is the position, for the statement). The timeline is
-    `account_timeline`'s, except that reversed events count as never having happened and
-    voids and reversals have their point: the walk's view of the account.
+    `account_timeline`'s, with a point for each void too (it takes credits away).
     """
     given = list(events)
     walk = AccountWalk(account)
@@ -75,7 +74,8 @@ def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
             continue
         lines.take(step)
         lineage.take(step)
-        points.after(rec, walk.state)
+        if rec.id not in walk.ledger.excluded and rec.type != "reverse":
+            points.after(rec, walk.state)  # a reversed event never moved a credit
     expired = walk.expired_by(at)  # reported once: both builders get the same list
     lines.finish(at, expired)
     explanation = lineage.finish(at, expired)

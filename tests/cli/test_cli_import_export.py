@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from cli_helpers import LATE, SMALL, Run, as_json, error_lines, lines_of
@@ -180,6 +181,14 @@ def test_export_is_canonical_with_ids(run: Run, small: Path, tmp_path: Path) -> 
     records = [json.loads(line) for line in lines_of(run("export").stdout)]
     assert len(records) == 13
     assert all("id" in r for r in records)
+    # What the journal recorded, for an auditor (asked for): every position once, and
+    # a UTC time; the same lines otherwise.
+    assert not any("recorded_at" in r or "position" in r for r in records)
+    audited = [json.loads(line) for line in lines_of(run("export", "--recorded").stdout)]
+    assert sorted(r.pop("position") for r in audited) == list(range(1, 14))
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", r.pop("recorded_at"))
+               for r in audited)
+    assert audited == records
     times = [r.get("time", -(2**62)) for r in records]
     assert times == sorted(times)
     # The two accounts (no time), the grant at t=0, then both grants at t=1 in arrival
@@ -194,11 +203,13 @@ def test_export_round_trips_to_the_same_digest(run: Run, small: Path, tmp_path: 
     late.write_text(LATE)
     assert run("import", str(late)).exit_code == 0
     digest = _digest(run)
-    for fmt in ("jsonl", "csv"):
-        out = tmp_path / f"export.{fmt}"
-        result = run("export", "--format", fmt, "--out", str(out))
+    for fmt, extra in (("jsonl", ()), ("csv", ()), ("jsonl", ("--recorded",)),
+                       ("csv", ("--recorded",))):
+        name = f"{'recorded' if extra else 'plain'}.{fmt}"
+        out = tmp_path / f"export-{name}"
+        result = run("export", "--format", fmt, "--out", str(out), *extra)
         assert result.exit_code == 0, result.stderr
-        fresh = f"sqlite:///{tmp_path / f'fresh-{fmt}.db'}"
+        fresh = f"sqlite:///{tmp_path / f'fresh-{name}.db'}"
         runner = CliRunner()
         imported = runner.invoke(app, ["import", str(out), "--db", fresh])
         assert imported.exit_code == 0, imported.stderr
