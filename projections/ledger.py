@@ -37,6 +37,7 @@ from projections.events import (
     JobCompleted,
     JobStarted,
     JobSubmitted,
+    PersonalDataErased,
     from_payload,
 )
 from projections.outcomes import Outcome
@@ -343,6 +344,11 @@ class Ledger:
         # names (see `excluded`), wherever they lie on the timeline.
         return Outcome(position, event_id, event.type, time, None)
 
+    def _erased(self, position: int, event_id: str, time: int,
+                event: PersonalDataErased) -> Outcome:
+        # Personal fields take no part in any figure: erasing them changes nothing here.
+        return Outcome(position, event_id, event.type, time, None)
+
     def _consume(self, position: int, event_id: str, time: int,
                  event: CreditsConsumed) -> Outcome:
         account = self._account(event.account)
@@ -537,6 +543,12 @@ class Ledger:
             if len(self.heads) > 2 * len(self.accounts) + 64:
                 self._compact_heads()
 
+    def requeue(self, name: str) -> None:
+        """Register account `name`'s queue head afresh, after its state was replaced."""
+        account = self.accounts[name]
+        account.head_key = None
+        self._register_head(account, force=True)
+
     def _compact_heads(self) -> None:
         """Drop stale entries: they are skipped lazily, but would otherwise pile up with
         every submit and start (memory growing with the journal, not with the queue)."""
@@ -690,6 +702,7 @@ _HANDLERS: dict[type[Any], Any] = {
     CreditsAdjusted: Ledger._adjust,
     GrantVoided: Ledger._void,
     EventReversed: Ledger._reverse,
+    PersonalDataErased: Ledger._erased,
 }
 
 

@@ -37,9 +37,10 @@ from typing import Any
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
 from eventstore.hashing import GENESIS_HASH
 from projections.anchors import hash_at
-from projections.events import DomainEvent, to_payload
+from projections.events import DomainEvent
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
+from projections.personal import journal_event
 from projections.projector import Projector
 from projections.reversals import reversed_ids
 
@@ -84,7 +85,7 @@ class LedgerSession:
         # Only this process writes an in-memory journal, so its head tells all.
         self._in_memory = self.journal.url is None
         self.projector = Projector(self._read_canonical, older=self._checkpoint_before,
-                                   locate=self._locate)
+                                   locate=self._locate, account_reader=self._read_account)
         self.lock = threading.RLock()
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
@@ -131,6 +132,11 @@ class LedgerSession:
         return self.journal.read(after=after, to_position=to_position, to_time=to_time,
                                  order="canonical")
 
+    def _read_account(self, stream: str, after: tuple[int, int],
+                      to_position: int) -> Iterable[RecordedEvent]:
+        return self.journal.read(stream=stream, after=after, to_position=to_position,
+                                 order="canonical")
+
     @property
     def ledger(self) -> Ledger:
         """The projection as it stands, NOT caught up: read through `reading()` instead."""
@@ -163,7 +169,8 @@ class LedgerSession:
     def event(self, time: int, event: DomainEvent,
               stream: str) -> tuple[NewEvent, DomainEvent]:
         """A new journal event for `event` at `time`, paired with the event itself."""
-        return NewEvent(self.new_id(), stream, event.type, time, to_payload(event)), event
+        # Personal fields (user, memo) go beside the record, so that they can be erased.
+        return journal_event(self.new_id(), stream, time, event), event
 
     def catch_up(self, keep: Container[int] = frozenset()) -> dict[int, Outcome]:
         """Ingest everything recorded since the last look (other writers included); the

@@ -331,7 +331,16 @@ def test_interval_checkpoints_let_a_fresh_facade_refold_a_late_event_from_a_rece
             folded.append(rec.position)
             yield rec
 
+    account_reader = projector._account_reader
+    assert account_reader is not None
+
+    def counting_account(stream: str, after: Any, to_position: int) -> Any:
+        for rec in account_reader(stream, after, to_position):
+            folded.append(rec.position)
+            yield rec
+
     projector._reader = counting
+    projector._account_reader = counting_account
     reopened.consume(50, timestamp=130)
     # Refolded from the checkpoint at position 120 (time 119), not from the start: the
     # events at times 120..199 and the late one.

@@ -16,6 +16,7 @@ from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
 from projections.events import GENERAL
 from projections.ledger import PENDING
+from projections.personal import personal_of
 from projections.queries import (
     AccountExplanation,
     JobExplanation,
@@ -322,7 +323,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
         rec = by_id.get(g.grant_id) if g.position is not None else None
         payload = rec.payload if rec is not None else {}
         priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
-        memo = payload.get("memo")
+        memo = personal_of(journal, rec).get("memo") if rec is not None else None
         grants.append(GrantRow(g.grant_id, g.position, g.time, g.pool, g.amount, g.used,
                                sum(a for _, a in g.held), g.expired, g.remaining,
                                priority if isinstance(priority, int) else None, g.expiry,
