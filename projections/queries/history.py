@@ -12,8 +12,9 @@ the account's figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from eventstore import RecordedEvent
 from projections.queries.explain import AccountExplanation, LineageBuilder
@@ -49,15 +50,21 @@ def excluded_by(events: Iterable[RecordedEvent]) -> frozenset[str]:
     return reversed_ids(reversals)
 
 
+Private = Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
+"""A journal's `private`: the personal fields held beside these records."""
+
+
 def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
-                    as_known_at: int | None = None) -> AccountHistory:
+                    as_known_at: int | None = None,
+                    private: Private | None = None) -> AccountHistory:
     """The statement of `account` up to event time `at`, its explanation at `at` and its
     timeline up to `at`, from one fold of `events` (in any order; those after `at` are
     left out).
 
     Given the events of a journal as known at a position and `at` its latest event
     time, the statement and the explanation are those `statement` and `explain_account`
-    answer (`as_known_at` is the position, for the statement). The timeline is
+    answer (`as_known_at` is the position, for the statement; `private`, the journal's
+    `private`, fills in the memos kept beside their records). The timeline is
     `account_timeline`'s, with a point for each void too (it takes credits away).
     """
     given = list(events)
@@ -78,6 +85,8 @@ def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
             points.after(rec, walk.state)  # a reversed event never moved a credit
     expired = walk.expired_by(at)  # reported once: both builders get the same list
     lines.finish(at, expired)
+    if private is not None:
+        lines.fill_memos(private)
     explanation = lineage.finish(at, expired)
     statement = Statement(account, None, at, None, lines.lines, explanation.figures.balance,
                           as_known_at)
@@ -85,11 +94,12 @@ def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
                           walk.seen or walk.state is not None)
 
 
-def event_lines(events: Iterable[RecordedEvent], account: str,
-                position: int) -> list[StatementLine]:
+def event_lines(events: Iterable[RecordedEvent], account: str, position: int, *,
+                private: Private | None = None) -> list[StatementLine]:
     """The lines the event at `position` wrote in the statement of `account`: its own line
     and the credits it released after their grant expired or was voided. Folds `events`
-    (in any order) only up to that event; empty when it did not touch the account."""
+    (in any order) only up to that event; empty when it did not touch the account.
+    `private` as for `account_history`."""
     given = list(events)
     walk = AccountWalk(account)
     walk.ledger.excluded = excluded_by(given)
@@ -100,6 +110,8 @@ def event_lines(events: Iterable[RecordedEvent], account: str,
             continue
         before = len(builder.lines)
         builder.apply(rec)
+        if private is not None:
+            builder.fill_memos(private)
         written = builder.lines[before:]
         own = next((i for i, line in enumerate(written) if line.position == position), None)
         return [] if own is None else written[own:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,6 +202,19 @@ class StatementBuilder:
     def add(self, line: StatementLine) -> None:
         self.lines.append(line)
 
+    def fill_memos(self, private: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
+                   ) -> None:
+        """Fill in the memos held beside the journal's records (personal fields; an
+        erased one stays empty): `private` is the journal's `private`."""
+        held = private(self.sealed) if self.sealed else {}
+        if not held:
+            return
+        self.lines = [
+            dataclasses.replace(line, memo=memo)
+            if line.event_id is not None and line.event_id in held and line.position
+            and isinstance(memo := held[line.event_id].get("memo"), str) else line
+            for line in self.lines]
+
     def apply(self, rec: RecordedEvent) -> None:
         step = self.walk.apply(rec)
         if step is not None:
@@ -272,16 +286,10 @@ class StatementBuilder:
                                        pool=GENERAL))
 
 
-def _memos_kept_apart(journal: JournalLike, builder: _StatementBuilder) -> None:
+def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
     """Fill in the memos held beside the journal's records (personal fields; an erased
     one stays empty)."""
-    held = journal.private(builder.sealed) if builder.sealed else {}
-    if not held:
-        return
-    builder.lines = [
-        dataclasses.replace(line, memo=memo) if line.event_id in held and line.position
-        and isinstance(memo := held[line.event_id].get("memo"), str) else line
-        for line in builder.lines]
+    builder.fill_memos(journal.private)
 
 
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,

@@ -100,3 +100,20 @@ def test_a_reversed_usage_is_not_on_the_chart() -> None:
     history = account_history(journal.read(), "a", at=3)
     assert [(p.position, p.balance) for p in history.timeline] == [(1, 100)]
     assert history.explanation.figures.balance == 100
+
+
+def test_memos_kept_beside_their_records_are_on_the_statement() -> None:
+    from projections.personal import kept_apart
+
+    journal = MemoryJournal()
+    journal.append([kept_apart(NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 100,
+                                                               "memo": "Q3 allocation"})),
+                    kept_apart(NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 5,
+                                                                 "memo": "backfill"}))])
+    known = list(journal.read())
+    history = account_history(known, "a", at=2, as_known_at=2, private=journal.private)
+    assert history.statement == statement(journal, "a")
+    assert [line.memo for line in history.statement.lines] == ["Q3 allocation", "backfill"]
+    assert [line.memo for line in event_lines(known, "a", 2, private=journal.private)] == [
+        "backfill"]
+    assert account_history(known, "a", at=2).statement.lines[0].memo is None

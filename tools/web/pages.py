@@ -291,7 +291,7 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
     def build() -> AccountHistory:
         events = source.stream_events(account, position)
         found = history_of(events, account, at=latest_time(source.journal),
-                           as_known_at=position)
+                           as_known_at=position, private=source.journal.private)
         if not found.seen and source.journal.stream_version(account) == 0:
             with source.reading() as ledger:
                 raise unknown_account(account, ledger)
@@ -487,7 +487,8 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         lines = lines_of(known.statement.lines, rec.position)
     else:  # fold the account's events only up to this one
         lines = source.cached(("event-lines", rec.position),
-                              lambda: event_lines(stream, rec.stream, rec.position))
+                              lambda: event_lines(stream, rec.stream, rec.position,
+                                                  private=journal.private))
     # Late for its account: recorded after an event of the same stream with a later time.
     late = any(other.time > rec.time for other in stream if other.position < rec.position)
     return EventPage(rec, rec.stream, lines, caused, revised, late)
