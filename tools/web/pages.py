@@ -30,7 +30,7 @@ from projections.queries import (
     revision_rows,
     unknown_account,
 )
-from projections.queries.explain import _waiting as waiting_reason
+from projections.queries.explain import waiting_reason
 from projections.queries.history import AccountHistory, event_lines, lines_of
 from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
