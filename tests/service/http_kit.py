@@ -33,11 +33,20 @@ def call(base: str, method: str, path: str, body: Any = None, key: str | None = 
         request.add_header("Idempotency-Key", key)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
-            raw = answer.read()
-            return answer.status, json.loads(raw) if raw else None
+            return answer.status, _body(answer.status, answer.headers, answer.read())
     except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
+        return exc.code, _body(exc.code, exc.headers, exc.read())
+
+
+def _body(status: int, headers: Any, raw: bytes) -> Any:
+    """The decoded body of a complete answer; `IncompleteRead` for one a dying server cut
+    short: http.client takes a status line cut mid-way, or headers cut before their end,
+    for a whole answer without a body, so every answer but a 204 must say its length."""
+    length = headers.get("content-length")
+    headless = status != 204 and length is None
+    if headless or (length is not None and int(length) != len(raw)):
+        raise http.client.IncompleteRead(raw)
+    return json.loads(raw) if raw else None
 
 
 def open_accounts(base: str) -> None:

@@ -28,11 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "concurrency"))
 from concurrency_kit import check_linearizable
 
 # Multi-process, like the journal's and the concurrency tests: `make test` and CI run them,
-# the quick landing gate does not.
-# Real servers killed and restarted on a shared 2-core machine: a client process can lose
-# a race with the kill in ways the assertions do not describe (seen about once in ten runs
-# under load, not yet reproduced alone). A genuine bug fails all three runs.
-pytestmark = [pytest.mark.slow, pytest.mark.flaky(reruns=2)]
+# the quick landing gate does not. (How the kill test's clients read an answer the kill
+# cut short is tested on its own in test_http_kit.py.)
+pytestmark = pytest.mark.slow
 
 CLIENTS = 3
 OPS = 40
