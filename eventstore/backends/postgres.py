@@ -27,10 +27,12 @@ Read-decide-append transactions use pg_advisory_xact_lock on their own keys
 first, so two decisions about different keys run their reads in parallel and
 only queue on the head row for their short append.
 
-Connections: the pool pings a connection before handing it out (pool_pre_ping), so
-one that died while idle (server restart, pg_terminate_backend, a firewall that
-drops idle sockets) is replaced before anything is sent on it: the call goes on as
-if nothing happened, instead of failing with "may or may not have committed". Any
+Connections: the pool checks a connection before handing it out, so one that died
+while idle (server restart, pg_terminate_backend, a firewall that drops idle sockets)
+is replaced before anything is sent on it: the call goes on as if nothing happened,
+instead of failing with "may or may not have committed". The check costs no round
+trip: a server that ends a session says so on its socket (see `_alive`); only a
+connection idle for more than `PING_AFTER_IDLE` seconds is pinged. Any
 other connection failure becomes one ConnectionProblem line; the pool's own log
 records of failed resets are kept off stderr (the error the caller gets says it).
 """
@@ -38,13 +40,16 @@ records of failed resets are kept off stderr (the error the caller gets says it)
 from __future__ import annotations
 
 import logging
+import select
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from ..backend import SHARED, Backend, Probe, dbapi, lock_key
 from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
@@ -80,9 +85,7 @@ class PostgresBackend(Backend):
         lock_timeout, set once per connection rather than per transaction: one
         round trip less on every append.
         """
-        engine = create_engine(
-            self.url, connect_args={"connect_timeout": 10}, pool_pre_ping=True
-        )
+        engine = create_engine(self.url, connect_args={"connect_timeout": 10})
         ms = max(1, int(self.lock_timeout * 1000))
         read_only = "SET default_transaction_read_only = on" if self.read_only else None
 
@@ -92,6 +95,17 @@ class PostgresBackend(Backend):
             if read_only:
                 dbapi_conn.execute(read_only)
             dbapi_conn.commit()
+
+        @event.listens_for(engine, "checkin")
+        def _on_checkin(_conn: object, record: Any) -> None:
+            record.info["idle_since"] = time.monotonic()
+
+        @event.listens_for(engine, "checkout")
+        def _on_checkout(dbapi_conn: psycopg.Connection[object], record: Any,
+                         _proxy: object) -> None:
+            if not _alive(dbapi_conn, record.info.get("idle_since")):
+                # The pool drops this connection and hands out a fresh one instead.
+                raise DisconnectionError("the pooled connection was closed by the server")
 
         return engine
 
@@ -280,6 +294,34 @@ class PostgresBackend(Backend):
             )
         return None
 
+
+def _alive(conn: psycopg.Connection[object], idle_since: float | None) -> bool:
+    """Whether a pooled connection can still be used, asked before it is handed out.
+
+    A ping on every checkout costs a round trip on every transaction. A server that ends
+    a session (restart, pg_terminate_backend) says so on the socket, so an idle
+    connection with something to read, or none left, is dead, found without a round
+    trip. Only a connection idle for long, which a firewall may have dropped without a
+    word, gets a real ping."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    if readable:
+        return False
+    if idle_since is not None and time.monotonic() - idle_since > PING_AFTER_IDLE:
+        try:
+            conn.execute("SELECT 1")
+            conn.rollback()
+        except psycopg.Error:
+            return False
+    return True
+
+
+PING_AFTER_IDLE = 30.0
+"""Seconds a pooled connection may sit idle before it is pinged on its next checkout."""
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s)"

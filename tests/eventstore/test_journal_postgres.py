@@ -126,6 +126,28 @@ def test_an_idle_pooled_connection_killed_between_calls_is_replaced(
 
 
 @pytest.mark.postgres
+def test_a_pooled_connection_is_checked_without_a_round_trip_unless_long_idle(
+    pg_fresh_url: str,
+) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from eventstore.backends.postgres import PING_AFTER_IDLE, _alive
+
+    dsn = make_url(pg_fresh_url).set(drivername="postgresql", query={}).render_as_string(
+        hide_password=False
+    )
+    with psycopg.connect(dsn) as conn:
+        assert _alive(conn, time.monotonic()) is True
+        # Idle for longer than PING_AFTER_IDLE: a real ping, which a live server answers.
+        assert _alive(conn, time.monotonic() - PING_AFTER_IDLE - 1) is True
+        pid = conn.info.backend_pid
+        _terminate(pg_fresh_url, pid)
+        # The server said goodbye on the socket: dead, found without sending anything.
+        assert _alive(conn, time.monotonic()) is False
+
+
+@pytest.mark.postgres
 def test_a_backend_killed_while_connecting_is_one_clear_error(
     pg_fresh_url: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
