@@ -40,8 +40,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The library's benchmarks, then the HTTP service's (PostgreSQL from $$GPU_CREDITS_BENCH_PG,
+# else the local test database).
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench $(if $(QUICK),--quick,)
+	$(BIN)/python -m tools.bench.service $(if $(QUICK),--quick,)
 
 # The simulator: SEED (default 1), SEEDS seeds from it (default 5), STEPS ops each
 # (default 20000). A failure is shrunk and written to sim-failures/ with the command to

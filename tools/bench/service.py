@@ -9,7 +9,11 @@ Three measurements, each beside its baseline in the same run:
    deciding through `Scheduler.submit` on 100 accounts, `tools/bench_workers.py`);
 2. `POST /v1/events` in batches of 100: events/s, beside raw psycopg inserting one row
    per commit;
-3. `GET /v1/accounts/{a}/balance` with 8 clients: requests/s and latency p50/p99.
+3. `GET /v1/accounts/{a}/balance` with 8 clients: requests/s and latency p50/p99;
+4. the journal's size: a journal of 10^4 and one of 10^6 events of the realistic mix
+   (10^5 with --quick), each checkpointed as `gpu-credits replay` leaves it; `serve`'s
+   start-up until /readyz answers 200, and one client's balance latency (p50/p99) on
+   each; the latency at the large size over the small one.
 
 Every loop is bounded (a fixed number of requests per client) and talks to 127.0.0.1
 only. Clients are separate processes (stdlib http.client, one kept-alive connection
@@ -65,13 +69,22 @@ def _wait(port: int, path: str, proc: subprocess.Popen[bytes], timeout: float = 
     raise RuntimeError("server did not become ready")
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used so far; None where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def _process(args: list[str], port: int, ready: str) -> Iterator[None]:
+def _process(args: list[str], port: int, ready: str) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
     try:
         _wait(port, ready, proc)
-        yield
+        yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -178,6 +191,16 @@ def _setup(port: int) -> None:
     answer.read()
 
 
+def _warm(port: int, requests: Plan) -> None:
+    """Each route once before timing: a first request pays for lazy set-up (FastAPI
+    builds a route's validators on its first call) that no later one pays."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    for method, path, body, headers in requests:
+        conn.request(method, path, body=body, headers=headers)
+        conn.getresponse().read()
+    conn.close()
+
+
 def _batch(client: int, number: int) -> bytes:
     return json.dumps({"events": [
         {"type": "consume", "account": f"acct-{(number * 100 + i) % ACCOUNTS}", "amount": 1,
@@ -219,10 +242,13 @@ def run(quick: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             port = _free_port()
             with bare(port, Path(tmp)):
+                _warm(port, _usage_plans(1, 3, "warm-bare")[0])
                 out["bare_16"] = drive(port, _usage_plans(16, each, "bare"))
             port = _free_port()
             with serve(url, port):
                 _setup(port)
+                _warm(port, [*_usage_plans(1, 3, "warm")[0],
+                             ("GET", "/v1/accounts/acct-0/balance", None, {})])
                 out["decisions_16"] = drive(port, _usage_plans(16, each, "single"))
                 batches = 10 if quick else 40
                 plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
@@ -245,6 +271,12 @@ def run(quick: bool) -> dict[str, Any]:
         out["library_8_workers_per_second"] = round(library["per_second"], 1)
     finally:
         drop_schema(base, schema)
+    small, large = 10_000, 100_000 if quick else 1_000_000
+    out[f"journal_{small}"] = journal_size(base, small)
+    out[f"journal_{large}"] = journal_size(base, large)
+    out["ratio_balance_p50_large_to_small"] = round(
+        out[f"journal_{large}"]["balance_1"]["p50_ms"]
+        / out[f"journal_{small}"]["balance_1"]["p50_ms"], 2)
     single = out["decisions_16"]["per_second"]
     out["ratio_decisions_to_bare"] = round(single / out["bare_16"]["per_second"], 2)
     out["ratio_decisions_to_library_8"] = round(single / out["library_8_workers_per_second"],
@@ -252,6 +284,46 @@ def run(quick: bool) -> dict[str, Any]:
     out["ratio_events_to_raw"] = round(
         out["events_batches_of_100"]["events_per_second"] / out["raw_psycopg_rows_per_second"],
         1)
+    return out
+
+
+def journal_size(base: str, n: int, reads: int = 400) -> dict[str, Any]:
+    """`serve` on a checkpointed journal of n events: seconds until ready, and one
+    client's balance reads (the latency a caller sees, not a throughput)."""
+    from eventstore import Journal
+    from projections.replay import replay
+    from tools.bench.replay import _append_all
+    from tools.bench.workload import account_name, mix_accounts, realistic_mix
+
+    schema = f"bench_service_{n}_{os.getpid()}"
+    create_schema(base, schema)
+    url = schema_url(base, schema)
+    out: dict[str, Any] = {"events": n}
+    try:
+        with Journal(url) as journal:
+            began = time.perf_counter()
+            _append_all(journal, realistic_mix(n), 5000)
+            out["build_seconds"] = round(time.perf_counter() - began, 1)
+            head = journal.head()
+            # What `gpu-credits replay` leaves: a checkpoint of the whole journal.
+            replay(journal, checkpoint=True, checkpoint_every=head)
+        port = _free_port()
+        exe = str(Path(sys.executable).with_name("gpu-credits"))
+        began = time.perf_counter()
+        with _process([exe, "--db", url, "serve", "--port", str(port)], port,
+                      "/readyz") as proc:
+            out["ready_seconds"] = round(time.perf_counter() - began, 2)
+            # On a shared machine the wall clock measures the neighbours as well: the
+            # CPU the process used until ready does not.
+            used = cpu_seconds(proc.pid)
+            out["ready_cpu_seconds"] = None if used is None else round(used, 2)
+            accounts = mix_accounts(n)
+            plan: Plan = [("GET", f"/v1/accounts/{account_name(i % accounts)}/balance",
+                           None, {}) for i in range(reads)]
+            _warm(port, plan[:3])
+            out["balance_1"] = drive(port, [plan])
+    finally:
+        drop_schema(base, schema)
     return out
 
 
