@@ -17,7 +17,14 @@ from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -144,22 +151,57 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
+def _progress(show: bool) -> Progress:
+    err = console(stderr=True)
+    # markup=False: the description may carry a file name or an account.
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, transient=True,
+                    disable=not (show and err.is_terminal))
+
+
 @contextmanager
 def progress_bar(description: str) -> Iterator[Any]:
     """A Rich progress bar on stderr (only on a terminal); yields progress(done, total)."""
-    err = console(stderr=True)
-    # markup=False: the description may carry a file name or an account.
-    bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                   MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=err, transient=True,
-                   disable=not err.is_terminal)
-    with bar:
+    with _progress(True) as bar:
         task = bar.add_task(description, total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+class Stages:
+    """Progress through named stages, one bar at a time: `stage(name)` ends the current
+    stage's bar, and the object itself is `progress(done, total)` for the current stage.
+    A stage's bar appears with its first count, so it never shows an unknown total."""
+
+    def __init__(self, bar: Progress) -> None:
+        self._bar = bar
+        self._description = "working"
+        self._task: TaskID | None = None
+
+    def stage(self, description: str) -> None:
+        """Start the next stage: its bar shows from its first count."""
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+            self._task = None
+        self._description = description
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._task is None:
+            self._task = self._bar.add_task(self._description, total=total, completed=done)
+        else:
+            self._bar.update(self._task, completed=done, total=total)
+
+
+@contextmanager
+def progress_stages(*, show: bool = True) -> Iterator[Stages]:
+    """Progress bars on stderr for a command that works in stages; only on a terminal,
+    and never when `show` is False (a `--json` answer is for a script)."""
+    with _progress(show) as bar:
+        yield Stages(bar)
 
 
 def _table(title: str, *, show_header: bool = True) -> Table:
