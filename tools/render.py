@@ -52,6 +52,7 @@ from projections.queries import (
     json_time,
 )
 from projections.timefmt import format_time
+from tools import tables
 
 PIPE_WIDTH = 100_000
 """Width of output written to a pipe or file without $COLUMNS: nothing wraps, so an id is
@@ -126,6 +127,17 @@ def fit(table: Table, out: Console) -> int:
 def print_table(table: Table, out: Console | None = None) -> None:
     """Print a table that never crops a number (see `fit`)."""
     out = out or console()
+    simple = tables.layout(table, out)
+    if simple is not None:  # nothing wraps: the same text without Rich's per-cell work
+        lines, width = simple
+        if out.is_terminal:
+            out.width = max(out.width, width)
+            for line in lines:
+                out.print(line, no_wrap=True, overflow="ignore", crop=False)
+        else:
+            out.file.write("".join(line.plain.rstrip() + "\n" for line in lines))
+            out.file.flush()
+        return
     needed = fit(table, out)
     if needed > out.width:
         out.width = needed
