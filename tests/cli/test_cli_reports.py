@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import Run, as_json, cli, error_lines
+from cli_helpers import Run, as_json, cli, error_lines, imported
 
 from eventstore import Journal
 
@@ -38,11 +38,7 @@ def _obj(value: object) -> dict[str, Any]:
 
 @pytest.fixture
 def month(run: Run, tmp_path: Path) -> Path:
-    path = tmp_path / "month.jsonl"
-    path.write_text(MONTH)
-    result = run("import", str(path))
-    assert result.exit_code == 0, result.stderr
-    return path
+    return imported(run, tmp_path / "month.jsonl", MONTH)
 
 
 # -- accounts --------------------------------------------------------------------------------
