@@ -69,6 +69,23 @@ def _journal(events: list[tuple[str, str, int, dict[str, Any]]]) -> MemoryJourna
     return journal
 
 
+def fold_on(ledger: Ledger, timeline: list[Any], start: int = 0) -> Ledger:
+    """Apply `timeline[start:]` to `ledger` at positions start + 1, ...; return the ledger."""
+    for position, (event_id, kind, time, payload) in enumerate(timeline[start:],
+                                                               start=start + 1):
+        ledger.apply_recorded(position, event_id, kind, time, payload)
+    return ledger
+
+
+def assert_equals_a_cold_fold(ledger: Ledger, journal: MemoryJournal, position: int) -> None:
+    """`ledger`, kept live, is the state a fold of `journal` up to `position` gives, and
+    its index of live jobs holds exactly its pending and running jobs."""
+    assert ledger.digest() == fold_canonical(journal, to_position=position).digest()
+    assert set(ledger.live) == {job_id for job_id, job in ledger.jobs.items()
+                                if job.state in ("pending", "running")}
+    assert all(ledger.jobs[job_id] is job for job_id, job in ledger.live.items())
+
+
 @settings(max_examples=80, deadline=None)
 @given(histories(), st.randoms(use_true_random=False))
 def test_every_arrival_order_gives_the_same_digest(events: list[Any], rnd: random.Random) -> None:
@@ -107,12 +124,7 @@ def test_incremental_reprojection_equals_full_replay_and_finds_every_revision(
             if before[position] != after[position]:
                 expected_revisions.append((rec.position, position, before[position],
                                            after[position]))
-        assert projector.ledger.digest() == fold_canonical(journal, to_position=rec.position
-                                                           ).digest()
-        ledger = projector.ledger
-        assert set(ledger.live) == {job_id for job_id, job in ledger.jobs.items()
-                                    if job.state in ("pending", "running")}
-        assert all(ledger.jobs[job_id] is job for job_id, job in ledger.live.items())
+        assert_equals_a_cold_fold(projector.ledger, journal, rec.position)
     got = [(r.late_position, r.position, r.before, r.after) for r in projector.revisions]
     # The projector reports in timeline order; compare as sets of (cause, effect).
     assert sorted(got, key=lambda r: r[:2]) == sorted(expected_revisions, key=lambda r: r[:2])
@@ -281,24 +293,16 @@ def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
 
     timeline = sorted(events, key=lambda e: e[2])
     cut = data.draw(st.integers(0, len(timeline)), label="cut")
-    ledger = Ledger()
-    for position, (event_id, kind, time, payload) in enumerate(timeline, start=1):
-        if position == cut + 1:
-            saved = snapshot(ledger)
-            want = ledger.canonical()
-            want_live = sorted(ledger.live)
-        ledger.apply_recorded(position, event_id, kind, time, payload)
-    if cut == len(timeline):
-        saved, want, want_live = snapshot(ledger), ledger.canonical(), sorted(ledger.live)
+    ledger = fold_on(Ledger(), timeline[:cut])
+    saved, want, want_live = snapshot(ledger), ledger.canonical(), sorted(ledger.live)
+    fold_on(ledger, timeline, cut)
     # The snapshot shares the job index with a ledger that went on: restoring must give
     # the state as it was, twice over (restores are independent copies).
     first, second = restore(saved), restore(saved)
     assert first.canonical() == want and sorted(first.live) == want_live
     assert all(first.jobs[job_id] is job for job_id, job in first.live.items())
     # Folding on from one restored copy changes neither the other nor the saved state.
-    for position, (event_id, kind, time, payload) in enumerate(timeline[cut:], start=cut + 1):
-        first.apply_recorded(position, event_id, kind, time, payload)
-    assert first.canonical() == ledger.canonical()
+    assert fold_on(first, timeline, cut).canonical() == ledger.canonical()
     assert second.canonical() == want == restore(saved).canonical()
 
 
