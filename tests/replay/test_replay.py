@@ -401,3 +401,31 @@ def test_frequent_late_events_refold_a_bounded_stretch_each() -> None:
     # Refolding from the last sparse snapshot (here: from the start) would fold about
     # late * n / 2 = 400,000 events; densified snapshots keep it to a few dozen each.
     assert folded < 40 * late, (folded, late)
+
+
+def test_verify_reports_every_stage_with_its_total_known_from_the_start() -> None:
+    from projections.replay import VERIFY_STAGES
+
+    journal = MemoryJournal()
+    journal.append([NewEvent(f"g{i}", "a", "grant", i, {"account": "a", "amount": 1})
+                    for i in range(12_000)])
+    replay(journal, checkpoint=True, checkpoint_every=5_000)
+    seen: list[tuple[str, int, int]] = []
+    stages: list[str] = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append((stages[-1], done, total))
+
+    report = verify(journal, progress=progress, stage=stages.append)
+    assert report.ok
+    assert stages == list(VERIFY_STAGES)
+    for name in VERIFY_STAGES:
+        calls = [(done, total) for stage, done, total in seen if stage == name]
+        assert calls, name
+        totals = {total for _, total in calls}
+        assert len(totals) == 1 and totals.pop() > 0, name  # never an unknown total
+        assert calls[0][0] == 0, name  # a bar from the start, not after the first batch
+        assert [done for done, _ in calls] == sorted(done for done, _ in calls), name
+    chain = [(d, t) for s, d, t in seen if s == VERIFY_STAGES[0]]
+    assert chain[-1] == (12_000, 12_000) and len(chain) > 2
+    assert [(d, t) for s, d, t in seen if s == VERIFY_STAGES[2]][-1] == (12_000, 12_000)
