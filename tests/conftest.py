@@ -101,6 +101,15 @@ def db(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite journal at the schema's head, made once per session: a test that
+    copies it skips the migration a new file costs."""
+    path = tmp_path_factory.mktemp("migrated") / "journal.db"
+    open_journal(f"sqlite:///{path}").close()
+    return path
+
+
+@pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A PostgreSQL URL selecting a schema of its own for this test session."""
     base = _pg_base()

@@ -636,8 +636,8 @@ def verify(
                           cli_trust.signed_anchor_option(anchor_file, public_key)) if a]
     with open_journal(ctx, db, check_chain=False) as journal:
         head = journal.head()
-        with render.progress_bar("verifying") as progress:
-            report = verify_journal(journal, progress=progress)
+        with render.progress_stages(show=not as_json) as progress:
+            report = verify_journal(journal, progress=progress, stage=progress.stage)
         checks = cli_trust.check_anchors(journal, wanted)
     failed = next((c for _, c in checks if not c.ok), None)
     ok = report.ok and failed is None
