@@ -126,7 +126,7 @@ class Call:
     needs: frozenset[str] = frozenset()
 
 
-TargetKind = Literal["ratio", "speedup", "growth", "rss"]
+TargetKind = Literal["ratio", "speedup", "growth", "rss", "within", "seconds"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,8 @@ class Target:
     - speedup: seconds(b) / seconds(a) >= threshold   (a is that many times quicker)
     - growth:  per-unit time(a) / per-unit time(b) <= threshold   (a: the larger size)
     - rss:     peak RSS of case a < threshold MB
+    - within:  seconds(a) - seconds(b) <= threshold   (a costs at most that beyond b)
+    - seconds: seconds(a) <= threshold
     `profile`: the case key to profile when the target is missed.
     """
 
@@ -238,7 +240,13 @@ def evaluate(target: Target, results: Results) -> tuple[float | None, bool | Non
         return None, None, "not measured"
     if target.kind == "rss":
         return a.rss_mb, a.rss_mb < target.threshold, f"{a.rss_mb:.0f} MB"
+    if target.kind == "seconds":
+        return a.time, a.time <= target.threshold, f"{a.time:.2f} s"
     assert b is not None
+    if target.kind == "within":
+        value = a.time - b.time
+        return value, value <= target.threshold, (f"{value:+.2f} s beyond {b.time:.2f} s "
+                                                  f"({a.time:.2f} s)")
     if target.kind == "ratio":
         value = a.rate / b.rate
         return value, value >= target.threshold, f"{fmt_ratio(value)}x"
@@ -468,6 +476,8 @@ class Sizes:
     append_batch: int = 1000
     es_per_save: int = 100
     late_back: int = 1000  # the late event lands this many events before the end
+    reports: int = 1_000_000  # events in the journal the report commands read
+    reconcile_rows: int = 100_000  # rows of the charges file reconcile compares
 
 
 FULL = Sizes(
@@ -496,6 +506,8 @@ QUICK = Sizes(
     picks=100,
     facade_picks=20,
     facade_blocked=(10, 2_000),
+    reports=50_000,
+    reconcile_rows=10_000,
 )
 
 TOY = Sizes(
@@ -513,6 +525,8 @@ TOY = Sizes(
     append_batch=20,
     es_per_save=10,
     late_back=10,
+    reports=300,
+    reconcile_rows=50,
 )
 
 
