@@ -199,13 +199,10 @@ OLD_EVENTS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def old_url(database_url: str) -> str:
     """A database at schema revision 0002 holding OLD_EVENTS as that code wrote them."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-    else:
-        url = str(request.getfixturevalue("pg_fresh_url"))
+    url = database_url
     source = MemoryJournal()
     source.append(OLD_EVENTS)
     rows = list(source._stored)
