@@ -14,6 +14,7 @@ from projections.figures import Figures
 from projections.ledger import refill_due
 from projections.queries.common import (
     exists_later,
+    fold_as_known,
     json_time,
     latest_time,
     lineage_dict,
@@ -21,9 +22,10 @@ from projections.queries.common import (
     recorded_text,
     unknown_account,
 )
-from projections.queries.walk import AccountWalk, Step
+from projections.queries.walk import AccountWalk, Step, account_events
 from projections.queries.wording import event_detail, pool_text
 from projections.replay import excluded_as_known
+from projections.reversals import reversed_ids
 from projections.timefmt import format_time
 
 
@@ -301,14 +303,25 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     to = latest_time(journal) if to_time is None else to_time
     position = recorded_position(journal, as_known_at)
     builder = StatementBuilder(account)
-    builder.walk.ledger.excluded = excluded_as_known(journal, position)
-    for rec in journal.read(to_time=to, to_position=position, order="canonical"):
-        builder.apply(rec)
+    events = account_events(journal, account, to_position=position)
+    if events is not None:
+        # A reversal counts at every event time: those after `to` too.
+        builder.walk.ledger.excluded = reversed_ids({
+            rec.id: target for rec in events
+            if rec.type == "reverse" and isinstance(target := rec.payload.get("event"), str)})
+        for rec in events:
+            if rec.time > to:
+                break
+            builder.apply(rec)
+    else:  # the account's stream is not the whole story: fold the whole journal
+        builder.walk.ledger.excluded = excluded_as_known(journal, position)
+        for rec in journal.read(to_time=to, to_position=position, order="canonical"):
+            builder.apply(rec)
     builder.finish(to)
     _memos_kept_apart(journal, builder)
     walk = builder.walk
     if not walk.seen and walk.state is None and not exists_later(journal, account):
-        raise unknown_account(account, walk.ledger)
+        raise unknown_account(account, fold_as_known(journal, to_position=position))
     lines = builder.lines
     opening = None
     if from_time is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from eventstore import RecordedEvent
+from eventstore import JournalLike, RecordedEvent
 from projections.creditbook import Batch, CreditBook, Expiry
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
@@ -26,6 +26,48 @@ def target(ledger: Ledger, rec: RecordedEvent) -> str | None:
     job = ledger.jobs.get(str(rec.payload.get("job")))
     return None if job is None else job.account
 
+
+
+def account_events(journal: JournalLike, account: str, *,
+                   to_position: int | None = None) -> list[RecordedEvent] | None:
+    """Every event recorded up to `to_position` that decides `account`'s figures, in
+    canonical order: its stream (its own events, its jobs' events, voids of its grants,
+    reversals of any of these), and the events of its jobs recorded before their submit
+    was known (kept in a stream `job:<id>` of their own). None when the stream holds an
+    event that belongs to another account's figures (a job event whose job it never
+    submitted before): then only a fold of the whole journal answers.
+
+    The credit book partitions by account, so these fold to the account's figures
+    without reading the rest of the journal: a statement costs the account's events,
+    not the journal's. What no stream shows is a job id that another account submitted
+    too (the later submit is an anomaly of the fold); the command line and the service
+    refuse a duplicate job id, an imported file can hold one.
+    """
+    own = list(journal.read(stream=account, to_position=to_position, order="canonical"))
+    jobs = {job for rec in own if rec.type == "submit"
+            and isinstance(job := rec.payload.get("job"), str)}
+    early: list[RecordedEvent] = []
+    # One query says whether any of those streams exists (rarely: an import that named a
+    # job before its submit); only then is each read.
+    if jobs and journal.max_time([f"job:{job}" for job in jobs]) is not None:
+        early = [rec for job in sorted(jobs)
+                 for rec in journal.read(stream=f"job:{job}", to_position=to_position,
+                                         order="canonical")]
+    events = own if not early else sorted([*own, *early],
+                                          key=lambda rec: (rec.time, rec.position))
+    submitted: set[str] = set()
+    for rec in events:
+        job = rec.payload.get("job")
+        if rec.type == "submit":
+            if rec.payload.get("account") != account:
+                return None
+            submitted.add(str(job))
+        elif rec.type in ("start", "complete", "cancel"):
+            if job not in submitted:
+                return None
+        elif rec.type not in ("void", "reverse") and rec.payload.get("account") != account:
+            return None
+    return events
 
 
 def expired_batches(book: CreditBook, at: int) -> list[Batch]:
