@@ -16,7 +16,7 @@ from .errors import ChainBroken
 from .hashing import GENESIS_HASH, chained, load_json
 from .interface import Order
 from .reading import ReadQuery
-from .records import Anchor, ChainReport, RecordedEvent, StoredRow
+from .records import Anchor, ChainReport, LeanRow, RecordedEvent, StoredRow
 
 _new_record = tuple.__new__
 _VERIFY_BATCH = 5000
@@ -44,6 +44,12 @@ class JournalBase:
     def _rows(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
         """The stored rows the query selects, in its order (tx: an open transaction)."""
         raise NotImplementedError
+
+    def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
+        """What `_rows` selects, as `LeanRow`s; a backend that can fetch fewer columns
+        overrides this."""
+        for row in self._rows(q, None):
+            yield (row[0], row[1], row[4], row[5], row[7])
 
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and
@@ -87,6 +93,33 @@ class JournalBase:
 
     def _read(self, q: ReadQuery, tx: Any) -> Iterator[RecordedEvent]:
         return map(to_event, self._rows(q, tx))
+
+    def read_lean(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[LeanRow]:
+        """What `read` gives, as (position, id, type, event time, payload as stored JSON
+        text): what a fold needs and nothing else, for a replay to decode as it likes.
+        The text is the journal's own, not yet checked against the chain."""
+        q = ReadQuery.make(
+            self.head(),
+            after_position=after_position,
+            to_position=to_position,
+            from_time=from_time,
+            to_time=to_time,
+            stream=None,
+            after=after,
+            order=order,
+            batch_size=batch_size,
+        )
+        return self._lean_rows(q)
 
     def read_verified(
         self,

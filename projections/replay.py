@@ -9,10 +9,11 @@ starts from the newest one that is still valid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-from eventstore import JournalLike, RecordedEvent
+from eventstore import JournalLike
 from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
@@ -29,7 +30,7 @@ from projections.checkpoint import save_checkpoint as save_checkpoint
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
-from projections.projector import Projector, apply_recorded
+from projections.projector import Projector
 from projections.reversals import reversed_ids
 
 Progress = Callable[[int, int], None]
@@ -58,14 +59,44 @@ class VerifyReport:
     checked_checkpoints: int = 0
 
 
+class Lean(NamedTuple):
+    """What a fold reads of a recorded event: the payload as the journal stores it (its
+    JSON text; decoded, from a journal that cannot give the text), decoded by the fold."""
+
+    position: int
+    id: str
+    type: str
+    time: int
+    payload: Any
+
+
+_lean = tuple.__new__
+
+
+def lean_rows(journal: JournalLike, **query: Any) -> Iterator[tuple[int, str, str, int, Any]]:
+    """`journal.read(**query)` as (position, id, type, time, payload) tuples, the payload
+    as stored text where the journal gives it (`read_lean`): what a fold needs, read
+    and decoded at the least cost. A journal view without `read_lean` is read whole."""
+    read_lean = getattr(journal, "read_lean", None)
+    if read_lean is not None:
+        rows: Iterator[tuple[int, str, str, int, Any]] = read_lean(**query)
+        return rows
+    return ((r.position, r.id, r.type, r.time, r.payload) for r in journal.read(**query))
+
+
+def lean_records(journal: JournalLike, **query: Any) -> Iterator[Lean]:
+    """`lean_rows` as `Lean` records (what a `Projector` takes)."""
+    return (_lean(Lean, row) for row in lean_rows(journal, **query))
+
+
 def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable[
-        [tuple[int, int], int, int | None], Iterable[RecordedEvent]]:
+        [tuple[int, int], int, int | None], Iterable[Lean]]:
     """A projector reader over `journal`, optionally limited to event times <= to_time."""
 
     def read(after: tuple[int, int], to_position: int,
-             limit: int | None) -> Iterable[RecordedEvent]:
+             limit: int | None) -> Iterable[Lean]:
         bound = limit if to_time is None else (to_time if limit is None else min(limit, to_time))
-        return journal.read(after=after, to_position=to_position, to_time=bound,
+        return lean_records(journal, after=after, to_position=to_position, to_time=bound,
                             order="canonical")
 
     return read
@@ -96,7 +127,7 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                           remember_once_late=True, locate=locator(journal))
     done = 0
     with paused_gc():
-        for rec in journal.read(to_position=head, order="position"):
+        for rec in lean_records(journal, to_position=head, order="position"):
             if to_time is None or rec.time <= to_time:
                 projector.ingest(rec)
             done += 1
@@ -160,11 +191,11 @@ def ledger_at(journal: JournalLike, *, to_position: int | None = None,
     if _reversals(journal, head, after_position=info.position):
         # A reversal recorded since may take out an event the checkpoint holds (rare).
         return fold_canonical(journal, to_position=head, to_time=to_time)
+    apply = ledger.apply_recorded
     with paused_gc():
-        for rec in journal.read(after_position=info.position, to_position=head,
-                                from_time=info.event_time, to_time=to_time,
-                                order="canonical"):
-            apply_recorded(ledger, rec)
+        for row in lean_rows(journal, after_position=info.position, to_position=head,
+                             from_time=info.event_time, to_time=to_time, order="canonical"):
+            apply(*row)
     return ledger
 
 
@@ -188,9 +219,11 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
 def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,
           excluded: frozenset[str]) -> Ledger:
     ledger = Ledger(excluded=excluded)
+    apply = ledger.apply_recorded
     with paused_gc():
-        for rec in journal.read(to_position=to_position, to_time=to_time, order="canonical"):
-            apply_recorded(ledger, rec)
+        for row in lean_rows(journal, to_position=to_position, to_time=to_time,
+                             order="canonical"):
+            apply(*row)
     return ledger
 
 
