@@ -47,11 +47,18 @@ def _wall_clock() -> int:
 
 
 class Corrections(SessionFacade):
-    """Record single events and corrections in one journal (the command line's writer)."""
+    """Record single events and corrections in one journal (the command line's writer,
+    and the HTTP service's for grants and usage reports).
 
-    def __init__(self, journal: JournalArg = None, clock: Callable[[], int] | None = None,
-                 *, allow_far_times: bool = False) -> None:
-        self._session = LedgerSession(journal)
+    `journal` may be a live `LedgerSession` (the service's): the calls then decide on its
+    projection, under its locks, instead of opening a second one.
+    """
+
+    def __init__(self, journal: JournalArg | LedgerSession = None,
+                 clock: Callable[[], int] | None = None, *,
+                 allow_far_times: bool = False) -> None:
+        self._session = (journal if isinstance(journal, LedgerSession)
+                         else LedgerSession(journal))
         self._clock = clock or _wall_clock
         self.allow_far_times = allow_far_times
 

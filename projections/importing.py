@@ -23,7 +23,9 @@ recorded before them (in the journal, or earlier in the file).
 
 Export writes the journal in canonical order `(event_time, position)` with the `id` of
 every event, in the same JSON Lines format (or CSV), so an export imports back into an
-empty database to the same state digest.
+empty database to the same state digest. Asked to, each line also carries what the
+journal recorded about the event (`position`, `recorded_at`) for an auditor; import
+ignores those.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from typing import IO, Any, TextIO
 
 from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
 from eventstore.hashing import canonical_json
+from projections import csvcells
+from projections.csvcells import unguard
 from projections.events import (
     EVENT_TYPES,
     FAR_TIME,
@@ -61,6 +65,7 @@ from projections.events import (
     from_payload,
     to_payload,
 )
+from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
 
 Progress = Callable[[int, int], None]
@@ -68,6 +73,12 @@ Progress = Callable[[int, int], None]
 
 ENVELOPE = ("type", "id", "time")
 """Fields of every line that are not part of the event's payload."""
+
+RECORDED = ("position", "recorded_at")
+"""What the journal recorded about an event, beside it: the arrival position and the
+wall-clock recorded-at time (ISO-8601 UTC). `export --recorded` writes both for an auditor
+(CSV always has the position); import ignores them, since the journal it appends to
+records its own. Without them an export of an import of an export is the same file."""
 
 _EVENT_CLASSES = (AccountOpened, CreditsGranted, CreditsConsumed, JobSubmitted, JobStarted,
                   JobCompleted, JobCancelled, CreditsAdjusted, GrantVoided, EventReversed)
@@ -84,7 +95,8 @@ PAYLOAD_FIELDS = tuple(dict.fromkeys(
 """Every payload field of the vocabulary, the names first."""
 
 CSV_COLUMNS = ("id", "type", "time", *PAYLOAD_FIELDS, "position")
-"""The columns `export --format csv` writes, in order; `position` is ignored on import."""
+"""The columns `export --format csv` writes, in order (`--recorded` adds `recorded_at`);
+`RECORDED` ones are ignored on import."""
 
 MAX_LINE_LENGTH = 64 * 1024
 """The longest JSON line or CSV cell an import reads: far above any valid event."""
@@ -177,7 +189,7 @@ def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEven
         time = TIMELINE_START
     else:
         raise ValueError(f"{kind} event is missing time")
-    payload = {k: v for k, v in record.items() if k not in ENVELOPE}
+    payload = {k: v for k, v in record.items() if k not in ENVELOPE and k not in RECORDED}
     event = from_payload(kind, payload)
     if isinstance(event, CreditsGranted) and event.expiry is not None:
         require_time("expiry", event.expiry)
@@ -197,7 +209,7 @@ def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:
 
 def _csv_value(column: str, text: str) -> object:
     if column in _TEXT_COLUMNS:
-        return text
+        return unguard(text)  # export guards text cells against spreadsheet formulas
     if column == "success":
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes"):
@@ -301,7 +313,7 @@ def _csv_rows(reader: Any) -> Iterator[Entry | Problem]:
     if header is None:
         return
     columns = [c.strip() for c in header]
-    unknown = [c for c in columns if c not in CSV_COLUMNS]
+    unknown = [c for c in columns if c not in CSV_COLUMNS and c not in RECORDED]
     if unknown or "type" not in columns:
         why = (f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown
                else "no \"type\" column")
@@ -336,7 +348,7 @@ def _csv_rows(reader: Any) -> Iterator[Entry | Problem]:
             record = {
                 column: _csv_value(column, cell)
                 for column, cell in zip(columns, row, strict=True)
-                if cell != "" and column != "position"
+                if cell != "" and column not in RECORDED
             }
             event_id, time, event = parse_record(record)
         except (ValueError, TypeError) as exc:
@@ -823,28 +835,39 @@ def export_records(journal: JournalLike) -> Iterator[tuple[RecordedEvent, dict[s
         yield rec, export_record(rec)
 
 
-def write_jsonl(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO) -> int:
-    """Write JSON Lines; return the number of lines."""
+def write_jsonl(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO, *,
+                recorded: bool = False) -> int:
+    """Write JSON Lines (with `recorded`, each line ends with its `RECORDED` fields);
+    return the number of lines."""
     count = 0
-    for _, record in records:
-        out.write(json.dumps(record, ensure_ascii=False))
+    for rec, record in records:
+        line = record if not recorded else {
+            **record, "position": rec.position, "recorded_at": format_micros(rec.recorded_at)}
+        out.write(json.dumps(line, ensure_ascii=False))
         out.write("\n")
         count += 1
     return count
 
 
-def _csv_cell(value: object) -> str:
+def _csv_cell(value: object) -> object:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    # Numbers stay numbers: the writer guards text cells only (a negative amount is no
+    # formula).
+    return value if isinstance(value, int | float | str) else str(value)
 
 
-def write_csv(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO) -> int:
-    """Write CSV with `CSV_COLUMNS`; return the number of rows (header not counted)."""
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+def write_csv(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO, *,
+              recorded: bool = False) -> int:
+    """Write CSV with `CSV_COLUMNS` (and `recorded_at` with `recorded`); return the number
+    of rows (header not counted).
+
+    Text cells that a spreadsheet would run as a formula are guarded (`csvcells`)."""
+    columns = (*CSV_COLUMNS, "recorded_at") if recorded else CSV_COLUMNS
+    writer = csvcells.writer(out)
+    writer.writerow(columns)
     count = 0
     for rec, record in records:
         extra = sorted(set(record) - set(CSV_COLUMNS))
@@ -852,6 +875,8 @@ def write_csv(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: Text
             raise ValueError(f"event {rec.id!r} at position {rec.position} has field(s) "
                              f"{', '.join(extra)} that CSV cannot carry; export as jsonl")
         row = {**record, "position": rec.position}
-        writer.writerow([_csv_cell(row.get(c)) for c in CSV_COLUMNS])
+        if recorded:
+            row["recorded_at"] = format_micros(rec.recorded_at)
+        writer.writerow([_csv_cell(row.get(c)) for c in columns])
         count += 1
     return count

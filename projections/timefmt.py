@@ -9,7 +9,7 @@ seed's `t = 12` stays `12` and never becomes a date in 1970.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from projections.events import TIMELINE_START
 
@@ -66,6 +66,13 @@ def format_time(value: int | None) -> str:
     if looks_like_epoch(value):
         return iso(value)
     return str(value)
+
+
+def format_micros(micros: int) -> str:
+    """A recorded-at time (µs since the epoch) as ISO-8601 UTC with microseconds:
+    `2026-11-03T12:00:00.123456Z`, what `parse_micros` reads back."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_micros(text: str) -> int:

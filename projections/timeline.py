@@ -20,6 +20,7 @@ from eventstore import RecordedEvent
 from projections.events import GENERAL
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
+from projections.reversals import reversed_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +65,22 @@ def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
 
 
 def account_timeline(events: Iterable[RecordedEvent], account: str, *,
-                     until: int | None = None) -> list[TimelinePoint]:
+                     until: int | None = None,
+                     excluded: frozenset[str] | None = None) -> list[TimelinePoint]:
     """The figures of `account` after each of its events and at each expiry of its grants,
     from `events` in canonical order; expiries after the last event up to `until`.
 
-    Two points at the same time are both kept (the chart draws a step).
+    A reversed event takes no part, as if it had never happened: `excluded` names the
+    reversed events; by default they are found from the reversals among `events` (a
+    reversal is in the stream of the event it names, so an account's own events carry
+    every reversal of them). Two points at the same time are both kept (the chart draws a
+    step).
     """
-    ledger = Ledger()
+    if excluded is None:
+        events = list(events)
+        excluded = reversed_ids({rec.id: target for rec in events if rec.type == "reverse"
+                                 and isinstance(target := rec.payload.get("event"), str)})
+    ledger = Ledger(excluded=excluded)
     points: list[TimelinePoint] = []
     expiries: list[int] = []  # expiry times of the account's grants not yet passed
 
@@ -87,7 +97,7 @@ def account_timeline(events: Iterable[RecordedEvent], account: str, *,
         expire_until(rec.time, inclusive=False)
         target = _target(ledger, rec)
         apply_recorded(ledger, rec)
-        if target != account:
+        if target != account or rec.id in excluded:
             continue
         state = ledger.accounts.get(account)
         if state is None:

@@ -94,6 +94,12 @@ def _new_schema(base: str) -> str:
     return schema
 
 
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A fresh SQLite database URL for this test (the file does not exist yet)."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A PostgreSQL URL selecting a schema of its own for this test session."""

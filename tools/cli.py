@@ -428,12 +428,18 @@ def export(
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite FILE if it exists (never the journal's own file).")
     ] = False,
+    recorded: Annotated[bool, typer.Option(
+        "--recorded", help="Also write each event's position and recorded-at time (UTC), "
+                           "for an audit; import ignores them.")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Write the journal in canonical order (event time, position), ids included.
 
     The JSON Lines export imports back into an empty database to the same state digest.
-    `--out` refuses an existing file unless `--force`, and always the journal's own file.
+    `--recorded` adds when and where the journal recorded each event (`position`,
+    `recorded_at`). `--out` refuses an existing file unless `--force`, and always the
+    journal's own file.
     """
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter(f"expected jsonl or csv, got {fmt!r}", param_hint="--format")
@@ -443,10 +449,10 @@ def export(
     with open_journal(ctx, db) as journal:
         records = importing.export_records(journal)
         if out is None:
-            write(records, sys.stdout)
+            write(records, sys.stdout, recorded=recorded)
             return
         with output_file(out, force=force) as handle:
-            count = write(records, handle)
+            count = write(records, handle, recorded=recorded)
     render.console(stderr=True).print(f"wrote {count} events to {out}")
 
 

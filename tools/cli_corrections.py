@@ -9,6 +9,11 @@ event. A refused command appends nothing and exits 2.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -30,29 +35,84 @@ MemoOption = Annotated[str | None, typer.Option(
 IdOption = Annotated[str | None, typer.Option(
     "--id", metavar="ID", show_default=False,
     help="Event id: repeating the command with the same id appends nothing.")]
+_Body = Callable[..., None]
 
 # A negative AMOUNT ("-25") must reach the argument instead of being read as an option.
 _NEGATIVE_NUMBERS = {"ignore_unknown_options": True}
 
 
-def _recorded(outcome: Outcome, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": outcome.event_id, "type": outcome.type,
-                           "time": outcome.time, **extra}
-    if outcome.account is not None:
-        out.setdefault("account", outcome.account)
-    return out
+def _shared_options(
+    memo: MemoOption = None,
+    event_id: IdOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+    allow_far_times: AllowFarTimes = False,
+) -> None:
+    """The options every recording command takes after its own (declared once here)."""
 
 
-def _say(as_json: bool, record: dict[str, Any], text: str) -> None:
-    if as_json:
+_SHARED = tuple(inspect.signature(_shared_options, eval_str=True).parameters.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """One recording command's shared options: where to write, the event's id and memo,
+    and how to answer."""
+
+    ctx: typer.Context
+    memo: str | None
+    event_id: str | None
+    db: str | None
+    as_json: bool
+    allow_far_times: bool = False
+
+    @contextmanager
+    def writer(self) -> Iterator[Corrections]:
+        """The journal's single-event writer, for the duration of the block."""
+        with open_journal(self.ctx, self.db, write=True) as journal:
+            yield Corrections(journal, allow_far_times=self.allow_far_times)
+
+    def say(self, outcome: Outcome, text: str, **fields: Any) -> None:
+        """Print what was recorded: `text`, or with --json the event and `fields`."""
+        if not self.as_json:
+            render.console().print(text, markup=False)
+            return
+        record: dict[str, Any] = {"id": outcome.event_id, "type": outcome.type,
+                                  "time": outcome.time, **fields, "memo": self.memo}
+        if outcome.account is not None:
+            record.setdefault("account", outcome.account)
         render.print_json(record)
-    else:
-        render.console().print(text, markup=False)
 
 
-@app.command()
+def _recording(*, far_times: bool = True, **settings: Any) -> Callable[[_Body], _Body]:
+    """Register `body(rec, ...)` as a command taking its own parameters, then the shared
+    options (`--allow-far-times` only where the command takes a time)."""
+    shared = [p for p in _SHARED if far_times or p.name != "allow_far_times"]
+
+    def register(body: _Body) -> _Body:
+        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+
+        @functools.wraps(body)
+        def command(ctx: typer.Context, **values: Any) -> None:
+            options = {p.name: values.pop(p.name) for p in shared}
+            body(Recording(ctx, **options), **values)
+
+        ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=typer.Context)
+        params = [ctx, *own, *shared]
+        # Typer reads a command's options from its signature and type hints.
+        command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            params, return_annotation=None)
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        app.command(name=body.__name__, **settings)(command)
+        return command
+
+    return register
+
+
+@_recording()
 def grant(
-    ctx: typer.Context,
+    rec: Recording,
     account: Annotated[str, typer.Argument(metavar="ACCOUNT")],
     amount: Annotated[int, typer.Argument(metavar="AMOUNT", help="Credits (> 0).")],
     expiry: Annotated[str | None, typer.Option(
@@ -62,59 +122,44 @@ def grant(
     priority: Annotated[int, typer.Option(
         "--priority", metavar="N", help="0-100: lower numbers are used first.")] = 50,
     at: AtOption = None,
-    memo: MemoOption = None,
-    event_id: IdOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-    allow_far_times: AllowFarTimes = False,
 ) -> None:
     """Record one grant of AMOUNT credits to ACCOUNT."""
-    when = _time_option(at, "--at")
     until = _time_option(expiry, "--expiry")
-    with open_journal(ctx, db, write=True) as journal:
-        writer = Corrections(journal, allow_far_times=allow_far_times)
-        outcome = writer.grant(account, amount, at=when, expiry=until, pool=pool,
-                               priority=priority, memo=memo, event_id=event_id)
+    with rec.writer() as writer:
+        outcome = writer.grant(account, amount, at=_time_option(at, "--at"), expiry=until,
+                               pool=pool, priority=priority, memo=rec.memo,
+                               event_id=rec.event_id)
     paid = sum(a for _, a in outcome.paid_debt)
-    record = _recorded(outcome, account=account, amount=amount, expiry=until,
-                       pool=pool or "general", priority=priority, memo=memo, paid_debt=paid)
     text = (f"recorded grant {outcome.event_id}: {amount:,} credits to {account} at "
             f"{format_time(outcome.time)}")
     text += f", expires {format_time(until)}" if until is not None else ", no expiry"
     if paid:
         text += f"; {paid:,} paid debt first"
-    _say(as_json, record, text)
+    rec.say(outcome, text, account=account, amount=amount, expiry=until,
+            pool=pool or "general", priority=priority, paid_debt=paid)
 
 
-@app.command(context_settings=_NEGATIVE_NUMBERS)
+@_recording(context_settings=_NEGATIVE_NUMBERS)
 def consume(
-    ctx: typer.Context,
+    rec: Recording,
     account: Annotated[str, typer.Argument(metavar="ACCOUNT")],
     amount: Annotated[int, typer.Argument(metavar="AMOUNT", help="Credits used (> 0).")],
     pool: PoolOption = None,
     at: AtOption = None,
-    memo: MemoOption = None,
-    event_id: IdOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-    allow_far_times: AllowFarTimes = False,
 ) -> None:
     """Record one usage report; print the account's debt right after it."""
-    when = _time_option(at, "--at")
-    with open_journal(ctx, db, write=True) as journal:
-        writer = Corrections(journal, allow_far_times=allow_far_times)
-        outcome = writer.consume(account, amount, at=when, pool=pool, memo=memo,
-                                 event_id=event_id)
+    with rec.writer() as writer:
+        outcome = writer.consume(account, amount, at=_time_option(at, "--at"), pool=pool,
+                                 memo=rec.memo, event_id=rec.event_id)
     debt = outcome.debt_after or 0
-    record = _recorded(outcome, account=account, amount=amount, pool=pool or "general",
-                       memo=memo, debt=debt)
-    _say(as_json, record, f"recorded usage {outcome.event_id}: {amount:,} credits of "
-                          f"{account} at {format_time(outcome.time)}; debt after it: {debt:,}")
+    rec.say(outcome, f"recorded usage {outcome.event_id}: {amount:,} credits of {account} "
+                     f"at {format_time(outcome.time)}; debt after it: {debt:,}",
+            account=account, amount=amount, pool=pool or "general", debt=debt)
 
 
-@app.command(context_settings=_NEGATIVE_NUMBERS)
+@_recording(context_settings=_NEGATIVE_NUMBERS)
 def adjust(
-    ctx: typer.Context,
+    rec: Recording,
     account: Annotated[str, typer.Argument(metavar="ACCOUNT")],
     amount: Annotated[int, typer.Argument(
         metavar="AMOUNT", help="A credit (> 0) or a debit (< 0, e.g. -25).")],
@@ -122,84 +167,61 @@ def adjust(
                                         help="Why: kept with the event (required).")],
     pool: PoolOption = None,
     at: AtOption = None,
-    memo: MemoOption = None,
-    event_id: IdOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-    allow_far_times: AllowFarTimes = False,
 ) -> None:
     """Record a manual credit (AMOUNT > 0) or debit (AMOUNT < 0) with its reason.
 
     A credit works like a grant without expiry (it pays debt first); a debit like a usage
     report (past the credits it becomes debt).
     """
-    when = _time_option(at, "--at")
-    with open_journal(ctx, db, write=True) as journal:
-        writer = Corrections(journal, allow_far_times=allow_far_times)
-        outcome = writer.adjust(account, amount, reason, at=when, pool=pool, memo=memo,
-                                event_id=event_id)
+    with rec.writer() as writer:
+        outcome = writer.adjust(account, amount, reason, at=_time_option(at, "--at"),
+                                pool=pool, memo=rec.memo, event_id=rec.event_id)
     debt = outcome.debt_after
-    record = _recorded(outcome, account=account, amount=amount, pool=pool or "general",
-                       reason=reason, memo=memo)
-    if debt is not None:
-        record["debt"] = debt
     kind = "credit" if amount > 0 else "debit"
     text = (f"recorded {kind} {outcome.event_id}: {amount:+,} credits for {account} at "
             f"{format_time(outcome.time)} ({reason})")
     if debt is not None:
         text += f"; debt after it: {debt:,}"
-    _say(as_json, record, text)
+    rec.say(outcome, text, account=account, amount=amount, pool=pool or "general",
+            reason=reason, **({} if debt is None else {"debt": debt}))
 
 
-@app.command()
+@_recording()
 def void(
-    ctx: typer.Context,
+    rec: Recording,
     grant_id: Annotated[str, typer.Argument(metavar="GRANT_ID", help="The grant's event id.")],
     at: AtOption = None,
     reason: Annotated[str | None, typer.Option("--reason", metavar="TEXT",
                                                show_default=False, help="Why.")] = None,
-    memo: MemoOption = None,
-    event_id: IdOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-    allow_far_times: AllowFarTimes = False,
 ) -> None:
     """From T on, the grant's unused credits no longer count; what it paid stays paid.
 
     Credits of it reserved for a job stay with the job; whatever the job releases (on
     failure or cancellation) lapses then.
     """
-    when = _time_option(at, "--at")
-    with open_journal(ctx, db, write=True) as journal:
-        writer = Corrections(journal, allow_far_times=allow_far_times)
-        outcome = writer.void(grant_id, at=when, reason=reason, memo=memo, event_id=event_id)
+    with rec.writer() as writer:
+        outcome = writer.void(grant_id, at=_time_option(at, "--at"), reason=reason,
+                              memo=rec.memo, event_id=rec.event_id)
     lapsed = sum(e.amount for e in outcome.expired if e.voided)
-    record = _recorded(outcome, grant=grant_id, voided=lapsed, reason=reason, memo=memo)
-    _say(as_json, record, f"recorded void {outcome.event_id}: grant {grant_id} from "
-                          f"{format_time(outcome.time)}; {lapsed:,} unused credits stop "
-                          "counting")
+    rec.say(outcome, f"recorded void {outcome.event_id}: grant {grant_id} from "
+                     f"{format_time(outcome.time)}; {lapsed:,} unused credits stop counting",
+            grant=grant_id, voided=lapsed, reason=reason)
 
 
-@app.command()
+@_recording(far_times=False)
 def reverse(
-    ctx: typer.Context,
+    rec: Recording,
     target: Annotated[str, typer.Argument(metavar="EVENT_ID",
                                           help="The id of the recorded event to reverse.")],
     reason: Annotated[str, typer.Option("--reason", metavar="TEXT",
                                         help="Why: kept with the event (required).")],
-    memo: MemoOption = None,
-    event_id: IdOption = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Take a recorded event out of the timeline, as if it had never happened.
 
     Both stay in the journal; answers as known before the reversal still show the event.
     Reversing a reversal puts its event back.
     """
-    with open_journal(ctx, db, write=True) as journal:
-        writer = Corrections(journal)
-        outcome = writer.reverse(target, reason, memo=memo, event_id=event_id)
-    record = _recorded(outcome, event=target, reason=reason, memo=memo)
-    _say(as_json, record, f"recorded reversal {outcome.event_id}: event {target} no longer "
-                          f"counts ({reason})")
+    with rec.writer() as writer:
+        outcome = writer.reverse(target, reason, memo=rec.memo, event_id=rec.event_id)
+    rec.say(outcome, f"recorded reversal {outcome.event_id}: event {target} no longer "
+                     f"counts ({reason})", event=target, reason=reason)

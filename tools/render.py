@@ -7,7 +7,6 @@ they look like epoch seconds); JSON keeps them as integers.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from projections import csvcells
 from projections.creditbook import Lineage
 from projections.demo import DemoRun
 from projections.events import GENERAL
@@ -312,7 +312,7 @@ def statement_table(st: Statement) -> Table:
 
 def statement_csv(st: Statement, out: TextIO) -> None:
     """A statement as CSV, for spreadsheets and reconciliation (opening line first)."""
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csvcells.writer(out)
     writer.writerow(STATEMENT_COLUMNS)
     lines = [st.opening] if st.opening is not None else []
     for line in [*lines, *st.lines]:
@@ -608,7 +608,7 @@ def reconcile_summary(rec: Reconciliation) -> str:
 
 def reconcile_csv(rec: Reconciliation, out: TextIO) -> None:
     """Every finding as CSV, matches included."""
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csvcells.writer(out)
     writer.writerow(RECONCILE_COLUMNS)
     for f in rec.findings:
         d = f.as_dict()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from eventstore import JournalLike
@@ -12,7 +11,7 @@ from projections.errors import LedgerError, UnknownAccount
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.replay import ledger_at
-from projections.timefmt import parse_micros
+from projections.timefmt import format_micros, parse_micros
 
 _KNOWN_SHOWN = 20
 
@@ -79,8 +78,7 @@ def first_recorded(journal: JournalLike) -> str:
 
 def recorded_text(micros: int) -> str:
     """A recorded-at time (µs since the epoch) as ISO-8601 UTC with microseconds."""
-    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micros(micros)
 
 
 def json_time(value: int | None) -> int | None:

@@ -7,7 +7,9 @@ usage report of 70 is a charge of 70, a manual debit (adjustment of -25) a charg
 
 Every row is `matched`, `amount_differs`, `missing_from_ledger` or `duplicate` (the same
 job or id twice in the file); every charge in the ledger that the file lacks, for the
-accounts the file names and the time range it covers, is `missing_from_file`.
+accounts the file names and the time range it covers, is `missing_from_file`. A reversed
+event is no charge (as if it had never happened): a row naming a reversed usage report is
+missing from the ledger, and a job whose completion was reversed is not charged.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from eventstore import JournalLike
 from projections.ledger import Ledger
 from projections.projector import apply_recorded
 from projections.queries.common import json_time, recorded_position
+from projections.reversals import reversed_ids
 from projections.timefmt import parse_time
 
 MATCHED = "matched"
@@ -197,8 +200,20 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
 def ledger_charges(journal: JournalLike, position: int) -> tuple[
         dict[str, LedgerCharge], dict[str, LedgerCharge], Ledger]:
     """(job id -> its charge, event id -> usage report or adjustment, the ledger), from a
-    fold of the events recorded up to `position`."""
-    ledger = Ledger()
+    fold of the events recorded up to `position`. A reversed event is no charge: it takes
+    no part in the fold (nor does a job charge whose completion was reversed)."""
+    found = _charges(journal, position, frozenset())
+    # The fold saw every reversal recorded up to `position`; only when one names an event
+    # (rare: a reversal is a correction) is a second fold needed, skipping what it names.
+    excluded = reversed_ids(found[2].reversals)
+    if excluded:
+        found = _charges(journal, position, excluded)
+    return found
+
+
+def _charges(journal: JournalLike, position: int, excluded: frozenset[str]) -> tuple[
+        dict[str, LedgerCharge], dict[str, LedgerCharge], Ledger]:
+    ledger = Ledger(excluded=excluded)
     jobs: dict[str, LedgerCharge] = {}
     events: dict[str, LedgerCharge] = {}
     for rec in journal.read(to_position=position, order="canonical"):
@@ -275,4 +290,6 @@ def _why_missing(ledger: Ledger, row: FileCharge) -> str:
         if job is None:
             return f"no job {row.job!r} in the ledger"
         return f"job {row.job!r} is {job.state}: not charged"
+    if row.event_id is not None and row.event_id in ledger.excluded:
+        return f"event {row.event_id!r} was reversed: not a charge"
     return f"no usage report or adjustment with id {row.event_id!r}"

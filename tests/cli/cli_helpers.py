@@ -6,10 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from contract.kit import Run
 from typer.testing import Result
+
+from eventstore import Journal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +37,23 @@ LATE = """\
 {"type": "grant", "account": "a", "amount": 40, "time": 1, "expiry": 4, "id": "late-grant"}
 """
 
-Run = Callable[..., Result]
+
+
+def imported(run: Run, path: Path, text: str) -> Path:
+    """Write `text` to `path` and import it into the test's database; returns `path`."""
+    path.write_text(text)
+    result = run("import", str(path))
+    assert result.exit_code == 0, result.stderr
+    return path
+
+
+def journal_head(url: str) -> int:
+    """The last position of the journal at `url`, opened for this one question."""
+    journal = Journal(url)
+    try:
+        return journal.head()
+    finally:
+        journal.close()
 
 
 def as_json(result: Result) -> object:

@@ -1,7 +1,7 @@
-"""Fixtures for the command line: a fresh SQLite file per test, a runner, a demo database.
+"""Fixtures for the command line: a runner, a small ledger, a demo database.
 
-Every test gets its own `sqlite:///` file through `--db`; the demo month is written once
-per session and copied for the tests that read it.
+Every test gets its own `sqlite:///` file (`db`, from tests/conftest.py) through `--db`;
+the demo month is written once per session and copied for the tests that read it.
 """
 
 from __future__ import annotations
@@ -10,39 +10,24 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import SMALL, Run
-from typer.testing import CliRunner, Result
+from cli_helpers import SMALL, Run, imported
+from contract.kit import cli_runner
+from typer.testing import CliRunner
 
 from tools.cli import app
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
-    """A fresh SQLite database URL for this test (the file does not exist yet)."""
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
-
-
-@pytest.fixture
 def run(db: str) -> Run:
-    """run(*args, input=None, env=None): the CLI through Typer's runner, with --db <db>."""
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | bytes | None = None,
-               env: dict[str, str] | None = None, use_db: bool = True) -> Result:
-        argv = [*args, "--db", db] if use_db else list(args)
-        return runner.invoke(app, argv, input=input, env=env, catch_exceptions=False)
-
-    return invoke
+    """run(*args, input=None, env=None, use_db=True): the CLI through Typer's runner, with
+    --db <db>."""
+    return cli_runner(db)
 
 
 @pytest.fixture
 def small(run: Run, tmp_path: Path) -> Path:
     """The database of the test, holding SMALL (12 events); returns the file imported."""
-    path = tmp_path / "small.jsonl"
-    path.write_text(SMALL)
-    result = run("import", str(path))
-    assert result.exit_code == 0, result.stderr
-    return path
+    return imported(run, tmp_path / "small.jsonl", SMALL)
 
 
 @pytest.fixture(scope="session")

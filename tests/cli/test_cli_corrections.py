@@ -5,17 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import Run
-
-from eventstore import Journal
-
-
-def _head(db: str) -> int:
-    journal = Journal(db)
-    try:
-        return journal.head()
-    finally:
-        journal.close()
+from cli_helpers import Run, journal_head
 
 
 def _balance(run: Run, account: str, *extra: str) -> int:
@@ -39,7 +29,7 @@ def test_grant_and_consume_record_one_event_each(run: Run, db: str) -> None:
     assert used["debt"] == 30
     human = run("consume", "acme", "5", "--at", "3")
     assert human.exit_code == 0 and "debt after it: 35" in human.stdout
-    assert _head(db) == 3
+    assert journal_head(db) == 3
     exported = [json.loads(line) for line in run("export").stdout.splitlines()]
     assert exported[0]["memo"] == "PO 4411" and exported[0]["priority"] == 10
     statement = _json(run, "statement", "acme")
@@ -49,7 +39,7 @@ def test_grant_and_consume_record_one_event_each(run: Run, db: str) -> None:
 def test_a_retry_with_the_same_id_appends_nothing(run: Run, db: str) -> None:
     for _ in range(2):
         assert run("grant", "acme", "100", "--at", "1", "--id", "g1").exit_code == 0
-    assert _head(db) == 1
+    assert journal_head(db) == 1
 
 
 def test_a_time_without_at_is_never_before_the_latest_event(run: Run) -> None:
@@ -70,7 +60,7 @@ def test_adjust_takes_a_negative_amount_and_requires_a_reason(run: Run, db: str)
     assert missing.exit_code == 2 and "--reason" in missing.stderr
     zero = run("adjust", "acme", "0", "--reason", "nothing")
     assert zero.exit_code == 2 and "must not be 0" in zero.stderr
-    assert _head(db) == 3
+    assert journal_head(db) == 3
 
 
 def test_void_stops_the_rest_of_a_grant(run: Run, db: str) -> None:
@@ -82,7 +72,7 @@ def test_void_stops_the_rest_of_a_grant(run: Run, db: str) -> None:
     assert _balance(run, "acme", "--at", "6") == 0
     again = run("void", "g1", "--at", "7")
     assert again.exit_code == 2 and "already voided" in again.stderr
-    assert _head(db) == 3
+    assert journal_head(db) == 3
 
 
 @pytest.mark.parametrize(("target", "message"), [("nope", "no event 'nope'"),
@@ -92,7 +82,7 @@ def test_void_of_anything_but_a_grant_is_refused(run: Run, db: str, target: str,
     run("consume", "acme", "30", "--at", "2", "--id", "u1")
     result = run("void", target)
     assert result.exit_code == 2 and message in result.stderr
-    assert _head(db) == 1
+    assert journal_head(db) == 1
 
 
 def test_reverse_takes_an_event_out_and_a_second_reverse_puts_it_back(run: Run,
@@ -108,7 +98,7 @@ def test_reverse_takes_an_event_out_and_a_second_reverse_puts_it_back(run: Run,
     twice = run("reverse", "u-991", "--reason", "again")
     assert twice.exit_code == 2 and "already reversed" in twice.stderr
     assert run("reverse", "r1", "--reason", "it was right").exit_code == 0
-    assert _head(db) == 5
+    assert journal_head(db) == 5
 
 
 def test_far_times_are_refused_unless_allowed(run: Run, db: str) -> None:
@@ -116,7 +106,7 @@ def test_far_times_are_refused_unless_allowed(run: Run, db: str) -> None:
     assert result.exit_code == 2 and "probably milliseconds" in result.stderr
     result = run("consume", "acme", "1", "--at", "1796083200000")
     assert result.exit_code == 2
-    assert _head(db) == 0
+    assert journal_head(db) == 0
     # An expiry may be later.
     assert run("grant", "acme", "100", "--at", "1", "--expiry", "99999999999").exit_code == 0
 
@@ -134,7 +124,7 @@ def test_bad_input_exits_2_and_appends_nothing(run: Run, db: str, args: tuple[st
     result = run(*args)
     assert result.exit_code == 2, result.stdout
     assert result.stderr.count("\n") == 1
-    assert _head(db) == 0
+    assert journal_head(db) == 0
 
 
 def test_statement_and_explain_show_each_correction(run: Run) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from cli_helpers import LATE, SMALL, Run, as_json, error_lines, lines_of
+from cli_helpers import LATE, SMALL, Run, as_json, error_lines, journal_head, lines_of
 from typer.testing import CliRunner
 
 from eventstore import Journal
@@ -22,14 +23,6 @@ CONTRACT_EXAMPLE = """\
 """
 
 
-def _head(db: str) -> int:
-    journal = Journal(db)
-    try:
-        return journal.head()
-    finally:
-        journal.close()
-
-
 def _digest(run: Run) -> str:
     digest = as_json(run("replay", "--json"))["digest"]  # type: ignore[index]
     assert isinstance(digest, str)
@@ -42,7 +35,7 @@ def test_the_contract_example_imports(run: Run, tmp_path: Path, db: str) -> None
     result = run("import", str(path))
     assert result.exit_code == 0, result.stderr
     assert "appended 7 events, 0 already present" in result.stdout
-    assert _head(db) == 7
+    assert journal_head(db) == 7
     journal = Journal(db)
     try:
         streams = {rec.payload.get("job"): rec.stream for rec in journal.read()
@@ -58,7 +51,7 @@ def test_reimporting_the_same_file_appends_nothing(run: Run, small: Path, db: st
     again = run("import", str(small))
     assert again.exit_code == 0
     assert "appended 0 events, 12 already present" in again.stdout
-    assert _head(db) == 12
+    assert journal_head(db) == 12
 
 
 def test_a_grown_file_with_other_line_endings_appends_only_its_new_line(
@@ -79,10 +72,10 @@ def test_a_time_in_milliseconds_is_refused_unless_allowed(run: Run, tmp_path: Pa
     refused = run("import", str(millis))
     assert refused.exit_code == 2
     assert "probably milliseconds" in refused.stderr
-    assert _head(db) == 0
+    assert journal_head(db) == 0
     allowed = run("import", str(millis), "--allow-far-times")
     assert allowed.exit_code == 0
-    assert _head(db) == 1
+    assert journal_head(db) == 1
 
 
 def test_every_bad_line_is_reported_and_nothing_is_appended(run: Run, small: Path,
@@ -114,7 +107,7 @@ def test_every_bad_line_is_reported_and_nothing_is_appended(run: Run, small: Pat
     assert "not valid JSON" in errors[2] and "colour" in errors[3]
     assert "refund_fraction" in errors[4] and "expiry" in errors[5]
     assert errors[-1] == f"gpu-credits: error: 12 invalid line(s) in {bad}; nothing appended"
-    assert _head(db) == 12
+    assert journal_head(db) == 12
 
 
 def test_an_id_recorded_with_other_content_is_a_bad_line(run: Run, small: Path,
@@ -128,7 +121,7 @@ def test_an_id_recorded_with_other_content_is_a_bad_line(run: Run, small: Path,
     result = run("import", str(second))
     assert result.exit_code == 2
     assert error_lines(result)[0].startswith(f"{second}:2: id 'x' is already recorded")
-    assert _head(db) == 13
+    assert journal_head(db) == 13
 
 
 def test_one_id_twice_in_a_file(run: Run, tmp_path: Path) -> None:
@@ -180,6 +173,14 @@ def test_export_is_canonical_with_ids(run: Run, small: Path, tmp_path: Path) -> 
     records = [json.loads(line) for line in lines_of(run("export").stdout)]
     assert len(records) == 13
     assert all("id" in r for r in records)
+    # What the journal recorded, for an auditor (asked for): every position once, and
+    # a UTC time; the same lines otherwise.
+    assert not any("recorded_at" in r or "position" in r for r in records)
+    audited = [json.loads(line) for line in lines_of(run("export", "--recorded").stdout)]
+    assert sorted(r.pop("position") for r in audited) == list(range(1, 14))
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", r.pop("recorded_at"))
+               for r in audited)
+    assert audited == records
     times = [r.get("time", -(2**62)) for r in records]
     assert times == sorted(times)
     # The two accounts (no time), the grant at t=0, then both grants at t=1 in arrival
@@ -194,11 +195,13 @@ def test_export_round_trips_to_the_same_digest(run: Run, small: Path, tmp_path: 
     late.write_text(LATE)
     assert run("import", str(late)).exit_code == 0
     digest = _digest(run)
-    for fmt in ("jsonl", "csv"):
-        out = tmp_path / f"export.{fmt}"
-        result = run("export", "--format", fmt, "--out", str(out))
+    for fmt, extra in (("jsonl", ()), ("csv", ()), ("jsonl", ("--recorded",)),
+                       ("csv", ("--recorded",))):
+        name = f"{'recorded' if extra else 'plain'}.{fmt}"
+        out = tmp_path / f"export-{name}"
+        result = run("export", "--format", fmt, "--out", str(out), *extra)
         assert result.exit_code == 0, result.stderr
-        fresh = f"sqlite:///{tmp_path / f'fresh-{fmt}.db'}"
+        fresh = f"sqlite:///{tmp_path / f'fresh-{name}.db'}"
         runner = CliRunner()
         imported = runner.invoke(app, ["import", str(out), "--db", fresh])
         assert imported.exit_code == 0, imported.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import Run, as_json, cli, error_lines
+from cli_helpers import Run, as_json, cli, error_lines, imported
 
 from eventstore import Journal
 
@@ -38,11 +38,7 @@ def _obj(value: object) -> dict[str, Any]:
 
 @pytest.fixture
 def month(run: Run, tmp_path: Path) -> Path:
-    path = tmp_path / "month.jsonl"
-    path.write_text(MONTH)
-    result = run("import", str(path))
-    assert result.exit_code == 0, result.stderr
-    return path
+    return imported(run, tmp_path / "month.jsonl", MONTH)
 
 
 # -- accounts --------------------------------------------------------------------------------
@@ -270,6 +266,25 @@ def test_reconcile_rejects_a_bad_file(run: Run, month: Path, tmp_path: Path, tex
 def test_reconcile_missing_file(run: Run, month: Path, tmp_path: Path) -> None:
     result = run("reconcile", str(tmp_path / "nope.csv"))
     assert result.exit_code == 2 and "cannot read" in result.stderr
+
+
+def test_reconcile_skips_reversed_events(run: Run, month: Path, tmp_path: Path) -> None:
+    path = _charges(tmp_path, "account,job,id,amount\na,j1,,10\na,,u1,10\nb,,u2,50\n")
+    assert run("reconcile", path).exit_code == 0
+    assert run("reverse", "u1", "--reason", "billed twice").exit_code == 0
+    assert run("reverse", "c1", "--reason", "the run never finished").exit_code == 0
+    report = json.loads(run("reconcile", path, "--json").stdout)
+    assert report["ok"] is False
+    assert [(f["status"], f["job"] or f["id"], f["ledger_amount"], f["note"])
+            for f in report["findings"]] == [
+        ("missing_from_ledger", "j1", None, "job 'j1' is running: not charged"),
+        ("missing_from_ledger", "u1", None, "event 'u1' was reversed: not a charge"),
+        ("matched", "u2", 50, "")]
+    # The ledger without the reversed charges is what a file without them matches.
+    fixed = _charges(tmp_path, "account,id,amount\nb,u2,50\n", "fixed.csv")
+    assert run("reconcile", fixed).exit_code == 0
+    # As known before the reversals, the first file still matches.
+    assert run("reconcile", path, "--as-known-at", "11").exit_code == 0
 
 
 # -- whatif ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Helpers of the contract suite: the CLI runner's type and a skip for missing commands."""
+"""Helpers of the contract suite: the CLI runner and a skip for missing commands."""
 
 from __future__ import annotations
 
@@ -6,11 +6,30 @@ from collections.abc import Callable
 
 import pytest
 import typer.main
-from typer.testing import Result
+from typer.testing import CliRunner, Result
 
 from tools.cli import app
 
 Run = Callable[..., Result]
+
+
+def cli_runner(db: str) -> Run:
+    """run(*args, input=None, env=None, db_first=False, use_db=True): gpu-credits through
+    Typer's runner, with `--db db` after the arguments (before them with db_first)."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | bytes | None = None,
+               env: dict[str, str] | None = None, db_first: bool = False,
+               use_db: bool = True) -> Result:
+        if not use_db:
+            argv = list(args)
+        elif db_first:
+            argv = ["--db", db, *args]
+        else:
+            argv = [*args, "--db", db]
+        return runner.invoke(app, argv, input=input, env=env, catch_exceptions=False)
+
+    return invoke
 
 
 def has_command(name: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -13,8 +14,5 @@ from eventstore.testing import open_journal
 @pytest.fixture
 def journal(journal_url: str) -> Iterator[JournalLike]:
     """An empty journal on each backend, closed after the test."""
-    j = open_journal(journal_url)
-    try:
+    with closing(open_journal(journal_url)) as j:
         yield j
-    finally:
-        j.close()

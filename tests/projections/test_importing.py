@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -166,3 +167,34 @@ def test_csv_header() -> None:
     out = io.StringIO()
     write_csv(iter([]), out)
     assert out.getvalue().strip().split(",") == list(CSV_COLUMNS)
+
+
+def test_exports_carry_what_the_journal_recorded_and_import_ignores_it() -> None:
+    journal = MemoryJournal(clock=lambda: 1_793_620_800_123_456)
+    journal.append([NewEvent("g1", "a", "grant", 5, {"account": "a", "amount": 10}),
+                    NewEvent("u1", "a", "consume", 2, {"account": "a", "amount": 3})])
+    plain = io.StringIO()
+    write_jsonl(export_records(journal), plain)
+    assert all(set(json.loads(line)) & {"position", "recorded_at"} == set()
+               for line in plain.getvalue().splitlines())
+    out = io.StringIO()
+    write_jsonl(export_records(journal), out, recorded=True)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["id"], r["position"], r["recorded_at"]) for r in lines] == [
+        ("u1", 2, "2026-11-02T12:00:00.123456Z"), ("g1", 1, "2026-11-02T12:00:00.123456Z")]
+    table = io.StringIO()
+    write_csv(export_records(journal), table, recorded=True)
+    rows = list(csv.DictReader(io.StringIO(table.getvalue())))
+    assert [(r["id"], r["position"], r["recorded_at"]) for r in rows] == [
+        ("u1", "2", "2026-11-02T12:00:00.123456Z"), ("g1", "1", "2026-11-02T12:00:00.123456Z")]
+    # Any position and time, even nonsense: the fresh journal records its own.
+    odd = [{**r, "position": "x", "recorded_at": 7} for r in lines]
+    fresh = MemoryJournal()
+    text = "\n".join(json.dumps(r) for r in odd).encode()
+    assert import_file(fresh, text, "odd").appended == 2
+    assert [(r.id, r.position) for r in fresh.read(order="position")] == [("u1", 1), ("g1", 2)]
+    again = MemoryJournal()
+    assert import_file(again, table.getvalue().encode(), "csv", fmt="csv").appended == 2
+    assert replay(again).digest == replay(fresh).digest == replay(journal).digest
+    grant = fresh.get("g1")
+    assert grant is not None and grant.payload == {"account": "a", "amount": 10}

@@ -175,3 +175,31 @@ def test_a_reversal_after_a_checkpoint_is_not_missed_by_queries(tmp_path: Any) -
         assert expected.accounts["a"].balance == 100
     finally:
         journal.close()
+
+
+def _chart(journal: MemoryJournal, account: str) -> list[tuple[Any, ...]]:
+    from projections.timeline import account_timeline
+
+    return [(p.time, p.pools, p.held, p.debt)
+            for p in account_timeline(journal.read(order="canonical"), account, until=30)]
+
+
+def _charged(journal: MemoryJournal) -> tuple[dict[str, Any], dict[str, Any]]:
+    from projections.queries.reconcile import ledger_charges
+
+    jobs, events, _ = ledger_charges(journal, journal.head())
+    return ({k: (c.account, c.amount, c.time) for k, c in jobs.items()},
+            {k: (c.account, c.amount, c.time) for k, c in events.items()})
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=journals().filter(bool), when=st.integers(0, 25))
+def test_charts_and_reconciled_charges_leave_a_reversed_event_out(events: list[Raw],
+                                                                  when: int) -> None:
+    for target in events:
+        without = journal_of([e for e in events if e is not target])
+        journal = journal_of(events)
+        journal.append([reversal(target[0], when)])
+        for account in ACCOUNTS:
+            assert _chart(journal, account) == _chart(without, account), f"reversing {target}"
+        assert _charged(journal) == _charged(without), f"reversing {target}"

@@ -50,10 +50,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def db(url: str) -> Iterator[Engine]:
     """A raw connection to the journal's tables: the attacker's tool."""
     engine = create_engine(url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+    yield engine
+    engine.dispose()  # pytest resumes the fixture after the test, failed or not
 
 
 def _sql(engine: Engine, statement: str, **params: object) -> None:

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from projections import importing
+from projections.corrections import Corrections
 from projections.errors import UnknownAccount, UnknownJob
-from projections.events import DomainEvent
+from projections.events import DEFAULT_GRANT_PRIORITY
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.scheduler import QUEUE, QUEUE_SHARED
@@ -27,21 +28,11 @@ from tools.service.problems import ServiceProblem
 AnswerDict = dict[str, Any]
 
 
-def _event_time(service: LedgerService, time: int | None) -> int:
-    """An explicit time, or now for a live decision (never before the latest event)."""
-    if time is not None:
-        return time
-    return service.session.now(service.clock())
-
-
-def _record(kind: str, time: int, fields: Mapping[str, Any]) -> tuple[int, DomainEvent]:
-    """An event through the import's validation: the same rules for every way in."""
-    record = {"type": kind, "time": time, **{k: v for k, v in fields.items() if v is not None}}
-    try:
-        _, when, event = importing.parse_record(record)
-    except TypeError as exc:
-        raise ValueError(str(exc)) from None
-    return when, event
+def _corrections(service: LedgerService) -> Corrections:
+    """The library's single-event writer on the live session: a grant or usage report is
+    decided and validated as `gpu-credits grant` / `consume` decide it."""
+    return Corrections(service.session, service.clock,
+                       allow_far_times=service.allow_far_times)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +73,10 @@ class Grant:
         return [self.account]
 
     def run(self, service: LedgerService) -> AnswerDict:
-        session = service.session
-        fields = {"account": self.account, "amount": self.amount, "expiry": self.expiry,
-                  "pool": self.pool, "priority": self.priority, "memo": self.memo}
-
-        def build(_: Ledger) -> list[Any]:
-            when, event = _record("grant", _event_time(service, self.time), fields)
-            return [session.event(when, event, self.account)]
-
-        (outcome,) = session.decide([self.account], build, event_id=self.key)
+        priority = DEFAULT_GRANT_PRIORITY if self.priority is None else self.priority
+        outcome = _corrections(service).grant(
+            self.account, self.amount, at=self.time, expiry=self.expiry, pool=self.pool,
+            priority=priority, memo=self.memo, event_id=self.key)
         event_pool = self.pool if self.pool is not None else "general"
         return {"id": outcome.event_id, "account": self.account, "amount": self.amount,
                 "expiry": self.expiry, "pool": event_pool, "priority": self.priority,
@@ -112,19 +98,15 @@ class Usage:
         return [self.account]
 
     def run(self, service: LedgerService) -> AnswerDict:
-        session = service.session
-        fields = {"account": self.account, "amount": self.amount, "pool": self.pool,
-                  "memo": self.memo}
-
-        def build(ledger: Ledger) -> list[Any]:
-            account = ledger.accounts.get(self.account)
-            if account is None or not account.opened:
-                raise UnknownAccount(f"unknown account {self.account!r}: open it or grant "
-                                     "credits to it first")
-            when, event = _record("consume", _event_time(service, self.time), fields)
-            return [session.event(when, event, self.account)]
-
-        (outcome,) = session.decide([self.account], build, event_id=self.key)
+        # The writer holds the session's lock and this account's key: the check and the
+        # decision see the same state.
+        account = service.session.ledger.accounts.get(self.account)
+        if account is None or not account.opened:
+            raise UnknownAccount(f"unknown account {self.account!r}: open it or grant "
+                                 "credits to it first")
+        outcome = _corrections(service).consume(
+            self.account, self.amount, at=self.time, pool=self.pool, memo=self.memo,
+            event_id=self.key)
         return {"id": outcome.event_id, "debt": outcome.debt_after or 0,
                 "account": self.account, "amount": self.amount,
                 "pool": self.pool if self.pool is not None else "general",

@@ -7,13 +7,13 @@ page's query string (bad values raise `ValueError` naming what would be valid).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
+from projections import csvcells
 from projections.errors import UnknownAccount
 from projections.events import GENERAL
 from projections.ledger import PENDING
@@ -354,7 +354,7 @@ CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", 
 def ledger_csv(page: AccountPage) -> str:
     """The page's ledger lines (filters applied) as CSV, times in ISO-8601 UTC."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csvcells.writer(out)
     writer.writerow(CSV_COLUMNS)
     for line in page.lines:
         writer.writerow([format_time(line.time), line.position or "", line.event_id or "",
