@@ -33,7 +33,8 @@ from tools.bench.workload import (
 )
 
 TITLES = ("Journal appends", "Full replay", "A late event", "GPUCreditTracker in memory",
-          "Scheduler", "PostgreSQL with 1-8 workers", "The chain check")
+          "Scheduler", "PostgreSQL with 1-8 workers", "The chain check",
+          "Imports and late arrivals")
 
 
 @pytest.fixture

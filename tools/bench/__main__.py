@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tools.bench import appends, chain, replay, report, scheduler, tracker, workers
+from tools.bench import appends, chain, imports, replay, report, scheduler, tracker, workers
 from tools.bench.runner import (
     FULL,
     QUICK,
@@ -41,8 +41,9 @@ BUILDERS: list[Callable[[Config], list[Scenario]]] = [
     lambda cfg: [scheduler.scenario(cfg)],
     lambda cfg: [workers.scenario(cfg)],
     lambda cfg: [chain.scenario(cfg)],
+    lambda cfg: [imports.scenario(cfg)],
 ]
-NAMES = ("appends", "replay", "late", "tracker", "scheduler", "workers", "chain")
+NAMES = ("appends", "replay", "late", "tracker", "scheduler", "workers", "chain", "imports")
 
 
 def _log(msg: str) -> None:

@@ -468,6 +468,8 @@ class Sizes:
     append_batch: int = 1000
     es_per_save: int = 100
     late_back: int = 1000  # the late event lands this many events before the end
+    import_lines: int = 1_000_000  # lines of the file `gpu-credits import` reads
+    late_import: int = 20_000  # events imported in order, shuffled and as two files
 
 
 FULL = Sizes(
@@ -496,6 +498,8 @@ QUICK = Sizes(
     picks=100,
     facade_picks=20,
     facade_blocked=(10, 2_000),
+    import_lines=50_000,
+    late_import=3_000,
 )
 
 TOY = Sizes(
@@ -513,6 +517,8 @@ TOY = Sizes(
     append_batch=20,
     es_per_save=10,
     late_back=10,
+    import_lines=300,
+    late_import=60,
 )
 
 
