@@ -40,12 +40,21 @@ Progress = Callable[[int, int], None]
 class ReplayReport:
     """What a replay rebuilt."""
 
-    digest: str
     events: int
     revisions: list[Revision]
     anomalies: list[tuple[int, str, str]]
     ledger: Ledger = field(repr=False)
     position: int = 0
+    _digest: str | None = field(default=None, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """The replayed state's digest (`Ledger.digest`), computed when first asked for:
+        encoding a large state is a good part of a replay, and most callers want only
+        the revisions or the ledger."""
+        if self._digest is None:
+            self._digest = self.ledger.digest()
+        return self._digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +148,8 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
-    return ReplayReport(ledger.digest(), ledger.applied, list(projector.revisions),
-                        list(ledger.anomalies), ledger, head)
+    return ReplayReport(ledger.applied, list(projector.revisions), list(ledger.anomalies),
+                        ledger, head)
 
 
 REPLAY_REMEMBERS = 1000
