@@ -85,6 +85,10 @@ class JournalLike(Protocol):
         """The event recorded under this id, or None."""
         ...
 
+    def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """The events recorded under any of these ids, by id (one query)."""
+        ...
+
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
         ...

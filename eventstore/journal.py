@@ -428,6 +428,18 @@ class Journal(JournalBase):
             row = conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id == event_id)).first()
         return None if row is None else to_event(row)
 
+    def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """The events recorded under any of these ids, by id: one query per 1,000 ids."""
+        wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
+        found: dict[str, RecordedEvent] = {}
+        with self._reading() as conn:
+            for chunk in _chunks(wanted, 1000):
+                stmt = select(*_EVENT_COLUMNS).where(events.c.event_id.in_(chunk))
+                for row in conn.execute(stmt):
+                    rec = to_event(row)
+                    found[rec.id] = rec
+        return found
+
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
         if not isinstance(stream, str) or NUL in stream:

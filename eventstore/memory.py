@@ -44,6 +44,9 @@ class MemoryJournal(JournalBase):
         self._stored: list[StoredRow] = []  # index = position - 1
         self._by_id: dict[str, int] = {}  # event id -> position
         self._canonical: list[tuple[int, int]] = []  # sorted (event_time, position)
+        # The same per stream: a read of one account's events (a retry rebuilding its
+        # state) walks that account's events, not the whole journal's.
+        self._stream_canonical: dict[str, list[tuple[int, int]]] = {}
         self._versions: dict[str, int] = {}
         self._max_time: dict[str, int] = {}
         self._last_recorded_at = 0
@@ -83,6 +86,8 @@ class MemoryJournal(JournalBase):
                 self._stored.append(r.stored())
                 self._by_id[e.id] = e.position
                 bisect.insort(self._canonical, (e.time, e.position))
+                bisect.insort(self._stream_canonical.setdefault(e.stream, []),
+                              (e.time, e.position))
                 self._versions[e.stream] = e.version
                 self._max_time[e.stream] = max(self._max_time.get(e.stream, e.time), e.time)
             self._last_recorded_at = recorded_at
@@ -120,6 +125,8 @@ class MemoryJournal(JournalBase):
             del self._by_id[row[1]]
             i = bisect.bisect_left(self._canonical, (row[5], row[0]))
             del self._canonical[i]
+            of_stream = self._stream_canonical[row[2]]
+            del of_stream[bisect.bisect_left(of_stream, (row[5], row[0]))]
         del self._stored[length:]
         self._versions = versions
         self._max_time = max_time
@@ -173,17 +180,22 @@ class MemoryJournal(JournalBase):
         self, q: ReadQuery, key: tuple[int, int] | None
     ) -> tuple[list[StoredRow], tuple[int, int] | None, bool]:
         out: list[StoredRow] = []
-        i = 0 if key is None else bisect.bisect_right(self._canonical, key)
-        n = len(self._canonical)
-        while i < n and len(out) < q.batch_size:
-            t, p = self._canonical[i]
-            if q.to_time is not None and t > q.to_time:
+        index = self._canonical if q.stream is None else self._stream_canonical.get(q.stream, [])
+        i = 0 if key is None else bisect.bisect_right(index, key)
+        n = len(index)
+        # Everything after `key` in the index is after `after` and from `from_time` on,
+        # and of the stream asked for (`_rows` starts there): only the position window
+        # and to_time are left to test, inline (a replay walks here once per late event).
+        lo, hi, to_time = q.after_position, q.to_position, q.to_time
+        stored, size = self._stored, q.batch_size
+        while i < n and len(out) < size:
+            t, p = index[i]
+            if to_time is not None and t > to_time:
                 return out, key, True
             key = (t, p)
             i += 1
-            row = self._stored[p - 1]
-            if self._matches(q, row):
-                out.append(row)
+            if lo < p <= hi:
+                out.append(stored[p - 1])
         return out, key, i >= n
 
     def head(self) -> int:
@@ -196,6 +208,12 @@ class MemoryJournal(JournalBase):
         with self._lock:
             p = self._by_id.get(event_id)
             return None if p is None else to_event(self._stored[p - 1])
+
+    def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """The events recorded under any of these ids, by id."""
+        with self._lock:
+            return {i: to_event(self._stored[p - 1]) for i in set(event_ids)
+                    if isinstance(i, str) and (p := self._by_id.get(i)) is not None}
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""

@@ -531,7 +531,7 @@ def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
     low, high = min(e.time for e in new), max(e.time for e in new)
     mine = {e.id for e in new}
     recorded = {key(r.stream, r.type, r.time, r.payload)
-                for r in journal.read(from_time=low, to_time=high, order="position")
+                for r in journal.read(from_time=low, to_time=high, order="canonical")
                 if r.id not in mine}
     matches = [e for e in new if key(e.stream, e.type, e.time, e.payload) in recorded]
     if not matches:

@@ -541,6 +541,12 @@ class Ledger:
             if len(self.heads) > 2 * len(self.accounts) + 64:
                 self._compact_heads()
 
+    def requeue(self, name: str) -> None:
+        """Register account `name`'s queue head afresh, after its state was replaced."""
+        account = self.accounts[name]
+        account.head_key = None
+        self._register_head(account, force=True)
+
     def _compact_heads(self) -> None:
         """Drop stale entries: they are skipped lazily, but would otherwise pile up with
         every submit and start (memory growing with the journal, not with the queue)."""

@@ -10,6 +10,12 @@ journal; memory holds the state and a bounded set of snapshots, never the journa
 
 Snapshots are a cache, never truth: a late event drops every snapshot after its time.
 
+Given an `account_reader`, a late event is re-projected for its own account only: that
+account's state at the snapshot before it, and that account's events after it
+(`projections.accountfold`). Whatever could reach across accounts (a job id used by two
+accounts, a void, a reversal, an event whose stream is not the account it affects) is
+tracked as events are ingested, and sends the event down the whole-timeline path.
+
 A reversal (`reverse` event) is re-projected the same way, from the place on the timeline
 of the event it takes out (or puts back): the projector keeps the set of reversed ids,
 as known from everything ingested, and every ledger it folds skips them.
@@ -25,6 +31,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from projections.accountfold import account_ledger, splice
 from projections.bulk import paused_gc
 from projections.events import DomainEvent
 from projections.ledger import Ledger, Saved, restore, snapshot
@@ -74,7 +81,14 @@ Older = Callable[[tuple[int, int]], tuple[tuple[int, int], Ledger] | None]
 Locate = Callable[[str], tuple[int, int] | None]
 """locate(event_id): the (event time, position) of a recorded event, None if unknown."""
 
+AccountReader = Callable[[str, tuple[int, int], int], Iterable[Recorded]]
+"""account_reader(stream, after_key, to_position): the events of one stream (an account)
+in canonical order with (time, position) > after_key and position <= to_position."""
+
 REVERSE = "reverse"
+_JOB_EVENTS = frozenset({"submit", "start", "complete", "cancel"})
+_CROSSING = frozenset({REVERSE, "void"})
+"""Event types whose effect is not confined to their own stream's state."""
 
 
 def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
@@ -87,8 +101,17 @@ class Projector:
     def __init__(self, reader: Reader, *, min_snapshot_every: int = 1000,
                  max_snapshots: int = 32, recent_outcomes: int = 50_000,
                  snapshot_factor: int = 1, older: Older | None = None,
-                 remember_once_late: bool = False, locate: Locate | None = None) -> None:
+                 remember_once_late: bool = False, locate: Locate | None = None,
+                 account_reader: AccountReader | None = None) -> None:
         self.ledger = Ledger()
+        # Per-account re-projection (None: every late event refolds the whole timeline),
+        # and what rules it out: accounts touched by events of another stream, job ids
+        # named by an event that found no job, a recorded event without a stream.
+        self._account_reader = account_reader
+        self._mixed: set[str] = set()
+        self._floating: set[str] = set()
+        self._unpartitioned = False
+        self.refolded_by_account = 0  # late events re-projected for their account alone
         # Reversals: the ids reversed as known, and where to find a reversed event on the
         # timeline (without it, a reversal refolds from the start: correct, only slower).
         self.excluded: frozenset[str] = frozenset()
@@ -214,10 +237,39 @@ class Projector:
                 outcome = apply_recorded(self.ledger, rec)
             else:
                 outcome = self.ledger.apply(rec.position, rec.id, rec.time, event)
+            self._track(rec, outcome, self.ledger)
             self._maybe_snapshot(self.ledger)
             self._remember(outcome)
             return outcome
         return self._reproject(rec)
+
+    def _track(self, rec: Recorded, outcome: Outcome, ledger: Ledger) -> None:
+        """Note what would make a later per-account re-projection incomplete: an event
+        that affected (or, had its job's account existed, would have affected) an
+        account other than its stream's, or a job event that found no job at all."""
+        account = outcome.account
+        if account is None and rec.type in _JOB_EVENTS:
+            payload = rec.payload
+            job = payload.get("job") if isinstance(payload, dict) else None
+            if not isinstance(job, str):
+                self._unpartitioned = True
+                return
+            known = ledger.jobs.get(job)
+            if known is None:
+                # A submit arriving late in any stream may give it a job.
+                self._floating.add(job)
+                return
+            account = known.account
+        if account is not None and account != getattr(rec, "stream", None):
+            self._mix(rec, account)
+
+    def _mix(self, rec: Recorded, account: str) -> None:
+        stream = getattr(rec, "stream", None)
+        if stream is None:
+            self._unpartitioned = True
+            return
+        self._mixed.add(account)
+        self._mixed.add(stream)
 
     def _remember(self, outcome: Outcome) -> None:
         # The outcomes of recent events, as last reported: a late event compares against
@@ -252,6 +304,10 @@ class Projector:
                    old_excluded: frozenset[str] | None = None) -> Outcome:
         """Fold again from `pivot` (default: the late event's place); outcomes after it
         that differ from what was reported become revisions."""
+        if pivot is None:
+            alone = self._reproject_account(late)
+            if alone is not None:
+                return alone
         key = (late.time, late.position) if pivot is None else pivot
         self.late_times.append(key[0])
         self._late += 1
@@ -276,6 +332,87 @@ class Projector:
         self.ledger = ledger
         return late_outcome
 
+    def _reproject_account(self, late: Recorded) -> Outcome | None:
+        """Re-project a late event for its own account only; None (having changed
+        nothing) when something in the way reaches across accounts."""
+        account = getattr(late, "stream", None)
+        if (self._account_reader is None or self._unpartitioned or account is None
+                or account in self._mixed or self.ledger.policy is not None):
+            return None
+        key = (late.time, late.position)
+        start, saved = self._snapshot_before(key)
+        stretch = list(self._account_reader(account, start, late.position))
+        if not self._confined(account, stretch):
+            return None
+        new = account_ledger(saved, account, self.excluded)
+        old = account_ledger(saved, account, self.excluded)
+        candidates = set(new.live)
+        folded: set[str] = set()
+        revisions: list[Revision] = []
+        outcomes: list[Outcome] = []
+        late_outcome: Outcome | None = None
+        had_anomalies = False
+        with paused_gc():
+            for rec in stretch:
+                folded.add(rec.id)
+                after = apply_recorded(new, rec)
+                if after.account not in (None, account):
+                    return None
+                outcomes.append(after)
+                if rec.type == "submit" and isinstance(rec.payload, dict):
+                    candidates.add(rec.payload.get("job"))  # type: ignore[arg-type]
+                if rec.position == late.position:
+                    late_outcome = after
+                    continue
+                before = apply_recorded(old, rec)
+                had_anomalies = had_anomalies or before.anomaly
+                was, now = before.reported(), after.reported()
+                if was != now:
+                    revisions.append(Revision(late.position, late.id, rec.position, rec.id,
+                                              rec.type, was, now))
+        if late_outcome is None:
+            raise RuntimeError(f"late event at position {late.position} not found on re-read")
+        # Nothing was changed until here: from now on the refold is committed.
+        self.refolded_by_account += 1
+        self.late_times.append(key[0])
+        self._late += 1
+        i = bisect.bisect_left(self._snap_keys, key)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+        splice(self.ledger, new, account, candidates, folded, had_anomalies,
+               new.applied - old.applied, new.rejected - old.rejected)
+        self.revisions.extend(revisions)
+        recent = self._recent
+        for rec, outcome in zip(stretch, outcomes, strict=True):
+            self._track(rec, outcome, new)
+            if rec.position in recent:
+                recent[rec.position] = outcome
+        self._remember(late_outcome)
+        self._next_snapshot = min(self._next_snapshot, self._interval(self.ledger))
+        return late_outcome
+
+    def _confined(self, account: str, stretch: Sequence[Recorded]) -> bool:
+        """Whether refolding `stretch` (the events of `account`'s stream) for that account
+        alone gives what a refold of the whole timeline would."""
+        jobs, voids = self.ledger.jobs, self.ledger.voids
+        for rec in stretch:
+            kind = rec.type
+            if kind in _CROSSING:
+                return False
+            payload = rec.payload
+            if kind in _JOB_EVENTS and isinstance(payload, dict):
+                job = payload.get("job")
+                if kind == "submit" and job in self._floating:
+                    return False
+                # A job another account holds (submitted first there, or the stream is
+                # not the job's account): its events reach beyond this account.
+                known = jobs.get(job) if isinstance(job, str) else None
+                if known is not None and known.account != account:
+                    return False
+            elif kind == "grant" and rec.id in voids:
+                return False
+        return True
+
     def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, fold_old: bool,
                 pivot: tuple[int, int], old_excluded: frozenset[str] | None
                 ) -> tuple[Ledger, Outcome, list[Revision], list[Outcome]] | None:
@@ -299,6 +436,7 @@ class Projector:
                 if old_excluded is not None:
                     old.excluded = old_excluded
             after = apply_recorded(new, rec)
+            self._track(rec, after, new)
             self._maybe_snapshot(new)
             outcomes.append(after)
             if rec.position == late.position:

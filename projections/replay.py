@@ -111,6 +111,18 @@ def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable
     return read
 
 
+def account_reader(journal: JournalLike) -> Callable[
+        [str, tuple[int, int], int], Iterable[RecordedEvent]]:
+    """A projector's per-account reader over `journal`: one stream's events in canonical
+    order after a key, up to a position."""
+
+    def read(stream: str, after: tuple[int, int], to_position: int) -> Iterable[RecordedEvent]:
+        return journal.read(stream=stream, after=after, to_position=to_position,
+                            order="canonical")
+
+    return read
+
+
 def replay(journal: JournalLike, *, to_time: int | None = None,
            to_position: int | None = None, progress: Progress | None = None,
            checkpoint: bool = False, checkpoint_every: int | None = None) -> ReplayReport:
@@ -133,7 +145,8 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # compare against what was reported instead of folding the old timeline beside the new.
     projector = Projector(journal_reader(journal, to_time), min_snapshot_every=20_000,
                           snapshot_factor=8, recent_outcomes=REPLAY_REMEMBERS,
-                          remember_once_late=True, locate=locator(journal))
+                          remember_once_late=True, locate=locator(journal),
+                          account_reader=account_reader(journal))
     done = 0
     with paused_gc():
         for rec in lean_records(journal, to_position=head, order="position"):

@@ -41,6 +41,7 @@ from projections.events import DomainEvent, to_payload
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.projector import Projector
+from projections.reversals import reversed_ids
 
 JournalArg = JournalLike | str | None
 Build = Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
@@ -51,6 +52,8 @@ _MAX_LOCK_ROUNDS = 8
 # A retry rebuilds the state of the accounts it held from their own events; with more
 # accounts than this (start_next on a large ledger), one fold of the journal is cheaper.
 _MAX_RETRY_STREAMS = 32
+# A retry finds the reversals known before it by looking each one up, up to this many.
+_MAX_REVERSAL_LOOKUPS = 256
 
 
 @dataclasses.dataclass(slots=True)
@@ -81,7 +84,7 @@ class LedgerSession:
         # Only this process writes an in-memory journal, so its head tells all.
         self._in_memory = self.journal.url is None
         self.projector = Projector(self._read_canonical, older=self._checkpoint_before,
-                                   locate=self._locate)
+                                   locate=self._locate, account_reader=self._read_account)
         self.lock = threading.RLock()
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
@@ -126,6 +129,11 @@ class LedgerSession:
     def _read_canonical(self, after: tuple[int, int], to_position: int,
                         to_time: int | None) -> Iterable[RecordedEvent]:
         return self.journal.read(after=after, to_position=to_position, to_time=to_time,
+                                 order="canonical")
+
+    def _read_account(self, stream: str, after: tuple[int, int],
+                      to_position: int) -> Iterable[RecordedEvent]:
+        return self.journal.read(stream=stream, after=after, to_position=to_position,
                                  order="canonical")
 
     @property
@@ -185,7 +193,7 @@ class LedgerSession:
                 yield rec
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
-               live: bool = False) -> list[Outcome]:
+               live: bool = False, reads_state: bool = True) -> list[Outcome]:
         """Build events from the caught-up state and append them atomically; their outcomes.
 
         `build` returns each new journal event with its domain event; it raises (and so
@@ -198,7 +206,8 @@ class LedgerSession:
         it is already recorded, this is a retry: the original outcomes are returned and
         nothing is appended. `live`: every event's time is at least `now()` (see
         docs/semantics.md, "Time of live decisions"). Both default to what `decision()`
-        set for this decision, if anything.
+        set for this decision, if anything. `reads_state=False`: `build` ignores the
+        ledger it is given (a grant, a usage report), so a retry needs no rebuilt state.
         """
         with self.lock:
             pinned, self._pinned = self._pinned, None
@@ -212,7 +221,7 @@ class LedgerSession:
             held = sorted(set(locks))
             with self.journal.transaction(held) as tx:
                 self._catch_up_in(tx)
-                built = self._build(build, event_id, live, held)
+                built = self._build(build, event_id, live, held, reads_state)
                 for _ in range(_MAX_LOCK_ROUNDS):
                     # Only ever append to accounts we hold: a lock list computed from a
                     # stale projection (or one that covers the decision but not the
@@ -225,7 +234,7 @@ class LedgerSession:
                     with self.journal.transaction(missing):  # joins ours: takes the keys
                         held.extend(missing)
                     if self._catch_up_in(tx):
-                        built = self._build(build, event_id, live, held)
+                        built = self._build(build, event_id, live, held, reads_state)
                 else:
                     raise RuntimeError(f"decision kept naming accounts it does not hold "
                                        f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
@@ -259,7 +268,8 @@ class LedgerSession:
         return self.projector.position != before
 
     def _build(self, build: Build, event_id: str | None, live: bool,
-               held: Sequence[str]) -> Sequence[tuple[NewEvent, DomainEvent]]:
+               held: Sequence[str], reads_state: bool = True
+               ) -> Sequence[tuple[NewEvent, DomainEvent]]:
         """Run `build` on the caught-up state, or, for a retry, on the state it first saw."""
         original = self.journal.get(event_id) if event_id is not None else None
         self._id_base, self._id_count = event_id, 0
@@ -271,7 +281,8 @@ class LedgerSession:
             # A retry of a decision already recorded: rebuild it on the state it was
             # decided on, at the time it was decided, so the same command yields the
             # same events and the append below returns the original records.
-            as_was = self._state_before(original, {*held, original.stream})
+            as_was = (self._state_before(original, {*held, original.stream})
+                      if reads_state else Ledger())
             self._replay_time = original.time
             built = build(as_was)
             if not live:
@@ -294,12 +305,29 @@ class LedgerSession:
             return fold_canonical(self.journal, to_position=before)
         reads = [self.journal.read(stream=s, to_position=before, order="canonical")
                  for s in sorted(streams)]
-        from projections.replay import excluded_as_known
-
-        ledger = Ledger(excluded=excluded_as_known(self.journal, before))
+        ledger = Ledger(excluded=self._excluded_as_known(before))
         for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
             ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
         return ledger
+
+    def _excluded_as_known(self, position: int) -> frozenset[str]:
+        """The ids reversed as known at `position` (at most the projection's position):
+        from the reversals the projection folded, those recorded by then. Reversals are
+        rare corrections, so looking each one up costs far less than reading the journal
+        to find them; with very many, the journal is read after all."""
+        reversals = self.projector.ledger.reversals
+        if not reversals:
+            return frozenset()
+        if len(reversals) > _MAX_REVERSAL_LOOKUPS:
+            from projections.replay import excluded_as_known
+
+            return excluded_as_known(self.journal, position)
+        known = {}
+        for reversal, target in reversals.items():
+            rec = self.journal.get(reversal)
+            if rec is not None and rec.position <= position:
+                known[reversal] = target
+        return reversed_ids(known)
 
     def _as_recorded(self, new: NewEvent) -> NewEvent:
         # A live event's time was decided when it was first recorded: take that one.

@@ -48,7 +48,7 @@ class GPUCreditTracker(SessionFacade):
                                memo)
         session = self._session
         session.decide([self.account], lambda _: [session.event(timestamp, event, self.account)],
-                       event_id=event_id)
+                       event_id=event_id, reads_state=False)
 
     def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
                 event_id: str | None = None, memo: str | None = None) -> int:
@@ -59,7 +59,7 @@ class GPUCreditTracker(SessionFacade):
         session = self._session
         (outcome,) = session.decide(
             [self.account], lambda _: [session.event(timestamp, event, self.account)],
-            event_id=event_id,
+            event_id=event_id, reads_state=False,
         )
         assert outcome.debt_after is not None
         return outcome.debt_after

@@ -120,10 +120,31 @@ class PostgresBackend(Backend):
             wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
         # Shared keys first: a key some take shared (the queue) is then always taken
         # before any plain key, by everyone, which keeps the global lock order total.
-        for k, (name, shared) in sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0])):
-            fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-            with self._naming(f"the {'shared ' if shared else ''}lock on key {name!r}"):
-                conn.execute(text(f"SELECT {fn}(:k)"), {"k": k})
+        ordered = sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
+        if not ordered:
+            return
+        # One round trip for all of them: pipelined, the statements still run one after
+        # the other in this order, each waiting for its key, and a lock that times out
+        # aborts the rest. The first statement without a result names that key.
+        raw = dbapi(conn)
+        cursors = []
+        try:
+            with self.direct(conn), raw.pipeline():
+                for k, (_, shared) in ordered:
+                    cur = raw.cursor()
+                    cur.execute(_LOCK_SHARED if shared else _LOCK, (k,))
+                    cursors.append(cur)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
+                failed = next((i for i, c in enumerate(cursors) if c.pgresult is None),
+                              len(ordered) - 1)
+                name, shared = ordered[failed][1]
+                raise self._lock_timeout(
+                    f"the {'shared ' if shared else ''}lock on key {name!r}") from exc
+            raise
+        finally:
+            for cur in cursors:
+                cur.close()
 
     def _namespace(self, conn: Connection) -> str:
         """The journal's schema (cached: a journal's search_path does not change)."""
@@ -238,6 +259,8 @@ class PostgresBackend(Backend):
         return None
 
 
+_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s)"
 _LOCK_HEAD = "SELECT position, hash FROM journal_head WHERE id = 1 FOR UPDATE"
 # The last recorded_at, whether any id exists, and max(version) per stream (each an
 # index seek on (stream, version)), in the order the streams were given.

@@ -359,6 +359,9 @@ class AppendReadContract(_OnABackend):
         # The positions were not burnt: the next append takes 2.
         assert journal.append([ev("c")])[0].position == 2
         assert journal.verify() is None
+        # Nor do reads of one stream see what was rolled back.
+        assert [e.id for e in journal.read(stream="x")] == ["before"]
+        assert [e.id for e in journal.read(stream="y")] == []
 
     def test_a_failed_append_inside_a_transaction_keeps_earlier_appends(
         self, journal: JournalLike

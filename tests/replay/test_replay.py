@@ -5,15 +5,17 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal, NewEvent
+from eventstore import IdempotencyConflict, MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.events import DomainEvent, from_payload, to_payload
 from projections.ledger import Ledger
 from projections.projector import Projector
 from projections.replay import fold_canonical, journal_reader, replay, verify
+from projections.session import LedgerSession
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "h100")
@@ -253,6 +255,28 @@ def test_a_retried_call_with_the_same_event_id_is_recorded_once() -> None:
     assert journal.head() == head + 1
 
 
+def test_a_retried_grant_or_usage_report_answers_as_first_without_refolding_history(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = MemoryJournal()
+    t = GPUCreditTracker(journal, account="a")
+    t.grant(10, 1, 100, event_id="g")
+    assert t.consume(4, 2, event_id="u") == 0
+    assert t.consume(9, 3) == 3
+    head = journal.head()
+
+    def refold(*_: object) -> None:
+        raise AssertionError("the retry rebuilt the account's state from its history")
+
+    # A grant or a usage report is built without reading the state: its retry needs none.
+    monkeypatch.setattr(LedgerSession, "_state_before", refold)
+    assert t.consume(4, 2, event_id="u") == 0  # what it answered then, not the debt now
+    t.grant(10, 1, 100, event_id="g")
+    assert journal.head() == head
+    with pytest.raises(IdempotencyConflict):
+        t.consume(5, 2, event_id="u")  # another command under a used id
+    assert journal.head() == head
+
+
 @settings(max_examples=80, deadline=None)
 @given(histories(), st.data())
 def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
@@ -307,7 +331,16 @@ def test_interval_checkpoints_let_a_fresh_facade_refold_a_late_event_from_a_rece
             folded.append(rec.position)
             yield rec
 
+    account_reader = projector._account_reader
+    assert account_reader is not None
+
+    def counting_account(stream: str, after: Any, to_position: int) -> Any:
+        for rec in account_reader(stream, after, to_position):
+            folded.append(rec.position)
+            yield rec
+
     projector._reader = counting
+    projector._account_reader = counting_account
     reopened.consume(50, timestamp=130)
     # Refolded from the checkpoint at position 120 (time 119), not from the start: the
     # events at times 120..199 and the late one.

@@ -228,13 +228,14 @@ def late_event(t: Timing, path: str, workdir: str, n: int, back: int) -> None:
     report landing `back` events before the end, appended and ingested (timed: "late")."""
     from eventstore import Journal, NewEvent
     from projections.projector import Projector
-    from projections.replay import journal_reader
+    from projections.replay import account_reader, journal_reader
 
     copy = str(Path(workdir) / f"late-{secrets.token_hex(4)}.db")
     copy_sqlite(path, copy)
     journal = Journal(sqlite_url(copy))
     try:
-        projector = Projector(journal_reader(journal))
+        # As a facade's session does: a late event refolds its own account when it can.
+        projector = Projector(journal_reader(journal), account_reader=account_reader(journal))
         with t.measure("full"):
             projector.catch_up(journal.read(order="position"))
         head = journal.head()
@@ -252,6 +253,7 @@ def late_event(t: Timing, path: str, workdir: str, n: int, back: int) -> None:
         t.note("events after the late one", sum(1 for _ in journal.read(
             after=(rec.time, rec.position), order="canonical")))
         t.note("revisions", len(projector.revisions))
+        t.note("re-projected for its account alone", projector.refolded_by_account == 1)
     finally:
         journal.close()
         remove_sqlite(copy)

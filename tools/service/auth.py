@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -135,11 +135,13 @@ FINANCE = ("finance",)
 _bearer = HTTPBearer(auto_error=False, description="a token given to `gpu-credits serve`")
 
 
-def needs(roles: tuple[str, ...]) -> Callable[..., None]:
+def needs(roles: tuple[str, ...]) -> Callable[..., Awaitable[None]]:
     """A FastAPI dependency: the caller holds one of `roles` (when tokens are configured)."""
 
-    def check(request: Request,
-              _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    # async: a plain `def` dependency would be run on a worker thread, a hop per request
+    # for a check of microseconds.
+    async def check(request: Request,
+                    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
         authority: Authority = request.app.state.authority
         authority.require(request, roles)
 

@@ -54,6 +54,10 @@ class _Batch:
     pending: list[NewEvent] = field(default_factory=list)
     pending_ids: dict[str, RecordedEvent] = field(default_factory=dict)
     direct: bool = False  # the decision being made is a retry: append it at once
+    # The batch's idempotency keys, looked up together once the keys were held: what
+    # each was recorded as, if it was (None: look each id up on its own).
+    looked_up: frozenset[str] | None = None
+    recorded: dict[str, RecordedEvent] = field(default_factory=dict)
 
 
 def _flush(batch: _Batch) -> None:
@@ -94,6 +98,7 @@ class _BatchTransaction:
             # or refuses another body (IdempotencyConflict) before writing anything, so
             # the batch goes on.
             batch.direct = False
+            batch.looked_up = None  # it may record one of the batch's keys
             _flush(batch)
             return batch.tx.append(events, expected_versions=expected_versions)
         if batch.base is None:
@@ -131,6 +136,7 @@ class BatchJournal:
         batch = self._current()
         if batch is not None:
             _flush(batch)
+            batch.looked_up = None  # it may record one of the batch's keys
         return getattr(self._journal, name)
 
     def _current(self) -> _Batch | None:
@@ -140,11 +146,16 @@ class BatchJournal:
         return None
 
     @contextmanager
-    def batch(self, locks: Sequence[str]) -> Iterator[Transaction]:
+    def batch(self, locks: Sequence[str], ids: Iterable[str] = ()) -> Iterator[Transaction]:
         """One transaction for a whole batch, holding `locks`; deferred events are
-        written before it commits."""
+        written before it commits. `ids`: the event ids the batch's decisions will ask
+        about (their idempotency keys), looked up in one query under the locks."""
         with self._journal.transaction(locks) as tx:
             batch = self._batch = _Batch(tx, set(locks))
+            wanted = frozenset(ids)
+            if wanted:
+                batch.recorded = self._journal.get_many(wanted)
+                batch.looked_up = wanted
             try:
                 yield tx
                 _flush(batch)
@@ -165,6 +176,7 @@ class BatchJournal:
         batch = self._current()
         if batch is not None:
             _flush(batch)
+            batch.looked_up = None  # that append may record one of the batch's keys
 
     @contextmanager
     def transaction(self, locks: Iterable[str] = ()) -> Iterator[Any]:
@@ -189,7 +201,10 @@ class BatchJournal:
             deferred = batch.pending_ids.get(event_id)
             if deferred is not None:
                 return deferred
-        found = self._journal.get(event_id)
+        if batch is not None and batch.looked_up is not None and event_id in batch.looked_up:
+            found = batch.recorded.get(event_id)
+        else:
+            found = self._journal.get(event_id)
         if found is not None and batch is not None:
             batch.direct = True
         return found

@@ -70,6 +70,20 @@ class _Item:
     future: Future[Any] = field(default_factory=Future)
 
 
+@dataclass
+class _Call:
+    """Something to run on the writer thread between two batches."""
+
+    fn: Callable[[], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+    def run(self) -> None:
+        try:
+            self.future.set_result(self.fn())
+        except BaseException as exc:
+            self.future.set_exception(exc)
+
+
 _STOP = object()
 MAX_LINGER = 0.002
 
@@ -103,6 +117,7 @@ class GroupCommit:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._deferred: list[_Item] = []
+        self._calls: list[_Call] = []
         self._last_size = 0
         self._last_seconds = 0.0
         self.batches = 0
@@ -124,6 +139,16 @@ class GroupCommit:
             return item.future
         self._queue.put(item)
         return item.future
+
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run `fn()` on the writer thread, between two batches (never during one);
+        its future holds what it returned."""
+        call = _Call(fn)
+        if self._thread is None or not self._thread.is_alive():
+            call.future.set_exception(Unavailable("the service is stopping"))
+            return call.future
+        self._queue.put(call)
+        return call.future
 
     def stop(self, timeout: float = 30.0) -> None:
         """Decide what is queued, commit the batch in flight, then end the thread."""
@@ -172,6 +197,10 @@ class GroupCommit:
                 stop = True
                 candidates = []
                 continue
+            if isinstance(nxt, _Call):
+                self._calls.append(nxt)  # after this batch
+                candidates = []
+                continue
             candidates = [nxt]
         self._deferred = later
         return items, stop
@@ -185,6 +214,9 @@ class GroupCommit:
                 return
             else:
                 got = self._queue.get()
+                if isinstance(got, _Call):
+                    got.run()
+                    continue
                 if got is _STOP:
                     stopping = True
                     # Finish whatever was queued before the stop.
@@ -193,7 +225,9 @@ class GroupCommit:
                             more = self._queue.get_nowait()
                         except queue.Empty:
                             break
-                        if more is not _STOP:
+                        if isinstance(more, _Call):
+                            more.run()
+                        elif more is not _STOP:
                             self._deferred.append(more)
                     continue
                 first = got
@@ -205,6 +239,9 @@ class GroupCommit:
             self._commit(items)
             self._last_size = len(items)
             self._last_seconds = time.perf_counter() - began
+            calls, self._calls = self._calls, []
+            for call in calls:
+                call.run()
 
     def _commit(self, items: list[_Item]) -> None:
         try:

@@ -18,8 +18,9 @@ import logging
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from eventstore import JournalLike
 from projections.ledger import Ledger
@@ -55,8 +56,19 @@ DEFER_PAUSE = 1.0
 
 log = logging.getLogger("gpu_credits.service")
 
+T = TypeVar("T")
+
+
+class Busy:
+    """`read_at_once` could not answer without waiting."""
+
+
+BUSY = Busy()
+STALE = Busy()
+
 READ_FRESHNESS = 0.05
 """Seconds a read may answer without looking for other writers' events (see reading())."""
+
 
 
 class LedgerService:
@@ -80,6 +92,8 @@ class LedgerService:
         self._load_lock = threading.Lock()
         self.ready = threading.Event()
         self.stopping = False
+        self._refreshing: Future[None] | None = None
+        self._refresh_lock = threading.Lock()
         self.writer = GroupCommit(self._run_batch, self.reset, max_batch=max_batch)
 
     # -- life cycle -----------------------------------------------------------------------
@@ -165,12 +179,63 @@ class LedgerService:
         answer from memory under load. Every decision batch catches up first, whatever
         its age, so decisions never work from a stale view."""
         session = self.session
+        now = _time.monotonic()
+        if now - self._caught_up_at > READ_FRESHNESS:
+            # The head is asked without the lock, so reads answering at once from the
+            # event loop (read_at_once) do not find it taken for a round trip.
+            if self.journal.head() != session.projector.position:
+                with session.lock:
+                    session.catch_up()
+            self._caught_up_at = now
         with session.lock:
-            now = _time.monotonic()
-            if now - self._caught_up_at > READ_FRESHNESS:
-                session.catch_up()
-                self._caught_up_at = now
             yield session.ledger
+
+    def read_at_once(self, read: Callable[[LedgerSession, Ledger], T],
+                     asked_at: float | None = None) -> T | Busy:
+        """`read(session, ledger)` right now, on the calling thread, when that costs no
+        wait; else `STALE` (await `refreshed()`, then try again) or `BUSY` (call
+        `reading()` from a worker thread instead). `asked_at`: when the read came in
+        (`time.monotonic()`; default now), what its freshness is counted from.
+
+        For the event loop's own thread: it must never block on the database or on a
+        batch being committed. So this answers only when the projection is usable, was
+        caught up within `READ_FRESHNESS` (the freshness `reading()` promises), and its
+        lock is free (no batch between its decisions and its commit). Under load
+        almost every read answers here, without a hop to a worker thread."""
+        scheduler = self._scheduler
+        if scheduler is None or self._stale or not self.ready.is_set():
+            return BUSY
+        asked = _time.monotonic() if asked_at is None else asked_at
+        if asked - self._caught_up_at > READ_FRESHNESS:
+            return STALE
+        session = session_of(scheduler)
+        if not session.lock.acquire(blocking=False):
+            return BUSY
+        try:
+            return read(session, session.ledger)
+        finally:
+            session.lock.release()
+
+    def refreshed(self) -> Future[None]:
+        """Look for other writers' events now, on the writer's thread between two
+        batches (so no read waits on the projection's lock for a round trip); done once
+        the projection holds them. Reads that ask while a look is under way share it."""
+        with self._refresh_lock:
+            pending = self._refreshing
+            if pending is None or pending.done():
+                pending = self._refreshing = self.writer.call(self._refresh)
+            return pending
+
+    def _refresh(self) -> None:
+        scheduler = self._scheduler
+        now = _time.monotonic()
+        if scheduler is None or self._stale or now - self._caught_up_at <= READ_FRESHNESS:
+            return  # a batch (or another look) has just looked
+        session = session_of(scheduler)
+        if self.journal.head() != session.projector.position:
+            with session.lock:
+                session.catch_up()
+        self._caught_up_at = now
 
     def head(self) -> int:
         """The projection's journal position."""
@@ -210,7 +275,8 @@ class LedgerService:
             locks: set[str] = set()
             for command in commands:
                 locks.update(command.locks(session.ledger))
-            with self.batching.batch(sorted(locks)):
+            keys = [c.key for c in commands if c.key is not None]
+            with self.batching.batch(sorted(locks), keys):
                 # Under the keys: nothing of theirs can be missed now. (Asking the head
                 # first spares the read when nobody else wrote, the usual case.)
                 if self.journal.head() != session.projector.position:

@@ -7,12 +7,17 @@ Every read needs a token of any role when tokens are configured.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import itertools
 import threading
-from typing import Annotated, Any
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from eventstore import Anchor, JournalLike, RecordedEvent
 from projections import importing, queries
@@ -21,10 +26,11 @@ from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
+from projections.session import LedgerSession
 from projections.timefmt import parse_micros
 from tools import render
 from tools.service.auth import READ, needs
-from tools.service.ledger import LedgerService
+from tools.service.ledger import STALE, Busy, LedgerService
 from tools.service.models import (
     BalanceAnswer,
     Head,
@@ -38,6 +44,8 @@ from tools.service.models import (
 )
 from tools.service.problems import PROBLEM_JSON, ServiceProblem
 from tools.service.times import parse_event_time
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(needs(READ))])
 
@@ -99,34 +107,64 @@ def _figures(account: str, figures: queries.Figures, at: int, position: int) -> 
 
 @router.get("/accounts", response_model=list[BalanceAnswer], responses=_ERRORS,
             summary="Every account's balance")
-def accounts(request: Request) -> Any:
+async def accounts(request: Request) -> Any:
     """Every account with its figures at the journal's latest event time."""
     service = _service(request)
-    with service.reading() as ledger:
+
+    def read(_: LedgerSession, ledger: Ledger) -> list[dict[str, Any]]:
         at, position = _latest(ledger), service.head()
         return [_figures(name, figures, at, position)
                 for name, figures in queries.account_figures(ledger, at)]
 
+    return await _from_projection(service, read)
+
 
 @router.get("/accounts/{account}/balance", response_model=BalanceAnswer, responses=_ERRORS,
             summary="An account's balance")
-def balance(account: str, request: Request, at: TimeParam = None,
-            as_known_at: KnownParam = None) -> Any:
+async def balance(account: str, request: Request, at: TimeParam = None,
+                  as_known_at: KnownParam = None) -> Any:
     """The same object as `gpu-credits balance ACCOUNT --json`: at event time `at`, as
     the journal stood at position `as_known_at`."""
     service = _service(request)
     when = _time("at", at)
     if as_known_at is not None:
-        position = _known(service.journal, service.journal.head(), as_known_at)
-        return queries.balance(service.journal, account, at=when,
-                               as_known_at=position).as_dict()
-    session = service.session
-    with service.reading() as ledger:
+        return await run_in_threadpool(_balance_as_known, service, account, when, as_known_at)
+
+    def read(session: LedgerSession, ledger: Ledger) -> dict[str, Any]:
         if account not in ledger.accounts:
             raise queries.unknown_account(account, ledger)
         moment = _latest(ledger) if when is None else when
         state = session.account_at(account, moment)
         return _figures(account, queries.Figures.of(state, moment), moment, service.head())
+
+    return await _from_projection(service, read)
+
+
+def _balance_as_known(service: LedgerService, account: str, when: int | None,
+                      as_known_at: str) -> dict[str, Any]:
+    position = _known(service.journal, service.journal.head(), as_known_at)
+    return queries.balance(service.journal, account, at=when, as_known_at=position).as_dict()
+
+
+async def _from_projection(service: LedgerService,
+                           read: Callable[[LedgerSession, Ledger], T]) -> T:
+    """`read` on the live projection: on the event loop when that costs no wait (the
+    usual case under load), else on a worker thread, which may wait for the batch in
+    commit or look for other writers' events first."""
+    asked_at = time.monotonic()
+    answer = service.read_at_once(read, asked_at)
+    if answer is STALE:
+        with contextlib.suppress(Exception):  # else the worker thread's read says why
+            await asyncio.wrap_future(service.refreshed())
+        answer = service.read_at_once(read, asked_at)
+    if not isinstance(answer, Busy):
+        return answer
+
+    def waiting() -> T:
+        with service.reading():
+            return read(service.session, service.session.ledger)
+
+    return await run_in_threadpool(waiting)
 
 
 class _KnownJournal:

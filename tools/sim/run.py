@@ -19,7 +19,7 @@ from typing import Any
 from eventstore import JournalLike, MemoryJournal
 from projections.replay import fold_canonical, verify
 from tools.sim.actors import Director, Rates
-from tools.sim.checks import audit, full_check
+from tools.sim.checks import audit, full_check, journal_as_learned
 from tools.sim.world import Op, World
 
 SMALL = 300
@@ -65,9 +65,15 @@ def new_world(journal: JournalLike | None = None, skews: dict[str, int] | None =
 
 
 def perform(world: World, ops: Iterable[Op], *, check_every: int,
-            observe: Callable[[Op], None] | None = None) -> tuple[int, Failure | None]:
-    """Perform ops in order with every check; (ops performed, the first failure)."""
+            observe: Callable[[Op], None] | None = None,
+            product_verify: bool = True) -> tuple[int, Failure | None]:
+    """Perform ops in order with every check; (ops performed, the first failure).
+
+    After the last op: the whole-journal checks (unless the last op was just checked),
+    the whole hash chain and, with `product_verify`, `projections.replay.verify`.
+    """
     done: list[Op] = []
+    checked = 0  # ops performed when the whole journal was last checked
     for op in ops:
         done.append(op)
         try:
@@ -78,16 +84,22 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
                 observe(op)
             if not problems and len(done) % check_every == 0:
                 problems = full_check(world)
+                checked = len(done)
         except Exception as exc:  # the code under test crashed outside a call: a finding
             problems = [f"the ledger raised {type(exc).__name__}: {exc}"]
         if problems:
             return len(done), Failure(len(done), problems, done, last_events(world))
     try:
-        problems = full_check(world)
-        report = verify(world.journal)  # the product's own verdict, invariants included
-        if not report.ok:
-            problems.append(f"verify failed at position {report.first_bad_position}: "
-                            f"{report.problem}")
+        problems = full_check(world) if checked != len(done) or not done else []
+        bad = world.journal.verify()  # the whole chain, not only what came since a check
+        if bad is not None:
+            problems.append(f"the journal's hash chain is broken at position {bad}")
+        problems += journal_as_learned(world)
+        if product_verify:
+            report = verify(world.journal)  # the product's own verdict, invariants included
+            if not report.ok:
+                problems.append(f"verify failed at position {report.first_bad_position}: "
+                                f"{report.problem}")
     except Exception as exc:  # as above
         problems = [f"the ledger raised {type(exc).__name__}: {exc}"]
     if problems:
@@ -135,9 +147,13 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
         # One process has one clock: no skew. Several have their own, skewed.
         world = new_world(None, {} if one_process else director.skews,
                           one_process=one_process)
+        # `verify` replays the journal in arrival order, re-projecting every late event:
+        # a few times the cost of the whole-journal checks, which already cover its chain,
+        # its fresh fold and its invariants. It judges the last world of a run.
         performed, failure = perform(world, _epoch_ops(director, length),
                                      check_every=check_every,
-                                     observe=_observer(director, world, faults))
+                                     observe=_observer(director, world, faults),
+                                     product_verify=done + length >= steps)
         if failure is not None:
             failure.step += done
             for op in failure.ops:
@@ -147,7 +163,7 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
         done += performed
         events += world.journal.head()
     seconds, cpu = _time.perf_counter() - began, _time.process_time() - cpu
-    digest = fold_canonical(world.journal).digest()
+    digest = world.digest if failure is None else fold_canonical(world.journal).digest()
     return RunResult(seed, done, seconds, failure, faults, events, digest, cpu)
 
 

@@ -1,0 +1,83 @@
+"""Reads answered on the event loop from the live projection: never an uncommitted
+decision, and what other writers committed before the read once the freshness window
+has passed."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from eventstore import Journal, NewEvent
+from projections.ledger import Ledger
+from projections.session import LedgerSession
+from tools.service import commands, create_app
+from tools.service import ledger as service_ledger
+from tools.service.ledger import BUSY, LedgerService
+
+
+def _balance(_: LedgerSession, ledger: Ledger) -> int:
+    return ledger.accounts["a"].book.active_total
+
+
+@dataclass(frozen=True)
+class GrantsThenWaits:
+    """A grant decided in a batch that then waits, and fails if told to."""
+
+    key: str | None
+    applied: threading.Event
+    go: threading.Event
+    fail: bool
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return ["a"]
+
+    def run(self, service: LedgerService) -> Any:
+        commands.Grant(self.key, "a", 50, None, None, None, None, 10).run(service)
+        self.applied.set()
+        self.go.wait()
+        if self.fail:
+            raise RuntimeError("the batch fails after its decision was applied")
+        return None
+
+
+def test_a_read_never_sees_a_decision_before_its_commit(tmp_path: Path) -> None:
+    service = LedgerService(f"sqlite:///{tmp_path / 'r.db'}", clock=lambda: 10)
+    service.start()
+    try:
+        service.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+        assert service.read_at_once(_balance) == 100
+        applied, go = threading.Event(), threading.Event()
+        pending = service.writer.submit(GrantsThenWaits("g1", applied, go, fail=True))
+        applied.wait()
+        # The projection holds the uncommitted grant: a read at once must not answer.
+        assert service.read_at_once(_balance) is BUSY
+        go.set()
+        with pytest.raises(RuntimeError):
+            pending.result()
+        with service.reading() as ledger:
+            assert ledger.accounts["a"].book.active_total == 100
+        assert service.journal.get("g1") is None
+    finally:
+        service.stop()
+        service.close()
+
+
+def test_a_read_sees_what_another_writer_committed_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    # Every read is past the freshness window: each one looks at the journal first.
+    monkeypatch.setattr(service_ledger, "READ_FRESHNESS", 0.0)
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts/a/grants", json={"amount": 10, "time": 1}
+                           ).status_code == 201
+        assert client.get("/v1/accounts/a/balance").json()["balance"] == 10
+        with Journal(url) as other:
+            other.append([NewEvent("elsewhere", "a", "grant", 2,
+                                   {"account": "a", "amount": 5})])
+        assert client.get("/v1/accounts/a/balance").json()["balance"] == 15
+        assert [a["balance"] for a in client.get("/v1/accounts").json()] == [15]
