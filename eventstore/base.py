@@ -49,7 +49,7 @@ class JournalBase:
         """What `_rows` selects, as `LeanRow`s; a backend that can fetch fewer columns
         overrides this."""
         for row in self._rows(q, None):
-            yield (row[0], row[1], row[4], row[5], row[7])
+            yield (row[0], row[1], row[4], row[5], row[7], row[2])
 
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and
@@ -106,8 +106,8 @@ class JournalBase:
         batch_size: int = 5000,
     ) -> Iterator[LeanRow]:
         """What `read` gives, as (position, id, type, event time, payload as stored JSON
-        text): what a fold needs and nothing else, for a replay to decode as it likes.
-        The text is the journal's own, not yet checked against the chain."""
+        text, stream): what a fold needs and nothing else, for a replay to decode as it
+        likes. The text is the journal's own, not yet checked against the chain."""
         q = ReadQuery.make(
             self.head(),
             after_position=after_position,

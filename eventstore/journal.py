@@ -53,7 +53,8 @@ _CHUNK = 900
 _EVENT_COLUMNS = tuple(events.c[name] for name in COLUMNS)
 _TIME = COLUMNS.index("event_time")
 _LEAN_COLUMNS = tuple(
-    events.c[name] for name in ("position", "event_id", "type", "event_time", "payload")
+    events.c[name]
+    for name in ("position", "event_id", "type", "event_time", "payload", "stream")
 )
 _LEAN_TIME = 3
 _SNAPSHOT_COLUMNS = (
@@ -338,7 +339,7 @@ class Journal(JournalBase):
         return self._select(q, tx, _EVENT_COLUMNS, _TIME)
 
     def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
-        # Five columns instead of nine: a replay reads a third less from the database.
+        # Six columns of nine: the hash, the version and recorded_at stay in the database.
         return self._select(q, None, _LEAN_COLUMNS, _LEAN_TIME)
 
     def _select(

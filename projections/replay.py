@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from eventstore import JournalLike
+from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
@@ -77,20 +77,25 @@ class Lean(NamedTuple):
     type: str
     time: int
     payload: Any
+    stream: str
 
 
 _lean = tuple.__new__
 
 
-def lean_rows(journal: JournalLike, **query: Any) -> Iterator[tuple[int, str, str, int, Any]]:
-    """`journal.read(**query)` as (position, id, type, time, payload) tuples, the payload
+LeanRow = tuple[int, str, str, int, Any, str]
+
+
+def lean_rows(journal: JournalLike, **query: Any) -> Iterator[LeanRow]:
+    """`journal.read(**query)` as (position, id, type, time, payload, stream), the payload
     as stored text where the journal gives it (`read_lean`): what a fold needs, read
     and decoded at the least cost. A journal view without `read_lean` is read whole."""
     read_lean = getattr(journal, "read_lean", None)
     if read_lean is not None:
-        rows: Iterator[tuple[int, str, str, int, Any]] = read_lean(**query)
+        rows: Iterator[LeanRow] = read_lean(**query)
         return rows
-    return ((r.position, r.id, r.type, r.time, r.payload) for r in journal.read(**query))
+    return ((r.position, r.id, r.type, r.time, r.payload, r.stream)
+            for r in journal.read(**query))
 
 
 def lean_records(journal: JournalLike, **query: Any) -> Iterator[Lean]:
@@ -215,9 +220,10 @@ def ledger_at(journal: JournalLike, *, to_position: int | None = None,
         return fold_canonical(journal, to_position=head, to_time=to_time)
     apply = ledger.apply_recorded
     with paused_gc():
-        for row in lean_rows(journal, after_position=info.position, to_position=head,
-                             from_time=info.event_time, to_time=to_time, order="canonical"):
-            apply(*row)
+        for position, event_id, kind, time, payload, _ in lean_rows(
+                journal, after_position=info.position, to_position=head,
+                from_time=info.event_time, to_time=to_time, order="canonical"):
+            apply(position, event_id, kind, time, payload)
     return ledger
 
 
@@ -243,9 +249,9 @@ def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,
     ledger = Ledger(excluded=excluded)
     apply = ledger.apply_recorded
     with paused_gc():
-        for row in lean_rows(journal, to_position=to_position, to_time=to_time,
-                             order="canonical"):
-            apply(*row)
+        for position, event_id, kind, time, payload, _ in lean_rows(
+                journal, to_position=to_position, to_time=to_time, order="canonical"):
+            apply(position, event_id, kind, time, payload)
     return ledger
 
 
