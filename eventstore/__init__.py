@@ -20,14 +20,26 @@ from .hashing import GENESIS_HASH, canonical_json
 from .interface import JournalLike, Transaction
 from .journal import Journal, upgrade
 from .memory import MemoryJournal
-from .records import Anchor, ChainReport, NewEvent, RecordedEvent, SnapshotInfo
+from .records import (
+    ERASED_KEY,
+    PRIVATE_KEY,
+    Anchor,
+    ChainReport,
+    Erasure,
+    NewEvent,
+    RecordedEvent,
+    SnapshotInfo,
+)
 
 __all__ = [
+    "ERASED_KEY",
     "GENESIS_HASH",
+    "PRIVATE_KEY",
     "Anchor",
     "ChainBroken",
     "ChainReport",
     "ConnectionProblem",
+    "Erasure",
     "IdempotencyConflict",
     "Journal",
     "JournalError",

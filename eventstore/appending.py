@@ -8,13 +8,14 @@ storage differs between backends; what an append means is decided here.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import IdempotencyConflict, VersionConflict
-from .hashing import canonical_json, load_json, record_hash_text
-from .records import NewEvent, RecordedEvent, StoredRow
+from .hashing import canonical_json, load_json, record_hash_text, seal
+from .records import ERASED_KEY, PRIVATE_KEY, NewEvent, RecordedEvent, StoredRow
 
 # Every integer the journal stores must fit a signed 64-bit column (BIGINT).
 INT64_MIN = -(2**63)
@@ -32,6 +33,7 @@ class Candidate:
 
     event: NewEvent
     payload_text: str
+    private_text: str | None = None  # canonical JSON of the private part, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +55,24 @@ class Row:
 
     event: RecordedEvent
     payload_text: str
+    private: tuple[str, str] | None = None  # (salt, canonical private part), if any
 
     def stored(self) -> StoredRow:
         """The record as storage holds it: the payload as its canonical text."""
         e = self.event
         return (e.position, e.id, e.stream, e.version, e.type, e.time, e.recorded_at,
                 self.payload_text, e.hash)
+
+    def stored_private(self) -> PrivateRow | None:
+        """The private part as storage holds it, beside the record: (position, salt, text)."""
+        if self.private is None:
+            return None
+        return (self.event.position, self.private[0], self.private[1])
+
+
+PrivateRow = tuple[int, str, str]
+"""A private part as storage holds it: its record's position, the salt (hex) and the
+part's canonical JSON."""
 
 
 def require_int(name: str, value: object) -> int:
@@ -155,6 +169,30 @@ def _require_str_keys(event_id: str, obj: object) -> None:
             stack.extend(item)
 
 
+def private_text(event_id: str, payload: Mapping[str, object],
+                 private: object) -> str | None:
+    """The canonical JSON of an event's private part; None when it has none (None or {}).
+
+    Its fields must not also be payload fields, and the payload must not carry
+    `PRIVATE_KEY` itself: the journal writes the seal there.
+    """
+    if PRIVATE_KEY in payload:
+        raise ValueError(f"event {event_id!r}: payload key {PRIVATE_KEY!r} is the journal's "
+                         "own (the seal of a private part); pass private fields as `private`")
+    if private is None:
+        return None
+    if not isinstance(private, Mapping):
+        raise ValueError(f"event {event_id!r}: private part must be a JSON object (a mapping), "
+                         f"got {type(private).__name__}")
+    if not private:
+        return None
+    both = sorted(set(private) & set(payload))
+    if both:
+        raise ValueError(f"event {event_id!r}: field(s) {', '.join(map(repr, both))} are in "
+                         "both the payload and the private part; give each field once")
+    return payload_text(event_id, private)
+
+
 def describe(stream: str, type_: str, time: int, text: str) -> str:
     """One line naming an event's content, for error messages."""
     return f"stream={stream!r} type={type_!r} time={time} payload={text}"
@@ -192,15 +230,18 @@ def plan(events: Sequence[NewEvent]) -> Plan:
         ):
             _explain(i, event)
         text = payload_text(event.id, event.payload)
+        private = (None if event.private is None and PRIVATE_KEY not in text
+                   else private_text(event.id, event.payload, event.private))
         first = seen.get(event.id)
         if first is None:
             seen[event.id] = len(candidates)
             slots.append(len(candidates))
-            candidates.append(Candidate(event, text))
+            candidates.append(Candidate(event, text, private))
             continue
         other = candidates[first]
         first_e = other.event
-        if not same_content(other.event, other.payload_text, event, text):
+        if not (same_content(other.event, other.payload_text, event, text)
+                and other.private_text == private):
             raise IdempotencyConflict(
                 f"event id {event.id!r} appears twice in one batch with different content: "
                 f"{describe(first_e.stream, first_e.type, first_e.time, other.payload_text)} "
@@ -224,8 +265,37 @@ def same_content(a: NewEvent | RecordedEvent, a_text: str, b: NewEvent, b_text: 
     return a.stream == b.stream and a.type == b.type and a.time == b.time and a_text == b_text
 
 
-def check_existing(batch: Plan, existing: Mapping[str, RecordedEvent]) -> list[Candidate]:
-    """Return the candidates not yet recorded; raise if a recorded id has other content."""
+def recorded_as(old: RecordedEvent, held: str | None, c: Candidate) -> bool:
+    """Whether candidate `c` is the event recorded as `old`, whose private part is `held`
+    (its canonical text; None when it has none or it was erased).
+
+    A record without a seal compares with the candidate's payload and private part
+    together (a record written before its fields were kept apart). A sealed record
+    compares its payload without the seal, then its private part, unless that was
+    erased: what is gone cannot be compared, and the id names that event forever.
+    """
+    if not (old.stream == c.event.stream and old.type == c.event.type
+            and old.time == c.event.time):
+        return False
+    payload = old.payload
+    if PRIVATE_KEY not in payload:
+        if c.private_text is None:
+            return canonical_json(payload) == c.payload_text
+        merged = {**load_json(c.payload_text), **load_json(c.private_text)}
+        return canonical_json(payload) == canonical_json(merged)
+    public = {k: v for k, v in payload.items() if k != PRIVATE_KEY}
+    if canonical_json(public) != c.payload_text:
+        return False
+    return held is None or held == c.private_text
+
+
+def check_existing(batch: Plan, existing: Mapping[str, RecordedEvent],
+                   held: Mapping[str, str] | None = None) -> list[Candidate]:
+    """Return the candidates not yet recorded; raise if a recorded id has other content.
+
+    `held`: the private parts still stored of the existing records that have one, by id
+    (canonical text); a sealed record missing from it had its part erased.
+    """
     fresh: list[Candidate] = []
     for c in batch.candidates:
         old = existing.get(c.event.id)
@@ -233,7 +303,10 @@ def check_existing(batch: Plan, existing: Mapping[str, RecordedEvent]) -> list[C
             fresh.append(c)
             continue
         old_text = canonical_json(old.payload)
-        if not same_content(old, old_text, c.event, c.payload_text):
+        if not recorded_as(old, (held or {}).get(old.id), c):
+            public = {k: v for k, v in old.payload.items() if k != PRIVATE_KEY}
+            if PRIVATE_KEY in old.payload and canonical_json(public) == c.payload_text:
+                old_text += " (the same payload, but another private part)"
             raise IdempotencyConflict(
                 f"event id {c.event.id!r} is already recorded at position {old.position} with "
                 f"{describe(old.stream, old.type, old.time, old_text)}; this append has "
@@ -293,9 +366,17 @@ def build(
         position += 1
         version = current.get(e.stream, 0) + 1
         current[e.stream] = version
-        payload = load_json(c.payload_text)
+        text = c.payload_text
+        private: tuple[str, str] | None = None
+        if c.private_text is not None:
+            # A fresh random salt per record: the seal of a guessable part (a user name)
+            # cannot be confirmed by hashing guesses once salt and part are erased.
+            salt = secrets.token_hex(16)
+            private = (salt, c.private_text)
+            text = canonical_json({**load_json(text), PRIVATE_KEY: seal(salt, c.private_text)})
+        payload = load_json(text)
         digest = record_hash_text(
-            prev, position, e.id, e.stream, version, e.type, e.time, recorded_at, c.payload_text
+            prev, position, e.id, e.stream, version, e.type, e.time, recorded_at, text
         )
         rows.append(
             Row(
@@ -310,7 +391,8 @@ def build(
                     payload=payload,
                     hash=digest,
                 ),
-                c.payload_text,
+                text,
+                private,
             )
         )
         prev = digest
@@ -324,6 +406,17 @@ def results(
     by_id: dict[str, RecordedEvent] = dict(existing)
     by_id.update((r.event.id, r.event) for r in rows)
     return [by_id[batch.candidates[slot].event.id] for slot in batch.slots]
+
+
+def erasure_record(record: NewEvent, erased: Sequence[str]) -> NewEvent:
+    """`record` with the ids of the events it erases under `ERASED_KEY` in its payload."""
+    if not isinstance(record, NewEvent):
+        raise ValueError(f"the erasure record must be a NewEvent, got {type(record).__name__}")
+    if ERASED_KEY in record.payload:
+        raise ValueError(f"event {record.id!r}: payload key {ERASED_KEY!r} is the journal's "
+                         "own (the ids an erasure erased)")
+    return NewEvent(record.id, record.stream, record.type, record.time,
+                    {**record.payload, ERASED_KEY: list(erased)}, record.private)
 
 
 def payload_is_canonical(text: str) -> bool:

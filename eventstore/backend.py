@@ -104,9 +104,19 @@ class Backend:
         """The recorded rows among these ids (columns in `COLUMNS` order)."""
         raise NotImplementedError
 
-    def write(self, conn: Connection, rows: Sequence[StoredRow]) -> None:
-        """Insert the rows in one bulk call and move the head to the last of them."""
+    def write(self, conn: Connection, rows: Sequence[StoredRow],
+              private: Sequence[tuple[int, str, str]] = ()) -> None:
+        """Insert the rows in one bulk call and move the head to the last of them; store
+        the private parts (position, salt, text) of those that have one."""
         raise NotImplementedError
+
+    def before_erase(self, conn: Connection) -> None:
+        """Inside the erasing transaction, before private parts are deleted."""
+
+    def after_erase(self, engine: Engine) -> tuple[str, ...]:
+        """After an erasure committed: make the deleted parts unreadable in the database's
+        files where the database allows; notes on what it could not do."""
+        return ()
 
     @contextmanager
     def direct(self, conn: Connection) -> Iterator[None]:

@@ -8,15 +8,25 @@ definition, so the backends cannot drift apart in what "verified" means.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from . import appending
 from .errors import ChainBroken
-from .hashing import GENESIS_HASH, chained, load_json
+from .hashing import GENESIS_HASH, chained, load_json, seal
 from .interface import Order
 from .reading import ReadQuery
-from .records import Anchor, ChainReport, LeanRow, RecordedEvent, StoredRow
+from .records import (
+    ERASED_KEY,
+    PRIVATE_KEY,
+    Anchor,
+    ChainReport,
+    Erasure,
+    LeanRow,
+    NewEvent,
+    RecordedEvent,
+    StoredRow,
+)
 
 _new_record = tuple.__new__
 _VERIFY_BATCH = 5000
@@ -54,6 +64,20 @@ class JournalBase:
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and
         the last stored record's (position, stored hash); (0, genesis) when empty."""
+        raise NotImplementedError
+
+    def _private_rows(self, after_position: int, to_position: int | None,
+                      batch_size: int) -> Iterator[tuple[int, str, str, str]]:
+        """The stored private parts in position order: (position, event id, salt, text)."""
+        raise NotImplementedError
+
+    def _private_of(self, ids: Sequence[str]) -> list[tuple[StoredRow, str, str]]:
+        """The held private parts of these event ids: (the record's row, salt, text)."""
+        raise NotImplementedError
+
+    def _erase_private(self, ids: Sequence[str], record: NewEvent) -> Erasure:
+        """In one transaction: append `record` naming the ids whose parts are held, and
+        delete those parts; nothing when none is held."""
         raise NotImplementedError
 
     # -- reading ---------------------------------------------------------------
@@ -150,6 +174,49 @@ class JournalBase:
         )
         return map(to_event, chained(self._rows(q, None), start.hash, start.position))
 
+    # -- private parts ---------------------------------------------------------
+
+    def private(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The private parts still held of these event ids, by id (erased ones are absent).
+
+        Each part is checked against the seal its record carries: a part that does not
+        match (altered beside the chain) raises ChainBroken at the record's position, so
+        nothing altered is ever shown.
+        """
+        wanted = sorted({i for i in ids if isinstance(i, str) and appending.NUL not in i})
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), _PRIVATE_BATCH):
+            for row, salt, text in self._private_of(wanted[start:start + _PRIVATE_BATCH]):
+                _check_seal(row[0], load_json(row[7]), salt, text)
+                found[row[1]] = load_json(text)
+        return found
+
+    def private_parts(self, *, after_position: int = 0, to_position: int | None = None,
+                      batch_size: int = 5000) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """Every private part still held, in position order: (position, event id, fields).
+
+        For finding what to erase; not checked against the seals (`private` and
+        `verify_chain` do that).
+        """
+        for position, event_id, _salt, text in self._private_rows(
+                after_position, to_position, batch_size):
+            yield position, event_id, load_json(text)
+
+    def erase(self, ids: Iterable[str], record: NewEvent) -> Erasure:
+        """Erase the private parts of these events, recording the erasure as an event.
+
+        In one transaction: `record` is appended with the ids whose parts were still held
+        under `ERASED_KEY` in its payload, and those parts (fields and salt) are deleted.
+        The records themselves, their seals and every hash stay: the chain still verifies,
+        and `verify_chain` accepts a missing part only when an erasure record names it.
+        Ids without a held part (unknown, without one, already erased) are skipped; when
+        none is left, nothing is appended (`Erasure(None, ())`): erasing twice is a no-op.
+        """
+        if isinstance(ids, str):
+            raise ValueError("erase takes an iterable of event ids, not a single str")
+        wanted = sorted({appending.require_text("event id", i) for i in ids})
+        return self._erase_private(wanted, record)
+
     def head_anchor(self) -> Anchor:
         """The last position and its chain hash: an anchor to keep outside the database.
 
@@ -195,11 +262,15 @@ class JournalBase:
         prev, done = GENESIS_HASH, 0
         at_anchor: str | None = GENESIS_HASH if mark is not None and mark.position == 0 else None
         rows = chained(self._checked_payloads(self._rows(q, None)), GENESIS_HASH, 0)
+        parts = _PrivateCheck(self._private_rows(0, last, _VERIFY_BATCH))
         try:
             for row in rows:
                 prev, done = row[8], row[0]
                 if mark is not None and done == mark.position:
                     at_anchor = prev
+                if parts.next_position <= done or '"$' in row[7]:
+                    parts.see(row)
+            parts.finish(last, self._erasures_after(last))
         except ChainBroken as exc:
             return ChainReport(False, last, exc.position, str(exc))
         if done != last:  # rows vanished while reading: a concurrent rewrite
@@ -236,6 +307,13 @@ class JournalBase:
             )
         return ChainReport(True, last, None, None, Anchor(last, prev))
 
+    def _erasures_after(self, position: int) -> Iterator[list[str]]:
+        """The ids named by erasure records after `position` (appended during a verify)."""
+        for rec in self.read(after_position=position, order="position"):
+            named = rec.payload.get(ERASED_KEY)
+            if isinstance(named, list):
+                yield [i for i in named if isinstance(i, str)]
+
     @staticmethod
     def _checked_payloads(rows: Iterator[StoredRow]) -> Iterator[StoredRow]:
         """Pass rows through, stopping with ChainBroken at a non-canonical payload.
@@ -251,3 +329,83 @@ class JournalBase:
                     "canonical JSON: it was altered outside the journal",
                 )
             yield row
+
+
+_PRIVATE_BATCH = 500
+_NOWHERE = 2**63
+
+
+def _check_seal(position: int, payload: Any, salt: str, text: str) -> None:
+    """ChainBroken unless the private part (salt, text) is the one the record's seal names."""
+    sealed = payload.get(PRIVATE_KEY) if isinstance(payload, dict) else None
+    if sealed is None:
+        raise ChainBroken(
+            position,
+            f"journal record at position {position} has a private part stored beside it but "
+            "no seal in its payload: the private part was added outside the journal",
+        )
+    if seal(salt, text) != sealed:
+        raise ChainBroken(
+            position,
+            f"the private part of the journal record at position {position} does not match "
+            "the seal its record carries: it was altered outside the journal",
+        )
+
+
+class _PrivateCheck:
+    """Walks the stored private parts beside the chain (both in position order): each part
+    must match its record's seal, and a sealed record without its part must be named by an
+    erasure record, else ChainBroken at the first position where that fails."""
+
+    def __init__(self, parts: Iterator[tuple[int, str, str, str]]) -> None:
+        self._parts = parts
+        self._part: tuple[int, str, str, str] | None = None
+        self.next_position = _NOWHERE
+        self._advance()
+        self._missing: list[tuple[int, str]] = []  # (position, id) of sealed, part gone
+        self._erased: set[str] = set()
+
+    def _advance(self) -> None:
+        self._part = next(self._parts, None)
+        self.next_position = self._part[0] if self._part is not None else _NOWHERE
+
+    def see(self, row: StoredRow) -> None:
+        """One record, in position order (called for those with a part or a `"$` key)."""
+        position = row[0]
+        if self.next_position < position:
+            self._orphan(self.next_position)
+        payload = load_json(row[7]) if '"$' in row[7] else {}
+        if self._part is not None and self.next_position == position:
+            _check_seal(position, payload, self._part[2], self._part[3])
+            self._advance()
+        elif PRIVATE_KEY in payload:
+            self._missing.append((position, row[1]))
+        named = payload.get(ERASED_KEY)
+        if isinstance(named, list):
+            self._erased.update(i for i in named if isinstance(i, str))
+
+    def _orphan(self, position: int) -> None:
+        raise ChainBroken(
+            position,
+            f"a private part is stored for position {position}, but no record there carries "
+            "its seal: it was added outside the journal",
+        )
+
+    def finish(self, last: int, later_erasures: Iterator[list[str]]) -> None:
+        """After the last record: no part left over, every missing part erased by a record."""
+        if self.next_position <= last:
+            self._orphan(self.next_position)
+        unaccounted = [m for m in self._missing if m[1] not in self._erased]
+        if not unaccounted:
+            return
+        for named in later_erasures:  # an erasure that ran while this verify read
+            self._erased.update(named)
+        unaccounted = [m for m in unaccounted if m[1] not in self._erased]
+        if unaccounted:
+            position, event_id = unaccounted[0]
+            raise ChainBroken(
+                position,
+                f"the private part of the journal record at position {position} (event "
+                f"{event_id!r}) is gone, and no erasure record names it: it was deleted "
+                "outside the journal",
+            )

@@ -100,6 +100,13 @@ def record_hash_text(
     ).hexdigest()
 
 
+def seal(salt: str, private_text: str) -> str:
+    """The hex SHA-256 committing a record to its private part: over the salt (hex, ASCII)
+    then the private part's canonical JSON (UTF-8). The random salt makes the seal of
+    guessable content (a user name) impossible to confirm once salt and part are erased."""
+    return hashlib.sha256(f"{salt}{private_text}".encode()).hexdigest()
+
+
 def chain_input(prev_hash: str, row: StoredRow) -> bytes:
     """The exact bytes hashed for a stored row: the previous hash (ASCII hex), then the
     record's canonical JSON (UTF-8), its payload spliced in as stored."""

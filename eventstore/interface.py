@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from .records import Anchor, ChainReport, NewEvent, RecordedEvent, SnapshotInfo
+from .records import Anchor, ChainReport, Erasure, NewEvent, RecordedEvent, SnapshotInfo
 
 #: The orders `read` knows: canonical = (event_time, position); position = arrival.
 Order = Literal["canonical", "position"]
@@ -113,6 +113,19 @@ class JournalLike(Protocol):
 
     def head_anchor(self) -> Anchor:
         """The last position and its chain hash; (0, genesis hash) when empty."""
+        ...
+
+    def private(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The private parts still held of these event ids, checked against their seals."""
+        ...
+
+    def private_parts(self, *, after_position: int = 0, to_position: int | None = None,
+                      batch_size: int = 5000) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """Every private part still held, in position order: (position, event id, fields)."""
+        ...
+
+    def erase(self, ids: Iterable[str], record: NewEvent) -> Erasure:
+        """Delete these events' private parts, appending `record` to say so (one transaction)."""
         ...
 
     def verify(self, anchor: Anchor | tuple[int, str] | None = None) -> int | None:

@@ -38,14 +38,16 @@ from .interface import Order
 from .reading import ReadQuery
 from .records import (
     COLUMNS,
+    PRIVATE_KEY,
     Anchor,
+    Erasure,
     LeanRow,
     NewEvent,
     RecordedEvent,
     SnapshotInfo,
     StoredRow,
 )
-from .schema import events, journal_head, snapshots
+from .schema import events, journal_head, private_parts, snapshots
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
 _CHUNK = 900
@@ -314,9 +316,11 @@ class Journal(JournalBase):
         streams = appending.streams_of(batch.candidates, expected)
         probe = self._backend.lock_and_probe(conn, ids, streams)
         existing: dict[str, RecordedEvent] = {}
+        held: dict[str, str] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice
             existing = {r[1]: to_event(r) for r in self._backend.existing(conn, ids)}
-        fresh = appending.check_existing(batch, existing)
+            held = self._held(conn, [r for r in existing.values() if PRIVATE_KEY in r.payload])
+        fresh = appending.check_existing(batch, existing, held)
         if not fresh:
             return appending.results(batch, existing, [])
         appending.check_expected(expected, probe.versions)
@@ -330,8 +334,70 @@ class Journal(JournalBase):
         )
         # One bulk write for the batch: hashes were computed in Python, so there
         # is no per-event round trip.
-        self._backend.write(conn, [r.stored() for r in rows])
+        private = [p for p in (r.stored_private() for r in rows) if p is not None]
+        self._backend.write(conn, [r.stored() for r in rows], private)
         return appending.results(batch, existing, rows)
+
+    def _held(self, conn: Connection, records: Sequence[RecordedEvent]) -> dict[str, str]:
+        """The private parts still stored of these records, by id (canonical text)."""
+        if not records:
+            return {}
+        by_position = {r.position: r.id for r in records}
+        q = select(private_parts.c.position, private_parts.c.data).where(
+            private_parts.c.position.in_(sorted(by_position)))
+        return {by_position[p]: data for p, data in conn.execute(q)}
+
+    # -- private parts -----------------------------------------------------------
+
+    def _private_rows(self, after_position: int, to_position: int | None,
+                      batch_size: int) -> Iterator[tuple[int, str, str, str]]:
+        cursor = after_position
+        while True:
+            q = (select(private_parts.c.position, events.c.event_id, private_parts.c.salt,
+                        private_parts.c.data)
+                 .join(events, events.c.position == private_parts.c.position)
+                 .where(private_parts.c.position > cursor)
+                 .order_by(private_parts.c.position).limit(batch_size))
+            if to_position is not None:
+                q = q.where(private_parts.c.position <= to_position)
+            with self._reading() as conn:
+                batch = [(r[0], r[1], r[2], r[3]) for r in conn.execute(q)]
+            yield from batch
+            if len(batch) < batch_size:
+                return
+            cursor = batch[-1][0]
+
+    def _private_of(self, ids: Sequence[str]) -> list[tuple[StoredRow, str, str]]:
+        q = (select(*_EVENT_COLUMNS, private_parts.c.salt, private_parts.c.data)
+             .join(private_parts, private_parts.c.position == events.c.position)
+             .where(events.c.event_id.in_(list(ids))))
+        with self._reading() as conn:
+            return [(tuple(r[:9]), r[9], r[10]) for r in conn.execute(q)]
+
+    def _erase_private(self, ids: Sequence[str], record: NewEvent) -> Erasure:
+        with self._writing() as conn:
+            found: list[tuple[int, str]] = []
+            for chunk in _chunks(ids, _CHUNK):
+                found.extend((int(r[0]), str(r[1])) for r in conn.execute(
+                    select(private_parts.c.position, events.c.event_id)
+                    .join(events, events.c.position == private_parts.c.position)
+                    .where(events.c.event_id.in_(list(chunk)))))
+            recorded: RecordedEvent | None = None
+            erased: tuple[str, ...] = ()
+            if found:
+                found.sort()
+                erased = tuple(event_id for _, event_id in found)
+                batch = appending.plan([appending.erasure_record(record, erased)])
+                (recorded,) = self._append(conn, batch, None)
+                self._backend.before_erase(conn)
+                positions = [p for p, _ in found]
+                for start in range(0, len(positions), _CHUNK):
+                    conn.execute(delete(private_parts).where(
+                        private_parts.c.position.in_(positions[start:start + _CHUNK])))
+        # Also when nothing was left to erase: a second run finishes what the database
+        # could not do the first time (a busy WAL, a table lock).
+        notes = () if self._current() is not None else self._backend.after_erase(self._engine)
+        return Erasure(recorded, erased, notes)
 
     # -- reading ---------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from .base import JournalBase, to_event
 from .errors import JournalError
 from .hashing import GENESIS_HASH
 from .reading import ReadQuery
-from .records import Anchor, NewEvent, RecordedEvent, SnapshotInfo, StoredRow
+from .records import Anchor, Erasure, NewEvent, RecordedEvent, SnapshotInfo, StoredRow
 
 
 @dataclass(slots=True)
@@ -42,6 +42,7 @@ class MemoryJournal(JournalBase):
         self._lock = threading.RLock()
         self._clock = clock
         self._stored: list[StoredRow] = []  # index = position - 1
+        self._private: dict[int, tuple[str, str]] = {}  # position -> (salt, private text)
         self._by_id: dict[str, int] = {}  # event id -> position
         self._canonical: list[tuple[int, int]] = []  # sorted (event_time, position)
         # The same per stream: a read of one account's events (a retry rebuilding its
@@ -67,7 +68,9 @@ class MemoryJournal(JournalBase):
             existing = {
                 i: to_event(self._stored[self._by_id[i] - 1]) for i in batch.ids if i in self._by_id
             }
-            fresh = appending.check_existing(batch, existing)
+            held = {i: self._private[r.position][1] for i, r in existing.items()
+                    if r.position in self._private}
+            fresh = appending.check_existing(batch, existing, held)
             if not fresh:
                 # A pure repeat changes nothing, so there is no version to conflict with.
                 return appending.results(batch, existing, [])
@@ -83,6 +86,8 @@ class MemoryJournal(JournalBase):
             )
             for r in rows:
                 e = r.event
+                if r.private is not None:
+                    self._private[e.position] = r.private
                 self._stored.append(r.stored())
                 self._by_id[e.id] = e.position
                 bisect.insort(self._canonical, (e.time, e.position))
@@ -123,6 +128,7 @@ class MemoryJournal(JournalBase):
     ) -> None:
         for row in self._stored[length:]:
             del self._by_id[row[1]]
+            self._private.pop(row[0], None)
             i = bisect.bisect_left(self._canonical, (row[5], row[0]))
             del self._canonical[i]
             of_stream = self._stream_canonical[row[2]]
@@ -248,6 +254,40 @@ class MemoryJournal(JournalBase):
             last = Anchor(len(self._stored), self._stored[-1][8]) if self._stored else None
         end = last or Anchor(0, GENESIS_HASH)
         return end, end
+
+    # -- private parts ---------------------------------------------------------
+
+    def _private_rows(self, after_position: int, to_position: int | None,
+                      batch_size: int) -> Iterator[tuple[int, str, str, str]]:
+        with self._lock:
+            found = sorted(
+                (p, self._stored[p - 1][1], salt, text)
+                for p, (salt, text) in self._private.items()
+                if p > after_position and (to_position is None or p <= to_position))
+        yield from found
+
+    def _private_of(self, ids: Sequence[str]) -> list[tuple[StoredRow, str, str]]:
+        with self._lock:
+            out = []
+            for i in ids:
+                p = self._by_id.get(i)
+                if p is not None and p in self._private:
+                    salt, text = self._private[p]
+                    out.append((self._stored[p - 1], salt, text))
+            return out
+
+    def _erase_private(self, ids: Sequence[str], record: NewEvent) -> Erasure:
+        with self._lock:
+            self._check_open()
+            doomed = sorted({self._by_id[i] for i in ids
+                             if i in self._by_id and self._by_id[i] in self._private})
+            if not doomed:
+                return Erasure(None, ())
+            erased = tuple(self._stored[p - 1][1] for p in doomed)
+            (recorded,) = self.append([appending.erasure_record(record, erased)])
+            for p in doomed:
+                del self._private[p]
+            return Erasure(recorded, erased)
 
     # -- snapshots -------------------------------------------------------------
 

@@ -13,16 +13,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+PRIVATE_KEY = "$private"
+"""Payload key of a record that has a private part: the part's salted hash (its seal)."""
+
+ERASED_KEY = "$erased"
+"""Payload key of an erasure record: the ids of the events whose private parts it erased."""
+
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append: its idempotency key, stream, type, event time and JSON payload."""
+    """An event to append: its idempotency key, stream, type, event time and JSON payload.
+
+    `private` (optional): fields kept beside the record instead of in it, so that they can
+    be erased later (`erase`) without breaking the chain. The record's payload carries
+    their salted hash under `PRIVATE_KEY`, and the chain covers that hash; the fields
+    themselves and the salt are stored apart and never hashed into the chain.
+    """
 
     id: str
     stream: str
     type: str
     time: int
     payload: Mapping[str, Any]
+    private: Mapping[str, Any] | None = None
 
 
 class RecordedEvent(NamedTuple):
@@ -123,6 +136,16 @@ class ChainReport:
     first_bad_position: int | None = None
     problem: str | None = None
     head: Anchor | None = None  # the last position and its recomputed hash, when ok
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What `erase` did: the erasure record it appended (None when nothing was left to
+    erase) and the ids of the events whose private parts it removed."""
+
+    record: RecordedEvent | None
+    erased: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # what the database could not do at once (see operations.md)
 
 
 @dataclass(frozen=True, slots=True)

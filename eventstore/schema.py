@@ -78,3 +78,14 @@ snapshots = Table(
     # another snapshot's state.
     sqlite_autoincrement=True,
 )
+
+private_parts = Table(
+    "private_parts",
+    metadata,
+    # The private part of the record at `position` (see records.NewEvent.private): kept
+    # beside the chain, which covers only its seal, so that erasing it (deleting the row)
+    # leaves every hash as it was.
+    Column("position", Int64Key, primary_key=True, autoincrement=False),
+    Column("salt", Text, nullable=False),  # hex; the seal is sha256(salt + data)
+    Column("data", Text, nullable=False),  # canonical JSON of the private fields
+)

@@ -116,10 +116,11 @@ class Corrections(SessionFacade):
 
     def consume(self, account: str, amount: int, *, at: int | None = None,
                 pool: str | None = None, memo: str | None = None,
-                event_id: str | None = None) -> Outcome:
-        """Record a usage report; the outcome's `debt_after` is the debt right after it."""
+                event_id: str | None = None, user: str | None = None) -> Outcome:
+        """Record a usage report; the outcome's `debt_after` is the debt right after it.
+        `user` and `memo` are personal: kept apart so that they can be erased."""
         require_positive_int("amount", amount)
-        event = CreditsConsumed(account, amount, normalise_pool(pool), memo)
+        event = CreditsConsumed(account, amount, normalise_pool(pool), memo, user)
         return self._decide(account, at, lambda _: event, event_id)
 
     def adjust(self, account: str, amount: int, reason: str, *, at: int | None = None,

@@ -11,13 +11,16 @@ the event is built without running `__post_init__` again.
 The fast path only ever *accepts* what `projections.events.from_payload` accepts, and
 gives the same event: anything it does not accept (a null where a default applies, an
 unknown field, a value out of range, text that is not JSON) goes the generic way, which
-gives the same event or raises the same error as always. So a payload that does not
+gives the same event or raises the same error as always. That includes every payload
+with a key of the journal's own (`$private`, the seal of an erasable part; `$erased`):
+the generic way drops or maps them. So a payload that does not
 decode is still an anomaly with the same reason, and the test suite checks the two paths
 against each other on generated payloads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -93,6 +96,7 @@ class _Consume(_Wire):
     amount: _Positive
     pool: _Name | None = None
     memo: _Text | None = None
+    user: _Name | None = None
 
 
 class _Submit(_Wire):
@@ -102,6 +106,7 @@ class _Submit(_Wire):
     priority: _Int
     pool: _Name | None = None
     memo: _Text | None = None
+    user: _Name | None = None
 
 
 class _Start(_Wire):
@@ -152,6 +157,13 @@ def _text(value: str | None) -> str | None:
     return value
 
 
+def _name(value: str | None) -> str | None:
+    # An optional name (a user): printable (msgspec checked the length).
+    if value is not None and not value.isprintable():
+        raise _Refused
+    return value
+
+
 def _pool(value: str | None) -> str:
     if value is None:
         return GENERAL
@@ -166,14 +178,20 @@ _new = object.__new__
 
 
 def _setters(cls: type[Any], *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    # Every field, or an event would be built with a slot left unset: a field added to
+    # the vocabulary must be added here too (and to its wire struct), or nothing imports.
+    fields = [f.name for f in dataclasses.fields(cls)]
+    if sorted(fields) != sorted(names):
+        raise TypeError(f"the fast decoder of {cls.__name__} sets {sorted(names)}, "
+                        f"the event has {sorted(fields)}")
     return tuple(getattr(cls, name).__set__ for name in names)
 
 
 _ACCOUNT = _setters(AccountOpened, "account", "max_running", "share", "half_life",
                     "refill_rate", "refill_cap", "memo")
 _GRANT = _setters(CreditsGranted, "account", "amount", "expiry", "pool", "priority", "memo")
-_CONSUME = _setters(CreditsConsumed, "account", "amount", "pool", "memo")
-_SUBMIT = _setters(JobSubmitted, "account", "job", "cost", "priority", "pool", "memo")
+_CONSUME = _setters(CreditsConsumed, "account", "amount", "pool", "memo", "user")
+_SUBMIT = _setters(JobSubmitted, "account", "job", "cost", "priority", "pool", "memo", "user")
 _JOB = _setters(JobStarted, "job", "memo")
 _COMPLETE = _setters(JobCompleted, "job", "success", "refund_fraction", "memo")
 _CANCEL = _setters(JobCancelled, "job", "memo")
@@ -215,11 +233,12 @@ def _consume(w: _Consume) -> CreditsConsumed:
     if not w.account.isprintable():
         raise _Refused
     e = _new(CreditsConsumed)
-    account, amount, pool, memo = _CONSUME
+    account, amount, pool, memo, user = _CONSUME
     account(e, w.account)
     amount(e, w.amount)
     pool(e, _pool(w.pool))
     memo(e, _text(w.memo))
+    user(e, _name(w.user))
     return e
 
 
@@ -227,13 +246,14 @@ def _submit(w: _Submit) -> JobSubmitted:
     if not w.account.isprintable() or not w.job.isprintable():
         raise _Refused
     e = _new(JobSubmitted)
-    account, job, cost, priority, pool, memo = _SUBMIT
+    account, job, cost, priority, pool, memo, user = _SUBMIT
     account(e, w.account)
     job(e, w.job)
     cost(e, w.cost)
     priority(e, w.priority)
     pool(e, _pool(w.pool))
     memo(e, _text(w.memo))
+    user(e, _name(w.user))
     return e
 
 

@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
+from eventstore.records import ERASED_KEY
+
 # The checks live in one module shared by every entry point; re-exported here because
 # callers have always imported them from the vocabulary.
 from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
-from projections.validation import MAX_TEXT_LENGTH, require_grant_priority
+from projections.validation import MAX_TEXT_LENGTH, require_grant_priority, show
 from projections.validation import optional_text as optional_text
 from projections.validation import require_fraction as require_fraction
 from projections.validation import require_int as require_int
@@ -41,6 +43,11 @@ FAR_TIME = 7258118400
 
 DEFAULT_HALF_LIFE = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
+
+
+def optional_user(value: object) -> str | None:
+    """None, or the name of a person (a user): printable, at most MAX_ID_LENGTH characters."""
+    return None if value is None else require_name("user", value)
 
 
 def normalise_pool(value: object) -> str:
@@ -123,12 +130,14 @@ class CreditsConsumed:
     amount: int
     pool: str = GENERAL
     memo: str | None = None  # free text for people: a PO number, a ticket
+    user: str | None = None  # who used the credits: personal, erasable (`erase --user`)
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
         require_name("account", self.account)
         require_positive_int("amount", self.amount)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
+        optional_user(self.user)
 
     @property
     def stream(self) -> str:
@@ -146,6 +155,7 @@ class JobSubmitted:
     priority: int
     pool: str = GENERAL
     memo: str | None = None  # free text for people: a PO number, a ticket
+    user: str | None = None  # who submitted the job: personal, erasable (`erase --user`)
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -154,6 +164,7 @@ class JobSubmitted:
         require_non_negative_int("cost", self.cost)
         require_int("priority", self.priority)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
+        optional_user(self.user)
 
     @property
     def stream(self) -> str:
@@ -264,6 +275,27 @@ class EventReversed:
         optional_text("memo", self.memo)
 
 
+@dataclass(frozen=True, slots=True)
+class PersonalDataErased:
+    """The personal fields (`user`, `memo`) of the named events were erased: their text is
+    gone, the events and every figure stay. Takes no part in any figure."""
+
+    type: ClassVar[str] = "erase"
+    events: tuple[str, ...]  # ids of the events whose personal fields were erased
+    reason: str | None = None
+    memo: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.events, str) or not isinstance(self.events, list | tuple):
+            raise ValueError(f"events must be a list of event ids, got {show(self.events)}")
+        if not self.events:
+            raise ValueError("events must name at least one erased event")
+        object.__setattr__(self, "events",
+                           tuple(require_name("erased event id", e) for e in self.events))
+        optional_text("reason", self.reason)
+        optional_text("memo", self.memo)
+
+
 DomainEvent: TypeAlias = (
     AccountOpened
     | CreditsGranted
@@ -275,6 +307,7 @@ DomainEvent: TypeAlias = (
     | CreditsAdjusted
     | GrantVoided
     | EventReversed
+    | PersonalDataErased
 )
 
 JOB_EVENTS = (JobStarted, JobCompleted, JobCancelled)
@@ -295,28 +328,60 @@ _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
     ),
     "grant": (CreditsGranted, ("account", "amount"),
               {"expiry": None, "pool": GENERAL, "priority": DEFAULT_GRANT_PRIORITY, **_MEMO}),
-    "consume": (CreditsConsumed, ("account", "amount"), {"pool": GENERAL, **_MEMO}),
-    "submit": (JobSubmitted, ("account", "job", "cost", "priority"), {"pool": GENERAL, **_MEMO}),
+    "consume": (CreditsConsumed, ("account", "amount"),
+                {"pool": GENERAL, **_MEMO, "user": None}),
+    "submit": (JobSubmitted, ("account", "job", "cost", "priority"),
+               {"pool": GENERAL, **_MEMO, "user": None}),
     "start": (JobStarted, ("job",), {**_MEMO}),
     "complete": (JobCompleted, ("job", "success"), {"refund_fraction": 1.0, **_MEMO}),
     "cancel": (JobCancelled, ("job",), {**_MEMO}),
     "adjust": (CreditsAdjusted, ("account", "amount", "reason"), {"pool": GENERAL, **_MEMO}),
     "void": (GrantVoided, ("grant",), {"reason": None, **_MEMO}),
     "reverse": (EventReversed, ("event", "reason"), {**_MEMO}),
+    "erase": (PersonalDataErased, ("events",), {"reason": None, **_MEMO}),
 }
 
 EVENT_TYPES = tuple(_FIELDS)
 
 
+PERSONAL_FIELDS = ("user", "memo")
+"""Fields about people, kept beside the journal's chain so that they can be erased
+(`projections.personal`); no figure depends on them."""
+
+
 def to_payload(event: DomainEvent) -> dict[str, Any]:
-    """The journal payload of `event`: required fields, and optional ones not at default."""
+    """The payload of `event`: required fields, and optional ones not at default.
+
+    Personal fields included: `split_personal` separates them for the journal. An
+    erasure's ids go under the journal's own key (`eventstore.ERASED_KEY`), which is what
+    makes the journal accept the personal parts it names as erased.
+    """
     _cls, required, optional = _FIELDS[event.type]
     payload: dict[str, Any] = {name: getattr(event, name) for name in required}
     for name, default in optional.items():
         value = getattr(event, name)
         if value != default:
             payload[name] = value
+    if event.type == "erase":
+        payload[ERASED_KEY] = list(payload.pop("events"))
     return payload
+
+
+def split_personal(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(the payload without personal fields, the personal fields or None when it has none)."""
+    if "user" not in payload and "memo" not in payload:
+        return dict(payload), None
+    public = {k: v for k, v in payload.items() if k not in PERSONAL_FIELDS}
+    return public, {k: payload[k] for k in PERSONAL_FIELDS if k in payload}
+
+
+def from_journal_keys(event_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored payload without the journal's own keys: the seal of a private part is
+    dropped, an erasure's ids come back as `events`."""
+    out = {k: v for k, v in payload.items() if not k.startswith("$")}
+    if event_type == "erase" and ERASED_KEY in payload:
+        out["events"] = payload[ERASED_KEY]
+    return out
 
 
 def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
@@ -333,6 +398,8 @@ def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
             return fast
         except TypeError:
             pass
+    if any(k.startswith("$") for k in payload):
+        payload = from_journal_keys(event_type, payload)
     missing = [name for name in required if name not in payload]
     if missing:
         raise ValueError(f"{event_type} event is missing {', '.join(missing)}")

@@ -62,9 +62,12 @@ from projections.events import (
     JobCompleted,
     JobStarted,
     JobSubmitted,
+    PersonalDataErased,
     from_payload,
+    split_personal,
     to_payload,
 )
+from projections.personal import ERASURE_STREAM, line_fields, same_event, with_personal
 from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
 
@@ -81,10 +84,11 @@ wall-clock recorded-at time (ISO-8601 UTC). `export --recorded` writes both for 
 records its own. Without them an export of an import of an export is the same file."""
 
 _EVENT_CLASSES = (AccountOpened, CreditsGranted, CreditsConsumed, JobSubmitted, JobStarted,
-                  JobCompleted, JobCancelled, CreditsAdjusted, GrantVoided, EventReversed)
+                  JobCompleted, JobCancelled, CreditsAdjusted, GrantVoided, EventReversed,
+                  PersonalDataErased)
 
-# The corrections' fields come last, so CSV columns of earlier exports keep their place.
-_LATER_FIELDS = ("reason", "grant", "event", "memo")
+# Later fields come last, so CSV columns of earlier exports keep their place.
+_LATER_FIELDS = ("reason", "grant", "event", "memo", "user", "events")
 
 PAYLOAD_FIELDS = tuple(dict.fromkeys(
     ["account", "job"]
@@ -103,7 +107,8 @@ MAX_LINE_LENGTH = 64 * 1024
 
 _INTEGER = re.compile(r"-?[0-9]{1,20}", re.ASCII)
 _DECIMAL = re.compile(r"[0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20}", re.ASCII)
-_TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool", *_LATER_FIELDS})
+_TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool", *_LATER_FIELDS}
+                          - {"events"})
 _PROGRESS_EVERY = 1000
 
 
@@ -130,9 +135,15 @@ class Entry:
 
     @property
     def content(self) -> str:
-        """The event the line describes, canonically: what a line's derived id hashes."""
-        return canonical_json({"type": self.event.type, "time": self.time,
-                               **to_payload(self.event)})
+        """The event the line describes, canonically: what a line's derived id hashes.
+
+        Without its `user`: an id stays in the chain forever, and a hash of a user name is
+        easy to confirm by hashing guesses, which would undo an erasure. (A memo stays in,
+        as it always was, so files imported before keep their ids.)
+        """
+        payload = to_payload(self.event)
+        payload.pop("user", None)
+        return canonical_json({"type": self.event.type, "time": self.time, **payload})
 
 
 @dataclass(slots=True)
@@ -210,6 +221,8 @@ def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:
 def _csv_value(column: str, text: str) -> object:
     if column in _TEXT_COLUMNS:
         return unguard(text)  # export guards text cells against spreadsheet formulas
+    if column == "events":  # a list of ids, as a JSON array
+        return loads_strict(unguard(text))
     if column == "success":
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes"):
@@ -418,6 +431,8 @@ def _job_accounts_in_journal(journal: JournalLike, jobs: set[str]) -> dict[str, 
 
 
 def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
+    if isinstance(event, PersonalDataErased):
+        return ERASURE_STREAM
     account = getattr(event, "account", None)
     if isinstance(account, str):
         return account
@@ -487,7 +502,8 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
         if stream is None:
             stream = _stream(entry.event, job_accounts)
         streams.setdefault(event_id, (entry.event.type, stream))
-        new = NewEvent(event_id, stream, entry.event.type, entry.time, payload)
+        public, personal = split_personal(payload)
+        new = NewEvent(event_id, stream, entry.event.type, entry.time, public, personal)
         plan.events.append(new)
         plan.lines.append(entry.line)
         if entry.id is None:
@@ -560,9 +576,7 @@ def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:
         old = journal.get(event.id)
         if old is None:
             continue
-        same = (old.stream, old.type, old.time, canonical_json(old.payload)) == (
-            event.stream, event.type, event.time, canonical_json(event.payload))
-        if not same:
+        if not same_event(journal, old, event):
             problems.append(Problem(line, f"id {event.id!r} is already recorded at position "
                                           f"{old.position} as another event"))
     return problems
@@ -647,9 +661,13 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     return found
 
 
-def _same(a: NewEvent | RecordedEvent, b: NewEvent) -> bool:
-    return (a.stream, a.type, a.time, canonical_json(a.payload)) == (
-        b.stream, b.type, b.time, canonical_json(b.payload))
+def _same_new(a: NewEvent, b: NewEvent) -> bool:
+    """Whether two events of one file are the same event (fields kept apart included)."""
+    def key(e: NewEvent) -> tuple[Any, ...]:
+        return (e.stream, e.type, e.time, canonical_json(e.payload),
+                None if e.private is None else canonical_json(e.private))
+
+    return key(a) == key(b)
 
 
 class _Appender:
@@ -715,13 +733,13 @@ class _Appender:
         for event, line, is_derived in zip(events, lines, derived, strict=True):
             earlier = first.get(event.id)
             if earlier is not None:
-                if not _same(earlier[0], event):
+                if not _same_new(earlier[0], event):
                     self.problems.append(Problem(line, f"id {event.id!r} is used on line "
                                                        f"{earlier[1]} for another event"))
                     continue
             else:
                 old = self.journal.get(event.id)
-                if old is not None and not _same(old, event):
+                if old is not None and not same_event(self.journal, old, event):
                     if old.position > self.start:
                         why = f"is used on line {self.line_of(old.position)} for another event"
                     else:
@@ -803,8 +821,9 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
                 continue
             if stream_name is None:
                 stream_name = _stream(item.event, survey.job_accounts)
-            writer.add(NewEvent(event_id, stream_name, item.event.type, item.time,
-                                to_payload(item.event)), item.line, item.id is None)
+            public, personal = split_personal(to_payload(item.event))
+            writer.add(NewEvent(event_id, stream_name, item.event.type, item.time, public,
+                                personal), item.line, item.id is None)
         writer.flush()
         if appending is not None:
             appending(survey.lines, survey.lines)
@@ -820,9 +839,13 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
 # -- export -------------------------------------------------------------------------------
 
 
-def export_record(rec: RecordedEvent) -> dict[str, Any]:
-    """One recorded event as an import line: type, payload, time (if any) and id."""
-    record: dict[str, Any] = {"type": rec.type, **rec.payload}
+def export_record(rec: RecordedEvent, personal: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """One recorded event as an import line: type, payload, time (if any) and id.
+
+    `personal`: its personal fields still held beside it (`projections.personal`); the
+    journal's own keys (a seal) never appear in a line."""
+    record: dict[str, Any] = {"type": rec.type, **line_fields(rec, personal)}
     if not (rec.type == "account" and rec.time == TIMELINE_START):
         record["time"] = rec.time
     record["id"] = rec.id
@@ -830,9 +853,10 @@ def export_record(rec: RecordedEvent) -> dict[str, Any]:
 
 
 def export_records(journal: JournalLike) -> Iterator[tuple[RecordedEvent, dict[str, Any]]]:
-    """Every recorded event in canonical order, with its import line."""
-    for rec in journal.read(order="canonical"):
-        yield rec, export_record(rec)
+    """Every recorded event in canonical order, with its import line (personal fields
+    included while they are held: an erased one is simply absent)."""
+    for rec, personal in with_personal(journal, journal.read(order="canonical")):
+        yield rec, export_record(rec, personal)
 
 
 def write_jsonl(records: Iterable[tuple[RecordedEvent, dict[str, Any]]], out: TextIO, *,
@@ -854,6 +878,8 @@ def _csv_cell(value: object) -> object:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return canonical_json(list(value))
     # Numbers stay numbers: the writer guards text cells only (a negative amount is no
     # formula).
     return value if isinstance(value, int | float | str) else str(value)

@@ -38,6 +38,7 @@ from projections.events import (
     JobCompleted,
     JobStarted,
     JobSubmitted,
+    PersonalDataErased,
 )
 from projections.outcomes import Outcome
 from projections.policy import Policy
@@ -345,6 +346,11 @@ class Ledger:
                  event: EventReversed) -> Outcome:
         # The reversal itself changes nothing here: whoever folds skips the events it
         # names (see `excluded`), wherever they lie on the timeline.
+        return Outcome(position, event_id, event.type, time, None)
+
+    def _erased(self, position: int, event_id: str, time: int,
+                event: PersonalDataErased) -> Outcome:
+        # Personal fields take no part in any figure: erasing them changes nothing here.
         return Outcome(position, event_id, event.type, time, None)
 
     def _consume(self, position: int, event_id: str, time: int,
@@ -700,6 +706,7 @@ _HANDLERS: dict[type[Any], Any] = {
     CreditsAdjusted: Ledger._adjust,
     GrantVoided: Ledger._void,
     EventReversed: Ledger._reverse,
+    PersonalDataErased: Ledger._erased,
 }
 
 

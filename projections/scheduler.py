@@ -214,13 +214,16 @@ class Scheduler(SessionFacade):
 
     def submit(self, job_id: str, account_id: str, cost: int, priority: int, *,
                at: int | None = None, pool: str | None = None,
-               event_id: str | None = None) -> bool:
-        """Reserve `cost` for a new job; False (still recorded) when the account cannot pay."""
+               event_id: str | None = None, user: str | None = None) -> bool:
+        """Reserve `cost` for a new job; False (still recorded) when the account cannot pay.
+
+        `user`: who submitted it, kept apart from the journal record so it can be erased."""
         require_name("job_id", job_id)
         require_name("account_id", account_id)
         require_non_negative_int("cost", cost)
         require_int("priority", priority)
-        event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool))
+        event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool),
+                             user=user)
         session = self._session
 
         def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:

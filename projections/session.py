@@ -37,9 +37,10 @@ from typing import Any
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
 from eventstore.hashing import GENESIS_HASH
 from projections.anchors import hash_at
-from projections.events import DomainEvent, to_payload
+from projections.events import DomainEvent
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
+from projections.personal import journal_event
 from projections.projector import Projector
 from projections.reversals import reversed_ids
 
@@ -168,7 +169,8 @@ class LedgerSession:
     def event(self, time: int, event: DomainEvent,
               stream: str) -> tuple[NewEvent, DomainEvent]:
         """A new journal event for `event` at `time`, paired with the event itself."""
-        return NewEvent(self.new_id(), stream, event.type, time, to_payload(event)), event
+        # Personal fields (user, memo) go beside the record, so that they can be erased.
+        return journal_event(self.new_id(), stream, time, event), event
 
     def catch_up(self, keep: Container[int] = frozenset()) -> dict[int, Outcome]:
         """Ingest everything recorded since the last look (other writers included); the

@@ -51,11 +51,14 @@ class GPUCreditTracker(SessionFacade):
                        event_id=event_id, reads_state=False)
 
     def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
-                event_id: str | None = None, memo: str | None = None) -> int:
-        """Consume `amount` at `timestamp`; return the account's outstanding debt right after."""
+                event_id: str | None = None, memo: str | None = None,
+                user: str | None = None) -> int:
+        """Consume `amount` at `timestamp`; return the account's outstanding debt right after.
+
+        `user`, `memo`: who used the credits and a note, kept apart so they can be erased."""
         require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
-        event = CreditsConsumed(self.account, amount, normalise_pool(pool), memo)
+        event = CreditsConsumed(self.account, amount, normalise_pool(pool), memo, user)
         session = self._session
         (outcome,) = session.decide(
             [self.account], lambda _: [session.event(timestamp, event, self.account)],

@@ -146,15 +146,20 @@ def consume(
     amount: Annotated[int, typer.Argument(metavar="AMOUNT", help="Credits used (> 0).")],
     pool: PoolOption = None,
     at: AtOption = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", metavar="U", show_default=False,
+        help="Who used the credits (personal: `gpu-credits erase --user U` erases it).")
+    ] = None,
 ) -> None:
     """Record one usage report; print the account's debt right after it."""
     with rec.writer() as writer:
         outcome = writer.consume(account, amount, at=_time_option(at, "--at"), pool=pool,
-                                 memo=rec.memo, event_id=rec.event_id)
+                                 memo=rec.memo, event_id=rec.event_id, user=user)
     debt = outcome.debt_after or 0
+    extra = {"user": user} if user is not None else {}
     rec.say(outcome, f"recorded usage {outcome.event_id}: {amount:,} credits of {account} "
                      f"at {format_time(outcome.time)}; debt after it: {debt:,}",
-            account=account, amount=amount, pool=pool or "general", debt=debt)
+            account=account, amount=amount, pool=pool or "general", debt=debt, **extra)
 
 
 @_recording(context_settings=_NEGATIVE_NUMBERS)

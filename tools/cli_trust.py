@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from eventstore import Anchor, ChainReport, JournalLike
-from projections import anchors, signing
+from projections import anchors, personal, signing
 from tools import render
 from tools.cli import CliError, DbOption, JsonOption, app, open_journal, output_file
 
@@ -101,3 +101,52 @@ def check_anchors(journal: JournalLike,
                   wanted: list[Anchor]) -> list[tuple[Anchor, ChainReport]]:
     """Each anchor with the journal's answer: does it still hold that prefix unchanged."""
     return [(anchor, anchors.check_anchor(journal, anchor)) for anchor in wanted]
+
+
+@app.command()
+def erase(
+    ctx: typer.Context,
+    user: Annotated[str | None, typer.Option(
+        "--user", metavar="U", help="Erase the personal fields of every event naming U.")
+    ] = None,
+    event: Annotated[list[str] | None, typer.Option(
+        "--event", metavar="ID", help="Erase the personal fields of this event (repeatable).")
+    ] = None,
+    reason: Annotated[str | None, typer.Option(
+        "--reason", metavar="TEXT",
+        help="Why (a request number); recorded with the erasure: never the person's name.")
+    ] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """Erase personal data (user, memo) while history stays verifiable.
+
+    The personal fields of the events naming --user U (or of each --event ID) are deleted
+    from the database; the events, every figure, the state digest, the hash chain and
+    every anchor stay as they were, and `verify` still passes. The erasure is recorded as
+    an `erase` event naming the events, never the person. Erasing again, or a user of
+    whom nothing is held, changes nothing (exit 0, with a warning).
+    """
+    if user is None and not event:
+        raise typer.BadParameter("give --user U or --event ID (or both)", param_hint="--user")
+    with open_journal(ctx, db, write=True, create=False) as journal:
+        ids = list(event or [])
+        if user is not None:
+            ids += personal.events_of_user(journal, user)
+        done = personal.erase_events(journal, ids, reason=reason)
+    for note in done.notes:
+        render.warn(note)
+    whom = f"user {user!r}" if user is not None else "the given event(s)"
+    if done.record is None:
+        render.warn(f"nothing to erase: no personal data of {whom} is held (never recorded, "
+                    "or already erased); nothing was appended")
+    if as_json:
+        render.print_json({
+            "erased": len(done.erased), "events": list(done.erased),
+            "erasure": None if done.record is None else done.record.id,
+            "position": None if done.record is None else done.record.position})
+    elif done.record is not None:
+        render.console().print(
+            f"erased the personal fields of {len(done.erased)} event(s) of {whom}: erasure "
+            f"{done.record.id} at position {done.record.position}; every figure, the hash "
+            "chain and every anchor are unchanged", soft_wrap=True, markup=False)

@@ -200,8 +200,10 @@ class PostgresBackend(Backend):
         with self.direct(conn):
             return list(dbapi(conn).execute(_EXISTING, (list(ids),)))
 
-    def write(self, conn: Connection, rows: Sequence[StoredRow]) -> None:
-        """Insert the rows and move the head: one pipelined round trip, or COPY + UPDATE.
+    def write(self, conn: Connection, rows: Sequence[StoredRow],
+              private: Sequence[tuple[int, str, str]] = ()) -> None:
+        """Insert the rows (and private parts), move the head: one pipelined round trip, or
+        COPY + UPDATE.
 
         COPY is several times faster than INSERT for a large batch but cannot join
         a pipeline. Either way it all runs inside the append's transaction.
@@ -212,13 +214,33 @@ class PostgresBackend(Backend):
             if len(rows) < self.copy_from:
                 with raw.pipeline(), raw.cursor() as cur:
                     cur.executemany(_INSERT, rows)
+                    if private:
+                        cur.executemany(_INSERT_PRIVATE, private)
                     cur.execute(_MOVE_HEAD, last)
                 return
             with raw.cursor() as cur:
                 with cur.copy(f"COPY events ({COLUMNS_SQL}) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
+                if private:
+                    with cur.copy("COPY private_parts (position, salt, data) FROM STDIN") as cp:
+                        for part in private:
+                            cp.write_row(part)
                 cur.execute(_MOVE_HEAD, last)
+
+    def after_erase(self, engine: Engine) -> tuple[str, ...]:
+        """VACUUM FULL the private parts: a deleted row stays in the table's file until the
+        table is rewritten (a plain VACUUM only marks its space free)."""
+        try:
+            with engine.connect() as conn:
+                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                auto.exec_driver_sql("VACUUM FULL private_parts")
+        except DBAPIError as exc:
+            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
+            return (f"PostgreSQL could not rewrite the private_parts table now ({first}): the "
+                    "erased rows are deleted but their bytes stay in the table's files until "
+                    "`VACUUM FULL private_parts` runs; run it, or `gpu-credits erase` again",)
+        return ()
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""
@@ -277,3 +299,4 @@ SELECT
 _EXISTING = f"SELECT {COLUMNS_SQL} FROM events WHERE event_id = ANY(%s::text[])"
 _INSERT = f"INSERT INTO events ({COLUMNS_SQL}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _MOVE_HEAD = "UPDATE journal_head SET position = %s, hash = %s WHERE id = 1"
+_INSERT_PRIVATE = "INSERT INTO private_parts (position, salt, data) VALUES (%s, %s, %s)"

@@ -175,13 +175,35 @@ class SQLiteBackend(Backend):
         with self.direct(conn):
             return list(dbapi(conn).execute(_EXISTING, (json.dumps(ids),)))
 
-    def write(self, conn: Connection, rows: Sequence[StoredRow]) -> None:
-        """executemany the rows, then move the head."""
+    def write(self, conn: Connection, rows: Sequence[StoredRow],
+              private: Sequence[tuple[int, str, str]] = ()) -> None:
+        """executemany the rows (and private parts), then move the head."""
         with self.direct(conn):
             cur = dbapi(conn).cursor()
             cur.executemany(_INSERT, rows)
+            if private:
+                cur.executemany(_INSERT_PRIVATE, private)
             cur.execute(_MOVE_HEAD, (rows[-1][0], rows[-1][8]))
             cur.close()
+
+    def before_erase(self, conn: Connection) -> None:
+        """secure_delete: SQLite overwrites what it deletes with zeros, instead of leaving
+        it in free space in the file."""
+        conn.exec_driver_sql("PRAGMA secure_delete = ON")
+
+    def after_erase(self, engine: Engine) -> tuple[str, ...]:
+        """Checkpoint the WAL into the file and truncate it: page images written before the
+        erasure (holding the erased text) are in the WAL until then."""
+        if self.in_memory:
+            return ()
+        with self.guard(), engine.connect() as conn:
+            busy = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy is not None and busy[0]:
+            return (f"SQLite could not truncate the write-ahead log of {self.describe()} "
+                    "now (another connection is reading): earlier copies of the erased "
+                    "pages stay in its -wal file until the next checkpoint; run "
+                    "`gpu-credits erase` again (it retries) or wait for the readers to end",)
+        return ()
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """'database is locked' -> LockTimeout; cannot open -> ConnectionProblem."""
@@ -227,3 +249,4 @@ _VERSIONS = (
 _EXISTING = f"SELECT {COLUMNS_SQL} FROM events WHERE event_id IN (SELECT value FROM json_each(?))"
 _INSERT = f"INSERT INTO events ({COLUMNS_SQL}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _MOVE_HEAD = "UPDATE journal_head SET position = ?, hash = ? WHERE id = 1"
+_INSERT_PRIVATE = "INSERT INTO private_parts (position, salt, data) VALUES (?, ?, ?)"

@@ -46,6 +46,7 @@ from projections.queries.explain import (
     Use,
     explain_account,
     explain_job,
+    waiting_reason,
 )
 from projections.queries.imported import ImportEffects, import_effects
 from projections.queries.reconcile import (
@@ -129,5 +130,6 @@ __all__ = [
     "revision_rows",
     "statement",
     "unknown_account",
+    "waiting_reason",
     "whatif",
 ]

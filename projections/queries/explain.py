@@ -285,8 +285,9 @@ class JobExplanation:
         }
 
 
-def _waiting(ledger: Ledger, job_id: str) -> tuple[str, int]:
-    """Why a pending job has not started, and how many pending jobs start before it."""
+def waiting_reason(ledger: Ledger, job_id: str) -> tuple[str, int]:
+    """Why the pending job `job_id` has not started in `ledger`, in words, and how many
+    pending jobs start before it (what `explain_job` reports as `waiting` and `ahead`)."""
     job = ledger.jobs[job_id]
     account = ledger.accounts[job.account]
     ahead = ledger.pending_ahead(job)
@@ -334,7 +335,7 @@ def explain_job(journal: JournalLike, job_id: str, *,
         elif rec.type == "cancel" and not outcome.anomaly and outcome.released:
             out.released = outcome.released
     if job is not None and job.state == PENDING:
-        out.waiting, out.ahead = _waiting(ledger, job_id)
+        out.waiting, out.ahead = waiting_reason(ledger, job_id)
     elif job is not None and job.state == RUNNING:
         out.waiting = f"running; {job.cost} credits held until it completes"
     return out

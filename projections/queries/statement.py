@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from eventstore import JournalLike, RecordedEvent
+from eventstore import PRIVATE_KEY, JournalLike, RecordedEvent
 from projections.creditbook import Expiry, Lineage
 from projections.events import GENERAL
 from projections.figures import Figures
@@ -191,6 +192,7 @@ class _StatementBuilder:
         self.lines: list[StatementLine] = []
         self.balance = 0
         self.reserved = 0
+        self.sealed: list[str] = []  # events whose memo is kept beside the journal record
 
     def add(self, line: StatementLine) -> None:
         self.lines.append(line)
@@ -217,6 +219,8 @@ class _StatementBuilder:
         if rec.id in self.walk.ledger.excluded:
             status = "reversed"
         job = rec.payload.get("job")
+        if PRIVATE_KEY in rec.payload:
+            self.sealed.append(rec.id)
         self.add(StatementLine(
             rec.time, rec.position, rec.id, rec.type, change, self.balance, self.reserved,
             detail, status, job if isinstance(job, str) else None,
@@ -258,6 +262,18 @@ class _StatementBuilder:
                                        pool=GENERAL))
 
 
+def _memos_kept_apart(journal: JournalLike, builder: _StatementBuilder) -> None:
+    """Fill in the memos held beside the journal's records (personal fields; an erased
+    one stays empty)."""
+    held = journal.private(builder.sealed) if builder.sealed else {}
+    if not held:
+        return
+    builder.lines = [
+        dataclasses.replace(line, memo=memo) if line.event_id in held and line.position
+        and isinstance(memo := held[line.event_id].get("memo"), str) else line
+        for line in builder.lines]
+
+
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
               to_time: int | None = None,
               as_known_at: int | str | None = None) -> Statement:
@@ -271,6 +287,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     for rec in journal.read(to_time=to, to_position=position, order="canonical"):
         builder.apply(rec)
     builder.finish(to)
+    _memos_kept_apart(journal, builder)
     walk = builder.walk
     if not walk.seen and walk.state is None and not exists_later(journal, account):
         raise unknown_account(account, walk.ledger)

@@ -54,7 +54,9 @@ _GOOD: dict[str, Any] = {
     "reason": st.sampled_from(["typo", "PO 7"]), "grant": st.just("g"), "event": st.just("e"),
     "memo": st.sampled_from(["m", "PO 7"]) | st.none(), "max_running": st.integers(1, 3),
     "share": st.integers(1, 3), "half_life": st.integers(1, 9),
-    "refill_rate": st.integers(1, 3), "refill_cap": st.integers(1, 3)}
+    "refill_rate": st.integers(1, 3), "refill_cap": st.integers(1, 3),
+    "user": st.sampled_from(["ada", "b.b"]) | st.none(),
+    "events": st.lists(st.sampled_from(["e1", "e2"]), min_size=1, max_size=2)}
 _BAD = st.one_of(_VALUES, st.sampled_from(["", " ", "  ", "\t", "a\x00", "\x7f", 0, -1,
                                            True, None, 1.0]))
 
@@ -80,7 +82,8 @@ _MINIMAL: dict[str, dict[str, Any]] = {
     "submit": {"account": "a", "job": "j", "cost": 1, "priority": 0},
     "start": {"job": "j"}, "complete": {"job": "j", "success": True},
     "cancel": {"job": "j"}, "adjust": {"account": "a", "amount": 1, "reason": "r"},
-    "void": {"grant": "g"}, "reverse": {"event": "e", "reason": "r"}}
+    "void": {"grant": "g"}, "reverse": {"event": "e", "reason": "r"},
+    "erase": {"events": ["e"]}}
 
 
 @settings(max_examples=2000, deadline=None)
@@ -99,12 +102,18 @@ def test_events_near_validity_decode_as_from_payload_builds_them(
     ("grant", {"account": "a", "amount": 1, "pool": "h\x00"}),
     ("account", {"account": "a", "refill_rate": 1}),
     ("void", {"grant": "g", "reason": "\t"}),
+    ("consume", {"account": "a", "amount": 1, "user": "a\nb"}),
 ])
 def test_what_the_fast_path_cannot_check_in_c_is_still_refused(
         kind: str, payload: dict[str, Any]) -> None:
     expected = _outcome(from_payload, kind, payload)
     assert expected[0] == "ValueError"
     assert _outcome(decode_event, kind, canonical_json(payload)) == expected
+
+
+def test_a_seal_of_a_private_part_takes_the_generic_way_to_the_same_event() -> None:
+    text = canonical_json({"account": "a", "amount": 5, "$private": "ab" * 32})
+    assert decode_event("consume", text) == from_payload("consume", load_json(text))
 
 
 @pytest.mark.parametrize("text", ['{"account":"a","amount":5,"amount":6}',

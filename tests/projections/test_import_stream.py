@@ -30,8 +30,12 @@ def _jsonl(records: list[Record]) -> bytes:
 
 
 def _contents(journal: MemoryJournal) -> list[tuple[Any, ...]]:
-    return [(r.position, r.id, r.stream, r.type, r.time, dict(r.payload))
-            for r in journal.read(order="position")]
+    # A seal is salted afresh in every journal: compare the fields it seals instead.
+    records = list(journal.read(order="position"))
+    private = journal.private(r.id for r in records)
+    return [(r.position, r.id, r.stream, r.type, r.time,
+             {k: v for k, v in r.payload.items() if k != "$private"}, private.get(r.id))
+            for r in records]
 
 
 def _in_memory(journal: MemoryJournal, data: bytes) -> Any:
@@ -57,7 +61,8 @@ _LINE = st.one_of(
                           optional={"id": _ID}),
     st.fixed_dictionaries({"type": st.just("consume"), "account": st.sampled_from(["a", "b"]),
                            "amount": st.integers(1, 2), "time": st.integers(0, 3)},
-                          optional={"id": _ID}),
+                          optional={"id": _ID, "user": st.sampled_from(["ada", "bob"]),
+                                    "memo": st.just("PO 1")}),
     st.fixed_dictionaries({"type": st.just("submit"), "account": st.sampled_from(["a", "b"]),
                            "job": st.sampled_from(["j1", "j2"]), "cost": st.integers(0, 2),
                            "priority": st.just(0), "time": st.integers(0, 3)}),
@@ -86,11 +91,16 @@ def test_a_streamed_import_does_what_the_in_memory_plan_does(
         streamed = _streamed(journals[1], _jsonl(lines))
     if isinstance(planned, list) and streamed != planned:
         # The plan stops at the file's own problems before it looks for ids the journal
-        # holds with other content; the streamed import names those lines as well.
+        # holds with other content; the streamed import names those lines as well. An id
+        # the journal holds and the file uses twice is named as the journal's.
         assert isinstance(streamed, list)
-        assert all(problem in streamed for problem in planned)
-        extra = [problem for problem in streamed if problem not in planned]
-        assert all("is already recorded at position" in message for _, message in extra)
+        recorded = "is already recorded at position"
+        for line, message in planned:
+            assert (line, message) in streamed or (
+                "is used on line" in message
+                and any(n == line and recorded in m for n, m in streamed))
+        for line, message in streamed:
+            assert (line, message) in planned or recorded in message
     else:
         assert streamed == planned
     assert _contents(journals[1]) == _contents(journals[0])

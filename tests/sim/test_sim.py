@@ -10,6 +10,8 @@ from planted import BUGS
 
 from tools.sim import replay_file, run, run_script, shrink
 from tools.sim.__main__ import main
+from tools.sim.actors import Rates
+from tools.sim.killed import STOPS
 from tools.sim.run import file_ops, reproduction_lines, write_reproduction
 
 SEEDS = (1, 2, 3, 4, 5)
@@ -36,6 +38,16 @@ def test_a_long_run_starts_new_worlds_and_counts_steps_across_them(
     assert found.failure is not None
     again = run(4, found.failure.step, epoch=1000, check_every=100)
     assert again.failure is not None and again.failure.step == found.failure.step
+
+
+def test_sqlite_writers_killed_mid_op_leave_nothing_half_written_and_lose_nothing() -> None:
+    # Writers in processes of their own, SIGKILLed under the write lock, with their events
+    # appended but not committed, and just after their commit; the simulator checks what
+    # each left, retries its op, and goes on with every check.
+    result = run(2, 120, sqlite=True, rates=Rates(killed_writer=0.06), check_every=40)
+    assert result.ok, result.failure and result.failure.problems
+    killed = {kind for kind in result.faults if kind.startswith("killed-writer")}
+    assert killed == {f"killed-writer ({stop})" for stop in STOPS}, result.faults
 
 
 def test_a_seed_and_a_step_count_reproduce_a_run_exactly() -> None:

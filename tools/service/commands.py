@@ -93,6 +93,7 @@ class Usage:
     pool: str | None
     memo: str | None
     time: int | None
+    user: str | None = None
 
     def locks(self, ledger: Ledger) -> list[str]:
         return [self.account]
@@ -106,7 +107,7 @@ class Usage:
                                  "credits to it first")
         outcome = _corrections(service).consume(
             self.account, self.amount, at=self.time, pool=self.pool, memo=self.memo,
-            event_id=self.key)
+            event_id=self.key, user=self.user)
         return {"id": outcome.event_id, "debt": outcome.debt_after or 0,
                 "account": self.account, "amount": self.amount,
                 "pool": self.pool if self.pool is not None else "general",
@@ -124,6 +125,7 @@ class Submit:
     priority: int
     pool: str | None
     time: int | None
+    user: str | None = None
 
     def locks(self, ledger: Ledger) -> list[str]:
         return [self.account, QUEUE_SHARED]
@@ -131,7 +133,7 @@ class Submit:
     def run(self, service: LedgerService) -> AnswerDict:
         scheduler = service.scheduler
         scheduler.submit(self.job, self.account, self.cost, self.priority, at=self.time,
-                         pool=self.pool, event_id=self.key)
+                         pool=self.pool, event_id=self.key, user=self.user)
         (outcome,) = scheduler.last_outcomes
         answer: AnswerDict = {"job": self.job, "accepted": outcome.ok,
                               "state": "pending" if outcome.ok else "rejected",

@@ -137,6 +137,8 @@ class UsageBody(Body):
     pool: Name | None = None
     time: EventTime | None = None
     memo: str | None = Field(default=None, max_length=1000)
+    user: Name | None = Field(default=None, min_length=1, max_length=200,
+                              description="who used the credits (personal: erasable)")
 
 
 class UsageAnswer(Answer):
@@ -160,6 +162,8 @@ class JobBody(Body):
     priority: StrictInt
     pool: Name | None = None
     time: EventTime | None = None
+    user: Name | None = Field(default=None, min_length=1, max_length=200,
+                              description="who submitted the job (personal: erasable)")
 
 
 class JobSubmitted(Answer):

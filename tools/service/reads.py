@@ -24,6 +24,7 @@ from projections import importing, queries
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
+from projections.personal import with_personal
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
@@ -192,6 +193,10 @@ class _KnownJournal:
     def head(self) -> int:
         return self._position
 
+    def private(self, ids: Any) -> dict[str, dict[str, Any]]:
+        return {i: part for i, part in self._journal.private(ids).items()
+                if self.get(i) is not None}
+
 
 @router.get("/accounts/{account}/statement", response_model=StatementAnswer,
             responses={**_ERRORS, 200: {"content": {"text/csv": {}},
@@ -294,11 +299,11 @@ def revisions(request: Request,
     return {"revisions": [r for _, r in page], "next": page[-1][0] + 1 if more else None}
 
 
-def _journal_record(rec: RecordedEvent) -> dict[str, Any]:
+def _journal_record(rec: RecordedEvent, personal: dict[str, Any]) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     recorded = datetime.fromtimestamp(rec.recorded_at / 1_000_000, UTC)
-    return {**importing.export_record(rec), "position": rec.position,
+    return {**importing.export_record(rec, personal), "position": rec.position,
             "recorded_at": recorded.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
 
 
@@ -313,7 +318,7 @@ def journal_page(request: Request,
                                 limit + 1))
     page = got[:limit]
     more = len(got) > limit
-    return {"events": [_journal_record(r) for r in page],
+    return {"events": [_journal_record(r, p) for r, p in with_personal(journal, page)],
             "next": page[-1].position if more else None}
 
 

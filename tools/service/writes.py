@@ -119,7 +119,8 @@ async def usage(account: str, body: UsageBody, request: Request,
     service = _service(request)
     _far(service, time=body.time)
     return await service.decide(commands.Usage(
-        _key(idempotency_key), account, body.amount, body.pool, body.memo, body.time))
+        _key(idempotency_key), account, body.amount, body.pool, body.memo, body.time,
+        body.user))
 
 
 @router.post("/jobs", status_code=201, response_model=JobSubmitted,
@@ -133,7 +134,7 @@ async def submit(body: JobBody, request: Request,
     _far(service, time=body.time)
     return await service.decide(commands.Submit(
         _key(idempotency_key), body.job, body.account, body.cost, body.priority, body.pool,
-        body.time))
+        body.time, body.user))
 
 
 @router.post("/jobs/start-next", response_model=StartedJob,

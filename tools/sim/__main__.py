@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--one-process", action="store_true",
                         help="every actor in one process on one projection (faster; no "
                              "clock skew between workers)")
+    parser.add_argument("--sqlite", action="store_true",
+                        help="each world's journal in a SQLite file, with writer processes "
+                             "killed (SIGKILL) in the middle of ops (slower: for bounded runs)")
     parser.add_argument("--replay", type=Path, metavar="FILE",
                         help="perform a reproduction file line by line instead")
     return parser
@@ -53,7 +56,7 @@ def _say(text: str) -> None:
 
 
 def _report_failure(result: RunResult, failure: Failure, out: Path,
-                    shrink_seconds: float, epoch: int) -> None:
+                    shrink_seconds: float, epoch: int, sqlite: bool) -> None:
     _say(f"FAILED: seed {result.seed}, step {failure.step} of {result.steps}")
     for problem in failure.problems[:10]:
         _say(f"  {problem}")
@@ -62,9 +65,12 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
         _say(f"  {json.dumps(event, sort_keys=True)}")
     _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}"
          + (f" --epoch {epoch}" if epoch != EPOCH else "")
-         + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else ""))
-    smallest = shrink(failure.ops, budget_seconds=shrink_seconds)
-    again = run_script(smallest)
+         + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else "")
+         + (" --sqlite" if sqlite else ""))
+    if failure.database is not None:
+        _say(f"the failing world's journal: {failure.database}")
+    smallest = shrink(failure.ops, budget_seconds=shrink_seconds, sqlite=sqlite)
+    again = run_script(smallest, sqlite=sqlite)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"seed-{result.seed}-step-{failure.step}.jsonl"
     write_reproduction(path, reproduction_lines(smallest))
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     total_seconds = total_cpu = 0.0
     for seed in range(args.seed, args.seed + args.seeds):
         result = run(seed, args.steps, check_every=args.check_every,
-                     one_process=args.one_process, epoch=args.epoch)
+                     one_process=args.one_process, epoch=args.epoch, sqlite=args.sqlite)
         total_steps += result.steps
         total_seconds += result.seconds
         total_cpu += result.cpu_seconds
@@ -115,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{result.seconds:.2f} s ({_rate(result.steps, result.seconds, result.cpu_seconds)}"
              f"); faults: {faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
         if result.failure is not None:
-            _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch)
+            _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch,
+                            args.sqlite)
             return 1
     if args.seeds > 1:
         _say(f"all {args.seeds} seeds passed: {total_steps} steps in {total_seconds:.2f} s "

@@ -15,6 +15,7 @@ from typing import Any
 from eventstore import MemoryJournal, NewEvent
 from projections.importing import plan_import
 from projections.replay import fold_canonical
+from tools.sim.killed import STOPS
 from tools.sim.world import Op, World
 
 ACCOUNTS = ("acme", "bio", "cern", "dyn")
@@ -74,6 +75,7 @@ class Rates:
     lost_answer: float = 0.03
     crash_before_commit: float = 0.02
     restart: float = 0.0003
+    killed_writer: float = 0.002  # on SQLite: a writer process SIGKILLed mid-op
     invalid: float = 0.05  # a worker names a job in the wrong state
 
 
@@ -96,6 +98,7 @@ class Director:
     content_ids: bool = False  # lines without an id are known by their own content
     reversals: bool = False  # the fold takes reversed events out
     reversible: list[str] = field(default_factory=list)  # recent usage, grants, corrections
+    killed_writers: bool = False  # a SQLite world: writers in processes of their own die
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -239,7 +242,14 @@ class Director:
             op["retry"] = self.rng.random() < 0.7
         elif x < self.rates.lost_answer + self.rates.crash_before_commit + self.rates.restart:
             op["fault"] = "restart"
+        elif self.killed_writers and x < (self.rates.lost_answer + self.rates.crash_before_commit
+                                          + self.rates.restart + self.rates.killed_writer):
+            self._killed_writer(op)
         return op
+
+    def _killed_writer(self, op: Op) -> None:
+        op["fault"] = "killed-writer"
+        op["stop"] = self.rng.choice(STOPS)
 
     def _id(self, line: dict[str, Any]) -> dict[str, Any]:
         line["id"] = f"{line['type'][0]}{self.step + 1}"
@@ -306,6 +316,9 @@ class Director:
                 lines.append(line)
         op: Op = {"step": step, "actor": "importer", "kind": "import", "file": name,
                   "lines": list(lines), "fault": None}
-        if rng.random() < self.rates.crash_before_commit:
+        x = rng.random()
+        if x < self.rates.crash_before_commit:
             op["fault"] = "crash-before-commit"
+        elif self.killed_writers and x < self.rates.crash_before_commit + self.rates.killed_writer:
+            self._killed_writer(op)
         return op

@@ -71,19 +71,6 @@ def _canonical(rec: RecordedEvent) -> tuple[int, int]:
     return rec.time, rec.position
 
 
-def journal_as_learned(world: World) -> list[str]:
-    """The journal, read whole once more, holds exactly the events the simulator read
-    from it as they were recorded (the checks in between work from what it read)."""
-    learned = world.learn()
-    for rec in world.journal.read(order="position"):
-        if rec.position > len(learned) or learned[rec.position - 1] != rec:
-            return [f"the journal's event at position {rec.position} ({rec.id}) is not the "
-                    "one it recorded there"]
-    if world.journal.head() != len(learned):
-        return [f"the journal holds {world.journal.head()} events, {len(learned)} were read"]
-    return []
-
-
 LINEAGE_TYPES = frozenset({"consume", "submit", "complete", "grant", "adjust"})
 """Events whose outcome names the grants that paid (`outcome_violations` checks them)."""
 

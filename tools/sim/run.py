@@ -19,7 +19,8 @@ from typing import Any
 from eventstore import JournalLike, MemoryJournal
 from projections.replay import fold_canonical, verify
 from tools.sim.actors import Director, Rates
-from tools.sim.checks import audit, full_check, journal_as_learned
+from tools.sim.checks import audit, full_check
+from tools.sim.journals import Journals
 from tools.sim.world import Op, World
 
 SMALL = 300
@@ -34,6 +35,7 @@ class Failure:
     problems: list[str]
     ops: list[Op]
     last_events: list[dict[str, Any]]
+    database: str | None = None  # on SQLite: the failing world's file, kept
 
 
 @dataclass
@@ -94,7 +96,7 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
         bad = world.journal.verify()  # the whole chain, not only what came since a check
         if bad is not None:
             problems.append(f"the journal's hash chain is broken at position {bad}")
-        problems += journal_as_learned(world)
+        problems += world.as_learned()
         if product_verify:
             report = verify(world.journal)  # the product's own verdict, invariants included
             if not report.ok:
@@ -121,7 +123,7 @@ EPOCH = 5000
 
 
 def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None = None,
-        one_process: bool = False, epoch: int = EPOCH) -> RunResult:
+        one_process: bool = False, epoch: int = EPOCH, sqlite: bool = False) -> RunResult:
     """A seeded run of `steps` ops; stops at the first problem, so `run(seed,
     failure.step)` (same options) fails again at its last step.
 
@@ -132,10 +134,16 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
 
     `one_process`: every actor shares one process and one projection (no clock skew,
     no projection lagging another): the same kind of ops at a fraction of the cost.
+
+    `sqlite`: each world's journal is a SQLite file, and now and then a writer in a
+    process of its own is killed with SIGKILL in the middle of an op
+    (`tools.sim.killed`); slower, so for bounded runs.
     """
     if epoch < 1:
         raise ValueError(f"epoch must be at least 1 op, got {epoch}")
     director = Director(seed, rates or Rates())
+    director.killed_writers = sqlite
+    journals = Journals(sqlite=sqlite)
     faults: dict[str, int] = {}
     began, cpu = _time.perf_counter(), _time.process_time()
     done = events = 0
@@ -145,7 +153,7 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
         length = min(epoch, steps - done)
         director.new_world()
         # One process has one clock: no skew. Several have their own, skewed.
-        world = new_world(None, {} if one_process else director.skews,
+        world = new_world(journals.new(), {} if one_process else director.skews,
                           one_process=one_process)
         # `verify` replays the journal in arrival order, re-projecting every late event:
         # a few times the cost of the whole-journal checks, which already cover its chain,
@@ -164,6 +172,9 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
         events += world.journal.head()
     seconds, cpu = _time.perf_counter() - began, _time.process_time() - cpu
     digest = world.digest if failure is None else fold_canonical(world.journal).digest()
+    kept = journals.close(keep_last=failure is not None)
+    if failure is not None:
+        failure.database = kept
     return RunResult(seed, done, seconds, failure, faults, events, digest, cpu)
 
 
@@ -179,6 +190,8 @@ def _observer(director: Director, world: World,
     def observe(op: Op) -> None:
         director.observe(op, world)
         fault = op.get("fault")
+        if fault == "killed-writer":
+            fault = f"killed-writer ({op['stop']})"
         if fault:
             faults[fault] = faults.get(fault, 0) + 1
         elif op["kind"] in ("consume", "grant") and op["line"]["time"] < director.now:
@@ -187,20 +200,28 @@ def _observer(director: Director, world: World,
     return observe
 
 
-def run_script(ops: list[Op], *, check_every: int | None = None) -> Failure | None:
-    """Perform a fixed list of ops (each carrying its actor's clock skew) in a new world."""
+def run_script(ops: list[Op], *, check_every: int | None = None,
+               sqlite: bool = False) -> Failure | None:
+    """Perform a fixed list of ops (each carrying its actor's clock skew) in a new world
+    (`sqlite`: on a SQLite file, where a killed-writer op kills a real writer; in memory
+    such an op is performed as a plain one)."""
     skews = {op["actor"]: op.get("skew", 0) for op in ops}
-    world = new_world(skews=skews)
+    journals = Journals(sqlite=sqlite)
+    world = new_world(journals.new(), skews=skews)
     every = check_every or (1 if len(ops) <= SMALL else 1000)
-    _, failure = perform(world, (dict(op) for op in ops), check_every=every)
+    try:
+        _, failure = perform(world, (dict(op) for op in ops), check_every=every)
+    finally:
+        journals.close()
     return failure
 
 
 def shrink(ops: list[Op], *, budget_seconds: float = 60.0,
-           still_fails: Callable[[list[Op]], bool] | None = None) -> list[Op]:
+           still_fails: Callable[[list[Op]], bool] | None = None,
+           sqlite: bool = False) -> list[Op]:
     """The fewest ops (found within the budget) that still fail: delta debugging, taking
     out ever smaller chunks while the rest still fails."""
-    fails = still_fails or (lambda candidate: run_script(candidate) is not None)
+    fails = still_fails or (lambda candidate: run_script(candidate, sqlite=sqlite) is not None)
     deadline = _time.monotonic() + budget_seconds
     chunks = 2
     while len(ops) >= 2 and _time.monotonic() < deadline:

@@ -31,6 +31,7 @@ from projections.importing import import_file
 from projections.invariants import violations
 from projections.ledger import CANCELLED, PENDING, Ledger
 from projections.session import session_of
+from tools.sim.killed import kill_a_writer
 
 Op = dict[str, Any]
 
@@ -88,6 +89,20 @@ class World:
         if self.journal.head() > known:
             self.log.extend(self.journal.read(after_position=known, order="position"))
         return self.log
+
+    def as_learned(self) -> list[str]:
+        """Whether the journal, read whole once more, holds exactly the events the
+        simulator read from it as they were recorded (the checks in between work from
+        what it read); the problems found."""
+        learned = self.learn()
+        for rec in self.journal.read(order="position"):
+            if rec.position > len(learned) or learned[rec.position - 1] != rec:
+                return [f"the journal's event at position {rec.position} ({rec.id}) is not "
+                        "the one it recorded there"]
+        if self.journal.head() != len(learned):
+            return [f"the journal holds {self.journal.head()} events, {len(learned)} were "
+                    "read"]
+        return []
 
     # -- processes ---------------------------------------------------------------------
 
@@ -151,8 +166,11 @@ class World:
         def crash(*_args: Any, **_kwargs: Any) -> Any:
             raise SimulatedCrash("the process died between deciding and committing")
 
-        journal.append = crash  # type: ignore[method-assign]  # this instance only
-        return lambda: journal.__dict__.pop("append", None)
+        # Every append of a SQL journal, in a transaction or not, goes through
+        # `_append_batch`; the in-memory journal's through `append` (this instance only).
+        name = "_append_batch" if hasattr(journal, "_append_batch") else "append"
+        setattr(journal, name, crash)
+        return lambda: journal.__dict__.pop(name, None)
 
     # -- one op ------------------------------------------------------------------------
 
@@ -181,6 +199,15 @@ class World:
         problems: list[str] = []
         fault = op.get("fault")
         head = self.journal.head()
+        committed_elsewhere = False
+        if fault == "killed-writer" and self.journal.url is not None:
+            # A writer process dies at op["stop"]; the caller retries here, same id.
+            found, left = kill_a_writer(self, op, proc)
+            problems += found
+            self._note_recorded(left)
+            self.appended += len(left)
+            committed_elsewhere = line["id"] in self.recorded
+            head = self.journal.head()
         if fault == "crash-before-commit":
             disarm = self._arm_crash()
             try:
@@ -198,6 +225,11 @@ class World:
             head = self.journal.head()
         answer, refused = self._attempt(call)
         problems += self._check_append(op, proc, head, answer, refused)
+        if committed_elsewhere and not refused:
+            # Recorded by the writer that died before answering: the retry's answer is
+            # the first the caller gets.
+            self.told[line["id"]] = answer
+            problems += self._touched(op, proc, answer)
         if fault == "lost-answer" and not refused:
             # The answer never reached the caller: it retries with the same id.
             head = self.journal.head()
@@ -223,6 +255,13 @@ class World:
         except Exception as exc:  # whatever the code under test raised is a finding
             self.crashes.append(f"{type(exc).__name__}: {exc}".strip())
             return type(exc).__name__, True
+
+    def command(self, op: Op, proc: Process) -> Callable[[], Any]:
+        """The call that performs `op` (a command line, or a file delivery) for `proc`."""
+        if op["kind"] == "import":
+            data = _file_bytes(op["lines"])
+            return lambda: import_file(self.journal, data, op["file"])
+        return self._call(proc, op["line"])
 
     def _call(self, proc: Process, line: dict[str, Any]) -> Callable[[], Any]:
         kind = line["type"]
@@ -351,10 +390,18 @@ class World:
         lines = op["lines"]
         keys = _line_keys(lines)
         self.last_ids = [str(key) for key in keys]
-        data = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
-        fresh = len(set(keys) - self.imported - self.recorded)
         head = self.journal.head()
         problems: list[str] = []
+        if op.get("fault") == "killed-writer" and self.journal.url is not None:
+            found, left = kill_a_writer(self, op, self.process(op["actor"]))
+            problems += found
+            self._note_recorded(left)
+            self.appended += len(left)
+            if left:  # the writer committed the delivery: its lines are in
+                self.imported.update(keys)
+            head = self.journal.head()
+        data = _file_bytes(lines)
+        fresh = len(set(keys) - self.imported - self.recorded)
         if op.get("fault") == "crash-before-commit":
             disarm = self._arm_crash()
             try:
@@ -377,11 +424,18 @@ class World:
                             f"appended {grew} (reported {reported})")
         if not refused:
             self.imported.update(keys)
-        for rec in self.learn()[head:]:
+        self._note_recorded(self.learn()[head:])
+        return problems
+
+    def _note_recorded(self, records: list[RecordedEvent]) -> None:
+        for rec in records:
             self.recorded.add(rec.id)
             if rec.type == "grant":
                 self.grant_accounts[rec.id] = rec.payload["account"]
-        return problems
+
+
+def _file_bytes(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines).encode()
 
 
 def _line_keys(lines: list[dict[str, Any]]) -> list[Any]:

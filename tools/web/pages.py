@@ -17,6 +17,7 @@ from projections import csvcells
 from projections.errors import UnknownAccount
 from projections.events import GENERAL
 from projections.ledger import PENDING
+from projections.personal import personal_of
 from projections.queries import (
     AccountExplanation,
     Figures,
@@ -33,7 +34,7 @@ from projections.queries import (
     statement,
     unknown_account,
 )
-from projections.queries.explain import _waiting as waiting_reason
+from projections.queries.explain import waiting_reason
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ExpiringCredits,
@@ -328,7 +329,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
         rec = view.get(g.grant_id) if g.position is not None else None
         payload = rec.payload if rec is not None else {}
         priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
-        memo = payload.get("memo")
+        memo = personal_of(journal, rec).get("memo") if rec is not None else None
         grants.append(GrantRow(g.grant_id, g.position, g.time, g.pool, g.amount, g.used,
                                sum(a for _, a in g.held), g.expired, g.remaining,
                                priority if isinstance(priority, int) else None, g.expiry,

@@ -88,6 +88,11 @@ class JournalView:
         """The whole journal's latest event time (see the class docstring)."""
         return self._journal.max_time(streams)
 
+    def private(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The personal fields still held of these events (those within the view)."""
+        return {i: part for i, part in self._journal.private(ids).items()
+                if self.get(i) is not None}
+
     def position_at(self, recorded_at: int) -> int:
         """The last position recorded by `recorded_at`, within the view."""
         found = self._journal.position_at(recorded_at)

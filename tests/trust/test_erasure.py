@@ -1,0 +1,279 @@
+"""Erasing a person's data while history stays verifiable, on memory, SQLite and PostgreSQL.
+
+After `erase_user`: verify passes, every figure and the state digest are as before, an
+anchor taken before still holds, the person's plaintext is gone from storage, the erasure
+is an event naming events (never the person), and erasing again changes nothing. A journal
+written before personal fields were kept apart upgrades with its chain unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from typer.testing import CliRunner, Result
+
+from eventstore import Journal, JournalLike, MemoryJournal, NewEvent
+from eventstore.migrate import alembic_config
+from eventstore.testing import open_journal
+from projections import GPUCreditTracker, Scheduler, queries
+from projections.anchors import check_anchor
+from projections.importing import export_records, import_file, write_jsonl
+from projections.personal import erase_user, events_of_user
+from projections.replay import replay, verify
+from tools.cli import app
+
+ALICE = "alice.quintessa@example.org"
+BOB = "bob"
+LINES = [
+    {"type": "account", "account": "lab"},
+    {"type": "grant", "account": "lab", "amount": 1000, "time": 0, "expiry": 500,
+     "memo": "PO 4411"},
+    {"type": "consume", "account": "lab", "amount": 30, "time": 5, "user": ALICE,
+     "memo": f"run for {ALICE}"},
+    {"type": "consume", "account": "lab", "amount": 20, "time": 6, "user": BOB},
+    {"type": "submit", "account": "lab", "job": "j1", "cost": 40, "priority": 1, "time": 7,
+     "user": ALICE},
+    {"type": "start", "job": "j1", "time": 8},
+    {"type": "complete", "job": "j1", "success": True, "time": 9},
+    {"type": "consume", "account": "lab", "amount": 15, "time": 10, "memo": "no user here"},
+]
+
+
+def _data(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+@pytest.fixture
+def journal(journal_url: str) -> Iterator[JournalLike]:
+    j = open_journal(journal_url)
+    try:
+        import_file(j, _data(LINES), "lines.jsonl")
+        tracker = GPUCreditTracker(j, account="lab")
+        tracker.consume(5, 11, user=ALICE, memo="from the tracker")
+        scheduler = Scheduler(j, clock=lambda: 12)
+        scheduler.submit("j2", "lab", 10, 1, user=ALICE)
+        scheduler.submit("j3", "lab", 10, 1, user=BOB)
+        yield j
+    finally:
+        j.close()
+
+
+def _figures(journal: JournalLike) -> dict[str, Any]:
+    st = queries.statement(journal, "lab")
+    return {
+        "digest": replay(journal).digest,
+        # Everything but `as_known_at`, the position answered from (the erasure is one more).
+        "balance": {k: v for k, v in queries.balance(journal, "lab").as_dict().items()
+                    if k != "as_known_at"},
+        "lines": [(line.time, line.type, line.change, line.balance, line.reserved)
+                  for line in st.lines],
+    }
+
+
+def _stored_text(journal: JournalLike, tmp_path: Path) -> bytes:
+    """Everything the journal stores, as bytes: the files, the rows, or the memory."""
+    if isinstance(journal, MemoryJournal):
+        return repr((journal._stored, journal._private)).encode()
+    assert isinstance(journal, Journal) and journal.url is not None
+    if journal.url.startswith("sqlite"):
+        return b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    with journal._engine.begin() as conn:
+        rows = conn.execute(text("SELECT payload FROM events")).scalars().all()
+        parts = conn.execute(text("SELECT data FROM private_parts")).scalars().all()
+    return "".join([*rows, *parts]).encode()
+
+
+def test_erasure_keeps_every_figure_and_the_chain(journal: JournalLike,
+                                                 tmp_path: Path) -> None:
+    before = _figures(journal)
+    anchor = journal.head_anchor()
+    head = journal.head()
+    assert ALICE.encode() in _stored_text(journal, tmp_path)
+    named = events_of_user(journal, ALICE)
+    assert len(named) == 4
+
+    done = erase_user(journal, ALICE, reason="request 2026-117")
+    assert sorted(done.erased) == sorted(named) and done.record is not None
+    assert done.record.position == head + 1 and done.record.type == "erase"
+    assert ALICE not in json.dumps(done.record.payload)
+    assert done.record.time == max(r.time for r in journal.read(to_position=head))
+
+    assert _figures(journal) == before
+    report = verify(journal)
+    assert report.ok, report.problem
+    assert check_anchor(journal, anchor).ok
+    assert journal.verify_chain(anchor=journal.head_anchor()).ok
+    assert ALICE.encode() not in _stored_text(journal, tmp_path)
+    assert events_of_user(journal, ALICE) == []
+    assert len(events_of_user(journal, BOB)) == 2  # only alice's
+
+
+def test_erasing_again_or_an_unknown_user_changes_nothing(journal: JournalLike) -> None:
+    erase_user(journal, ALICE)
+    head = journal.head()
+    again = erase_user(journal, ALICE)
+    assert again.record is None and again.erased == ()
+    assert erase_user(journal, "nobody-at-all").record is None
+    assert journal.head() == head and verify(journal).ok
+    with pytest.raises(ValueError, match="user"):
+        erase_user(journal, "")
+
+
+def test_exports_show_personal_fields_until_erased(journal: JournalLike) -> None:
+    def exported() -> list[dict[str, Any]]:
+        return [line for _, line in export_records(journal)]
+
+    lines = exported()
+    assert sum(1 for line in lines if line.get("user") == ALICE) == 4
+    assert {"memo": "PO 4411"}.items() <= next(
+        line for line in lines if line["type"] == "grant").items()
+    assert not any(k.startswith("$") for line in lines for k in line)
+    erase_user(journal, ALICE)
+    lines = exported()
+    assert not any(ALICE in json.dumps(line) for line in lines)
+    assert sum(1 for line in lines if line.get("user") == BOB) == 2
+    erasure = lines[-1]
+    assert erasure["type"] == "erase" and len(erasure["events"]) == 4
+    # The export imports into an empty journal to the same state, erasure included.
+    import io
+
+    out = io.StringIO()
+    write_jsonl(export_records(journal), out)
+    copy = MemoryJournal()
+    result = import_file(copy, out.getvalue().encode(), "export.jsonl")
+    assert result.appended == journal.head()
+    assert replay(copy).digest == replay(journal).digest and verify(copy).ok
+    again = import_file(journal, out.getvalue().encode(), "export.jsonl")
+    assert again.appended == 0  # the same events: nothing new, erased parts included
+
+
+def test_a_statement_shows_memos_until_erased(journal: JournalLike) -> None:
+    def memos() -> list[str | None]:
+        return [line.memo for line in queries.statement(journal, "lab").lines if line.memo]
+
+    assert memos() == ["PO 4411", f"run for {ALICE}", "no user here", "from the tracker"]
+    erase_user(journal, ALICE)
+    assert memos() == ["PO 4411", "no user here"]
+
+
+def test_re_importing_the_original_file_after_erasure_appends_nothing(
+        journal: JournalLike) -> None:
+    erase_user(journal, ALICE)
+    head = journal.head()
+    result = import_file(journal, _data(LINES), "lines.jsonl")
+    assert result.appended == 0 and journal.head() == head
+    assert events_of_user(journal, ALICE) == []  # nothing came back
+
+
+def test_an_import_derived_id_does_not_commit_to_the_user() -> None:
+    """Two lines differing only in their user get the ids of the occurrences of one line."""
+    one, two = MemoryJournal(), MemoryJournal()
+    line = {"type": "consume", "account": "lab", "amount": 1, "time": 1}
+    import_file(one, _data([{"type": "account", "account": "lab"}, {**line, "user": ALICE}]),
+                "a")
+    import_file(two, _data([{"type": "account", "account": "lab"}, {**line, "user": BOB}]),
+                "b")
+    assert [r.id for r in one.read(order="position")] == [
+        r.id for r in two.read(order="position")]
+
+
+# -- a journal written before personal fields were kept apart ----------------------------
+
+
+OLD_EVENTS = [
+    NewEvent("g1", "lab", "grant", 0, {"account": "lab", "amount": 100, "memo": "PO 1"}),
+    NewEvent("c1", "lab", "consume", 3, {"account": "lab", "amount": 30, "memo": "old"}),
+]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database at schema revision 0002 holding OLD_EVENTS as that code wrote them."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_fresh_url"))
+    source = MemoryJournal()
+    source.append(OLD_EVENTS)
+    rows = list(source._stored)
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            from alembic import command
+
+            command.upgrade(cfg, "0002")
+            for r in rows:
+                conn.execute(text(
+                    "INSERT INTO events (position, event_id, stream, version, type, "
+                    "event_time, recorded_at, payload, hash) VALUES "
+                    "(:p, :i, :s, :v, :t, :et, :ra, :pl, :h)"),
+                    dict(zip(("p", "i", "s", "v", "t", "et", "ra", "pl", "h"), r,
+                             strict=True)))
+            conn.execute(text("UPDATE journal_head SET position = :p, hash = :h"),
+                         {"p": rows[-1][0], "h": rows[-1][8]})
+    finally:
+        engine.dispose()
+    return url
+
+
+def test_an_old_journal_upgrades_with_its_chain_unchanged(old_url: str) -> None:
+    with Journal(old_url) as journal:
+        old = list(journal.read(order="position"))
+        anchor = journal.head_anchor()
+        assert journal.verify_chain(anchor=anchor).ok
+        assert [r.payload.get("memo") for r in old] == ["PO 1", "old"]
+        tracker = GPUCreditTracker(journal, account="lab")
+        tracker.consume(5, 4, user=ALICE, memo="new")
+        done = erase_user(journal, ALICE)
+        assert len(done.erased) == 1
+        assert list(journal.read(order="position", to_position=2)) == old
+        assert journal.verify_chain(anchor=anchor).ok and verify(journal).ok
+        # The old memos are in the chained payload: shown, never deleted.
+        assert [line.memo for line in queries.statement(journal, "lab").lines
+                if line.memo] == ["PO 1", "old"]
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def _cli(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_erase_command(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    data = tmp_path / "lines.jsonl"
+    data.write_bytes(_data(LINES))
+    assert _cli("import", str(data), "--db", db).exit_code == 0
+    consume = _cli("consume", "lab", "3", "--at", "20", "--user", ALICE, "--json", "--db", db)
+    assert consume.exit_code == 0, consume.stderr
+    assert json.loads(consume.stdout)["user"] == ALICE
+    anchor = _cli("head", "--db", db).stdout.strip()
+    digest = json.loads(_cli("replay", "--json", "--db", db).stdout)["digest"]
+
+    assert _cli("erase", "--db", db).exit_code == 2  # neither --user nor --event
+    result = _cli("erase", "--user", ALICE, "--reason", "request 7", "--json", "--db", db)
+    assert result.exit_code == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["erased"] == 3 and answer["erasure"] and answer["position"] == 10
+    assert _cli("verify", "--anchor", anchor, "--db", db).exit_code == 0
+    assert json.loads(_cli("replay", "--json", "--db", db).stdout)["digest"] == digest
+    assert ALICE not in _cli("export", "--db", db).stdout
+    files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("l.db"))
+    assert ALICE.encode() not in files
+
+    again = _cli("erase", "--user", ALICE, "--db", db)
+    assert again.exit_code == 0 and "nothing to erase" in again.stderr
+    bob = next(json.loads(line)["id"] for line in _cli("export", "--db", db).stdout.splitlines()
+               if json.loads(line).get("user") == BOB)
+    one = _cli("erase", "--event", bob, "--json", "--db", db)
+    assert json.loads(one.stdout)["events"] == [bob]
+    missing = _cli("erase", "--user", ALICE, "--db", f"sqlite:///{tmp_path / 'none.db'}")
+    assert missing.exit_code == 2 and not (tmp_path / "none.db").exists()
