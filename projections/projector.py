@@ -345,13 +345,19 @@ class Projector:
         if not self._confined(account, stretch):
             return None
         new = account_ledger(saved, account, self.excluded)
-        old = account_ledger(saved, account, self.excluded)
+        # The old timeline's outcomes: as last reported when all are remembered (the
+        # usual case), else folded again beside the new one.
+        recent = self._recent
+        remembered = all(rec.position in recent for rec in stretch
+                         if rec.position != late.position)
+        old = None if remembered else account_ledger(saved, account, self.excluded)
         candidates = set(new.live)
         folded: set[str] = set()
         revisions: list[Revision] = []
         outcomes: list[Outcome] = []
         late_outcome: Outcome | None = None
         had_anomalies = False
+        old_rejected = 0
         with paused_gc():
             for rec in stretch:
                 folded.add(rec.id)
@@ -364,8 +370,10 @@ class Projector:
                 if rec.position == late.position:
                     late_outcome = after
                     continue
-                before = apply_recorded(old, rec)
+                before = recent[rec.position] if old is None else apply_recorded(old, rec)
                 had_anomalies = had_anomalies or before.anomaly
+                if before.type == "submit" and not before.ok and not before.anomaly:
+                    old_rejected += 1  # what `Ledger.rejected` counts
                 was, now = before.reported(), after.reported()
                 if was != now:
                     revisions.append(Revision(late.position, late.id, rec.position, rec.id,
@@ -379,10 +387,10 @@ class Projector:
         i = bisect.bisect_left(self._snap_keys, key)
         del self._snap_keys[i:]
         del self._snap_states[i:]
+        # The stretch is the same events plus the late one, which counts unless reversed.
         splice(self.ledger, new, account, candidates, folded, had_anomalies,
-               new.applied - old.applied, new.rejected - old.rejected)
+               0 if late.id in self.excluded else 1, new.rejected - old_rejected)
         self.revisions.extend(revisions)
-        recent = self._recent
         for rec, outcome in zip(stretch, outcomes, strict=True):
             self._track(rec, outcome, new)
             if rec.position in recent:

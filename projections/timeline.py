@@ -64,6 +64,42 @@ def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
     return None if job is None else job.account
 
 
+class TimelineBuilder:
+    """Gathers the points of one account's timeline as a fold goes: `before(time, state)`
+    ahead of each event (expiries passed since the last one), `after(rec, state)` once an
+    event of the account is applied, and `finish(until, state)`."""
+
+    def __init__(self) -> None:
+        self.points: list[TimelinePoint] = []
+        self._expiries: list[int] = []  # expiry times of the account's grants not yet passed
+
+    def before(self, time: int, state: AccountState | None, *,
+               inclusive: bool = False) -> None:
+        """A point at each expiry of the account's grants before `time` (or at it)."""
+        expiries = self._expiries
+        while expiries and (expiries[0] < time or (inclusive and expiries[0] == time)):
+            when = heapq.heappop(expiries)
+            while expiries and expiries[0] == when:
+                heapq.heappop(expiries)
+            if state is not None:
+                self.points.append(_point(state, when, None))
+
+    def after(self, rec: RecordedEvent, state: AccountState | None) -> None:
+        """The point after an event of the account (`state`: the account once applied)."""
+        if state is None:
+            return
+        self.points.append(_point(state, rec.time, rec.position))
+        expiry = rec.payload.get("expiry")
+        if rec.type == "grant" and isinstance(expiry, int) and expiry > rec.time:
+            heapq.heappush(self._expiries, expiry)
+
+    def finish(self, until: int | None, state: AccountState | None) -> list[TimelinePoint]:
+        """The points, with expiries after the last event up to `until`."""
+        if until is not None:
+            self.before(until, state, inclusive=True)
+        return self.points
+
+
 def account_timeline(events: Iterable[RecordedEvent], account: str, *,
                      until: int | None = None,
                      excluded: frozenset[str] | None = None) -> list[TimelinePoint]:
@@ -81,34 +117,14 @@ def account_timeline(events: Iterable[RecordedEvent], account: str, *,
         excluded = reversed_ids({rec.id: target for rec in events if rec.type == "reverse"
                                  and isinstance(target := rec.payload.get("event"), str)})
     ledger = Ledger(excluded=excluded)
-    points: list[TimelinePoint] = []
-    expiries: list[int] = []  # expiry times of the account's grants not yet passed
-
-    def expire_until(time: int, *, inclusive: bool) -> None:
-        state = ledger.accounts.get(account)
-        while expiries and (expiries[0] < time or (inclusive and expiries[0] == time)):
-            when = heapq.heappop(expiries)
-            while expiries and expiries[0] == when:
-                heapq.heappop(expiries)
-            if state is not None:
-                points.append(_point(state, when, None))
-
+    builder = TimelineBuilder()
     for rec in events:
-        expire_until(rec.time, inclusive=False)
+        builder.before(rec.time, ledger.accounts.get(account))
         target = _target(ledger, rec)
         apply_recorded(ledger, rec)
-        if target != account or rec.id in excluded:
-            continue
-        state = ledger.accounts.get(account)
-        if state is None:
-            continue
-        points.append(_point(state, rec.time, rec.position))
-        expiry = rec.payload.get("expiry")
-        if rec.type == "grant" and isinstance(expiry, int) and expiry > rec.time:
-            heapq.heappush(expiries, expiry)
-    if until is not None:
-        expire_until(until, inclusive=True)
-    return points
+        if target == account and rec.id not in excluded:
+            builder.after(rec, ledger.accounts.get(account))
+    return builder.finish(until, ledger.accounts.get(account))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from projections.errors import LedgerError
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.timefmt import format_time, parse_time
+from projections.verifications import Verification, record_verification
 from tools import render
 
 PROG = "gpu-credits"
@@ -641,6 +643,7 @@ def verify(
     wanted = [a for a in (cli_trust.parse_anchor_option(anchor),
                           cli_trust.signed_anchor_option(anchor_file, public_key)) if a]
     with open_journal(ctx, db, check_chain=False) as journal:
+        head = journal.head()
         with render.progress_bar("verifying") as progress:
             report = verify_journal(journal, progress=progress)
         checks = cli_trust.check_anchors(journal, wanted)
@@ -649,6 +652,9 @@ def verify(
     first_bad = report.first_bad_position if not report.ok else (
         failed.first_bad_position if failed else None)
     problem = report.problem if not report.ok else (failed.problem if failed else None)
+    _record_verdict(ctx, db, Verification(ok, head, report.checked_events,
+                                          report.checked_checkpoints, first_bad, problem,
+                                          time.time(), "cli"))
     if as_json:
         out: dict[str, Any] = {"ok": ok, "first_bad_position": first_bad, "problem": problem,
                                "events": report.checked_events,
@@ -673,6 +679,18 @@ def verify(
     if not ok:
         _say_error(f"verification failed at position {first_bad}: {problem}")
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _record_verdict(ctx: typer.Context, db: str | None, verdict: Verification) -> None:
+    """Keep the verdict beside the journal for the web view's summary, when this user may
+    write the database (verify reads through a read-only connection; the record is written
+    through another, which never creates or upgrades anything). A database it cannot write
+    keeps no record: the verdict printed is the same either way."""
+    try:
+        with Journal(database_url(ctx, db), create=False, upgrade=False) as writable:
+            record_verification(writable, verdict)
+    except (JournalError, SQLAlchemyError, OSError, ValueError):
+        pass
 
 
 @db_app.command("upgrade")

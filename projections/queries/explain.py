@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
-from projections.creditbook import Lineage
+from projections.creditbook import Expiry, Lineage
 from projections.errors import UnknownJob
 from projections.events import GENERAL, TIMELINE_START
 from projections.figures import Figures
@@ -21,7 +21,7 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
-from projections.queries.walk import AccountWalk
+from projections.queries.walk import AccountWalk, Step
 from projections.queries.wording import event_detail
 from projections.replay import excluded_as_known
 
@@ -146,36 +146,35 @@ class AccountExplanation:
         }
 
 
-def explain_account(journal: JournalLike, account: str, *,
-                    as_known_at: int | str | None = None) -> AccountExplanation:
-    """Which grants paid which consumption or job, and what expired unused per grant, from
-    the events recorded up to `as_known_at` (default: all)."""
-    at = latest_time(journal)
-    position = recorded_position(journal, as_known_at)
-    walk = AccountWalk(account)
-    walk.ledger.excluded = excluded_as_known(journal, None)
-    ledger = walk.ledger
-    grants: dict[str, GrantLineage] = {}
-    spends: list[Spend] = []
-    rejections: list[Rejection] = []
-    anomalies: list[tuple[int, str, str]] = []
+class LineageBuilder:
+    """Gathers an account's lineage as a walk goes: `take(step)` for each step of the
+    walk, then `finish(at, expired)` (`projections.queries.history` feeds one walk to
+    several builders)."""
 
-    def grant(grant_id: str, pool: str) -> GrantLineage:
-        found = grants.get(grant_id)
+    def __init__(self, walk: AccountWalk) -> None:
+        self.walk = walk
+        self.grants: dict[str, GrantLineage] = {}
+        self.spends: list[Spend] = []
+        self.rejections: list[Rejection] = []
+        self.anomalies: list[tuple[int, str, str]] = []
+
+    def _grant(self, grant_id: str, pool: str) -> GrantLineage:
+        found = self.grants.get(grant_id)
         if found is None:  # a refill batch: no grant event of its own
-            found = grants[grant_id] = GrantLineage(grant_id, TIMELINE_START, None, pool, 0, None)
+            found = self.grants[grant_id] = GrantLineage(grant_id, TIMELINE_START, None, pool,
+                                                         0, None)
         return found
 
-    for rec in journal.read(to_position=position, order="canonical"):
-        step = walk.apply(rec)
-        if step is None:
-            continue
-        outcome = step.outcome
+    def take(self, step: Step) -> None:
+        """What one event of the account did to its grants."""
+        rec, outcome = step.rec, step.outcome
+        ledger = self.walk.ledger
+        grant = self._grant
         p = rec.payload
         for e in (*step.expired, *step.on_release):
             grant(e.grant_id, e.pool).expired += e.amount
         if rec.id in ledger.excluded:
-            continue  # reversed: as if it had never happened
+            return  # reversed: as if it had never happened
         if rec.type == "void":  # what the void stopped counts as expired, marked voided
             for e in outcome.expired:
                 if e.voided:
@@ -184,51 +183,74 @@ def explain_account(journal: JournalLike, account: str, *,
         credit = rec.type == "grant" or (rec.type == "adjust" and isinstance(amount, int)
                                          and amount > 0)
         if outcome.anomaly:
-            anomalies.append((rec.time, rec.id, outcome.reason or ""))
+            self.anomalies.append((rec.time, rec.id, outcome.reason or ""))
         elif credit:
             expiry = p.get("expiry")
-            grants[rec.id] = GrantLineage(
+            self.grants[rec.id] = GrantLineage(
                 rec.id, rec.time, rec.position, str(p.get("pool", GENERAL)), int(p["amount"]),
                 expiry if isinstance(expiry, int) else None,
                 paid_debt=sum(a for _, a in outcome.paid_debt))
         elif rec.type in ("consume", "adjust"):
-            spends.append(Spend(rec.time, rec.position, rec.id, rec.type, abs(int(p["amount"])),
-                                outcome.paid_by, outcome.debt_created,
-                                pool=str(p.get("pool", GENERAL))))
+            self.spends.append(Spend(rec.time, rec.position, rec.id, rec.type,
+                                     abs(int(p["amount"])), outcome.paid_by,
+                                     outcome.debt_created, pool=str(p.get("pool", GENERAL))))
             for g, paid in outcome.paid_by:
                 grant(g, GENERAL).uses.append(Use(rec.time, rec.position, rec.id, rec.type,
                                                   paid))
         elif rec.type == "complete":
             job = ledger.jobs[str(p["job"])]
-            spends.append(Spend(rec.time, rec.position, rec.id, "job", outcome.charge or 0,
-                                outcome.paid_by, job=job.id, pool=job.pool))
-            for g, amount in outcome.paid_by:
-                grant(g, GENERAL).uses.append(Use(rec.time, rec.position, rec.id, "job", amount,
-                                                  job.id))
+            self.spends.append(Spend(rec.time, rec.position, rec.id, "job", outcome.charge or 0,
+                                     outcome.paid_by, job=job.id, pool=job.pool))
+            for g, amount_ in outcome.paid_by:
+                grant(g, GENERAL).uses.append(Use(rec.time, rec.position, rec.id, "job",
+                                                  amount_, job.id))
         elif rec.type == "submit" and not outcome.ok:
-            rejections.append(Rejection(rec.time, rec.position, str(p["job"]),
-                                        outcome.reason or "rejected"))
-    state = walk.state
-    if state is None and not walk.seen:
-        raise unknown_account(account, ledger)
-    for e in walk.expired_by(at):
-        grant(e.grant_id, e.pool).expired += e.amount
-    if state is not None:
-        book = state.book
-        for batch in (b for heap in book.heaps.values() for b in heap):
-            if not batch.is_expired_at(at):
-                grant(batch.grant_id, batch.pool).remaining += batch.amount
-        for job_id in sorted(book.holds):
-            for batch, amount in book.holds[job_id].portions:
-                grant(batch.grant_id, batch.pool).held.append((job_id, amount))
-        for lineage in grants.values():
-            if lineage.position is None:  # a refill batch: its amount is what it accounts for
-                lineage.amount = (lineage.used + lineage.expired + lineage.remaining
-                                  + sum(a for _, a in lineage.held))
-    debt = dict(sorted(state.book.debt.items())) if state is not None else {}
-    ordered = sorted(grants.values(), key=lambda g: (g.time, g.position or 0, g.grant_id))
-    return AccountExplanation(account, at, Figures.of(state, at), ordered, spends, rejections,
-                              anomalies, debt)
+            self.rejections.append(Rejection(rec.time, rec.position, str(p["job"]),
+                                             outcome.reason or "rejected"))
+
+    def finish(self, at: int, expired: list[Expiry] | None = None) -> AccountExplanation:
+        """The explanation at `at` (`expired`: the walk's `expired_by(at)`, when another
+        builder asked it first: the walk reports each expiry once)."""
+        walk = self.walk
+        grant = self._grant
+        for e in walk.expired_by(at) if expired is None else expired:
+            grant(e.grant_id, e.pool).expired += e.amount
+        state = walk.state
+        if state is not None:
+            book = state.book
+            for batch in (b for heap in book.heaps.values() for b in heap):
+                if not batch.is_expired_at(at):
+                    grant(batch.grant_id, batch.pool).remaining += batch.amount
+            for job_id in sorted(book.holds):
+                for batch, amount in book.holds[job_id].portions:
+                    grant(batch.grant_id, batch.pool).held.append((job_id, amount))
+            for lineage in self.grants.values():
+                if lineage.position is None:  # a refill batch: its amount is what it accounts for
+                    lineage.amount = (lineage.used + lineage.expired + lineage.remaining
+                                      + sum(a for _, a in lineage.held))
+        debt = dict(sorted(state.book.debt.items())) if state is not None else {}
+        ordered = sorted(self.grants.values(),
+                         key=lambda g: (g.time, g.position or 0, g.grant_id))
+        return AccountExplanation(walk.account, at, Figures.of(state, at), ordered,
+                                  self.spends, self.rejections, self.anomalies, debt)
+
+
+def explain_account(journal: JournalLike, account: str, *,
+                    as_known_at: int | str | None = None) -> AccountExplanation:
+    """Which grants paid which consumption or job, and what expired unused per grant, from
+    the events recorded up to `as_known_at` (default: all)."""
+    at = latest_time(journal)
+    position = recorded_position(journal, as_known_at)
+    walk = AccountWalk(account)
+    walk.ledger.excluded = excluded_as_known(journal, position)
+    builder = LineageBuilder(walk)
+    for rec in journal.read(to_position=position, order="canonical"):
+        step = walk.apply(rec)
+        if step is not None:
+            builder.take(step)
+    if walk.state is None and not walk.seen:
+        raise unknown_account(account, walk.ledger)
+    return builder.finish(at)
 
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from projections.queries.common import (
     recorded_text,
     unknown_account,
 )
-from projections.queries.walk import AccountWalk
+from projections.queries.walk import AccountWalk, Step
 from projections.queries.wording import event_detail, pool_text
 from projections.replay import excluded_as_known
 from projections.timefmt import format_time
@@ -184,11 +185,15 @@ def expiry_line(e: Expiry, time: int, balance_: int, reserved: int,
 
 
 
-class _StatementBuilder:
-    """Writes the lines of one account as the walk goes."""
+class StatementBuilder:
+    """Writes the lines of one account as the walk goes.
 
-    def __init__(self, account: str) -> None:
-        self.walk = AccountWalk(account)
+    `apply(rec)` moves the walk and writes; `take(step)` writes for a step of a walk
+    someone else moves (`projections.queries.history` feeds one walk to several builders).
+    """
+
+    def __init__(self, account: str, walk: AccountWalk | None = None) -> None:
+        self.walk = AccountWalk(account) if walk is None else walk
         self.lines: list[StatementLine] = []
         self.balance = 0
         self.reserved = 0
@@ -197,10 +202,27 @@ class _StatementBuilder:
     def add(self, line: StatementLine) -> None:
         self.lines.append(line)
 
+    def fill_memos(self, private: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
+                   ) -> None:
+        """Fill in the memos held beside the journal's records (personal fields; an
+        erased one stays empty): `private` is the journal's `private`."""
+        held = private(self.sealed) if self.sealed else {}
+        if not held:
+            return
+        self.lines = [
+            dataclasses.replace(line, memo=memo)
+            if line.event_id is not None and line.event_id in held and line.position
+            and isinstance(memo := held[line.event_id].get("memo"), str) else line
+            for line in self.lines]
+
     def apply(self, rec: RecordedEvent) -> None:
         step = self.walk.apply(rec)
-        if step is None:
-            return
+        if step is not None:
+            self.take(step)
+
+    def take(self, step: Step) -> None:
+        """Write the lines of one step of the walk."""
+        rec = step.rec
         outcome = step.outcome
         for e in step.expired:
             self.balance -= e.amount
@@ -247,9 +269,11 @@ class _StatementBuilder:
                                        f"{actual}, the lines above add up to {self.balance}"))
                 self.balance = actual
 
-    def finish(self, to_time: int) -> None:
-        """Expiries and refill accrued after the account's last event, up to `to_time`."""
-        for e in self.walk.expired_by(to_time):
+    def finish(self, to_time: int, expired: list[Expiry] | None = None) -> None:
+        """Expiries and refill accrued after the account's last event, up to `to_time`
+        (`expired`: the walk's `expired_by(to_time)`, when another builder asked it first:
+        the walk reports each expiry once)."""
+        for e in self.walk.expired_by(to_time) if expired is None else expired:
             self.balance -= e.amount
             self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
         state = self.walk.state
@@ -262,16 +286,10 @@ class _StatementBuilder:
                                        pool=GENERAL))
 
 
-def _memos_kept_apart(journal: JournalLike, builder: _StatementBuilder) -> None:
+def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
     """Fill in the memos held beside the journal's records (personal fields; an erased
     one stays empty)."""
-    held = journal.private(builder.sealed) if builder.sealed else {}
-    if not held:
-        return
-    builder.lines = [
-        dataclasses.replace(line, memo=memo) if line.event_id in held and line.position
-        and isinstance(memo := held[line.event_id].get("memo"), str) else line
-        for line in builder.lines]
+    builder.fill_memos(journal.private)
 
 
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
@@ -282,7 +300,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     from the events recorded up to `as_known_at` (default: all)."""
     to = latest_time(journal) if to_time is None else to_time
     position = recorded_position(journal, as_known_at)
-    builder = _StatementBuilder(account)
+    builder = StatementBuilder(account)
     builder.walk.ledger.excluded = excluded_as_known(journal, position)
     for rec in journal.read(to_time=to, to_position=position, order="canonical"):
         builder.apply(rec)

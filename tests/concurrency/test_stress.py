@@ -4,7 +4,7 @@ Afterwards the journal must be as if the workers had taken turns: gapless, chain
 every command re-decided in canonical order by an independent model agrees with the
 fold and with what the workers were told, nothing was revised, and every worker's final
 view is the replay digest. Size: $GPU_CREDITS_STRESS_OPS operations per worker (default
-200: about 40 s on PostgreSQL, 15 s on SQLite on two cores; the issue's full size is 2000).
+200: about 40 s on PostgreSQL, 15 s on SQLite on two cores; a full-size run is 2000).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A `RuleBasedStateMachine` drives a `Scheduler` (memory journal) beside a plain model.
 
-The model is the seed's design written plainly: a dict of accounts (balance, reserved,
+The model is the scheduler's design note written plainly: a dict of accounts (balance, reserved,
 running, cap), a dict of jobs, and `start_next` as a linear scan for the smallest
 (-priority, submit order) among pending jobs whose account is below its cap. Every
 rule compares what the scheduler returned (or raised) with the model; after every step

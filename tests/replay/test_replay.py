@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from eventstore import IdempotencyConflict, MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
-from projections.events import DomainEvent, from_payload, to_payload
+from projections.events import from_payload, to_payload
 from projections.ledger import Ledger
 from projections.projector import Projector
 from projections.replay import fold_canonical, journal_reader, replay, verify
@@ -235,10 +235,6 @@ def test_checkpoint_resumes_a_facade_and_is_dropped_by_a_late_event(tmp_path: An
     reopened.consume(3, timestamp=50)  # late: the checkpoint covers up to time 99
     assert journal.snapshots("ledger") == []
     assert GPUCreditTracker(url, account="a").get_balance(100) == reopened.get_balance(100)
-
-
-def _unused(_: DomainEvent) -> None:  # keeps the import honest for type checkers
-    pass
 
 
 def test_a_retried_call_with_the_same_event_id_is_recorded_once() -> None:

@@ -128,15 +128,58 @@ def test_keyboard_reaches_the_controls(page: Page, base_url: str) -> None:
     assert log.errors == []
 
 
-def test_narrow_screen_has_no_page_wide_scroll(browser: Any, base_url: str) -> None:
+EVERY_PAGE = ("/", f"/accounts/{ACCOUNT}", f"/accounts/{ACCOUNT}?as_known_at={LATE_GRANT - 1}",
+              f"/accounts/{ACCOUNT}?kind=complete&pool=a100", "/jobs/lumen-0191",
+              "/jobs/cobalt-0074", "/journal", "/journal?after=2550", f"/events/{LATE_GRANT}",
+              "/events/1", "/accounts/nobody", "/jobs/nothing", "/events/0")
+"""Every kind of page, the error pages included."""
+
+
+def test_no_console_errors_on_any_page_at_either_width(browser: Any, base_url: str) -> None:
+    errors: list[str] = []
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    for width in (1280, 390):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        tab = context.new_page()
+        tab.on("console", on_console)
+        tab.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+        try:
+            for path in EVERY_PAGE:
+                errors.clear()
+                answer = tab.goto(base_url + path, wait_until="networkidle")
+                if tab.locator(".chart[data-src]").count():
+                    tab.wait_for_selector(".chart[data-drawn]", timeout=20_000)
+                if answer is not None and answer.status >= 400:
+                    # The browser logs an error page's own status; nothing else may be logged.
+                    own = f"the server responded with a status of {answer.status}"
+                    errors[:] = [e for e in errors if own not in e]
+                assert errors == [], f"{path} at {width} px: {errors}"
+        finally:
+            context.close()
+
+
+def test_every_table_fits_a_narrow_screen(browser: Any, base_url: str) -> None:
+    """At 390 px nothing scrolls sideways, neither the page nor any table in its box: wide
+    tables are stacked, one block per row, each value beside its column's name."""
     context = browser.new_context(viewport={"width": 390, "height": 844})
     tab = context.new_page()
     try:
-        for path in ("/", f"/accounts/{ACCOUNT}", "/jobs/lumen-0191", "/journal",
-                     f"/events/{LATE_GRANT}"):
+        for path in EVERY_PAGE:
             tab.goto(base_url + path)
             width = tab.evaluate("document.documentElement.scrollWidth")
             assert width <= 390, f"{path} is {width} px wide at 390"
+            wide = tab.evaluate("""() => [...document.querySelectorAll('table')]
+                .map(t => [t.id, (t.closest('.scroll') || t.parentElement)])
+                .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
+                .map(([id, box]) => id + ': ' + box.scrollWidth + ' > ' + box.clientWidth)""")
+            assert wide == [], f"{path}: {wide}"
+            labels = tab.evaluate("""() => [...document.querySelectorAll('table.stack td')]
+                .filter(td => !td.hasAttribute('colspan') && !td.dataset.label).length""")
+            assert labels == 0, f"{path}: stacked cells without their column's name"
     finally:
         context.close()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -52,7 +53,7 @@ def test_summary_shows_head_expiring_credits_and_verify_state(client: TestClient
     expiring = cells(r.text, "expiring-table")
     assert expiring and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row[0])
                             for row in expiring if len(row) == 5)
-    assert "Not verified" in r.text or "OK" in r.text
+    assert "No verification recorded yet" in r.text or "OK" in r.text
 
 
 def test_account_page_has_figures_grants_ledger_and_chart_source(client: TestClient) -> None:
@@ -217,25 +218,30 @@ def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> No
 
 
 def test_an_accounts_stream_answers_as_the_whole_journal_does(demo_db: str) -> None:
-    """The pages read an account's figures through its stream alone: the same statement and
-    lineage as a fold of the whole journal, now and as known at earlier positions."""
+    """The pages read an account's figures from one fold of its stream alone: the same
+    statement and lineage as a fold of the whole journal, now and as known at earlier
+    positions."""
     from eventstore import Journal
+    from projections.errors import UnknownAccount
     from projections.queries import explain_account, statement
-    from tools.web.source import JournalView
+    from tools.web.pages import account_history
+    from tools.web.source import AuditSource, JournalView
 
     journal = Journal(demo_db)
     try:
+        source = AuditSource(journal)
         accounts = sorted({rec.stream for rec in journal.read(order="position")})
-        for position in (None, 500, 979, 1800):
-            whole = journal if position is None else JournalView(journal, position)
+        for position in (journal.head(), 500, 979, 1800):
+            whole = JournalView(journal, position)
             for account in accounts:
-                alone = JournalView(journal, position, account)
-                assert statement(alone, account) == statement(whole, account), account
+                history = account_history(source, account, position)
+                assert history.statement == statement(whole, account), account
                 try:
                     expected = explain_account(whole, account).as_dict()
-                except KeyError:  # not yet known at that position
+                except UnknownAccount:  # not yet known at that position
+                    assert not history.seen
                     continue
-                assert explain_account(alone, account).as_dict() == expected, account
+                assert history.explanation.as_dict() == expected, account
     finally:
         journal.close()
 
@@ -266,3 +272,53 @@ def test_summary_finds_accounts_by_name_and_pages(client: TestClient) -> None:
     assert [row[0] for row in rows if row[1] == "all"] == ["lumen-health"]
     assert client.get("/?page=2").status_code == 422  # 20 accounts: one page
     assert client.get("/?page=x").status_code == 422
+
+
+def test_summary_shows_the_last_verify_however_it_ran(tmp_path: Path) -> None:
+    """A verification from the command line or the HTTP API shows on the summary as one
+    from the journal page does: the verdict is recorded beside the journal."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+    from tools.web.screenshots import demo_url
+
+    url = demo_url(tmp_path)
+    with TestClient(app_for(url)) as c:
+        assert "No verification recorded yet" in c.get("/").text
+        assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 0
+        summary = c.get("/").text
+        assert "<strong class=\"ok\">OK</strong>" in summary
+        assert "by gpu-credits verify" in summary
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with conn:
+            conn.execute("UPDATE events SET payload = replace(payload, '800', '900') "
+                         "WHERE position = 2")
+        conn.close()
+        assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 1
+        summary = c.get("/").text
+        assert "FAILED" in summary and 'href="/events/2"' in summary
+        assert c.post("/v1/journal/verify", json={}).json()["ok"] is False
+        assert "by POST /v1/journal/verify" in c.get("/").text
+
+
+def test_the_ledger_pages_from_the_latest_lines_and_the_csv_has_them_all(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.web import pages
+
+    monkeypatch.setattr(pages, "LEDGER_PAGE", 50)
+    journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
+    every = statement(journal, ACCOUNT).lines
+    assert len(every) > 150
+    shown = cells(client.get(f"/accounts/{ACCOUNT}").text, "ledger-table")
+    last = -(-len(every) // 50)
+    assert len(shown) == len(every) - (last - 1) * 50  # the latest lines first
+    assert shown[-1][5] == f"{every[-1].balance:,}"
+    first = client.get(f"/accounts/{ACCOUNT}?page=1")
+    rows = cells(first.text, "ledger-table")
+    assert [row[5] for row in rows] == [f"{line.balance:,}" for line in every[:50]]
+    assert "Later lines" in first.text and f"of {len(every):,} matching" in first.text
+    assert client.get(f"/accounts/{ACCOUNT}?page={last + 1}").status_code == 422
+    csv_text = client.get(f"/accounts/{ACCOUNT}/ledger.csv").text
+    assert len(list(csv.DictReader(io.StringIO(csv_text)))) == len(every)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
 from projections.timefmt import parse_micros
+from projections.verifications import Verification, record_verification
 from tools import render
 from tools.service.auth import READ, needs
 from tools.service.ledger import STALE, Busy, LedgerService
@@ -46,6 +48,7 @@ from tools.service.models import (
 from tools.service.problems import PROBLEM_JSON, ServiceProblem
 from tools.service.times import parse_event_time
 
+log = logging.getLogger("gpu_credits.service")
 T = TypeVar("T")
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(needs(READ))])
@@ -345,16 +348,30 @@ def verify(request: Request, body: VerifyBody | None = None) -> Any:
             anchor = Anchor.parse(body.anchor)
         except ValueError as exc:
             raise ServiceProblem(422, str(exc), slug="invalid") from None
+    head = journal.head()
     chain = journal.verify_chain(anchor=anchor)
     if not chain.ok:
+        _record(journal, Verification(False, head, chain.events, 0, chain.first_bad_position,
+                                      chain.problem, time.time(), "http"))
         return {"ok": False, "events": chain.events,
                 "first_bad_position": chain.first_bad_position, "problem": chain.problem}
     report = verify_journal(journal)
+    _record(journal, Verification(report.ok, head, chain.events, report.checked_checkpoints,
+                                  report.first_bad_position, report.problem, time.time(),
+                                  "http"))
     answer: dict[str, Any] = {"ok": report.ok, "events": chain.events}
     if not report.ok:
         answer["first_bad_position"] = report.first_bad_position
         answer["problem"] = report.problem
     return answer
+
+
+def _record(journal: Any, verdict: Verification) -> None:
+    """Keep the verdict as the journal's last verification (the web view's summary shows
+    it); a journal this process cannot write keeps none, and the answer is the same."""
+    problem = record_verification(journal, verdict)
+    if problem is not None:
+        log.info("verification not recorded: %s", problem)
 
 
 def install(app: Any) -> None:

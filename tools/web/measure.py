@@ -1,42 +1,92 @@
-"""`python -m tools.web.measure URL PATH...`: how long the web view takes to answer, server-side.
+"""`python -m tools.web.measure URL PATH...`: how long the web view takes to answer,
+server-side, as medians.
 
 Opens the service's app (`gpu-credits serve`'s) on the journal at URL, waits for the
-background search of revisions, then asks each PATH twice through FastAPI's TestClient
-(first: nothing remembered for it yet; again: remembered until the head moves) and prints
-the status and milliseconds of each answer.
+background search of revisions, then asks each PATH `--runs` times as a first visit
+(everything the pages remember let go first: the answers, the accounts' events) and as
+often again (remembered until the head moves), through FastAPI's TestClient. Prints the
+median, fastest and slowest milliseconds of each, and the time the cyclic garbage
+collector took during the requests (a pause it takes is the page's, but it comes from
+the whole process).
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
+import statistics
 import sys
 import time
+from typing import Any
+
+
+class GcClock:
+    """Seconds spent in the cyclic garbage collector since the last `take()`."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.spent += time.perf_counter() - self._began
+
+    def take(self) -> float:
+        spent, self.spent = self.spent, 0.0
+        return spent
+
+
+def timed(client: Any, path: str) -> tuple[int, float]:
+    """Status and milliseconds of one GET."""
+    began = time.perf_counter()
+    status: int = client.get(path).status_code
+    return status, (time.perf_counter() - began) * 1000
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Time each path; print one line per request."""
+    """Time each path; print one line per path and kind of visit."""
     from fastapi.testclient import TestClient
 
     from tools.web.browsing import app_for
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2:
-        print("usage: python -m tools.web.measure URL PATH...", file=sys.stderr)
-        return 2
-    url, paths = args[0], args[1:]
+    parser = argparse.ArgumentParser(prog="python -m tools.web.measure",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="the journal's database URL")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="pages to ask for")
+    parser.add_argument("--runs", type=int, default=5, help="visits of each kind per path")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     began = time.perf_counter()
-    app = app_for(url)
+    app = app_for(args.url)
     with TestClient(app) as client:
         print(f"service ready in {time.perf_counter() - began:.1f} s", flush=True)
         began = time.perf_counter()
         client.get("/journal")
-        app.state.web_source.wait_for_revisions()
-        print(f"revisions found in {time.perf_counter() - began:.1f} s", flush=True)
-        for path in paths:
-            for label in ("first", "again"):
-                began = time.perf_counter()
-                status = client.get(path).status_code
-                took = (time.perf_counter() - began) * 1000
-                print(f"{status} {took:8.0f} ms  {label:5}  {path}", flush=True)
+        source = app.state.web_source
+        source.wait_for_revisions()
+        print(f"revisions found in {time.perf_counter() - began:.1f} s "
+              f"(head {source.head():,}); {args.runs} runs each, milliseconds", flush=True)
+        print(f"{'status':6} {'visit':5} {'median':>7} {'fastest':>7} {'slowest':>7} "
+              f"{'gc':>6}  path", flush=True)
+        clock = GcClock()
+        for path in args.paths:
+            for visit in ("first", "again"):
+                took, statuses = [], set()
+                if visit == "again":
+                    client.get(path)  # remembered now, whatever ran before
+                clock.take()
+                for _ in range(args.runs):
+                    if visit == "first":
+                        source.forget()
+                    status, ms = timed(client, path)
+                    statuses.add(status)
+                    took.append(ms)
+                gc_ms = clock.take() * 1000 / args.runs
+                shown = ",".join(str(s) for s in sorted(statuses))
+                print(f"{shown:6} {visit:5} {statistics.median(took):7.0f} {min(took):7.0f} "
+                      f"{max(took):7.0f} {gc_ms:6.0f}  {path}", flush=True)
     return 0
 
 

@@ -14,35 +14,29 @@ from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
-from projections.errors import UnknownAccount
 from projections.events import GENERAL
 from projections.ledger import PENDING
 from projections.personal import personal_of
 from projections.queries import (
     AccountExplanation,
-    Figures,
     JobExplanation,
     RevisionRow,
     Statement,
     StatementLine,
     account_figures,
-    explain_account,
     explain_job,
     known_position,
     latest_time,
     revision_rows,
-    statement,
     unknown_account,
 )
 from projections.queries.explain import waiting_reason
+from projections.queries.history import AccountHistory, event_lines, lines_of
+from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
-from projections.timeline import (
-    ExpiringCredits,
-    account_timeline,
-    expiring_within,
-    grant_burndown,
-)
+from projections.timeline import ExpiringCredits, expiring_within, grant_burndown
 from tools.web.source import AuditSource
+from tools.web.verifying import last_verify
 
 DAY = 86_400
 EXPIRING_WINDOW = 7 * DAY
@@ -190,7 +184,7 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
             "expiring": expiring[:EXPIRING_SHOWN], "expiring_more": more,
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
-            "verify": source.verifier.status() if source.verifier is not None else None}
+            "verify": last_verify(source.journal, source.verifier)}
 
 
 # -- one account -------------------------------------------------------------------------
@@ -262,6 +256,10 @@ class AccountPage:
     later_revisions: list[RevisionRow]  # recorded after `position`: not in this view
     recorded_later: int  # events of the account recorded after `position`
     revised_ids: set[str] = field(default_factory=set)  # events some revision changed
+    matching: int = 0  # ledger lines that pass the filters (`lines` is one page of them)
+    first_line: int = 0  # the index of `lines[0]` among those
+    ledger_page: int = 1
+    ledger_pages: int = 1
 
 
 def require_account(source: AuditSource, account: str) -> None:
@@ -279,54 +277,50 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | 
         return None
 
     def find() -> list[RevisionRow]:
-        journal = source.journal
-        mine = []
-        for revision in revisions:
-            rec = journal.get(revision.event_id)
-            if rec is not None and rec.stream == account:
-                mine.append(revision)
-        return revision_rows(journal, mine)
+        mine = {rec.id for rec in source.stream_events(account)}
+        return revision_rows(source.journal, [r for r in revisions if r.event_id in mine])
 
     return source.cached(("account-revisions", account), find)
 
 
-def account_statement(source: AuditSource, account: str, position: int) -> Statement:
-    """The account's whole statement as known at `position`."""
-    view = source.view(position, account)
-    return source.cached(("statement", account, position), lambda: statement(view, account))
+def account_history(source: AuditSource, account: str, position: int) -> AccountHistory:
+    """The account's statement, lineage and timeline as known at `position`, from one fold
+    of its stream (remembered until the head moves); UnknownAccount for an account the
+    journal never names."""
+
+    def build() -> AccountHistory:
+        events = source.stream_events(account, position)
+        found = history_of(events, account, at=latest_time(source.journal),
+                           as_known_at=position, private=source.journal.private)
+        if not found.seen and source.journal.stream_version(account) == 0:
+            with source.reading() as ledger:
+                raise unknown_account(account, ledger)
+        # An account recorded only after `position` has an empty history: as known
+        # then, an account with nothing yet.
+        return found
+
+    return source.cached(("history", account, position), build)
 
 
-def account_explanation(source: AuditSource, account: str,
-                        position: int) -> AccountExplanation:
-    """Which grants paid what, as known at `position`."""
-    view = source.view(position, account)
-
-    def explain() -> AccountExplanation:
-        try:
-            return explain_account(view, account)
-        except UnknownAccount:
-            if source.journal.stream_version(account) == 0:
-                raise
-            # Recorded later than `position`: as known then, an account with nothing yet.
-            at = latest_time(view)
-            return AccountExplanation(account, at, Figures.of(None, at), [], [], [], [], {})
-
-    return source.cached(("explain", account, position), explain)
+LEDGER_PAGE = 200
+"""Ledger lines per page of the account page (the CSV download has them all)."""
 
 
-def account_page(source: AuditSource, account: str, params: dict[str, str]) -> AccountPage:
+def account_page(source: AuditSource, account: str, params: dict[str, str], *,
+                 paged: bool = True) -> AccountPage:
     """The account page; UnknownAccount for an account the journal never names,
-    ValueError for a bad filter."""
+    ValueError for a bad filter. The ledger shows `LEDGER_PAGE` lines a page, the latest
+    by default (`page`); `paged=False`: every line that passes the filters."""
     journal = source.journal
     require_account(source, account)
     position = parse_known_at(journal, params.get("as_known_at"))
     filters = ledger_filter(params)
-    stmt = account_statement(source, account, position)
-    expl = account_explanation(source, account, position)
-    view = source.view(position)
+    history = account_history(source, account, position)
+    stmt, expl = history.statement, history.explanation
+    by_id = {rec.id: rec for rec in source.stream_events(account, position)}
     grants = []
     for g in expl.grants:
-        rec = view.get(g.grant_id) if g.position is not None else None
+        rec = by_id.get(g.grant_id) if g.position is not None else None
         payload = rec.payload if rec is not None else {}
         priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
         memo = personal_of(journal, rec).get("memo") if rec is not None else None
@@ -340,12 +334,17 @@ def account_page(source: AuditSource, account: str, params: dict[str, str]) -> A
     head = journal.head()
     recorded_later = 0
     if position < head:
-        recorded_later = sum(1 for _ in journal.read(after_position=position, stream=account,
-                                                     order="position"))
+        recorded_later = len(source.stream_events(account)) - len(by_id)
+    kept = [line for line in stmt.lines if filters.keeps(line)]
+    pages_ = max(1, -(-len(kept) // LEDGER_PAGE))
+    page = parse_int("page", params.get("page"), pages_, low=1, high=pages_)
+    first = (page - 1) * LEDGER_PAGE
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
-                       [line for line in stmt.lines if filters.keeps(line)], grants, pools,
+                       kept[first:first + LEDGER_PAGE] if paged else kept, grants, pools,
                        revisions, later, recorded_later,
-                       {r.revision.event_id for r in revisions or ()})
+                       {r.revision.event_id for r in revisions or ()},
+                       len(kept), first if paged else 0, page if paged else 1,
+                       pages_ if paged else 1)
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",
@@ -370,15 +369,12 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
     require_account(source, account)
 
     def build() -> dict[str, Any]:
-        view = source.view(position, account)
-        stmt = account_statement(source, account, position)
-        until = stmt.to_time
-        points = account_timeline(view.read(to_time=until, order="canonical"), account,
-                                  until=until)
-        expl = account_explanation(source, account, position)
+        history = account_history(source, account, position)
+        until = history.statement.to_time
+        points = history.timeline
         pools = sorted({p for point in points for p in point.pools} or {GENERAL})
         grants = []
-        for g in expl.grants:
+        for g in history.explanation.grants:
             if g.position is None:
                 continue
             steps = grant_burndown(g.amount - g.paid_debt, g.time,
@@ -485,20 +481,17 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
                                        or r.event_id == rec.id])
         caused = [r for r in rows if r.revision.late_position == rec.position]
         revised = [r for r in rows if r.revision.event_id == rec.id]
-    account: str | None = rec.stream
-    lines: list[StatementLine] = []
-    try:
-        stmt = account_statement(source, rec.stream, journal.head())
-    except (KeyError, ValueError):
-        account = None
-    else:
-        lines = [line for line in stmt.lines if line.position == rec.position]
-    # Late for its account: recorded after an event of the same stream with a later time
-    # (read through the stream: the whole journal would be a scan of every position).
-    earlier = journal.read(to_position=rec.position - 1, from_time=rec.time + 1,
-                           stream=rec.stream, order="position", batch_size=1)
-    late = next(iter(earlier), None) is not None
-    return EventPage(rec, account, lines, caused, revised, late)
+    stream = source.stream_events(rec.stream)
+    known = source.peek(("history", rec.stream, journal.head()))
+    if isinstance(known, AccountHistory):  # its account page was just seen: no fold at all
+        lines = lines_of(known.statement.lines, rec.position)
+    else:  # fold the account's events only up to this one
+        lines = source.cached(("event-lines", rec.position),
+                              lambda: event_lines(stream, rec.stream, rec.position,
+                                                  private=journal.private))
+    # Late for its account: recorded after an event of the same stream with a later time.
+    late = any(other.time > rec.time for other in stream if other.position < rec.position)
+    return EventPage(rec, rec.stream, lines, caused, revised, late)
 
 
 def event_position(journal: JournalLike, event_id: str) -> int | None:

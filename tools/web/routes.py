@@ -17,7 +17,7 @@ from projections.errors import UnknownAccount, UnknownJob
 from tools.web import pages
 from tools.web.source import AuditSource
 from tools.web.templating import environment
-from tools.web.verifying import Verifier
+from tools.web.verifying import Verifier, last_verify
 
 
 def _may_read(request: Request) -> None:
@@ -109,7 +109,7 @@ def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
     params = _params(request)
     try:
-        page = pages.account_page(source_of(request), account, params)
+        page = pages.account_page(source_of(request), account, params, paged=False)
     except UnknownAccount as exc:
         return problem(request, 404, "Unknown account", str(exc))
     except ValueError as exc:
@@ -163,7 +163,7 @@ def journal_page(request: Request) -> HTMLResponse:
     revisions, total = pages.recent_revisions(source)
     return render(request, "journal.html", title="Journal", page=page, params=params,
                   head=pages.head_record(source.journal), revisions=revisions,
-                  revisions_total=total, verify=_verifier(source).status())
+                  revisions_total=total, verify=last_verify(source.journal, source.verifier))
 
 
 def _verifier(source: AuditSource) -> Verifier:
@@ -186,8 +186,8 @@ def start_verify(request: Request) -> Response:
 @router.get("/journal/verify", response_class=HTMLResponse)
 def verify_status(request: Request) -> HTMLResponse:
     """The verification's progress or verdict (polled by the journal page)."""
-    status = _verifier(source_of(request)).status()
-    return render(request, "_verify.html", verify=status)
+    source = source_of(request)
+    return render(request, "_verify.html", verify=last_verify(source.journal, source.verifier))
 
 
 @router.get("/events/{position}", response_class=HTMLResponse)

@@ -16,15 +16,23 @@ WIDTHS = (1280, 390)
 
 PAGES = (
     ("summary", "/"),
+    ("summary-expiring", "/#expiring"),
     ("account", "/accounts/lumen-health"),
+    ("account-grants", "/accounts/lumen-health#grants"),
+    ("account-ledger", "/accounts/lumen-health?kind=complete#ledger"),
     ("account-as-known", "/accounts/lumen-health?as_known_at=979"),
+    ("account-revisions", "/accounts/lumen-health?as_known_at=979#revisions"),
     ("job", "/jobs/lumen-0191"),
     ("job-rejected", "/jobs/cobalt-0074"),
     ("journal", "/journal"),
+    ("journal-events", "/journal#events"),
+    ("journal-revisions", "/journal#revisions"),
     ("event", "/events/980"),
+    ("event-changed", "/events/980#fields"),
 )
 """(name, path) of each page shot, on the demo month of seed 42: an account before and
-after the late grant at position 980 that revised what paid its jobs."""
+after the late grant at position 980 that revised what paid its jobs. A path with a
+#section is shot scrolled to that section: each table is seen at both widths."""
 
 
 def demo_url(folder: Path) -> str:
@@ -39,6 +47,26 @@ def demo_url(folder: Path) -> str:
     finally:
         journal.close()
     return url
+
+
+def verified(url: str) -> None:
+    """Verify the journal at `url` as `gpu-credits verify` does, recording the verdict
+    (the summary then shows a last verification, as it would in use)."""
+    import time
+
+    from eventstore import Journal
+    from projections.replay import verify
+    from projections.verifications import Verification, record_verification
+
+    journal = Journal(url)
+    try:
+        head = journal.head()
+        report = verify(journal)
+        record_verification(journal, Verification(
+            report.ok, head, report.checked_events, report.checked_checkpoints,
+            report.first_bad_position, report.problem, time.time(), "cli"))
+    finally:
+        journal.close()
 
 
 def shoot(base: str, out: Path) -> list[Path]:
@@ -71,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[0]) if args else Path("docs/screenshots")
     with tempfile.TemporaryDirectory() as tmp:
         url = demo_url(Path(tmp))
+        verified(url)
         with serving(app_for(url)) as base:
             for path in shoot(base, out):
                 print(path)

@@ -9,6 +9,7 @@ service hands over its live projection (an object with `reading()`, the service'
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +27,9 @@ SYNC_REPLAY_LIMIT = 50_000
 
 _CACHED = 64
 """Answers remembered per head: a few pages' worth for a handful of auditors."""
+
+STREAM_EVENTS_KEPT = 250_000
+"""Events of recently viewed accounts' streams kept in memory (a few hundred MB at most)."""
 
 
 class JournalView:
@@ -113,6 +117,9 @@ class AuditSource:
         self._projector_lock = threading.Lock()
         self._projector: Any = None  # a Projector, made on the first revisions() call
         self._warming: threading.Thread | None = None
+        self._streams_lock = threading.Lock()
+        # stream -> (position read up to, its events in position order), least recent first
+        self._streams: OrderedDict[str, tuple[int, list[RecordedEvent]]] = OrderedDict()
 
     def head(self) -> int:
         """The journal's head position."""
@@ -137,6 +144,20 @@ class AuditSource:
                     self._cache.popitem(last=False)
         return value
 
+    def forget(self) -> None:
+        """Let go of every remembered answer and stream (the next page is a first visit):
+        for measurements; the revisions found are kept."""
+        with self._lock:
+            self._cache.clear()
+        with self._streams_lock:
+            self._streams.clear()
+
+    def peek(self, key: tuple[Any, ...]) -> Any:
+        """What is remembered under `key` for the current head, None if nothing."""
+        head = self.journal.head()
+        with self._lock:
+            return self._cache.get(key) if head == self._head else None
+
     def view(self, position: int | None, stream: str | None = None) -> JournalLike:
         """The journal as known at `position` (None or the head: all of it), only
         `stream`'s events if given."""
@@ -145,6 +166,32 @@ class AuditSource:
         if position is None and stream is None:
             return self.journal
         return JournalView(self.journal, position, stream)  # type: ignore[return-value]
+
+    def stream_events(self, stream: str, position: int | None = None) -> list[RecordedEvent]:
+        """The events of `stream` recorded up to `position` (None: the head), in position
+        order.
+
+        Kept across head moves: a recorded event never changes, so a later call reads only
+        what the stream gained since (an account page seen again after other accounts'
+        writes costs no read of its history). The streams least recently asked for are let
+        go beyond `STREAM_EVENTS_KEPT` events in all.
+        """
+        head = self.journal.head()
+        with self._streams_lock:
+            read_to, events = self._streams.pop(stream, (0, []))
+            if head > read_to:
+                events = events + list(self.journal.read(
+                    after_position=read_to, to_position=head, stream=stream, order="position"))
+                read_to = head
+            self._streams[stream] = (read_to, events)
+            kept = sum(len(e) for _, e in self._streams.values())
+            while kept > STREAM_EVENTS_KEPT and len(self._streams) > 1:
+                _, (_, dropped) = self._streams.popitem(last=False)
+                kept -= len(dropped)
+        if position is None or position >= read_to:
+            return events
+        cut = bisect.bisect_right(events, position, key=lambda rec: rec.position)
+        return events[:cut]
 
     @contextmanager
     def reading(self) -> Iterator[Ledger]:

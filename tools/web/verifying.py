@@ -2,7 +2,9 @@
 
 A verification reads the whole journal (the hash chain, then a replay), which takes
 seconds on a large one: it runs in a thread so the page answers at once and shows the
-progress until the verdict. The last verdict is kept for the summary page.
+progress until the verdict. The verdict is recorded beside the journal
+(`projections.verifications`), where `gpu-credits verify` and `POST /v1/journal/verify`
+record theirs: `last_verify` shows the newest, however it ran.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from eventstore import JournalLike
+from projections.verifications import Verification, last_verification, record_verification
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,15 @@ class VerifyStatus:
     first_bad_position: int | None = None
     problem: str | None = None
     events: int = 0
+    by: str = "web"  # how it ran: "web" (this view), "cli" (gpu-credits verify), "http"
+    checkpoints: int = 0
+
+    @classmethod
+    def of(cls, verdict: Verification) -> VerifyStatus:
+        """A recorded verification, as the pages show one."""
+        return cls("ok" if verdict.ok else "failed", verdict.events, verdict.events, None,
+                   verdict.finished_at, verdict.head, verdict.first_bad_position,
+                   verdict.problem, verdict.events, verdict.by, verdict.checkpoints)
 
     @property
     def running(self) -> bool:
@@ -93,6 +105,25 @@ class Verifier:
             final = VerifyStatus(
                 "ok" if report.ok else "failed", report.checked_events,
                 report.checked_events, started, time.time(), head,
-                report.first_bad_position, report.problem, report.checked_events)
+                report.first_bad_position, report.problem, report.checked_events,
+                checkpoints=report.checked_checkpoints)
+            record_verification(self._journal, Verification(
+                report.ok, head or 0, report.checked_events, report.checked_checkpoints,
+                report.first_bad_position, report.problem, final.finished_at or 0.0, "web"))
         with self._lock:
             self._status = final
+
+
+def last_verify(journal: JournalLike, verifier: Verifier | None) -> VerifyStatus:
+    """What the pages show as the last verification: the one running from this view if
+    any, else the newest finished, recorded by whichever way it ran or only known here
+    (a journal this process cannot write keeps no record)."""
+    mine = verifier.status() if verifier is not None else VerifyStatus("never")
+    if mine.running:
+        return mine
+    recorded = last_verification(journal)
+    if recorded is None:
+        return mine
+    if mine.finished_at is not None and mine.finished_at > recorded.finished_at:
+        return mine
+    return VerifyStatus.of(recorded)

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import assert_invariants
 
 from eventstore import MemoryJournal, NewEvent
 from projections import GPUCreditTracker, LedgerError, Scheduler
@@ -31,6 +30,7 @@ from projections.events import (
 )
 from projections.projector import Projector
 from projections.replay import fold_canonical, replay
+from tests.projections.invariants import assert_invariants
 
 ACCOUNTS = ["a", "b"]
 POOLS = [None, "h100"]

@@ -37,10 +37,10 @@ def batches(tracker: GPUCreditTracker) -> list[tuple[str, int | None, int]]:
     )
 
 
-# -- the seed's examples, exactly -----------------------------------------------------------
+# -- the design note's worked examples, exactly -------------------------------------------
 
 
-def test_seed_example_1() -> None:
+def test_worked_example_earliest_expiry_first_then_debt_then_a_grant_pays_it() -> None:
     tracker = GPUCreditTracker()
     tracker.grant(amount=100, timestamp=0, expiry=10)
     tracker.grant(amount=50, timestamp=2, expiry=5)
@@ -53,7 +53,7 @@ def test_seed_example_1() -> None:
     assert_invariants(tracker.ledger())
 
 
-def test_seed_example_1_lineage_takes_earliest_expiry_first() -> None:
+def test_worked_example_lineage_takes_earliest_expiry_first() -> None:
     tracker = GPUCreditTracker()
     tracker.grant(amount=100, timestamp=0, expiry=10)
     tracker.grant(amount=50, timestamp=2, expiry=5)
@@ -64,7 +64,7 @@ def test_seed_example_1_lineage_takes_earliest_expiry_first() -> None:
     assert batches(tracker) == [(g100, 10, 80)]
 
 
-def test_seed_example_2_expiration() -> None:
+def test_unused_credits_expire_and_a_later_consume_is_debt() -> None:
     tracker = GPUCreditTracker()
     tracker.grant(amount=50, timestamp=0, expiry=5)
     assert tracker.get_balance(timestamp=5) == 0
@@ -85,7 +85,7 @@ def test_expiry_is_exclusive() -> None:
     assert tracker.get_balance(5) == -1
 
 
-# -- the seed's edge cases ------------------------------------------------------------------
+# -- edge cases -----------------------------------------------------------------------------
 
 
 def test_consuming_at_zero_balance_increases_debt() -> None:
@@ -406,7 +406,7 @@ def answers(tracker: GPUCreditTracker) -> list[object]:
     ]
 
 
-def test_script_answers() -> None:
+def test_the_script_answers_as_computed_by_hand() -> None:
     """The replay script's own answers, computed by hand, so replay tests compare to truth."""
     tracker = GPUCreditTracker()
     assert script(tracker) == SCRIPT_RETURNS
@@ -452,17 +452,6 @@ def test_reopening_on_the_same_url_gives_the_same_answers(journal_url: str) -> N
                 second.journal.close()  # type: ignore[attr-defined]
     finally:
         first.journal.close()  # type: ignore[attr-defined]
-
-
-def test_tracker_on_an_unknown_account_reports_zero_and_accounts_are_separate() -> None:
-    journal = MemoryJournal()
-    a = GPUCreditTracker(journal, account="a")
-    b = GPUCreditTracker(journal, account="b")
-    a.grant(10, 0, 100)
-    assert b.get_balance(5) == 0
-    assert b.consume(3, 5) == 3
-    assert a.get_balance(5) == 10
-    assert a.consume(4, 6) == 0  # b's debt is not a's
 
 
 # -- tracker and scheduler: one set of accounts -------------------------------------------

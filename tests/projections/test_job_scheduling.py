@@ -38,7 +38,7 @@ def figures(s: Scheduler, account: str = "a") -> tuple[int, int, int, int]:
     return v.balance, v.reserved, v.available, v.running
 
 
-# -- the seed's four tests, accounts opened with open_account ------------------------------
+# -- the design note's four rules, accounts opened with open_account -------------------------
 
 
 def test_reject_when_unaffordable() -> None:
@@ -143,7 +143,7 @@ def test_after_success_balance_and_reserved_fall_by_cost_available_unchanged() -
     ("cost", "fraction", "charge"),
     [
         (7, 0.5, 3),  # floor(3.5)
-        (7, 1.0, 0),  # the seed's rule: a failed job costs nothing
+        (7, 1.0, 0),  # refunded in full: a failed job costs nothing
         (7, 0.0, 7),
         (10, 0.9, 1),  # exactly 1 (a binary float product would floor to 0)
         (10, 0.1, 9),
@@ -282,7 +282,7 @@ def state(s: Scheduler, journal: MemoryJournal) -> tuple[Any, ...]:
     )
 
 
-def test_scenario_figures() -> None:
+def test_each_job_state_and_figure_of_the_scenario_is_as_computed_by_hand() -> None:
     s, _ = scenario()
     assert {j: s.job_state(j) for j in "sfrpcx"} == {
         "s": "succeeded", "f": "failed", "r": "running", "p": "pending",

@@ -12,13 +12,12 @@ import itertools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from invariants import assert_invariants
-
 from eventstore import JournalLike, MemoryJournal, NewEvent
 from eventstore.testing import open_journal
 from projections import GPUCreditTracker, Scheduler
 from projections.replay import CHECKPOINT, fold_canonical, replay
 from projections.session import decision
+from tests.projections.invariants import assert_invariants
 
 T = TypeVar("T")
 
@@ -104,7 +103,7 @@ EXPECTED_ANSWERS = [
 ]
 
 
-def test_script_by_hand() -> None:
+def test_the_script_gives_the_figures_computed_by_hand() -> None:
     ref, _ = reference()
     assert ref.figures() == EXPECTED_FIGURES
     assert tracker_answers(ref.journal) == EXPECTED_ANSWERS
