@@ -160,3 +160,24 @@ def test_csv_that_is_not_utf8_names_the_byte_a_whole_decode_names(data: bytes) -
         expected = f"not UTF-8: {exc.reason} at byte {exc.start}"
     entries, problems = read_csv(data)
     assert (entries, [(p.line, p.message) for p in problems]) == ([], [(1, expected)])
+
+
+def test_import_effects_count_only_the_new_events() -> None:
+    from projections.queries import import_effects
+
+    journal = MemoryJournal()
+    import_file(journal, _jsonl([
+        {"type": "grant", "account": "a", "amount": 10, "time": 1},
+        {"type": "start", "job": "nobody", "time": 2},  # an anomaly before the import
+        {"type": "consume", "account": "a", "amount": 4, "time": 5, "id": "use"},
+    ]), "old")
+    head, latest = journal.head(), journal.max_time()
+    import_file(journal, _jsonl([
+        {"type": "consume", "account": "a", "amount": 8, "time": 3},  # late: revises "use"
+        {"type": "cancel", "job": "ghost", "time": 6},  # a new anomaly
+        {"type": "grant", "account": "a", "amount": 1, "time": 7},
+    ]), "new")
+    effects = import_effects(journal, after=head, latest_before=latest)
+    assert (effects.appended, effects.late, effects.revisions) == (3, 1, 1)
+    assert [why for _, _, why in effects.anomalies] == [
+        "cancel of unknown job 'ghost'"]

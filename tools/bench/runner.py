@@ -469,7 +469,7 @@ class Sizes:
     es_per_save: int = 100
     late_back: int = 1000  # the late event lands this many events before the end
     import_lines: int = 1_000_000  # lines of the file `gpu-credits import` reads
-    late_import: int = 20_000  # events imported in order, shuffled and as two files
+    late_import: int = 3_000  # events imported in order, shuffled and as two files
 
 
 FULL = Sizes(
@@ -499,7 +499,7 @@ QUICK = Sizes(
     facade_picks=20,
     facade_blocked=(10, 2_000),
     import_lines=50_000,
-    late_import=3_000,
+    late_import=1_000,
 )
 
 TOY = Sizes(
