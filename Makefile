@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo serve test bench bench-service lint venv clean sim screenshots
+.PHONY: demo serve test bench bench-service bench-sim lint venv clean sim screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ bench: $(BENCH_STAMP)
 # replay it.
 sim: $(STAMP)
 	$(BIN)/python -m tools.sim --seed $(or $(SEED),1) --seeds $(or $(SEEDS),5) --steps $(or $(STEPS),20000)
+
+# Simulated steps per second (tools.sim on the memory journal), with and without its
+# checks, 2 runs each (the median): the figures in docs/benchmarks.md, "Simulator".
+bench-sim: $(STAMP)
+	$(BIN)/python -m tools.bench.sim $(if $(STEPS),--steps $(STEPS),) $(if $(RUNS),--runs $(RUNS),)
 
 # The HTTP service under load on loopback (PostgreSQL from $$GPU_CREDITS_BENCH_PG).
 bench-service: $(STAMP)

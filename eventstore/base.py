@@ -8,7 +8,7 @@ definition, so the backends cannot drift apart in what "verified" means.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import appending
@@ -235,7 +235,8 @@ class JournalBase:
         """
         return self.verify_chain(anchor=anchor).first_bad_position
 
-    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None) -> ChainReport:
+    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> ChainReport:
         """Walk the whole chain and say whether it is whole, and where it breaks if not.
 
         Every hash is recomputed from the stored fields (a stored payload must also
@@ -245,6 +246,9 @@ class JournalBase:
         not be shorter than the anchor, and recompute exactly the anchored hash at
         its position. A chain rewritten and re-hashed from the start is consistent
         in itself; only an anchor kept outside the database reveals it.
+
+        `progress(done, total)` is called now and then while the chain is walked, with
+        `total` the last position (known before the walk starts).
         """
         mark = Anchor.of(*anchor) if anchor is not None else None
         (head_pos, head_hash), (last, _) = self._ends()
@@ -263,6 +267,8 @@ class JournalBase:
         at_anchor: str | None = GENESIS_HASH if mark is not None and mark.position == 0 else None
         rows = chained(self._checked_payloads(self._rows(q, None)), GENESIS_HASH, 0)
         parts = _PrivateCheck(self._private_rows(0, last, _VERIFY_BATCH))
+        if progress is not None:
+            progress(0, last)
         try:
             for row in rows:
                 prev, done = row[8], row[0]
@@ -270,9 +276,13 @@ class JournalBase:
                     at_anchor = prev
                 if parts.next_position <= done or '"$' in row[7]:
                     parts.see(row)
+                if progress is not None and done % _VERIFY_BATCH == 0:
+                    progress(done, last)
             parts.finish(last, self._erasures_after(last))
         except ChainBroken as exc:
             return ChainReport(False, last, exc.position, str(exc))
+        if progress is not None:
+            progress(done, last)
         if done != last:  # rows vanished while reading: a concurrent rewrite
             return ChainReport(
                 False, last, done + 1,

@@ -7,7 +7,7 @@ unchanged on every backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -132,8 +132,10 @@ class JournalLike(Protocol):
         """The first position whose hash or place in the 1..N sequence is wrong, else None."""
         ...
 
-    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None) -> ChainReport:
-        """Whether the chain is whole (and holds the anchored prefix), and where it breaks."""
+    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None,
+                     progress: Callable[[int, int], None] | None = None) -> ChainReport:
+        """Whether the chain is whole (and holds the anchored prefix), and where it breaks;
+        `progress(done, total)` now and then on the way."""
         ...
 
     def transaction(self, locks: Iterable[str] = ()) -> AbstractContextManager[Transaction]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventstore import Anchor, ChainReport, JournalLike
+from eventstore import Anchor, ChainBroken, ChainReport, JournalLike
 from eventstore.hashing import GENESIS_HASH
 
 
@@ -57,14 +57,97 @@ def hash_at(journal: JournalLike, position: int) -> str:
     raise KeyError(f"the journal holds no record at position {position}")
 
 
-def check_chain(journal: JournalLike, since: Anchor | None = None) -> int:
-    """Check that every event after `since` (a verified checkpoint's position and hash;
-    None: the start) chains from the one before; return how many were checked.
+VERIFIED = "verified-chain"
+"""Snapshot name of the journal's verified mark: a position and its chain hash up to which
+every event was checked to chain (no state: the digest field holds the chain hash)."""
 
-    Raises `eventstore.ChainBroken` naming the first altered position. A command or
-    facade calls this before it answers, so it never answers from an altered journal.
+
+def check_chain(journal: JournalLike, since: Anchor | None = None, *,
+                full: bool = False) -> int:
+    """Check that every event after `since` chains from the one before; return how many
+    were checked.
+
+    `since` None: after the journal's last verified point (`verified_checkpoint`), or
+    from the start when there is none, or when `full`. Raises `eventstore.ChainBroken`
+    naming the first altered position. A command calls this before it answers, so it
+    never answers from an altered journal: the events up to the verified point were
+    checked when it was recorded, and its chain hash pins them since (`verify` checks
+    them all again, every time).
     """
+    if since is None and not full:
+        since = verified_checkpoint(journal)
     return sum(1 for _ in journal.read_verified(after=since))
+
+
+def advance_verified(journal: JournalLike) -> Anchor:
+    """Check the events after the last verified point, then record the head as the new
+    verified mark (after a command that writes; a read-only one cannot record)."""
+    since = verified_checkpoint(journal)
+    last = since or Anchor(0, GENESIS_HASH)
+    for rec in journal.read_verified(after=since):
+        last = Anchor(rec.position, rec.hash)
+    if since is None or last.position > since.position:
+        journal.drop_snapshots(VERIFIED)
+        journal.save_snapshot(VERIFIED, last.position, 0, last.hash, b"")
+    return last
+
+
+def verified_checkpoint(journal: JournalLike) -> Anchor | None:
+    """Where the journal was last verified: the newest verified mark (`advance_verified`)
+    or saved checkpoint, as (position, chain hash), when the journal still has that hash
+    there; None when there is neither.
+
+    A mark is recorded after a check of every event up to it, and a checkpoint is saved
+    only from events read with their chain checked (a replay after its check, a facade as
+    it reads), so the events up to either were whole then; the chain hash pins them
+    since. One whose hash the journal no longer has there, or whose position it no longer
+    reaches, means the journal was rewritten or cut after it was recorded: ChainBroken,
+    at the first altered position when the chain shows one, else at the recorded
+    position (a rewrite that re-hashed the chain).
+    """
+    from projections.checkpoint import CHECKPOINT, checkpoint_claim
+
+    candidates = [(info.position, 1, info) for info in journal.snapshots(VERIFIED)]
+    candidates += [(info.position, 0, info) for info in journal.snapshots(CHECKPOINT)]
+    for position, is_mark, info in sorted(candidates, key=lambda c: (c[0], c[1], c[2].id),
+                                          reverse=True):
+        if is_mark:
+            chain_hash = info.digest
+        else:
+            try:
+                claim = checkpoint_claim(journal.load_snapshot(info.id))
+            except KeyError:  # dropped meanwhile (a replay saving fresh ones)
+                continue
+            if claim is None or claim[0] != position:
+                continue  # not a checkpoint this code reads: the facades ignore it too
+            chain_hash = claim[1]
+        try:
+            held: str | None = hash_at(journal, position)
+        except KeyError:
+            held = None
+        if held == chain_hash:
+            return Anchor.of(position, chain_hash)
+        _rewritten(journal, position, held is None)
+    return None
+
+
+def _rewritten(journal: JournalLike, position: int, cut: bool) -> None:
+    """Raise ChainBroken for a journal that no longer holds a verified point: at the first
+    altered position if the chain shows one, else at the point's."""
+    check_chain(journal, full=True)
+    head = journal.head()
+    if cut:
+        raise ChainBroken(
+            head + 1,
+            f"the journal ends at position {head}, but it was verified up to position "
+            f"{position}: records {head + 1}..{position} were removed",
+        )
+    raise ChainBroken(
+        position,
+        f"the journal's chain hash at position {position} is not the one recorded when it "
+        "was verified there: the prefix was rewritten and re-hashed since (or the record "
+        "of it belongs to another journal); gpu-credits verify --anchor tells more",
+    )
 
 
 def report_dict(report: ChainReport, anchor: Anchor | None = None) -> dict[str, Any]:

@@ -122,6 +122,25 @@ def decode_checkpoint(data: bytes, *, position: int, chain_hash: str) -> Ledger:
     return ledger
 
 
+def checkpoint_claim(data: bytes) -> tuple[int, str] | None:
+    """(position, chain hash) a checkpoint's header says it was built from, read from the
+    header alone (nothing of the body is decoded); None when the bytes have no readable
+    header of this format."""
+    if not data.startswith(MAGIC):
+        return None
+    end = data.find(b"\n", len(MAGIC))
+    try:
+        header = orjson.loads(data[len(MAGIC):end]) if end > 0 else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        return None
+    position, chain_hash = header.get("position"), header.get("chain_hash")
+    if type(position) is not int or not isinstance(chain_hash, str):
+        return None
+    return position, chain_hash
+
+
 # -- checkpoints in a journal ------------------------------------------------------------
 
 

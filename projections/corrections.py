@@ -37,9 +37,8 @@ from projections.events import (
     require_positive_int,
 )
 from projections.importing import far_time_problem
-from projections.ledger import Ledger
 from projections.outcomes import Outcome
-from projections.session import JournalArg, LedgerSession, SessionFacade
+from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
 
 
 def _wall_clock() -> int:
@@ -68,24 +67,21 @@ class Corrections(SessionFacade):
 
     # -- deciding ------------------------------------------------------------------------
 
-    def _time(self, at: int | None) -> int:
+    def _time(self, draft: Draft, at: int | None) -> int:
         when = (require_int("at", at) if at is not None
-                else self._session.now(require_int("clock()", self._clock())))
+                else draft.now(require_int("clock()", self._clock())))
         why = None if self.allow_far_times else far_time_problem("time", when)
         if why is not None:
             raise ValueError(why)
         return when
 
-    def _decide(self, stream: str, at: int | None, make: Callable[[Ledger], DomainEvent],
+    def _decide(self, stream: str, at: int | None, make: Callable[[Draft], DomainEvent],
                 event_id: str | None) -> Outcome:
-        session = self._session
+        def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
+            event = make(draft)
+            return [draft.event(self._time(draft, at), event, stream)]
 
-        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
-            event = make(ledger)
-            return [session.event(self._time(at), event, stream)]
-
-        (outcome,) = session.decide([stream], build, event_id=event_id)
-        return outcome
+        return self._session.decide([stream], build, event_id=event_id).outcome
 
     def _recorded(self, event_id: str, what: str) -> RecordedEvent:
         require_name(what, event_id)
@@ -105,8 +101,8 @@ class Corrections(SessionFacade):
         require_positive_int("amount", amount)
         event = CreditsGranted(account, amount, expiry, normalise_pool(pool), priority, memo)
 
-        def make(_: Ledger) -> DomainEvent:
-            when = self._time(at)
+        def make(draft: Draft) -> DomainEvent:
+            when = self._time(draft, at)
             if expiry is not None and expiry <= when:
                 raise ValueError(f"expiry must be after the grant's time: expiry {expiry} <= "
                                  f"time {when}")
@@ -139,7 +135,8 @@ class Corrections(SessionFacade):
                              "grant can be voided (reverse other events)")
         event = GrantVoided(grant_id, reason, memo)
 
-        def make(ledger: Ledger) -> DomainEvent:
+        def make(draft: Draft) -> DomainEvent:
+            ledger = draft.ledger
             if ledger.excluded and grant_id in ledger.excluded:
                 raise ValueError(f"grant {grant_id!r} is reversed: there is nothing to void")
             voided = ledger.voids.get(grant_id)
@@ -156,17 +153,12 @@ class Corrections(SessionFacade):
         target = self._recorded(target_id, "event")
         event = EventReversed(target_id, reason, memo)
 
-        def make(ledger: Ledger) -> DomainEvent:
+        def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
+            ledger = draft.ledger
             if ledger.excluded and target_id in ledger.excluded:
                 raise ValueError(f"event {target_id!r} is already reversed")
-            return event
-
-        session = self._session
-
-        def build(ledger: Ledger) -> list[tuple[NewEvent, DomainEvent]]:
             # At the reversed event's own time: from there on (the whole life of the
             # event) it no longer counts, and a retry rebuilds the same event.
-            return [session.event(target.time, make(ledger), target.stream)]
+            return [draft.event(target.time, event, target.stream)]
 
-        (outcome,) = session.decide([target.stream], build, event_id=event_id)
-        return outcome
+        return self._session.decide([target.stream], build, event_id=event_id).outcome

@@ -63,10 +63,12 @@ def violations(ledger: Ledger, *, accounts: Iterable[str] | None = None,
     may create debt while jobs hold credits; docs/semantics.md says so).
     """
     found: list[Violation] = []
+    names = sorted(ledger.accounts) if accounts is None else list(accounts)
+    wanted = None if accounts is None else set(names)
     live_by_account: dict[str, list[str]] = {}
     for job_id, job in ledger.live.items():
-        live_by_account.setdefault(job.account, []).append(job_id)
-    names = sorted(ledger.accounts) if accounts is None else accounts
+        if wanted is None or job.account in wanted:
+            live_by_account.setdefault(job.account, []).append(job_id)
     for name in names:
         account = ledger.accounts.get(name)
         if account is not None:

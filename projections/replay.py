@@ -153,6 +153,8 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                           remember_once_late=True, locate=locator(journal),
                           account_reader=account_reader(journal))
     done = 0
+    if progress is not None:
+        progress(0, head)  # the total is known from the start: no bar waits at "0/?"
     with paused_gc():
         for rec in lean_records(journal, to_position=head, order="position"):
             if to_time is None or rec.time <= to_time:
@@ -275,15 +277,31 @@ def excluded_as_known(journal: JournalLike, to_position: int | None) -> frozense
     return reversed_ids(_reversals(journal, to_position))
 
 
-def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyReport:
+VERIFY_STAGES = ("checking the hash chain", "re-deriving the checkpoints", "replaying")
+"""The stages of `verify`, in order, as its `stage` callback names them."""
+
+
+def verify(journal: JournalLike, *, progress: Progress | None = None,
+           stage: Callable[[str], None] | None = None) -> VerifyReport:
     """Check the hash chain, that replay reproduces every checkpoint's digest, and that
-    the replayed state keeps every invariant (`projections.invariants`)."""
-    bad = journal.verify()
+    the replayed state keeps every invariant (`projections.invariants`).
+
+    `stage(name)` announces each of `VERIFY_STAGES` as it starts; `progress(done, total)`
+    then reports within it (events of the chain and of the replay, checkpoints), with the
+    total known from the start.
+    """
+    if stage is not None:
+        stage(VERIFY_STAGES[0])
+    bad = journal.verify_chain(progress=progress).first_bad_position
     if bad is not None:
         return VerifyReport(False, bad, f"hash chain broken at position {bad}")
     checkpoints = sorted(journal.snapshots(CHECKPOINT), key=lambda s: (s.position, s.id))
     checked = 0
+    if checkpoints and stage is not None:
+        stage(VERIFY_STAGES[1])
     for info in checkpoints:
+        if progress is not None:
+            progress(checked, len(checkpoints))
         try:
             stored_digest = load_checkpoint(journal, info).digest()
         except (CheckpointError, KeyError) as exc:  # a damaged cache entry is a finding
@@ -300,6 +318,8 @@ def verify(journal: JournalLike, *, progress: Progress | None = None) -> VerifyR
                                 f"{rebuilt.digest()[:16]}…, checkpoint {info.id} recorded "
                                 f"{info.digest[:16]}…")
         checked += 1
+    if stage is not None:
+        stage(VERIFY_STAGES[2])
     report = replay(journal, progress=progress)
     # The replayed state must also be sound: a fold bug that the chain and the digests
     # cannot see (they agree with themselves) still breaks an invariant.

@@ -15,6 +15,11 @@ for the short append on the journal head row); on SQLite `BEGIN IMMEDIATE` (one 
 event for an account outside `locks` (a caller whose lock list came from a stale
 projection), that lock is taken and the decision is made again on the fresh state.
 
+`decide` hands `build` a `Draft` (the state to decide on, and how to make events and
+read the live time for this one decision) and returns a `Decision`, a frozen value: the
+events recorded and the fold's outcome of each. Nothing of a decision stays on the
+session once it returns.
+
 Retries: `decision(facade, event_id=...)` gives the next decision a caller-chosen event
 id. If that id is already recorded (the first attempt committed, but its answer was lost
 with the connection), the command is rebuilt on the state it was first decided on and
@@ -32,6 +37,7 @@ import os
 import threading
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
@@ -45,7 +51,6 @@ from projections.projector import Projector
 from projections.reversals import reversed_ids
 
 JournalArg = JournalLike | str | None
-Build = Callable[[Ledger], Sequence[tuple[NewEvent, DomainEvent]]]
 
 # `decide` retakes missing locks and rebuilds; a build that keeps naming new accounts
 # after this many rounds is a bug in the caller, not a reason to loop forever.
@@ -57,12 +62,94 @@ _MAX_RETRY_STREAMS = 32
 _MAX_REVERSAL_LOOKUPS = 256
 
 
-@dataclasses.dataclass(slots=True)
-class _Pinned:
-    """What `decision()` asked of the next decision."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """One decision as the journal holds it: each event it recorded, with the fold's
+    outcome of it, in order. A value computed by the fold, never stored.
 
+    `replayed`: the decision's event id was already recorded (a retry after a lost
+    answer): these are the original events, their outcomes on the current timeline,
+    and nothing was appended. A decision that had nothing to record (cancelling a
+    cancelled job, start_next with no startable job) has no events.
+    """
+
+    events: tuple[DomainEvent, ...]
+    outcomes: tuple[Outcome, ...]
+    replayed: bool = False
+
+    @property
+    def outcome(self) -> Outcome:
+        """The outcome of the first (usually the only) event."""
+        if not self.outcomes:
+            raise LookupError("this decision recorded no event")
+        return self.outcomes[0]
+
+
+class Draft:
+    """The decision being built: what `decide` hands its `build` function.
+
+    `ledger` is the state to decide on: caught up under the decision's locks, or, when
+    the decision is a retry of one already recorded, the state it was first decided on.
+    `event()` makes the decision's journal events (their ids: the caller's event id,
+    then id/2, id/3..., or fresh ones) and `now()` the time of a live decision. A draft
+    lives for one build: nothing of it outlives the decision.
+    """
+
+    __slots__ = ("_id_base", "_ids", "_replay_time", "_session", "ledger", "now_used")
+
+    def __init__(self, session: LedgerSession, ledger: Ledger, event_id: str | None,
+                 replay_time: int | None) -> None:
+        self.ledger = ledger
+        self._session = session
+        self._id_base = event_id
+        self._ids = 0
+        self._replay_time = replay_time
+        self.now_used: int | None = None  # the live time this build used, if any
+
+    @property
+    def replaying(self) -> bool:
+        """Whether this build rebuilds a decision already recorded (a retry)."""
+        return self._replay_time is not None
+
+    def new_id(self) -> str:
+        """The next event id: the caller's id, then id/2, id/3...; else a fresh one."""
+        if self._id_base is None:
+            return self._session.new_id()
+        self._ids += 1
+        return self._id_base if self._ids == 1 else f"{self._id_base}/{self._ids}"
+
+    def event(self, time: int, event: DomainEvent,
+              stream: str) -> tuple[NewEvent, DomainEvent]:
+        """A new journal event for `event` at `time`, paired with the event itself."""
+        # Personal fields (user, memo) go beside the record, so that they can be erased.
+        return journal_event(self.new_id(), stream, time, event), event
+
+    def now(self, clock_time: int) -> int:
+        """Event time of a live decision: the later of the clock and the latest event
+        time applied (read under the decision's locks, after catching up, so it includes
+        every event recorded before this decision on the accounts it holds). When the
+        decision is rebuilt for a retry: the time it was first made."""
+        if self._replay_time is not None:
+            return self._replay_time
+        when = max(clock_time, self._session.ledger.last[0])
+        self.now_used = when
+        return when
+
+
+Build = Callable[[Draft], Sequence[tuple[NewEvent, DomainEvent]]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pinned:
+    """What `decision()` asked of the next decision of one session."""
+
+    session: LedgerSession
     event_id: str | None
     live: bool
+
+
+# Per thread (and task): a pin never reaches another thread's decision.
+_PINNED: ContextVar[_Pinned | None] = ContextVar("gpu_credits_pinned", default=None)
 
 
 def open_journal(journal: JournalArg) -> JournalLike:
@@ -90,13 +177,6 @@ class LedgerSession:
         # Event ids: unique per session without a random draw per call.
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(8).hex()
-        # Set by `decision()` for the next decide; and, while a decision is being
-        # rebuilt for a retry, the id it names and the time it was first decided at.
-        self._pinned: _Pinned | None = None
-        self._id_base: str | None = None
-        self._id_count = 0
-        self._replay_time: int | None = None
-        self._now_value: int | None = None  # the live time the current build used
         # (position, chain hash) of the last event known to chain from the start or from
         # a checkpoint: reads go on from there, checked (a stored journal only).
         self._verified: tuple[int, str] = (0, GENESIS_HASH)
@@ -158,19 +238,8 @@ class LedgerSession:
             yield self.projector.ledger
 
     def new_id(self) -> str:
-        """A fresh event id; inside a decision with a caller's id: that id, then id/2, id/3."""
-        if self._id_base is not None:
-            self._id_count += 1
-            if self._id_count == 1:
-                return self._id_base
-            return f"{self._id_base}/{self._id_count}"
+        """A fresh event id, unique to this session."""
         return f"{self._id_prefix}-{next(self._ids)}"
-
-    def event(self, time: int, event: DomainEvent,
-              stream: str) -> tuple[NewEvent, DomainEvent]:
-        """A new journal event for `event` at `time`, paired with the event itself."""
-        # Personal fields (user, memo) go beside the record, so that they can be erased.
-        return journal_event(self.new_id(), stream, time, event), event
 
     def catch_up(self, keep: Container[int] = frozenset()) -> dict[int, Outcome]:
         """Ingest everything recorded since the last look (other writers included); the
@@ -195,11 +264,12 @@ class LedgerSession:
                 yield rec
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
-               live: bool = False, reads_state: bool = True) -> list[Outcome]:
-        """Build events from the caught-up state and append them atomically; their outcomes.
+               live: bool = False, reads_state: bool = True) -> Decision:
+        """Build events from the caught-up state and append them atomically; the decision.
 
-        `build` returns each new journal event with its domain event; it raises (and so
-        nothing is appended) when the call is not valid on the caught-up state. It may be
+        `build(draft)` returns each new journal event (made with `draft.event`) with its
+        domain event, deciding on `draft.ledger`; it raises (and so nothing is appended)
+        when the call is not valid on that state. It may be
         called more than once (when the lock of an account it writes to had to be taken
         and events arrived meanwhile): only its last result counts, so it must not keep
         anything from one call to the next.
@@ -212,8 +282,9 @@ class LedgerSession:
         ledger it is given (a grant, a usage report), so a retry needs no rebuilt state.
         """
         with self.lock:
-            pinned, self._pinned = self._pinned, None
-            if pinned is not None:
+            pinned = _PINNED.get()
+            if pinned is not None and pinned.session is self:
+                _PINNED.set(None)  # for this one decision
                 event_id = event_id if event_id is not None else pinned.event_id
                 live = live or pinned.live
             if event_id is not None:
@@ -223,7 +294,7 @@ class LedgerSession:
             held = sorted(set(locks))
             with self.journal.transaction(held) as tx:
                 self._catch_up_in(tx)
-                built = self._build(build, event_id, live, held, reads_state)
+                draft, built = self._build(build, event_id, live, held, reads_state)
                 for _ in range(_MAX_LOCK_ROUNDS):
                     # Only ever append to accounts we hold: a lock list computed from a
                     # stale projection (or one that covers the decision but not the
@@ -236,13 +307,14 @@ class LedgerSession:
                     with self.journal.transaction(missing):  # joins ours: takes the keys
                         held.extend(missing)
                     if self._catch_up_in(tx):
-                        built = self._build(build, event_id, live, held, reads_state)
+                        draft, built = self._build(build, event_id, live, held,
+                                                   reads_state)
                 else:
                     raise RuntimeError(f"decision kept naming accounts it does not hold "
                                        f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
                 if not built:
-                    return []
-                built = self._after_latest(built)
+                    return Decision((), (), replayed=draft.replaying)
+                built = self._after_latest(built, draft.now_used)
                 recorded = tx.append([new for new, _ in built])
             fresh = [rec.position for rec in recorded]
             start = self.projector.position
@@ -259,7 +331,9 @@ class LedgerSession:
             else:
                 outcomes = self.catch_up(keep=set(fresh))
             self._invalidate_stale_checkpoints()
-            return [self._outcome(rec, outcomes) for rec in recorded]
+            return Decision(tuple(event for _, event in built),
+                            tuple(self._outcome(rec, outcomes) for rec in recorded),
+                            replayed=draft.replaying)
 
     def _catch_up_in(self, tx: Transaction) -> bool:
         """Ingest what others recorded, as `tx` sees it; whether there was anything."""
@@ -271,27 +345,23 @@ class LedgerSession:
 
     def _build(self, build: Build, event_id: str | None, live: bool,
                held: Sequence[str], reads_state: bool = True
-               ) -> Sequence[tuple[NewEvent, DomainEvent]]:
+               ) -> tuple[Draft, Sequence[tuple[NewEvent, DomainEvent]]]:
         """Run `build` on the caught-up state, or, for a retry, on the state it first saw."""
         original = self.journal.get(event_id) if event_id is not None else None
-        self._id_base, self._id_count = event_id, 0
-        self._now_value = None
-        try:
-            if original is None:
-                built = build(self.projector.ledger)
-                return [(self._live(new), e) for new, e in built] if live else built
-            # A retry of a decision already recorded: rebuild it on the state it was
-            # decided on, at the time it was decided, so the same command yields the
-            # same events and the append below returns the original records.
-            as_was = (self._state_before(original, {*held, original.stream})
-                      if reads_state else Ledger())
-            self._replay_time = original.time
-            built = build(as_was)
-            if not live:
-                return built
-            return [(self._as_recorded(new), e) for new, e in built]
-        finally:
-            self._id_base, self._id_count, self._replay_time = None, 0, None
+        if original is None:
+            draft = Draft(self, self.projector.ledger, event_id, None)
+            built = build(draft)
+            return draft, [(self._live(new), e) for new, e in built] if live else built
+        # A retry of a decision already recorded: rebuild it on the state it was
+        # decided on, at the time it was decided, so the same command yields the
+        # same events and the append below returns the original records.
+        as_was = (self._state_before(original, {*held, original.stream})
+                  if reads_state else Ledger())
+        draft = Draft(self, as_was, event_id, original.time)
+        built = build(draft)
+        if not live:
+            return draft, built
+        return draft, [(self._as_recorded(new), e) for new, e in built]
 
     def _state_before(self, original: RecordedEvent, streams: set[str]) -> Ledger:
         """The accounts `streams` as they stood for the decision recorded at `original`:
@@ -367,24 +437,18 @@ class LedgerSession:
         raise LookupError(f"event {rec.id!r} at position {rec.position} is not on the timeline")
 
     def now(self, clock_time: int) -> int:
-        """Event time of a live decision: the later of the clock and the latest event time
-        applied (read under the decision's locks, after catching up, so it includes every
-        event recorded before this decision on the accounts it holds). While a retry is
-        rebuilt: the time the decision was first made."""
-        if self._replay_time is not None:
-            return self._replay_time
-        when = max(clock_time, self.ledger.last[0])
-        self._now_value = when
-        return when
+        """The time a live decision would take now: the later of the clock and the
+        latest event time applied (inside a decision, use `Draft.now`)."""
+        return max(clock_time, self.ledger.last[0])
 
-    def _after_latest(self, built: Sequence[tuple[NewEvent, DomainEvent]]
-                      ) -> Sequence[tuple[NewEvent, DomainEvent]]:
+    def _after_latest(self, built: Sequence[tuple[NewEvent, DomainEvent]],
+                      when: int | None) -> Sequence[tuple[NewEvent, DomainEvent]]:
         """Live events move up to the journal's latest event time, read just before the
         append: another account's decision may have committed a later time since we
         caught up (workers' clocks disagree), and landing before it would make ours late
         and every process re-project. Safe: what we decided depends only on the accounts
-        we hold, and nothing of theirs can have been recorded meanwhile."""
-        when, self._now_value = self._now_value, None
+        we hold, and nothing of theirs can have been recorded meanwhile. `when`: the
+        live time the build used (None: it used none)."""
         if when is None or self._in_memory:
             return built
         latest = self.journal.max_time()
@@ -481,15 +545,14 @@ def decision(facade: object, *, event_id: str | None = None,
     the latest event time recorded (for `GPUCreditTracker.consume` / `grant`, whose
     timestamp is otherwise taken as given and may place the event in the past).
 
-    The facade's lock is held for the block, so other threads of this process wait.
+    The options belong to the calling thread: another thread's decisions on the same
+    facade meanwhile are not affected.
     """
-    session = session_of(facade)
-    with session.lock:
-        session._pinned = _Pinned(event_id, live)
-        try:
-            yield
-        finally:
-            session._pinned = None
+    token = _PINNED.set(_Pinned(session_of(facade), event_id, live))
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
 
 
 def payload_summary(outcome: Outcome) -> dict[str, Any]:

@@ -46,9 +46,9 @@ class GPUCreditTracker(SessionFacade):
                              f"timestamp {timestamp}")
         event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
                                memo)
-        session = self._session
-        session.decide([self.account], lambda _: [session.event(timestamp, event, self.account)],
-                       event_id=event_id, reads_state=False)
+        self._session.decide(
+            [self.account], lambda draft: [draft.event(timestamp, event, self.account)],
+            event_id=event_id, reads_state=False)
 
     def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
                 event_id: str | None = None, memo: str | None = None,
@@ -59,11 +59,10 @@ class GPUCreditTracker(SessionFacade):
         require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
         event = CreditsConsumed(self.account, amount, normalise_pool(pool), memo, user)
-        session = self._session
-        (outcome,) = session.decide(
-            [self.account], lambda _: [session.event(timestamp, event, self.account)],
+        outcome = self._session.decide(
+            [self.account], lambda draft: [draft.event(timestamp, event, self.account)],
             event_id=event_id, reads_state=False,
-        )
+        ).outcome
         assert outcome.debt_after is not None
         return outcome.debt_after
 

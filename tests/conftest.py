@@ -3,6 +3,9 @@
 - `journal_url`: parametrised over "memory" (the string "memory"), "sqlite" (a
   file URL in tmp_path) and "postgres" (a fresh schema); open it with
   `open_journal(journal_url)`.
+- `database_url`: the same without "memory": an empty SQLite file or PostgreSQL schema.
+- `db`: a fresh SQLite file URL (the CLI's and the contract suite's database).
+- `migrated_sqlite`: an empty journal file at the schema's head, to copy.
 - `pg_url`: one PostgreSQL schema for the whole test session.
 - `pg_fresh_url`: a new, empty schema for one test.
 
@@ -101,6 +104,15 @@ def db(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite journal at the schema's head, made once per session: a test that
+    copies it skips the migration a new file costs."""
+    path = tmp_path_factory.mktemp("migrated") / "journal.db"
+    open_journal(f"sqlite:///{path}").close()
+    return path
+
+
+@pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A PostgreSQL URL selecting a schema of its own for this test session."""
     base = _pg_base()
@@ -120,6 +132,16 @@ def pg_fresh_url() -> Iterator[str]:
         yield _schema_url(base, schema)
     finally:
         _admin(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of the test's own: a new SQLite file URL (the file does not
+    exist yet) or a fresh PostgreSQL schema URL. One per database backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'journal.db'}"
+    url: str = request.getfixturevalue("pg_fresh_url")
+    return url
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -34,7 +34,7 @@ from tools.bench.workload import (
 
 TITLES = ("Journal appends", "Full replay", "A late event", "GPUCreditTracker in memory",
           "Scheduler", "PostgreSQL with 1-8 workers", "The chain check",
-          "Imports and late arrivals")
+          "Imports and late arrivals", "Reports from the command line")
 
 
 @pytest.fixture
@@ -153,3 +153,20 @@ def test_realistic_mix_folds_without_anomalies() -> None:
     for i, e in enumerate(events, 1):
         ledger.apply(i, e.id, e.time, from_payload(e.type, e.fields))
     assert ledger.anomalies == []
+
+
+def test_the_simulator_benchmark_runs_with_and_without_checks(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.bench import sim
+
+    # The ledger alone, for real, in a fresh process: the same ops, nothing checked.
+    bare = sim.measure_fresh(3, 150, True, False)
+    assert bare.ok and bare.steps == 150 and bare.events > 0
+    # The table and the verdict, from runs given (no timing is asserted).
+    given = [sim.Run(1000, 2.0, 1.0, 700, True), sim.Run(1000, 4.0, 2.0, 700, True)]
+    calls = iter(given * 4)
+    monkeypatch.setattr(sim, "measure_fresh", lambda *_: next(calls))
+    assert sim.main(["--steps", "1000", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| one process | off (the ledger alone) | 375 | 750 | 1,000, 500 | 700 |" in out
+    assert "MISSED (best median 750)" in out

@@ -188,14 +188,18 @@ def sqlite_path(url: str) -> Path | None:
 
 @contextmanager
 def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
-                 create: bool | None = None, check_chain: bool = True) -> Iterator[JournalLike]:
+                 create: bool | None = None, check_chain: bool = True,
+                 full_check: bool = False) -> Iterator[JournalLike]:
     """The journal at the chosen URL.
 
     Only a command that appends creates or upgrades a database (`create` defaults to
     `write`): a read never does, so a mistyped path is an error (exit 2), never an empty
-    journal that "verifies"; a read opens it read-only. Unless it creates, a command
-    first checks the hash chain (`check_chain=False` for `verify`, which reports breaks
-    itself): it never answers from an altered journal (exit 1).
+    journal that "verifies"; a read opens it read-only. A command first checks the hash
+    chain (`check_chain=False` for `verify`, which reports breaks itself): it never
+    answers from, nor appends to, an altered journal (exit 1). The check covers the
+    events after the journal's last verified point (`anchors.check_chain`: a mark or a
+    checkpoint); with `full_check`, every event (for commands that read them all
+    anyway). A command that writes records a new mark at the head when it succeeds.
     """
     url = database_url(ctx, db)
     path = sqlite_path(url)
@@ -212,9 +216,13 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
     except ArgumentError as exc:
         raise CliError(f"cannot use database URL {render.redact(url)!r}: {exc}") from None
     try:
-        if not create and check_chain:
-            anchors.check_chain(journal)
+        if check_chain:
+            anchors.check_chain(journal, full=full_check)
         yield journal
+        if write and check_chain:
+            # Checked up to here, this command's own events included: the next command
+            # checks only what comes after.
+            anchors.advance_verified(journal)
     finally:
         journal.close()
 
@@ -448,7 +456,9 @@ def export(
     write = importing.write_csv if fmt == "csv" else importing.write_jsonl
     if out is not None:
         refuse_journal_file(out, database_url(ctx, db))
-    with open_journal(ctx, db) as journal:
+    # It writes out every event: every event's chain is checked first, not only the
+    # events after the last checkpoint.
+    with open_journal(ctx, db, full_check=True) as journal:
         records = importing.export_records(journal)
         if out is None:
             write(records, sys.stdout, recorded=recorded)
@@ -578,7 +588,7 @@ def explain(
 @app.command()
 def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = None) -> None:
     """What late events changed: each outcome they revised, before and after."""
-    with open_journal(ctx, db) as journal:
+    with open_journal(ctx, db, full_check=True) as journal:  # it replays every event
         with render.progress_bar("replaying") as progress:
             report = replay_journal(journal, progress=progress)
         rows = queries.revision_rows(journal, report.revisions)
@@ -601,7 +611,9 @@ def replay(
     """Rebuild every projection from the journal and print the state digest."""
     until = _time_option(to, "--to")
     # Not read-only: a full replay records a checkpoint. Never creates a database.
-    with open_journal(ctx, db, write=True, create=False) as journal, \
+    # Every event's chain checked, not only beyond the last checkpoint: the checkpoints
+    # this replay saves will vouch for all of them.
+    with open_journal(ctx, db, write=True, create=False, full_check=True) as journal, \
             render.progress_bar("replaying") as progress:
         report = replay_journal(journal, to_time=until, progress=progress,
                                 checkpoint=until is None)
@@ -644,8 +656,8 @@ def verify(
                           cli_trust.signed_anchor_option(anchor_file, public_key)) if a]
     with open_journal(ctx, db, check_chain=False) as journal:
         head = journal.head()
-        with render.progress_bar("verifying") as progress:
-            report = verify_journal(journal, progress=progress)
+        with render.progress_stages(show=not as_json) as progress:
+            report = verify_journal(journal, progress=progress, stage=progress.stage)
         checks = cli_trust.check_anchors(journal, wanted)
     failed = next((c for _, c in checks if not c.ok), None)
     ok = report.ok and failed is None

@@ -17,7 +17,14 @@ from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -45,6 +52,7 @@ from projections.queries import (
     json_time,
 )
 from projections.timefmt import format_time
+from tools import tables
 
 PIPE_WIDTH = 100_000
 """Width of output written to a pipe or file without $COLUMNS: nothing wraps, so an id is
@@ -119,6 +127,17 @@ def fit(table: Table, out: Console) -> int:
 def print_table(table: Table, out: Console | None = None) -> None:
     """Print a table that never crops a number (see `fit`)."""
     out = out or console()
+    simple = tables.layout(table, out)
+    if simple is not None:  # nothing wraps: the same text without Rich's per-cell work
+        lines, width = simple
+        if out.is_terminal:
+            out.width = max(out.width, width)
+            for line in lines:
+                out.print(line, no_wrap=True, overflow="ignore", crop=False)
+        else:
+            out.file.write("".join(line.plain.rstrip() + "\n" for line in lines))
+            out.file.flush()
+        return
     needed = fit(table, out)
     if needed > out.width:
         out.width = needed
@@ -144,22 +163,57 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
+def _progress(show: bool) -> Progress:
+    err = console(stderr=True)
+    # markup=False: the description may carry a file name or an account.
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err, transient=True,
+                    disable=not (show and err.is_terminal))
+
+
 @contextmanager
 def progress_bar(description: str) -> Iterator[Any]:
     """A Rich progress bar on stderr (only on a terminal); yields progress(done, total)."""
-    err = console(stderr=True)
-    # markup=False: the description may carry a file name or an account.
-    bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                   MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=err, transient=True,
-                   disable=not err.is_terminal)
-    with bar:
+    with _progress(True) as bar:
         task = bar.add_task(description, total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+class Stages:
+    """Progress through named stages, one bar at a time: `stage(name)` ends the current
+    stage's bar, and the object itself is `progress(done, total)` for the current stage.
+    A stage's bar appears with its first count, so it never shows an unknown total."""
+
+    def __init__(self, bar: Progress) -> None:
+        self._bar = bar
+        self._description = "working"
+        self._task: TaskID | None = None
+
+    def stage(self, description: str) -> None:
+        """Start the next stage: its bar shows from its first count."""
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+            self._task = None
+        self._description = description
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._task is None:
+            self._task = self._bar.add_task(self._description, total=total, completed=done)
+        else:
+            self._bar.update(self._task, completed=done, total=total)
+
+
+@contextmanager
+def progress_stages(*, show: bool = True) -> Iterator[Stages]:
+    """Progress bars on stderr for a command that works in stages; only on a terminal,
+    and never when `show` is False (a `--json` answer is for a script)."""
+    with _progress(show) as bar:
+        yield Stages(bar)
 
 
 def _table(title: str, *, show_header: bool = True) -> Table:

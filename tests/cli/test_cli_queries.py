@@ -260,6 +260,40 @@ def test_verify_ok_then_a_changed_byte(run: Run, small: Path, db: str) -> None:
     assert report.exit_code == 1
 
 
+def _terminal(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """Make stderr's console a terminal writing into the returned buffer."""
+    from rich.console import Console
+
+    from tools import render
+
+    screen = io.StringIO()
+    plain = render.console
+
+    def console(*, stderr: bool = False) -> Console:
+        if not stderr:
+            return plain()
+        return Console(file=screen, force_terminal=True, width=100, highlight=False,
+                       markup=False, emoji=False)
+
+    monkeypatch.setattr(render, "console", console)
+    return screen
+
+
+def test_verify_shows_each_stage_with_its_count_on_a_terminal(
+        run: Run, small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("replay").exit_code == 0  # a checkpoint to re-derive
+    screen = _terminal(monkeypatch)
+    assert run("verify").exit_code == 0
+    shown = screen.getvalue()
+    for stage in ("checking the hash chain", "re-deriving the checkpoints", "replaying"):
+        assert stage in shown
+    assert "12/12" in shown and "/?" not in shown
+    # For a script, nothing but the JSON.
+    screen.truncate(0)
+    assert run("verify", "--json").exit_code == 0
+    assert screen.getvalue() == ""
+
+
 @pytest.mark.parametrize("command", ["balance", "statement", "explain"])
 def test_iso_times_are_accepted(run: Run, small: Path, command: str) -> None:
     # Small integer times are not epoch seconds; ISO dates still parse (to large times).

@@ -267,12 +267,27 @@ def test_redact() -> None:
                                      ["export"], ["head"], ["balance", "a", "--json"]])
 def test_queries_refuse_an_altered_journal(run: Run, small: Path, db: str,
                                            command: list[str]) -> None:
-    tamper(db_path(db), 5, '"amount":70', '"amount":7')
+    # Recorded by another writer after the import verified the journal up to its head.
+    from eventstore import Journal, NewEvent
+
+    with Journal(db) as journal:
+        journal.append([NewEvent("later", "b", "consume", 12, {"account": "b", "amount": 1})])
+    tamper(db_path(db), 13, '"amount":1', '"amount":2')
     result = run(*command)
     assert result.exit_code == 1
     assert result.stdout == ""
     (line,) = error_lines(result)
-    assert "position 5" in line
+    assert "position 13" in line
+
+
+@pytest.mark.parametrize("command", [["replay"], ["revisions"], ["export"], ["verify"]])
+def test_commands_that_read_every_event_check_every_event(run: Run, small: Path, db: str,
+                                                          command: list[str]) -> None:
+    """Even the events the import already verified (the point queries check after it)."""
+    tamper(db_path(db), 5, '"amount":70', '"amount":7')
+    result = run(*command)
+    assert result.exit_code == 1
+    assert "position 5" in error_lines(result)[-1]
 
 
 def test_area_commands_run_as_a_process(tmp_path: Path) -> None:

@@ -56,12 +56,12 @@ def _hang_after_append(url: str, ready: mp.synchronize.Event) -> mp.process.Base
 @pytest.mark.parametrize("victim", [_hang_in_build, _hang_after_append],
                          ids=["killed-while-deciding", "killed-after-its-append"])
 def test_killed_worker_leaves_nothing_and_no_lock(
-    shared_url: str, tmp_path: Path,
+    database_url: str, tmp_path: Path,
     victim: Callable[[str, mp.synchronize.Event], mp.process.BaseProcess],
 ) -> None:
-    open_accounts(shared_url)
+    open_accounts(database_url)
     ready = SPAWN.Event()
-    proc = victim(shared_url, ready)
+    proc = victim(database_url, ready)
     proc.start()
     assert ready.wait(60), "the victim never reached the middle of its decision"
 
@@ -71,7 +71,7 @@ def test_killed_worker_leaves_nothing_and_no_lock(
     outs = [tmp_path / f"other-{w}.json" for w in range(OTHERS)]
     others = [
         SPAWN.Process(target=stress_worker,
-                      args=(shared_url, w, OTHER_OPS, 7 + w, str(outs[w]), go, done))
+                      args=(database_url, w, OTHER_OPS, 7 + w, str(outs[w]), go, done))
         for w in range(OTHERS)
     ]
     for p in others:
@@ -81,7 +81,7 @@ def test_killed_worker_leaves_nothing_and_no_lock(
     _kill(proc)
 
     # The account is not left locked: a decision on it goes through within seconds.
-    with Journal(shared_url, lock_timeout=30) as journal:
+    with Journal(database_url, lock_timeout=30) as journal:
         scheduler = Scheduler(journal)
         began = time.monotonic()
         scheduler.submit("after-the-kill", ACCOUNTS[0], 1, 0)
@@ -93,7 +93,7 @@ def test_killed_worker_leaves_nothing_and_no_lock(
         assert p.exitcode == 0, "a worker did not survive another's death"
     reports = [json.loads(o.read_text()) for o in outs]
 
-    with Journal(shared_url) as journal:
+    with Journal(database_url) as journal:
         ids = {e.id for e in journal.read(order="position")}
         assert "victim-consume" not in ids
         assert not any(e.payload.get("job") == "victim-job"

@@ -68,9 +68,9 @@ def held_decision(url: str, call: Callable[[Scheduler], object],
     assert not errors, errors
 
 
-def test_one_account_decisions_take_turns(shared_url: str) -> None:
-    Scheduler(shared_url).open_account("team", 10)
-    schedulers = [Scheduler(Journal(shared_url, lock_timeout=30)) for _ in range(8)]
+def test_one_account_decisions_take_turns(database_url: str) -> None:
+    Scheduler(database_url).open_account("team", 10)
+    schedulers = [Scheduler(Journal(database_url, lock_timeout=30)) for _ in range(8)]
     barrier = threading.Barrier(len(schedulers))
     answers: list[bool] = []
 
@@ -84,7 +84,7 @@ def test_one_account_decisions_take_turns(shared_url: str) -> None:
     for t in threads:
         t.join(60)
     assert sorted(answers) == [False] * 7 + [True]
-    with Journal(shared_url) as journal:
+    with Journal(database_url) as journal:
         report = replay(journal)
         assert report.ledger.accounts["team"].reserved == 10
         assert report.revisions == [] and report.anomalies == []

@@ -50,13 +50,13 @@ def run_workers(url: str, tmp_path: Path, workers: int, ops: int,
     return reports
 
 
-def test_workers_decide_as_if_they_took_turns(shared_url: str, tmp_path: Path) -> None:
-    open_accounts(shared_url)
+def test_workers_decide_as_if_they_took_turns(database_url: str, tmp_path: Path) -> None:
+    open_accounts(database_url)
     ops = stress_ops()
     began = time.monotonic()
-    reports = run_workers(shared_url, tmp_path, WORKERS, ops)
+    reports = run_workers(database_url, tmp_path, WORKERS, ops)
     elapsed = time.monotonic() - began
-    journal = Journal(shared_url)
+    journal = Journal(database_url)
     try:
         head = journal.head()
         positions = [e.position for e in journal.read(order="position")]
@@ -80,7 +80,7 @@ def test_workers_decide_as_if_they_took_turns(shared_url: str, tmp_path: Path) -
                 refused[k] = refused.get(k, 0) + v
         rejected = sum(1 for r in reports for ok in r["told"]["submits"].values() if not ok)
         busiest = max(r["seconds"] for r in reports)
-        print(f"\n{shared_url.split(':')[0]}: {WORKERS} workers x {ops} ops in {elapsed:.1f} s "
+        print(f"\n{database_url.split(':')[0]}: {WORKERS} workers x {ops} ops in {elapsed:.1f} s "
               f"(slowest worker {busiest:.1f} s); {head} events; {rejected} submits rejected; "
               f"refused {refused}; {sum(r['retries'] for r in reports)} retries")
     finally:

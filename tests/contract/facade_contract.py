@@ -10,7 +10,8 @@ subclassing it and saying which journal to open:
         def journal_url(self, tmp_path: Path) -> str:
             return ...  # what `eventstore.testing.open_journal` takes ("memory" or a URL)
 
-`test_facade_contract.py` runs it on the memory journal, a SQLite file and PostgreSQL.
+`test_facade_contract.py` runs it on the memory journal, a SQLite file and PostgreSQL,
+with the mixins of tests/backend_classes.py that provide those `journal_url` fixtures.
 Cases are small on purpose: the same bodies run once per backend.
 """
 

@@ -13,7 +13,8 @@ A backend runs the whole contract by subclassing it and saying how to open a jou
         def open_journal(self, url: str) -> JournalLike:  # optional
             return MyJournal(url)
 
-`test_journal_contract.py` runs it on the memory journal, a SQLite file and PostgreSQL.
+`test_journal_contract.py` runs it on the memory journal, a SQLite file and PostgreSQL,
+with the mixins of tests/backend_classes.py that provide those `journal_url` fixtures.
 A behaviour only one backend has (PostgreSQL's advisory locks, SQLite's one writer) gets
 its own test file instead.
 """

@@ -5,32 +5,17 @@ what append, read, verify, anchors and transactions mean.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
+from backend_classes import OnMemory, OnPostgres, OnSQLiteFile
 from journal_contract import JournalContract
 
 
-class TestMemoryJournal(JournalContract):
+class TestMemoryJournal(OnMemory, JournalContract):
     """`MemoryJournal()`."""
 
-    @pytest.fixture
-    def journal_url(self) -> str:
-        return "memory"
 
-
-class TestSQLiteJournal(JournalContract):
+class TestSQLiteJournal(OnSQLiteFile, JournalContract):
     """`Journal("sqlite:///...")` on a file."""
 
-    @pytest.fixture
-    def journal_url(self, tmp_path: Path) -> str:
-        return f"sqlite:///{tmp_path / 'journal.db'}"
 
-
-@pytest.mark.postgres
-class TestPostgresJournal(JournalContract):
+class TestPostgresJournal(OnPostgres, JournalContract):
     """`Journal("postgresql+psycopg://...")` in a fresh schema."""
-
-    @pytest.fixture
-    def journal_url(self, pg_fresh_url: str) -> str:
-        return pg_fresh_url

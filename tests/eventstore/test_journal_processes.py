@@ -26,15 +26,11 @@ SPAWN = mp.get_context("spawn")
 WRITERS, BATCHES, SIZE = 4, 6, 25
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def url(database_url: str) -> str:
     """A fresh SQLite file or PostgreSQL schema, already upgraded by this process."""
-    if request.param == "sqlite":
-        u = f"sqlite:///{tmp_path / 'shared.db'}"
-    else:
-        u = request.getfixturevalue("pg_fresh_url")
-    Journal(u).close()
-    return u
+    Journal(database_url).close()
+    return database_url
 
 
 def test_four_processes_append_concurrently(url: str) -> None:

@@ -21,26 +21,17 @@ from eventstore.migrate import alembic_config, code_head
 from eventstore.schema import metadata
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database: a new SQLite file or a new PostgreSQL schema."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'empty.db'}"
-    url: str = request.getfixturevalue("pg_fresh_url")
-    return url
-
-
 @pytest.fixture
-def upgraded(empty_url: str) -> Iterator[Journal]:
-    j = Journal(empty_url)
+def upgraded(database_url: str) -> Iterator[Journal]:
+    j = Journal(database_url)
     yield j
     j.close()
 
 
-def test_upgrade_from_empty_creates_the_journal(empty_url: str) -> None:
-    assert eventstore.upgrade(empty_url) == (None, code_head())
-    assert eventstore.upgrade(empty_url) == (code_head(), code_head())
-    engine = create_engine(empty_url)
+def test_upgrade_from_empty_creates_the_journal(database_url: str) -> None:
+    assert eventstore.upgrade(database_url) == (None, code_head())
+    assert eventstore.upgrade(database_url) == (code_head(), code_head())
+    engine = create_engine(database_url)
     with engine.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         assert {"events", "journal_head", "snapshots", "alembic_version"} <= tables
@@ -48,7 +39,7 @@ def test_upgrade_from_empty_creates_the_journal(empty_url: str) -> None:
             (0, "0" * 64)
         ]
     engine.dispose()
-    with Journal(empty_url, upgrade=False) as j:
+    with Journal(database_url, upgrade=False) as j:
         assert j.head() == 0 and j.verify() is None
 
 
@@ -73,9 +64,9 @@ def test_newer_revision_is_refused(upgraded: Journal) -> None:
         eventstore.upgrade(upgraded.url)
 
 
-def test_never_upgraded_database_names_the_command(empty_url: str) -> None:
+def test_never_upgraded_database_names_the_command(database_url: str) -> None:
     with pytest.raises(SchemaError, match="gpu-credits db upgrade"):
-        Journal(empty_url, upgrade=False)
+        Journal(database_url, upgrade=False)
     with pytest.raises(SchemaError, match="gpu-credits db upgrade"):
         Journal(None, upgrade=False)
 

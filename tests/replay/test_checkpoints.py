@@ -25,16 +25,9 @@ from projections.checkpoint import (
 from projections.ledger import STATE, Ledger
 from projections.replay import fold_canonical, ledger_at, replay, verify
 from projections.statecopy import StateFormatError
-from tests.replay.test_replay import histories
+from tests.replay.test_replay import fold_on, histories
 
 HASH = "ab" * 32
-
-
-def _fold(timeline: list[Any], ledger: Ledger, start: int = 0) -> Ledger:
-    for position, (event_id, kind, time, payload) in enumerate(timeline[start:],
-                                                               start=start + 1):
-        ledger.apply_recorded(position, event_id, kind, time, payload)
-    return ledger
 
 
 @settings(max_examples=80, deadline=None)
@@ -43,14 +36,14 @@ def test_a_decoded_checkpoint_folds_on_exactly_like_the_ledger_it_was_taken_from
         events: list[Any], data: st.DataObject) -> None:
     timeline = sorted(events, key=lambda e: e[2])
     cut = data.draw(st.integers(0, len(timeline)), label="cut")
-    ledger = _fold(timeline[:cut], Ledger())
+    ledger = fold_on(Ledger(), timeline[:cut])
     blob = encode_checkpoint(ledger, cut, HASH)
     loaded = decode_checkpoint(blob, position=cut, chain_hash=HASH)
     assert loaded.canonical() == ledger.canonical() and loaded.last == ledger.last
     assert sorted(loaded.live) == sorted(ledger.live)
     assert all(loaded.jobs[job_id] is job for job_id, job in loaded.live.items())
     # Same state, same future: fold the rest into both.
-    assert _fold(timeline, loaded, cut).digest() == _fold(timeline, ledger, cut).digest()
+    assert fold_on(loaded, timeline, cut).digest() == fold_on(ledger, timeline, cut).digest()
 
 
 def test_damaged_or_foreign_checkpoint_bytes_are_refused_with_the_reason() -> None:

@@ -69,6 +69,23 @@ def _journal(events: list[tuple[str, str, int, dict[str, Any]]]) -> MemoryJourna
     return journal
 
 
+def fold_on(ledger: Ledger, timeline: list[Any], start: int = 0) -> Ledger:
+    """Apply `timeline[start:]` to `ledger` at positions start + 1, ...; return the ledger."""
+    for position, (event_id, kind, time, payload) in enumerate(timeline[start:],
+                                                               start=start + 1):
+        ledger.apply_recorded(position, event_id, kind, time, payload)
+    return ledger
+
+
+def assert_equals_a_cold_fold(ledger: Ledger, journal: MemoryJournal, position: int) -> None:
+    """`ledger`, kept live, is the state a fold of `journal` up to `position` gives, and
+    its index of live jobs holds exactly its pending and running jobs."""
+    assert ledger.digest() == fold_canonical(journal, to_position=position).digest()
+    assert set(ledger.live) == {job_id for job_id, job in ledger.jobs.items()
+                                if job.state in ("pending", "running")}
+    assert all(ledger.jobs[job_id] is job for job_id, job in ledger.live.items())
+
+
 @settings(max_examples=80, deadline=None)
 @given(histories(), st.randoms(use_true_random=False))
 def test_every_arrival_order_gives_the_same_digest(events: list[Any], rnd: random.Random) -> None:
@@ -107,12 +124,7 @@ def test_incremental_reprojection_equals_full_replay_and_finds_every_revision(
             if before[position] != after[position]:
                 expected_revisions.append((rec.position, position, before[position],
                                            after[position]))
-        assert projector.ledger.digest() == fold_canonical(journal, to_position=rec.position
-                                                           ).digest()
-        ledger = projector.ledger
-        assert set(ledger.live) == {job_id for job_id, job in ledger.jobs.items()
-                                    if job.state in ("pending", "running")}
-        assert all(ledger.jobs[job_id] is job for job_id, job in ledger.live.items())
+        assert_equals_a_cold_fold(projector.ledger, journal, rec.position)
     got = [(r.late_position, r.position, r.before, r.after) for r in projector.revisions]
     # The projector reports in timeline order; compare as sets of (cause, effect).
     assert sorted(got, key=lambda r: r[:2]) == sorted(expected_revisions, key=lambda r: r[:2])
@@ -281,24 +293,16 @@ def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
 
     timeline = sorted(events, key=lambda e: e[2])
     cut = data.draw(st.integers(0, len(timeline)), label="cut")
-    ledger = Ledger()
-    for position, (event_id, kind, time, payload) in enumerate(timeline, start=1):
-        if position == cut + 1:
-            saved = snapshot(ledger)
-            want = ledger.canonical()
-            want_live = sorted(ledger.live)
-        ledger.apply_recorded(position, event_id, kind, time, payload)
-    if cut == len(timeline):
-        saved, want, want_live = snapshot(ledger), ledger.canonical(), sorted(ledger.live)
+    ledger = fold_on(Ledger(), timeline[:cut])
+    saved, want, want_live = snapshot(ledger), ledger.canonical(), sorted(ledger.live)
+    fold_on(ledger, timeline, cut)
     # The snapshot shares the job index with a ledger that went on: restoring must give
     # the state as it was, twice over (restores are independent copies).
     first, second = restore(saved), restore(saved)
     assert first.canonical() == want and sorted(first.live) == want_live
     assert all(first.jobs[job_id] is job for job_id, job in first.live.items())
     # Folding on from one restored copy changes neither the other nor the saved state.
-    for position, (event_id, kind, time, payload) in enumerate(timeline[cut:], start=cut + 1):
-        first.apply_recorded(position, event_id, kind, time, payload)
-    assert first.canonical() == ledger.canonical()
+    assert fold_on(first, timeline, cut).canonical() == ledger.canonical()
     assert second.canonical() == want == restore(saved).canonical()
 
 
@@ -397,3 +401,31 @@ def test_frequent_late_events_refold_a_bounded_stretch_each() -> None:
     # Refolding from the last sparse snapshot (here: from the start) would fold about
     # late * n / 2 = 400,000 events; densified snapshots keep it to a few dozen each.
     assert folded < 40 * late, (folded, late)
+
+
+def test_verify_reports_every_stage_with_its_total_known_from_the_start() -> None:
+    from projections.replay import VERIFY_STAGES
+
+    journal = MemoryJournal()
+    journal.append([NewEvent(f"g{i}", "a", "grant", i, {"account": "a", "amount": 1})
+                    for i in range(12_000)])
+    replay(journal, checkpoint=True, checkpoint_every=5_000)
+    seen: list[tuple[str, int, int]] = []
+    stages: list[str] = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append((stages[-1], done, total))
+
+    report = verify(journal, progress=progress, stage=stages.append)
+    assert report.ok
+    assert stages == list(VERIFY_STAGES)
+    for name in VERIFY_STAGES:
+        calls = [(done, total) for stage, done, total in seen if stage == name]
+        assert calls, name
+        totals = {total for _, total in calls}
+        assert len(totals) == 1 and totals.pop() > 0, name  # never an unknown total
+        assert calls[0][0] == 0, name  # a bar from the start, not after the first batch
+        assert [done for done, _ in calls] == sorted(done for done, _ in calls), name
+    chain = [(d, t) for s, d, t in seen if s == VERIFY_STAGES[0]]
+    assert chain[-1] == (12_000, 12_000) and len(chain) > 2
+    assert [(d, t) for s, d, t in seen if s == VERIFY_STAGES[2]][-1] == (12_000, 12_000)

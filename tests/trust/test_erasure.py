@@ -22,7 +22,7 @@ from eventstore.migrate import alembic_config
 from eventstore.testing import open_journal
 from projections import GPUCreditTracker, Scheduler, queries
 from projections.anchors import check_anchor
-from projections.importing import export_records, import_file, write_jsonl
+from projections.importing import export_records, import_file, write_csv, write_jsonl
 from projections.personal import erase_user, events_of_user
 from projections.replay import replay, verify
 from tools.cli import app
@@ -150,6 +150,14 @@ def test_exports_show_personal_fields_until_erased(journal: JournalLike) -> None
     assert replay(copy).digest == replay(journal).digest and verify(copy).ok
     again = import_file(journal, out.getvalue().encode(), "export.jsonl")
     assert again.appended == 0  # the same events: nothing new, erased parts included
+    # The same through CSV: the erased ids travel as a JSON array in the `events` column.
+    out = io.StringIO()
+    write_csv(export_records(journal), out)
+    copy = MemoryJournal()
+    assert import_file(copy, out.getvalue().encode(), "export.csv", fmt="csv").appended == (
+        journal.head())
+    assert replay(copy).digest == replay(journal).digest
+    assert [line for _, line in export_records(copy)] == exported()
 
 
 def test_a_statement_shows_memos_until_erased(journal: JournalLike) -> None:
@@ -191,13 +199,10 @@ OLD_EVENTS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def old_url(database_url: str) -> str:
     """A database at schema revision 0002 holding OLD_EVENTS as that code wrote them."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-    else:
-        url = str(request.getfixturevalue("pg_fresh_url"))
+    url = database_url
     source = MemoryJournal()
     source.append(OLD_EVENTS)
     rows = list(source._stored)
@@ -277,3 +282,48 @@ def test_erase_command(tmp_path: Path) -> None:
     assert json.loads(one.stdout)["events"] == [bob]
     missing = _cli("erase", "--user", ALICE, "--db", f"sqlite:///{tmp_path / 'none.db'}")
     assert missing.exit_code == 2 and not (tmp_path / "none.db").exists()
+
+
+# -- the HTTP service ---------------------------------------------------------------------
+
+
+def test_the_service_records_users_apart_and_shows_them_until_erased(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from tools.service import create_app
+
+    url = f"sqlite:///{tmp_path / 'service.db'}"
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts", json={"account": "lab"}).status_code == 201
+        assert client.post("/v1/accounts/lab/grants", json={"amount": 100}).status_code == 201
+        usage = client.post("/v1/accounts/lab/usage", headers={"Idempotency-Key": "u1"},
+                            json={"amount": 5, "user": ALICE, "memo": "notebook"})
+        assert usage.status_code == 201, usage.text
+        job = client.post("/v1/jobs", json={"job": "j1", "account": "lab", "cost": 3,
+                                             "priority": 1, "user": ALICE})
+        assert job.status_code == 201, job.text
+        events = client.post("/v1/events", json={"events": [
+            {"type": "consume", "account": "lab", "amount": 1, "time": 100, "user": BOB}]})
+        assert events.status_code == 200, events.text
+        assert client.post("/v1/accounts/lab/usage", json={"amount": 1, "user": ""}
+                           ).status_code == 422
+        lines = client.get("/v1/journal").json()["events"]
+        assert [e.get("user") for e in lines if e["type"] in ("consume", "submit")] == [
+            ALICE, ALICE, BOB]
+        assert not any(k.startswith("$") for e in lines for k in e)
+        def figures() -> dict[str, Any]:
+            answer = client.get("/v1/accounts/lab/balance").json()
+            return {k: v for k, v in answer.items() if k != "as_known_at"}
+
+        balance = figures()
+        # A retry after the erasure answers as the first time and appends nothing.
+        with Journal(url) as journal:
+            assert len(erase_user(journal, ALICE).erased) == 2
+        again = client.post("/v1/accounts/lab/usage", headers={"Idempotency-Key": "u1"},
+                            json={"amount": 5, "user": ALICE, "memo": "notebook"})
+        assert again.status_code == 201 and again.json()["id"] == usage.json()["id"]
+        lines = client.get("/v1/journal").json()["events"]
+        assert ALICE not in json.dumps(lines) and "notebook" not in json.dumps(lines)
+        assert lines[-1]["type"] == "erase"
+        assert figures() == balance
+        assert client.post("/v1/journal/verify", json={}).json()["ok"] is True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -26,13 +25,10 @@ EVENTS = 12
 """The size of the tampered journal: grants and usage reports of two accounts."""
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def url(database_url: str) -> str:
     """A journal URL holding EVENTS events, on SQLite or PostgreSQL."""
-    if request.param == "sqlite":
-        made = f"sqlite:///{tmp_path / 'ledger.db'}"
-    else:
-        made = str(request.getfixturevalue("pg_fresh_url"))
+    made = database_url
     journal = Journal(made)
     try:
         for account in ("a", "b"):

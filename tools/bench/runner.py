@@ -126,7 +126,7 @@ class Call:
     needs: frozenset[str] = frozenset()
 
 
-TargetKind = Literal["ratio", "speedup", "growth", "rss"]
+TargetKind = Literal["ratio", "speedup", "growth", "rss", "within", "seconds"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,8 @@ class Target:
     - speedup: seconds(b) / seconds(a) >= threshold   (a is that many times quicker)
     - growth:  per-unit time(a) / per-unit time(b) <= threshold   (a: the larger size)
     - rss:     peak RSS of case a < threshold MB
+    - within:  seconds(a) - seconds(b) <= threshold   (a costs at most that beyond b)
+    - seconds: seconds(a) <= threshold
     `profile`: the case key to profile when the target is missed.
     """
 
@@ -238,7 +240,13 @@ def evaluate(target: Target, results: Results) -> tuple[float | None, bool | Non
         return None, None, "not measured"
     if target.kind == "rss":
         return a.rss_mb, a.rss_mb < target.threshold, f"{a.rss_mb:.0f} MB"
+    if target.kind == "seconds":
+        return a.time, a.time <= target.threshold, f"{a.time:.2f} s"
     assert b is not None
+    if target.kind == "within":
+        value = a.time - b.time
+        return value, value <= target.threshold, (f"{value:+.2f} s beyond {b.time:.2f} s "
+                                                  f"({a.time:.2f} s)")
     if target.kind == "ratio":
         value = a.rate / b.rate
         return value, value >= target.threshold, f"{fmt_ratio(value)}x"
@@ -470,6 +478,8 @@ class Sizes:
     late_back: int = 1000  # the late event lands this many events before the end
     import_lines: int = 1_000_000  # lines of the file `gpu-credits import` reads
     late_import: int = 3_000  # events imported in order, shuffled and as two files
+    reports: int = 1_000_000  # events in the journal the report commands read
+    reconcile_rows: int = 100_000  # rows of the charges file reconcile compares
 
 
 FULL = Sizes(
@@ -500,6 +510,8 @@ QUICK = Sizes(
     facade_blocked=(10, 2_000),
     import_lines=50_000,
     late_import=1_000,
+    reports=50_000,
+    reconcile_rows=10_000,
 )
 
 TOY = Sizes(
@@ -519,6 +531,8 @@ TOY = Sizes(
     late_back=10,
     import_lines=300,
     late_import=60,
+    reports=300,
+    reconcile_rows=50,
 )
 
 

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from projections import importing
+from projections import importing, jobs
 from projections.corrections import Corrections
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import DEFAULT_GRANT_PRIORITY
+from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
-from projections.scheduler import QUEUE, QUEUE_SHARED
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
@@ -48,10 +48,9 @@ class OpenAccount:
         return [self.account]
 
     def run(self, service: LedgerService) -> AnswerDict:
-        scheduler = service.scheduler
-        scheduler.open_account(self.account, max_running=self.max_running, at=self.time,
-                               event_id=self.key)
-        (outcome, *_) = scheduler.last_outcomes
+        outcome = jobs.open_account(service.session, self.account, max_running=self.max_running,
+                                    at=self.time, clock=service.clock,
+                                    event_id=self.key).outcome
         return {"account": self.account, "max_running": self.max_running,
                 "id": outcome.event_id, "position": outcome.position}
 
@@ -131,21 +130,15 @@ class Submit:
         return [self.account, QUEUE_SHARED]
 
     def run(self, service: LedgerService) -> AnswerDict:
-        scheduler = service.scheduler
-        scheduler.submit(self.job, self.account, self.cost, self.priority, at=self.time,
-                         pool=self.pool, event_id=self.key, user=self.user)
-        (outcome,) = scheduler.last_outcomes
+        outcome = jobs.submit(service.session, self.job, self.account, self.cost,
+                              self.priority, at=self.time, pool=self.pool, user=self.user,
+                              clock=service.clock, event_id=self.key).outcome
         answer: AnswerDict = {"job": self.job, "accepted": outcome.ok,
                               "state": "pending" if outcome.ok else "rejected",
                               "id": outcome.event_id, "position": outcome.position}
         if not outcome.ok:
             answer["reason"] = outcome.reason
         return answer
-
-
-def _job_locks(ledger: Ledger, job: str) -> list[str]:
-    state = ledger.jobs.get(job)
-    return [QUEUE_SHARED] + ([state.account] if state is not None else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +153,10 @@ class StartNext:
         return [QUEUE]
 
     def run(self, service: LedgerService) -> AnswerDict | None:
-        job = service.scheduler.start_next(at=self.time, event_id=self.key)
+        session = service.session
+        decision = jobs.start_next(session, at=self.time, clock=service.clock,
+                                   event_id=self.key)
+        job = jobs.started_job(session, decision)
         if job is None:
             return None
         return {"job": job.id, "account": job.account_id, "cost": job.cost,
@@ -178,17 +174,17 @@ class Complete:
     time: int | None
 
     def locks(self, ledger: Ledger) -> list[str]:
-        return _job_locks(ledger, self.job)
+        return jobs.job_locks(ledger, self.job)
 
     def run(self, service: LedgerService) -> AnswerDict:
-        scheduler = service.scheduler
-        scheduler.complete(self.job, self.success, refund_fraction=self.refund_fraction,
-                           at=self.time, event_id=self.key)
-        outcomes = scheduler.last_outcomes
-        job = service.session.ledger.jobs.get(self.job)
+        session = service.session
+        decision = jobs.complete(session, self.job, self.success,
+                                 refund_fraction=self.refund_fraction, at=self.time,
+                                 clock=service.clock, event_id=self.key)
+        job = session.ledger.jobs.get(self.job)
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
-        charged = outcomes[0].charge if outcomes and outcomes[0].charge is not None \
+        charged = decision.outcome.charge if decision.outcome.charge is not None \
             else job.charge
         state = job.state if job.state in ("succeeded", "failed") else (
             "succeeded" if self.success else "failed")
@@ -204,10 +200,11 @@ class Cancel:
     time: int | None
 
     def locks(self, ledger: Ledger) -> list[str]:
-        return _job_locks(ledger, self.job)
+        return jobs.job_locks(ledger, self.job)
 
     def run(self, service: LedgerService) -> AnswerDict:
-        service.scheduler.cancel(self.job, at=self.time, event_id=self.key)
+        jobs.cancel(service.session, self.job, at=self.time, clock=service.clock,
+                    event_id=self.key)
         job = service.session.ledger.jobs.get(self.job)
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")

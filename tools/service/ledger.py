@@ -24,9 +24,7 @@ from typing import Any, TypeVar
 
 from eventstore import JournalLike
 from projections.ledger import Ledger
-from projections.outcomes import Outcome
-from projections.scheduler import Scheduler
-from projections.session import LedgerSession, open_journal, session_of
+from projections.session import LedgerSession, open_journal
 from tools.service.batching import BatchJournal, PositionsMoved
 from tools.service.groupcommit import Command, GroupCommit, run_commands
 from tools.service.problems import Unavailable
@@ -35,20 +33,6 @@ from tools.service.problems import Unavailable
 def wall_clock() -> int:
     """Now, in whole seconds since the Unix epoch (the time of live decisions)."""
     return int(_time.time())
-
-
-class _Scheduler(Scheduler):
-    """The scheduler facade, keeping the outcomes of its last decision for the answer
-    (whether a submit was accepted and why not, what a completion charged)."""
-
-    last_outcomes: list[Outcome]
-
-    def _decide(self, locks: Sequence[str], build: Any,
-                event_id: str | None = None) -> list[Outcome]:
-        self.last_outcomes = []
-        outcomes = super()._decide(locks, build, event_id)
-        self.last_outcomes = outcomes
-        return outcomes
 
 
 DEFER_PAUSE = 1.0
@@ -86,7 +70,7 @@ class LedgerService:
         self.batching = BatchJournal(self.journal)
         self.clock = clock or wall_clock
         self.allow_far_times = allow_far_times
-        self._scheduler: _Scheduler | None = None
+        self._session: LedgerSession | None = None
         self._stale = False
         self._caught_up_at = -1.0
         self._load_lock = threading.Lock()
@@ -113,13 +97,12 @@ class LedgerService:
         self._checkpoint()
 
     def _checkpoint(self) -> None:
-        scheduler = self._scheduler
-        if scheduler is None or self._stale or self.journal.url is None:
+        session = self._session
+        if session is None or self._stale or self.journal.url is None:
             return
         from projections.checkpoint import CHECKPOINT, save_checkpoint
 
         try:
-            session = session_of(scheduler)
             with session.lock:
                 session.catch_up()
                 position = session.projector.position
@@ -137,7 +120,7 @@ class LedgerService:
     def _load(self) -> None:
         with self._load_lock:
             # Opening a session resumes from the newest valid checkpoint and catches up.
-            self._scheduler = _Scheduler(self.batching, clock=self.clock)  # type: ignore[arg-type,unused-ignore]
+            self._session = LedgerSession(self.batching)  # type: ignore[arg-type,unused-ignore]
             self._stale = False
 
     def reset(self) -> None:
@@ -147,24 +130,20 @@ class LedgerService:
         self._load()
 
     @property
-    def scheduler(self) -> _Scheduler:
-        """The scheduler facade on the live session (raises 503 while not usable)."""
-        scheduler = self._scheduler
-        if scheduler is None or not self.ready.is_set():
+    def session(self) -> LedgerSession:
+        """The live session, whose `ledger` is the projection (raises 503 while it is not
+        usable)."""
+        session = self._session
+        if session is None or not self.ready.is_set():
             raise Unavailable("the service is starting: the projection is not caught up yet")
         if self._stale:
             try:
                 self._load()
             except Exception as exc:
                 raise Unavailable(f"the journal cannot be read: {type(exc).__name__}") from exc
-            scheduler = self._scheduler
-            assert scheduler is not None
-        return scheduler
-
-    @property
-    def session(self) -> LedgerSession:
-        """The live session: its `ledger` is the projection."""
-        return session_of(self.scheduler)
+            session = self._session
+            assert session is not None
+        return session
 
     # -- reading --------------------------------------------------------------------------
 
@@ -202,13 +181,12 @@ class LedgerService:
         caught up within `READ_FRESHNESS` (the freshness `reading()` promises), and its
         lock is free (no batch between its decisions and its commit). Under load
         almost every read answers here, without a hop to a worker thread."""
-        scheduler = self._scheduler
-        if scheduler is None or self._stale or not self.ready.is_set():
+        session = self._session
+        if session is None or self._stale or not self.ready.is_set():
             return BUSY
         asked = _time.monotonic() if asked_at is None else asked_at
         if asked - self._caught_up_at > READ_FRESHNESS:
             return STALE
-        session = session_of(scheduler)
         if not session.lock.acquire(blocking=False):
             return BUSY
         try:
@@ -227,11 +205,10 @@ class LedgerService:
             return pending
 
     def _refresh(self) -> None:
-        scheduler = self._scheduler
+        session = self._session
         now = _time.monotonic()
-        if scheduler is None or self._stale or now - self._caught_up_at <= READ_FRESHNESS:
+        if session is None or self._stale or now - self._caught_up_at <= READ_FRESHNESS:
             return  # a batch (or another look) has just looked
-        session = session_of(scheduler)
         if self.journal.head() != session.projector.position:
             with session.lock:
                 session.catch_up()

@@ -80,6 +80,10 @@ class World:
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
     log: list[RecordedEvent] = field(default_factory=list)  # the journal, read once
+    # For the whole-journal checks: each event decoded once (None: it does not decode),
+    # and the outcome (with the job's cost) whose lineage last passed, per event id.
+    decoded: dict[str, Any] = field(default_factory=dict)
+    sound_lineage: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
 
     def learn(self) -> list[RecordedEvent]:
         """Every recorded event in arrival order; only those recorded since the last look

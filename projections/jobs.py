@@ -1,0 +1,265 @@
+"""The job decisions: open an account, submit, start the next job, complete, cancel.
+
+Each function decides one call on a `LedgerSession` and returns the `Decision` (the
+events recorded and the fold's outcome of each). The `Scheduler` facade answers the
+contract from it (`submit` -> accepted or not); the HTTP service answers with more of it
+(the position, the reason of a rejection, what a completion charged). One way to decide,
+whoever asks.
+
+`clock()` gives the wall-clock time of a live decision (`at` omitted): the event then
+takes the later of it and the latest event time, never an earlier one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore import NewEvent
+from projections.errors import (
+    AccountExists,
+    DuplicateJob,
+    InvalidTransition,
+    UnknownAccount,
+    UnknownJob,
+)
+from projections.events import (
+    DEFAULT_HALF_LIFE,
+    AccountOpened,
+    CreditsGranted,
+    DomainEvent,
+    JobCancelled,
+    JobCompleted,
+    JobStarted,
+    JobSubmitted,
+    normalise_pool,
+    require_fraction,
+    require_int,
+    require_name,
+    require_non_negative_int,
+    require_positive_int,
+)
+from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger
+from projections.outcomes import Outcome
+from projections.session import Decision, Draft, LedgerSession
+
+Clock = Callable[[], int]
+Built = list[tuple[NewEvent, DomainEvent]]
+
+QUEUE = "*scheduler-queue*"
+"""Lock key of the job queue: start_next holds it alone; every other job decision holds
+it shared, with its account's key, so decisions on different accounts run side by side."""
+QUEUE_SHARED = f"shared:{QUEUE}"
+
+
+def wall_clock() -> int:
+    """Now, in whole seconds since the Unix epoch."""
+    return int(time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as `start_next` hands it out."""
+
+    id: str
+    account_id: str
+    cost: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """An event not yet recorded, as the projector's trial fold reads it."""
+
+    position: int
+    id: str
+    type: str
+    time: int
+    payload: Any
+
+
+def _event_time(draft: Draft, at: int | None, clock: Clock) -> int:
+    if at is not None:
+        return require_int("at", at)
+    return draft.now(require_int("clock()", clock()))
+
+
+def _try_in_past(session: LedgerSession, ledger: Ledger, built: Sequence[tuple[NewEvent, Any]],
+                 *, protect_recorded: bool = True) -> list[Outcome] | None:
+    """For events placed before the latest recorded one: their outcomes on the
+    corrected timeline; raise if any is invalid there or (`protect_recorded`) would make
+    a recorded event invalid. None when nothing is in the past.
+
+    A late submit may revise what came after it (that is what late events do, and the
+    revisions say so); a job transition placed in the past may not."""
+    if not built or min(new.time for new, _ in built) >= ledger.last[0]:
+        return None
+    head = session.projector.position
+    trial = [_Trial(head + 1 + i, new.id, new.type, new.time, new.payload)
+             for i, (new, _) in enumerate(built)]
+    outcomes, conflicts = session.projector.trial(trial)
+    for outcome in outcomes:
+        if outcome.anomaly:
+            raise InvalidTransition(f"at time {outcome.time}: {outcome.reason}")
+    if conflicts and protect_recorded:
+        c = conflicts[0]
+        raise InvalidTransition(
+            f"placing this at time {built[0][0].time} would invalidate the {c.type} "
+            f"{c.event_id!r} recorded at position {c.position} (time {c.time}): "
+            f"{c.reason}; decide it now instead (omit `at`)")
+    return outcomes
+
+
+def job_locks(ledger: Ledger, job_id: str) -> list[str]:
+    """The keys a decision about an existing job holds: the queue (shared) and the job's
+    account, as `ledger` knows it (a stale view is completed by `decide`)."""
+    job = ledger.jobs.get(job_id)
+    return [QUEUE_SHARED] + ([job.account] if job is not None else [])
+
+
+def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
+                 max_running: int | None = None, share: int | None = None,
+                 half_life: int = DEFAULT_HALF_LIFE, refill_rate: int | None = None,
+                 refill_cap: int | None = None, at: int | None = None,
+                 clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
+    """Open an account with a general, non-expiring grant of `balance` credits (two
+    events when `balance` > 0). `AccountExists` when an account event opened it before."""
+    require_name("account_id", account_id)
+    require_non_negative_int("balance", balance)
+    if max_running is not None:
+        require_positive_int("max_running", max_running)
+    opened = AccountOpened(account_id, max_running, share, half_life, refill_rate, refill_cap)
+
+    def build(draft: Draft) -> Built:
+        existing = draft.ledger.accounts.get(account_id)
+        if existing is not None and existing.declared:
+            raise AccountExists(f"account {account_id!r} is already open; "
+                                "grant credits to it instead")
+        when = _event_time(draft, at, clock)
+        events = [draft.event(when, opened, account_id)]
+        if balance:
+            events.append(draft.event(when, CreditsGranted(account_id, balance), account_id))
+        return events
+
+    return session.decide([account_id], build, event_id=event_id)
+
+
+def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, priority: int,
+           *, at: int | None = None, pool: str | None = None, user: str | None = None,
+           clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
+    """Submit a job, reserving `cost`; the outcome says whether it was accepted (a
+    rejection is recorded too) and why not. `user`: who submitted it, kept apart from
+    the journal record so it can be erased."""
+    require_name("job_id", job_id)
+    require_name("account_id", account_id)
+    require_non_negative_int("cost", cost)
+    require_int("priority", priority)
+    event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool), user=user)
+
+    def build(draft: Draft) -> Built:
+        ledger = draft.ledger
+        if job_id in ledger.jobs:
+            raise DuplicateJob(f"job {job_id!r} was submitted before "
+                               f"({ledger.jobs[job_id].state}); job ids are unique")
+        account = ledger.accounts.get(account_id)
+        if account is None or not account.opened:
+            known = sorted(n for n, a in ledger.accounts.items() if a.opened)
+            raise UnknownAccount(f"unknown account {account_id!r}; open it first "
+                                 f"(known: {', '.join(known[:10]) or 'none'})")
+        built = [draft.event(_event_time(draft, at, clock), event, account_id)]
+        tried = _try_in_past(session, ledger, built, protect_recorded=False)
+        if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
+            raise UnknownAccount(f"account {account_id!r} did not exist at time "
+                                 f"{built[0][0].time}")
+        return built
+
+    return session.decide([account_id, QUEUE_SHARED], build, event_id=event_id)
+
+
+def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = wall_clock,
+               event_id: str | None = None) -> Decision:
+    """Start the highest-priority, oldest pending job whose account is below its cap; no
+    event when none can start (see `started_job`)."""
+
+    def build(draft: Draft) -> Built:
+        ledger = draft.ledger
+        when = _event_time(draft, at, clock)
+        if when >= ledger.last[0]:
+            job = ledger.next_job()
+            if job is None:
+                return []
+            return [draft.event(when, JobStarted(job.id), job.account)]
+        # In the past: the first job startable then whose start would not invalidate
+        # anything recorded since (the view is a throwaway copy).
+        view = session.projector.state_at(when)
+        while (job := view.next_job()) is not None:
+            built = [draft.event(when, JobStarted(job.id), job.account)]
+            try:
+                _try_in_past(session, ledger, built)
+            except InvalidTransition:
+                job.state = CANCELLED  # skip it in the throwaway view
+                continue
+            return built
+        return []
+
+    # Every account may be considered: the queue's exclusive lock excludes every
+    # submit, completion and cancel (they hold it shared) for this one decision.
+    return session.decide([QUEUE], build, event_id=event_id)
+
+
+def started_job(session: LedgerSession, decision: Decision) -> Job | None:
+    """The job a `start_next` decision started (None: none could start)."""
+    started = next((e for e in decision.events if isinstance(e, JobStarted)), None)
+    if started is None:
+        return None
+    with session.lock:
+        job = session.ledger.jobs[started.job]
+        return Job(job.id, job.account, job.cost, job.priority)
+
+
+def complete(session: LedgerSession, job_id: str, success: bool, *,
+             refund_fraction: float = 1.0, at: int | None = None, clock: Clock = wall_clock,
+             event_id: str | None = None) -> Decision:
+    """Settle a running job: success charges its cost, failure floor(cost * (1 - f)); the
+    outcome's `charge` is what it charged."""
+    require_name("job_id", job_id)
+    if not isinstance(success, bool):
+        raise ValueError(f"success must be True or False, got {success!r}")
+    require_fraction("refund_fraction", refund_fraction)
+
+    def build(draft: Draft) -> Built:
+        job = draft.ledger.jobs.get(job_id)
+        if job is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        if job.state != RUNNING:
+            raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
+                                    "can complete")
+        event = JobCompleted(job_id, success, refund_fraction)
+        built = [draft.event(_event_time(draft, at, clock), event, job.account)]
+        _try_in_past(session, draft.ledger, built)
+        return built
+
+    return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id)
+
+
+def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
+           clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
+    """Cancel a pending job and release its reservation; a cancelled job records nothing."""
+    require_name("job_id", job_id)
+
+    def build(draft: Draft) -> Built:
+        job = draft.ledger.jobs.get(job_id)
+        if job is None:
+            raise UnknownJob(f"unknown job {job_id!r}")
+        if job.state == CANCELLED:
+            return []
+        if job.state != PENDING:
+            raise InvalidTransition(f"job {job_id!r} is {job.state}; only a pending job "
+                                    "can be cancelled")
+        built = [draft.event(_event_time(draft, at, clock), JobCancelled(job_id), job.account)]
+        _try_in_past(session, draft.ledger, built)
+        return built
+
+    return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id)

@@ -1,0 +1,100 @@
+"""The quick table layout prints exactly what Rich prints, or leaves the table to Rich."""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tools import render, tables
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+words = st.text(alphabet=st.sampled_from([*"abc-_:.019 ", "é", "界"]), max_size=30)
+
+
+@st.composite
+def report_tables(draw: st.DrawFn) -> Table:
+    """Tables built the way the reports build theirs: text, numeric and time columns."""
+    table = render._table(draw(st.text(alphabet="Accounts at:0123 ", max_size=60)))
+    kinds = draw(st.lists(st.sampled_from(["text", "number", "time"]), min_size=1,
+                          max_size=7))
+    for i, kind in enumerate(kinds):
+        name = f"c{i}" + draw(st.sampled_from(["", "olumn", " name"]))
+        if kind == "number":
+            render._number_column(table, name)
+        elif kind == "time":
+            render._time_column(table, name)
+        else:
+            table.add_column(name, overflow="fold")
+    for _ in range(draw(st.integers(0, 6))):
+        cells: list[Text | str] = []
+        for kind in kinds:
+            if kind == "number":
+                cells.append(render._n(draw(st.integers(-(10**9), 10**12))))
+            elif kind == "time":
+                cells.append(Text(draw(st.sampled_from(["2026-11-03T12:00:00Z", "5", "-"]))))
+            else:
+                value = draw(words)
+                cells.append(value if draw(st.booleans()) else Text(value, style="bold"))
+        table.add_row(*cells)
+        if draw(st.integers(0, 4)) == 0:
+            table.add_section()
+    return table
+
+
+def _printed(table: Table, width: int, *, terminal: bool, quick: bool) -> str:
+    table = copy.deepcopy(table)  # Rich's path (`fit`) narrows the columns it wraps
+    screen = io.StringIO()
+    out = Console(file=screen, width=width, force_terminal=terminal, highlight=False,
+                  markup=False, emoji=False, color_system="standard" if terminal else None)
+    with pytest.MonkeyPatch.context() as patch:
+        if not quick:
+            patch.setattr(tables, "layout", lambda table, out: None)
+        render.print_table(table, out)
+    lines = ANSI.sub("", screen.getvalue()).splitlines()
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@settings(max_examples=150, deadline=None)
+@given(table=report_tables(), width=st.sampled_from([40, 80, 120, 100_000]),
+       terminal=st.booleans())
+def test_the_quick_layout_prints_what_rich_prints(table: Table, width: int,
+                                                   terminal: bool) -> None:
+    quick = tables.layout(copy.deepcopy(table), Console(file=io.StringIO(), width=width))
+    event("quick" if quick is not None else "left to Rich")
+    expected = _printed(table, width, terminal=terminal, quick=False)
+    got = _printed(table, width, terminal=terminal, quick=True)
+    assert got == expected
+
+
+def test_the_quick_layout_is_taken_for_a_long_report() -> None:
+    table = render._table("Accounts")
+    table.add_column("account", overflow="fold")
+    render._number_column(table, "balance")
+    for i in range(1000):
+        table.add_row(Text(f"acct-{i:05d}"), render._n(i * 1000 - 5))
+    out = Console(file=io.StringIO(), width=80)
+    laid = tables.layout(table, out)
+    assert laid is not None
+    lines, width = laid
+    assert len(lines) == 1 + 1 + 1 + 1 + 1000 + 1  # title, top, header, rule, rows, bottom
+    assert width == len(" acct-00999   999,995 ")
+    for terminal in (False, True):
+        assert _printed(table, 80, terminal=terminal, quick=True) == _printed(
+            table, 80, terminal=terminal, quick=False)
+
+
+def test_a_cell_that_must_wrap_is_left_to_rich() -> None:
+    table = render._table("Statement")
+    table.add_column("detail", overflow="fold")
+    table.add_row("a long sentence " * 10)
+    assert tables.layout(table, Console(file=io.StringIO(), width=40)) is None
+    assert tables.layout(table, Console(file=io.StringIO(), width=400)) is not None

@@ -1,0 +1,91 @@
+"""A decision is a value: the job functions return the events recorded and the fold's
+outcome of each, the facade answers from it, and a retry returns the original one."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from projections import jobs
+from projections.events import JobStarted, JobSubmitted
+from projections.scheduler import Scheduler
+from projections.session import Decision, decision, session_of
+
+
+def _scheduler() -> Scheduler:
+    scheduler = Scheduler(clock=lambda: 100)
+    scheduler.open_account("a", 10, max_running=1)
+    return scheduler
+
+
+def test_a_submit_decision_names_its_event_and_outcome() -> None:
+    session = session_of(_scheduler())
+    accepted = jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 100, event_id="s1")
+    assert accepted.events == (JobSubmitted("a", "j1", 6, 0, "general"),)
+    assert (accepted.outcome.ok, accepted.outcome.event_id, accepted.replayed) == (True, "s1",
+                                                                                   False)
+    refused = jobs.submit(session, "j2", "a", 6, 0, clock=lambda: 100)
+    assert not refused.outcome.ok and refused.outcome.reason
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        accepted.replayed = True  # type: ignore[misc]
+
+
+def test_a_retry_returns_the_original_decision_and_appends_nothing() -> None:
+    session = session_of(_scheduler())
+    first = jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 100, event_id="s1")
+    head = session.journal.head()
+    again = jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 999, event_id="s1")
+    assert again.replayed and again.outcomes == first.outcomes
+    assert again.events == first.events
+    assert session.journal.head() == head
+
+
+def test_start_next_with_nothing_to_start_records_nothing() -> None:
+    scheduler = _scheduler()
+    session = session_of(scheduler)
+    nothing = jobs.start_next(session, clock=lambda: 100)
+    assert nothing == Decision((), ())
+    assert jobs.started_job(session, nothing) is None
+    with pytest.raises(LookupError):
+        _ = nothing.outcome
+    scheduler.submit("j1", "a", 6, 0)
+    started = jobs.start_next(session, clock=lambda: 100)
+    assert started.events == (JobStarted("j1"),)
+    job = jobs.started_job(session, started)
+    assert job is not None and (job.id, job.account_id, job.cost) == ("j1", "a", 6)
+
+
+def test_the_facade_and_the_functions_decide_alike() -> None:
+    by_facade, by_function = _scheduler(), _scheduler()
+    session = session_of(by_function)
+    assert by_facade.submit("j1", "a", 6, 0) is True
+    assert jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 100).outcome.ok is True
+    by_facade.start_next()
+    jobs.start_next(session, clock=lambda: 100)
+    by_facade.complete("j1", False, refund_fraction=0.5)
+    done = jobs.complete(session, "j1", False, refund_fraction=0.5, clock=lambda: 100)
+    assert done.outcome.charge == 3
+    assert by_facade.accounts["a"] == by_function.accounts["a"]
+    assert by_facade.job_state("j1") == by_function.job_state("j1") == "failed"
+
+
+def test_decision_options_belong_to_the_thread_that_set_them() -> None:
+    scheduler = _scheduler()
+    scheduler.open_account("b", 10)
+    journal = session_of(scheduler).journal
+    with decision(scheduler, event_id="mine"):
+        # Another thread's decision meanwhile takes a fresh id, not this block's.
+        thread = threading.Thread(target=lambda: scheduler.submit("other", "b", 1, 0))
+        thread.start()
+        thread.join()
+        scheduler.submit("j1", "a", 1, 0)
+    mine = journal.get("mine")
+    assert mine is not None and mine.payload["job"] == "j1"
+    # One call only: the next one takes a fresh id.
+    with decision(scheduler, event_id="once"):
+        scheduler.submit("j2", "a", 1, 0)
+        scheduler.submit("j3", "a", 1, 0)
+    once = journal.get("once")
+    assert once is not None and once.payload["job"] == "j2"
