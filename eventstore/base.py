@@ -22,6 +22,7 @@ from .records import (
     Anchor,
     ChainReport,
     Erasure,
+    LeanRow,
     NewEvent,
     RecordedEvent,
     StoredRow,
@@ -53,6 +54,12 @@ class JournalBase:
     def _rows(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
         """The stored rows the query selects, in its order (tx: an open transaction)."""
         raise NotImplementedError
+
+    def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
+        """What `_rows` selects, as `LeanRow`s; a backend that can fetch fewer columns
+        overrides this."""
+        for row in self._rows(q, None):
+            yield (row[0], row[1], row[4], row[5], row[7], row[2])
 
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and
@@ -110,6 +117,33 @@ class JournalBase:
 
     def _read(self, q: ReadQuery, tx: Any) -> Iterator[RecordedEvent]:
         return map(to_event, self._rows(q, tx))
+
+    def read_lean(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[LeanRow]:
+        """What `read` gives, as (position, id, type, event time, payload as stored JSON
+        text, stream): what a fold needs and nothing else, for a replay to decode as it
+        likes. The text is the journal's own, not yet checked against the chain."""
+        q = ReadQuery.make(
+            self.head(),
+            after_position=after_position,
+            to_position=to_position,
+            from_time=from_time,
+            to_time=to_time,
+            stream=None,
+            after=after,
+            order=order,
+            batch_size=batch_size,
+        )
+        return self._lean_rows(q)
 
     def read_verified(
         self,

@@ -41,6 +41,7 @@ from .records import (
     PRIVATE_KEY,
     Anchor,
     Erasure,
+    LeanRow,
     NewEvent,
     RecordedEvent,
     SnapshotInfo,
@@ -52,6 +53,12 @@ from .schema import events, journal_head, private_parts, snapshots
 _CHUNK = 900
 
 _EVENT_COLUMNS = tuple(events.c[name] for name in COLUMNS)
+_TIME = COLUMNS.index("event_time")
+_LEAN_COLUMNS = tuple(
+    events.c[name]
+    for name in ("position", "event_id", "type", "event_time", "payload", "stream")
+)
+_LEAN_TIME = 3
 _SNAPSHOT_COLUMNS = (
     snapshots.c.id,
     snapshots.c.name,
@@ -395,6 +402,17 @@ class Journal(JournalBase):
     # -- reading ---------------------------------------------------------------
 
     def _rows(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[StoredRow]:
+        return self._select(q, tx, _EVENT_COLUMNS, _TIME)
+
+    def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
+        # Six columns of nine: the hash, the version and recorded_at stay in the database.
+        return self._select(q, None, _LEAN_COLUMNS, _LEAN_TIME)
+
+    def _select(
+        self, q: ReadQuery, tx: SqlTransaction | None, columns: Sequence[Column[Any]], at: int
+    ) -> Iterator[Any]:
+        """The rows of `columns` (position first, event time at index `at`) the query
+        selects, in its order, `batch_size` at a time."""
         if q.empty:
             return
         position: ColumnElement[int] = events.c.position
@@ -422,15 +440,15 @@ class Journal(JournalBase):
             if q.order == "position"
             else (events.c.event_time, events.c.position)
         )
-        cursor: StoredRow | None = None
+        cursor: Any = None
         while True:
             where = list(base)
             if q.order == "position":
                 lower = q.after_position if cursor is None else cursor[0]
                 where.append(events.c.position > lower)
             elif cursor is not None:
-                where.append(_after((cursor[5], cursor[0])))
-            stmt = select(*_EVENT_COLUMNS).where(*where).order_by(*order_by).limit(q.batch_size)
+                where.append(_after((cursor[at], cursor[0])))
+            stmt = select(*columns).where(*where).order_by(*order_by).limit(q.batch_size)
             # Each batch in its own short transaction: a long replay holds no
             # snapshot open (WAL checkpoints and VACUUM can proceed).
             with self._reading(tx) as conn:

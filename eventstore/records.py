@@ -60,6 +60,10 @@ StoredRow = tuple[int, str, str, int, str, int, int, str, str]
 """A record as storage holds it: `RecordedEvent`'s fields in its order, the payload as
 its canonical JSON text (what the hash covers)."""
 
+LeanRow = tuple[int, str, str, int, str, str]
+"""What a fold reads of a record: (position, id, type, event time, payload as stored,
+stream)."""
+
 HASH = RecordedEvent._fields.index("hash")
 
 #: Where a field's database column has another name (SQL keywords and clarity).

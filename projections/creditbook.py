@@ -16,6 +16,10 @@ import heapq
 from dataclasses import dataclass, field
 
 from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
+from projections.validation import MAX_TIME
+
+NEVER = MAX_TIME + 1
+"""Later than every event time: the expiry floor of a book where nothing expires."""
 
 Lineage = tuple[tuple[str, int], ...]
 """Which grants (by event id) provided how many credits, in draw order."""
@@ -103,6 +107,10 @@ class CreditBook:
     held: int = 0
     totals: Totals = field(default_factory=Totals)
     prioritised: bool = False  # whether any batch has a priority other than the default
+    # No batch in the heaps expires before this time (a lower bound: a batch taken out
+    # leaves it as it was). Every event advances its account, and most find nothing
+    # expired: one comparison tells them so.
+    expiry_floor: int = NEVER
 
     # -- reading ---------------------------------------------------------------------
 
@@ -167,21 +175,20 @@ class CreditBook:
 
     def advance(self, time: int) -> list[Expiry]:
         """Evict every batch expired at `time`; return what expired."""
-        # Every event advances its account: the common case, nothing expired, must be cheap.
-        for heap in self.heaps.values():
-            if heap:
-                expiry = heap[0].expiry
-                if expiry is not None and expiry <= time:
-                    break
-        else:
+        if time < self.expiry_floor:
             return []
         expired: list[Expiry] = []
+        floor = NEVER
         for heap in self.heaps.values():
             while heap and heap[0].is_expired_at(time):
                 batch = heapq.heappop(heap)
                 batch.in_heap = False
                 if batch.amount:
                     expired.append(self._expire(batch, batch.amount))
+            # A heap's top has its earliest expiry (never-expiring batches sort last).
+            if heap and heap[0].expiry is not None and heap[0].expiry < floor:
+                floor = heap[0].expiry
+        self.expiry_floor = floor
         if len(self.heaps) > 1 and len(expired) > 1:
             expired.sort(key=lambda e: (e.expiry, e.pool, e.grant_id))
         return expired
@@ -278,6 +285,8 @@ class CreditBook:
 
     def _push(self, batch: Batch) -> None:
         batch.in_heap = True
+        if batch.expiry is not None and batch.expiry < self.expiry_floor:
+            self.expiry_floor = batch.expiry
         priority = batch.key[0]
         if priority != DEFAULT_GRANT_PRIORITY:
             self.prioritised = True

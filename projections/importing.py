@@ -9,6 +9,12 @@ file: importing the same file twice appends nothing the second time, and a file 
 appends only its new lines. Event times after 2200-01-01 are refused as probably
 milliseconds, unless the caller allows far times.
 
+A file is read as a stream, twice, never whole: the first pass checks every line and
+learns what needs the whole file (the accounts of the jobs submitted in it, which lines
+are identical); the second builds the events and appends them, a few thousand at a time,
+inside one transaction that commits only if no line had a problem. Memory stays flat in
+the file's size: a few bytes per line, and one small entry per job submitted in it.
+
 The stream of an event is its account; a job event (start, complete, cancel) goes to the
 stream of the job's account, found from submits in the file or already in the journal,
 else to `job:<id>` (the fold will report the orphan as an anomaly). A void goes to its
@@ -24,15 +30,18 @@ ignores those.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import hashlib
 import io
+import itertools
 import json
 import re
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
 from eventstore.hashing import canonical_json
@@ -245,65 +254,88 @@ def _why_not(text: str) -> str:
 # -- reading files ------------------------------------------------------------------------
 
 
-def _decode(data: bytes) -> tuple[list[str], list[Problem]]:
-    """Lines of `data` (without line ends), with a problem per line that is not UTF-8."""
-    lines: list[str] = []
-    problems: list[Problem] = []
-    for number, raw in enumerate(data.splitlines(), start=1):
+def _logical_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a binary stream without their ends, split as `bytes.splitlines` splits
+    (on \\n, \\r\\n and \\r), one physical line in memory at a time."""
+    for physical in stream:
+        yield from physical.splitlines()
+
+
+def _jsonl_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
+    """Each line of a JSON Lines stream as an Entry, or the Problem that stops it; blank
+    lines are skipped."""
+    for number, raw in enumerate(_logical_lines(stream), start=1):
         try:
-            lines.append(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            lines.append("")
-            problems.append(Problem(number, f"not UTF-8: {exc.reason} at byte {exc.start}"))
-    return lines, problems
-
-
-def read_jsonl(data: bytes, progress: Progress | None = None) -> tuple[list[Entry], list[Problem]]:
-    """Parse JSON Lines; blank lines are skipped. Returns (valid entries, problems)."""
-    lines, problems = _decode(data)
-    bad = {p.line for p in problems}
-    entries: list[Entry] = []
-    total = len(lines)
-    for number, text in enumerate(lines, start=1):
-        if progress is not None and number % _PROGRESS_EVERY == 0:
-            progress(number, total)
-        if number in bad or not text.strip():
+            yield Problem(number, f"not UTF-8: {exc.reason} at byte {exc.start}")
+            continue
+        if not text.strip():
             continue
         try:
             event_id, time, event = _parse_json_line(text)
         except (ValueError, TypeError) as exc:
-            problems.append(Problem(number, str(exc)))
+            yield Problem(number, str(exc))
             continue
-        entries.append(Entry(number, event_id, time, event))
-    if progress is not None:
-        progress(total, total)
-    problems.sort(key=lambda p: p.line)
-    return entries, problems
+        yield Entry(number, event_id, time, event)
 
 
-def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry], list[Problem]]:
-    """Parse the CSV `export --format csv` writes: a header row, empty cell = absent field."""
+_BOM = codecs.BOM_UTF8
+_CHUNK_BYTES = 1 << 20
+
+
+def _utf8_problem(stream: IO[bytes]) -> Problem | None:
+    """Whether the whole stream is UTF-8 (after an optional BOM), read a chunk at a
+    time; a problem names the byte as `bytes.decode("utf-8-sig")` would."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    head = stream.read(len(_BOM))
+    # Offsets count from after a BOM, as utf-8-sig counts them.
+    chunk = stream.read(_CHUNK_BYTES) if head == _BOM else head
+    offset = 0  # bytes after the BOM before `chunk`
+    while True:
+        final = not chunk
+        buffered = len(decoder.getstate()[0])
+        try:
+            decoder.decode(chunk, final)
+        except UnicodeDecodeError as exc:
+            return Problem(1, f"not UTF-8: {exc.reason} at byte "
+                              f"{offset - buffered + exc.start}")
+        if final:
+            return None
+        offset += len(chunk)
+        chunk = stream.read(_CHUNK_BYTES)
+
+
+def _csv_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
+    """Each row of the CSV `export --format csv` writes as an Entry or a Problem: a
+    header row, an empty cell = an absent field."""
+    problem = _utf8_problem(stream)
+    if problem is not None:
+        yield problem
+        return
+    stream.seek(0)
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        return [], [Problem(1, f"not UTF-8: {exc.reason} at byte {exc.start}")]
-    reader = csv.reader(io.StringIO(text, newline=""))
+        yield from _csv_rows(csv.reader(text))
+    finally:
+        text.detach()  # the caller's stream stays open
+
+
+def _csv_rows(reader: Any) -> Iterator[Entry | Problem]:
     header = next(reader, None)
     if header is None:
-        return [], []
+        return
     columns = [c.strip() for c in header]
     unknown = [c for c in columns if c not in CSV_COLUMNS and c not in RECORDED]
     if unknown or "type" not in columns:
         why = (f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown
                else "no \"type\" column")
-        return [], [Problem(1, f"{why}; expected a header of {', '.join(CSV_COLUMNS)}")]
+        yield Problem(1, f"{why}; expected a header of {', '.join(CSV_COLUMNS)}")
+        return
     repeated = sorted({c for c in columns if columns.count(c) > 1})
     if repeated:
-        return [], [Problem(1, f"column(s) {', '.join(map(repr, repeated))} appear more "
-                               "than once")]
-    entries: list[Entry] = []
-    problems: list[Problem] = []
-    total = max(text.count("\n"), 1)
+        yield Problem(1, f"column(s) {', '.join(map(repr, repeated))} appear more than once")
+        return
     while True:
         try:
             row = next(reader)
@@ -312,20 +344,18 @@ def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry]
         except csv.Error as exc:
             # A malformed or oversized cell: the reader cannot resynchronise, so this is
             # the last line read (the import is refused anyway).
-            problems.append(Problem(reader.line_num, f"not valid CSV: {exc}"))
+            yield Problem(reader.line_num, f"not valid CSV: {exc}")
             break
         number = reader.line_num
-        if progress is not None and number % _PROGRESS_EVERY == 0:
-            progress(number, total)
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(columns):
-            problems.append(Problem(number, f"{len(row)} cells, the header has {len(columns)}"))
+            yield Problem(number, f"{len(row)} cells, the header has {len(columns)}")
             continue
         longest = max(row, key=len)
         if len(longest) > MAX_LINE_LENGTH:
-            problems.append(Problem(number, f"a cell is {len(longest)} characters long; "
-                                            f"at most {MAX_LINE_LENGTH}"))
+            yield Problem(number, f"a cell is {len(longest)} characters long; "
+                                  f"at most {MAX_LINE_LENGTH}")
             continue
         try:
             record = {
@@ -335,12 +365,43 @@ def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry]
             }
             event_id, time, event = parse_record(record)
         except (ValueError, TypeError) as exc:
-            problems.append(Problem(number, str(exc)))
+            yield Problem(number, str(exc))
             continue
-        entries.append(Entry(number, event_id, time, event))
+        yield Entry(number, event_id, time, event)
+
+
+def _items(stream: IO[bytes], fmt: str) -> Iterator[Entry | Problem]:
+    if fmt not in ("jsonl", "csv"):
+        raise ValueError(f"unknown import format {fmt!r}; expected jsonl or csv")
+    return _csv_items(stream) if fmt == "csv" else _jsonl_items(stream)
+
+
+def _collect(items: Iterable[Entry | Problem],
+             progress: Progress | None = None,
+             total: int = 0) -> tuple[list[Entry], list[Problem]]:
+    entries: list[Entry] = []
+    problems: list[Problem] = []
+    for item in items:
+        if isinstance(item, Problem):
+            problems.append(item)
+        else:
+            entries.append(item)
+        if progress is not None and item.line % _PROGRESS_EVERY == 0:
+            progress(item.line, total)
     if progress is not None:
         progress(total, total)
+    problems.sort(key=lambda p: p.line)
     return entries, problems
+
+
+def read_jsonl(data: bytes, progress: Progress | None = None) -> tuple[list[Entry], list[Problem]]:
+    """Parse JSON Lines; blank lines are skipped. Returns (valid entries, problems)."""
+    return _collect(_jsonl_items(io.BytesIO(data)), progress, len(data.splitlines()))
+
+
+def read_csv(data: bytes, progress: Progress | None = None) -> tuple[list[Entry], list[Problem]]:
+    """Parse the CSV `export --format csv` writes: a header row, empty cell = absent field."""
+    return _collect(_csv_items(io.BytesIO(data)), progress, max(data.count(b"\n"), 1))
 
 
 # -- ids and streams ----------------------------------------------------------------------
@@ -426,8 +487,15 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
                                          f"{first[0]} for another event"))
             continue
         seen.setdefault(event_id, (entry.line, content))
+        def find(target: str) -> tuple[str, str] | None:
+            found = streams.get(target)
+            if found is None:
+                rec = journal.get(target)
+                found = None if rec is None else (rec.type, rec.stream)
+            return found
+
         try:
-            stream = _correction_stream(entry.event, streams, journal)
+            stream = _correction_stream(entry.event, find)
         except ValueError as exc:
             plan.problems.append(Problem(entry.line, str(exc)))
             continue
@@ -446,20 +514,18 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
     return plan
 
 
-def _correction_stream(event: DomainEvent, streams: Mapping[str, tuple[str, str]],
-                       journal: JournalLike) -> str | None:
+def _correction_stream(event: DomainEvent,
+                       find: Callable[[str], tuple[str, str] | None]) -> str | None:
     """The stream of a void or a reversal: that of the event it names, which must be
-    recorded before it (in the journal or earlier in the file); None for other events."""
+    recorded before it (in the journal or earlier in the file: `find` gives its type and
+    stream); None for other events."""
     if isinstance(event, GrantVoided):
         target, wanted = event.grant, "grant"
     elif isinstance(event, EventReversed):
         target, wanted = event.event, None
     else:
         return None
-    found = streams.get(target)
-    if found is None:
-        rec = journal.get(target)
-        found = None if rec is None else (rec.type, rec.stream)
+    found = find(target)
     if found is None:
         raise ValueError(f"{event.type} names event {target!r}, which is neither in the "
                          "journal nor earlier in the file")
@@ -477,9 +543,7 @@ def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
     if not new:
         return []
 
-    def key(stream: str, kind: str, time: int, payload: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (payload.get("account", stream), kind, payload.get("amount"), time)
-
+    key = _redelivery_key
     low, high = min(e.time for e in new), max(e.time for e in new)
     mine = {e.id for e in new}
     recorded = {key(r.stream, r.type, r.time, r.payload)
@@ -488,12 +552,21 @@ def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
     matches = [e for e in new if key(e.stream, e.type, e.time, e.payload) in recorded]
     if not matches:
         return []
-    first = matches[0]
-    return [f"{source}: {len(matches)} of {len(new)} new line(s) without an id match events "
+    return [_redelivery_text(source, len(matches), len(new), matches[0])]
+
+
+def _redelivery_key(stream: str, kind: str, time: int,
+                    payload: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (payload.get("account", stream), kind, payload.get("amount"), time)
+
+
+def _redelivery_text(source: str, matches: int, new: int,
+                     first: NewEvent | RecordedEvent) -> str:
+    return (f"{source}: {matches} of {new} new line(s) without an id match events "
             "already in the journal under other ids (same account, type, amount and time; "
             f"first: {first.type} of {first.payload.get('amount')} for "
             f"{first.payload.get('account', first.stream)} at {first.time}): is this file a "
-            "re-delivery? They were appended; reverse them if they are duplicates"]
+            "re-delivery? They were appended; reverse them if they are duplicates")
 
 
 def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:
@@ -529,8 +602,238 @@ def import_file(journal: JournalLike, data: bytes, source: str, *, fmt: str = "j
                 progress: Progress | None = None,
                 allow_far_times: bool = False) -> ImportResult:
     """Validate then append a whole file: all or nothing (ImportRejected names bad lines)."""
-    return append_plan(journal, plan_import(data, source, journal, fmt=fmt, progress=progress,
-                                            allow_far_times=allow_far_times))
+    return import_stream(journal, io.BytesIO(data), source, fmt=fmt, checking=progress,
+                         allow_far_times=allow_far_times)
+
+
+APPEND_CHUNK = 5000
+"""Events an import appends at a time, all inside its one transaction."""
+
+
+@dataclass(slots=True)
+class _Survey:
+    """What the first pass over a file learns: its problems, and what the events of the
+    second pass need from the whole file."""
+
+    problems: list[Problem] = field(default_factory=list)
+    lines: int = 0  # lines holding an event (valid or not)
+    job_accounts: dict[str, str] = field(default_factory=dict)  # job -> account, submits
+    repeated: set[int] = field(default_factory=set)  # hashes of contents seen twice or more
+
+
+def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
+            progress: Progress | None, allow_far_times: bool) -> _Survey:
+    """Check every line; learn the accounts of jobs and which contents repeat."""
+    found = _Survey()
+    accounts: dict[str, str] = {}  # one string per account, however many jobs name it
+    early: set[str] = set()  # jobs named by a job event before any submit of theirs
+    # A hash per line without an id (a few bytes, not the line): the contents whose hash
+    # comes back are counted exactly in the second pass, to number identical lines.
+    hashes = array("q")
+    for item in _items(stream, fmt):
+        found.lines += 1
+        if progress is not None and found.lines % _PROGRESS_EVERY == 0:
+            progress(stream.tell(), size)
+        if isinstance(item, Problem):
+            found.problems.append(item)
+            continue
+        if not allow_far_times:
+            why = far_time_problem("time", item.time)
+            if why is not None:
+                found.problems.append(Problem(item.line, why))
+        event = item.event
+        if isinstance(event, JobSubmitted):
+            found.job_accounts[event.job] = accounts.setdefault(event.account, event.account)
+        elif (isinstance(event, JobStarted | JobCompleted | JobCancelled)
+              and event.job not in found.job_accounts):
+            early.add(event.job)
+        if item.id is None:
+            hashes.append(hash(item.content))
+    if progress is not None:
+        progress(size, size)
+    ordered = sorted(hashes)
+    del hashes
+    found.repeated = {a for a, b in itertools.pairwise(ordered) if a == b}
+    del ordered
+    orphans = {job for job in early if job not in found.job_accounts}
+    if not found.problems:
+        found.job_accounts.update(_job_accounts_in_journal(journal, orphans))
+    return found
+
+
+def _same_new(a: NewEvent, b: NewEvent) -> bool:
+    """Whether two events of one file are the same event (fields kept apart included)."""
+    def key(e: NewEvent) -> tuple[Any, ...]:
+        return (e.stream, e.type, e.time, canonical_json(e.payload),
+                None if e.private is None else canonical_json(e.private))
+
+    return key(a) == key(b)
+
+
+class _Appender:
+    """The second pass's writer: appends a chunk of planned events at a time, and keeps
+    per event appended by this import only its line and whether its id was derived."""
+
+    def __init__(self, journal: JournalLike, problems: list[Problem]) -> None:
+        self.journal = journal
+        self.problems = problems
+        self.start = journal.head()
+        self.lines = array("I")  # line of the event at position start + 1 + i
+        self.derived = bytearray()  # 1 where that event's id was derived from its content
+        self.planned = 0
+        self.events: list[NewEvent] = []
+        self.event_lines: list[int] = []
+        self.derived_ids: list[bool] = []
+        self.streams: dict[str, tuple[str, str]] = {}  # this chunk's ids -> (type, stream)
+
+    def add(self, event: NewEvent, line: int, derived: bool) -> None:
+        self.events.append(event)
+        self.event_lines.append(line)
+        self.derived_ids.append(derived)
+        self.streams.setdefault(event.id, (event.type, event.stream))
+        self.planned += 1
+        if len(self.events) >= APPEND_CHUNK:
+            self.flush()
+
+    def find(self, event_id: str) -> tuple[str, str] | None:
+        """(type, stream) of an event recorded before, or planned earlier in the file."""
+        found = self.streams.get(event_id)
+        if found is None:
+            rec = self.journal.get(event_id)  # inside the transaction: earlier chunks too
+            found = None if rec is None else (rec.type, rec.stream)
+        return found
+
+    def line_of(self, position: int) -> int:
+        return self.lines[position - self.start - 1]
+
+    def flush(self) -> None:
+        events, lines, derived = self.events, self.event_lines, self.derived_ids
+        self.events, self.event_lines, self.derived_ids, self.streams = [], [], [], {}
+        if not events:
+            return
+        try:
+            recorded = self.journal.append(events)
+        except IdempotencyConflict:
+            # Rare: an id of this chunk names another event, earlier in the file or
+            # recorded before. Name each such line, and append the others.
+            keep = self._without_conflicts(events, lines, derived)
+            events, lines, derived = keep
+            recorded = self.journal.append(events) if events else []
+        for rec, line, is_derived in zip(recorded, lines, derived, strict=True):
+            # New events take the next positions in order; an id repeated with the same
+            # content comes back with the position it already has.
+            if rec.position == self.start + len(self.lines) + 1:
+                self.lines.append(line)
+                self.derived.append(is_derived)
+
+    def _without_conflicts(self, events: list[NewEvent], lines: list[int],
+                           derived: list[bool]) -> tuple[list[NewEvent], list[int], list[bool]]:
+        kept: tuple[list[NewEvent], list[int], list[bool]] = ([], [], [])
+        first: dict[str, tuple[NewEvent, int]] = {}
+        for event, line, is_derived in zip(events, lines, derived, strict=True):
+            earlier = first.get(event.id)
+            if earlier is not None:
+                if not _same_new(earlier[0], event):
+                    self.problems.append(Problem(line, f"id {event.id!r} is used on line "
+                                                       f"{earlier[1]} for another event"))
+                    continue
+            else:
+                old = self.journal.get(event.id)
+                if old is not None and not same_event(self.journal, old, event):
+                    if old.position > self.start:
+                        why = f"is used on line {self.line_of(old.position)} for another event"
+                    else:
+                        why = f"is already recorded at position {old.position} as another event"
+                    self.problems.append(Problem(line, f"id {event.id!r} {why}"))
+                    continue
+                first[event.id] = (event, line)
+            kept[0].append(event)
+            kept[1].append(line)
+            kept[2].append(is_derived)
+        return kept
+
+    def redelivery_warnings(self, source: str) -> list[str]:
+        """`_redelivery_warnings` for the events this import appended with derived ids,
+        read back from the journal instead of held in memory."""
+        new = self.derived.count(1)
+        if not new:
+            return []
+        mine = self.journal.read(after_position=self.start, order="position")
+        low = high = None
+        for rec, flag in zip(mine, self.derived, strict=False):
+            if flag:
+                low = rec.time if low is None else min(low, rec.time)
+                high = rec.time if high is None else max(high, rec.time)
+        recorded = {_redelivery_key(r.stream, r.type, r.time, r.payload)
+                    for r in self.journal.read(from_time=low, to_time=high,
+                                               to_position=self.start, order="position")}
+        if not recorded:
+            return []
+        matches, first = 0, None
+        mine = self.journal.read(after_position=self.start, order="position")
+        for rec, flag in zip(mine, self.derived, strict=False):
+            if flag and _redelivery_key(rec.stream, rec.type, rec.time, rec.payload) in recorded:
+                matches += 1
+                first = first or rec
+        if first is None:
+            return []
+        return [_redelivery_text(source, matches, new, first)]
+
+
+def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
+                  fmt: str = "jsonl", checking: Progress | None = None,
+                  appending: Progress | None = None,
+                  allow_far_times: bool = False) -> ImportResult:
+    """Validate then append a file read from a seekable binary `stream`, all or nothing,
+    in memory that does not grow with the file (see the module doc).
+
+    `checking(done, total)` follows the first pass in bytes, `appending(done, total)` the
+    second in lines. ImportRejected names every bad line; then nothing was appended.
+    """
+    stream.seek(0, io.SEEK_END)
+    size = stream.tell()
+    stream.seek(0)
+    survey = _survey(stream, fmt, journal, size, checking, allow_far_times)
+    problems = survey.problems
+    occurrences: dict[str, int] = {}
+    with journal.transaction():
+        writer = _Appender(journal, problems)
+        stream.seek(0)
+        done = 0
+        for item in _items(stream, fmt):
+            done += 1
+            if appending is not None and done % _PROGRESS_EVERY == 0:
+                appending(done, survey.lines)
+            if isinstance(item, Problem):
+                continue  # reported by the first pass
+            content = item.content
+            event_id = item.id
+            if event_id is None:
+                occurrence = 0
+                if hash(content) in survey.repeated:
+                    occurrence = occurrences.get(content, 0)
+                    occurrences[content] = occurrence + 1
+                event_id = content_id(content, occurrence)
+            try:
+                stream_name = _correction_stream(item.event, writer.find)
+            except ValueError as exc:
+                problems.append(Problem(item.line, str(exc)))
+                continue
+            if stream_name is None:
+                stream_name = _stream(item.event, survey.job_accounts)
+            public, personal = split_personal(to_payload(item.event))
+            writer.add(NewEvent(event_id, stream_name, item.event.type, item.time, public,
+                                personal), item.line, item.id is None)
+        writer.flush()
+        if appending is not None:
+            appending(survey.lines, survey.lines)
+        if problems:
+            problems.sort(key=lambda p: p.line)
+            # Leaving the block by an exception rolls back every chunk appended.
+            raise ImportRejected(source, problems)
+        warnings = writer.redelivery_warnings(source)
+    appended = len(writer.lines)
+    return ImportResult(appended, writer.planned - appended, tuple(warnings))
 
 
 # -- export -------------------------------------------------------------------------------

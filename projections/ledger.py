@@ -23,6 +23,7 @@ import orjson
 
 from projections.bulk import paused_gc
 from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals
+from projections.decoding import decode_event
 from projections.events import (
     DEFAULT_HALF_LIFE,
     GENERAL,
@@ -38,7 +39,6 @@ from projections.events import (
     JobStarted,
     JobSubmitted,
     PersonalDataErased,
-    from_payload,
 )
 from projections.outcomes import Outcome
 from projections.policy import Policy
@@ -212,9 +212,13 @@ class Ledger:
 
     def apply_recorded(self, position: int, event_id: str, event_type: str, time: int,
                        payload: Any) -> Outcome:
-        """Decode a journal payload and apply it; a payload that does not decode is an anomaly."""
+        """Decode a journal payload (its JSON text as stored, or decoded) and apply it; a
+        payload that is not a valid event is an anomaly (a text that is not JSON at all
+        raises: the row was not written by the journal)."""
         try:
-            event = from_payload(event_type, payload)
+            event = decode_event(event_type, payload)
+        except json.JSONDecodeError:
+            raise
         except (ValueError, TypeError) as exc:
             if self.excluded and event_id in self.excluded:
                 return self._skip(position, event_id, event_type, time)

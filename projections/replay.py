@@ -9,8 +9,9 @@ starts from the newest one that is still valid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
@@ -29,7 +30,7 @@ from projections.checkpoint import save_checkpoint as save_checkpoint
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
-from projections.projector import Projector, apply_recorded
+from projections.projector import Projector
 from projections.reversals import reversed_ids
 
 Progress = Callable[[int, int], None]
@@ -39,12 +40,21 @@ Progress = Callable[[int, int], None]
 class ReplayReport:
     """What a replay rebuilt."""
 
-    digest: str
     events: int
     revisions: list[Revision]
     anomalies: list[tuple[int, str, str]]
     ledger: Ledger = field(repr=False)
     position: int = 0
+    _digest: str | None = field(default=None, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """The replayed state's digest (`Ledger.digest`), computed when first asked for:
+        encoding a large state is a good part of a replay, and most callers want only
+        the revisions or the ledger."""
+        if self._digest is None:
+            self._digest = self.ledger.digest()
+        return self._digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +68,49 @@ class VerifyReport:
     checked_checkpoints: int = 0
 
 
+class Lean(NamedTuple):
+    """What a fold reads of a recorded event: the payload as the journal stores it (its
+    JSON text; decoded, from a journal that cannot give the text), decoded by the fold."""
+
+    position: int
+    id: str
+    type: str
+    time: int
+    payload: Any
+    stream: str
+
+
+_lean = tuple.__new__
+
+
+LeanRow = tuple[int, str, str, int, Any, str]
+
+
+def lean_rows(journal: JournalLike, **query: Any) -> Iterator[LeanRow]:
+    """`journal.read(**query)` as (position, id, type, time, payload, stream), the payload
+    as stored text where the journal gives it (`read_lean`): what a fold needs, read
+    and decoded at the least cost. A journal view without `read_lean` is read whole."""
+    read_lean = getattr(journal, "read_lean", None)
+    if read_lean is not None:
+        rows: Iterator[LeanRow] = read_lean(**query)
+        return rows
+    return ((r.position, r.id, r.type, r.time, r.payload, r.stream)
+            for r in journal.read(**query))
+
+
+def lean_records(journal: JournalLike, **query: Any) -> Iterator[Lean]:
+    """`lean_rows` as `Lean` records (what a `Projector` takes)."""
+    return (_lean(Lean, row) for row in lean_rows(journal, **query))
+
+
 def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable[
-        [tuple[int, int], int, int | None], Iterable[RecordedEvent]]:
+        [tuple[int, int], int, int | None], Iterable[Lean]]:
     """A projector reader over `journal`, optionally limited to event times <= to_time."""
 
     def read(after: tuple[int, int], to_position: int,
-             limit: int | None) -> Iterable[RecordedEvent]:
+             limit: int | None) -> Iterable[Lean]:
         bound = limit if to_time is None else (to_time if limit is None else min(limit, to_time))
-        return journal.read(after=after, to_position=to_position, to_time=bound,
+        return lean_records(journal, after=after, to_position=to_position, to_time=bound,
                             order="canonical")
 
     return read
@@ -111,7 +156,7 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if progress is not None:
         progress(0, head)  # the total is known from the start: no bar waits at "0/?"
     with paused_gc():
-        for rec in journal.read(to_position=head, order="position"):
+        for rec in lean_records(journal, to_position=head, order="position"):
             if to_time is None or rec.time <= to_time:
                 projector.ingest(rec)
             done += 1
@@ -123,8 +168,8 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
-    return ReplayReport(ledger.digest(), ledger.applied, list(projector.revisions),
-                        list(ledger.anomalies), ledger, head)
+    return ReplayReport(ledger.applied, list(projector.revisions), list(ledger.anomalies),
+                        ledger, head)
 
 
 REPLAY_REMEMBERS = 1000
@@ -175,11 +220,12 @@ def ledger_at(journal: JournalLike, *, to_position: int | None = None,
     if _reversals(journal, head, after_position=info.position):
         # A reversal recorded since may take out an event the checkpoint holds (rare).
         return fold_canonical(journal, to_position=head, to_time=to_time)
+    apply = ledger.apply_recorded
     with paused_gc():
-        for rec in journal.read(after_position=info.position, to_position=head,
-                                from_time=info.event_time, to_time=to_time,
-                                order="canonical"):
-            apply_recorded(ledger, rec)
+        for position, event_id, kind, time, payload, _ in lean_rows(
+                journal, after_position=info.position, to_position=head,
+                from_time=info.event_time, to_time=to_time, order="canonical"):
+            apply(position, event_id, kind, time, payload)
     return ledger
 
 
@@ -203,9 +249,11 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
 def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,
           excluded: frozenset[str]) -> Ledger:
     ledger = Ledger(excluded=excluded)
+    apply = ledger.apply_recorded
     with paused_gc():
-        for rec in journal.read(to_position=to_position, to_time=to_time, order="canonical"):
-            apply_recorded(ledger, rec)
+        for position, event_id, kind, time, payload, _ in lean_rows(
+                journal, to_position=to_position, to_time=to_time, order="canonical"):
+            apply(position, event_id, kind, time, payload)
     return ledger
 
 

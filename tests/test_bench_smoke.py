@@ -34,7 +34,7 @@ from tools.bench.workload import (
 
 TITLES = ("Journal appends", "Full replay", "A late event", "GPUCreditTracker in memory",
           "Scheduler", "PostgreSQL with 1-8 workers", "The chain check",
-          "Reports from the command line")
+          "Imports and late arrivals", "Reports from the command line")
 
 
 @pytest.fixture

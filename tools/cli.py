@@ -12,12 +12,13 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import IO, Annotated, Any, TextIO
 
 import typer
 from sqlalchemy.engine import make_url
@@ -371,39 +372,58 @@ def import_(
     if kind not in ("jsonl", "csv"):
         raise typer.BadParameter(f"expected jsonl or csv, got {kind!r}", param_hint="--format")
     source = "<stdin>" if file == "-" else file
-    try:
-        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
-    except OSError as exc:
-        raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
-    if fmt is None and kind == "jsonl" and _looks_like_csv(data):
-        raise CliError(f"{source} looks like CSV (its first line is "
-                       f"{_first_line(data)!r}), not JSON Lines; import it with "
-                       f"--format csv")
-    with open_journal(ctx, db, write=True) as journal:
-        with render.progress_bar(f"checking {source}") as progress:
-            plan = importing.plan_import(data, source, journal, fmt=kind, progress=progress,
-                                         allow_far_times=allow_far_times)
-        head, latest = journal.head(), journal.max_time()
-        with render.progress_bar(f"appending {len(plan.events):,} events") as progress:
-            result = importing.append_plan(journal, plan)
-        with render.progress_bar("projecting the new events") as progress:
-            effects = queries.import_effects(journal, after=head, latest_before=latest,
-                                             progress=progress)
+    with _input_file(file) as stream:
+        if fmt is None and kind == "jsonl" and _looks_like_csv(_first_line(stream)):
+            raise CliError(f"{source} looks like CSV (its first line is "
+                           f"{_first_line(stream)!r}), not JSON Lines; import it with "
+                           f"--format csv")
+        with open_journal(ctx, db, write=True) as journal:
+            head, latest = journal.head(), journal.max_time()
+            with render.progress_bar(f"checking {source}") as checking, \
+                    render.progress_bar(f"appending {source}") as appending:
+                result = importing.import_stream(journal, stream, source, fmt=kind,
+                                                 checking=checking, appending=appending,
+                                                 allow_far_times=allow_far_times)
+            with render.progress_bar("projecting the new events") as progress:
+                effects = queries.import_effects(journal, after=head, latest_before=latest,
+                                                 progress=progress)
     for warning in result.warnings:
         sys.stderr.write(f"{PROG}: warning: {warning}\n")
     render.import_summary(source, result.appended, result.already_present, effects)
 
 
-def _first_line(data: bytes) -> str:
-    for line in data.splitlines():
-        if line.strip():
-            return line.decode("utf-8", "replace").strip()[:80]
-    return ""
+@contextmanager
+def _input_file(file: str) -> Iterator[IO[bytes]]:
+    """The file to import, opened for reading twice (stdin is copied to a temporary file
+    first, a chunk at a time: an import reads its input twice, never whole)."""
+    if file != "-":
+        try:
+            stream = open(file, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+        with stream:
+            yield stream
+        return
+    with tempfile.TemporaryFile() as spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool)
+        yield spool
 
 
-def _looks_like_csv(data: bytes) -> bool:
+def _first_line(stream: IO[bytes]) -> str:
+    """The first line that is not blank (at most 80 characters of it); the stream is left
+    at its start."""
+    stream.seek(0)
+    try:
+        while raw := stream.readline(4096):
+            if raw.strip():
+                return raw.decode("utf-8", "replace").strip()[:80]
+        return ""
+    finally:
+        stream.seek(0)
+
+
+def _looks_like_csv(first: str) -> bool:
     """Whether a file given as JSON Lines starts like a CSV header (`id,type,time,...`)."""
-    first = _first_line(data)
     return bool(first) and not first.startswith("{") and "," in first \
         and "type" in first.lower()
 

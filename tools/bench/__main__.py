@@ -17,7 +17,17 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tools.bench import appends, chain, replay, report, reports, scheduler, tracker, workers
+from tools.bench import (
+    appends,
+    chain,
+    imports,
+    replay,
+    report,
+    reports,
+    scheduler,
+    tracker,
+    workers,
+)
 from tools.bench.runner import (
     FULL,
     QUICK,
@@ -41,9 +51,11 @@ BUILDERS: list[Callable[[Config], list[Scenario]]] = [
     lambda cfg: [scheduler.scenario(cfg)],
     lambda cfg: [workers.scenario(cfg)],
     lambda cfg: [chain.scenario(cfg)],
+    lambda cfg: [imports.scenario(cfg)],
     lambda cfg: [reports.scenario(cfg)],
 ]
-NAMES = ("appends", "replay", "late", "tracker", "scheduler", "workers", "chain", "reports")
+NAMES = ("appends", "replay", "late", "tracker", "scheduler", "workers", "chain", "imports",
+         "reports")
 
 
 def _log(msg: str) -> None:

@@ -476,6 +476,8 @@ class Sizes:
     append_batch: int = 1000
     es_per_save: int = 100
     late_back: int = 1000  # the late event lands this many events before the end
+    import_lines: int = 1_000_000  # lines of the file `gpu-credits import` reads
+    late_import: int = 3_000  # events imported in order, shuffled and as two files
     reports: int = 1_000_000  # events in the journal the report commands read
     reconcile_rows: int = 100_000  # rows of the charges file reconcile compares
 
@@ -506,6 +508,8 @@ QUICK = Sizes(
     picks=100,
     facade_picks=20,
     facade_blocked=(10, 2_000),
+    import_lines=50_000,
+    late_import=1_000,
     reports=50_000,
     reconcile_rows=10_000,
 )
@@ -525,6 +529,8 @@ TOY = Sizes(
     append_batch=20,
     es_per_save=10,
     late_back=10,
+    import_lines=300,
+    late_import=60,
     reports=300,
     reconcile_rows=50,
 )

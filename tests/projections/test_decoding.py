@@ -1,0 +1,134 @@
+"""projections.decoding: the fast payload decoder gives exactly what from_payload gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore.hashing import canonical_json, load_json
+from projections.decoding import decode_event
+from projections.events import EVENT_TYPES, from_payload
+from projections.importing import PAYLOAD_FIELDS
+from projections.validation import MAX_INT, MAX_NAME_LENGTH, MAX_TEXT_LENGTH
+
+# Values near every bound the vocabulary checks, and of every JSON type.
+_INTS = st.sampled_from([0, 1, 2, -1, 50, 99, 100, 101, 3600, MAX_INT, MAX_INT + 1, -MAX_INT,
+                         -MAX_INT - 1, 2**63, 10**25]) | st.integers(-10**6, 10**6)
+_FLOATS = st.sampled_from([0.0, -0.0, 0.5, 0.9, 1.0, 1.5, -0.1, 1e300, 1e-300, 2.0])
+_TEXTS = st.sampled_from(["a", "acct-1", "general", "h100", " ", "", "a b", "\x00", "a\nb",
+                          "\u2028", "é", "😀", "\t", "x" * MAX_NAME_LENGTH,
+                          "x" * (MAX_NAME_LENGTH + 1), "y" * MAX_TEXT_LENGTH,
+                          "y" * (MAX_TEXT_LENGTH + 1), "\u200b"]) | st.text(max_size=8)
+_VALUES = st.one_of(st.none(), st.booleans(), _INTS, _FLOATS, _TEXTS,
+                    st.just([]), st.just({}), st.just([1]))
+_FIELDS = st.sampled_from([*PAYLOAD_FIELDS, "extra", "type", "time"])
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "event", fn(*args)
+    except (ValueError, TypeError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.sampled_from(EVENT_TYPES), st.dictionaries(_FIELDS, _VALUES, max_size=8))
+def test_the_fast_path_agrees_with_from_payload(kind: str, payload: dict[str, Any]) -> None:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    expected = _outcome(from_payload, kind, load_json(text))
+    assert _outcome(decode_event, kind, text) == expected
+    assert _outcome(decode_event, kind, text.encode()) == expected
+    assert _outcome(decode_event, kind, load_json(text)) == expected
+
+
+_GOOD: dict[str, Any] = {
+    "account": st.sampled_from(["a", "acct-00001"]), "job": st.sampled_from(["j", "job-1"]),
+    "amount": st.integers(-3, 3), "cost": st.integers(0, 3), "priority": st.integers(-1, 101),
+    "success": st.booleans(), "refund_fraction": st.floats(0, 1) | st.integers(0, 1),
+    "expiry": st.integers(0, 9), "pool": st.sampled_from(["general", "h100"]) | st.none(),
+    "reason": st.sampled_from(["typo", "PO 7"]), "grant": st.just("g"), "event": st.just("e"),
+    "memo": st.sampled_from(["m", "PO 7"]) | st.none(), "max_running": st.integers(1, 3),
+    "share": st.integers(1, 3), "half_life": st.integers(1, 9),
+    "refill_rate": st.integers(1, 3), "refill_cap": st.integers(1, 3),
+    "user": st.sampled_from(["ada", "b.b"]) | st.none(),
+    "events": st.lists(st.sampled_from(["e1", "e2"]), min_size=1, max_size=2)}
+_BAD = st.one_of(_VALUES, st.sampled_from(["", " ", "  ", "\t", "a\x00", "\x7f", 0, -1,
+                                           True, None, 1.0]))
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    """An event type and a payload of its own fields, mostly valid, one field maybe not."""
+    kind = draw(st.sampled_from(EVENT_TYPES))
+    cls = type(from_payload(kind, _MINIMAL[kind]))
+    payload: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING
+        if required or draw(st.booleans()):
+            payload[f.name] = draw(_GOOD[f.name])
+    if payload and draw(st.integers(0, 3)) == 0:
+        payload[draw(st.sampled_from(sorted(payload)))] = draw(_BAD)
+    return kind, payload
+
+
+_MINIMAL: dict[str, dict[str, Any]] = {
+    "account": {"account": "a"}, "grant": {"account": "a", "amount": 1},
+    "consume": {"account": "a", "amount": 1},
+    "submit": {"account": "a", "job": "j", "cost": 1, "priority": 0},
+    "start": {"job": "j"}, "complete": {"job": "j", "success": True},
+    "cancel": {"job": "j"}, "adjust": {"account": "a", "amount": 1, "reason": "r"},
+    "void": {"grant": "g"}, "reverse": {"event": "e", "reason": "r"},
+    "erase": {"events": ["e"]}}
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_events())
+def test_events_near_validity_decode_as_from_payload_builds_them(
+        event: tuple[str, dict[str, Any]]) -> None:
+    kind, payload = event
+    text = canonical_json(payload)
+    assert _outcome(decode_event, kind, text) == _outcome(from_payload, kind, payload)
+
+
+@pytest.mark.parametrize(("kind", "payload"), [
+    ("adjust", {"account": "a", "amount": 0, "reason": "r"}),
+    ("adjust", {"account": "a", "amount": 1, "reason": "  "}),
+    ("grant", {"account": "a", "amount": 1, "memo": " "}),
+    ("grant", {"account": "a", "amount": 1, "pool": "h\x00"}),
+    ("account", {"account": "a", "refill_rate": 1}),
+    ("void", {"grant": "g", "reason": "\t"}),
+    ("consume", {"account": "a", "amount": 1, "user": "a\nb"}),
+])
+def test_what_the_fast_path_cannot_check_in_c_is_still_refused(
+        kind: str, payload: dict[str, Any]) -> None:
+    expected = _outcome(from_payload, kind, payload)
+    assert expected[0] == "ValueError"
+    assert _outcome(decode_event, kind, canonical_json(payload)) == expected
+
+
+def test_a_seal_of_a_private_part_takes_the_generic_way_to_the_same_event() -> None:
+    text = canonical_json({"account": "a", "amount": 5, "$private": "ab" * 32})
+    assert decode_event("consume", text) == from_payload("consume", load_json(text))
+
+
+@pytest.mark.parametrize("text", ['{"account":"a","amount":5,"amount":6}',
+                                  '{"account":"a","amount":5}trailing'])
+def test_texts_the_journal_never_writes_read_as_before(text: str) -> None:
+    assert decode_event("grant", text) == from_payload("grant", load_json(text))
+
+
+def test_a_text_that_is_not_json_raises_as_the_journal_reader_does() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        decode_event("grant", ' {"account":"a","amount":5}')
+    with pytest.raises(json.JSONDecodeError):
+        decode_event("grant", "{oops")
+
+
+def test_an_unknown_type_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown event type 'refund'"):
+        decode_event("refund", '{"account":"a"}')
