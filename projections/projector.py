@@ -210,6 +210,11 @@ class Projector:
         self.ledger = ledger
         self.position = position
         self.excluded = ledger.excluded
+        if self._older is not None:
+            # The saved state can be loaded again by `older` the day a late event needs
+            # it: copying it now would double the cost of every start-up for a rare case.
+            self._snap_keys, self._snap_states = [], []
+            return
         self._snap_keys = [ledger.last]
         self._snap_states = [snapshot(ledger)]
 
