@@ -5,9 +5,9 @@ Opens the service's app (`gpu-credits serve`'s) on the journal at URL, waits for
 background search of revisions, then asks each PATH `--runs` times as a first visit
 (everything the pages remember let go first: the answers, the accounts' events) and as
 often again (remembered until the head moves), through FastAPI's TestClient. Prints the
-median, fastest and slowest milliseconds of each, and the time the cyclic garbage
-collector took during the requests (a pause it takes is the page's, but it comes from
-the whole process).
+median, fastest and slowest milliseconds of each; the median CPU milliseconds the process
+spent (what the page costs, whatever else the machine is doing); and the time the cyclic
+garbage collector took per request.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ class GcClock:
         return spent
 
 
-def timed(client: Any, path: str) -> tuple[int, float]:
-    """Status and milliseconds of one GET."""
-    began = time.perf_counter()
+def timed(client: Any, path: str) -> tuple[int, float, float]:
+    """Status, milliseconds and CPU milliseconds (of the whole process) of one GET."""
+    began, cpu = time.perf_counter(), time.process_time()
     status: int = client.get(path).status_code
-    return status, (time.perf_counter() - began) * 1000
+    return status, (time.perf_counter() - began) * 1000, (time.process_time() - cpu) * 1000
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,24 +69,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"revisions found in {time.perf_counter() - began:.1f} s "
               f"(head {source.head():,}); {args.runs} runs each, milliseconds", flush=True)
         print(f"{'status':6} {'visit':5} {'median':>7} {'fastest':>7} {'slowest':>7} "
-              f"{'gc':>6}  path", flush=True)
+              f"{'cpu':>6} {'gc':>6}  path", flush=True)
         clock = GcClock()
         for path in args.paths:
             for visit in ("first", "again"):
-                took, statuses = [], set()
+                took, cpus, statuses = [], [], set()
                 if visit == "again":
                     client.get(path)  # remembered now, whatever ran before
                 clock.take()
                 for _ in range(args.runs):
                     if visit == "first":
                         source.forget()
-                    status, ms = timed(client, path)
+                    status, ms, cpu = timed(client, path)
                     statuses.add(status)
                     took.append(ms)
+                    cpus.append(cpu)
                 gc_ms = clock.take() * 1000 / args.runs
                 shown = ",".join(str(s) for s in sorted(statuses))
                 print(f"{shown:6} {visit:5} {statistics.median(took):7.0f} {min(took):7.0f} "
-                      f"{max(took):7.0f} {gc_ms:6.0f}  {path}", flush=True)
+                      f"{max(took):7.0f} {statistics.median(cpus):6.0f} {gc_ms:6.0f}  {path}",
+                      flush=True)
     return 0
 
 

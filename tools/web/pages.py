@@ -14,6 +14,7 @@ from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
+from projections.errors import UnknownJob
 from projections.events import GENERAL
 from projections.ledger import PENDING
 from projections.personal import personal_of
@@ -24,14 +25,19 @@ from projections.queries import (
     Statement,
     StatementLine,
     account_figures,
-    explain_job,
     known_position,
     latest_time,
     revision_rows,
     unknown_account,
 )
-from projections.queries.explain import waiting_reason
-from projections.queries.history import AccountHistory, event_lines, lines_of
+from projections.queries.explain import job_explanation, waiting_reason
+from projections.queries.history import (
+    AccountHistory,
+    canonical,
+    event_lines,
+    excluded_by,
+    lines_of,
+)
 from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
 from projections.timeline import ExpiringCredits, expiring_within, grant_burndown
@@ -392,14 +398,33 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
 
 
 def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, int]]:
-    """A job's explanation and the positions of the grants that paid or held for it."""
+    """A job's explanation and the positions of the grants that paid or held for it;
+    UnknownJob when no event names it."""
     journal = source.journal
     with source.reading() as ledger:
         state = ledger.jobs.get(job)
         account = None if state is None else state.account
-    # A job's events are all in its account's stream: read only those.
-    where = source.view(None, account)
-    explanation = source.cached(("job", job), lambda: explain_job(where, job))
+        # A job the ledger does not know was never submitted: only events refused as
+        # anomalies can name it.
+        refused = [] if state is not None else [event_id for _, event_id, _ in ledger.anomalies]
+    if account is not None:
+        streams = [account]  # a job's events are all in its account's stream
+    else:
+        named = (journal.get(event_id) for event_id in refused)
+        streams = sorted({rec.stream for rec in named
+                          if rec is not None and rec.payload.get("job") == job})
+
+    def explain() -> JobExplanation:
+        events = [rec for stream in streams for rec in source.stream_events(stream)]
+        ordered = canonical(events)
+        last = max((i for i, rec in enumerate(ordered) if rec.payload.get("job") == job),
+                   default=None)
+        if last is None:
+            raise UnknownJob(f"unknown job {job!r} (no event names it)")
+        # Nothing after the job's last event changes what its events did: fold up to it.
+        return job_explanation(ordered[:last + 1], job, excluded=excluded_by(events))
+
+    explanation = source.cached(("job", job), explain)
     if explanation.waiting is not None and explanation.state == PENDING:
         # Its place in the queue depends on every account's pending jobs: the live ledger.
         with source.reading() as ledger:
