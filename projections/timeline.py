@@ -171,11 +171,20 @@ def expiring_within(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits
     """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
     until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
     them and settles them."""
-    found = [
-        ExpiringCredits(name, batch.pool, batch.grant_id, batch.expiry, batch.amount)
-        for name in sorted(ledger.accounts)
-        for heap in ledger.accounts[name].book.heaps.values()
-        for batch in heap
-        if batch.expiry is not None and at < batch.expiry <= until and batch.amount > 0
-    ]
+    found = []
+    for name in sorted(ledger.accounts):
+        for heap in ledger.accounts[name].book.heaps.values():
+            # A heap holds one priority's batches ordered by expiry (never-expiring last):
+            # below a batch expiring after `until` nothing expires sooner, so only the
+            # heap's top, up to `until`, is walked, not every batch of every account.
+            stack = [0] if heap else []
+            while stack:
+                i = stack.pop()
+                batch = heap[i]
+                if batch.expiry is None or batch.expiry > until:
+                    continue
+                if at < batch.expiry and batch.amount > 0:
+                    found.append(ExpiringCredits(name, batch.pool, batch.grant_id,
+                                                 batch.expiry, batch.amount))
+                stack.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
     return sorted(found, key=lambda e: (e.expiry, e.account, e.pool, e.grant_id))
