@@ -167,11 +167,14 @@ class ExpiringCredits:
                 "expiry": self.expiry, "amount": self.amount}
 
 
-def expiring_within(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
-    """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
-    until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
-    them and settles them."""
-    found = []
+ExpiringEntry = tuple[int, str, str, str, int]
+"""(expiry, account, pool, grant, credits): one grant's active credits expiring soon."""
+
+
+def expiring_entries(ledger: Ledger, at: int, until: int) -> list[ExpiringEntry]:
+    """`expiring_within` as plain tuples, in the same order: cheaper to hold by the
+    thousand (a page shows a few of them)."""
+    found: list[ExpiringEntry] = []
     for name in sorted(ledger.accounts):
         for heap in ledger.accounts[name].book.heaps.values():
             # A heap holds one priority's batches ordered by expiry (never-expiring last):
@@ -181,10 +184,23 @@ def expiring_within(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits
             while stack:
                 i = stack.pop()
                 batch = heap[i]
-                if batch.expiry is None or batch.expiry > until:
+                expiry = batch.expiry
+                if expiry is None or expiry > until:
                     continue
-                if at < batch.expiry and batch.amount > 0:
-                    found.append(ExpiringCredits(name, batch.pool, batch.grant_id,
-                                                 batch.expiry, batch.amount))
-                stack.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
-    return sorted(found, key=lambda e: (e.expiry, e.account, e.pool, e.grant_id))
+                if at < expiry and batch.amount > 0:
+                    found.append((expiry, name, batch.pool, batch.grant_id, batch.amount))
+                left = 2 * i + 1
+                if left < len(heap):
+                    stack.append(left)
+                    if left + 1 < len(heap):
+                        stack.append(left + 1)
+    found.sort(key=lambda e: e[:4])
+    return found
+
+
+def expiring_within(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
+    """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
+    until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
+    them and settles them."""
+    return [ExpiringCredits(account, pool, grant, expiry, amount)
+            for expiry, account, pool, grant, amount in expiring_entries(ledger, at, until)]

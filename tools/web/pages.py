@@ -20,11 +20,11 @@ from projections.ledger import PENDING
 from projections.personal import personal_of
 from projections.queries import (
     AccountExplanation,
+    Figures,
     JobExplanation,
     RevisionRow,
     Statement,
     StatementLine,
-    account_figures,
     known_position,
     latest_time,
     revision_rows,
@@ -40,7 +40,12 @@ from projections.queries.history import (
 )
 from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
-from projections.timeline import ExpiringCredits, expiring_within, grant_burndown
+from projections.timeline import (
+    ExpiringCredits,
+    ExpiringEntry,
+    expiring_entries,
+    grant_burndown,
+)
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
 
@@ -137,34 +142,46 @@ def head_record(journal: JournalLike, position: int | None = None) -> RecordedEv
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """The summary page's figures: every account, and credits expiring soon."""
+    """What the summary page needs of the whole ledger, once per head: every account's
+    name and the credits expiring soon (the figures of the accounts a page shows are
+    read when it is shown)."""
 
     at: int
-    accounts: list[AccountRow]
-    expiring: list[ExpiringCredits]
+    names: list[str]  # every account, by name
+    expiring: list[ExpiringEntry]  # soonest first
     expiring_until: int
 
 
 def summary_figures(source: AuditSource) -> Summary:
-    """Every account's figures per pool and the credits expiring soon, at the journal's
-    latest event time (remembered until the head moves: they change only with it)."""
+    """Every account's name and the credits expiring soon, at the journal's latest event
+    time (remembered until the head moves: they change only with it)."""
 
     def build() -> Summary:
         at = latest_time(source.journal)
-        rows = []
         with source.reading() as ledger:  # copy out what the page shows: it holds a lock
-            for name, fig in account_figures(ledger, at):
-                book = ledger.accounts[name].book
-                held = book.held_by_pool()
-                pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
-                                 book.debt.get(pool, 0))
-                         for pool, amount in sorted(fig.pools.items())]
-                rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available,
-                                       fig.debt, pools))
-            expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
-        return Summary(at, rows, expiring, at + EXPIRING_WINDOW)
+            names = sorted(ledger.accounts)
+            expiring = expiring_entries(ledger, at, at + EXPIRING_WINDOW)
+        return Summary(at, names, expiring, at + EXPIRING_WINDOW)
 
     return source.cached(("summary",), build)
+
+
+def account_rows(source: AuditSource, names: list[str], at: int) -> list[AccountRow]:
+    """The figures of these accounts at `at`, in total and per pool, from the live
+    ledger."""
+    rows = []
+    with source.reading() as ledger:
+        for name in names:
+            state = ledger.accounts.get(name)
+            fig = Figures.of(state, at)
+            held = state.book.held_by_pool() if state is not None else {}
+            debt = state.book.debt if state is not None else {}
+            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
+                             debt.get(pool, 0))
+                     for pool, amount in sorted(fig.pools.items())]
+            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
+                                   pools))
+    return rows
 
 
 EXPIRING_SHOWN = 200
@@ -178,16 +195,20 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     """The summary page: accounts (those whose name contains `q`, a page of them), credits
     expiring soon, the head, the last verify."""
     figures = summary_figures(source)
-    wanted = (params.get("q") or "").strip()
-    rows = [r for r in figures.accounts if wanted.casefold() in r.account.casefold()]
-    pages_ = max(1, -(-len(rows) // ACCOUNTS_PAGE))
+    wanted = (params.get("q") or "").strip().casefold()
+    names = [n for n in figures.names if wanted in n.casefold()] if wanted else figures.names
+    pages_ = max(1, -(-len(names) // ACCOUNTS_PAGE))
     page = parse_int("page", params.get("page"), 1, low=1, high=pages_)
-    shown = rows[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
-    expiring = [e for e in figures.expiring if wanted.casefold() in e.account.casefold()]
-    more = max(0, len(expiring) - EXPIRING_SHOWN)
-    return {"accounts": shown, "matching": len(rows), "total": len(figures.accounts),
-            "q": wanted, "page": page, "pages": pages_, "at": figures.at,
-            "expiring": expiring[:EXPIRING_SHOWN], "expiring_more": more,
+    shown = names[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
+    expiring = [e for e in figures.expiring if wanted in e[1].casefold()] if wanted \
+        else figures.expiring
+    return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
+            "total": len(figures.names), "q": (params.get("q") or "").strip(), "page": page,
+            "pages": pages_, "at": figures.at,
+            "expiring": [ExpiringCredits(account, pool, grant, expiry, amount)
+                         for expiry, account, pool, grant, amount
+                         in expiring[:EXPIRING_SHOWN]],
+            "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
             "verify": last_verify(source.journal, source.verifier)}

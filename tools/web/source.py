@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from eventstore import JournalLike, RecordedEvent
+from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 
@@ -137,7 +138,10 @@ class AuditSource:
                 self._cache.move_to_end(key)
                 found: T = self._cache[key]
                 return found
-        value = compute()
+        # What is computed here is a fold whose objects all live on (lines, lineage,
+        # points): the cyclic collector would walk them again and again for nothing.
+        with paused_gc():
+            value = compute()
         with self._lock:
             if self._head == head:
                 self._cache[key] = value
