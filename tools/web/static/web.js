@@ -38,7 +38,7 @@
       var n = data.pools.length;
       cols[n].push(p.available); cols[n + 1].push(p.held); cols[n + 2].push(p.debt);
     });
-    return { opts: { width: widthOf(el), height: 300, tzDate: utc, series: series,
+    return { opts: { width: widthOf(el), height: 300, tzDate: utc, padding: [null, 40, null, null], series: series,
                      axes: [timeAxis, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
              data: [xs].concat(cols) };
   }
@@ -64,7 +64,7 @@
       });
       cols.push(col);
     });
-    return { opts: { width: widthOf(el), height: 260, tzDate: utc, series: series,
+    return { opts: { width: widthOf(el), height: 260, tzDate: utc, padding: [null, 40, null, null], series: series,
                      axes: [timeAxis, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
              data: [xs].concat(cols) };
   }
