@@ -3,6 +3,7 @@ rejected or has not started."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,9 +329,18 @@ def explain_job(journal: JournalLike, job_id: str, *,
     """A job's state, its submit's outcome (and reason), holds, charge and payers, and for a
     pending job why it has not started; from the events recorded up to `as_known_at`."""
     position = recorded_position(journal, as_known_at)
-    ledger = Ledger(excluded=excluded_as_known(journal, position))
+    return job_explanation(journal.read(to_position=position, order="canonical"), job_id,
+                           excluded=excluded_as_known(journal, position))
+
+
+def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
+                    excluded: frozenset[str] = frozenset()) -> JobExplanation:
+    """`explain_job` from `events` in canonical order (`excluded`: the reversed ids). The
+    events up to the job's last one are enough: nothing later changes what it did (a
+    pending job's place in the queue, `waiting`, is the ledger's at the last event)."""
+    ledger = Ledger(excluded=excluded)
     found: list[tuple[RecordedEvent, Outcome]] = []
-    for rec in journal.read(to_position=position, order="canonical"):
+    for rec in events:
         outcome = apply_recorded(ledger, rec)
         if rec.payload.get("job") == job_id:
             found.append((rec, outcome))

@@ -322,3 +322,19 @@ def test_the_ledger_pages_from_the_latest_lines_and_the_csv_has_them_all(
     assert client.get(f"/accounts/{ACCOUNT}?page={last + 1}").status_code == 422
     csv_text = client.get(f"/accounts/{ACCOUNT}/ledger.csv").text
     assert len(list(csv.DictReader(io.StringIO(csv_text)))) == len(every)
+
+
+def test_a_jobs_page_folds_its_account_only_up_to_the_job_and_answers_as_explain_does(
+        client: TestClient) -> None:
+    from projections.queries import explain_job
+    from tools.web.pages import job_page
+
+    source = client.app.state.web_source  # type: ignore[attr-defined]
+    journal = source.journal
+    jobs = sorted({str(rec.payload["job"]) for rec in journal.read(order="position")
+                   if "job" in rec.payload})
+    assert len(jobs) > 100
+    for job in jobs:
+        explanation, _ = job_page(source, job)
+        assert explanation.as_dict() == explain_job(journal, job).as_dict(), job
+    assert client.get("/jobs/no-such-job").status_code == 404

@@ -14,27 +14,38 @@ from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
+from projections.errors import UnknownJob
 from projections.events import GENERAL
 from projections.ledger import PENDING
 from projections.personal import personal_of
 from projections.queries import (
     AccountExplanation,
+    Figures,
     JobExplanation,
     RevisionRow,
     Statement,
     StatementLine,
-    account_figures,
-    explain_job,
     known_position,
     latest_time,
     revision_rows,
     unknown_account,
 )
-from projections.queries.explain import waiting_reason
-from projections.queries.history import AccountHistory, event_lines, lines_of
+from projections.queries.explain import job_explanation, waiting_reason
+from projections.queries.history import (
+    AccountHistory,
+    canonical,
+    event_lines,
+    excluded_by,
+    lines_of,
+)
 from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
-from projections.timeline import ExpiringCredits, expiring_within, grant_burndown
+from projections.timeline import (
+    ExpiringCredits,
+    ExpiringEntry,
+    expiring_entries,
+    grant_burndown,
+)
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
 
@@ -131,34 +142,46 @@ def head_record(journal: JournalLike, position: int | None = None) -> RecordedEv
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """The summary page's figures: every account, and credits expiring soon."""
+    """What the summary page needs of the whole ledger, once per head: every account's
+    name and the credits expiring soon (the figures of the accounts a page shows are
+    read when it is shown)."""
 
     at: int
-    accounts: list[AccountRow]
-    expiring: list[ExpiringCredits]
+    names: list[str]  # every account, by name
+    expiring: list[ExpiringEntry]  # soonest first
     expiring_until: int
 
 
 def summary_figures(source: AuditSource) -> Summary:
-    """Every account's figures per pool and the credits expiring soon, at the journal's
-    latest event time (remembered until the head moves: they change only with it)."""
+    """Every account's name and the credits expiring soon, at the journal's latest event
+    time (remembered until the head moves: they change only with it)."""
 
     def build() -> Summary:
         at = latest_time(source.journal)
-        rows = []
         with source.reading() as ledger:  # copy out what the page shows: it holds a lock
-            for name, fig in account_figures(ledger, at):
-                book = ledger.accounts[name].book
-                held = book.held_by_pool()
-                pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
-                                 book.debt.get(pool, 0))
-                         for pool, amount in sorted(fig.pools.items())]
-                rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available,
-                                       fig.debt, pools))
-            expiring = expiring_within(ledger, at, at + EXPIRING_WINDOW)
-        return Summary(at, rows, expiring, at + EXPIRING_WINDOW)
+            names = sorted(ledger.accounts)
+            expiring = expiring_entries(ledger, at, at + EXPIRING_WINDOW)
+        return Summary(at, names, expiring, at + EXPIRING_WINDOW)
 
     return source.cached(("summary",), build)
+
+
+def account_rows(source: AuditSource, names: list[str], at: int) -> list[AccountRow]:
+    """The figures of these accounts at `at`, in total and per pool, from the live
+    ledger."""
+    rows = []
+    with source.reading() as ledger:
+        for name in names:
+            state = ledger.accounts.get(name)
+            fig = Figures.of(state, at)
+            held = state.book.held_by_pool() if state is not None else {}
+            debt = state.book.debt if state is not None else {}
+            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
+                             debt.get(pool, 0))
+                     for pool, amount in sorted(fig.pools.items())]
+            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
+                                   pools))
+    return rows
 
 
 EXPIRING_SHOWN = 200
@@ -172,16 +195,20 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     """The summary page: accounts (those whose name contains `q`, a page of them), credits
     expiring soon, the head, the last verify."""
     figures = summary_figures(source)
-    wanted = (params.get("q") or "").strip()
-    rows = [r for r in figures.accounts if wanted.casefold() in r.account.casefold()]
-    pages_ = max(1, -(-len(rows) // ACCOUNTS_PAGE))
+    wanted = (params.get("q") or "").strip().casefold()
+    names = [n for n in figures.names if wanted in n.casefold()] if wanted else figures.names
+    pages_ = max(1, -(-len(names) // ACCOUNTS_PAGE))
     page = parse_int("page", params.get("page"), 1, low=1, high=pages_)
-    shown = rows[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
-    expiring = [e for e in figures.expiring if wanted.casefold() in e.account.casefold()]
-    more = max(0, len(expiring) - EXPIRING_SHOWN)
-    return {"accounts": shown, "matching": len(rows), "total": len(figures.accounts),
-            "q": wanted, "page": page, "pages": pages_, "at": figures.at,
-            "expiring": expiring[:EXPIRING_SHOWN], "expiring_more": more,
+    shown = names[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
+    expiring = [e for e in figures.expiring if wanted in e[1].casefold()] if wanted \
+        else figures.expiring
+    return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
+            "total": len(figures.names), "q": (params.get("q") or "").strip(), "page": page,
+            "pages": pages_, "at": figures.at,
+            "expiring": [ExpiringCredits(account, pool, grant, expiry, amount)
+                         for expiry, account, pool, grant, amount
+                         in expiring[:EXPIRING_SHOWN]],
+            "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
             "verify": last_verify(source.journal, source.verifier)}
@@ -392,14 +419,33 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
 
 
 def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, int]]:
-    """A job's explanation and the positions of the grants that paid or held for it."""
+    """A job's explanation and the positions of the grants that paid or held for it;
+    UnknownJob when no event names it."""
     journal = source.journal
     with source.reading() as ledger:
         state = ledger.jobs.get(job)
         account = None if state is None else state.account
-    # A job's events are all in its account's stream: read only those.
-    where = source.view(None, account)
-    explanation = source.cached(("job", job), lambda: explain_job(where, job))
+        # A job the ledger does not know was never submitted: only events refused as
+        # anomalies can name it.
+        refused = [] if state is not None else [event_id for _, event_id, _ in ledger.anomalies]
+    if account is not None:
+        streams = [account]  # a job's events are all in its account's stream
+    else:
+        named = (journal.get(event_id) for event_id in refused)
+        streams = sorted({rec.stream for rec in named
+                          if rec is not None and rec.payload.get("job") == job})
+
+    def explain() -> JobExplanation:
+        events = [rec for stream in streams for rec in source.stream_events(stream)]
+        ordered = canonical(events)
+        last = max((i for i, rec in enumerate(ordered) if rec.payload.get("job") == job),
+                   default=None)
+        if last is None:
+            raise UnknownJob(f"unknown job {job!r} (no event names it)")
+        # Nothing after the job's last event changes what its events did: fold up to it.
+        return job_explanation(ordered[:last + 1], job, excluded=excluded_by(events))
+
+    explanation = source.cached(("job", job), explain)
     if explanation.waiting is not None and explanation.state == PENDING:
         # Its place in the queue depends on every account's pending jobs: the live ledger.
         with source.reading() as ledger:

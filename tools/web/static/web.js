@@ -6,12 +6,20 @@
                 "#7f8c8d", "#b7950b", "#2c3e50", "#e84393", "#0984e3", "#6c5ce7"];
 
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
+  // Times as the tables show them: ISO 8601 in UTC (uPlot's own are M/D, local style).
+  function iso(ts) { return ts == null ? "-" : new Date(ts * 1e3).toISOString().replace(".000Z", "Z"); }
+  function isoTick(ts) {
+    var s = iso(ts);
+    return s.slice(11, 19) === "00:00:00" ? s.slice(0, 10) : s.slice(0, 10) + "\n" + s.slice(11, 16) + "Z";
+  }
+  var timeAxis = { space: 80, values: function (u, vs) { return vs.map(isoTick); } };
+  var timeSeries = { label: "time (UTC)", value: function (u, v) { return iso(v); } };
   function fmt(v) { return v == null ? "-" : Math.round(v).toLocaleString("en-US"); }
 
   function widthOf(el) { return Math.max(280, el.clientWidth || el.parentNode.clientWidth || 600); }
 
   function timelineOpts(data, el) {
-    var series = [{ label: "time (UTC)" }];
+    var series = [timeSeries];
     var stepped = uPlot.paths.stepped({ align: 1 });
     data.pools.forEach(function (pool, i) {
       series.push({ label: "balance " + pool, stroke: COLORS[i % COLORS.length], width: 2,
@@ -30,8 +38,8 @@
       var n = data.pools.length;
       cols[n].push(p.available); cols[n + 1].push(p.held); cols[n + 2].push(p.debt);
     });
-    return { opts: { width: widthOf(el), height: 300, tzDate: utc, series: series,
-                     axes: [{}, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
+    return { opts: { width: widthOf(el), height: 300, tzDate: utc, padding: [null, 40, null, null], series: series,
+                     axes: [timeAxis, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
              data: [xs].concat(cols) };
   }
 
@@ -40,7 +48,7 @@
     var times = {};
     grants.forEach(function (g) { g.steps.forEach(function (s) { times[s[0]] = true; }); });
     var xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
-    var series = [{ label: "time (UTC)" }];
+    var series = [timeSeries];
     var cols = [];
     var stepped = uPlot.paths.stepped({ align: 1 });
     grants.forEach(function (g, i) {
@@ -56,8 +64,8 @@
       });
       cols.push(col);
     });
-    return { opts: { width: widthOf(el), height: 260, tzDate: utc, series: series,
-                     axes: [{}, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
+    return { opts: { width: widthOf(el), height: 260, tzDate: utc, padding: [null, 40, null, null], series: series,
+                     axes: [timeAxis, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
              data: [xs].concat(cols) };
   }
 
