@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
-from eventstore.records import ERASED_KEY
+from eventstore.records import ERASED_KEY, PRIVATE_KEY
 
 # The checks live in one module shared by every entry point; re-exported here because
 # callers have always imported them from the vocabulary.
@@ -391,8 +391,11 @@ def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
     cls, required, optional = _FIELDS[event_type]
     if isinstance(payload, dict):
         # Fast path for replay: a canonical payload is exactly the constructor's keywords
-        # (validation still runs in __post_init__). Anything else takes the slow path,
-        # which names what is wrong.
+        # (validation still runs in __post_init__), once the seal of personal fields kept
+        # apart is set aside (checked first: a failed call costs far more than a lookup).
+        # Anything else takes the slow path, which names what is wrong.
+        if PRIVATE_KEY in payload:
+            payload = {k: v for k, v in payload.items() if k != PRIVATE_KEY}
         try:
             fast: DomainEvent = cls(**payload)
             return fast
