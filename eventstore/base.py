@@ -42,7 +42,53 @@ def to_event(row: StoredRow | Any) -> RecordedEvent:
     )
 
 
-class JournalBase:
+class Reader:
+    """`read()`, written once for a journal and for a transaction on one: the filters
+    are checked by `ReadQuery`, the events come from `_query` (what this reader sees)."""
+
+    def head(self) -> int:
+        """The last position this reader sees, 0 when empty."""
+        raise NotImplementedError
+
+    def _query(self, q: ReadQuery) -> Iterator[RecordedEvent]:
+        """The events `q` selects, as this reader sees them, in its order."""
+        raise NotImplementedError
+
+    def read(
+        self,
+        *,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        stream: str | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
+    ) -> Iterator[RecordedEvent]:
+        """Stream events, fetching batch_size at a time (never the whole journal).
+
+        canonical: by (event_time, position); position: arrival order.
+        after_position exclusive; to_position inclusive (what was known then);
+        from_time / to_time inclusive; after=(t, p) keeps events whose
+        (event_time, position) > (t, p). The read sees the journal as it stood when
+        it began: events appended meanwhile are not included.
+        """
+        q = ReadQuery.make(
+            self.head(),
+            after_position=after_position,
+            to_position=to_position,
+            from_time=from_time,
+            to_time=to_time,
+            stream=stream,
+            after=after,
+            order=order,
+            batch_size=batch_size,
+        )
+        return self._query(q)
+
+
+class JournalBase(Reader):
     """Read, verify and anchors over a backend's `_rows`, `head` and `_ends`."""
 
     # -- what a backend provides ----------------------------------------------
@@ -82,37 +128,7 @@ class JournalBase:
 
     # -- reading ---------------------------------------------------------------
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
-        """Stream events, fetching batch_size at a time (never the whole journal).
-
-        canonical: by (event_time, position); position: arrival order.
-        after_position exclusive; to_position inclusive (what was known then);
-        from_time / to_time inclusive; after=(t, p) keeps events whose
-        (event_time, position) > (t, p). The read sees the journal as it stood when
-        it began: events appended meanwhile are not included.
-        """
-        q = ReadQuery.make(
-            self.head(),
-            after_position=after_position,
-            to_position=to_position,
-            from_time=from_time,
-            to_time=to_time,
-            stream=stream,
-            after=after,
-            order=order,
-            batch_size=batch_size,
-        )
+    def _query(self, q: ReadQuery) -> Iterator[RecordedEvent]:
         return self._read(q, None)
 
     def _read(self, q: ReadQuery, tx: Any) -> Iterator[RecordedEvent]:

@@ -31,10 +31,9 @@ from . import appending, migrate
 from .appending import NUL, require_int, require_text, validate_snapshot, wall_clock_us
 from .backend import dbapi, translating
 from .backends import backend_for
-from .base import JournalBase, to_event
+from .base import JournalBase, Reader, to_event
 from .errors import JournalError, ReadOnlyJournal
 from .hashing import GENESIS_HASH
-from .interface import Order
 from .reading import ReadQuery
 from .records import (
     COLUMNS,
@@ -83,8 +82,10 @@ def _after(key: tuple[int, int]) -> ColumnElement[bool]:
     return and_(events.c.event_time >= t, or_(events.c.event_time > t, events.c.position > p))
 
 
-class SqlTransaction:
-    """A read-decide-append transaction on one connection (see `Journal.transaction`)."""
+class SqlTransaction(Reader):
+    """A read-decide-append transaction on one connection (see `Journal.transaction`).
+
+    `read` sees the journal as this transaction does, its own appends included."""
 
     def __init__(self, journal: Journal, conn: Connection) -> None:
         self._journal = journal
@@ -96,32 +97,8 @@ class SqlTransaction:
             raise JournalError("this transaction has ended; open a new journal.transaction()")
         return self.conn
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
-        """Events as this transaction sees them, its own appends included."""
-        j = self._journal
-        q = ReadQuery.make(
-            j._head(self),
-            after_position=after_position,
-            to_position=to_position,
-            from_time=from_time,
-            to_time=to_time,
-            stream=stream,
-            after=after,
-            order=order,
-            batch_size=batch_size,
-        )
-        return j._read(q, self)
+    def _query(self, q: ReadQuery) -> Iterator[RecordedEvent]:
+        return self._journal._read(q, self)
 
     def append(
         self, events: Sequence[NewEvent], *, expected_versions: Mapping[str, int] | None = None

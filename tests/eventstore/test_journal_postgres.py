@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from journal_testkit import ev
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
 
 from eventstore import ConnectionProblem, Journal, LockTimeout
 
@@ -94,7 +96,6 @@ def test_sqlite_writer_waits_then_times_out(tmp_path: Path) -> None:
 
 def _terminate(url: str, pid: int) -> None:
     import psycopg
-    from sqlalchemy.engine import make_url
 
     dsn = make_url(url).set(drivername="postgresql", query={}).render_as_string(
         hide_password=False
@@ -113,8 +114,6 @@ def _terminate(url: str, pid: int) -> None:
 def test_an_idle_pooled_connection_killed_between_calls_is_replaced(
     pg_fresh_url: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from sqlalchemy import text
-
     with Journal(pg_fresh_url) as j:
         j.append([ev("a")])
         with j._engine.connect() as conn:  # the one pooled connection the journal uses
@@ -151,8 +150,6 @@ def test_a_pooled_connection_is_checked_without_a_round_trip_unless_long_idle(
 def test_a_backend_killed_while_connecting_is_one_clear_error(
     pg_fresh_url: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from sqlalchemy import event
-
     with Journal(pg_fresh_url) as j:
         j.append([ev("a")])
         j._engine.dispose()  # the next call opens a new connection

@@ -25,17 +25,16 @@ from projections.checkpoint import (
 from projections.ledger import STATE, Ledger
 from projections.replay import fold_canonical, ledger_at, replay, verify
 from projections.statecopy import StateFormatError
-from tests.replay.test_replay import fold_on, histories
+from tests.replay.test_replay import cut_timelines, fold_on, histories
 
 HASH = "ab" * 32
 
 
 @settings(max_examples=80, deadline=None)
-@given(histories(), st.data())
+@given(cut_timelines())
 def test_a_decoded_checkpoint_folds_on_exactly_like_the_ledger_it_was_taken_from(
-        events: list[Any], data: st.DataObject) -> None:
-    timeline = sorted(events, key=lambda e: e[2])
-    cut = data.draw(st.integers(0, len(timeline)), label="cut")
+        cut_timeline: tuple[list[Any], int]) -> None:
+    timeline, cut = cut_timeline
     ledger = fold_on(Ledger(), timeline[:cut])
     blob = encode_checkpoint(ledger, cut, HASH)
     loaded = decode_checkpoint(blob, position=cut, chain_hash=HASH)

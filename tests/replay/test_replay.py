@@ -69,6 +69,13 @@ def _journal(events: list[tuple[str, str, int, dict[str, Any]]]) -> MemoryJourna
     return journal
 
 
+@st.composite
+def cut_timelines(draw: st.DrawFn) -> tuple[list[tuple[str, str, int, dict[str, Any]]], int]:
+    """A history in timeline order, and a place to cut it (0 to its length)."""
+    timeline = sorted(draw(histories()), key=lambda e: e[2])
+    return timeline, draw(st.integers(0, len(timeline)), label="cut")
+
+
 def fold_on(ledger: Ledger, timeline: list[Any], start: int = 0) -> Ledger:
     """Apply `timeline[start:]` to `ledger` at positions start + 1, ...; return the ledger."""
     for position, (event_id, kind, time, payload) in enumerate(timeline[start:],
@@ -286,13 +293,12 @@ def test_a_retried_grant_or_usage_report_answers_as_first_without_refolding_hist
 
 
 @settings(max_examples=80, deadline=None)
-@given(histories(), st.data())
+@given(cut_timelines())
 def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
-        events: list[Any], data: st.DataObject) -> None:
+        cut_timeline: tuple[list[Any], int]) -> None:
     from projections.ledger import restore, snapshot
 
-    timeline = sorted(events, key=lambda e: e[2])
-    cut = data.draw(st.integers(0, len(timeline)), label="cut")
+    timeline, cut = cut_timeline
     ledger = fold_on(Ledger(), timeline[:cut])
     saved, want, want_live = snapshot(ledger), ledger.canonical(), sorted(ledger.live)
     fold_on(ledger, timeline, cut)
