@@ -44,10 +44,15 @@ def test_sqlite_writers_killed_mid_op_leave_nothing_half_written_and_lose_nothin
     # Writers in processes of their own, SIGKILLed under the write lock, with their events
     # appended but not committed, and just after their commit; the simulator checks what
     # each left, retries its op, and goes on with every check.
-    result = run(2, 120, sqlite=True, rates=Rates(killed_writer=0.06), check_every=40)
+    rates = Rates(killed_writer=0.08)
+    result = run(21, 40, sqlite=True, rates=rates, check_every=20)
     assert result.ok, result.failure and result.failure.problems
     killed = {kind for kind in result.faults if kind.startswith("killed-writer")}
     assert killed == {f"killed-writer ({stop})" for stop in STOPS}, result.faults
+    # Real processes, and still the seed decides where each writer died and what it left.
+    again = run(21, 40, sqlite=True, rates=rates, check_every=20)
+    assert (again.events, again.digest, again.faults) == (result.events, result.digest,
+                                                          result.faults)
 
 
 def test_a_seed_and_a_step_count_reproduce_a_run_exactly() -> None:
