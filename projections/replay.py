@@ -13,16 +13,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from eventstore import JournalLike, RecordedEvent
+from eventstore import JournalLike, RecordedEvent, SnapshotInfo
 from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
 from projections.checkpoint import CHECKPOINT as CHECKPOINT
 from projections.checkpoint import (
     CheckpointError,
+    CheckpointView,
     checkpoint_is_valid_at,
     load_checkpoint,
-    valid_checkpoints,
+    log,
+    valid_views,
 )
 from projections.checkpoint import invalidate_after as invalidate_after
 from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
@@ -210,15 +212,18 @@ def ledger_at(journal: JournalLike, *, to_position: int | None = None,
     `fold_canonical`.
     """
     head = journal.head() if to_position is None else min(to_position, journal.head())
-    candidates = [info for info in journal.snapshots(CHECKPOINT) if info.position <= head
-                  and (to_time is None or info.event_time <= to_time)]
-    found = next(valid_checkpoints(journal, candidates, key=lambda s: (s.position, s.id)),
-                 None)
+    found = view_at(journal, to_position=head, to_time=to_time)
     if found is None:
         return fold_canonical(journal, to_position=head, to_time=to_time)
-    info, ledger = found
+    info, view = found
     if _reversals(journal, head, after_position=info.position):
         # A reversal recorded since may take out an event the checkpoint holds (rare).
+        return fold_canonical(journal, to_position=head, to_time=to_time)
+    try:
+        ledger = view.ledger()
+    except CheckpointError as exc:
+        log.warning("checkpoint at position %s ignored (%s): folding from the journal "
+                    "instead", info.position, exc)
         return fold_canonical(journal, to_position=head, to_time=to_time)
     apply = ledger.apply_recorded
     with paused_gc():
@@ -227,6 +232,28 @@ def ledger_at(journal: JournalLike, *, to_position: int | None = None,
                 from_time=info.event_time, to_time=to_time, order="canonical"):
             apply(position, event_id, kind, time, payload)
     return ledger
+
+
+def view_at(journal: JournalLike, *, to_position: int,
+            to_time: int | None = None) -> tuple[SnapshotInfo, CheckpointView] | None:
+    """The newest valid checkpoint that `ledger_at(to_position, to_time)` can start from,
+    opened but not decoded; None if there is none."""
+    candidates = [info for info in journal.snapshots(CHECKPOINT) if info.position <= to_position
+                  and (to_time is None or info.event_time <= to_time)]
+    return next(valid_views(journal, candidates, key=lambda s: (s.position, s.id)), None)
+
+
+def exact_view(journal: JournalLike, *, to_position: int | None = None,
+               to_time: int | None = None) -> CheckpointView | None:
+    """A valid checkpoint that holds exactly `ledger_at(to_position, to_time)`: nothing
+    recorded after it up to `to_position`. None if there is none (then ask `ledger_at`).
+
+    What a report over every account reads: it decodes only the sections it needs."""
+    head = journal.head() if to_position is None else min(to_position, journal.head())
+    found = view_at(journal, to_position=head, to_time=to_time)
+    if found is None or found[0].position != head:
+        return None
+    return found[1]
 
 
 def fold_canonical(journal: JournalLike, *, to_position: int | None = None,

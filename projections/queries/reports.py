@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventstore import JournalLike
+from projections.checkpoint import CheckpointError, log
 from projections.figures import Figures
 from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
@@ -17,6 +18,7 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
+from projections.replay import exact_view
 
 DEFAULT_WITHIN = 7 * 86_400
 """`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
@@ -86,8 +88,21 @@ def accounts(journal: JournalLike, *, at: int | None = None,
     (default: the latest), from the events recorded up to `as_known_at`."""
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    ledger = fold_as_known(journal, to_time=when, to_position=position)
-    return AccountsReport(when, position, account_rows(ledger, when))
+    return AccountsReport(when, position, account_rows(_accounts_only(journal, when, position),
+                                                       when))
+
+
+def _accounts_only(journal: JournalLike, when: int, position: int) -> Ledger:
+    """A ledger with every account at `when` as known at `position`; from a checkpoint
+    that holds exactly that, only its accounts are decoded (no jobs)."""
+    view = exact_view(journal, to_position=position, to_time=when)
+    if view is not None:
+        try:
+            return Ledger(accounts=view.accounts())
+        except CheckpointError as exc:
+            log.warning("checkpoint at position %s ignored (%s): folding from the "
+                        "journal instead", view.position, exc)
+    return fold_as_known(journal, to_time=when, to_position=position)
 
 
 # -- expiring ----------------------------------------------------------------------------
@@ -176,7 +191,7 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
         raise ValueError(f"the window must be positive, got {within} seconds")
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    ledger = fold_as_known(journal, to_time=when, to_position=position)
+    ledger = _accounts_only(journal, when, position)
     return ExpiringReport(when, within, position,
                           expiring_credits(ledger, when, when + within))
 
@@ -270,12 +285,36 @@ def jobs(journal: JournalLike, *, account: str | None = None, state: str | None 
     """Every job (in submit order), or those of `account` and/or in `state`."""
     check_state(state)
     position = recorded_position(journal, as_known_at)
+    view = exact_view(journal, to_position=position)
+    if view is not None:
+        try:
+            columns, _ = view.job_columns()
+        except CheckpointError as exc:
+            log.warning("checkpoint at position %s ignored (%s): folding from the "
+                        "journal instead", view.position, exc)
+        else:
+            # Rows straight from the columns: no job object is built.
+            if account is not None and account not in view.names and (
+                    account not in columns["account"]):
+                raise unknown_account(account, view.names)
+            return JobsReport(position, account, state, _column_rows(columns, account, state))
     ledger = fold_as_known(journal, to_position=position)
     if account is not None and account not in ledger.accounts and not any(
             j.account == account for j in ledger.jobs.values()):
         raise unknown_account(account, ledger)
     rows = job_rows(ledger.jobs.values(), account, state)
     return JobsReport(position, account, state, rows)
+
+
+def _column_rows(columns: dict[str, list[Any]], account: str | None,
+                 state: str | None) -> list[JobRow]:
+    """`job_rows` from a checkpoint's job columns."""
+    ids, owners, states = columns["id"], columns["account"], columns["state"]
+    costs, charges = columns["cost"], columns["charge"]
+    priorities, pools = columns["priority"], columns["pool"]
+    return [JobRow(ids[i], owners[i], states[i], costs[i], charges[i], priorities[i], pools[i])
+            for i in range(len(ids))
+            if (account is None or owners[i] == account) and (state is None or states[i] == state)]
 
 
 def job_rows(all_jobs: Iterable[JobState], account: str | None,
