@@ -7,7 +7,7 @@ question needs (one account, every account's figures, the job list). Its bytes a
 
     b"gpu-credits checkpoint\\n"
     header: one line of JSON (sorted keys), then b"\\n"
-    body: MessagePack, an array of four sections (below)
+    body: MessagePack, an array of five sections (below)
 
 The header holds `format` ("gpu-credits-checkpoint"), `version` (2), `position` (the
 highest journal position the state covers), `chain_hash` (the journal's hash at that
@@ -23,9 +23,12 @@ The body's sections, each decoded only when asked for (`CheckpointView`):
     [2] per account (same order), the MessagePack bytes of its `AccountState` tree: an
         account's state refers to nothing outside it (its queue and holds name jobs by id)
     [3] the MessagePack bytes of the job index in columns (`_encode_jobs`): the fields
-        of `JobState`, the ids of the live jobs, then one column per field
+        of `JobState`, the ids of the live jobs, their number, then one column per field
+    [4] the MessagePack bytes of a summary at the checkpoint's own time: each account's
+        figures (`projections.figures`) and the credits of each that end (expire or are
+        voided), unused or held: what `accounts` and `expiring` report
 
-So `balance` decodes one account, `accounts` every account but no job, `jobs` the job
+So `balance` decodes one account, `accounts` and `expiring` the summary, `jobs` the job
 columns only, and a facade the whole ledger (the live jobs are the same objects in
 `jobs` and `live`, as in the fold).
 
@@ -43,7 +46,7 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import orjson
@@ -51,6 +54,7 @@ import orjson
 from eventstore import JournalLike, SnapshotInfo
 from eventstore.hashing import GENESIS_HASH
 from projections.bulk import paused_gc
+from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import STATE, AccountState, JobState, Ledger
 from projections.statecopy import StateFormatError
 
@@ -65,7 +69,20 @@ log = logging.getLogger(__name__)
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder()
-_BODY = msgspec.msgpack.Decoder(tuple[Any, list[str], list[bytes], bytes])
+_BODY = msgspec.msgpack.Decoder(tuple[Any, list[str], list[bytes], bytes, bytes])
+# The summary, validated as it is decoded: (time, per account (opened, running,
+# max_running, balance, reserved, available, debt, pools), per account its endings).
+_SUMMARY = msgspec.msgpack.Decoder(tuple[
+    int, list[tuple[bool, int, int | None, int, int, int, int, dict[str, int]]],
+    list[list[tuple[str, str, int, int, int, bool]]]])
+
+
+class Summary(NamedTuple):
+    """What reports over every account read at the checkpoint's own time, per account:
+    (figures, opened, running, max_running), and its credits that end (`Ending`)."""
+
+    accounts: dict[str, tuple[Figures, bool, int, int | None]]
+    endings: dict[str, list[Ending]]
 
 _JOB_FIELDS: tuple[str, ...] = tuple(STATE.schema()[JobState.__name__])
 # A job is built by its constructor when it takes every field in encoding order (much
@@ -100,7 +117,9 @@ def _encode_column(values: list[Any]) -> list[Any]:
     if all(type(v) is str for v in values):
         table: dict[str, int] = {}
         indices = [table.setdefault(v, len(table)) for v in values]
-        return [_COL_STR, list(table), indices]
+        if len(table) <= len(values) // 2:  # repeated values (not ids): one string each
+            return [_COL_STR, list(table), indices]
+        return [_COL_PLAIN, values]
     if any(type(v) is tuple for v in values):
         out: list[list[Any] | None] = []
         for v in values:
@@ -122,7 +141,7 @@ def _decode_column(column: Any, size: int) -> list[Any]:
         table, indices = column[1], column[2]
         if not all(type(v) is str for v in table):
             raise CheckpointError("a job column's table holds a value that is not text")
-        values = [table[i] for i in indices]
+        values = list(map(table.__getitem__, indices))
     elif kind == _COL_TUPLE:
         values = [None if v is None else tuple(v) for v in column[1]]
     elif kind == _COL_PLAIN:
@@ -140,6 +159,16 @@ def _encode_jobs(ledger: Ledger) -> bytes:
     return _ENCODER.encode([list(_JOB_FIELDS), list(ledger.live), len(jobs), *columns])
 
 
+def _encode_summary(ledger: Ledger) -> bytes:
+    at = ledger.last[0]
+    rows = []
+    for state in ledger.accounts.values():
+        f = Figures.of(state, at)
+        rows.append((state.opened, state.running, state.max_running, f.balance, f.reserved,
+                     f.available, f.debt, f.pools))
+    return _ENCODER.encode((at, rows, [ending_credits(s) for s in ledger.accounts.values()]))
+
+
 def encode_checkpoint(ledger: Ledger, position: int, chain_hash: str) -> bytes:
     """The bytes of a checkpoint of `ledger`, which holds every event up to `position`,
     the journal's hash there being `chain_hash`."""
@@ -153,7 +182,7 @@ def encode_checkpoint(ledger: Ledger, position: int, chain_hash: str) -> bytes:
         body = _ENCODER.encode([
             rest, list(accounts),
             [_ENCODER.encode(STATE.encode(state)) for state in accounts.values()],
-            _encode_jobs(ledger)])
+            _encode_jobs(ledger), _encode_summary(ledger)])
     header: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "position": position,
         "chain_hash": chain_hash, "last": list(ledger.last), "schema": STATE.schema(),
@@ -167,11 +196,13 @@ class CheckpointView:
     a question needs: every call decodes afresh, so what it returns is the caller's own.
     """
 
-    __slots__ = ("_accounts", "_index", "_jobs", "_rest", "last", "names", "position")
+    __slots__ = ("_accounts", "_index", "_jobs", "_rest", "_summary", "last", "names",
+                 "position")
 
     def __init__(self, body: bytes, position: int, last: list[Any]) -> None:
         try:
-            self._rest, self.names, self._accounts, self._jobs = _BODY.decode(body)
+            self._rest, self.names, self._accounts, self._jobs, self._summary = \
+                _BODY.decode(body)
         except msgspec.DecodeError as exc:  # includes a validation error
             raise CheckpointError(f"body does not decode: {exc}") from None
         if len(self.names) != len(self._accounts):
@@ -194,6 +225,21 @@ class CheckpointView:
         if type(ledger) is not Ledger or ledger.accounts or ledger.jobs or ledger.live:
             raise CheckpointError("body is not the ledger the header describes")
         return ledger
+
+    def summary(self) -> Summary:
+        """Every account's figures at the checkpoint's own time (`last`), and the credits
+        of each that end: what `accounts` and `expiring` read without decoding an account."""
+        try:
+            at, rows, endings = _SUMMARY.decode(self._summary)
+        except msgspec.DecodeError as exc:
+            raise CheckpointError(f"summary does not decode: {exc}") from None
+        if at != self.last[0] or len(rows) != len(self.names) or len(endings) != len(rows):
+            raise CheckpointError("summary is not of the accounts the checkpoint holds")
+        return Summary(
+            {name: (Figures(balance, reserved, available, debt, pools), opened, running, cap)
+             for name, (opened, running, cap, balance, reserved, available, debt, pools)
+             in zip(self.names, rows, strict=True)},
+            dict(zip(self.names, endings, strict=True)))
 
     def account(self, name: str) -> AccountState | None:
         """The account `name` as the checkpoint holds it; None if it holds no such account."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from eventstore import JournalLike
 from projections.checkpoint import CheckpointError, log
-from projections.figures import Figures
+from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
     fold_as_known,
@@ -88,21 +88,22 @@ def accounts(journal: JournalLike, *, at: int | None = None,
     (default: the latest), from the events recorded up to `as_known_at`."""
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    return AccountsReport(when, position, account_rows(_accounts_only(journal, when, position),
-                                                       when))
-
-
-def _accounts_only(journal: JournalLike, when: int, position: int) -> Ledger:
-    """A ledger with every account at `when` as known at `position`; from a checkpoint
-    that holds exactly that, only its accounts are decoded (no jobs)."""
     view = exact_view(journal, to_position=position, to_time=when)
     if view is not None:
         try:
-            return Ledger(accounts=view.accounts())
+            if view.last[0] == when:
+                # The figures at the checkpoint's own time: in its summary.
+                summary = view.summary()
+                return AccountsReport(when, position, [
+                    AccountRow(name, *summary.accounts[name])
+                    for name in sorted(summary.accounts)])
+            ledger = Ledger(accounts=view.accounts())  # no job decoded
+            return AccountsReport(when, position, account_rows(ledger, when))
         except CheckpointError as exc:
             log.warning("checkpoint at position %s ignored (%s): folding from the "
                         "journal instead", view.position, exc)
-    return fold_as_known(journal, to_time=when, to_position=position)
+    ledger = fold_as_known(journal, to_time=when, to_position=position)
+    return AccountsReport(when, position, account_rows(ledger, when))
 
 
 # -- expiring ----------------------------------------------------------------------------
@@ -161,24 +162,15 @@ class ExpiringReport:
 
 def expiring_credits(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
     """Every batch still counting at `at` whose credits stop in `[at, until)`."""
-    found: list[ExpiringCredits] = []
-    for name in sorted(ledger.accounts):
-        book = ledger.accounts[name].book
-        held: dict[int, int] = {}
-        batches = {id(b): b for heap in book.heaps.values() for b in heap}
-        for hold in book.holds.values():
-            for batch, amount in hold.portions:
-                held[id(batch)] = held.get(id(batch), 0) + amount
-                batches.setdefault(id(batch), batch)
-        for key, batch in batches.items():
-            ends = [t for t in (batch.expiry, batch.voided) if t is not None]
-            if not ends:
-                continue
-            end = min(ends)
-            unused = batch.amount if batch.in_heap else 0
-            if at <= end < until and (unused or held.get(key)):
-                found.append(ExpiringCredits(name, batch.pool, batch.grant_id, end, unused,
-                                             held.get(key, 0), batch.expiry != end))
+    return _window({name: ending_credits(ledger.accounts[name]) for name in ledger.accounts},
+                   at, until)
+
+
+def _window(endings: dict[str, list[Ending]], at: int, until: int) -> list[ExpiringCredits]:
+    found = [ExpiringCredits(name, pool, grant, end, unused, held, voided)
+             for name in sorted(endings)
+             for pool, grant, end, unused, held, voided in endings[name]
+             if at <= end < until]
     found.sort(key=lambda c: (c.ends, c.account, c.pool, c.grant))
     return found
 
@@ -191,7 +183,19 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
         raise ValueError(f"the window must be positive, got {within} seconds")
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    ledger = _accounts_only(journal, when, position)
+    view = exact_view(journal, to_position=position, to_time=when)
+    if view is not None:
+        # Nothing changes the state after the checkpoint, so what ends when is its own:
+        # read from its summary, no account decoded.
+        try:
+            endings = view.summary().endings
+        except CheckpointError as exc:
+            log.warning("checkpoint at position %s ignored (%s): folding from the "
+                        "journal instead", view.position, exc)
+        else:
+            return ExpiringReport(when, within, position,
+                                  _window(endings, when, when + within))
+    ledger = fold_as_known(journal, to_time=when, to_position=position)
     return ExpiringReport(when, within, position,
                           expiring_credits(ledger, when, when + within))
 
