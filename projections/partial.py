@@ -28,13 +28,16 @@ from projections.replay import view_at
 
 _JOB_EVENTS = frozenset({"start", "complete", "cancel"})
 _CROSSING = frozenset({"void", "reverse"})
+_CREDITS = frozenset({"grant", "consume", "adjust"})
+"""Event types that change an account's credits and never its jobs or its queue."""
 
 
 def account_ledger_at(journal: JournalLike, account: str, *, to_position: int,
                       to_time: int | None = None) -> Ledger | None:
-    """A ledger holding `account` alone (and its jobs) at event time `to_time` as known
-    at `to_position`, as `ledger_at` would hold it; None when a checkpoint and the
-    account's own events cannot say (see the module's docstring)."""
+    """A ledger holding `account` alone at event time `to_time` as known at
+    `to_position`, as `ledger_at` would hold it (with the account's jobs when an event
+    after the checkpoint needs them; its queue is not kept); None when a checkpoint and
+    the account's own events cannot say (see the module's docstring)."""
     found = view_at(journal, to_position=to_position, to_time=to_time)
     if found is None:
         return None
@@ -54,6 +57,24 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
                                 order="canonical"))
     if any(rec.type in _CROSSING for rec in stretch):
         return None
+    if all(rec.type in _CREDITS for rec in stretch):
+        if any(not isinstance(rec.payload, dict) or rec.payload.get("account") != account
+               for rec in stretch):
+            return None
+        # Nothing after the checkpoint reaches a job or the queue (the usual case: a
+        # checkpoint at the head): the account's section is all it takes. No event of
+        # its jobs can sit in a `job:<id>` stream either: an import puts a job's events
+        # there only while no submit of the job is recorded, and the account submitted
+        # no job since the checkpoint.
+        ledger = view.skeleton()
+        ledger.heads = []
+        state = view.account(account)
+        if state is not None:
+            state.head_key = None  # the queue needs the jobs: it is not read here
+            ledger.accounts[account] = state
+        for rec in stretch:
+            ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
+        return ledger
     decoded = view.job_columns()
     known = set(decoded[0]["id"])
     jobs, live = view.jobs(account, decoded)
