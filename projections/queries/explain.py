@@ -259,7 +259,9 @@ def explain_account(journal: JournalLike, account: str, *,
         if step is not None:
             builder.take(step)
     if walk.state is None and not walk.seen:
-        raise unknown_account(account, walk.ledger)
+        # The names it could have been: every account, not only this one's events.
+        raise unknown_account(account, walk.ledger if events is None
+                              else ledger_at(journal, to_position=position))
     return builder.finish(at)
 
 
