@@ -139,7 +139,8 @@ class Target:
     - rss:     peak RSS of case a < threshold MB
     - within:  seconds(a) - seconds(b) <= threshold   (a costs at most that beyond b)
     - seconds: seconds(a) <= threshold
-    `profile`: the case key to profile when the target is missed.
+    `profile`: the case key to profile when the target is missed; `measures`: what the
+    target is about (replay, scheduler, baselines, ...), the report's last column ("about").
     """
 
     label: str
@@ -148,7 +149,7 @@ class Target:
     b: str | None
     threshold: float
     profile: str | None = None
-    issue: str = ""
+    measures: str = ""
 
 
 @dataclass
