@@ -536,6 +536,10 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         revised = [r for r in rows if r.revision.event_id == rec.id]
     stream = source.stream_events(rec.stream)
     known = source.peek(("history", rec.stream, journal.head()))
+    if not isinstance(known, AccountHistory) and source.has_fold(rec.stream):
+        # Its account's fold is kept from an earlier page: extending it to the head costs
+        # only what the stream gained since, less than folding up to this event again.
+        known = account_history(source, rec.stream, journal.head())
     if isinstance(known, AccountHistory):  # its account page was just seen: no fold at all
         lines = lines_of(known.statement.lines, rec.position)
     else:  # fold the account's events only up to this one

@@ -176,6 +176,11 @@ class AuditSource:
         with self._folds_lock:
             return self._folds.pop(account, None)
 
+    def has_fold(self, account: str) -> bool:
+        """Whether a fold of `account`'s history is kept (and not taken just now)."""
+        with self._folds_lock:
+            return account in self._folds
+
     def keep_fold(self, account: str, fold: HistoryFold) -> None:
         """Keep `fold` for the next page of `account` (unless one that went further was
         kept meanwhile); the least recently kept are let go beyond `FOLDED_EVENTS_KEPT`
