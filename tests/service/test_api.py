@@ -315,3 +315,19 @@ def test_a_retry_answered_in_this_process_rebuilds_nothing(client: TestClient,
     problem(client.post("/v1/accounts/a/usage", json={"amount": 4},
                         headers={"Idempotency-Key": "use-r"}), 409)
     assert head(client) == at
+
+
+def test_a_retry_after_a_revision_answers_the_outcome_as_it_stands(client: TestClient
+                                                                   ) -> None:
+    setup_account(client, amount=10)
+    key = {"Idempotency-Key": "use-late"}
+    first = client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5}, headers=key)
+    assert first.json()["debt"] == 20
+    assert client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5},
+                       headers=key).json() == first.json()
+    late = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 50, "time": 1, "id": "late-g"}]})
+    assert late.status_code == 200, late.text
+    again = client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5}, headers=key)
+    assert again.status_code == 201
+    assert again.json() == {**first.json(), "debt": 0}
