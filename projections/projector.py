@@ -108,6 +108,15 @@ def _job_named(payload: Any) -> str | None:
     return job if isinstance(job, str) else None
 
 
+def _revision(late: Recorded, rec: Recorded, before: Outcome, after: Outcome
+              ) -> Revision | None:
+    """What `late` changed of what `rec` was reported to do, if anything."""
+    was, now = before.reported(), after.reported()
+    if was == now:
+        return None
+    return Revision(late.position, late.id, rec.position, rec.id, rec.type, was, now)
+
+
 def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
     return ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
 
@@ -400,10 +409,9 @@ class Projector:
                 had_anomalies = had_anomalies or before.anomaly
                 if before.type == "submit" and not before.ok and not before.anomaly:
                     old_rejected += 1  # what `Ledger.rejected` counts
-                was, now = before.reported(), after.reported()
-                if was != now:
-                    revisions.append(Revision(late.position, late.id, rec.position, rec.id,
-                                              rec.type, was, now))
+                revision = _revision(late, rec, before, after)
+                if revision is not None:
+                    revisions.append(revision)
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         # Nothing was changed until here: from now on the refold is committed.
@@ -487,10 +495,9 @@ class Projector:
                     self._snap_keys, self._snap_states = snap_keys, snap_states
                     return None
             assert before is not None
-            was, now = before.reported(), after.reported()
-            if was != now:
-                revisions.append(Revision(late.position, late.id, rec.position, rec.id,
-                                          rec.type, was, now))
+            revision = _revision(late, rec, before, after)
+            if revision is not None:
+                revisions.append(revision)
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         return new, late_outcome, revisions, outcomes
