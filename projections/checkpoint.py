@@ -58,6 +58,9 @@ from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import STATE, AccountState, JobState, Ledger
 from projections.statecopy import StateFormatError
 
+MIN_EVENT_TIME = -(2**63)
+"""The event time of a state that holds no event on the timeline (see `Ledger.last`)."""
+
 CHECKPOINT = "ledger"
 """Snapshot name under which the ledger's checkpoints are saved."""
 
@@ -427,6 +430,10 @@ def checkpoint_is_valid(journal: JournalLike, info: SnapshotInfo) -> bool:
 def checkpoint_is_valid_at(journal: JournalLike, position: int, event_time: int) -> bool:
     """Whether a state of every event up to `position`, the last of them on the timeline
     at `event_time`, is still the timeline's state there (no later arrival before it)."""
+    if event_time <= MIN_EVENT_TIME:
+        # A state of no event on the timeline (all of them reversed): nothing can arrive
+        # before the timeline's start.
+        return True
     for _ in journal.read(after_position=position, to_time=event_time - 1,
                           order="position", batch_size=1):
         return False

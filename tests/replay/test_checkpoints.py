@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
-from eventstore import Journal
+from eventstore import Journal, MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.checkpoint import (
     CHECKPOINT,
@@ -184,3 +184,14 @@ def test_ledger_at_from_checkpoints_equals_a_fold_at_every_position_and_time(
         want = fold_canonical(journal, to_position=position, to_time=time)
         got = ledger_at(journal, to_position=position, to_time=time)
         assert got.digest() == want.digest() and got.last == want.last
+
+
+def test_a_checkpoint_of_a_wholly_reversed_timeline_answers_as_a_fold_does() -> None:
+    # Every event reversed: the checkpoint's state holds no event on the timeline, and
+    # its event time is the timeline's start, before which nothing can arrive.
+    journal = MemoryJournal()
+    journal.append([NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 5}),
+                    NewEvent("r1", "a", "reverse", 1, {"event": "g1", "reason": "typo"})])
+    replay(journal, checkpoint=True)
+    assert journal.snapshots("ledger")
+    assert ledger_at(journal).digest() == fold_canonical(journal).digest()
