@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from eventstore import JournalLike
 from tools.service import problems, reads, writes
 from tools.service.auth import Authority, Token
+from tools.service.fast import FastRoutes
 from tools.service.ledger import LedgerService
 from tools.service.models import Health
 from tools.service.strict_body import StrictJsonBodies
@@ -79,11 +80,14 @@ class AccessLog:
 def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
                clock: Callable[[], int] | None = None, allow_far_times: bool = False,
                max_batch: int = 512, load_in_background: bool = False,
-               mount_web: bool = True, manage_ledger: bool = True) -> FastAPI:
+               mount_web: bool = True, manage_ledger: bool = True,
+               fast_routes: bool = True) -> FastAPI:
     """The service on `journal` (a URL or a journal). `load_in_background`: answer
     /healthz at once and /readyz (and everything else) once the projection is caught up.
     `manage_ledger=False`: the caller starts and stops `app.state.ledger` itself (an app
-    embedded somewhere that runs the lifespan more than once)."""
+    embedded somewhere that runs the lifespan more than once). `fast_routes=False`: every
+    request goes through FastAPI's routing (the fast path's answers are compared with
+    those)."""
     service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
                             max_batch=max_batch)
 
@@ -144,6 +148,9 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     app.include_router(writes.router, tags=["decisions"])
     app.include_router(reads.router, tags=["reads"])
     app.add_middleware(StrictJsonBodies)  # bodies read as strictly as import reads files
+    if fast_routes:
+        # The plain case of the hot routes, answered before FastAPI's routing (see fast.py).
+        app.add_middleware(FastRoutes, service=service, authority=app.state.authority)
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web

@@ -1,0 +1,172 @@
+"""The fast path of the hot routes answers exactly what the FastAPI routes answer: the
+same requests, sent to a service with it and to one without it (each on its own journal,
+with the same clock), get the same statuses, headers that matter and bodies, byte for
+byte, and leave the same journal."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.service.conftest import TOKENS, Clock, bearer
+from tools.service import create_app
+from tools.service.auth import Token
+from tools.service.fast import FastRoutes
+
+Request = tuple[str, str, Any, dict[str, str]]
+
+
+def _pair(tmp_path: Path, clock: Clock, tokens: list[Token]) -> Iterator[
+        tuple[TestClient, TestClient]]:
+    fast = create_app(f"sqlite:///{tmp_path / 'fast.db'}", clock=clock, tokens=tokens,
+                      mount_web=False)
+    slow = create_app(f"sqlite:///{tmp_path / 'slow.db'}", clock=clock, tokens=tokens,
+                      mount_web=False, fast_routes=False)
+    with TestClient(fast) as f, TestClient(slow) as s:
+        yield f, s
+
+
+@pytest.fixture
+def pair(tmp_path: Path, clock: Clock) -> Iterator[tuple[TestClient, TestClient]]:
+    yield from _pair(tmp_path, clock, [])
+
+
+@pytest.fixture
+def secured_pair(tmp_path: Path, clock: Clock) -> Iterator[tuple[TestClient, TestClient]]:
+    yield from _pair(tmp_path, clock,
+                     [Token(role, secret.encode()) for role, secret in TOKENS.items()])
+
+
+def _send(client: TestClient, request: Request) -> Any:
+    method, path, body, headers = request
+    if isinstance(body, bytes):
+        return client.request(method, path, content=body, headers=headers)
+    if body is None:
+        return client.request(method, path, headers=headers)
+    return client.request(method, path, json=body, headers=headers)
+
+
+def same(pair: tuple[TestClient, TestClient], *requests: Request) -> None:
+    fast, slow = pair
+    for request in requests:
+        a, b = _send(fast, request), _send(slow, request)
+        assert (a.status_code, _fresh_ids(a.content)) == (b.status_code,
+                                                          _fresh_ids(b.content)), request
+        for header in ("content-type", "www-authenticate", "allow"):
+            assert a.headers.get(header) == b.headers.get(header), (request, header)
+    journals = [c.get("/v1/journal", headers=bearer("auditor")).json()["events"]
+                for c in pair]
+    for events in journals:
+        for event in events:
+            event.pop("recorded_at")
+    assert _fresh_ids(json.dumps(journals[0]).encode()) == _fresh_ids(
+        json.dumps(journals[1]).encode())
+
+
+def _fresh_ids(text: bytes) -> bytes:
+    """Ids the service made up for requests without a key differ between services."""
+    return re.sub(rb"[0-9a-f]{16}-[0-9]+", b"ID", text)
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def _open(account: str, amount: int = 100) -> list[Request]:
+    return [("POST", f"/v1/accounts/{account}/grants", {"amount": amount, "time": 0},
+             {"Idempotency-Key": f"grant-{account.encode().hex()}"})]
+
+
+def test_usage_and_balance_answers_are_the_routes(pair: tuple[TestClient, TestClient]) -> None:
+    same(pair, *_open("a"), *_open("équipe-ß"),
+         ("POST", "/v1/accounts/a/usage", {"amount": 30}, {"Idempotency-Key": "u-1"}),
+         ("POST", "/v1/accounts/a/usage", {"amount": 30}, {"Idempotency-Key": "u-1"}),
+         ("POST", "/v1/accounts/a/usage", {"amount": 31}, {"Idempotency-Key": "u-1"}),
+         ("POST", "/v1/accounts/a/usage", {"amount": 90, "pool": "h100", "memo": "ü",
+                                           "user": "ana", "time": 5}, {}),
+         ("POST", "/v1/accounts/%C3%A9quipe-%C3%9F/usage", {"amount": 1}, {}),
+         ("GET", "/v1/accounts/a/balance", None, {}),
+         ("GET", "/v1/accounts/%C3%A9quipe-%C3%9F/balance", None, {}),
+         ("GET", "/v1/accounts/a/balance?at=3", None, {}))
+
+
+@pytest.mark.parametrize("request_", [
+    ("POST", "/v1/accounts/nobody/usage", {"amount": 1}, {}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 0}, {}),
+    ("POST", "/v1/accounts/a/usage", {"amount": "5"}, {}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 5, "extra": 1}, {}),
+    ("POST", "/v1/accounts/a/usage", b'{"amount": 5, "amount": 6}', JSON),
+    ("POST", "/v1/accounts/a/usage", b'{"amount": NaN}', JSON),
+    ("POST", "/v1/accounts/a/usage", b"not json", JSON),
+    ("POST", "/v1/accounts/a/usage", b"", JSON),
+    ("POST", "/v1/accounts/a/usage", b'{"amount": 5}', {"Content-Type": "text/plain"}),
+    ("POST", "/v1/accounts/a/usage", b'{"amount": 5}', {}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 5, "time": 10**15}, {}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 5}, {"Idempotency-Key": " spaced "}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 5}, {"Idempotency-Key": "k" * 201}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 5}, {"Idempotency-Key": ""}),
+    ("POST", "/v1/accounts/a/usage", {"amount": 10**9}, {}),
+    ("GET", "/v1/accounts/nobody/balance", None, {}),
+    ("GET", "/v1/accounts/a/balance/", None, {}),
+    ("PUT", "/v1/accounts/a/usage", {"amount": 5}, {}),
+], ids=lambda r: f"{r[0]} {r[1]} {r[2]!r:.40} {r[3]!r:.40}")
+def test_refusals_are_the_routes(pair: tuple[TestClient, TestClient],
+                                 request_: Request) -> None:
+    same(pair, *_open("a"), request_)
+
+
+@pytest.mark.parametrize("role", ["worker", "finance", "auditor", "nobody", None])
+def test_tokens_are_checked_as_the_routes_check_them(
+        secured_pair: tuple[TestClient, TestClient], role: str | None) -> None:
+    headers = {} if role is None else (
+        {"Authorization": "Bearer not-a-token-0123456789"} if role == "nobody"
+        else bearer(role))
+    same(secured_pair,
+         ("POST", "/v1/accounts/a/grants", {"amount": 10, "time": 0}, bearer("finance")),
+         ("POST", "/v1/accounts/a/usage", {"amount": 1}, headers),
+         ("GET", "/v1/accounts/a/balance", None, headers),
+         ("POST", "/v1/accounts/a/usage", {"amount": 1}, {"Authorization": "Basic x"}))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.dictionaries(
+    st.sampled_from(["amount", "pool", "time", "memo", "user", "other"]),
+    st.one_of(st.integers(-5, 2**64), st.text(max_size=5), st.none(), st.booleans(),
+              st.floats(allow_nan=False, allow_infinity=False)),
+    max_size=4),
+    key=st.one_of(st.none(), st.text(min_size=0, max_size=3)))
+def test_any_usage_body_is_answered_as_the_route_answers_it(
+        pair: tuple[TestClient, TestClient], body: dict[str, Any], key: str | None) -> None:
+    headers = {} if key is None or not key.isascii() else {"Idempotency-Key": key}
+    same(pair, *_open("a", 10**6), ("POST", "/v1/accounts/a/usage", body, headers))
+
+
+def test_the_plain_case_never_reaches_the_routes(pair: tuple[TestClient, TestClient]) -> None:
+    fast = pair[0]
+    same(pair, *_open("a"))
+    reached: list[str] = []
+    middleware: Any = fast.app
+    while not isinstance(middleware, FastRoutes):
+        middleware = middleware.middleware_stack if hasattr(
+            middleware, "middleware_stack") and middleware.middleware_stack else middleware.app
+    inner = middleware.app
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await inner(scope, receive, send)
+
+    middleware.app = route
+    assert fast.post("/v1/accounts/a/usage", json={"amount": 1},
+                     headers={"Idempotency-Key": "plain"}).status_code == 201
+    assert fast.get("/v1/accounts/a/balance").status_code == 200
+    assert reached == []
+    assert fast.post("/v1/accounts/a/usage", json={"amount": 0}).status_code == 422
+    assert reached == ["/v1/accounts/a/usage"]

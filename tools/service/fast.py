@@ -1,0 +1,249 @@
+"""The hot routes without FastAPI's request machinery: usage reports and balance reads.
+
+Why: on two shared cores the HTTP layer, not the database, is what a single decision
+costs. FastAPI's routing, dependency solving and body handling cost about twice a bare
+endpoint's CPU per request; this ASGI middleware answers the two routes that clients
+call in a loop (`POST /v1/accounts/{account}/usage`, `GET /v1/accounts/{account}/balance`
+without parameters) itself, with the same models, the same checks and the same command,
+so the answer is the one the route would give, byte for byte.
+
+It only takes the plain case: a request it cannot answer exactly as the route would
+(no or another content type, a body or key the route would refuse, a token that is
+missing, unknown or of another role, a read that would have to wait for the writer or
+look at the journal) goes on to the FastAPI route, which answers as it always does
+(errors included). The routes stay declared in FastAPI, so the OpenAPI document is
+generated from them as before; the models validate the bodies and build the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from projections.ledger import Ledger
+from projections.session import LedgerSession
+from projections.validation import loads_strict
+from tools.service import commands
+from tools.service.auth import READ, WORKER, Authority
+from tools.service.ledger import STALE, Busy, LedgerService
+from tools.service.models import BalanceAnswer, UsageAnswer, UsageBody
+from tools.service.problems import from_exception
+from tools.service.times import check_far
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Starlette's `{account}` matches one non-empty path segment.
+_USAGE = re.compile(r"/v1/accounts/([^/]+)/usage")
+_BALANCE = re.compile(r"/v1/accounts/([^/]+)/balance")
+
+MAX_FAST_BODY = 64 * 1024
+"""A larger usage body goes to the route (it is a refusal: a memo has 1,000 characters)."""
+
+_USAGE_ANSWER: TypeAdapter[UsageAnswer] = TypeAdapter(UsageAnswer)
+_BALANCE_ANSWER: TypeAdapter[BalanceAnswer] = TypeAdapter(BalanceAnswer)
+
+
+def _json(adapter: TypeAdapter[Any], answer: dict[str, Any]) -> bytes:
+    """The answer as FastAPI serialises a `response_model` (validated, then dumped by
+    pydantic's serializer): the same bytes the route sends."""
+    return adapter.dump_json(adapter.validate_python(answer), by_alias=True)
+
+
+class _Fallback(Exception):
+    """The fast path cannot answer this request exactly as the route would."""
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    """The header's value; `_Fallback` when it is sent more than once (the route decides)."""
+    found: bytes | None = None
+    for key, value in scope["headers"]:
+        if key == name:
+            if found is not None:
+                raise _Fallback
+            found = value
+    return found
+
+
+def _role(scope: Scope, authority: Authority, roles: tuple[str, ...]) -> None:
+    """What `Authority.require` checks, without its errors: a caller it would refuse goes
+    to the route, which refuses it."""
+    if not authority.enabled:
+        return
+    raw = _header(scope, b"authorization")
+    if raw is None:
+        raise _Fallback
+    scheme, _, presented = raw.decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not presented.strip():
+        raise _Fallback
+    role = authority.role_of(presented.strip())
+    if role is None or role not in roles:
+        raise _Fallback
+    scope.setdefault("state", {})["role"] = role
+
+
+async def _send_json(send: Send, status: int, body: bytes,
+                     media_type: bytes = b"application/json") -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-length", str(len(body)).encode("latin-1")),
+                            (b"content-type", media_type)]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FastRoutes:
+    """ASGI middleware: the plain case of the hot routes (see the module doc)."""
+
+    def __init__(self, app: App, service: LedgerService, authority: Authority) -> None:
+        self.app = app
+        self.service = service
+        self.authority = authority
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            method, path = scope["method"], scope["path"]
+            if method == "POST" and path.endswith("/usage"):
+                match = _USAGE.fullmatch(path)
+                if match is not None:
+                    await self._usage(match.group(1), scope, receive, send)
+                    return
+            elif method == "GET" and path.endswith("/balance") and not scope["query_string"]:
+                match = _BALANCE.fullmatch(path)
+                if match is not None and await self._balance(match.group(1), scope, send):
+                    return
+        await self.app(scope, receive, send)
+
+    # -- usage ------------------------------------------------------------------------------
+
+    async def _usage(self, account: str, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            key = self._usage_key(scope)
+        except _Fallback:
+            await self.app(scope, receive, send)
+            return
+        body, complete = await _read_body(receive)
+        try:
+            if not complete:
+                raise _Fallback
+            parsed = _usage_body(body)
+            check_far("time", parsed.time, self.service.allow_far_times)
+        except (_Fallback, ValueError):
+            await self.app(scope, _replaying(body, not complete, receive), send)
+            return
+        try:
+            answer = await self.service.decide(commands.Usage(
+                key, account, parsed.amount, parsed.pool, parsed.memo, parsed.time,
+                parsed.user))
+        except Exception as exc:  # what the route's exception handlers answer
+            await from_exception(exc)(scope, receive, send)
+            return
+        await _send_json(send, 201, _json(_USAGE_ANSWER, answer))
+
+    def _usage_key(self, scope: Scope) -> str | None:
+        """The caller's right to report usage, and the Idempotency-Key (None: no key)."""
+        _role(scope, self.authority, WORKER)
+        content_type = _header(scope, b"content-type")
+        if content_type is None or content_type.split(b";")[0].strip().lower() \
+                != b"application/json":
+            raise _Fallback
+        raw = _header(scope, b"idempotency-key")
+        if raw is None:
+            return None
+        try:
+            key = raw.decode("latin-1")
+        except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
+            raise _Fallback from None
+        from projections.events import require_name
+
+        if not 1 <= len(key) <= 200:
+            raise _Fallback
+        try:
+            return require_name("Idempotency-Key", key)
+        except ValueError:
+            raise _Fallback from None
+
+    # -- balance ----------------------------------------------------------------------------
+
+    async def _balance(self, account: str, scope: Scope, send: Send) -> bool:
+        """Answer from the live projection on the event loop when that costs no wait;
+        False: the route answers (it may wait, look at the journal, or refuse)."""
+        try:
+            _role(scope, self.authority, READ)
+        except _Fallback:
+            return False
+        service = self.service
+
+        def read(session: LedgerSession, ledger: Ledger) -> bytes | None:
+            from tools.service.reads import _figures, _latest
+
+            if account not in ledger.accounts:
+                return None  # the route names the accounts it knows
+            from projections import queries
+
+            moment = _latest(ledger)
+            state = session.account_at(account, moment)
+            return _json(_BALANCE_ANSWER, _figures(
+                account, queries.Figures.of(state, moment), moment, service.head()))
+
+        asked_at = time.monotonic()
+        try:
+            answer = service.read_at_once(read, asked_at)
+            if answer is STALE:
+                # As the route does: wait for the writer's shared look at the journal.
+                await asyncio.wrap_future(service.refreshed())
+                answer = service.read_at_once(read, asked_at)
+        except Exception:  # the route says what is wrong
+            return False
+        if isinstance(answer, Busy) or answer is None:
+            return False
+        await _send_json(send, 200, answer)
+        return True
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+    """The body, and whether it is all of it (the rest is left to the route when it is
+    larger than `MAX_FAST_BODY`, or the client went away)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), False
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        chunks.append(chunk)
+        more = bool(message.get("more_body", False))
+        if not more:
+            return b"".join(chunks), True
+        if size > MAX_FAST_BODY:
+            return b"".join(chunks), False
+
+
+def _usage_body(body: bytes) -> UsageBody:
+    """The body as the route reads it: strict JSON, then the model; else `_Fallback`."""
+    try:
+        data = loads_strict(body.decode("utf-8"))
+        return UsageBody.model_validate(data)
+    except (ValueError, UnicodeDecodeError, ValidationError):
+        raise _Fallback from None
+
+
+def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """`receive` for the route: the body read so far first, then the rest (if any)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": more}
+
+    return replay
