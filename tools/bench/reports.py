@@ -91,14 +91,17 @@ def build_reports_journal(t: Timing, workdir: str, n: int) -> None:
         journal.close()
 
 
-def build_reconcile_file(t: Timing, workdir: str, n: int, rows: int) -> None:
-    """The charges file for the reports journal of n events (built first): its first
-    `rows` charges in canonical order (account, job or id, amount, time), every 1,000th
-    amount off by one."""
+def build_reconcile_files(t: Timing, workdir: str, rows: int) -> None:
+    """The charges file for the reports journal (built first, in the same workdir): its
+    first `rows` charges in canonical order (account, job or id, amount, time), every
+    1,000th amount off by one."""
     from eventstore import Journal
     from projections.queries.reconcile import ledger_charges
 
-    journal = Journal(sqlite_url(reports_path(workdir, n)))
+    found = sorted(Path(workdir).glob("reports-mix-*.db"))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one reports journal in {workdir}, found {found}")
+    journal = Journal(sqlite_url(str(found[0])))
     try:
         jobs, events, _ = ledger_charges(journal, journal.head())
     finally:
@@ -206,6 +209,6 @@ def scenario(cfg: Config) -> Scenario:
             Call(f"write and checkpoint the {n:,}-event mix for the reports",
                  "reports:build_reports_journal", {"workdir": wd, "n": n}),
             Call(f"write a {rows:,}-row charges file of that journal for reconcile",
-                 "reports:build_reconcile_file", {"workdir": wd, "n": n, "rows": rows}),
+                 "reports:build_reconcile_files", {"workdir": wd, "rows": rows}),
         ],
     )
