@@ -208,7 +208,7 @@ def scenario(cfg: Config) -> Scenario:
         prepare=[
             Call(f"write and checkpoint the {n:,}-event mix for the reports",
                  "reports:build_reports_journal", {"workdir": wd, "n": n}),
-            Call(f"write a {rows:,}-row charges file of that journal for reconcile",
+            Call(f"write a journal and a {rows:,}-row charges file for reconcile",
                  "reports:build_reconcile_files", {"workdir": wd, "rows": rows}),
         ],
     )
