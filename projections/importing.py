@@ -764,9 +764,11 @@ class _Appender:
             if flag:
                 low = rec.time if low is None else min(low, rec.time)
                 high = rec.time if high is None else max(high, rec.time)
+        # A set: read in canonical order, which walks the time range alone (arrival
+        # order would test every event recorded before).
         recorded = {_redelivery_key(r.stream, r.type, r.time, r.payload)
                     for r in self.journal.read(from_time=low, to_time=high,
-                                               to_position=self.start, order="position")}
+                                               to_position=self.start, order="canonical")}
         if not recorded:
             return []
         matches, first = 0, None

@@ -143,7 +143,8 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
             events.append(draft.event(when, CreditsGranted(account_id, balance), account_id))
         return events
 
-    return session.decide([account_id], build, event_id=event_id)
+    return session.decide([account_id], build, event_id=event_id,
+                          command=("open_account", opened, balance, at))
 
 
 def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, priority: int,
@@ -175,7 +176,8 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
                                  f"{built[0][0].time}")
         return built
 
-    return session.decide([account_id, QUEUE_SHARED], build, event_id=event_id)
+    return session.decide([account_id, QUEUE_SHARED], build, event_id=event_id,
+                          command=("submit", event, at))
 
 
 def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = wall_clock,
@@ -206,7 +208,7 @@ def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = 
 
     # Every account may be considered: the queue's exclusive lock excludes every
     # submit, completion and cancel (they hold it shared) for this one decision.
-    return session.decide([QUEUE], build, event_id=event_id)
+    return session.decide([QUEUE], build, event_id=event_id, command=("start_next", at))
 
 
 def started_job(session: LedgerSession, decision: Decision) -> Job | None:
@@ -241,7 +243,8 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
         _try_in_past(session, draft.ledger, built)
         return built
 
-    return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id)
+    return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id,
+                          command=("complete", job_id, success, refund_fraction, at))
 
 
 def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
@@ -262,4 +265,5 @@ def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
         _try_in_past(session, draft.ledger, built)
         return built
 
-    return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id)
+    return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id,
+                          command=("cancel", job_id, at))

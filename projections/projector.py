@@ -488,6 +488,11 @@ class Projector:
                     kept[rec.position] = outcome
         return kept
 
+    def remembered(self, position: int) -> Outcome | None:
+        """The outcome of the ingested event at `position` on the timeline as it stands
+        (late events re-projected), if it is among the recent outcomes remembered."""
+        return self._recent.get(position)
+
     # -- trying an event in the past ----------------------------------------------------
 
     def trial(self, new: Sequence[Recorded]) -> tuple[list[Outcome], list[Conflict]]:

@@ -25,7 +25,11 @@ id. If that id is already recorded (the first attempt committed, but its answer 
 with the connection), the command is rebuilt on the state it was first decided on and
 the journal's idempotent append returns the original records: the caller gets the
 original outcome and nothing is appended twice. A different command under a used id is
-an `IdempotencyConflict`.
+an `IdempotencyConflict`. A retry of a decision this session made itself (the usual
+case: the same process retries after a lost answer) skips the rebuild: the session
+remembers, for its recent decisions, the command and the events it recorded, and an equal
+command takes those events; the outcomes come from the projection, which keeps the recent
+ones current as late events re-project them.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import heapq
 import itertools
 import os
 import threading
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -60,6 +64,8 @@ _MAX_LOCK_ROUNDS = 8
 _MAX_RETRY_STREAMS = 32
 # A retry finds the reversals known before it by looking each one up, up to this many.
 _MAX_REVERSAL_LOOKUPS = 256
+# Decisions a session remembers for retries (at least this many, at most twice as many).
+_REMEMBERED_DECISIONS = 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,7 +142,8 @@ class Draft:
         return when
 
 
-Build = Callable[[Draft], Sequence[tuple[NewEvent, DomainEvent]]]
+Built = Sequence[tuple[NewEvent, DomainEvent]]
+Build = Callable[[Draft], Built]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -180,6 +187,10 @@ class LedgerSession:
         # (position, chain hash) of the last event known to chain from the start or from
         # a checkpoint: reads go on from there, checked (a stored journal only).
         self._verified: tuple[int, str] = (0, GENESIS_HASH)
+        # The recent decisions this session recorded under a caller's id, with the
+        # command that made them: a retry of the same command answers from them instead
+        # of rebuilding its accounts' state from their whole history.
+        self._decided: dict[str, tuple[Hashable, Built]] = {}
         if self.journal.url is not None:
             self._resume_from_checkpoint()
         self.catch_up()
@@ -264,7 +275,8 @@ class LedgerSession:
                 yield rec
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
-               live: bool = False, reads_state: bool = True) -> Decision:
+               live: bool = False, reads_state: bool = True,
+               command: Hashable | None = None) -> Decision:
         """Build events from the caught-up state and append them atomically; the decision.
 
         `build(draft)` returns each new journal event (made with `draft.event`) with its
@@ -280,6 +292,10 @@ class LedgerSession:
         docs/semantics.md, "Time of live decisions"). Both default to what `decision()`
         set for this decision, if anything. `reads_state=False`: `build` ignores the
         ledger it is given (a grant, a usage report), so a retry needs no rebuilt state.
+        `command`: everything that decides what `build` makes besides the state it reads
+        and the clock (the call and its arguments, as a hashable value): a retry whose
+        decision this session recorded under an equal command takes the events it
+        recorded then, instead of rebuilding the state it was decided on.
         """
         with self.lock:
             pinned = _PINNED.get()
@@ -294,7 +310,8 @@ class LedgerSession:
             held = sorted(set(locks))
             with self.journal.transaction(held) as tx:
                 self._catch_up_in(tx)
-                draft, built = self._build(build, event_id, live, held, reads_state)
+                draft, built = self._build(build, event_id, live, held, reads_state,
+                                           command)
                 for _ in range(_MAX_LOCK_ROUNDS):
                     # Only ever append to accounts we hold: a lock list computed from a
                     # stale projection (or one that covers the decision but not the
@@ -308,7 +325,7 @@ class LedgerSession:
                         held.extend(missing)
                     if self._catch_up_in(tx):
                         draft, built = self._build(build, event_id, live, held,
-                                                   reads_state)
+                                                   reads_state, command)
                 else:
                     raise RuntimeError(f"decision kept naming accounts it does not hold "
                                        f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
@@ -316,6 +333,8 @@ class LedgerSession:
                     return Decision((), (), replayed=draft.replaying)
                 built = self._after_latest(built, draft.now_used)
                 recorded = tx.append([new for new, _ in built])
+            if command is not None and event_id is not None and not draft.replaying:
+                self._remember_decision(event_id, command, built)
             fresh = [rec.position for rec in recorded]
             start = self.projector.position
             if fresh == list(range(start + 1, start + 1 + len(recorded))):
@@ -344,14 +363,20 @@ class LedgerSession:
         return self.projector.position != before
 
     def _build(self, build: Build, event_id: str | None, live: bool,
-               held: Sequence[str], reads_state: bool = True
+               held: Sequence[str], reads_state: bool = True, command: Hashable | None = None
                ) -> tuple[Draft, Sequence[tuple[NewEvent, DomainEvent]]]:
-        """Run `build` on the caught-up state, or, for a retry, on the state it first saw."""
+        """Run `build` on the caught-up state, or, for a retry, on the state it first saw
+        (or take what this session recorded for the same command)."""
         original = self.journal.get(event_id) if event_id is not None else None
         if original is None:
             draft = Draft(self, self.projector.ledger, event_id, None)
             built = build(draft)
             return draft, [(self._live(new), e) for new, e in built] if live else built
+        remembered = self._decided.get(original.id) if command is not None else None
+        if remembered is not None and remembered[0] == command:
+            # The same command decided here before: the events it recorded, exactly (the
+            # idempotent append still compares them with the journal's).
+            return Draft(self, self.projector.ledger, event_id, original.time), remembered[1]
         # A retry of a decision already recorded: rebuild it on the state it was
         # decided on, at the time it was decided, so the same command yields the
         # same events and the append below returns the original records.
@@ -362,6 +387,14 @@ class LedgerSession:
         if not live:
             return draft, built
         return draft, [(self._as_recorded(new), e) for new, e in built]
+
+    def _remember_decision(self, event_id: str, command: Hashable, built: Built) -> None:
+        decided = self._decided
+        decided[event_id] = (command, tuple(built))
+        if len(decided) > 2 * _REMEMBERED_DECISIONS:
+            # Remembered in the order decided: keep the newest half.
+            self._decided = dict(itertools.islice(decided.items(),
+                                                  len(decided) - _REMEMBERED_DECISIONS, None))
 
     def _state_before(self, original: RecordedEvent, streams: set[str]) -> Ledger:
         """The accounts `streams` as they stood for the decision recorded at `original`:
@@ -427,6 +460,10 @@ class LedgerSession:
 
     def outcome_of(self, rec: RecordedEvent) -> Outcome:
         """The outcome of an already-recorded event on the current timeline."""
+        if rec.position <= self.projector.position:
+            remembered = self.projector.remembered(rec.position)
+            if remembered is not None:
+                return remembered
         ledger = self.projector.state_at(rec.time - 1) if rec.time > -(2**62) else Ledger()
         for later in self.journal.read(after=ledger.last, to_position=self.projector.position,
                                        to_time=rec.time, order="canonical"):

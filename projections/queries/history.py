@@ -12,7 +12,9 @@ the account's figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import bisect
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,30 +70,137 @@ def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
     `account_timeline`'s, with a point for each void too (it takes credits away).
     """
     given = list(events)
-    walk = AccountWalk(account)
-    walk.ledger.excluded = excluded_by(given)  # a reversal counts at every event time
-    ordered = canonical(rec for rec in given if rec.time <= at)
-    lines = StatementBuilder(account, walk)
-    lineage = LineageBuilder(walk)
-    points = TimelineBuilder()
-    for rec in ordered:
-        points.before(rec.time, walk.state)
-        step = walk.apply(rec)
-        if step is None:
-            continue
-        lines.take(step)
-        lineage.take(step)
-        if rec.id not in walk.ledger.excluded and rec.type != "reverse":
-            points.after(rec, walk.state)  # a reversed event never moved a credit
-    expired = walk.expired_by(at)  # reported once: both builders get the same list
-    lines.finish(at, expired)
-    if private is not None:
-        lines.fill_memos(private)
-    explanation = lineage.finish(at, expired)
-    statement = Statement(account, None, at, None, lines.lines, explanation.figures.balance,
-                          as_known_at)
-    return AccountHistory(statement, explanation, points.finish(at, walk.state),
-                          walk.seen or walk.state is not None)
+    fold = HistoryFold(account, excluded_by(given))
+    fold.extend(canonical(rec for rec in given if rec.time <= at))
+    return fold.finish(at, as_known_at=as_known_at, private=private, last=True)
+
+
+class HistoryFold:
+    """An account's fold kept open: `extend` it with events that come later in canonical
+    order, `finish` it as often as asked.
+
+    Finishing (expiries and refill up to the latest event time, memos, the grants' figures
+    at that time) works on copies of what it would change, so the fold goes on from where
+    its last event left it and an answer already given never changes afterwards. A page
+    that keeps one per account folds only what its stream gained since, instead of the
+    whole account again, whenever the head moves.
+    """
+
+    def __init__(self, account: str, excluded: frozenset[str]) -> None:
+        self.account = account
+        self.excluded = excluded  # the reversed ids the fold was started with
+        self.walk = AccountWalk(account)
+        self.walk.ledger.excluded = excluded  # a reversal counts at every event time
+        self._lines = StatementBuilder(account, self.walk)
+        self._lineage = LineageBuilder(self.walk)
+        self._points = TimelineBuilder()
+        self.position = 0  # the highest position among the events folded
+        self.last: tuple[int, int] | None = None  # (time, position) of the last one folded
+        self.events = 0  # how many were folded
+        self.whole = True  # False: events of the stream were left out (later than `at`)
+
+    def follows(self, rec: RecordedEvent) -> bool:
+        """Whether `rec` comes after every event folded so far in canonical order."""
+        return self.last is None or (rec.time, rec.position) > self.last
+
+    def extend(self, ordered: Iterable[RecordedEvent]) -> None:
+        """Fold `ordered`, in canonical order and each after the last one folded (a
+        ValueError otherwise: an earlier one changes what came after it, which only a
+        new fold shows)."""
+        walk, lines, lineage, points = self.walk, self._lines, self._lineage, self._points
+        excluded = walk.ledger.excluded
+        for rec in ordered:
+            key = (rec.time, rec.position)
+            if self.last is not None and key <= self.last:
+                raise ValueError(f"event {rec.id!r} at (time, position) {key} does not come "
+                                 f"after the last one folded, {self.last}")
+            self.last = key
+            self.position = max(self.position, rec.position)
+            self.events += 1
+            points.before(rec.time, walk.state)
+            step = walk.apply(rec)
+            if step is None:
+                continue
+            lines.take(step)
+            lineage.take(step)
+            if rec.id not in excluded and rec.type != "reverse":
+                points.after(rec, walk.state)  # a reversed event never moved a credit
+
+    def finish(self, at: int, *, as_known_at: int | None = None,
+               private: Private | None = None, last: bool = False) -> AccountHistory:
+        """The answers at event time `at` (no earlier than the last event folded), as
+        `account_history` gives them. `last=True`: the fold is not extended afterwards,
+        so nothing is copied."""
+        walk, lines, lineage, points = self.walk, self._lines, self._lineage, self._points
+        if last:
+            return self._finish(at, as_known_at, private)
+        # What finishing changes, kept aside to be put back: the walk's pending expiries
+        # and what it reported, the lines and balance, the grants' lineage (mutable) and
+        # the lists handed to the answer, the points and the expiries still to pass.
+        saved_walk = (list(walk._by_expiry), dict(walk.announced))
+        saved_lines = (lines.lines, lines.balance, lines.reserved)
+        saved_lineage = (lineage.grants, lineage.spends, lineage.rejections,
+                         lineage.anomalies)
+        saved_points = (points.points, list(points._expiries))
+        lines.lines = list(lines.lines)
+        lineage.grants = {key: dataclasses.replace(g, uses=list(g.uses), held=list(g.held))
+                          for key, g in lineage.grants.items()}
+        lineage.spends = list(lineage.spends)
+        lineage.rejections = list(lineage.rejections)
+        lineage.anomalies = list(lineage.anomalies)
+        points.points = list(points.points)
+        try:
+            return self._finish(at, as_known_at, private)
+        finally:
+            walk._by_expiry, walk.announced = saved_walk
+            lines.lines, lines.balance, lines.reserved = saved_lines
+            lineage.grants, lineage.spends, lineage.rejections, lineage.anomalies = \
+                saved_lineage
+            points.points, points._expiries = saved_points
+
+    def _finish(self, at: int, as_known_at: int | None,
+                private: Private | None) -> AccountHistory:
+        walk, lines = self.walk, self._lines
+        expired = walk.expired_by(at)  # reported once: both builders get the same list
+        lines.finish(at, expired)
+        if private is not None:
+            lines.fill_memos(private)
+        explanation = self._lineage.finish(at, expired)
+        statement = Statement(self.account, None, at, None, lines.lines,
+                              explanation.figures.balance, as_known_at)
+        return AccountHistory(statement, explanation, self._points.finish(at, walk.state),
+                              walk.seen or walk.state is not None)
+
+
+def extended_history(fold: HistoryFold | None, events: Sequence[RecordedEvent],
+                     account: str, *, at: int, as_known_at: int | None = None,
+                     private: Private | None = None) -> tuple[HistoryFold, AccountHistory]:
+    """`account_history` of `events` (the account's stream as known at a position, in
+    position order), and the fold it came from, to keep for the next call.
+
+    `fold`, kept from an earlier call on a prefix of the same stream, is extended with
+    only the events recorded since when that gives the same answer: every one of them
+    comes later in canonical order than those folded (none arrived late) and none is a
+    reversal (which counts at every event time). Otherwise, or when `events` stop short of
+    what `fold` holds, the events are folded anew. Events later than `at` (never, when `at`
+    is the journal's latest event time) are left out, by a fold of their own.
+    """
+    if fold is not None and fold.account == account and fold.position <= (
+            events[-1].position if events else 0):
+        cut = bisect.bisect_right(events, fold.position, key=lambda rec: rec.position)
+        # The fold holds exactly the stream's first `cut` events, none left out.
+        if fold.whole and cut == fold.events:
+            added = canonical(events[cut:])
+            if (fold.last is None or fold.last[0] <= at) and all(
+                    fold.follows(rec) and rec.type != "reverse" and rec.time <= at
+                    for rec in added):
+                fold.extend(added)
+                return fold, fold.finish(at, as_known_at=as_known_at, private=private)
+    kept = [rec for rec in events if rec.time <= at]
+    fold = HistoryFold(account, excluded_by(events))
+    fold.extend(canonical(kept))
+    fold.whole = len(kept) == len(events)  # else what it left out may count later
+    return fold, fold.finish(at, as_known_at=as_known_at, private=private)
 
 
 def event_lines(events: Iterable[RecordedEvent], account: str, position: int, *,

@@ -8,10 +8,12 @@ import threading
 
 import pytest
 
-from projections import jobs
+from eventstore import IdempotencyConflict
+from projections import GPUCreditTracker, jobs
 from projections.events import JobStarted, JobSubmitted
+from projections.projector import fold
 from projections.scheduler import Scheduler
-from projections.session import Decision, decision, session_of
+from projections.session import Decision, LedgerSession, decision, session_of
 
 
 def _scheduler() -> Scheduler:
@@ -39,6 +41,42 @@ def test_a_retry_returns_the_original_decision_and_appends_nothing() -> None:
     again = jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 999, event_id="s1")
     assert again.replayed and again.outcomes == first.outcomes
     assert again.events == first.events
+    assert session.journal.head() == head
+
+
+def test_a_retry_of_a_decision_made_here_answers_without_rebuilding_its_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler = _scheduler()
+    session = session_of(scheduler)
+    first = [jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 100, event_id="s1"),
+             jobs.start_next(session, clock=lambda: 101, event_id="go"),
+             jobs.complete(session, "j1", False, refund_fraction=0.5, clock=lambda: 102,
+                           event_id="end")]
+    # A late usage report before all three revises nothing they decided, but moves them
+    # on the timeline: the retries answer with their outcomes as they stand now.
+    GPUCreditTracker(session.journal, account="a").consume(1, 50, event_id="late")
+    head = session.journal.head()
+
+    def rebuilt(*_args: object) -> None:
+        raise AssertionError("a retry of a remembered decision rebuilt its state")
+
+    monkeypatch.setattr(LedgerSession, "_state_before", rebuilt)
+    again = [jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 999, event_id="s1"),
+             jobs.start_next(session, clock=lambda: 999, event_id="go"),
+             jobs.complete(session, "j1", False, refund_fraction=0.5, clock=lambda: 999,
+                           event_id="end")]
+    assert [d.events for d in again] == [d.events for d in first]
+    assert all(d.replayed for d in again) and session.journal.head() == head
+    monkeypatch.undo()
+    # The same outcomes as a fresh fold of the journal.
+    folded = {rec.id: outcome
+              for rec, outcome, _ in fold(session.journal.read(order="canonical"))}
+    assert [d.outcomes for d in again] == [(folded[i],) for i in ("s1", "go", "end")]
+    # Another command under a used id is still refused, remembered or not.
+    with pytest.raises(IdempotencyConflict):
+        jobs.submit(session, "j1", "a", 7, 0, clock=lambda: 100, event_id="s1")
+    with pytest.raises(IdempotencyConflict):
+        jobs.complete(session, "j1", True, clock=lambda: 102, event_id="end")
     assert session.journal.head() == head
 
 

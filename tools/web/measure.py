@@ -3,8 +3,10 @@ server-side, as medians.
 
 Opens the service's app (`gpu-credits serve`'s) on the journal at URL, waits for the
 background search of revisions, then asks each PATH `--runs` times as a first visit
-(everything the pages remember let go first: the answers, the accounts' events) and as
-often again (remembered until the head moves), through FastAPI's TestClient. Prints the
+(everything the pages remember let go first: the answers, the accounts' events and
+folds), as often after the head moved (only the answers let go, as a write to another
+account does: the accounts' events and folds are kept) and as often again (remembered
+until the head moves), through FastAPI's TestClient. Prints the
 median, fastest and slowest milliseconds of each; the median CPU milliseconds the process
 spent (what the page costs, whatever else the machine is doing); and the time the cyclic
 garbage collector took per request.
@@ -112,14 +114,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{'cpu':>6} {'gc':>6}  path", flush=True)
         clock = GcClock()
         for path in args.paths:
-            for visit in ("first", "again"):
+            for visit in ("first", "moved", "again"):
                 took, cpus, statuses = [], [], set()
-                if visit == "again":
+                if visit != "first":
                     client.get(path)  # remembered now, whatever ran before
                 clock.take()
                 for _ in range(args.runs):
                     if visit == "first":
                         source.forget()
+                    elif visit == "moved":
+                        source.forget(answers_only=True)
                     status, ms, cpu = timed(client, path)
                     statuses.add(status)
                     took.append(ms)

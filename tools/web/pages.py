@@ -36,9 +36,9 @@ from projections.queries.history import (
     canonical,
     event_lines,
     excluded_by,
+    extended_history,
     lines_of,
 )
-from projections.queries.history import account_history as history_of
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ExpiringCredits,
@@ -317,8 +317,15 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
 
     def build() -> AccountHistory:
         events = source.stream_events(account, position)
-        found = history_of(events, account, at=latest_time(source.journal),
-                           as_known_at=position, private=source.journal.private)
+        # The fold kept from the account's last page goes on with what the stream gained
+        # since, when nothing of it came late (else it is folded anew).
+        kept = source.take_fold(account)
+        fold, found = extended_history(kept, events, account,
+                                       at=latest_time(source.journal), as_known_at=position,
+                                       private=source.journal.private)
+        source.keep_fold(account, fold)
+        if kept is not None and kept is not fold:  # a view as known earlier: keep both,
+            source.keep_fold(account, kept)  # the one that went further stays
         if not found.seen and source.journal.stream_version(account) == 0:
             with source.reading() as ledger:
                 raise unknown_account(account, ledger)
@@ -529,6 +536,10 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         revised = [r for r in rows if r.revision.event_id == rec.id]
     stream = source.stream_events(rec.stream)
     known = source.peek(("history", rec.stream, journal.head()))
+    if not isinstance(known, AccountHistory) and source.has_fold(rec.stream):
+        # Its account's fold is kept from an earlier page: extending it to the head costs
+        # only what the stream gained since, less than folding up to this event again.
+        known = account_history(source, rec.stream, journal.head())
     if isinstance(known, AccountHistory):  # its account page was just seen: no fold at all
         lines = lines_of(known.statement.lines, rec.position)
     else:  # fold the account's events only up to this one

@@ -21,6 +21,7 @@ from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
+from projections.queries.history import HistoryFold
 
 T = TypeVar("T")
 
@@ -32,6 +33,10 @@ _CACHED = 64
 
 STREAM_EVENTS_KEPT = 250_000
 """Events of recently viewed accounts' streams kept in memory (a few hundred MB at most)."""
+
+FOLDED_EVENTS_KEPT = 50_000
+"""Events folded into the accounts' histories kept across head moves (an account's fold
+holds its lines, lineage and points: some kilobytes per event)."""
 
 
 class JournalView:
@@ -122,6 +127,9 @@ class AuditSource:
         self._streams_lock = threading.Lock()
         # stream -> (position read up to, its events in position order), least recent first
         self._streams: OrderedDict[str, tuple[int, list[RecordedEvent]]] = OrderedDict()
+        self._folds_lock = threading.Lock()
+        # account -> its history's fold, kept open across head moves; least recent first
+        self._folds: OrderedDict[str, HistoryFold] = OrderedDict()
 
     def head(self) -> int:
         """The journal's head position."""
@@ -149,13 +157,44 @@ class AuditSource:
                     self._cache.popitem(last=False)
         return value
 
-    def forget(self) -> None:
-        """Let go of every remembered answer and stream (the next page is a first visit):
-        for measurements; the revisions found are kept."""
+    def forget(self, *, answers_only: bool = False) -> None:
+        """Let go of every remembered answer, stream and fold (the next page is a first
+        visit): for measurements; the revisions found are kept. `answers_only`: only the
+        answers, as when the head moves (the next page folds only what is new)."""
         with self._lock:
             self._cache.clear()
+        if answers_only:
+            return
         with self._streams_lock:
             self._streams.clear()
+        with self._folds_lock:
+            self._folds.clear()
+
+    def take_fold(self, account: str) -> HistoryFold | None:
+        """The fold of `account`'s history kept from an earlier page, taken out: whoever
+        takes it extends it alone (a page asked meanwhile folds anew), then `keep_fold`."""
+        with self._folds_lock:
+            return self._folds.pop(account, None)
+
+    def has_fold(self, account: str) -> bool:
+        """Whether a fold of `account`'s history is kept (and not taken just now)."""
+        with self._folds_lock:
+            return account in self._folds
+
+    def keep_fold(self, account: str, fold: HistoryFold) -> None:
+        """Keep `fold` for the next page of `account` (unless one that went further was
+        kept meanwhile); the least recently kept are let go beyond `FOLDED_EVENTS_KEPT`
+        events in all."""
+        with self._folds_lock:
+            kept = self._folds.get(account)
+            if kept is not None and kept.position > fold.position:
+                return
+            self._folds[account] = fold
+            self._folds.move_to_end(account)
+            total = sum(f.events for f in self._folds.values())
+            while total > FOLDED_EVENTS_KEPT and len(self._folds) > 1:
+                _, dropped = self._folds.popitem(last=False)
+                total -= dropped.events
 
     def peek(self, key: tuple[Any, ...]) -> Any:
         """What is remembered under `key` for the current head, None if nothing."""
