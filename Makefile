@@ -54,8 +54,9 @@ sim: $(STAMP)
 
 # Simulated steps per second (tools.sim on the memory journal), with and without its
 # checks, 2 runs each (the median): the figures in docs/benchmarks.md, "Simulator".
+# BASELINE=DIR: a checkout of another commit, run beside this one (the ratio).
 bench-sim: $(STAMP)
-	$(BIN)/python -m tools.bench.sim $(if $(STEPS),--steps $(STEPS),) $(if $(RUNS),--runs $(RUNS),)
+	$(BIN)/python -m tools.bench.sim $(if $(STEPS),--steps $(STEPS),) $(if $(RUNS),--runs $(RUNS),) $(if $(BASELINE),--baseline $(BASELINE),)
 
 # The HTTP service under load on loopback (PostgreSQL from $$GPU_CREDITS_BENCH_PG).
 bench-service: $(STAMP)

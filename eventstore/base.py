@@ -9,13 +9,12 @@ definition, so the backends cannot drift apart in what "verified" means.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from . import appending
 from .errors import ChainBroken
 from .hashing import GENESIS_HASH, chained, load_json, seal
-from .interface import Order
-from .reading import ReadQuery
+from .reading import LeanFilters, ReadFilters, ReadQuery
 from .records import (
     ERASED_KEY,
     PRIVATE_KEY,
@@ -54,38 +53,18 @@ class Reader:
         """The events `q` selects, as this reader sees them, in its order."""
         raise NotImplementedError
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
+    def read(self, **filters: Unpack[ReadFilters]) -> Iterator[RecordedEvent]:
         """Stream events, fetching batch_size at a time (never the whole journal).
 
         canonical: by (event_time, position); position: arrival order.
         after_position exclusive; to_position inclusive (what was known then);
         from_time / to_time inclusive; after=(t, p) keeps events whose
         (event_time, position) > (t, p). The read sees the journal as it stood when
-        it began: events appended meanwhile are not included.
+        it began: events appended meanwhile are not included. The filters, by name:
+        after_position=0, to_position=None, from_time=None, to_time=None, stream=None,
+        after=None, order="canonical", batch_size=5000 (`ReadQuery.make` checks them).
         """
-        q = ReadQuery.make(
-            self.head(),
-            after_position=after_position,
-            to_position=to_position,
-            from_time=from_time,
-            to_time=to_time,
-            stream=stream,
-            after=after,
-            order=order,
-            batch_size=batch_size,
-        )
-        return self._query(q)
+        return self._query(ReadQuery.make(self.head(), **filters))
 
 
 class JournalBase(Reader):
@@ -134,32 +113,12 @@ class JournalBase(Reader):
     def _read(self, q: ReadQuery, tx: Any) -> Iterator[RecordedEvent]:
         return map(to_event, self._rows(q, tx))
 
-    def read_lean(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[LeanRow]:
+    def read_lean(self, **filters: Unpack[LeanFilters]) -> Iterator[LeanRow]:
         """What `read` gives, as (position, id, type, event time, payload as stored JSON
         text, stream): what a fold needs and nothing else, for a replay to decode as it
-        likes. The text is the journal's own, not yet checked against the chain."""
-        q = ReadQuery.make(
-            self.head(),
-            after_position=after_position,
-            to_position=to_position,
-            from_time=from_time,
-            to_time=to_time,
-            stream=None,
-            after=after,
-            order=order,
-            batch_size=batch_size,
-        )
-        return self._lean_rows(q)
+        likes. The text is the journal's own, not yet checked against the chain. Takes
+        `read()`'s filters but `stream`."""
+        return self._lean_rows(ReadQuery.make(self.head(), **filters))
 
     def read_verified(
         self,
@@ -177,17 +136,8 @@ class JournalBase(Reader):
         from the end is not visible here; `verify_chain(anchor=...)` proves that.
         """
         start = Anchor.of(*after) if after is not None else Anchor(0, GENESIS_HASH)
-        q = ReadQuery.make(
-            self.head(),
-            after_position=start.position,
-            to_position=to_position,
-            from_time=None,
-            to_time=None,
-            stream=None,
-            after=None,
-            order="position",
-            batch_size=batch_size,
-        )
+        q = ReadQuery.make(self.head(), after_position=start.position, to_position=to_position,
+                           order="position", batch_size=batch_size)
         return map(to_event, chained(self._rows(q, None), start.hash, start.position))
 
     # -- private parts ---------------------------------------------------------
@@ -268,17 +218,7 @@ class JournalBase(Reader):
         """
         mark = Anchor.of(*anchor) if anchor is not None else None
         (head_pos, head_hash), (last, _) = self._ends()
-        q = ReadQuery.make(
-            last,
-            after_position=0,
-            to_position=last,
-            from_time=None,
-            to_time=None,
-            stream=None,
-            after=None,
-            order="position",
-            batch_size=_VERIFY_BATCH,
-        )
+        q = ReadQuery.make(last, to_position=last, order="position", batch_size=_VERIFY_BATCH)
         prev, done = GENESIS_HASH, 0
         at_anchor: str | None = GENESIS_HASH if mark is not None and mark.position == 0 else None
         rows = chained(self._checked_payloads(self._rows(q, None)), GENESIS_HASH, 0)

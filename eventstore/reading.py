@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .appending import require_int, require_text
 from .interface import Order
@@ -31,16 +32,18 @@ class ReadQuery:
         cls,
         head: int,
         *,
-        after_position: int,
-        to_position: int | None,
-        from_time: int | None,
-        to_time: int | None,
-        stream: str | None,
-        after: tuple[int, int] | None,
-        order: Order,
-        batch_size: int,
+        after_position: int = 0,
+        to_position: int | None = None,
+        from_time: int | None = None,
+        to_time: int | None = None,
+        stream: str | None = None,
+        after: tuple[int, int] | None = None,
+        order: Order = "canonical",
+        batch_size: int = 5000,
     ) -> ReadQuery:
         """Validate read arguments (ValueError) and pin to_position to what is known now.
+
+        The defaults are `read()`'s: a read that names no filter reads everything.
 
         Pinning makes a long read a consistent view of the journal as it stood when
         the read began, even though it fetches in batches, each in its own short
@@ -91,3 +94,22 @@ class ReadQuery:
             and self.to_time is not None
             and self.from_time > self.to_time
         )
+
+
+class LeanFilters(TypedDict, total=False):
+    """The filters `read_lean` takes: `read()`'s, without `stream` (a fold reads every
+    stream). Given by name; what is left out takes `ReadQuery.make`'s default."""
+
+    after_position: int
+    to_position: int | None
+    from_time: int | None
+    to_time: int | None
+    after: tuple[int, int] | None
+    order: Order
+    batch_size: int
+
+
+class ReadFilters(LeanFilters, total=False):
+    """The filters `read()` takes: a fold's, and `stream`."""
+
+    stream: str | None

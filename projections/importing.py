@@ -696,12 +696,16 @@ class _Appender:
             self.flush()
 
     def find(self, event_id: str) -> tuple[str, str] | None:
-        """(type, stream) of an event recorded before, or planned earlier in the file."""
-        found = self.streams.get(event_id)
-        if found is None:
-            rec = self.journal.get(event_id)  # inside the transaction: earlier chunks too
-            found = None if rec is None else (rec.type, rec.stream)
-        return found
+        """(type, stream) of an event recorded before, or planned earlier in the file.
+
+        The journal is asked first (inside the transaction: earlier chunks too): an id
+        that a later chunk uses again for another event is refused, so the first line
+        that used it is the one a void or a reversal names, as when the whole file is
+        planned at once."""
+        rec = self.journal.get(event_id)
+        if rec is not None:
+            return rec.type, rec.stream
+        return self.streams.get(event_id)
 
     def line_of(self, position: int) -> int:
         return self.lines[position - self.start - 1]

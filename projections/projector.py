@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import json
 import math
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,31 @@ _CROSSING = frozenset({REVERSE, "void"})
 """Event types whose effect is not confined to their own stream's state."""
 
 
+def _job_named(payload: Any) -> str | None:
+    """The job a job event's payload names, whether the payload is decoded or its stored
+    JSON text (what a replay reads); None if it names none.
+
+    Text must be read too: taking a text payload for one without a job marked the whole
+    journal unpartitioned, so every late event of a replay refolded the whole timeline.
+    """
+    if isinstance(payload, str | bytes):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return None
+    job = payload.get("job") if isinstance(payload, dict) else None
+    return job if isinstance(job, str) else None
+
+
+def _revision(late: Recorded, rec: Recorded, before: Outcome, after: Outcome
+              ) -> Revision | None:
+    """What `late` changed of what `rec` was reported to do, if anything."""
+    was, now = before.reported(), after.reported()
+    if was == now:
+        return None
+    return Revision(late.position, late.id, rec.position, rec.id, rec.type, was, now)
+
+
 def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
     return ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
 
@@ -109,7 +135,10 @@ class Projector:
         # named by an event that found no job, a recorded event without a stream.
         self._account_reader = account_reader
         self._mixed: set[str] = set()
-        self._floating: set[str] = set()
+        # Job ids named by an event that found no job, to the stream of those events (None:
+        # more than one stream, or none): a late submit of one in another stream reaches
+        # across accounts; in the same stream, its account's refold holds them all.
+        self._floating: dict[str, str | None] = {}
         self._unpartitioned = False
         self.refolded_by_account = 0  # late events re-projected for their account alone
         # Reversals: the ids reversed as known, and where to find a reversed event on the
@@ -254,15 +283,16 @@ class Projector:
         account other than its stream's, or a job event that found no job at all."""
         account = outcome.account
         if account is None and rec.type in _JOB_EVENTS:
-            payload = rec.payload
-            job = payload.get("job") if isinstance(payload, dict) else None
-            if not isinstance(job, str):
+            job = _job_named(rec.payload)
+            if job is None:
                 self._unpartitioned = True
                 return
             known = ledger.jobs.get(job)
             if known is None:
-                # A submit arriving late in any stream may give it a job.
-                self._floating.add(job)
+                # A submit arriving late may give it a job.
+                stream = getattr(rec, "stream", None)
+                if self._floating.setdefault(job, stream) != stream:
+                    self._floating[job] = None
                 return
             account = known.account
         if account is not None and account != getattr(rec, "stream", None):
@@ -379,10 +409,9 @@ class Projector:
                 had_anomalies = had_anomalies or before.anomaly
                 if before.type == "submit" and not before.ok and not before.anomaly:
                     old_rejected += 1  # what `Ledger.rejected` counts
-                was, now = before.reported(), after.reported()
-                if was != now:
-                    revisions.append(Revision(late.position, late.id, rec.position, rec.id,
-                                              rec.type, was, now))
+                revision = _revision(late, rec, before, after)
+                if revision is not None:
+                    revisions.append(revision)
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         # Nothing was changed until here: from now on the refold is committed.
@@ -415,7 +444,8 @@ class Projector:
             payload = rec.payload
             if kind in _JOB_EVENTS and isinstance(payload, dict):
                 job = payload.get("job")
-                if kind == "submit" and job in self._floating:
+                if (kind == "submit" and job in self._floating
+                        and self._floating[job] != account):
                     return False
                 # A job another account holds (submitted first there, or the stream is
                 # not the job's account): its events reach beyond this account.
@@ -465,10 +495,9 @@ class Projector:
                     self._snap_keys, self._snap_states = snap_keys, snap_states
                     return None
             assert before is not None
-            was, now = before.reported(), after.reported()
-            if was != now:
-                revisions.append(Revision(late.position, late.id, rec.position, rec.id,
-                                          rec.type, was, now))
+            revision = _revision(late, rec, before, after)
+            if revision is not None:
+                revisions.append(revision)
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         return new, late_outcome, revisions, outcomes

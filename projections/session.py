@@ -260,6 +260,21 @@ class LedgerSession:
                 return {}
             return self.projector.catch_up(self._read_checked(self.projector.position), keep)
 
+    def ingest_appended(self, recorded: Sequence[RecordedEvent]) -> bool:
+        """Apply events the caller just appended, as the journal returned them, without
+        reading them back, when they directly follow the projection (nobody wrote in
+        between, none was recorded before). False: nothing applied; catch up instead."""
+        with self.lock:
+            start = self.projector.position
+            if not recorded or [r.position for r in recorded] != list(
+                    range(start + 1, start + 1 + len(recorded))):
+                return False
+            self.projector.catch_up(recorded)
+            if self._verified[0] == start and len(recorded[-1].hash) == 64:
+                # The journal hashed these from the verified head: they chain.
+                self._verified = (recorded[-1].position, recorded[-1].hash)
+            return True
+
     def _read_checked(self, after_position: int) -> Iterable[RecordedEvent]:
         """Events after `after_position` in arrival order; from a stored journal, each
         checked to chain from the last verified one (`ChainBroken` names the first altered

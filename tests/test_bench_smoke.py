@@ -170,3 +170,22 @@ def test_the_simulator_benchmark_runs_with_and_without_checks(
     out = capsys.readouterr().out
     assert "| one process | off (the ledger alone) | 375 | 750 | 1,000, 500 | 700 |" in out
     assert "MISSED (best median 750)" in out
+
+
+def test_the_simulator_benchmark_runs_a_baseline_checkout_beside_this_one(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.bench import sim
+
+    root = Path(sim.__file__).resolve().parents[2]
+    # A checkout's code in a process of its own (here this one's, for real).
+    there = sim.measure_in(root, 3, 150, True, False)
+    assert there.ok and there.steps == 150 and there.events > 0
+    given = iter([sim.Run(1000, 2.0, 1.0, 700, True)] * 8)
+    before = iter([sim.Run(1000, 2.0, 4.0, 700, True)] * 8)
+    monkeypatch.setattr(sim, "measure_fresh", lambda *_: next(given))
+    monkeypatch.setattr(sim, "measure_in", lambda *_: next(before))
+    assert sim.main(["--steps", "1000", "--runs", "1", "--baseline", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "| one process | all | 500 | 1,000 | 1,000 | 700 | 250 | 4.00x |" in out
+    with pytest.raises(SystemExit):
+        sim.main(["--baseline", "/nonexistent"])

@@ -18,7 +18,13 @@ from eventstore import MemoryJournal, NewEvent
 from projections.events import from_payload, to_payload
 from projections.ledger import Ledger
 from projections.projector import Projector
-from projections.replay import account_reader, fold_canonical, journal_reader, locator
+from projections.replay import (
+    account_reader,
+    fold_canonical,
+    journal_reader,
+    lean_records,
+    locator,
+)
 from tests.replay.test_replay import assert_equals_a_cold_fold
 
 ACCOUNTS = ("a", "b", "c")
@@ -173,4 +179,26 @@ def test_a_job_id_used_by_two_accounts_falls_back_to_the_whole_timeline() -> Non
     projector.ingest(late)
     assert projector.refolded_by_account == 0
     assert projector.ledger.jobs["x"].account == "a"
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+def test_late_events_read_as_stored_text_refold_their_own_account() -> None:
+    # As a replay reads them: payloads as their JSON text, job events arriving before the
+    # submit of their job (in that job's account stream, as import records them).
+    events: list[Event] = []
+    for i in range(60):
+        account = ACCOUNTS[i % 3]
+        events.append((f"g{i}", account, "grant", 10 * i, {"account": account, "amount": 9}))
+        events.append((f"s{i}", account, "submit", 10 * i + 1,
+                       {"account": account, "job": f"j{i}", "cost": 2, "priority": 0}))
+        events.append((f"t{i}", account, "start", 10 * i + 2, {"job": f"j{i}"}))
+    random.Random(7).shuffle(events)
+    journal = _journal(events)
+    projector = _projector(journal, by_account=True, snapshot_every=20)
+    late = 0
+    for rec in lean_records(journal, order="position"):
+        late += (rec.time, rec.position) < projector.ledger.last
+        projector.ingest(rec)
+    assert late > 100
+    assert projector.refolded_by_account == late
     assert projector.ledger.digest() == fold_canonical(journal).digest()

@@ -286,3 +286,48 @@ def test_operations(client: TestClient) -> None:
         assert method in paths[path], (path, method)
     assert client.get("/docs").status_code == 200
     problem(client.get("/v1/nothing-here"), 404)
+
+
+def test_a_retry_answered_in_this_process_rebuilds_nothing(client: TestClient,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    from projections.session import LedgerSession
+
+    setup_account(client)
+    key = {"Idempotency-Key": "sub-r"}
+    body = {"job": "jr", "account": "a", "cost": 5, "priority": 1}
+    first = client.post("/v1/jobs", json=body, headers=key)
+    use = client.post("/v1/accounts/a/usage", json={"amount": 3},
+                      headers={"Idempotency-Key": "use-r"})
+    at = head(client)
+
+    def refold(*_: Any) -> Any:
+        raise AssertionError("a remembered answer refolded the account")
+
+    monkeypatch.setattr(LedgerSession, "_state_before", refold)
+    assert client.post("/v1/jobs", json=body, headers=key).json() == first.json()
+    again = client.post("/v1/accounts/a/usage", json={"amount": 3},
+                        headers={"Idempotency-Key": "use-r"})
+    assert (again.status_code, again.json()) == (201, use.json())
+    monkeypatch.undo()
+    # Another command under a remembered key is still a conflict, and appends nothing.
+    problem(client.post("/v1/jobs", json={**body, "cost": 6}, headers=key), 409)
+    problem(client.post("/v1/accounts/a/usage", json={"amount": 4},
+                        headers={"Idempotency-Key": "use-r"}), 409)
+    assert head(client) == at
+
+
+def test_a_retry_after_a_revision_answers_the_outcome_as_it_stands(client: TestClient
+                                                                   ) -> None:
+    setup_account(client, amount=10)
+    key = {"Idempotency-Key": "use-late"}
+    first = client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5}, headers=key)
+    assert first.json()["debt"] == 20
+    assert client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5},
+                       headers=key).json() == first.json()
+    late = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 50, "time": 1, "id": "late-g"}]})
+    assert late.status_code == 200, late.text
+    again = client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5}, headers=key)
+    assert again.status_code == 201
+    assert again.json() == {**first.json(), "debt": 0}

@@ -255,7 +255,8 @@ class AppendEvents:
         with service.batching.transaction(sorted({e.stream for e in plan.events})):
             recorded = journal.append(plan.events)
         with session.lock:
-            session.catch_up()
+            if not session.ingest_appended(recorded):
+                session.catch_up()
             late = session.projector.late_times
             if late and journal.url is not None:
                 invalidate_after(journal, min(late))

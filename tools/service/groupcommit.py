@@ -28,6 +28,8 @@ next one, so it sees the first one's event and answers as a retry.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -67,7 +69,41 @@ class Command(Protocol):
 @dataclass(slots=True)
 class _Item:
     command: Command
-    future: Future[Any] = field(default_factory=Future)
+    future: Future[Any] | None = field(default_factory=Future)
+    # Or, for a caller on an event loop: the loop and the future it awaits there.
+    loop: asyncio.AbstractEventLoop | None = None
+    waiter: asyncio.Future[Any] | None = None
+
+
+def _settle(waiter: asyncio.Future[Any], outcome: Any) -> None:
+    if waiter.done():  # the caller went away (cancelled)
+        return
+    if isinstance(outcome, BaseException):
+        waiter.set_exception(outcome)
+    else:
+        waiter.set_result(outcome)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for waiter, outcome in settled:
+        _settle(waiter, outcome)
+
+
+def _deliver(items: Sequence[_Item], outcomes: Sequence[Any]) -> None:
+    """Each item's answer (or exception) to its caller. Callers on an event loop get
+    theirs in one call per loop and batch: one wake-up of the loop, not one per item."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for item, outcome in zip(items, outcomes, strict=True):
+        if item.future is not None:
+            if isinstance(outcome, BaseException):
+                item.future.set_exception(outcome)
+            else:
+                item.future.set_result(outcome)
+        elif item.loop is not None and item.waiter is not None:
+            by_loop.setdefault(item.loop, []).append((item.waiter, outcome))
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_settle_all, settled)
 
 
 @dataclass
@@ -133,12 +169,22 @@ class GroupCommit:
 
     def submit(self, command: Command) -> Future[Any]:
         """Queue a command; its future holds the answer once its batch committed."""
-        item = _Item(command)
+        future: Future[Any] = Future()
         if self._thread is None or not self._thread.is_alive():
-            item.future.set_exception(Unavailable("the service is stopping"))
-            return item.future
-        self._queue.put(item)
-        return item.future
+            future.set_exception(Unavailable("the service is stopping"))
+            return future
+        self._queue.put(_Item(command, future))
+        return future
+
+    def submit_async(self, command: Command) -> asyncio.Future[Any]:
+        """The same, for a caller on the running event loop: an asyncio future."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Any] = loop.create_future()
+        if self._thread is None or not self._thread.is_alive():
+            waiter.set_exception(Unavailable("the service is stopping"))
+            return waiter
+        self._queue.put(_Item(command, None, loop, waiter))
+        return waiter
 
     def call(self, fn: Callable[[], Any]) -> Future[Any]:
         """Run `fn()` on the writer thread, between two batches (never during one);
@@ -252,17 +298,12 @@ class GroupCommit:
                 for item in items:
                     self._commit([item])
                 return
-            for item in items:
-                item.future.set_exception(exc)
+            _deliver(items, [exc] * len(items))
             return
         self.batches += 1
         self.committed += len(items)
         self.largest_batch = max(self.largest_batch, len(items))
-        for item, result in zip(items, results, strict=True):
-            if isinstance(result, BaseException):
-                item.future.set_exception(result)
-            else:
-                item.future.set_result(result)
+        _deliver(items, results)
 
     def _recover(self, exc: BaseException) -> None:
         log.warning("batch failed, nothing of it committed: %s: %s", type(exc).__name__,

@@ -13,10 +13,10 @@ queues the command for the group-commit writer and returns its answer after its 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time as _time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -55,6 +55,38 @@ READ_FRESHNESS = 0.05
 
 
 
+class RememberedAnswers:
+    """The answers of recent keyed decisions, by key, with the command that got each.
+
+    Only answers of committed decisions are kept (a refusal appended nothing, so its
+    retry is decided again), and only for the very command that got them: the same key
+    with another command goes to the writer, which refuses it (409). Once a late event
+    or a reversal may have revised an outcome, the remembered answers are not used: a
+    retry answers the outcome as it stands, as one on another replica would."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._items: OrderedDict[str, tuple[Command, dict[str, Any], int]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: str, command: Command, timeline: int) -> dict[str, Any] | None:
+        """The answer `command` got under `key`, if this process remembers it and no
+        outcome has been revised since (`timeline`: see `LedgerService._timeline`)."""
+        with self._lock:
+            found = self._items.get(key)
+        if found is None or found[0] != command or found[2] != timeline:
+            return None
+        return found[1]
+
+    def put(self, key: str, command: Command, answer: dict[str, Any],
+            timeline: int) -> None:
+        """Remember `answer`, the committed decision of `command` under `key`."""
+        with self._lock:
+            self._items[key] = (command, answer, timeline)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
 class LedgerService:
     """One journal, its live projection, and the group-commit writer deciding on it."""
 
@@ -79,6 +111,7 @@ class LedgerService:
         self._refreshing: Future[None] | None = None
         self._refresh_lock = threading.Lock()
         self.writer = GroupCommit(self._run_batch, self.reset, max_batch=max_batch)
+        self.answers = RememberedAnswers()
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -221,12 +254,34 @@ class LedgerService:
     # -- deciding -------------------------------------------------------------------------
 
     async def decide(self, command: Command) -> Any:
-        """Queue `command` for the writer; its answer once committed (or its error)."""
+        """Queue `command` for the writer; its answer once committed (or its error).
+
+        A retry of a command this process answered (the same key and the same command)
+        gets the remembered answer without a trip to the writer: rebuilding the decision
+        from the journal would refold its accounts' history to say the same thing."""
+        key = command.key
+        timeline = self._timeline()
+        if key is not None:
+            remembered = self.answers.get(key, command, timeline)
+            if remembered is not None:
+                return remembered
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")
         if not self.ready.is_set():
             raise Unavailable("the service is starting: the projection is not caught up yet")
-        return await asyncio.wrap_future(self.writer.submit(command))
+        answer = await self.writer.submit_async(command)
+        if key is not None and isinstance(answer, dict) and self._timeline() == timeline:
+            # (An outcome revised meanwhile, by this decision or another: not remembered.)
+            self.answers.put(key, command, answer, timeline)
+        return answer
+
+    def _timeline(self) -> int:
+        """Grows whenever a late event or a reversal may have changed an outcome already
+        answered (a retry's answer is the outcome as it stands: then it is rebuilt)."""
+        session = self._session
+        if session is None:
+            return -1
+        return len(session.projector.revisions) + len(session.ledger.reversals)
 
     def decide_now(self, command: Command) -> Any:
         """The same, from a thread that is not the event loop's (benchmarks, tests)."""

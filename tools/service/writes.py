@@ -235,8 +235,10 @@ async def append_events(body: EventsBody, request: Request,
     service = _service(request)
     key = _key(idempotency_key)
     cache: _AnswerCache = request.app.state.event_answers
-    fingerprint = hashlib.sha256(json.dumps(body.events, sort_keys=True).encode()).hexdigest()
+    fingerprint = ""  # only a keyed batch is remembered
     if key is not None:
+        fingerprint = hashlib.sha256(json.dumps(body.events, sort_keys=True).encode()
+                                     ).hexdigest()
         seen = cache.get(key)
         if seen is not None:
             if seen[0] != fingerprint:
