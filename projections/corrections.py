@@ -22,23 +22,13 @@ import time as _time
 from collections.abc import Callable
 
 from eventstore import NewEvent, RecordedEvent
+from projections import events
 from projections.errors import UnknownEvent
-from projections.events import (
-    DEFAULT_GRANT_PRIORITY,
-    CreditsAdjusted,
-    CreditsConsumed,
-    CreditsGranted,
-    DomainEvent,
-    EventReversed,
-    GrantVoided,
-    normalise_pool,
-    require_int,
-    require_name,
-    require_positive_int,
-)
+from projections.events import DEFAULT_GRANT_PRIORITY, DomainEvent, normalise_pool
 from projections.importing import far_time_problem
 from projections.outcomes import Outcome
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
+from projections.validation import require_int, require_name, require_positive_int
 
 
 def _wall_clock() -> int:
@@ -99,7 +89,7 @@ class Corrections(SessionFacade):
               event_id: str | None = None) -> Outcome:
         """Record a grant of `amount` (valid until `expiry`, if given)."""
         require_positive_int("amount", amount)
-        event = CreditsGranted(account, amount, expiry, normalise_pool(pool), priority, memo)
+        event = events.CreditsGranted(account, amount, expiry, normalise_pool(pool), priority, memo)
 
         def make(draft: Draft) -> DomainEvent:
             when = self._time(draft, at)
@@ -116,14 +106,14 @@ class Corrections(SessionFacade):
         """Record a usage report; the outcome's `debt_after` is the debt right after it.
         `user` and `memo` are personal: kept apart so that they can be erased."""
         require_positive_int("amount", amount)
-        event = CreditsConsumed(account, amount, normalise_pool(pool), memo, user)
+        event = events.CreditsConsumed(account, amount, normalise_pool(pool), memo, user)
         return self._decide(account, at, lambda _: event, event_id)
 
     def adjust(self, account: str, amount: int, reason: str, *, at: int | None = None,
                pool: str | None = None, memo: str | None = None,
                event_id: str | None = None) -> Outcome:
         """Record a manual credit (amount > 0) or debit (amount < 0) with its reason."""
-        event = CreditsAdjusted(account, amount, reason, normalise_pool(pool), memo)
+        event = events.CreditsAdjusted(account, amount, reason, normalise_pool(pool), memo)
         return self._decide(account, at, lambda _: event, event_id)
 
     def void(self, grant_id: str, *, at: int | None = None, reason: str | None = None,
@@ -133,7 +123,7 @@ class Corrections(SessionFacade):
         if target.type != "grant":
             raise ValueError(f"event {grant_id!r} is a {target.type}, not a grant: only a "
                              "grant can be voided (reverse other events)")
-        event = GrantVoided(grant_id, reason, memo)
+        event = events.GrantVoided(grant_id, reason, memo)
 
         def make(draft: Draft) -> DomainEvent:
             ledger = draft.ledger
@@ -151,7 +141,7 @@ class Corrections(SessionFacade):
         """Take the recorded event `target_id` out of every fold (a reversal of a reversal
         puts its event back). Recorded at the reversed event's time."""
         target = self._recorded(target_id, "event")
-        event = EventReversed(target_id, reason, memo)
+        event = events.EventReversed(target_id, reason, memo)
 
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
             ledger = draft.ledger

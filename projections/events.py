@@ -62,8 +62,19 @@ def require_priority(value: object) -> int:
     return require_grant_priority("priority", value)
 
 
+class _OfAccount:
+    """An event about one account: recorded in that account's stream."""
+
+    __slots__ = ()
+    account: str
+
+    @property
+    def stream(self) -> str:
+        return self.account
+
+
 @dataclass(frozen=True, slots=True)
-class AccountOpened:
+class AccountOpened(_OfAccount):
     """An account exists from here on, with its scheduling policy."""
 
     type: ClassVar[str] = "account"
@@ -90,13 +101,9 @@ class AccountOpened:
             require_positive_int("refill_rate", self.refill_rate)
             require_positive_int("refill_cap", self.refill_cap)
 
-    @property
-    def stream(self) -> str:
-        return self.account
-
 
 @dataclass(frozen=True, slots=True)
-class CreditsGranted:
+class CreditsGranted(_OfAccount):
     """Credits added to an account, valid for time <= t < expiry, in one pool."""
 
     type: ClassVar[str] = "grant"
@@ -116,13 +123,9 @@ class CreditsGranted:
         require_priority(self.priority)
         optional_text("memo", self.memo)
 
-    @property
-    def stream(self) -> str:
-        return self.account
-
 
 @dataclass(frozen=True, slots=True)
-class CreditsConsumed:
+class CreditsConsumed(_OfAccount):
     """Credits used outside the scheduler (a usage report); past the credits it is debt."""
 
     type: ClassVar[str] = "consume"
@@ -139,13 +142,9 @@ class CreditsConsumed:
         object.__setattr__(self, "pool", normalise_pool(self.pool))
         optional_user(self.user)
 
-    @property
-    def stream(self) -> str:
-        return self.account
-
 
 @dataclass(frozen=True, slots=True)
-class JobSubmitted:
+class JobSubmitted(_OfAccount):
     """A job asks to reserve `cost` credits; the fold decides whether it is accepted."""
 
     type: ClassVar[str] = "submit"
@@ -165,10 +164,6 @@ class JobSubmitted:
         require_int("priority", self.priority)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
         optional_user(self.user)
-
-    @property
-    def stream(self) -> str:
-        return self.account
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +213,7 @@ class JobCancelled:
 
 
 @dataclass(frozen=True, slots=True)
-class CreditsAdjusted:
+class CreditsAdjusted(_OfAccount):
     """A manual correction with its reason: a credit (amount > 0) works like a grant
     without expiry and pays debt first; a debit (amount < 0) works like a usage report."""
 
@@ -238,10 +233,6 @@ class CreditsAdjusted:
         require_text("reason", self.reason)
         object.__setattr__(self, "pool", normalise_pool(self.pool))
         optional_text("memo", self.memo)
-
-    @property
-    def stream(self) -> str:
-        return self.account
 
 
 @dataclass(frozen=True, slots=True)

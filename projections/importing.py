@@ -145,6 +145,13 @@ class Entry:
         payload.pop("user", None)
         return canonical_json({"type": self.event.type, "time": self.time, **payload})
 
+    @property
+    def whole(self) -> str:
+        """The event the line describes with every field, its `user` included: what two
+        lines under one id must share to be one event."""
+        return canonical_json({"type": self.event.type, "time": self.time,
+                               **to_payload(self.event)})
+
 
 @dataclass(slots=True)
 class ImportPlan:
@@ -482,11 +489,12 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
             event_id = content_id(content, occurrence)
         payload = to_payload(entry.event)
         first = seen.get(event_id)
-        if first is not None and first[1] != content:
+        whole = entry.whole
+        if first is not None and first[1] != whole:
             plan.problems.append(Problem(entry.line, f"id {event_id!r} is used on line "
                                          f"{first[0]} for another event"))
             continue
-        seen.setdefault(event_id, (entry.line, content))
+        seen.setdefault(event_id, (entry.line, whole))
         def find(target: str) -> tuple[str, str] | None:
             found = streams.get(target)
             if found is None:

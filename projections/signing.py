@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -27,40 +27,48 @@ STATEMENT_FORMAT = "gpu-credits-anchor/1"
 
 _SIGNED_FIELDS = ("format", "position", "hash", "time", "signer")
 
+_Key = TypeVar("_Key", Ed25519PrivateKey, Ed25519PublicKey)
+
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _load_key(data: bytes, kind: type[_Key], ssh_marker: bytes,
+              from_ssh: Callable[[bytes], object], from_pem: Callable[[bytes], object],
+              unreadable: str, role: str) -> _Key:
+    """The key of `kind` in `data`: OpenSSH when it starts with `ssh_marker`, else PEM.
+
+    AnchorError "`unreadable`: why" when neither reads it, "`role` must be Ed25519" when
+    it holds another kind of key.
+    """
+    key: object
+    try:
+        key = from_ssh(data) if data.lstrip().startswith(ssh_marker) else from_pem(data)
+    except (ValueError, TypeError) as exc:
+        raise AnchorError(f"{unreadable}: {exc}") from None
+    if not isinstance(key, kind):
+        raise AnchorError(f"{role} must be Ed25519, got {type(key).__name__}")
+    return key
+
+
 def load_private_key(data: bytes) -> Ed25519PrivateKey:
     """An Ed25519 private key from PEM (PKCS#8, `openssl genpkey -algorithm ed25519`) or
     OpenSSH (`ssh-keygen -t ed25519`) bytes; AnchorError otherwise."""
-    key: object
-    try:
-        if data.lstrip().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----"):
-            key = serialization.load_ssh_private_key(data, password=None)
-        else:
-            key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise AnchorError(f"not an unencrypted Ed25519 private key: {exc}") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise AnchorError(f"the signing key must be Ed25519, got {type(key).__name__}")
-    return key
+    # The key classes are abstract; `_load_key` only tests instances against them.
+    return _load_key(data, Ed25519PrivateKey,  # type: ignore[type-abstract]
+                     b"-----BEGIN OPENSSH PRIVATE KEY-----",
+                     lambda raw: serialization.load_ssh_private_key(raw, password=None),
+                     lambda raw: serialization.load_pem_private_key(raw, password=None),
+                     "not an unencrypted Ed25519 private key", "the signing key")
 
 
 def load_public_key(data: bytes) -> Ed25519PublicKey:
     """An Ed25519 public key from PEM or an OpenSSH `ssh-ed25519 ...` line; AnchorError."""
-    key: object
-    try:
-        if data.lstrip().startswith(b"ssh-"):
-            key = serialization.load_ssh_public_key(data.strip())
-        else:
-            key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError) as exc:
-        raise AnchorError(f"not an Ed25519 public key: {exc}") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise AnchorError(f"the public key must be Ed25519, got {type(key).__name__}")
-    return key
+    return _load_key(data, Ed25519PublicKey, b"ssh-",  # type: ignore[type-abstract]
+                     lambda raw: serialization.load_ssh_public_key(raw.strip()),
+                     serialization.load_pem_public_key,
+                     "not an Ed25519 public key", "the public key")
 
 
 def fingerprint(key: Ed25519PublicKey) -> str:

@@ -1,1 +1,2 @@
-"""The gpu-credits command line (and later the HTTP service), and benchmarks."""
+"""The ways in to gpu-credits: the command line (`cli`), the HTTP service (`service`) with
+its web audit view (`web`), the simulator (`sim`) and the benchmarks (`bench`)."""

@@ -25,6 +25,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from typing import Any
@@ -45,6 +46,21 @@ WORKLOADS = ("hot account", f"{ACCOUNTS} accounts", "raw psycopg insert")
 SPAWN = mp.get_context("spawn")
 
 
+def _window(seconds: float, seed: int, ready: Queue[int], go: Event,
+            out: Queue[tuple[int, float]], commit: Callable[[int], object]) -> None:
+    """Say ready, wait for the common start, then `commit(n)` for n = 0, 1, ... until
+    `seconds` have passed; report (commits, seconds taken)."""
+    ready.put(seed)
+    go.wait()
+    began = time.monotonic()
+    deadline = began + seconds
+    n = 0
+    while time.monotonic() < deadline:
+        commit(n)
+        n += 1
+    out.put((n, time.monotonic() - began))
+
+
 def _decide_worker(url: str, accounts: list[str], seconds: float, seed: int,
                    ready: Queue[int], go: Event, out: Queue[tuple[int, float]]) -> None:
     """Submit jobs on random `accounts` until the window closes; report (commits, secs)."""
@@ -54,15 +70,8 @@ def _decide_worker(url: str, accounts: list[str], seconds: float, seed: int,
     rng = random.Random(seed)
     scheduler = Scheduler(Journal(url, lock_timeout=60))
     scheduler.ledger()  # opened and caught up before the window starts
-    ready.put(seed)
-    go.wait()
-    began = time.monotonic()
-    deadline = began + seconds
-    n = 0
-    while time.monotonic() < deadline:
-        scheduler.submit(f"w{seed}-{n}", rng.choice(accounts), 1, 0)
-        n += 1
-    out.put((n, time.monotonic() - began))
+    _window(seconds, seed, ready, go, out,
+            lambda n: scheduler.submit(f"w{seed}-{n}", rng.choice(accounts), 1, 0))
 
 
 def _raw_worker(url: str, seconds: float, seed: int, ready: Queue[int], go: Event,
@@ -71,17 +80,13 @@ def _raw_worker(url: str, seconds: float, seed: int, ready: Queue[int], go: Even
     import psycopg
 
     with psycopg.connect(libpq_dsn(url)) as conn:
-        ready.put(seed)
-        go.wait()
-        began = time.monotonic()
-        deadline = began + seconds
-        n = 0
-        while time.monotonic() < deadline:
+
+        def insert(_: int) -> None:
             conn.execute("INSERT INTO raw_events (worker, payload) VALUES (%s, %s)",
                          (seed, '{"account":"a","amount":1}'))
             conn.commit()
-            n += 1
-        out.put((n, time.monotonic() - began))
+
+        _window(seconds, seed, ready, go, out, insert)
 
 
 def _prepare(workload: str, url: str, tag: str) -> list[str]:

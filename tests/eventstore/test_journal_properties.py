@@ -164,3 +164,39 @@ def test_canonical_json_is_the_documented_dumps() -> None:
     )
     with pytest.raises(ValueError):
         canonical_json({"x": float("inf")})
+
+
+@given(
+    st.lists(
+        st.tuples(st.text(min_size=1), st.text(min_size=1), st.text(min_size=1),
+                  st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**62),
+                  st.dictionaries(st.text(max_size=5), JSON, max_size=4)),
+        min_size=1, max_size=6),
+    st.data(),
+)
+def test_the_chain_check_hashes_the_reference_bytes(rows: list[Any], data: st.DataObject) -> None:
+    """`chained` and `chain_input` (what the chain benchmark hashes raw) both stand for
+    the reference hash: a chain built with `record_hash` passes, and its bytes hash to it;
+    one record's hash altered stops the check at that record."""
+    import hashlib
+
+    from eventstore import ChainBroken
+    from eventstore.hashing import chain_input, chained
+
+    stored: list[Any] = []
+    prev = GENESIS_HASH
+    for position, (id, stream, type, time, recorded_at, payload) in enumerate(rows, 1):
+        digest = record_hash(prev, position=position, id=id, stream=stream, version=1,
+                             type=type, time=time, recorded_at=recorded_at, payload=payload)
+        row = (position, id, stream, 1, type, time, recorded_at, canonical_json(payload), digest)
+        assert hashlib.sha256(chain_input(prev, row)).hexdigest() == digest
+        stored.append(row)
+        prev = digest
+    assert list(chained(stored, GENESIS_HASH, 0)) == stored
+    bad = data.draw(st.integers(1, len(stored)))
+    altered = list(stored)
+    altered[bad - 1] = (*stored[bad - 1][:8], "0" * 64)
+    seen: list[Any] = []
+    with pytest.raises(ChainBroken) as caught:
+        seen.extend(chained(altered, GENESIS_HASH, 0))
+    assert caught.value.position == bad and seen == stored[: bad - 1]

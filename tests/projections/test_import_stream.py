@@ -181,3 +181,19 @@ def test_import_effects_count_only_the_new_events() -> None:
     assert (effects.appended, effects.late, effects.revisions) == (3, 1, 1)
     assert [why for _, _, why in effects.anomalies] == [
         "cancel of unknown job 'ghost'"]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 100])
+def test_one_id_for_two_users_is_named_as_another_event_however_imported(
+        monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    # The derived-id content leaves the user out; whether two lines are one event must not.
+    monkeypatch.setattr(importing, "APPEND_CHUNK", chunk)
+    lines: list[Record] = [
+        {"type": "consume", "account": "a", "amount": 2, "time": 1, "id": "g1", "user": "ada"},
+        {"type": "consume", "account": "a", "amount": 2, "time": 1, "id": "g1", "user": "bob"},
+    ]
+    expected = [(2, "id 'g1' is used on line 1 for another event")]
+    journal = MemoryJournal()
+    assert _in_memory(journal, _jsonl(lines)) == expected
+    assert _streamed(journal, _jsonl(lines)) == expected
+    assert journal.head() == 0

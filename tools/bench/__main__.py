@@ -65,7 +65,7 @@ def _log(msg: str) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tools.bench",
-        description="Measure gpu-credits beside raw drivers, plain seed designs and the "
+        description="Measure gpu-credits beside raw drivers, plain in-memory designs and the "
                     "eventsourcing package; write docs/benchmarks.md and the chart.")
     p.add_argument("--quick", action="store_true",
                    help="reduced sizes, about a minute or two (the report says so)")

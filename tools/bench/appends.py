@@ -124,26 +124,28 @@ def journal_streams(t: Timing, kind: str, workdir: str, pg_url: str | None, n: i
 # -- raw drivers -----------------------------------------------------------------------
 
 
+def _raw(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int, tag: str,
+         write: Callable[[Any, list[MixEvent]], None]) -> None:
+    """Time `write(connection, events)` on a fresh database of the raw driver of `kind`."""
+    from tools.bench import rawdb
+
+    events = credit_events(n, ACCOUNTS)
+    with Place(kind, workdir, pg_url, tag) as place:
+        conn = (rawdb.sqlite_connect(place.sqlite_path, create=True) if kind == "sqlite"
+                else rawdb.pg_connect(place.dsn, place.schema, create=True))
+        try:
+            with t.measure():
+                write(conn, events)
+        finally:
+            conn.close()
+
+
 def raw_single(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int) -> None:
     """The raw driver: one INSERT per commit."""
     from tools.bench import rawdb
 
-    events = credit_events(n, ACCOUNTS)
-    with Place(kind, workdir, pg_url, "r1") as place:
-        if kind == "sqlite":
-            conn = rawdb.sqlite_connect(place.sqlite_path, create=True)
-            try:
-                with t.measure():
-                    rawdb.sqlite_one_per_commit(conn, events)
-            finally:
-                conn.close()
-        else:
-            pconn = rawdb.pg_connect(place.dsn, place.schema, create=True)
-            try:
-                with t.measure():
-                    rawdb.pg_one_per_commit(pconn, events)
-            finally:
-                pconn.close()
+    write = rawdb.sqlite_one_per_commit if kind == "sqlite" else rawdb.pg_one_per_commit
+    _raw(t, kind, workdir, pg_url, n, "r1", write)
 
 
 def raw_batched(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
@@ -151,41 +153,38 @@ def raw_batched(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
     """The raw driver: executemany (or COPY) of `batch` rows per commit."""
     from tools.bench import rawdb
 
-    events = credit_events(n, ACCOUNTS)
-    with Place(kind, workdir, pg_url, "rn") as place:
-        if kind == "sqlite":
-            conn = rawdb.sqlite_connect(place.sqlite_path, create=True)
-            try:
-                with t.measure():
-                    rawdb.sqlite_executemany(conn, events, batch)
-            finally:
-                conn.close()
-        else:
-            pconn = rawdb.pg_connect(place.dsn, place.schema, create=True)
-            write = rawdb.pg_copy if method == "copy" else rawdb.pg_executemany
-            try:
-                with t.measure():
-                    write(pconn, events, batch)
-            finally:
-                pconn.close()
+    if kind == "sqlite":
+        write = rawdb.sqlite_executemany
+    else:
+        write = rawdb.pg_copy if method == "copy" else rawdb.pg_executemany
+    _raw(t, kind, workdir, pg_url, n, "rn", lambda conn, events: write(conn, events, batch))
 
 
 # -- eventsourcing ---------------------------------------------------------------------
+
+
+def _es(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int, tag: str,
+        save: Callable[[Any, dict[str, Any], list[MixEvent]], object]) -> None:
+    """Time `save(app, accounts, events)` in a fresh eventsourcing application whose
+    accounts exist beforehand."""
+    from tools.bench import esapp
+
+    events = credit_events(n, ACCOUNTS)
+    with Place(kind, workdir, pg_url, tag) as place:
+        app = esapp.open_app(place.es_env)
+        try:
+            accounts = esapp.create_accounts(app, _names())
+            with t.measure():
+                save(app, accounts, events)
+        finally:
+            app.close()
 
 
 def es_single(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int) -> None:
     """eventsourcing: one aggregate event per save (the accounts exist beforehand)."""
     from tools.bench import esapp
 
-    events = credit_events(n, ACCOUNTS)
-    with Place(kind, workdir, pg_url, "e1") as place:
-        app = esapp.open_app(place.es_env)
-        try:
-            accounts = esapp.create_accounts(app, _names())
-            with t.measure():
-                esapp.save_each(app, accounts, events)
-        finally:
-            app.close()
+    _es(t, kind, workdir, pg_url, n, "e1", esapp.save_each)
 
 
 def es_batched(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
@@ -193,15 +192,8 @@ def es_batched(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
     """eventsourcing: `per_save` aggregate events per save."""
     from tools.bench import esapp
 
-    events = credit_events(n, ACCOUNTS)
-    with Place(kind, workdir, pg_url, "en") as place:
-        app = esapp.open_app(place.es_env)
-        try:
-            accounts = esapp.create_accounts(app, _names())
-            with t.measure():
-                esapp.save_batched(app, accounts, events, per_save)
-        finally:
-            app.close()
+    _es(t, kind, workdir, pg_url, n, "en",
+        lambda app, accounts, events: esapp.save_batched(app, accounts, events, per_save))
 
 
 _ES_BACK: dict[tuple[Any, ...], Any] = {}

@@ -1,8 +1,7 @@
-"""Plain in-memory implementations of the two seed designs: what a user would write instead.
+"""Plain in-memory credit tracker and scheduler: what a user would write instead.
 
-Written from the seeds' designs and hints (`shared/seeds/002_...` for the tracker,
-`shared/seeds/000_...` for the scheduler), not copied: no journal, no lineage, no pools,
-no holds, just the data structures the seeds describe. They are the "as fast as doing it
+No journal, no lineage, no pools, no holds: just the textbook data structures (a heap of
+credit batches by expiry; one heap of jobs by priority). They are the "as fast as doing it
 yourself" baselines; the raw database drivers are in `rawdb.py` and the `eventsourcing`
 baseline in `esapp.py`.
 """
@@ -14,7 +13,7 @@ import math
 
 
 class PlainTracker:
-    """Seed 002: a min-heap of credit batches by (expiry, grant order), lazy eviction,
+    """A min-heap of credit batches by (expiry, grant order), lazy eviction,
     a running sum of active credits, and debt paid first by the next grant."""
 
     __slots__ = ("_active", "_debt", "_heap", "_seq")
@@ -66,7 +65,7 @@ class PlainTracker:
 
 
 class PlainAccount:
-    """Seed 000's account: balance, reserved, running, and the cap follow-up."""
+    """The plain scheduler's account: balance, reserved, running, and the cap on running jobs."""
 
     __slots__ = ("balance", "id", "max_running", "reserved", "running")
 
@@ -94,9 +93,9 @@ class PlainJob:
 
 
 class PlainScheduler:
-    """Seed 000: one heap of (-priority, submit order), tombstones for cancelled jobs,
-    reserve at submit and settle at completion. The per-account cap is its single-heap
-    follow-up: blocked heads are popped to a side list and pushed back after the pick,
+    """One heap of (-priority, submit order), tombstones for cancelled jobs,
+    reserve at submit and settle at completion. The per-account cap, with a single heap:
+    blocked heads are popped to a side list and pushed back after the pick,
     so a pick costs O(blocked x log n)."""
 
     def __init__(self) -> None:

@@ -200,10 +200,10 @@ def render(scenarios: Sequence[Scenario], results: Results, cfg: Config, meta: M
         lines += ["## Targets", "",
                   f"{met} met, {missed} missed, "
                   f"{len(all_verdicts) - met - missed} not measured in this run.", "",
-                  "| scenario | target | measured | verdict | from |", "|---|---|---|---|---|"]
+                  "| scenario | target | measured | verdict | about |", "|---|---|---|---|---|"]
         for sc, target, text, ok in all_verdicts:
             lines.append(f"| {sc.title} | {_cell(target.label)} | {_cell(text)} | "
-                         f"{_verdict(ok)} | {target.issue} |")
+                         f"{_verdict(ok)} | {target.measures} |")
         lines.append("")
         if missed:
             lines += ["A missed speed target's scenario section shows the cProfile of the case "

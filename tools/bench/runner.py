@@ -139,7 +139,8 @@ class Target:
     - rss:     peak RSS of case a < threshold MB
     - within:  seconds(a) - seconds(b) <= threshold   (a costs at most that beyond b)
     - seconds: seconds(a) <= threshold
-    `profile`: the case key to profile when the target is missed.
+    `profile`: the case key to profile when the target is missed; `measures`: what the
+    target is about (replay, scheduler, baselines, ...), the report's last column ("about").
     """
 
     label: str
@@ -148,7 +149,7 @@ class Target:
     b: str | None
     threshold: float
     profile: str | None = None
-    issue: str = ""
+    measures: str = ""
 
 
 @dataclass
@@ -473,67 +474,40 @@ class Sizes:
     picks: int  # start_next picks timed per blocked setting
     facade_picks: int  # the same through the Scheduler facade
     facade_blocked: tuple[int, int]  # blocked accounts for the facade (its setup is slow)
-    append_batch: int = 1000
-    es_per_save: int = 100
-    late_back: int = 1000  # the late event lands this many events before the end
-    import_lines: int = 1_000_000  # lines of the file `gpu-credits import` reads
-    late_import: int = 3_000  # events imported in order, shuffled and as two files
-    reports: int = 1_000_000  # events in the journal the report commands read
-    reconcile_rows: int = 100_000  # rows of the charges file reconcile compares
+    append_batch: int  # events per append (and rows per commit) in the batched cases
+    es_per_save: int  # aggregate events per eventsourcing save
+    late_back: int  # the late event lands this many events before the end
+    import_lines: int  # lines of the file `gpu-credits import` reads
+    late_import: int  # events imported in order, shuffled and as two files
+    reports: int  # events in the journal the report commands read
+    reconcile_rows: int  # rows of the charges file reconcile compares
 
 
-FULL = Sizes(
-    append_batched=100_000,
-    append_single=2_000,
-    replay=1_000_000,
-    replay_sizes=(10_000, 100_000, 1_000_000),
-    tracker=200_000,
-    tracker_sizes=(10_000, 100_000, 1_000_000),
-    sched_jobs=100_000,
-    blocked=(10, 10_000),
-    picks=500,
-    facade_picks=100,
-    facade_blocked=(10, 10_000),
-)
+# Each mode's sizes side by side (full, quick, toy), named as in `Sizes`: one table, so a
+# new size is given for every mode at once.
+_MODES: dict[str, tuple[Any, Any, Any]] = {
+    "append_batched": (100_000, 5_000, 60),
+    "append_single": (2_000, 100, 6),
+    "replay": (1_000_000, 50_000, 300),
+    "replay_sizes": ((10_000, 100_000, 1_000_000), (10_000, 50_000), (120, 300)),
+    "tracker": (200_000, 20_000, 200),
+    "tracker_sizes": ((10_000, 100_000, 1_000_000), (2_000, 20_000), (50, 200)),
+    "sched_jobs": (100_000, 5_000, 40),
+    "blocked": ((10, 10_000), (10, 10_000), (2, 20)),
+    "picks": (500, 100, 5),
+    "facade_picks": (100, 20, 3),
+    "facade_blocked": ((10, 10_000), (10, 2_000), (2, 20)),
+    "append_batch": (1000, 1000, 20),
+    "es_per_save": (100, 100, 10),
+    "late_back": (1000, 1000, 10),
+    "import_lines": (1_000_000, 50_000, 300),
+    "late_import": (3_000, 1_000, 60),
+    "reports": (1_000_000, 50_000, 300),
+    "reconcile_rows": (100_000, 10_000, 50),
+}
 
-QUICK = Sizes(
-    append_batched=5_000,
-    append_single=100,
-    replay=50_000,
-    replay_sizes=(10_000, 50_000),
-    tracker=20_000,
-    tracker_sizes=(2_000, 20_000),
-    sched_jobs=5_000,
-    blocked=(10, 10_000),
-    picks=100,
-    facade_picks=20,
-    facade_blocked=(10, 2_000),
-    import_lines=50_000,
-    late_import=1_000,
-    reports=50_000,
-    reconcile_rows=10_000,
-)
-
-TOY = Sizes(
-    append_batched=60,
-    append_single=6,
-    replay=300,
-    replay_sizes=(120, 300),
-    tracker=200,
-    tracker_sizes=(50, 200),
-    sched_jobs=40,
-    blocked=(2, 20),
-    picks=5,
-    facade_picks=3,
-    facade_blocked=(2, 20),
-    append_batch=20,
-    es_per_save=10,
-    late_back=10,
-    import_lines=300,
-    late_import=60,
-    reports=300,
-    reconcile_rows=50,
-)
+FULL, QUICK, TOY = (Sizes(**{name: sizes[mode] for name, sizes in _MODES.items()})
+                    for mode in range(3))
 
 
 @dataclass(frozen=True)

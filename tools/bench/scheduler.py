@@ -1,4 +1,4 @@
-"""The scheduler (scheduler): jobs through the fold and the facade beside the seed design,
+"""The scheduler (scheduler): jobs through the fold and the facade beside a plain single heap,
 and `start_next` with many accounts blocked at their cap.
 
 - n jobs, each submitted, started (`start_next`: highest priority, oldest) and completed,
@@ -204,7 +204,7 @@ def scenario(cfg: Config) -> Scenario:
     n = s.sched_jobs
     few, many = s.blocked
     cases = [
-        Case("sched.plain", "plain single-heap scheduler (seed 000)", "scheduler:plain",
+        Case("sched.plain", "plain single-heap scheduler", "scheduler:plain",
              {"n": n}, n, unit="jobs", baseline=True, short="plain single heap"),
         Case("sched.fold", "the fold: Ledger.apply + Ledger.next_job", "scheduler:fold",
              {"n": n}, n, unit="jobs", compare=("sched.plain",),
@@ -220,7 +220,7 @@ def scenario(cfg: Config) -> Scenario:
                 Section("main", f"{label}: next {picks:,} picks", picks))
 
     for b in sorted({few, many, *s.facade_blocked}):
-        plain_label = f"single heap (seed 000), {b:,} blocked"
+        plain_label = f"single heap, {b:,} blocked"
         fold_label = f"the fold (per-account heaps + heads heap), {b:,} blocked"
         facade_label = f"Scheduler facade, {b:,} blocked"
         cases += [

@@ -1,6 +1,6 @@
-"""The credit tracker in memory: the facade and the fold beside the seed design.
+"""The credit tracker in memory: the facade and the fold beside a plain heap tracker.
 
-- `GPUCreditTracker(journal=None)` taking the seed's mixed grant / consume / get_balance
+- `GPUCreditTracker(journal=None)` taking mixed grant / consume / get_balance
   calls (non-decreasing timestamps), beside `baselines.PlainTracker` taking the same calls;
 - the fold alone: `Ledger.apply` on prebuilt grant / consume events, beside the plain
   tracker taking the same grants and consumes;
@@ -40,7 +40,7 @@ def _drive(tracker: Any, calls: list[tuple[int, int, int, int]]) -> int:
 
 
 def plain(t: Timing, n: int, events_only: bool = False) -> None:
-    """The seed-002 heap tracker taking the calls."""
+    """The plain heap tracker taking the calls."""
     from tools.bench.baselines import PlainTracker
 
     calls = _calls(n, events_only)
@@ -92,9 +92,9 @@ def scenario(cfg: Config) -> Scenario:
     for m in sizes:
         events = sum(1 for c in iter_tracker_calls(m) if c[0] != BALANCE)
         cases += [
-            Case(f"tracker.plain.{m}", "plain heap tracker (seed 002): all calls",
+            Case(f"tracker.plain.{m}", "plain heap tracker: all calls",
                  "tracker:plain", {"n": m}, m, unit="calls", baseline=True,
-                 series="plain heap tracker (seed 002)", panel="tracker", n=m,
+                 series="plain heap tracker", panel="tracker", n=m,
                  short="plain tracker"),
             Case(f"tracker.facade.{m}", "GPUCreditTracker(journal=None): all calls",
                  "tracker:facade", {"n": m}, m, unit="calls", compare=(f"tracker.plain.{m}",),
@@ -117,7 +117,7 @@ def scenario(cfg: Config) -> Scenario:
         intro=(
             f"{n:,} mixed calls for one account (30% grants of 1-100 credits expiring 1-2,000 "
             "s later, 40% consumes of 1-80, so debt happens, 30% get_balance; timestamps "
-            "non-decreasing, the seed's constraint), made once before timing. The facade "
+            "non-decreasing, as the contract requires), made once before timing. The facade "
             "validates each call, appends it as an event to its in-memory journal and folds "
             "it; the plain tracker only updates its heap. The fold rows apply the same "
             "grants and consumes as prebuilt events (get_balance is not an event), beside "

@@ -5,7 +5,7 @@
   (some restricted to a pool), usage reports, and jobs submitted, started, completed
   (some failing with a partial refund) and cancelled. Event times strictly increase with
   arrival, so arrival order is the canonical order (no late events).
-- `tracker_calls`: the seed's mixed grant / consume / get_balance calls, timestamps
+- `tracker_calls`: mixed grant / consume / get_balance calls, timestamps
   non-decreasing, for one account.
 - `scheduler_ops`: submit / start_next / complete for the scheduler.
 """
