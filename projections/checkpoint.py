@@ -1,32 +1,52 @@
 """Checkpoints: a ledger saved in the journal's `snapshots` table, as data, never code.
 
 A checkpoint is a cache of a fold: a facade opening a large journal starts from the
-newest valid one instead of folding every event. Its bytes are (format version 1):
+newest valid one instead of folding every event, and a query reads from it only what its
+question needs (one account, every account's figures, the job list). Its bytes are
+(format version 2):
 
     b"gpu-credits checkpoint\\n"
     header: one line of JSON (sorted keys), then b"\\n"
-    body: the ledger's state tree (`projections.statecopy`) encoded as MessagePack
+    body: MessagePack, an array of five sections (below)
 
-The header holds `format` ("gpu-credits-checkpoint"), `version` (1), `position` (the
+The header holds `format` ("gpu-credits-checkpoint"), `version` (2), `position` (the
 highest journal position the state covers), `chain_hash` (the journal's hash at that
 position: the state belongs to that exact history), `last` (the (event time, position)
 of the last event folded), `schema` (each state class and its fields, in the order the
 body lists them) and `sha256`: the hex SHA-256 of the header without `sha256` (sorted
 keys, no spaces) + b"\\n" + the body.
 
+The body's sections, each decoded only when asked for (`CheckpointView`):
+
+    [0] the ledger without its accounts and jobs: a state tree (`projections.statecopy`)
+    [1] the account names, in the ledger's order
+    [2] per account (same order), the MessagePack bytes of its `AccountState` tree: an
+        account's state refers to nothing outside it (its queue and holds name jobs by id)
+    [3] the MessagePack bytes of the job index in columns (`_encode_jobs`): the fields
+        of `JobState`, the ids of the live jobs, their number, then one column per field
+    [4] the MessagePack bytes of a summary at the checkpoint's own time: each account's
+        figures (`projections.figures`) and the credits of each that end (expire or are
+        voided), unused or held: what `accounts` and `expiring` report
+
+So `balance` decodes one account, `accounts` and `expiring` the summary, `jobs` the job
+columns only, and a facade the whole ledger (the live jobs are the same objects in
+`jobs` and `live`, as in the fold).
+
 Loading parses JSON and MessagePack and builds only the known state classes (see
 `projections.statecopy`), so stored bytes are never executed, whoever wrote them. A
-checkpoint whose hash, format, schema or chain hash does not check out is ignored with
-a one-line warning (the logger `projections.checkpoint`) and the state is folded from
-the journal instead; `verify` re-derives every checkpoint from the journal.
+checkpoint whose hash, format, version, schema or chain hash does not check out (one of
+an older format version among them) is ignored with a one-line warning (the logger
+`projections.checkpoint`) and the state is folded from the journal instead; the next
+`replay` saves fresh ones; `verify` re-derives every checkpoint from the journal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import orjson
@@ -34,20 +54,45 @@ import orjson
 from eventstore import JournalLike, SnapshotInfo
 from eventstore.hashing import GENESIS_HASH
 from projections.bulk import paused_gc
-from projections.ledger import STATE, Ledger
+from projections.figures import Ending, Figures, ending_credits
+from projections.ledger import STATE, AccountState, JobState, Ledger
 from projections.statecopy import StateFormatError
 
 CHECKPOINT = "ledger"
 """Snapshot name under which the ledger's checkpoints are saved."""
 
 FORMAT = "gpu-credits-checkpoint"
-VERSION = 1
+VERSION = 2
 MAGIC = b"gpu-credits checkpoint\n"
 
 log = logging.getLogger(__name__)
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder()
+_BODY = msgspec.msgpack.Decoder(tuple[Any, list[str], list[bytes], bytes, bytes])
+# The summary, validated as it is decoded: (time, per account (opened, running,
+# max_running, balance, reserved, available, debt, pools), per account its endings).
+_SUMMARY = msgspec.msgpack.Decoder(tuple[
+    int, list[tuple[bool, int, int | None, int, int, int, int, dict[str, int]]],
+    list[list[tuple[str, str, int, int, int, bool]]]])
+
+
+class Summary(NamedTuple):
+    """What reports over every account read at the checkpoint's own time, per account:
+    (figures, opened, running, max_running), and its credits that end (`Ending`)."""
+
+    accounts: dict[str, tuple[Figures, bool, int, int | None]]
+    endings: dict[str, list[Ending]]
+
+_JOB_FIELDS: tuple[str, ...] = tuple(STATE.schema()[JobState.__name__])
+# A job is built by its constructor when it takes every field in encoding order (much
+# faster than one attribute at a time), else field by field.
+_JOB_BY_CONSTRUCTOR = tuple(f.name for f in dataclasses.fields(JobState)
+                            if f.init) == _JOB_FIELDS
+# Column encodings: strings through a table of distinct values, tuples as lists, the rest
+# as they are.
+_COL_STR, _COL_TUPLE, _COL_PLAIN = 0, 1, 2
+_SCALARS = (type(None), bool, int, float, str)
 
 
 class CheckpointError(ValueError):
@@ -68,11 +113,76 @@ def _header_bytes(header: dict[str, Any]) -> bytes:
     return orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
 
 
+def _encode_column(values: list[Any]) -> list[Any]:
+    if all(type(v) is str for v in values):
+        table: dict[str, int] = {}
+        indices = [table.setdefault(v, len(table)) for v in values]
+        if len(table) <= len(values) // 2:  # repeated values (not ids): one string each
+            return [_COL_STR, list(table), indices]
+        return [_COL_PLAIN, values]
+    if any(type(v) is tuple for v in values):
+        out: list[list[Any] | None] = []
+        for v in values:
+            if type(v) is tuple and all(type(x) in _SCALARS for x in v):
+                out.append(list(v))
+            elif v is None:
+                out.append(None)
+            else:
+                raise TypeError(f"cannot encode a job field holding {v!r}")
+        return [_COL_TUPLE, out]
+    if not all(type(v) in _SCALARS for v in values):
+        raise TypeError("cannot encode a job field holding a value that is not a scalar")
+    return [_COL_PLAIN, values]
+
+
+def _decode_column(column: Any, size: int) -> list[Any]:
+    kind = column[0]
+    if kind == _COL_STR:
+        table, indices = column[1], column[2]
+        if not all(type(v) is str for v in table):
+            raise CheckpointError("a job column's table holds a value that is not text")
+        values = list(map(table.__getitem__, indices))
+    elif kind == _COL_TUPLE:
+        values = [None if v is None else tuple(v) for v in column[1]]
+    elif kind == _COL_PLAIN:
+        values = column[1]
+    else:
+        raise CheckpointError(f"unknown job column encoding {kind!r}")
+    if len(values) != size:
+        raise CheckpointError(f"a job column holds {len(values)} values, expected {size}")
+    return values
+
+
+def _encode_jobs(ledger: Ledger) -> bytes:
+    jobs = list(ledger.jobs.values())
+    columns = [_encode_column([getattr(j, name) for j in jobs]) for name in _JOB_FIELDS]
+    return _ENCODER.encode([list(_JOB_FIELDS), list(ledger.live), len(jobs), *columns])
+
+
+def _encode_summary(ledger: Ledger) -> bytes:
+    at = ledger.last[0]
+    rows = []
+    for state in ledger.accounts.values():
+        f = Figures.of(state, at)
+        rows.append((state.opened, state.running, state.max_running, f.balance, f.reserved,
+                     f.available, f.debt, f.pools))
+    return _ENCODER.encode((at, rows, [ending_credits(s) for s in ledger.accounts.values()]))
+
+
 def encode_checkpoint(ledger: Ledger, position: int, chain_hash: str) -> bytes:
     """The bytes of a checkpoint of `ledger`, which holds every event up to `position`,
     the journal's hash there being `chain_hash`."""
+    accounts, jobs, live = ledger.accounts, ledger.jobs, ledger.live
     with paused_gc():
-        body = _ENCODER.encode(STATE.encode(ledger))
+        ledger.accounts, ledger.jobs, ledger.live = {}, {}, {}
+        try:
+            rest = STATE.encode(ledger)
+        finally:
+            ledger.accounts, ledger.jobs, ledger.live = accounts, jobs, live
+        body = _ENCODER.encode([
+            rest, list(accounts),
+            [_ENCODER.encode(STATE.encode(state)) for state in accounts.values()],
+            _encode_jobs(ledger), _encode_summary(ledger)])
     header: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "position": position,
         "chain_hash": chain_hash, "last": list(ledger.last), "schema": STATE.schema(),
@@ -81,9 +191,143 @@ def encode_checkpoint(ledger: Ledger, position: int, chain_hash: str) -> bytes:
     return MAGIC + _header_bytes({**header, "sha256": digest}) + b"\n" + body
 
 
-def decode_checkpoint(data: bytes, *, position: int, chain_hash: str) -> Ledger:
-    """The ledger in checkpoint bytes that claim to cover `position`, where the journal's
-    hash is `chain_hash`; `CheckpointError` (saying why) if they are anything else."""
+class CheckpointView:
+    """A checkpoint whose bytes checked out (hash, header, chain), decoded only as far as
+    a question needs: every call decodes afresh, so what it returns is the caller's own.
+    """
+
+    __slots__ = ("_accounts", "_index", "_jobs", "_rest", "_summary", "last", "names",
+                 "position")
+
+    def __init__(self, body: bytes, position: int, last: list[Any]) -> None:
+        try:
+            self._rest, self.names, self._accounts, self._jobs, self._summary = \
+                _BODY.decode(body)
+        except msgspec.DecodeError as exc:  # includes a validation error
+            raise CheckpointError(f"body does not decode: {exc}") from None
+        if len(self.names) != len(self._accounts):
+            raise CheckpointError(f"{len(self.names)} account names for "
+                                  f"{len(self._accounts)} accounts")
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self.position = position
+        skeleton = self.skeleton()
+        if list(skeleton.last) != last:
+            raise CheckpointError("body is not the ledger the header describes")
+        self.last: tuple[int, int] = skeleton.last
+
+    def skeleton(self) -> Ledger:
+        """The ledger without accounts or jobs: counters, anomalies, corrections."""
+        try:
+            with paused_gc():
+                ledger = STATE.decode(self._rest)
+        except StateFormatError as exc:
+            raise CheckpointError(f"body does not decode: {exc}") from None
+        if type(ledger) is not Ledger or ledger.accounts or ledger.jobs or ledger.live:
+            raise CheckpointError("body is not the ledger the header describes")
+        return ledger
+
+    def summary(self) -> Summary:
+        """Every account's figures at the checkpoint's own time (`last`), and the credits
+        of each that end: what `accounts` and `expiring` read without decoding an account."""
+        try:
+            at, rows, endings = _SUMMARY.decode(self._summary)
+        except msgspec.DecodeError as exc:
+            raise CheckpointError(f"summary does not decode: {exc}") from None
+        if at != self.last[0] or len(rows) != len(self.names) or len(endings) != len(rows):
+            raise CheckpointError("summary is not of the accounts the checkpoint holds")
+        return Summary(
+            {name: (Figures(balance, reserved, available, debt, pools), opened, running, cap)
+             for name, (opened, running, cap, balance, reserved, available, debt, pools)
+             in zip(self.names, rows, strict=True)},
+            dict(zip(self.names, endings, strict=True)))
+
+    def account(self, name: str) -> AccountState | None:
+        """The account `name` as the checkpoint holds it; None if it holds no such account."""
+        i = self._index.get(name)
+        return None if i is None else self._decode_account(i)
+
+    def _decode_account(self, i: int) -> AccountState:
+        try:
+            state = STATE.decode(_DECODER.decode(self._accounts[i]))
+        except (msgspec.DecodeError, StateFormatError) as exc:
+            raise CheckpointError(f"account {self.names[i]!r} does not decode: {exc}") from None
+        if type(state) is not AccountState or state.name != self.names[i]:
+            raise CheckpointError(f"account {self.names[i]!r} is not an account's state")
+        return state
+
+    def accounts(self) -> dict[str, AccountState]:
+        """Every account, in the ledger's order."""
+        with paused_gc():
+            return {name: self._decode_account(i) for i, name in enumerate(self.names)}
+
+    def job_columns(self) -> tuple[dict[str, list[Any]], list[str]]:
+        """The job index as columns ({field: values}, in submit order) and the ids of the
+        live jobs: what a job list reads without building a job object per row."""
+        try:
+            fields, live, size, *columns = _DECODER.decode(self._jobs)
+            if fields != list(_JOB_FIELDS) or len(columns) != len(fields):
+                raise CheckpointError("job index saved with other job fields")
+            if type(size) is not int or not all(type(j) is str for j in live):
+                raise CheckpointError("job index has a bad size or live job id")
+            with paused_gc():
+                decoded = {name: _decode_column(col, size)
+                           for name, col in zip(fields, columns, strict=True)}
+        except (msgspec.DecodeError, IndexError, TypeError, ValueError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(f"job index does not decode: {exc}") from None
+        if not all(type(j) is str for j in decoded["id"]):
+            raise CheckpointError("job index has an id that is not text")
+        return decoded, live
+
+    def jobs(self, account: str | None = None,
+             decoded: tuple[dict[str, list[Any]], list[str]] | None = None
+             ) -> tuple[dict[str, JobState], dict[str, JobState]]:
+        """The job index and the live jobs (the same objects), as the fold holds them;
+        with `account`, only that account's jobs. `decoded`: what `job_columns` gave,
+        when the caller has it already."""
+        columns, live_ids = self.job_columns() if decoded is None else decoded
+        values = [columns[name] for name in _JOB_FIELDS]
+        if account is not None:
+            mine = [i for i, owner in enumerate(columns["account"]) if owner == account]
+            values = [[column[i] for i in mine] for column in values]
+        with paused_gc():
+            made = _make_jobs(values)
+            jobs = {job.id: job for job in made}
+        if len(jobs) != len(made):
+            raise CheckpointError("job index holds an id twice")
+        try:
+            live = {job_id: jobs[job_id] for job_id in live_ids
+                    if account is None or job_id in jobs}
+        except KeyError as exc:
+            raise CheckpointError(f"live job {exc} is not in the job index") from None
+        return jobs, live
+
+    def ledger(self) -> Ledger:
+        """The whole ledger."""
+        ledger = self.skeleton()
+        ledger.accounts = self.accounts()
+        ledger.jobs, ledger.live = self.jobs()
+        return ledger
+
+
+def _make_jobs(values: list[list[Any]]) -> list[JobState]:
+    """Jobs from columns of their fields, in encoding order."""
+    if _JOB_BY_CONSTRUCTOR:
+        return list(map(JobState, *values))
+    made = []  # pragma: no cover - only if JobState's constructor changes shape
+    for row in zip(*values, strict=True):
+        job = object.__new__(JobState)
+        for name, value in zip(_JOB_FIELDS, row, strict=True):
+            setattr(job, name, value)
+        made.append(job)
+    return made
+
+
+def open_checkpoint(data: bytes, *, position: int, chain_hash: str) -> CheckpointView:
+    """Checkpoint bytes that claim to cover `position`, where the journal's hash is
+    `chain_hash`, checked and opened for reading; `CheckpointError` (saying why) if they
+    are anything else."""
     if not data.startswith(MAGIC):
         raise CheckpointError("not a checkpoint (no gpu-credits checkpoint header; an "
                               "old pickled one?)")
@@ -112,14 +356,16 @@ def decode_checkpoint(data: bytes, *, position: int, chain_hash: str) -> Ledger:
                               f"the journal has {chain_hash[:16]}… at position {position}")
     if header.get("schema") != STATE.schema():
         raise CheckpointError("saved by a version of the code with other state fields")
-    try:
-        with paused_gc():
-            ledger = STATE.decode(_DECODER.decode(body))
-    except (msgspec.DecodeError, StateFormatError) as exc:
-        raise CheckpointError(f"body does not decode: {exc}") from None
-    if type(ledger) is not Ledger or list(ledger.last) != header.get("last"):
-        raise CheckpointError("body is not the ledger the header describes")
-    return ledger
+    last = header.get("last")
+    if not isinstance(last, list):
+        raise CheckpointError("header has no last event")
+    return CheckpointView(body, position, last)
+
+
+def decode_checkpoint(data: bytes, *, position: int, chain_hash: str) -> Ledger:
+    """The ledger in checkpoint bytes that claim to cover `position`, where the journal's
+    hash is `chain_hash`; `CheckpointError` (saying why) if they are anything else."""
+    return open_checkpoint(data, position=position, chain_hash=chain_hash).ledger()
 
 
 def checkpoint_claim(data: bytes) -> tuple[int, str] | None:
@@ -158,13 +404,19 @@ def save_checkpoint(journal: JournalLike, ledger: Ledger, position: int
 
 def load_checkpoint(journal: JournalLike, info: SnapshotInfo) -> Ledger:
     """The ledger a saved checkpoint holds; `CheckpointError` if it does not check out."""
+    return load_view(journal, info).ledger()
+
+
+def load_view(journal: JournalLike, info: SnapshotInfo) -> CheckpointView:
+    """A saved checkpoint, checked and opened for reading what a question needs;
+    `CheckpointError` if it does not check out."""
     data = journal.load_snapshot(info.id)
-    ledger = decode_checkpoint(data, position=info.position,
-                               chain_hash=chain_hash_at(journal, info.position))
-    if ledger.last[0] != info.event_time:
-        raise CheckpointError(f"state ends at time {ledger.last[0]}, saved as "
+    view = open_checkpoint(data, position=info.position,
+                           chain_hash=chain_hash_at(journal, info.position))
+    if view.last[0] != info.event_time:
+        raise CheckpointError(f"state ends at time {view.last[0]}, saved as "
                               f"{info.event_time}")
-    return ledger
+    return view
 
 
 def checkpoint_is_valid(journal: JournalLike, info: SnapshotInfo) -> bool:
@@ -208,16 +460,33 @@ def valid_checkpoints(journal: JournalLike, infos: Iterable[SnapshotInfo],
                       ) -> Iterator[tuple[SnapshotInfo, Ledger]]:
     """The valid ones among `infos`, newest (by `key`) first, each loaded when reached;
     one that does not check out is skipped with a warning."""
+    for info, view in valid_views(journal, infos, key):
+        try:
+            ledger = view.ledger()
+        except CheckpointError as exc:
+            _ignored(info, exc)
+            continue
+        yield info, ledger
+
+
+def valid_views(journal: JournalLike, infos: Iterable[SnapshotInfo],
+                key: Callable[[SnapshotInfo], tuple[int, ...]]
+                ) -> Iterator[tuple[SnapshotInfo, CheckpointView]]:
+    """`valid_checkpoints`, each opened (checked) but not decoded."""
     for info in sorted(infos, key=key, reverse=True):
         if not checkpoint_is_valid(journal, info):
             continue
         try:
-            ledger = load_checkpoint(journal, info)
+            view = load_view(journal, info)
         except (CheckpointError, KeyError) as exc:
-            log.warning("checkpoint %s at position %s ignored (%s): folding from the "
-                        "journal instead", info.id, info.position, exc)
+            _ignored(info, exc)
             continue
-        yield info, ledger
+        yield info, view
+
+
+def _ignored(info: SnapshotInfo, exc: Exception) -> None:
+    log.warning("checkpoint %s at position %s ignored (%s): folding from the journal "
+                "instead", info.id, info.position, exc)
 
 
 def invalidate_after(journal: JournalLike, late_time: int) -> int:

@@ -41,3 +41,31 @@ class Figures:
         """JSON-ready figures."""
         return {"balance": self.balance, "reserved": self.reserved,
                 "available": self.available, "debt": self.debt, "pools": dict(self.pools)}
+
+
+Ending = tuple[str, str, int, int, int, bool]
+"""(pool, grant, end, unused, held, voided): credits of one grant that stop counting at
+`end` (its expiry, or its void if that comes first), unused ones and ones held by jobs."""
+
+
+def ending_credits(account: AccountState) -> list[Ending]:
+    """Every batch of the account with an end (an expiry or a void) that still has credits,
+    unused or held by a job, in no particular order."""
+    book = account.book
+    held: dict[int, int] = {}
+    batches = {id(b): b for heap in book.heaps.values() for b in heap}
+    for hold in book.holds.values():
+        for batch, amount in hold.portions:
+            held[id(batch)] = held.get(id(batch), 0) + amount
+            batches.setdefault(id(batch), batch)
+    found: list[Ending] = []
+    for key, batch in batches.items():
+        ends = [t for t in (batch.expiry, batch.voided) if t is not None]
+        if not ends:
+            continue
+        end = min(ends)
+        unused = batch.amount if batch.in_heap else 0
+        if unused or held.get(key):
+            found.append((batch.pool, batch.grant_id, end, unused, held.get(key, 0),
+                          batch.expiry != end))
+    return found

@@ -400,8 +400,9 @@ class Projector:
                 if after.account not in (None, account):
                     return None
                 outcomes.append(after)
-                if rec.type == "submit" and isinstance(rec.payload, dict):
-                    candidates.add(rec.payload.get("job"))  # type: ignore[arg-type]
+                job = _job_named(rec.payload) if rec.type == "submit" else None
+                if job is not None:
+                    candidates.add(job)
                 if rec.position == late.position:
                     late_outcome = after
                     continue
@@ -441,9 +442,8 @@ class Projector:
             kind = rec.type
             if kind in _CROSSING:
                 return False
-            payload = rec.payload
-            if kind in _JOB_EVENTS and isinstance(payload, dict):
-                job = payload.get("job")
+            if kind in _JOB_EVENTS:
+                job = _job_named(rec.payload)
                 if (kind == "submit" and job in self._floating
                         and self._floating[job] != account):
                     return False

@@ -34,7 +34,7 @@ from tools.bench.workload import (
 
 TITLES = ("Journal appends", "Full replay", "A late event", "GPUCreditTracker in memory",
           "Scheduler", "PostgreSQL with 1-8 workers", "The chain check",
-          "Imports and late arrivals", "Reports from the command line")
+          "Imports", "Late arrivals", "Reports from the command line")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from eventstore import JournalLike
 from projections.events import GENERAL
 from projections.figures import Figures
 from projections.ledger import Ledger
+from projections.partial import account_ledger_at
 from projections.queries.common import (
     exists_later,
     fold_as_known,
@@ -51,7 +52,12 @@ def balance(journal: JournalLike, account: str, *, at: int | None = None,
     from only the events recorded at positions <= `as_known_at` (default: all)."""
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    ledger = fold_as_known(journal, to_time=when, to_position=position)
+    # One account: its section of a checkpoint and its own events after it, when they
+    # tell it all; else the whole ledger.
+    ledger = account_ledger_at(journal, account, to_position=position, to_time=when)
+    if ledger is None or (account not in ledger.accounts
+                          and not exists_later(journal, account)):
+        ledger = fold_as_known(journal, to_time=when, to_position=position)
     state = ledger.accounts.get(account)
     if state is None and not exists_later(journal, account):
         raise unknown_account(account, ledger)

@@ -106,9 +106,11 @@ def names_text(names: Iterable[str]) -> str:
     return f"{shown}, and {more} more" if more > 0 else shown
 
 
-def unknown_account(name: str, ledger: Ledger) -> UnknownAccount:
-    """The error for an account the journal does not know, naming the ones it does."""
-    return UnknownAccount(f"unknown account {name!r} (known: {names_text(ledger.accounts)})")
+def unknown_account(name: str, known: Ledger | Iterable[str]) -> UnknownAccount:
+    """The error for an account the journal does not know, naming the ones it does (a
+    ledger's accounts, or their names)."""
+    names = known.accounts if isinstance(known, Ledger) else known
+    return UnknownAccount(f"unknown account {name!r} (known: {names_text(names)})")
 
 
 def exists_later(journal: JournalLike, name: str) -> bool:

@@ -7,7 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from eventstore import JournalLike, RecordedEvent
+from projections.checkpoint import CheckpointError
 from projections.creditbook import Expiry, Lineage
 from projections.errors import UnknownJob
 from projections.events import GENERAL, TIMELINE_START
@@ -22,9 +25,9 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
-from projections.queries.walk import AccountWalk, Step
+from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
 from projections.queries.wording import event_detail
-from projections.replay import excluded_as_known
+from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,14 +246,22 @@ def explain_account(journal: JournalLike, account: str, *,
     at = latest_time(journal)
     position = recorded_position(journal, as_known_at)
     walk = AccountWalk(account)
-    walk.ledger.excluded = excluded_as_known(journal, position)
     builder = LineageBuilder(walk)
-    for rec in journal.read(to_position=position, order="canonical"):
+    events = account_events(journal, account, to_position=position)
+    if events is not None:
+        # The account's own events tell its lineage: linear in them, not in the journal.
+        walk.ledger.excluded = own_reversed(events)
+    else:  # the account's stream is not the whole story: fold the whole journal
+        walk.ledger.excluded = excluded_as_known(journal, position)
+    for rec in journal.read(to_position=position, order="canonical") if events is None \
+            else events:
         step = walk.apply(rec)
         if step is not None:
             builder.take(step)
     if walk.state is None and not walk.seen:
-        raise unknown_account(account, walk.ledger)
+        # The names it could have been: every account, not only this one's events.
+        raise unknown_account(account, walk.ledger if events is None
+                              else ledger_at(journal, to_position=position))
     return builder.finish(at)
 
 
@@ -329,8 +340,63 @@ def explain_job(journal: JournalLike, job_id: str, *,
     """A job's state, its submit's outcome (and reason), holds, charge and payers, and for a
     pending job why it has not started; from the events recorded up to `as_known_at`."""
     position = recorded_position(journal, as_known_at)
-    return job_explanation(journal.read(to_position=position, order="canonical"), job_id,
-                           excluded=excluded_as_known(journal, position))
+    owner = job_account(journal, job_id, position)
+    events = None if owner is None else account_events(journal, owner, to_position=position)
+    if events is None or not any(rec.type == "submit" and rec.payload.get("job") == job_id
+                                 for rec in events):
+        return job_explanation(journal.read(to_position=position, order="canonical"), job_id,
+                               excluded=excluded_as_known(journal, position))
+    # The job's account's own events tell its life: linear in them, not in the journal.
+    out = job_explanation(events, job_id, excluded=own_reversed(events))
+    if out.state == PENDING:
+        # Its place in the queue is the whole ledger's: every account's pending jobs.
+        out.waiting, out.ahead = waiting_reason(
+            ledger_at(journal, to_position=position), job_id)
+    return out
+
+
+def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
+    """The account whose own events tell all of `job_id`'s life as known at `position`:
+    the one that submitted it, found in the job index of a checkpoint or among the
+    events recorded after it. None when there is no checkpoint, or the id is named
+    elsewhere too (submitted twice, or a job event in another account's stream): then
+    only the whole journal tells."""
+    found = view_at(journal, to_position=position)
+    if found is None:
+        return None
+    info, view = found
+    try:
+        columns, _ = view.job_columns()
+        anomalies = view.skeleton().anomalies
+    except CheckpointError:
+        return None
+    ids = columns["id"]
+    owner: str | None = None
+    if job_id in ids:
+        owner = str(columns["account"][ids.index(job_id)])
+    clash = f"job {job_id!r} was submitted before"
+    if any(why.startswith(clash) for _, _, why in anomalies):
+        return None
+    # Most payloads cannot name the job: its id, quoted, is not in their text (an id
+    # JSON would escape is looked for in every payload).
+    plain = job_id.isascii() and job_id.isprintable() and not {'"', "\\", "/"} & set(job_id)
+    quoted = f'"{job_id}"'
+    for _, _, kind, _, payload, stream in lean_rows(
+            journal, after_position=info.position, to_position=position, order="position"):
+        if isinstance(payload, str):
+            if plain and quoted not in payload:
+                continue
+            payload = orjson.loads(payload)
+        if not isinstance(payload, dict) or payload.get("job") != job_id:
+            continue
+        if kind == "submit":
+            account = payload.get("account")
+            if owner is not None or not isinstance(account, str) or account != stream:
+                return None  # a second submit, or one outside its account's stream
+            owner = account
+        elif owner is None or stream not in (owner, f"job:{job_id}"):
+            return None
+    return owner
 
 
 def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,

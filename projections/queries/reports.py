@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventstore import JournalLike
-from projections.figures import Figures
+from projections.checkpoint import CheckpointError, log
+from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
     fold_as_known,
@@ -17,6 +18,7 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
+from projections.replay import exact_view
 
 DEFAULT_WITHIN = 7 * 86_400
 """`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
@@ -86,6 +88,20 @@ def accounts(journal: JournalLike, *, at: int | None = None,
     (default: the latest), from the events recorded up to `as_known_at`."""
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
+    view = exact_view(journal, to_position=position, to_time=when)
+    if view is not None:
+        try:
+            if view.last[0] == when:
+                # The figures at the checkpoint's own time: in its summary.
+                summary = view.summary()
+                return AccountsReport(when, position, [
+                    AccountRow(name, *summary.accounts[name])
+                    for name in sorted(summary.accounts)])
+            ledger = Ledger(accounts=view.accounts())  # no job decoded
+            return AccountsReport(when, position, account_rows(ledger, when))
+        except CheckpointError as exc:
+            log.warning("checkpoint at position %s ignored (%s): folding from the "
+                        "journal instead", view.position, exc)
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     return AccountsReport(when, position, account_rows(ledger, when))
 
@@ -146,24 +162,15 @@ class ExpiringReport:
 
 def expiring_credits(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
     """Every batch still counting at `at` whose credits stop in `[at, until)`."""
-    found: list[ExpiringCredits] = []
-    for name in sorted(ledger.accounts):
-        book = ledger.accounts[name].book
-        held: dict[int, int] = {}
-        batches = {id(b): b for heap in book.heaps.values() for b in heap}
-        for hold in book.holds.values():
-            for batch, amount in hold.portions:
-                held[id(batch)] = held.get(id(batch), 0) + amount
-                batches.setdefault(id(batch), batch)
-        for key, batch in batches.items():
-            ends = [t for t in (batch.expiry, batch.voided) if t is not None]
-            if not ends:
-                continue
-            end = min(ends)
-            unused = batch.amount if batch.in_heap else 0
-            if at <= end < until and (unused or held.get(key)):
-                found.append(ExpiringCredits(name, batch.pool, batch.grant_id, end, unused,
-                                             held.get(key, 0), batch.expiry != end))
+    return _window({name: ending_credits(ledger.accounts[name]) for name in ledger.accounts},
+                   at, until)
+
+
+def _window(endings: dict[str, list[Ending]], at: int, until: int) -> list[ExpiringCredits]:
+    found = [ExpiringCredits(name, pool, grant, end, unused, held, voided)
+             for name in sorted(endings)
+             for pool, grant, end, unused, held, voided in endings[name]
+             if at <= end < until]
     found.sort(key=lambda c: (c.ends, c.account, c.pool, c.grant))
     return found
 
@@ -176,6 +183,18 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
         raise ValueError(f"the window must be positive, got {within} seconds")
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
+    view = exact_view(journal, to_position=position, to_time=when)
+    if view is not None:
+        # Nothing changes the state after the checkpoint, so what ends when is its own:
+        # read from its summary, no account decoded.
+        try:
+            endings = view.summary().endings
+        except CheckpointError as exc:
+            log.warning("checkpoint at position %s ignored (%s): folding from the "
+                        "journal instead", view.position, exc)
+        else:
+            return ExpiringReport(when, within, position,
+                                  _window(endings, when, when + within))
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     return ExpiringReport(when, within, position,
                           expiring_credits(ledger, when, when + within))
@@ -270,12 +289,36 @@ def jobs(journal: JournalLike, *, account: str | None = None, state: str | None 
     """Every job (in submit order), or those of `account` and/or in `state`."""
     check_state(state)
     position = recorded_position(journal, as_known_at)
+    view = exact_view(journal, to_position=position)
+    if view is not None:
+        try:
+            columns, _ = view.job_columns()
+        except CheckpointError as exc:
+            log.warning("checkpoint at position %s ignored (%s): folding from the "
+                        "journal instead", view.position, exc)
+        else:
+            # Rows straight from the columns: no job object is built.
+            if account is not None and account not in view.names and (
+                    account not in columns["account"]):
+                raise unknown_account(account, view.names)
+            return JobsReport(position, account, state, _column_rows(columns, account, state))
     ledger = fold_as_known(journal, to_position=position)
     if account is not None and account not in ledger.accounts and not any(
             j.account == account for j in ledger.jobs.values()):
         raise unknown_account(account, ledger)
     rows = job_rows(ledger.jobs.values(), account, state)
     return JobsReport(position, account, state, rows)
+
+
+def _column_rows(columns: dict[str, list[Any]], account: str | None,
+                 state: str | None) -> list[JobRow]:
+    """`job_rows` from a checkpoint's job columns."""
+    ids, owners, states = columns["id"], columns["account"], columns["state"]
+    costs, charges = columns["cost"], columns["charge"]
+    priorities, pools = columns["priority"], columns["pool"]
+    return [JobRow(ids[i], owners[i], states[i], costs[i], charges[i], priorities[i], pools[i])
+            for i in range(len(ids))
+            if (account is None or owners[i] == account) and (state is None or states[i] == state)]
 
 
 def job_rows(all_jobs: Iterable[JobState], account: str | None,

@@ -14,6 +14,7 @@ from projections.creditbook import Batch, CreditBook, Expiry
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
 from projections.projector import apply_recorded
+from projections.reversals import reversed_ids
 
 
 def target(ledger: Ledger, rec: RecordedEvent) -> str | None:
@@ -68,6 +69,14 @@ def account_events(journal: JournalLike, account: str, *,
         elif rec.type not in ("void", "reverse") and rec.payload.get("account") != account:
             return None
     return events
+
+
+def own_reversed(events: list[RecordedEvent]) -> frozenset[str]:
+    """The ids reversed by the reversals among an account's events (`account_events`):
+    a reversal is recorded in the stream of the account of the event it names."""
+    return reversed_ids({
+        rec.id: target for rec in events
+        if rec.type == "reverse" and isinstance(target := rec.payload.get("event"), str)})
 
 
 def expired_batches(book: CreditBook, at: int) -> list[Batch]:

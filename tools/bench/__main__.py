@@ -51,11 +51,11 @@ BUILDERS: list[Callable[[Config], list[Scenario]]] = [
     lambda cfg: [scheduler.scenario(cfg)],
     lambda cfg: [workers.scenario(cfg)],
     lambda cfg: [chain.scenario(cfg)],
-    lambda cfg: [imports.scenario(cfg)],
+    lambda cfg: [imports.scenario(cfg), imports.arrivals_scenario(cfg)],
     lambda cfg: [reports.scenario(cfg)],
 ]
 NAMES = ("appends", "replay", "late", "tracker", "scheduler", "workers", "chain", "imports",
-         "reports")
+         "arrivals", "reports")
 
 
 def _log(msg: str) -> None:

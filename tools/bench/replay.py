@@ -67,7 +67,8 @@ def es_env(kind: str, workdir: str, pg_url: str | None, n: int) -> dict[str, str
 
 
 LATE_FRACTION = 0.02
-"""In the late-arrivals journal: the share of events that arrive 1 to 20 events late."""
+"""In the late-arrivals journal (the `arrivals` scenario of `tools.bench.imports`): the
+share of events that arrive 1 to 20 events late."""
 
 
 def late_mix_path(workdir: str, n: int) -> str:
@@ -315,20 +316,6 @@ def replay_scenario(cfg: Config) -> Scenario:
                  "(no journal)", "replay:memory_fold", {"n": m}, m,
                  series="Ledger.apply in memory (prebuilt events)", panel="journal", n=m),
         ]
-    # A journal where some events arrive late: replay() re-projects each one (and finds
-    # its revisions); fold_canonical() of the same journal is the in-order baseline.
-    late_url = sqlite_url(late_mix_path(wd, small))
-    prepare.append(Call(f"write the {small:,}-event mix to SQLite, "
-                        f"{LATE_FRACTION:.0%} of it arriving late", "replay:build_late_journal",
-                        {"workdir": wd, "n": small}, frozenset()))
-    cases += [
-        Case(f"replay.sqlite.latefold.{small}", f"fold_canonical(), {LATE_FRACTION:.0%} of "
-             "events arriving late", "replay:ours_fold", {"url": late_url, "n": small}, small,
-             baseline=True),
-        Case(f"replay.sqlite.latereplay.{small}", f"replay(), {LATE_FRACTION:.0%} of events "
-             "arriving late (each re-projected)", "replay:ours_replay",
-             {"url": late_url, "n": small}, small, compare=(f"replay.sqlite.latefold.{small}",)),
-    ]
     cases += [
         Case("replay.sqlite.es", "eventsourcing: read the notification log", "replay:es_read",
              {"env": es_env("sqlite", wd, None, n)}, n, baseline=True, needs=frozenset({"es"}),
@@ -362,14 +349,6 @@ def replay_scenario(cfg: Config) -> Scenario:
                f"replay.memory.fold.{n}")),
         Table(f"Full replay of {n:,} events from PostgreSQL",
               ("replay.pg.raw", "replay.pg.es", "replay.pg.replay", "replay.pg.fold")),
-        Table(f"Replay of {small:,} events, {LATE_FRACTION:.0%} of them arriving 1-20 events "
-              "late (SQLite)",
-              (f"replay.sqlite.latefold.{small}", f"replay.sqlite.latereplay.{small}",
-               f"replay.sqlite.replay.{small}"),
-              "replay() re-projects every late event from the nearest snapshot before it and "
-              "records its revisions; fold_canonical() folds the same journal once in "
-              "canonical order, with no revisions; the last row is replay() of the same "
-              "events all arriving in time order."),
         Table("Replay throughput against journal size (SQLite; the chart)",
               tuple(f"replay.{w}.{m}" for m in sizes
                     for w in ("sqlite.raw", "sqlite.replay", "sqlite.fold", "memory.fold"))),
@@ -399,10 +378,6 @@ def replay_scenario(cfg: Config) -> Scenario:
                "ratio", "replay.pg.fold", "replay.pg.raw", 0.5, None, "replay"),
         Target(f"PostgreSQL: fold_canonical() peak RSS < {RSS_LIMIT_MB:.0f} MB", "rss",
                "replay.pg.fold", None, RSS_LIMIT_MB, None, "replay"),
-        Target(f"SQLite: replay() of a journal where {LATE_FRACTION:.0%} arrive late within "
-               "1.5x of the same events in time order", "ratio",
-               f"replay.sqlite.latereplay.{small}", f"replay.sqlite.replay.{small}", 1 / 1.5,
-               f"replay.sqlite.latereplay.{small}", "late arrivals"),
         Target("PostgreSQL: replay() faster than eventsourcing reading its log", "ratio",
                "replay.pg.replay", "replay.pg.es", 1.0, None, "baselines (analogy)"),
     ]

@@ -1,0 +1,131 @@
+"""Partial ledgers read from a checkpoint: one account, or every account without its jobs.
+
+A question about one account needs that account's state, not the journal's: a
+checkpoint keeps each account in a section of its own (`projections.checkpoint`), and
+the credit book partitions by account, so the account's section plus the account's own
+events recorded after the checkpoint give its state, at a cost that does not grow with
+the journal (also after a late event: the newest checkpoint still valid is older then,
+and only the account's events after it are folded).
+
+What would reach across accounts makes these functions answer None, and the caller
+folds the whole ledger (`projections.replay.ledger_at`), which is always right: no
+valid checkpoint, a reversal or a void after it, a job event whose job the account did
+not submit, a submit whose job id another account used first. The account's events are
+found the way `statement` finds them (`projections.queries.walk.account_events`: its
+stream, and the streams of its jobs' events recorded before their submit); an event of
+the account recorded in another account's stream is not seen, as there.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from eventstore import JournalLike, RecordedEvent
+from projections.checkpoint import CheckpointError, CheckpointView, log
+from projections.ledger import Ledger
+from projections.replay import view_at
+
+_JOB_EVENTS = frozenset({"start", "complete", "cancel"})
+_CROSSING = frozenset({"void", "reverse"})
+_CREDITS = frozenset({"grant", "consume", "adjust"})
+"""Event types that change an account's credits and never its jobs or its queue."""
+
+
+def account_ledger_at(journal: JournalLike, account: str, *, to_position: int,
+                      to_time: int | None = None) -> Ledger | None:
+    """A ledger holding `account` alone at event time `to_time` as known at
+    `to_position`, as `ledger_at` would hold it (with the account's jobs when an event
+    after the checkpoint needs them; its queue is not kept); None when a checkpoint and
+    the account's own events cannot say (see the module's docstring)."""
+    found = view_at(journal, to_position=to_position, to_time=to_time)
+    if found is None:
+        return None
+    info, view = found
+    try:
+        return _account_ledger(journal, view, account, info.position, to_position, to_time)
+    except CheckpointError as exc:
+        log.warning("checkpoint at position %s ignored (%s): folding from the journal "
+                    "instead", info.position, exc)
+        return None
+
+
+def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
+                    after: int, to_position: int, to_time: int | None) -> Ledger | None:
+    stretch = list(journal.read(stream=account, after_position=after,
+                                to_position=to_position, to_time=to_time,
+                                order="canonical"))
+    if any(rec.type in _CROSSING for rec in stretch):
+        return None
+    if all(rec.type in _CREDITS for rec in stretch):
+        if any(not isinstance(rec.payload, dict) or rec.payload.get("account") != account
+               for rec in stretch):
+            return None
+        # Nothing after the checkpoint reaches a job or the queue (the usual case: a
+        # checkpoint at the head): the account's section is all it takes. No event of
+        # its jobs can sit in a `job:<id>` stream either: an import puts a job's events
+        # there only while no submit of the job is recorded, and the account submitted
+        # no job since the checkpoint.
+        ledger = view.skeleton()
+        ledger.heads = []
+        state = view.account(account)
+        if state is not None:
+            state.head_key = None  # the queue needs the jobs: it is not read here
+            ledger.accounts[account] = state
+        for rec in stretch:
+            ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
+        return ledger
+    decoded = view.job_columns()
+    known = set(decoded[0]["id"])
+    jobs, live = view.jobs(account, decoded)
+    own_ids = set(jobs)
+    submitted = set()
+    for rec in stretch:
+        payload = rec.payload
+        job = payload.get("job") if isinstance(payload, dict) else None
+        if rec.type == "submit":
+            if payload.get("account") != account or job in known:
+                return None  # another account's job, or an id used before: cross-account
+            submitted.add(job)
+        elif rec.type in _JOB_EVENTS:
+            if job not in own_ids and job not in submitted:
+                return None
+        elif not isinstance(payload, dict) or payload.get("account") != account:
+            return None
+    events = _with_early_job_events(journal, stretch, own_ids | submitted, after,
+                                    to_position, to_time)
+    if events is None:
+        return None
+    ledger = view.skeleton()
+    ledger.heads = []
+    state = view.account(account)
+    if state is not None:
+        state.head_key = None
+        ledger.accounts[account] = state
+    ledger.jobs, ledger.live = jobs, live
+    if state is not None:
+        ledger.requeue(account)
+    for rec in events:
+        ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
+    return ledger
+
+
+def _with_early_job_events(journal: JournalLike, stretch: list[RecordedEvent],
+                           jobs: set[Any], after: int, to_position: int,
+                           to_time: int | None) -> list[RecordedEvent] | None:
+    """The stretch with the events of the account's jobs recorded after the checkpoint
+    in a stream `job:<id>` of their own (an import that named a job before its submit);
+    None if any of them is not a plain job event."""
+    streams = [f"job:{job}" for job in jobs if isinstance(job, str)]
+    if not streams or journal.max_time(streams) is None:
+        return stretch
+    early = [rec for stream in sorted(streams)
+             for rec in journal.read(stream=stream, after_position=after,
+                                     to_position=to_position, to_time=to_time,
+                                     order="canonical")]
+    if not early:
+        return stretch
+    if any(rec.type not in _JOB_EVENTS for rec in early):
+        return None
+    return list(heapq.merge(stretch, sorted(early, key=lambda r: (r.time, r.position)),
+                            key=lambda r: (r.time, r.position)))

@@ -1,0 +1,152 @@
+"""Questions answered from parts of a checkpoint give what a fold of the journal gives."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal, NewEvent
+from projections import queries
+from projections.checkpoint import (
+    CHECKPOINT,
+    MAGIC,
+    CheckpointError,
+    chain_hash_at,
+    decode_checkpoint,
+    encode_checkpoint,
+    latest_valid_checkpoint,
+    open_checkpoint,
+)
+from projections.ledger import Ledger
+from projections.partial import account_ledger_at
+from projections.queries.explain import job_explanation
+from projections.replay import excluded_as_known, fold_canonical, replay
+from tests.replay.test_replay import ACCOUNTS, _journal, _stream, fold_on, histories
+
+HASH = "ab" * 32
+
+
+def _checkpointed(order: list[Any], cut: int, every: int) -> MemoryJournal:
+    """A journal of `order[:cut]` with checkpoints, then the rest appended after them."""
+    journal = _journal(list(order[:cut]))
+    replay(journal, checkpoint=True, checkpoint_every=every)
+    for event_id, kind, time, payload in order[cut:]:
+        journal.append([NewEvent(event_id, _stream(payload), kind, time, payload)])
+    return journal
+
+
+@settings(max_examples=80, deadline=None)
+@given(histories(), st.data())
+def test_each_section_decodes_to_the_part_of_the_ledger_it_holds(
+        events: list[Any], data: st.DataObject) -> None:
+    timeline = sorted(events, key=lambda e: e[2])
+    ledger = fold_on(Ledger(), timeline)
+    view = open_checkpoint(encode_checkpoint(ledger, len(timeline), HASH),
+                           position=len(timeline), chain_hash=HASH)
+    assert view.names == list(ledger.accounts)
+    for name, state in view.accounts().items():
+        assert Ledger(accounts={name: state}).canonical()["accounts"] == \
+            Ledger(accounts={name: ledger.accounts[name]}).canonical()["accounts"]
+    columns, live = view.job_columns()
+    assert columns["id"] == list(ledger.jobs) and live == list(ledger.live)
+    assert columns["state"] == [j.state for j in ledger.jobs.values()]
+    account = data.draw(st.sampled_from(ACCOUNTS))
+    jobs, own_live = view.jobs(account)
+    assert list(jobs) == [j for j, job in ledger.jobs.items() if job.account == account]
+    assert all(jobs[j] is job for j, job in own_live.items())
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), st.data())
+def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
+        events: list[Any], data: st.DataObject) -> None:
+    order = data.draw(st.permutations(events), label="arrival order")
+    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+    journal = _checkpointed(list(order), cut, data.draw(st.integers(1, 5)))
+    position = data.draw(st.integers(0, journal.head()), label="as known at")
+    time = data.draw(st.none() | st.integers(0, len(events) + 1), label="at")
+    want = fold_canonical(journal, to_position=position, to_time=time)
+    for account in ACCOUNTS:
+        got = account_ledger_at(journal, account, to_position=position, to_time=time)
+        if got is None:
+            continue
+        assert set(got.accounts) <= {account}
+        assert (got.canonical()["accounts"].get(account)
+                == want.canonical()["accounts"].get(account))
+        mine = {j: want._canonical_job(j) for j, job in want.jobs.items()
+                if job.account == account}
+        # Its jobs are read only when an event after the checkpoint needs them.
+        assert not got.jobs or {j: got._canonical_job(j) for j in got.jobs} == mine
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories(), st.data())
+def test_reports_and_explanations_from_checkpoints_equal_those_from_a_fold(
+        events: list[Any], data: st.DataObject) -> None:
+    order = data.draw(st.permutations(events), label="arrival order")
+    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+    journal = _checkpointed(list(order), cut, data.draw(st.integers(1, 5)))
+    plain = _journal([])  # the same events, no checkpoint: every answer is a fold
+    for rec in journal.read(order="position"):
+        plain.append([NewEvent(rec.id, rec.stream, rec.type, rec.time, rec.payload)])
+    at = data.draw(st.none() | st.integers(0, len(events) + 1), label="at")
+    for ask in (lambda j: queries.accounts(j, at=at), lambda j: queries.expiring(j, at=at),
+                lambda j: queries.jobs(j), lambda j: queries.jobs(j, state="pending")):
+        assert ask(journal).as_dict() == ask(plain).as_dict()
+    for account in ACCOUNTS:
+        try:
+            want = queries.balance(plain, account, at=at).as_dict()
+        except queries.NothingRecorded:
+            continue
+        except LookupError:
+            with pytest.raises(LookupError):
+                queries.balance(journal, account, at=at)
+            continue
+        assert queries.balance(journal, account, at=at).as_dict() == want
+        try:
+            explained = queries.explain_account(plain, account).as_dict()
+        except LookupError:
+            continue
+        assert queries.explain_account(journal, account).as_dict() == explained
+    for job in sorted({p["job"] for _, _, _, p in events if "job" in p}):
+        head = journal.head()
+        whole = job_explanation(journal.read(order="canonical"), job,
+                                excluded=excluded_as_known(journal, head))
+        assert queries.explain_job(journal, job).as_dict() == whole.as_dict()
+
+
+def _with_version(blob: bytes, version: int) -> bytes:
+    """`blob` re-labelled as another format version, its own hash made to match."""
+    end = blob.index(b"\n", len(MAGIC))
+    header = orjson.loads(blob[len(MAGIC):end])
+    body = blob[end + 1:]
+    header.pop("sha256")
+    header["version"] = version
+    plain = orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+    header["sha256"] = hashlib.sha256(plain + b"\n" + body).hexdigest()
+    return MAGIC + orjson.dumps(header, option=orjson.OPT_SORT_KEYS) + b"\n" + body
+
+
+def test_a_checkpoint_of_an_older_format_version_is_ignored_with_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    journal = _journal([("e1", "grant", 5, {"account": "a", "amount": 3}),
+                        ("e2", "consume", 6, {"account": "a", "amount": 1})])
+    replay(journal, checkpoint=True)
+    (info,) = journal.snapshots(CHECKPOINT)
+    old = _with_version(journal.load_snapshot(info.id), 1)
+    with pytest.raises(CheckpointError, match="version 1"):
+        decode_checkpoint(old, position=info.position,
+                          chain_hash=chain_hash_at(journal, info.position))
+    journal.drop_snapshots(CHECKPOINT)
+    journal.save_snapshot(CHECKPOINT, info.position, info.event_time, info.digest, old)
+    with caplog.at_level(logging.WARNING, logger="projections.checkpoint"):
+        assert latest_valid_checkpoint(journal) is None
+        assert queries.balance(journal, "a").figures.balance == 2
+    assert any("ignored" in r.getMessage() and "version 1" in r.getMessage()
+               for r in caplog.records)
