@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from eventstore import JournalLike
 from projections.ledger import Ledger
-from projections.projector import apply_recorded
 from projections.queries.common import json_time, recorded_position
+from projections.replay import lean_rows, ledger_at
 from projections.reversals import reversed_ids
 from projections.timefmt import parse_time
 
@@ -162,32 +165,35 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
             f"line 1: unknown column(s) {', '.join(unknown)}; expected account, amount, "
             "job or id, and optionally time"])
     rows: list[FileCharge] = []
+    width = len(columns)
+    at_account, at_amount = index["account"], index["amount"]
+    at_job, at_id, at_time = index.get("job"), index.get("id"), index.get("time")
     for number, cells in enumerate(reader, start=2):
-        if not cells or all(not c.strip() for c in cells):
+        if len(cells) != width:
+            if cells and any(c.strip() for c in cells):
+                problems.append(f"line {number}: {len(cells)} cells, the header has {width}")
             continue
-        if len(cells) != len(columns):
-            problems.append(f"line {number}: {len(cells)} cells, the header has "
-                            f"{len(columns)}")
-            continue
-
-        def cell(name: str, cells: list[str] = cells) -> str:
-            return cells[index[name]].strip() if name in index else ""
-
-        account, job, event_id = cell("account"), cell("job"), cell("id")
+        account = cells[at_account].strip()
+        job = cells[at_job].strip() if at_job is not None else ""
+        event_id = cells[at_id].strip() if at_id is not None else ""
+        amount_text = cells[at_amount].strip()
+        time_text = cells[at_time].strip() if at_time is not None else ""
+        if not (account or job or event_id or amount_text or time_text):
+            continue  # a blank line
         if not account:
             problems.append(f"line {number}: no account")
         if bool(job) == bool(event_id):
             problems.append(f"line {number}: give a job or an id (exactly one)")
         try:
-            amount = int(cell("amount"))
+            amount = int(amount_text)
         except ValueError:
-            problems.append(f"line {number}: amount {cell('amount')!r} is not a whole "
+            problems.append(f"line {number}: amount {amount_text!r} is not a whole "
                             "number of credits")
             continue
         time: int | None = None
-        if cell("time"):
+        if time_text:
             try:
-                time = parse_time(cell("time"))
+                time = parse_time(time_text)
             except ValueError as exc:
                 problems.append(f"line {number}: {exc}")
                 continue
@@ -197,39 +203,93 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
     return rows
 
 
+class LedgerCharges:
+    """The ledger's charges as known at a position, from the live projection (the newest
+    valid checkpoint and the events after it: `ledger_at`), never a refold of the journal.
+
+    The projection knows each job's account and charge, which events were anomalies and
+    which were reversed. What it does not keep per event (a usage report's amount, a
+    completion's time) comes from reading the journal: the events between two times (an
+    index), decoding only completions, usage reports and adjustments; an event named
+    outside them is fetched by its id.
+    """
+
+    def __init__(self, journal: JournalLike, position: int) -> None:
+        self.journal = journal
+        self.position = position
+        self.ledger = ledger_at(journal, to_position=position)
+        # The ledger folded every reversal (a reversed one too), so this is every event
+        # reversed as known at `position`, whatever `excluded` it was folded with.
+        self._skipped = reversed_ids(self.ledger.reversals) | {
+            event_id for _, event_id, _ in self.ledger.anomalies}
+
+    def job(self, job_id: str) -> tuple[str, int] | None:
+        """(account, charge) of a job the ledger charged, else None."""
+        job = self.ledger.jobs.get(job_id)
+        return None if job is None or job.charge is None else (job.account, job.charge)
+
+    def between(self, from_time: int | None = None, to_time: int | None = None) -> tuple[
+            dict[str, LedgerCharge], dict[str, LedgerCharge]]:
+        """(job id -> its charge, event id -> usage report or adjustment) of the charges
+        with an event time between the two (inclusive; None: no bound)."""
+        jobs: dict[str, LedgerCharge] = {}
+        events: dict[str, LedgerCharge] = {}
+        skipped, job = self._skipped, self.job
+        # In arrival order, the times filtered by the database: a scan of the table
+        # costs less than walking the (event time, position) index to each row, even
+        # for a part of the journal, and the order of charges does not matter here.
+        for at, event_id, kind, time, payload, _ in lean_rows(
+                self.journal, to_position=self.position, from_time=from_time,
+                to_time=to_time, order="position"):
+            if kind not in _CHARGES or event_id in skipped:
+                continue
+            fields = _fields(payload)
+            if kind == "complete":
+                # The one completion of a job that is no anomaly is the one that charged it.
+                job_id = fields.get("job")
+                charged = job(job_id) if isinstance(job_id, str) else None
+                if charged is not None:
+                    jobs[job_id] = LedgerCharge("job", job_id, charged[0], charged[1], time, at)
+            else:
+                events[event_id] = self._event_charge(kind, event_id, fields, time, at)
+        return jobs, events
+
+    def events(self, event_ids: Iterable[str]) -> dict[str, LedgerCharge]:
+        """The usage reports and adjustments among these ids, fetched by id."""
+        found: dict[str, LedgerCharge] = {}
+        for event_id, rec in self.journal.get_many(event_ids).items():
+            if (rec.position <= self.position and rec.type in _CHARGES
+                    and rec.type != "complete" and event_id not in self._skipped):
+                found[event_id] = self._event_charge(rec.type, event_id, rec.payload,
+                                                     rec.time, rec.position)
+        return found
+
+    @staticmethod
+    def _event_charge(kind: str, event_id: str, fields: Any, time: int,
+                      position: int) -> LedgerCharge:
+        amount = int(fields["amount"])
+        return LedgerCharge(kind, event_id, str(fields["account"]),
+                            amount if kind == "consume" else -amount, time, position)
+
+
 def ledger_charges(journal: JournalLike, position: int) -> tuple[
         dict[str, LedgerCharge], dict[str, LedgerCharge], Ledger]:
-    """(job id -> its charge, event id -> usage report or adjustment, the ledger), from a
-    fold of the events recorded up to `position`. A reversed event is no charge: it takes
-    no part in the fold (nor does a job charge whose completion was reversed)."""
-    found = _charges(journal, position, frozenset())
-    # The fold saw every reversal recorded up to `position`; only when one names an event
-    # (rare: a reversal is a correction) is a second fold needed, skipping what it names.
-    excluded = reversed_ids(found[2].reversals)
-    if excluded:
-        found = _charges(journal, position, excluded)
-    return found
+    """(job id -> its charge, event id -> usage report or adjustment, the ledger), every
+    charge as known at `position`. A reversed event is no charge (nor is a job charge
+    whose completion was reversed); neither is an anomaly."""
+    charges = LedgerCharges(journal, position)
+    jobs, events = charges.between()
+    return jobs, events, charges.ledger
 
 
-def _charges(journal: JournalLike, position: int, excluded: frozenset[str]) -> tuple[
-        dict[str, LedgerCharge], dict[str, LedgerCharge], Ledger]:
-    ledger = Ledger(excluded=excluded)
-    jobs: dict[str, LedgerCharge] = {}
-    events: dict[str, LedgerCharge] = {}
-    for rec in journal.read(to_position=position, order="canonical"):
-        outcome = apply_recorded(ledger, rec)
-        if outcome.anomaly or outcome.account is None:
-            continue
-        if rec.type == "complete" and outcome.charge is not None:
-            job = str(rec.payload["job"])
-            jobs[job] = LedgerCharge("job", job, outcome.account, outcome.charge, rec.time,
-                                     rec.position)
-        elif rec.type in ("consume", "adjust"):
-            amount = int(rec.payload["amount"])
-            charged = amount if rec.type == "consume" else -amount
-            events[rec.id] = LedgerCharge(rec.type, rec.id, outcome.account, charged,
-                                          rec.time, rec.position)
-    return jobs, events, ledger
+_CHARGES = frozenset({"complete", "consume", "adjust"})
+"""The event types that charge an account: a job's completion, a usage report, an
+adjustment (a manual credit being a negative charge)."""
+
+
+def _fields(payload: Any) -> Any:
+    """A payload as `lean_rows` gives it (the stored JSON text, or already decoded)."""
+    return orjson.loads(payload) if isinstance(payload, str | bytes) else payload
 
 
 def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<file>",
@@ -238,42 +298,49 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     (for the accounts the file names, between its earliest and latest time if it has
     times)."""
     position = recorded_position(journal, as_known_at)
-    jobs, events, ledger = ledger_charges(journal, position)
     out = Reconciliation(source, position)
-    seen: set[tuple[str, str]] = set()
-    for row in rows:
-        ref = row.job if row.job is not None else row.event_id
-        charge = jobs.get(ref or "") if row.job is not None else events.get(ref or "")
-        def finding(status: str, ledger_amount: int | None, note: str = "",
-                    row: FileCharge = row) -> Finding:
-            return Finding(status, row.account, row.job, row.event_id, row.amount,
-                           ledger_amount, row.line, row.time, note)
-
-        if row.key in seen:
-            out.findings.append(finding(DUPLICATE, None,
-                                        f"{row.key[0]} {ref} appears earlier in the file"))
-            continue
-        seen.add(row.key)
-        if charge is None:
-            out.findings.append(finding(MISSING_FROM_LEDGER, None, _why_missing(ledger, row)))
-        elif charge.account != row.account:
-            out.findings.append(finding(
-                MISSING_FROM_LEDGER, None,
-                f"the ledger charges {ref} to account {charge.account!r}"))
-        elif charge.amount != row.amount:
-            out.findings.append(finding(AMOUNT_DIFFERS, charge.amount))
-        else:
-            out.findings.append(finding(MATCHED, charge.amount))
-    accounts = sorted({r.account for r in rows})
+    out.accounts = sorted({r.account for r in rows})
     times = [r.time for r in rows if r.time is not None]
-    out.accounts = accounts
     out.time_range = (min(times), max(times)) if times else None
-    wanted = set(accounts)
+    charges = LedgerCharges(journal, position)
+    # Only the charges of the file's time range can be missing from it; a row naming an
+    # event outside the range finds it by id, a job by the projection's job index.
+    span = out.time_range or (None, None)
+    jobs, events = charges.between(*span)
+    events.update(charges.events({r.event_id for r in rows if r.event_id is not None
+                                  and r.event_id not in events}))
+    seen: set[tuple[str, str]] = set()
+    job_charge, findings = charges.job, out.findings
+    for row in rows:
+        ledger_amount: int | None = None
+        note = ""
+        key = row.key
+        if key in seen:
+            status = DUPLICATE
+            note = f"{key[0]} {key[1]} appears earlier in the file"
+        else:
+            seen.add(key)
+            if row.job is not None:
+                charged = job_charge(row.job)
+            else:
+                event = events.get(key[1])
+                charged = None if event is None else (event.account, event.amount)
+            if charged is None:
+                status, note = MISSING_FROM_LEDGER, _why_missing(charges.ledger, row)
+            elif charged[0] != row.account:
+                status = MISSING_FROM_LEDGER
+                note = f"the ledger charges {key[1]} to account {charged[0]!r}"
+            else:
+                ledger_amount = charged[1]
+                status = MATCHED if ledger_amount == row.amount else AMOUNT_DIFFERS
+        findings.append(Finding(status, row.account, row.job, row.event_id, row.amount,
+                                ledger_amount, row.line, row.time, note))
+    wanted = set(out.accounts)
+    low, high = span
     extras = [c for c in (*jobs.values(), *events.values())
               if c.account in wanted and c.amount != 0
               and (("job" if c.kind == "job" else "id"), c.ref) not in seen
-              and (out.time_range is None
-                   or out.time_range[0] <= c.time <= out.time_range[1])]
+              and (low is None or low <= c.time) and (high is None or c.time <= high)]
     extras.sort(key=lambda c: (c.time, c.position))
     for c in extras:
         out.findings.append(Finding(

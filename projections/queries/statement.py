@@ -9,9 +9,10 @@ from typing import Any
 
 from eventstore import PRIVATE_KEY, JournalLike, RecordedEvent
 from projections.creditbook import Expiry, Lineage
+from projections.errors import LedgerError
 from projections.events import GENERAL
 from projections.figures import Figures
-from projections.ledger import refill_due
+from projections.ledger import Ledger, refill_due
 from projections.queries.common import (
     exists_later,
     fold_as_known,
@@ -22,6 +23,7 @@ from projections.queries.common import (
     recorded_text,
     unknown_account,
 )
+from projections.queries.reports import jobs as jobs_report
 from projections.queries.walk import AccountWalk, Step, account_events
 from projections.queries.wording import event_detail, pool_text
 from projections.replay import excluded_as_known
@@ -294,16 +296,11 @@ def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
     builder.fill_memos(journal.private)
 
 
-def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
-              to_time: int | None = None,
-              as_known_at: int | str | None = None) -> Statement:
-    """Every change to `account` with event time <= `to_time` (default: the latest), with
-    a running balance; with `from_time`, an opening line and the changes from then on;
-    from the events recorded up to `as_known_at` (default: all)."""
-    to = latest_time(journal) if to_time is None else to_time
-    position = recorded_position(journal, as_known_at)
+def _walked(journal: JournalLike, account: str, events: list[RecordedEvent] | None,
+            to: int, position: int) -> StatementBuilder:
+    """The account's lines up to event time `to`: from its own events, or (None) from a
+    fold of the whole journal as known at `position`."""
     builder = StatementBuilder(account)
-    events = account_events(journal, account, to_position=position)
     if events is not None:
         # A reversal counts at every event time: those after `to` too.
         builder.walk.ledger.excluded = reversed_ids({
@@ -313,10 +310,60 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
             if rec.time > to:
                 break
             builder.apply(rec)
-    else:  # the account's stream is not the whole story: fold the whole journal
+    else:
         builder.walk.ledger.excluded = excluded_as_known(journal, position)
         for rec in journal.read(to_time=to, to_position=position, order="canonical"):
             builder.apply(rec)
+    return builder
+
+
+def _own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
+              position: int) -> dict[str, tuple[str, int | None]] | None:
+    """The account's jobs as the projection holds them (job -> (state, charge)), asked of
+    the jobs report (its job index: the newest checkpoint and the events after it, not a
+    refold) for an account whose events submit jobs; {} for one that submits none.
+
+    None when the account's events submit a job id the projection gives to another
+    account (submitted there first: this submit is an anomaly of the fold, which the
+    account's events alone would take as accepted), or to none."""
+    submitted = {job for rec in events if rec.type == "submit"
+                 and isinstance(job := rec.payload.get("job"), str)}
+    if not submitted:
+        return {}
+    try:
+        rows = jobs_report(journal, account=account, as_known_at=position).rows
+    except LedgerError:  # the projection does not know the account: none is its own
+        return None
+    own = {row.job: (row.state, row.charge) for row in rows}
+    return own if submitted <= own.keys() else None
+
+
+def _jobs_differ(ledger: Ledger, own: dict[str, tuple[str, int | None]]) -> bool:
+    """Whether a fold of the account's events leaves any of its jobs otherwise than the
+    projection does."""
+    jobs = ledger.jobs
+    return any((job := jobs.get(job_id)) is None or (job.state, job.charge) != held
+               for job_id, held in own.items())
+
+
+def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
+              to_time: int | None = None,
+              as_known_at: int | str | None = None) -> Statement:
+    """Every change to `account` with event time <= `to_time` (default: the latest), with
+    a running balance; with `from_time`, an opening line and the changes from then on;
+    from the events recorded up to `as_known_at` (default: all)."""
+    latest = latest_time(journal)
+    to = latest if to_time is None else to_time
+    position = recorded_position(journal, as_known_at)
+    events = account_events(journal, account, to_position=position)
+    own = None if events is None else _own_jobs(journal, account, events, position)
+    if own is None:  # the account's stream is not the whole story: fold the whole journal
+        events = None
+    builder = _walked(journal, account, events, to, position)
+    if own and to >= latest and _jobs_differ(builder.walk.ledger, own):
+        # A job's events recorded in another account's stream (an import holding the
+        # job id twice puts them in the later submitter's): the whole fold tells.
+        builder = _walked(journal, account, None, to, position)
     builder.finish(to)
     _memos_kept_apart(journal, builder)
     walk = builder.walk

@@ -1,0 +1,197 @@
+"""The charges `reconcile` compares a file with: taken from the live projection (the
+newest valid checkpoint and the events after it) plus one read of the journal, they are
+exactly those a straight fold of the journal reports, event by event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal, NewEvent
+from projections.ledger import Ledger
+from projections.projector import apply_recorded
+from projections.queries.reconcile import FileCharge, ledger_charges, reconcile
+from projections.replay import replay
+from projections.reversals import reversed_ids
+
+Raw = tuple[str, str, str, int, dict[str, Any]]  # (id, stream, type, time, payload)
+ACCOUNTS = ("a", "b")
+
+
+@st.composite
+def journals(draw: st.DrawFn) -> list[Raw]:
+    """Grants, usage, adjustments and jobs of two accounts, out of time order; some job
+    ids submitted by both accounts, jobs completed twice, events reversed."""
+    # A first grant no reversal names: a checkpoint of nothing but reversed events is not
+    # what this is about.
+    first: Raw = ("g", "a", "grant", 0, {"account": "a", "amount": 50})
+    events: list[Raw] = []
+    jobs: list[tuple[str, str]] = []
+    for n in range(draw(st.integers(1, 18))):
+        kind = draw(st.sampled_from(["grant", "grant", "consume", "adjust", "submit", "submit",
+                                     "start", "complete", "complete", "reverse"]))
+        time = draw(st.integers(0, 20))
+        account = draw(st.sampled_from(ACCOUNTS))
+        stream = account
+        payload: dict[str, Any]
+        if kind in ("grant", "consume"):
+            payload = {"account": account, "amount": draw(st.integers(1, 40))}
+        elif kind == "adjust":
+            payload = {"account": account, "amount": draw(st.integers(-30, 30).filter(bool)),
+                       "reason": "correction"}
+        elif kind == "submit":
+            reuse = bool(jobs) and draw(st.booleans())
+            job = draw(st.sampled_from(jobs))[0] if reuse else f"j{n}"
+            payload = {"account": account, "job": job, "cost": draw(st.integers(0, 30)),
+                       "priority": 1}
+            jobs.append((job, account))
+        elif kind == "reverse":
+            if not events:
+                continue
+            target = draw(st.sampled_from(events))
+            stream = target[1]
+            payload = {"event": target[0], "reason": "wrong"}
+        else:
+            if not jobs:
+                continue
+            job, stream = draw(st.sampled_from(jobs))
+            payload = {"job": job}
+            if kind == "complete":
+                payload["success"] = draw(st.booleans())
+        events.append((f"e{n}", stream, kind, time, payload))
+    return [first, *events]
+
+
+def folded_charges(journal: MemoryJournal, position: int) -> tuple[dict[str, Any],
+                                                                  dict[str, Any]]:
+    """The reference: a straight fold in canonical order, reading each event's outcome
+    (folded again without the reversed events when there are any)."""
+    probe = Ledger()
+    for rec in journal.read(to_position=position):
+        apply_recorded(probe, rec)
+    ledger = Ledger(excluded=reversed_ids(probe.reversals))
+    jobs: dict[str, Any] = {}
+    events: dict[str, Any] = {}
+    for rec in journal.read(to_position=position):
+        outcome = apply_recorded(ledger, rec)
+        if outcome.anomaly or outcome.account is None:
+            continue
+        if rec.type == "complete" and outcome.charge is not None:
+            jobs[rec.payload["job"]] = (outcome.account, outcome.charge, rec.time,
+                                        rec.position)
+        elif rec.type in ("consume", "adjust"):
+            amount = int(rec.payload["amount"])
+            events[rec.id] = (outcome.account, amount if rec.type == "consume" else -amount,
+                              rec.time, rec.position)
+    return jobs, events
+
+
+def charges(journal: MemoryJournal, position: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    jobs, events, _ = ledger_charges(journal, position)
+    return ({k: (c.account, c.amount, c.time, c.position) for k, c in jobs.items()},
+            {k: (c.account, c.amount, c.time, c.position) for k, c in events.items()})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=journals(), cut=st.integers(0, 19), known=st.integers(0, 19))
+def test_charges_from_the_projection_are_those_of_a_straight_fold(
+        events: list[Raw], cut: int, known: int) -> None:
+    journal = MemoryJournal()
+    cut = min(cut, len(events))
+    if cut:
+        journal.append([NewEvent(*raw) for raw in events[:cut]])
+        replay(journal, checkpoint=True, checkpoint_every=max(1, cut // 2))
+    for raw in events[cut:]:  # one at a time: later ones land before the checkpoints
+        journal.append([NewEvent(*raw)])
+    head = journal.head()
+    for position in sorted({head, min(known, head)}):
+        assert charges(journal, position) == folded_charges(journal, position), position
+
+
+@st.composite
+def files(draw: st.DrawFn, jobs: dict[str, Any], events: dict[str, Any]) -> list[FileCharge]:
+    """Rows naming the ledger's charges (some with another amount or account), jobs and
+    ids it does not charge, duplicates; with or without times."""
+    known = [("job", k, v) for k, v in jobs.items()] + [("id", k, v) for k, v in
+                                                       events.items()]
+    rows: list[FileCharge] = []
+    timed = draw(st.booleans())
+    for line in range(2, 2 + draw(st.integers(0, 8))):
+        if known and draw(st.integers(0, 3)) != 0:
+            kind, ref, (account, amount, time, _) = draw(st.sampled_from(known))
+            amount += draw(st.sampled_from([0, 0, 1]))
+            account = draw(st.sampled_from([account, account, "b" if account == "a" else "a"]))
+        else:
+            kind = draw(st.sampled_from(["job", "id"]))
+            ref = draw(st.sampled_from(["j1", "j2", "e3", "e5", "nope"]))
+            account, amount, time = "a", draw(st.integers(0, 30)), draw(st.integers(0, 20))
+        rows.append(FileCharge(line, account, amount, ref if kind == "job" else None,
+                               ref if kind == "id" else None,
+                               time + draw(st.integers(-2, 2)) if timed else None))
+    return rows
+
+
+def reconciled(jobs: dict[str, Any], events: dict[str, Any],
+               rows: list[FileCharge]) -> list[tuple[Any, ...]]:
+    """The reference verdicts: every row against every charge, then the charges of the
+    file's accounts and time range that it lacks."""
+    out: list[tuple[Any, ...]] = []
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        charge = jobs.get(row.job) if row.job is not None else events.get(row.event_id or "")
+        if row.key in seen:
+            status, ledger = "duplicate", None
+        elif charge is None or charge[0] != row.account:
+            status, ledger = "missing_from_ledger", None
+        else:
+            status = "matched" if charge[1] == row.amount else "amount_differs"
+            ledger = charge[1]
+        seen.add(row.key)
+        out.append((status, row.line, row.account, row.job, row.event_id, row.amount, ledger,
+                    row.time))
+    times = [r.time for r in rows if r.time is not None]
+    accounts = {r.account for r in rows}
+    extras: list[tuple[Any, ...]] = [(c[2], c[3], k, None, c) for k, c in jobs.items()
+                                     if ("job", k) not in seen]
+    extras += [(c[2], c[3], None, k, c) for k, c in events.items() if ("id", k) not in seen]
+    for _, _, job, event_id, c in sorted(extras, key=lambda e: (e[0], e[1])):
+        if c[0] in accounts and c[1] and (not times or min(times) <= c[2] <= max(times)):
+            out.append(("missing_from_file", None, c[0], job, event_id, None, c[1], c[2]))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=journals(), cut=st.integers(0, 19), data=st.data())
+def test_reconcile_gives_the_verdicts_of_every_row_against_every_charge(
+        events: list[Raw], cut: int, data: st.DataObject) -> None:
+    journal = MemoryJournal()
+    cut = min(cut, len(events))
+    if cut:
+        journal.append([NewEvent(*raw) for raw in events[:cut]])
+        replay(journal, checkpoint=True)
+    for raw in events[cut:]:
+        journal.append([NewEvent(*raw)])
+    jobs, charged = folded_charges(journal, journal.head())
+    rows = data.draw(files(jobs, charged))
+    found = [(f.status, f.line, f.account, f.job, f.event_id, f.file_amount,
+              f.ledger_amount, f.time) for f in reconcile(journal, rows).findings]
+    assert found == reconciled(jobs, charged, rows)
+
+
+def test_a_job_submitted_by_two_accounts_is_charged_to_the_first() -> None:
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 100}),
+        NewEvent("g2", "b", "grant", 1, {"account": "b", "amount": 100}),
+        NewEvent("s1", "a", "submit", 2, {"account": "a", "job": "j", "cost": 30,
+                                          "priority": 1}),
+        NewEvent("s2", "b", "submit", 3, {"account": "b", "job": "j", "cost": 50,
+                                          "priority": 1}),
+        NewEvent("st", "b", "start", 4, {"job": "j"}),
+        NewEvent("c1", "b", "complete", 5, {"job": "j", "success": True}),
+    ])
+    replay(journal, checkpoint=True)
+    jobs, _ = charges(journal, journal.head())
+    assert jobs == {"j": ("a", 30, 5, 6)}
