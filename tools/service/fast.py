@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -33,12 +33,9 @@ from tools.service.auth import READ, WORKER, Authority
 from tools.service.ledger import STALE, Busy, LedgerService
 from tools.service.models import BalanceAnswer, UsageAnswer, UsageBody
 from tools.service.problems import from_exception
+from tools.service.strict_body import Receive, Scope, Send, replaying
 from tools.service.times import check_far
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Starlette's `{account}` matches one non-empty path segment.
@@ -135,7 +132,7 @@ class FastRoutes:
             parsed = _usage_body(body)
             check_far("time", parsed.time, self.service.allow_far_times)
         except (_Fallback, ValueError):
-            await self.app(scope, _replaying(body, not complete, receive), send)
+            await self.app(scope, replaying(body, not complete, receive), send)
             return
         try:
             answer = await self.service.decide(commands.Usage(
@@ -235,15 +232,3 @@ def _usage_body(body: bytes) -> UsageBody:
         raise _Fallback from None
 
 
-def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:
-    """`receive` for the route: the body read so far first, then the rest (if any)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": more}
-
-    return replay

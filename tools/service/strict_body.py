@@ -19,6 +19,21 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """`receive` for the app behind a middleware that read the body: the body read so far
+    first, then the rest (if any, `more`)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": more}
+
+    return replay
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 32 * 1024 * 1024
@@ -63,13 +78,4 @@ class StrictJsonBodies:
                 await problem_response(422, f"invalid JSON body: {exc}", slug="invalid")(
                     scope, receive, send)
                 return
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, False, receive), send)
