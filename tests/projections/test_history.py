@@ -4,6 +4,7 @@ every position."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,13 @@ def arrivals(draw: st.DrawFn) -> MemoryJournal:
     """A generated journal recorded in a shuffled order (so some events arrive late), with
     reversals of earlier events (and of reversals) recorded among them."""
     events: list[Raw] = draw(journals().filter(bool))
-    order = draw(st.permutations(range(len(events))))
+    return recorded_in(draw, events, draw(st.permutations(range(len(events)))), 6)
+
+
+def recorded_in(draw: st.DrawFn, events: list[Raw], order: Sequence[int],
+                reversal_one_in: int) -> MemoryJournal:
+    """`events` recorded in `order`, each followed, one time in `reversal_one_in`, by a
+    reversal of an event recorded before it (or of a reversal)."""
     journal = MemoryJournal()
     recorded: list[tuple[str, str]] = []  # (id, stream)
     for n, i in enumerate(order):
@@ -30,7 +37,7 @@ def arrivals(draw: st.DrawFn) -> MemoryJournal:
         stream = stream_of(raw, events)
         journal.append([NewEvent(raw[0], stream, raw[1], raw[2], raw[3])])
         recorded.append((raw[0], stream))
-        if draw(st.integers(0, 5)) == 0:
+        if draw(st.integers(0, reversal_one_in - 1)) == 0:
             target, target_stream = draw(st.sampled_from(recorded))
             rid = f"r{n}"
             journal.append([NewEvent(rid, target_stream, "reverse", draw(st.integers(0, 25)),

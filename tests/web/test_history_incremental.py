@@ -17,7 +17,8 @@ from projections.queries.history import (
     account_history,
     extended_history,
 )
-from tests.projections.test_reversals import ACCOUNTS, Raw, journals, stream_of
+from tests.projections.test_history import recorded_in
+from tests.projections.test_reversals import ACCOUNTS, Raw, journals
 
 
 @st.composite
@@ -29,20 +30,7 @@ def appends(draw: st.DrawFn) -> MemoryJournal:
     for _ in range(draw(st.integers(0, 3))):  # move one event later: it arrives late
         moved = order.pop(draw(st.integers(0, len(order) - 1)))
         order.insert(draw(st.integers(0, len(order))), moved)
-    journal = MemoryJournal()
-    recorded: list[tuple[str, str]] = []  # (id, stream)
-    for n, i in enumerate(order):
-        raw = events[i]
-        stream = stream_of(raw, events)
-        journal.append([NewEvent(raw[0], stream, raw[1], raw[2], raw[3])])
-        recorded.append((raw[0], stream))
-        if draw(st.integers(0, 9)) == 0:
-            target, target_stream = draw(st.sampled_from(recorded))
-            rid = f"r{n}"
-            journal.append([NewEvent(rid, target_stream, "reverse", draw(st.integers(0, 25)),
-                                     {"event": target, "reason": "wrong"})])
-            recorded.append((rid, target_stream))
-    return journal
+    return recorded_in(draw, events, order, 10)
 
 
 def answer(history: AccountHistory) -> tuple[Any, ...]:
