@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from eventstore import JournalLike, RecordedEvent
+from eventstore import JournalLike, RecordedEvent, SnapshotInfo
 from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
@@ -108,6 +108,19 @@ class JournalView:
         """The last position recorded by `recorded_at`, within the view."""
         found = self._journal.position_at(recorded_at)
         return found if self.position is None else min(found, self.position)
+
+    def snapshots(self, name: str) -> list[SnapshotInfo]:
+        """The journal's checkpoints that the view can start from: those at or before its
+        position (a checkpoint holds every event up to its own); none for one stream's
+        view, whose fold a checkpoint of every stream is not."""
+        if self.stream is not None:
+            return []
+        return [info for info in self._journal.snapshots(name)
+                if self.position is None or info.position <= self.position]
+
+    def load_snapshot(self, snapshot_id: int) -> bytes:
+        """The state bytes of one of the journal's snapshots."""
+        return self._journal.load_snapshot(snapshot_id)
 
 
 class AuditSource:
