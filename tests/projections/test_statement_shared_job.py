@@ -9,14 +9,19 @@ from projections.queries.walk import account_events
 from projections.replay import replay
 
 
-def _shared_job(checkpointed: bool) -> MemoryJournal:
-    journal = MemoryJournal()
-    journal.append([
+def _opening() -> list[NewEvent]:
+    """Both accounts granted, then a submits job j."""
+    return [
         NewEvent("g-a", "a", "grant", 1, {"account": "a", "amount": 100}),
         NewEvent("g-b", "b", "grant", 1, {"account": "b", "amount": 100}),
         NewEvent("s-a", "a", "submit", 2, {"account": "a", "job": "j", "cost": 30,
                                            "priority": 1}),
-    ])
+    ]
+
+
+def _shared_job(checkpointed: bool) -> MemoryJournal:
+    journal = MemoryJournal()
+    journal.append(_opening())
     if checkpointed:
         replay(journal, checkpoint=True)
     journal.append([NewEvent("s-b", "b", "submit", 3, {"account": "b", "job": "j",
@@ -69,10 +74,7 @@ def test_the_first_submitter_sees_its_job_events_recorded_in_the_other_stream() 
     # stream, and they are the first submitter's job's events.
     journal = MemoryJournal()
     journal.append([
-        NewEvent("g-a", "a", "grant", 1, {"account": "a", "amount": 100}),
-        NewEvent("g-b", "b", "grant", 1, {"account": "b", "amount": 100}),
-        NewEvent("s-a", "a", "submit", 2, {"account": "a", "job": "j", "cost": 30,
-                                           "priority": 1}),
+        *_opening(),
         NewEvent("s-b", "b", "submit", 3, {"account": "b", "job": "j", "cost": 50,
                                            "priority": 1}),
         NewEvent("st", "b", "start", 4, {"job": "j"}),
