@@ -133,9 +133,9 @@ def print_table(table: Table, out: Console | None = None) -> None:
         if out.is_terminal:
             out.width = max(out.width, width)
             for line in lines:
-                out.print(line, no_wrap=True, overflow="ignore", crop=False)
+                out.print(Text.assemble(*line), no_wrap=True, overflow="ignore", crop=False)
         else:
-            out.file.write("".join(line.plain.rstrip() + "\n" for line in lines))
+            out.file.write("".join(tables.plain(line).rstrip() + "\n" for line in lines))
             out.file.flush()
         return
     needed = fit(table, out)
