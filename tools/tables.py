@@ -25,15 +25,18 @@ Part = str | Text
 """A piece of a laid-out line: plain text, or text with a style."""
 
 
-def _cell(value: object) -> tuple[str, Text | None] | None:
-    """A cell as (its plain text, its Text when it carries a style), or None when it could
-    be anything else than one line of text."""
+Cell = tuple[str, Text | None, int]
+"""A cell laid out: its plain text, its Text when it carries a style, its width."""
+
+
+def _cell(value: object) -> Cell | None:
+    """A cell as one line of text, or None when it could be anything else."""
     if isinstance(value, str):
-        if value.isprintable():
-            return value, None
-        text = Text(value)  # Rich drops some control codes: let it say which
-        return (None if "\n" in value or "\t" in value or "\r" in value
-                else (text.plain, None))
+        if not value.isprintable():
+            if "\n" in value or "\t" in value or "\r" in value:
+                return None
+            value = Text(value).plain  # Rich drops some control codes: let it say which
+        return value, None, _width(value)
     if isinstance(value, Text):
         if value.justify is not None or value.overflow is not None or value.no_wrap is not None:
             return None
@@ -41,7 +44,7 @@ def _cell(value: object) -> tuple[str, Text | None] | None:
         if "\n" in plain or "\t" in plain or "\r" in plain:
             return None
         styled = bool(value.style) or bool(value.spans)
-        return plain, value if styled else None
+        return plain, value if styled else None, _width(plain)
     return None
 
 
@@ -72,20 +75,19 @@ def layout(table: Table, out: Console) -> tuple[list[list[Part]], int] | None:
     """
     if not table.columns or not _eligible(table):
         return None
-    columns: list[list[tuple[str, Text | None]]] = []
+    columns: list[list[Cell]] = []
     widths: list[int] = []
     flexible = fixed = 0
     for index, column in enumerate(table.columns):
-        cells: list[tuple[str, Text | None]] = []
+        cells: list[Cell] = []
         widest = 0
         for value in (column.header, *column._cells):
             cell = _cell(value)
             if cell is None:
                 return None
             cells.append(cell)
-            width = _width(cell[0])
-            if width > widest:
-                widest = width
+            if cell[2] > widest:
+                widest = cell[2]
         if column.max_width is not None and widest > column.max_width:
             return None  # a cell folds at the column's maximum: Rich's layout
         if column.min_width is not None:
@@ -127,11 +129,11 @@ def layout(table: Table, out: Console) -> tuple[list[list[Part]], int] | None:
             left, right, divider = the_box.mid_left, the_box.mid_right, the_box.mid_vertical
         parts: list[Part] = []
         text = left  # plain text gathered until a styled cell needs a part of its own
-        for index, ((plain, styled), (pad_left, pad_right, right_justified, width)) in \
+        for index, ((plain, styled, used), (pad_left, pad_right, right_justified, width)) in \
                 enumerate(zip(row, shapes, strict=True)):
             if index:
                 text += divider
-            room = width - pad_left - pad_right - _width(plain)
+            room = width - pad_left - pad_right - used
             text += " " * (pad_left + (room if right_justified else 0))
             if number == 0:
                 parts += [text, Text(plain, style=header_style)]
