@@ -31,6 +31,7 @@ from projections.errors import (
     UnknownAccount,
     UnknownJob,
 )
+from tools.service.models import Problem
 
 PROBLEM_JSON = "application/problem+json"
 _BASE = "https://gpu-credits.invalid/problems/"
@@ -129,6 +130,13 @@ def problem_body(status: int, detail: str, slug: str | None = None,
     if errors:
         body["errors"] = [{"index": i, "detail": d} for i, d in errors]
     return body
+
+
+def documented(answers: Sequence[tuple[int, str]]) -> dict[int | str, dict[str, Any]]:
+    """A router's `responses` for the OpenAPI document: each status, with why it is
+    answered, as a `Problem` in `application/problem+json`."""
+    return {status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
+            for status, why in answers}
 
 
 def problem_response(status: int, detail: str, *, slug: str | None = None,

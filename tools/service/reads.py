@@ -39,13 +39,12 @@ from tools.service.models import (
     Head,
     JobAnswer,
     JournalPage,
-    Problem,
     RevisionsPage,
     StatementAnswer,
     VerifyAnswer,
     VerifyBody,
 )
-from tools.service.problems import PROBLEM_JSON, ServiceProblem
+from tools.service.problems import ServiceProblem, documented
 from tools.service.times import parse_event_time
 
 log = logging.getLogger("gpu_credits.service")
@@ -53,15 +52,12 @@ T = TypeVar("T")
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(needs(READ))])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
-    for status, why in [
-        (401, "no or unknown bearer token (when tokens are configured)"),
-        (404, "unknown account or job"),
-        (422, "invalid parameters"),
-        (503, "database unavailable or service starting"),
-    ]
-}
+_ERRORS = documented([
+    (401, "no or unknown bearer token (when tokens are configured)"),
+    (404, "unknown account or job"),
+    (422, "invalid parameters"),
+    (503, "database unavailable or service starting"),
+])
 
 TimeParam = Annotated[str | None, Query(
     description="event time: an integer or ISO 8601 with an offset (default: the latest)",

@@ -34,13 +34,12 @@ from tools.service.models import (
     JobCancelledAnswer,
     JobSettled,
     JobSubmitted,
-    Problem,
     StartedJob,
     TimeBody,
     UsageAnswer,
     UsageBody,
 )
-from tools.service.problems import PROBLEM_JSON, ServiceProblem
+from tools.service.problems import ServiceProblem, documented
 from tools.service.times import check_far, parse_event_time
 
 router = APIRouter(prefix="/v1")
@@ -50,17 +49,14 @@ IdempotencyKey = Annotated[str | None, Header(
     description="becomes the event id; repeat it to retry safely (same body: same answer, "
                 "nothing appended; another body: 409)")]
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
-    for status, why in [
-        (401, "no or unknown bearer token (when tokens are configured)"),
-        (403, "the token's role may not do this"),
-        (404, "unknown account or job"),
-        (409, "idempotency conflict, or a transition the job's state does not allow"),
-        (422, "invalid body, parameters or key; nothing appended"),
-        (503, "database unavailable or service starting; retry with the same key"),
-    ]
-}
+_ERRORS = documented([
+    (401, "no or unknown bearer token (when tokens are configured)"),
+    (403, "the token's role may not do this"),
+    (404, "unknown account or job"),
+    (409, "idempotency conflict, or a transition the job's state does not allow"),
+    (422, "invalid body, parameters or key; nothing appended"),
+    (503, "database unavailable or service starting; retry with the same key"),
+])
 
 
 def _service(request: Request) -> LedgerService:
