@@ -13,6 +13,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -21,6 +22,7 @@ from projections import importing
 from projections.events import require_name
 from tools.service import commands
 from tools.service.auth import FINANCE, WORKER, needs
+from tools.service.groupcommit import Command
 from tools.service.ledger import LedgerService
 from tools.service.models import (
     AccountBody,
@@ -81,16 +83,23 @@ def _far(service: LedgerService, **times: int | None) -> None:
             raise ServiceProblem(422, str(exc), slug="invalid") from None
 
 
+async def _decide(request: Request, time: int | None, idempotency_key: str | None,
+                  command: Callable[[str | None], Command]) -> Any:
+    """Every single-decision write: refuse a far event time, then a bad key, then hand the
+    command, built with the key as its event id, to the writer."""
+    service = _service(request)
+    _far(service, time=time)
+    return await service.decide(command(_key(idempotency_key)))
+
+
 @router.post("/accounts", status_code=201, response_model=AccountCreated,
              responses=_ERRORS, dependencies=[Depends(needs(FINANCE))],
              summary="Open an account")
 async def open_account(body: AccountBody, request: Request,
                        idempotency_key: IdempotencyKey = None) -> Any:
     """Open an account (409 if an `account` event opened it before)."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.OpenAccount(
-        _key(idempotency_key), body.account, body.max_running, body.time))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.OpenAccount(
+        key, body.account, body.max_running, body.time))
 
 
 @router.post("/accounts/{account}/grants", status_code=201, response_model=GrantAnswer,
@@ -99,11 +108,9 @@ async def open_account(body: AccountBody, request: Request,
 async def grant(account: str, body: GrantBody, request: Request,
                 idempotency_key: IdempotencyKey = None) -> Any:
     """Grant credits valid for `time <= t < expiry` (opens the account if needed)."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Grant(
-        _key(idempotency_key), account, body.amount, body.expiry, body.pool, body.priority,
-        body.memo, body.time))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Grant(
+        key, account, body.amount, body.expiry, body.pool, body.priority, body.memo,
+        body.time))
 
 
 @router.post("/accounts/{account}/usage", status_code=201, response_model=UsageAnswer,
@@ -112,11 +119,8 @@ async def grant(account: str, body: GrantBody, request: Request,
 async def usage(account: str, body: UsageBody, request: Request,
                 idempotency_key: IdempotencyKey = None) -> Any:
     """Record credits used; beyond the active credits it becomes debt (`debt` after it)."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Usage(
-        _key(idempotency_key), account, body.amount, body.pool, body.memo, body.time,
-        body.user))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Usage(
+        key, account, body.amount, body.pool, body.memo, body.time, body.user))
 
 
 @router.post("/jobs", status_code=201, response_model=JobSubmitted,
@@ -126,11 +130,9 @@ async def submit(body: JobBody, request: Request,
                  idempotency_key: IdempotencyKey = None) -> Any:
     """Reserve the job's cost; an unaffordable job is a recorded rejection (201, with
     `accepted: false` and the reason), not an error."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Submit(
-        _key(idempotency_key), body.job, body.account, body.cost, body.priority, body.pool,
-        body.time, body.user))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Submit(
+        key, body.job, body.account, body.cost, body.priority, body.pool, body.time,
+        body.user))
 
 
 @router.post("/jobs/start-next", response_model=StartedJob,
@@ -139,10 +141,9 @@ async def submit(body: JobBody, request: Request,
 async def start_next(request: Request, body: TimeBody | None = None,
                      idempotency_key: IdempotencyKey = None) -> Any:
     """Start the highest-priority, oldest pending job whose account is below its cap."""
-    service = _service(request)
     time = body.time if body is not None else None
-    _far(service, time=time)
-    started = await service.decide(commands.StartNext(_key(idempotency_key), time))
+    started = await _decide(request, time, idempotency_key,
+                            lambda key: commands.StartNext(key, time))
     if started is None:
         return Response(status_code=204)
     return started
@@ -153,10 +154,8 @@ async def start_next(request: Request, body: TimeBody | None = None,
 async def complete(job: str, body: CompleteBody, request: Request,
                    idempotency_key: IdempotencyKey = None) -> Any:
     """Settle a running job: success charges its cost, failure `floor(cost * (1 - f))`."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Complete(
-        _key(idempotency_key), job, body.success, float(body.refund_fraction), body.time))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Complete(
+        key, job, body.success, float(body.refund_fraction), body.time))
 
 
 @router.post("/jobs/{job}/cancel", response_model=JobCancelledAnswer, responses=_ERRORS,
@@ -164,10 +163,9 @@ async def complete(job: str, body: CompleteBody, request: Request,
 async def cancel(job: str, request: Request, body: TimeBody | None = None,
                  idempotency_key: IdempotencyKey = None) -> Any:
     """Cancel a pending job and release its reservation (again: no change)."""
-    service = _service(request)
     time = body.time if body is not None else None
-    _far(service, time=time)
-    return await service.decide(commands.Cancel(_key(idempotency_key), job, time))
+    return await _decide(request, time, idempotency_key,
+                         lambda key: commands.Cancel(key, job, time))
 
 
 # -- a batch of events ----------------------------------------------------------------------
