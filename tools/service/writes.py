@@ -23,7 +23,7 @@ from projections.events import require_name
 from tools.service import commands
 from tools.service.auth import FINANCE, WORKER, needs
 from tools.service.groupcommit import Command
-from tools.service.ledger import LedgerService
+from tools.service.ledger import LedgerService, service_of
 from tools.service.models import (
     AccountBody,
     AccountCreated,
@@ -61,11 +61,6 @@ _ERRORS = documented([
 ])
 
 
-def _service(request: Request) -> LedgerService:
-    service: LedgerService = request.app.state.ledger
-    return service
-
-
 def _key(value: str | None) -> str | None:
     if value is None:
         return None
@@ -87,7 +82,7 @@ async def _decide(request: Request, time: int | None, idempotency_key: str | Non
                   command: Callable[[str | None], Command]) -> Any:
     """Every single-decision write: refuse a far event time, then a bad key, then hand the
     command, built with the key as its event id, to the writer."""
-    service = _service(request)
+    service = service_of(request)
     _far(service, time=time)
     return await service.decide(command(_key(idempotency_key)))
 
@@ -226,7 +221,7 @@ async def append_events(body: EventsBody, request: Request,
     bad event by its index. Events without `id` take one from the Idempotency-Key (KEY,
     KEY/2, ...), or without a key the id `import` would give them; events already recorded
     count as `already_present`."""
-    service = _service(request)
+    service = service_of(request)
     key = _key(idempotency_key)
     cache: _AnswerCache = request.app.state.event_answers
     fingerprint = ""  # only a keyed batch is remembered
