@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from tools.bench.storage import (
     schema_url,
     sqlite_url,
 )
-from tools.bench.workload import MixEvent, realistic_mix
+from tools.bench.workload import append_mix, realistic_mix
 
 RSS_LIMIT_MB = 250.0
 
@@ -83,23 +82,9 @@ def build_late_journal(t: Timing, workdir: str, n: int) -> None:
     remove_sqlite(late_mix_path(workdir, n))
     journal = Journal(sqlite_url(late_mix_path(workdir, n)))
     with t.measure():
-        _append_all(journal, with_late_arrivals(realistic_mix(n), LATE_FRACTION), 1000)
+        append_mix(journal, with_late_arrivals(realistic_mix(n), LATE_FRACTION), 1000)
     t.note("head", journal.head())
     journal.close()
-
-
-def _append_all(journal: Any, events: Iterable[MixEvent], batch: int) -> None:
-    """Append the mix's events to our journal, `batch` per append."""
-    from eventstore import NewEvent
-
-    buf: list[Any] = []
-    for e in events:
-        buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
-        if len(buf) == batch:
-            journal.append(buf)
-            buf = []
-    if buf:
-        journal.append(buf)
 
 
 def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
@@ -114,7 +99,7 @@ def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int
         remove_sqlite(mix_path(workdir, n))
     journal = Journal(journal_url(kind, workdir, pg_url, n))
     with t.measure():
-        _append_all(journal, realistic_mix(n), batch)
+        append_mix(journal, realistic_mix(n), batch)
     t.note("head", journal.head())
     journal.close()
     if kind == "sqlite":
