@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tools.bench.runner import Call, Case, Config, Scenario, Section, Table, Target, Timing
 from tools.bench.storage import (
@@ -40,6 +41,8 @@ from tools.bench.storage import (
     sqlite_url,
 )
 from tools.bench.workload import append_mix, realistic_mix
+
+T = TypeVar("T")
 
 RSS_LIMIT_MB = 250.0
 
@@ -129,17 +132,23 @@ def build_es(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int) -> 
 # -- the cases -----------------------------------------------------------------------------
 
 
-def ours_replay(t: Timing, url: str, n: int) -> None:
-    """projections.replay.replay: the journal in arrival order through a Projector."""
+def _timed(t: Timing, url: str, work: Callable[[Any], T]) -> T:
+    """`work` on our journal at `url`, timed; opening and closing the journal are not."""
     from eventstore import Journal
-    from projections.replay import replay
 
     journal = Journal(url)
     try:
         with t.measure():
-            report = replay(journal)
+            return work(journal)
     finally:
         journal.close()
+
+
+def ours_replay(t: Timing, url: str, n: int) -> None:
+    """projections.replay.replay: the journal in arrival order through a Projector."""
+    from projections.replay import replay
+
+    report = _timed(t, url, replay)
     t.note("events", report.events)
     t.note("revisions", len(report.revisions))
     t.note("anomalies", len(report.anomalies))
@@ -148,15 +157,9 @@ def ours_replay(t: Timing, url: str, n: int) -> None:
 
 def ours_fold(t: Timing, url: str, n: int) -> None:
     """projections.replay.fold_canonical: one canonical read straight into the fold."""
-    from eventstore import Journal
     from projections.replay import fold_canonical
 
-    journal = Journal(url)
-    try:
-        with t.measure():
-            ledger = fold_canonical(journal)
-    finally:
-        journal.close()
+    ledger = _timed(t, url, fold_canonical)
     t.note("events", ledger.applied)
     t.note("digest", ledger.digest()[:16])
 
