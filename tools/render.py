@@ -133,9 +133,9 @@ def print_table(table: Table, out: Console | None = None) -> None:
         if out.is_terminal:
             out.width = max(out.width, width)
             for line in lines:
-                out.print(line, no_wrap=True, overflow="ignore", crop=False)
+                out.print(Text.assemble(*line), no_wrap=True, overflow="ignore", crop=False)
         else:
-            out.file.write("".join(line.plain.rstrip() + "\n" for line in lines))
+            out.file.write("".join(tables.plain(line).rstrip() + "\n" for line in lines))
             out.file.flush()
         return
     needed = fit(table, out)
@@ -230,8 +230,10 @@ def _number_column(table: Table, name: str) -> None:
     table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
 
 
-def _n(value: int) -> Text:
-    return Text(f"{value:,}", style="red" if value < 0 else "")
+def _n(value: int) -> Text | str:
+    # A number cannot carry markup, so only a negative one (red) needs a Text: a plain
+    # str spares the long tables a Text per cell.
+    return Text(f"{value:,}", style="red") if value < 0 else f"{value:,}"
 
 
 def _pools_text(pools: dict[str, int]) -> str:
