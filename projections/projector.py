@@ -320,9 +320,14 @@ class Projector:
             return self._ingest_reversal(rec)
         return self._ingest(rec, event)
 
-    def ingest_batch(self, batch: Sequence[Recorded]) -> dict[int, Outcome]:
+    def ingest_batch(self, batch: Sequence[Recorded], *,
+                     known_before: int | None = None) -> dict[int, Outcome]:
         """Apply the next batch: events appended together (in one transaction), given in
         position order, all after everything ingested. Returns their outcomes by position.
+
+        `known_before`: the batch began at this earlier position and its events before
+        `batch` were ingested already (a batch too large to hold is taken a part at a
+        time): only events before that position can be revised.
 
         A batch is one step of knowledge: its events take their canonical places among
         themselves, and a revision is reported only for an event known before the batch.
@@ -332,7 +337,8 @@ class Projector:
         """
         if not batch:
             return {}
-        if len(batch) == 1:
+        known = batch[0].position if known_before is None else known_before
+        if len(batch) == 1 and known == batch[0].position:
             return {batch[0].position: self.ingest(batch[0])}
         positions = [rec.position for rec in batch]
         if positions[0] <= self.position or any(
@@ -348,13 +354,14 @@ class Projector:
             self._ingested += len(batch)
             return {rec.position: self._ingest(rec, None) for rec in ordered}
         if not reversals:
-            alone = self._reproject_batch_by_account(batch, ordered)
+            alone = self._reproject_batch_by_account(batch, ordered, known)
             if alone is not None:
                 return alone
-        return self._reproject_batch(batch, ordered, reversals)
+        return self._reproject_batch(batch, ordered, reversals, known)
 
     def _reproject_batch_by_account(self, batch: Sequence[Recorded],
-                                    ordered: Sequence[Recorded]) -> dict[int, Outcome] | None:
+                                    ordered: Sequence[Recorded], known: int
+                                    ) -> dict[int, Outcome] | None:
         """Re-project a batch account by account: the accounts with an event before the
         applied timeline once each, from the snapshot before their earliest one; the
         batch's other events folded on. None (having changed nothing) when something
@@ -385,7 +392,7 @@ class Projector:
             if not named.isdisjoint(jobs):
                 return None  # two accounts name one job: who holds it crosses them
             named |= jobs
-            done = self._account_refold(account, saved, stretch, first, cause)
+            done = self._account_refold(account, saved, stretch, first, known, cause)
             if done is None:
                 return None
             refolds.append(done)
@@ -396,8 +403,8 @@ class Projector:
         for rec in on_time:
             if rec.type in _JOB_EVENTS:
                 job = _job_named(rec.payload)
-                known = index.get(job) if job is not None else None
-                if job in named or (known is not None and known.account in late):
+                owner = index.get(job) if job is not None else None
+                if job in named or (owner is not None and owner.account in late):
                     return None
             elif _account_named(rec.payload) in late:
                 return None
@@ -439,8 +446,8 @@ class Projector:
         return {position: outcomes[position] for position in sorted(outcomes)}
 
     def _account_refold(self, account: str, saved: Saved | None,
-                        stretch: Sequence[Recorded], first: int, cause: Recorded
-                        ) -> _AccountRefold | None:
+                        stretch: Sequence[Recorded], first: int, known: int,
+                        cause: Recorded) -> _AccountRefold | None:
         """Fold `stretch` (an account's events after the snapshot `saved`, up to the end of
         a batch starting at position `first`) for that account alone, changing nothing
         else; None if an event of it affects another account."""
@@ -468,6 +475,8 @@ class Projector:
                 done.had_anomalies = done.had_anomalies or before.anomaly
                 if before.type == "submit" and not before.ok and not before.anomaly:
                     old_rejected += 1  # what `Ledger.rejected` counts
+                if rec.position >= known:
+                    continue  # an earlier part of the same batch: known with it
                 revision = _revision(cause, rec, before, after)
                 if revision is not None:
                     done.revisions.append(revision)
@@ -475,7 +484,7 @@ class Projector:
         return done
 
     def _reproject_batch(self, batch: Sequence[Recorded], ordered: Sequence[Recorded],
-                         reversals: dict[str, str]) -> dict[int, Outcome]:
+                         reversals: dict[str, str], known: int) -> dict[int, Outcome]:
         """Fold again once for a batch with events before the applied timeline (or with
         reversals): from the earliest of them, or of the events its reversals take out or
         put back; every outcome of an event known before the batch that changed is a
@@ -508,11 +517,11 @@ class Projector:
         with paused_gc():
             found = None
             if self._recent_limit:
-                found = self._refold_batch(cause, first, last, start, self._fresh(saved),
-                                           False, pivot, old_excluded)
+                found = self._refold_batch(cause, first, known, last, start,
+                                           self._fresh(saved), False, pivot, old_excluded)
             if found is None:
-                found = self._refold_batch(cause, first, last, start, self._fresh(saved),
-                                           True, pivot, old_excluded)
+                found = self._refold_batch(cause, first, known, last, start,
+                                           self._fresh(saved), True, pivot, old_excluded)
                 assert found is not None
         ledger, mine, revisions, outcomes = found
         self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
@@ -522,13 +531,14 @@ class Projector:
         self.ledger = ledger
         return mine
 
-    def _refold_batch(self, cause: Recorded, first: int, last: int, start: tuple[int, int],
-                      new: Ledger, fold_old: bool, pivot: tuple[int, int],
+    def _refold_batch(self, cause: Recorded, first: int, known: int, last: int,
+                      start: tuple[int, int], new: Ledger, fold_old: bool,
+                      pivot: tuple[int, int],
                       old_excluded: frozenset[str] | None
                       ) -> tuple[Ledger, dict[int, Outcome], list[Revision],
                                  list[Outcome]] | None:
         """`_refold` for a batch (positions `first` to `last`): the old timeline is the
-        one without any event of the batch."""
+        one without any event of the batch; only events before `known` are revised."""
         self._since_snapshot = 0
         mine: dict[int, Outcome] = {}
         old: Ledger | None = None
@@ -552,12 +562,16 @@ class Projector:
                 continue
             if old is not None:
                 before: Outcome | None = apply_recorded(old, rec)
+            elif rec.position >= known:
+                continue  # an earlier part of the same batch: known with it
             else:
                 before = self._recent.get(rec.position)
                 if before is None:
                     self._snap_keys, self._snap_states = snap_keys, snap_states
                     return None
             assert before is not None
+            if rec.position >= known:
+                continue
             revision = _revision(cause, rec, before, after)
             if revision is not None:
                 revisions.append(revision)

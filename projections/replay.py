@@ -220,6 +220,9 @@ def _after(keys: list[tuple[int, int]], rows: list[Lean], after: tuple[int, int]
             yield rec
 
 
+BATCH_HELD = 100_000
+"""The most events of one batch a replay holds at once (some tens of MB)."""
+
 HELD_ROWS = 100_000
 """The largest journal whose rows a replay holds in memory for its late events (some
 tens of MB at most); a larger one re-reads them from the journal."""
@@ -272,16 +275,18 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
             if to_time is None or rec.time <= to_time:
                 pending.append(rec)
             done += 1
+            if rec.position < end and len(pending) < BATCH_HELD:
+                continue
+            if held is not None:
+                held.add_all(pending)
+            if pending:
+                # A batch larger than BATCH_HELD (a whole import of millions of lines)
+                # is taken a part at a time, each part known with the ones before it.
+                projector.ingest_batch(pending, known_before=begin)
+            pending = []
             if rec.position < end:
                 continue
             end = 0
-            if held is not None:
-                held.add_all(pending)
-            if len(pending) == 1:
-                projector.ingest(pending[0])
-            elif pending:
-                projector.ingest_batch(pending)
-            pending = []
             # A checkpoint due inside a batch is saved at its end: the projected state
             # holds a whole batch or none of it.
             if any(begin <= p <= rec.position for p in at) and (

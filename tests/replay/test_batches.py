@@ -12,9 +12,11 @@ import itertools
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import projections.replay as replay_module
 from eventstore import Journal, MemoryJournal, NewEvent
 from projections.ledger import Ledger
 from projections.projector import Projector
@@ -78,30 +80,35 @@ def _by_batch(journal: MemoryJournal) -> list[list[Any]]:
 
 @settings(max_examples=300, deadline=None)
 @given(batched(), st.sampled_from([1, 2, 5, 1000]), st.booleans(),
-       st.sampled_from([1, 50_000]))
+       st.sampled_from([1, 50_000]), st.sampled_from([1, 2, 1000]))
 def test_every_batch_leaves_the_state_of_a_full_fold_and_revises_only_what_was_known(
         batches: list[list[Event]], snapshot_every: int, by_account: bool,
-        remembered: int) -> None:
+        remembered: int, part: int) -> None:
     journal = _journal(batches)
     projector = Projector(journal_reader(journal), min_snapshot_every=snapshot_every,
                           max_snapshots=3, recent_outcomes=remembered,
                           locate=locator(journal),
                           account_reader=account_reader(journal) if by_account else None)
     for batch in _by_batch(journal):
-        first, last = batch[0].position, batch[-1].position
-        before = _reported(journal, first - 1)
-        seen = len(projector.revisions)
-        outcomes = projector.ingest_batch(batch)
-        assert sorted(outcomes) == [rec.position for rec in batch]
-        assert_equals_a_cold_fold(projector.ledger, journal, last)
-        after = _reported(journal, last)
-        # Brute force: whatever changed for an event known before the batch is a revision
-        # of it, and nothing else is.
-        expected = sorted((p, repr(before[p]), repr(after[p])) for p in before
-                          if before[p] != after[p])
-        new = projector.revisions[seen:]
-        assert sorted((r.position, repr(r.before), repr(r.after)) for r in new) == expected
-        assert all(first <= r.late_position <= last and r.position < first for r in new)
+        first = batch[0].position
+        # A batch too large to hold is taken `part` events at a time.
+        for i in range(0, len(batch), part):
+            chunk = batch[i:i + part]
+            last = chunk[-1].position
+            before = _reported(journal, chunk[0].position - 1)
+            seen = len(projector.revisions)
+            outcomes = projector.ingest_batch(chunk, known_before=first)
+            assert sorted(outcomes) == [rec.position for rec in chunk]
+            assert_equals_a_cold_fold(projector.ledger, journal, last)
+            after = _reported(journal, last)
+            # Brute force: whatever changed for an event known before the batch is a
+            # revision of it, and nothing else is.
+            expected = sorted((p, repr(before[p]), repr(after[p])) for p in before
+                              if p < first and before[p] != after[p])
+            new = projector.revisions[seen:]
+            assert sorted((r.position, repr(r.before), repr(r.after))
+                          for r in new) == expected
+            assert all(first <= r.late_position <= last and r.position < first for r in new)
 
 
 @settings(max_examples=100, deadline=None)
@@ -189,3 +196,15 @@ def test_a_checkpoint_due_inside_a_batch_is_saved_at_its_end(tmp_path: Any) -> N
         assert verify(journal).ok
     finally:
         journal.close()
+
+
+def test_a_batch_too_large_to_hold_is_taken_in_parts_known_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay_module, "BATCH_HELD", 7)
+    events = _mix(120)
+    known, rest = events[:40], events[40:]
+    random.Random(5).shuffle(rest)
+    journal = _journal([known, rest])
+    report = replay(journal)
+    assert report.digest == fold_canonical(journal).digest()
+    assert all(r.position <= 40 for r in report.revisions)
