@@ -579,17 +579,17 @@ def expiring_tables(report: ExpiringReport) -> list[Table]:
     detail.add_column("grant", overflow="fold")
     _number_column(detail, "unused")
     _number_column(detail, "held")
-    for c in report.credits:
-        when = format_time(c.ends) + (" (void)" if c.voided else "")
-        detail.add_row(when, Text(c.account), Text(c.pool), Text(c.grant), _n(c.amount),
-                       _n(c.held))
+    # Names as plain strings: the console prints them as written (`console`: no markup).
+    tables.add_rows(detail, [
+        [format_time(c.ends) + (" (void)" if c.voided else ""), c.account, c.pool, c.grant,
+         _n(c.amount), _n(c.held)] for c in report.credits])
     totals = _table("Per account and pool")
     totals.add_column("account", overflow="fold")
     totals.add_column("pool", overflow="fold")
     _number_column(totals, "unused")
     _number_column(totals, "held")
-    for account, pool, amount, held in report.totals():
-        totals.add_row(Text(account), Text(pool), _n(amount), _n(held))
+    tables.add_rows(totals, [[account, pool, _n(amount), _n(held)]
+                             for account, pool, amount, held in report.totals()])
     return [detail, totals]
 
 
@@ -607,10 +607,13 @@ def jobs_table(report: JobsReport) -> Table:
     _number_column(table, "priority")
     table.add_column("pool", overflow="fold")
     styles = {"rejected": "yellow", "failed": "red", "running": "cyan"}
-    for r in report.rows:
-        table.add_row(Text(r.job), Text(r.account), Text(r.state, style=styles.get(r.state, "")),
-                      _n(r.cost), Text("" if r.charge is None else f"{r.charge:,}"),
-                      str(r.priority), Text(r.pool))
+    # One Text per styled state, shared by its rows (Rich never changes a cell it
+    # renders); names as plain strings, which the console prints as written.
+    states = {state: Text(state, style=style) for state, style in styles.items()}
+    tables.add_rows(table, [
+        [r.job, r.account, states.get(r.state, r.state), _n(r.cost),
+         "" if r.charge is None else f"{r.charge:,}", str(r.priority), r.pool]
+        for r in report.rows])
     return table
 
 

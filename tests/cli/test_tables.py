@@ -49,7 +49,10 @@ def report_tables(draw: st.DrawFn) -> Table:
             else:
                 value = draw(words)
                 cells.append(value if draw(st.booleans()) else Text(value, style="bold"))
-        table.add_row(*cells)
+        if draw(st.booleans()):
+            table.add_row(*cells)
+        else:  # the bulk way the long reports add theirs
+            tables.add_rows(table, [cells])
         if draw(st.integers(0, 4)) == 0:
             table.add_section()
     return table
@@ -124,3 +127,20 @@ def test_an_id_wider_than_its_column_maximum_is_left_to_rich() -> None:
     table.add_column("event", overflow="fold", max_width=22)
     table.add_row("an-event-id-longer-than-twenty-two")
     assert tables.layout(table, Console(file=io.StringIO(), width=400)) is None
+
+
+def test_rows_added_in_bulk_are_the_rows_add_row_adds() -> None:
+    one, bulk = render._table("Jobs"), render._table("Jobs")
+    for table in (one, bulk):
+        table.add_column("job", overflow="fold")
+        render._number_column(table, "cost")
+    rows: list[list[str | Text]] = [["j1", render._n(5)], [Text("j2", style="red"), "7"]]
+    for row in rows:
+        one.add_row(*row)
+    tables.add_rows(bulk, rows)
+    assert [c._cells for c in one.columns] == [c._cells for c in bulk.columns]
+    assert [(r.style, r.end_section) for r in one.rows] == \
+        [(r.style, r.end_section) for r in bulk.rows]
+    with pytest.raises(ValueError, match="a row of 1 cells for a table of 2 columns"):
+        tables.add_rows(bulk, [["j3"]])
+    assert len(bulk.rows) == 2  # a bad row adds nothing
