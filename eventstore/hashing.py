@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from json.encoder import encode_basestring
 from typing import Any
 
 from .errors import ChainBroken
-from .records import StoredRow
+from .records import StoredRow, hashed_fields
 
 #: The "previous hash" of position 1.
 GENESIS_HASH = "0" * 64
@@ -44,35 +44,20 @@ def canonical_json(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
-def record_hash(
-    prev_hash: str,
-    *,
-    position: int,
-    id: str,
-    stream: str,
-    version: int,
-    type: str,
-    time: int,
-    recorded_at: int,
-    payload: Mapping[str, Any],
-) -> str:
-    """The hex SHA-256 chaining a record to its predecessor.
+def record_hash(prev_hash: str, **fields: Any) -> str:
+    """The hex SHA-256 chaining a record to its predecessor: the reference definition.
 
     sha256(prev_hash as ASCII hex + canonical JSON bytes of the record's fields
-    position, id, stream, version, type, time, recorded_at, payload).
+    position, id, stream, version, type, time, recorded_at, payload), given by name:
+    every field of `RecordedEvent` but the hash itself, no other (TypeError otherwise).
+    The payload is a value here, encoded generically; the journal hashes its stored text
+    with `record_hash_text`, and tests hold the two equal.
     """
-    body = canonical_json(
-        {
-            "position": position,
-            "id": id,
-            "stream": stream,
-            "version": version,
-            "type": type,
-            "time": time,
-            "recorded_at": recorded_at,
-            "payload": payload,
-        }
-    )
+    names = hashed_fields()
+    if fields.keys() != set(names):
+        raise TypeError(f"record_hash takes the fields {', '.join(names)} by name, "
+                        f"got {', '.join(sorted(fields))}")
+    body = canonical_json({name: fields[name] for name in names})
     return hashlib.sha256(prev_hash.encode("ascii") + body.encode("utf-8")).hexdigest()
 
 

@@ -9,31 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
+from .reading import ReadFilters
 from .records import Anchor, ChainReport, Erasure, NewEvent, RecordedEvent, SnapshotInfo
-
-#: The orders `read` knows: canonical = (event_time, position); position = arrival.
-Order = Literal["canonical", "position"]
 
 
 @runtime_checkable
 class Transaction(Protocol):
     """One read-decide-append unit; commits on clean exit, rolls back on exception."""
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
-        """Events as this transaction sees them (its own appends included)."""
+    def read(self, **filters: Unpack[ReadFilters]) -> Iterator[RecordedEvent]:
+        """Events as this transaction sees them (its own appends included); the filters
+        are `JournalLike.read`'s."""
         ...
 
     def append(
@@ -62,19 +50,11 @@ class JournalLike(Protocol):
         """Append a batch atomically; repeated ids return their original records."""
         ...
 
-    def read(
-        self,
-        *,
-        after_position: int = 0,
-        to_position: int | None = None,
-        from_time: int | None = None,
-        to_time: int | None = None,
-        stream: str | None = None,
-        after: tuple[int, int] | None = None,
-        order: Order = "canonical",
-        batch_size: int = 5000,
-    ) -> Iterator[RecordedEvent]:
-        """Stream events in canonical (event_time, position) or position order."""
+    def read(self, **filters: Unpack[ReadFilters]) -> Iterator[RecordedEvent]:
+        """Stream events in canonical (event_time, position) or position order.
+
+        The filters, by name, and their defaults are `ReadQuery.make`'s: one definition
+        for every journal and transaction."""
         ...
 
     def head(self) -> int:

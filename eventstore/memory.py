@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from . import appending
 from .appending import require_int, require_text, validate_snapshot, wall_clock_us
@@ -143,24 +144,23 @@ class MemoryJournal(JournalBase):
     def _rows(self, q: ReadQuery, tx: object = None) -> Iterator[StoredRow]:
         if q.empty:
             return
+        # Each batch is taken under the lock and yielded outside it, so a slow reader
+        # never holds up writers; `mark` is where the next batch starts.
+        batch_of: Callable[[ReadQuery, Any], tuple[list[StoredRow], Any, bool]]
+        mark: Any
         if q.order == "position":
-            cursor = q.after_position
-            while True:
-                with self._lock:
-                    batch, cursor, done = self._position_batch(q, cursor)
-                yield from batch
-                if done:
-                    return
+            batch_of, mark = self._position_batch, q.after_position
         else:
-            key = (q.from_time, 0) if q.from_time is not None else None
-            if q.after is not None and (key is None or q.after > key):
-                key = q.after
-            while True:
-                with self._lock:
-                    batch, key, done = self._canonical_batch(q, key)
-                yield from batch
-                if done:
-                    return
+            mark = (q.from_time, 0) if q.from_time is not None else None
+            if q.after is not None and (mark is None or q.after > mark):
+                mark = q.after
+            batch_of = self._canonical_batch
+        while True:
+            with self._lock:
+                batch, mark, done = batch_of(q, mark)
+            yield from batch
+            if done:
+                return
 
     def _matches(self, q: ReadQuery, row: StoredRow) -> bool:
         position, time = row[0], row[5]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from .appending import require_int, require_text
-from .interface import Order
+
+#: The orders `read` knows: canonical = (event_time, position); position = arrival.
+Order = Literal["canonical", "position"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,9 +133,9 @@ def print_table(table: Table, out: Console | None = None) -> None:
         if out.is_terminal:
             out.width = max(out.width, width)
             for line in lines:
-                out.print(line, no_wrap=True, overflow="ignore", crop=False)
+                out.print(Text.assemble(*line), no_wrap=True, overflow="ignore", crop=False)
         else:
-            out.file.write("".join(line.plain.rstrip() + "\n" for line in lines))
+            out.file.write("".join(tables.plain(line).rstrip() + "\n" for line in lines))
             out.file.flush()
         return
     needed = fit(table, out)
@@ -230,8 +230,10 @@ def _number_column(table: Table, name: str) -> None:
     table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
 
 
-def _n(value: int) -> Text:
-    return Text(f"{value:,}", style="red" if value < 0 else "")
+def _n(value: int) -> Text | str:
+    # A number cannot carry markup, so only a negative one (red) needs a Text: a plain
+    # str spares the long tables a Text per cell.
+    return Text(f"{value:,}", style="red") if value < 0 else f"{value:,}"
 
 
 def _pools_text(pools: dict[str, int]) -> str:
@@ -577,17 +579,17 @@ def expiring_tables(report: ExpiringReport) -> list[Table]:
     detail.add_column("grant", overflow="fold")
     _number_column(detail, "unused")
     _number_column(detail, "held")
-    for c in report.credits:
-        when = format_time(c.ends) + (" (void)" if c.voided else "")
-        detail.add_row(when, Text(c.account), Text(c.pool), Text(c.grant), _n(c.amount),
-                       _n(c.held))
+    # Names as plain strings: the console prints them as written (`console`: no markup).
+    tables.add_rows(detail, [
+        [format_time(c.ends) + (" (void)" if c.voided else ""), c.account, c.pool, c.grant,
+         _n(c.amount), _n(c.held)] for c in report.credits])
     totals = _table("Per account and pool")
     totals.add_column("account", overflow="fold")
     totals.add_column("pool", overflow="fold")
     _number_column(totals, "unused")
     _number_column(totals, "held")
-    for account, pool, amount, held in report.totals():
-        totals.add_row(Text(account), Text(pool), _n(amount), _n(held))
+    tables.add_rows(totals, [[account, pool, _n(amount), _n(held)]
+                             for account, pool, amount, held in report.totals()])
     return [detail, totals]
 
 
@@ -605,10 +607,13 @@ def jobs_table(report: JobsReport) -> Table:
     _number_column(table, "priority")
     table.add_column("pool", overflow="fold")
     styles = {"rejected": "yellow", "failed": "red", "running": "cyan"}
-    for r in report.rows:
-        table.add_row(Text(r.job), Text(r.account), Text(r.state, style=styles.get(r.state, "")),
-                      _n(r.cost), Text("" if r.charge is None else f"{r.charge:,}"),
-                      str(r.priority), Text(r.pool))
+    # One Text per styled state, shared by its rows (Rich never changes a cell it
+    # renders); names as plain strings, which the console prints as written.
+    states = {state: Text(state, style=style) for state, style in styles.items()}
+    tables.add_rows(table, [
+        [r.job, r.account, states.get(r.state, r.state), _n(r.cost),
+         "" if r.charge is None else f"{r.charge:,}", str(r.priority), r.pool]
+        for r in report.rows])
     return table
 
 

@@ -194,6 +194,8 @@ HOSTILE = """\
 {"type": "grant", "account": "team[/red]", "amount": 10, "time": 0, "pool": "[bold]h100"}
 {"type": "consume", "account": "team[/red]", "amount": 3, "time": 1, "pool": "[bold]h100"}
 {"type": "grant", "account": ":smile: [link=http://x]y[/link]", "amount": 5, "time": 0}
+{"type": "grant", "account": "team[/red]", "amount": 4, "time": 0, "expiry": 9, "pool": "[i]a"}
+{"type": "submit", "account": "team[/red]", "job": "[bold]j", "cost": 2, "priority": 1, "time": 2}
 """
 
 
@@ -210,6 +212,10 @@ def test_names_from_the_journal_are_shown_literally(run: Run, tmp_path: Path) ->
     assert "[bold]h100" in run("balance", "team[/red]").stdout
     assert ":smile: [link=http://x]y[/link]" in run(
         "statement", ":smile: [link=http://x]y[/link]").stdout
+    jobs = run("jobs").stdout
+    assert "[bold]j" in jobs and "team[/red]" in jobs
+    expiring = run("expiring", "--at", "2").stdout
+    assert "team[/red]" in expiring and "[i]a" in expiring
     missing = run("balance", "nobody[/red]")
     assert missing.exit_code == 2 and "nobody[/red]" in missing.stderr
 

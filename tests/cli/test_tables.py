@@ -33,7 +33,12 @@ def report_tables(draw: st.DrawFn) -> Table:
         elif kind == "time":
             render._time_column(table, name)
         else:
-            table.add_column(name, overflow="fold")
+            # The statement's columns: a folding id with a maximum width, a detail with a
+            # ratio (inert unless the table expands) and a minimum width.
+            table.add_column(name, overflow="fold",
+                             max_width=draw(st.sampled_from([None, 3, 22])),
+                             min_width=draw(st.sampled_from([None, 20])),
+                             ratio=draw(st.sampled_from([None, 1])))
     for _ in range(draw(st.integers(0, 6))):
         cells: list[Text | str] = []
         for kind in kinds:
@@ -44,7 +49,10 @@ def report_tables(draw: st.DrawFn) -> Table:
             else:
                 value = draw(words)
                 cells.append(value if draw(st.booleans()) else Text(value, style="bold"))
-        table.add_row(*cells)
+        if draw(st.booleans()):
+            table.add_row(*cells)
+        else:  # the bulk way the long reports add theirs
+            tables.add_rows(table, [cells])
         if draw(st.integers(0, 4)) == 0:
             table.add_section()
     return table
@@ -98,3 +106,41 @@ def test_a_cell_that_must_wrap_is_left_to_rich() -> None:
     table.add_row("a long sentence " * 10)
     assert tables.layout(table, Console(file=io.StringIO(), width=40)) is None
     assert tables.layout(table, Console(file=io.StringIO(), width=400)) is not None
+
+
+def test_a_long_statement_takes_the_quick_layout_when_piped() -> None:
+    table = render._table("Statement of acct-00000 to 2026-11-03T12:00:00Z")
+    render._time_column(table)
+    render._number_column(table, "pos")
+    table.add_column("event", overflow="fold", max_width=22)
+    table.add_column("detail", ratio=1, min_width=20)
+    for i in range(2000):
+        table.add_row("2026-11-03T12:00:00Z", str(i + 1), Text(f"ev-{i}"),
+                      Text(f"consumed {i}, paid by ev-0 {i}"))
+    assert tables.layout(table, Console(file=io.StringIO(), width=render.PIPE_WIDTH)) is not None
+    assert _printed(table, render.PIPE_WIDTH, terminal=False, quick=True) == _printed(
+        table, render.PIPE_WIDTH, terminal=False, quick=False)
+
+
+def test_an_id_wider_than_its_column_maximum_is_left_to_rich() -> None:
+    table = render._table("Statement")
+    table.add_column("event", overflow="fold", max_width=22)
+    table.add_row("an-event-id-longer-than-twenty-two")
+    assert tables.layout(table, Console(file=io.StringIO(), width=400)) is None
+
+
+def test_rows_added_in_bulk_are_the_rows_add_row_adds() -> None:
+    one, bulk = render._table("Jobs"), render._table("Jobs")
+    for table in (one, bulk):
+        table.add_column("job", overflow="fold")
+        render._number_column(table, "cost")
+    rows: list[list[str | Text]] = [["j1", render._n(5)], [Text("j2", style="red"), "7"]]
+    for row in rows:
+        one.add_row(*row)
+    tables.add_rows(bulk, rows)
+    assert [c._cells for c in one.columns] == [c._cells for c in bulk.columns]
+    assert [(r.style, r.end_section) for r in one.rows] == \
+        [(r.style, r.end_section) for r in bulk.rows]
+    with pytest.raises(ValueError, match="a row of 1 cells for a table of 2 columns"):
+        tables.add_rows(bulk, [["j3"]])
+    assert len(bulk.rows) == 2  # a bad row adds nothing

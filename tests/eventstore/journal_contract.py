@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from journal_testkit import (
+    assert_broken_at,
     ev,
     pin_clock,
     rehash,
@@ -455,9 +456,7 @@ class ChainContract(_OnABackend):
     def test_one_edited_record_is_found_at_its_position(self, journal: JournalLike) -> None:
         anchor = filled(journal).head_anchor()
         tamper_payload(journal, 6, lambda s: s.replace("106", "107"))
-        report = journal.verify_chain(anchor=anchor)
-        assert not report.ok and report.first_bad_position == 6
-        assert report.problem is not None and "position 6" in report.problem
+        assert_broken_at(journal.verify_chain(anchor=anchor), 6, "position 6")
 
     def test_a_deleted_record_with_the_chain_rehashed_fails_only_against_an_anchor(
         self,
@@ -467,9 +466,7 @@ class ChainContract(_OnABackend):
         rows = stored_rows(journal)
         replace_rows(journal, rehash(rows[:3] + rows[4:]))  # delete position 4, re-chain the rest
         assert journal.verify_chain().ok  # consistent in itself: nothing else could tell
-        report = journal.verify_chain(anchor=anchor)
-        assert not report.ok and report.first_bad_position == 10
-        assert report.problem is not None and "ends at position 9" in report.problem
+        assert_broken_at(journal.verify_chain(anchor=anchor), 10, "ends at position 9")
 
     def test_a_rewritten_prefix_fails_at_the_anchored_position(self, journal: JournalLike) -> None:
         filled(journal)
@@ -478,9 +475,7 @@ class ChainContract(_OnABackend):
         edited = (*rows[1][:7], rows[1][7].replace("102", "999"), rows[1][8])
         replace_rows(journal, rehash([rows[0], edited, *rows[2:]]))
         assert journal.verify() is None
-        report = journal.verify_chain(anchor=anchor)
-        assert not report.ok and report.first_bad_position == 5
-        assert report.problem is not None and "rewritten" in report.problem
+        assert_broken_at(journal.verify_chain(anchor=anchor), 5, "rewritten")
 
     def test_a_truncated_tail_with_the_head_pointed_back_fails_against_an_anchor(
         self,
@@ -490,8 +485,7 @@ class ChainContract(_OnABackend):
         replace_rows(journal, stored_rows(journal)[:7])
         assert journal.verify() is None  # no re-hash needed for this one
         assert journal.head_anchor().position == 7
-        report = journal.verify_chain(anchor=anchor)
-        assert not report.ok and report.first_bad_position == 8
+        assert_broken_at(journal.verify_chain(anchor=anchor), 8)
 
     def test_a_truncated_tail_behind_the_head_marker_is_found_without_an_anchor(
         self,
@@ -501,8 +495,7 @@ class ChainContract(_OnABackend):
             pytest.skip("the memory journal has no head marker apart from its records")
         filled(journal)
         replace_rows(journal, stored_rows(journal)[:7], move_head=False)
-        report = journal.verify_chain()
-        assert not report.ok and report.first_bad_position == 8
+        assert_broken_at(journal.verify_chain(), 8)
 
     def test_an_anchor_from_another_journal_fails(self, journal: JournalLike) -> None:
         filled(journal)

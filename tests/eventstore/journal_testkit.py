@@ -12,7 +12,7 @@ from multiprocessing.synchronize import Event
 
 from sqlalchemy import text
 
-from eventstore import GENESIS_HASH, Journal, JournalLike, MemoryJournal, NewEvent
+from eventstore import GENESIS_HASH, ChainReport, Journal, JournalLike, MemoryJournal, NewEvent
 from eventstore.hashing import record_hash_text
 from eventstore.records import StoredRow
 
@@ -20,6 +20,13 @@ from eventstore.records import StoredRow
 def ev(id: str, time: int = 0, stream: str = "s", type: str = "t", **payload: object) -> NewEvent:
     """A NewEvent with short defaults."""
     return NewEvent(id=id, stream=stream, type=type, time=time, payload=payload)
+
+
+def assert_broken_at(report: ChainReport, position: int, says: str = "") -> None:
+    """The chain check failed, first at `position`, and (when given) its problem says `says`."""
+    assert not report.ok and report.first_bad_position == position, report
+    if says:
+        assert report.problem is not None and says in report.problem, report
 
 
 def tamper_payload(journal: JournalLike, position: int, edit: Callable[[str], str]) -> None:

@@ -192,6 +192,17 @@ class Clock:
         return self.t
 
 
+def figures(scheduler: Scheduler) -> tuple[int, int, int]:
+    """Account a's (balance, reserved, available), as the Scheduler's view shows them."""
+    view = scheduler.accounts["a"]
+    return view.balance, view.reserved, view.available
+
+
+def book_of(scheduler: Scheduler) -> CreditBook:
+    """Account a's credit book in the Scheduler's ledger."""
+    return scheduler.ledger().accounts["a"].book
+
+
 def setup() -> tuple[Scheduler, GPUCreditTracker, Clock]:
     """Account a: 10 expiring at 50 and 10 at 100; job j (cost 15) submitted at 10."""
     journal = MemoryJournal()
@@ -206,47 +217,46 @@ def setup() -> tuple[Scheduler, GPUCreditTracker, Clock]:
     return scheduler, tracker, clock
 
 
+def cancelled_at(t: int) -> tuple[Scheduler, GPUCreditTracker, Clock]:
+    """`setup()`, then job j cancelled (while pending) at time t."""
+    scheduler, tracker, clock = setup()
+    clock.t = t
+    scheduler.cancel("j")
+    return scheduler, tracker, clock
+
+
 def test_scheduler_hold_draws_earliest_expiry_first() -> None:
     scheduler, tracker, _ = setup()
-    book = scheduler.ledger().accounts["a"].book
+    book = book_of(scheduler)
     g100, g50 = [r.id for r in tracker.journal.read() if r.type == "grant"]  # type: ignore[attr-defined]
     assert portions(book, "j") == [(g50, 10), (g100, 5)]
-    view = scheduler.accounts["a"]
-    assert (view.balance, view.reserved, view.available) == (20, 15, 5)
+    assert figures(scheduler) == (20, 15, 5)
 
 
 def test_scheduler_reserved_credits_do_not_expire_under_a_job() -> None:
     scheduler, tracker, clock = setup()
     clock.t = 60  # the credits expiring at 50 are held
-    view = scheduler.accounts["a"]
-    assert (view.balance, view.reserved, view.available) == (20, 15, 5)
+    assert figures(scheduler) == (20, 15, 5)
     assert tracker.get_balance(60) == 20
     assert scheduler.start_next() is not None
     scheduler.complete("j", success=True)
-    view = scheduler.accounts["a"]
-    assert (view.balance, view.reserved, view.available) == (5, 0, 5)
-    assert scheduler.ledger().accounts["a"].book.totals.expired == 0
+    assert figures(scheduler) == (5, 0, 5)
+    assert book_of(scheduler).totals.expired == 0
     assert_invariants(scheduler.ledger(), scheduler_only=True)
 
 
 def test_scheduler_cancel_returns_credits_and_expires_those_past_their_expiry() -> None:
-    scheduler, tracker, clock = setup()
-    clock.t = 70
-    scheduler.cancel("j")
-    view = scheduler.accounts["a"]
-    assert (view.balance, view.reserved, view.available) == (10, 0, 10)
+    scheduler, tracker, _ = cancelled_at(70)
+    assert figures(scheduler) == (10, 0, 10)
     assert tracker.get_balance(69) == 20
     assert tracker.get_balance(70) == 10
-    assert scheduler.ledger().accounts["a"].book.totals.expired == 10
+    assert book_of(scheduler).totals.expired == 10
     assert_invariants(scheduler.ledger(), scheduler_only=True)
 
 
 def test_scheduler_cancel_before_expiry_returns_everything() -> None:
-    scheduler, tracker, clock = setup()
-    clock.t = 30
-    scheduler.cancel("j")
-    view = scheduler.accounts["a"]
-    assert (view.balance, view.reserved, view.available) == (20, 0, 20)
+    scheduler, tracker, clock = cancelled_at(30)
+    assert figures(scheduler) == (20, 0, 20)
     clock.t = 50
     assert scheduler.accounts["a"].balance == 10  # the 50-batch expires whole, as granted
     assert tracker.get_balance(50) == 10
@@ -257,10 +267,9 @@ def test_scheduler_partial_failure_charges_earliest_expiry_first_rest_expires() 
     assert scheduler.start_next() is not None
     clock.t = 70
     scheduler.complete("j", success=False, refund_fraction=0.5)  # charge floor(7.5) = 7
-    view = scheduler.accounts["a"]
     # charged 7 of the 50-batch; its other 3 expire at release; 5 return to the 100-batch
-    assert (view.balance, view.reserved, view.available) == (10, 0, 10)
-    book = scheduler.ledger().accounts["a"].book
+    assert figures(scheduler) == (10, 0, 10)
+    book = book_of(scheduler)
     assert book.totals.charged_jobs == 7
     assert book.totals.expired == 3
     assert tracker.get_balance(70) == 10
@@ -276,7 +285,6 @@ def test_scheduler_release_pays_debt_a_usage_report_created() -> None:
     assert tracker.consume(4, 5) == 4  # all 10 are held: the usage is debt
     assert scheduler.accounts["a"].balance == 6
     scheduler.cancel("j")
-    view = scheduler.accounts["a"]
-    assert (view.balance, view.reserved, view.available) == (6, 0, 6)
-    assert scheduler.ledger().accounts["a"].book.debt == {}
+    assert figures(scheduler) == (6, 0, 6)
+    assert book_of(scheduler).debt == {}
     assert_invariants(scheduler.ledger())

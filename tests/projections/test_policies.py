@@ -16,6 +16,18 @@ def _clock(start: int = 1_000) -> tuple[list[int], Scheduler]:
     return now, Scheduler(clock=lambda: now[0])
 
 
+def _refilling(rate: int, cap: int, *uses: tuple[str, int, int]) -> MemoryJournal:
+    """Account a, refilled `rate` credits an hour up to `cap` from time 0, and the usage
+    reports `uses` (id, time, amount), appended with it in one append."""
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": rate,
+                                              "refill_cap": cap}),
+        *(NewEvent(i, "a", "consume", t, {"account": "a", "amount": n}) for i, t, n in uses),
+    ])
+    return journal
+
+
 def test_fair_share_prefers_the_account_with_least_decayed_usage_per_share() -> None:
     _now, s = _clock()
     # a has twice b's share. Usage: a is charged 300, b 100, c (no share) 500.
@@ -57,13 +69,8 @@ def test_fair_share_usage_decays_with_the_half_life() -> None:
 
 
 def test_refill_accrues_exactly_and_stops_at_the_cap() -> None:
-    journal = MemoryJournal()
-    journal.append([
-        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": 10,
-                                              "refill_cap": 25}),
-        # 10 credits per hour: by 1.5 h, 15 credits.
-        NewEvent("c1", "a", "consume", 5400, {"account": "a", "amount": 4}),
-    ])
+    # 10 credits per hour: by 1.5 h, 15 credits.
+    journal = _refilling(10, 25, ("c1", 5400, 4))
     ledger = replay(journal).ledger
     assert ledger.accounts["a"].balance == 11
     # By 1.5 h + 3 h: +30, but the bucket holds at most 25.
@@ -74,10 +81,7 @@ def test_refill_accrues_exactly_and_stops_at_the_cap() -> None:
 
 
 def test_refill_in_a_million_small_steps_equals_one_big_step() -> None:
-    journal = MemoryJournal()
-    journal.append([NewEvent("open", "a", "account", 0,
-                             {"account": "a", "refill_rate": 7, "refill_cap": 10**9})])
-    ledger = replay(journal).ledger
+    ledger = replay(_refilling(7, 10**9)).ledger
     account = ledger.accounts["a"]
     total = 0
     for t in range(1, 1_000_001):      # one step per second for a million seconds
@@ -88,14 +92,7 @@ def test_refill_in_a_million_small_steps_equals_one_big_step() -> None:
 
 
 def test_refill_pays_debt_first() -> None:
-    journal = MemoryJournal()
-    journal.append([
-        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": 3600,
-                                              "refill_cap": 100}),
-        NewEvent("c1", "a", "consume", 0, {"account": "a", "amount": 30}),
-        NewEvent("c2", "a", "consume", 40, {"account": "a", "amount": 1}),
-    ])
-    ledger = replay(journal).ledger
+    ledger = replay(_refilling(3600, 100, ("c1", 0, 30), ("c2", 40, 1))).ledger
     # 1 credit per second: 40 by t=40, 30 pay the debt, 10 stay, then 1 is consumed.
     book = ledger.accounts["a"].book
     assert (book.active_total, book.debt_total) == (9, 0)

@@ -19,18 +19,11 @@ def _rows(n: int) -> list[Any]:
     """The stored rows of a realistic journal of n events (built once per process)."""
     rows = _ROWS.get(n)
     if rows is None:
-        from eventstore import MemoryJournal, NewEvent
-        from tools.bench.workload import realistic_mix
+        from eventstore import MemoryJournal
+        from tools.bench.workload import append_mix, realistic_mix
 
         journal = MemoryJournal()
-        batch: list[NewEvent] = []
-        for e in realistic_mix(n):
-            batch.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
-            if len(batch) == 5000:
-                journal.append(batch)
-                batch = []
-        if batch:
-            journal.append(batch)
+        append_mix(journal, realistic_mix(n), 5000)
         rows = _ROWS[n] = list(journal._stored)
     return rows
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tools.bench.runner import Call, Case, Config, Scenario, Section, Table, Target, Timing
 from tools.bench.storage import (
@@ -40,7 +40,9 @@ from tools.bench.storage import (
     schema_url,
     sqlite_url,
 )
-from tools.bench.workload import MixEvent, realistic_mix
+from tools.bench.workload import append_mix, realistic_mix
+
+T = TypeVar("T")
 
 RSS_LIMIT_MB = 250.0
 
@@ -83,23 +85,9 @@ def build_late_journal(t: Timing, workdir: str, n: int) -> None:
     remove_sqlite(late_mix_path(workdir, n))
     journal = Journal(sqlite_url(late_mix_path(workdir, n)))
     with t.measure():
-        _append_all(journal, with_late_arrivals(realistic_mix(n), LATE_FRACTION), 1000)
+        append_mix(journal, with_late_arrivals(realistic_mix(n), LATE_FRACTION), 1000)
     t.note("head", journal.head())
     journal.close()
-
-
-def _append_all(journal: Any, events: Iterable[MixEvent], batch: int) -> None:
-    """Append the mix's events to our journal, `batch` per append."""
-    from eventstore import NewEvent
-
-    buf: list[Any] = []
-    for e in events:
-        buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
-        if len(buf) == batch:
-            journal.append(buf)
-            buf = []
-    if buf:
-        journal.append(buf)
 
 
 def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int,
@@ -114,7 +102,7 @@ def build_journal(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int
         remove_sqlite(mix_path(workdir, n))
     journal = Journal(journal_url(kind, workdir, pg_url, n))
     with t.measure():
-        _append_all(journal, realistic_mix(n), batch)
+        append_mix(journal, realistic_mix(n), batch)
     t.note("head", journal.head())
     journal.close()
     if kind == "sqlite":
@@ -144,17 +132,23 @@ def build_es(t: Timing, kind: str, workdir: str, pg_url: str | None, n: int) -> 
 # -- the cases -----------------------------------------------------------------------------
 
 
-def ours_replay(t: Timing, url: str, n: int) -> None:
-    """projections.replay.replay: the journal in arrival order through a Projector."""
+def _timed(t: Timing, url: str, work: Callable[[Any], T]) -> T:
+    """`work` on our journal at `url`, timed; opening and closing the journal are not."""
     from eventstore import Journal
-    from projections.replay import replay
 
     journal = Journal(url)
     try:
         with t.measure():
-            report = replay(journal)
+            return work(journal)
     finally:
         journal.close()
+
+
+def ours_replay(t: Timing, url: str, n: int) -> None:
+    """projections.replay.replay: the journal in arrival order through a Projector."""
+    from projections.replay import replay
+
+    report = _timed(t, url, replay)
     t.note("events", report.events)
     t.note("revisions", len(report.revisions))
     t.note("anomalies", len(report.anomalies))
@@ -163,15 +157,9 @@ def ours_replay(t: Timing, url: str, n: int) -> None:
 
 def ours_fold(t: Timing, url: str, n: int) -> None:
     """projections.replay.fold_canonical: one canonical read straight into the fold."""
-    from eventstore import Journal
     from projections.replay import fold_canonical
 
-    journal = Journal(url)
-    try:
-        with t.measure():
-            ledger = fold_canonical(journal)
-    finally:
-        journal.close()
+    ledger = _timed(t, url, fold_canonical)
     t.note("events", ledger.applied)
     t.note("digest", ledger.digest()[:16])
 

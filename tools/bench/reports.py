@@ -58,19 +58,12 @@ def charges_path(workdir: str, rows: int) -> str:
 
 
 def _write_mix(url: str, n: int) -> None:
-    from eventstore import Journal, NewEvent
-    from tools.bench.workload import realistic_mix
+    from eventstore import Journal
+    from tools.bench.workload import append_mix, realistic_mix
 
     journal = Journal(url)
     try:
-        batch: list[NewEvent] = []
-        for e in realistic_mix(n):
-            batch.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
-            if len(batch) == 5000:
-                journal.append(batch)
-                batch = []
-        if batch:
-            journal.append(batch)
+        append_mix(journal, realistic_mix(n), 5000)
     finally:
         journal.close()
 

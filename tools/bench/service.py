@@ -292,8 +292,7 @@ def journal_size(base: str, n: int, reads: int = 400) -> dict[str, Any]:
     client's balance reads (the latency a caller sees, not a throughput)."""
     from eventstore import Journal
     from projections.replay import replay
-    from tools.bench.replay import _append_all
-    from tools.bench.workload import account_name, mix_accounts, realistic_mix
+    from tools.bench.workload import account_name, append_mix, mix_accounts, realistic_mix
 
     schema = f"bench_service_{n}_{os.getpid()}"
     create_schema(base, schema)
@@ -302,7 +301,7 @@ def journal_size(base: str, n: int, reads: int = 400) -> dict[str, Any]:
     try:
         with Journal(url) as journal:
             began = time.perf_counter()
-            _append_all(journal, realistic_mix(n), 5000)
+            append_mix(journal, realistic_mix(n), 5000)
             out["build_seconds"] = round(time.perf_counter() - began, 1)
             head = journal.head()
             # What `gpu-credits replay` leaves: a checkpoint of the whole journal.

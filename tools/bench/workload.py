@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +131,20 @@ def realistic_mix(n: int, seed: int = 5) -> Iterator[MixEvent]:
                            {"account": account, "job": job, "cost": rng.randint(1, 100),
                             "priority": rng.randint(0, 9)})
         made += 1
+
+
+def append_mix(journal: Any, events: Iterable[MixEvent], batch: int) -> None:
+    """Append the events to one of our journals, `batch` events per append."""
+    from eventstore import NewEvent
+
+    buf: list[Any] = []
+    for e in events:
+        buf.append(NewEvent(e.id, e.stream, e.type, e.time, e.fields))
+        if len(buf) == batch:
+            journal.append(buf)
+            buf = []
+    if buf:
+        journal.append(buf)
 
 
 def with_late_arrivals(events: Iterator[MixEvent], fraction: float, max_delay: int = 20,

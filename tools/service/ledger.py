@@ -22,6 +22,8 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from starlette.requests import Request
+
 from eventstore import JournalLike
 from projections.ledger import Ledger
 from projections.session import LedgerSession, open_journal
@@ -320,3 +322,9 @@ class LedgerService:
                 self.batching.caught_up(session.projector.position, defer_appends=defer)
                 self._caught_up_at = _time.monotonic()
                 return run_commands(commands, self)
+
+
+def service_of(request: Request) -> LedgerService:
+    """The `LedgerService` of the app that received `request` (`app.state.ledger`)."""
+    service: LedgerService = request.app.state.ledger
+    return service

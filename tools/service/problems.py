@@ -31,6 +31,7 @@ from projections.errors import (
     UnknownAccount,
     UnknownJob,
 )
+from tools.service.models import Problem
 
 PROBLEM_JSON = "application/problem+json"
 _BASE = "https://gpu-credits.invalid/problems/"
@@ -94,21 +95,23 @@ def status_of(exc: BaseException) -> int:
     return 500
 
 
+# The problem type of each domain error that has its own, first match wins.
+_TYPE_SLUGS: tuple[tuple[type[BaseException], str], ...] = (
+    (IdempotencyConflict, "idempotency-conflict"),
+    (InvalidTransition, "invalid-transition"),
+    (DuplicateJob, "duplicate-job"),
+    (AccountExists, "account-exists"),
+    (UnknownAccount, "unknown-account"),
+    (UnknownJob, "unknown-job"),
+)
+
+
 def _slug(exc: BaseException, status: int) -> str:
     if isinstance(exc, ServiceProblem) and exc.slug:
         return exc.slug
-    if isinstance(exc, IdempotencyConflict):
-        return "idempotency-conflict"
-    if isinstance(exc, InvalidTransition):
-        return "invalid-transition"
-    if isinstance(exc, DuplicateJob):
-        return "duplicate-job"
-    if isinstance(exc, AccountExists):
-        return "account-exists"
-    if isinstance(exc, UnknownAccount):
-        return "unknown-account"
-    if isinstance(exc, UnknownJob):
-        return "unknown-job"
+    for kind, slug in _TYPE_SLUGS:
+        if isinstance(exc, kind):
+            return slug
     return _SLUGS.get(status, "error")
 
 
@@ -129,6 +132,13 @@ def problem_body(status: int, detail: str, slug: str | None = None,
     if errors:
         body["errors"] = [{"index": i, "detail": d} for i, d in errors]
     return body
+
+
+def documented(answers: Sequence[tuple[int, str]]) -> dict[int | str, dict[str, Any]]:
+    """A router's `responses` for the OpenAPI document: each status, with why it is
+    answered, as a `Problem` in `application/problem+json`."""
+    return {status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
+            for status, why in answers}
 
 
 def problem_response(status: int, detail: str, *, slug: str | None = None,

@@ -33,19 +33,18 @@ from projections.timefmt import parse_micros
 from projections.verifications import Verification, record_verification
 from tools import render
 from tools.service.auth import READ, needs
-from tools.service.ledger import STALE, Busy, LedgerService
+from tools.service.ledger import STALE, Busy, LedgerService, service_of
 from tools.service.models import (
     BalanceAnswer,
     Head,
     JobAnswer,
     JournalPage,
-    Problem,
     RevisionsPage,
     StatementAnswer,
     VerifyAnswer,
     VerifyBody,
 )
-from tools.service.problems import PROBLEM_JSON, ServiceProblem
+from tools.service.problems import ServiceProblem, documented
 from tools.service.times import parse_event_time
 
 log = logging.getLogger("gpu_credits.service")
@@ -53,15 +52,12 @@ T = TypeVar("T")
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(needs(READ))])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
-    for status, why in [
-        (401, "no or unknown bearer token (when tokens are configured)"),
-        (404, "unknown account or job"),
-        (422, "invalid parameters"),
-        (503, "database unavailable or service starting"),
-    ]
-}
+_ERRORS = documented([
+    (401, "no or unknown bearer token (when tokens are configured)"),
+    (404, "unknown account or job"),
+    (422, "invalid parameters"),
+    (503, "database unavailable or service starting"),
+])
 
 TimeParam = Annotated[str | None, Query(
     description="event time: an integer or ISO 8601 with an offset (default: the latest)",
@@ -69,11 +65,6 @@ TimeParam = Annotated[str | None, Query(
 KnownParam = Annotated[str | None, Query(
     description="only events recorded up to this journal position (or ISO 8601 recorded-at "
                 "time); default: all", max_length=64)]
-
-
-def _service(request: Request) -> LedgerService:
-    service: LedgerService = request.app.state.ledger
-    return service
 
 
 def _time(name: str, value: str | None) -> int | None:
@@ -113,7 +104,7 @@ def _figures(account: str, figures: queries.Figures, at: int, position: int) -> 
             summary="Every account's balance")
 async def accounts(request: Request) -> Any:
     """Every account with its figures at the journal's latest event time."""
-    service = _service(request)
+    service = service_of(request)
 
     def read(_: LedgerSession, ledger: Ledger) -> list[dict[str, Any]]:
         at, position = _latest(ledger), service.head()
@@ -129,7 +120,7 @@ async def balance(account: str, request: Request, at: TimeParam = None,
                   as_known_at: KnownParam = None) -> Any:
     """The same object as `gpu-credits balance ACCOUNT --json`: at event time `at`, as
     the journal stood at position `as_known_at`."""
-    service = _service(request)
+    service = service_of(request)
     when = _time("at", at)
     if as_known_at is not None:
         return await run_in_threadpool(_balance_as_known, service, account, when, as_known_at)
@@ -218,7 +209,7 @@ def statement(account: str, request: Request,
               to: TimeParam = None, as_known_at: KnownParam = None) -> Any:
     """Every change to the account with a running balance (as `statement --json`);
     `Accept: text/csv` gives the CSV of `statement --csv`."""
-    service = _service(request)
+    service = service_of(request)
     start, end = _time("from", from_), _time("to", to)
     if start is not None and end is not None and start > end:
         raise ServiceProblem(422, f"from {start} is after to {end}", slug="invalid")
@@ -237,7 +228,7 @@ def statement(account: str, request: Request,
             responses=_ERRORS, summary="A job")
 def job(job: str, request: Request) -> Any:
     """A job's state, cost, charge, the grants that paid it, and why it was rejected."""
-    service = _service(request)
+    service = service_of(request)
     session = service.session
     with service.reading() as ledger:
         state = ledger.jobs.get(job)
@@ -296,7 +287,7 @@ def revisions(request: Request,
               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
               account: Annotated[str | None, Query(max_length=200)] = None) -> Any:
     """Each outcome a late event revised, before and after, in the order they came."""
-    service = _service(request)
+    service = service_of(request)
     cache: _RevisionCache = request.app.state.revisions
     rows = cache.rows(service.journal)
     indexed = list(enumerate(rows))[after:]
@@ -321,7 +312,7 @@ def journal_page(request: Request,
                  after: Annotated[int, Query(ge=0, description="the last position seen")] = 0,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
     """Events in the JSON Lines format with `id`, `position` and `recorded_at` (UTC)."""
-    journal = _service(request).journal
+    journal = service_of(request).journal
     got = list(itertools.islice(journal.read(after_position=after, order="position"),
                                 limit + 1))
     page = got[:limit]
@@ -335,7 +326,7 @@ def journal_page(request: Request,
 def head(request: Request) -> Any:
     """The last position and its chain hash: keep it outside the database, and later
     `POST /v1/journal/verify` with it proves the journal still holds that prefix."""
-    anchor = _service(request).journal.head_anchor()
+    anchor = service_of(request).journal.head_anchor()
     return {"position": anchor.position, "hash": anchor.hash}
 
 
@@ -346,7 +337,7 @@ def verify(request: Request, body: VerifyBody | None = None) -> Any:
     """Check the hash chain (and, with an anchor `POSITION:HASH`, that the journal still
     holds the anchored prefix unchanged), then that replay reproduces the recorded
     checkpoints: what `gpu-credits verify [--anchor]` checks."""
-    journal = _service(request).journal
+    journal = service_of(request).journal
     anchor = None
     if body is not None and body.anchor is not None:
         try:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -21,7 +22,8 @@ from projections import importing
 from projections.events import require_name
 from tools.service import commands
 from tools.service.auth import FINANCE, WORKER, needs
-from tools.service.ledger import LedgerService
+from tools.service.groupcommit import Command
+from tools.service.ledger import LedgerService, service_of
 from tools.service.models import (
     AccountBody,
     AccountCreated,
@@ -34,13 +36,12 @@ from tools.service.models import (
     JobCancelledAnswer,
     JobSettled,
     JobSubmitted,
-    Problem,
     StartedJob,
     TimeBody,
     UsageAnswer,
     UsageBody,
 )
-from tools.service.problems import PROBLEM_JSON, ServiceProblem
+from tools.service.problems import ServiceProblem, documented
 from tools.service.times import check_far, parse_event_time
 
 router = APIRouter(prefix="/v1")
@@ -50,22 +51,14 @@ IdempotencyKey = Annotated[str | None, Header(
     description="becomes the event id; repeat it to retry safely (same body: same answer, "
                 "nothing appended; another body: 409)")]
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
-    for status, why in [
-        (401, "no or unknown bearer token (when tokens are configured)"),
-        (403, "the token's role may not do this"),
-        (404, "unknown account or job"),
-        (409, "idempotency conflict, or a transition the job's state does not allow"),
-        (422, "invalid body, parameters or key; nothing appended"),
-        (503, "database unavailable or service starting; retry with the same key"),
-    ]
-}
-
-
-def _service(request: Request) -> LedgerService:
-    service: LedgerService = request.app.state.ledger
-    return service
+_ERRORS = documented([
+    (401, "no or unknown bearer token (when tokens are configured)"),
+    (403, "the token's role may not do this"),
+    (404, "unknown account or job"),
+    (409, "idempotency conflict, or a transition the job's state does not allow"),
+    (422, "invalid body, parameters or key; nothing appended"),
+    (503, "database unavailable or service starting; retry with the same key"),
+])
 
 
 def _key(value: str | None) -> str | None:
@@ -85,16 +78,23 @@ def _far(service: LedgerService, **times: int | None) -> None:
             raise ServiceProblem(422, str(exc), slug="invalid") from None
 
 
+async def _decide(request: Request, time: int | None, idempotency_key: str | None,
+                  command: Callable[[str | None], Command]) -> Any:
+    """Every single-decision write: refuse a far event time, then a bad key, then hand the
+    command, built with the key as its event id, to the writer."""
+    service = service_of(request)
+    _far(service, time=time)
+    return await service.decide(command(_key(idempotency_key)))
+
+
 @router.post("/accounts", status_code=201, response_model=AccountCreated,
              responses=_ERRORS, dependencies=[Depends(needs(FINANCE))],
              summary="Open an account")
 async def open_account(body: AccountBody, request: Request,
                        idempotency_key: IdempotencyKey = None) -> Any:
     """Open an account (409 if an `account` event opened it before)."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.OpenAccount(
-        _key(idempotency_key), body.account, body.max_running, body.time))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.OpenAccount(
+        key, body.account, body.max_running, body.time))
 
 
 @router.post("/accounts/{account}/grants", status_code=201, response_model=GrantAnswer,
@@ -103,11 +103,9 @@ async def open_account(body: AccountBody, request: Request,
 async def grant(account: str, body: GrantBody, request: Request,
                 idempotency_key: IdempotencyKey = None) -> Any:
     """Grant credits valid for `time <= t < expiry` (opens the account if needed)."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Grant(
-        _key(idempotency_key), account, body.amount, body.expiry, body.pool, body.priority,
-        body.memo, body.time))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Grant(
+        key, account, body.amount, body.expiry, body.pool, body.priority, body.memo,
+        body.time))
 
 
 @router.post("/accounts/{account}/usage", status_code=201, response_model=UsageAnswer,
@@ -116,11 +114,8 @@ async def grant(account: str, body: GrantBody, request: Request,
 async def usage(account: str, body: UsageBody, request: Request,
                 idempotency_key: IdempotencyKey = None) -> Any:
     """Record credits used; beyond the active credits it becomes debt (`debt` after it)."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Usage(
-        _key(idempotency_key), account, body.amount, body.pool, body.memo, body.time,
-        body.user))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Usage(
+        key, account, body.amount, body.pool, body.memo, body.time, body.user))
 
 
 @router.post("/jobs", status_code=201, response_model=JobSubmitted,
@@ -130,11 +125,9 @@ async def submit(body: JobBody, request: Request,
                  idempotency_key: IdempotencyKey = None) -> Any:
     """Reserve the job's cost; an unaffordable job is a recorded rejection (201, with
     `accepted: false` and the reason), not an error."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Submit(
-        _key(idempotency_key), body.job, body.account, body.cost, body.priority, body.pool,
-        body.time, body.user))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Submit(
+        key, body.job, body.account, body.cost, body.priority, body.pool, body.time,
+        body.user))
 
 
 @router.post("/jobs/start-next", response_model=StartedJob,
@@ -143,10 +136,9 @@ async def submit(body: JobBody, request: Request,
 async def start_next(request: Request, body: TimeBody | None = None,
                      idempotency_key: IdempotencyKey = None) -> Any:
     """Start the highest-priority, oldest pending job whose account is below its cap."""
-    service = _service(request)
     time = body.time if body is not None else None
-    _far(service, time=time)
-    started = await service.decide(commands.StartNext(_key(idempotency_key), time))
+    started = await _decide(request, time, idempotency_key,
+                            lambda key: commands.StartNext(key, time))
     if started is None:
         return Response(status_code=204)
     return started
@@ -157,10 +149,8 @@ async def start_next(request: Request, body: TimeBody | None = None,
 async def complete(job: str, body: CompleteBody, request: Request,
                    idempotency_key: IdempotencyKey = None) -> Any:
     """Settle a running job: success charges its cost, failure `floor(cost * (1 - f))`."""
-    service = _service(request)
-    _far(service, time=body.time)
-    return await service.decide(commands.Complete(
-        _key(idempotency_key), job, body.success, float(body.refund_fraction), body.time))
+    return await _decide(request, body.time, idempotency_key, lambda key: commands.Complete(
+        key, job, body.success, float(body.refund_fraction), body.time))
 
 
 @router.post("/jobs/{job}/cancel", response_model=JobCancelledAnswer, responses=_ERRORS,
@@ -168,10 +158,9 @@ async def complete(job: str, body: CompleteBody, request: Request,
 async def cancel(job: str, request: Request, body: TimeBody | None = None,
                  idempotency_key: IdempotencyKey = None) -> Any:
     """Cancel a pending job and release its reservation (again: no change)."""
-    service = _service(request)
     time = body.time if body is not None else None
-    _far(service, time=time)
-    return await service.decide(commands.Cancel(_key(idempotency_key), job, time))
+    return await _decide(request, time, idempotency_key,
+                         lambda key: commands.Cancel(key, job, time))
 
 
 # -- a batch of events ----------------------------------------------------------------------
@@ -233,7 +222,7 @@ async def append_events(body: EventsBody, request: Request,
     bad event by its index. Events without `id` take one from the Idempotency-Key (KEY,
     KEY/2, ...), or without a key the id `import` would give them; events already recorded
     count as `already_present`."""
-    return await events_answer(_service(request), request.app.state.event_answers,
+    return await events_answer(service_of(request), request.app.state.event_answers,
                                body.events, _key(idempotency_key))
 
 

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from eventstore import ChainBroken, RecordedEvent
@@ -79,8 +81,9 @@ def full_check(world: World) -> list[str]:
     return problems
 
 
-def _canonical(rec: RecordedEvent) -> tuple[int, int]:
-    return rec.time, rec.position
+# (event time, position): a key taken in C, since a sort of the whole journal by a
+# Python function was a tenth of these checks.
+_canonical: Callable[[RecordedEvent], tuple[int, int]] = attrgetter("time", "position")
 
 
 _UNSEEN: Any = object()
