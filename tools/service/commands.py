@@ -9,6 +9,7 @@ Idempotency-Key, even after a restart, answers the same.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,6 +228,14 @@ class AppendEvents:
     # its index + 1: planned from these, not serialised and read again.
     entries: tuple[importing.Entry, ...]
     keyed: bool = False  # some records took their id from the key (KEY, KEY/2, ...)
+
+    @classmethod
+    def of_records(cls, key: str | None, records: Sequence[Mapping[str, Any]]
+                   ) -> AppendEvents:
+        """The command for import-format records, each parsed as `import` parses a line
+        (ValueError or TypeError on the first bad one)."""
+        return cls(key, tuple(importing.Entry(index + 1, *importing.parse_record(record))
+                              for index, record in enumerate(records)))
 
     def locks(self, ledger: Ledger) -> list[str]:
         keys: set[str] = set()
