@@ -24,6 +24,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    update,
 )
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -39,6 +40,7 @@ from .records import (
     COLUMNS,
     PRIVATE_KEY,
     Anchor,
+    Batch,
     Erasure,
     LeanRow,
     NewEvent,
@@ -46,7 +48,7 @@ from .records import (
     SnapshotInfo,
     StoredRow,
 )
-from .schema import events, journal_head, private_parts, snapshots
+from .schema import batches, events, journal_head, private_parts, snapshots
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
 _CHUNK = 900
@@ -91,6 +93,10 @@ class SqlTransaction(Reader):
         self._journal = journal
         self.conn = conn
         self.open = True
+        # The first position this transaction appended: every later append of it joins
+        # that batch (`batches`), since no reader can see the transaction's appends apart.
+        self.batch_first: int | None = None
+        self.batch_row = False  # whether its row in `batches` is written
 
     def _check(self) -> Connection:
         if not self.open:
@@ -282,10 +288,11 @@ class Journal(JournalBase):
         if not batch.candidates:
             return []
         with self._writing(tx=tx) as conn:
-            return self._append(conn, batch, expected)
+            return self._append(conn, batch, expected, tx or self._current())
 
     def _append(
-        self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None
+        self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None,
+        tx: SqlTransaction | None,
     ) -> list[RecordedEvent]:
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
@@ -313,7 +320,47 @@ class Journal(JournalBase):
         # is no per-event round trip.
         private = [p for p in (r.stored_private() for r in rows) if p is not None]
         self._backend.write(conn, [r.stored() for r in rows], private)
+        self._record_batch(conn, rows[0].event.position, rows[-1].event.position, tx)
         return appending.results(batch, existing, rows)
+
+    def _record_batch(self, conn: Connection, first: int, last: int,
+                      tx: SqlTransaction | None) -> None:
+        """Note that positions `first`..`last` were appended together with whatever this
+        transaction appended before them (the head stays locked until it commits, so its
+        positions are contiguous)."""
+        if tx is not None:
+            if tx.batch_first is None:
+                tx.batch_first = first
+            first = tx.batch_first
+        if last <= first:
+            return  # a batch of one event needs no row
+        if tx is not None and tx.batch_row:
+            conn.execute(update(batches).where(batches.c.first_position == first)
+                         .values(last_position=last))
+            return
+        # A row reaching these positions can only be left from rows deleted behind the
+        # journal's back (a truncated copy appended to again): it describes nothing now.
+        conn.execute(delete(batches).where(batches.c.last_position >= first))
+        conn.execute(insert(batches).values(first_position=first, last_position=last))
+        if tx is not None:
+            tx.batch_row = True
+
+    def batches(self, *, after_position: int = 0,
+                to_position: int | None = None) -> list[Batch]:
+        """The batches of two events or more holding a position in (after_position,
+        to_position], in position order, whole (one may reach past to_position).
+
+        A position in none of them was appended alone (or before batches were recorded):
+        it is a batch of its own.
+        """
+        require_int("after_position", after_position)
+        q = (select(batches.c.first_position, batches.c.last_position)
+             .where(batches.c.last_position > after_position)
+             .order_by(batches.c.first_position))
+        if to_position is not None:
+            q = q.where(batches.c.first_position <= require_int("to_position", to_position))
+        with self._reading() as conn:
+            return [Batch(int(r[0]), int(r[1])) for r in conn.execute(q)]
 
     def _held(self, conn: Connection, records: Sequence[RecordedEvent]) -> dict[str, str]:
         """The private parts still stored of these records, by id (canonical text)."""
@@ -365,7 +412,7 @@ class Journal(JournalBase):
                 found.sort()
                 erased = tuple(event_id for _, event_id in found)
                 batch = appending.plan([appending.erasure_record(record, erased)])
-                (recorded,) = self._append(conn, batch, None)
+                (recorded,) = self._append(conn, batch, None, self._current())
                 self._backend.before_erase(conn)
                 positions = [p for p, _ in found]
                 for start in range(0, len(positions), _CHUNK):

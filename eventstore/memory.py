@@ -19,7 +19,7 @@ from .base import JournalBase, to_event
 from .errors import JournalError
 from .hashing import GENESIS_HASH
 from .reading import ReadQuery
-from .records import Anchor, Erasure, NewEvent, RecordedEvent, SnapshotInfo, StoredRow
+from .records import Anchor, Batch, Erasure, NewEvent, RecordedEvent, SnapshotInfo, StoredRow
 
 
 @dataclass(slots=True)
@@ -55,6 +55,11 @@ class MemoryJournal(JournalBase):
         self._snapshots: dict[int, _Snapshot] = {}
         self._next_snapshot_id = 1
         self._closed = False
+        # Batches of two events or more, first position -> last (see `batches`); and,
+        # while a transaction is open, how deep and the first position it appended.
+        self._batches: dict[int, int] = {}
+        self._tx_depth = 0
+        self._tx_first: int | None = None
 
     # -- writing ---------------------------------------------------------------
 
@@ -97,7 +102,29 @@ class MemoryJournal(JournalBase):
                 self._versions[e.stream] = e.version
                 self._max_time[e.stream] = max(self._max_time.get(e.stream, e.time), e.time)
             self._last_recorded_at = recorded_at
+            self._record_batch(rows[0].event.position, rows[-1].event.position)
             return appending.results(batch, existing, rows)
+
+    def _record_batch(self, first: int, last: int) -> None:
+        """Note that `first`..`last` were appended together with whatever the open
+        transaction appended before them (under the lock, its positions are contiguous)."""
+        if self._tx_depth:
+            if self._tx_first is None:
+                self._tx_first = first
+            first = self._tx_first
+        if last > first:
+            self._batches[first] = last
+
+    def batches(self, *, after_position: int = 0,
+                to_position: int | None = None) -> list[Batch]:
+        """The batches of two events or more holding a position in (after_position,
+        to_position], in position order; see `eventstore.Journal.batches`."""
+        require_int("after_position", after_position)
+        if to_position is not None:
+            require_int("to_position", to_position)
+        with self._lock:
+            return [Batch(first, last) for first, last in sorted(self._batches.items())
+                    if last > after_position and (to_position is None or first <= to_position)]
 
     @contextmanager
     def transaction(self, locks: Iterable[str] = ()) -> Iterator[MemoryJournal]:
@@ -116,6 +143,7 @@ class MemoryJournal(JournalBase):
                 dict(self._max_time),
                 self._last_recorded_at,
             )
+            self._tx_depth += 1
             try:
                 # The journal itself is the transaction: under the RLock nobody else
                 # sees the appends until the block ends.
@@ -123,6 +151,10 @@ class MemoryJournal(JournalBase):
             except BaseException:
                 self._rollback(*mark)
                 raise
+            finally:
+                self._tx_depth -= 1
+                if not self._tx_depth:
+                    self._tx_first = None
 
     def _rollback(
         self, length: int, versions: dict[str, int], max_time: dict[str, int], last: int
@@ -135,6 +167,12 @@ class MemoryJournal(JournalBase):
             of_stream = self._stream_canonical[row[2]]
             del of_stream[bisect.bisect_left(of_stream, (row[5], row[0]))]
         del self._stored[length:]
+        for first in [f for f, last in self._batches.items() if last > length]:
+            self._batches.pop(first)
+            if first < length:  # a batch begun before the rolled back appends
+                self._batches[first] = length
+        if self._tx_first is not None and self._tx_first > length:
+            self._tx_first = None
         self._versions = versions
         self._max_time = max_time
         self._last_recorded_at = last

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 #: Lock key serialising concurrent upgrades of one PostgreSQL database.
 MIGRATION_LOCK = "eventstore:migrations"
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 """The newest revision in `migrations/` (a test checks it against Alembic's own head).
 
 Opening a journal whose database is already there needs nothing more: Alembic (a tenth
@@ -94,13 +94,18 @@ def refuse_unknown(backend: Backend, current: str | None) -> None:
         )
 
 
+def _revision(conn: Connection) -> str | None:
+    """The database's revision: HEAD_REVISION read cheaply when it is there, else asked of
+    Alembic (None when it was never upgraded)."""
+    if _at_head(conn):
+        return HEAD_REVISION
+    with conn.begin():
+        return current_revision(conn)
+
+
 def require_journal(backend: Backend, conn: Connection) -> None:
     """Raise JournalNotFound unless the database holds a journal schema (writes nothing)."""
-    if _at_head(conn):
-        return
-    with conn.begin():
-        current = current_revision(conn)
-    if current is None:
+    if _revision(conn) is None:
         raise JournalNotFound(
             f"{backend.name} database {backend.describe()} holds no journal (no schema "
             "was written); check the URL, or create one with `gpu-credits db upgrade`"
@@ -109,10 +114,9 @@ def require_journal(backend: Backend, conn: Connection) -> None:
 
 def check(backend: Backend, conn: Connection) -> None:
     """Raise SchemaError unless the database is exactly at this code's head."""
-    if _at_head(conn):
+    current = _revision(conn)
+    if current == HEAD_REVISION:
         return
-    with conn.begin():
-        current = current_revision(conn)
     refuse_unknown(backend, current)
     if current != code_head():
         state = "has no journal schema" if current is None else f"is at revision {current!r}"
@@ -124,11 +128,10 @@ def check(backend: Backend, conn: Connection) -> None:
 
 def upgrade(backend: Backend, conn: Connection) -> tuple[str | None, str]:
     """Upgrade to head under the write lock; return (revision before, revision after)."""
-    if _at_head(conn):
+    before = _revision(conn)
+    if before == HEAD_REVISION:
         return HEAD_REVISION, HEAD_REVISION
     head = code_head()
-    with conn.begin():
-        before = current_revision(conn)
     refuse_unknown(backend, before)
     if before == head:
         return before, head

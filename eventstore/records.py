@@ -83,6 +83,15 @@ def hashed_fields() -> tuple[str, ...]:
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+class Batch(NamedTuple):
+    """Positions appended together, in one transaction (or one `append` outside one):
+    `first` to `last`, both included, `last > first`. Whoever reads the journal knew them
+    together: no reader ever saw some of them without the others."""
+
+    first: int
+    last: int
+
+
 class Anchor(NamedTuple):
     """A journal position and the chain hash there: what to keep outside the database.
 

@@ -89,3 +89,16 @@ private_parts = Table(
     Column("salt", Text, nullable=False),  # hex; the seal is sha256(salt + data)
     Column("data", Text, nullable=False),  # canonical JSON of the private fields
 )
+
+batches = Table(
+    "batches",
+    metadata,
+    # Positions appended in one transaction (or one append outside one), known together:
+    # `first_position` to `last_position`, both included. Only batches of two events or
+    # more have a row; a position in none (every position written before this table
+    # existed, every single-event append) is a batch of its own. Outside the hash chain:
+    # see docs/architecture.md ("Batches").
+    Column("first_position", Int64Key, primary_key=True, autoincrement=False),
+    Column("last_position", BigInteger, nullable=False),
+    CheckConstraint("last_position > first_position", name="more_than_one"),
+)

@@ -17,7 +17,18 @@ from eventstore.records import ERASED_KEY, PRIVATE_KEY
 # The checks live in one module shared by every entry point; re-exported here because
 # callers have always imported them from the vocabulary.
 from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
-from projections.validation import MAX_TEXT_LENGTH, require_grant_priority, show
+from projections.validation import (
+    MAX_TEXT_LENGTH,
+    GrantPriority,
+    Int,
+    Name,
+    NonNegativeInt,
+    PositiveInt,
+    Text,
+    UnitFraction,
+    require_grant_priority,
+    show,
+)
 from projections.validation import optional_text as optional_text
 from projections.validation import require_fraction as require_fraction
 from projections.validation import require_int as require_int
@@ -78,13 +89,13 @@ class AccountOpened(_OfAccount):
     """An account exists from here on, with its scheduling policy."""
 
     type: ClassVar[str] = "account"
-    account: str
-    max_running: int | None = None  # None: no cap on running jobs
-    share: int | None = None  # fair-share weight; None: fair share off for this account
-    half_life: int = DEFAULT_HALF_LIFE  # seconds for the account's recorded usage to halve
-    refill_rate: int | None = None  # token bucket: credits per hour; None: no refill
-    refill_cap: int | None = None  # the refill bucket holds at most this many credits
-    memo: str | None = None  # free text for people: a PO number, a ticket
+    account: Name
+    max_running: PositiveInt | None = None  # None: no cap on running jobs
+    share: PositiveInt | None = None  # fair-share weight; None: fair share off for this account
+    half_life: PositiveInt = DEFAULT_HALF_LIFE  # seconds for the account's recorded usage to halve
+    refill_rate: PositiveInt | None = None  # token bucket: credits per hour; None: no refill
+    refill_cap: PositiveInt | None = None  # the refill bucket holds at most this many credits
+    memo: Text | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -107,12 +118,12 @@ class CreditsGranted(_OfAccount):
     """Credits added to an account, valid for time <= t < expiry, in one pool."""
 
     type: ClassVar[str] = "grant"
-    account: str
-    amount: int
-    expiry: int | None = None  # None: never expires
-    pool: str = GENERAL
-    priority: int = DEFAULT_GRANT_PRIORITY  # lower numbers are used first
-    memo: str | None = None
+    account: Name
+    amount: PositiveInt
+    expiry: Int | None = None  # None: never expires
+    pool: Name = GENERAL
+    priority: GrantPriority = DEFAULT_GRANT_PRIORITY  # lower numbers are used first
+    memo: Text | None = None
 
     def __post_init__(self) -> None:
         require_name("account", self.account)
@@ -129,11 +140,11 @@ class CreditsConsumed(_OfAccount):
     """Credits used outside the scheduler (a usage report); past the credits it is debt."""
 
     type: ClassVar[str] = "consume"
-    account: str
-    amount: int
-    pool: str = GENERAL
-    memo: str | None = None  # free text for people: a PO number, a ticket
-    user: str | None = None  # who used the credits: personal, erasable (`erase --user`)
+    account: Name
+    amount: PositiveInt
+    pool: Name = GENERAL
+    memo: Text | None = None  # free text for people: a PO number, a ticket
+    user: Name | None = None  # who used the credits: personal, erasable (`erase --user`)
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -148,13 +159,13 @@ class JobSubmitted(_OfAccount):
     """A job asks to reserve `cost` credits; the fold decides whether it is accepted."""
 
     type: ClassVar[str] = "submit"
-    account: str
-    job: str
-    cost: int
-    priority: int
-    pool: str = GENERAL
-    memo: str | None = None  # free text for people: a PO number, a ticket
-    user: str | None = None  # who submitted the job: personal, erasable (`erase --user`)
+    account: Name
+    job: Name
+    cost: NonNegativeInt
+    priority: Int
+    pool: Name = GENERAL
+    memo: Text | None = None  # free text for people: a PO number, a ticket
+    user: Name | None = None  # who submitted the job: personal, erasable (`erase --user`)
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -171,8 +182,8 @@ class JobStarted:
     """A pending job starts running."""
 
     type: ClassVar[str] = "start"
-    job: str
-    memo: str | None = None  # free text for people: a PO number, a ticket
+    job: Name
+    memo: Text | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -184,10 +195,10 @@ class JobCompleted:
     """A running job ends: success charges its cost; failure charges floor(cost * (1 - f))."""
 
     type: ClassVar[str] = "complete"
-    job: str
+    job: Name
     success: bool
-    refund_fraction: float = 1.0
-    memo: str | None = None  # free text for people: a PO number, a ticket
+    refund_fraction: UnitFraction = 1.0
+    memo: Text | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -204,8 +215,8 @@ class JobCancelled:
     """A pending job is withdrawn and its reservation released."""
 
     type: ClassVar[str] = "cancel"
-    job: str
-    memo: str | None = None  # free text for people: a PO number, a ticket
+    job: Name
+    memo: Text | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
@@ -218,11 +229,11 @@ class CreditsAdjusted(_OfAccount):
     without expiry and pays debt first; a debit (amount < 0) works like a usage report."""
 
     type: ClassVar[str] = "adjust"
-    account: str
-    amount: int
-    reason: str
-    pool: str = GENERAL
-    memo: str | None = None
+    account: Name
+    amount: Int
+    reason: Text
+    pool: Name = GENERAL
+    memo: Text | None = None
 
     def __post_init__(self) -> None:
         require_name("account", self.account)
@@ -240,9 +251,9 @@ class GrantVoided:
     """From its event time on, the named grant's unused credits no longer count."""
 
     type: ClassVar[str] = "void"
-    grant: str  # the id of a grant event
-    reason: str | None = None
-    memo: str | None = None
+    grant: Name  # the id of a grant event
+    reason: Text | None = None
+    memo: Text | None = None
 
     def __post_init__(self) -> None:
         require_name("grant", self.grant)
@@ -256,9 +267,9 @@ class EventReversed:
     happened; both stay in the journal. Reversing a reversal restores the event."""
 
     type: ClassVar[str] = "reverse"
-    event: str  # the id of a recorded event
-    reason: str
-    memo: str | None = None
+    event: Name  # the id of a recorded event
+    reason: Text
+    memo: Text | None = None
 
     def __post_init__(self) -> None:
         require_name("event", self.event)
@@ -272,9 +283,9 @@ class PersonalDataErased:
     gone, the events and every figure stay. Takes no part in any figure."""
 
     type: ClassVar[str] = "erase"
-    events: tuple[str, ...]  # ids of the events whose personal fields were erased
-    reason: str | None = None
-    memo: str | None = None
+    events: tuple[Name, ...]  # ids of the events whose personal fields were erased
+    reason: Text | None = None
+    memo: Text | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.events, str) or not isinstance(self.events, list | tuple):
@@ -333,6 +344,9 @@ _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
 }
 
 EVENT_TYPES = tuple(_FIELDS)
+
+EVENT_CLASSES: tuple[type[DomainEvent], ...] = tuple(cls for cls, _, _ in _FIELDS.values())
+"""Every event class of the vocabulary, in the order of `EVENT_TYPES`."""
 
 
 PERSONAL_FIELDS = ("user", "memo")

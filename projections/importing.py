@@ -48,19 +48,15 @@ from eventstore.hashing import canonical_json
 from projections import csvcells
 from projections.csvcells import unguard
 from projections.events import (
+    EVENT_CLASSES,
     EVENT_TYPES,
     FAR_TIME,
+    JOB_EVENTS,
     TIMELINE_START,
-    AccountOpened,
-    CreditsAdjusted,
-    CreditsConsumed,
     CreditsGranted,
     DomainEvent,
     EventReversed,
     GrantVoided,
-    JobCancelled,
-    JobCompleted,
-    JobStarted,
     JobSubmitted,
     PersonalDataErased,
     from_payload,
@@ -83,16 +79,12 @@ wall-clock recorded-at time (ISO-8601 UTC). `export --recorded` writes both for 
 (CSV always has the position); import ignores them, since the journal it appends to
 records its own. Without them an export of an import of an export is the same file."""
 
-_EVENT_CLASSES = (AccountOpened, CreditsGranted, CreditsConsumed, JobSubmitted, JobStarted,
-                  JobCompleted, JobCancelled, CreditsAdjusted, GrantVoided, EventReversed,
-                  PersonalDataErased)
-
 # Later fields come last, so CSV columns of earlier exports keep their place.
 _LATER_FIELDS = ("reason", "grant", "event", "memo", "user", "events")
 
 PAYLOAD_FIELDS = tuple(dict.fromkeys(
     ["account", "job"]
-    + [f.name for cls in _EVENT_CLASSES for f in dataclasses.fields(cls)
+    + [f.name for cls in EVENT_CLASSES for f in dataclasses.fields(cls)
        if f.name not in _LATER_FIELDS]
     + list(_LATER_FIELDS)
 ))
@@ -472,7 +464,7 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
     job_accounts = {e.event.job: e.event.account for e in entries
                     if isinstance(e.event, JobSubmitted)}
     orphans = {e.event.job for e in entries
-               if isinstance(e.event, JobStarted | JobCompleted | JobCancelled)
+               if isinstance(e.event, JOB_EVENTS)
                } - set(job_accounts)
     if not plan.problems:
         job_accounts.update(_job_accounts_in_journal(journal, orphans))
@@ -652,7 +644,7 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
         event = item.event
         if isinstance(event, JobSubmitted):
             found.job_accounts[event.job] = accounts.setdefault(event.account, event.account)
-        elif (isinstance(event, JobStarted | JobCompleted | JobCancelled)
+        elif (isinstance(event, JOB_EVENTS)
               and event.job not in found.job_accounts):
             early.add(event.job)
         if item.id is None:

@@ -29,12 +29,13 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from projections.accountfold import account_ledger, splice
 from projections.bulk import paused_gc
-from projections.events import DomainEvent
+from projections.decoding import decode_event
+from projections.events import DomainEvent, EventReversed
 from projections.ledger import Ledger, Saved, restore, snapshot
 from projections.outcomes import Outcome, Revision
 from projections.reversals import reversed_ids
@@ -117,6 +118,55 @@ def _revision(late: Recorded, rec: Recorded, before: Outcome, after: Outcome
     return Revision(late.position, late.id, rec.position, rec.id, rec.type, was, now)
 
 
+@dataclass(slots=True)
+class _AccountRefold:
+    """One account's stretch folded again for a batch, ready to splice in."""
+
+    account: str
+    ledger: Ledger
+    stretch: list[Recorded]
+    candidates: set[str]  # jobs that may be live for the account (see `splice`)
+    folded: set[str] = field(default_factory=set)
+    outcomes: list[Outcome] = field(default_factory=list)
+    revisions: list[Revision] = field(default_factory=list)
+    had_anomalies: bool = False
+    applied: int = 0  # how much the refold changes `Ledger.applied` and `.rejected`
+    rejected: int = 0
+
+
+def _jobs_named(events: Iterable[Recorded]) -> set[str]:
+    """The jobs that the job events among `events` name."""
+    return {job for rec in events if rec.type in _JOB_EVENTS
+            and (job := _job_named(rec.payload)) is not None}
+
+
+def _account_named(payload: Any) -> str | None:
+    """The account a payload names (decoded, or its stored JSON text), if any."""
+    if isinstance(payload, str | bytes):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return None
+    account = payload.get("account") if isinstance(payload, dict) else None
+    return account if isinstance(account, str) else None
+
+
+def _reversals_in(batch: Sequence[Recorded]) -> dict[str, str]:
+    """{reversal id: target id} of the valid reversals among `batch` (what folding them
+    adds to `Ledger.reversals`)."""
+    found: dict[str, str] = {}
+    for rec in batch:
+        if rec.type != REVERSE:
+            continue
+        try:
+            event = decode_event(rec.type, rec.payload)
+        except (ValueError, TypeError):
+            continue  # an anomaly: it reverses nothing
+        if isinstance(event, EventReversed):
+            found[rec.id] = event.event
+    return found
+
+
 def apply_recorded(ledger: Ledger, rec: Recorded) -> Outcome:
     return ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
 
@@ -140,7 +190,8 @@ class Projector:
         # across accounts; in the same stream, its account's refold holds them all.
         self._floating: dict[str, str | None] = {}
         self._unpartitioned = False
-        self.refolded_by_account = 0  # late events re-projected for their account alone
+        self.refolded_by_account = 0  # late events (or batches) re-projected by account
+        self._account_refolds = 0  # accounts re-projected alone, over all of those
         # Reversals: the ids reversed as known, and where to find a reversed event on the
         # timeline (without it, a reversal refolds from the start: correct, only slower).
         self.excluded: frozenset[str] = frozenset()
@@ -178,13 +229,17 @@ class Projector:
         # cost per event constant, and dense enough that a late event refolds little.
         size = len(ledger.live) + len(ledger.accounts) + 1
         spacing = max(self._min_every, self._factor * size)
-        if not self._late:
+        # An account re-projected alone restores and refolds about its share of what a
+        # whole-timeline refold would: it weighs as that share of one.
+        late = (self._late - self.refolded_by_account
+                + self._account_refolds / max(1, len(ledger.accounts)))
+        if not late:
             return spacing
         # With late events at a rate f, each refolds half a spacing I on average and
         # restores a state of `size`: per event, size / I + f * (size + I / 2), least at
         # I = sqrt(2 * size / f). Without this, frequent late events made a catch-up
         # quadratic (each refolding up to a whole sparse spacing).
-        best = math.isqrt(2 * size * self._ingested // self._late)
+        best = math.isqrt(int(2 * size * self._ingested / late))
         return max(min(MIN_SPACING, self._min_every), min(spacing, best))
 
     def _maybe_snapshot(self, ledger: Ledger) -> None:
@@ -264,6 +319,249 @@ class Projector:
         if rec.type == REVERSE:
             return self._ingest_reversal(rec)
         return self._ingest(rec, event)
+
+    def ingest_batch(self, batch: Sequence[Recorded]) -> dict[int, Outcome]:
+        """Apply the next batch: events appended together (in one transaction), given in
+        position order, all after everything ingested. Returns their outcomes by position.
+
+        A batch is one step of knowledge: its events take their canonical places among
+        themselves, and a revision is reported only for an event known before the batch.
+        Events that all land after everything applied are simply folded in canonical
+        order; otherwise the timeline is re-projected once for the whole batch, from the
+        earliest place it changes, not once per event.
+        """
+        if not batch:
+            return {}
+        if len(batch) == 1:
+            return {batch[0].position: self.ingest(batch[0])}
+        positions = [rec.position for rec in batch]
+        if positions[0] <= self.position or any(
+                b <= a for a, b in itertools.pairwise(positions)):
+            raise ValueError(f"batch at positions {positions[0]}..{positions[-1]} ingested "
+                             f"after {self.position}, or not in increasing position order")
+        ordered = sorted(batch, key=lambda r: (r.time, r.position))
+        reversals = _reversals_in(batch)
+        if not reversals and (ordered[0].time, ordered[0].position) > self.ledger.last:
+            # Nothing lands before what is applied: the usual case, and a journal's first
+            # batch (an import into a fresh journal, however shuffled its file).
+            self.position = positions[-1]
+            self._ingested += len(batch)
+            return {rec.position: self._ingest(rec, None) for rec in ordered}
+        if not reversals:
+            alone = self._reproject_batch_by_account(batch, ordered)
+            if alone is not None:
+                return alone
+        return self._reproject_batch(batch, ordered, reversals)
+
+    def _reproject_batch_by_account(self, batch: Sequence[Recorded],
+                                    ordered: Sequence[Recorded]) -> dict[int, Outcome] | None:
+        """Re-project a batch account by account: the accounts with an event before the
+        applied timeline once each, from the snapshot before their earliest one; the
+        batch's other events folded on. None (having changed nothing) when something
+        reaches across accounts."""
+        if (self._account_reader is None or self._unpartitioned
+                or self.ledger.policy is not None):
+            return None
+        frontier = self.ledger.last
+        late: dict[str, Recorded] = {}  # account -> its earliest event of the batch
+        for rec in ordered:
+            stream = getattr(rec, "stream", None)
+            if stream is None or rec.type in _CROSSING or stream in self._mixed:
+                return None
+            if (rec.time, rec.position) < frontier:
+                late.setdefault(stream, rec)
+        first, last = batch[0].position, batch[-1].position
+        # Check and refold every late account before changing anything: one that reaches
+        # across accounts sends the whole batch down the whole-timeline path.
+        refolds: list[_AccountRefold] = []
+        named: set[str] = set()  # jobs the late accounts' stretches name
+        for account in sorted(late):
+            cause = late[account]
+            start, saved = self._snapshot_before((cause.time, cause.position))
+            stretch = list(self._account_reader(account, start, last))
+            if not self._confined(account, stretch):
+                return None
+            jobs = _jobs_named(stretch)
+            if not named.isdisjoint(jobs):
+                return None  # two accounts name one job: who holds it crosses them
+            named |= jobs
+            done = self._account_refold(account, saved, stretch, first, cause)
+            if done is None:
+                return None
+            refolds.append(done)
+        # The batch's events of accounts it does not send back: after everything applied,
+        # unless one of them reaches a late account (names its job, or is about it).
+        on_time = [rec for rec in ordered if getattr(rec, "stream", None) not in late]
+        index = self.ledger.jobs
+        for rec in on_time:
+            if rec.type in _JOB_EVENTS:
+                job = _job_named(rec.payload)
+                known = index.get(job) if job is not None else None
+                if job in named or (known is not None and known.account in late):
+                    return None
+            elif _account_named(rec.payload) in late:
+                return None
+        self.position = last
+        self._ingested += len(batch)
+        outcomes: dict[int, Outcome] = {}
+        for rec in on_time:
+            outcomes[rec.position] = self._ingest(rec, None)
+        # Nothing was changed for the late accounts until here: splice them in.
+        earliest = min(late.values(), key=lambda r: (r.time, r.position))
+        key = (earliest.time, earliest.position)
+        self.late_times.append(key[0])
+        self._late += 1
+        self.refolded_by_account += 1
+        self._account_refolds += len(refolds)
+        i = bisect.bisect_left(self._snap_keys, key)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+        recent = self._recent
+        newest = self.ledger.last
+        for done in refolds:
+            splice(self.ledger, done.ledger, done.account, done.candidates, done.folded,
+                   done.had_anomalies, done.applied, done.rejected)
+            self.revisions.extend(done.revisions)
+            for rec, outcome in zip(done.stretch, done.outcomes, strict=True):
+                self._track(rec, outcome, done.ledger)
+                if rec.position >= first:
+                    outcomes[rec.position] = outcome
+                    if rec.id not in self.excluded:
+                        newest = max(newest, (rec.time, rec.position))
+                elif rec.position in recent:
+                    recent[rec.position] = outcome
+        # The late accounts' batch events may lie past everything else applied.
+        self.ledger.last = newest
+        for position in sorted(outcomes):
+            if position not in recent:
+                self._remember(outcomes[position])
+        self._next_snapshot = min(self._next_snapshot, self._interval(self.ledger))
+        return {position: outcomes[position] for position in sorted(outcomes)}
+
+    def _account_refold(self, account: str, saved: Saved | None,
+                        stretch: Sequence[Recorded], first: int, cause: Recorded
+                        ) -> _AccountRefold | None:
+        """Fold `stretch` (an account's events after the snapshot `saved`, up to the end of
+        a batch starting at position `first`) for that account alone, changing nothing
+        else; None if an event of it affects another account."""
+        new = account_ledger(saved, account, self.excluded)
+        recent = self._recent
+        remembered = all(rec.position in recent for rec in stretch if rec.position < first)
+        old = None if remembered else account_ledger(saved, account, self.excluded)
+        done = _AccountRefold(account, new, list(stretch), set(new.live))
+        old_rejected = 0
+        with paused_gc():
+            for rec in stretch:
+                done.folded.add(rec.id)
+                applied = new.applied
+                after = apply_recorded(new, rec)
+                if after.account not in (None, account):
+                    return None
+                done.outcomes.append(after)
+                job = _job_named(rec.payload) if rec.type == "submit" else None
+                if job is not None:
+                    done.candidates.add(job)
+                if rec.position >= first:
+                    done.applied += new.applied - applied
+                    continue
+                before = recent[rec.position] if old is None else apply_recorded(old, rec)
+                done.had_anomalies = done.had_anomalies or before.anomaly
+                if before.type == "submit" and not before.ok and not before.anomaly:
+                    old_rejected += 1  # what `Ledger.rejected` counts
+                revision = _revision(cause, rec, before, after)
+                if revision is not None:
+                    done.revisions.append(revision)
+        done.rejected = new.rejected - old_rejected
+        return done
+
+    def _reproject_batch(self, batch: Sequence[Recorded], ordered: Sequence[Recorded],
+                         reversals: dict[str, str]) -> dict[int, Outcome]:
+        """Fold again once for a batch with events before the applied timeline (or with
+        reversals): from the earliest of them, or of the events its reversals take out or
+        put back; every outcome of an event known before the batch that changed is a
+        revision, caused by the batch's earliest event on the timeline (its reversal, when
+        one moved the start further back)."""
+        first, last = batch[0].position, batch[-1].position
+        self.position = last
+        self._ingested += len(batch)
+        cause = ordered[0]
+        pivot = (cause.time, cause.position)
+        old_excluded: frozenset[str] | None = None
+        if reversals:
+            excluded = reversed_ids({**self.ledger.reversals, **reversals})
+            if excluded != self.excluded:
+                places = [self._locate(event_id) if self._locate is not None else None
+                          for event_id in sorted(excluded ^ self.excluded)]
+                earliest = min((p for p in places if p is not None), default=MIN_KEY)
+                if any(p is None for p in places):
+                    earliest = MIN_KEY
+                if earliest < pivot:
+                    pivot = earliest
+                    cause = next(rec for rec in batch if rec.type == REVERSE)
+                old_excluded, self.excluded = self.excluded, excluded
+        self.late_times.append(pivot[0])
+        self._late += 1
+        i = bisect.bisect_left(self._snap_keys, pivot)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+        start, saved = self._snapshot_before(pivot)
+        with paused_gc():
+            found = None
+            if self._recent_limit:
+                found = self._refold_batch(cause, first, last, start, self._fresh(saved),
+                                           False, pivot, old_excluded)
+            if found is None:
+                found = self._refold_batch(cause, first, last, start, self._fresh(saved),
+                                           True, pivot, old_excluded)
+                assert found is not None
+        ledger, mine, revisions, outcomes = found
+        self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
+        self.revisions.extend(revisions)
+        for outcome in outcomes:
+            self._remember(outcome)
+        self.ledger = ledger
+        return mine
+
+    def _refold_batch(self, cause: Recorded, first: int, last: int, start: tuple[int, int],
+                      new: Ledger, fold_old: bool, pivot: tuple[int, int],
+                      old_excluded: frozenset[str] | None
+                      ) -> tuple[Ledger, dict[int, Outcome], list[Revision],
+                                 list[Outcome]] | None:
+        """`_refold` for a batch (positions `first` to `last`): the old timeline is the
+        one without any event of the batch."""
+        self._since_snapshot = 0
+        mine: dict[int, Outcome] = {}
+        old: Ledger | None = None
+        revisions: list[Revision] = []
+        outcomes: list[Outcome] = []
+        snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
+        for rec in self._reader(start, last, None):
+            place = (rec.time, rec.position)
+            if fold_old and old is None and place >= pivot:
+                old = restore(snapshot(new))
+                if old_excluded is not None:
+                    old.excluded = old_excluded
+            after = apply_recorded(new, rec)
+            self._track(rec, after, new)
+            self._maybe_snapshot(new)
+            outcomes.append(after)
+            if rec.position >= first:
+                mine[rec.position] = after
+                continue
+            if place < pivot:
+                continue
+            if old is not None:
+                before: Outcome | None = apply_recorded(old, rec)
+            else:
+                before = self._recent.get(rec.position)
+                if before is None:
+                    self._snap_keys, self._snap_states = snap_keys, snap_states
+                    return None
+            assert before is not None
+            revision = _revision(cause, rec, before, after)
+            if revision is not None:
+                revisions.append(revision)
+        return new, mine, revisions, outcomes
 
     def _ingest(self, rec: Recorded, event: DomainEvent | None) -> Outcome:
         if (rec.time, rec.position) > self.ledger.last:
@@ -417,6 +715,7 @@ class Projector:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         # Nothing was changed until here: from now on the refold is committed.
         self.refolded_by_account += 1
+        self._account_refolds += 1
         self.late_times.append(key[0])
         self._late += 1
         i = bisect.bisect_left(self._snap_keys, key)

@@ -10,11 +10,12 @@ starts from the newest one that is still valid.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from eventstore import JournalLike, RecordedEvent, SnapshotInfo
+from eventstore import Batch, JournalLike, RecordedEvent, SnapshotInfo
 from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
@@ -151,6 +152,21 @@ class HeldRows:
         keys, rows = self._streams.setdefault(rec.stream, ([], []))
         _insert(keys, rows, key, rec)
 
+    def add_all(self, recs: Sequence[Lean]) -> None:
+        """Hold a batch of rows: one by one when few, else appended then sorted once
+        (inserting a shuffled import's rows one at a time is quadratic)."""
+        if len(recs) < 64:
+            for rec in recs:
+                self.add(rec)
+            return
+        _merge(self._keys, self._rows, recs)
+        by_stream: dict[str, list[Lean]] = {}
+        for rec in recs:
+            by_stream.setdefault(rec.stream, []).append(rec)
+        for stream, mine in by_stream.items():
+            keys, rows = self._streams.setdefault(stream, ([], []))
+            _merge(keys, rows, mine)
+
     def read(self, after: tuple[int, int], to_position: int,
              limit: int | None) -> Iterator[Lean]:
         """A projector's reader: the held rows in canonical order after `after`, with
@@ -173,6 +189,25 @@ def _insert(keys: list[tuple[int, int]], rows: list[Lean], key: tuple[int, int],
     i = bisect.bisect_left(keys, key)
     keys.insert(i, key)
     rows.insert(i, rec)
+
+
+def _key(rec: Lean) -> tuple[int, int]:
+    return (rec.time, rec.position)
+
+
+def _merge(keys: list[tuple[int, int]], rows: list[Lean], recs: Sequence[Lean]) -> None:
+    """Insert `recs` in canonical order, at a cost in the held rows after the earliest
+    of them (what a refold for them walks anyway), not in all of them."""
+    mine = sorted(recs, key=_key)
+    i = bisect.bisect_left(keys, _key(mine[0])) if keys else 0
+    if i == len(rows):
+        rows.extend(mine)
+        keys.extend(map(_key, mine))
+        return
+    merged = list(heapq.merge(rows[i:], mine, key=_key))
+    del rows[i:]
+    rows.extend(merged)
+    keys[i:] = map(_key, merged)
 
 
 def _after(keys: list[tuple[int, int]], rows: list[Lean], after: tuple[int, int],
@@ -224,23 +259,53 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     done = 0
     if progress is not None:
         progress(0, head)  # the total is known from the start: no bar waits at "0/?"
+    # Events appended together are one step of knowledge: the projector takes each
+    # batch whole (a batch reaching past `head` is known up to `head`).
+    ends = {first: min(last, head) for first, last in batches_of(journal, head)}
+    pending: list[Lean] = []
+    shown = 0
+    begin = end = 0  # the first and last position of the batch being gathered (0: none)
     with paused_gc():
         for rec in lean_records(journal, to_position=head, order="position"):
+            if not end:
+                begin, end = rec.position, ends.get(rec.position, rec.position)
             if to_time is None or rec.time <= to_time:
-                if held is not None:
-                    held.add(rec)
-                projector.ingest(rec)
+                pending.append(rec)
             done += 1
-            if rec.position in at and (rec.position == head or checkpoint_is_valid_at(
-                    journal, rec.position, projector.ledger.last[0])):
+            if rec.position < end:
+                continue
+            end = 0
+            if held is not None:
+                held.add_all(pending)
+            if len(pending) == 1:
+                projector.ingest(pending[0])
+            elif pending:
+                projector.ingest_batch(pending)
+            pending = []
+            # A checkpoint due inside a batch is saved at its end: the projected state
+            # holds a whole batch or none of it.
+            if any(begin <= p <= rec.position for p in at) and (
+                    rec.position == head or checkpoint_is_valid_at(
+                        journal, rec.position, projector.ledger.last[0])):
                 save_checkpoint(journal, projector.ledger, rec.position)
-            if progress is not None and done % 5000 == 0:
+            if progress is not None and done - shown >= 5000:
                 progress(done, head)
+                shown = done
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
     return ReplayReport(ledger.applied, list(projector.revisions), list(ledger.anomalies),
                         ledger, head)
+
+
+def batches_of(journal: JournalLike, to_position: int) -> list[Batch]:
+    """The journal's batches of several events up to `to_position` (none from a journal,
+    or a view of one, that does not record them: then every event is its own batch)."""
+    found = getattr(journal, "batches", None)
+    if found is None or to_position <= 0:
+        return []
+    batches: list[Batch] = found(to_position=to_position)
+    return batches
 
 
 REPLAY_REMEMBERS = 1000

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 MAX_SAFE_INT = 2**53 - 1
 """The largest integer every JSON reader reads exactly (JavaScript's MAX_SAFE_INTEGER)."""
@@ -47,6 +49,21 @@ MAX_ID_LENGTH = MAX_NAME_LENGTH
 
 MAX_TEXT_LENGTH = 1000
 """Memos and reasons: at most this many characters."""
+
+# The same bounds as types, for the event dataclasses' fields: what each field is, said
+# once where the field is declared. msgspec reads them to check a stored payload in C
+# (`projections.decoding`); a type checker reads them as the plain types. Names and texts
+# are counted in characters (code points), as `len` counts them.
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+"""An account, job, pool or event id (printable: checked by `require_name`)."""
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_LENGTH)]
+"""A memo or a reason (printable, not blank: checked by `require_text`)."""
+Int = Annotated[int, msgspec.Meta(ge=MIN_INT, le=MAX_INT)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=MAX_INT)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+GrantPriority = Annotated[int, msgspec.Meta(ge=MIN_GRANT_PRIORITY, le=MAX_GRANT_PRIORITY)]
+UnitFraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+"""A number in [0, 1] (a refund fraction)."""
 
 _SHOWN_DIGITS = 40
 

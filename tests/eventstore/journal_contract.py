@@ -39,6 +39,7 @@ from journal_testkit import (
 from eventstore import (
     GENESIS_HASH,
     Anchor,
+    Batch,
     ChainBroken,
     IdempotencyConflict,
     JournalLike,
@@ -585,5 +586,60 @@ class NulContract(_OnABackend):
             journal.save_snapshot("n\x00", 1, 0, "d", b"")
 
 
-class JournalContract(AppendReadContract, ChainContract, NulContract):
+class BatchContract(_OnABackend):
+    """Which positions were appended together: one append, or one transaction."""
+
+    def test_one_append_of_several_events_is_one_batch(self, journal: JournalLike) -> None:
+        journal.append([ev("a", 3), ev("b", 1), ev("c", 2)])
+        journal.append([ev("d", 0)])
+        journal.append([ev("e", 5), ev("f", 4)])
+        assert journal.batches() == [Batch(1, 3), Batch(5, 6)]
+        # A single event is a batch of its own: it has no row.
+        assert journal.batches(after_position=3, to_position=4) == []
+        assert journal.batches(after_position=2, to_position=5) == [Batch(1, 3), Batch(5, 6)]
+        assert journal.batches(after_position=3) == [Batch(5, 6)]
+        assert journal.batches(to_position=3) == [Batch(1, 3)]
+
+    def test_every_append_of_one_transaction_is_one_batch(self, journal: JournalLike) -> None:
+        journal.append([ev("before")])
+        with journal.transaction(["k"]) as tx:
+            tx.append([ev("a", 2)])
+            tx.append([ev("b", 1)])
+            with journal.transaction(["j"]) as inner:  # joins the outer one
+                inner.append([ev("c", 0), ev("d", 0)])
+        journal.append([ev("after")])
+        assert journal.batches() == [Batch(2, 5)]
+
+    def test_repeats_and_an_empty_transaction_make_no_batch(self, journal: JournalLike) -> None:
+        journal.append([ev("a"), ev("b")])
+        journal.append([ev("a"), ev("b")])  # already recorded: nothing appended
+        journal.append([ev("b"), ev("c")])  # only c is new: a batch of one
+        with journal.transaction():
+            pass
+        assert journal.batches() == [Batch(1, 2)]
+
+    def test_a_rolled_back_transaction_leaves_no_batch(self, journal: JournalLike) -> None:
+        with pytest.raises(RuntimeError), journal.transaction() as tx:
+            tx.append([ev("a"), ev("b")])
+            raise RuntimeError("decided against it")
+        journal.append([ev("c"), ev("d"), ev("e")])
+        assert journal.batches() == [Batch(1, 3)]
+
+    def test_batches_survive_reopening(self, journal_url: str) -> None:
+        if journal_url == "memory":
+            pytest.skip("a memory journal ends with its process")
+        first = self.open_journal(journal_url)
+        try:
+            first.append([ev("a"), ev("b")])
+        finally:
+            first.close()
+        again = self.open_journal(journal_url)
+        try:
+            assert again.batches() == [Batch(1, 2)]
+            assert again.verify() is None  # outside the chain: nothing to re-hash
+        finally:
+            again.close()
+
+
+class JournalContract(AppendReadContract, ChainContract, NulContract, BatchContract):
     """The whole journal contract: subclass it with a `journal_url` fixture."""

@@ -13,10 +13,11 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from journal_testkit import ev
 from sqlalchemy import create_engine, inspect, text
 
 import eventstore
-from eventstore import ConnectionProblem, Journal, SchemaError
+from eventstore import Batch, ConnectionProblem, Journal, MemoryJournal, SchemaError
 from eventstore.migrate import alembic_config, code_head
 from eventstore.schema import metadata
 
@@ -134,3 +135,33 @@ def test_the_events_table_holds_a_recorded_event_s_fields_in_order() -> None:
     from eventstore.schema import events
 
     assert tuple(c.name for c in events.columns) == COLUMNS
+
+
+def test_positions_recorded_before_batches_existed_are_each_a_batch_of_their_own(
+        database_url: str) -> None:
+    source = MemoryJournal()
+    source.append([ev("a", 2), ev("b", 1)])  # one append, written by code before 0004
+    rows = list(source._stored)
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0003")
+            for r in rows:
+                conn.execute(text(
+                    "INSERT INTO events (position, event_id, stream, version, type, "
+                    "event_time, recorded_at, payload, hash) VALUES "
+                    "(:p, :i, :s, :v, :t, :et, :ra, :pl, :h)"),
+                    dict(zip(("p", "i", "s", "v", "t", "et", "ra", "pl", "h"), r,
+                             strict=True)))
+            conn.execute(text("UPDATE journal_head SET position = :p, hash = :h"),
+                         {"p": rows[-1][0], "h": rows[-1][8]})
+    finally:
+        engine.dispose()
+    with Journal(database_url) as journal:  # upgrades to the head: batches appear
+        anchor = journal.head_anchor()
+        assert journal.batches() == []
+        journal.append([ev("c", 0), ev("d", 0)])
+        assert journal.batches() == [Batch(3, 4)]
+        assert journal.verify_chain(anchor=anchor).ok and journal.verify() is None

@@ -1,0 +1,191 @@
+"""Events appended together are one step of knowledge.
+
+A batch (one import, one `POST /v1/events`, one transaction) is placed on the timeline
+as a whole: its events in canonical order among themselves, revisions only of what was
+known before it. Whatever the arrival order and however the events are split into
+batches, the state after every batch is the one a full canonical fold gives.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import Journal, MemoryJournal, NewEvent
+from projections.ledger import Ledger
+from projections.projector import Projector
+from projections.replay import (
+    CHECKPOINT,
+    account_reader,
+    excluded_as_known,
+    fold_canonical,
+    journal_reader,
+    lean_records,
+    locator,
+    replay,
+    verify,
+)
+from tests.replay.test_account_refold import Event, histories
+from tests.replay.test_replay import assert_equals_a_cold_fold
+
+
+@st.composite
+def batched(draw: st.DrawFn) -> list[list[Event]]:
+    """A history in some arrival order, cut into batches of one event or more."""
+    events = list(draw(histories()))
+    draw(st.randoms(use_true_random=False)).shuffle(events)
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(events) - 1)), max_size=5)))
+    bounds = [0, *[c for c in cuts if c < len(events)], len(events)]
+    return [events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _append(journal: Any, batch: list[Event]) -> list[Any]:
+    return journal.append([NewEvent(i, stream, kind, time, payload)
+                           for i, stream, kind, time, payload in batch])
+
+
+def _journal(batches: list[list[Event]]) -> MemoryJournal:
+    journal = MemoryJournal()
+    for batch in batches:
+        _append(journal, batch)
+    return journal
+
+
+def _reported(journal: MemoryJournal, to_position: int) -> dict[int, dict[str, Any]]:
+    """What a fold of the journal as known at `to_position` reports of each event."""
+    ledger = Ledger(excluded=excluded_as_known(journal, to_position))
+    return {rec.position: ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time,
+                                                rec.payload).reported()
+            for rec in journal.read(to_position=to_position, order="canonical")}
+
+
+def _by_batch(journal: MemoryJournal) -> list[list[Any]]:
+    """The journal's events (as a replay reads them), batch by batch."""
+    ends = {b.first: b.last for b in journal.batches()}
+    out: list[list[Any]] = []
+    end = 0
+    for rec in lean_records(journal, order="position"):
+        if rec.position > end:
+            end = ends.get(rec.position, rec.position)
+            out.append([])
+        out[-1].append(rec)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(batched(), st.sampled_from([1, 2, 5, 1000]), st.booleans(),
+       st.sampled_from([1, 50_000]))
+def test_every_batch_leaves_the_state_of_a_full_fold_and_revises_only_what_was_known(
+        batches: list[list[Event]], snapshot_every: int, by_account: bool,
+        remembered: int) -> None:
+    journal = _journal(batches)
+    projector = Projector(journal_reader(journal), min_snapshot_every=snapshot_every,
+                          max_snapshots=3, recent_outcomes=remembered,
+                          locate=locator(journal),
+                          account_reader=account_reader(journal) if by_account else None)
+    for batch in _by_batch(journal):
+        first, last = batch[0].position, batch[-1].position
+        before = _reported(journal, first - 1)
+        seen = len(projector.revisions)
+        outcomes = projector.ingest_batch(batch)
+        assert sorted(outcomes) == [rec.position for rec in batch]
+        assert_equals_a_cold_fold(projector.ledger, journal, last)
+        after = _reported(journal, last)
+        # Brute force: whatever changed for an event known before the batch is a revision
+        # of it, and nothing else is.
+        expected = sorted((p, repr(before[p]), repr(after[p])) for p in before
+                          if before[p] != after[p])
+        new = projector.revisions[seen:]
+        assert sorted((r.position, repr(r.before), repr(r.after)) for r in new) == expected
+        assert all(first <= r.late_position <= last and r.position < first for r in new)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batched())
+def test_replay_of_a_journal_appended_in_batches_equals_a_full_fold(
+        batches: list[list[Event]]) -> None:
+    journal = _journal(batches)
+    report = replay(journal)
+    assert report.digest == fold_canonical(journal).digest()
+    first_of = {rec.position: batch[0].position for batch in _by_batch(journal)
+                for rec in batch}
+    assert all(r.position < first_of[r.late_position] for r in report.revisions)
+
+
+def _mix(n: int, accounts: int = 6) -> list[Event]:
+    events: list[Event] = []
+    for i in range(n):
+        account = f"acct-{i % accounts}"
+        if i % 3 == 0:
+            events.append((f"g{i}", account, "grant", i,
+                           {"account": account, "amount": 10, "expiry": i + 40}))
+        elif i % 3 == 1:
+            events.append((f"s{i}", account, "submit", i,
+                           {"account": account, "job": f"j{i}", "cost": 7, "priority": 1}))
+        else:
+            events.append((f"c{i}", account, "consume", i, {"account": account, "amount": 4}))
+    return events
+
+
+def test_a_shuffled_import_is_placed_on_the_timeline_without_a_single_revision() -> None:
+    events = _mix(300)
+    random.Random(3).shuffle(events)
+    journal = _journal([events])
+    report = replay(journal)
+    assert report.revisions == []
+    assert report.digest == fold_canonical(journal).digest()
+
+
+def test_a_second_file_interleaving_the_first_refolds_only_its_own_accounts() -> None:
+    events = _mix(300)
+    first = [e for e in events if int(e[1][-1]) % 2 == 0]
+    second = [e for e in events if int(e[1][-1]) % 2 == 1]
+    journal = _journal([first, second])
+    read: list[str] = []
+    reader = account_reader(journal)
+
+    def counting(stream: str, after: tuple[int, int], to_position: int) -> Any:
+        for rec in reader(stream, after, to_position):
+            read.append(rec.stream)
+            yield rec
+
+    projector = Projector(journal_reader(journal), account_reader=counting)
+    for batch in _by_batch(journal):
+        projector.ingest_batch(batch)
+    assert projector.refolded_by_account == 1  # one refold for the whole second file
+    assert set(read) == {"acct-1", "acct-3", "acct-5"}
+    assert len(read) == len(second)  # each of its accounts read once
+    # The second file's accounts had no event before it: nothing known was revised.
+    assert projector.revisions == []
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+def test_a_late_batch_revises_what_was_known_and_names_its_earliest_event() -> None:
+    journal = MemoryJournal()
+    _append(journal, [("g", "a", "grant", 0, {"account": "a", "amount": 10}),
+                      ("u", "a", "consume", 10, {"account": "a", "amount": 8})])
+    # Two usage reports of one batch: the later one (on the timeline) first in the file.
+    _append(journal, [("u2", "a", "consume", 6, {"account": "a", "amount": 1}),
+                      ("u1", "a", "consume", 5, {"account": "a", "amount": 4})])
+    report = replay(journal)
+    assert [(r.late_event_id, r.event_id, r.before, r.after) for r in report.revisions] == [
+        ("u1", "u", {"ok": True, "debt_after": 0, "paid_by": [["g", 8]]},
+         {"ok": True, "debt_after": 3, "paid_by": [["g", 5]]})]
+    assert report.digest == fold_canonical(journal).digest()
+
+
+def test_a_checkpoint_due_inside_a_batch_is_saved_at_its_end(tmp_path: Any) -> None:
+    journal = Journal(f"sqlite:///{tmp_path / 'j.db'}")
+    try:
+        events = _mix(60)
+        _append(journal, events[:25])
+        _append(journal, events[25:])
+        replay(journal, checkpoint=True, checkpoint_every=20)
+        assert sorted(s.position for s in journal.snapshots(CHECKPOINT)) == [25, 60]
+        assert verify(journal).ok
+    finally:
+        journal.close()
