@@ -15,6 +15,7 @@ are skipped, except under CI=true, where they fail: CI must not pass by skipping
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -112,26 +113,29 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A PostgreSQL URL selecting a schema of its own for this test session."""
+@contextlib.contextmanager
+def _own_schema() -> Iterator[str]:
+    """A PostgreSQL URL selecting a new, empty schema, dropped after the block."""
     base = _pg_base()
     schema = _new_schema(base)
     try:
         yield _schema_url(base, schema)
     finally:
         _admin(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL selecting a schema of its own for this test session."""
+    with _own_schema() as url:
+        yield url
 
 
 @pytest.fixture
 def pg_fresh_url() -> Iterator[str]:
     """A PostgreSQL URL selecting a new, empty schema, dropped after the test."""
-    base = _pg_base()
-    schema = _new_schema(base)
-    try:
-        yield _schema_url(base, schema)
-    finally:
-        _admin(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with _own_schema() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -174,7 +174,11 @@ class AccountWalk:
         refill = 0
         state = self.state
         if state is not None:
-            self._learn_batches(state)
+            if state.book.totals.granted != granted:
+                # Only `CreditBook.grant` makes a batch, and it always adds to what was
+                # granted (a grant, a manual credit, a refill): an event that granted
+                # nothing made no batch to index.
+                self._learn_batches(state)
             credits = rec.type == "grant" or (rec.type == "adjust"
                                               and int(rec.payload.get("amount", 0)) > 0)
             added = rec.payload.get("amount", 0) if credits and not outcome.anomaly \

@@ -282,6 +282,10 @@ class _Account:
     def room(self) -> int:  # balance - reserved
         return self.free - self.debt
 
+    @property
+    def at_cap(self) -> bool:  # runs as many jobs as it may
+        return self.max_running is not None and self.running >= self.max_running
+
 
 @dataclass
 class _Job:
@@ -320,6 +324,14 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
 
     def bad(rec: Any, why: str) -> None:
         problems.append(f"position {rec.position} ({rec.type} {rec.id}): {why}")
+
+    def job_in(rec: Any, states: tuple[str, ...], did: str) -> _Job | None:
+        """The job the event names, if it is in one of `states`; else None, and a problem."""
+        job = jobs.get(rec.payload["job"])
+        if job is None or job.state not in states:
+            bad(rec, f"{did} a job that is {job and job.state}")
+            return None
+        return job
 
     for event, outcome, _ledger in fold(journal.read(order="canonical")):
         rec = event
@@ -362,12 +374,11 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
             if acct.room < min(0, before):
                 bad(rec, f"submit left reserved > balance ({acct.room} room)")
         elif rec.type == "start":
-            job = jobs.get(p["job"])
-            if job is None or job.state != "pending":
-                bad(rec, f"started a job that is {job and job.state}")
+            job = job_in(rec, ("pending",), "started")
+            if job is None:
                 continue
             acct = accounts[job.account]
-            if acct.max_running is not None and acct.running >= acct.max_running:
+            if acct.at_cap:
                 bad(rec, f"{job.account} already runs {acct.running} of {acct.max_running}")
             best = _next_job(accounts, jobs)
             if best != p["job"]:
@@ -377,9 +388,8 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
             job.state = "running"
             acct.running += 1
         elif rec.type == "complete":
-            job = jobs.get(p["job"])
-            if job is None or job.state != "running":
-                bad(rec, f"completed a job that is {job and job.state}")
+            job = job_in(rec, ("running",), "completed")
+            if job is None:
                 continue
             acct = accounts[job.account]
             before = acct.room
@@ -394,9 +404,8 @@ def check_linearizable(journal: JournalLike, told: list[dict[str, Any]] | None =
             if acct.room < min(0, before):
                 bad(rec, "a completion left reserved > balance")
         elif rec.type == "cancel":
-            job = jobs.get(p["job"])
-            if job is None or job.state not in ("pending", "cancelled"):
-                bad(rec, f"cancelled a job that is {job and job.state}")
+            job = job_in(rec, ("pending", "cancelled"), "cancelled")
+            if job is None:
                 continue
             if job.state == "pending":
                 acct = accounts[job.account]
@@ -428,8 +437,7 @@ def _next_job(accounts: dict[str, _Account], jobs: dict[str, _Job]) -> str | Non
     for job_id, job in jobs.items():
         if job.state != "pending":
             continue
-        acct = accounts[job.account]
-        if acct.max_running is not None and acct.running >= acct.max_running:
+        if accounts[job.account].at_cap:
             continue
         key = (-job.priority, *job.order, job_id)
         if best is None or key < best:

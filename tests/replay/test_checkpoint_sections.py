@@ -41,6 +41,13 @@ def _checkpointed(order: list[Any], cut: int, every: int) -> MemoryJournal:
     return journal
 
 
+def _drawn_checkpointed(events: list[Any], data: st.DataObject) -> MemoryJournal:
+    """`_checkpointed` with a drawn arrival order, checkpointed prefix and spacing."""
+    order = data.draw(st.permutations(events), label="arrival order")
+    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+    return _checkpointed(list(order), cut, data.draw(st.integers(1, 5)))
+
+
 @settings(max_examples=80, deadline=None)
 @given(histories(), st.data())
 def test_each_section_decodes_to_the_part_of_the_ledger_it_holds(
@@ -66,9 +73,7 @@ def test_each_section_decodes_to_the_part_of_the_ledger_it_holds(
 @given(histories(), st.data())
 def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
         events: list[Any], data: st.DataObject) -> None:
-    order = data.draw(st.permutations(events), label="arrival order")
-    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
-    journal = _checkpointed(list(order), cut, data.draw(st.integers(1, 5)))
+    journal = _drawn_checkpointed(events, data)
     position = data.draw(st.integers(0, journal.head()), label="as known at")
     time = data.draw(st.none() | st.integers(0, len(events) + 1), label="at")
     want = fold_canonical(journal, to_position=position, to_time=time)
@@ -89,9 +94,7 @@ def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
 @given(histories(), st.data())
 def test_reports_and_explanations_from_checkpoints_equal_those_from_a_fold(
         events: list[Any], data: st.DataObject) -> None:
-    order = data.draw(st.permutations(events), label="arrival order")
-    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
-    journal = _checkpointed(list(order), cut, data.draw(st.integers(1, 5)))
+    journal = _drawn_checkpointed(events, data)
     plain = _journal([])  # the same events, no checkpoint: every answer is a fold
     for rec in journal.read(order="position"):
         plain.append([NewEvent(rec.id, rec.stream, rec.type, rec.time, rec.payload)])

@@ -25,7 +25,7 @@ from projections.checkpoint import (
 from projections.ledger import STATE, Ledger
 from projections.replay import fold_canonical, ledger_at, replay, verify
 from projections.statecopy import StateFormatError
-from tests.replay.test_replay import cut_timelines, fold_on, histories
+from tests.replay.test_replay import cut_timelines, fold_on, folded_to_cut, histories
 
 HASH = "ab" * 32
 
@@ -34,8 +34,7 @@ HASH = "ab" * 32
 @given(cut_timelines())
 def test_a_decoded_checkpoint_folds_on_exactly_like_the_ledger_it_was_taken_from(
         cut_timeline: tuple[list[Any], int]) -> None:
-    timeline, cut = cut_timeline
-    ledger = fold_on(Ledger(), timeline[:cut])
+    timeline, cut, ledger = folded_to_cut(cut_timeline)
     blob = encode_checkpoint(ledger, cut, HASH)
     loaded = decode_checkpoint(blob, position=cut, chain_hash=HASH)
     assert loaded.canonical() == ledger.canonical() and loaded.last == ledger.last

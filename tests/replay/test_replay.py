@@ -76,6 +76,12 @@ def cut_timelines(draw: st.DrawFn) -> tuple[list[tuple[str, str, int, dict[str, 
     return timeline, draw(st.integers(0, len(timeline)), label="cut")
 
 
+def folded_to_cut(cut_timeline: tuple[list[Any], int]) -> tuple[list[Any], int, Ledger]:
+    """A drawn `cut_timelines()` and a new ledger with the timeline up to the cut applied."""
+    timeline, cut = cut_timeline
+    return timeline, cut, fold_on(Ledger(), timeline[:cut])
+
+
 def fold_on(ledger: Ledger, timeline: list[Any], start: int = 0) -> Ledger:
     """Apply `timeline[start:]` to `ledger` at positions start + 1, ...; return the ledger."""
     for position, (event_id, kind, time, payload) in enumerate(timeline[start:],
@@ -298,8 +304,7 @@ def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
         cut_timeline: tuple[list[Any], int]) -> None:
     from projections.ledger import restore, snapshot
 
-    timeline, cut = cut_timeline
-    ledger = fold_on(Ledger(), timeline[:cut])
+    timeline, cut, ledger = folded_to_cut(cut_timeline)
     saved, want, want_live = snapshot(ledger), ledger.canonical(), sorted(ledger.live)
     fold_on(ledger, timeline, cut)
     # The snapshot shares the job index with a ledger that went on: restoring must give

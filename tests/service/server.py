@@ -5,25 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.loopback import free_port, wait_ready
+
 GPU_CREDITS = str(Path(sys.executable).with_name("gpu-credits"))
 START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -41,19 +32,6 @@ class Server:
         return self.process.wait(timeout)
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"serve exited with {process.returncode}:\n{log.read_text()}")
-        with contextlib.suppress(OSError, urllib.error.URLError), \
-                urllib.request.urlopen(f"{base}/readyz", timeout=2) as answer:
-            if answer.status == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"serve not ready after {START_TIMEOUT} s:\n{log.read_text()}")
-
-
 def start(db_url: str, log: Path, *args: str, env: dict[str, str] | None = None) -> Server:
     """Start `gpu-credits serve` on a free loopback port and wait until it is ready."""
     port = free_port()
@@ -64,7 +42,7 @@ def start(db_url: str, log: Path, *args: str, env: dict[str, str] | None = None)
         stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})})
     try:
-        wait_ready(base, process, log)
+        wait_ready(port, process, timeout=START_TIMEOUT, log=log)
     except BaseException:
         process.kill()
         process.wait()

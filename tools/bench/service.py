@@ -39,34 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from tools.bench.storage import create_schema, drop_schema, libpq_dsn, pg_base_url, schema_url
+from tools.loopback import free_port, wait_ready
 
 ACCOUNTS = 100
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait(port: int, path: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", path)
-            if conn.getresponse().status == 200:
-                conn.close()
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("server did not become ready")
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -83,7 +58,7 @@ def _process(args: list[str], port: int, ready: str) -> Iterator[subprocess.Pope
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
     try:
-        _wait(port, ready, proc)
+        wait_ready(port, proc, ready, timeout=120)
         yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -240,11 +215,11 @@ def run(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            port = _free_port()
+            port = free_port()
             with bare(port, Path(tmp)):
                 _warm(port, _usage_plans(1, 3, "warm-bare")[0])
                 out["bare_16"] = drive(port, _usage_plans(16, each, "bare"))
-            port = _free_port()
+            port = free_port()
             with serve(url, port):
                 _setup(port)
                 _warm(port, [*_usage_plans(1, 3, "warm")[0],
@@ -306,7 +281,7 @@ def journal_size(base: str, n: int, reads: int = 400) -> dict[str, Any]:
             head = journal.head()
             # What `gpu-credits replay` leaves: a checkpoint of the whole journal.
             replay(journal, checkpoint=True, checkpoint_every=head)
-        port = _free_port()
+        port = free_port()
         exe = str(Path(sys.executable).with_name("gpu-credits"))
         began = time.perf_counter()
         with _process([exe, "--db", url, "serve", "--port", str(port)], port,

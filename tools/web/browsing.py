@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from tools.loopback import free_port
 
 CHROMIUM = os.environ.get("GPU_CREDITS_CHROMIUM", "/usr/bin/chromium")
 """The browser binary (Debian's package `chromium`)."""
@@ -47,14 +48,6 @@ def app_for(url: str) -> Any:
     from tools.service.app import create_app
 
     return create_app(url)
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

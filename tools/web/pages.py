@@ -8,6 +8,7 @@ page's query string (bad values raise `ValueError` naming what would be valid).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import io
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,10 +42,11 @@ from projections.queries.history import (
 )
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
+    ENTRY_ORDER,
     ExpiringCredits,
     ExpiringEntry,
-    expiring_entries,
     grant_burndown,
+    unordered_expiring_entries,
 )
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
@@ -148,8 +150,15 @@ class Summary:
 
     at: int
     names: list[str]  # every account, by name
-    expiring: list[ExpiringEntry]  # soonest first
+    expiring: list[ExpiringEntry]  # in no particular order
     expiring_until: int
+    soonest: list[ExpiringEntry]  # the first `EXPIRING_SHOWN` of them, soonest first
+
+
+def soonest_expiring(entries: list[ExpiringEntry]) -> list[ExpiringEntry]:
+    """The first `EXPIRING_SHOWN` of `entries` in `expiring_entries`' order, without
+    sorting the tens of thousands a large ledger can hold."""
+    return heapq.nsmallest(EXPIRING_SHOWN, entries, key=ENTRY_ORDER)
 
 
 def summary_figures(source: AuditSource) -> Summary:
@@ -160,8 +169,8 @@ def summary_figures(source: AuditSource) -> Summary:
         at = latest_time(source.journal)
         with source.reading() as ledger:  # copy out what the page shows: it holds a lock
             names = sorted(ledger.accounts)
-            expiring = expiring_entries(ledger, at, at + EXPIRING_WINDOW)
-        return Summary(at, names, expiring, at + EXPIRING_WINDOW)
+            expiring = unordered_expiring_entries(ledger, at, at + EXPIRING_WINDOW)
+        return Summary(at, names, expiring, at + EXPIRING_WINDOW, soonest_expiring(expiring))
 
     return source.cached(("summary",), build)
 
@@ -202,12 +211,12 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     shown = names[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
     expiring = [e for e in figures.expiring if wanted in e[1].casefold()] if wanted \
         else figures.expiring
+    soonest = figures.soonest if not wanted else soonest_expiring(expiring)
     return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
             "total": len(figures.names), "q": (params.get("q") or "").strip(), "page": page,
             "pages": pages_, "at": figures.at,
             "expiring": [ExpiringCredits(account, pool, grant, expiry, amount)
-                         for expiry, account, pool, grant, amount
-                         in expiring[:EXPIRING_SHOWN]],
+                         for expiry, account, pool, grant, amount in soonest],
             "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
