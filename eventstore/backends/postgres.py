@@ -144,10 +144,14 @@ class PostgresBackend(Backend):
             # each would cost more than the rest of a batch's database work (a batch of
             # 100 events to 100 accounts took 100). Stopping there keeps the global order:
             # what is held is a prefix of it, and the rest is waited for in order below.
+            # The arrays go as array literals: the driver's list adaptation costs more
+            # than the statement for a hundred keys.
             with self._naming("a lock key"), self.direct(conn):
                 got = raw.execute(_TRY_LOCKS, {
-                    "keys": [k for k, _ in ordered],
-                    "shared": [shared for _, (_, shared) in ordered]}).fetchone()[0]
+                    "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                    "shared": "{" + ",".join(["t" if shared else "f"
+                                              for _, (_, shared) in ordered]) + "}",
+                }).fetchone()[0]
             ordered = ordered[got:]
             if not ordered:
                 return

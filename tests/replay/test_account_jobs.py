@@ -137,15 +137,19 @@ def _statement(journal: MemoryJournal, account: str, position: int | None) -> di
     return out
 
 
-def test_a_late_submit_of_the_same_job_id_by_another_account_takes_it() -> None:
+def _one_by_one(events: list[NewEvent]) -> MemoryJournal:
+    """A journal of `events`, each appended on its own (a batch is one step of knowledge:
+    a checkpoint falls between batches)."""
     journal = MemoryJournal()
-    # Two appends: a checkpoint falls only between batches (at 2 and 4 here), and the
-    # one at 2 lies before b's late submit.
-    journal.append([
+    for one in events:
+        journal.append([one])
+    return journal
+
+
+def test_a_late_submit_of_the_same_job_id_by_another_account_takes_it() -> None:
+    journal = _one_by_one([
         NewEvent("g-a", "a", "grant", 1, {"account": "a", "amount": 100}),
         NewEvent("g-b", "b", "grant", 1, {"account": "b", "amount": 100}),
-    ])
-    journal.append([
         NewEvent("s-a", "a", "submit", 5, {"account": "a", "job": "j", "cost": 30,
                                            "priority": 1}),
         NewEvent("c-a", "a", "consume", 6, {"account": "a", "amount": 1}),
@@ -167,9 +171,7 @@ def test_a_late_submit_of_the_same_job_id_by_another_account_takes_it() -> None:
 
 
 def test_a_late_usage_report_reads_the_accounts_jobs_from_an_older_checkpoint() -> None:
-    journal = MemoryJournal()
-    # One append each: a checkpoint falls only between batches (here at 2, 4 and 6).
-    for new in [
+    journal = _one_by_one([
         NewEvent("g-a", "a", "grant", 1, {"account": "a", "amount": 100}),
         NewEvent("s-a", "a", "submit", 2, {"account": "a", "job": "j", "cost": 30,
                                            "priority": 1}),
@@ -178,8 +180,7 @@ def test_a_late_usage_report_reads_the_accounts_jobs_from_an_older_checkpoint() 
         NewEvent("c-a", "a", "complete", 5, {"job": "j", "success": True}),
         NewEvent("s-b", "b", "submit", 6, {"account": "b", "job": "k", "cost": 10,
                                            "priority": 1}),
-    ]:
-        journal.append([new])
+    ])
     replay(journal, checkpoint=True, checkpoint_every=2)
     journal.append([NewEvent("late", "a", "consume", 4, {"account": "a", "amount": 5})])
     assert account_jobs_at(journal, "a", {"j"}, to_position=journal.head()) == {
