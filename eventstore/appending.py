@@ -17,6 +17,8 @@ from .errors import IdempotencyConflict, VersionConflict
 from .hashing import canonical_json, load_json, record_hash_text, seal
 from .records import ERASED_KEY, PRIVATE_KEY, NewEvent, RecordedEvent, StoredRow
 
+_new_record = tuple.__new__
+
 # Every integer the journal stores must fit a signed 64-bit column (BIGINT).
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -358,14 +360,16 @@ def build(
 ) -> list[Row]:
     """Give the fresh events their positions, versions and chained hashes."""
     rows: list[Row] = []
-    current = dict(versions)
+    current: dict[str, int] = {}  # the versions this batch gave, by stream
     prev = head_hash
     position = head_position
     for c in fresh:
         e = c.event
         position += 1
-        version = current.get(e.stream, 0) + 1
-        current[e.stream] = version
+        stream = e.stream
+        version = current.get(stream) or versions.get(stream, 0)
+        version += 1
+        current[stream] = version
         text = c.payload_text
         private: tuple[str, str] | None = None
         if c.private_text is not None:
@@ -378,23 +382,11 @@ def build(
         digest = record_hash_text(
             prev, position, e.id, e.stream, version, e.type, e.time, recorded_at, text
         )
-        rows.append(
-            Row(
-                RecordedEvent(
-                    position=position,
-                    id=e.id,
-                    stream=e.stream,
-                    version=version,
-                    type=e.type,
-                    time=e.time,
-                    recorded_at=recorded_at,
-                    payload=payload,
-                    hash=digest,
-                ),
-                text,
-                private,
-            )
-        )
+        # Built with tuple.__new__, in RecordedEvent's field order: its own constructor
+        # by keyword cost more than the rest of this loop.
+        event = _new_record(RecordedEvent, (position, e.id, stream, version, e.type, e.time,
+                                            recorded_at, payload, digest))
+        rows.append(Row(event, text, private))
         prev = digest
     return rows
 
@@ -403,6 +395,9 @@ def results(
     batch: Plan, existing: Mapping[str, RecordedEvent], rows: Sequence[Row]
 ) -> list[RecordedEvent]:
     """One RecordedEvent per input event: the new record, or the original for a repeat."""
+    if not existing and len(rows) == len(batch.slots):
+        # The usual append: every event new, none twice in the batch.
+        return [r.event for r in rows]
     by_id: dict[str, RecordedEvent] = dict(existing)
     by_id.update((r.event.id, r.event) for r in rows)
     return [by_id[batch.candidates[slot].event.id] for slot in batch.slots]

@@ -40,6 +40,8 @@ class Probe:
     any_existing: bool  # whether any of the ids asked about is already recorded
 
 
+_HEAD = "SELECT coalesce(max(position), 0) FROM events"
+
 SHARED = "shared:"
 """Prefix of a lock key taken in shared mode (see PostgresBackend.lock_more)."""
 
@@ -95,6 +97,13 @@ class Backend:
 
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """Take more lock keys inside an open write transaction."""
+
+    def head(self, conn: Connection) -> int:
+        """The last position (0 when empty), asked of the driver directly: a writer asks
+        it before every batch, and SQLAlchemy's statement machinery cost four times the
+        query (about 260 us against 70 on PostgreSQL)."""
+        with self.direct(conn):
+            return int(dbapi(conn).execute(_HEAD).fetchone()[0])
 
     def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
         """Lock the head so no other append can interleave, then read what the append needs."""

@@ -507,9 +507,8 @@ class Journal(JournalBase):
         return self._head(None)
 
     def _head(self, tx: SqlTransaction | None) -> int:
-        q = select(func.coalesce(func.max(events.c.position), 0))
         with self._reading(tx) as conn:
-            return int(conn.execute(q).scalar_one())
+            return self._backend.head(conn)
 
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event recorded under this id, or None."""

@@ -178,16 +178,22 @@ class JobSubmitted(_OfAccount):
 
 
 @dataclass(frozen=True, slots=True)
-class JobStarted:
-    """A pending job starts running."""
+class _JobOnly:
+    """An event that names a job and nothing else about it: a start or a cancel."""
 
-    type: ClassVar[str] = "start"
     job: Name
     memo: Text | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
         optional_text("memo", self.memo)
         require_name("job", self.job)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted(_JobOnly):
+    """A pending job starts running."""
+
+    type: ClassVar[str] = "start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,16 +217,10 @@ class JobCompleted:
 
 
 @dataclass(frozen=True, slots=True)
-class JobCancelled:
+class JobCancelled(_JobOnly):
     """A pending job is withdrawn and its reservation released."""
 
     type: ClassVar[str] = "cancel"
-    job: Name
-    memo: Text | None = None  # free text for people: a PO number, a ticket
-
-    def __post_init__(self) -> None:
-        optional_text("memo", self.memo)
-        require_name("job", self.job)
 
 
 @dataclass(frozen=True, slots=True)

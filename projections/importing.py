@@ -152,6 +152,7 @@ class ImportPlan:
     source: str
     events: list[NewEvent] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # the line of each event
+    decoded: list[DomainEvent] = field(default_factory=list)  # the domain event of each
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # worth a look, not a reason to refuse
 
@@ -455,7 +456,18 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
         raise ValueError(f"unknown import format {fmt!r}; expected jsonl or csv")
     reader = read_csv if fmt == "csv" else read_jsonl
     entries, problems = reader(data, progress)
-    plan = ImportPlan(source, problems=problems)
+    return plan_entries(entries, source, journal, problems=problems,
+                        allow_far_times=allow_far_times)
+
+
+def plan_entries(entries: Sequence[Entry], source: str, journal: JournalLike, *,
+                 problems: Iterable[Problem] = (),
+                 allow_far_times: bool = False) -> ImportPlan:
+    """`plan_import` for lines already parsed (each `Entry` as `parse_record` made it, in
+    file order; `problems`: the lines that did not parse), so a caller that validated
+    each record itself (the HTTP service) does not have them serialised and read again.
+    The plan's `decoded` holds the domain event of each planned event."""
+    plan = ImportPlan(source, problems=list(problems))
     if not allow_far_times:
         for entry in entries:
             why = far_time_problem("time", entry.time)
@@ -468,32 +480,33 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
                } - set(job_accounts)
     if not plan.problems:
         job_accounts.update(_job_accounts_in_journal(journal, orphans))
-    seen: dict[str, tuple[int, str]] = {}
+    # id -> the first entry under it; two entries under one id must be one event (their
+    # `whole`, computed only then: most ids come once).
+    seen: dict[str, Entry] = {}
     occurrences: dict[str, int] = {}
     streams: dict[str, tuple[str, str]] = {}  # id -> (type, stream) of the file's events
     derived: list[NewEvent] = []
+
+    def find(target: str) -> tuple[str, str] | None:
+        found = streams.get(target)
+        if found is None:
+            rec = journal.get(target)
+            found = None if rec is None else (rec.type, rec.stream)
+        return found
+
     for entry in entries:
-        content = entry.content
         event_id = entry.id
         if event_id is None:
+            content = entry.content
             occurrence = occurrences.get(content, 0)
             occurrences[content] = occurrence + 1
             event_id = content_id(content, occurrence)
-        payload = to_payload(entry.event)
         first = seen.get(event_id)
-        whole = entry.whole
-        if first is not None and first[1] != whole:
+        if first is not None and first.whole != entry.whole:
             plan.problems.append(Problem(entry.line, f"id {event_id!r} is used on line "
-                                         f"{first[0]} for another event"))
+                                         f"{first.line} for another event"))
             continue
-        seen.setdefault(event_id, (entry.line, whole))
-        def find(target: str) -> tuple[str, str] | None:
-            found = streams.get(target)
-            if found is None:
-                rec = journal.get(target)
-                found = None if rec is None else (rec.type, rec.stream)
-            return found
-
+        seen.setdefault(event_id, entry)
         try:
             stream = _correction_stream(entry.event, find)
         except ValueError as exc:
@@ -502,10 +515,11 @@ def plan_import(data: bytes, source: str, journal: JournalLike, *, fmt: str = "j
         if stream is None:
             stream = _stream(entry.event, job_accounts)
         streams.setdefault(event_id, (entry.event.type, stream))
-        public, personal = split_personal(payload)
+        public, personal = split_personal(to_payload(entry.event))
         new = NewEvent(event_id, stream, entry.event.type, entry.time, public, personal)
         plan.events.append(new)
         plan.lines.append(entry.line)
+        plan.decoded.append(entry.event)
         if entry.id is None:
             derived.append(new)
     plan.problems.sort(key=lambda p: p.line)

@@ -8,6 +8,7 @@ may revise.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -64,12 +65,5 @@ class Revision:
     after: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "late_position": self.late_position,
-            "late_event_id": self.late_event_id,
-            "position": self.position,
-            "event_id": self.event_id,
-            "type": self.type,
-            "before": self.before,
-            "after": self.after,
-        }
+        """JSON-ready revision: every field under its own name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -13,18 +13,23 @@ valid checkpoint, a reversal or a void after it, a job event whose job the accou
 not submit, a submit whose job id another account used first. The account's events are
 found the way `statement` finds them (`projections.queries.walk.account_events`: its
 stream, and the streams of its jobs' events recorded before their submit); an event of
-the account recorded in another account's stream is not seen, as there.
+the account recorded in another account's stream is not seen, as there, except by
+`account_jobs_at`, which looks for one (it answers whether the account's job ids are
+its own, which is the question such events change).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Set
 from typing import Any
+
+import orjson
 
 from eventstore import JournalLike, RecordedEvent
 from projections.checkpoint import CheckpointError, CheckpointView, log
 from projections.ledger import Ledger
-from projections.replay import view_at
+from projections.replay import lean_rows, view_at
 
 _JOB_EVENTS = frozenset({"start", "complete", "cancel"})
 _CROSSING = frozenset({"void", "reverse"})
@@ -50,8 +55,84 @@ def account_ledger_at(journal: JournalLike, account: str, *, to_position: int,
         return None
 
 
+JobFacts = tuple[str, str, int | None]
+"""(account, state, charge) of a job, as the projection holds it."""
+
+
+def account_jobs_at(journal: JournalLike, account: str, named: Set[str], *,
+                    to_position: int) -> dict[str, JobFacts] | None:
+    """The jobs of `account` and those `named`, as the projection knows them at
+    `to_position` (`ledger_at(to_position)`'s job index): job -> (account, state, charge).
+    A job named that the projection does not hold is left out.
+
+    From the newest valid checkpoint's job index plus the account's own events after it
+    (`account_ledger_at`), never a fold of the rest: what a statement asks to check that
+    its account's job ids are its own. None when that cannot say: no valid checkpoint, a
+    reversal after it, or an event after it outside the account's stream that names the
+    account or one of those jobs (a job id two accounts submitted, or a job's events
+    recorded in another stream); then only the whole projection tells."""
+    found = view_at(journal, to_position=to_position)
+    if found is None:
+        return None
+    info, view = found
+    try:
+        decoded = view.job_columns()
+        columns = decoded[0]
+        ids, owners = columns["id"], columns["account"]
+        states, charges = columns["state"], columns["charge"]
+        held = {job: (owner, states[i], charges[i])
+                for i, (job, owner) in enumerate(zip(ids, owners, strict=True))
+                if owner == account or job in named}
+        if info.position < to_position:
+            ledger = _account_ledger(journal, view, account, info.position, to_position,
+                                     None, decoded)
+            if ledger is None:
+                return None
+            # Its jobs are read only when an event after the checkpoint needed them; then
+            # they are every job of the account's (those it submitted since included),
+            # as the fold leaves them.
+            asked = named | held.keys() | ledger.jobs.keys()
+            if _named_elsewhere(journal, account, asked, info.position, to_position):
+                return None
+            held.update((job, (state.account, state.state, state.charge))
+                        for job, state in ledger.jobs.items())
+    except CheckpointError as exc:
+        log.warning("checkpoint at position %s ignored (%s): folding from the journal "
+                    "instead", info.position, exc)
+        return None
+    return held
+
+
+def _named_elsewhere(journal: JournalLike, account: str, jobs: Set[Any], after: int,
+                     to_position: int) -> bool:
+    """Whether an event recorded after `after` up to `to_position`, outside `account`'s
+    stream, names the account or one of `jobs`, or is a reversal (which can take out a
+    submit anywhere): one read in arrival order, payloads decoded only when their text
+    can name one of them."""
+    # A payload that names the account holds its name quoted, unless JSON would escape it.
+    quoted = f'"{account}"' if account.isascii() and account.isprintable() and not (
+        {'"', "\\", "/"} & set(account)) else None
+    for _, _, kind, _, payload, stream in lean_rows(
+            journal, after_position=after, to_position=to_position, order="position"):
+        if kind == "reverse":
+            return True
+        if stream == account:
+            continue
+        if isinstance(payload, str):
+            if quoted is not None and '"job"' not in payload and quoted not in payload:
+                continue
+            payload = orjson.loads(payload)
+        if not isinstance(payload, dict):
+            continue
+        if payload.get("account") == account or payload.get("job") in jobs:
+            return True
+    return False
+
+
 def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
-                    after: int, to_position: int, to_time: int | None) -> Ledger | None:
+                    after: int, to_position: int, to_time: int | None,
+                    decoded: tuple[dict[str, list[Any]], list[str]] | None = None
+                    ) -> Ledger | None:
     stretch = list(journal.read(stream=account, after_position=after,
                                 to_position=to_position, to_time=to_time,
                                 order="canonical"))
@@ -75,7 +156,8 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
         for rec in stretch:
             ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
         return ledger
-    decoded = view.job_columns()
+    if decoded is None:
+        decoded = view.job_columns()
     known = set(decoded[0]["id"])
     jobs, live = view.jobs(account, decoded)
     own_ids = set(jobs)

@@ -47,6 +47,7 @@ from typing import Any
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
 from eventstore.hashing import GENESIS_HASH
 from projections.anchors import hash_at
+from projections.bulk import paused_gc
 from projections.events import DomainEvent
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
@@ -260,16 +261,25 @@ class LedgerSession:
                 return {}
             return self.projector.catch_up(self._read_checked(self.projector.position), keep)
 
-    def ingest_appended(self, recorded: Sequence[RecordedEvent]) -> bool:
+    def ingest_appended(self, recorded: Sequence[RecordedEvent],
+                        events: Sequence[DomainEvent] | None = None) -> bool:
         """Apply events the caller just appended, as the journal returned them, without
         reading them back, when they directly follow the projection (nobody wrote in
-        between, none was recorded before). False: nothing applied; catch up instead."""
+        between, none was recorded before). False: nothing applied; catch up instead.
+
+        `events`: the domain event of each record, when the caller has them (as a
+        decision has its own), so the fold does not decode the payloads again."""
         with self.lock:
             start = self.projector.position
             if not recorded or [r.position for r in recorded] != list(
                     range(start + 1, start + 1 + len(recorded))):
                 return False
-            self.projector.catch_up(recorded)
+            if events is not None and len(events) == len(recorded):
+                with paused_gc():
+                    for rec, event in zip(recorded, events, strict=True):
+                        self.projector.ingest(rec, event)
+            else:
+                self.projector.catch_up(recorded)
             if self._verified[0] == start and len(recorded[-1].hash) == 64:
                 # The journal hashed these from the verified head: they chain.
                 self._verified = (recorded[-1].position, recorded[-1].hash)

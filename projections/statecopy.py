@@ -100,7 +100,14 @@ class StateCodec:
                 setattr(new, name, x if type(x) in scalars else copy(x))
             return new
 
-        return copy(value)
+        try:
+            return copy(value)
+        finally:
+            # `copy` calls itself through its closure, a reference cycle: the memo held in
+            # it kept every object copied alive until the cyclic collector ran, long after
+            # the copy was dropped (snapshots and restores are made all the time). Emptied,
+            # it lets them go with the copy.
+            memo.clear()
 
     # -- encode / decode -------------------------------------------------------------
 
@@ -145,7 +152,11 @@ class StateCodec:
                 out.append(x if type(x) in scalars else enc(x))
             return out
 
-        return enc(value)
+        try:
+            return enc(value)
+        finally:
+            memo.clear()  # held by a reference cycle (see `copy`)
+            keep.clear()
 
     def decode(self, tree: Any) -> Any:
         """The state a tree from `encode` describes; `StateFormatError` if it is not one."""
@@ -207,3 +218,5 @@ class StateCodec:
             return dec(tree)
         except RecursionError:
             raise StateFormatError("state tree nested too deeply") from None
+        finally:
+            objects.clear()  # held by a reference cycle (see `copy`)

@@ -137,10 +137,27 @@ class PostgresBackend(Backend):
         ordered = sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
         if not ordered:
             return
-        # One round trip for all of them: pipelined, the statements still run one after
-        # the other in this order, each waiting for its key, and a lock that times out
-        # aborts the rest. The first statement without a result names that key.
         raw = dbapi(conn)
+        if len(ordered) > 1:
+            # Most keys are free: one statement tries them all, in order, without waiting,
+            # and stops at the first one another transaction holds. Per key, a statement
+            # each would cost more than the rest of a batch's database work (a batch of
+            # 100 events to 100 accounts took 100). Stopping there keeps the global order:
+            # what is held is a prefix of it, and the rest is waited for in order below.
+            # The arrays go as array literals: the driver's list adaptation costs more
+            # than the statement for a hundred keys.
+            with self._naming("a lock key"), self.direct(conn):
+                got = raw.execute(_TRY_LOCKS, {
+                    "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                    "shared": "{" + ",".join(["t" if shared else "f"
+                                              for _, (_, shared) in ordered]) + "}",
+                }).fetchone()[0]
+            ordered = ordered[got:]
+            if not ordered:
+                return
+        # One round trip for the rest: pipelined, the statements still run one after the
+        # other in this order, each waiting for its key, and a lock that times out aborts
+        # the rest. The first statement without a result names that key.
         cursors = []
         try:
             with self.direct(conn), raw.pipeline():
@@ -325,6 +342,20 @@ PING_AFTER_IDLE = 30.0
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 _LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(%s)"
+# How many of the keys, tried in order without waiting, were taken before the first one
+# another transaction holds (a recursive step per key: the next is tried only after the
+# one before it was taken, so nothing past a refusal is held).
+_TRY_LOCKS = """
+WITH RECURSIVE taken(n, ok) AS (
+    SELECT 0, true
+  UNION ALL
+    SELECT n + 1, CASE WHEN (%(shared)s::boolean[])[n + 1]
+                       THEN pg_try_advisory_xact_lock_shared((%(keys)s::bigint[])[n + 1])
+                       ELSE pg_try_advisory_xact_lock((%(keys)s::bigint[])[n + 1]) END
+    FROM taken WHERE ok AND n < cardinality(%(keys)s::bigint[])
+)
+SELECT count(*) - 1 FROM taken WHERE ok
+"""
 _LOCK_HEAD = "SELECT position, hash FROM journal_head WHERE id = 1 FOR UPDATE"
 # The last recorded_at, whether any id exists, and max(version) per stream (each an
 # index seek on (stream, version)), in the order the streams were given.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +25,8 @@ class Audit:
     digest: str
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready totals."""
-        return {"events": self.events, "accounts": self.accounts, "jobs": self.jobs,
-                "granted": self.granted, "expired": self.expired, "debt": self.debt,
-                "rejected": self.rejected, "anomalies": self.anomalies,
-                "revisions": self.revisions, "digest": self.digest}
+        """JSON-ready totals: every field under its own name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def audit(ledger: Ledger, *, events: int, revisions: int, at: int) -> Audit:

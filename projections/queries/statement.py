@@ -13,6 +13,7 @@ from projections.errors import LedgerError
 from projections.events import GENERAL
 from projections.figures import Figures
 from projections.ledger import Ledger, refill_due
+from projections.partial import account_jobs_at
 from projections.queries.common import (
     exists_later,
     fold_as_known,
@@ -319,9 +320,11 @@ def _walked(journal: JournalLike, account: str, events: list[RecordedEvent] | No
 
 def _own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
               position: int) -> dict[str, tuple[str, int | None]] | None:
-    """The account's jobs as the projection holds them (job -> (state, charge)), asked of
-    the jobs report (its job index: the newest checkpoint and the events after it, not a
-    refold) for an account whose events submit jobs; {} for one that submits none.
+    """The account's jobs as the projection holds them (job -> (state, charge)) for an
+    account whose events submit jobs; {} for one that submits none. Read from the
+    newest valid checkpoint's job index and the account's own events after it
+    (`account_jobs_at`: no other account's state, no refold), or when those cannot say
+    (an event elsewhere names the account or its jobs), asked of the jobs report.
 
     None when the account's events submit a job id the projection gives to another
     account (submitted there first: this submit is an anomaly of the fold, which the
@@ -330,11 +333,16 @@ def _own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
                  and isinstance(job := rec.payload.get("job"), str)}
     if not submitted:
         return {}
-    try:
-        rows = jobs_report(journal, account=account, as_known_at=position).rows
-    except LedgerError:  # the projection does not know the account: none is its own
-        return None
-    own = {row.job: (row.state, row.charge) for row in rows}
+    facts = account_jobs_at(journal, account, submitted, to_position=position)
+    if facts is not None:
+        own = {job: (state, charge) for job, (owner, state, charge) in facts.items()
+               if owner == account}
+    else:
+        try:
+            rows = jobs_report(journal, account=account, as_known_at=position).rows
+        except LedgerError:  # the projection does not know the account: none is its own
+            return None
+        own = {row.job: (row.state, row.charge) for row in rows}
     return own if submitted <= own.keys() else None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from draws import job_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,12 +55,10 @@ def journals(draw: st.DrawFn) -> list[Raw]:
             stream = target[1]
             payload = {"event": target[0], "reason": "wrong"}
         else:
-            if not jobs:
+            drawn = job_event(draw, kind, jobs)
+            if drawn is None:
                 continue
-            job, stream = draw(st.sampled_from(jobs))
-            payload = {"job": job}
-            if kind == "complete":
-                payload["success"] = draw(st.booleans())
+            payload, stream = drawn
         events.append((f"e{n}", stream, kind, time, payload))
     return [first, *events]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from draws import job_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -60,12 +61,10 @@ def journals(draw: st.DrawFn) -> list[Raw]:
                        "priority": 1}
             jobs.append((job, account))
         else:
-            if not jobs:
+            drawn = job_event(draw, kind, jobs)
+            if drawn is None:
                 continue
-            job, account = draw(st.sampled_from(jobs))
-            payload = {"job": job}
-            if kind == "complete":
-                payload["success"] = draw(st.booleans())
+            payload, account = drawn
         if pool is not None and kind in ("grant", "consume", "adjust", "submit"):
             payload["pool"] = pool
         events.append((f"e{n}", kind, time, payload))

@@ -170,3 +170,82 @@ def test_the_plain_case_never_reaches_the_routes(pair: tuple[TestClient, TestCli
     assert reached == []
     assert fast.post("/v1/accounts/a/usage", json={"amount": 0}).status_code == 422
     assert reached == ["/v1/accounts/a/usage"]
+
+
+_GRANT = {"type": "grant", "account": "a", "amount": 50, "time": 1, "expiry": 90}
+_USE = {"type": "consume", "account": "a", "amount": 70, "time": 3, "memo": "ü", "user": "ana"}
+
+
+def test_event_batches_are_answered_as_the_route_answers_them(
+        pair: tuple[TestClient, TestClient]) -> None:
+    same(pair, *_open("a"),
+         ("POST", "/v1/events", {"events": [_GRANT, _USE]}, {"Idempotency-Key": "b-1"}),
+         ("POST", "/v1/events", {"events": [_GRANT, _USE]}, {"Idempotency-Key": "b-1"}),
+         ("POST", "/v1/events", {"events": [_USE]}, {"Idempotency-Key": "b-1"}),
+         ("POST", "/v1/events", {"events": [_USE, {**_GRANT, "id": "g-9"}]}, {}),
+         ("POST", "/v1/events", {"events": [_USE, {**_GRANT, "id": "g-9"}]}, {}),
+         # (A conflict on an event without personal fields: their seal is salted.)
+         ("POST", "/v1/events", {"events": [{**_GRANT, "id": "g-9", "amount": 1}]}, {}),
+         ("POST", "/v1/events", {"events": [
+             {"type": "submit", "account": "a", "job": "j", "cost": 5, "priority": 1,
+              "time": "1970-01-01T00:00:04Z"},
+             {"type": "start", "job": "j", "time": 5},
+             {"type": "complete", "job": "j", "success": False, "time": 6,
+              "refund_fraction": 0.5},
+             {"type": "void", "grant": "grant-61", "time": 7, "reason": "r"}]},
+          {"Idempotency-Key": "jobs"}),
+         # Late: before events already recorded, it revises them.
+         ("POST", "/v1/events", {"events": [{**_USE, "time": 0, "amount": 500}]}, {}),
+         ("GET", "/v1/accounts/a/balance", None, {}))
+
+
+@pytest.mark.parametrize("body", [
+    {"events": []},
+    {"events": [{"type": "grant", "account": "a", "amount": 0, "time": 1}]},
+    {"events": [_GRANT, {"type": "nope"}, {"type": "consume", "time": 2}]},
+    {"events": [_GRANT, {**_GRANT, "amount": 51}]},
+    {"events": [{**_GRANT, "time": 10**15}]},
+    {"events": [{"type": "void", "grant": "missing", "time": 2}]},
+    {"events": [_GRANT], "more": 1},
+    {"events": _GRANT},
+    b'{"events": [{"type": "grant", "type": "consume"}]}',
+    b'{"events": [NaN]}',
+    b"[]",
+    b"",
+], ids=lambda b: f"{b!r:.60}")
+def test_event_batch_refusals_are_the_routes(pair: tuple[TestClient, TestClient],
+                                             body: Any) -> None:
+    same(pair, *_open("a"), ("POST", "/v1/events", body, JSON if isinstance(body, bytes)
+                             else {}))
+
+
+@pytest.mark.parametrize("role", ["worker", "finance", "nobody", None])
+def test_event_batch_tokens_are_checked_as_the_route_checks_them(
+        secured_pair: tuple[TestClient, TestClient], role: str | None) -> None:
+    headers = {} if role is None else (
+        {"Authorization": "Bearer not-a-token-0123456789"} if role == "nobody"
+        else bearer(role))
+    same(secured_pair, ("POST", "/v1/events", {"events": [_GRANT]}, headers),
+         ("POST", "/v1/events", {"events": [_GRANT]},
+          {**bearer("finance"), "Content-Type": "text/plain"}))
+
+
+def test_a_plain_event_batch_never_reaches_the_route(
+        pair: tuple[TestClient, TestClient]) -> None:
+    fast = pair[0]
+    reached: list[str] = []
+    middleware: Any = fast.app
+    while not isinstance(middleware, FastRoutes):
+        middleware = middleware.middleware_stack if hasattr(
+            middleware, "middleware_stack") and middleware.middleware_stack else middleware.app
+    inner = middleware.app
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await inner(scope, receive, send)
+
+    middleware.app = route
+    assert fast.post("/v1/events", json={"events": [_GRANT]}).status_code == 200
+    assert reached == []
+    assert fast.post("/v1/events", content=b'{"events": 1}', headers=JSON).status_code == 422
+    assert reached == ["/v1/events"]

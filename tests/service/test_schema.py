@@ -17,7 +17,7 @@ from tools.service.commands import AppendEvents
 
 app = create_app(None, clock=Clock(50), mount_web=False, manage_ledger=False)
 app.state.ledger.start()  # schemathesis runs the app's lifespan around every call
-app.state.ledger.decide_now(AppendEvents(
+app.state.ledger.decide_now(AppendEvents.of_records(
     None, (
         {"type": "account", "account": "a", "time": 0, "id": "open-a"},
         {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 40, "id": "g1"},

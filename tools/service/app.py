@@ -150,7 +150,8 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     app.add_middleware(StrictJsonBodies)  # bodies read as strictly as import reads files
     if fast_routes:
         # The plain case of the hot routes, answered before FastAPI's routing (see fast.py).
-        app.add_middleware(FastRoutes, service=service, authority=app.state.authority)
+        app.add_middleware(FastRoutes, service=service, authority=app.state.authority,
+                           event_answers=app.state.event_answers)
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web

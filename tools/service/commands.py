@@ -9,8 +9,7 @@ Idempotency-Key, even after a restart, answers the same.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,16 +224,26 @@ class AppendEvents:
     """`POST /v1/events`: import-format records, all or nothing."""
 
     key: str | None
-    records: tuple[Mapping[str, Any], ...]  # already checked one by one by the route
+    # Each record as the route parsed and checked it (`importing.parse_record`), its line
+    # its index + 1: planned from these, not serialised and read again.
+    entries: tuple[importing.Entry, ...]
     keyed: bool = False  # some records took their id from the key (KEY, KEY/2, ...)
+
+    @classmethod
+    def of_records(cls, key: str | None, records: Sequence[Mapping[str, Any]]
+                   ) -> AppendEvents:
+        """The command for import-format records, each parsed as `import` parses a line
+        (ValueError or TypeError on the first bad one)."""
+        return cls(key, tuple(importing.Entry(index + 1, *importing.parse_record(record))
+                              for index, record in enumerate(records)))
 
     def locks(self, ledger: Ledger) -> list[str]:
         keys: set[str] = set()
-        for record in self.records:
-            account = record.get("account")
+        for entry in self.entries:
+            account = getattr(entry.event, "account", None)
             if isinstance(account, str):
                 keys.add(account)
-            job = record.get("job")
+            job = getattr(entry.event, "job", None)
             if isinstance(job, str):
                 keys.add(QUEUE_SHARED)
                 state = ledger.jobs.get(job)
@@ -245,8 +254,8 @@ class AppendEvents:
     def run(self, service: LedgerService) -> AnswerDict:
         journal, session = service.journal, service.session
         service.batching.flush()  # the batch's deferred decisions go first
-        data = "\n".join(json.dumps(r, ensure_ascii=False) for r in self.records).encode()
-        plan = importing.plan_import(data, "request", journal)
+        plan = importing.plan_entries(self.entries, "request", journal,
+                                      allow_far_times=service.allow_far_times)
         if not plan.ok:
             raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
         before = journal.head()
@@ -255,7 +264,9 @@ class AppendEvents:
         with service.batching.transaction(sorted({e.stream for e in plan.events})):
             recorded = journal.append(plan.events)
         with session.lock:
-            if not session.ingest_appended(recorded):
+            # The events as parsed go to the fold with their records (not decoded again
+            # from the payloads), as a decision's own events do.
+            if not session.ingest_appended(recorded, plan.decoded):
                 session.catch_up()
             late = session.projector.late_times
             if late and journal.url is not None:

@@ -1,11 +1,14 @@
-"""The hot routes without FastAPI's request machinery: usage reports and balance reads.
+"""The hot routes without FastAPI's request machinery: usage reports, balance reads and
+batches of events.
 
 Why: on two shared cores the HTTP layer, not the database, is what a single decision
 costs. FastAPI's routing, dependency solving and body handling cost about twice a bare
-endpoint's CPU per request; this ASGI middleware answers the two routes that clients
-call in a loop (`POST /v1/accounts/{account}/usage`, `GET /v1/accounts/{account}/balance`
-without parameters) itself, with the same models, the same checks and the same command,
-so the answer is the one the route would give, byte for byte.
+endpoint's CPU per request; this ASGI middleware answers the routes that clients call
+in a loop (`POST /v1/accounts/{account}/usage`, `GET /v1/accounts/{account}/balance`
+without parameters, `POST /v1/events`) itself, with the same models, the same checks and
+the same command, so the answer is the one the route would give, byte for byte. (A batch
+of events is also read once here, where the route reads its body twice: strictly, then
+as FastAPI parses it.)
 
 It only takes the plain case: a request it cannot answer exactly as the route would
 (no or another content type, a body or key the route would refuse, a token that is
@@ -28,13 +31,14 @@ from pydantic import TypeAdapter, ValidationError
 from projections.ledger import Ledger
 from projections.session import LedgerSession
 from projections.validation import loads_strict
-from tools.service import commands
-from tools.service.auth import READ, WORKER, Authority
+from tools.service import commands, writes
+from tools.service.auth import FINANCE, READ, WORKER, Authority
 from tools.service.ledger import STALE, Busy, LedgerService
-from tools.service.models import BalanceAnswer, UsageAnswer, UsageBody
+from tools.service.models import BalanceAnswer, EventsAnswer, EventsBody, UsageAnswer, UsageBody
 from tools.service.problems import from_exception
 from tools.service.strict_body import Receive, Scope, Send, replaying
 from tools.service.times import check_far
+from tools.service.writes import AnswerCache
 
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
@@ -45,8 +49,14 @@ _BALANCE = re.compile(r"/v1/accounts/([^/]+)/balance")
 MAX_FAST_BODY = 64 * 1024
 """A larger usage body goes to the route (it is a refusal: a memo has 1,000 characters)."""
 
+MAX_FAST_EVENTS_BODY = 4 * 1024 * 1024
+"""A larger batch of events goes to the route (which reads up to 32 MiB)."""
+
+_EVENTS = "/v1/events"
+
 _USAGE_ANSWER: TypeAdapter[UsageAnswer] = TypeAdapter(UsageAnswer)
 _BALANCE_ANSWER: TypeAdapter[BalanceAnswer] = TypeAdapter(BalanceAnswer)
+_EVENTS_ANSWER: TypeAdapter[EventsAnswer] = TypeAdapter(EventsAnswer)
 
 
 def _json(adapter: TypeAdapter[Any], answer: dict[str, Any]) -> bytes:
@@ -98,10 +108,14 @@ async def _send_json(send: Send, status: int, body: bytes,
 class FastRoutes:
     """ASGI middleware: the plain case of the hot routes (see the module doc)."""
 
-    def __init__(self, app: App, service: LedgerService, authority: Authority) -> None:
+    def __init__(self, app: App, service: LedgerService, authority: Authority,
+                 event_answers: AnswerCache | None = None) -> None:
+        """`event_answers`: the answers of keyed event batches the route keeps (None: event
+        batches go to the route)."""
         self.app = app
         self.service = service
         self.authority = authority
+        self.event_answers = event_answers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -111,6 +125,9 @@ class FastRoutes:
                 if match is not None:
                     await self._usage(match.group(1), scope, receive, send)
                     return
+            elif method == "POST" and path == _EVENTS and self.event_answers is not None:
+                await self._events(self.event_answers, scope, receive, send)
+                return
             elif method == "GET" and path.endswith("/balance") and not scope["query_string"]:
                 match = _BALANCE.fullmatch(path)
                 if match is not None and await self._balance(match.group(1), scope, send):
@@ -121,7 +138,7 @@ class FastRoutes:
 
     async def _usage(self, account: str, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            key = self._usage_key(scope)
+            key = self._write_key(scope, WORKER)
         except _Fallback:
             await self.app(scope, receive, send)
             return
@@ -143,9 +160,10 @@ class FastRoutes:
             return
         await _send_json(send, 201, _json(_USAGE_ANSWER, answer))
 
-    def _usage_key(self, scope: Scope) -> str | None:
-        """The caller's right to report usage, and the Idempotency-Key (None: no key)."""
-        _role(scope, self.authority, WORKER)
+    def _write_key(self, scope: Scope, roles: tuple[str, ...]) -> str | None:
+        """The caller's right to write (one of `roles`), and the Idempotency-Key (None: no
+        key)."""
+        _role(scope, self.authority, roles)
         content_type = _header(scope, b"content-type")
         if content_type is None or content_type.split(b";")[0].strip().lower() \
                 != b"application/json":
@@ -165,6 +183,30 @@ class FastRoutes:
             return require_name("Idempotency-Key", key)
         except ValueError:
             raise _Fallback from None
+
+    # -- a batch of events --------------------------------------------------------------
+
+    async def _events(self, cache: AnswerCache, scope: Scope, receive: Receive,
+                      send: Send) -> None:
+        try:
+            key = self._write_key(scope, FINANCE)
+        except _Fallback:
+            await self.app(scope, receive, send)
+            return
+        body, complete = await _read_body(receive, MAX_FAST_EVENTS_BODY)
+        try:
+            if not complete:
+                raise _Fallback
+            events = _events_body(body)
+        except _Fallback:
+            await self.app(scope, replaying(body, not complete, receive), send)
+            return
+        try:
+            answer = await writes.events_answer(self.service, cache, events, key)
+        except Exception as exc:  # what the route's exception handlers answer
+            await from_exception(exc)(scope, receive, send)
+            return
+        await _send_json(send, 200, _json(_EVENTS_ANSWER, answer))
 
     # -- balance ----------------------------------------------------------------------------
 
@@ -204,9 +246,9 @@ class FastRoutes:
         return True
 
 
-async def _read_body(receive: Receive) -> tuple[bytes, bool]:
+async def _read_body(receive: Receive, limit: int = MAX_FAST_BODY) -> tuple[bytes, bool]:
     """The body, and whether it is all of it (the rest is left to the route when it is
-    larger than `MAX_FAST_BODY`, or the client went away)."""
+    larger than `limit`, or the client went away)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -219,7 +261,7 @@ async def _read_body(receive: Receive) -> tuple[bytes, bool]:
         more = bool(message.get("more_body", False))
         if not more:
             return b"".join(chunks), True
-        if size > MAX_FAST_BODY:
+        if size > limit:
             return b"".join(chunks), False
 
 
@@ -232,3 +274,13 @@ def _usage_body(body: bytes) -> UsageBody:
         raise _Fallback from None
 
 
+
+
+def _events_body(body: bytes) -> list[dict[str, Any]]:
+    """The events of a body as the route reads them: strict JSON, then the model; else
+    `_Fallback`."""
+    try:
+        data = loads_strict(body.decode("utf-8"))
+        return EventsBody.model_validate(data).events
+    except (ValueError, UnicodeDecodeError, ValidationError):
+        raise _Fallback from None

@@ -166,7 +166,7 @@ async def cancel(job: str, request: Request, body: TimeBody | None = None,
 # -- a batch of events ----------------------------------------------------------------------
 
 
-class _AnswerCache:
+class AnswerCache:
     """The answers of recent keyed event batches, to repeat them word for word."""
 
     def __init__(self, size: int = 10_000) -> None:
@@ -188,10 +188,11 @@ class _AnswerCache:
 _TIME_FIELDS = ("time", "expiry")
 
 
-def _checked(records: list[dict[str, Any]], key: str | None,
-             allow_far: bool) -> tuple[list[dict[str, Any]], bool, list[tuple[int, str]]]:
-    """Each record validated as `import` validates a line; ids from the key where missing."""
-    out: list[dict[str, Any]] = []
+def _checked(records: list[dict[str, Any]], key: str | None, allow_far: bool
+             ) -> tuple[list[importing.Entry], bool, list[tuple[int, str]]]:
+    """Each record validated as `import` validates a line (parsed once: the entries go to
+    the writer as they are); ids from the key where missing."""
+    out: list[importing.Entry] = []
     problems: list[tuple[int, str]] = []
     keyed = False
     for index, raw in enumerate(records):
@@ -203,13 +204,13 @@ def _checked(records: list[dict[str, Any]], key: str | None,
             if record.get("id") is None and key is not None:
                 record["id"] = key if index == 0 else f"{key}/{index + 1}"
                 keyed = True
-            importing.parse_record(record)
+            event_id, time, event = importing.parse_record(record)
             if isinstance(record.get("time"), int):
                 check_far("time", record["time"], allow_far)
         except (ValueError, TypeError) as exc:
             problems.append((index, " ".join(str(exc).split())))
             continue
-        out.append(record)
+        out.append(importing.Entry(index + 1, event_id, time, event))
     return out, keyed, problems
 
 
@@ -221,12 +222,17 @@ async def append_events(body: EventsBody, request: Request,
     bad event by its index. Events without `id` take one from the Idempotency-Key (KEY,
     KEY/2, ...), or without a key the id `import` would give them; events already recorded
     count as `already_present`."""
-    service = service_of(request)
-    key = _key(idempotency_key)
-    cache: _AnswerCache = request.app.state.event_answers
+    return await events_answer(service_of(request), request.app.state.event_answers,
+                               body.events, _key(idempotency_key))
+
+
+async def events_answer(service: LedgerService, cache: AnswerCache,
+                        events: list[dict[str, Any]], key: str | None) -> Any:
+    """What `POST /v1/events` answers for these events (the body's, validated) under
+    `key` (a valid Idempotency-Key, or None); a refusal raises (`ServiceProblem`)."""
     fingerprint = ""  # only a keyed batch is remembered
     if key is not None:
-        fingerprint = hashlib.sha256(json.dumps(body.events, sort_keys=True).encode()
+        fingerprint = hashlib.sha256(json.dumps(events, sort_keys=True).encode()
                                      ).hexdigest()
         seen = cache.get(key)
         if seen is not None:
@@ -234,10 +240,10 @@ async def append_events(body: EventsBody, request: Request,
                 raise ServiceProblem(409, f"Idempotency-Key {key!r} was used for another "
                                      "batch of events", slug="idempotency-conflict")
             return seen[1]
-    records, keyed, problems = _checked(body.events, key, service.allow_far_times)
+    entries, keyed, problems = _checked(events, key, service.allow_far_times)
     if problems:
         raise commands.EventsRejected(problems)
-    answer = await service.decide(commands.AppendEvents(key, tuple(records), keyed))
+    answer = await service.decide(commands.AppendEvents(key, tuple(entries), keyed))
     if key is not None:
         cache.put(key, fingerprint, answer)
     return answer
@@ -245,4 +251,4 @@ async def append_events(body: EventsBody, request: Request,
 
 def install(app: Any) -> None:
     """State the write routes need."""
-    app.state.event_answers = _AnswerCache()
+    app.state.event_answers = AnswerCache()

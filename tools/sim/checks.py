@@ -29,7 +29,8 @@ NEVER = 2**62
 
 def full_check(world: World) -> list[str]:
     """Every whole-journal check; the problems found (empty: all is well)."""
-    records = sorted(world.learn(), key=_canonical)
+    log = world.learn()  # in arrival order
+    records = sorted(log, key=_canonical)
     problems: list[str] = []
     ledger = Ledger()
     excluded = model.excluded_ids(records)
@@ -70,7 +71,7 @@ def full_check(world: World) -> list[str]:
             break
     reference = model.fold(records)
     problems += _compare(ledger, reference, outcomes)
-    problems += _told(world, records, reference)
+    problems += _told(world, log, reference)
     problems += _chain_since_last_check(world)
     ids = {rec.id for rec in records}
     if ids != world.recorded or len(records) != len(ids):
@@ -145,10 +146,10 @@ def _compare(ledger: Ledger, reference: model.Model, outcomes: dict[str, Any]) -
     return problems
 
 
-def _told(world: World, records: list[Any], reference: model.Model) -> list[str]:
+def _told(world: World, by_position: list[Any], reference: model.Model) -> list[str]:
     """Answers given live agree with the final timeline, unless a later arrival landed
-    before them on it (a late event may revise an answer: that is what it is for)."""
-    by_position = sorted(records, key=lambda r: r.position)
+    before them on it (a late event may revise an answer: that is what it is for).
+    `by_position`: the records in arrival order."""
     # Where each event changes the timeline from: its own place; for a reversal, the
     # earliest place among the events it takes out or puts back (down its chain).
     since: dict[str, tuple[int, int]] = {}
