@@ -17,9 +17,10 @@ from journal_testkit import ev
 from sqlalchemy import create_engine, inspect, text
 
 import eventstore
-from eventstore import Batch, ConnectionProblem, Journal, MemoryJournal, SchemaError
+from eventstore import Batch, ConnectionProblem, Journal, SchemaError
 from eventstore.migrate import alembic_config, code_head
 from eventstore.schema import metadata
+from eventstore.testing import write_at_revision
 
 
 @pytest.fixture
@@ -139,26 +140,8 @@ def test_the_events_table_holds_a_recorded_event_s_fields_in_order() -> None:
 
 def test_positions_recorded_before_batches_existed_are_each_a_batch_of_their_own(
         database_url: str) -> None:
-    source = MemoryJournal()
-    source.append([ev("a", 2), ev("b", 1)])  # one append, written by code before 0004
-    rows = list(source._stored)
-    engine = create_engine(database_url)
-    try:
-        with engine.begin() as conn:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0003")
-            for r in rows:
-                conn.execute(text(
-                    "INSERT INTO events (position, event_id, stream, version, type, "
-                    "event_time, recorded_at, payload, hash) VALUES "
-                    "(:p, :i, :s, :v, :t, :et, :ra, :pl, :h)"),
-                    dict(zip(("p", "i", "s", "v", "t", "et", "ra", "pl", "h"), r,
-                             strict=True)))
-            conn.execute(text("UPDATE journal_head SET position = :p, hash = :h"),
-                         {"p": rows[-1][0], "h": rows[-1][8]})
-    finally:
-        engine.dispose()
+    # One append, written by code before 0004.
+    write_at_revision(database_url, "0003", [ev("a", 2), ev("b", 1)])
     with Journal(database_url) as journal:  # upgrades to the head: batches appear
         anchor = journal.head_anchor()
         assert journal.batches() == []

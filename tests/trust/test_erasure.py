@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from typer.testing import CliRunner, Result
 
 from eventstore import Journal, JournalLike, MemoryJournal, NewEvent
-from eventstore.migrate import alembic_config
-from eventstore.testing import open_journal
+from eventstore.testing import open_journal, write_at_revision
 from projections import GPUCreditTracker, Scheduler, queries
 from projections.anchors import check_anchor
 from projections.importing import export_records, import_file, write_csv, write_jsonl
@@ -202,30 +201,8 @@ OLD_EVENTS = [
 @pytest.fixture
 def old_url(database_url: str) -> str:
     """A database at schema revision 0002 holding OLD_EVENTS as that code wrote them."""
-    url = database_url
-    source = MemoryJournal()
-    source.append(OLD_EVENTS)
-    rows = list(source._stored)
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            from alembic import command
-
-            command.upgrade(cfg, "0002")
-            for r in rows:
-                conn.execute(text(
-                    "INSERT INTO events (position, event_id, stream, version, type, "
-                    "event_time, recorded_at, payload, hash) VALUES "
-                    "(:p, :i, :s, :v, :t, :et, :ra, :pl, :h)"),
-                    dict(zip(("p", "i", "s", "v", "t", "et", "ra", "pl", "h"), r,
-                             strict=True)))
-            conn.execute(text("UPDATE journal_head SET position = :p, hash = :h"),
-                         {"p": rows[-1][0], "h": rows[-1][8]})
-    finally:
-        engine.dispose()
-    return url
+    write_at_revision(database_url, "0002", OLD_EVENTS)
+    return database_url
 
 
 def test_an_old_journal_upgrades_with_its_chain_unchanged(old_url: str) -> None:
