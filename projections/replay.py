@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from eventstore import Batch, JournalLike, RecordedEvent, SnapshotInfo
+from eventstore.hashing import load_json
 from projections.bulk import paused_gc
 
 # The checkpoint names callers found here before they moved (`X as X`: re-exported).
@@ -31,6 +33,8 @@ from projections.checkpoint import (
 from projections.checkpoint import invalidate_after as invalidate_after
 from projections.checkpoint import latest_valid_checkpoint as latest_valid_checkpoint
 from projections.checkpoint import save_checkpoint as save_checkpoint
+from projections.decoding import decode_event
+from projections.events import EventReversed
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
@@ -394,17 +398,38 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
                    to_time: int | None = None) -> Ledger:
     """Fold the journal straight in canonical order (no revisions): the state at to_time as
     known at to_position, without the events reversed as known at to_position."""
-    ledger = _fold(journal, to_position, to_time, frozenset())
-    # The fold saw every reversal up to to_time; later ones reverse events too: a
-    # reversal takes its event out at every event time, as known.
-    reversals = dict(ledger.reversals)
-    if to_time is not None:
-        reversals.update(_reversals(journal, to_position, to_time + 1))
-    excluded = reversed_ids(reversals)
-    if excluded:
-        # Rare (a reversal is a correction): fold again, skipping the reversed events.
-        ledger = _fold(journal, to_position, to_time, excluded)
-    return ledger
+    # Which events are reversed is known before folding, from the reversals alone: one
+    # fold, where finding them in a first fold meant a second one whenever there was any.
+    return _fold(journal, to_position, to_time,
+                 reversed_ids(_known_reversals(journal, to_position, to_time)))
+
+
+def _known_reversals(journal: JournalLike, to_position: int | None,
+                     to_time: int | None) -> dict[str, str]:
+    """{reversal id: target id} of the reversals recorded up to `to_position`: those up to
+    `to_time` as the fold reads them (one that is not a valid event is an anomaly there,
+    not a reversal), and later ones too, as `_reversals` reads them: a reversal takes its
+    event out at every event time, as known. Only the reversals' payloads are decoded."""
+    found: dict[str, str] = {}
+    for _, event_id, kind, time, payload, _ in lean_rows(journal, to_position=to_position,
+                                                        order="position"):
+        if kind != "reverse":
+            continue
+        if to_time is None or time <= to_time:
+            try:
+                event = decode_event(kind, payload)
+            except json.JSONDecodeError:
+                raise
+            except (ValueError, TypeError):
+                continue
+            if isinstance(event, EventReversed):
+                found[event_id] = event.event
+            continue
+        decoded = load_json(payload) if isinstance(payload, str) else payload
+        target = decoded.get("event") if isinstance(decoded, dict) else None
+        if isinstance(target, str):
+            found[event_id] = target
+    return found
 
 
 def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,

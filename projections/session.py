@@ -52,7 +52,8 @@ from projections.events import DomainEvent
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.personal import journal_event
-from projections.projector import Projector
+from projections.projector import Projector, Recorded
+from projections.replay import Lean, lean_records
 from projections.reversals import reversed_ids
 
 JournalArg = JournalLike | str | None
@@ -220,9 +221,11 @@ class LedgerSession:
         return None if rec is None else (rec.time, rec.position)
 
     def _read_canonical(self, after: tuple[int, int], to_position: int,
-                        to_time: int | None) -> Iterable[RecordedEvent]:
-        return self.journal.read(after=after, to_position=to_position, to_time=to_time,
-                                 order="canonical")
+                        to_time: int | None) -> Iterable[Lean]:
+        # The payloads as stored text: the fold decodes a text several times faster than
+        # a decoded mapping, which the read would have decoded first (refolds read here).
+        return lean_records(self.journal, after=after, to_position=to_position,
+                            to_time=to_time, order="canonical")
 
     def _read_account(self, stream: str, after: tuple[int, int],
                       to_position: int) -> Iterable[RecordedEvent]:
@@ -285,12 +288,14 @@ class LedgerSession:
                 self._verified = (recorded[-1].position, recorded[-1].hash)
             return True
 
-    def _read_checked(self, after_position: int) -> Iterable[RecordedEvent]:
+    def _read_checked(self, after_position: int) -> Iterable[Recorded]:
         """Events after `after_position` in arrival order; from a stored journal, each
         checked to chain from the last verified one (`ChainBroken` names the first altered
-        position), so a facade never answers from an altered journal."""
+        position), so a facade never answers from an altered journal. From memory, with
+        their payloads as stored text (see `_read_canonical`)."""
         if self._in_memory:
-            return self.journal.read(after_position=after_position, order="position")
+            return lean_records(self.journal, after_position=after_position,
+                                order="position")
         return self._chained_from_verified(after_position)
 
     def _chained_from_verified(self, after_position: int) -> Iterator[RecordedEvent]:
@@ -384,7 +389,10 @@ class LedgerSession:
         if self._in_memory and tx.head() == self.projector.position:
             return False
         before = self.projector.position
-        self.projector.catch_up(tx.read(after_position=before, order="position"))
+        if self._in_memory:  # the transaction is the journal: see `_read_checked`
+            self.projector.catch_up(self._read_checked(before))
+        else:
+            self.projector.catch_up(tx.read(after_position=before, order="position"))
         return self.projector.position != before
 
     def _build(self, build: Build, event_id: str | None, live: bool,

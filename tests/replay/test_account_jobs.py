@@ -137,9 +137,17 @@ def _statement(journal: MemoryJournal, account: str, position: int | None) -> di
     return out
 
 
-def test_a_late_submit_of_the_same_job_id_by_another_account_takes_it() -> None:
+def _one_by_one(events: list[NewEvent]) -> MemoryJournal:
+    """A journal of `events`, each appended on its own (a batch is one step of knowledge:
+    a checkpoint falls between batches)."""
     journal = MemoryJournal()
-    journal.append([
+    for one in events:
+        journal.append([one])
+    return journal
+
+
+def test_a_late_submit_of_the_same_job_id_by_another_account_takes_it() -> None:
+    journal = _one_by_one([
         NewEvent("g-a", "a", "grant", 1, {"account": "a", "amount": 100}),
         NewEvent("g-b", "b", "grant", 1, {"account": "b", "amount": 100}),
         NewEvent("s-a", "a", "submit", 5, {"account": "a", "job": "j", "cost": 30,
@@ -163,8 +171,7 @@ def test_a_late_submit_of_the_same_job_id_by_another_account_takes_it() -> None:
 
 
 def test_a_late_usage_report_reads_the_accounts_jobs_from_an_older_checkpoint() -> None:
-    journal = MemoryJournal()
-    journal.append([
+    journal = _one_by_one([
         NewEvent("g-a", "a", "grant", 1, {"account": "a", "amount": 100}),
         NewEvent("s-a", "a", "submit", 2, {"account": "a", "job": "j", "cost": 30,
                                            "priority": 1}),
