@@ -14,12 +14,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 from eventstore import RecordedEvent
+from projections.creditbook import Hold
 from projections.events import GENERAL
-from projections.ledger import AccountState, Ledger
+from projections.ledger import AccountState, Ledger, refill_due
 from projections.projector import apply_recorded
 from projections.reversals import reversed_ids
 
@@ -51,7 +52,9 @@ class TimelinePoint:
                 "debt": self.debt}
 
 
-def _point(state: AccountState, time: int, position: int | None) -> TimelinePoint:
+def point_of(state: AccountState, time: int, position: int | None) -> TimelinePoint:
+    """The account's figures at `time` (no earlier than its last event): what a point of
+    its timeline says, straight from `AccountState.pool_balances_at`."""
     pools = state.pool_balances_at(time) or {GENERAL: 0}
     return TimelinePoint(time, position, pools, state.book.held, state.book.debt_total)
 
@@ -73,6 +76,49 @@ class TimelineBuilder:
     def __init__(self) -> None:
         self.points: list[TimelinePoint] = []
         self._expiries: list[int] = []  # expiry times of the account's grants not yet passed
+        # What the account's holds add per pool, and the holds it was summed from (kept
+        # alive, so that "the same objects" means the same holds).
+        self._holds: list[Hold] = []
+        self._held: dict[str, int] = {}
+
+    def _point(self, state: AccountState, time: int, position: int | None) -> TimelinePoint:
+        """`point_of(state, time, position)`, without summing every hold's portions
+        and searching the batches for expired credits at every event.
+
+        A point is taken after every event and the account's figures are summed anew
+        each time: what its holds add per pool is summed again only when its holds
+        changed (a hold never changes once made: a job's submit makes it, its settlement
+        drops it), and its batches are searched for expired credits only when one may
+        have expired (none expires before the book's expiry floor).
+        """
+        book = state.book
+        holds = book.holds
+        held = self._held
+        if not holds:
+            held = {}
+        elif len(holds) != len(self._holds) or not all(map(is_, holds.values(), self._holds)):
+            self._holds = list(holds.values())
+            held = self._held = book.held_by_pool()
+        debt = book.debt
+        # The pools are those with credits, debt or holds, in name order; what expired
+        # counts only in those.
+        pools = dict(sorted(book.active.items()))
+        if (held or debt) and not pools.keys() >= held.keys() | debt.keys():
+            pools = {pool: pools.get(pool, 0) for pool in sorted({*pools, *held, *debt})}
+        if time >= book.expiry_floor:
+            for pool, amount in book.expiring_by(time).items():
+                if pool in pools:
+                    pools[pool] -= amount
+        for pool, amount in held.items():
+            pools[pool] += amount
+        for pool, amount in debt.items():
+            pools[pool] -= amount
+        if state.refill_rate is not None:
+            add, _ = refill_due(state, time)
+            if add:
+                pools[GENERAL] = pools.get(GENERAL, 0) + add
+        return TimelinePoint(time, position, pools or {GENERAL: 0}, book.held,
+                             sum(debt.values()))
 
     def before(self, time: int, state: AccountState | None, *,
                inclusive: bool = False) -> None:
@@ -83,13 +129,13 @@ class TimelineBuilder:
             while expiries and expiries[0] == when:
                 heapq.heappop(expiries)
             if state is not None:
-                self.points.append(_point(state, when, None))
+                self.points.append(self._point(state, when, None))
 
     def after(self, rec: RecordedEvent, state: AccountState | None) -> None:
         """The point after an event of the account (`state`: the account once applied)."""
         if state is None:
             return
-        self.points.append(_point(state, rec.time, rec.position))
+        self.points.append(self._point(state, rec.time, rec.position))
         expiry = rec.payload.get("expiry")
         if rec.type == "grant" and isinstance(expiry, int) and expiry > rec.time:
             heapq.heappush(self._expiries, expiry)

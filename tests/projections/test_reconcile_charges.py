@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from draws import job_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ from projections.projector import apply_recorded
 from projections.queries.reconcile import FileCharge, ledger_charges, reconcile
 from projections.replay import replay
 from projections.reversals import reversed_ids
+from tests.projections.draws import job_event
 
 Raw = tuple[str, str, str, int, dict[str, Any]]  # (id, stream, type, time, payload)
 ACCOUNTS = ("a", "b")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from draws import job_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from projections import GPUCreditTracker
 from projections.replay import fold_canonical, replay
 from projections.reversals import reversed_ids
 from projections.session import LedgerSession
+from tests.projections.draws import job_event
 
 Raw = tuple[str, str, int, dict[str, Any]]  # (id, type, time, payload)
 

@@ -9,12 +9,13 @@ that must fall back to the whole-timeline refold shows up too.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal, NewEvent
+from eventstore import JournalLike, MemoryJournal, NewEvent
 from projections.events import from_payload, to_payload
 from projections.ledger import Ledger
 from projections.projector import Projector
@@ -133,6 +134,20 @@ def test_per_account_reprojection_equals_a_full_fold_after_every_event(
     assert _revisions(alone) == _revisions(whole)
 
 
+def counting_account_reader(journal: JournalLike) -> tuple[Callable[..., Any], list[str]]:
+    """`account_reader(journal)`, and the list it fills with the stream of every event it
+    reads: how many reads a refold took, and of which accounts."""
+    read: list[str] = []
+    reader = account_reader(journal)
+
+    def counting(stream: str, after: tuple[int, int], to_position: int) -> Any:
+        for rec in reader(stream, after, to_position):
+            read.append(rec.stream)
+            yield rec
+
+    return counting, read
+
+
 def _next_job(ledger: Ledger) -> str | None:
     job = ledger.next_job()
     return None if job is None else job.id
@@ -144,14 +159,7 @@ def test_a_late_usage_report_refolds_only_its_own_account() -> None:
         account = ACCOUNTS[i % 3]
         journal.append([NewEvent(f"g{i}", account, "grant", 10 * i,
                                  {"account": account, "amount": 5})])
-    read: list[str] = []
-    reader = account_reader(journal)
-
-    def counting(stream: str, after: tuple[int, int], to_position: int) -> Any:
-        for rec in reader(stream, after, to_position):
-            read.append(rec.stream)
-            yield rec
-
+    counting, read = counting_account_reader(journal)
     projector = Projector(journal_reader(journal), min_snapshot_every=50,
                           account_reader=counting)
     projector.catch_up(journal.read(order="position"))

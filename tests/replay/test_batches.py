@@ -31,7 +31,7 @@ from projections.replay import (
     replay,
     verify,
 )
-from tests.replay.test_account_refold import Event, histories
+from tests.replay.test_account_refold import Event, counting_account_reader, histories
 from tests.replay.test_replay import assert_equals_a_cold_fold
 
 
@@ -152,14 +152,7 @@ def test_a_second_file_interleaving_the_first_refolds_only_its_own_accounts() ->
     first = [e for e in events if int(e[1][-1]) % 2 == 0]
     second = [e for e in events if int(e[1][-1]) % 2 == 1]
     journal = _journal([first, second])
-    read: list[str] = []
-    reader = account_reader(journal)
-
-    def counting(stream: str, after: tuple[int, int], to_position: int) -> Any:
-        for rec in reader(stream, after, to_position):
-            read.append(rec.stream)
-            yield rec
-
+    counting, read = counting_account_reader(journal)
     projector = Projector(journal_reader(journal), account_reader=counting)
     for batch in _by_batch(journal):
         projector.ingest_batch(batch)
