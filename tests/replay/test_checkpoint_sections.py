@@ -99,9 +99,15 @@ def test_reports_and_explanations_from_checkpoints_equal_those_from_a_fold(
     for rec in journal.read(order="position"):
         plain.append([NewEvent(rec.id, rec.stream, rec.type, rec.time, rec.payload)])
     at = data.draw(st.none() | st.integers(0, len(events) + 1), label="at")
-    for ask in (lambda j: queries.accounts(j, at=at), lambda j: queries.expiring(j, at=at),
-                lambda j: queries.jobs(j), lambda j: queries.jobs(j, state="pending")):
+    for ask in (lambda j: queries.accounts(j, at=at), lambda j: queries.expiring(j, at=at)):
         assert ask(journal).as_dict() == ask(plain).as_dict()
+    for state in (None, "pending"):
+        # The same jobs with the same figures; their order may differ: a projection lists a
+        # job where it became known, a fold where it was submitted (docs/architecture.md,
+        # "The order of the jobs report").
+        got, want = (queries.jobs(j, state=state).as_dict() for j in (journal, plain))
+        assert sorted(got.pop("jobs"), key=_by_job) == sorted(want.pop("jobs"), key=_by_job)
+        assert got == want
     for account in ACCOUNTS:
         try:
             want = queries.balance(plain, account, at=at).as_dict()
@@ -122,6 +128,10 @@ def test_reports_and_explanations_from_checkpoints_equal_those_from_a_fold(
         whole = job_explanation(journal.read(order="canonical"), job,
                                 excluded=excluded_as_known(journal, head))
         assert queries.explain_job(journal, job).as_dict() == whole.as_dict()
+
+
+def _by_job(row: dict[str, Any]) -> str:
+    return str(row["job"])
 
 
 def _with_version(blob: bytes, version: int) -> bytes:
