@@ -17,7 +17,7 @@ from projections import GPUCreditTracker
 from projections.replay import fold_canonical, replay
 from projections.reversals import reversed_ids
 from projections.session import LedgerSession
-from tests.projections.draws import job_event
+from tests.projections.draws import add_event, other_event
 
 Raw = tuple[str, str, int, dict[str, Any]]  # (id, type, time, payload)
 
@@ -46,28 +46,12 @@ def journals(draw: st.DrawFn) -> list[Raw]:
             if priority is not None:
                 payload["priority"] = priority
             grants.append(f"e{n}")
-        elif kind == "consume":
-            payload = {"account": account, "amount": draw(st.integers(1, 40))}
-        elif kind == "adjust":
-            amount = draw(st.integers(-30, 30).filter(bool))
-            payload = {"account": account, "amount": amount, "reason": "correction"}
-        elif kind == "void":
-            if not grants:
-                continue
-            payload = {"grant": draw(st.sampled_from(grants))}
-        elif kind == "submit":
-            job = f"j{n}"
-            payload = {"account": account, "job": job, "cost": draw(st.integers(0, 30)),
-                       "priority": 1}
-            jobs.append((job, account))
         else:
-            drawn = job_event(draw, kind, jobs)
+            drawn = other_event(draw, kind, n, account, grants, jobs)
             if drawn is None:
                 continue
             payload, account = drawn
-        if pool is not None and kind in ("grant", "consume", "adjust", "submit"):
-            payload["pool"] = pool
-        events.append((f"e{n}", kind, time, payload))
+        add_event(events, n, kind, time, payload, pool)
     return events
 
 

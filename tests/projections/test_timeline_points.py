@@ -13,6 +13,7 @@ from eventstore import MemoryJournal, NewEvent
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
 from projections.timeline import TimelineBuilder, TimelinePoint, point_of
+from tests.projections.draws import add_event, other_event
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "general", "h100", "a100")
@@ -53,30 +54,12 @@ def histories(draw: st.DrawFn) -> MemoryJournal:
             if draw(st.booleans()):
                 payload["priority"] = draw(st.sampled_from([10, 90]))
             grants.append(f"e{n}")
-        elif kind == "consume":
-            payload = {"account": account, "amount": draw(st.integers(1, 50))}
-        elif kind == "adjust":
-            payload = {"account": account, "amount": draw(st.integers(-30, 30).filter(bool)),
-                       "reason": "correction"}
-        elif kind == "void":
-            if not grants:
-                continue
-            payload = {"grant": draw(st.sampled_from(grants))}
-        elif kind == "submit":
-            job = f"j{n}"
-            payload = {"account": account, "job": job, "cost": draw(st.integers(0, 30)),
-                       "priority": 1}
-            jobs.append((job, account))
         else:
-            if not jobs:
+            drawn = other_event(draw, kind, n, account, grants, jobs, most_used=50)
+            if drawn is None:
                 continue
-            job, account = draw(st.sampled_from(jobs))
-            payload = {"job": job}
-            if kind == "complete":
-                payload["success"] = draw(st.booleans())
-        if pool is not None and kind in ("grant", "consume", "adjust", "submit"):
-            payload["pool"] = pool
-        events.append((f"e{n}", kind, time, payload))
+            payload, account = drawn
+        add_event(events, n, kind, time, payload, pool)
     journal = MemoryJournal()
     for event_id, kind, when, payload in events:
         stream = payload.get("account") or next(
