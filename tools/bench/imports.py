@@ -173,7 +173,7 @@ def arrivals_scenario(cfg: Config) -> Scenario:
         Case("arrivals.inorder", "replay() of the mix, every event in time order",
              "replay:ours_replay", {"url": ordered_url, "n": small}, small, baseline=True),
         Case("arrivals.late", f"replay() of the same mix, {LATE_FRACTION:.0%} of it arriving "
-             "1-20 events late (each re-projected)", "replay:ours_replay",
+             "1-20 events late", "replay:ours_replay",
              {"url": late_url, "n": small}, small, compare=("arrivals.inorder",),
              profile_params={"url": late_url, "n": small}),
     ]
