@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from projections.accountfold import account_ledger, splice
 from projections.bulk import paused_gc
@@ -44,6 +44,10 @@ MIN_KEY = (-(2**63), 0)
 MIN_SPACING = 16
 """Fewest events between two snapshots however frequent late events are (unless the
 projector was asked for snapshots more often than that)."""
+
+
+_T = TypeVar("_T")
+"""What a refold reports of its late events (one outcome, or a batch's by position)."""
 
 
 class Recorded(Protocol):
@@ -508,28 +512,8 @@ class Projector:
                     pivot = earliest
                     cause = next(rec for rec in batch if rec.type == REVERSE)
                 old_excluded, self.excluded = self.excluded, excluded
-        self.late_times.append(pivot[0])
-        self._late += 1
-        i = bisect.bisect_left(self._snap_keys, pivot)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
-        start, saved = self._snapshot_before(pivot)
-        with paused_gc():
-            found = None
-            if self._recent_limit:
-                found = self._refold_batch(cause, first, known, last, start,
-                                           self._fresh(saved), False, pivot, old_excluded)
-            if found is None:
-                found = self._refold_batch(cause, first, known, last, start,
-                                           self._fresh(saved), True, pivot, old_excluded)
-                assert found is not None
-        ledger, mine, revisions, outcomes = found
-        self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
-        self.revisions.extend(revisions)
-        for outcome in outcomes:
-            self._remember(outcome)
-        self.ledger = ledger
-        return mine
+        return self._refold_from(pivot, lambda start, new, fold_old: self._refold_batch(
+            cause, first, known, last, start, new, fold_old, pivot, old_excluded))
 
     def _refold_batch(self, cause: Recorded, first: int, known: int, last: int,
                       start: tuple[int, int], new: Ledger, fold_old: bool,
@@ -537,8 +521,17 @@ class Projector:
                       old_excluded: frozenset[str] | None
                       ) -> tuple[Ledger, dict[int, Outcome], list[Revision],
                                  list[Outcome]] | None:
-        """`_refold` for a batch (positions `first` to `last`): the old timeline is the
-        one without any event of the batch; only events before `known` are revised."""
+        """Fold the timeline after `start` with the batch (positions `first` to `last`,
+        caused by `cause`); None if a later outcome is not remembered (and `fold_old`,
+        fold the timeline without the batch too, is False). Returns the new ledger, the
+        batch's outcomes by position, the revisions and every outcome folded.
+
+        Events before `pivot` (the batch's earliest place, or the earliest event a
+        reversal changed) cannot change: they are folded once, and the old timeline
+        (without any event of the batch, or with the reversed ids as they were) forks
+        from the state there. Only events before `known` are revised: the rest were
+        known with the batch.
+        """
         self._since_snapshot = 0
         mine: dict[int, Outcome] = {}
         old: Ledger | None = None
@@ -656,6 +649,20 @@ class Projector:
             if alone is not None:
                 return alone
         key = (late.time, late.position) if pivot is None else pivot
+        at = late.position  # a batch of one: the late event alone
+        mine = self._refold_from(key, lambda start, new, fold_old: self._refold_batch(
+            late, at, at, at, start, new, fold_old, key, old_excluded))
+        if at not in mine:
+            raise RuntimeError(f"late event at position {at} not found on re-read")
+        return mine[at]
+
+    def _refold_from(self, key: tuple[int, int],
+                     refold: Callable[[tuple[int, int], Ledger, bool],
+                                      tuple[Ledger, _T, list[Revision], list[Outcome]] | None]
+                     ) -> _T:
+        """Fold again from `key` with `refold(start, ledger at start, fold_old)`: drop the
+        snapshots from `key` on, start from the one before, and take the result (its
+        ledger, revisions and outcomes); return what `refold` says of the late events."""
         self.late_times.append(key[0])
         self._late += 1
         i = bisect.bisect_left(self._snap_keys, key)
@@ -665,19 +672,19 @@ class Projector:
         with paused_gc():
             found = None
             if self._recent_limit:
-                found = self._refold(late, start, self._fresh(saved), False, key, old_excluded)
+                found = refold(start, self._fresh(saved), False)
             if found is None:
                 # An event too old to be remembered: fold the old timeline beside the new.
-                found = self._refold(late, start, self._fresh(saved), True, key, old_excluded)
+                found = refold(start, self._fresh(saved), True)
                 assert found is not None
-        ledger, late_outcome, revisions, outcomes = found
+        ledger, late, revisions, outcomes = found
         # Late events are more frequent than assumed so far: snapshot sooner.
         self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
         self.revisions.extend(revisions)
         for outcome in outcomes:
             self._remember(outcome)
         self.ledger = ledger
-        return late_outcome
+        return late
 
     def _reproject_account(self, late: Recorded) -> Outcome | None:
         """Re-project a late event for its own account only; None (having changed
@@ -768,52 +775,6 @@ class Projector:
             elif kind == "grant" and rec.id in voids:
                 return False
         return True
-
-    def _refold(self, late: Recorded, start: tuple[int, int], new: Ledger, fold_old: bool,
-                pivot: tuple[int, int], old_excluded: frozenset[str] | None
-                ) -> tuple[Ledger, Outcome, list[Revision], list[Outcome]] | None:
-        """Fold the timeline after `start` with the late event; None if a later outcome
-        is not remembered (and `fold_old`, fold the timeline without it too, is False).
-
-        Events before `pivot` (the late event's place, or the earliest event a reversal
-        changed) cannot change: they are folded once, and the old timeline (without the
-        late event, or with the reversed ids as they were) forks from the state there.
-        """
-        self._since_snapshot = 0
-        late_outcome: Outcome | None = None
-        old: Ledger | None = None
-        revisions: list[Revision] = []
-        outcomes: list[Outcome] = []
-        snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
-        for rec in self._reader(start, late.position, None):
-            place = (rec.time, rec.position)
-            if fold_old and old is None and place >= pivot:
-                old = restore(snapshot(new))
-                if old_excluded is not None:
-                    old.excluded = old_excluded
-            after = apply_recorded(new, rec)
-            self._track(rec, after, new)
-            self._maybe_snapshot(new)
-            outcomes.append(after)
-            if rec.position == late.position:
-                late_outcome = after
-                continue
-            if place < pivot:
-                continue
-            if old is not None:
-                before: Outcome | None = apply_recorded(old, rec)
-            else:
-                before = self._recent.get(rec.position)
-                if before is None:
-                    self._snap_keys, self._snap_states = snap_keys, snap_states
-                    return None
-            assert before is not None
-            revision = _revision(late, rec, before, after)
-            if revision is not None:
-                revisions.append(revision)
-        if late_outcome is None:
-            raise RuntimeError(f"late event at position {late.position} not found on re-read")
-        return new, late_outcome, revisions, outcomes
 
     def catch_up(self, events: Iterable[Recorded],
                  keep: Container[int] = frozenset()) -> dict[int, Outcome]:
