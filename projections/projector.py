@@ -97,9 +97,9 @@ _CROSSING = frozenset({REVERSE, "void"})
 """Event types whose effect is not confined to their own stream's state."""
 
 
-def _job_named(payload: Any) -> str | None:
-    """The job a job event's payload names, whether the payload is decoded or its stored
-    JSON text (what a replay reads); None if it names none.
+def _named(payload: Any, field: str) -> str | None:
+    """The name a payload gives under `field`, whether the payload is decoded or its
+    stored JSON text (what a replay reads); None if it gives none.
 
     Text must be read too: taking a text payload for one without a job marked the whole
     journal unpartitioned, so every late event of a replay refolded the whole timeline.
@@ -109,8 +109,13 @@ def _job_named(payload: Any) -> str | None:
             payload = json.loads(payload)
         except ValueError:
             return None
-    job = payload.get("job") if isinstance(payload, dict) else None
-    return job if isinstance(job, str) else None
+    name = payload.get(field) if isinstance(payload, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _job_named(payload: Any) -> str | None:
+    """The job a job event's payload names, if any."""
+    return _named(payload, "job")
 
 
 def _revision(late: Recorded, rec: Recorded, before: Outcome, after: Outcome
@@ -145,14 +150,8 @@ def _jobs_named(events: Iterable[Recorded]) -> set[str]:
 
 
 def _account_named(payload: Any) -> str | None:
-    """The account a payload names (decoded, or its stored JSON text), if any."""
-    if isinstance(payload, str | bytes):
-        try:
-            payload = json.loads(payload)
-        except ValueError:
-            return None
-    account = payload.get("account") if isinstance(payload, dict) else None
-    return account if isinstance(account, str) else None
+    """The account a payload names, if any."""
+    return _named(payload, "account")
 
 
 def _reversals_in(batch: Sequence[Recorded]) -> dict[str, str]:
