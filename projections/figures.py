@@ -11,7 +11,6 @@ Every reader (queries, the facades, reports) takes its figures from `Figures.of`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from projections.events import GENERAL
 from projections.ledger import AccountState
@@ -36,11 +35,6 @@ class Figures:
         pools = account.pool_balances_at(at) or {GENERAL: 0}
         balance = sum(pools.values())
         return cls(balance, book.held, balance - book.held, book.debt_total, pools)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready figures."""
-        return {"balance": self.balance, "reserved": self.reserved,
-                "available": self.available, "debt": self.debt, "pools": dict(self.pools)}
 
 
 Ending = tuple[str, str, int, int, int, bool]

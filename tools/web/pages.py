@@ -48,6 +48,7 @@ from projections.timeline import (
     grant_burndown,
     unordered_expiring_entries,
 )
+from tools import wording
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
 
@@ -402,7 +403,7 @@ def ledger_csv(page: AccountPage) -> str:
     for line in page.lines:
         writer.writerow([format_time(line.time), line.position or "", line.event_id or "",
                          line.type, line.pool or "", line.job or "", line.change,
-                         line.balance, line.reserved, line.status, line.detail])
+                         line.balance, line.reserved, line.status, wording.text(line.effect)])
     return out.getvalue()
 
 
