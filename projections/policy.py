@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, require_fraction, require_positive_int
 

@@ -16,9 +16,16 @@ from projections.creditbook import Lineage
 from projections.events import GENERAL
 from projections.queries.answers import Words
 from projections.queries.answers import to_dict as _to_dict
-from projections.queries.effects import ANOMALY, EXPIRE, OPENING, REFILL, REVERSED, UNEXPLAINED
-from projections.queries.effects import Effect
-from projections.queries.explain import BLOCKED, BEHIND, NEXT, RUNNING_HELD, Waiting
+from projections.queries.effects import (
+    ANOMALY,
+    EXPIRE,
+    OPENING,
+    REFILL,
+    REVERSED,
+    UNEXPLAINED,
+    Effect,
+)
+from projections.queries.explain import BEHIND, BLOCKED, NEXT, RUNNING_HELD, Waiting
 from projections.queries.reconcile import Note
 from projections.queries.statement import CLOSING_DIFFERS, SUBTOTALS_DIFFER, Mismatch
 from projections.timefmt import format_time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+
 from eventstore import JournalLike
 from projections.errors import LedgerError, UnknownAccount
 from projections.events import TIMELINE_START

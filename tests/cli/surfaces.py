@@ -122,7 +122,7 @@ def rich_batches(seed: int, events: int = 120) -> list[list[dict[str, Any]]]:
 def _pinned(journal: Journal) -> None:
     """Recorded-at times from a counter: the same records and hashes on every run."""
     ticks = itertools.count(1_780_000_000_000_000, 1_000_003)
-    journal._clock = lambda: next(ticks)  # noqa: SLF001 - a test pins the wall clock
+    journal._clock = lambda: next(ticks)
 
 
 def write_journal(url: str, name: str) -> None:
@@ -204,7 +204,7 @@ def _names(url: str) -> tuple[list[str], list[str], list[str], int]:
             by_state.setdefault(job.state, []).append(job.id)
         jobs = sorted(j for ids in by_state.values() for j in ids[:4])
         events = [rec.id for rec in journal.read()][::7]
-        return sorted(ledger.accounts), jobs + ["ghost"], events, journal.head()
+        return sorted(ledger.accounts), [*jobs, "ghost"], events, journal.head()
     finally:
         journal.close()
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent, RecordedEvent
+from projections.queries import to_dict
 from projections.queries.history import (
     AccountHistory,
     HistoryFold,
@@ -35,7 +36,7 @@ def appends(draw: st.DrawFn) -> MemoryJournal:
 
 def answer(history: AccountHistory) -> tuple[Any, ...]:
     """Everything the page shows of a history, as plain values."""
-    return (history.statement.as_dict(), history.explanation.as_dict(),
+    return (to_dict(history.statement), to_dict(history.explanation),
             [p.as_dict() for p in history.timeline], history.seen)
 
 
