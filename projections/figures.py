@@ -5,7 +5,10 @@
 - available: balance - reserved, what a new job or usage report can draw on.
 - debt: consumption beyond the credits there were, paid first by later grants.
 
-Every reader (queries, the facades, reports) takes its figures from `Figures.of`.
+Every reader (queries, the facades, reports) takes its figures from `Figures.of`. The
+fold's running figures (`AccountState.balance`, `.reserved`, `.available`, what a submit
+is decided on) are the same figures at the account's last event, without the pools
+(`tests/projections/test_figures.py` checks that they agree after every event).
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ class Figures:
         """The figures of `account` at `at`, no earlier than its last applied event."""
         if account is None:
             return cls(0, 0, 0, 0, {GENERAL: 0})
-        book = account.book
         pools = account.pool_balances_at(at) or {GENERAL: 0}
         balance = sum(pools.values())
-        return cls(balance, book.held, balance - book.held, book.debt_total, pools)
+        reserved = account.reserved
+        return cls(balance, reserved, balance - reserved, account.book.debt_total, pools)
 
 
 Ending = tuple[str, str, int, int, int, bool]
