@@ -24,6 +24,8 @@ converted like any other, as their codes and figures.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,64 +42,131 @@ def _recorded(value: int | None) -> str | None:
 _CONVERT: dict[str, Callable[[Any], Any]] = {"time": json_time, "recorded": _recorded}
 
 
-def _entries(kind: type) -> tuple[tuple[str, str, str | None, bool, bool], ...]:
-    """(key, attribute, conversion, spread, omit when None) of each entry of an answer
-    type, parsed once per type."""
-    found = _PARSED.get(kind)
+Fix = Callable[[Any, "Words | None"], Any]
+"""What one key's value needs on its way to JSON (a call, a conversion, nested answers)."""
+
+_PLAIN = frozenset({int, str, bool, float})
+_PLAIN_TYPES = frozenset({f"{t}{none}" for t in ("int", "str", "bool", "float")
+                          for none in ("", " | None")})
+"""Annotations of values that are JSON as they are: they need no conversion."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    """How an answer type becomes JSON, worked out once per type from its declaration:
+    every attribute read in one call, and only the values that need it converted."""
+
+    keys: tuple[str, ...]
+    get: Callable[[Any], tuple[Any, ...]]
+    fixes: tuple[tuple[int, Fix], ...]  # (index, what its value needs)
+    optional: frozenset[int]  # indices left out when None
+    spread: frozenset[int]  # indices whose object is spread in
+
+
+_PLANS: dict[type, _Plan] = {}
+
+
+def _annotation(kind: type, attr: str) -> str | None:
+    """The declared type of an attribute (a field, a property, a method's return), as
+    written, or None."""
+    fields = {f.name: f.type for f in dataclasses.fields(kind)}
+    if attr in fields:
+        declared = fields[attr]
+        return declared if isinstance(declared, str) else getattr(declared, "__name__", None)
+    member = getattr(kind, attr, None)
+    function = member.fget if isinstance(member, property) else member
+    returns = getattr(function, "__annotations__", {}).get("return")
+    return returns if isinstance(returns, str) else None
+
+
+def _fix(call: bool, conversion: Callable[[Any], Any] | None, plain: bool) -> Fix | None:
+    if not call and conversion is None:
+        return None if plain else _value
+    if conversion is None:
+        return (lambda v, _w: v()) if plain else (lambda v, w: _value(v(), w))
+    if call:
+        return lambda v, _w: conversion(v())
+    return lambda v, _w: conversion(v)  # a conversion gives plain values
+
+
+def _plan(kind: type) -> _Plan:
+    """The plan of an answer type (parsed from `json_keys` once per type)."""
+    found = _PLANS.get(kind)
     if found is not None:
         return found
     declared = getattr(kind, "json_keys", None)
     if declared is None:
         declared = tuple(f.name for f in dataclasses.fields(kind))
-    parsed = []
-    for entry in declared:
-        optional = entry.endswith("?")
-        entry = entry.removesuffix("?")
-        spread = entry.startswith("*")
-        entry = entry.removeprefix("*")
+    keys: list[str] = []
+    attrs: list[str] = []
+    fixes: list[tuple[int, Fix]] = []
+    optional: set[int] = set()
+    spread: set[int] = set()
+    for index, entry in enumerate(declared):
+        if entry.endswith("?"):
+            optional.add(index)
+            entry = entry.removesuffix("?")
+        if entry.startswith("*"):
+            spread.add(index)
+            entry = entry.removeprefix("*")
         entry, _, conversion = entry.partition(":")
         key, _, attr = entry.partition("=")
         if conversion and conversion not in _CONVERT:
             raise ValueError(f"{kind.__name__}.json_keys: unknown conversion {conversion!r} "
                              f"(known: {', '.join(_CONVERT)})")
-        parsed.append((key, attr or key, conversion or None, spread, optional))
-    _PARSED[kind] = result = tuple(parsed)
-    return result
-
-
-_PARSED: dict[type, tuple[tuple[str, str, str | None, bool, bool], ...]] = {}
+        attr = attr or key
+        keys.append(key)
+        attrs.append(attr)
+        call = inspect.isfunction(getattr(kind, attr, None))  # a method, not a field
+        plain = _annotation(kind, attr) in _PLAIN_TYPES or index in spread
+        fix = _fix(call, _CONVERT[conversion] if conversion else None, plain)
+        if fix is not None:
+            fixes.append((index, fix))
+    many = operator.attrgetter(*attrs)
+    get = many if len(attrs) > 1 else (lambda answer: (many(answer),))
+    _PLANS[kind] = plan = _Plan(tuple(keys), get, tuple(fixes), frozenset(optional),
+                                frozenset(spread))
+    return plan
 
 
 def to_dict(answer: Any, words: Words | None = None) -> dict[str, Any]:
     """The JSON-ready object of an answer (a dataclass), as its `json_keys` declare."""
+    plan = _plan(type(answer))
+    values = list(plan.get(answer))
+    for index, fix in plan.fixes:
+        values[index] = fix(values[index], words)
+    if not plan.optional and not plan.spread:
+        return dict(zip(plan.keys, values, strict=True))
     out: dict[str, Any] = {}
-    for key, attr, conversion, spread, optional in _entries(type(answer)):
-        value = getattr(answer, attr)
-        if callable(value):
-            value = value()
-        if conversion is not None:
-            value = _CONVERT[conversion](value)
-        if spread:
+    for index, (key, value) in enumerate(zip(plan.keys, values, strict=True)):
+        if index in plan.spread:
             out.update(to_dict(value, words))
-        elif value is not None or not optional:
-            out[key] = _value(value, words)
+        elif value is not None or index not in plan.optional:
+            out[key] = value
     return out
 
 
 def _value(value: Any, words: Words | None) -> Any:
-    if value is None or isinstance(value, str | int | float):
+    kind = type(value)
+    if kind in _PLAIN or value is None:
         return value
+    if kind is list or kind is tuple:  # lineage: a tuple of (grant, credits) tuples
+        plain = _PLAIN
+        return [v if type(v) in plain else _value(v, words) for v in value]
     if words is not None:
-        say = words.get(type(value))
+        say = words.get(kind)
         if say is not None:
             return say(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if kind in _PLANS or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
         return to_dict(value, words)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
-        return {k: _value(v, words) for k, v in zip(value._fields, value, strict=True)}
-    if isinstance(value, list | tuple):
+    if isinstance(value, tuple):  # a named tuple
+        fields = getattr(value, "_fields", None)
+        if fields is not None:
+            return {k: _value(v, words) for k, v in zip(fields, value, strict=True)}
+        return [_value(v, words) for v in value]
+    if isinstance(value, list):
         return [_value(v, words) for v in value]
     if isinstance(value, Mapping):
         return {k: _value(v, words) for k, v in value.items()}
-    raise TypeError(f"to_dict: no JSON form for a {type(value).__name__} ({value!r}); "
+    raise TypeError(f"to_dict: no JSON form for a {kind.__name__} ({value!r}); "
                     "expected an answer, a number, text, a list or a mapping")

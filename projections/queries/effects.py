@@ -8,7 +8,7 @@ command line, the service and the web view say the same thing from the same valu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from eventstore import RecordedEvent
 from projections.creditbook import Expiry, Lineage
@@ -28,12 +28,13 @@ UNEXPLAINED = "unexplained"
 """The account's balance differs from what the lines add up to (never expected)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Effect:
+class Effect(NamedTuple):
     """What one event, an expiry or a refill did to an account, as values.
 
     `kind` is the event's type, or one of REVERSED, ANOMALY, EXPIRE, REFILL, OPENING,
-    UNEXPLAINED; the other fields are those the kind has (zero or None otherwise).
+    UNEXPLAINED; the other fields are those the kind has (zero or None otherwise). A
+    named tuple rather than a frozen dataclass: a statement makes one per line, and a
+    tuple is several times cheaper to build.
     """
 
     kind: str
