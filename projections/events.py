@@ -163,6 +163,13 @@ class JobStarted(_JobOnly):
 
 
 @dataclass(frozen=True, slots=True)
+class JobCancelled(_JobOnly):
+    """A pending job is withdrawn and its reservation released."""
+
+    type: ClassVar[str] = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
 class JobCompleted(_Checked):
     """A running job ends: success charges its cost; failure charges floor(cost * (1 - f))."""
 
@@ -171,13 +178,6 @@ class JobCompleted(_Checked):
     success: bool
     refund_fraction: UnitFraction = 1.0  # kept as a float (an integer 0 or 1 is converted)
     memo: Text | None = None  # free text for people: a PO number, a ticket
-
-
-@dataclass(frozen=True, slots=True)
-class JobCancelled(_JobOnly):
-    """A pending job is withdrawn and its reservation released."""
-
-    type: ClassVar[str] = "cancel"
 
 
 @dataclass(frozen=True, slots=True)
