@@ -43,7 +43,6 @@ from projections.queries.history import (
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
-    ExpiringCredits,
     ExpiringEntry,
     grant_burndown,
     unordered_expiring_entries,
@@ -192,8 +191,7 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
             "total": len(figures.names), "q": (params.get("q") or "").strip(), "page": page,
             "pages": pages_, "at": figures.at,
-            "expiring": [ExpiringCredits(account, pool, grant, expiry, amount)
-                         for expiry, account, pool, grant, amount in soonest],
+            "expiring": soonest,
             "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
