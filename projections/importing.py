@@ -64,7 +64,13 @@ from projections.events import (
     split_personal,
     to_payload,
 )
-from projections.personal import ERASURE_STREAM, line_fields, same_event, with_personal
+from projections.personal import (
+    ERASURE_STREAM,
+    line_fields,
+    same_event,
+    same_new_event,
+    with_personal,
+)
 from projections.replay import ledger_at
 from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
@@ -673,15 +679,6 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     return found
 
 
-def _same_new(a: NewEvent, b: NewEvent) -> bool:
-    """Whether two events of one file are the same event (fields kept apart included)."""
-    def key(e: NewEvent) -> tuple[Any, ...]:
-        return (e.stream, e.type, e.time, canonical_json(e.payload),
-                None if e.private is None else canonical_json(e.private))
-
-    return key(a) == key(b)
-
-
 class _Appender:
     """The second pass's writer: appends a chunk of planned events at a time, and keeps
     per event appended by this import only its line and whether its id was derived."""
@@ -749,7 +746,7 @@ class _Appender:
         for event, line, is_derived in zip(events, lines, derived, strict=True):
             earlier = first.get(event.id)
             if earlier is not None:
-                if not _same_new(earlier[0], event):
+                if not same_new_event(earlier[0], event):
                     self.problems.append(Problem(line, f"id {event.id!r} is used on line "
                                                        f"{earlier[1]} for another event"))
                     continue
