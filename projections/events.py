@@ -258,6 +258,7 @@ def _event_ids(name: str, value: object) -> tuple[str, ...]:
 
 
 def _pool(name: str, value: object) -> str:
+    # A field check's signature for `normalise_pool` (its errors name the pool already).
     return normalise_pool(value)
 
 
@@ -299,6 +300,7 @@ def check_fields(event: Any) -> None:
         checked = check(name, value)
         if checked is not value:
             object.__setattr__(event, name, checked)
+
 
 _MEMO = {"memo": None}
 _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
