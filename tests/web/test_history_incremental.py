@@ -37,7 +37,7 @@ def appends(draw: st.DrawFn) -> MemoryJournal:
 def answer(history: AccountHistory) -> tuple[Any, ...]:
     """Everything the page shows of a history, as plain values."""
     return (to_dict(history.statement), to_dict(history.explanation),
-            [p.as_dict() for p in history.timeline], history.seen)
+            [to_dict(p) for p in history.timeline], history.seen)
 
 
 def stream(journal: MemoryJournal, account: str, position: int) -> list[RecordedEvent]:

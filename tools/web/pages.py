@@ -402,7 +402,7 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
             grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
                            "steps": [[s.time, s.remaining] for s in steps]})
         return {"account": account, "as_known_at": position, "to": until, "pools": pools,
-                "points": [p.as_dict() for p in points], "grants": grants}
+                "points": [wording.to_dict(p) for p in points], "grants": grants}
 
     return source.cached(("timeline", account, position), build)
 
