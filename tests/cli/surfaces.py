@@ -251,6 +251,7 @@ def _render_all(url: str, work: Path) -> Iterator[tuple[str, str]]:
         paths += [f"/accounts/{a}" for a in accounts]
         paths += [f"/accounts/{a}?as_known_at={mid}" for a in accounts]
         paths += [f"/accounts/{a}/ledger.csv" for a in accounts]
+        paths += [f"/accounts/{a}/timeline.json" for a in accounts]
         paths += [f"/jobs/{j}" for j in jobs]
         paths += [f"/event?id={e}" for e in events]
         paths += [f"/events/{p}" for p in range(1, head + 1, max(1, head // 15))]
