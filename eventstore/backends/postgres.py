@@ -51,7 +51,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
-from ..backend import SHARED, Backend, Probe, dbapi, lock_key
+from ..backend import SHARED, Backend, BatchRow, Probe, batch_statements, dbapi, lock_key
 from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
 from ..records import COLUMNS_SQL, StoredRow
 
@@ -232,15 +232,17 @@ class PostgresBackend(Backend):
             return list(dbapi(conn).execute(_EXISTING, (list(ids),)))
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
-              private: Sequence[tuple[int, str, str]] = ()) -> None:
-        """Insert the rows (and private parts), move the head: one pipelined round trip, or
-        COPY + UPDATE.
+              private: Sequence[tuple[int, str, str]] = (),
+              batch: BatchRow | None = None) -> None:
+        """Insert the rows (and private parts), move the head, write the batch's row: one
+        pipelined round trip, or COPY then one pipelined round trip.
 
         COPY is several times faster than INSERT for a large batch but cannot join
         a pipeline. Either way it all runs inside the append's transaction.
         """
         raw = dbapi(conn)
         last = (rows[-1][0], rows[-1][8])
+        after = batch_statements(batch, "%s")
         with self.direct(conn):
             if len(rows) < self.copy_from:
                 with raw.pipeline(), raw.cursor() as cur:
@@ -248,6 +250,8 @@ class PostgresBackend(Backend):
                     if private:
                         cur.executemany(_INSERT_PRIVATE, private)
                     cur.execute(_MOVE_HEAD, last)
+                    for sql, params in after:
+                        cur.execute(sql, params)
                 return
             with raw.cursor() as cur:
                 with cur.copy(f"COPY events ({COLUMNS_SQL}) FROM STDIN") as copy:
@@ -257,7 +261,10 @@ class PostgresBackend(Backend):
                     with cur.copy("COPY private_parts (position, salt, data) FROM STDIN") as cp:
                         for part in private:
                             cp.write_row(part)
-                cur.execute(_MOVE_HEAD, last)
+                with raw.pipeline():
+                    cur.execute(_MOVE_HEAD, last)
+                    for sql, params in after:
+                        cur.execute(sql, params)
 
     def after_erase(self, engine: Engine) -> tuple[str, ...]:
         """VACUUM FULL the private parts: a deleted row stays in the table's file until the
