@@ -135,6 +135,11 @@ class Backend:
         with self.direct(conn):
             return int(dbapi(conn).execute(_HEAD).fetchone()[0])
 
+    def head_and_existing(self, conn: Connection, ids: Sequence[str]
+                          ) -> tuple[int, list[StoredRow]]:
+        """The last position and the recorded rows among these ids, as of one moment."""
+        return self.head(conn), self.existing(conn, ids)
+
     def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
         """Lock the head so no other append can interleave, then read what the append needs."""
         raise NotImplementedError

@@ -53,7 +53,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from ..backend import SHARED, Backend, BatchRow, Probe, batch_statements, dbapi, lock_key
 from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
-from ..records import COLUMNS_SQL, StoredRow
+from ..records import COLUMNS, COLUMNS_SQL, StoredRow
 
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
@@ -146,12 +146,15 @@ class PostgresBackend(Backend):
             # what is held is a prefix of it, and the rest is waited for in order below.
             # The arrays go as array literals: the driver's list adaptation costs more
             # than the statement for a hundred keys.
+            # Pipelined, the transaction's BEGIN goes in the same round trip.
             with self._naming("a lock key"), self.direct(conn):
-                got = raw.execute(_TRY_LOCKS, {
-                    "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
-                    "shared": "{" + ",".join(["t" if shared else "f"
-                                              for _, (_, shared) in ordered]) + "}",
-                }).fetchone()[0]
+                with raw.pipeline():
+                    cur = raw.execute(_TRY_LOCKS, {
+                        "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                        "shared": "{" + ",".join(["t" if shared else "f"
+                                                  for _, (_, shared) in ordered]) + "}",
+                    })
+                got = cur.fetchone()[0]
             ordered = ordered[got:]
             if not ordered:
                 return
@@ -225,6 +228,14 @@ class PostgresBackend(Backend):
             {s: v for s, v in zip(streams, versions, strict=True) if v},
             bool(any_existing),
         )
+
+    def head_and_existing(self, conn: Connection, ids: Sequence[str]
+                          ) -> tuple[int, list[StoredRow]]:
+        """One statement (one snapshot, one round trip): a group commit asks both before
+        every batch."""
+        with self.direct(conn):
+            found = dbapi(conn).execute(_HEAD_AND_EXISTING, (list(ids),)).fetchall()
+        return int(found[0][0]), [row[1:] for row in found if row[1] is not None]
 
     def existing(self, conn: Connection, ids: Sequence[str]) -> list[StoredRow]:
         """The recorded rows among these ids."""
@@ -377,6 +388,12 @@ SELECT
     )
 """
 _EXISTING = f"SELECT {COLUMNS_SQL} FROM events WHERE event_id = ANY(%s::text[])"
+# The head, then each recorded row among the ids (one row of NULLs after the head: none).
+_HEAD_AND_EXISTING = (
+    "SELECT h.head, " + ", ".join(f"e.{c}" for c in COLUMNS)
+    + " FROM (SELECT coalesce(max(position), 0) AS head FROM events) h"
+    " LEFT JOIN events e ON e.event_id = ANY(%s::text[])"
+)
 _INSERT = f"INSERT INTO events ({COLUMNS_SQL}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 _MOVE_HEAD = "UPDATE journal_head SET position = %s, hash = %s WHERE id = 1"
 _INSERT_PRIVATE = "INSERT INTO private_parts (position, salt, data) VALUES (%s, %s, %s)"
