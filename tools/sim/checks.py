@@ -72,7 +72,7 @@ def full_check(world: World) -> list[str]:
     reference = model.fold(records)
     problems += _compare(ledger, reference, outcomes)
     problems += _told(world, log, reference)
-    problems += _chain_since_last_check(world)
+    problems += _chain_since_last_check(world, log)
     ids = {rec.id for rec in records}
     if ids != world.recorded or len(records) != len(ids):
         extra = sorted(ids - world.recorded)[:5]
@@ -93,11 +93,16 @@ LINEAGE_TYPES = frozenset({"consume", "submit", "complete", "grant", "adjust"})
 """Events whose outcome names the grants that paid (`outcome_violations` checks them)."""
 
 
-def _chain_since_last_check(world: World) -> list[str]:
-    """The events recorded since the last check chain on from the last one verified: each
-    hash computed once per world (its end checks the whole chain again)."""
+def _chain_since_last_check(world: World, log: list[RecordedEvent]) -> list[str]:
+    """The events recorded since the last check chain on from the last one verified, and
+    are the events the checks worked from (`log`: on the memory journal, what its appends
+    answered): each read and hashed once per world (its end checks the whole chain
+    again)."""
     try:
         for rec in world.journal.read_verified(after=world.chained):
+            if rec.position > len(log) or log[rec.position - 1] != rec:
+                return [f"the journal's event at position {rec.position} ({rec.id}) is not "
+                        "the one it answered or was read as"]
             world.chained = (rec.position, rec.hash)
     except ChainBroken as exc:
         return [f"the journal's hash chain is broken at position {exc.position}"]

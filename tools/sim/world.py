@@ -21,6 +21,7 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
@@ -34,6 +35,8 @@ from projections.session import session_of
 from tools.sim.killed import kill_a_writer
 
 Op = dict[str, Any]
+
+_POSITION = attrgetter("position")
 
 PROCESS_OF = {"reporter": "office", "finance": "office", "auditor": "office"}
 """Actors that share a process: the usage reporter, finance and the auditor run in one
@@ -79,19 +82,48 @@ class World:
     imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
-    log: list[RecordedEvent] = field(default_factory=list)  # the journal, read once
+    # Every recorded event in arrival order: on the memory journal, as each append
+    # answered (see `_note_answers`); read from any other journal, each event once.
+    log: list[RecordedEvent] = field(default_factory=list)
     # For the whole-journal checks: each event decoded once (None: it does not decode),
     # and the outcome (with the job's cost) whose lineage last passed, per event id.
     decoded: dict[str, Any] = field(default_factory=dict)
     sound_lineage: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._note_answers()
+
+    def _note_answers(self) -> None:
+        """On the memory journal, take the records each append answers into `log`, so the
+        step's checks need not read them back: a read costs twice an append there, and
+        most steps append one event. What the journal holds is still read: every K steps
+        the events since the last check, compared with these (`tools.sim.checks`), and
+        the whole journal at the end of a world (`as_learned`)."""
+        journal = self.journal
+        if not isinstance(journal, MemoryJournal):
+            return  # a SQL journal's append answers before its commit: read instead
+        append, log, head = journal.append, self.log, journal.head
+
+        def noting(events: Any, **options: Any) -> list[RecordedEvent]:
+            before = head()
+            recorded = append(events, **options)
+            # Anything taken beyond the head was rolled back since (with its transaction).
+            del log[before:]
+            log.extend(sorted((rec for rec in recorded if rec.position > before),
+                              key=_POSITION))
+            return recorded
+
+        journal.append = noting  # type: ignore[method-assign]
+
     def learn(self) -> list[RecordedEvent]:
-        """Every recorded event in arrival order; only those recorded since the last look
-        are read (each event is read and decoded once; the end of a world checks the
-        journal still holds exactly these)."""
-        known = len(self.log)
-        if self.journal.head() > known:
+        """Every recorded event in arrival order; only those not yet known are read
+        (each event is read and decoded once; the end of a world checks the journal
+        still holds exactly these)."""
+        known, head = len(self.log), self.journal.head()
+        if head > known:
             self.log.extend(self.journal.read(after_position=known, order="position"))
+        elif head < known:
+            del self.log[head:]  # answered by an append that was rolled back
         return self.log
 
     def as_learned(self) -> list[str]:
@@ -173,8 +205,11 @@ class World:
         # Every append of a SQL journal, in a transaction or not, goes through
         # `_append_batch`; the in-memory journal's through `append` (this instance only).
         name = "_append_batch" if hasattr(journal, "_append_batch") else "append"
+        before = journal.__dict__.get(name)  # the journal's own, or `_note_answers`'s
         setattr(journal, name, crash)
-        return lambda: journal.__dict__.pop(name, None)
+        if before is None:
+            return lambda: journal.__dict__.pop(name, None)
+        return lambda: setattr(journal, name, before)
 
     # -- one op ------------------------------------------------------------------------
 
@@ -335,9 +370,8 @@ class World:
             problems.append(f"{eid}: {line['type']} {what}, appended {grew} event(s), "
                             f"expected {expected}")
         if expected and grew:
-            log = self.learn()
-            rec = log[head] if len(log) > head else None
-            if rec is None or rec.id != eid:
+            rec = self.journal.get(eid)  # in the journal, not only in its answer
+            if rec is None or rec.position != head + 1:
                 problems.append(f"{eid}: acknowledged but not recorded at position {head + 1}")
             self.recorded.add(eid)
             if not refused:
