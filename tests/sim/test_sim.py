@@ -147,3 +147,26 @@ def test_a_journal_that_stores_other_than_it_answers_is_found(
     assert result.failure is not None
     assert any("not the one it answered" in p for p in result.failure.problems), \
         result.failure.problems
+
+
+def test_a_charge_whose_lineage_does_not_add_up_is_found_at_its_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The grants a completion names as paying add up to one credit more than it charged.
+    # The whole-journal checks are kept away (K beyond the run): the step's own check
+    # must find it, on the projection that folded it.
+    from projections.ledger import Ledger
+
+    apply = Ledger.apply
+
+    def overpaid(self: Ledger, position: int, event_id: str, time: int, event: Any) -> Any:
+        outcome = apply(self, position, event_id, time, event)
+        if outcome.type == "complete" and outcome.paid_by:
+            (grant, amount), *rest = outcome.paid_by
+            outcome = outcome._replace(paid_by=((grant, amount + 1), *rest))
+        return outcome
+
+    monkeypatch.setattr(Ledger, "apply", overpaid)
+    result = run(1, 1500, check_every=10**6, one_process=True)
+    assert result.failure is not None
+    assert any("invariant broken: lineage" in p for p in result.failure.problems), \
+        result.failure.problems

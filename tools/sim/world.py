@@ -29,7 +29,7 @@ from eventstore.hashing import GENESIS_HASH
 from projections import GPUCreditTracker, LedgerError, Scheduler
 from projections.events import from_payload, to_payload
 from projections.importing import import_file
-from projections.invariants import violations
+from projections.invariants import Violation, outcome_violations, violations
 from projections.ledger import CANCELLED, PENDING, Ledger
 from projections.session import session_of
 from tools.sim.killed import kill_a_writer
@@ -37,6 +37,9 @@ from tools.sim.killed import kill_a_writer
 Op = dict[str, Any]
 
 _POSITION = attrgetter("position")
+
+LINEAGE_TYPES = frozenset({"consume", "submit", "complete", "grant", "adjust"})
+"""Events whose outcome names the grants that paid (`outcome_violations` checks them)."""
 
 PROCESS_OF = {"reporter": "office", "finance": "office", "auditor": "office"}
 """Actors that share a process: the usage reporter, finance and the auditor run in one
@@ -114,6 +117,30 @@ class World:
             return recorded
 
         journal.append = noting  # type: ignore[method-assign]
+
+    def event_of(self, rec: RecordedEvent) -> Any:
+        """The domain event of a record, decoded once per world (events are immutable
+        values); None when it does not decode (the fold takes it as an anomaly)."""
+        try:
+            event = from_payload(rec.type, rec.payload)
+        except (ValueError, TypeError):
+            event = None
+        self.decoded[rec.id] = event
+        return event
+
+    def lineage(self, rec: RecordedEvent, event: Any, outcome: Any,
+                ledger: Ledger) -> list[Violation]:
+        """Whether the grants `outcome` names as paying for `rec` add up
+        (`outcome_violations`); an outcome that passed before (the same, for the same
+        job cost) is not judged again."""
+        job = getattr(event, "job", None)
+        cost = ledger.jobs[job].cost if rec.type == "complete" and job in ledger.jobs else None
+        if self.sound_lineage.get(rec.id) == (outcome, cost):
+            return []
+        found = outcome_violations(outcome, event, cost)
+        if not found:
+            self.sound_lineage[rec.id] = (outcome, cost)
+        return found
 
     def learn(self) -> list[RecordedEvent]:
         """Every recorded event in arrival order; only those not yet known are read
@@ -403,13 +430,14 @@ class World:
         problems: list[str] = []
         if position != since:
             proc.checked[id(session)] = position
-            log = self.learn()
-            changed = {rec.stream for rec in log[since:position]}
+            folded = self.learn()[since:position]
+            changed = {rec.stream for rec in folded}
             if account is None and job is not None and job in ledger.jobs:
                 account = ledger.jobs[job].account
             if account:
                 changed.add(account)
             found = violations(ledger, accounts=sorted(changed), jobs=[job] if job else [])
+            found += self._lineage_of(folded, session.projector, ledger)
             problems = [f"{line['id']}: invariant broken: {v}" for v in found]
         if line["type"] == "submit" and isinstance(answer, bool) and job in ledger.jobs:
             # A submit is a live decision: nothing can have changed the job since.
@@ -417,6 +445,22 @@ class World:
             if answer != (state == PENDING):
                 problems.append(f"{line['id']}: submit answered {answer}, the job is {state}")
         return problems
+
+    def _lineage_of(self, records: list[RecordedEvent], projector: Any,
+                    ledger: Ledger) -> list[Violation]:
+        """The lineage of what each of `records` did as this projection folded them (the
+        outcomes it remembers, late events re-projected); the whole-journal check judges
+        them again on a fresh fold."""
+        found: list[Violation] = []
+        decoded, excluded = self.decoded, projector.excluded
+        for rec in records:
+            if rec.type not in LINEAGE_TYPES or rec.id in excluded:
+                continue
+            outcome = projector.remembered(rec.position)
+            event = decoded[rec.id] if rec.id in decoded else self.event_of(rec)
+            if outcome is not None and event is not None:
+                found += self.lineage(rec, event, outcome, ledger)
+        return found
 
     def _import(self, op: Op) -> list[str]:
         """Deliver a file: all of its lines so far, as one import.
