@@ -112,8 +112,10 @@ class World:
             recorded = append(events, **options)
             # Anything taken beyond the head was rolled back since (with its transaction).
             del log[before:]
-            log.extend(sorted((rec for rec in recorded if rec.position > before),
-                              key=_POSITION))
+            fresh = [rec for rec in recorded if rec.position > before]
+            if len(fresh) > 1:
+                fresh.sort(key=_POSITION)  # answered in the order asked (a repeat first)
+            log.extend(fresh)
             return recorded
 
         journal.append = noting  # type: ignore[method-assign]
