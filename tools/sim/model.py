@@ -160,8 +160,9 @@ def excluded_ids(records: Iterable[Any]) -> frozenset[str]:
     reversed. A reversal can only name an event recorded before it, so walking back from
     the last position settles each reversal before the event it names."""
     out: set[str] = set()
-    for rec in sorted(records, key=_POSITION, reverse=True):
-        if rec.type == "reverse" and rec.id not in out:
+    reversals = [rec for rec in records if rec.type == "reverse"]
+    for rec in sorted(reversals, key=_POSITION, reverse=True):
+        if rec.id not in out:
             out.add(rec.payload["event"])
     return frozenset(out)
 
