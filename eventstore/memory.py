@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,45 @@ from .records import (
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 """The exact types of the payload values the quick append takes (see `_append_new`)."""
+
+
+class _Transaction:
+    """`MemoryJournal.transaction`: the journal's lock held from `with` to its end, and
+    the appends made meanwhile undone if the block raises. A class rather than a
+    generator: every decision opens one, and a generator's context manager cost more
+    than the rest of it."""
+
+    __slots__ = ("_journal", "_mark")
+
+    def __init__(self, journal: MemoryJournal) -> None:
+        self._journal = journal
+        self._mark: tuple[int, dict[str, int], dict[str, int], int] | None = None
+
+    def __enter__(self) -> MemoryJournal:
+        journal = self._journal
+        journal._lock.acquire()
+        try:
+            journal._check_open()
+        except BaseException:
+            journal._lock.release()
+            raise
+        self._mark = (len(journal._stored), dict(journal._versions), dict(journal._max_time),
+                      journal._last_recorded_at)
+        journal._tx_depth += 1
+        # The journal itself is the transaction: under the RLock nobody else sees the
+        # appends until the block ends.
+        return journal
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        journal = self._journal
+        try:
+            if kind is not None and self._mark is not None:
+                journal._rollback(*self._mark)
+        finally:
+            journal._tx_depth -= 1
+            if not journal._tx_depth:
+                journal._tx_first = None
+            journal._lock.release()
 
 
 @dataclass(slots=True)
@@ -216,8 +254,7 @@ class MemoryJournal(JournalBase):
             return [Batch(first, last) for first, last in sorted(self._batches.items())
                     if last > after_position and (to_position is None or first <= to_position)]
 
-    @contextmanager
-    def transaction(self, locks: Iterable[str] = ()) -> Iterator[MemoryJournal]:
+    def transaction(self, locks: Iterable[str] = ()) -> _Transaction:
         """Hold the journal's lock for a read-decide-append; undo appends on exception.
 
         `locks` are accepted for interface parity and ignored: the one RLock already
@@ -225,26 +262,7 @@ class MemoryJournal(JournalBase):
         """
         for key in locks:
             require_text("lock key", key)
-        with self._lock:
-            self._check_open()
-            mark = (
-                len(self._stored),
-                dict(self._versions),
-                dict(self._max_time),
-                self._last_recorded_at,
-            )
-            self._tx_depth += 1
-            try:
-                # The journal itself is the transaction: under the RLock nobody else
-                # sees the appends until the block ends.
-                yield self
-            except BaseException:
-                self._rollback(*mark)
-                raise
-            finally:
-                self._tx_depth -= 1
-                if not self._tx_depth:
-                    self._tx_first = None
+        return _Transaction(self)
 
     def _rollback(
         self, length: int, versions: dict[str, int], max_time: dict[str, int], last: int
