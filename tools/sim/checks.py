@@ -74,8 +74,6 @@ def full_check(world: World) -> list[str]:
 _canonical: Callable[[RecordedEvent], tuple[int, int]] = attrgetter("time", "position")
 
 
-
-
 def _chain_since_last_check(world: World, log: list[RecordedEvent]) -> list[str]:
     """The events recorded since the last check chain on from the last one verified, and
     are the events the checks worked from (`log`: on the memory journal, what its appends

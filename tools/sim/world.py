@@ -88,8 +88,9 @@ class World:
     # Every recorded event in arrival order: on the memory journal, as each append
     # answered (see `_note_answers`); read from any other journal, each event once.
     log: list[RecordedEvent] = field(default_factory=list)
-    # For the whole-journal checks: each event decoded once (None: it does not decode),
-    # and the outcome (with the job's cost) whose lineage last passed, per event id.
+    # For the lineage checks and the fresh fold: each event decoded once (None: it does
+    # not decode), and the outcome (with the job's cost) whose lineage last passed, per
+    # event id.
     decoded: dict[str, Any] = field(default_factory=dict)
     sound_lineage: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
 
@@ -145,9 +146,9 @@ class World:
         return found
 
     def learn(self) -> list[RecordedEvent]:
-        """Every recorded event in arrival order; only those not yet known are read
-        (each event is read and decoded once; the end of a world checks the journal
-        still holds exactly these)."""
+        """Every recorded event in arrival order; only those not yet known (not answered
+        by an append, see `_note_answers`) are read, each once; the end of a world
+        checks the journal still holds exactly these."""
         known, head = len(self.log), self.journal.head()
         if head > known:
             self.log.extend(self.journal.read(after_position=known, order="position"))
