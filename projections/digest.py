@@ -26,7 +26,7 @@ _DIGEST_SLICE = 10_000
 def canonical(ledger: Ledger) -> dict[str, Any]:
     """A canonical, JSON-ready view of the whole state (no positions, no arrival order)."""
     state = _without_jobs(ledger)
-    state["jobs"] = {job_id: _job(ledger, job_id) for job_id in sorted(ledger.jobs)}
+    state["jobs"] = {job_id: canonical_job(ledger, job_id) for job_id in sorted(ledger.jobs)}
     return state
 
 
@@ -66,7 +66,8 @@ def _without_jobs(ledger: Ledger) -> dict[str, Any]:
     return {"accounts": accounts, "anomalies": sorted([list(a) for a in ledger.anomalies])}
 
 
-def _job(ledger: Ledger, job_id: str) -> list[Any]:
+def canonical_job(ledger: Ledger, job_id: str) -> list[Any]:
+    """One job's entry of the canonical form: account, cost, priority, pool, state, charge."""
     j = ledger.jobs[job_id]
     return [j.account, j.cost, j.priority, j.pool, j.state, j.charge]
 
@@ -84,7 +85,7 @@ def digest(ledger: Ledger) -> str:
     ids = sorted(ledger.jobs)
     for start in range(0, len(ids), _DIGEST_SLICE):
         part = canonical_bytes(
-            {job_id: _job(ledger, job_id) for job_id in ids[start:start + _DIGEST_SLICE]})
+            {job_id: canonical_job(ledger, job_id) for job_id in ids[start:start + _DIGEST_SLICE]})
         if start:
             hasher.update(b",")
         hasher.update(part[1:-1])
