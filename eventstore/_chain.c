@@ -446,7 +446,8 @@ Checker_next(Checker *self)
     if (self->done)
         return NULL;
     if (self->running) {
-        PyErr_SetString(PyExc_ValueError, "the chain check is already running");
+        /* A generator's words: the Python check raises the same. */
+        PyErr_SetString(PyExc_ValueError, "generator already executing");
         return NULL;
     }
     self->running = 1;
