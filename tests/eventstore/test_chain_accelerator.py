@@ -70,8 +70,9 @@ def chain_of(records: list[tuple[Any, ...]], prev: str = GENESIS_HASH,
 # Texts with everything JSON escapes or UTF-8 spells in several bytes: quotes,
 # backslashes, control characters, DEL, the edges of each UTF-8 length, astral
 # characters, and (in TRICKY) lone surrogates, which no append stores (UTF-8 has no form
-# for them) but a row source can hand over: the check must treat them as Python does. Joined from lists: hypothesis's own text
-# strategy never draws a surrogate (`characters` does, unless its codec is utf-8).
+# for them) but a row source can hand over: the check must treat them as Python does.
+# Joined from lists: hypothesis's own text strategy never draws a surrogate
+# (`characters` does, unless its codec is utf-8).
 SPECIAL = ('"\\/\x00\x01\x08\x09\x0a\x0b\x0c\x0d\x1f\x20\x7f\x80é\u07ff\u0800\u2028€'
            "\ud7ff\ue000\ufeff\uffff\U00010000\U0001f680\U0010ffff")
 SURROGATES = "\ud800\udbff\udc00\udfff"
