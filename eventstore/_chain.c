@@ -4,8 +4,9 @@
  * payload_text, hash) it writes the bytes `hashing.chain_input` gives (the previous hash,
  * then the record's canonical JSON in UTF-8: id, stream and type escaped as
  * json.encoder.encode_basestring does with ensure_ascii=False, integers in decimal, the
- * payload text spliced in as stored), hashes them with the process's own hashlib.sha256
- * and compares the hex digest with the stored hash.
+ * payload text spliced in as stored), hashes them with SHA-256 (OpenSSL's, or hashlib's
+ * where the build found no OpenSSL headers) and compares the hex digest with the stored
+ * hash.
  *
  * The pure-Python `chained` stays the definition. Only rows of the exact expected shape
  * (a 9-tuple of exact ints that fit in 64 bits and exact strs without lone surrogates)
@@ -271,9 +272,52 @@ put_record(Buffer *b, const Row *r)
     return WROTE;
 }
 
-/* sha256 of the buffer's bytes through hashlib, as 64 lowercase hex digits. */
+/* The SHA-256 of the buffer's bytes. Where the build found OpenSSL's headers, straight
+ * from libcrypto (the library hashlib itself calls here); else through hashlib.sha256, at
+ * the cost of two Python objects per record. Only called with the GIL held and no Python
+ * code run between its steps, so one OpenSSL context serves the process. */
+#ifdef CHAIN_OPENSSL
+#include <openssl/evp.h>
+
+#define HASHED_WITH "openssl"
+static EVP_MD *sha256_md;
+static EVP_MD_CTX *sha256_ctx;
+
 static int
-hex_sha256(const Buffer *b, char hex[64])
+init_hash(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    sha256_ctx = EVP_MD_CTX_new();
+    if (sha256_md == NULL || sha256_ctx == NULL) {
+        PyErr_SetString(PyExc_ImportError, "OpenSSL offers no SHA-256 here");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+digest_of(const Buffer *b, unsigned char d[32])
+{
+    unsigned int size = 0;
+    if (!EVP_DigestInit_ex2(sha256_ctx, sha256_md, NULL)
+        || !EVP_DigestUpdate(sha256_ctx, b->data, (size_t)b->len)
+        || !EVP_DigestFinal_ex(sha256_ctx, d, &size) || size != 32) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+        return FAILED;
+    }
+    return WROTE;
+}
+#else
+#define HASHED_WITH "hashlib"
+
+static int
+init_hash(void)
+{
+    return 0;
+}
+
+static int
+digest_of(const Buffer *b, unsigned char d[32])
 {
     PyObject *data = PyBytes_FromStringAndSize(b->data, b->len);
     if (data == NULL)
@@ -291,12 +335,23 @@ hex_sha256(const Buffer *b, char hex[64])
         Py_DECREF(digest);
         return FAILED;
     }
-    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(digest);
+    memcpy(d, PyBytes_AS_STRING(digest), 32);
+    Py_DECREF(digest);
+    return WROTE;
+}
+#endif
+
+/* The SHA-256 of the buffer's bytes as 64 lowercase hex digits (hexdigest's). */
+static int
+hex_sha256(const Buffer *b, char hex[64])
+{
+    unsigned char d[32];
+    if (digest_of(b, d) != WROTE)
+        return FAILED;
     for (int i = 0; i < 32; i++) {
         hex[2 * i] = hexdigits[d[i] >> 4];
         hex[2 * i + 1] = hexdigits[d[i] & 0xf];
     }
-    Py_DECREF(digest);
     return WROTE;
 }
 
@@ -583,5 +638,10 @@ PyInit__chain(void)
         return NULL;
     if (str_digest == NULL && (str_digest = PyUnicode_InternFromString("digest")) == NULL)
         return NULL;
-    return PyModule_Create(&module_def);
+    if (init_hash() < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && PyModule_AddStringConstant(module, "HASHED_WITH", HASHED_WITH) < 0)
+        Py_CLEAR(module);
+    return module;
 }
