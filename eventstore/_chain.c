@@ -570,34 +570,6 @@ chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-record_hash(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "record_hash() takes 2 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (sha256 == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
-        return NULL;
-    }
-    Row r;
-    int rc = PyUnicode_CheckExact(args[0]) ? unpack(args[1], &r) : ODD;
-    if (rc != WROTE)
-        return rc == ODD ? Py_NewRef(Py_None) : NULL;
-    Buffer b = {NULL, 0, 0};
-    char hex[64];
-    rc = put_text(&b, args[0], 0);
-    if (rc == WROTE)
-        rc = put_record(&b, &r);
-    if (rc == WROTE)
-        rc = hex_sha256(&b, hex);
-    PyMem_Free(b.data);
-    if (rc != WROTE)
-        return rc == ODD ? Py_NewRef(Py_None) : NULL;
-    return PyUnicode_FromStringAndSize(hex, 64);
-}
-
-static PyObject *
 configure(PyObject *module, PyObject *args)
 {
     PyObject *ref, *place, *hash, *sha, *chain;
@@ -614,9 +586,6 @@ configure(PyObject *module, PyObject *args)
 static PyMethodDef methods[] = {
     {"chained", (PyCFunction)(void (*)(void))chained, METH_FASTCALL,
      "chained(rows, prev_hash, after_position): eventstore.hashing.chained, in C."},
-    {"record_hash", (PyCFunction)(void (*)(void))record_hash, METH_FASTCALL,
-     "record_hash(prev_hash, row): the hex chain hash of a stored row (its hash field\n"
-     "unused), or None for a row of another shape than the one handled here."},
     {"configure", configure, METH_VARARGS,
      "configure(reference, out_of_place, bad_hash, sha256, chain): the Python side."},
     {NULL, NULL, 0, NULL},
@@ -625,8 +594,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "eventstore._chain",
-    .m_doc = "The chain check and the chain hash in C (eventstore.hashing holds the "
-             "definition).",
+    .m_doc = "The chain check in C (eventstore.hashing holds its definition).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -6,10 +6,11 @@ from typing import Any
 from .errors import ChainBroken
 from .records import StoredRow
 
+HASHED_WITH: str  # "openssl" (libcrypto's SHA-256) or "hashlib"
+
 def chained(
     rows: Iterable[StoredRow], prev_hash: str, after_position: int, /
 ) -> Iterator[StoredRow]: ...
-def record_hash(prev_hash: str, row: StoredRow, /) -> str | None: ...
 def configure(
     reference: Callable[[Iterable[StoredRow], str, int], Iterator[StoredRow]],
     out_of_place: Callable[[int, int], ChainBroken],

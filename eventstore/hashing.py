@@ -1,8 +1,12 @@
 """Canonical bytes and the hash chain.
 
-Every backend (memory, SQLite, PostgreSQL) computes hashes here, in Python, so the
-same events give the same chain wherever they are stored, and a journal can be
-verified without trusting the database.
+Every backend (memory, SQLite, PostgreSQL) computes hashes here, in the process and not
+in the database, so the same events give the same chain wherever they are stored, and a
+journal can be verified without trusting the database.
+
+The check of stored rows as they stream (`chained`, behind every verified read) runs in
+the C accelerator `_chain.c` where the install could build it; `chained_python` is its
+definition, the fallback, and what the tests hold the accelerator to.
 """
 
 from __future__ import annotations
@@ -82,12 +86,10 @@ def record_hash_text(
     encoder json.dumps uses, the payload text spliced in. A test holds it equal to
     `record_hash`.
     """
-    row = (position, id, stream, version, type, time, recorded_at, payload_text, "")
-    if _fast_hash is not None:
-        digest = _fast_hash(prev_hash, row)
-        if digest is not None:
-            return digest
-    return hashlib.sha256(chain_input(prev_hash, row)).hexdigest()
+    return hashlib.sha256(
+        chain_input(prev_hash, (position, id, stream, version, type, time, recorded_at,
+                                payload_text, ""))
+    ).hexdigest()
 
 
 def seal(salt: str, private_text: str) -> str:
@@ -182,8 +184,8 @@ def _bad_hash(position: int) -> ChainBroken:
     )
 
 
-#: Set (to anything but empty or "0") to run the chain check and hash in Python even
-#: where the C accelerator is built; read once, at import.
+#: Set (to anything but empty or "0") to run the chain check in Python even where the C
+#: accelerator is built; read once, at import.
 PURE_PYTHON_VARIABLE = "GPU_CREDITS_PURE_PYTHON"
 
 
@@ -204,8 +206,6 @@ def _load_accelerator() -> ModuleType | None:
 _accelerator = _load_accelerator()
 _fast_chained: Callable[[Iterable[StoredRow], str, int], Iterator[StoredRow]] | None = (
     None if _accelerator is None else _accelerator.chained)
-_fast_hash: Callable[[str, StoredRow], str | None] | None = (
-    None if _accelerator is None else _accelerator.record_hash)
 
-#: Whether `chained` and `record_hash_text` run in C (see `PURE_PYTHON_VARIABLE`).
+#: Whether `chained` runs in C (see `PURE_PYTHON_VARIABLE`).
 ACCELERATED = _accelerator is not None

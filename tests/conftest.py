@@ -9,7 +9,7 @@
 - `pg_url`: one PostgreSQL schema for the whole test session.
 - `pg_fresh_url`: a new, empty schema for one test.
 - `chain_check`: parametrised over "c" and "python": the test runs with the chain check
-  (and the chain hash on append) in the C accelerator, then in its Python definition.
+  in the C accelerator, then in its Python definition.
 
 PostgreSQL comes from $GPU_CREDITS_TEST_PG. When it is unset the PostgreSQL tests
 are skipped, except under CI=true, where they fail: CI must not pass by skipping.
@@ -173,5 +173,4 @@ def chain_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
             pytest.skip("the C chain check is not built here (or turned off)")
     else:
         monkeypatch.setattr(hashing, "_fast_chained", None)
-        monkeypatch.setattr(hashing, "_fast_hash", None)
     return str(request.param)
