@@ -397,21 +397,22 @@ typedef struct {
 
 static PyTypeObject Checker_Type;
 
+/* The references a Checker holds, named once for the collector's two walks over them. */
+#define CHECKER_REFS(each) each(rows) each(iter) each(delegate)
+#define VISIT_REF(field) Py_VISIT(self->field);
+#define CLEAR_REF(field) Py_CLEAR(self->field);
+
 static int
 Checker_traverse(Checker *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->rows);
-    Py_VISIT(self->iter);
-    Py_VISIT(self->delegate);
+    CHECKER_REFS(VISIT_REF)
     return 0;
 }
 
 static int
 Checker_clear(Checker *self)
 {
-    Py_CLEAR(self->rows);
-    Py_CLEAR(self->iter);
-    Py_CLEAR(self->delegate);
+    CHECKER_REFS(CLEAR_REF)
     return 0;
 }
 
