@@ -11,7 +11,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# setup.py and the C source too: an edit rebuilds the chain check's C accelerator.
+$(STAMP): pyproject.toml setup.py eventstore/_chain.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -67,4 +68,4 @@ screenshots: $(STAMP)
 	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info eventstore/*.so
