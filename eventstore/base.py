@@ -13,7 +13,7 @@ from typing import Any, Unpack
 
 from . import appending
 from .errors import ChainBroken
-from .hashing import GENESIS_HASH, chained, load_json, seal
+from .hashing import GENESIS_HASH, chained, load_json, pinned, seal
 from .reading import LeanFilters, ReadFilters, ReadQuery
 from .records import (
     ERASED_KEY,
@@ -23,6 +23,7 @@ from .records import (
     Erasure,
     LeanRow,
     NewEvent,
+    PinnedRow,
     RecordedEvent,
     StoredRow,
 )
@@ -90,10 +91,14 @@ class JournalBase(Reader):
         """The stored rows the query selects, in its order (tx: an open transaction)."""
         raise NotImplementedError
 
+    def _pinned_rows(self, q: ReadQuery, tx: Any) -> Iterator[PinnedRow]:
+        """What `_rows` selects, each row followed by its predecessor's stored hash (None
+        at position 1 or where none is stored), fetched with it: no extra round trip."""
+        raise NotImplementedError
+
     def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
-        """What `_rows` selects, as `LeanRow`s; a backend that can fetch fewer columns
-        overrides this."""
-        for row in self._rows(q, None):
+        """What `_rows` selects, as `LeanRow`s, each checked to link to its predecessor."""
+        for row in pinned(self._pinned_rows(q, None)):
             yield (row[0], row[1], row[4], row[5], row[7], row[2])
 
     def _ends(self) -> tuple[Anchor, Anchor]:
@@ -121,13 +126,17 @@ class JournalBase(Reader):
         return self._read(q, None)
 
     def _read(self, q: ReadQuery, tx: Any) -> Iterator[RecordedEvent]:
-        return map(to_event, self._rows(q, tx))
+        # Every event read is checked against its own stored hash and its predecessor's
+        # (`hashing.pinned`): an edit in place that was not re-hashed is ChainBroken at
+        # its position, wherever it stands relative to a verified point.
+        return map(to_event, pinned(self._pinned_rows(q, tx)))
 
     def read_lean(self, **filters: Unpack[LeanFilters]) -> Iterator[LeanRow]:
         """What `read` gives, as (position, id, type, event time, payload as stored JSON
         text, stream): what a fold needs and nothing else, for a replay to decode as it
-        likes. The text is the journal's own, not yet checked against the chain. Takes
-        `read()`'s filters but `stream`."""
+        likes. Each row is checked as `read` checks it (its own hash from its content and
+        its predecessor's stored hash; ChainBroken at its position), not the whole chain
+        (`read_verified`). Takes `read()`'s filters but `stream`."""
         return self._lean_rows(ReadQuery.make(self.head(), **filters))
 
     def read_verified(

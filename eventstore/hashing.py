@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import ChainBroken
-from .records import StoredRow, hashed_fields
+from .records import PinnedRow, StoredRow, hashed_fields
 
 #: The "previous hash" of position 1.
 GENESIS_HASH = "0" * 64
@@ -162,6 +162,42 @@ def chained_python(
         if prev != digest:
             raise _bad_hash(position)
         expected += 1
+        yield row
+
+
+def pinned(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
+    """Yield stored rows, in any order, each after checking its own link of the chain.
+
+    Each row carries, after the stored fields, its predecessor's stored hash (None at
+    position 1, or where no predecessor is stored), read in the same query. The row's
+    stored hash must be the one its content and that hash give (`chain_input`), else
+    ChainBroken at its position: a record edited in place and not re-hashed is never
+    acted on, wherever it stands, for the cost of one hash per row and no extra read.
+    A row re-hashed with it breaks its successor's link instead, which this check sees
+    only when that successor is read; `chained` (verify, the reads after a verified
+    point) and anchors see every link.
+    """
+    sha256 = hashlib.sha256
+    escape = encode_basestring
+    escaped: dict[str, str] = {}
+    for row in rows:
+        position, id_, stream, version, type_, time, recorded_at, payload, digest, prev = row
+        if prev is None:
+            if position != 1:
+                raise _out_of_place(position - 1, position)
+            prev = GENESIS_HASH
+        s = escaped.get(stream)
+        if s is None:
+            s = escaped[stream] = escape(stream)
+        t = escaped.get(type_)
+        if t is None:
+            t = escaped[type_] = escape(type_)
+        if sha256(
+            f'{prev}{{"id":{escape(id_)},"payload":{payload},"position":{position},'
+            f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
+            f'"type":{t},"version":{version}}}'.encode()
+        ).hexdigest() != digest:
+            raise _bad_hash(position)
         yield row
 
 

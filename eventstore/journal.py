@@ -41,8 +41,8 @@ from .records import (
     Anchor,
     Batch,
     Erasure,
-    LeanRow,
     NewEvent,
+    PinnedRow,
     RecordedEvent,
     SnapshotInfo,
     StoredRow,
@@ -54,11 +54,13 @@ _CHUNK = 900
 
 _EVENT_COLUMNS = tuple(events.c[name] for name in COLUMNS)
 _TIME = COLUMNS.index("event_time")
-_LEAN_COLUMNS = tuple(
-    events.c[name]
-    for name in ("position", "event_id", "type", "event_time", "payload", "stream")
-)
-_LEAN_TIME = 3
+_PREVIOUS = events.alias("previous")
+# The predecessor's stored hash beside each row, by a correlated lookup on the primary
+# key (one index probe per row, in the same statement): what a read needs to check each
+# row's own link of the chain (`hashing.pinned`) without another round trip.
+_PINNED_COLUMNS = (*_EVENT_COLUMNS, select(_PREVIOUS.c.hash)
+                   .where(_PREVIOUS.c.position == events.c.position - 1)
+                   .scalar_subquery().label("previous_hash"))
 _SNAPSHOT_COLUMNS = (
     snapshots.c.id,
     snapshots.c.name,
@@ -423,12 +425,12 @@ class Journal(JournalBase):
     def _rows(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[StoredRow]:
         return self._select(q, tx, _EVENT_COLUMNS, _TIME)
 
-    def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
-        # Six columns of nine: the hash, the version and recorded_at stay in the database.
-        return self._select(q, None, _LEAN_COLUMNS, _LEAN_TIME)
+    def _pinned_rows(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[PinnedRow]:
+        return self._select(q, tx, _PINNED_COLUMNS, _TIME)
 
     def _select(
-        self, q: ReadQuery, tx: SqlTransaction | None, columns: Sequence[Column[Any]], at: int
+        self, q: ReadQuery, tx: SqlTransaction | None, columns: Sequence[ColumnElement[Any]],
+        at: int,
     ) -> Iterator[Any]:
         """The rows of `columns` (position first, event time at index `at`) the query
         selects, in its order, `batch_size` at a time."""

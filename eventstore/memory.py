@@ -32,6 +32,7 @@ from .records import (
     Batch,
     Erasure,
     NewEvent,
+    PinnedRow,
     RecordedEvent,
     SnapshotInfo,
     StoredRow,
@@ -307,6 +308,12 @@ class MemoryJournal(JournalBase):
             yield from batch
             if done:
                 return
+
+    def _pinned_rows(self, q: ReadQuery, tx: object = None) -> Iterator[PinnedRow]:
+        stored = self._stored  # index = position - 1; earlier rows are never removed
+        for row in self._rows(q, tx):
+            position = row[0]
+            yield (*row, stored[position - 2][8] if position > 1 else None)
 
     def _matches(self, q: ReadQuery, row: StoredRow) -> bool:
         position, time = row[0], row[5]

@@ -60,6 +60,11 @@ StoredRow = tuple[int, str, str, int, str, int, int, str, str]
 """A record as storage holds it: `RecordedEvent`'s fields in its order, the payload as
 its canonical JSON text (what the hash covers)."""
 
+PinnedRow = tuple[int, str, str, int, str, int, int, str, str, str | None]
+"""A stored row followed by its predecessor's stored hash (None at position 1, or when
+the journal holds no record before it): what a read needs to check the row's own link
+of the chain (`hashing.pinned`)."""
+
 LeanRow = tuple[int, str, str, int, str, str]
 """What a fold reads of a record: (position, id, type, event time, payload as stored,
 stream)."""
