@@ -108,6 +108,9 @@ class LedgerService:
         self._stale = False
         self._caught_up_at = -1.0
         self._load_lock = threading.Lock()
+        # Why the last load failed, while it is retried (a broken chain names its
+        # position): what a request answered 503 meanwhile is told.
+        self.load_error: str | None = None
         self.ready = threading.Event()
         self.stopping = False
         self._refreshing: Future[None] | None = None
@@ -121,6 +124,7 @@ class LedgerService:
         """Build the projection (from the newest valid checkpoint, then the journal's
         tail), start the writer, and be ready."""
         self._load()
+        self.load_error = None
         self.writer.start()
         self.ready.set()
 
@@ -164,13 +168,20 @@ class LedgerService:
         self._stale = True
         self._load()
 
+    def _starting(self) -> str:
+        """Why nothing is served yet: the projection is loading, and why the last load
+        failed if it did."""
+        why = "the service is starting: the projection is not caught up yet"
+        failed = self.load_error
+        return why if failed is None else f"{why} (the last load failed: {failed})"
+
     @property
     def session(self) -> LedgerSession:
         """The live session, whose `ledger` is the projection (raises 503 while it is not
         usable)."""
         session = self._session
         if session is None or not self.ready.is_set():
-            raise Unavailable("the service is starting: the projection is not caught up yet")
+            raise Unavailable(self._starting())
         if self._stale:
             try:
                 self._load()
@@ -270,7 +281,7 @@ class LedgerService:
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")
         if not self.ready.is_set():
-            raise Unavailable("the service is starting: the projection is not caught up yet")
+            raise Unavailable(self._starting())
         answer = await self.writer.submit_async(command)
         if key is not None and isinstance(answer, dict) and self._timeline() == timeline:
             # (An outcome revised meanwhile, by this decision or another: not remembered.)
