@@ -28,6 +28,7 @@ static PyObject *bad_hash;     /* (position) -> ChainBroken */
 static PyObject *sha256;       /* hashlib.sha256 */
 static PyObject *chain_from;   /* itertools.chain */
 static PyObject *str_digest;   /* "digest", interned */
+static PyObject *pinned_reference; /* hashing.pinned_python(rows) */
 
 /* ---- a growable byte buffer ------------------------------------------------------- */
 
@@ -213,11 +214,20 @@ typedef struct {
 
 /* The row's fields when it has exactly the shape checked here (ODD otherwise). */
 static int
+unpack_fields(PyObject **f, Row *r);
+
+static int
 unpack(PyObject *tuple, Row *r)
 {
     if (!PyTuple_CheckExact(tuple) || PyTuple_GET_SIZE(tuple) != 9)
         return ODD;
-    PyObject **f = &PyTuple_GET_ITEM(tuple, 0);
+    return unpack_fields(&PyTuple_GET_ITEM(tuple, 0), r);
+}
+
+/* The first nine fields of a row (a stored row's), borrowed. */
+static int
+unpack_fields(PyObject **f, Row *r)
+{
     int rc;
     if ((rc = as_int64(f[0], &r->position)) != WROTE
         || (rc = as_int64(f[3], &r->version)) != WROTE
@@ -530,6 +540,167 @@ static PyTypeObject Checker_Type = {
     .tp_iternext = (iternextfunc)Checker_next,
 };
 
+/* ---- each row's own link: pinned ------------------------------------------------- */
+
+/* Rows in any order, each a stored row followed by its predecessor's stored hash (None at
+ * position 1); each yielded after its stored hash is checked to be the one its content
+ * and that hash give. A row of another shape hands the rest to the Python definition. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rows;     /* the iterable given, until the first next() */
+    PyObject *iter;     /* iter(rows) */
+    PyObject *delegate; /* the Python check, once a row of another shape came */
+    Buffer text;        /* the predecessor's hash, then the record being checked */
+    char done;
+    char running;
+} Pinned;
+
+static PyTypeObject Pinned_Type;
+
+#define PINNED_REFS(each) each(rows) each(iter) each(delegate)
+
+static int
+Pinned_traverse(Pinned *self, visitproc visit, void *arg)
+{
+    PINNED_REFS(VISIT_REF)
+    return 0;
+}
+
+static int
+Pinned_clear(Pinned *self)
+{
+    PINNED_REFS(CLEAR_REF)
+    return 0;
+}
+
+static void
+Pinned_dealloc(Pinned *self)
+{
+    PyObject_GC_UnTrack(self);
+    Pinned_clear(self);
+    PyMem_Free(self->text.data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static const char genesis[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+static PyObject *
+pinned_next(Pinned *self)
+{
+    if (self->delegate != NULL)
+        return PyIter_Next(self->delegate);
+    if (self->iter == NULL) {
+        self->iter = PyObject_GetIter(self->rows);
+        if (self->iter == NULL)
+            return NULL;
+        Py_CLEAR(self->rows);
+    }
+    PyObject *row = PyIter_Next(self->iter);
+    if (row == NULL)
+        return NULL;
+    Row r;
+    int rc = ODD;
+    PyObject *prev = NULL;
+    if (PyTuple_CheckExact(row) && PyTuple_GET_SIZE(row) == 10) {
+        rc = unpack_fields(&PyTuple_GET_ITEM(row, 0), &r);
+        prev = PyTuple_GET_ITEM(row, 9);
+    }
+    self->text.len = 0;
+    if (rc == WROTE && prev == Py_None) {
+        if (r.position != 1) {
+            raise_from(out_of_place, Py_BuildValue("(LL)", r.position - 1, r.position));
+            Py_DECREF(row);
+            return NULL;
+        }
+        if (reserve(&self->text, 64) < 0)
+            rc = FAILED;
+        else
+            put(&self->text, genesis, 64);
+    } else if (rc == WROTE) {
+        rc = PyUnicode_CheckExact(prev) ? put_text(&self->text, prev, 0) : ODD;
+    }
+    if (rc == WROTE)
+        rc = put_record(&self->text, &r);
+    char hex[64];
+    if (rc == WROTE)
+        rc = hex_sha256(&self->text, hex);
+    if (rc == ODD) {
+        PyObject *rest = PyObject_CallFunction(chain_from, "(O)O", row, self->iter);
+        Py_DECREF(row);
+        if (rest == NULL)
+            return NULL;
+        self->delegate = PyObject_CallOneArg(pinned_reference, rest);
+        Py_DECREF(rest);
+        if (self->delegate == NULL)
+            return NULL;
+        Py_CLEAR(self->iter);
+        return PyIter_Next(self->delegate);
+    }
+    if (rc == FAILED) {
+        Py_DECREF(row);
+        return NULL;
+    }
+    if (!same_hash(r.hash, hex)) {
+        raise_from(bad_hash, Py_BuildValue("(L)", r.position));
+        Py_DECREF(row);
+        return NULL;
+    }
+    return row;
+}
+
+static PyObject *
+Pinned_next(Pinned *self)
+{
+    if (self->done)
+        return NULL;
+    if (self->running) {
+        PyErr_SetString(PyExc_ValueError, "generator already executing");
+        return NULL;
+    }
+    self->running = 1;
+    PyObject *row = pinned_next(self);
+    self->running = 0;
+    if (row == NULL) {
+        self->done = 1;
+        Pinned_clear(self);
+    }
+    return row;
+}
+
+static PyTypeObject Pinned_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "eventstore._chain.Pinned",
+    .tp_basicsize = sizeof(Pinned),
+    .tp_dealloc = (destructor)Pinned_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Stored rows, each yielded after its own link is checked (see pinned).",
+    .tp_traverse = (traverseproc)Pinned_traverse,
+    .tp_clear = (inquiry)Pinned_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Pinned_next,
+};
+
+static PyObject *
+pinned(PyObject *module, PyObject *rows)
+{
+    if (pinned_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
+        return NULL;
+    }
+    Pinned *self = PyObject_GC_New(Pinned, &Pinned_Type);
+    if (self == NULL)
+        return NULL;
+    self->rows = Py_NewRef(rows);
+    self->iter = NULL;
+    self->delegate = NULL;
+    self->text = (Buffer){NULL, 0, 0};
+    self->done = 0;
+    self->running = 0;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
 /* ---- the module ------------------------------------------------------------------- */
 
 static PyObject *
@@ -573,9 +744,11 @@ chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 configure(PyObject *module, PyObject *args)
 {
-    PyObject *ref, *place, *hash, *sha, *chain;
-    if (!PyArg_ParseTuple(args, "OOOOO:configure", &ref, &place, &hash, &sha, &chain))
+    PyObject *ref, *place, *hash, *sha, *chain, *pin;
+    if (!PyArg_ParseTuple(args, "OOOOOO:configure", &ref, &place, &hash, &sha, &chain,
+                          &pin))
         return NULL;
+    Py_XSETREF(pinned_reference, Py_NewRef(pin));
     Py_XSETREF(reference, Py_NewRef(ref));
     Py_XSETREF(out_of_place, Py_NewRef(place));
     Py_XSETREF(bad_hash, Py_NewRef(hash));
@@ -587,8 +760,11 @@ configure(PyObject *module, PyObject *args)
 static PyMethodDef methods[] = {
     {"chained", (PyCFunction)(void (*)(void))chained, METH_FASTCALL,
      "chained(rows, prev_hash, after_position): eventstore.hashing.chained, in C."},
+    {"pinned", pinned, METH_O,
+     "pinned(rows): eventstore.hashing.pinned, in C."},
     {"configure", configure, METH_VARARGS,
-     "configure(reference, out_of_place, bad_hash, sha256, chain): the Python side."},
+     "configure(reference, out_of_place, bad_hash, sha256, chain, pinned_reference): "
+     "the Python side."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -603,7 +779,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__chain(void)
 {
-    if (PyType_Ready(&Checker_Type) < 0)
+    if (PyType_Ready(&Checker_Type) < 0 || PyType_Ready(&Pinned_Type) < 0)
         return NULL;
     if (str_digest == NULL && (str_digest = PyUnicode_InternFromString("digest")) == NULL)
         return NULL;

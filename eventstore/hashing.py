@@ -176,7 +176,17 @@ def pinned(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
     A row re-hashed with it breaks its successor's link instead, which this check sees
     only when that successor is read; `chained` (verify, the reads after a verified
     point) and anchors see every link.
+
+    In the C accelerator when it is built (`ACCELERATED`), else in `pinned_python`, its
+    definition; both yield the same rows and raise the same errors.
     """
+    if _fast_pinned is not None:
+        return _fast_pinned(rows)
+    return pinned_python(rows)
+
+
+def pinned_python(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
+    """`pinned` in Python: the definition the accelerator follows, and its fallback."""
     sha256 = hashlib.sha256
     escape = encode_basestring
     escaped: dict[str, str] = {}
@@ -234,14 +244,18 @@ def _load_accelerator() -> ModuleType | None:
         from . import _chain
     except ImportError:
         return None
+    if not hasattr(_chain, "pinned"):
+        return None  # built from an older _chain.c: rebuild (pip install -e .) to use it
     _chain.configure(chained_python, _out_of_place, _bad_hash, hashlib.sha256,
-                     itertools.chain)
+                     itertools.chain, pinned_python)
     return _chain
 
 
 _accelerator = _load_accelerator()
 _fast_chained: Callable[[Iterable[StoredRow], str, int], Iterator[StoredRow]] | None = (
     None if _accelerator is None else _accelerator.chained)
+_fast_pinned: Callable[[Iterable[PinnedRow]], Iterator[PinnedRow]] | None = (
+    None if _accelerator is None else _accelerator.pinned)
 
 #: Whether `chained` runs in C (see `PURE_PYTHON_VARIABLE`).
 ACCELERATED = _accelerator is not None

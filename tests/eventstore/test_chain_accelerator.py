@@ -279,3 +279,77 @@ def test_the_variable_turns_the_accelerator_off_and_it_is_used_where_built() -> 
     built = importlib.util.find_spec("eventstore._chain") is not None
     assert _accelerated_in_a_new_process(**{hashing.PURE_PYTHON_VARIABLE: ""}) == str(built)
     assert _accelerated_in_a_new_process(**{hashing.PURE_PYTHON_VARIABLE: "1"}) == "False"
+
+
+# -- each row's own link (`pinned`) --------------------------------------------------------
+
+def _fast_pinned() -> Callable[[Iterable[Any]], Iterator[Any]]:
+    assert hashing._fast_pinned is not None
+    return hashing._fast_pinned  # type: ignore[return-value]
+
+
+def pinned_outcome(check: Callable[[Iterable[Any]], Iterator[Any]],
+                   rows: Iterable[Any]) -> tuple[list[int], Any]:
+    """`outcome` for a check of rows that carry their predecessor's hash."""
+    return outcome(lambda r, *_: check(r), rows, None, None)
+
+
+def with_predecessors(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Stored rows at 1, 2, ... each followed by the hash stored before it (None at 1)."""
+    return [(*row, rows[i - 1][8] if i else None) for i, row in enumerate(rows)]
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(RECORDS, max_size=6), st.data())
+def test_the_c_link_check_does_what_the_python_one_does(records: list[Any],
+                                                        data: st.DataObject) -> None:
+    rows = with_predecessors(chain_of(records))
+    data.draw(st.randoms()).shuffle(rows)  # any order: each row is checked on its own
+    if rows:
+        kind = data.draw(st.sampled_from(["none", "field", "shape"]))
+        i = data.draw(st.integers(0, len(rows) - 1))
+        if kind == "field":
+            f = data.draw(st.integers(0, 9))
+            value = data.draw(st.one_of(OTHER_VALUES, st.sampled_from(["f" * 64, "0" * 64])))
+            rows[i] = (*rows[i][:f], value, *rows[i][f + 1:])
+        elif kind == "shape":
+            rows[i] = data.draw(st.sampled_from([list(rows[i]), rows[i][:9], (*rows[i], 0),
+                                                 None]))
+    assert pinned_outcome(_fast_pinned(), rows) == pinned_outcome(hashing.pinned_python, rows)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(CLEAN, CLEAN, st.integers(1, 9), CLEAN,
+                          st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**62), CLEAN),
+               min_size=1, max_size=6), st.data())
+def test_an_edit_stops_the_link_check_at_its_row_in_any_order(
+        records: list[Any], data: st.DataObject) -> None:
+    rows = with_predecessors(chain_of(records))
+    order = data.draw(st.permutations(range(len(rows))))
+    shown = [rows[k] for k in order]
+    for check in (_fast_pinned(), hashing.pinned_python):
+        assert pinned_outcome(check, shown) == (list(map(id, shown)), None)
+    i = data.draw(st.integers(0, len(rows) - 1))
+    f = data.draw(st.integers(1, 7))  # a field of the content, the hashes left as they were
+    old = shown[i][f]
+    new = old + 1 if isinstance(old, int) else data.draw(CLEAN.filter(lambda s: s != old))
+    shown[i] = (*shown[i][:f], new, *shown[i][f + 1:])
+    seen, error = pinned_outcome(_fast_pinned(), shown)
+    assert (seen, error) == pinned_outcome(hashing.pinned_python, shown)
+    assert seen == list(map(id, shown[:i]))
+    assert error is not None and error[0] is ChainBroken and error[2] == shown[i][0]
+
+
+@needs_c
+def test_a_missing_predecessor_and_a_lazy_start_alike() -> None:
+    rows = with_predecessors(chain_of([("a", "s", 1, "t", 1, 2, "{}")] * 3))
+    orphan = (*rows[2][:9], None)  # position 3, its predecessor not found
+    for check in (_fast_pinned(), hashing.pinned_python):
+        started = check(42)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            next(started)
+        with pytest.raises(ChainBroken) as info:
+            list(check([rows[0], orphan]))
+        assert info.value.position == 2 and "missing" in str(info.value)
