@@ -14,6 +14,10 @@
  * with the state reached so far, to the Python function, which then does whatever it
  * does with such a row. The errors are built by the Python helpers, so both paths raise
  * the same ChainBroken with the same message at the same position.
+ *
+ * `pinned` is the same hash of each row on its own: rows in any order, each a stored row
+ * followed by its predecessor's stored hash (None at position 1), as `hashing.pinned`
+ * (whose Python definition, `pinned_python`, takes any row of another shape).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
