@@ -407,6 +407,7 @@ typedef struct {
     Py_ssize_t prev_len;/* the previous hash's length at the buffer's start */
     char done;          /* ended: exhausted or raised, as a generator ends */
     char running;       /* inside next(): a second caller is refused */
+    char pinned;        /* each row on its own, its predecessor's hash beside it */
 } Checker;
 
 static PyTypeObject Checker_Type;
@@ -458,19 +459,39 @@ hand_over(Checker *self, PyObject *row)
     return PyIter_Next(delegate);
 }
 
-/* The next row, checked; NULL at the end or with the error set. */
+/* The source's next row (NULL at its end or with the error set), the source opened at
+ * the first call, lazily as a generator's would be. */
 static PyObject *
-check_next(Checker *self)
+next_row(Checker *self)
 {
-    if (self->delegate != NULL)
-        return PyIter_Next(self->delegate);
     if (self->iter == NULL) {
         self->iter = PyObject_GetIter(self->rows);
         if (self->iter == NULL)
             return NULL;
         Py_CLEAR(self->rows);
     }
-    PyObject *row = PyIter_Next(self->iter);
+    return PyIter_Next(self->iter);
+}
+
+/* After a row's hash was computed (rc WROTE, or FAILED with the error set): the row when
+ * its stored hash is that one; else NULL with ChainBroken (or the error) set, the row
+ * let go. */
+static PyObject *
+checked(int rc, PyObject *row, const Row *r, const char hex[64])
+{
+    if (rc == WROTE && same_hash(r->hash, hex))
+        return row;
+    if (rc == WROTE)
+        raise_from(bad_hash, Py_BuildValue("(L)", r->position));
+    Py_DECREF(row);
+    return NULL;
+}
+
+/* The next row, checked; NULL at the end or with the error set. */
+static PyObject *
+check_next(Checker *self)
+{
+    PyObject *row = next_row(self);
     if (row == NULL)
         return NULL;
     Row r;
@@ -495,20 +516,16 @@ check_next(Checker *self)
         Py_DECREF(row);
         return out;
     }
-    if (rc == FAILED) {
-        Py_DECREF(row);
-        return NULL;
+    PyObject *out = checked(rc, row, &r, hex);
+    if (out != NULL) {
+        memcpy(self->text.data, hex, 64); /* the buffer holds at least prev + record */
+        self->text.len = self->prev_len = 64;
+        self->expected++;
     }
-    if (!same_hash(r.hash, hex)) {
-        raise_from(bad_hash, Py_BuildValue("(L)", r.position));
-        Py_DECREF(row);
-        return NULL;
-    }
-    memcpy(self->text.data, hex, 64); /* the buffer holds at least prev + record */
-    self->text.len = self->prev_len = 64;
-    self->expected++;
-    return row;
+    return out;
 }
+
+static PyObject *pinned_next(Checker *self);
 
 static PyObject *
 Checker_next(Checker *self)
@@ -521,7 +538,8 @@ Checker_next(Checker *self)
         return NULL;
     }
     self->running = 1;
-    PyObject *row = check_next(self);
+    PyObject *row = self->delegate != NULL ? PyIter_Next(self->delegate)
+                    : self->pinned ? pinned_next(self) : check_next(self);
     self->running = 0;
     if (row == NULL) {
         /* Exhausted or raised: ended for good, like a generator, and its rows let go. */
@@ -537,7 +555,8 @@ static PyTypeObject Checker_Type = {
     .tp_basicsize = sizeof(Checker),
     .tp_dealloc = (destructor)Checker_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Stored rows, each yielded after it is checked to chain (see chained).",
+    .tp_doc = "Stored rows, each yielded after it is checked to chain (see chained and "
+              "pinned).",
     .tp_traverse = (traverseproc)Checker_traverse,
     .tp_clear = (inquiry)Checker_clear,
     .tp_iter = PyObject_SelfIter,
@@ -546,61 +565,17 @@ static PyTypeObject Checker_Type = {
 
 /* ---- each row's own link: pinned ------------------------------------------------- */
 
-/* Rows in any order, each a stored row followed by its predecessor's stored hash (None at
- * position 1); each yielded after its stored hash is checked to be the one its content
- * and that hash give. A row of another shape hands the rest to the Python definition. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *rows;     /* the iterable given, until the first next() */
-    PyObject *iter;     /* iter(rows) */
-    PyObject *delegate; /* the Python check, once a row of another shape came */
-    Buffer text;        /* the predecessor's hash, then the record being checked */
-    char done;
-    char running;
-} Pinned;
-
-static PyTypeObject Pinned_Type;
-
-#define PINNED_REFS(each) each(rows) each(iter) each(delegate)
-
-static int
-Pinned_traverse(Pinned *self, visitproc visit, void *arg)
-{
-    PINNED_REFS(VISIT_REF)
-    return 0;
-}
-
-static int
-Pinned_clear(Pinned *self)
-{
-    PINNED_REFS(CLEAR_REF)
-    return 0;
-}
-
-static void
-Pinned_dealloc(Pinned *self)
-{
-    PyObject_GC_UnTrack(self);
-    Pinned_clear(self);
-    PyMem_Free(self->text.data);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
+/* In `pinned` mode a Checker takes rows in any order, each a stored row followed by its
+ * predecessor's stored hash (None at position 1), and yields each after its stored hash
+ * is checked to be the one its content and that hash give. A row of another shape hands
+ * the rest to the Python definition. */
 static const char genesis[] =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
 static PyObject *
-pinned_next(Pinned *self)
+pinned_next(Checker *self)
 {
-    if (self->delegate != NULL)
-        return PyIter_Next(self->delegate);
-    if (self->iter == NULL) {
-        self->iter = PyObject_GetIter(self->rows);
-        if (self->iter == NULL)
-            return NULL;
-        Py_CLEAR(self->rows);
-    }
-    PyObject *row = PyIter_Next(self->iter);
+    PyObject *row = next_row(self);
     if (row == NULL)
         return NULL;
     Row r;
@@ -641,49 +616,8 @@ pinned_next(Pinned *self)
         Py_CLEAR(self->iter);
         return PyIter_Next(self->delegate);
     }
-    if (rc == FAILED) {
-        Py_DECREF(row);
-        return NULL;
-    }
-    if (!same_hash(r.hash, hex)) {
-        raise_from(bad_hash, Py_BuildValue("(L)", r.position));
-        Py_DECREF(row);
-        return NULL;
-    }
-    return row;
+    return checked(rc, row, &r, hex);
 }
-
-static PyObject *
-Pinned_next(Pinned *self)
-{
-    if (self->done)
-        return NULL;
-    if (self->running) {
-        PyErr_SetString(PyExc_ValueError, "generator already executing");
-        return NULL;
-    }
-    self->running = 1;
-    PyObject *row = pinned_next(self);
-    self->running = 0;
-    if (row == NULL) {
-        self->done = 1;
-        Pinned_clear(self);
-    }
-    return row;
-}
-
-static PyTypeObject Pinned_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "eventstore._chain.Pinned",
-    .tp_basicsize = sizeof(Pinned),
-    .tp_dealloc = (destructor)Pinned_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Stored rows, each yielded after its own link is checked (see pinned).",
-    .tp_traverse = (traverseproc)Pinned_traverse,
-    .tp_clear = (inquiry)Pinned_clear,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)Pinned_next,
-};
 
 static PyObject *
 pinned(PyObject *module, PyObject *rows)
@@ -692,15 +626,18 @@ pinned(PyObject *module, PyObject *rows)
         PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
         return NULL;
     }
-    Pinned *self = PyObject_GC_New(Pinned, &Pinned_Type);
+    Checker *self = PyObject_GC_New(Checker, &Checker_Type);
     if (self == NULL)
         return NULL;
     self->rows = Py_NewRef(rows);
     self->iter = NULL;
     self->delegate = NULL;
+    self->expected = 0;
     self->text = (Buffer){NULL, 0, 0};
+    self->prev_len = 0;
     self->done = 0;
     self->running = 0;
+    self->pinned = 1;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -735,6 +672,7 @@ chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     self->text = (Buffer){NULL, 0, 0};
     self->done = 0;
     self->running = 0;
+    self->pinned = 0;
     rc = put_text(&self->text, prev_hash, 0);
     if (rc != WROTE) {
         Py_DECREF(self);
@@ -783,7 +721,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__chain(void)
 {
-    if (PyType_Ready(&Checker_Type) < 0 || PyType_Ready(&Pinned_Type) < 0)
+    if (PyType_Ready(&Checker_Type) < 0)
         return NULL;
     if (str_digest == NULL && (str_digest = PyUnicode_InternFromString("digest")) == NULL)
         return NULL;

@@ -159,6 +159,19 @@ class JournalBase(Reader):
                            order="position", batch_size=batch_size)
         return map(to_event, chained(self._rows(q, None), start.hash, start.position))
 
+    def stored_hash(self, position: int) -> str | None:
+        """The chain hash stored at `position` (the genesis hash at 0), None when the
+        journal holds no record there. As stored, not checked: what a verified point or a
+        checkpoint is compared with, so that a state folded before an edit of that very
+        record can still be used (its content is checked when it is read)."""
+        if position == 0:
+            return GENESIS_HASH
+        q = ReadQuery.make(self.head(), after_position=position - 1, to_position=position,
+                           order="position", batch_size=1)
+        for row in self._rows(q, None):
+            return row[8] if row[0] == position else None
+        return None
+
     # -- private parts ---------------------------------------------------------
 
     def private(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:

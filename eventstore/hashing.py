@@ -196,12 +196,9 @@ def pinned_python(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
             if position != 1:
                 raise _out_of_place(position - 1, position)
             prev = GENESIS_HASH
-        s = escaped.get(stream)
-        if s is None:
-            s = escaped[stream] = escape(stream)
-        t = escaped.get(type_)
-        if t is None:
-            t = escaped[type_] = escape(type_)
+        # (An escaped text is never empty: it has its quotes.)
+        s = escaped.get(stream) or escaped.setdefault(stream, escape(stream))
+        t = escaped.get(type_) or escaped.setdefault(type_, escape(type_))
         if sha256(
             f'{prev}{{"id":{escape(id_)},"payload":{payload},"position":{position},'
             f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'

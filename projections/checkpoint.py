@@ -52,7 +52,6 @@ import msgspec
 import orjson
 
 from eventstore import JournalLike, SnapshotInfo
-from eventstore.hashing import GENESIS_HASH
 from projections.bulk import paused_gc
 from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import STATE, AccountState, JobState, Ledger
@@ -103,13 +102,14 @@ class CheckpointError(ValueError):
 
 
 def chain_hash_at(journal: JournalLike, position: int) -> str:
-    """The journal's chain hash at `position` (the genesis hash at 0)."""
-    if position == 0:
-        return GENESIS_HASH
-    for rec in journal.read(after_position=position - 1, to_position=position,
-                            order="position", batch_size=1):
-        return rec.hash
-    raise CheckpointError(f"the journal has no position {position}")
+    """The journal's chain hash at `position` (the genesis hash at 0), as stored
+    (`anchors.hash_at`)."""
+    from projections.anchors import hash_at
+
+    try:
+        return hash_at(journal, position)
+    except KeyError:
+        raise CheckpointError(f"the journal has no position {position}") from None
 
 
 def _header_bytes(header: dict[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from cli.cli_helpers import SMALL
 from contract.kit import cli_runner
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
@@ -35,20 +36,7 @@ from tools.service import create_app
 
 pytestmark = pytest.mark.usefixtures("chain_check")
 
-JOURNAL = """\
-{"type": "account", "account": "a", "max_running": 1}
-{"type": "account", "account": "b"}
-{"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10, "pool": "h100"}
-{"type": "grant", "account": "a", "amount": 50, "time": 2, "expiry": 5}
-{"type": "consume", "account": "a", "amount": 70, "time": 3, "pool": "h100"}
-{"type": "grant", "account": "b", "amount": 30, "time": 1}
-{"type": "submit", "account": "a", "job": "j1", "cost": 8, "priority": 1, "time": 4, "pool": "h100"}
-{"type": "submit", "account": "a", "job": "j2", "cost": 5, "priority": 1, "time": 4}
-{"type": "submit", "account": "b", "job": "j3", "cost": 500, "priority": 1, "time": 4}
-{"type": "start", "job": "j1", "time": 5}
-{"type": "complete", "job": "j1", "success": false, "time": 9, "refund_fraction": 0.5}
-{"type": "consume", "account": "b", "amount": 40, "time": 11}
-"""
+JOURNAL = SMALL  # 12 events: two accounts, expiring pools, jobs, debt
 EVENTS = 12
 NOW = 20
 # The positions whose payload holds a number to edit, and the account each belongs to.
