@@ -487,13 +487,10 @@ checked(int rc, PyObject *row, const Row *r, const char hex[64])
     return NULL;
 }
 
-/* The next row, checked; NULL at the end or with the error set. */
+/* The row (a new reference, given up), checked to chain; NULL with the error set. */
 static PyObject *
-check_next(Checker *self)
+check_row(Checker *self, PyObject *row)
 {
-    PyObject *row = next_row(self);
-    if (row == NULL)
-        return NULL;
     Row r;
     int rc = unpack(row, &r);
     if (rc == WROTE && self->expected == LLONG_MAX)
@@ -525,7 +522,7 @@ check_next(Checker *self)
     return out;
 }
 
-static PyObject *pinned_next(Checker *self);
+static PyObject *pinned_row(Checker *self, PyObject *row);
 
 static PyObject *
 Checker_next(Checker *self)
@@ -538,8 +535,11 @@ Checker_next(Checker *self)
         return NULL;
     }
     self->running = 1;
-    PyObject *row = self->delegate != NULL ? PyIter_Next(self->delegate)
-                    : self->pinned ? pinned_next(self) : check_next(self);
+    PyObject *row;
+    if (self->delegate != NULL)
+        row = PyIter_Next(self->delegate);
+    else if ((row = next_row(self)) != NULL)
+        row = self->pinned ? pinned_row(self, row) : check_row(self, row);
     self->running = 0;
     if (row == NULL) {
         /* Exhausted or raised: ended for good, like a generator, and its rows let go. */
@@ -573,11 +573,8 @@ static const char genesis[] =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
 static PyObject *
-pinned_next(Checker *self)
+pinned_row(Checker *self, PyObject *row)
 {
-    PyObject *row = next_row(self);
-    if (row == NULL)
-        return NULL;
     Row r;
     int rc = ODD;
     PyObject *prev = NULL;
@@ -619,6 +616,25 @@ pinned_next(Checker *self)
     return checked(rc, row, &r, hex);
 }
 
+/* A Checker over `rows`, not yet tracked by the collector. */
+static Checker *
+new_checker(PyObject *rows, long long expected, char pinned)
+{
+    Checker *self = PyObject_GC_New(Checker, &Checker_Type);
+    if (self == NULL)
+        return NULL;
+    self->rows = Py_NewRef(rows);
+    self->iter = NULL;
+    self->delegate = NULL;
+    self->expected = expected;
+    self->text = (Buffer){NULL, 0, 0};
+    self->prev_len = 0;
+    self->done = 0;
+    self->running = 0;
+    self->pinned = pinned;
+    return self;
+}
+
 static PyObject *
 pinned(PyObject *module, PyObject *rows)
 {
@@ -626,19 +642,9 @@ pinned(PyObject *module, PyObject *rows)
         PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
         return NULL;
     }
-    Checker *self = PyObject_GC_New(Checker, &Checker_Type);
-    if (self == NULL)
-        return NULL;
-    self->rows = Py_NewRef(rows);
-    self->iter = NULL;
-    self->delegate = NULL;
-    self->expected = 0;
-    self->text = (Buffer){NULL, 0, 0};
-    self->prev_len = 0;
-    self->done = 0;
-    self->running = 0;
-    self->pinned = 1;
-    PyObject_GC_Track(self);
+    Checker *self = new_checker(rows, 0, 1);
+    if (self != NULL)
+        PyObject_GC_Track(self);
     return (PyObject *)self;
 }
 
@@ -662,17 +668,9 @@ chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (rc == ODD || after_position == LLONG_MAX || !PyUnicode_CheckExact(prev_hash))
         return PyObject_Vectorcall(reference, args, 3, NULL);
-    Checker *self = PyObject_GC_New(Checker, &Checker_Type);
+    Checker *self = new_checker(rows, after_position + 1, 0);
     if (self == NULL)
         return NULL;
-    self->rows = Py_NewRef(rows);
-    self->iter = NULL;
-    self->delegate = NULL;
-    self->expected = after_position + 1;
-    self->text = (Buffer){NULL, 0, 0};
-    self->done = 0;
-    self->running = 0;
-    self->pinned = 0;
     rc = put_text(&self->text, prev_hash, 0);
     if (rc != WROTE) {
         Py_DECREF(self);
