@@ -214,12 +214,21 @@ def test_the_c_check_lets_go_of_every_row_and_leaks_nothing() -> None:
         yield rows[0]
         raise OSError("the database went away")
 
+    # The same ways out of the link check (`pinned`): a missing predecessor for the gap.
+    linked = with_predecessors(rows)
+    linked_bad = [linked[0], (*linked[1][:8], "f" * 64, linked[1][9])]
+    orphan = [linked[0], (*linked[2][:9], None)]
+    linked_odd = [linked[0], (*linked[1][:3], True, *linked[1][4:])]
+
     def run_all() -> None:
         for source in (rows, bad, gap, odd):
             outcome(_fast(), source, GENESIS_HASH, 0)
         outcome(_fast(), failing(), GENESIS_HASH, 0)
+        for source in (linked, linked_bad, orphan, linked_odd):
+            pinned_outcome(_fast_pinned(), source)
+        pinned_outcome(_fast_pinned(), failing())
 
-    watched = [*rows, *bad, *gap, *odd]
+    watched = [*rows, *bad, *gap, *odd, *linked, *linked_bad, *orphan, *linked_odd]
     counts = [sys.getrefcount(r) for r in watched]
     run_all()
     gc.collect()
