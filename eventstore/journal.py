@@ -33,7 +33,7 @@ from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
 from .errors import JournalError, ReadOnlyJournal
-from .hashing import GENESIS_HASH
+from .hashing import GENESIS_HASH, pinned
 from .reading import ReadQuery
 from .records import (
     COLUMNS,
@@ -508,12 +508,14 @@ class Journal(JournalBase):
             return self._backend.head(conn)
 
     def get(self, event_id: str) -> RecordedEvent | None:
-        """The event recorded under this id, or None."""
+        """The event recorded under this id, or None; checked as `read` checks each event
+        (ChainBroken at its position when its stored hash does not match)."""
         if not isinstance(event_id, str) or NUL in event_id:
             return None  # no such id can be recorded (and PostgreSQL could not compare it)
         with self._reading() as conn:
-            row = conn.execute(select(*_EVENT_COLUMNS).where(events.c.event_id == event_id)).first()
-        return None if row is None else to_event(row)
+            row = conn.execute(
+                select(*_PINNED_COLUMNS).where(events.c.event_id == event_id)).first()
+        return None if row is None else to_event(next(pinned([tuple(row)])))
 
     def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
         """The events recorded under any of these ids, by id: one query per 1,000 ids."""

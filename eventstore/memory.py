@@ -24,7 +24,7 @@ from .appending import (
 )
 from .base import JournalBase, to_event
 from .errors import JournalError
-from .hashing import GENESIS_HASH, canonical_json, record_hash_text
+from .hashing import GENESIS_HASH, canonical_json, pinned, record_hash_text
 from .reading import ReadQuery
 from .records import (
     PRIVATE_KEY,
@@ -363,10 +363,14 @@ class MemoryJournal(JournalBase):
             return len(self._stored)
 
     def get(self, event_id: str) -> RecordedEvent | None:
-        """The event recorded under this id, or None."""
+        """The event recorded under this id, or None; checked as `read` checks each event."""
         with self._lock:
             p = self._by_id.get(event_id)
-            return None if p is None else to_event(self._stored[p - 1])
+            if p is None:
+                return None
+            row = self._stored[p - 1]
+            prev = self._stored[p - 2][8] if p > 1 else None
+        return to_event(next(pinned([(*row, prev)])))
 
     def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
         """The events recorded under any of these ids, by id."""

@@ -55,14 +55,19 @@ def journal(journal_url: str) -> Iterator[JournalLike]:
         yield j
 
 
-def _payload(journal: JournalLike, position: int) -> str:
+def _stored(journal: JournalLike, position: int, column: str) -> str:
+    """A stored column of one record (payload, event_id), read behind the journal's back."""
     if isinstance(journal, MemoryJournal):
-        return journal._stored[position - 1][7]
+        return journal._stored[position - 1][{"event_id": 1, "payload": 7}[column]]
     assert isinstance(journal, Journal)
     with journal._engine.begin() as conn:
-        found: str = conn.execute(text("SELECT payload FROM events WHERE position = :p"),
+        found: str = conn.execute(text(f"SELECT {column} FROM events WHERE position = :p"),
                                   {"p": position}).scalar_one()
     return found
+
+
+def _payload(journal: JournalLike, position: int) -> str:
+    return _stored(journal, position, "payload")
 
 
 def _store(journal: JournalLike, position: int, payload: str, digest: str | None = None) -> None:
@@ -133,6 +138,7 @@ def test_an_edit_before_the_verified_mark_is_refused_by_every_reader(
         _refused_at(position, lambda: list(journal.read(order="canonical")))
         _refused_at(position, lambda: list(journal.read_lean(order="position")))
         _refused_at(position, lambda: list(journal.read(stream=account)))
+        _refused_at(position, lambda: journal.get(_stored(journal, position, "event_id")))
         _facades_refuse(journal, position, account)
         if journal.url is not None:
             for args in (["balance", account], ["statement", account],
