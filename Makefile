@@ -11,11 +11,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# The fold's modules that setup.py compiles with mypyc (projections.native.COMPILED): an
+# edit reinstalls, so the compiled build follows its source (until then the source runs,
+# with a warning). GPU_CREDITS_PURE_PYTHON=1 make ... installs and runs plain Python.
+FOLD_SOURCES := projections/ledger.py projections/creditbook.py projections/outcomes.py \
+	projections/native.py
+
+$(STAMP): pyproject.toml setup.py $(FOLD_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-$(BENCH_STAMP): pyproject.toml $(STAMP)
+$(BENCH_STAMP): pyproject.toml setup.py $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $@
 
@@ -67,4 +73,4 @@ screenshots: $(STAMP)
 	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info projections/*.so projections/_compiled.json

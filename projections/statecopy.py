@@ -10,7 +10,7 @@ an object reached twice is copied or encoded once and referred to after that.
 - `StateCodec.encode` turns the state into a tree of plain values (None, bool, int,
   float, str and lists) that msgpack or JSON can hold; `StateCodec.decode` builds the
   state back from such a tree. Decoding creates only instances of the classes the codec
-  was given (by `object.__new__` and plain attribute assignment: no constructor, no
+  was given (by the class's `__new__` and plain attribute assignment: no constructor, no
   `__reduce__`, no import by name), so a crafted tree can at worst make a wrong state,
   never run code. A tree that does not fit (unknown tag or class, wrong field count)
   raises `StateFormatError`.
@@ -30,6 +30,7 @@ Scalars stand for themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,10 +43,22 @@ class StateFormatError(ValueError):
 
 
 def _fields(cls: type) -> tuple[str, ...]:
-    slots = cls.__dict__.get("__slots__")
+    # A dataclass's fields, else its __slots__. A class compiled by mypyc (see
+    # projections.native) keeps neither __slots__ nor their order: a plain class then
+    # names its fields, in the order of its __slots__, in STATE_FIELDS. Either way the
+    # order is the same compiled or not, so a tree encoded by one decodes in the other.
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    slots = cls.__dict__.get("__slots__", cls.__dict__.get("STATE_FIELDS"))
     if slots is None:
         raise TypeError(f"{cls.__name__} has no __slots__: its fields cannot be listed")
     return (slots,) if isinstance(slots, str) else tuple(slots)
+
+
+def _blank(cls: Any) -> Any:
+    """An instance of `cls` with no field set, no constructor run (`object.__new__`, which
+    a class compiled by mypyc refuses: its own `__new__` does the same)."""
+    return cls.__new__(cls)
 
 
 class StateCodec:
@@ -93,7 +106,7 @@ class StateCodec:
             seen = memo.get(id(v))
             if seen is not None:
                 return seen
-            new = object.__new__(t)
+            new = _blank(t)
             memo[id(v)] = new
             for name in names:
                 x = getattr(v, name)
@@ -207,10 +220,13 @@ class StateCodec:
                 if len(v) != 2 + len(names):
                     raise StateFormatError(f"{cls.__name__} needs {len(names)} fields, "
                                            f"got {len(v) - 2}")
-                new: Any = object.__new__(cls)
+                new: Any = _blank(cls)
                 objects.append(new)
                 for name, x in zip(names, v[2:], strict=True):
-                    setattr(new, name, x if type(x) in scalars else dec(x))
+                    try:
+                        setattr(new, name, x if type(x) in scalars else dec(x))
+                    except TypeError as exc:  # a compiled class checks each field's type
+                        raise StateFormatError(f"{cls.__name__}.{name}: {exc}") from None
                 return new
             raise StateFormatError(f"unknown tag {tag!r} in a state tree")
 
