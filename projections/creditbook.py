@@ -63,6 +63,12 @@ class Batch:
         return self.expiry is not None and self.expiry <= time
 
 
+def blank_batch() -> Batch:
+    """A batch to fill in field by field (`projections.statecopy`): compiled, the class
+    runs its constructor even from `__new__`."""
+    return Batch("", GENERAL, None, 0, (0, 0))
+
+
 @dataclass(slots=True)
 class Hold:
     """Credits reserved for one reference (a job): portions of batches, in draw order."""

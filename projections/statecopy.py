@@ -31,7 +31,7 @@ Scalars stand for themselves.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _LIST, _TUPLE, _DICT, _NEW, _REF, _FROZENSET, _SET = range(7)
@@ -55,19 +55,23 @@ def _fields(cls: type) -> tuple[str, ...]:
     return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
-def _blank(cls: Any) -> Any:
-    """An instance of `cls` with no field set, no constructor run (`object.__new__`, which
-    a class compiled by mypyc refuses: its own `__new__` does the same)."""
-    return cls.__new__(cls)
-
-
 class StateCodec:
     """Copies, encodes and decodes state made of `classes` (slotted classes only)."""
 
-    def __init__(self, classes: Sequence[type]) -> None:
+    def __init__(self, classes: Sequence[type],
+                 blanks: Mapping[type, Callable[[], Any]] | None = None) -> None:
+        """`blanks`: for a class whose `__new__` runs its constructor (a plain class
+        compiled by mypyc), a function making an instance to fill in; the others are
+        made by their `__new__` alone (not `object.__new__`, which a compiled class
+        refuses), no constructor run."""
         self._classes = tuple(classes)
+        self._blanks: dict[type, Callable[[], Any]] = dict(blanks or {})
         self._index = {cls: i for i, cls in enumerate(self._classes)}
         self._fields = {cls: _fields(cls) for cls in self._classes}
+
+    def _blank(self, cls: Any) -> Any:
+        make = self._blanks.get(cls)
+        return cls.__new__(cls) if make is None else make()
 
     def schema(self) -> dict[str, list[str]]:
         """Each class's name and its fields in encoding order: what a tree depends on."""
@@ -80,6 +84,7 @@ class StateCodec:
         memo: dict[int, Any] = {}
         fields = self._fields
         scalars = _SCALARS
+        blank = self._blank
 
         def copy(v: Any) -> Any:
             # Scalars are tested inline at every level: most fields are scalars, and a
@@ -106,7 +111,7 @@ class StateCodec:
             seen = memo.get(id(v))
             if seen is not None:
                 return seen
-            new = _blank(t)
+            new = blank(t)
             memo[id(v)] = new
             for name in names:
                 x = getattr(v, name)
@@ -177,6 +182,7 @@ class StateCodec:
         classes = self._classes
         fields = self._fields
         scalars = _SCALARS
+        blank = self._blank
 
         def dec(v: Any) -> Any:
             t = type(v)
@@ -220,7 +226,7 @@ class StateCodec:
                 if len(v) != 2 + len(names):
                     raise StateFormatError(f"{cls.__name__} needs {len(names)} fields, "
                                            f"got {len(v) - 2}")
-                new: Any = _blank(cls)
+                new: Any = blank(cls)
                 objects.append(new)
                 for name, x in zip(names, v[2:], strict=True):
                     try:
