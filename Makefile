@@ -39,8 +39,11 @@ serve: $(STAMP)
 	$(BIN)/gpu-credits --db $(DEMO_DB) demo > /dev/null
 	$(BIN)/gpu-credits --db $(DEMO_DB) serve --host $(HOST) --port $(PORT)
 
+# The whole suite (on the compiled fold, when it is built), then the fold's own tests
+# (projections, replay) again on its Python source: both must hold.
 test: $(STAMP)
 	$(BIN)/python -m pytest
+	GPU_CREDITS_PURE_PYTHON=1 $(BIN)/python -m pytest -m "not slow" tests/projections tests/replay
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

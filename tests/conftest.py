@@ -195,9 +195,11 @@ def _run_pure(items: list[pytest.Item], rootdir: Path) -> dict[str, tuple[str, s
             for case in ElementTree.parse(report).iter("testcase"):
                 key = f"{case.get('classname')}.{case.get('name')}"
                 found = [child for child in case if child.tag in ("failure", "error", "skipped")]
-                outcome = found[0].tag if found else "passed"
-                text = (found[0].get("message") or "") + "\n" + (found[0].text or "") if found else ""
-                results[key] = (outcome, text)
+                if not found:
+                    results[key] = ("passed", "")
+                    continue
+                text = f"{found[0].get('message') or ''}\n{found[0].text or ''}"
+                results[key] = (found[0].tag, text)
     for item in items:
         results.setdefault(_junit_key(item.nodeid), (
             "error", f"no result from the child pytest (exit {done.returncode}):\n"
