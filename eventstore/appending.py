@@ -37,6 +37,18 @@ class Candidate:
     payload_text: str
     private_text: str | None = None  # canonical JSON of the private part, if any
 
+    @classmethod
+    def of(cls, event: NewEvent) -> Candidate:
+        """`event` validated, with its canonical texts."""
+        return cls(event, payload_text(event.id, event.payload),
+                   private_text(event.id, event.payload, event.private))
+
+    def is_same_event(self, other: Candidate) -> bool:
+        """Whether two new events under one id are one event: the same stream, type,
+        time, payload and private part (what a batch or a file may repeat)."""
+        return (same_content(self.event, self.payload_text, other.event, other.payload_text)
+                and self.private_text == other.private_text)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -242,8 +254,7 @@ def plan(events: Sequence[NewEvent]) -> Plan:
             continue
         other = candidates[first]
         first_e = other.event
-        if not (same_content(other.event, other.payload_text, event, text)
-                and other.private_text == private):
+        if not other.is_same_event(Candidate(event, text, private)):
             raise IdempotencyConflict(
                 f"event id {event.id!r} appears twice in one batch with different content: "
                 f"{describe(first_e.stream, first_e.type, first_e.time, other.payload_text)} "

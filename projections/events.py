@@ -8,16 +8,15 @@ the same event (`"pool": null` or no `pool`) have the same canonical bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, Union
 
 from eventstore.records import ERASED_KEY, PRIVATE_KEY
-
-# The checks live in one module shared by every entry point; re-exported here because
-# callers have always imported them from the vocabulary.
-from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
 from projections.validation import (
+    FIELD_CHECKS,
     MAX_TEXT_LENGTH,
     GrantPriority,
     Int,
@@ -26,9 +25,12 @@ from projections.validation import (
     PositiveInt,
     Text,
     UnitFraction,
-    require_grant_priority,
     show,
 )
+
+# The checks live in one module shared by every entry point; re-exported here because
+# callers have always imported them from the vocabulary.
+from projections.validation import MAX_ID_LENGTH as MAX_ID_LENGTH
 from projections.validation import optional_text as optional_text
 from projections.validation import require_fraction as require_fraction
 from projections.validation import require_int as require_int
@@ -56,11 +58,6 @@ DEFAULT_HALF_LIFE = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
 
 
-def optional_user(value: object) -> str | None:
-    """None, or the name of a person (a user): printable, at most MAX_ID_LENGTH characters."""
-    return None if value is None else require_name("user", value)
-
-
 def normalise_pool(value: object) -> str:
     """The pool a grant, consume or job names: None and "general" mean unrestricted."""
     if value is None:
@@ -68,12 +65,19 @@ def normalise_pool(value: object) -> str:
     return require_name("pool", value)
 
 
-def require_priority(value: object) -> int:
-    """Return a grant priority: an integer 0-100 (lower is used first)."""
-    return require_grant_priority("priority", value)
+class _Checked:
+    """An event whose fields are checked on construction, each by the check of the type it
+    is declared with (`projections.validation.FIELD_CHECKS`), in declaration order: an
+    event with several bad fields names the first of them. An event with a rule about
+    fields together checks it in its own `__post_init__`, after its fields."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
-class _OfAccount:
+class _OfAccount(_Checked):
     """An event about one account: recorded in that account's stream."""
 
     __slots__ = ()
@@ -98,19 +102,10 @@ class AccountOpened(_OfAccount):
     memo: Text | None = None  # free text for people: a PO number, a ticket
 
     def __post_init__(self) -> None:
-        optional_text("memo", self.memo)
-        require_name("account", self.account)
-        if self.max_running is not None:
-            require_positive_int("max_running", self.max_running)
-        if self.share is not None:
-            require_positive_int("share", self.share)
-        require_positive_int("half_life", self.half_life)
+        check_fields(self)
         if (self.refill_rate is None) != (self.refill_cap is None):
             raise ValueError("refill_rate and refill_cap go together: give both or neither "
                              f"(got rate {self.refill_rate!r}, cap {self.refill_cap!r})")
-        if self.refill_rate is not None:
-            require_positive_int("refill_rate", self.refill_rate)
-            require_positive_int("refill_cap", self.refill_cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +120,6 @@ class CreditsGranted(_OfAccount):
     priority: GrantPriority = DEFAULT_GRANT_PRIORITY  # lower numbers are used first
     memo: Text | None = None
 
-    def __post_init__(self) -> None:
-        require_name("account", self.account)
-        require_positive_int("amount", self.amount)
-        if self.expiry is not None:
-            require_int("expiry", self.expiry)
-        object.__setattr__(self, "pool", normalise_pool(self.pool))
-        require_priority(self.priority)
-        optional_text("memo", self.memo)
-
 
 @dataclass(frozen=True, slots=True)
 class CreditsConsumed(_OfAccount):
@@ -145,13 +131,6 @@ class CreditsConsumed(_OfAccount):
     pool: Name = GENERAL
     memo: Text | None = None  # free text for people: a PO number, a ticket
     user: Name | None = None  # who used the credits: personal, erasable (`erase --user`)
-
-    def __post_init__(self) -> None:
-        optional_text("memo", self.memo)
-        require_name("account", self.account)
-        require_positive_int("amount", self.amount)
-        object.__setattr__(self, "pool", normalise_pool(self.pool))
-        optional_user(self.user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,26 +146,13 @@ class JobSubmitted(_OfAccount):
     memo: Text | None = None  # free text for people: a PO number, a ticket
     user: Name | None = None  # who submitted the job: personal, erasable (`erase --user`)
 
-    def __post_init__(self) -> None:
-        optional_text("memo", self.memo)
-        require_name("account", self.account)
-        require_name("job", self.job)
-        require_non_negative_int("cost", self.cost)
-        require_int("priority", self.priority)
-        object.__setattr__(self, "pool", normalise_pool(self.pool))
-        optional_user(self.user)
-
 
 @dataclass(frozen=True, slots=True)
-class _JobOnly:
+class _JobOnly(_Checked):
     """An event that names a job and nothing else about it: a start or a cancel."""
 
     job: Name
     memo: Text | None = None  # free text for people: a PO number, a ticket
-
-    def __post_init__(self) -> None:
-        optional_text("memo", self.memo)
-        require_name("job", self.job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,30 +163,21 @@ class JobStarted(_JobOnly):
 
 
 @dataclass(frozen=True, slots=True)
-class JobCompleted:
+class JobCancelled(_JobOnly):
+    """A pending job is withdrawn and its reservation released."""
+
+    type: ClassVar[str] = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class JobCompleted(_Checked):
     """A running job ends: success charges its cost; failure charges floor(cost * (1 - f))."""
 
     type: ClassVar[str] = "complete"
     job: Name
     success: bool
-    refund_fraction: UnitFraction = 1.0
+    refund_fraction: UnitFraction = 1.0  # kept as a float (an integer 0 or 1 is converted)
     memo: Text | None = None  # free text for people: a PO number, a ticket
-
-    def __post_init__(self) -> None:
-        optional_text("memo", self.memo)
-        require_name("job", self.job)
-        if not isinstance(self.success, bool):
-            raise ValueError(f"success must be true or false, got {self.success!r}")
-        object.__setattr__(
-            self, "refund_fraction", require_fraction("refund_fraction", self.refund_fraction)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class JobCancelled(_JobOnly):
-    """A pending job is withdrawn and its reservation released."""
-
-    type: ClassVar[str] = "cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,18 +193,14 @@ class CreditsAdjusted(_OfAccount):
     memo: Text | None = None
 
     def __post_init__(self) -> None:
-        require_name("account", self.account)
-        require_int("amount", self.amount)
+        check_fields(self)
         if self.amount == 0:
             raise ValueError("amount of an adjustment must not be 0: give a credit (> 0) "
                              "or a debit (< 0)")
-        require_text("reason", self.reason)
-        object.__setattr__(self, "pool", normalise_pool(self.pool))
-        optional_text("memo", self.memo)
 
 
 @dataclass(frozen=True, slots=True)
-class GrantVoided:
+class GrantVoided(_Checked):
     """From its event time on, the named grant's unused credits no longer count."""
 
     type: ClassVar[str] = "void"
@@ -255,14 +208,9 @@ class GrantVoided:
     reason: Text | None = None
     memo: Text | None = None
 
-    def __post_init__(self) -> None:
-        require_name("grant", self.grant)
-        optional_text("reason", self.reason)
-        optional_text("memo", self.memo)
-
 
 @dataclass(frozen=True, slots=True)
-class EventReversed:
+class EventReversed(_Checked):
     """The named recorded event no longer takes part in any fold, as if it never
     happened; both stay in the journal. Reversing a reversal restores the event."""
 
@@ -271,14 +219,9 @@ class EventReversed:
     reason: Text
     memo: Text | None = None
 
-    def __post_init__(self) -> None:
-        require_name("event", self.event)
-        require_text("reason", self.reason)
-        optional_text("memo", self.memo)
-
 
 @dataclass(frozen=True, slots=True)
-class PersonalDataErased:
+class PersonalDataErased(_Checked):
     """The personal fields (`user`, `memo`) of the named events were erased: their text is
     gone, the events and every figure stay. Takes no part in any figure."""
 
@@ -286,16 +229,6 @@ class PersonalDataErased:
     events: tuple[Name, ...]  # ids of the events whose personal fields were erased
     reason: Text | None = None
     memo: Text | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.events, str) or not isinstance(self.events, list | tuple):
-            raise ValueError(f"events must be a list of event ids, got {show(self.events)}")
-        if not self.events:
-            raise ValueError("events must name at least one erased event")
-        object.__setattr__(self, "events",
-                           tuple(require_name("erased event id", e) for e in self.events))
-        optional_text("reason", self.reason)
-        optional_text("memo", self.memo)
 
 
 DomainEvent: TypeAlias = (
@@ -313,6 +246,61 @@ DomainEvent: TypeAlias = (
 )
 
 JOB_EVENTS = (JobStarted, JobCompleted, JobCancelled)
+
+
+def _event_ids(name: str, value: object) -> tuple[str, ...]:
+    """A non-empty list (or tuple) of event ids, as a tuple."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError(f"{name} must be a list of event ids, got {show(value)}")
+    if not value:
+        raise ValueError(f"{name} must name at least one erased event")
+    return tuple(require_name("erased event id", e) for e in value)
+
+
+def _pool(name: str, value: object) -> str:
+    # A field check's signature for `normalise_pool` (its errors name the pool already).
+    return normalise_pool(value)
+
+
+_Check = Callable[[str, Any], Any]
+_TYPE_CHECKS: dict[Any, _Check] = {**FIELD_CHECKS, tuple[Name, ...]: _event_ids}
+
+
+def _checks_of(cls: type[Any]) -> tuple[tuple[str, _Check, bool], ...]:
+    """(field, its check, whether None is accepted) for each field of `cls`, in declaration
+    order, from the field's annotation: a `X | None` field takes None, and a name (not
+    optional) with a default is a pool, where None is the general pool."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    checks: list[tuple[str, _Check, bool]] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        options = typing.get_args(hint) if typing.get_origin(hint) is Union else (hint,)
+        declared = next(a for a in options if a is not type(None))
+        optional = type(None) in options
+        if declared == Name and not optional and f.default is not dataclasses.MISSING:
+            if f.default != GENERAL:
+                raise TypeError(f"{cls.__name__}.{f.name}: a name defaults only to {GENERAL!r}")
+            checks.append((f.name, _pool, False))
+        elif declared in _TYPE_CHECKS:
+            checks.append((f.name, _TYPE_CHECKS[declared], optional))
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: no check for {hint!r}; declare it "
+                            "with a type of projections.validation")
+    return tuple(checks)
+
+
+def check_fields(event: Any) -> None:
+    """Check each field of `event` by its declared type, first to last: ValueError names
+    the first bad one. A check that normalises (a pool's None, a fraction's integer, a
+    list of ids) stores what it returns."""
+    for name, check, optional in _FIELD_CHECKS[type(event)]:
+        value = getattr(event, name)
+        if value is None and optional:
+            continue
+        checked = check(name, value)
+        if checked is not value:
+            object.__setattr__(event, name, checked)
+
 
 _MEMO = {"memo": None}
 _FIELDS: dict[str, tuple[type[Any], tuple[str, ...], dict[str, Any]]] = {
@@ -347,6 +335,8 @@ EVENT_TYPES = tuple(_FIELDS)
 
 EVENT_CLASSES: tuple[type[DomainEvent], ...] = tuple(cls for cls, _, _ in _FIELDS.values())
 """Every event class of the vocabulary, in the order of `EVENT_TYPES`."""
+
+_FIELD_CHECKS = {cls: _checks_of(cls) for cls in EVENT_CLASSES}
 
 
 PERSONAL_FIELDS = ("user", "memo")

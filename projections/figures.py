@@ -37,6 +37,20 @@ class Figures:
         balance = sum(pools.values())
         return cls(balance, book.held, balance - book.held, book.debt_total, pools)
 
+    @classmethod
+    def by_pool(cls, account: AccountState | None, at: int) -> dict[str, Figures]:
+        """The figures of each pool of `account` at `at`, by pool name, sorted: a pool's
+        credits minus its debt, what its jobs hold (by the pool of the credits held), its
+        debt. Pool by pool they add up to `of`'s figures."""
+        if account is None:
+            return {GENERAL: cls(0, 0, 0, 0, {GENERAL: 0})}
+        held = account.book.held_by_pool()
+        debt = account.book.debt
+        pools = account.pool_balances_at(at) or {GENERAL: 0}
+        return {pool: cls(balance, held.get(pool, 0), balance - held.get(pool, 0),
+                          debt.get(pool, 0), {pool: balance})
+                for pool, balance in sorted(pools.items())}
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready figures."""
         return {"balance": self.balance, "reserved": self.reserved,

@@ -16,8 +16,9 @@ inside one transaction that commits only if no line had a problem. Memory stays 
 the file's size: a few bytes per line, and one small entry per job submitted in it.
 
 The stream of an event is its account; a job event (start, complete, cancel) goes to the
-stream of the job's account, found from submits in the file or already in the journal,
-else to `job:<id>` (the fold will report the orphan as an anomaly). A void goes to its
+stream of the job's account, found from submits in the file or, for a job submitted
+before, in the projection's job index, else to `job:<id>` (the fold will report the
+orphan as an anomaly). A void goes to its
 grant's account, a reversal to the stream of the event it names; both must name an event
 recorded before them (in the journal, or earlier in the file).
 
@@ -63,7 +64,14 @@ from projections.events import (
     split_personal,
     to_payload,
 )
-from projections.personal import ERASURE_STREAM, line_fields, same_event, with_personal
+from projections.personal import (
+    ERASURE_STREAM,
+    line_fields,
+    same_event,
+    same_new_event,
+    with_personal,
+)
+from projections.replay import ledger_at
 from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
 
@@ -415,19 +423,15 @@ def content_id(content: str, occurrence: int) -> str:
 
 
 def _job_accounts_in_journal(journal: JournalLike, jobs: set[str]) -> dict[str, str]:
-    """Accounts of the given jobs, from submits already recorded (one pass, only if needed)."""
-    found: dict[str, str] = {}
+    """Accounts of the given jobs as the projection holds them (only if needed): the
+    account whose submit the fold took, the first on the timeline, even where another
+    account's submit of the same id was recorded first. Read by `ledger_at`: the newest
+    valid checkpoint and the events after it (or a fold of the journal, when there is
+    none)."""
     if not jobs:
-        return found
-    for rec in journal.read(order="position"):
-        if rec.type == "submit":
-            job = rec.payload.get("job")
-            account = rec.payload.get("account")
-            if job in jobs and job not in found and isinstance(account, str):
-                found[job] = account
-                if len(found) == len(jobs):
-                    break
-    return found
+        return {}
+    index = ledger_at(journal).jobs
+    return {job: index[job].account for job in jobs if job in index}
 
 
 def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
@@ -675,15 +679,6 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     return found
 
 
-def _same_new(a: NewEvent, b: NewEvent) -> bool:
-    """Whether two events of one file are the same event (fields kept apart included)."""
-    def key(e: NewEvent) -> tuple[Any, ...]:
-        return (e.stream, e.type, e.time, canonical_json(e.payload),
-                None if e.private is None else canonical_json(e.private))
-
-    return key(a) == key(b)
-
-
 class _Appender:
     """The second pass's writer: appends a chunk of planned events at a time, and keeps
     per event appended by this import only its line and whether its id was derived."""
@@ -751,7 +746,7 @@ class _Appender:
         for event, line, is_derived in zip(events, lines, derived, strict=True):
             earlier = first.get(event.id)
             if earlier is not None:
-                if not _same_new(earlier[0], event):
+                if not same_new_event(earlier[0], event):
                     self.problems.append(Problem(line, f"id {event.id!r} is used on line "
                                                        f"{earlier[1]} for another event"))
                     continue

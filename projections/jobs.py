@@ -35,11 +35,9 @@ from projections.events import (
     JobStarted,
     JobSubmitted,
     normalise_pool,
-    require_fraction,
     require_int,
     require_name,
     require_non_negative_int,
-    require_positive_int,
 )
 from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger
 from projections.outcomes import Outcome
@@ -128,8 +126,6 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
     events when `balance` > 0). `AccountExists` when an account event opened it before."""
     require_name("account_id", account_id)
     require_non_negative_int("balance", balance)
-    if max_running is not None:
-        require_positive_int("max_running", max_running)
     opened = AccountOpened(account_id, max_running, share, half_life, refill_rate, refill_cap)
 
     def build(draft: Draft) -> Built:
@@ -153,10 +149,9 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
     """Submit a job, reserving `cost`; the outcome says whether it was accepted (a
     rejection is recorded too) and why not. `user`: who submitted it, kept apart from
     the journal record so it can be erased."""
+    # The caller's argument names first; the event checks the rest of its fields.
     require_name("job_id", job_id)
     require_name("account_id", account_id)
-    require_non_negative_int("cost", cost)
-    require_int("priority", priority)
     event = JobSubmitted(account_id, job_id, cost, priority, normalise_pool(pool), user=user)
 
     def build(draft: Draft) -> Built:
@@ -227,9 +222,7 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
     """Settle a running job: success charges its cost, failure floor(cost * (1 - f)); the
     outcome's `charge` is what it charged."""
     require_name("job_id", job_id)
-    if not isinstance(success, bool):
-        raise ValueError(f"success must be True or False, got {success!r}")
-    require_fraction("refund_fraction", refund_fraction)
+    event = JobCompleted(job_id, success, refund_fraction)  # checks success and the fraction
 
     def build(draft: Draft) -> Built:
         job = draft.ledger.jobs.get(job_id)
@@ -238,7 +231,6 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
         if job.state != RUNNING:
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                     "can complete")
-        event = JobCompleted(job_id, success, refund_fraction)
         built = [draft.event(_event_time(draft, at, clock), event, job.account)]
         _try_in_past(session, draft.ledger, built)
         return built

@@ -94,13 +94,17 @@ def personal_of(journal: JournalLike, rec: RecordedEvent) -> dict[str, Any]:
 def same_event(journal: JournalLike, old: RecordedEvent, new: NewEvent) -> bool:
     """Whether `new` is the event recorded as `old` (the journal's own rule: an erased
     part compares equal to anything, a record with inline fields to them kept apart)."""
-    text = _appending.payload_text(new.id, new.payload)
-    private = _appending.private_text(new.id, new.payload, new.private)
     held = None
     if PRIVATE_KEY in old.payload:
         part = journal.private([old.id]).get(old.id)
         held = None if part is None else _appending.payload_text(old.id, part)
-    return _appending.recorded_as(old, held, _appending.Candidate(new, text, private))
+    return _appending.recorded_as(old, held, _appending.Candidate.of(new))
+
+
+def same_new_event(a: NewEvent, b: NewEvent) -> bool:
+    """Whether two events not yet recorded are one event (the journal's rule for an id
+    repeated in one batch: the same stream, type, time, payload and private part)."""
+    return _appending.Candidate.of(a).is_same_event(_appending.Candidate.of(b))
 
 
 # -- erasure -----------------------------------------------------------------------------

@@ -185,13 +185,12 @@ class StateCodec:
         blank = self._blank
 
         def dec(v: Any) -> Any:
-            t = type(v)
-            if t in scalars:
-                return v
-            if t is not list or not v or type(v[0]) is not int:
-                raise StateFormatError(f"unexpected {t.__name__} in a state tree")
+            # Called on containers only: every caller passes a scalar through itself, as
+            # in `copy` (most of a tree is scalars, and a call per scalar would cost more
+            # than the decoding).
+            if type(v) is not list or not v or type(v[0]) is not int:
+                raise StateFormatError(f"unexpected {type(v).__name__} in a state tree")
             tag = v[0]
-            # Scalars inline, as in `copy`: most of a tree is scalars.
             if tag == _LIST:
                 return [x if type(x) in scalars else dec(x) for x in v[1:]]
             if tag == _TUPLE:
@@ -210,7 +209,7 @@ class StateCodec:
                 return out
             if tag in (_FROZENSET, _SET):
                 try:
-                    members = [dec(x) for x in v[1:]]
+                    members = [x if type(x) in scalars else dec(x) for x in v[1:]]
                     return frozenset(members) if tag == _FROZENSET else set(members)
                 except TypeError as exc:  # an unhashable member
                     raise StateFormatError(f"bad set member: {exc}") from None
@@ -237,7 +236,7 @@ class StateCodec:
             raise StateFormatError(f"unknown tag {tag!r} in a state tree")
 
         try:
-            return dec(tree)
+            return tree if type(tree) in scalars else dec(tree)
         except RecursionError:
             raise StateFormatError("state tree nested too deeply") from None
         finally:

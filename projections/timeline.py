@@ -3,7 +3,7 @@
 - `account_timeline`: after every event of one account, and at every expiry of one of
   its grants between events, its balance per pool, what is held for jobs and its debt.
 - `grant_burndown`: for each grant, what was left of it after each use and at its expiry.
-- `expiring_within`: active credits whose grant expires in a window, per account and pool.
+- `expiring_entries`: active credits whose grant expires in a window, per account and pool.
 
 Pure functions of events and states (no I/O): the web view and the reports call them on
 whatever part of the journal they read (as known at a position, up to an event time).
@@ -198,29 +198,16 @@ def grant_burndown(granted: int, time: int, uses: Iterable[tuple[int, int]],
     return steps
 
 
-@dataclass(frozen=True, slots=True)
-class ExpiringCredits:
-    """Active credits of one grant that expire in the window asked about."""
-
-    account: str
-    pool: str
-    grant_id: str
-    expiry: int
-    amount: int
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready entry."""
-        return {"account": self.account, "pool": self.pool, "grant": self.grant_id,
-                "expiry": self.expiry, "amount": self.amount}
-
-
 ExpiringEntry = tuple[int, str, str, str, int]
-"""(expiry, account, pool, grant, credits): one grant's active credits expiring soon."""
+"""(expiry, account, pool, grant, credits): one grant's active credits expiring soon.
+Plain tuples, cheaper to make and hold by the thousand than objects (a page shows a few
+of them, unpacking each)."""
 
 
 def expiring_entries(ledger: Ledger, at: int, until: int) -> list[ExpiringEntry]:
-    """`expiring_within` as plain tuples, in the same order: cheaper to hold by the
-    thousand (a page shows a few of them)."""
+    """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
+    until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
+    them and settles them."""
     found = unordered_expiring_entries(ledger, at, until)
     found.sort(key=ENTRY_ORDER)
     return found
@@ -256,10 +243,3 @@ def unordered_expiring_entries(ledger: Ledger, at: int, until: int) -> list[Expi
                         stack.append(left + 1)
     return found
 
-
-def expiring_within(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
-    """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
-    until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
-    them and settles them."""
-    return [ExpiringCredits(account, pool, grant, expiry, amount)
-            for expiry, account, pool, grant, amount in expiring_entries(ledger, at, until)]

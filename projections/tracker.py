@@ -9,7 +9,6 @@ from projections.events import (
     normalise_pool,
     require_int,
     require_name,
-    require_positive_int,
 )
 from projections.figures import Figures
 from projections.session import JournalArg, LedgerSession, SessionFacade
@@ -38,14 +37,13 @@ class GPUCreditTracker(SessionFacade):
 
         `priority` (0-100): lower numbers are used first; `memo`: free text (a PO number).
         """
-        require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
-        require_int("expiry", expiry)
+        require_int("expiry", expiry)  # the event takes None (no expiry); this call does not
+        event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
+                               memo)
         if expiry <= timestamp:
             raise ValueError(f"expiry must be after timestamp: expiry {expiry} <= "
                              f"timestamp {timestamp}")
-        event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
-                               memo)
         self._session.decide(
             [self.account], lambda draft: [draft.event(timestamp, event, self.account)],
             event_id=event_id, reads_state=False)
@@ -56,7 +54,6 @@ class GPUCreditTracker(SessionFacade):
         """Consume `amount` at `timestamp`; return the account's outstanding debt right after.
 
         `user`, `memo`: who used the credits and a note, kept apart so they can be erased."""
-        require_positive_int("amount", amount)
         require_int("timestamp", timestamp)
         event = CreditsConsumed(self.account, amount, normalise_pool(pool), memo, user)
         outcome = self._session.decide(

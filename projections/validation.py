@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -184,6 +185,27 @@ def require_fraction(name: str, value: object) -> float:
     if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {show(value)}")
     return as_float
+
+
+def require_bool(name: str, value: object) -> bool:
+    """Return `value` if it is `True` or `False` (not 0 or 1, not "true")."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {show(value)}")
+    return value
+
+
+FIELD_CHECKS: dict[Any, Callable[[str, Any], Any]] = {
+    Name: require_name,
+    Text: require_text,
+    Int: require_int,
+    PositiveInt: require_positive_int,
+    NonNegativeInt: require_non_negative_int,
+    GrantPriority: require_grant_priority,
+    UnitFraction: require_fraction,
+    bool: require_bool,
+}
+"""The check of each field type above: a field declared with the type is checked by it
+(the event dataclasses run these from their annotations, in declaration order)."""
 
 
 # -- JSON as a ledger reads it ----------------------------------------------------------

@@ -23,3 +23,46 @@ def _blocks() -> list[tuple[str, int, str]]:
                          ids=[f"{d}-{i}" for d, i, _ in _blocks()])
 def test_doc_example_runs(doc: str, index: int, code: str) -> None:
     exec(compile(code, f"{doc}[{index}]", "exec"), {})
+
+
+ROOT = DOCS.parent
+ARCHITECTURE = DOCS / "architecture.md"
+# Each package, and the heading in docs/architecture.md whose first table describes it.
+PACKAGES = {
+    "eventstore": "### Inside `eventstore`",
+    "projections": "### Inside `projections`\n",
+    "projections/queries": "### Inside `projections.queries`",
+    "tools": "### Inside `tools`\n",
+    "tools/service": "## The HTTP service",
+    "tools/web": "### Inside `tools.web`",
+    "tools/sim": "### Inside `tools.sim`",
+    "tools/bench": "### Inside `tools.bench`",
+}
+MODULE = re.compile(r"`([\w/]+\.py)`")
+
+
+def _first_table(text: str, heading: str) -> list[str]:
+    """The rows of the first table after `heading`."""
+    start = text.index(heading)
+    rows: list[str] = []
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("|"):
+            rows.append(line)
+        elif rows:
+            break
+    return rows
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_table_lists_every_module_and_only_those(package: str) -> None:
+    text = ARCHITECTURE.read_text()
+    listed = {f"{package}/{name}" for row in _first_table(text, PACKAGES[package])
+              for name in MODULE.findall(row.split("|")[1])}
+    here = ROOT / package
+    modules = {str(p.relative_to(ROOT)) for p in here.rglob("*.py")
+               if p.parent == here or not (p.parent / "__init__.py").exists()
+               or str(p.parent.relative_to(ROOT)) not in PACKAGES}
+    modules = {m for m in modules if "__pycache__" not in m}
+    required = {m for m in modules if not m.endswith("/__init__.py")}
+    assert required - listed == set(), "modules no table describes"
+    assert listed - modules == set(), "modules described that do not exist"

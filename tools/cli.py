@@ -18,12 +18,11 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Annotated, Any, TextIO
+from typing import IO, Annotated, Any, Protocol, TextIO, cast
 
 import typer
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
@@ -35,6 +34,22 @@ from projections.replay import verify as verify_journal
 from projections.timefmt import format_time, parse_time
 from projections.verifications import Verification, record_verification
 from tools import render
+
+# Typer (from 0.29 on) carries its own copy of click and makes public only BadParameter,
+# Abort and Exit; the error classes behind them are reached through BadParameter's own
+# bases, which exist under every Typer this project accepts, instead of a private module.
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+ClickException: type[Exception] = typer.BadParameter.__mro__[2]
+assert UsageError.__name__ == "UsageError" and ClickException.__name__ == "ClickException"
+
+
+class _ClickError(Protocol):
+    """What the CLI reads of click's errors."""
+
+    exit_code: int
+    ctx: typer.Context | None
+
+    def format_message(self) -> str: ...
 
 PROG = "gpu-credits"
 ENV_DB = "GPU_CREDITS_DB"
@@ -60,11 +75,17 @@ def _say_error(message: str) -> None:
     sys.stderr.flush()
 
 
-def _usage_hint(exc: UsageError) -> str:
+def _usage_hint(exc: _ClickError) -> str:
     if exc.ctx is None:
         return f"(see '{PROG} --help')"
     path = " ".join([PROG, *exc.ctx.command_path.split()[1:]])
     return f"(see '{path} --help')"
+
+
+def _is_help(exc: Exception) -> bool:
+    """Whether a usage error is click's "no arguments, so here is the help" (a group called
+    without a command), which is an answer, not an error. Named, as the class is not public."""
+    return type(exc).__name__ == "NoArgsIsHelpError"
 
 
 def _silence_stdout() -> None:
@@ -100,15 +121,17 @@ class _Group(TyperGroup):
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False,
                                   windows_expand_args=windows_expand_args, **extra)
-        except NoArgsIsHelpError as exc:
-            sys.stdout.write(exc.format_message() + "\n")
-            return 0
         except UsageError as exc:
-            _say_error(f"{exc.format_message().rstrip('.')} {_usage_hint(exc)}")
+            usage = cast(_ClickError, exc)
+            if _is_help(exc):  # a group called without a command: its help, exit 0
+                sys.stdout.write(usage.format_message() + "\n")
+                return 0
+            _say_error(f"{usage.format_message().rstrip('.')} {_usage_hint(usage)}")
             return EXIT_BAD_INPUT
         except ClickException as exc:
-            _say_error(exc.format_message())
-            return int(exc.exit_code)
+            error = cast(_ClickError, exc)
+            _say_error(error.format_message())
+            return int(error.exit_code)
         except typer.Abort:
             _say_error("aborted")
             return EXIT_CHECK_FAILED

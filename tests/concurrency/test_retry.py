@@ -75,19 +75,18 @@ def _one_line(exc: BaseException) -> str:
 def test_backend_killed_after_the_append_was_sent_then_retry_appends_once(
     pg_fresh_url: str,
 ) -> None:
-    journal = Journal(pg_fresh_url)
     event = NewEvent("req-1", "acct", "consume", 5, {"account": "acct", "amount": 3})
-    with pytest.raises(ConnectionProblem) as err, journal.transaction(["acct"]) as tx:
-        tx.append([event])
-        _terminate(pg_fresh_url, _backend_pid(journal))
-        time.sleep(0.2)
-    assert "lost" in _one_line(err.value)
-    assert journal.get("req-1") is None  # the transaction died with its backend
-    (first,) = journal.append([event])  # the retry, on a fresh connection
-    (again,) = journal.append([event])  # and one more, for good measure
-    assert first == again and journal.head() == 1
-    assert journal.verify() is None
-    journal.close()
+    with Journal(pg_fresh_url) as journal:
+        with pytest.raises(ConnectionProblem) as err, journal.transaction(["acct"]) as tx:
+            tx.append([event])
+            _terminate(pg_fresh_url, _backend_pid(journal))
+            time.sleep(0.2)
+        assert "lost" in _one_line(err.value)
+        assert journal.get("req-1") is None  # the transaction died with its backend
+        (first,) = journal.append([event])  # the retry, on a fresh connection
+        (again,) = journal.append([event])  # and one more, for good measure
+        assert first == again and journal.head() == 1
+        assert journal.verify() is None
 
 
 @pytest.mark.postgres
@@ -95,17 +94,16 @@ def test_commit_answer_lost_then_retry_returns_the_original_record(
     cutter: tuple[CommitCutter, str],
 ) -> None:
     proxy, url = cutter
-    journal = Journal(url)
     event = NewEvent("req-2", "acct", "consume", 5, {"account": "acct", "amount": 3})
-    proxy.armed.set()
-    with pytest.raises(ConnectionProblem) as err:
-        journal.append([event])
-    _one_line(err.value)
-    assert proxy.cuts == 1
-    recorded = journal.get("req-2")
-    assert recorded is not None, "the COMMIT did reach the server"
-    assert journal.append([event]) == [recorded] and journal.head() == 1
-    journal.close()
+    with Journal(url) as journal:
+        proxy.armed.set()
+        with pytest.raises(ConnectionProblem) as err:
+            journal.append([event])
+        _one_line(err.value)
+        assert proxy.cuts == 1
+        recorded = journal.get("req-2")
+        assert recorded is not None, "the COMMIT did reach the server"
+        assert journal.append([event]) == [recorded] and journal.head() == 1
 
 
 # -- the facades -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ its own test file instead.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -433,6 +433,23 @@ class AppendReadContract(_OnABackend):
             j.append([ev("a")])
 
 
+Tamper = Callable[[JournalLike], None]
+
+
+def _edit_position_6(journal: JournalLike) -> None:
+    tamper_payload(journal, 6, lambda s: s.replace("106", "107"))
+
+
+def _delete_position_4_and_rechain(journal: JournalLike) -> None:
+    rows = stored_rows(journal)
+    replace_rows(journal, rehash(rows[:3] + rows[4:]))
+
+
+def _truncate_to_7_and_move_the_head(journal: JournalLike) -> None:
+    replace_rows(journal, stored_rows(journal)[:7])  # no re-hash needed for this one
+    assert journal.head_anchor().position == 7
+
+
 class ChainContract(_OnABackend):
     """The hash chain: anchors, tampering found, reads that check the chain."""
 
@@ -454,20 +471,23 @@ class ChainContract(_OnABackend):
         assert journal.verify(anchor) is None
         assert journal.verify_chain(anchor=(anchor.position, anchor.hash)).ok
 
-    def test_one_edited_record_is_found_at_its_position(self, journal: JournalLike) -> None:
+    @pytest.mark.parametrize(("tamper", "chain_alone_finds_it", "position", "says"), [
+        pytest.param(_edit_position_6, True, 6, "position 6", id="one edited record"),
+        pytest.param(_delete_position_4_and_rechain, False, 10, "ends at position 9",
+                     id="a deleted record, the rest re-chained"),
+        pytest.param(_truncate_to_7_and_move_the_head, False, 8, "",
+                     id="a truncated tail, the head pointed back"),
+    ])
+    def test_a_tampering_fails_against_an_anchor_taken_before_it(
+            self, journal: JournalLike, tamper: Tamper, chain_alone_finds_it: bool,
+            position: int, says: str) -> None:
         anchor = filled(journal).head_anchor()
-        tamper_payload(journal, 6, lambda s: s.replace("106", "107"))
-        assert_broken_at(journal.verify_chain(anchor=anchor), 6, "position 6")
-
-    def test_a_deleted_record_with_the_chain_rehashed_fails_only_against_an_anchor(
-        self,
-        journal: JournalLike,
-    ) -> None:
-        anchor = filled(journal).head_anchor()
-        rows = stored_rows(journal)
-        replace_rows(journal, rehash(rows[:3] + rows[4:]))  # delete position 4, re-chain the rest
-        assert journal.verify_chain().ok  # consistent in itself: nothing else could tell
-        assert_broken_at(journal.verify_chain(anchor=anchor), 10, "ends at position 9")
+        tamper(journal)
+        # Without the anchor, a tampering that keeps the chain consistent in itself (a
+        # re-chained rest, a head moved with the tail) is one nothing else could tell.
+        assert journal.verify_chain().ok is not chain_alone_finds_it
+        assert (journal.verify() is None) is not chain_alone_finds_it
+        assert_broken_at(journal.verify_chain(anchor=anchor), position, says)
 
     def test_a_rewritten_prefix_fails_at_the_anchored_position(self, journal: JournalLike) -> None:
         filled(journal)
@@ -477,16 +497,6 @@ class ChainContract(_OnABackend):
         replace_rows(journal, rehash([rows[0], edited, *rows[2:]]))
         assert journal.verify() is None
         assert_broken_at(journal.verify_chain(anchor=anchor), 5, "rewritten")
-
-    def test_a_truncated_tail_with_the_head_pointed_back_fails_against_an_anchor(
-        self,
-        journal: JournalLike,
-    ) -> None:
-        anchor = filled(journal).head_anchor()
-        replace_rows(journal, stored_rows(journal)[:7])
-        assert journal.verify() is None  # no re-hash needed for this one
-        assert journal.head_anchor().position == 7
-        assert_broken_at(journal.verify_chain(anchor=anchor), 8)
 
     def test_a_truncated_tail_behind_the_head_marker_is_found_without_an_anchor(
         self,

@@ -20,6 +20,7 @@ from projections.importing import (
     content_id,
     export_records,
     import_file,
+    import_stream,
     parse_record,
     plan_import,
     read_jsonl,
@@ -126,6 +127,25 @@ def test_job_streams() -> None:
                   {"type": "cancel", "job": "nobody", "time": 4})
     plan = plan_import(data, "f", journal)
     assert [e.stream for e in plan.events] == ["acct", "b", "b", "job:nobody"]
+
+
+def test_a_job_submitted_before_goes_to_the_account_the_projection_gives_it() -> None:
+    # Two accounts submitted job "j": b's was recorded first, a's came late and lands
+    # before it on the timeline, so the fold gives the job to a (b's is the anomaly).
+    journal = MemoryJournal()
+    journal.append([NewEvent("s-b", "b", "submit", 10, {"account": "b", "job": "j",
+                                                        "cost": 0, "priority": 0})])
+    journal.append([NewEvent("s-a", "a", "submit", 5, {"account": "a", "job": "j",
+                                                       "cost": 0, "priority": 0})])
+    replay(journal, checkpoint=True, checkpoint_every=1)  # the index from a checkpoint too
+    journal.append([NewEvent("s-c", "c", "submit", 7, {"account": "c", "job": "k",
+                                                       "cost": 0, "priority": 0})])
+    data = _lines({"type": "cancel", "job": "j", "time": 20},
+                  {"type": "cancel", "job": "k", "time": 20})
+    assert [e.stream for e in plan_import(data, "f", journal).events] == ["a", "c"]
+    head = journal.head()
+    assert import_stream(journal, io.BytesIO(data), "f").appended == 2
+    assert [r.stream for r in journal.read(after_position=head, order="position")] == ["a", "c"]
 
 
 def _random_history(ops: list[tuple[str, int, int]]) -> MemoryJournal:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent
+from projections.figures import Figures
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
 from projections.timeline import TimelineBuilder, TimelinePoint, point_of
@@ -88,3 +89,23 @@ def test_every_point_is_what_the_accounts_state_says_then(journal: MemoryJournal
         points, expected = kept.finish(until, state), plain.finish(until, state)
         assert [p.as_dict() for p in points] == [p.as_dict() for p in expected]
         assert [list(p.pools) for p in points] == [list(p.pools) for p in expected]  # order
+
+
+@settings(max_examples=200, deadline=None)
+@given(journal=histories(), after=st.integers(0, 15))
+def test_figures_per_pool_add_up_to_the_accounts_figures(journal: MemoryJournal,
+                                                         after: int) -> None:
+    ledger = Ledger()
+    events = list(journal.read(order="canonical"))
+    for rec in events:
+        apply_recorded(ledger, rec)
+    at = max((rec.time for rec in events), default=0) + after
+    for account in (*ACCOUNTS, "nobody"):
+        state = ledger.accounts.get(account)
+        total, pools = Figures.of(state, at), Figures.by_pool(state, at)
+        assert list(pools) == sorted(total.pools)
+        for field in ("balance", "reserved", "available", "debt"):
+            assert sum(getattr(f, field) for f in pools.values()) == getattr(total, field)
+        for pool, f in pools.items():
+            assert f.pools == {pool: total.pools[pool]}
+            assert f.available == f.balance - f.reserved and f.reserved >= 0

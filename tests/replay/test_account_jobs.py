@@ -73,6 +73,13 @@ def _arrival(events: list[Event], data: st.DataObject) -> list[Event]:
     return order
 
 
+def _arrival_and_cut(events: list[Event], data: st.DataObject) -> tuple[list[Event], int]:
+    """An arrival order of `events` (`_arrival`), and how many of them come before the
+    newest checkpoint."""
+    order = _arrival(events, data)
+    return order, data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+
+
 def _recorded(events: list[Event], cut: int, every: int | None) -> MemoryJournal:
     """`events[:cut]` appended, checkpointed when `every` is given, then the rest."""
     journal = MemoryJournal()
@@ -89,8 +96,7 @@ def _recorded(events: list[Event], cut: int, every: int | None) -> MemoryJournal
 @given(shared_job_histories(), st.data())
 def test_an_accounts_jobs_from_the_job_index_are_the_folds(
         events: list[Event], data: st.DataObject) -> None:
-    order = _arrival(events, data)
-    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+    order, cut = _arrival_and_cut(events, data)
     journal = _recorded(order, cut, data.draw(st.integers(1, 5)))
     position = data.draw(st.integers(0, journal.head()), label="as known at")
     fold = fold_canonical(journal, to_position=position)
@@ -112,8 +118,7 @@ def test_an_accounts_jobs_from_the_job_index_are_the_folds(
 @given(shared_job_histories(), st.data())
 def test_statements_checking_their_job_ids_in_the_index_are_those_of_a_fold(
         events: list[Event], data: st.DataObject) -> None:
-    order = _arrival(events, data)
-    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+    order, cut = _arrival_and_cut(events, data)
     every = data.draw(st.integers(1, 5))
     checkpointed = _recorded(order, cut, every)
     plain = _recorded(order, cut, None)  # no checkpoint: the jobs report's fold

@@ -4,6 +4,7 @@ and written out as a file that fails again when replayed."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from planted import BUGS
@@ -129,3 +130,47 @@ def test_a_failing_run_reports_seed_step_events_and_a_replay_command(
     assert "replay it: python -m tools.sim --replay " in out
     (written,) = tmp_path.glob("seed-3-step-*.jsonl")
     assert replay_file(written) is not None
+
+
+def test_a_journal_that_stores_other_than_it_answers_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The step's checks work from what each append answered; what the journal holds is
+    # read back every K steps and must be the same.
+    from eventstore import MemoryJournal
+
+    quick = MemoryJournal._append_new
+
+    def misreported(self: MemoryJournal, events: Any) -> Any:
+        recorded = quick(self, events)
+        if recorded and recorded[0].type == "consume":
+            recorded = [rec._replace(time=rec.time + 1) for rec in recorded]
+        return recorded
+
+    monkeypatch.setattr(MemoryJournal, "_append_new", misreported)
+    result = run(1, 400, check_every=200)
+    assert result.failure is not None
+    assert any("not the one it answered" in p for p in result.failure.problems), \
+        result.failure.problems
+
+
+def test_a_charge_whose_lineage_does_not_add_up_is_found_at_its_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The grants a completion names as paying add up to one credit more than it charged.
+    # The whole-journal checks are kept away (K beyond the run): the step's own check
+    # must find it, on the projection that folded it.
+    from projections.ledger import Ledger
+
+    apply = Ledger.apply
+
+    def overpaid(self: Ledger, position: int, event_id: str, time: int, event: Any) -> Any:
+        outcome = apply(self, position, event_id, time, event)
+        if outcome.type == "complete" and outcome.paid_by:
+            (grant, amount), *rest = outcome.paid_by
+            outcome = outcome._replace(paid_by=((grant, amount + 1), *rest))
+        return outcome
+
+    monkeypatch.setattr(Ledger, "apply", overpaid)
+    result = run(1, 1500, check_every=10**6, one_process=True)
+    assert result.failure is not None
+    assert any("invariant broken: lineage" in p for p in result.failure.problems), \
+        result.failure.problems

@@ -1,8 +1,8 @@
 """PostgreSQL with 1-8 worker processes (many workers), measured by `tools/bench_workers.py`.
 
-Its `run(quick: bool) -> list[dict]` measures committed decisions per second with 1, 2, 4
-and 8 workers and returns one row per measurement; the harness calls it in a fresh
-process and shows its rows as they come.
+`tools.bench_workers.run(quick: bool) -> list[dict]` measures committed decisions per
+second with 1, 2, 4 and 8 workers and returns one row per measurement; the harness calls
+it, through `run_workers` here, in a fresh process and shows its rows as they come.
 """
 
 from __future__ import annotations

@@ -7,10 +7,14 @@ for an amount): a ledger should refuse what it would otherwise have to guess.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
 
+from projections.outcomes import Revision
 from tools.service.times import EventTime
 
 Name = str  # accounts, jobs, pools: non-empty printable text (checked by the event types)
@@ -314,16 +318,29 @@ class StatementAnswer(Report):
     subtotals: SubtotalsAnswer | None = None
 
 
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _fields_of(value: type[Any]) -> Callable[[type[_Model]], type[_Model]]:
+    """A model whose answer is `value.as_dict()` and a few keys more: the fields of the
+    dataclass `value` (all required, as declared), then the model's own. So the value's
+    fields are declared once, where the value is, and the schema follows them."""
+
+    def derive(model: type[_Model]) -> type[_Model]:
+        hints = typing.get_type_hints(value)
+        fields: dict[str, Any] = {f.name: (hints[f.name], ...)
+                                  for f in dataclasses.fields(value)}
+        fields.update({name: (f.annotation, f) for name, f in model.model_fields.items()})
+        return create_model(model.__name__, __base__=model.__mro__[1], __doc__=model.__doc__,
+                            __module__=model.__module__, **fields)
+
+    return derive
+
+
+@_fields_of(Revision)
 class RevisionAnswer(Report):
     """A late event changed what an earlier-reported event did."""
 
-    late_position: int
-    late_event_id: str
-    position: int
-    event_id: str
-    type: str
-    before: dict[str, Any]
-    after: dict[str, Any]
     late_time: int | None
     late_type: str | None
     time: int | None

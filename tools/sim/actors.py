@@ -58,18 +58,12 @@ def reversals_fold() -> bool:
 class Rates:
     """How often each actor acts and each fault strikes (per op)."""
 
-    submit: float = 0.24
-    start: float = 0.18
-    complete: float = 0.15
-    cancel: float = 0.06
-    consume: float = 0.18
-    grant: float = 0.10
-    adjust: float = 0.015
-    void: float = 0.008
-    reverse: float = 0.006
-    import_: float = 0.03
-    audit: float = 0.001
-    open: float = 0.002
+    # Each kind of op and its share, in the order an op is drawn (what is left over
+    # after the last one is a `start`).
+    ops: tuple[tuple[str, float], ...] = (
+        ("submit", 0.24), ("start", 0.18), ("complete", 0.15), ("cancel", 0.06),
+        ("consume", 0.18), ("grant", 0.10), ("adjust", 0.015), ("void", 0.008),
+        ("reverse", 0.006), ("import", 0.03), ("audit", 0.001), ("open", 0.002))
     late: float = 0.03  # a usage report or grant stamped earlier than the latest event
     late_line: float = 0.3  # a delivered line stamped earlier than the latest event
     lost_answer: float = 0.03
@@ -131,12 +125,7 @@ class Director:
         worker = rng.choice(WORKERS)
         x = rng.random()
         kind = "start"
-        for candidate, rate in (("submit", r.submit), ("start", r.start),
-                                ("complete", r.complete), ("cancel", r.cancel),
-                                ("consume", r.consume), ("grant", r.grant),
-                                ("adjust", r.adjust), ("void", r.void),
-                                ("reverse", r.reverse),
-                                ("import", r.import_), ("audit", r.audit), ("open", r.open)):
+        for candidate, rate in r.ops:
             if x < rate:
                 kind = candidate
                 break

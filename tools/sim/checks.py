@@ -18,11 +18,10 @@ from operator import attrgetter
 from typing import Any
 
 from eventstore import ChainBroken, RecordedEvent
-from projections.events import from_payload
-from projections.invariants import outcome_violations, violations
+from projections.invariants import violations
 from projections.ledger import Ledger
 from tools.sim import model
-from tools.sim.world import Op, World
+from tools.sim.world import LINEAGE_TYPES, Op, World
 
 NEVER = 2**62
 
@@ -37,30 +36,18 @@ def full_check(world: World) -> list[str]:
     if excluded:
         ledger.excluded = excluded  # reversed events take no part
     outcomes: dict[str, Any] = {}
-    decoded, sound = world.decoded, world.sound_lineage
+    decoded, event_of, lineage = world.decoded, world.event_of, world.lineage
     for rec in records:
         # Each payload is decoded once per world (events are immutable values), for the
         # fold and for the lineage check.
-        event = decoded.get(rec.id, _UNSEEN)
-        if event is _UNSEEN:
-            try:
-                event = decoded[rec.id] = from_payload(rec.type, rec.payload)
-            except (ValueError, TypeError):
-                event = decoded[rec.id] = None
+        event = decoded[rec.id] if rec.id in decoded else event_of(rec)
         if event is None:
             outcomes[rec.id] = ledger.apply_recorded(rec.position, rec.id, rec.type,
                                                      rec.time, rec.payload)
             continue
         outcome = outcomes[rec.id] = ledger.apply(rec.position, rec.id, rec.time, event)
         if rec.type in LINEAGE_TYPES and rec.id not in excluded:
-            job = getattr(event, "job", None)
-            cost = ledger.jobs[job].cost if rec.type == "complete" and job in ledger.jobs else None
-            if sound.get(rec.id) == (outcome, cost):
-                continue  # the same outcome passed before: the verdict is the same
-            found = outcome_violations(outcome, event, cost)
-            problems += [f"fresh fold: {v}" for v in found]
-            if not found:
-                sound[rec.id] = (outcome, cost)
+            problems += [f"fresh fold: {v}" for v in lineage(rec, event, outcome, ledger)]
     problems += [f"fresh fold: invariant broken: {v}" for v in violations(ledger)]
     digest = world.digest = ledger.digest()
     for name, facade in world.sessions():
@@ -72,7 +59,7 @@ def full_check(world: World) -> list[str]:
     reference = model.fold(records)
     problems += _compare(ledger, reference, outcomes)
     problems += _told(world, log, reference)
-    problems += _chain_since_last_check(world)
+    problems += _chain_since_last_check(world, log)
     ids = {rec.id for rec in records}
     if ids != world.recorded or len(records) != len(ids):
         extra = sorted(ids - world.recorded)[:5]
@@ -87,17 +74,16 @@ def full_check(world: World) -> list[str]:
 _canonical: Callable[[RecordedEvent], tuple[int, int]] = attrgetter("time", "position")
 
 
-_UNSEEN: Any = object()
-
-LINEAGE_TYPES = frozenset({"consume", "submit", "complete", "grant", "adjust"})
-"""Events whose outcome names the grants that paid (`outcome_violations` checks them)."""
-
-
-def _chain_since_last_check(world: World) -> list[str]:
-    """The events recorded since the last check chain on from the last one verified: each
-    hash computed once per world (its end checks the whole chain again)."""
+def _chain_since_last_check(world: World, log: list[RecordedEvent]) -> list[str]:
+    """The events recorded since the last check chain on from the last one verified, and
+    are the events the checks worked from (`log`: on the memory journal, what its appends
+    answered): each read and hashed once per world (its end checks the whole chain
+    again)."""
     try:
         for rec in world.journal.read_verified(after=world.chained):
+            if rec.position > len(log) or log[rec.position - 1] != rec:
+                return [f"the journal's event at position {rec.position} ({rec.id}) is not "
+                        "the one it answered or was read as"]
             world.chained = (rec.position, rec.hash)
     except ChainBroken as exc:
         return [f"the journal's hash chain is broken at position {exc.position}"]

@@ -34,9 +34,12 @@ class Batch:
     amount: int
     order: tuple[int, int]
     voided: bool = False  # its unused credits stopped counting; held ones lapse on release
+    # The draw order: earliest expiry first, a pool's batch before a general one on an
+    # equal expiry, then grant order. None of these change, so it is taken once.
+    draw_key: tuple[int, bool, tuple[int, int]] = field(init=False)
 
-    def draw_key(self) -> tuple[int, bool, tuple[int, int]]:
-        return (self.expiry, self.pool == GENERAL, self.order)
+    def __post_init__(self) -> None:
+        self.draw_key = (self.expiry, self.pool == GENERAL, self.order)
 
 
 @dataclass
@@ -49,7 +52,8 @@ class Account:
     running: int = 0
 
     def expire(self, time: int) -> None:
-        self.batches = [b for b in self.batches if b.expiry > time and b.amount > 0]
+        if self.batches:
+            self.batches = [b for b in self.batches if b.expiry > time and b.amount > 0]
 
     def usable(self, pool: str) -> int:
         return sum(b.amount for b in self.batches if b.pool in (pool, GENERAL)
@@ -57,7 +61,7 @@ class Account:
 
     def draw(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
         taken = []
-        for b in sorted(self.batches, key=Batch.draw_key):
+        for b in sorted(self.batches, key=_DRAW_KEY):
             if amount == 0:
                 break
             if b.amount == 0 or not (b.pool == pool or b.pool == GENERAL):
@@ -148,6 +152,7 @@ class Model:
 # was a good part of the model's fold.
 _POSITION = attrgetter("position")
 _CANONICAL = attrgetter("time", "position")
+_DRAW_KEY = attrgetter("draw_key")
 
 
 def excluded_ids(records: Iterable[Any]) -> frozenset[str]:
@@ -155,8 +160,9 @@ def excluded_ids(records: Iterable[Any]) -> frozenset[str]:
     reversed. A reversal can only name an event recorded before it, so walking back from
     the last position settles each reversal before the event it names."""
     out: set[str] = set()
-    for rec in sorted(records, key=_POSITION, reverse=True):
-        if rec.type == "reverse" and rec.id not in out:
+    reversals = [rec for rec in records if rec.type == "reverse"]
+    for rec in sorted(reversals, key=_POSITION, reverse=True):
+        if rec.id not in out:
             out.add(rec.payload["event"])
     return frozenset(out)
 
@@ -179,7 +185,9 @@ def _apply(model: Model, rec: Any) -> None:
         _void(model, p["grant"], rec.time)
         return
     if rec.type in ("account", "grant", "consume", "submit", "adjust"):
-        account = model.accounts.setdefault(p["account"], Account())
+        account = model.accounts.get(p["account"])
+        if account is None:
+            account = model.accounts[p["account"]] = Account()
         account.expire(rec.time)
         _credit_event(model, account, rec)
         return

@@ -21,6 +21,7 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
@@ -28,12 +29,17 @@ from eventstore.hashing import GENESIS_HASH
 from projections import GPUCreditTracker, LedgerError, Scheduler
 from projections.events import from_payload, to_payload
 from projections.importing import import_file
-from projections.invariants import violations
+from projections.invariants import Violation, outcome_violations, violations
 from projections.ledger import CANCELLED, PENDING, Ledger
 from projections.session import session_of
 from tools.sim.killed import kill_a_writer
 
 Op = dict[str, Any]
+
+_POSITION = attrgetter("position")
+
+LINEAGE_TYPES = frozenset({"consume", "submit", "complete", "grant", "adjust"})
+"""Events whose outcome names the grants that paid (`outcome_violations` checks them)."""
 
 PROCESS_OF = {"reporter": "office", "finance": "office", "auditor": "office"}
 """Actors that share a process: the usage reporter, finance and the auditor run in one
@@ -79,19 +85,75 @@ class World:
     imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
-    log: list[RecordedEvent] = field(default_factory=list)  # the journal, read once
-    # For the whole-journal checks: each event decoded once (None: it does not decode),
-    # and the outcome (with the job's cost) whose lineage last passed, per event id.
+    # Every recorded event in arrival order: on the memory journal, as each append
+    # answered (see `_note_answers`); read from any other journal, each event once.
+    log: list[RecordedEvent] = field(default_factory=list)
+    # For the lineage checks and the fresh fold: each event decoded once (None: it does
+    # not decode), and the outcome (with the job's cost) whose lineage last passed, per
+    # event id.
     decoded: dict[str, Any] = field(default_factory=dict)
     sound_lineage: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._note_answers()
+
+    def _note_answers(self) -> None:
+        """On the memory journal, take the records each append answers into `log`, so the
+        step's checks need not read them back: a read costs twice an append there, and
+        most steps append one event. What the journal holds is still read: every K steps
+        the events since the last check, compared with these (`tools.sim.checks`), and
+        the whole journal at the end of a world (`as_learned`)."""
+        journal = self.journal
+        if not isinstance(journal, MemoryJournal):
+            return  # a SQL journal's append answers before its commit: read instead
+        append, log, head = journal.append, self.log, journal.head
+
+        def noting(events: Any, **options: Any) -> list[RecordedEvent]:
+            before = head()
+            recorded = append(events, **options)
+            # Anything taken beyond the head was rolled back since (with its transaction).
+            del log[before:]
+            fresh = [rec for rec in recorded if rec.position > before]
+            if len(fresh) > 1:
+                fresh.sort(key=_POSITION)  # answered in the order asked (a repeat first)
+            log.extend(fresh)
+            return recorded
+
+        journal.append = noting  # type: ignore[method-assign]
+
+    def event_of(self, rec: RecordedEvent) -> Any:
+        """The domain event of a record, decoded once per world (events are immutable
+        values); None when it does not decode (the fold takes it as an anomaly)."""
+        try:
+            event = from_payload(rec.type, rec.payload)
+        except (ValueError, TypeError):
+            event = None
+        self.decoded[rec.id] = event
+        return event
+
+    def lineage(self, rec: RecordedEvent, event: Any, outcome: Any,
+                ledger: Ledger) -> list[Violation]:
+        """Whether the grants `outcome` names as paying for `rec` add up
+        (`outcome_violations`); an outcome that passed before (the same, for the same
+        job cost) is not judged again."""
+        job = getattr(event, "job", None)
+        cost = ledger.jobs[job].cost if rec.type == "complete" and job in ledger.jobs else None
+        if self.sound_lineage.get(rec.id) == (outcome, cost):
+            return []
+        found = outcome_violations(outcome, event, cost)
+        if not found:
+            self.sound_lineage[rec.id] = (outcome, cost)
+        return found
+
     def learn(self) -> list[RecordedEvent]:
-        """Every recorded event in arrival order; only those recorded since the last look
-        are read (each event is read and decoded once; the end of a world checks the
-        journal still holds exactly these)."""
-        known = len(self.log)
-        if self.journal.head() > known:
+        """Every recorded event in arrival order; only those not yet known (not answered
+        by an append, see `_note_answers`) are read, each once; the end of a world
+        checks the journal still holds exactly these."""
+        known, head = len(self.log), self.journal.head()
+        if head > known:
             self.log.extend(self.journal.read(after_position=known, order="position"))
+        elif head < known:
+            del self.log[head:]  # answered by an append that was rolled back
         return self.log
 
     def as_learned(self) -> list[str]:
@@ -173,8 +235,11 @@ class World:
         # Every append of a SQL journal, in a transaction or not, goes through
         # `_append_batch`; the in-memory journal's through `append` (this instance only).
         name = "_append_batch" if hasattr(journal, "_append_batch") else "append"
+        before = journal.__dict__.get(name)  # the journal's own, or `_note_answers`'s
         setattr(journal, name, crash)
-        return lambda: journal.__dict__.pop(name, None)
+        if before is None:
+            return lambda: journal.__dict__.pop(name, None)
+        return lambda: setattr(journal, name, before)
 
     # -- one op ------------------------------------------------------------------------
 
@@ -335,9 +400,8 @@ class World:
             problems.append(f"{eid}: {line['type']} {what}, appended {grew} event(s), "
                             f"expected {expected}")
         if expected and grew:
-            log = self.learn()
-            rec = log[head] if len(log) > head else None
-            if rec is None or rec.id != eid:
+            rec = self.journal.get(eid)  # in the journal, not only in its answer
+            if rec is None or rec.position != head + 1:
                 problems.append(f"{eid}: acknowledged but not recorded at position {head + 1}")
             self.recorded.add(eid)
             if not refused:
@@ -369,13 +433,14 @@ class World:
         problems: list[str] = []
         if position != since:
             proc.checked[id(session)] = position
-            log = self.learn()
-            changed = {rec.stream for rec in log[since:position]}
+            folded = self.learn()[since:position]
+            changed = {rec.stream for rec in folded}
             if account is None and job is not None and job in ledger.jobs:
                 account = ledger.jobs[job].account
             if account:
                 changed.add(account)
             found = violations(ledger, accounts=sorted(changed), jobs=[job] if job else [])
+            found += self._lineage_of(folded, session.projector, ledger)
             problems = [f"{line['id']}: invariant broken: {v}" for v in found]
         if line["type"] == "submit" and isinstance(answer, bool) and job in ledger.jobs:
             # A submit is a live decision: nothing can have changed the job since.
@@ -383,6 +448,22 @@ class World:
             if answer != (state == PENDING):
                 problems.append(f"{line['id']}: submit answered {answer}, the job is {state}")
         return problems
+
+    def _lineage_of(self, records: list[RecordedEvent], projector: Any,
+                    ledger: Ledger) -> list[Violation]:
+        """The lineage of what each of `records` did as this projection folded them (the
+        outcomes it remembers, late events re-projected); the whole-journal check judges
+        them again on a fresh fold."""
+        found: list[Violation] = []
+        decoded, excluded = self.decoded, projector.excluded
+        for rec in records:
+            if rec.type not in LINEAGE_TYPES or rec.id in excluded:
+                continue
+            outcome = projector.remembered(rec.position)
+            event = decoded[rec.id] if rec.id in decoded else self.event_of(rec)
+            if outcome is not None and event is not None:
+                found += self.lineage(rec, event, outcome, ledger)
+        return found
 
     def _import(self, op: Op) -> list[str]:
         """Deliver a file: all of its lines so far, as one import.

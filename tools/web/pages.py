@@ -43,7 +43,6 @@ from projections.queries.history import (
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
-    ExpiringCredits,
     ExpiringEntry,
     grant_burndown,
     unordered_expiring_entries,
@@ -111,26 +110,12 @@ def parse_int(name: str, text: str | None, default: int, *, low: int = 0,
 
 
 @dataclass(frozen=True, slots=True)
-class PoolRow:
-    """One pool of one account on the summary page."""
-
-    pool: str
-    balance: int
-    reserved: int
-    available: int
-    debt: int
-
-
-@dataclass(frozen=True, slots=True)
 class AccountRow:
-    """One account on the summary page: totals and its pools."""
+    """One account on the summary page: its figures, in total and per pool."""
 
     account: str
-    balance: int
-    reserved: int
-    available: int
-    debt: int
-    pools: list[PoolRow]
+    figures: Figures
+    pools: dict[str, Figures]  # by pool name, sorted (`Figures.by_pool`)
 
 
 def head_record(journal: JournalLike, position: int | None = None) -> RecordedEvent | None:
@@ -178,19 +163,10 @@ def summary_figures(source: AuditSource) -> Summary:
 def account_rows(source: AuditSource, names: list[str], at: int) -> list[AccountRow]:
     """The figures of these accounts at `at`, in total and per pool, from the live
     ledger."""
-    rows = []
     with source.reading() as ledger:
-        for name in names:
-            state = ledger.accounts.get(name)
-            fig = Figures.of(state, at)
-            held = state.book.held_by_pool() if state is not None else {}
-            debt = state.book.debt if state is not None else {}
-            pools = [PoolRow(pool, amount, held.get(pool, 0), amount - held.get(pool, 0),
-                             debt.get(pool, 0))
-                     for pool, amount in sorted(fig.pools.items())]
-            rows.append(AccountRow(name, fig.balance, fig.reserved, fig.available, fig.debt,
-                                   pools))
-    return rows
+        states = [(name, ledger.accounts.get(name)) for name in names]
+        return [AccountRow(name, Figures.of(state, at), Figures.by_pool(state, at))
+                for name, state in states]
 
 
 EXPIRING_SHOWN = 200
@@ -215,8 +191,7 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
             "total": len(figures.names), "q": (params.get("q") or "").strip(), "page": page,
             "pages": pages_, "at": figures.at,
-            "expiring": [ExpiringCredits(account, pool, grant, expiry, amount)
-                         for expiry, account, pool, grant, amount in soonest],
+            "expiring": soonest,
             "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
             "head": head_record(source.journal),
