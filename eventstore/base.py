@@ -76,6 +76,16 @@ class JournalBase(Reader):
         """The last position, 0 when empty."""
         raise NotImplementedError
 
+    def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """The events recorded under any of these ids, by id."""
+        raise NotImplementedError
+
+    def head_and_get_many(self, event_ids: Iterable[str]
+                          ) -> tuple[int, dict[str, RecordedEvent]]:
+        """`head()` and `get_many(event_ids)` as of one moment (a writer holding the keys
+        of those ids, so nobody else can record them meanwhile, may ask the two apart)."""
+        return self.head(), self.get_many(event_ids)
+
     def _rows(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
         """The stored rows the query selects, in its order (tx: an open transaction)."""
         raise NotImplementedError

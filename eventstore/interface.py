@@ -69,6 +69,12 @@ class JournalLike(Protocol):
         """The events recorded under any of these ids, by id (one query)."""
         ...
 
+    def head_and_get_many(self, event_ids: Iterable[str]
+                          ) -> tuple[int, dict[str, RecordedEvent]]:
+        """`head()` and `get_many(event_ids)` as of one moment (one query where the
+        database allows)."""
+        ...
+
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
         ...

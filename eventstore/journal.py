@@ -24,13 +24,12 @@ from sqlalchemy import (
     insert,
     or_,
     select,
-    update,
 )
 from sqlalchemy.sql import ColumnElement, Select
 
 from . import appending, migrate
 from .appending import NUL, require_int, require_text, validate_snapshot, wall_clock_us
-from .backend import dbapi, translating
+from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
 from .errors import JournalError, ReadOnlyJournal
@@ -319,31 +318,27 @@ class Journal(JournalBase):
         # One bulk write for the batch: hashes were computed in Python, so there
         # is no per-event round trip.
         private = [p for p in (r.stored_private() for r in rows) if p is not None]
-        self._backend.write(conn, [r.stored() for r in rows], private)
-        self._record_batch(conn, rows[0].event.position, rows[-1].event.position, tx)
+        # The batch's row goes with the same write (the same round trip on PostgreSQL).
+        self._backend.write(conn, [r.stored() for r in rows], private,
+                            self._batch_row(rows[0].event.position, rows[-1].event.position, tx))
         return appending.results(batch, existing, rows)
 
-    def _record_batch(self, conn: Connection, first: int, last: int,
-                      tx: SqlTransaction | None) -> None:
-        """Note that positions `first`..`last` were appended together with whatever this
-        transaction appended before them (the head stays locked until it commits, so its
-        positions are contiguous)."""
+    @staticmethod
+    def _batch_row(first: int, last: int, tx: SqlTransaction | None) -> BatchRow | None:
+        """How to note that positions `first`..`last` were appended together with whatever
+        this transaction appended before them (the head stays locked until it commits, so
+        its positions are contiguous); None: nothing to note."""
         if tx is not None:
             if tx.batch_first is None:
                 tx.batch_first = first
             first = tx.batch_first
         if last <= first:
-            return  # a batch of one event needs no row
+            return None  # a batch of one event needs no row
         if tx is not None and tx.batch_row:
-            conn.execute(update(batches).where(batches.c.first_position == first)
-                         .values(last_position=last))
-            return
-        # A row reaching these positions can only be left from rows deleted behind the
-        # journal's back (a truncated copy appended to again): it describes nothing now.
-        conn.execute(delete(batches).where(batches.c.last_position >= first))
-        conn.execute(insert(batches).values(first_position=first, last_position=last))
+            return BatchRow(first, last, extend=True)
         if tx is not None:
             tx.batch_row = True
+        return BatchRow(first, last, extend=False)
 
     def batches(self, *, after_position: int = 0,
                 to_position: int | None = None) -> list[Batch]:
@@ -524,11 +519,24 @@ class Journal(JournalBase):
         found: dict[str, RecordedEvent] = {}
         with self._reading() as conn:
             for chunk in _chunks(wanted, 1000):
-                stmt = select(*_EVENT_COLUMNS).where(events.c.event_id.in_(chunk))
-                for row in conn.execute(stmt):
+                # The driver directly: a writer asks this before every batch, and
+                # SQLAlchemy's statement machinery cost more than the query.
+                for row in self._backend.existing(conn, chunk):
                     rec = to_event(row)
                     found[rec.id] = rec
         return found
+
+    def head_and_get_many(self, event_ids: Iterable[str]
+                          ) -> tuple[int, dict[str, RecordedEvent]]:
+        """`head()` and `get_many(event_ids)`: one query, so as of one moment, for up to
+        1,000 ids (a group commit asks both before every batch); beyond, one query after
+        the other."""
+        wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
+        if len(wanted) > 1000:
+            return self.head(), self.get_many(wanted)
+        with self._reading() as conn:
+            head, rows = self._backend.head_and_existing(conn, wanted)
+        return head, {r.id: r for r in map(to_event, rows)}
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""

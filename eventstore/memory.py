@@ -367,6 +367,12 @@ class MemoryJournal(JournalBase):
             return {i: to_event(self._stored[p - 1]) for i in set(event_ids)
                     if isinstance(i, str) and (p := self._by_id.get(i)) is not None}
 
+    def head_and_get_many(self, event_ids: Iterable[str]
+                          ) -> tuple[int, dict[str, RecordedEvent]]:
+        """`head()` and `get_many(event_ids)` as of one moment."""
+        with self._lock:
+            return self.head(), self.get_many(event_ids)
+
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
         with self._lock:

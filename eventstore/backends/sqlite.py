@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from ..backend import Backend, Probe, dbapi
+from ..backend import Backend, BatchRow, Probe, batch_statements, dbapi
 from ..errors import ConnectionProblem, JournalError, JournalNotFound, LockTimeout, ReadOnlyJournal
 from ..records import COLUMNS_SQL, StoredRow
 
@@ -176,14 +176,18 @@ class SQLiteBackend(Backend):
             return list(dbapi(conn).execute(_EXISTING, (json.dumps(ids),)))
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
-              private: Sequence[tuple[int, str, str]] = ()) -> None:
-        """executemany the rows (and private parts), then move the head."""
+              private: Sequence[tuple[int, str, str]] = (),
+              batch: BatchRow | None = None) -> None:
+        """executemany the rows (and private parts), then move the head and write the
+        batch's row."""
         with self.direct(conn):
             cur = dbapi(conn).cursor()
             cur.executemany(_INSERT, rows)
             if private:
                 cur.executemany(_INSERT_PRIVATE, private)
             cur.execute(_MOVE_HEAD, (rows[-1][0], rows[-1][8]))
+            for sql, params in batch_statements(batch, "?"):
+                cur.execute(sql, params)
             cur.close()
 
     def before_erase(self, conn: Connection) -> None:

@@ -304,6 +304,19 @@ class AppendReadContract(_OnABackend):
         assert journal.max_time(["nobody"]) is None
         assert journal.max_time([]) is None
 
+    def test_head_and_get_many_answer_what_head_and_get_many_do(
+            self, journal: JournalLike) -> None:
+        assert journal.head_and_get_many([]) == (0, {})
+        assert journal.head_and_get_many(["nobody"]) == (0, {})
+        filled(journal, 5)
+        journal.append([ev("private", 9, "p", n=1)])
+        for ids in ([], ["e1"], ["e5", "e2", "nobody", "e2"], ["private", "x\x00y"],
+                    [f"e{i}" for i in range(7)], [f"e{i}" for i in range(1200)]):
+            head, found = journal.head_and_get_many(ids)
+            assert head == journal.head() == 6
+            assert found == journal.get_many(ids)
+            assert set(found) == {i for i in ids if journal.get(i) is not None}
+
     def test_payload_is_a_value_the_caller_cannot_corrupt(self, journal: JournalLike) -> None:
         out = journal.append([ev("a", 1, items=[1])])[0]
         out.payload["items"].append(2)  # type: ignore[index]

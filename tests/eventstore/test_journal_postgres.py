@@ -180,3 +180,32 @@ def test_an_unreachable_server_is_one_clear_error() -> None:
         Journal("postgresql+psycopg://nobody:secret@127.0.0.1:1/none")
     message = str(caught.value)
     assert "\n" not in message and "secret" not in message and "127.0.0.1:1" in message
+
+
+@pytest.mark.postgres
+def test_a_text_array_literal_is_read_back_as_the_strings_it_was_made_of(
+        pg_url: str) -> None:
+    """The ids and streams an append asks about go to PostgreSQL as one quoted literal;
+    any text without NUL (quotes, backslashes, braces, commas, spaces, NULL) must arrive
+    as it was."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from eventstore.backends.postgres import text_array
+
+    journal = Journal(pg_url)
+    names = st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=12)
+    tricky = st.sampled_from(['"', "\\", "{", "}", ",", " ", "NULL", "\\\"", "a b", "", "'"])
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(names | tricky, max_size=8))
+    def round_trips(values: list[str]) -> None:
+        with journal.transaction() as tx:
+            conn = tx.conn  # type: ignore[attr-defined]
+            got = conn.exec_driver_sql("SELECT %(a)s::text[]", {"a": text_array(values)})
+            assert got.scalar_one() == values
+
+    try:
+        round_trips()
+    finally:
+        journal.close()

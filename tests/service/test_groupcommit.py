@@ -93,3 +93,48 @@ def test_a_graceful_stop_leaves_a_checkpoint_for_the_next_start(tmp_path: Path) 
         assert ledger.accounts["a"].balance == 93
     again.stop()
     again.close()
+
+
+class _Clock:
+    """A fake clock for the writer's wait: each sleep advances it, and may bring
+    arrivals (the queue's size after the n-th sleep)."""
+
+    def __init__(self, writer: Any, arrivals: list[int]) -> None:
+        self.now, self.sleeps = 0.0, 0
+        self.writer, self.arrivals = writer, arrivals
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        target = self.arrivals[min(self.sleeps, len(self.arrivals)) - 1]
+        while self.writer._queue.qsize() < target:
+            self.writer._queue.put(object())
+
+
+@pytest.mark.parametrize(("last_size", "last_seconds", "queued", "arrivals", "sleeps"), [
+    (1, 0.010, 0, [5], 0),  # the last batch was alone: an idle service never waits
+    (1, 0.010, 3, [5], 0),
+    (8, 0.010, 0, [3, 6, 9], 3),  # waits until the last batch's 8 are back (1 + 8 - 1)
+    (8, 0.010, 8, [8, 12, 16], 3),  # and the 8 that queued meanwhile: 16 in all
+    (8, 0.010, 8, [16], 1),
+    (8, 0.010, 0, [0], 14),  # nobody comes: until the cap, MAX_LINGER (4 ms in steps)
+    (8, 0.002, 0, [0], 4),  # or half of what the last batch took, if less
+    (8, 0.010, 20, [24, 28], 2),  # however many queued meanwhile
+])
+def test_the_writer_waits_for_the_clients_of_its_last_batch(
+        monkeypatch: pytest.MonkeyPatch, last_size: int, last_seconds: float, queued: int,
+        arrivals: list[int], sleeps: int) -> None:
+    from tools.service import groupcommit
+
+    writer = groupcommit.GroupCommit(lambda commands: [], lambda: None)
+    writer._last_size, writer._last_seconds = last_size, last_seconds
+    for _ in range(queued):
+        writer._queue.put(object())
+    clock = _Clock(writer, arrivals)
+    monkeypatch.setattr(groupcommit.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(groupcommit.time, "sleep", clock.sleep)
+    writer._linger()
+    assert clock.sleeps == sleeps

@@ -70,7 +70,9 @@ def _process(args: list[str], port: int, ready: str) -> Iterator[subprocess.Pope
 
 
 def serve(url: str, port: int) -> Any:
-    """`gpu-credits serve` on `url` (access logs off: they would measure the terminal)."""
+    """`gpu-credits serve` on `url`, as it runs by default: its structured access log
+    (one JSON line per request) is written, to /dev/null (a terminal would measure the
+    terminal)."""
     exe = str(Path(sys.executable).with_name("gpu-credits"))
     return _process([exe, "--db", url, "serve", "--port", str(port)], port, "/readyz")
 
@@ -113,8 +115,10 @@ def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, st
     out.send((latencies, statuses))
 
 
-def drive(port: int, plans: list[Plan]) -> dict[str, Any]:
-    """Run one client process per plan, all starting together; throughput and latency."""
+def drive(port: int, plans: list[Plan], server: int | None = None) -> dict[str, Any]:
+    """Run one client process per plan, all starting together; throughput and latency,
+    and with `server` (its pid) the server's CPU per request, which the neighbours on a
+    shared machine do not change the way they change the rates."""
     ctx = mp.get_context("spawn")
     go = ctx.Event()
     pipes, procs = [], []
@@ -125,10 +129,12 @@ def drive(port: int, plans: list[Plan]) -> dict[str, Any]:
         pipes.append(recv)
         procs.append(p)
     time.sleep(1.0)  # every client connected and waiting
+    cpu_before = None if server is None else cpu_seconds(server)
     began = time.perf_counter()
     go.set()
     results = [r.recv() for r in pipes]
     seconds = time.perf_counter() - began
+    cpu_after = None if server is None else cpu_seconds(server)
     for p in procs:
         p.join()
     latencies = sorted(x for lat, _ in results for x in lat)
@@ -136,11 +142,15 @@ def drive(port: int, plans: list[Plan]) -> dict[str, Any]:
     for _, st in results:
         for k, v in st.items():
             statuses[k] = statuses.get(k, 0) + v
-    return {"requests": len(latencies), "seconds": round(seconds, 3),
-            "per_second": round(len(latencies) / seconds, 1),
-            "p50_ms": round(1000 * statistics.median(latencies), 2),
-            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
-            "statuses": statuses}
+    out = {"requests": len(latencies), "seconds": round(seconds, 3),
+           "per_second": round(len(latencies) / seconds, 1),
+           "p50_ms": round(1000 * statistics.median(latencies), 2),
+           "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
+           "statuses": statuses}
+    if cpu_before is not None and cpu_after is not None:
+        out["server_cpu_ms_per_request"] = round(
+            1000 * (cpu_after - cpu_before) / len(latencies), 3)
+    return out
 
 
 JSON = {"Content-Type": "application/json"}
@@ -179,8 +189,10 @@ def _warm(port: int, requests: Plan) -> None:
 def _batch(client: int, number: int) -> bytes:
     return json.dumps({"events": [
         {"type": "consume", "account": f"acct-{(number * 100 + i) % ACCOUNTS}", "amount": 1,
-         # After every live decision of the run: appended in order, not late.
-         "time": 4_000_000_000 + number, "id": f"batch-{client}-{number}-{i}"}
+         # After every live decision of the run, and one time for every batch: appended
+         # in order, not late. (A time per batch number made the client that ran ahead
+         # turn the other's batches into late events, each refolding accounts.)
+         "time": 4_000_000_000, "id": f"batch-{client}-{number}-{i}"}
         for i in range(100)]}
     ).encode()
 
@@ -216,25 +228,25 @@ def run(quick: bool) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             port = free_port()
-            with bare(port, Path(tmp)):
+            with bare(port, Path(tmp)) as proc:
                 _warm(port, _usage_plans(1, 3, "warm-bare")[0])
-                out["bare_16"] = drive(port, _usage_plans(16, each, "bare"))
+                out["bare_16"] = drive(port, _usage_plans(16, each, "bare"), proc.pid)
             port = free_port()
-            with serve(url, port):
+            with serve(url, port) as proc:
                 _setup(port)
                 _warm(port, [*_usage_plans(1, 3, "warm")[0],
                              ("GET", "/v1/accounts/acct-0/balance", None, {})])
-                out["decisions_16"] = drive(port, _usage_plans(16, each, "single"))
+                out["decisions_16"] = drive(port, _usage_plans(16, each, "single"), proc.pid)
                 batches = 10 if quick else 40
                 plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
                                       for b in range(batches)] for c in range(2)]
-                events = drive(port, plans)
+                events = drive(port, plans, proc.pid)
                 events["events_per_second"] = round(events["per_second"] * 100, 1)
                 out["events_batches_of_100"] = events
                 reads = 100 if quick else 400
                 out["balance_8"] = drive(port, [[
                     ("GET", f"/v1/accounts/acct-{(c + i) % ACCOUNTS}/balance", None, {})
-                    for i in range(reads)] for c in range(8)])
+                    for i in range(reads)] for c in range(8)], proc.pid)
             out["raw_psycopg_rows_per_second"] = round(
                 raw_one_per_commit(url, 300 if quick else 2000), 1)
         # Today's library path: 8 worker processes, each deciding through Scheduler.submit

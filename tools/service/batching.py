@@ -58,6 +58,7 @@ class _Batch:
     # each was recorded as, if it was (None: look each id up on its own).
     looked_up: frozenset[str] | None = None
     recorded: dict[str, RecordedEvent] = field(default_factory=dict)
+    start_head: int = 0  # the journal's head once the keys were held
 
 
 def _flush(batch: _Batch) -> None:
@@ -153,14 +154,22 @@ class BatchJournal:
         with self._journal.transaction(locks) as tx:
             batch = self._batch = _Batch(tx, set(locks))
             wanted = frozenset(ids)
-            if wanted:
-                batch.recorded = self._journal.get_many(wanted)
-                batch.looked_up = wanted
+            # The head comes with the keys' records, in one query.
+            batch.start_head, batch.recorded = self._journal.head_and_get_many(wanted)
+            batch.looked_up = wanted
             try:
                 yield tx
                 _flush(batch)
             finally:
                 self._batch = None
+
+    def start_head(self) -> int:
+        """The journal's head as the batch found it once its keys were held (asked with
+        the keys' records); outside a batch, the head now."""
+        batch = self._current()
+        if batch is None:
+            return self._journal.head()
+        return batch.start_head
 
     def caught_up(self, position: int, *, defer_appends: bool = False) -> None:
         """The batch has caught up to `position` (the head) under its keys; with

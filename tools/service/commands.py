@@ -27,6 +27,11 @@ from tools.service.problems import ServiceProblem
 AnswerDict = dict[str, Any]
 
 
+def _recorded(event_id: str, position: int, **answer: Any) -> AnswerDict:
+    """An answer that names the event recorded (`id`) and its journal `position`."""
+    return {"id": event_id, "position": position, **answer}
+
+
 def _corrections(service: LedgerService) -> Corrections:
     """The library's single-event writer on the live session: a grant or usage report is
     decided and validated as `gpu-credits grant` / `consume` decide it."""
@@ -50,13 +55,14 @@ class OpenAccount:
         outcome = jobs.open_account(service.session, self.account, max_running=self.max_running,
                                     at=self.time, clock=service.clock,
                                     event_id=self.key).outcome
-        return {"account": self.account, "max_running": self.max_running,
-                "id": outcome.event_id, "position": outcome.position}
+        return _recorded(outcome.event_id, outcome.position, account=self.account,
+                         max_running=self.max_running)
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """`POST /v1/accounts/{account}/grants`."""
+    """`POST /v1/accounts/{account}/grants`: credits valid for `time <= t < expiry`, in
+    `pool` or general (an account granted to for the first time is opened)."""
 
     key: str | None
     account: str
@@ -106,10 +112,10 @@ class Usage:
         outcome = _corrections(service).consume(
             self.account, self.amount, at=self.time, pool=self.pool, memo=self.memo,
             event_id=self.key, user=self.user)
-        return {"id": outcome.event_id, "debt": outcome.debt_after or 0,
-                "account": self.account, "amount": self.amount,
-                "pool": self.pool if self.pool is not None else "general",
-                "time": outcome.time, "position": outcome.position}
+        return _recorded(outcome.event_id, outcome.position, debt=outcome.debt_after or 0,
+                         account=self.account, amount=self.amount,
+                         pool=self.pool if self.pool is not None else "general",
+                         time=outcome.time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,10 @@ class _Call:
 
 
 _STOP = object()
-MAX_LINGER = 0.002
+MAX_LINGER = 0.004
+"""Seconds a batch waits at most for decisions on their way (see `_linger`)."""
+LINGER_STEP = 0.0003
+"""How often that wait looks at the queue."""
 
 
 def _refusal(exc: BaseException) -> bool:
@@ -211,11 +214,22 @@ class GroupCommit:
 
         Clients whose answers were just released send their next request within a
         fraction of a millisecond of each other; a writer that starts at the first one
-        commits batches of one while the others queue. So when the last batch had
-        company, wait a small fraction of what a commit costs (at most 2 ms) before
-        taking the batch. An idle service (last batch alone) never waits."""
-        if self._last_size > 1 and self._queue.empty():
-            time.sleep(min(MAX_LINGER, self._last_seconds / 4))
+        commits batches of one while the others queue, and every batch pays the
+        transaction's fixed cost again. Under steady load the clients also split into
+        two groups that take turns (one queues while the other's batch commits). So when
+        the last batch had company, wait until the clients of the last batch are back as
+        well (as many more queued as it held), at most `MAX_LINGER` and half of what the
+        last batch took: the groups merge and the fixed cost is paid once for both. An
+        idle service (last batch alone) never waits."""
+        if self._last_size <= 1:
+            return
+        now = time.perf_counter()
+        deadline = now + min(MAX_LINGER, self._last_seconds / 2)
+        queued = self._queue.qsize()
+        wanted = self._last_size + queued
+        while queued + 1 < wanted and now < deadline:
+            time.sleep(LINGER_STEP)
+            queued, now = self._queue.qsize(), time.perf_counter()
 
     def _next_batch(self, first: _Item) -> tuple[list[_Item], bool]:
         items: list[_Item] = []

@@ -311,9 +311,10 @@ class LedgerService:
                 locks.update(command.locks(session.ledger))
             keys = [c.key for c in commands if c.key is not None]
             with self.batching.batch(sorted(locks), keys):
-                # Under the keys: nothing of theirs can be missed now. (Asking the head
-                # first spares the read when nobody else wrote, the usual case.)
-                if self.journal.head() != session.projector.position:
+                # Under the keys: nothing of theirs can be missed now. (The head, asked
+                # with the keys' records, spares the read when nobody else wrote, the
+                # usual case.)
+                if self.batching.start_head() != session.projector.position:
                     session.catch_up()
                     # Another writer is active: deferred appends would likely find their
                     # positions taken; write one decision at a time for a while.
