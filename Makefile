@@ -17,7 +17,8 @@ $(BIN)/python:
 FOLD_SOURCES := projections/ledger.py projections/creditbook.py projections/outcomes.py \
 	projections/native.py
 
-$(STAMP): pyproject.toml setup.py $(FOLD_SOURCES) | $(BIN)/python
+# setup.py and the C source too: an edit rebuilds the chain check's C accelerator.
+$(STAMP): pyproject.toml setup.py eventstore/_chain.c $(FOLD_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -76,4 +77,4 @@ screenshots: $(STAMP)
 	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
-	rm -rf $(VENV) build *.egg-info projections/*.so projections/_compiled.json
+	rm -rf $(VENV) build *.egg-info eventstore/*.so projections/*.so projections/_compiled.json

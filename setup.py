@@ -1,6 +1,8 @@
 """Build steps beyond pyproject.toml: compiled extensions, each optional.
 
-Everything else (metadata, dependencies, packages) is in pyproject.toml.
+Everything else (metadata, dependencies, packages) is in pyproject.toml. Two of them:
+the C accelerator of the chain check, and the fold compiled by mypyc. Where one cannot
+be built the install goes on without it and the Python definitions run instead.
 """
 
 from __future__ import annotations
@@ -11,10 +13,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError
 
 ROOT = Path(__file__).resolve().parent
+
+# -- the chain check's C accelerator ------------------------------------------------------------
+#
+# It hashes with OpenSSL's libcrypto where its headers are (Debian's libssl-dev), else
+# through hashlib; without a C compiler or Python headers `eventstore.hashing` runs its
+# Python definitions.
+
+CHAIN = Extension("eventstore._chain", ["eventstore/_chain.c"], optional=True)
+
+
+def build_chain(cmd: build_ext, ext: Extension) -> None:
+    """Build the chain check against libcrypto first, then, if that fails, without."""
+    ext.define_macros.append(("CHAIN_OPENSSL", "1"))
+    ext.libraries.append("crypto")
+    try:
+        build_ext.build_extension(cmd, ext)
+        return
+    except CCompilerError:
+        ext.define_macros.remove(("CHAIN_OPENSSL", "1"))
+        ext.libraries.remove("crypto")
+    build_ext.build_extension(cmd, ext)
+
 
 # -- the compiled fold (mypyc) ---------------------------------------------------------------
 #
@@ -67,8 +92,9 @@ FOLD_NAMES = frozenset(NATIVE.COMPILED) | {"projections.fold__mypyc"}
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext where a failed compile of the fold leaves plain Python, not a failed
-    install, and a complete one records the sources it was built from."""
+    """build_ext for both: the chain check as `build_chain` builds it; the fold where a
+    failed compile leaves plain Python, not a failed install, and a complete one records
+    the sources it was built from."""
 
     def run(self) -> None:
         record = self._record_path()
@@ -85,6 +111,9 @@ class OptionalBuildExt(build_ext):
                 m, ROOT / "projections")) for m in NATIVE.COMPILED}, indent=1) + "\n")
 
     def build_extension(self, ext: Any) -> None:
+        if ext is CHAIN:
+            build_chain(self, ext)
+            return
         if ext.name not in FOLD_NAMES:
             super().build_extension(ext)
             return
@@ -100,4 +129,4 @@ class OptionalBuildExt(build_ext):
         return Path(self.get_ext_fullpath("projections.ledger")).parent / NATIVE.BUILD_RECORD
 
 
-setup(ext_modules=fold_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=[CHAIN, *fold_extensions()], cmdclass={"build_ext": OptionalBuildExt})

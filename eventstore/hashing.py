@@ -1,16 +1,23 @@
 """Canonical bytes and the hash chain.
 
-Every backend (memory, SQLite, PostgreSQL) computes hashes here, in Python, so the
-same events give the same chain wherever they are stored, and a journal can be
-verified without trusting the database.
+Every backend (memory, SQLite, PostgreSQL) computes hashes here, in the process and not
+in the database, so the same events give the same chain wherever they are stored, and a
+journal can be verified without trusting the database.
+
+The check of stored rows as they stream (`chained`, behind every verified read) runs in
+the C accelerator `_chain.c` where the install could build it; `chained_python` is its
+definition, the fallback, and what the tests hold the accelerator to.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from json.encoder import encode_basestring
+from types import ModuleType
 from typing import Any
 
 from .errors import ChainBroken
@@ -114,7 +121,21 @@ def chained(rows: Iterable[StoredRow], prev_hash: str, after_position: int) -> I
     acts on an altered record. It cannot see records removed from the end: that
     needs an anchor (`verify_chain(anchor=...)`).
 
-    As fast as the chain allows: the body is built as one str with the hash before it
+    The check runs in the C accelerator when it is built and not turned off
+    (`ACCELERATED`), else in `chained_python`, its definition; both yield the same rows
+    and raise the same errors.
+    """
+    if _fast_chained is not None:
+        return _fast_chained(rows, prev_hash, after_position)
+    return chained_python(rows, prev_hash, after_position)
+
+
+def chained_python(
+    rows: Iterable[StoredRow], prev_hash: str, after_position: int
+) -> Iterator[StoredRow]:
+    """`chained` in Python: the definition the accelerator follows, and its fallback.
+
+    As fast as Python allows: the body is built as one str with the hash before it
     (one encode, no concatenation of bytes), and the escaped forms of streams and
     types, which repeat, are cached for the duration of the read.
     """
@@ -126,12 +147,7 @@ def chained(rows: Iterable[StoredRow], prev_hash: str, after_position: int) -> I
     for row in rows:
         position, id_, stream, version, type_, time, recorded_at, payload, digest = row
         if position != expected:
-            what = "missing" if position > expected else "repeated or out of order"
-            raise ChainBroken(
-                expected,
-                f"journal chain broken at position {expected}: it is {what} (the next "
-                f"record read is at position {position}); the journal was altered",
-            )
+            raise _out_of_place(expected, position)
         s = escaped.get(stream)
         if s is None:
             s = escaped[stream] = escape(stream)
@@ -144,10 +160,52 @@ def chained(rows: Iterable[StoredRow], prev_hash: str, after_position: int) -> I
             f'"type":{t},"version":{version}}}'.encode()
         ).hexdigest()
         if prev != digest:
-            raise ChainBroken(
-                position,
-                f"journal chain broken at position {position}: its stored hash is not the "
-                "one its content and its predecessor give: the record or its hash was altered",
-            )
+            raise _bad_hash(position)
         expected += 1
         yield row
+
+
+def _out_of_place(expected: int, position: int) -> ChainBroken:
+    """The error for a row read at `position` where `expected` should come."""
+    what = "missing" if position > expected else "repeated or out of order"
+    return ChainBroken(
+        expected,
+        f"journal chain broken at position {expected}: it is {what} (the next "
+        f"record read is at position {position}); the journal was altered",
+    )
+
+
+def _bad_hash(position: int) -> ChainBroken:
+    """The error for a row whose stored hash is not the one recomputed."""
+    return ChainBroken(
+        position,
+        f"journal chain broken at position {position}: its stored hash is not the "
+        "one its content and its predecessor give: the record or its hash was altered",
+    )
+
+
+#: Set (to anything but empty or "0") to run the chain check in Python even where the C
+#: accelerator is built; read once, at import.
+PURE_PYTHON_VARIABLE = "GPU_CREDITS_PURE_PYTHON"
+
+
+def _load_accelerator() -> ModuleType | None:
+    """The C chain check, configured, unless turned off or not built (no compiler at
+    install: then the Python definitions serve, only slower)."""
+    if os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0"):
+        return None
+    try:
+        from . import _chain
+    except ImportError:
+        return None
+    _chain.configure(chained_python, _out_of_place, _bad_hash, hashlib.sha256,
+                     itertools.chain)
+    return _chain
+
+
+_accelerator = _load_accelerator()
+_fast_chained: Callable[[Iterable[StoredRow], str, int], Iterator[StoredRow]] | None = (
+    None if _accelerator is None else _accelerator.chained)
+
+#: Whether `chained` runs in C (see `PURE_PYTHON_VARIABLE`).
+ACCELERATED = _accelerator is not None

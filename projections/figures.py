@@ -5,13 +5,15 @@
 - available: balance - reserved, what a new job or usage report can draw on.
 - debt: consumption beyond the credits there were, paid first by later grants.
 
-Every reader (queries, the facades, reports) takes its figures from `Figures.of`.
+Every reader (queries, the facades, reports) takes its figures from `Figures.of`. The
+fold's running figures (`AccountState.balance`, `.reserved`, `.available`, what a submit
+is decided on) are the same figures at the account's last event, without the pools
+(`tests/projections/test_figures.py` checks that they agree after every event).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from projections.events import GENERAL
 from projections.ledger import AccountState
@@ -32,10 +34,10 @@ class Figures:
         """The figures of `account` at `at`, no earlier than its last applied event."""
         if account is None:
             return cls(0, 0, 0, 0, {GENERAL: 0})
-        book = account.book
         pools = account.pool_balances_at(at) or {GENERAL: 0}
         balance = sum(pools.values())
-        return cls(balance, book.held, balance - book.held, book.debt_total, pools)
+        reserved = account.reserved
+        return cls(balance, reserved, balance - reserved, account.book.debt_total, pools)
 
     @classmethod
     def by_pool(cls, account: AccountState | None, at: int) -> dict[str, Figures]:
@@ -50,11 +52,6 @@ class Figures:
         return {pool: cls(balance, held.get(pool, 0), balance - held.get(pool, 0),
                           debt.get(pool, 0), {pool: balance})
                 for pool, balance in sorted(pools.items())}
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready figures."""
-        return {"balance": self.balance, "reserved": self.reserved,
-                "available": self.available, "debt": self.debt, "pools": dict(self.pools)}
 
 
 Ending = tuple[str, str, int, int, int, bool]

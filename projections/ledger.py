@@ -9,7 +9,6 @@ that is not pending, completing one twice) is kept and reported as an anomaly, n
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
 import json
@@ -19,11 +18,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-import orjson
-
 from projections.bulk import paused_gc
 from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals, blank_batch
 from projections.decoding import decode_event
+from projections.digest import canonical, digest
 from projections.events import (
     DEFAULT_HALF_LIFE,
     GENERAL,
@@ -604,88 +602,14 @@ class Ledger:
         )
 
     def canonical(self) -> dict[str, Any]:
-        """A canonical, JSON-ready view of the whole state (no positions, no arrival order)."""
-        state = self._canonical_without_jobs()
-        state["jobs"] = {job_id: self._canonical_job(job_id) for job_id in sorted(self.jobs)}
-        return state
-
-    def _canonical_without_jobs(self) -> dict[str, Any]:
-        accounts: dict[str, Any] = {}
-        for name in sorted(self.accounts):
-            account = self.accounts[name]
-            book = account.book
-            batches = sorted(
-                (b for heap in book.heaps.values() for b in heap),
-                key=lambda b: (*b.key[:4], b.key[4][0], b.grant_id),
-            )
-            accounts[name] = {
-                "opened": account.opened,
-                "max_running": account.max_running,
-                "share": account.share,
-                "running": account.running,
-                "batches": [[b.grant_id, b.pool, b.expiry, b.amount] for b in batches],
-                "debt": dict(sorted(book.debt.items())),
-                "holds": {
-                    ref: [[b.grant_id, amount] for b, amount in book.holds[ref].portions]
-                    for ref in sorted(book.holds)
-                },
-                "totals": {
-                    "granted": book.totals.granted,
-                    "consumed": book.totals.consumed,
-                    "charged_from_credits": book.totals.charged_from_credits,
-                    "charged_jobs": book.totals.charged_jobs,
-                    "debt_created": book.totals.debt_created,
-                    "debt_paid": book.totals.debt_paid,
-                    "expired": book.totals.expired,
-                    # Only when there is any: digests of journals without voids stay as
-                    # they were.
-                    **({"voided": book.totals.voided} if book.totals.voided else {}),
-                },
-            }
-        return {"accounts": accounts, "anomalies": sorted([list(a) for a in self.anomalies])}
-
-    def _canonical_job(self, job_id: str) -> list[Any]:
-        j = self.jobs[job_id]
-        return [j.account, j.cost, j.priority, j.pool, j.state, j.charge]
+        """A canonical, JSON-ready view of the whole state (`projections.digest`)."""
+        return canonical(self)
 
     def digest(self) -> str:
-        """SHA-256 of the canonical state: same journal, same digest, on every backend.
+        """SHA-256 of the canonical state: same journal, same digest, on every backend
+        (`projections.digest`)."""
+        return digest(self)
 
-        The bytes hashed are `json.dumps(self.canonical(), sort_keys=True, ...)`, but the
-        jobs (most of a large state) are encoded a slice at a time, never as one string.
-        """
-        hasher = hashlib.sha256()
-        head = _canonical_bytes({**self._canonical_without_jobs(), "jobs": {}})
-        # `head` ends with '"jobs":{}}': the keys sort as accounts, anomalies, jobs.
-        hasher.update(head[:-2])
-        ids = sorted(self.jobs)
-        for start in range(0, len(ids), _DIGEST_SLICE):
-            part = _canonical_bytes(
-                {job_id: self._canonical_job(job_id)
-                 for job_id in ids[start:start + _DIGEST_SLICE]})
-            if start:
-                hasher.update(b",")
-            hasher.update(part[1:-1])
-        hasher.update(b"}}")
-        return hasher.hexdigest()
-
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _canonical_bytes(obj: Any) -> bytes:
-    """`_CANONICAL.encode(obj)` as UTF-8, through orjson (several times faster).
-
-    orjson with sorted keys writes the same bytes as `json.dumps(..., sort_keys=True,
-    separators=(",", ":"), ensure_ascii=False)` for what a canonical state holds (str
-    keys, str, int, bool, None, lists); what orjson refuses (an integer beyond 64 bits)
-    goes through `json`, so the digest never changes with the encoder.
-    """
-    try:
-        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-    except (TypeError, orjson.JSONEncodeError):
-        return _CANONICAL.encode(obj).encode()
-_DIGEST_SLICE = 10_000
 
 
 def _has_batch(account: AccountState, grant_id: str) -> bool:

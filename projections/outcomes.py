@@ -8,7 +8,6 @@ may revise.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -63,7 +62,3 @@ class Revision:
     type: str
     before: dict[str, Any]
     after: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready revision: every field under its own name."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, require_fraction, require_positive_int
 
@@ -42,10 +42,14 @@ class Policy:
         """An account's cap on running jobs."""
         return self.max_running.get(account, recorded)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The policy as its JSON file would spell it (every key)."""
-        return {"grant_order": self.grant_order, "refund_fraction": self.refund_fraction,
-                "max_running": dict(sorted(self.max_running.items()))}
+    @property
+    def caps(self) -> dict[str, int]:
+        """The caps on running jobs, by account name."""
+        return dict(sorted(self.max_running.items()))
+
+    # As its JSON file would spell it, every key (`projections.queries.answers.to_dict`).
+    json_keys: ClassVar[tuple[str, ...]] = ("grant_order", "refund_fraction",
+                                            "max_running=caps")
 
     @classmethod
     def from_json(cls, data: object) -> Policy:

@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import is_, itemgetter
-from typing import Any
+from typing import ClassVar
 
 from eventstore import RecordedEvent
 from projections.creditbook import Hold
@@ -45,11 +45,9 @@ class TimelinePoint:
         """Balance minus what is held."""
         return self.balance - self.held
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready point (integers throughout)."""
-        return {"time": self.time, "position": self.position, "pools": dict(self.pools),
-                "balance": self.balance, "available": self.available, "held": self.held,
-                "debt": self.debt}
+    # Its JSON (`projections.queries.answers.to_dict`): integers throughout.
+    json_keys: ClassVar[tuple[str, ...]] = ("time", "position", "pools", "balance",
+                                            "available", "held", "debt")
 
 
 def point_of(state: AccountState, time: int, position: int | None) -> TimelinePoint:

@@ -8,6 +8,8 @@
 - `migrated_sqlite`: an empty journal file at the schema's head, to copy.
 - `pg_url`: one PostgreSQL schema for the whole test session.
 - `pg_fresh_url`: a new, empty schema for one test.
+- `chain_check`: parametrised over "c" and "python": the test runs with the chain check
+  in the C accelerator, then in its Python definition.
 
 PostgreSQL comes from $GPU_CREDITS_TEST_PG. When it is unset the PostgreSQL tests
 are skipped, except under CI=true, where they fail: CI must not pass by skipping.
@@ -158,6 +160,20 @@ def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         url: str = request.getfixturevalue("pg_fresh_url")
         return url
     return kind
+
+
+@pytest.fixture(params=["c", "python"])
+def chain_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which implementation of the chain check this run uses: "c" (skipped where the
+    accelerator is not built or turned off) or "python" (the definition)."""
+    from eventstore import hashing
+
+    if request.param == "c":
+        if not hashing.ACCELERATED:
+            pytest.skip("the C chain check is not built here (or turned off)")
+    else:
+        monkeypatch.setattr(hashing, "_fast_chained", None)
+    return str(request.param)
 
 
 # -- tests that need the fold's Python source ------------------------------------------------

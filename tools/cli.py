@@ -33,7 +33,7 @@ from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.timefmt import format_time, parse_time
 from projections.verifications import Verification, record_verification
-from tools import render
+from tools import render, wording
 
 # Typer (from 0.29 on) carries its own copy of click and makes public only BadParameter,
 # Abort and Exit; the error classes behind them are reached through BadParameter's own
@@ -514,7 +514,7 @@ def balance(
                     f"{report.pool!r} (its pools: {', '.join(report.known_pools)}); "
                     "is it a typo?")
     if as_json:
-        render.print_json(report.as_dict())
+        render.print_json(wording.to_dict(report))
     else:
         render.balance_report(report)
 
@@ -560,7 +560,7 @@ def statement(
         st = _known(journal, lambda: queries.statement(journal, account, from_time=start,
                                                        to_time=end, as_known_at=as_known_at))
     if as_json:
-        render.print_json(st.as_dict())
+        render.print_json(wording.to_dict(st))
     elif as_csv:
         render.statement_csv(st, sys.stdout)
     else:
@@ -568,7 +568,8 @@ def statement(
         render.print_table(render.subtotals_table(st.subtotals))
     problems = st.subtotals.problems
     if problems:
-        render.warn(f"statement of {account} does not add up: {'; '.join(problems)}")
+        render.warn(f"statement of {account} does not add up: "
+                    f"{'; '.join(wording.text(p) for p in problems)}")
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
@@ -595,7 +596,7 @@ def explain(
             job_ex = _known(journal, lambda: queries.explain_job(journal, job,
                                                                    as_known_at=as_known_at))
             if as_json:
-                render.print_json(job_ex.as_dict())
+                render.print_json(wording.to_dict(job_ex))
             else:
                 render.explain_job(job_ex)
             return
@@ -603,7 +604,7 @@ def explain(
         acct_ex = _known(journal, lambda: queries.explain_account(
             journal, account, as_known_at=as_known_at))
     if as_json:
-        render.print_json(acct_ex.as_dict())
+        render.print_json(wording.to_dict(acct_ex))
     else:
         render.explain_account(acct_ex)
 
@@ -616,7 +617,7 @@ def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = No
             report = replay_journal(journal, progress=progress)
         rows = queries.revision_rows(journal, report.revisions)
     if as_json:
-        render.print_json([row.as_dict() for row in rows])
+        render.print_json([wording.to_dict(row) for row in rows])
     elif rows:
         render.print_table(render.revisions_table(rows))
     else:

@@ -17,7 +17,7 @@ from projections import queries
 from projections.ledger import JOB_STATES
 from projections.policy import Policy
 from projections.timefmt import format_time
-from tools import render
+from tools import render, wording
 from tools.cli import (
     EXIT_CHECK_FAILED,
     AsKnownAtOption,
@@ -47,7 +47,7 @@ def accounts(
     with open_journal(ctx, db) as journal:
         report = queries.accounts(journal, at=when, as_known_at=as_known_at)
     if as_json:
-        render.print_json(report.as_dict())
+        render.print_json(wording.to_dict(report))
     elif not report.rows:
         render.console().print("no accounts yet: the journal is empty "
                                "(gpu-credits import FILE or gpu-credits demo)")
@@ -80,7 +80,7 @@ def expiring(
     with open_journal(ctx, db) as journal:
         report = queries.expiring(journal, within=seconds, at=when, as_known_at=as_known_at)
     if as_json:
-        render.print_json(report.as_dict())
+        render.print_json(wording.to_dict(report))
     elif not report.credits:
         render.console().print(
             f"nothing expires between {format_time(report.at)} and "
@@ -111,7 +111,7 @@ def jobs(
         report = _known(journal, lambda: queries.jobs(journal, account=account, state=state,
                                                       as_known_at=as_known_at))
     if as_json:
-        render.print_json(report.as_dict())
+        render.print_json(wording.to_dict(report))
     elif not report.rows:
         render.console().print("no jobs match")
     else:
@@ -149,7 +149,7 @@ def reconcile(
     with open_journal(ctx, db) as journal:
         result = queries.reconcile(journal, rows, source=source, as_known_at=as_known_at)
     if as_json:
-        render.print_json(result.as_dict())
+        render.print_json(wording.to_dict(result))
     elif as_csv:
         render.reconcile_csv(result, sys.stdout)
     else:
@@ -188,7 +188,7 @@ def whatif(
     with open_journal(ctx, db) as journal:
         result = queries.whatif(journal, policy, as_known_at=as_known_at)
     if as_json:
-        render.print_json(result.as_dict())
+        render.print_json(wording.to_dict(result))
         return
     for table in render.whatif_tables(result):
         render.print_table(table)

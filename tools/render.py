@@ -47,12 +47,10 @@ from projections.queries import (
     Statement,
     Subtotals,
     WhatIf,
-    describe_lineage,
-    describe_reported,
     json_time,
 )
 from projections.timefmt import format_time
-from tools import tables
+from tools import tables, wording
 
 PIPE_WIDTH = 100_000
 """Width of output written to a pipe or file without $COLUMNS: nothing wraps, so an id is
@@ -242,7 +240,7 @@ def _pools_text(pools: dict[str, int]) -> str:
 
 
 def _lineage(lineage: Lineage) -> str:
-    return describe_lineage(lineage) if lineage else "-"
+    return wording.lineage_text(lineage) if lineage else "-"
 
 
 # -- balances and the demo ----------------------------------------------------------------
@@ -358,7 +356,8 @@ def statement_table(st: Statement) -> Table:
         table.add_row(format_time(line.time),
                       "" if line.position is None else str(line.position),
                       Text(line.event_id or ""), Text(line.type, style=style), change,
-                      _n(line.balance), _n(line.reserved), Text(line.detail, style=style))
+                      _n(line.balance), _n(line.reserved),
+                      Text(wording.text(line.effect), style=style))
     balance_, reserved = st.closing
     table.add_section()
     table.add_row("", "", "", Text("closing", style="bold"), "", _n(balance_), _n(reserved),
@@ -379,7 +378,7 @@ def statement_csv(st: Statement, out: TextIO) -> None:
             line.event_id or "", line.type, line.status, line.change, line.balance,
             line.reserved, line.job or "", line.pool or "",
             " ".join(f"{g}:{a}" for g, a in line.grants), line.debt_paid, line.debt_created,
-            line.detail,
+            wording.text(line.effect),
         ])
 
 
@@ -456,7 +455,7 @@ def explain_job(ex: JobExplanation) -> None:
     elif ex.state == "cancelled" and ex.released is not None:
         out.print(f"  cancelled: released {ex.released:,}")
     if ex.waiting:
-        out.print(Text(f"  {ex.waiting}"))
+        out.print(Text(f"  {wording.text(ex.waiting)}"))
     table = _table("Events")
     _time_column(table)
     _number_column(table, "pos")
@@ -465,7 +464,7 @@ def explain_job(ex: JobExplanation) -> None:
     table.add_column("detail", ratio=1, min_width=20)
     for e in ex.events:
         table.add_row(format_time(e.time), str(e.position), Text(e.event_id), e.type,
-                      Text(e.detail, style="" if e.ok else "yellow"))
+                      Text(wording.text(e.effect), style="" if e.ok else "yellow"))
     print_table(table, out)
 
 
@@ -482,8 +481,8 @@ def revisions_table(rows: Sequence[RevisionRow]) -> Table:
         late = Text(f"#{r.late_position} {row.late_type or ''} {r.late_event_id}\n"
                     f"at {format_time(row.late_time)}")
         changed = Text(f"#{r.position} {r.type} {r.event_id}\nat {format_time(row.time)}")
-        table.add_row(late, changed, Text(describe_reported(r.before)),
-                      Text(describe_reported(r.after)))
+        table.add_row(late, changed, Text(wording.reported_text(r.before)),
+                      Text(wording.reported_text(r.after)))
     return table
 
 
@@ -650,7 +649,7 @@ def reconcile_table(rec: Reconciliation) -> Table:
                       Text(f.job or f.event_id or ""),
                       "" if f.file_amount is None else f"{f.file_amount:,}",
                       "" if f.ledger_amount is None else f"{f.ledger_amount:,}",
-                      "" if diff is None else f"{diff:+,}", Text(f.note))
+                      "" if diff is None else f"{diff:+,}", Text(wording.text(f.note)))
     return table
 
 
@@ -670,7 +669,7 @@ def reconcile_csv(rec: Reconciliation, out: TextIO) -> None:
     writer = csvcells.writer(out)
     writer.writerow(RECONCILE_COLUMNS)
     for f in rec.findings:
-        d = f.as_dict()
+        d = wording.to_dict(f)
         writer.writerow(["" if d[c] is None else d[c] for c in RECONCILE_COLUMNS])
 
 

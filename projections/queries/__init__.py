@@ -15,19 +15,23 @@ One module per question:
 - `whatif`: the same journal folded under another policy, and what differs.
 - `common`: the latest time, `--as-known-at` positions, errors for unknown names;
   `walk`: one account followed through a fold (shared by statement and explain).
+- `effects`: what an event did to an account, as values; `answers`: `to_dict`, the one
+  way an answer becomes JSON.
 
 Every answer is a fold of the journal in canonical order `(event_time, position)`, so it
-is the same on every backend and after every replay. Every answer is a dataclass with
-`as_dict()`: the JSON-ready form, integers for times and amounts. Unknown names raise
-`UnknownAccount` / `UnknownJob` with the names that would be valid.
+is the same on every backend and after every replay. Every answer is a dataclass of
+values (figures, lineage, codes): `to_dict(answer)` is its JSON-ready form, integers for
+times and amounts; the sentences people read are made from those values by the caller
+(`tools.wording`). Unknown names raise `UnknownAccount` / `UnknownJob` with the names
+that would be valid.
 """
 
 from projections.figures import Figures
+from projections.queries.answers import Words, to_dict
 from projections.queries.audit import Audit, audit
 from projections.queries.balance import BalanceReport, account_figures, balance
 from projections.queries.common import (
     NothingRecorded,
-    describe_lineage,
     fold_as_known,
     json_time,
     known_position,
@@ -36,6 +40,7 @@ from projections.queries.common import (
     recorded_text,
     unknown_account,
 )
+from projections.queries.effects import Effect
 from projections.queries.explain import (
     AccountExplanation,
     GrantLineage,
@@ -44,6 +49,7 @@ from projections.queries.explain import (
     Rejection,
     Spend,
     Use,
+    Waiting,
     explain_account,
     explain_job,
     waiting_reason,
@@ -52,6 +58,7 @@ from projections.queries.imported import ImportEffects, import_effects
 from projections.queries.reconcile import (
     FileCharge,
     Finding,
+    Note,
     ReconcileFileError,
     Reconciliation,
     parse_charges,
@@ -71,8 +78,14 @@ from projections.queries.reports import (
     jobs,
     parse_duration,
 )
-from projections.queries.revisions import RevisionRow, describe_reported, revision_rows
-from projections.queries.statement import Statement, StatementLine, Subtotals, statement
+from projections.queries.revisions import RevisionRow, revision_rows
+from projections.queries.statement import (
+    Mismatch,
+    Statement,
+    StatementLine,
+    Subtotals,
+    statement,
+)
 from projections.queries.whatif import AccountChange, JobChange, WhatIf, whatif
 
 __all__ = [
@@ -83,6 +96,7 @@ __all__ = [
     "AccountsReport",
     "Audit",
     "BalanceReport",
+    "Effect",
     "ExpiringCredits",
     "ExpiringReport",
     "Figures",
@@ -95,6 +109,8 @@ __all__ = [
     "JobExplanation",
     "JobRow",
     "JobsReport",
+    "Mismatch",
+    "Note",
     "NothingRecorded",
     "ReconcileFileError",
     "Reconciliation",
@@ -105,14 +121,14 @@ __all__ = [
     "StatementLine",
     "Subtotals",
     "Use",
+    "Waiting",
     "WhatIf",
+    "Words",
     "account_figures",
     "accounts",
     "audit",
     "balance",
     "check_state",
-    "describe_lineage",
-    "describe_reported",
     "expiring",
     "explain_account",
     "explain_job",
@@ -129,6 +145,7 @@ __all__ = [
     "recorded_text",
     "revision_rows",
     "statement",
+    "to_dict",
     "unknown_account",
     "waiting_reason",
     "whatif",

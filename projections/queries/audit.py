@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from projections.ledger import Ledger
 
@@ -23,10 +21,6 @@ class Audit:
     anomalies: int
     revisions: int
     digest: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready totals: every field under its own name."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def audit(ledger: Ledger, *, events: int, revisions: int, at: int) -> Audit:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from eventstore import JournalLike
 from projections.events import GENERAL
@@ -13,7 +13,6 @@ from projections.partial import account_ledger_at
 from projections.queries.common import (
     exists_later,
     fold_as_known,
-    json_time,
     latest_time,
     recorded_position,
     unknown_account,
@@ -36,14 +35,14 @@ class BalanceReport:
         """False when the pool asked about never appears in the account (a typo?)."""
         return self.pool is None or self.pool in self.known_pools
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `balance --json` object (integers throughout)."""
-        out: dict[str, Any] = {"account": self.account, **self.figures.as_dict(),
-                               "at": json_time(self.at), "as_known_at": self.as_known_at}
-        if self.pool is not None:
-            out["pool"] = self.pool
-            out["pool_balance"] = self.figures.pools.get(self.pool, 0)
-        return out
+    @property
+    def pool_balance(self) -> int | None:
+        """The balance of the pool asked about; None when none was asked about."""
+        return None if self.pool is None else self.figures.pools.get(self.pool, 0)
+
+    # The `balance --json` object: integers throughout, the pool only when asked about.
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "*figures", "at:time", "as_known_at",
+                                            "pool?", "pool_balance?")
 
 
 def balance(journal: JournalLike, account: str, *, at: int | None = None,

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from eventstore import JournalLike
-from projections.creditbook import Lineage
 from projections.errors import LedgerError, UnknownAccount
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
@@ -116,13 +114,4 @@ def unknown_account(name: str, known: Ledger | Iterable[str]) -> UnknownAccount:
 def exists_later(journal: JournalLike, name: str) -> bool:
     """Whether any event of the journal is in the account's stream."""
     return journal.stream_version(name) > 0
-
-
-def lineage_dict(lineage: Lineage) -> list[list[Any]]:
-    return [[grant, amount] for grant, amount in lineage]
-
-
-def describe_lineage(lineage: Lineage) -> str:
-    """`g1 50, g2 20`: which grants gave how many credits."""
-    return ", ".join(f"{grant} {amount:,}" for grant, amount in lineage) or "nothing"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 import orjson
 
@@ -18,15 +18,9 @@ from projections.figures import Figures
 from projections.ledger import PENDING, RUNNING, Ledger
 from projections.outcomes import Outcome
 from projections.projector import apply_recorded
-from projections.queries.common import (
-    json_time,
-    latest_time,
-    lineage_dict,
-    recorded_position,
-    unknown_account,
-)
+from projections.queries.common import latest_time, recorded_position, unknown_account
+from projections.queries.effects import Effect, event_effect
 from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
-from projections.queries.wording import event_detail
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
 
@@ -41,11 +35,8 @@ class Use:
     amount: int
     job: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready use."""
-        return {"time": json_time(self.time), "position": self.position,
-                "event_id": self.event_id,
-                "kind": self.kind, "amount": self.amount, "job": self.job}
+    json_keys: ClassVar[tuple[str, ...]] = ("time:time", "position", "event_id", "kind",
+                                            "amount", "job")
 
 
 @dataclass(slots=True)
@@ -76,16 +67,14 @@ class GrantLineage:
                      + sum(a for _, a in self.held))
         return max(0, self.amount - accounted)
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready lineage of the grant."""
-        return {
-            "grant": self.grant_id, "time": json_time(self.time), "position": self.position,
-            "pool": self.pool, "amount": self.amount, "expiry": self.expiry,
-            "paid_debt": self.paid_debt + self.debt_paid_later, "used": self.used,
-            "uses": [u.as_dict() for u in self.uses], "expired": self.expired,
-            "held": [[job, amount] for job, amount in self.held],
-            "remaining": self.remaining,
-        }
+    @property
+    def debt_paid(self) -> int:
+        """All the debt its credits paid: on arrival and after a release."""
+        return self.paid_debt + self.debt_paid_later
+
+    json_keys: ClassVar[tuple[str, ...]] = (
+        "grant=grant_id", "time:time", "position", "pool", "amount", "expiry",
+        "paid_debt=debt_paid", "used", "uses", "expired", "held", "remaining")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +91,9 @@ class Spend:
     job: str | None = None
     pool: str = GENERAL
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready spend."""
-        return {"time": json_time(self.time), "position": self.position,
-                "event_id": self.event_id,
-                "kind": self.kind, "amount": self.amount, "pool": self.pool, "job": self.job,
-                "paid_by": lineage_dict(self.paid_by), "debt_created": self.debt_created}
+    json_keys: ClassVar[tuple[str, ...]] = ("time:time", "position", "event_id", "kind",
+                                            "amount", "pool", "job", "paid_by",
+                                            "debt_created")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +103,9 @@ class Rejection:
     time: int
     position: int
     job: str
-    reason: str
+    reason: str  # the fold's
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready rejection."""
-        return {"time": json_time(self.time), "position": self.position, "job": self.job,
-                "reason": self.reason}
+    json_keys: ClassVar[tuple[str, ...]] = ("time:time", "position", "job", "reason")
 
 
 @dataclass(slots=True)
@@ -138,16 +121,9 @@ class AccountExplanation:
     anomalies: list[tuple[int, str, str]]  # (time, event id, why)
     debt: dict[str, int]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `explain ACCOUNT --json` object."""
-        return {
-            "account": self.account, "at": json_time(self.at), **self.figures.as_dict(),
-            "grants": [g.as_dict() for g in self.grants],
-            "spends": [s.as_dict() for s in self.spends],
-            "rejections": [r.as_dict() for r in self.rejections],
-            "anomalies": [list(a) for a in self.anomalies],
-            "debt_by_pool": dict(self.debt),
-        }
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "at:time", "*figures", "grants",
+                                            "spends", "rejections", "anomalies",
+                                            "debt_by_pool=debt")
 
 
 class LineageBuilder:
@@ -274,14 +250,33 @@ class JobEvent:
     position: int
     event_id: str
     type: str
-    detail: str
+    effect: Effect  # what it did, as values (`tools.wording` words it)
     ok: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready event."""
-        return {"time": json_time(self.time), "position": self.position,
-                "event_id": self.event_id,
-                "type": self.type, "detail": self.detail, "ok": self.ok}
+    json_keys: ClassVar[tuple[str, ...]] = ("time:time", "position", "event_id", "type",
+                                            "detail=effect", "ok")
+
+
+BLOCKED = "blocked"
+"""Its account runs as many jobs as its cap allows."""
+BEHIND = "behind"
+"""Pending jobs of higher priority, or submitted earlier, start before it."""
+NEXT = "next"
+"""First in line: the next start starts it."""
+RUNNING_HELD = "running"
+"""Running: its cost is held until it completes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a job has not started (or finished) yet: a code and the figures behind it."""
+
+    code: str  # BLOCKED, BEHIND, NEXT or RUNNING_HELD
+    ahead: int = 0  # pending jobs that start before it
+    account: str | None = None  # BLOCKED: the account
+    running: int = 0  # BLOCKED: the jobs it runs
+    max_running: int | None = None  # BLOCKED: its cap
+    held: int = 0  # RUNNING_HELD: credits held
 
 
 @dataclass(slots=True)
@@ -296,43 +291,31 @@ class JobExplanation:
     pool: str | None = None
     submitted_at: int | None = None
     accepted: bool | None = None
-    reason: str | None = None  # why the submit was rejected
+    reason: str | None = None  # why the submit was rejected (the fold's reason)
     held_from: Lineage = ()  # grants the submit reserved from
     charge: int | None = None
     paid_by: Lineage = ()
     released: int | None = None
-    waiting: str | None = None  # a pending job: why it has not started
+    waiting: Waiting | None = None  # a pending job: why it has not started
     ahead: int | None = None  # a pending job: pending jobs that start before it
     events: list[JobEvent] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `explain --job --json` object."""
-        return {
-            "job": self.job, "account": self.account, "state": self.state, "cost": self.cost,
-            "priority": self.priority, "pool": self.pool,
-            "submitted_at": json_time(self.submitted_at),
-            "accepted": self.accepted, "reason": self.reason,
-            "held_from": lineage_dict(self.held_from), "charge": self.charge,
-            "paid_by": lineage_dict(self.paid_by), "released": self.released,
-            "waiting": self.waiting, "ahead": self.ahead,
-            "events": [e.as_dict() for e in self.events],
-        }
+    json_keys: ClassVar[tuple[str, ...]] = (
+        "job", "account", "state", "cost", "priority", "pool", "submitted_at:time",
+        "accepted", "reason", "held_from", "charge", "paid_by", "released", "waiting",
+        "ahead", "events")
 
 
-def waiting_reason(ledger: Ledger, job_id: str) -> tuple[str, int]:
-    """Why the pending job `job_id` has not started in `ledger`, in words, and how many
-    pending jobs start before it (what `explain_job` reports as `waiting` and `ahead`)."""
+def waiting_reason(ledger: Ledger, job_id: str) -> tuple[Waiting, int]:
+    """Why the pending job `job_id` has not started in `ledger`, and how many pending
+    jobs start before it (what `explain_job` reports as `waiting` and `ahead`)."""
     job = ledger.jobs[job_id]
     account = ledger.accounts[job.account]
     ahead = ledger.pending_ahead(job)
     if account.blocked:
-        why = (f"account {job.account!r} already runs {account.running} of at most "
-               f"{account.max_running} jobs; {ahead} pending job(s) ahead of it")
-    elif ahead:
-        why = f"{ahead} pending job(s) ahead of it (higher priority, or submitted earlier)"
-    else:
-        why = "first in line: the next start_next starts it"
-    return why, ahead
+        return Waiting(BLOCKED, ahead, job.account, account.running, account.max_running), \
+            ahead
+    return Waiting(BEHIND if ahead else NEXT, ahead), ahead
 
 
 def explain_job(journal: JournalLike, job_id: str, *,
@@ -419,8 +402,8 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
         out.cost, out.priority, out.pool = job.cost, job.priority, job.pool
         out.charge = job.charge
     for rec, outcome in found:
-        detail, _ = event_detail(rec, outcome, ledger)
-        out.events.append(JobEvent(rec.time, rec.position, rec.id, rec.type, detail,
+        effect, _ = event_effect(rec, outcome, ledger)
+        out.events.append(JobEvent(rec.time, rec.position, rec.id, rec.type, effect,
                                    outcome.ok))
         if rec.type == "submit" and out.submitted_at is None and not outcome.anomaly:
             out.submitted_at = rec.time
@@ -435,6 +418,6 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
     if job is not None and job.state == PENDING:
         out.waiting, out.ahead = waiting_reason(ledger, job_id)
     elif job is not None and job.state == RUNNING:
-        out.waiting = f"running; {job.cost} credits held until it completes"
+        out.waiting = Waiting(RUNNING_HELD, held=job.cost)
     return out
 

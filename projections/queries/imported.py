@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from eventstore import JournalLike
 from projections.replay import Progress, replay
@@ -19,11 +18,6 @@ class ImportEffects:
     late: int
     revisions: int
     anomalies: list[tuple[int, str, str]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready effects."""
-        return {"appended": self.appended, "late": self.late, "revisions": self.revisions,
-                "anomalies": [list(a) for a in self.anomalies]}
 
 
 def import_effects(journal: JournalLike, *, after: int, latest_before: int | None,

@@ -18,13 +18,13 @@ import csv
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from eventstore import JournalLike
 from projections.ledger import Ledger
-from projections.queries.common import json_time, recorded_position
+from projections.queries.common import recorded_position
 from projections.replay import lean_rows, ledger_at
 from projections.reversals import reversed_ids
 from projections.timefmt import parse_time
@@ -76,11 +76,26 @@ class LedgerCharge:
     time: int
     position: int
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready charge."""
-        return {"kind": self.kind, "ref": self.ref, "account": self.account,
-                "amount": self.amount, "time": json_time(self.time),
-                "position": self.position}
+    json_keys: ClassVar[tuple[str, ...]] = ("kind", "ref", "account", "amount", "time:time",
+                                            "position")
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Why a finding has its verdict: a code and the values behind it.
+
+    Codes: "" (nothing to add: a match, an amount that differs); "duplicate" (`kind`
+    "job" or "id" `ref` is on an earlier row); "no_job", "job_not_charged" (`state`),
+    "reversed", "no_event": why the ledger has no charge for `ref`; "other_account": the
+    ledger charges `ref` to `account`; "job", "consume", "adjust": the kind of a ledger
+    charge missing from the file.
+    """
+
+    code: str = ""
+    ref: str | None = None
+    kind: str | None = None
+    account: str | None = None
+    state: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +110,7 @@ class Finding:
     ledger_amount: int | None
     line: int | None = None  # in the file; None for missing_from_file
     time: int | None = None
-    note: str = ""
+    note: Note = Note()
 
     @property
     def difference(self) -> int | None:
@@ -104,12 +119,9 @@ class Finding:
             return None
         return self.file_amount - self.ledger_amount
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready finding."""
-        return {"status": self.status, "line": self.line, "account": self.account,
-                "job": self.job, "id": self.event_id, "time": json_time(self.time),
-                "file_amount": self.file_amount, "ledger_amount": self.ledger_amount,
-                "difference": self.difference, "note": self.note}
+    json_keys: ClassVar[tuple[str, ...]] = (
+        "status", "line", "account", "job", "id=event_id", "time:time", "file_amount",
+        "ledger_amount", "difference", "note")
 
 
 @dataclass(slots=True)
@@ -134,13 +146,14 @@ class Reconciliation:
         """True when every row matched and the ledger has no charge the file lacks."""
         return all(f.status == MATCHED for f in self.findings)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `reconcile --json` object."""
-        span = None if self.time_range is None else {
+    @property
+    def span(self) -> dict[str, int] | None:
+        """The file's time range as {"from", "to"}, None when its rows have no time."""
+        return None if self.time_range is None else {
             "from": self.time_range[0], "to": self.time_range[1]}
-        return {"file": self.source, "as_known_at": self.as_known_at, "ok": self.ok,
-                "counts": self.counts(), "accounts": self.accounts, "time_range": span,
-                "findings": [f.as_dict() for f in self.findings]}
+
+    json_keys: ClassVar[tuple[str, ...]] = ("file=source", "as_known_at", "ok", "counts",
+                                            "accounts", "time_range=span", "findings")
 
 
 def parse_charges(text: str, source: str) -> list[FileCharge]:
@@ -313,11 +326,11 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     job_charge, findings = charges.job, out.findings
     for row in rows:
         ledger_amount: int | None = None
-        note = ""
+        note = Note()
         key = row.key
         if key in seen:
             status = DUPLICATE
-            note = f"{key[0]} {key[1]} appears earlier in the file"
+            note = Note("duplicate", key[1], kind=key[0])
         else:
             seen.add(key)
             if row.job is not None:
@@ -329,7 +342,7 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
                 status, note = MISSING_FROM_LEDGER, _why_missing(charges.ledger, row)
             elif charged[0] != row.account:
                 status = MISSING_FROM_LEDGER
-                note = f"the ledger charges {key[1]} to account {charged[0]!r}"
+                note = Note("other_account", key[1], account=charged[0])
             else:
                 ledger_amount = charged[1]
                 status = MATCHED if ledger_amount == row.amount else AMOUNT_DIFFERS
@@ -346,17 +359,16 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
         out.findings.append(Finding(
             MISSING_FROM_FILE, c.account, c.ref if c.kind == "job" else None,
             None if c.kind == "job" else c.ref, None, c.amount, time=c.time,
-            note={"job": "job charge", "consume": "usage report",
-                  "adjust": "adjustment"}[c.kind]))
+            note=Note(c.kind, c.ref)))
     return out
 
 
-def _why_missing(ledger: Ledger, row: FileCharge) -> str:
+def _why_missing(ledger: Ledger, row: FileCharge) -> Note:
     if row.job is not None:
         job = ledger.jobs.get(row.job)
         if job is None:
-            return f"no job {row.job!r} in the ledger"
-        return f"job {row.job!r} is {job.state}: not charged"
+            return Note("no_job", row.job)
+        return Note("job_not_charged", row.job, state=job.state)
     if row.event_id is not None and row.event_id in ledger.excluded:
-        return f"event {row.event_id!r} was reversed: not a charge"
-    return f"no usage report or adjustment with id {row.event_id!r}"
+        return Note("reversed", row.event_id)
+    return Note("no_event", row.event_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 from eventstore import JournalLike
 from projections.checkpoint import CheckpointError, log
@@ -13,7 +13,6 @@ from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
     fold_as_known,
-    json_time,
     latest_time,
     recorded_position,
     unknown_account,
@@ -37,10 +36,9 @@ class AccountRow:
     running: int
     max_running: int | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The same keys as `balance --json`, plus the account's job limits."""
-        return {"account": self.account, **self.figures.as_dict(), "opened": self.opened,
-                "running": self.running, "max_running": self.max_running}
+    # The same keys as `balance --json`, plus the account's job limits.
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "*figures", "opened", "running",
+                                            "max_running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +63,8 @@ class AccountsReport:
                        sum(r.figures.available for r in self.rows),
                        sum(r.figures.debt for r in self.rows), pools)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `accounts --json` object."""
-        return {"at": json_time(self.at), "as_known_at": self.as_known_at,
-                "accounts": [r.as_dict() for r in self.rows],
-                "totals": self.totals.as_dict()}
+    json_keys: ClassVar[tuple[str, ...]] = ("at:time", "as_known_at", "accounts=rows",
+                                            "totals")
 
 
 def account_rows(ledger: Ledger, at: int) -> list[AccountRow]:
@@ -121,11 +116,17 @@ class ExpiringCredits:
     held: int  # held by pending or running jobs: lapse if released after `ends`
     voided: bool  # ends by a void, not by expiry
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready credits."""
-        return {"account": self.account, "pool": self.pool, "grant": self.grant,
-                "expiry": self.ends, "amount": self.amount, "held": self.held,
-                "voided": self.voided}
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "pool", "grant", "expiry=ends",
+                                            "amount", "held", "voided")
+
+
+class PoolTotal(NamedTuple):
+    """Credits of one account and pool that stop counting within the window."""
+
+    account: str
+    pool: str
+    amount: int
+    held: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,22 +143,17 @@ class ExpiringReport:
         """The end of the window (excluded)."""
         return self.at + self.within
 
-    def totals(self) -> list[tuple[str, str, int, int]]:
+    def totals(self) -> list[PoolTotal]:
         """(account, pool, amount, held) per account and pool, sorted."""
         sums: dict[tuple[str, str], list[int]] = {}
         for c in self.credits:
             entry = sums.setdefault((c.account, c.pool), [0, 0])
             entry[0] += c.amount
             entry[1] += c.held
-        return [(a, p, v[0], v[1]) for (a, p), v in sorted(sums.items())]
+        return [PoolTotal(a, p, v[0], v[1]) for (a, p), v in sorted(sums.items())]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `expiring --json` object."""
-        return {"at": json_time(self.at), "within": self.within, "until": self.until,
-                "as_known_at": self.as_known_at,
-                "credits": [c.as_dict() for c in self.credits],
-                "totals": [{"account": a, "pool": p, "amount": n, "held": h}
-                           for a, p, n, h in self.totals()]}
+    json_keys: ClassVar[tuple[str, ...]] = ("at:time", "within", "until", "as_known_at",
+                                            "credits", "totals")
 
 
 def expiring_credits(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
@@ -254,11 +250,9 @@ class JobRow:
     priority: int
     pool: str
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready job (the same keys as the service's job object, where they overlap)."""
-        return {"job": self.job, "account": self.account, "state": self.state,
-                "cost": self.cost, "charged": self.charge, "priority": self.priority,
-                "pool": self.pool}
+    # The same keys as the service's job object, where they overlap.
+    json_keys: ClassVar[tuple[str, ...]] = ("job", "account", "state", "cost",
+                                            "charged=charge", "priority", "pool")
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +264,7 @@ class JobsReport:
     state: str | None
     rows: list[JobRow]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `jobs --json` object."""
-        return {"as_known_at": self.as_known_at, "account": self.account,
-                "state": self.state, "jobs": [r.as_dict() for r in self.rows]}
+    json_keys: ClassVar[tuple[str, ...]] = ("as_known_at", "account", "state", "jobs=rows")
 
 
 def check_state(state: str | None) -> str | None:

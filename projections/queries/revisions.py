@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from eventstore import JournalLike, RecordedEvent
 from projections.outcomes import Revision
-from projections.queries.common import json_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +19,9 @@ class RevisionRow:
     late_type: str | None
     time: int | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready revision (integer times)."""
-        return {**self.revision.as_dict(), "late_time": json_time(self.late_time),
-                "late_type": self.late_type, "time": json_time(self.time)}
+    # The revision's own fields, then the times of both events.
+    json_keys: ClassVar[tuple[str, ...]] = ("*revision", "late_time:time", "late_type",
+                                            "time:time")
 
 
 def revision_rows(journal: JournalLike, revisions: Iterable[Revision]) -> list[RevisionRow]:
@@ -42,19 +40,4 @@ def revision_rows(journal: JournalLike, revisions: Iterable[Revision]) -> list[R
                                 None if late is None else late.type,
                                 None if affected is None else affected.time))
     return rows
-
-
-def describe_reported(reported: Mapping[str, Any]) -> str:
-    """An outcome as a caller was told it: `ok, debt 10, paid by g1 5`."""
-    parts = ["ok" if reported.get("ok", True) else "rejected"]
-    if "debt_after" in reported:
-        parts.append(f"debt {reported['debt_after']:,}")
-    if "charge" in reported:
-        parts.append(f"charged {reported['charge']:,}")
-    if reported.get("paid_by"):
-        paid = ", ".join(f"{g} {a:,}" for g, a in reported["paid_by"])
-        parts.append(f"paid by {paid}")
-    if "reason" in reported:
-        parts.append(str(reported["reason"]))
-    return "; ".join(parts)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 from eventstore import PRIVATE_KEY, JournalLike, RecordedEvent
 from projections.creditbook import Expiry, Lineage
@@ -17,19 +17,22 @@ from projections.partial import account_jobs_at
 from projections.queries.common import (
     exists_later,
     fold_as_known,
-    json_time,
     latest_time,
-    lineage_dict,
     recorded_position,
-    recorded_text,
     unknown_account,
+)
+from projections.queries.effects import (
+    OPENING,
+    REFILL,
+    UNEXPLAINED,
+    Effect,
+    event_effect,
+    expiry_effect,
 )
 from projections.queries.reports import jobs as jobs_report
 from projections.queries.walk import AccountWalk, Step, account_events
-from projections.queries.wording import event_detail, pool_text
 from projections.replay import excluded_as_known
 from projections.reversals import reversed_ids
-from projections.timefmt import format_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ class StatementLine:
     change: int
     balance: int
     reserved: int
-    detail: str
+    effect: Effect  # what the event did, as values (`tools.wording` words it)
     status: str = "ok"  # ok, rejected (a submit), anomaly (kept in the journal, no effect)
     job: str | None = None
     pool: str | None = None
@@ -55,24 +58,36 @@ class StatementLine:
     recorded_at: int | None = None  # when the journal recorded the event (µs); None: derived
     memo: str | None = None  # the event's memo, if it has one
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready line: integer event times (None for an event without time),
-        the recorded-at time as ISO-8601 UTC."""
-        return {
-            "time": json_time(self.time), "position": self.position,
-            "event_id": self.event_id, "type": self.type, "change": self.change,
-            "balance": self.balance, "reserved": self.reserved, "detail": self.detail,
-            "status": self.status, "job": self.job, "pool": self.pool,
-            "grants": lineage_dict(self.grants), "debt_paid": self.debt_paid,
-            "debt_created": self.debt_created, "released": self.released,
-            "recorded_at": None if self.recorded_at is None else recorded_text(self.recorded_at),
-            "memo": self.memo,
-        }
+    json_keys: ClassVar[tuple[str, ...]] = (
+        "time:time", "position", "event_id", "type", "change", "balance", "reserved",
+        "detail=effect", "status", "job", "pool", "grants", "debt_paid", "debt_created",
+        "released", "recorded_at:recorded", "memo")
 
 
 SUBTOTALS = ("opening", "granted", "used", "refunded", "expired", "adjusted", "voided",
              "closing")
 """The subtotals of a statement, in the order they add up."""
+
+SUBTOTALS_DIFFER = "subtotals_differ"
+"""The subtotals add up to `found`, the closing balance is `expected`."""
+CLOSING_DIFFERS = "closing_differs"
+"""The closing balance is `found`, the account's balance at the same time `expected`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """Where a statement does not add up: a code and the two figures that differ."""
+
+    code: str  # SUBTOTALS_DIFFER or CLOSING_DIFFERS
+    found: int
+    expected: int
+
+
+class Closing(NamedTuple):
+    """A statement's balance and reservations after its last line."""
+
+    balance: int
+    reserved: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,21 +117,21 @@ class Subtotals:
                 + self.adjusted - self.voided)
 
     @property
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Mismatch]:
         """Where the subtotals disagree: empty when the statement is consistent."""
         found = []
         if self.computed != self.closing:
-            found.append(f"the subtotals add up to {self.computed:,} but the closing balance "
-                         f"is {self.closing:,}")
+            found.append(Mismatch(SUBTOTALS_DIFFER, self.computed, self.closing))
         if self.closing != self.balance:
-            found.append(f"the closing balance {self.closing:,} differs from the account's "
-                         f"balance {self.balance:,} at the same time")
+            found.append(Mismatch(CLOSING_DIFFERS, self.closing, self.balance))
         return found
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready subtotals, with the consistency verdict."""
-        return {**{name: getattr(self, name) for name in SUBTOTALS},
-                "consistent": not self.problems, "problems": self.problems}
+    @property
+    def consistent(self) -> bool:
+        """Whether the subtotals add up to the closing balance, and it is the account's."""
+        return not self.problems
+
+    json_keys: ClassVar[tuple[str, ...]] = (*SUBTOTALS, "consistent", "problems")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,34 +173,21 @@ class Statement:
                          **sums)
 
     @property
-    def closing(self) -> tuple[int, int]:
+    def closing(self) -> Closing:
         """(balance, reserved) after the last line."""
         last = self.lines[-1] if self.lines else self.opening
-        return (last.balance, last.reserved) if last is not None else (0, 0)
+        return Closing(last.balance, last.reserved) if last is not None else Closing(0, 0)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `statement --json` object."""
-        balance_, reserved = self.closing
-        return {
-            "account": self.account, "from": json_time(self.from_time),
-            "to": json_time(self.to_time), "as_known_at": self.as_known_at,
-            "opening": None if self.opening is None else self.opening.as_dict(),
-            "lines": [line.as_dict() for line in self.lines],
-            "closing": {"balance": balance_, "reserved": reserved},
-            "subtotals": self.subtotals.as_dict(),
-        }
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "from=from_time:time", "to=to_time:time",
+                           "as_known_at", "opening", "lines", "closing", "subtotals")
 
 
 def expiry_line(e: Expiry, time: int, balance_: int, reserved: int,
                  *, on_release: str | None = None) -> StatementLine:
-    text = f"{e.amount:,}{pool_text(e.pool)} of grant {e.grant_id} expired unused"
-    if on_release is not None and e.voided:
-        text = (f"{e.amount:,}{pool_text(e.pool)} of grant {e.grant_id} released by job "
-                f"{on_release} after the grant was voided at {format_time(e.expiry)}")
-    elif on_release is not None:
-        text = (f"{e.amount:,}{pool_text(e.pool)} of grant {e.grant_id} released by job "
-                f"{on_release} after the grant expired at {format_time(e.expiry)}")
-    return StatementLine(time, None, None, "expire", -e.amount, balance_, reserved, text,
+    """The line of credits that stopped counting unused (`on_release`: the job whose
+    release found the grant already ended)."""
+    return StatementLine(time, None, None, "expire", -e.amount, balance_, reserved,
+                         expiry_effect(e, on_release=on_release),
                          pool=e.pool, grants=((e.grant_id, e.amount),))
 
 
@@ -235,9 +237,8 @@ class StatementBuilder:
         if step.refill:
             self.balance += step.refill
             self.add(StatementLine(rec.time, None, None, "refill", step.refill, self.balance,
-                                   self.reserved, f"refill of {step.refill} credits accrued",
-                                   pool=GENERAL))
-        detail, change = event_detail(rec, outcome, self.walk.ledger)
+                                   self.reserved, Effect(REFILL, step.refill), pool=GENERAL))
+        effect, change = event_effect(rec, outcome, self.walk.ledger)
         state = self.walk.state
         if state is not None:
             self.reserved = state.book.held
@@ -250,7 +251,7 @@ class StatementBuilder:
             self.sealed.append(rec.id)
         self.add(StatementLine(
             rec.time, rec.position, rec.id, rec.type, change, self.balance, self.reserved,
-            detail, status, job if isinstance(job, str) else None,
+            effect, status, job if isinstance(job, str) else None,
             rec.payload.get("pool", GENERAL) if rec.type in ("grant", "consume", "adjust")
             else None,
             outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created,
@@ -268,10 +269,8 @@ class StatementBuilder:
             actual = book.active_total + book.held - book.debt_total - self.walk.unevicted()
             if actual != self.balance:  # never expected: shown rather than hidden
                 self.add(StatementLine(rec.time, None, None, "unexplained",
-                                       actual - self.balance,
-                                       actual, self.reserved,
-                                       "unexplained change (please report): balance is "
-                                       f"{actual}, the lines above add up to {self.balance}"))
+                                       actual - self.balance, actual, self.reserved,
+                                       Effect(UNEXPLAINED, actual, counted=self.balance)))
                 self.balance = actual
 
     def finish(self, to_time: int, expired: list[Expiry] | None = None) -> None:
@@ -287,8 +286,7 @@ class StatementBuilder:
             if add:
                 self.balance += add
                 self.add(StatementLine(to_time, None, None, "refill", add, self.balance,
-                                       self.reserved, f"refill of {add} credits accrued",
-                                       pool=GENERAL))
+                                       self.reserved, Effect(REFILL, add), pool=GENERAL))
 
 
 def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
@@ -385,7 +383,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         balance_ = prior.balance if prior is not None else 0
         reserved = prior.reserved if prior is not None else 0
         opening = StatementLine(from_time, None, None, "opening", 0, balance_, reserved,
-                                "opening balance")
+                                Effect(OPENING))
         lines = lines[cut:]
     figures = Figures.of(walk.state, to)
     return Statement(account, from_time, to, opening, lines, figures.balance, position)

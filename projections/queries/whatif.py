@@ -7,14 +7,14 @@ same events with a `Policy` in place of the rules they carry. Nothing is appende
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from eventstore import JournalLike
 from projections.figures import Figures
 from projections.ledger import Ledger
 from projections.policy import Policy
 from projections.projector import apply_recorded
-from projections.queries.common import fold_as_known, json_time, latest_time, recorded_position
+from projections.queries.common import fold_as_known, latest_time, recorded_position
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +31,21 @@ class AccountChange:
         out = [(p, self.actual.pools.get(p, 0), self.whatif.pools.get(p, 0)) for p in names]
         return [(p, a, w) for p, a, w in out if a != w]
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready change: the figures both ways, and the pools that differ."""
-        return {"account": self.account, "actual": self.actual.as_dict(),
-                "whatif": self.whatif.as_dict(),
-                "difference": {k: getattr(self.whatif, k) - getattr(self.actual, k)
-                               for k in ("balance", "reserved", "available", "debt")},
-                "pools": [{"pool": p, "actual": a, "whatif": w, "difference": w - a}
-                          for p, a, w in self.pools()]}
+    @property
+    def difference(self) -> dict[str, int]:
+        """What-if minus actual, per figure."""
+        return {k: getattr(self.whatif, k) - getattr(self.actual, k)
+                for k in ("balance", "reserved", "available", "debt")}
+
+    @property
+    def pool_changes(self) -> list[dict[str, Any]]:
+        """Every pool whose balance differs: both balances and the difference."""
+        return [{"pool": p, "actual": a, "whatif": w, "difference": w - a}
+                for p, a, w in self.pools()]
+
+    # The figures both ways, and the pools that differ.
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "actual", "whatif", "difference",
+                                            "pools=pool_changes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +59,17 @@ class JobChange:
     actual_charge: int | None
     whatif_charge: int | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready change."""
-        return {"job": self.job, "account": self.account,
-                "actual": {"state": self.actual_state, "charged": self.actual_charge},
-                "whatif": {"state": self.whatif_state, "charged": self.whatif_charge}}
+    @property
+    def actual(self) -> dict[str, Any]:
+        """The job as the journal's own rules leave it."""
+        return {"state": self.actual_state, "charged": self.actual_charge}
+
+    @property
+    def whatif(self) -> dict[str, Any]:
+        """The job under the policy."""
+        return {"state": self.whatif_state, "charged": self.whatif_charge}
+
+    json_keys: ClassVar[tuple[str, ...]] = ("job", "account", "actual", "whatif")
 
 
 @dataclass(slots=True)
@@ -75,14 +88,14 @@ class WhatIf:
         """Whether anything at all differs."""
         return bool(self.accounts or self.jobs)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The `whatif --json` object."""
-        return {"policy": self.policy.as_dict(), "at": json_time(self.at),
-                "as_known_at": self.as_known_at, "changed": self.changed,
-                "accounts": [c.as_dict() for c in self.accounts],
-                "jobs": [j.as_dict() for j in self.jobs],
-                "totals": {k: {"actual": a, "whatif": w, "difference": w - a}
-                           for k, (a, w) in self.totals.items()}}
+    @property
+    def total_changes(self) -> dict[str, dict[str, int]]:
+        """Per total: actual, what-if and the difference."""
+        return {k: {"actual": a, "whatif": w, "difference": w - a}
+                for k, (a, w) in self.totals.items()}
+
+    json_keys: ClassVar[tuple[str, ...]] = ("policy", "at:time", "as_known_at", "changed",
+                                            "accounts", "jobs", "totals=total_changes")
 
 
 def fold_under(journal: JournalLike, policy: Policy, *, position: int,

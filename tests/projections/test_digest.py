@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import projections.ledger as ledger_module
+import projections.digest as digest_module
 from projections.events import (
     CreditsConsumed,
     CreditsGranted,
@@ -64,7 +64,7 @@ def test_sliced_digest_hashes_the_one_shot_encoding(
 ) -> None:
     ledger = build(jobs, anomalies)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ledger_module, "_DIGEST_SLICE", slice_size)
+        patch.setattr(digest_module, "_DIGEST_SLICE", slice_size)
         assert ledger.digest() == one_shot_digest(ledger)
 
 
@@ -89,4 +89,4 @@ def test_the_fast_canonical_encoder_writes_the_bytes_json_dumps_writes(value: ob
         expected = want.encode()
     except UnicodeEncodeError:  # a lone surrogate: no UTF-8 either way
         return
-    assert ledger_module._canonical_bytes(value) == expected
+    assert digest_module.canonical_bytes(value) == expected

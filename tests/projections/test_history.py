@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent
 from projections.errors import UnknownAccount
-from projections.queries import explain_account, latest_time, statement
+from projections.queries import explain_account, latest_time, statement, to_dict
 from projections.queries.history import account_history, event_lines, lines_of
 from projections.timeline import account_timeline
 from tests.projections.test_reversals import ACCOUNTS, Raw, journals, stream_of
@@ -49,8 +49,8 @@ def recorded_in(draw: st.DrawFn, events: list[Raw], order: Sequence[int],
 def answers(journal: MemoryJournal, account: str, position: int) -> tuple[Any, Any] | None:
     """statement and explain_account as known at `position`, None for an unknown account."""
     try:
-        return (statement(journal, account, as_known_at=position).as_dict(),
-                explain_account(journal, account, as_known_at=position).as_dict())
+        return (to_dict(statement(journal, account, as_known_at=position)),
+                to_dict(explain_account(journal, account, as_known_at=position)))
     except UnknownAccount:
         return None
 
@@ -68,7 +68,7 @@ def test_one_fold_answers_what_the_statement_and_the_explanation_answer(
             if expected is None:
                 assert not history.seen
                 continue
-            assert (history.statement.as_dict(), history.explanation.as_dict()) == expected
+            assert (to_dict(history.statement), to_dict(history.explanation)) == expected
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

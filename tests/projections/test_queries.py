@@ -26,8 +26,10 @@ from projections.queries import (
     latest_time,
     revision_rows,
     statement,
+    to_dict,
 )
 from projections.replay import fold_canonical, replay
+from tools import wording
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "h100", "a100")
@@ -194,7 +196,7 @@ def test_explain_job_for_events_of_a_job_never_submitted() -> None:
     ex = explain_job(journal, "ghost")
     assert ex.state == "never submitted"
     assert [e.ok for e in ex.events] == [False]
-    assert "unknown job" in ex.events[0].detail
+    assert "unknown job" in wording.text(ex.events[0].effect)
 
 
 def test_revision_rows_carry_both_times() -> None:
@@ -208,7 +210,7 @@ def test_revision_rows_carry_both_times() -> None:
     rows = revision_rows(journal, report.revisions)
     assert [(r.late_time, r.time, r.late_type, r.revision.type) for r in rows] == [
         (6, 10, "grant", "consume")]
-    assert rows[0].as_dict()["late_time"] == 6
+    assert to_dict(rows[0])["late_time"] == 6
 
 
 def test_audit_totals() -> None:
@@ -244,7 +246,7 @@ def test_a_statement_from_the_account_stream_is_the_one_from_the_whole_journal(
         with whole.context() as patch:  # the statement of a fold of every event
             patch.setattr(statement_module, "account_events", lambda *a, **k: None)
             slow = statement(journal, name, to_time=to, from_time=to // 3)
-        assert quick.as_dict() == slow.as_dict()
+        assert to_dict(quick) == to_dict(slow)
 
 
 def test_an_event_of_another_account_in_the_stream_means_a_whole_fold() -> None:

@@ -13,6 +13,7 @@ from eventstore import MemoryJournal, NewEvent
 from projections.figures import Figures
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
+from projections.queries import to_dict
 from projections.timeline import TimelineBuilder, TimelinePoint, point_of
 from tests.projections.draws import add_event, other_event
 
@@ -87,7 +88,7 @@ def test_every_point_is_what_the_accounts_state_says_then(journal: MemoryJournal
                     builder.after(rec, ledger.accounts.get(account))
         state = ledger.accounts.get(account)
         points, expected = kept.finish(until, state), plain.finish(until, state)
-        assert [p.as_dict() for p in points] == [p.as_dict() for p in expected]
+        assert [to_dict(p) for p in points] == [to_dict(p) for p in expected]
         assert [list(p.pools) for p in points] == [list(p.pools) for p in expected]  # order
 
 

@@ -15,6 +15,7 @@ from projections import queries
 from projections.events import from_payload, to_payload
 from projections.partial import account_jobs_at
 from projections.replay import fold_canonical, replay
+from tools import wording
 
 ACCOUNTS = ("a", "b")
 JOBS = tuple(f"j{i}" for i in range(8))  # few ids: accounts often share one
@@ -136,7 +137,7 @@ def test_statements_checking_their_job_ids_in_the_index_are_those_of_a_fold(
 
 def _statement(journal: MemoryJournal, account: str, position: int | None) -> dict[str, Any]:
     """The statement's JSON, without the wall-clock times the two journals recorded."""
-    out = queries.statement(journal, account, as_known_at=position).as_dict()
+    out = wording.to_dict(queries.statement(journal, account, as_known_at=position))
     for line in out["lines"]:
         del line["recorded_at"]
     return out

@@ -23,8 +23,10 @@ from projections.checkpoint import (
     latest_valid_checkpoint,
     open_checkpoint,
 )
+from projections.digest import canonical_job
 from projections.ledger import Ledger
 from projections.partial import account_ledger_at
+from projections.queries import to_dict
 from projections.queries.explain import job_explanation
 from projections.replay import excluded_as_known, fold_canonical, replay
 from tests.replay.test_replay import ACCOUNTS, _journal, _stream, fold_on, histories
@@ -84,10 +86,10 @@ def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
         assert set(got.accounts) <= {account}
         assert (got.canonical()["accounts"].get(account)
                 == want.canonical()["accounts"].get(account))
-        mine = {j: want._canonical_job(j) for j, job in want.jobs.items()
+        mine = {j: canonical_job(want, j) for j, job in want.jobs.items()
                 if job.account == account}
         # Its jobs are read only when an event after the checkpoint needs them.
-        assert not got.jobs or {j: got._canonical_job(j) for j in got.jobs} == mine
+        assert not got.jobs or {j: canonical_job(got, j) for j in got.jobs} == mine
 
 
 @settings(max_examples=60, deadline=None)
@@ -100,34 +102,34 @@ def test_reports_and_explanations_from_checkpoints_equal_those_from_a_fold(
         plain.append([NewEvent(rec.id, rec.stream, rec.type, rec.time, rec.payload)])
     at = data.draw(st.none() | st.integers(0, len(events) + 1), label="at")
     for ask in (lambda j: queries.accounts(j, at=at), lambda j: queries.expiring(j, at=at)):
-        assert ask(journal).as_dict() == ask(plain).as_dict()
+        assert to_dict(ask(journal)) == to_dict(ask(plain))
     for state in (None, "pending"):
         # The same jobs with the same figures; their order may differ: a projection lists a
         # job where it became known, a fold where it was submitted (docs/architecture.md,
         # "The order of the jobs report").
-        got, want = (queries.jobs(j, state=state).as_dict() for j in (journal, plain))
+        got, want = (to_dict(queries.jobs(j, state=state)) for j in (journal, plain))
         assert sorted(got.pop("jobs"), key=_by_job) == sorted(want.pop("jobs"), key=_by_job)
         assert got == want
     for account in ACCOUNTS:
         try:
-            want = queries.balance(plain, account, at=at).as_dict()
+            want = to_dict(queries.balance(plain, account, at=at))
         except queries.NothingRecorded:
             continue
         except LookupError:
             with pytest.raises(LookupError):
                 queries.balance(journal, account, at=at)
             continue
-        assert queries.balance(journal, account, at=at).as_dict() == want
+        assert to_dict(queries.balance(journal, account, at=at)) == want
         try:
-            explained = queries.explain_account(plain, account).as_dict()
+            explained = to_dict(queries.explain_account(plain, account))
         except LookupError:
             continue
-        assert queries.explain_account(journal, account).as_dict() == explained
+        assert to_dict(queries.explain_account(journal, account)) == explained
     for job in sorted({p["job"] for _, _, _, p in events if "job" in p}):
         head = journal.head()
         whole = job_explanation(journal.read(order="canonical"), job,
                                 excluded=excluded_as_known(journal, head))
-        assert queries.explain_job(journal, job).as_dict() == whole.as_dict()
+        assert to_dict(queries.explain_job(journal, job)) == to_dict(whole)
 
 
 def _by_job(row: dict[str, Any]) -> str:

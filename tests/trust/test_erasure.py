@@ -67,7 +67,7 @@ def _figures(journal: JournalLike) -> dict[str, Any]:
     return {
         "digest": replay(journal).digest,
         # Everything but `as_known_at`, the position answered from (the erasure is one more).
-        "balance": {k: v for k, v in queries.balance(journal, "lab").as_dict().items()
+        "balance": {k: v for k, v in queries.to_dict(queries.balance(journal, "lab")).items()
                     if k != "as_known_at"},
         "lines": [(line.time, line.type, line.change, line.balance, line.reserved)
                   for line in st.lines],

@@ -21,6 +21,9 @@ from projections import GPUCreditTracker, Scheduler
 from projections.anchors import check_anchor, head_anchor
 from projections.replay import verify
 
+# Every tamper case on both implementations of the chain check.
+pytestmark = pytest.mark.usefixtures("chain_check")
+
 EVENTS = 12
 """The size of the tampered journal: grants and usage reports of two accounts."""
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent, RecordedEvent
+from projections.queries import to_dict
 from projections.queries.history import (
     AccountHistory,
     HistoryFold,
@@ -35,8 +36,8 @@ def appends(draw: st.DrawFn) -> MemoryJournal:
 
 def answer(history: AccountHistory) -> tuple[Any, ...]:
     """Everything the page shows of a history, as plain values."""
-    return (history.statement.as_dict(), history.explanation.as_dict(),
-            [p.as_dict() for p in history.timeline], history.seen)
+    return (to_dict(history.statement), to_dict(history.explanation),
+            [to_dict(p) for p in history.timeline], history.seen)
 
 
 def stream(journal: MemoryJournal, account: str, position: int) -> list[RecordedEvent]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from projections.queries import statement
+from projections.queries import statement, to_dict
 from tools.web.browsing import app_for
 
 LATE_GRANT = 980
@@ -237,11 +237,11 @@ def test_an_accounts_stream_answers_as_the_whole_journal_does(demo_db: str) -> N
                 history = account_history(source, account, position)
                 assert history.statement == statement(whole, account), account
                 try:
-                    expected = explain_account(whole, account).as_dict()
+                    expected = to_dict(explain_account(whole, account))
                 except UnknownAccount:  # not yet known at that position
                     assert not history.seen
                     continue
-                assert history.explanation.as_dict() == expected, account
+                assert to_dict(history.explanation) == expected, account
     finally:
         journal.close()
 
@@ -336,5 +336,5 @@ def test_a_jobs_page_folds_its_account_only_up_to_the_job_and_answers_as_explain
     assert len(jobs) > 100
     for job in jobs:
         explanation, _ = job_page(source, job)
-        assert explanation.as_dict() == explain_job(journal, job).as_dict(), job
+        assert to_dict(explanation) == to_dict(explain_job(journal, job)), job
     assert client.get("/jobs/no-such-job").status_code == 404

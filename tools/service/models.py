@@ -322,7 +322,7 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _fields_of(value: type[Any]) -> Callable[[type[_Model]], type[_Model]]:
-    """A model whose answer is `value.as_dict()` and a few keys more: the fields of the
+    """A model whose answer is `to_dict(value)` and a few keys more: the fields of the
     dataclass `value` (all required, as declared), then the model's own. So the value's
     fields are declared once, where the value is, and the schema follows them."""
 

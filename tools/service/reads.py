@@ -31,7 +31,7 @@ from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
 from projections.timefmt import parse_micros
 from projections.verifications import Verification, record_verification
-from tools import render
+from tools import render, wording
 from tools.service.auth import READ, needs
 from tools.service.ledger import STALE, Busy, LedgerService, service_of
 from tools.service.models import (
@@ -97,7 +97,7 @@ def _latest(ledger: Ledger) -> int:
 
 
 def _figures(account: str, figures: queries.Figures, at: int, position: int) -> dict[str, Any]:
-    return {"account": account, **figures.as_dict(), "at": at, "as_known_at": position}
+    return {"account": account, **wording.to_dict(figures), "at": at, "as_known_at": position}
 
 
 @router.get("/accounts", response_model=list[BalanceAnswer], responses=_ERRORS,
@@ -138,7 +138,8 @@ async def balance(account: str, request: Request, at: TimeParam = None,
 def _balance_as_known(service: LedgerService, account: str, when: int | None,
                       as_known_at: str) -> dict[str, Any]:
     position = _known(service.journal, service.journal.head(), as_known_at)
-    return queries.balance(service.journal, account, at=when, as_known_at=position).as_dict()
+    return wording.to_dict(queries.balance(service.journal, account, at=when,
+                                           as_known_at=position))
 
 
 async def _from_projection(service: LedgerService,
@@ -221,7 +222,7 @@ def statement(account: str, request: Request,
         out = io.StringIO()
         render.statement_csv(st, out)
         return Response(out.getvalue(), media_type="text/csv")
-    return {**st.as_dict(), "as_known_at": position}
+    return {**wording.to_dict(st), "as_known_at": position}
 
 
 @router.get("/jobs/{job}", response_model=JobAnswer, response_model_exclude_none=False,
@@ -274,7 +275,7 @@ class _RevisionCache:
                     if event_id not in streams:
                         rec = journal.get(event_id)
                         streams[event_id] = None if rec is None else rec.stream
-                    out.append({**row.as_dict(), "account": streams[event_id]})
+                    out.append({**wording.to_dict(row), "account": streams[event_id]})
                 self._head, self._rows = head, out
             return self._rows
 

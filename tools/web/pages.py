@@ -47,6 +47,7 @@ from projections.timeline import (
     grant_burndown,
     unordered_expiring_entries,
 )
+from tools import wording
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
 
@@ -377,7 +378,7 @@ def ledger_csv(page: AccountPage) -> str:
     for line in page.lines:
         writer.writerow([format_time(line.time), line.position or "", line.event_id or "",
                          line.type, line.pool or "", line.job or "", line.change,
-                         line.balance, line.reserved, line.status, line.detail])
+                         line.balance, line.reserved, line.status, wording.text(line.effect)])
     return out.getvalue()
 
 
@@ -401,7 +402,7 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
             grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
                            "steps": [[s.time, s.remaining] for s in steps]})
         return {"account": account, "as_known_at": position, "to": until, "pools": pools,
-                "points": [p.as_dict() for p in points], "grants": grants}
+                "points": [wording.to_dict(p) for p in points], "grants": grants}
 
     return source.cached(("timeline", account, position), build)
 

@@ -12,8 +12,8 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from projections.queries import describe_reported
 from projections.timefmt import format_time
+from tools import wording
 
 
 def num(value: Any) -> str:
@@ -75,6 +75,6 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, signed=signed, when=when, micros=micros,
                        wallclock=wallclock, seg=seg,
-                       describe=describe_reported)
+                       describe=wording.reported_text, words=wording.text)
     env.globals.update(query=query)
     return env
