@@ -160,7 +160,7 @@ def test_an_edited_source_runs_instead_of_its_stale_build_with_a_warning(
 # -- the same answers, compiled and not -----------------------------------------------------------
 
 DIGESTS = """
-import json, sys
+import dataclasses, json
 from eventstore import MemoryJournal, NewEvent
 from projections.replay import fold_canonical, replay
 from tools.bench.workload import realistic_mix, with_late_arrivals
@@ -173,7 +173,7 @@ for e in with_late_arrivals(realistic_mix(4000, seed=3), 0.1, max_delay=200):
     journal.append([NewEvent(e.id, e.stream, e.type, e.time, e.fields)])
 report = replay(journal)
 out["replay"] = [report.digest, len(report.revisions), len(report.anomalies),
-                 [r.as_dict() for r in report.revisions][:50]]
+                 [dataclasses.asdict(r) for r in report.revisions][:50]]
 out["fold"] = fold_canonical(journal).digest()
 print(json.dumps(out, sort_keys=True))
 """
