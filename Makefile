@@ -11,12 +11,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The fold's modules that setup.py compiles with mypyc (projections.native.COMPILED): an
+# edit reinstalls, so the compiled build follows its source (until then the source runs,
+# with a warning). GPU_CREDITS_PURE_PYTHON=1 make ... installs and runs plain Python.
+FOLD_SOURCES := projections/ledger.py projections/creditbook.py projections/outcomes.py \
+	projections/native.py
+
 # setup.py and the C source too: an edit rebuilds the chain check's C accelerator.
-$(STAMP): pyproject.toml setup.py eventstore/_chain.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py eventstore/_chain.c $(FOLD_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-$(BENCH_STAMP): pyproject.toml $(STAMP)
+$(BENCH_STAMP): pyproject.toml setup.py $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $@
 
@@ -34,8 +40,11 @@ serve: $(STAMP)
 	$(BIN)/gpu-credits --db $(DEMO_DB) demo > /dev/null
 	$(BIN)/gpu-credits --db $(DEMO_DB) serve --host $(HOST) --port $(PORT)
 
+# The whole suite (on the compiled fold, when it is built), then the fold's own tests
+# (projections, replay) again on its Python source: both must hold.
 test: $(STAMP)
 	$(BIN)/python -m pytest
+	GPU_CREDITS_PURE_PYTHON=1 $(BIN)/python -m pytest -m "not slow" tests/projections tests/replay
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -68,4 +77,4 @@ screenshots: $(STAMP)
 	$(BIN)/python -m tools.web.screenshots docs/screenshots
 
 clean:
-	rm -rf $(VENV) build *.egg-info eventstore/*.so
+	rm -rf $(VENV) build *.egg-info eventstore/*.so projections/*.so projections/_compiled.json

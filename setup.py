@@ -1,32 +1,132 @@
-"""The C accelerator of the chain check; everything else about the package is in
-pyproject.toml.
+"""Build steps beyond pyproject.toml: compiled extensions, each optional.
 
-Optional: where it cannot be compiled (no C compiler, no Python headers) the install goes
-on without it and `eventstore.hashing` runs its Python definitions instead. It hashes with
-OpenSSL's libcrypto where its headers are (Debian's libssl-dev), else through hashlib.
+Everything else (metadata, dependencies, packages) is in pyproject.toml. Two of them:
+the C accelerator of the chain check, and the fold compiled by mypyc. Where one cannot
+be built the install goes on without it and the Python definitions run instead.
 """
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CCompilerError
 
+ROOT = Path(__file__).resolve().parent
+
+# -- the chain check's C accelerator ------------------------------------------------------------
+#
+# It hashes with OpenSSL's libcrypto where its headers are (Debian's libssl-dev), else
+# through hashlib; without a C compiler or Python headers `eventstore.hashing` runs its
+# Python definitions.
+
 CHAIN = Extension("eventstore._chain", ["eventstore/_chain.c"], optional=True)
 
 
-class BuildChain(build_ext):
-    """Builds the chain check against libcrypto first, then, if that fails, without."""
+def build_chain(cmd: build_ext, ext: Extension) -> None:
+    """Build the chain check against libcrypto first, then, if that fails, without."""
+    ext.define_macros.append(("CHAIN_OPENSSL", "1"))
+    ext.libraries.append("crypto")
+    try:
+        build_ext.build_extension(cmd, ext)
+        return
+    except CCompilerError:
+        ext.define_macros.remove(("CHAIN_OPENSSL", "1"))
+        ext.libraries.remove("crypto")
+    build_ext.build_extension(cmd, ext)
 
-    def build_extension(self, ext: Extension) -> None:
+
+# -- the compiled fold (mypyc) ---------------------------------------------------------------
+#
+# The modules of projections.native.COMPILED, compiled by mypyc (a build requirement in
+# pyproject.toml). Optional: without mypyc, with GPU_CREDITS_PURE_PYTHON=1, or when the
+# compile fails, the package installs as plain Python and runs the same. After a build
+# the record of the sources compiled is written beside them, so that a compiled module
+# never answers for a source edited since (projections/native.py checks at import).
+
+
+def _native() -> Any:
+    path = ROOT / "projections" / "native.py"
+    spec = importlib.util.spec_from_file_location("_fold_native", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NATIVE = _native()
+
+
+def _say(message: str) -> None:
+    print(f"gpu-credits: {message}", file=sys.stderr)
+
+
+def fold_extensions() -> list[Any]:
+    if NATIVE.pure_requested():
+        _say(f"{NATIVE.PURE_ENV} is set: the fold installs as plain Python")
+        return []
+    try:
+        from mypyc.build import mypycify
+
+        # mypy type-checks what it compiles, under pyproject's settings, without the
+        # installed packages: the build runs before the dependencies are installed (a
+        # fresh clone), and their types do not change the fold's compiled code (values
+        # of theirs are handled as Any either way), so every build is the same.
+        flags = ["--no-site-packages", "--ignore-missing-imports", "--no-warn-return-any",
+                 "--no-warn-unused-ignores"]
+        return list(mypycify([*flags, *(str(NATIVE.source_path(m, Path("projections")))
+                                        for m in NATIVE.COMPILED)],
+                             opt_level="3", group_name="projections.fold"))
+    except (Exception, SystemExit) as exc:  # mypyc missing, or refusing the code (it
+        # exits on a type error): plain Python still works
+        _say(f"the fold is not compiled ({type(exc).__name__}: {exc}); it runs as plain Python")
+        return []
+
+
+FOLD_NAMES = frozenset(NATIVE.COMPILED) | {"projections.fold__mypyc"}
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext for both: the chain check as `build_chain` builds it; the fold where a
+    failed compile leaves plain Python, not a failed install, and a complete one records
+    the sources it was built from."""
+
+    def run(self) -> None:
+        record = self._record_path()
+        record.unlink(missing_ok=True)  # until every module is built again
+        try:
+            super().run()
+        except Exception as exc:
+            _say(f"building the compiled fold failed ({exc}); it runs as plain Python")
+            return
+        if all(Path(self.get_ext_fullpath(e.name)).exists()
+               for e in self.extensions if e.name in FOLD_NAMES):
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({m: NATIVE.source_hash(NATIVE.source_path(
+                m, ROOT / "projections")) for m in NATIVE.COMPILED}, indent=1) + "\n")
+
+    def build_extension(self, ext: Any) -> None:
         if ext is CHAIN:
-            ext.define_macros.append(("CHAIN_OPENSSL", "1"))
-            ext.libraries.append("crypto")
-            try:
-                super().build_extension(ext)
-                return
-            except CCompilerError:
-                ext.define_macros.remove(("CHAIN_OPENSSL", "1"))
-                ext.libraries.remove("crypto")
-        super().build_extension(ext)
+            build_chain(self, ext)
+            return
+        if ext.name not in FOLD_NAMES:
+            super().build_extension(ext)
+            return
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            _say(f"compiling {ext.name} failed ({exc}); the fold runs as plain Python")
+            for e in self.extensions:  # all or none (see projections/native.py)
+                if e.name in FOLD_NAMES:
+                    Path(self.get_ext_fullpath(e.name)).unlink(missing_ok=True)
+
+    def _record_path(self) -> Path:
+        return Path(self.get_ext_fullpath("projections.ledger")).parent / NATIVE.BUILD_RECORD
 
 
-setup(ext_modules=[CHAIN], cmdclass={"build_ext": BuildChain})
+setup(ext_modules=[CHAIN, *fold_extensions()], cmdclass={"build_ext": OptionalBuildExt})

@@ -1,5 +1,12 @@
 """The gpu-credits domain: event vocabulary, pure folds, replay, and the two facades."""
 
+# First of all, before any module of the fold is imported: whether it runs compiled or
+# from its source (projections.native). Hence the imports below it.
+# ruff: noqa: E402
+from projections import native as _native
+
+_native.choose()
+
 from projections.errors import (
     AccountExists,
     DuplicateJob,

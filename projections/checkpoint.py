@@ -320,7 +320,7 @@ def _make_jobs(values: list[list[Any]]) -> list[JobState]:
         return list(map(JobState, *values))
     made = []  # pragma: no cover - only if JobState's constructor changes shape
     for row in zip(*values, strict=True):
-        job = object.__new__(JobState)
+        job = JobState.__new__(JobState)  # compiled, object.__new__ refuses it
         for name, value in zip(_JOB_FIELDS, row, strict=True):
             setattr(job, name, value)
         made.append(job)

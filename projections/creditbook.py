@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 from projections.validation import MAX_TIME
@@ -36,6 +37,9 @@ class Batch:
     """What is left of one grant, and what became of the rest."""
 
     __slots__ = ("amount", "expired", "expiry", "grant_id", "in_heap", "key", "pool", "voided")
+    # The same names, for `projections.statecopy`: compiled, the class keeps no __slots__.
+    STATE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "amount", "expired", "expiry", "grant_id", "in_heap", "key", "pool", "voided")
 
     def __init__(self, grant_id: str, pool: str, expiry: int | None, amount: int,
                  order: tuple[int, int], priority: int = DEFAULT_GRANT_PRIORITY) -> None:
@@ -57,6 +61,12 @@ class Batch:
 
     def is_expired_at(self, time: int) -> bool:
         return self.expiry is not None and self.expiry <= time
+
+
+def blank_batch() -> Batch:
+    """A batch to fill in field by field (`projections.statecopy`): compiled, the class
+    runs its constructor even from `__new__`."""
+    return Batch("", GENERAL, None, 0, (0, 0))
 
 
 @dataclass(slots=True)

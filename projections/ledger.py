@@ -13,13 +13,13 @@ import heapq
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from projections.bulk import paused_gc
-from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals
+from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals, blank_batch
 from projections.decoding import decode_event
 from projections.digest import canonical, digest
 from projections.events import (
@@ -75,6 +75,13 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
     if add >= room:
         return room, 0
     return add, carry
+
+
+def _job(jobs: Mapping[str, JobState], job_id: str) -> JobState | None:
+    """`jobs.get(job_id)`, through the mapping's own methods: the job index may be a dict
+    that answers for another (`projections.accountfold.JobsAsOf`), whose lookups compiled
+    code would skip if it were typed as a dict (mypyc reads a dict's table directly)."""
+    return jobs.get(job_id)
 
 
 def failure_charge(cost: int, refund_fraction: float) -> int:
@@ -361,7 +368,7 @@ class Ledger:
                        expired=expired)
 
     def _submit(self, position: int, event_id: str, time: int, event: JobSubmitted) -> Outcome:
-        if event.job in self.jobs:
+        if _job(self.jobs, event.job) is not None:
             return self._anomaly(position, event_id, event.type, time, event.account,
                                  f"job {event.job!r} was submitted before; job ids are unique")
         account = self.accounts.get(event.account)
@@ -414,7 +421,7 @@ class Ledger:
                    ) -> Outcome | tuple[JobState, AccountState, list[Expiry]]:
         """The job an event names, its account brought to `time`, and what expired on the
         way; or the anomaly when there is no such job (or its account never existed)."""
-        job = self.jobs.get(event.job)
+        job = _job(self.jobs, event.job)
         if job is None:
             what = "completion" if event.type == "complete" else event.type
             return self._anomaly(position, event_id, event.type, time, None,
@@ -638,7 +645,7 @@ STATE_CLASSES: tuple[type, ...] = (Ledger, AccountState, CreditBook, Batch, Hold
                                    JobState)
 """Every class a ledger's state is made of: what snapshots copy and checkpoints encode."""
 
-STATE = StateCodec(STATE_CLASSES)
+STATE = StateCodec(STATE_CLASSES, blanks={Batch: blank_batch})
 
 Saved = tuple[Ledger, tuple[dict[str, JobState], list[tuple[int, str, str]]], int, int]
 """A snapshot: a private copy of the changeable state (no jobs but the live ones, no

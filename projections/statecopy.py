@@ -10,7 +10,7 @@ an object reached twice is copied or encoded once and referred to after that.
 - `StateCodec.encode` turns the state into a tree of plain values (None, bool, int,
   float, str and lists) that msgpack or JSON can hold; `StateCodec.decode` builds the
   state back from such a tree. Decoding creates only instances of the classes the codec
-  was given (by `object.__new__` and plain attribute assignment: no constructor, no
+  was given (by the class's `__new__` and plain attribute assignment: no constructor, no
   `__reduce__`, no import by name), so a crafted tree can at worst make a wrong state,
   never run code. A tree that does not fit (unknown tag or class, wrong field count)
   raises `StateFormatError`.
@@ -30,7 +30,8 @@ Scalars stand for themselves.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _LIST, _TUPLE, _DICT, _NEW, _REF, _FROZENSET, _SET = range(7)
@@ -42,7 +43,13 @@ class StateFormatError(ValueError):
 
 
 def _fields(cls: type) -> tuple[str, ...]:
-    slots = cls.__dict__.get("__slots__")
+    # A dataclass's fields, else its __slots__. A class compiled by mypyc (see
+    # projections.native) keeps neither __slots__ nor their order: a plain class then
+    # names its fields, in the order of its __slots__, in STATE_FIELDS. Either way the
+    # order is the same compiled or not, so a tree encoded by one decodes in the other.
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    slots = cls.__dict__.get("__slots__", cls.__dict__.get("STATE_FIELDS"))
     if slots is None:
         raise TypeError(f"{cls.__name__} has no __slots__: its fields cannot be listed")
     return (slots,) if isinstance(slots, str) else tuple(slots)
@@ -51,10 +58,20 @@ def _fields(cls: type) -> tuple[str, ...]:
 class StateCodec:
     """Copies, encodes and decodes state made of `classes` (slotted classes only)."""
 
-    def __init__(self, classes: Sequence[type]) -> None:
+    def __init__(self, classes: Sequence[type],
+                 blanks: Mapping[type, Callable[[], Any]] | None = None) -> None:
+        """`blanks`: for a class whose `__new__` runs its constructor (a plain class
+        compiled by mypyc), a function making an instance to fill in; the others are
+        made by their `__new__` alone (not `object.__new__`, which a compiled class
+        refuses), no constructor run."""
         self._classes = tuple(classes)
+        self._blanks: dict[type, Callable[[], Any]] = dict(blanks or {})
         self._index = {cls: i for i, cls in enumerate(self._classes)}
         self._fields = {cls: _fields(cls) for cls in self._classes}
+
+    def _blank(self, cls: Any) -> Any:
+        make = self._blanks.get(cls)
+        return cls.__new__(cls) if make is None else make()
 
     def schema(self) -> dict[str, list[str]]:
         """Each class's name and its fields in encoding order: what a tree depends on."""
@@ -67,6 +84,7 @@ class StateCodec:
         memo: dict[int, Any] = {}
         fields = self._fields
         scalars = _SCALARS
+        blank = self._blank
 
         def copy(v: Any) -> Any:
             # Scalars are tested inline at every level: most fields are scalars, and a
@@ -93,7 +111,7 @@ class StateCodec:
             seen = memo.get(id(v))
             if seen is not None:
                 return seen
-            new = object.__new__(t)
+            new = blank(t)
             memo[id(v)] = new
             for name in names:
                 x = getattr(v, name)
@@ -164,6 +182,7 @@ class StateCodec:
         classes = self._classes
         fields = self._fields
         scalars = _SCALARS
+        blank = self._blank
 
         def dec(v: Any) -> Any:
             # Called on containers only: every caller passes a scalar through itself, as
@@ -206,10 +225,13 @@ class StateCodec:
                 if len(v) != 2 + len(names):
                     raise StateFormatError(f"{cls.__name__} needs {len(names)} fields, "
                                            f"got {len(v) - 2}")
-                new: Any = object.__new__(cls)
+                new: Any = blank(cls)
                 objects.append(new)
                 for name, x in zip(names, v[2:], strict=True):
-                    setattr(new, name, x if type(x) in scalars else dec(x))
+                    try:
+                        setattr(new, name, x if type(x) in scalars else dec(x))
+                    except TypeError as exc:  # a compiled class checks each field's type
+                        raise StateFormatError(f"{cls.__name__}.{name}: {exc}") from None
                 return new
             raise StateFormatError(f"unknown tag {tag!r} in a state tree")
 

@@ -174,3 +174,71 @@ def chain_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     else:
         monkeypatch.setattr(hashing, "_fast_chained", None)
     return str(request.param)
+
+
+# -- tests that need the fold's Python source ------------------------------------------------
+#
+# A test marked `pure_python` monkeypatches a module of the fold that may run compiled
+# (projections.native.COMPILED): compiled code calls its own functions directly, so the
+# patch would not be seen. When this process runs the compiled fold, such a test runs in
+# a child pytest with GPU_CREDITS_PURE_PYTHON=1 instead (all of them in one child, on the
+# first one's turn), and passes, fails or skips as it did there.
+
+_pure_results: dict[str, tuple[str, str]] | None = None
+
+
+def _junit_key(nodeid: str) -> str:
+    path, *rest = nodeid.split("::")
+    return ".".join([path.removesuffix(".py").replace("/", "."), *rest])
+
+
+def _run_pure(items: list[pytest.Item], rootdir: Path) -> dict[str, tuple[str, str]]:
+    import subprocess
+    import sys
+    import tempfile
+    import xml.etree.ElementTree as ElementTree
+
+    from projections.native import PURE_ENV
+
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "pure.xml"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             f"--junitxml={report}", *[item.nodeid for item in items]],
+            cwd=rootdir, env={**os.environ, PURE_ENV: "1"}, capture_output=True, text=True)
+        results: dict[str, tuple[str, str]] = {}
+        if report.exists():
+            for case in ElementTree.parse(report).iter("testcase"):
+                key = f"{case.get('classname')}.{case.get('name')}"
+                found = [child for child in case if child.tag in ("failure", "error", "skipped")]
+                if not found:
+                    results[key] = ("passed", "")
+                    continue
+                text = f"{found[0].get('message') or ''}\n{found[0].text or ''}"
+                results[key] = (found[0].tag, text)
+    for item in items:
+        results.setdefault(_junit_key(item.nodeid), (
+            "error", f"no result from the child pytest (exit {done.returncode}):\n"
+                     f"{done.stdout[-3000:]}{done.stderr[-3000:]}"))
+    return results
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    global _pure_results
+    if pyfuncitem.get_closest_marker("pure_python") is None:
+        return None
+    from projections import native
+
+    if not native.in_use():
+        return None  # this process runs the source: the test runs here, as any other
+    if _pure_results is None:
+        marked = [item for item in pyfuncitem.session.items
+                  if item.get_closest_marker("pure_python") is not None]
+        _pure_results = _run_pure(marked, pyfuncitem.config.rootpath)
+    outcome, text = _pure_results[_junit_key(pyfuncitem.nodeid)]
+    if outcome == "skipped":
+        pytest.skip(f"in the pure-Python child: {text.strip()}")
+    if outcome != "passed":
+        pytest.fail(f"in the pure-Python child ({outcome}):\n{text}", pytrace=False)
+    return True

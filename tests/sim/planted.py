@@ -1,7 +1,9 @@
 """Known bugs, planted by monkeypatching, that the simulator must find.
 
 Each function takes pytest's `monkeypatch` and breaks one rule of the ledger the way a
-plausible mistake would.
+plausible mistake would. A patch of the fold is seen only by its Python source, not by a
+compiled build (projections.native): a test planting one is marked `pure_python`, and
+planting fails loudly where the compiled fold runs.
 """
 
 from __future__ import annotations
@@ -11,12 +13,19 @@ from typing import Any
 
 import pytest
 
-from projections import creditbook, ledger, projector, session
+from projections import creditbook, ledger, native, projector, session
 from projections.events import JobCancelled
+
+
+def _in_source() -> None:
+    if native.in_use():
+        pytest.fail("a bug planted in the fold needs its Python source: mark the test "
+                    "pytest.mark.pure_python")
 
 
 def expiry_order_reversed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches are drawn latest expiry first."""
+    _in_source()
     init = creditbook.Batch.__init__
 
     def reversed_init(self: creditbook.Batch, *args: Any, **kwargs: Any) -> None:
@@ -29,12 +38,14 @@ def expiry_order_reversed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def off_by_one_at_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Credits still count at their expiry time (valid for t <= expiry, not t < expiry)."""
+    _in_source()
     monkeypatch.setattr(creditbook.Batch, "is_expired_at",
                         lambda self, time: self.expiry is not None and self.expiry < time)
 
 
 def double_release_on_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cancelling a pending job returns its reserved credits twice."""
+    _in_source()
     cancel = ledger._HANDLERS[JobCancelled]
 
     def twice(self: ledger.Ledger, position: int, event_id: str, time: int,

@@ -30,6 +30,7 @@ def test_a_bounded_budget_of_seeds_passes(seed: int) -> None:
         assert faults.get(kind, 0) > 0, f"seed {seed} exercised no {kind}: {faults}"
 
 
+@pytest.mark.pure_python  # a bug planted in the fold's source
 def test_a_long_run_starts_new_worlds_and_counts_steps_across_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clean = run(4, 2500, epoch=1000)
@@ -63,6 +64,7 @@ def test_a_seed_and_a_step_count_reproduce_a_run_exactly() -> None:
     assert run(12, 800).digest != first.digest
 
 
+@pytest.mark.pure_python  # planted in the fold's source
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_a_planted_bug_is_found_on_every_seed(bug: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,6 +74,7 @@ def test_a_planted_bug_is_found_on_every_seed(bug: str,
         assert result.failure is not None, f"{bug}: seed {seed} ran {FIND_WITHIN} ops clean"
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("bug", ["expiry order reversed", "double release on cancel",
                                  "late event not re-projected"])
 def test_a_failure_shrinks_to_a_file_that_fails_again(
@@ -113,6 +116,7 @@ def test_the_command_line_runs_seeds_and_refuses_bad_input(
     assert main(["--replay", str(bad)]) == 2
 
 
+@pytest.mark.pure_python  # a bug planted in the fold's source
 def test_a_failing_run_reports_seed_step_events_and_a_replay_command(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
