@@ -170,7 +170,7 @@ class MemoryJournal(JournalBase):
                 return None
             ids.add(eid)
             texts.append(text)
-        stored, versions, max_time = self._stored, self._versions, self._max_time
+        stored, versions = self._stored, self._versions
         first = len(stored) + 1
         prev = stored[-1][8] if stored else GENESIS_HASH
         recorded_at = max(self._clock(), self._last_recorded_at)
@@ -182,12 +182,7 @@ class MemoryJournal(JournalBase):
             prev = record_hash_text(prev, position, e.id, stream, version, e.type, e.time,
                                     recorded_at, text)
             row = (position, e.id, stream, version, e.type, e.time, recorded_at, text, prev)
-            stored.append(row)
-            by_id[e.id] = position
-            bisect.insort(self._canonical, (e.time, position))
-            bisect.insort(self._stream_canonical.setdefault(stream, []), (e.time, position))
-            versions[stream] = version
-            max_time[stream] = max(max_time.get(stream, e.time), e.time)
+            self._store(row)
             out.append(to_event(row))
         self._last_recorded_at = recorded_at
         self._record_batch(first, first + len(events) - 1)
@@ -223,16 +218,20 @@ class MemoryJournal(JournalBase):
                 e = r.event
                 if r.private is not None:
                     self._private[e.position] = r.private
-                self._stored.append(r.stored())
-                self._by_id[e.id] = e.position
-                bisect.insort(self._canonical, (e.time, e.position))
-                bisect.insort(self._stream_canonical.setdefault(e.stream, []),
-                              (e.time, e.position))
-                self._versions[e.stream] = e.version
-                self._max_time[e.stream] = max(self._max_time.get(e.stream, e.time), e.time)
+                self._store(r.stored())
             self._last_recorded_at = recorded_at
             self._record_batch(rows[0].event.position, rows[-1].event.position)
             return appending.results(batch, existing, rows)
+
+    def _store(self, row: StoredRow) -> None:
+        """Keep a new record and every index of it (by id, canonical, per stream)."""
+        position, id_, stream, version, _, time, _, _, _ = row
+        self._stored.append(row)
+        self._by_id[id_] = position
+        bisect.insort(self._canonical, (time, position))
+        bisect.insort(self._stream_canonical.setdefault(stream, []), (time, position))
+        self._versions[stream] = version
+        self._max_time[stream] = max(self._max_time.get(stream, time), time)
 
     def _record_batch(self, first: int, last: int) -> None:
         """Note that `first`..`last` were appended together with whatever the open
