@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from projections import importing, jobs
 from projections.corrections import Corrections
@@ -228,6 +228,10 @@ class EventsRejected(ServiceProblem):
 @dataclass(frozen=True, slots=True)
 class AppendEvents:
     """`POST /v1/events`: import-format records, all or nothing."""
+
+    # It plans and appends through the journal itself, so it is decided under its keys,
+    # never ahead of its transaction (tools/service/batching.py).
+    decides_ahead: ClassVar[bool] = False
 
     key: str | None
     # Each record as the route parsed and checked it (`importing.parse_record`), its line
