@@ -214,6 +214,7 @@ class GroupCommit:
         self.batches = 0
         self.committed = 0
         self.largest_batch = 0
+        self.decided_ahead = 0  # batches decided while the one before was being written
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -284,6 +285,18 @@ class GroupCommit:
         while queued + 1 < wanted and now < deadline:
             time.sleep(LINGER_STEP)
             queued, now = self._queue.qsize(), time.perf_counter()
+
+    def _linger_ahead(self, ahead: _Ahead) -> None:
+        """While a batch is being written, wait for as many decisions as it held before
+        deciding the next (at most until it is written, or `MAX_LINGER`).
+
+        Deciding early gains nothing (the next batch is not written before this one
+        committed) and splits the clients into more, smaller batches, each paying the
+        transaction's fixed cost."""
+        deadline = time.perf_counter() + MAX_LINGER
+        while (self._queue.qsize() + 1 < self._last_size and not ahead.future.done()
+               and time.perf_counter() < deadline):
+            time.sleep(LINGER_STEP)
 
     def _next_batch(self, first: _Item) -> tuple[list[_Item], bool]:
         items: list[_Item] = []
@@ -358,6 +371,8 @@ class GroupCommit:
                 first = got
             if not stopping and self._ahead is None:
                 self._linger()
+            elif not stopping and self._ahead is not None:
+                self._linger_ahead(self._ahead)
             items, stop = self._next_batch(first)
             stopping = stopping or stop
             began = time.perf_counter()
@@ -381,6 +396,8 @@ class GroupCommit:
             deadline = time.perf_counter() + MAX_LINGER
             while self._pause() and time.perf_counter() < deadline:
                 time.sleep(LINGER_STEP)
+        if self._ahead is not None:
+            self.decided_ahead += 1
         try:
             outcome = self._run_batch([i.command for i in items], self._wait_ahead)
         except BaseException as exc:
