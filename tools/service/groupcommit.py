@@ -115,6 +115,7 @@ class _Ahead:
     results: list[Any]
     keys: frozenset[str]
     future: Future[Any]
+    began: float  # when the writer began deciding it
 
 
 def _settle(waiter: asyncio.Future[Any], outcome: Any) -> None:
@@ -215,6 +216,7 @@ class GroupCommit:
         self.committed = 0
         self.largest_batch = 0
         self.decided_ahead = 0  # batches decided while the one before was being written
+        self._began = 0.0  # when the batch being decided was begun
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -369,16 +371,19 @@ class GroupCommit:
                             self._deferred.append(more)
                     continue
                 first = got
-            if not stopping and self._ahead is None:
-                self._linger()
-            elif not stopping and self._ahead is not None:
-                self._linger_ahead(self._ahead)
+            if not stopping:
+                ahead = self._ahead
+                if ahead is not None:
+                    self._linger_ahead(ahead)
+                if ahead is None or ahead.future.done():
+                    self._linger()
             items, stop = self._next_batch(first)
             stopping = stopping or stop
-            began = time.perf_counter()
+            began = self._began = time.perf_counter()
             self._commit(items)
             self._last_size = len(items)
-            self._last_seconds = time.perf_counter() - began
+            if self._ahead is None:  # else the committer says how long it took
+                self._last_seconds = time.perf_counter() - began
             calls, self._calls = self._calls, []
             if calls:
                 self._settle_ahead()
@@ -442,11 +447,12 @@ class GroupCommit:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="group-commit-write")
         keys = frozenset(i.command.key for i in items if i.command.key is not None)
         future = self._committer.submit(prepared.write)
-        ahead = self._ahead = _Ahead(items, prepared.results, keys, future)
+        ahead = self._ahead = _Ahead(items, prepared.results, keys, future, self._began)
 
         def written(done: Future[Any]) -> None:
             if done.exception() is None:
                 self._committed(ahead.items, ahead.results)
+            self._last_seconds = time.perf_counter() - ahead.began
             self._queue.put(_WOKEN)
 
         future.add_done_callback(written)
