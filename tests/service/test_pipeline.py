@@ -232,3 +232,45 @@ def test_many_clients_pipelined_keep_positions_gapless_and_the_chain_whole(
         for i, answer in enumerate(got):
             assert answer["debt"] == debts[f"c{n}-{i}"]
     _agrees(service)
+
+
+def _events(*records: dict[str, Any]) -> commands.AppendEvents:
+    return commands.AppendEvents.of_records(None, list(records))
+
+
+def test_a_batch_of_events_decided_ahead_is_decided_again_when_the_one_before_fails(
+        service: LedgerService) -> None:
+    held = HeldWrites(service)
+    first_go, second_go = held.plan(True, False)
+    first = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    batch = service.writer.submit(_events(
+        {"type": "consume", "account": "a", "amount": 5, "time": 10, "id": "e1"},
+        {"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e2"}))
+    _decided_ahead(service, 1)
+    assert not batch.done()
+    first_go.set()
+    with pytest.raises(RuntimeError):
+        first.result(30)
+    second_go.set()
+    assert batch.result(30) == {"appended": 2, "already_present": 0, "positions": [2, 3]}
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "e1", "e2"]
+    _agrees(service)
+    with service.reading() as ledger:
+        assert ledger.accounts["a"].book.active_total == 5
+
+
+def test_a_batch_of_events_decided_ahead_and_its_retry(service: LedgerService) -> None:
+    records = [{"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e1"},
+               {"type": "consume", "account": "a", "amount": 2, "time": 10, "id": "e2"}]
+    held = HeldWrites(service)
+    (gate,) = held.plan(False)
+    first = service.writer.submit(_events(*records))
+    assert held.started.acquire(timeout=30)
+    again = service.writer.submit(_events(*records))  # while the first is written
+    gate.set()
+    assert first.result(30)["positions"] == [2, 3]
+    assert again.result(30) == {"appended": 0, "already_present": 2, "positions": [2, 3]}
+    assert service.decide_now(_events(*records))["already_present"] == 2
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "e1", "e2"]
+    _agrees(service)

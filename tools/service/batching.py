@@ -247,6 +247,26 @@ class BatchJournal:
                                      f"expected {first}..")
             return recorded
 
+    def deciding_ahead(self) -> bool:
+        """Whether this thread decides a batch ahead of its transaction right now."""
+        batch = self._current()
+        return batch is not None and batch.tx is None
+
+    def recorded_ahead(self, ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """Which of these ids are recorded (committed), asked outside the batch: an id
+        recorded after the look (by the batch being written, or another writer) makes
+        the deferred append land elsewhere, and the batch is decided again."""
+        return self._journal.get_many(ids)
+
+    def join(self) -> None:
+        """Open the batch's transaction now (waiting for the batch ahead) and write what
+        is deferred: the journal's own calls on this thread then join the batch."""
+        batch = self._current()
+        if batch is not None:
+            _tx(batch)
+            _flush(batch)
+            batch.looked_up = None  # what follows may record one of the batch's keys
+
     def start_head(self) -> int:
         """The journal's head as the batch found it once its keys were held (asked with
         the keys' records); outside a batch, the head now."""
