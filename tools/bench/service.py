@@ -104,6 +104,7 @@ def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, st
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     go.wait()
+    cpu = time.process_time()
     for method, path, body, headers in requests:
         began = time.perf_counter()
         conn.request(method, path, body=body, headers=headers)
@@ -112,7 +113,7 @@ def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, st
         latencies.append(time.perf_counter() - began)
         statuses[answer.status] = statuses.get(answer.status, 0) + 1
     conn.close()
-    out.send((latencies, statuses))
+    out.send((latencies, statuses, time.process_time() - cpu))
 
 
 def drive(port: int, plans: list[Plan], server: int | None = None) -> dict[str, Any]:
@@ -137,16 +138,20 @@ def drive(port: int, plans: list[Plan], server: int | None = None) -> dict[str, 
     cpu_after = None if server is None else cpu_seconds(server)
     for p in procs:
         p.join()
-    latencies = sorted(x for lat, _ in results for x in lat)
+    latencies = sorted(x for lat, _, _ in results for x in lat)
     statuses: dict[int, int] = {}
-    for _, st in results:
+    for _, st, _ in results:
         for k, v in st.items():
             statuses[k] = statuses.get(k, 0) + v
     out = {"requests": len(latencies), "seconds": round(seconds, 3),
            "per_second": round(len(latencies) / seconds, 1),
            "p50_ms": round(1000 * statistics.median(latencies), 2),
            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
-           "statuses": statuses}
+           "statuses": statuses,
+           # What the clients themselves cost (they share the machine's cores with the
+           # server and the database).
+           "clients_cpu_ms_per_request": round(
+               1000 * sum(cpu for _, _, cpu in results) / len(latencies), 3)}
     if cpu_before is not None and cpu_after is not None:
         out["server_cpu_ms_per_request"] = round(
             1000 * (cpu_after - cpu_before) / len(latencies), 3)
