@@ -74,20 +74,29 @@ def _agrees(service: LedgerService) -> None:
         assert ledger.digest() == fold_canonical(journal).digest()
 
 
-def test_a_batch_decided_on_one_whose_commit_failed_is_decided_again(
-        service: LedgerService) -> None:
+def _on_a_failing_commit(service: LedgerService, command: Any) -> tuple[
+        Future[Any], threading.Event]:
+    """`command` decided ahead, on a usage report of 8 of a's 10 credits whose commit
+    then fails; its future, and the gate that lets its own write go on."""
     held = HeldWrites(service)
     first_go, second_go = held.plan(True, False)
-    # 8 of the 10 credits: the next report, decided on top of it, would be in debt.
     first = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
     assert held.started.acquire(timeout=30)
-    second = service.writer.submit(commands.Usage("u2", "a", 5, None, None, 10))
+    second = service.writer.submit(command)
     _decided_ahead(service, 1)
-    # Decided (with a debt of 3, on top of u1), but not answered: u1 is not committed.
+    # Decided on top of u1, but not answered: u1 is not committed.
     assert not second.done()
     first_go.set()
     with pytest.raises(RuntimeError, match="the commit failed"):
         first.result(30)
+    return second, second_go
+
+
+def test_a_batch_decided_on_one_whose_commit_failed_is_decided_again(
+        service: LedgerService) -> None:
+    # On top of u1 it was in debt by 3.
+    second, second_go = _on_a_failing_commit(
+        service, commands.Usage("u2", "a", 5, None, None, 10))
     second_go.set()
     # Decided again on the journal's state, without u1: no debt.
     answer = second.result(30)
@@ -240,18 +249,9 @@ def _events(*records: dict[str, Any]) -> commands.AppendEvents:
 
 def test_a_batch_of_events_decided_ahead_is_decided_again_when_the_one_before_fails(
         service: LedgerService) -> None:
-    held = HeldWrites(service)
-    first_go, second_go = held.plan(True, False)
-    first = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
-    assert held.started.acquire(timeout=30)
-    batch = service.writer.submit(_events(
+    batch, second_go = _on_a_failing_commit(service, _events(
         {"type": "consume", "account": "a", "amount": 5, "time": 10, "id": "e1"},
         {"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e2"}))
-    _decided_ahead(service, 1)
-    assert not batch.done()
-    first_go.set()
-    with pytest.raises(RuntimeError):
-        first.result(30)
     second_go.set()
     assert batch.result(30) == {"appended": 2, "already_present": 0, "positions": [2, 3]}
     assert [r.id for r in service.journal.read(order="position")] == ["g0", "e1", "e2"]

@@ -343,22 +343,17 @@ class LedgerService:
     def _run_batch(self, commands: Sequence[Command], wait: Callable[[], None]
                    ) -> list[Any] | Prepared:
         defer = self.defer_appends and _time.monotonic() >= self._defer_after
-        if defer and self.journal.url is not None and all(
-                getattr(c, "decides_ahead", True) for c in commands):
-            try:
-                return self._decide_ahead(commands, wait)
-            except PositionsMoved:
-                wait()  # the batch ahead, if any, first (and it must have committed)
-                self._defer_after = _time.monotonic() + DEFER_PAUSE
-                self.reset()
-                return self._decide_batch(commands, False)
-        # Under the keys, on the journal: everything decided before must be in it.
-        wait()
         try:
+            if defer and self.journal.url is not None:
+                return self._decide_ahead(commands, wait)
+            # Under the keys, on the journal: everything decided before must be in it.
+            wait()
             return self._decide_batch(commands, defer)
         except PositionsMoved:
             # Nothing of the attempt committed, but the projection applied it: rebuild
-            # it, then decide the batch again with one append per decision.
+            # it (once the batch ahead, if any, committed), then decide the batch again
+            # under its keys with one append per decision.
+            wait()
             self._defer_after = _time.monotonic() + DEFER_PAUSE
             self.reset()
             return self._decide_batch(commands, False)
@@ -370,10 +365,7 @@ class LedgerService:
         needed the journal and the batch was committed here."""
         session = self.session
         with session.lock:
-            locks: set[str] = set()
-            for command in commands:
-                locks.update(command.locks(session.ledger))
-            keys = [c.key for c in commands if c.key is not None]
+            locks, keys = _locks_and_keys(commands, session.ledger)
             head, recorded = self.journal.head_and_get_many(keys)
             position = session.projector.position
             if head not in (position, self._ahead_base):
@@ -385,8 +377,7 @@ class LedgerService:
                 return self._decide_batch(commands, False)
             with self._committed:
                 self._uncommitted += 1
-            with self.batching.ahead(sorted(locks), keys, recorded, position,
-                                     wait) as deferred:
+            with self.batching.ahead(locks, keys, recorded, position, wait) as deferred:
                 self._caught_up_at = _time.monotonic()
                 results = run_commands(commands, self)
             if deferred.opened:
@@ -418,11 +409,8 @@ class LedgerService:
             # Keys from the projection as it stands: a key missed because the projection
             # was behind is taken during the batch by the session, which then decides on
             # fresh state.
-            locks: set[str] = set()
-            for command in commands:
-                locks.update(command.locks(session.ledger))
-            keys = [c.key for c in commands if c.key is not None]
-            with self.batching.batch(sorted(locks), keys):
+            locks, keys = _locks_and_keys(commands, session.ledger)
+            with self.batching.batch(locks, keys):
                 # Under the keys: nothing of theirs can be missed now. (The head, asked
                 # with the keys' records, spares the read when nobody else wrote, the
                 # usual case.)
@@ -435,6 +423,16 @@ class LedgerService:
                 self.batching.caught_up(session.projector.position, defer_appends=defer)
                 self._caught_up_at = _time.monotonic()
                 return run_commands(commands, self)
+
+
+def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
+                    ) -> tuple[list[str], list[str]]:
+    """The lock keys of everything the commands may write (sorted), and their
+    idempotency keys."""
+    locks: set[str] = set()
+    for command in commands:
+        locks.update(command.locks(ledger))
+    return sorted(locks), [c.key for c in commands if c.key is not None]
 
 
 def service_of(request: Request) -> LedgerService:
