@@ -13,6 +13,7 @@ queues the command for the group-commit writer and returns its answer after its 
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time as _time
@@ -133,6 +134,11 @@ class LedgerService:
         tail), start the writer, and be ready."""
         self._load()
         self.load_error = None
+        # The projection, the imports and the app live as long as the process: leave
+        # them out of the cyclic collector's passes, which otherwise walk every one of
+        # them during whichever request triggers a full pass. (What they free by
+        # reference counting is still freed.)
+        gc.freeze()
         self.writer.start()
         self.ready.set()
 
