@@ -54,6 +54,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -289,16 +290,16 @@ class GroupCommit:
             queued, now = self._queue.qsize(), time.perf_counter()
 
     def _linger_ahead(self, ahead: _Ahead) -> None:
-        """While a batch is being written, wait for as many decisions as it held before
-        deciding the next (at most until it is written, or `MAX_LINGER`).
+        """While a batch is being written, wait for it before deciding the next (at most
+        `MAX_LINGER`), unless as many decisions as it held queued already.
 
         Deciding early gains nothing (the next batch is not written before this one
         committed) and splits the clients into more, smaller batches, each paying the
-        transaction's fixed cost."""
-        deadline = time.perf_counter() + MAX_LINGER
-        while (self._queue.qsize() + 1 < self._last_size and not ahead.future.done()
-               and time.perf_counter() < deadline):
-            time.sleep(LINGER_STEP)
+        transaction's fixed cost. One wait on the write, not a poll of the queue: every
+        wake-up of this thread takes the interpreter's lock from the two others."""
+        if self._queue.qsize() + 1 >= self._last_size:
+            return
+        futures.wait([ahead.future], timeout=MAX_LINGER)
 
     def _next_batch(self, first: _Item) -> tuple[list[_Item], bool]:
         items: list[_Item] = []
