@@ -274,3 +274,23 @@ def test_a_batch_of_events_decided_ahead_and_its_retry(service: LedgerService) -
     assert service.decide_now(_events(*records))["already_present"] == 2
     assert [r.id for r in service.journal.read(order="position")] == ["g0", "e1", "e2"]
     _agrees(service)
+
+
+def test_a_batch_decided_ahead_of_another_writers_append_is_decided_again_after_it(
+        service: LedgerService) -> None:
+    from eventstore import Journal, NewEvent
+
+    held = HeldWrites(service)
+    (gate,) = held.plan(False)
+    pending = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    # Decided on 10 credits; before it is written, another writer takes 5 of them.
+    with Journal(service.journal.url) as other:
+        other.append([NewEvent("elsewhere", "a", "consume", 9,
+                               {"account": "a", "amount": 5})])
+    gate.set()
+    answer = pending.result(30)
+    assert answer["debt"] == 3  # decided again, on what the other writer left
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "elsewhere",
+                                                                       "u1"]
+    _agrees(service)
