@@ -20,6 +20,7 @@ from typing import Any
 from eventstore import ChainBroken, RecordedEvent
 from projections.invariants import violations
 from projections.ledger import Ledger
+from projections.session import session_of
 from tools.sim import model
 from tools.sim.world import LINEAGE_TYPES, Op, World
 
@@ -51,7 +52,7 @@ def full_check(world: World) -> list[str]:
     problems += [f"fresh fold: invariant broken: {v}" for v in violations(ledger)]
     digest = world.digest = ledger.digest()
     for name, facade in world.sessions():
-        live = facade.state_digest()
+        live = session_of(facade).digest()
         if live != digest:
             problems.append(f"the live projection of {name} has digest {live[:16]}…, a fresh "
                             f"fold of the journal {digest[:16]}…")
