@@ -174,3 +174,31 @@ def test_a_charge_whose_lineage_does_not_add_up_is_found_at_its_step(
     assert result.failure is not None
     assert any("invariant broken: lineage" in p for p in result.failure.problems), \
         result.failure.problems
+
+
+def test_the_service_group_commit_is_exercised_with_its_faults() -> None:
+    # Batches of several callers' commands through the service's own writer: commits
+    # that fail (refused, or the database unreachable) and answers lost after a commit.
+    rates = Rates(commit_fails=0.3, commit_lost=0.3, answers_lost=0.3)
+    result = run(8, 1500, rates=rates, check_every=500)
+    assert result.ok, result.failure and result.failure.problems
+    for kind in ("commit-fails", "commit-lost", "answers-lost"):
+        assert result.faults.get(kind, 0) > 0, result.faults
+
+
+@pytest.mark.parametrize("bug", ["projection kept after a failed commit",
+                                 "unreachable batch retried one at a time"])
+def test_a_group_commit_bug_is_found(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.service import groupcommit
+
+    if bug == "projection kept after a failed commit":
+        # The decisions of a batch that never committed stay in the live projection.
+        monkeypatch.setattr(groupcommit.GroupCommit, "_recover", lambda self, exc: None)
+    else:
+        # A lost connection is taken for a refused commit: the group's decisions are
+        # tried again one at a time instead of all failing.
+        monkeypatch.setattr(groupcommit, "_unreachable", lambda exc: False)
+    rates = Rates(commit_fails=0.3, commit_lost=0.3, answers_lost=0.3)
+    for seed in (1, 2):
+        result = run(seed, FIND_WITHIN, rates=rates, check_every=100)
+        assert result.failure is not None, f"{bug}: seed {seed} ran {FIND_WITHIN} ops clean"

@@ -95,6 +95,7 @@ class World:
     imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
+    verification: Any = None  # `verify` carried on check after check (tools.sim.checks)
     # Every recorded event in arrival order: on the memory journal, as each append
     # answered (see `_note_answers`); read from any other journal, each event once.
     log: list[RecordedEvent] = field(default_factory=list)
