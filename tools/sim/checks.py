@@ -216,14 +216,28 @@ class Verification:
             journal_reader(journal), min_snapshot_every=20_000, snapshot_factor=32,
             recent_outcomes=REPLAY_REMEMBERS, remember_once_late=True,
             locate=locator(journal), account_reader=account_reader(journal))
-        self.checkpoints: set[str] = set()  # ids of the checkpoints judged
+        self.checkpoints: set[int] = set()  # ids of the checkpoints judged
 
     def since_last(self, digest: str) -> list[str]:
         """Verify what was recorded since the last call; `digest`: a fresh canonical
         fold's of the whole journal, which the replayed state must equal."""
+        problems = self._checkpoints()
+        head = self.journal.head()
+        ledger = self.catch_up()
+        broken = violations(ledger)
+        if broken:
+            more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+            problems.append(f"verify: replay to position {head} breaks an invariant: "
+                            f"{broken[0]}{more}")
+        if ledger.digest() != digest:
+            problems.append(f"verify: replay to position {head} gives digest "
+                            f"{ledger.digest()[:16]}…, a fresh fold {digest[:16]}…")
+        return problems
+
+    def catch_up(self) -> Ledger:
+        """The replay carried on to the journal's head: its state."""
         journal, projector = self.journal, self.projector
         head, start = journal.head(), projector.position
-        problems = self._checkpoints()
         ends = {first: min(last, head) for first, last in batches_of(journal, head)
                 if last > start}
         pending: list[Any] = []
@@ -237,16 +251,8 @@ class Verification:
                 continue
             projector.ingest_batch(pending, known_before=begin)
             pending, end = [], 0
-        ledger = projector.ledger
-        broken = violations(ledger)
-        if broken:
-            more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
-            problems.append(f"verify: replay to position {head} breaks an invariant: "
-                            f"{broken[0]}{more}")
-        if ledger.digest() != digest:
-            problems.append(f"verify: replay to position {head} gives digest "
-                            f"{ledger.digest()[:16]}…, a fresh fold {digest[:16]}…")
-        return problems
+        ledger: Ledger = projector.ledger
+        return ledger
 
     def _checkpoints(self) -> list[str]:
         problems: list[str] = []

@@ -156,7 +156,7 @@ def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]
         yield
     finally:
         if before is None:
-            del journal.transaction  # type: ignore[method-assign]
+            del journal.transaction
         else:
             journal.transaction = before  # type: ignore[method-assign]
 
