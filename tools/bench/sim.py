@@ -65,6 +65,7 @@ def _without_checks() -> None:
     World._touched = lambda self, op, proc, answer: []  # type: ignore[method-assign]
     if hasattr(World, "_sound"):  # the same for the service's batches
         World._sound = lambda self, *args: []  # type: ignore[method-assign,attr-defined,unused-ignore]
+        World._rolled_back = lambda self, *args: []  # type: ignore[method-assign,attr-defined,unused-ignore]
     World.as_learned = lambda self: []  # type: ignore[method-assign]
 
 

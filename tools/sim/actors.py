@@ -76,8 +76,8 @@ class Rates:
     # that fails unreachable, answers lost after the commit; a caller's retry queued
     # beside its first attempt. A failed commit rebuilds the service's projection from
     # the journal, the cost of a restart: kept rare.
-    commit_fails: float = 0.03
-    commit_lost: float = 0.03
+    commit_fails: float = 0.015
+    commit_lost: float = 0.015
     answers_lost: float = 0.05
     queued_twice: float = 0.2
 

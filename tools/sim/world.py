@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
 from eventstore.hashing import GENESIS_HASH
@@ -42,6 +42,9 @@ from tools.sim.service import (
     failure_of,
     open_service,
 )
+
+if TYPE_CHECKING:
+    from tools.sim.checks import Verification
 
 Op = dict[str, Any]
 
@@ -100,7 +103,7 @@ class World:
     imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
-    verification: Any = None  # `verify` carried on check after check (tools.sim.checks)
+    verification: Verification | None = None  # `verify` carried on, check after check
     # Every recorded event in arrival order: on the memory journal, as each append
     # answered (see `_note_answers`); read from any other journal, each event once.
     log: list[RecordedEvent] = field(default_factory=list)
@@ -257,8 +260,7 @@ class World:
 
         if self.verification is None:
             self.verification = Verification(self.journal)
-        ledger: Ledger = self.verification.catch_up()
-        return ledger
+        return self.verification.catch_up()
 
     def service(self, proc: Process) -> LedgerService:
         """The process's HTTP service (its own projection, its group-commit writer)."""
