@@ -10,6 +10,9 @@ known at an earlier position: `account`, `at`, `as_known_at`). `fault` is what g
 wrong: "lost-answer" (committed, the answer lost, retried with the same id),
 "crash-before-commit" (nothing recorded, retried with the same id when `retry`),
 "restart" (the actor's process restarts first: a fresh projection from the journal).
+A "batch" op (actor `service`) holds the `lines` of several callers, queued together for
+the HTTP service's writer (`tools.sim.service`), and its `time`; its `fault` is one of
+`tools.sim.service.FAULTS`.
 
 `World.execute` performs one op through the facades and returns the problems it saw at
 once; the checks that need the whole journal live in `tools.sim.checks`.
