@@ -626,34 +626,34 @@ class World:
         fresh = self.learn()[head:]
         self.appended += len(fresh)
         expected: list[str] = []
-        first_answer: dict[str, Any] = {}  # a line asked twice (a client's retry)
+        asked: dict[str, list[tuple[dict[str, Any], Any]]] = {}  # a line may be asked twice
         for line, answer in zip(lines, answers, strict=True):
-            eid = line["id"]
-            refused = isinstance(answer, BaseException)
-            if refused and not isinstance(answer, LedgerError | ServiceProblem):
+            if isinstance(answer, BaseException) and not isinstance(
+                    answer, LedgerError | ServiceProblem):
                 self.crashes.append(f"{type(answer).__name__}: {answer}".strip())
-            if eid in first_answer:
-                # Asked again in the same op: a retry of what was recorded answers the
-                # same; after a refusal (nothing recorded) it is a new decision.
-                if _answer_key(first_answer[eid]) != _answer_key(answer):
-                    problems.append(f"{eid}: asked twice, answered {first_answer[eid]!r}, "
-                                    f"then {answer!r}")
-                continue
-            if refused:
-                continue
-            if eid in self.recorded:
-                first_answer[eid] = answer
+            asked.setdefault(line["id"], []).append((line, answer))
+        for eid, attempts in asked.items():
+            kind = attempts[0][0]["type"]
+            # The attempt that recorded the decision: the first that was not refused and
+            # did not find nothing to do (a start with nothing to start). One before it
+            # recorded nothing, so the next was a new decision; every one after it is a
+            # retry, and answers the same.
+            deciding = [answer for _, answer in attempts
+                        if not isinstance(answer, BaseException)
+                        and not (kind == "start" and answer is None)]
+            if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]):
+                problems.append(f"{eid}: asked {len(attempts)} times, answered "
+                                f"{[a for _, a in attempts]!r}")
+            if not deciding or eid in self.recorded:
                 continue
             if self.journal.get(eid) is None:
-                kind = line["type"]
-                job = service.session.ledger.jobs.get(line.get("job", ""))
-                if not ((kind == "start" and answer is None)
-                        or (kind == "cancel" and job is not None and job.state == CANCELLED)):
-                    problems.append(f"{eid}: {kind} answered {answer!r}, nothing recorded")
+                job = service.session.ledger.jobs.get(attempts[0][0].get("job", ""))
+                if not (kind == "cancel" and job is not None and job.state == CANCELLED):
+                    problems.append(f"{eid}: {kind} answered {deciding[0]!r}, nothing "
+                                    "recorded")
                 continue
             expected.append(eid)
-            first_answer[eid] = answer
-            self.told[eid] = _told_of(line, answer)
+            self.told[eid] = _told_of(attempts[0][0], deciding[0])
         # In the order committed: a group whose commit failed is retried after the next.
         ids = sorted(rec.id for rec in fresh)
         if ids != sorted(expected):
