@@ -245,3 +245,52 @@ def test_a_plain_event_batch_never_reaches_the_route(
     assert reached == []
     assert fast.post("/v1/events", content=b'{"events": 1}', headers=JSON).status_code == 422
     assert reached == ["/v1/events"]
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=20)
+_INTS = st.integers(min_value=-(2**70), max_value=2**70)
+_VALUES = st.one_of(_TEXT, _INTS, st.booleans(), st.none(), st.floats(allow_nan=False))
+
+
+def _encoded(encode: Any, answer: dict[str, Any]) -> bytes | str:
+    try:
+        return bytes(encode(answer))
+    except Exception as exc:  # the same refusal, whichever way it was made
+        return type(exc).__name__
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries(
+    {"id": _TEXT, "debt": _INTS, "account": _TEXT, "amount": _INTS, "pool": _TEXT,
+     "time": _INTS, "position": _INTS}), st.dictionaries(
+    st.sampled_from(["id", "debt", "pool", "position", "extra"]), _VALUES, max_size=2),
+    st.sets(st.sampled_from(["id", "amount", "time"]), max_size=1), st.randoms())
+def test_usage_answers_encode_as_the_model_encodes_them(
+        answer: dict[str, Any], changed: dict[str, Any], dropped: set[str],
+        random: Any) -> None:
+    """The usage answer's encoding without the model gives the model's bytes for any
+    answer (keys in any order, odd values, big ints, any text), or its refusal."""
+    from tools.service.fast import _USAGE_ANSWER, _json, _usage_json
+
+    answer = {**answer, **changed}
+    for name in dropped:
+        answer.pop(name, None)
+    items = list(answer.items())
+    random.shuffle(items)
+    shuffled = dict(items)
+    assert _encoded(_usage_json, shuffled) == _encoded(
+        lambda a: _json(_USAGE_ANSWER, a), shuffled)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({"appended": _VALUES, "already_present": _INTS,
+                              "positions": st.lists(st.one_of(_INTS, _VALUES), max_size=5)}),
+       st.dictionaries(st.sampled_from(["positions", "extra"]), _VALUES, max_size=1))
+def test_event_answers_encode_as_the_model_encodes_them(
+        answer: dict[str, Any], changed: dict[str, Any]) -> None:
+    """The same for the answer to a batch of events."""
+    from tools.service.fast import _EVENTS_ANSWER, _events_json, _json
+
+    answer = {**answer, **changed}
+    assert _encoded(_events_json, answer) == _encoded(
+        lambda a: _json(_EVENTS_ANSWER, a), answer)

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from projections.ledger import Ledger
@@ -63,6 +64,47 @@ def _json(adapter: TypeAdapter[Any], answer: dict[str, Any]) -> bytes:
     """The answer as FastAPI serialises a `response_model` (validated, then dumped by
     pydantic's serializer): the same bytes the route sends."""
     return adapter.dump_json(adapter.validate_python(answer), by_alias=True)
+
+
+_USAGE_FIELDS = tuple(UsageAnswer.model_fields)
+_USAGE_TEXT = frozenset(name for name, field in UsageAnswer.model_fields.items()
+                        if field.annotation is str)
+
+
+def _usage_json(answer: dict[str, Any]) -> bytes:
+    """`_json(_USAGE_ANSWER, answer)` without the model when the answer is plainly in
+    its shape (exactly its fields, each an exact `str` or `int`): the model's
+    validation and serializer cost about as much as the rest of the answer's way out.
+    Anything else (a missing or extra field, a subclass, an int or text orjson will
+    not write) goes through the model, which answers or refuses as it always did."""
+    if len(answer) == len(_USAGE_FIELDS):
+        try:
+            ordered = {}
+            for name in _USAGE_FIELDS:
+                value = answer[name]
+                if type(value) is not (str if name in _USAGE_TEXT else int):
+                    break
+                ordered[name] = value
+            else:
+                return orjson.dumps(ordered)
+        except (KeyError, orjson.JSONEncodeError):
+            pass
+    return _json(_USAGE_ANSWER, answer)
+
+
+def _events_json(answer: dict[str, Any]) -> bytes:
+    """`_json(_EVENTS_ANSWER, answer)` the same way: two ints and a list of ints."""
+    if len(answer) == 3:
+        try:
+            appended, present, positions = (
+                answer["appended"], answer["already_present"], answer["positions"])
+            if type(appended) is int and type(present) is int and type(positions) is list \
+                    and all(type(p) is int for p in positions):
+                return orjson.dumps({"appended": appended, "already_present": present,
+                                     "positions": positions})
+        except (KeyError, orjson.JSONEncodeError):
+            pass
+    return _json(_EVENTS_ANSWER, answer)
 
 
 class _Fallback(Exception):
@@ -158,7 +200,7 @@ class FastRoutes:
         except Exception as exc:  # what the route's exception handlers answer
             await from_exception(exc)(scope, receive, send)
             return
-        await _send_json(send, 201, _json(_USAGE_ANSWER, answer))
+        await _send_json(send, 201, _usage_json(answer))
 
     def _write_key(self, scope: Scope, roles: tuple[str, ...]) -> str | None:
         """The caller's right to write (one of `roles`), and the Idempotency-Key (None: no
@@ -206,7 +248,7 @@ class FastRoutes:
         except Exception as exc:  # what the route's exception handlers answer
             await from_exception(exc)(scope, receive, send)
             return
-        await _send_json(send, 200, _json(_EVENTS_ANSWER, answer))
+        await _send_json(send, 200, _events_json(answer))
 
     # -- balance ----------------------------------------------------------------------------
 
