@@ -78,7 +78,7 @@ class AccessLog:
                     "ms": round((_time.perf_counter() - start) * 1000, 2),
                     "client": client[0] if client else None,
                     "role": state.get("role") if isinstance(state, dict) else None,
-                }), None, None))
+                }), (), None))
 
 
 def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
