@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from sqlalchemy.engine import make_url
@@ -82,12 +82,5 @@ def serve(
     _say(f"serving {shown} on http://{where}:{port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True)
-    http: Any = "auto"
-    try:  # one socket write per plain answer (tools/service/wire.py), when httptools is there
-        from tools.service.wire import OneWriteHttpTools
-
-        http = OneWriteHttpTools
-    except ImportError:  # pragma: no cover - httptools is a dependency where it builds
-        pass
     uvicorn.run(service_app, host=host, port=port, access_log=False, log_level="warning",
-                timeout_graceful_shutdown=30, server_header=False, http=http)
+                timeout_graceful_shutdown=30, server_header=False)
