@@ -9,7 +9,7 @@ that is not pending, completing one twice) is kept and reported as an anomaly, n
 
 from __future__ import annotations
 
-import heapq
+import dataclasses
 import itertools
 import json
 import math
@@ -38,17 +38,22 @@ from projections.events import (
     JobSubmitted,
     PersonalDataErased,
 )
+
+# The job names callers found here before the queue had a module of its own (`X as X`:
+# re-exported).
+from projections.jobqueue import CANCELLED as CANCELLED
+from projections.jobqueue import FAILED as FAILED
+from projections.jobqueue import JOB_STATES as JOB_STATES
+from projections.jobqueue import PENDING as PENDING
+from projections.jobqueue import REJECTED as REJECTED
+from projections.jobqueue import RUNNING as RUNNING
+from projections.jobqueue import SUCCEEDED as SUCCEEDED
+from projections.jobqueue import HeadKey as HeadKey
+from projections.jobqueue import JobQueue, pending_ahead
+from projections.jobqueue import JobState as JobState
 from projections.outcomes import Outcome
 from projections.policy import Policy
 from projections.statecopy import StateCodec
-
-PENDING = "pending"
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
-REJECTED = "rejected"
-JOB_STATES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
 
 
 def _log2_add(a: float, b: float) -> float:
@@ -102,26 +107,6 @@ def failure_charge(cost: int, refund_fraction: float) -> int:
 
 _KEPT: dict[float, tuple[int, int]] = {}
 """1 - refund fraction, as (numerator, denominator), per fraction seen."""
-
-
-@dataclass(slots=True)
-class JobState:
-    """One job and where it is in its life."""
-
-    id: str
-    account: str
-    cost: int
-    priority: int
-    pool: str
-    state: str
-    # (event time, position) of its submit, "oldest first", while the job can still
-    # start; None once it is rejected or finished (a replay keeps a million of them).
-    order: tuple[int, int] | None
-    charge: int | None = None
-
-
-HeadKey = tuple[int, float, int, int, str]
-"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
 
 
 @dataclass(slots=True)
@@ -197,7 +182,8 @@ class Ledger:
     # and the live ones (pending, running): the only jobs that can still change.
     jobs: dict[str, JobState] = field(default_factory=dict)
     live: dict[str, JobState] = field(default_factory=dict)
-    heads: list[tuple[HeadKey, str]] = field(default_factory=list)
+    # Which pending job starts next, across accounts (`projections.jobqueue`).
+    queue: JobQueue = field(default_factory=JobQueue)
     last: tuple[int, int] = (-(2**63), 0)  # (event_time, position) of the last applied event
     applied: int = 0
     rejected: int = 0
@@ -286,7 +272,7 @@ class Ledger:
         account.refill_cap = event.refill_cap
         if event.refill_rate is not None and account.refill_anchor is None:
             account.refill_anchor = time
-        self._register_head(account, force=True)
+        self.queue.register(account, self.accounts, self.jobs, force=True)
         return Outcome(position, event_id, event.type, time, event.account, expired=expired)
 
     def _grant(self, position: int, event_id: str, time: int, event: CreditsGranted) -> Outcome:
@@ -394,8 +380,8 @@ class Ledger:
                            reason=self._shortfall(account, event, available), expired=expired)
         lineage = book.hold(event.job, event.cost, event.pool)
         self.live[event.job] = job
-        heapq.heappush(account.queue, (-event.priority, time, position, event.job))
-        self._register_head(account)
+        self.queue.enqueue(account, event.priority, time, position, event.job, self.accounts,
+                           self.jobs)
         return Outcome(position, event_id, event.type, time, event.account, paid_by=lineage,
                        expired=expired)
 
@@ -449,7 +435,7 @@ class Ledger:
                                  expired=expired)
         job.state = RUNNING
         account.running += 1
-        self._register_head(account)
+        self.queue.register(account, self.accounts, self.jobs)
         return Outcome(position, event_id, event.type, time, job.account, expired=expired)
 
     def _complete(self, position: int, event_id: str, time: int, event: JobCompleted) -> Outcome:
@@ -474,7 +460,8 @@ class Ledger:
         if charge and account.share is not None:
             account.usage_log2 = _log2_add(account.usage_log2,
                                            math.log2(charge) + time / account.half_life)
-        self._register_head(account, force=account.share is not None)
+        self.queue.register(account, self.accounts, self.jobs,
+                            force=account.share is not None)
         return Outcome(position, event_id, event.type, time, job.account, paid_by=lineage,
                        charge=charge, released=job.cost - charge, expired=tuple(expired))
 
@@ -524,82 +511,32 @@ class Ledger:
             else:
                 account.book.top_up(batch, add)
 
-    # -- the queue: one heap per account, and a heap of account heads -------------------
+    # -- the queue (`projections.jobqueue`) --------------------------------------------
 
-    def _clean_top(self, account: AccountState) -> None:
-        queue = account.queue
-        jobs = self.jobs
-        while queue and jobs[queue[0][3]].state != PENDING:
-            heapq.heappop(queue)
+    @property
+    def heads(self) -> list[tuple[HeadKey, str]]:
+        """The queue's heap of account heads: what snapshots copy and checkpoints encode
+        as the ledger's `heads`, as they did before the queue had a class of its own."""
+        return self.queue.heads
 
-    def _head_key(self, account: AccountState) -> HeadKey:
-        neg_priority, time, position, job_id = account.queue[0]
-        return (neg_priority, account.fair_key(), time, position, job_id)
-
-    def _register_head(self, account: AccountState, *, force: bool = False) -> None:
-        """Make sure the account's current head is in the heads heap, if it may start.
-
-        `force`: the fair-share key may have changed, so register even the same job again.
-        """
-        self._clean_top(account)
-        if not account.queue or account.blocked:
-            account.head_key = None
-            return
-        key = self._head_key(account)
-        if force or account.head_key != key:
-            account.head_key = key
-            heapq.heappush(self.heads, (key, account.name))
-            if len(self.heads) > 2 * len(self.accounts) + 64:
-                self._compact_heads()
+    @heads.setter
+    def heads(self, heads: list[tuple[HeadKey, str]]) -> None:
+        self.queue.heads = heads
 
     def requeue(self, name: str) -> None:
         """Register account `name`'s queue head afresh, after its state was replaced."""
-        account = self.accounts[name]
-        account.head_key = None
-        self._register_head(account, force=True)
-
-    def _compact_heads(self) -> None:
-        """Drop stale entries: they are skipped lazily, but would otherwise pile up with
-        every submit and start (memory growing with the journal, not with the queue)."""
-        self.heads = [(a.head_key, name) for name, a in self.accounts.items()
-                      if a.head_key is not None]
-        heapq.heapify(self.heads)
+        self.queue.requeue(self.accounts[name], self.accounts, self.jobs)
 
     def next_job(self) -> JobState | None:
         """The job `start_next` would start: highest priority, then oldest, among accounts
-        below their cap. Stale head entries are dropped as they surface: O(log accounts)."""
-        heads = self.heads
-        while heads:
-            key, name = heads[0]
-            account = self.accounts[name]
-            if account.head_key != key:
-                heapq.heappop(heads)
-                continue
-            self._clean_top(account)
-            if not account.queue or account.blocked:
-                heapq.heappop(heads)
-                account.head_key = None
-                continue
-            if self._head_key(account) != key:
-                heapq.heappop(heads)
-                self._register_head(account)
-                continue
-            return self.jobs[key[4]]
-        return None
+        below their cap (`JobQueue.next_job`)."""
+        return self.queue.next_job(self.accounts, self.jobs)
 
     # -- reading ---------------------------------------------------------------------------
 
     def pending_ahead(self, job: JobState) -> int:
         """How many pending jobs would start before `job` (linear: for explanations only)."""
-        def key(j: JobState) -> tuple[int, float, int, int]:
-            assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
-            return (-j.priority, self.accounts[j.account].fair_key(), *j.order)
-
-        mine = key(job)
-        return sum(
-            1 for other in self.live.values()
-            if other.state == PENDING and other.id != job.id and key(other) < mine
-        )
+        return pending_ahead(job, self.accounts, self.live)
 
     def canonical(self) -> dict[str, Any]:
         """A canonical, JSON-ready view of the whole state (`projections.digest`)."""
@@ -645,7 +582,14 @@ STATE_CLASSES: tuple[type, ...] = (Ledger, AccountState, CreditBook, Batch, Hold
                                    JobState)
 """Every class a ledger's state is made of: what snapshots copy and checkpoints encode."""
 
-STATE = StateCodec(STATE_CLASSES, blanks={Batch: blank_batch})
+LEDGER_FIELDS: tuple[str, ...] = tuple(
+    "heads" if f.name == "queue" else f.name for f in dataclasses.fields(Ledger))
+"""A ledger's fields as snapshots copy and checkpoints encode them: its queue as the heap
+it holds (`Ledger.heads`), so checkpoints saved before the queue had a class still load."""
+
+# A ledger is made by its constructor, not `__new__` alone: setting `heads` needs its queue.
+STATE = StateCodec(STATE_CLASSES, blanks={Batch: blank_batch, Ledger: Ledger},
+                   fields={Ledger: LEDGER_FIELDS})
 
 Saved = tuple[Ledger, tuple[dict[str, JobState], list[tuple[int, str, str]]], int, int]
 """A snapshot: a private copy of the changeable state (no jobs but the live ones, no

@@ -1,0 +1,153 @@
+"""Jobs and the queue across accounts: each job's state, and which pending job starts next.
+
+Each account keeps its pending jobs in a heap of its own (`AccountState.queue`, keyed
+`(-priority, submit time, submit position, job id)`); `JobQueue` keeps a heap of the
+accounts' heads, keyed by `HeadKey`, so the next job to start is found in O(log accounts)
+however many jobs wait. Both heaps are lazy: a job that stopped being pending (started,
+cancelled) stays in its account's heap until it surfaces, and a head that changed stays in
+the heads heap until it surfaces or the heap is compacted. The fold (`projections.ledger`)
+registers an account's head after every change to its queue, cap or fair-share usage.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, final
+
+if TYPE_CHECKING:  # the ledger module builds on this one: no import back at run time
+    from projections.ledger import AccountState
+
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+REJECTED: Final = "rejected"
+JOB_STATES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
+
+
+@dataclass(slots=True)
+class JobState:
+    """One job and where it is in its life."""
+
+    id: str
+    account: str
+    cost: int
+    priority: int
+    pool: str
+    state: str
+    # (event time, position) of its submit, "oldest first", while the job can still
+    # start; None once it is rejected or finished (a replay keeps a million of them).
+    order: tuple[int, int] | None
+    charge: int | None = None
+
+
+HeadKey = tuple[int, float, int, int, str]
+"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
+
+
+def _clean_top(account: AccountState, jobs: dict[str, JobState]) -> None:
+    """Drop the jobs on top of the account's queue that are no longer pending."""
+    queue = account.queue
+    while queue and jobs[queue[0][3]].state != PENDING:
+        heapq.heappop(queue)
+
+
+def _head_key(account: AccountState) -> HeadKey:
+    neg_priority, time, position, job_id = account.queue[0]
+    return (neg_priority, account.fair_key(), time, position, job_id)
+
+
+@final
+class JobQueue:
+    """The heads heap: each account's next pending job, keyed by `HeadKey`.
+
+    Its one field, `heads`, is the state snapshots copy and checkpoints encode (as the
+    ledger's `heads`); the accounts and jobs it orders are the ledger's, passed in.
+    """
+
+    __slots__ = ("heads",)
+
+    def __init__(self, heads: list[tuple[HeadKey, str]] | None = None) -> None:
+        self.heads: list[tuple[HeadKey, str]] = [] if heads is None else heads
+
+    def register(self, account: AccountState, accounts: dict[str, AccountState],
+                 jobs: dict[str, JobState], *, force: bool = False) -> None:
+        """Make sure the account's current head is in the heads heap, if it may start.
+
+        `force`: the fair-share key may have changed, so register even the same job again.
+        """
+        _clean_top(account, jobs)
+        if not account.queue or account.blocked:
+            account.head_key = None
+            return
+        key = _head_key(account)
+        if force or account.head_key != key:
+            account.head_key = key
+            heads = self.heads
+            heapq.heappush(heads, (key, account.name))
+            if len(heads) > 2 * len(accounts) + 64:
+                self.compact(accounts)
+
+    def enqueue(self, account: AccountState, priority: int, time: int, position: int,
+                job_id: str, accounts: dict[str, AccountState],
+                jobs: dict[str, JobState]) -> None:
+        """Put a job just accepted (submitted at `time`, `position`) in its account's queue."""
+        heapq.heappush(account.queue, (-priority, time, position, job_id))
+        self.register(account, accounts, jobs)
+
+    def requeue(self, account: AccountState, accounts: dict[str, AccountState],
+                jobs: dict[str, JobState]) -> None:
+        """Register the account's queue head afresh, after its state was replaced."""
+        account.head_key = None
+        self.register(account, accounts, jobs, force=True)
+
+    def compact(self, accounts: dict[str, AccountState]) -> None:
+        """Drop stale entries: they are skipped lazily, but would otherwise pile up with
+        every submit and start (memory growing with the journal, not with the queue)."""
+        heads = [(a.head_key, name) for name, a in accounts.items() if a.head_key is not None]
+        heapq.heapify(heads)
+        self.heads = heads
+
+    def clear(self) -> None:
+        """Forget every head (a partial ledger that reads no queue)."""
+        self.heads = []
+
+    def next_job(self, accounts: dict[str, AccountState],
+                 jobs: dict[str, JobState]) -> JobState | None:
+        """The job `start_next` would start: highest priority, then oldest, among accounts
+        below their cap. Stale head entries are dropped as they surface: O(log accounts)."""
+        heads = self.heads
+        while heads:
+            key, name = heads[0]
+            account = accounts[name]
+            if account.head_key != key:
+                heapq.heappop(heads)
+                continue
+            _clean_top(account, jobs)
+            if not account.queue or account.blocked:
+                heapq.heappop(heads)
+                account.head_key = None
+                continue
+            if _head_key(account) != key:
+                heapq.heappop(heads)
+                self.register(account, accounts, jobs)
+                continue
+            return jobs[key[4]]
+        return None
+
+
+def pending_ahead(job: JobState, accounts: Mapping[str, AccountState],
+                  live: Mapping[str, JobState]) -> int:
+    """How many pending jobs would start before `job` (linear: for explanations only)."""
+    def key(j: JobState) -> tuple[int, float, int, int]:
+        assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
+        return (-j.priority, accounts[j.account].fair_key(), *j.order)
+
+    mine = key(job)
+    return sum(
+        1 for other in live.values()
+        if other.state == PENDING and other.id != job.id and key(other) < mine
+    )
