@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, ClassVar, Final, final
 
 if TYPE_CHECKING:  # the ledger module builds on this one: no import back at run time
     from projections.ledger import AccountState
@@ -28,21 +27,60 @@ REJECTED: Final = "rejected"
 JOB_STATES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
 
 
-@dataclass(slots=True)
+@final
 class JobState:
-    """One job and where it is in its life."""
+    """One job and where it is in its life.
 
-    id: str
-    account: str
-    cost: int
-    priority: int
-    pool: str
-    state: str
-    # (event time, position) of its submit, "oldest first", while the job can still
-    # start; None once it is rejected or finished (a replay keeps a million of them).
-    order: tuple[int, int] | None
-    charge: int | None = None
+    A plain class, not a dataclass: compiled, a dataclass's constructor is the Python
+    function `dataclasses` writes, and the fold makes one job per submit. Equality and
+    repr are a dataclass's."""
 
+    __slots__ = ("account", "charge", "cost", "id", "order", "pool", "priority", "state")
+    # The same names, for `projections.statecopy`: compiled, the class keeps no __slots__.
+    # The constructor takes them in this order (checkpoints build jobs by it).
+    STATE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "id", "account", "cost", "priority", "pool", "state", "order", "charge")
+
+    def __init__(self, id: str, account: str, cost: int, priority: int, pool: str,
+                 state: str, order: tuple[int, int] | None, charge: int | None = None
+                 ) -> None:
+        self.id = id
+        self.account = account
+        self.cost = cost
+        self.priority = priority
+        self.pool = pool
+        self.state = state
+        # (event time, position) of its submit, "oldest first", while the job can still
+        # start; None once it is rejected or finished (a replay keeps a million of them).
+        self.order = order
+        self.charge = charge
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.id, self.account, self.cost, self.priority, self.pool, self.state,
+                self.order, self.charge)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobState):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return (f"JobState(id={self.id!r}, account={self.account!r}, cost={self.cost!r}, "
+                f"priority={self.priority!r}, pool={self.pool!r}, state={self.state!r}, "
+                f"order={self.order!r}, charge={self.charge!r})")
+
+
+def blank_job() -> JobState:
+    """A job to fill in field by field (`projections.statecopy`): compiled, the class
+    runs its constructor even from `__new__`."""
+    return JobState("", "", 0, 0, "", PENDING, None)
+
+
+# The heap functions as constants: compiled, a Final name is read directly, where
+# `heapq.heappush` is two lookups by name at every call.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+_heapify: Final = heapq.heapify
 
 HeadKey = tuple[int, float, int, int, str]
 """(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
@@ -52,7 +90,7 @@ def _clean_top(account: AccountState, jobs: dict[str, JobState]) -> None:
     """Drop the jobs on top of the account's queue that are no longer pending."""
     queue = account.queue
     while queue and jobs[queue[0][3]].state != PENDING:
-        heapq.heappop(queue)
+        _heappop(queue)
 
 
 def _head_key(account: AccountState) -> HeadKey:
@@ -87,7 +125,7 @@ class JobQueue:
         if force or account.head_key != key:
             account.head_key = key
             heads = self.heads
-            heapq.heappush(heads, (key, account.name))
+            _heappush(heads, (key, account.name))
             if len(heads) > 2 * len(accounts) + 64:
                 self.compact(accounts)
 
@@ -95,7 +133,7 @@ class JobQueue:
                 job_id: str, accounts: dict[str, AccountState],
                 jobs: dict[str, JobState]) -> None:
         """Put a job just accepted (submitted at `time`, `position`) in its account's queue."""
-        heapq.heappush(account.queue, (-priority, time, position, job_id))
+        _heappush(account.queue, (-priority, time, position, job_id))
         self.register(account, accounts, jobs)
 
     def requeue(self, account: AccountState, accounts: dict[str, AccountState],
@@ -108,7 +146,7 @@ class JobQueue:
         """Drop stale entries: they are skipped lazily, but would otherwise pile up with
         every submit and start (memory growing with the journal, not with the queue)."""
         heads = [(a.head_key, name) for name, a in accounts.items() if a.head_key is not None]
-        heapq.heapify(heads)
+        _heapify(heads)
         self.heads = heads
 
     def clear(self) -> None:
@@ -124,15 +162,15 @@ class JobQueue:
             key, name = heads[0]
             account = accounts[name]
             if account.head_key != key:
-                heapq.heappop(heads)
+                _heappop(heads)
                 continue
             _clean_top(account, jobs)
             if not account.queue or account.blocked:
-                heapq.heappop(heads)
+                _heappop(heads)
                 account.head_key = None
                 continue
             if _head_key(account) != key:
-                heapq.heappop(heads)
+                _heappop(heads)
                 self.register(account, accounts, jobs)
                 continue
             return jobs[key[4]]

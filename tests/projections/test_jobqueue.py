@@ -14,7 +14,7 @@ from projections.events import (
     JobStarted,
     JobSubmitted,
 )
-from projections.jobqueue import JobQueue
+from projections.jobqueue import JobQueue, JobState
 from projections.ledger import STATE, Ledger, restore, snapshot
 
 # The ledger's fields as checkpoints saved before the queue had a class list them: a
@@ -83,3 +83,12 @@ def _picks(ledger: Ledger) -> list[str]:
         ledger.apply(position, f"s{position}", time, JobStarted(job.id))
         picked.append(job.id)
     return picked
+
+
+def test_a_job_compares_and_shows_itself_as_a_dataclass_did() -> None:
+    job = JobState("j", "a", 5, 1, "general", "pending", (10, 3))
+    assert job == JobState("j", "a", 5, 1, "general", "pending", (10, 3))
+    assert job != JobState("j", "a", 5, 1, "general", "pending", (10, 3), charge=5)
+    assert job != ("j", "a", 5, 1, "general", "pending", (10, 3), None)
+    assert repr(job) == ("JobState(id='j', account='a', cost=5, priority=1, pool='general', "
+                         "state='pending', order=(10, 3), charge=None)")
