@@ -63,10 +63,30 @@ class Batch:
         self.key = (priority, expiry is None, expiry or 0, pool == GENERAL, order)
 
     def __lt__(self, other: Batch) -> bool:
-        return self.key < other.key
+        return key_before(self.key, other.key)
 
     def is_expired_at(self, time: int) -> bool:
         return self.expiry is not None and self.expiry <= time
+
+
+BatchKey = tuple[int, bool, int, bool, tuple[int, int]]
+"""A batch's draw order (`Batch.key`): smaller is drawn first."""
+
+
+def key_before(a: BatchKey, b: BatchKey) -> bool:
+    """`a < b`, field by field: compiled, comparing the tuples whole would first make a
+    Python tuple of each (the heaps compare batches at every push and pop)."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return b[1]  # False before True
+    if a[2] != b[2]:
+        return a[2] < b[2]
+    if a[3] != b[3]:
+        return b[3]
+    if a[4][0] != b[4][0]:
+        return a[4][0] < b[4][0]
+    return a[4][1] < b[4][1]
 
 
 def blank_batch() -> Batch:
@@ -349,7 +369,7 @@ class CreditBook:
         general = self.heaps.get(GENERAL) if pool != GENERAL else None
         taken: list[tuple[Batch, int]] = []
         while amount > 0:
-            if own and (not general or own[0].key < general[0].key):
+            if own and (not general or key_before(own[0].key, general[0].key)):
                 heap = own
             elif general:
                 heap = general
@@ -379,7 +399,7 @@ class CreditBook:
         while amount > 0:
             heap = None
             for candidate in candidates:
-                if candidate and (heap is None or candidate[0].key < heap[0].key):
+                if candidate and (heap is None or key_before(candidate[0].key, heap[0].key)):
                     heap = candidate
             if heap is None:
                 break

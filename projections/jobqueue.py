@@ -121,8 +121,15 @@ class JobQueue:
         if not account.queue or account.blocked:
             account.head_key = None
             return
+        registered = account.head_key
+        if (not force and registered is not None and registered[4] == account.queue[0][3]
+                and registered[1] == account.fair_key()):
+            # The same job at the same fair-share key: the key registered, as its other
+            # fields are the job's own. Most starts and completions leave the head so,
+            # and building the key to compare it was most of their queue upkeep.
+            return
         key = _head_key(account)
-        if force or account.head_key != key:
+        if force or registered != key:
             account.head_key = key
             heads = self.heads
             _heappush(heads, (key, account.name))
