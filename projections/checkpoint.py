@@ -42,7 +42,6 @@ an older format version among them) is ignored with a one-line warning (the logg
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -89,8 +88,7 @@ class Summary(NamedTuple):
 _JOB_FIELDS: tuple[str, ...] = tuple(STATE.schema()[JobState.__name__])
 # A job is built by its constructor when it takes every field in encoding order (much
 # faster than one attribute at a time), else field by field.
-_JOB_BY_CONSTRUCTOR = tuple(f.name for f in dataclasses.fields(JobState)
-                            if f.init) == _JOB_FIELDS
+_JOB_BY_CONSTRUCTOR = JobState.STATE_FIELDS == _JOB_FIELDS  # what its constructor takes
 # Column encodings: strings through a table of distinct values, tuples as lists, the rest
 # as they are.
 _COL_STR, _COL_TUPLE, _COL_PLAIN = 0, 1, 2

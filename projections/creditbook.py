@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Final, TypeVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 from projections.validation import MAX_TIME
 
-NEVER = MAX_TIME + 1
+NEVER: Final = MAX_TIME + 1
 """Later than every event time: the expiry floor of a book where nothing expires."""
+
+# The heap functions as constants: compiled, a Final name is read directly, where
+# `heapq.heappush` is two lookups by name at every call.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+_heapify: Final = heapq.heapify
 
 Lineage = tuple[tuple[str, int], ...]
 """Which grants (by event id) provided how many credits, in draw order."""
@@ -57,10 +63,30 @@ class Batch:
         self.key = (priority, expiry is None, expiry or 0, pool == GENERAL, order)
 
     def __lt__(self, other: Batch) -> bool:
-        return self.key < other.key
+        return key_before(self.key, other.key)
 
     def is_expired_at(self, time: int) -> bool:
         return self.expiry is not None and self.expiry <= time
+
+
+BatchKey = tuple[int, bool, int, bool, tuple[int, int]]
+"""A batch's draw order (`Batch.key`): smaller is drawn first."""
+
+
+def key_before(a: BatchKey, b: BatchKey) -> bool:
+    """`a < b`, field by field: compiled, comparing the tuples whole would first make a
+    Python tuple of each (the heaps compare batches at every push and pop)."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return b[1]  # False before True
+    if a[2] != b[2]:
+        return a[2] < b[2]
+    if a[3] != b[3]:
+        return b[3]
+    if a[4][0] != b[4][0]:
+        return a[4][0] < b[4][0]
+    return a[4][1] < b[4][1]
 
 
 def blank_batch() -> Batch:
@@ -69,16 +95,40 @@ def blank_batch() -> Batch:
     return Batch("", GENERAL, None, 0, (0, 0))
 
 
-@dataclass(slots=True)
 class Hold:
-    """Credits reserved for one reference (a job): portions of batches, in draw order."""
+    """Credits reserved for one reference (a job): portions of batches, in draw order.
 
-    pool: str
-    portions: list[tuple[Batch, int]]
+    A plain class, not a dataclass: compiled, a dataclass's constructor is the Python
+    function `dataclasses` writes, and the fold makes one hold per accepted submit.
+    Equality and repr are a dataclass's."""
+
+    __slots__ = ("pool", "portions")
+    # The same names, for `projections.statecopy`: compiled, the class keeps no __slots__.
+    STATE_FIELDS: ClassVar[tuple[str, ...]] = ("pool", "portions")
+
+    def __init__(self, pool: str, portions: list[tuple[Batch, int]]) -> None:
+        self.pool = pool
+        self.portions = portions
 
     @property
     def amount(self) -> int:
-        return sum(amount for _, amount in self.portions)
+        total = 0
+        for _, amount in self.portions:
+            total += amount
+        return total
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Hold):
+            return NotImplemented
+        return self.pool == other.pool and self.portions == other.portions
+
+    def __repr__(self) -> str:
+        return f"Hold(pool={self.pool!r}, portions={self.portions!r})"
+
+
+def blank_hold() -> Hold:
+    """A hold to fill in field by field (`projections.statecopy`), as `blank_batch`."""
+    return Hold(GENERAL, [])
 
 
 @dataclass(slots=True)
@@ -126,11 +176,19 @@ class CreditBook:
 
     @property
     def active_total(self) -> int:
-        return sum(self.active.values())
+        # Loops, not sum(): compiled, a loop over a dict's values adds native integers,
+        # where sum() is a call through the interpreter (the fold asks at every submit).
+        total = 0
+        for amount in self.active.values():
+            total += amount
+        return total
 
     @property
     def debt_total(self) -> int:
-        return sum(self.debt.values())
+        total = 0
+        for amount in self.debt.values():
+            total += amount
+        return total
 
     def usable(self, pool: str) -> int:
         """Active credits a draw in `pool` may take (the pool's own and general ones)."""
@@ -191,7 +249,7 @@ class CreditBook:
         floor = NEVER
         for heap in self.heaps.values():
             while heap and heap[0].is_expired_at(time):
-                batch = heapq.heappop(heap)
+                batch = _heappop(heap)
                 batch.in_heap = False
                 if batch.amount:
                     expired.append(self._expire(batch, batch.amount))
@@ -236,7 +294,7 @@ class CreditBook:
                 if batch.voided is None:
                     batch.voided = time
                 del heap[i]
-                heapq.heapify(heap)
+                _heapify(heap)
                 batch.in_heap = False
                 if batch.amount:
                     lapsed.append(self._expire(batch, batch.amount))
@@ -251,7 +309,7 @@ class CreditBook:
         """Add a grant: pay debt first, keep the rest as a batch; return (debts paid, batch)."""
         self.totals.granted += amount
         paid = self._pay_debt(pool, amount)
-        rest = amount - sum(p for _, p in paid)
+        rest = amount - _amounts(paid)
         if rest == 0:
             # Swallowed whole by debt: it never enters the expiry queue.
             return paid, None
@@ -264,7 +322,7 @@ class CreditBook:
         """Add `amount` to an existing batch (a refill): it pays debt first, like a grant."""
         self.totals.granted += amount
         paid = self._pay_debt(batch.pool, amount)
-        rest = amount - sum(p for _, p in paid)
+        rest = amount - _amounts(paid)
         if rest:
             batch.amount += rest
             self.active[batch.pool] = self.active.get(batch.pool, 0) + rest
@@ -300,18 +358,18 @@ class CreditBook:
         priority = batch.key[0]
         if priority != DEFAULT_GRANT_PRIORITY:
             self.prioritised = True
-        heapq.heappush(self.heaps.setdefault(heap_name(batch.pool, priority), []), batch)
+        _heappush(self.heaps.setdefault(heap_name(batch.pool, priority), []), batch)
 
     def _draw(self, pool: str, amount: int) -> list[tuple[Batch, int]]:
         """Take up to `amount` from the batches usable in `pool`: lowest priority number,
         then earliest expiry first."""
         if self.prioritised:
             return self._draw_by_priority(pool, amount)
-        own = self.heaps.get(pool, [])
-        general = self.heaps.get(GENERAL, []) if pool != GENERAL else []
+        own = self.heaps.get(pool)
+        general = self.heaps.get(GENERAL) if pool != GENERAL else None
         taken: list[tuple[Batch, int]] = []
         while amount > 0:
-            if own and (not general or own[0].key < general[0].key):
+            if own and (not general or key_before(own[0].key, general[0].key)):
                 heap = own
             elif general:
                 heap = general
@@ -329,7 +387,7 @@ class CreditBook:
         batch.amount -= take
         self.active[batch.pool] -= take
         if batch.amount == 0:
-            heapq.heappop(heap)
+            _heappop(heap)
             batch.in_heap = False
         return batch, take
 
@@ -341,7 +399,7 @@ class CreditBook:
         while amount > 0:
             heap = None
             for candidate in candidates:
-                if candidate and (heap is None or candidate[0].key < heap[0].key):
+                if candidate and (heap is None or key_before(candidate[0].key, heap[0].key)):
                     heap = candidate
             if heap is None:
                 break
@@ -353,7 +411,7 @@ class CreditBook:
     def consume(self, amount: int, pool: str) -> tuple[Lineage, int]:
         """Spend `amount` in `pool`; return (grants that paid, debt created)."""
         taken = self._draw(pool, amount)
-        covered = sum(t for _, t in taken)
+        covered = _amounts(taken)
         short = amount - covered
         self.totals.consumed += amount
         self.totals.charged_from_credits += covered
@@ -367,7 +425,7 @@ class CreditBook:
         if ref in self.holds:
             raise ValueError(f"hold {ref!r} already exists")
         taken = self._draw(pool, amount)
-        got = sum(t for _, t in taken)
+        got = _amounts(taken)
         if got != amount:
             self._return(taken, time=None)
             raise ValueError(f"hold {ref!r}: {amount} asked, only {got} usable in pool {pool!r}")
@@ -411,7 +469,7 @@ class CreditBook:
                 continue
             # Released credits are like a grant arriving now: they pay debt first.
             paid = self._pay_debt(batch.pool, amount)
-            paid_total = sum(p for _, p in paid)
+            paid_total = _amounts(paid)
             if paid_total:
                 batch.amount -= paid_total
                 self.active[batch.pool] -= paid_total
@@ -420,7 +478,21 @@ class CreditBook:
         return expired
 
 
+_Key = TypeVar("_Key")
+
+
+def _amounts(pairs: list[tuple[_Key, int]] | tuple[tuple[_Key, int], ...]) -> int:
+    """The sum of the amounts of (key, amount) pairs (a loop: see `active_total`)."""
+    total = 0
+    for _, amount in pairs:
+        total += amount
+    return total
+
+
 def _lineage(taken: list[tuple[Batch, int]]) -> Lineage:
+    if len(taken) == 1:  # most draws take from one batch: no dict to merge in
+        batch, amount = taken[0]
+        return ((batch.grant_id, amount),)
     merged: dict[str, int] = {}
     for batch, amount in taken:
         merged[batch.grant_id] = merged.get(batch.grant_id, 0) + amount

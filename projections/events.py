@@ -12,7 +12,7 @@ import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias, Union
+from typing import Any, ClassVar, Final, TypeAlias, Union
 
 from eventstore.records import ERASED_KEY, PRIVATE_KEY
 from projections.validation import (
@@ -39,7 +39,7 @@ from projections.validation import require_non_negative_int as require_non_negat
 from projections.validation import require_positive_int as require_positive_int
 from projections.validation import require_text as require_text
 
-GENERAL = "general"
+GENERAL: Final = "general"
 """The pool name of unrestricted credits, usable in every pool."""
 
 TIMELINE_START = -(2**62)
@@ -48,13 +48,13 @@ TIMELINE_START = -(2**62)
 MAX_MEMO_LENGTH = MAX_TEXT_LENGTH
 """A memo or reason is free text for people: long enough for a PO number and a sentence."""
 
-DEFAULT_GRANT_PRIORITY = 50
+DEFAULT_GRANT_PRIORITY: Final = 50
 """A grant's priority when none is given: lower numbers are used first (0-100)."""
 
 FAR_TIME = 7258118400
 """2200-01-01T00:00Z in epoch seconds: an event time after it is probably milliseconds."""
 
-DEFAULT_HALF_LIFE = 7 * 24 * 3600
+DEFAULT_HALF_LIFE: Final = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
 
 

@@ -9,17 +9,25 @@ that is not pending, completing one twice) is kept and reported as an anomaly, n
 
 from __future__ import annotations
 
-import heapq
+import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final, cast
 
 from projections.bulk import paused_gc
-from projections.creditbook import Batch, CreditBook, Expiry, Hold, Totals, blank_batch
+from projections.creditbook import (
+    Batch,
+    CreditBook,
+    Expiry,
+    Hold,
+    Totals,
+    blank_batch,
+    blank_hold,
+)
 from projections.decoding import decode_event
 from projections.digest import canonical, digest
 from projections.events import (
@@ -38,17 +46,43 @@ from projections.events import (
     JobSubmitted,
     PersonalDataErased,
 )
-from projections.outcomes import Outcome
+
+# The job names callers found here before the queue had a module of its own (`X as X`:
+# re-exported).
+from projections.jobqueue import CANCELLED as CANCELLED
+from projections.jobqueue import FAILED as FAILED
+from projections.jobqueue import JOB_STATES as JOB_STATES
+from projections.jobqueue import PENDING as PENDING
+from projections.jobqueue import REJECTED as REJECTED
+from projections.jobqueue import RUNNING as RUNNING
+from projections.jobqueue import SUCCEEDED as SUCCEEDED
+from projections.jobqueue import HeadKey as HeadKey
+from projections.jobqueue import JobQueue, blank_job, pending_ahead
+from projections.jobqueue import JobState as JobState
+from projections.outcomes import Outcome, outcome
 from projections.policy import Policy
 from projections.statecopy import StateCodec
 
-PENDING = "pending"
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
-REJECTED = "rejected"
-JOB_STATES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
+# The event classes as constants to compiled code: a Final name is read directly, where
+# an imported name is a lookup in the module's namespace at every use.
+_SUBMITTED: Final = JobSubmitted
+_CONSUMED: Final = CreditsConsumed
+_STARTED: Final = JobStarted
+_COMPLETED: Final = JobCompleted
+_GRANTED: Final = CreditsGranted
+_CANCELLED: Final = JobCancelled
+_OPENED: Final = AccountOpened
+_ADJUSTED: Final = CreditsAdjusted
+_VOIDED: Final = GrantVoided
+_REVERSED: Final = EventReversed
+_ERASED: Final = PersonalDataErased
+
+# Each handler's event type, read once: an event's `type` is a lookup by name.
+_SUBMIT: Final = JobSubmitted.type
+_CONSUME: Final = CreditsConsumed.type
+_START: Final = JobStarted.type
+_COMPLETE: Final = JobCompleted.type
+_CANCEL: Final = JobCancelled.type
 
 
 def _log2_add(a: float, b: float) -> float:
@@ -80,7 +114,12 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
 def _job(jobs: Mapping[str, JobState], job_id: str) -> JobState | None:
     """`jobs.get(job_id)`, through the mapping's own methods: the job index may be a dict
     that answers for another (`projections.accountfold.JobsAsOf`), whose lookups compiled
-    code would skip if it were typed as a dict (mypyc reads a dict's table directly)."""
+    code would skip if it were typed as a dict (mypyc reads a dict's table directly).
+    A plain dict, the fold's own index, is read directly: a method call by name per job
+    event was a cost of the fold."""
+    if type(jobs) is dict:
+        index: dict[str, JobState] = jobs
+        return index.get(job_id)
     return jobs.get(job_id)
 
 
@@ -102,26 +141,6 @@ def failure_charge(cost: int, refund_fraction: float) -> int:
 
 _KEPT: dict[float, tuple[int, int]] = {}
 """1 - refund fraction, as (numerator, denominator), per fraction seen."""
-
-
-@dataclass(slots=True)
-class JobState:
-    """One job and where it is in its life."""
-
-    id: str
-    account: str
-    cost: int
-    priority: int
-    pool: str
-    state: str
-    # (event time, position) of its submit, "oldest first", while the job can still
-    # start; None once it is rejected or finished (a replay keeps a million of them).
-    order: tuple[int, int] | None
-    charge: int | None = None
-
-
-HeadKey = tuple[int, float, int, int, str]
-"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
 
 
 @dataclass(slots=True)
@@ -197,7 +216,8 @@ class Ledger:
     # and the live ones (pending, running): the only jobs that can still change.
     jobs: dict[str, JobState] = field(default_factory=dict)
     live: dict[str, JobState] = field(default_factory=dict)
-    heads: list[tuple[HeadKey, str]] = field(default_factory=list)
+    # Which pending job starts next, across accounts (`projections.jobqueue`).
+    queue: JobQueue = field(default_factory=JobQueue)
     last: tuple[int, int] = (-(2**63), 0)  # (event_time, position) of the last applied event
     applied: int = 0
     rejected: int = 0
@@ -232,31 +252,60 @@ class Ledger:
 
     def apply(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
         """Apply one event at (time, position), which must not precede the last applied one."""
-        key = (time, position)
-        if key <= self.last:
-            raise ValueError(f"event at {key} applied after {self.last}: not in canonical order")
-        if isinstance(event, EventReversed):
+        last_time, last_position = self.last
+        if time < last_time or (time == last_time and position <= last_position):
+            raise ValueError(f"event at {(time, position)} applied after {self.last}: not in "
+                             "canonical order")
+        kind = type(event)
+        if kind is _REVERSED:
             # Known even when itself reversed: a reversal of it may be reversed in turn.
             # Not in `last` either: a reversal placed at a far time (that of the event it
             # reverses) must not drag live decisions there.
-            self.reversals[event_id] = event.event
-            return self._reverse(position, event_id, time, event)
+            reversal = cast(EventReversed, event)
+            self.reversals[event_id] = reversal.event
+            return self._reverse(position, event_id, time, reversal)
         if self.excluded and event_id in self.excluded:
             return self._skip(position, event_id, event.type, time)
-        self.last = key
+        self.last = (time, position)
         self.applied += 1
-        outcome: Outcome = _HANDLERS[type(event)](self, position, event_id, time, event)
-        account = self.accounts.get(outcome.account) if outcome.account is not None else None
-        if account is not None:
-            account.last_time = time
-        return outcome
+        # One comparison per type, the most frequent first: a dict of handlers cost a
+        # Python-level call per event.
+        done: Outcome
+        if kind is _SUBMITTED:
+            done = self._submit(position, event_id, time, cast(JobSubmitted, event))
+        elif kind is _CONSUMED:
+            done = self._consume(position, event_id, time, cast(CreditsConsumed, event))
+        elif kind is _STARTED:
+            done = self._start(position, event_id, time, cast(JobStarted, event))
+        elif kind is _COMPLETED:
+            done = self._complete(position, event_id, time, cast(JobCompleted, event))
+        elif kind is _GRANTED:
+            done = self._grant(position, event_id, time, cast(CreditsGranted, event))
+        elif kind is _CANCELLED:
+            done = self._cancel(position, event_id, time, cast(JobCancelled, event))
+        elif kind is _OPENED:
+            done = self._open(position, event_id, time, cast(AccountOpened, event))
+        elif kind is _ADJUSTED:
+            done = self._adjust(position, event_id, time, cast(CreditsAdjusted, event))
+        elif kind is _VOIDED:
+            done = self._void(position, event_id, time, cast(GrantVoided, event))
+        elif kind is _ERASED:
+            done = self._erased(position, event_id, time, cast(PersonalDataErased, event))
+        else:
+            raise TypeError(f"not an event the ledger folds: {kind.__name__}")
+        name = done.account
+        if name is not None:
+            account = self.accounts.get(name)
+            if account is not None:
+                account.last_time = time
+        return done
 
     def _skip(self, position: int, event_id: str, event_type: str, time: int) -> Outcome:
         """A reversed event: it takes no part in the fold, as if it had never happened.
 
         Not even in `last`: a reversed event far in the future (a time in milliseconds)
         must not drag live decisions there."""
-        return Outcome(position, event_id, event_type, time, None, reason="reversed")
+        return outcome(position, event_id, event_type, time, None, reason="reversed")
 
     def _account(self, name: str) -> AccountState:
         account = self.accounts.get(name)
@@ -268,14 +317,14 @@ class Ledger:
 
     def _anomaly(self, position: int, event_id: str, event_type: str, time: int,
                  account: str | None, why: str,
-                 expired: Sequence[Expiry] = ()) -> Outcome:
+                 expired: tuple[Expiry, ...] = ()) -> Outcome:
         self.anomalies.append((time, event_id, why))
-        return Outcome(position, event_id, event_type, time, account, ok=False, reason=why,
-                       anomaly=True, expired=tuple(expired))
+        return outcome(position, event_id, event_type, time, account, ok=False, reason=why,
+                       anomaly=True, expired=expired)
 
     def _open(self, position: int, event_id: str, time: int, event: AccountOpened) -> Outcome:
         account = self._account(event.account)
-        expired = tuple(self._touch(account, time))
+        expired = self._touch(account, time)
         account.opened = True
         account.declared = True
         account.max_running = (event.max_running if self.policy is None
@@ -286,13 +335,13 @@ class Ledger:
         account.refill_cap = event.refill_cap
         if event.refill_rate is not None and account.refill_anchor is None:
             account.refill_anchor = time
-        self._register_head(account, force=True)
-        return Outcome(position, event_id, event.type, time, event.account, expired=expired)
+        self.queue.register(account, self.accounts, self.jobs, force=True)
+        return outcome(position, event_id, event.type, time, event.account, expired=expired)
 
     def _grant(self, position: int, event_id: str, time: int, event: CreditsGranted) -> Outcome:
         account = self._account(event.account)
         account.opened = True
-        expired = tuple(self._touch(account, time))
+        expired = self._touch(account, time)
         if event.expiry is not None and event.expiry <= time:
             # Well formed but dead on arrival (only an import can record one): nothing to add.
             return self._anomaly(position, event_id, event.type, time, event.account,
@@ -306,7 +355,7 @@ class Ledger:
             book.totals.expired += event.amount
             book.totals.voided += event.amount
             lapsed = Expiry(event_id, event.pool, voided, event.amount, voided=True)
-            return Outcome(position, event_id, event.type, time, event.account,
+            return outcome(position, event_id, event.type, time, event.account,
                            reason=f"voided at {voided}", expired=(*expired, lapsed))
         priority = (event.priority if self.policy is None
                     else self.policy.grant_priority(event.priority))
@@ -314,23 +363,23 @@ class Ledger:
                                          (time, position), priority)
         if voided is not None and batch is not None:
             batch.voided = voided  # a void recorded earlier, effective later on the timeline
-        return Outcome(position, event_id, event.type, time, event.account, paid_debt=paid,
+        return outcome(position, event_id, event.type, time, event.account, paid_debt=paid,
                        expired=expired)
 
     def _adjust(self, position: int, event_id: str, time: int,
                 event: CreditsAdjusted) -> Outcome:
         account = self._account(event.account)
-        expired = tuple(self._touch(account, time))
+        expired = self._touch(account, time)
         if event.amount > 0:
             # A manual credit: like a grant without expiry, it pays debt first.
             account.opened = True
             paid, _ = account.book.grant(event_id, event.amount, None, event.pool,
                                          (time, position))
-            return Outcome(position, event_id, event.type, time, event.account,
+            return outcome(position, event_id, event.type, time, event.account,
                            paid_debt=paid, expired=expired)
         # A manual debit: like a usage report, past the credits it is debt.
         lineage, short = account.book.consume(-event.amount, event.pool)
-        return Outcome(position, event_id, event.type, time, event.account,
+        return outcome(position, event_id, event.type, time, event.account,
                        debt_after=account.book.debt_total, debt_created=short, paid_by=lineage,
                        expired=expired)
 
@@ -341,62 +390,64 @@ class Ledger:
                 continue
             expired = self._touch(account, time)
             _, lapsed = account.book.void(event.grant, time)
-            return Outcome(position, event_id, event.type, time, name,
+            return outcome(position, event_id, event.type, time, name,
                            expired=(*expired, *lapsed))
         # Used up, swallowed by debt, or later on the timeline (then it arrives voided).
-        return Outcome(position, event_id, event.type, time, None,
+        return outcome(position, event_id, event.type, time, None,
                        reason=f"grant {event.grant!r} has no unused credits at {time}")
 
     def _reverse(self, position: int, event_id: str, time: int,
                  event: EventReversed) -> Outcome:
         # The reversal itself changes nothing here: whoever folds skips the events it
         # names (see `excluded`), wherever they lie on the timeline.
-        return Outcome(position, event_id, event.type, time, None)
+        return outcome(position, event_id, event.type, time, None)
 
     def _erased(self, position: int, event_id: str, time: int,
                 event: PersonalDataErased) -> Outcome:
         # Personal fields take no part in any figure: erasing them changes nothing here.
-        return Outcome(position, event_id, event.type, time, None)
+        return outcome(position, event_id, event.type, time, None)
 
     def _consume(self, position: int, event_id: str, time: int,
                  event: CreditsConsumed) -> Outcome:
-        account = self._account(event.account)
-        expired = tuple(self._touch(account, time))
-        lineage, short = account.book.consume(event.amount, event.pool)
-        return Outcome(position, event_id, event.type, time, event.account,
-                       debt_after=account.book.debt_total, debt_created=short, paid_by=lineage,
-                       expired=expired)
+        name = event.account
+        account = self._account(name)
+        expired = self._touch(account, time)
+        book = account.book
+        lineage, short = book.consume(event.amount, event.pool)
+        return outcome(position, event_id, _CONSUME, time, name, debt_after=book.debt_total,
+                       debt_created=short, paid_by=lineage, expired=expired)
 
     def _submit(self, position: int, event_id: str, time: int, event: JobSubmitted) -> Outcome:
-        if _job(self.jobs, event.job) is not None:
-            return self._anomaly(position, event_id, event.type, time, event.account,
-                                 f"job {event.job!r} was submitted before; job ids are unique")
-        account = self.accounts.get(event.account)
+        # The event's fields read once each: an attribute of an event (a Python object)
+        # is a lookup by name every time.
+        job_id, name = event.job, event.account
+        if _job(self.jobs, job_id) is not None:
+            return self._anomaly(position, event_id, _SUBMIT, time, name,
+                                 f"job {job_id!r} was submitted before; job ids are unique")
+        cost, priority, pool = event.cost, event.priority, event.pool
+        account = self.accounts.get(name)
         if account is None or not account.opened:
             self.rejected += 1
-            rejected = JobState(event.job, event.account, event.cost, event.priority,
-                                event.pool, REJECTED, None)
-            self.jobs[event.job] = rejected
-            return Outcome(position, event_id, event.type, time, event.account, ok=False,
-                           reason=f"unknown account {event.account!r}")
+            rejected = JobState(job_id, name, cost, priority, pool, REJECTED, None)
+            self.jobs[job_id] = rejected
+            return outcome(position, event_id, _SUBMIT, time, name, ok=False,
+                           reason=f"unknown account {name!r}")
         book = account.book
-        expired = tuple(self._touch(account, time))
-        available = min(book.usable(event.pool), account.available)
+        expired = self._touch(account, time)
+        available = min(book.usable(pool), account.available)
         # The account's own name, not the event's copy: one string per account, not per job.
-        job = JobState(event.job, account.name, event.cost, event.priority, event.pool,
-                       PENDING, (time, position))
-        self.jobs[event.job] = job
-        if event.cost > available:
+        job = JobState(job_id, account.name, cost, priority, pool, PENDING, (time, position))
+        self.jobs[job_id] = job
+        if cost > available:
             job.state = REJECTED
             job.order = None
             self.rejected += 1
-            return Outcome(position, event_id, event.type, time, event.account, ok=False,
+            return outcome(position, event_id, _SUBMIT, time, name, ok=False,
                            reason=self._shortfall(account, event, available), expired=expired)
-        lineage = book.hold(event.job, event.cost, event.pool)
-        self.live[event.job] = job
-        heapq.heappush(account.queue, (-event.priority, time, position, event.job))
-        self._register_head(account)
-        return Outcome(position, event_id, event.type, time, event.account, paid_by=lineage,
+        lineage = book.hold(job_id, cost, pool)
+        self.live[job_id] = job
+        self.queue.enqueue(account, priority, time, position, job_id, self.accounts, self.jobs)
+        return outcome(position, event_id, _SUBMIT, time, name, paid_by=lineage,
                        expired=expired)
 
     def _shortfall(self, account: AccountState, event: JobSubmitted, available: int) -> str:
@@ -416,87 +467,94 @@ class Ledger:
             f"{len(book.holds)} jobs, {book.totals.expired} expired so far)"
         )
 
-    def _job_event(self, position: int, event_id: str, time: int,
-                   event: JobStarted | JobCompleted | JobCancelled
-                   ) -> Outcome | tuple[JobState, AccountState, list[Expiry]]:
-        """The job an event names, its account brought to `time`, and what expired on the
-        way; or the anomaly when there is no such job (or its account never existed)."""
-        job = _job(self.jobs, event.job)
+    def _no_job(self, position: int, event_id: str, kind: str, time: int, job_id: str,
+                job: JobState | None) -> Outcome:
+        """The anomaly of a job event naming no job (`job` None), or a job whose account
+        never existed (a submit to an unknown account: rejected, nothing to touch)."""
         if job is None:
-            what = "completion" if event.type == "complete" else event.type
-            return self._anomaly(position, event_id, event.type, time, None,
-                                 f"{what} of unknown job {event.job!r}")
-        account = self.accounts.get(job.account)
-        if account is None:  # a submit to an unknown account: rejected, nothing to touch
-            return self._anomaly(position, event_id, event.type, time, None,
-                                 f"{event.type} of job {job.id!r} which is {job.state}")
-        return job, account, self._touch(account, time)
+            what = "completion" if kind == _COMPLETE else kind
+            return self._anomaly(position, event_id, kind, time, None,
+                                 f"{what} of unknown job {job_id!r}")
+        return self._anomaly(position, event_id, kind, time, None,
+                             f"{kind} of job {job.id!r} which is {job.state}")
 
     def _start(self, position: int, event_id: str, time: int, event: JobStarted) -> Outcome:
-        found = self._job_event(position, event_id, time, event)
-        if isinstance(found, Outcome):
-            return found
-        job, account, expired_list = found
-        expired = tuple(expired_list)
+        job_id = event.job
+        job = _job(self.jobs, job_id)
+        account = None if job is None else self.accounts.get(job.account)
+        if job is None or account is None:
+            return self._no_job(position, event_id, _START, time, job_id, job)
+        expired = self._touch(account, time)
         if job.state != PENDING:
-            return self._anomaly(position, event_id, event.type, time, job.account,
+            return self._anomaly(position, event_id, _START, time, job.account,
                                  f"start of job {job.id!r} which is {job.state}, not pending",
                                  expired=expired)
         if account.blocked:
-            return self._anomaly(position, event_id, event.type, time, job.account,
+            return self._anomaly(position, event_id, _START, time, job.account,
                                  f"start of job {job.id!r}: account {job.account!r} already "
                                  f"runs {account.running} of max {account.max_running}",
                                  expired=expired)
         job.state = RUNNING
         account.running += 1
-        self._register_head(account)
-        return Outcome(position, event_id, event.type, time, job.account, expired=expired)
+        self.queue.register(account, self.accounts, self.jobs)
+        return outcome(position, event_id, _START, time, job.account, expired=expired)
 
     def _complete(self, position: int, event_id: str, time: int, event: JobCompleted) -> Outcome:
-        found = self._job_event(position, event_id, time, event)
-        if isinstance(found, Outcome):
-            return found
-        job, account, expired = found
+        job_id = event.job
+        job = _job(self.jobs, job_id)
+        account = None if job is None else self.accounts.get(job.account)
+        if job is None or account is None:
+            return self._no_job(position, event_id, _COMPLETE, time, job_id, job)
+        expired = self._touch(account, time)
         if job.state != RUNNING:
-            return self._anomaly(position, event_id, event.type, time, job.account,
+            return self._anomaly(position, event_id, _COMPLETE, time, job.account,
                                  f"completion of job {job.id!r} which is {job.state}, "
                                  "not running",
                                  expired=expired)
-        refund = (event.refund_fraction if self.policy is None
-                  else self.policy.refund(event.refund_fraction))
-        charge = job.cost if event.success else failure_charge(job.cost, refund)
+        success = event.success
+        if success:
+            charge = job.cost
+        else:
+            refund = (event.refund_fraction if self.policy is None
+                      else self.policy.refund(event.refund_fraction))
+            charge = failure_charge(job.cost, refund)
         lineage, lost = account.book.settle(job.id, charge, time)
-        expired.extend(lost)
-        job.state = SUCCEEDED if event.success else FAILED
+        if lost:
+            expired = (*expired, *lost)
+        job.state = SUCCEEDED if success else FAILED
         self._finish(job)
         job.charge = charge
         account.running -= 1
         if charge and account.share is not None:
             account.usage_log2 = _log2_add(account.usage_log2,
                                            math.log2(charge) + time / account.half_life)
-        self._register_head(account, force=account.share is not None)
-        return Outcome(position, event_id, event.type, time, job.account, paid_by=lineage,
-                       charge=charge, released=job.cost - charge, expired=tuple(expired))
+        self.queue.register(account, self.accounts, self.jobs,
+                            force=account.share is not None)
+        return outcome(position, event_id, _COMPLETE, time, job.account, paid_by=lineage,
+                       charge=charge, released=job.cost - charge, expired=expired)
 
     def _cancel(self, position: int, event_id: str, time: int, event: JobCancelled) -> Outcome:
-        found = self._job_event(position, event_id, time, event)
-        if isinstance(found, Outcome):
-            return found
-        job, account, expired = found
+        job_id = event.job
+        job = _job(self.jobs, job_id)
+        account = None if job is None else self.accounts.get(job.account)
+        if job is None or account is None:
+            return self._no_job(position, event_id, _CANCEL, time, job_id, job)
+        expired = self._touch(account, time)
         if job.state == CANCELLED:
-            return Outcome(position, event_id, event.type, time, job.account, released=0,
-                           reason="already cancelled", expired=tuple(expired))
+            return outcome(position, event_id, _CANCEL, time, job.account, released=0,
+                           reason="already cancelled", expired=expired)
         if job.state != PENDING:
-            return self._anomaly(position, event_id, event.type, time, job.account,
+            return self._anomaly(position, event_id, _CANCEL, time, job.account,
                                  f"cancel of job {job.id!r} which is {job.state}, not pending",
                                  expired=expired)
         _, lost = account.book.settle(job.id, 0, time)
-        expired.extend(lost)
+        if lost:
+            expired = (*expired, *lost)
         job.state = CANCELLED
         self._finish(job)
         # The queue entry stays as a tombstone; it is skipped when it reaches the top.
-        return Outcome(position, event_id, event.type, time, job.account, released=job.cost,
-                       expired=tuple(expired))
+        return outcome(position, event_id, _CANCEL, time, job.account, released=job.cost,
+                       expired=expired)
 
     def _finish(self, job: JobState) -> None:
         del self.live[job.id]
@@ -504,9 +562,13 @@ class Ledger:
 
     # -- time passing: expiry and refill ----------------------------------------------------
 
-    def _touch(self, account: AccountState, time: int) -> list[Expiry]:
-        """Bring the account to `time`: evict expired batches, accrue refill."""
-        expired = account.book.advance(time)
+    def _touch(self, account: AccountState, time: int) -> tuple[Expiry, ...]:
+        """Bring the account to `time`: evict expired batches, accrue refill; return what
+        expired."""
+        book = account.book
+        # The book's own test, first: most events find nothing expired, and then no list
+        # is made.
+        expired = () if time < book.expiry_floor else tuple(book.advance(time))
         if account.refill_rate is not None:
             self._refill(account, time)
         return expired
@@ -524,82 +586,32 @@ class Ledger:
             else:
                 account.book.top_up(batch, add)
 
-    # -- the queue: one heap per account, and a heap of account heads -------------------
+    # -- the queue (`projections.jobqueue`) --------------------------------------------
 
-    def _clean_top(self, account: AccountState) -> None:
-        queue = account.queue
-        jobs = self.jobs
-        while queue and jobs[queue[0][3]].state != PENDING:
-            heapq.heappop(queue)
+    @property
+    def heads(self) -> list[tuple[HeadKey, str]]:
+        """The queue's heap of account heads: what snapshots copy and checkpoints encode
+        as the ledger's `heads`, as they did before the queue had a class of its own."""
+        return self.queue.heads
 
-    def _head_key(self, account: AccountState) -> HeadKey:
-        neg_priority, time, position, job_id = account.queue[0]
-        return (neg_priority, account.fair_key(), time, position, job_id)
-
-    def _register_head(self, account: AccountState, *, force: bool = False) -> None:
-        """Make sure the account's current head is in the heads heap, if it may start.
-
-        `force`: the fair-share key may have changed, so register even the same job again.
-        """
-        self._clean_top(account)
-        if not account.queue or account.blocked:
-            account.head_key = None
-            return
-        key = self._head_key(account)
-        if force or account.head_key != key:
-            account.head_key = key
-            heapq.heappush(self.heads, (key, account.name))
-            if len(self.heads) > 2 * len(self.accounts) + 64:
-                self._compact_heads()
+    @heads.setter
+    def heads(self, heads: list[tuple[HeadKey, str]]) -> None:
+        self.queue.heads = heads
 
     def requeue(self, name: str) -> None:
         """Register account `name`'s queue head afresh, after its state was replaced."""
-        account = self.accounts[name]
-        account.head_key = None
-        self._register_head(account, force=True)
-
-    def _compact_heads(self) -> None:
-        """Drop stale entries: they are skipped lazily, but would otherwise pile up with
-        every submit and start (memory growing with the journal, not with the queue)."""
-        self.heads = [(a.head_key, name) for name, a in self.accounts.items()
-                      if a.head_key is not None]
-        heapq.heapify(self.heads)
+        self.queue.requeue(self.accounts[name], self.accounts, self.jobs)
 
     def next_job(self) -> JobState | None:
         """The job `start_next` would start: highest priority, then oldest, among accounts
-        below their cap. Stale head entries are dropped as they surface: O(log accounts)."""
-        heads = self.heads
-        while heads:
-            key, name = heads[0]
-            account = self.accounts[name]
-            if account.head_key != key:
-                heapq.heappop(heads)
-                continue
-            self._clean_top(account)
-            if not account.queue or account.blocked:
-                heapq.heappop(heads)
-                account.head_key = None
-                continue
-            if self._head_key(account) != key:
-                heapq.heappop(heads)
-                self._register_head(account)
-                continue
-            return self.jobs[key[4]]
-        return None
+        below their cap (`JobQueue.next_job`)."""
+        return self.queue.next_job(self.accounts, self.jobs)
 
     # -- reading ---------------------------------------------------------------------------
 
     def pending_ahead(self, job: JobState) -> int:
         """How many pending jobs would start before `job` (linear: for explanations only)."""
-        def key(j: JobState) -> tuple[int, float, int, int]:
-            assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
-            return (-j.priority, self.accounts[j.account].fair_key(), *j.order)
-
-        mine = key(job)
-        return sum(
-            1 for other in self.live.values()
-            if other.state == PENDING and other.id != job.id and key(other) < mine
-        )
+        return pending_ahead(job, self.accounts, self.live)
 
     def canonical(self) -> dict[str, Any]:
         """A canonical, JSON-ready view of the whole state (`projections.digest`)."""
@@ -626,26 +638,19 @@ def _has_batch(account: AccountState, grant_id: str) -> bool:
     return False
 
 
-_HANDLERS: dict[type[Any], Any] = {
-    AccountOpened: Ledger._open,
-    CreditsGranted: Ledger._grant,
-    CreditsConsumed: Ledger._consume,
-    JobSubmitted: Ledger._submit,
-    JobStarted: Ledger._start,
-    JobCompleted: Ledger._complete,
-    JobCancelled: Ledger._cancel,
-    CreditsAdjusted: Ledger._adjust,
-    GrantVoided: Ledger._void,
-    EventReversed: Ledger._reverse,
-    PersonalDataErased: Ledger._erased,
-}
-
-
 STATE_CLASSES: tuple[type, ...] = (Ledger, AccountState, CreditBook, Batch, Hold, Totals,
                                    JobState)
 """Every class a ledger's state is made of: what snapshots copy and checkpoints encode."""
 
-STATE = StateCodec(STATE_CLASSES, blanks={Batch: blank_batch})
+LEDGER_FIELDS: tuple[str, ...] = tuple(
+    "heads" if f.name == "queue" else f.name for f in dataclasses.fields(Ledger))
+"""A ledger's fields as snapshots copy and checkpoints encode them: its queue as the heap
+it holds (`Ledger.heads`), so checkpoints saved before the queue had a class still load."""
+
+# A ledger is made by its constructor, not `__new__` alone: setting `heads` needs its queue.
+STATE = StateCodec(STATE_CLASSES, blanks={Batch: blank_batch, Hold: blank_hold,
+                                          JobState: blank_job, Ledger: Ledger},
+                   fields={Ledger: LEDGER_FIELDS})
 
 Saved = tuple[Ledger, tuple[dict[str, JobState], list[tuple[int, str, str]]], int, int]
 """A snapshot: a private copy of the changeable state (no jobs but the live ones, no

@@ -32,10 +32,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-COMPILED = ("projections.creditbook", "projections.outcomes", "projections.ledger")
-"""The modules mypyc compiles: the fold, its credit book and its outcomes. They are pure
-(no I/O), and no test monkeypatches them without asking for the Python source (the
-`pure_python` mark, see tests/conftest.py)."""
+COMPILED = ("projections.creditbook", "projections.outcomes", "projections.jobqueue",
+            "projections.ledger")
+"""The modules mypyc compiles: the fold, its credit book, its job queue and its outcomes.
+They are pure (no I/O), and no test monkeypatches them without asking for the Python
+source (the `pure_python` mark, see tests/conftest.py)."""
 
 PURE_ENV = "GPU_CREDITS_PURE_PYTHON"
 """Set to 1 to run (or install) the Python source of the fold instead of its compiled

@@ -148,7 +148,7 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
         # there only while no submit of the job is recorded, and the account submitted
         # no job since the checkpoint.
         ledger = view.skeleton()
-        ledger.heads = []
+        ledger.queue.clear()
         state = view.account(account)
         if state is not None:
             state.head_key = None  # the queue needs the jobs: it is not read here
@@ -179,7 +179,7 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
     if events is None:
         return None
     ledger = view.skeleton()
-    ledger.heads = []
+    ledger.queue.clear()
     state = view.account(account)
     if state is not None:
         state.head_key = None

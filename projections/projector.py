@@ -355,7 +355,7 @@ class Projector:
             # batch (an import into a fresh journal, however shuffled its file).
             self.position = positions[-1]
             self._ingested += len(batch)
-            return {rec.position: self._ingest(rec, None) for rec in ordered}
+            return self._ingest_in_order(ordered)
         if not reversals:
             alone = self._reproject_batch_by_account(batch, ordered, known)
             if alone is not None:
@@ -568,6 +568,25 @@ class Projector:
             if revision is not None:
                 revisions.append(revision)
         return new, mine, revisions, outcomes
+
+    def _ingest_in_order(self, ordered: Sequence[Recorded]) -> dict[int, Outcome]:
+        """`_ingest` of events in canonical order, all after everything applied (a replay
+        of an in-order journal: every event), without its per-event Python calls: what
+        they decide once for the whole batch is decided once."""
+        ledger = self.ledger
+        apply = ledger.apply_recorded
+        remember = bool(self._recent_limit) and not (self._remember_once_late and not self._late)
+        outcomes: dict[int, Outcome] = {}
+        for rec in ordered:
+            outcome = apply(rec.position, rec.id, rec.type, rec.time, rec.payload)
+            account = outcome.account
+            if account is None or account != getattr(rec, "stream", None):
+                self._track(rec, outcome, ledger)  # nothing to note when it is its stream's
+            self._maybe_snapshot(ledger)
+            if remember:
+                self._remember(outcome)
+            outcomes[rec.position] = outcome
+        return outcomes
 
     def _ingest(self, rec: Recorded, event: DomainEvent | None) -> Outcome:
         if (rec.time, rec.position) > self.ledger.last:

@@ -59,15 +59,21 @@ class StateCodec:
     """Copies, encodes and decodes state made of `classes` (slotted classes only)."""
 
     def __init__(self, classes: Sequence[type],
-                 blanks: Mapping[type, Callable[[], Any]] | None = None) -> None:
+                 blanks: Mapping[type, Callable[[], Any]] | None = None,
+                 fields: Mapping[type, Sequence[str]] | None = None) -> None:
         """`blanks`: for a class whose `__new__` runs its constructor (a plain class
-        compiled by mypyc), a function making an instance to fill in; the others are
-        made by their `__new__` alone (not `object.__new__`, which a compiled class
-        refuses), no constructor run."""
+        compiled by mypyc), or whose fields cannot be set on a bare instance, a function
+        making an instance to fill in; the others are made by their `__new__` alone (not
+        `object.__new__`, which a compiled class refuses), no constructor run.
+
+        `fields`: for a class whose state is not its own fields (one held through a
+        property, say), the attribute names to copy and encode, in order."""
         self._classes = tuple(classes)
         self._blanks: dict[type, Callable[[], Any]] = dict(blanks or {})
         self._index = {cls: i for i, cls in enumerate(self._classes)}
-        self._fields = {cls: _fields(cls) for cls in self._classes}
+        given = dict(fields or {})
+        self._fields = {cls: tuple(given[cls]) if cls in given else _fields(cls)
+                        for cls in self._classes}
 
     def _blank(self, cls: Any) -> Any:
         make = self._blanks.get(cls)

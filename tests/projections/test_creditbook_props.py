@@ -20,6 +20,7 @@ from invariants import assert_invariants
 
 from eventstore import MemoryJournal
 from projections import GPUCreditTracker
+from projections.creditbook import BatchKey, key_before
 from projections.ledger import Ledger
 from projections.projector import Projector, apply_recorded
 
@@ -176,3 +177,14 @@ def test_lineage_accounts_for_every_credit(calls: list[tuple[Any, ...]]) -> None
         assert used.get(grant_id, 0) + left.get(grant_id, 0) == amount, f"grant {grant_id}"
     assert set(used) <= set(granted)
     assert_invariants(ledger)
+
+
+_BATCH_KEYS = st.tuples(st.integers(0, 3), st.booleans(), st.integers(-3, 3), st.booleans(),
+                        st.tuples(st.integers(-3, 3), st.integers(0, 3)))
+
+
+@given(_BATCH_KEYS, _BATCH_KEYS)
+def test_the_draw_order_of_two_batches_is_their_keys_compared_as_tuples(
+        a: BatchKey, b: BatchKey) -> None:
+    assert key_before(a, b) == (a < b)
+    assert key_before(b, a) == (b < a)

@@ -12,7 +12,7 @@ from invariants import assert_invariants
 
 from eventstore import MemoryJournal
 from projections import GPUCreditTracker, Scheduler
-from projections.creditbook import CreditBook, Expiry
+from projections.creditbook import Batch, CreditBook, Expiry, Hold
 from projections.events import GENERAL
 from projections.ledger import Ledger
 
@@ -288,3 +288,11 @@ def test_scheduler_release_pays_debt_a_usage_report_created() -> None:
     assert figures(scheduler) == (6, 0, 6)
     assert book_of(scheduler).debt == {}
     assert_invariants(scheduler.ledger())
+
+
+def test_a_hold_compares_and_shows_itself_as_a_dataclass_did() -> None:
+    batch = Batch("g", GENERAL, None, 3, (1, 1))
+    hold = Hold(GENERAL, [(batch, 2)])
+    assert hold == Hold(GENERAL, [(batch, 2)]) and hold != Hold("h100", [(batch, 2)])
+    assert hold.amount == 2 and Hold(GENERAL, []).amount == 0
+    assert repr(hold) == f"Hold(pool='general', portions=[({batch!r}, 2)])"

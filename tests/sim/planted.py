@@ -46,7 +46,7 @@ def off_by_one_at_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
 def double_release_on_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cancelling a pending job returns its reserved credits twice."""
     _in_source()
-    cancel = ledger._HANDLERS[JobCancelled]
+    cancel = ledger.Ledger._cancel
 
     def twice(self: ledger.Ledger, position: int, event_id: str, time: int,
               event: JobCancelled) -> Any:
@@ -60,7 +60,7 @@ def double_release_on_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
             self.accounts[job.account].book._return(portions, time)
         return outcome
 
-    monkeypatch.setitem(ledger._HANDLERS, JobCancelled, twice)
+    monkeypatch.setattr(ledger.Ledger, "_cancel", twice)
 
 
 def retry_appended_twice(monkeypatch: pytest.MonkeyPatch) -> None:

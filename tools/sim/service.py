@@ -118,12 +118,18 @@ def _commit_all(service: LedgerService, items: list[_Item]) -> list[list[int]]:
         group, _ = writer._next_batch(first)
         groups.append([index[id(item)] for item in group])
         writer._commit(group)
+        # On a SQL journal a batch may be decided ahead and written by the committer's
+        # thread: wait for that write (and handle its failure) as the loop would before
+        # the next batch, so every answer is in when the turn ends.
+        while writer._ahead is not None:  # a failed write's retries may leave another
+            writer._settle_ahead()
+        first = None
         if writer._deferred:
             first = writer._deferred.pop(0)
-        elif not writer._queue.empty():
-            first = writer._queue.get_nowait()
-        else:
-            first = None
+        while first is None and not writer._queue.empty():
+            got = writer._queue.get_nowait()
+            if isinstance(got, _Item):  # not the committer's wake-up
+                first = got
     return groups
 
 

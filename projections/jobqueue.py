@@ -1,0 +1,198 @@
+"""Jobs and the queue across accounts: each job's state, and which pending job starts next.
+
+Each account keeps its pending jobs in a heap of its own (`AccountState.queue`, keyed
+`(-priority, submit time, submit position, job id)`); `JobQueue` keeps a heap of the
+accounts' heads, keyed by `HeadKey`, so the next job to start is found in O(log accounts)
+however many jobs wait. Both heaps are lazy: a job that stopped being pending (started,
+cancelled) stays in its account's heap until it surfaces, and a head that changed stays in
+the heads heap until it surfaces or the heap is compacted. The fold (`projections.ledger`)
+registers an account's head after every change to its queue, cap or fair-share usage.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar, Final, final
+
+if TYPE_CHECKING:  # the ledger module builds on this one: no import back at run time
+    from projections.ledger import AccountState
+
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+REJECTED: Final = "rejected"
+JOB_STATES: Final = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, REJECTED)
+
+
+@final
+class JobState:
+    """One job and where it is in its life.
+
+    A plain class, not a dataclass: compiled, a dataclass's constructor is the Python
+    function `dataclasses` writes, and the fold makes one job per submit. Equality and
+    repr are a dataclass's."""
+
+    __slots__ = ("account", "charge", "cost", "id", "order", "pool", "priority", "state")
+    # The same names, for `projections.statecopy`: compiled, the class keeps no __slots__.
+    # The constructor takes them in this order (checkpoints build jobs by it).
+    STATE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "id", "account", "cost", "priority", "pool", "state", "order", "charge")
+
+    def __init__(self, id: str, account: str, cost: int, priority: int, pool: str,
+                 state: str, order: tuple[int, int] | None, charge: int | None = None
+                 ) -> None:
+        self.id = id
+        self.account = account
+        self.cost = cost
+        self.priority = priority
+        self.pool = pool
+        self.state = state
+        # (event time, position) of its submit, "oldest first", while the job can still
+        # start; None once it is rejected or finished (a replay keeps a million of them).
+        self.order = order
+        self.charge = charge
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.id, self.account, self.cost, self.priority, self.pool, self.state,
+                self.order, self.charge)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobState):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return (f"JobState(id={self.id!r}, account={self.account!r}, cost={self.cost!r}, "
+                f"priority={self.priority!r}, pool={self.pool!r}, state={self.state!r}, "
+                f"order={self.order!r}, charge={self.charge!r})")
+
+
+def blank_job() -> JobState:
+    """A job to fill in field by field (`projections.statecopy`): compiled, the class
+    runs its constructor even from `__new__`."""
+    return JobState("", "", 0, 0, "", PENDING, None)
+
+
+# The heap functions as constants: compiled, a Final name is read directly, where
+# `heapq.heappush` is two lookups by name at every call.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+_heapify: Final = heapq.heapify
+
+HeadKey = tuple[int, float, int, int, str]
+"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
+
+
+def _clean_top(account: AccountState, jobs: dict[str, JobState]) -> None:
+    """Drop the jobs on top of the account's queue that are no longer pending."""
+    queue = account.queue
+    while queue and jobs[queue[0][3]].state != PENDING:
+        _heappop(queue)
+
+
+def _head_key(account: AccountState) -> HeadKey:
+    neg_priority, time, position, job_id = account.queue[0]
+    return (neg_priority, account.fair_key(), time, position, job_id)
+
+
+@final
+class JobQueue:
+    """The heads heap: each account's next pending job, keyed by `HeadKey`.
+
+    Its one field, `heads`, is the state snapshots copy and checkpoints encode (as the
+    ledger's `heads`); the accounts and jobs it orders are the ledger's, passed in.
+    """
+
+    __slots__ = ("heads",)
+
+    def __init__(self, heads: list[tuple[HeadKey, str]] | None = None) -> None:
+        self.heads: list[tuple[HeadKey, str]] = [] if heads is None else heads
+
+    def register(self, account: AccountState, accounts: dict[str, AccountState],
+                 jobs: dict[str, JobState], *, force: bool = False) -> None:
+        """Make sure the account's current head is in the heads heap, if it may start.
+
+        `force`: the fair-share key may have changed, so register even the same job again.
+        """
+        _clean_top(account, jobs)
+        if not account.queue or account.blocked:
+            account.head_key = None
+            return
+        registered = account.head_key
+        if (not force and registered is not None and registered[4] == account.queue[0][3]
+                and registered[1] == account.fair_key()):
+            # The same job at the same fair-share key: the key registered, as its other
+            # fields are the job's own. Most starts and completions leave the head so,
+            # and building the key to compare it was most of their queue upkeep.
+            return
+        key = _head_key(account)
+        if force or registered != key:
+            account.head_key = key
+            heads = self.heads
+            _heappush(heads, (key, account.name))
+            if len(heads) > 2 * len(accounts) + 64:
+                self.compact(accounts)
+
+    def enqueue(self, account: AccountState, priority: int, time: int, position: int,
+                job_id: str, accounts: dict[str, AccountState],
+                jobs: dict[str, JobState]) -> None:
+        """Put a job just accepted (submitted at `time`, `position`) in its account's queue."""
+        _heappush(account.queue, (-priority, time, position, job_id))
+        self.register(account, accounts, jobs)
+
+    def requeue(self, account: AccountState, accounts: dict[str, AccountState],
+                jobs: dict[str, JobState]) -> None:
+        """Register the account's queue head afresh, after its state was replaced."""
+        account.head_key = None
+        self.register(account, accounts, jobs, force=True)
+
+    def compact(self, accounts: dict[str, AccountState]) -> None:
+        """Drop stale entries: they are skipped lazily, but would otherwise pile up with
+        every submit and start (memory growing with the journal, not with the queue)."""
+        heads = [(a.head_key, name) for name, a in accounts.items() if a.head_key is not None]
+        _heapify(heads)
+        self.heads = heads
+
+    def clear(self) -> None:
+        """Forget every head (a partial ledger that reads no queue)."""
+        self.heads = []
+
+    def next_job(self, accounts: dict[str, AccountState],
+                 jobs: dict[str, JobState]) -> JobState | None:
+        """The job `start_next` would start: highest priority, then oldest, among accounts
+        below their cap. Stale head entries are dropped as they surface: O(log accounts)."""
+        heads = self.heads
+        while heads:
+            key, name = heads[0]
+            account = accounts[name]
+            if account.head_key != key:
+                _heappop(heads)
+                continue
+            _clean_top(account, jobs)
+            if not account.queue or account.blocked:
+                _heappop(heads)
+                account.head_key = None
+                continue
+            if _head_key(account) != key:
+                _heappop(heads)
+                self.register(account, accounts, jobs)
+                continue
+            return jobs[key[4]]
+        return None
+
+
+def pending_ahead(job: JobState, accounts: Mapping[str, AccountState],
+                  live: Mapping[str, JobState]) -> int:
+    """How many pending jobs would start before `job` (linear: for explanations only)."""
+    def key(j: JobState) -> tuple[int, float, int, int]:
+        assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
+        return (-j.priority, accounts[j.account].fair_key(), *j.order)
+
+    mine = key(job)
+    return sum(
+        1 for other in live.values()
+        if other.state == PENDING and other.id != job.id and key(other) < mine
+    )
