@@ -8,12 +8,13 @@ definition, so the backends cannot drift apart in what "verified" means.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
 from . import appending
 from .errors import ChainBroken
-from .hashing import GENESIS_HASH, chained, load_json, pinned, seal
+from .hashing import GENESIS_HASH, chained, load_json, missing_before, pinned, seal
 from .reading import LeanFilters, ReadFilters, ReadQuery
 from .records import (
     ERASED_KEY,
@@ -63,7 +64,8 @@ class Reader:
         (event_time, position) > (t, p). The read sees the journal as it stood when
         it began: events appended meanwhile are not included. The filters, by name:
         after_position=0, to_position=None, from_time=None, to_time=None, stream=None,
-        after=None, order="canonical", batch_size=5000 (`ReadQuery.make` checks them).
+        after=None, order="canonical", batch_size=5000, type=None (only events of that
+        type) (`ReadQuery.make` checks them).
         """
         return self._query(ReadQuery.make(self.head(), **filters))
 
@@ -98,8 +100,34 @@ class JournalBase(Reader):
 
     def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
         """What `_rows` selects, as `LeanRow`s, each checked to link to its predecessor."""
-        for row in pinned(self._pinned_rows(q, None)):
+        for row in self._checked_rows(q, None):
             yield (row[0], row[1], row[4], row[5], row[7], row[2])
+
+    def _checked_rows(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow | PinnedRow]:
+        """What `_rows` selects, each row yielded only after its link is checked: its
+        stored hash is the one its content and its predecessor's stored hash give.
+
+        A read of every position in a window, in position order (a replay), gets each
+        row's predecessor from the read itself: the row before it, whose stored hash
+        `chained` has just recomputed, so only the first row's predecessor is looked up.
+        Any other read fetches each row's predecessor hash beside it (`_pinned_rows`).
+        Either way every row is checked against its predecessor's stored hash before it
+        is yielded, and the same ChainBroken names the same position.
+        """
+        if q.contiguous and q.order == "position":
+            return self._contiguous(q, tx)
+        return pinned(self._pinned_rows(q, tx))
+
+    def _contiguous(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
+        rows = self._rows(q, tx)
+        first = next(rows, None)
+        if first is None:
+            return
+        start = q.after_position
+        prev = self._stored_hash(start, q.head, tx)
+        if prev is None:  # the window's predecessor is not stored: as `pinned` says
+            raise missing_before(first[0])
+        yield from chained(itertools.chain((first,), rows), prev, start)
 
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and
@@ -129,7 +157,7 @@ class JournalBase(Reader):
         # Every event read is checked against its own stored hash and its predecessor's
         # (`hashing.pinned`): an edit in place that was not re-hashed is ChainBroken at
         # its position, wherever it stands relative to a verified point.
-        return map(to_event, pinned(self._pinned_rows(q, tx)))
+        return map(to_event, self._checked_rows(q, tx))
 
     def read_lean(self, **filters: Unpack[LeanFilters]) -> Iterator[LeanRow]:
         """What `read` gives, as (position, id, type, event time, payload as stored JSON
@@ -164,11 +192,14 @@ class JournalBase(Reader):
         journal holds no record there. As stored, not checked: what a verified point or a
         checkpoint is compared with, so that a state folded before an edit of that very
         record can still be used (its content is checked when it is read)."""
+        return self._stored_hash(position, self.head(), None)
+
+    def _stored_hash(self, position: int, head: int, tx: Any) -> str | None:
         if position == 0:
             return GENESIS_HASH
-        q = ReadQuery.make(self.head(), after_position=position - 1, to_position=position,
+        q = ReadQuery.make(head, after_position=position - 1, to_position=position,
                            order="position", batch_size=1)
-        for row in self._rows(q, None):
+        for row in self._rows(q, tx):
             return row[8] if row[0] == position else None
         return None
 

@@ -208,6 +208,12 @@ def pinned_python(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
         yield row
 
 
+def missing_before(position: int) -> ChainBroken:
+    """The error for a row at `position` whose predecessor is not stored: what `pinned`
+    raises for a row read without one."""
+    return _out_of_place(position - 1, position)
+
+
 def _out_of_place(expected: int, position: int) -> ChainBroken:
     """The error for a row read at `position` where `expected` should come."""
     what = "missing" if position > expected else "repeated or out of order"

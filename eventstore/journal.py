@@ -458,6 +458,8 @@ class Journal(JournalBase):
             base.append(events.c.event_time <= q.to_time)
         if q.stream is not None:
             base.append(events.c.stream == q.stream)
+        if q.type is not None:
+            base.append(events.c.type == q.type)
         if q.after is not None:
             base.append(_after(q.after))
         order_by: tuple[Column[Any], ...] = (

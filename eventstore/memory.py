@@ -321,6 +321,7 @@ class MemoryJournal(JournalBase):
             and (q.from_time is None or time >= q.from_time)
             and (q.to_time is None or time <= q.to_time)
             and (q.stream is None or row[2] == q.stream)
+            and (q.type is None or row[4] == q.type)
             and (q.after is None or (time, position) > q.after)
         )
 
@@ -342,9 +343,10 @@ class MemoryJournal(JournalBase):
         i = 0 if key is None else bisect.bisect_right(index, key)
         n = len(index)
         # Everything after `key` in the index is after `after` and from `from_time` on,
-        # and of the stream asked for (`_rows` starts there): only the position window
-        # and to_time are left to test, inline (a replay walks here once per late event).
-        lo, hi, to_time = q.after_position, q.to_position, q.to_time
+        # and of the stream asked for (`_rows` starts there): only the position window,
+        # to_time and the type are left to test, inline (a replay walks here once per late
+        # event).
+        lo, hi, to_time, kind = q.after_position, q.to_position, q.to_time, q.type
         stored, size = self._stored, q.batch_size
         while i < n and len(out) < size:
             t, p = index[i]
@@ -352,7 +354,7 @@ class MemoryJournal(JournalBase):
                 return out, key, True
             key = (t, p)
             i += 1
-            if lo < p <= hi:
+            if lo < p <= hi and (kind is None or stored[p - 1][4] == kind):
                 out.append(stored[p - 1])
         return out, key, i >= n
 
