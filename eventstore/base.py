@@ -8,13 +8,13 @@ definition, so the backends cannot drift apart in what "verified" means.
 
 from __future__ import annotations
 
-import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
 from . import appending
 from .errors import ChainBroken
-from .hashing import GENESIS_HASH, chained, load_json, missing_before, pinned, seal
+from .hashing import GENESIS_HASH, chained, linked, load_json, pinned, seal
 from .reading import LeanFilters, ReadFilters, ReadQuery
 from .records import (
     ERASED_KEY,
@@ -41,6 +41,11 @@ def to_event(row: StoredRow | Any) -> RecordedEvent:
         RecordedEvent, (row[0], row[1], row[2], row[3], row[4], row[5], row[6],
                         load_json(row[7]), row[8])
     )
+
+
+_position_of = operator.itemgetter(0)
+_hash_of = operator.itemgetter(8)
+_predecessor = (-1).__add__
 
 
 class Reader:
@@ -93,6 +98,15 @@ class JournalBase(Reader):
         """The stored rows the query selects, in its order (tx: an open transaction)."""
         raise NotImplementedError
 
+    def _row_batches(self, q: ReadQuery, tx: Any) -> Iterator[list[StoredRow]]:
+        """What `_rows` yields, in the lists it fetches them in (none empty)."""
+        raise NotImplementedError
+
+    def _hashes_at(self, positions: Sequence[int], tx: Any) -> dict[int, str]:
+        """The stored hashes at these positions, by position (absent where none is
+        stored)."""
+        raise NotImplementedError
+
     def _pinned_rows(self, q: ReadQuery, tx: Any) -> Iterator[PinnedRow]:
         """What `_rows` selects, each row followed by its predecessor's stored hash (None
         at position 1 or where none is stored), fetched with it: no extra round trip."""
@@ -107,27 +121,57 @@ class JournalBase(Reader):
         """What `_rows` selects, each row yielded only after its link is checked: its
         stored hash is the one its content and its predecessor's stored hash give.
 
-        A read of every position in a window, in position order (a replay), gets each
-        row's predecessor from the read itself: the row before it, whose stored hash
-        `chained` has just recomputed, so only the first row's predecessor is looked up.
-        Any other read fetches each row's predecessor hash beside it (`_pinned_rows`).
-        Either way every row is checked against its predecessor's stored hash before it
-        is yielded, and the same ChainBroken names the same position.
+        A read of every stream (a replay, a fold) finds most predecessors among the rows
+        it fetched (`_linked`); a read of one stream or one type, whose rows are mostly
+        not each other's predecessors, fetches each row's predecessor hash beside it
+        (`_pinned_rows`). Every way, each row is checked against its predecessor's
+        stored hash before it is yielded, and the same ChainBroken names the same
+        position.
         """
-        if q.contiguous and q.order == "position":
-            return self._contiguous(q, tx)
+        if q.stream is None and q.type is None:
+            return self._linked(q, tx)
         return pinned(self._pinned_rows(q, tx))
 
-    def _contiguous(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
-        rows = self._rows(q, tx)
-        first = next(rows, None)
-        if first is None:
-            return
-        start = q.after_position
-        prev = self._stored_hash(start, q.head, tx)
-        if prev is None:  # the window's predecessor is not stored: as `pinned` says
-            raise missing_before(first[0])
-        yield from chained(itertools.chain((first,), rows), prev, start)
+    def _linked(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
+        """The rows of a read of every stream, batch by batch, each checked against its
+        predecessor's stored hash.
+
+        A batch of consecutive positions (a whole window read in position order: a
+        replay) is walked by `chained`: each row after the first links to the one just
+        checked, whose stored hash is the one recomputed, and the first to the last row
+        of the batch before or, at the start, to the stored hash the window starts from.
+        Any other batch (the timeline, or a gap) is checked row by row by `linked`
+        against the stored hashes of its rows' predecessors, found among the rows of this
+        batch and of the one before (on the timeline of an in-order journal: all but
+        those around a late event), the rest fetched in one query, before any row of the
+        batch is yielded.
+        """
+        sequential = q.contiguous and q.order == "position"
+        before: dict[int, str] = {}
+        last: tuple[int, str] | None = None  # the previous batch's last row, checked
+        for batch in self._row_batches(q, tx):
+            first = batch[0][0]
+            if sequential and batch[-1][0] - first == len(batch) - 1:
+                prev = (last[1] if last is not None and last[0] == first - 1
+                        else self._stored_hash(first - 1, q.head, tx) if first > 0 else None)
+                if prev is not None:
+                    yield from chained(batch, prev, first - 1)
+                    last = (batch[-1][0], batch[-1][8])
+                    continue
+            known = dict(zip(map(_position_of, batch), map(_hash_of, batch), strict=True))
+            wanted = set(map(_predecessor, known))
+            wanted.difference_update(known)
+            wanted.discard(0)
+            held = {p: before[p] for p in wanted if p in before}
+            if last is not None and last[0] in wanted:
+                held[last[0]] = last[1]
+            if len(held) < len(wanted):
+                held.update(self._hashes_at(sorted(wanted.difference(held)), tx))
+            known.update(held)
+            yield from linked(batch, known)
+            if not sequential:
+                before = known
+            last = (batch[-1][0], batch[-1][8])
 
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and

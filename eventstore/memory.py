@@ -7,6 +7,7 @@ every operation, and a transaction holds it from start to end (one writer).
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -288,6 +289,14 @@ class MemoryJournal(JournalBase):
     # -- reading ---------------------------------------------------------------
 
     def _rows(self, q: ReadQuery, tx: object = None) -> Iterator[StoredRow]:
+        return itertools.chain.from_iterable(self._row_batches(q, tx))
+
+    def _hashes_at(self, positions: Sequence[int], tx: object = None) -> dict[int, str]:
+        stored = self._stored  # index = position - 1; earlier rows are never removed
+        size = len(stored)
+        return {p: stored[p - 1][8] for p in positions if 0 < p <= size}
+
+    def _row_batches(self, q: ReadQuery, tx: object = None) -> Iterator[list[StoredRow]]:
         if q.empty:
             return
         # Each batch is taken under the lock and yielded outside it, so a slow reader
@@ -304,7 +313,8 @@ class MemoryJournal(JournalBase):
         while True:
             with self._lock:
                 batch, mark, done = batch_of(q, mark)
-            yield from batch
+            if batch:
+                yield batch
             if done:
                 return
 
