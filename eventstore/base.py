@@ -8,6 +8,7 @@ definition, so the backends cannot drift apart in what "verified" means.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Unpack
@@ -43,6 +44,7 @@ def to_event(row: StoredRow | Any) -> RecordedEvent:
     )
 
 
+_lean_of: Callable[[StoredRow | PinnedRow], LeanRow] = operator.itemgetter(0, 1, 4, 5, 7, 2)
 _position_of = operator.itemgetter(0)
 _hash_of = operator.itemgetter(8)
 _predecessor = (-1).__add__
@@ -114,8 +116,8 @@ class JournalBase(Reader):
 
     def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
         """What `_rows` selects, as `LeanRow`s, each checked to link to its predecessor."""
-        for row in self._checked_rows(q, None):
-            yield (row[0], row[1], row[4], row[5], row[7], row[2])
+        # A map, not a generator: no Python frame resumed per row of a replay.
+        return map(_lean_of, self._checked_rows(q, None))
 
     def _checked_rows(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow | PinnedRow]:
         """What `_rows` selects, each row yielded only after its link is checked: its
@@ -133,8 +135,14 @@ class JournalBase(Reader):
         return pinned(self._pinned_rows(q, tx))
 
     def _linked(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
-        """The rows of a read of every stream, batch by batch, each checked against its
-        predecessor's stored hash.
+        # Chained in C: the rows pass from each batch's check to the reader without a
+        # Python frame in between.
+        return itertools.chain.from_iterable(self._linked_batches(q, tx))
+
+    def _linked_batches(self, q: ReadQuery, tx: Any) -> Iterator[Iterator[StoredRow]]:
+        """The rows of a read of every stream, as one check per batch (each taken only
+        when the one before is done), each row checked against its predecessor's stored
+        hash.
 
         A batch of consecutive positions (a whole window read in position order: a
         replay) is walked by `chained`: each row after the first links to the one just
@@ -155,7 +163,7 @@ class JournalBase(Reader):
                 prev = (last[1] if last is not None and last[0] == first - 1
                         else self._stored_hash(first - 1, q.head, tx) if first > 0 else None)
                 if prev is not None:
-                    yield from chained(batch, prev, first - 1)
+                    yield chained(batch, prev, first - 1)
                     last = (batch[-1][0], batch[-1][8])
                     continue
             known = dict(zip(map(_position_of, batch), map(_hash_of, batch), strict=True))
@@ -168,7 +176,7 @@ class JournalBase(Reader):
             if len(held) < len(wanted):
                 held.update(self._hashes_at(sorted(wanted.difference(held)), tx))
             known.update(held)
-            yield from linked(batch, known)
+            yield linked(batch, known)
             if not sequential:
                 before = known
             last = (batch[-1][0], batch[-1][8])
