@@ -584,6 +584,41 @@ static PyTypeObject Checker_Type = {
 static const char genesis[] =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
+/* The genesis hash as the predecessor's, in the emptied buffer. */
+static int
+put_genesis(Checker *self)
+{
+    if (reserve(&self->text, 64) < 0)
+        return FAILED;
+    put(&self->text, genesis, 64);
+    return WROTE;
+}
+
+/* NULL with ChainBroken set for a row (given up) whose predecessor is not stored. */
+static PyObject *
+missing_before(PyObject *row, long long position)
+{
+    raise_from(out_of_place, Py_BuildValue("(LL)", position - 1, position));
+    Py_DECREF(row);
+    return NULL;
+}
+
+/* After the predecessor's hash is in the buffer (rc WROTE): the row when its stored hash
+ * is the one the buffer and its record give; the rest handed to Python at a row of
+ * another shape (ODD). */
+static PyObject *
+check_own(Checker *self, PyObject *row, const Row *r, int rc)
+{
+    if (rc == WROTE)
+        rc = put_record(&self->text, r);
+    char hex[64];
+    if (rc == WROTE)
+        rc = hex_sha256(&self->text, hex);
+    if (rc == ODD)
+        return hand_over_own(self, row);
+    return checked(rc, row, r, hex);
+}
+
 static PyObject *
 pinned_row(Checker *self, PyObject *row)
 {
@@ -596,26 +631,13 @@ pinned_row(Checker *self, PyObject *row)
     }
     self->text.len = 0;
     if (rc == WROTE && prev == Py_None) {
-        if (r.position != 1) {
-            raise_from(out_of_place, Py_BuildValue("(LL)", r.position - 1, r.position));
-            Py_DECREF(row);
-            return NULL;
-        }
-        if (reserve(&self->text, 64) < 0)
-            rc = FAILED;
-        else
-            put(&self->text, genesis, 64);
+        if (r.position != 1)
+            return missing_before(row, r.position);
+        rc = put_genesis(self);
     } else if (rc == WROTE) {
         rc = PyUnicode_CheckExact(prev) ? put_text(&self->text, prev, 0) : ODD;
     }
-    if (rc == WROTE)
-        rc = put_record(&self->text, &r);
-    char hex[64];
-    if (rc == WROTE)
-        rc = hex_sha256(&self->text, hex);
-    if (rc == ODD)
-        return hand_over_own(self, row);
-    return checked(rc, row, &r, hex);
+    return check_own(self, row, &r, rc);
 }
 
 /* Hand the rest of a read of rows checked on their own, from `row` (given up) on, to the
@@ -651,32 +673,19 @@ linked_row(Checker *self, PyObject *row)
     if (rc == WROTE && r.position == LLONG_MIN)
         rc = ODD; /* the position before it has no 64-bit form */
     if (rc == WROTE && r.position == 1) {
-        if (reserve(&self->text, 64) < 0)
-            rc = FAILED;
-        else
-            put(&self->text, genesis, 64);
+        rc = put_genesis(self);
     } else if (rc == WROTE) {
         PyObject *key = PyLong_FromLongLong(r.position - 1);
         PyObject *prev = key ? PyDict_GetItemWithError(self->hashes, key) : NULL;
         Py_XDECREF(key);
-        if (prev == NULL && !PyErr_Occurred()) {
-            raise_from(out_of_place, Py_BuildValue("(LL)", r.position - 1, r.position));
-            Py_DECREF(row);
-            return NULL;
-        }
+        if (prev == NULL && !PyErr_Occurred())
+            return missing_before(row, r.position);
         if (prev == NULL)
             rc = FAILED;
         else
             rc = PyUnicode_CheckExact(prev) ? put_text(&self->text, prev, 0) : ODD;
     }
-    if (rc == WROTE)
-        rc = put_record(&self->text, &r);
-    char hex[64];
-    if (rc == WROTE)
-        rc = hex_sha256(&self->text, hex);
-    if (rc == ODD)
-        return hand_over_own(self, row);
-    return checked(rc, row, &r, hex);
+    return check_own(self, row, &r, rc);
 }
 
 /* A Checker over `rows`, not yet tracked by the collector. */
@@ -712,17 +721,27 @@ pinned(PyObject *module, PyObject *rows)
     return (PyObject *)self;
 }
 
+/* Whether a check may start: `nargs` arguments as it takes, and configure() called. */
+static int
+may_start(const char *name, Py_ssize_t nargs, Py_ssize_t takes)
+{
+    if (nargs != takes) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, takes,
+                     nargs);
+        return 0;
+    }
+    if (reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *
 linked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "linked() takes 2 arguments (%zd given)", nargs);
+    if (!may_start("linked", nargs, 2))
         return NULL;
-    }
-    if (linked_reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
-        return NULL;
-    }
     if (!PyDict_CheckExact(args[1]))
         return PyObject_Vectorcall(linked_reference, args, 2, NULL);
     Checker *self = new_checker(args[0], 0, PINNED_DICT);
@@ -738,14 +757,8 @@ linked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "chained() takes 3 arguments (%zd given)", nargs);
+    if (!may_start("chained", nargs, 3))
         return NULL;
-    }
-    if (reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
-        return NULL;
-    }
     PyObject *rows = args[0], *prev_hash = args[1], *after = args[2];
     long long after_position;
     int rc = as_int64(after, &after_position);

@@ -187,25 +187,30 @@ def pinned(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
 
 def pinned_python(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
     """`pinned` in Python: the definition the accelerator follows, and its fallback."""
-    sha256 = hashlib.sha256
-    escape = encode_basestring
     escaped: dict[str, str] = {}
     for row in rows:
-        position, id_, stream, version, type_, time, recorded_at, payload, digest, prev = row
+        position, _, _, _, _, _, _, _, digest, prev = row
         if prev is None:
             if position != 1:
                 raise _out_of_place(position - 1, position)
             prev = GENESIS_HASH
-        # (An escaped text is never empty: it has its quotes.)
-        s = escaped.get(stream) or escaped.setdefault(stream, escape(stream))
-        t = escaped.get(type_) or escaped.setdefault(type_, escape(type_))
-        if sha256(
-            f'{prev}{{"id":{escape(id_)},"payload":{payload},"position":{position},'
-            f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
-            f'"type":{t},"version":{version}}}'.encode()
-        ).hexdigest() != digest:
+        if _own_hash(prev, row, escaped) != digest:
             raise _bad_hash(position)
         yield row
+
+
+def _own_hash(prev: str, row: StoredRow | PinnedRow, escaped: dict[str, str]) -> str:
+    """The hash a stored row's content and its predecessor's hash give (`chain_input`),
+    the escaped forms of streams and types, which repeat, cached in `escaped`."""
+    position, id_, stream, version, type_, time, recorded_at, payload = row[:8]
+    # (An escaped text is never empty: it has its quotes.)
+    s = escaped.get(stream) or escaped.setdefault(stream, encode_basestring(stream))
+    t = escaped.get(type_) or escaped.setdefault(type_, encode_basestring(type_))
+    return hashlib.sha256(
+        f'{prev}{{"id":{encode_basestring(id_)},"payload":{payload},"position":{position},'
+        f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
+        f'"type":{t},"version":{version}}}'.encode()
+    ).hexdigest()
 
 
 def linked(rows: Iterable[StoredRow], hashes: Mapping[int, str]) -> Iterator[StoredRow]:
@@ -225,11 +230,9 @@ def linked(rows: Iterable[StoredRow], hashes: Mapping[int, str]) -> Iterator[Sto
 def linked_python(rows: Iterable[StoredRow], hashes: Mapping[int, str]
                   ) -> Iterator[StoredRow]:
     """`linked` in Python: the definition the accelerator follows, and its fallback."""
-    sha256 = hashlib.sha256
-    escape = encode_basestring
     escaped: dict[str, str] = {}
     for row in rows:
-        position, id_, stream, version, type_, time, recorded_at, payload, digest = row
+        position, _, _, _, _, _, _, _, digest = row  # a stored row, else the unpacking's error
         if position == 1:
             prev = GENESIS_HASH
         else:
@@ -237,13 +240,7 @@ def linked_python(rows: Iterable[StoredRow], hashes: Mapping[int, str]
             if found is None:
                 raise _out_of_place(position - 1, position)
             prev = found
-        s = escaped.get(stream) or escaped.setdefault(stream, escape(stream))
-        t = escaped.get(type_) or escaped.setdefault(type_, escape(type_))
-        if sha256(
-            f'{prev}{{"id":{escape(id_)},"payload":{payload},"position":{position},'
-            f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
-            f'"type":{t},"version":{version}}}'.encode()
-        ).hexdigest() != digest:
+        if _own_hash(prev, row, escaped) != digest:
             raise _bad_hash(position)
         yield row
 
