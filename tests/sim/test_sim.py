@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from planted import BUGS
 
+from eventstore import NewEvent
 from tools.sim import replay_file, run, run_script, shrink
 from tools.sim.__main__ import main
-from tools.sim.actors import Rates
+from tools.sim.actors import Director, Rates
 from tools.sim.killed import STOPS
 from tools.sim.run import file_ops, reproduction_lines, write_reproduction
 
@@ -174,3 +175,64 @@ def test_a_charge_whose_lineage_does_not_add_up_is_found_at_its_step(
     assert result.failure is not None
     assert any("invariant broken: lineage" in p for p in result.failure.problems), \
         result.failure.problems
+
+
+def test_the_service_group_commit_is_exercised_with_its_faults() -> None:
+    # Batches of several callers' commands through the service's own writer: commits
+    # that fail (refused, or the database unreachable) and answers lost after a commit.
+    rates = Rates(commit_fails=0.3, commit_lost=0.3, answers_lost=0.3)
+    result = run(8, 1500, rates=rates, check_every=500)
+    assert result.ok, result.failure and result.failure.problems
+    for kind in ("commit-fails", "commit-lost", "answers-lost"):
+        assert result.faults.get(kind, 0) > 0, result.faults
+
+
+@pytest.mark.parametrize("bug", ["projection kept after a failed commit",
+                                 "unreachable batch retried one at a time"])
+def test_a_group_commit_bug_is_found(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.service import groupcommit
+
+    if bug == "projection kept after a failed commit":
+        # The decisions of a batch that never committed stay in the live projection.
+        monkeypatch.setattr(groupcommit.GroupCommit, "_recover", lambda self, exc: None)
+    else:
+        # A lost connection is taken for a refused commit: the group's decisions are
+        # tried again one at a time instead of all failing.
+        monkeypatch.setattr(groupcommit, "_unreachable", lambda exc: False)
+    rates = Rates(commit_fails=0.3, commit_lost=0.3, answers_lost=0.3)
+    for seed in (1, 2):
+        result = run(seed, FIND_WITHIN, rates=rates, check_every=100)
+        assert result.failure is not None, f"{bug}: seed {seed} ran {FIND_WITHIN} ops clean"
+
+
+def test_verify_carried_on_from_the_last_check_agrees_with_verify(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every K steps the simulator verifies the events since its last check only; that
+    # must come to what `verify` says of the whole journal, and find what it finds.
+    from projections.replay import fold_canonical, replay, verify
+    from tools.sim.checks import Verification
+    from tools.sim.run import _epoch_ops, new_world, perform
+
+    director = Director(5, Rates())
+    director.new_world()
+    world = new_world()
+    verification = Verification(world.journal)
+    ops = _epoch_ops(director, 1200)
+    for _ in range(3):
+        chunk = [next(ops) for _ in range(400)]
+        _, failure = perform(world, chunk, check_every=10**6, product_verify=False,
+                             observe=lambda op: director.observe(op, world))
+        assert failure is None, failure.problems
+        digest = fold_canonical(world.journal).digest()
+        assert verification.since_last(digest) == []
+        assert verification.projector.position == world.journal.head()
+    assert verify(world.journal).ok
+    assert verification.projector.ledger.digest() == replay(world.journal).ledger.digest()
+    # A replay that loses what it folds is found at the next check.
+    from projections.projector import Projector
+
+    monkeypatch.setattr(Projector, "ingest_batch", lambda self, batch, **_: {})
+    world.journal.append([NewEvent("late-grant", "acme", "grant", 1001,
+                                   {"account": "acme", "amount": 7, "expiry": 9999})])
+    found = verification.since_last(fold_canonical(world.journal).digest())
+    assert any("verify: replay to position" in p for p in found), found

@@ -23,6 +23,7 @@ each), so the server's two cores are shared with them as they would be on one ma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing as mp
@@ -51,6 +52,36 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def database_backends(server: int, url: str) -> list[int]:
+    """The PostgreSQL backends serving the connections `server` (a pid) holds now, found
+    by their client ports (its sockets in /proc, matched in `pg_stat_activity`); empty
+    where /proc is missing. A connection opened later is not among them."""
+    import psycopg
+
+    inodes: set[str] = set()
+    try:
+        for fd in Path(f"/proc/{server}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+    except OSError:
+        return []
+    ports: list[int] = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[9] in inodes:
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    if not ports:
+        return []
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)",
+                            (ports,)).fetchall()
+    return [int(pid) for (pid,) in rows]
 
 
 @contextmanager
@@ -104,6 +135,7 @@ def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, st
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     go.wait()
+    cpu = time.process_time()
     for method, path, body, headers in requests:
         began = time.perf_counter()
         conn.request(method, path, body=body, headers=headers)
@@ -112,13 +144,16 @@ def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, st
         latencies.append(time.perf_counter() - began)
         statuses[answer.status] = statuses.get(answer.status, 0) + 1
     conn.close()
-    out.send((latencies, statuses))
+    out.send((latencies, statuses, time.process_time() - cpu))
 
 
-def drive(port: int, plans: list[Plan], server: int | None = None) -> dict[str, Any]:
+def drive(port: int, plans: list[Plan], server: int | None = None,
+          database: str | None = None) -> dict[str, Any]:
     """Run one client process per plan, all starting together; throughput and latency,
     and with `server` (its pid) the server's CPU per request, which the neighbours on a
-    shared machine do not change the way they change the rates."""
+    shared machine do not change the way they change the rates; with `database` (its
+    PostgreSQL URL) too, the CPU of the backends serving the server's connections (those
+    open at the start or the end of the run)."""
     ctx = mp.get_context("spawn")
     go = ctx.Event()
     pipes, procs = [], []
@@ -129,27 +164,44 @@ def drive(port: int, plans: list[Plan], server: int | None = None) -> dict[str, 
         pipes.append(recv)
         procs.append(p)
     time.sleep(1.0)  # every client connected and waiting
+    backends = [] if server is None or database is None else database_backends(server,
+                                                                                database)
+    db_before = [cpu_seconds(pid) for pid in backends]
     cpu_before = None if server is None else cpu_seconds(server)
     began = time.perf_counter()
     go.set()
     results = [r.recv() for r in pipes]
     seconds = time.perf_counter() - began
     cpu_after = None if server is None else cpu_seconds(server)
+    if server is not None and database is not None:
+        # A connection the pool opened during the run: all its CPU is the run's.
+        opened = [pid for pid in database_backends(server, database) if pid not in backends]
+        backends += opened
+        db_before += [0.0] * len(opened)
+    db_after = [cpu_seconds(pid) for pid in backends]
     for p in procs:
         p.join()
-    latencies = sorted(x for lat, _ in results for x in lat)
+    latencies = sorted(x for lat, _, _ in results for x in lat)
     statuses: dict[int, int] = {}
-    for _, st in results:
+    for _, st, _ in results:
         for k, v in st.items():
             statuses[k] = statuses.get(k, 0) + v
     out = {"requests": len(latencies), "seconds": round(seconds, 3),
            "per_second": round(len(latencies) / seconds, 1),
            "p50_ms": round(1000 * statistics.median(latencies), 2),
            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
-           "statuses": statuses}
+           "statuses": statuses,
+           # What the clients themselves cost (they share the machine's cores with the
+           # server and the database).
+           "clients_cpu_ms_per_request": round(
+               1000 * sum(cpu for _, _, cpu in results) / len(latencies), 3)}
     if cpu_before is not None and cpu_after is not None:
         out["server_cpu_ms_per_request"] = round(
             1000 * (cpu_after - cpu_before) / len(latencies), 3)
+    used = [a - b for a, b in zip(db_after, db_before, strict=True)
+            if a is not None and b is not None]
+    if used:
+        out["database_cpu_ms_per_request"] = round(1000 * sum(used) / len(latencies), 3)
     return out
 
 
@@ -236,11 +288,12 @@ def run(quick: bool) -> dict[str, Any]:
                 _setup(port)
                 _warm(port, [*_usage_plans(1, 3, "warm")[0],
                              ("GET", "/v1/accounts/acct-0/balance", None, {})])
-                out["decisions_16"] = drive(port, _usage_plans(16, each, "single"), proc.pid)
+                out["decisions_16"] = drive(port, _usage_plans(16, each, "single"), proc.pid,
+                                            url)
                 batches = 10 if quick else 40
                 plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
                                       for b in range(batches)] for c in range(2)]
-                events = drive(port, plans, proc.pid)
+                events = drive(port, plans, proc.pid, url)
                 events["events_per_second"] = round(events["per_second"] * 100, 1)
                 out["events_batches_of_100"] = events
                 reads = 100 if quick else 400

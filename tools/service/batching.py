@@ -23,13 +23,24 @@ for the whole batch:
 
 Everything else (reads, retries rebuilding a decision, late events) goes to the journal
 itself, after writing what is deferred.
+
+`ahead` decides a batch before its transaction exists, while the previous batch is still
+being written (see `tools/service/groupcommit.py`): its decisions are made on the
+projection, which already holds the previous batch's; their events are deferred and
+placed after its last position; and `written` then writes them in one transaction of
+their own (keys, head, append, commit). The append landing exactly at the deferred
+positions proves nobody else appended in between, so the decisions stand as if they had
+been made under the keys. Anything a decision needs from the journal itself (a retry's
+original record, a read, an append that cannot wait) first waits for the batch ahead,
+then opens the transaction on the spot and checks the head: from there on the batch goes
+on as a plain one.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +55,7 @@ class PositionsMoved(Exception):
 
 @dataclass
 class _Batch:
-    tx: Transaction
+    tx: Transaction | None  # None: decided ahead, no transaction yet (see `_tx`)
     held: set[str]
     thread: int = field(default_factory=threading.get_ident)
     caught_up: int | None = None  # the position the batch caught up to under its keys
@@ -59,6 +70,16 @@ class _Batch:
     looked_up: frozenset[str] | None = None
     recorded: dict[str, RecordedEvent] = field(default_factory=dict)
     start_head: int = 0  # the journal's head once the keys were held
+    # Decided ahead: how to open the transaction when a decision needs the journal.
+    opening: Callable[[_Batch], Transaction] | None = None
+
+
+def _tx(batch: _Batch) -> Transaction:
+    """The batch's transaction, opened now if the batch was decided ahead."""
+    if batch.tx is None:
+        assert batch.opening is not None
+        batch.tx = batch.opening(batch)
+    return batch.tx
 
 
 def _flush(batch: _Batch) -> None:
@@ -66,7 +87,7 @@ def _flush(batch: _Batch) -> None:
         return
     events, first = batch.pending, (batch.base or 0) + 1
     batch.pending, batch.pending_ids = [], {}
-    recorded = batch.tx.append(events)
+    recorded = _tx(batch).append(events)
     if [r.position for r in recorded] != list(range(first, first + len(events))):
         raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                              f"expected {first}..")
@@ -89,7 +110,7 @@ class _BatchTransaction:
         if catching_up:
             batch.dirty = False
         _flush(batch)
-        return batch.tx.read(**kwargs)
+        return _tx(batch).read(**kwargs)
 
     def append(self, events: Sequence[NewEvent], *,
                expected_versions: Mapping[str, int] | None = None) -> list[RecordedEvent]:
@@ -101,9 +122,9 @@ class _BatchTransaction:
             batch.direct = False
             batch.looked_up = None  # it may record one of the batch's keys
             _flush(batch)
-            return batch.tx.append(events, expected_versions=expected_versions)
+            return _tx(batch).append(events, expected_versions=expected_versions)
         if batch.base is None:
-            batch.base = batch.tx.head()
+            batch.base = _tx(batch).head()
         out = []
         for event in events:
             position = batch.base + len(batch.pending) + 1
@@ -116,9 +137,19 @@ class _BatchTransaction:
 
     def head(self) -> int:
         batch = self._batch
-        if batch.pending and batch.base is not None:
+        if batch.base is not None and (batch.pending or batch.tx is None):
             return batch.base + len(batch.pending)
-        return batch.tx.head()
+        return _tx(batch).head()
+
+
+@dataclass
+class Deferred:
+    """What a batch decided ahead leaves to write (`BatchJournal.ahead`)."""
+
+    locks: set[str]
+    events: list[NewEvent]
+    first: int  # the position its first event must get
+    opened: bool = False  # a decision needed the journal: written and committed already
 
 
 class BatchJournal:
@@ -136,6 +167,7 @@ class BatchJournal:
         # Anything not listed here reads or writes the journal: write what is deferred.
         batch = self._current()
         if batch is not None:
+            _tx(batch)  # the journal's own calls join this thread's transaction
             _flush(batch)
             batch.looked_up = None  # it may record one of the batch's keys
         return getattr(self._journal, name)
@@ -162,6 +194,78 @@ class BatchJournal:
                 _flush(batch)
             finally:
                 self._batch = None
+
+    @contextmanager
+    def ahead(self, locks: Sequence[str], keys: Iterable[str],
+              recorded: dict[str, RecordedEvent], base: int,
+              wait: Callable[[], None]) -> Iterator[Deferred]:
+        """A batch decided before its transaction exists (see the module doc), on a
+        projection at `base`; `recorded`: what those of its idempotency keys (`keys`)
+        that are recorded were recorded as.
+        `wait()`: returns once the batch ahead is committed (raises if it failed).
+
+        What the block leaves is in the `Deferred` it got: events to write with
+        `written`, or nothing when a decision needed the journal (the transaction was
+        opened then, and commits as the block ends)."""
+        deferred = Deferred(set(locks), [], base + 1)
+        with ExitStack() as stack:
+            def opening(batch: _Batch) -> Transaction:
+                wait()
+                tx = stack.enter_context(self._journal.transaction(sorted(batch.held)))
+                # Nobody appended since the projection's head: the decisions made so far
+                # stand (else decide again, under the keys).
+                if tx.head() != base:
+                    raise PositionsMoved(f"the journal moved past {base} before the batch "
+                                         "decided ahead of it was written")
+                deferred.opened = True
+                return tx
+
+            batch = self._batch = _Batch(None, deferred.locks, caught_up=base, defer=True,
+                                         base=base, opening=opening)
+            batch.looked_up = frozenset(keys)
+            batch.recorded = recorded
+            batch.start_head = base
+            try:
+                yield deferred
+                if batch.tx is not None:
+                    _flush(batch)
+                else:
+                    deferred.events = batch.pending
+            finally:
+                self._batch = None
+
+    def written(self, deferred: Deferred) -> list[RecordedEvent]:
+        """Write a batch decided ahead: its keys, its events at the positions its
+        decisions gave them (`PositionsMoved` if not), and the commit; on any thread."""
+        if not deferred.events:
+            return []
+        with self._journal.transaction(sorted(deferred.locks)) as tx:
+            recorded = tx.append(deferred.events)
+            first = deferred.first
+            if [r.position for r in recorded] != list(range(first, first + len(recorded))):
+                raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
+                                     f"expected {first}..")
+            return recorded
+
+    def deciding_ahead(self) -> bool:
+        """Whether this thread decides a batch ahead of its transaction right now."""
+        batch = self._current()
+        return batch is not None and batch.tx is None
+
+    def recorded_ahead(self, ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """Which of these ids are recorded (committed), asked outside the batch: an id
+        recorded after the look (by the batch being written, or another writer) makes
+        the deferred append land elsewhere, and the batch is decided again."""
+        return self._journal.get_many(ids)
+
+    def join(self) -> None:
+        """Open the batch's transaction now (waiting for the batch ahead) and write what
+        is deferred: the journal's own calls on this thread then join the batch."""
+        batch = self._current()
+        if batch is not None:
+            _tx(batch)
+            _flush(batch)
+            batch.looked_up = None  # what follows may record one of the batch's keys
 
     def start_head(self) -> int:
         """The journal's head as the batch found it once its keys were held (asked with
@@ -196,7 +300,11 @@ class BatchJournal:
             return
         missing = [k for k in locks if k not in batch.held
                    and not (k.startswith(SHARED) and k[len(SHARED):] in batch.held)]
-        if missing:
+        if missing and batch.tx is None:
+            # Decided ahead: the keys are taken with the others when it is written, and
+            # the head checked then covers what was appended under them meanwhile.
+            batch.held.update(missing)
+        elif missing:
             with self._journal.transaction(missing):  # joins the batch's: takes the keys
                 batch.held.update(missing)
                 batch.dirty = True
@@ -213,6 +321,8 @@ class BatchJournal:
         if batch is not None and batch.looked_up is not None and event_id in batch.looked_up:
             found = batch.recorded.get(event_id)
         else:
+            if batch is not None:
+                _tx(batch)
             found = self._journal.get(event_id)
         if found is not None and batch is not None:
             batch.direct = True
@@ -223,17 +333,20 @@ class BatchJournal:
             return None
         batch = self._current()
         if batch is not None:
+            _tx(batch)
             _flush(batch)
         return self._journal.max_time(streams)
 
     def read(self, **kwargs: Any) -> Iterator[RecordedEvent]:
         batch = self._current()
         if batch is not None:
+            _tx(batch)
             _flush(batch)
         return self._journal.read(**kwargs)
 
     def head(self) -> int:
         batch = self._current()
         if batch is not None:
+            _tx(batch)
             _flush(batch)
         return self._journal.head()

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventstore.appending import INT64_MAX, INT64_MIN
 from projections import importing, jobs
 from projections.corrections import Corrections
 from projections.errors import UnknownAccount, UnknownJob
-from projections.events import DEFAULT_GRANT_PRIORITY
+from projections.events import DEFAULT_GRANT_PRIORITY, EventReversed, GrantVoided
 from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
@@ -258,6 +259,12 @@ class AppendEvents:
         return sorted(keys)
 
     def run(self, service: LedgerService) -> AnswerDict:
+        if service.batching.deciding_ahead():
+            answer = self._ahead(service)
+            if answer is not None:
+                return answer
+            # The journal itself is needed (see `_ahead`): the batch's transaction now.
+            service.batching.join()
         journal, session = service.journal, service.session
         service.batching.flush()  # the batch's deferred decisions go first
         plan = importing.plan_entries(self.entries, "request", journal,
@@ -287,3 +294,39 @@ class AppendEvents:
             appended = sum(1 for r in recorded if r.recorded_at == newest)
         return {"appended": appended, "already_present": len(recorded) - appended,
                 "positions": [r.position for r in recorded]}
+
+    def _ahead(self, service: LedgerService) -> AnswerDict | None:
+        """The plain batch (every record with its own id, none recorded yet, no void,
+        reversal or job event: nothing to look up in the journal), decided ahead of the
+        batch's transaction: its events deferred like a decision's. None: not plain."""
+        entries = self.entries
+        ids = [e.id for e in entries]
+        if (any(i is None for i in ids) or len(set(ids)) != len(ids) or any(
+                isinstance(e.event, _LOOKS_UP) or getattr(e.event, "job", None) is not None
+                for e in entries)):
+            return None
+        plan = importing.plan_entries(entries, "request", service.batching,
+                                      allow_far_times=service.allow_far_times)
+        if not plan.ok:
+            raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
+        if any(not INT64_MIN <= e.time <= INT64_MAX for e in plan.events):
+            return None  # the journal refuses it (with --allow-far-times): refuse it there
+        if service.batching.recorded_ahead([e.id for e in plan.events]):
+            return None  # a retry, or an import run twice: the journal answers it
+        session = service.session
+        with service.batching.transaction(sorted({e.stream for e in plan.events})) as tx:
+            recorded = tx.append(plan.events)
+        with session.lock:
+            if not session.ingest_appended(recorded, plan.decoded):
+                session.catch_up()
+            late = session.projector.late_times
+            if late and service.journal.url is not None:
+                service.batching.join()  # the snapshots it drops go with the batch
+                invalidate_after(service.journal, min(late))
+            late.clear()
+        return {"appended": len(recorded), "already_present": 0,
+                "positions": [r.position for r in recorded]}
+
+
+# Records whose stream or validity depends on events already recorded.
+_LOOKS_UP = (GrantVoided, EventReversed)

@@ -24,6 +24,25 @@ The protocol, for every batch:
 
 Two commands with the same idempotency key never share a batch: the second waits for the
 next one, so it sees the first one's event and answers as a retry.
+
+Pipelined: the commit of one batch and the decisions of the next overlap. Step 3's
+write (keys, head, append, commit) can run on a second thread, the committer, while the
+writer decides the next batch on the projection, which already holds the batch being
+written (`run_batch` returns a `Prepared` for that; `tools/service/batching.py` says how
+a batch is decided before its transaction exists). At most one batch is being written
+while the next is decided, and the rules stay:
+
+- writes are strictly ordered: a batch is handed to the committer only after the one
+  before it committed, and its positions follow that one's last (the head check at its
+  append proves it), so positions stay gapless and the hash chain goes on from there;
+- each answer is sent only after its own batch committed;
+- a batch decided on top of one whose write failed never answers: it is dropped with the
+  projection (rebuilt from the journal), the failed batch is handled as in step 3, and
+  then the dropped batch is decided again from the journal's state;
+- readers still never see a decision before its commit: a read waits (or a read on the
+  event loop goes to a worker thread) while the projection holds a batch decided ahead
+  that is not committed yet, and the writer, seeing a read wait, lets the batch being
+  written finish before it decides the next.
 """
 
 from __future__ import annotations
@@ -35,7 +54,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,6 +93,30 @@ class _Item:
     # Or, for a caller on an event loop: the loop and the future it awaits there.
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A batch decided but not written yet: `write()` writes and commits it (on the
+    committer's thread); `results` are its answers once it did."""
+
+    results: list[Any]
+    write: Callable[[], Any]
+
+
+class PipelineBroken(Exception):
+    """The batch ahead failed to commit: the one decided on top of it must not stand."""
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """The batch being written by the committer."""
+
+    items: list[_Item]
+    results: list[Any]
+    keys: frozenset[str]
+    future: Future[Any]
+    began: float  # when the writer began deciding it
 
 
 def _settle(waiter: asyncio.Future[Any], outcome: Any) -> None:
@@ -121,6 +165,7 @@ class _Call:
 
 
 _STOP = object()
+_WOKEN = object()  # the batch being written is done: the writer may let readers in
 MAX_LINGER = 0.004
 """Seconds a batch waits at most for decisions on their way (see `_linger`)."""
 LINGER_STEP = 0.0003
@@ -145,13 +190,22 @@ def _unreachable(exc: BaseException) -> bool:
 class GroupCommit:
     """The single writer of one service process."""
 
-    def __init__(self, run_batch: Callable[[Sequence[Command]], list[Any]],
-                 reset: Callable[[], None], *, max_batch: int = 512) -> None:
-        """`run_batch(commands)`: decide them in one transaction and commit, returning
-        each command's answer or the exception it refused with; raises if the
-        transaction fails. `reset()`: rebuild the projection from the journal."""
+    def __init__(self, run_batch: Callable[[Sequence[Command], Callable[[], None]],
+                                           list[Any] | Prepared],
+                 reset: Callable[[], None], *, max_batch: int = 512,
+                 pause: Callable[[], bool] = lambda: False) -> None:
+        """`run_batch(commands, wait)`: decide them, returning each command's answer or
+        the exception it refused with, once committed in one transaction; or a
+        `Prepared` to write them later. Raises if the transaction fails. `wait()`
+        returns once the batch being written committed (`PipelineBroken` if it did
+        not): before anything that must see it in the journal. `reset()`: rebuild the
+        projection from the journal. `pause()`: whether to let the batch being written
+        finish before deciding the next one (a read waits)."""
         self._run_batch = run_batch
         self._reset = reset
+        self._pause = pause
+        self._ahead: _Ahead | None = None
+        self._committer: ThreadPoolExecutor | None = None
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -162,6 +216,8 @@ class GroupCommit:
         self.batches = 0
         self.committed = 0
         self.largest_batch = 0
+        self.decided_ahead = 0  # batches decided while the one before was being written
+        self._began = 0.0  # when the batch being decided was begun
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -206,6 +262,8 @@ class GroupCommit:
             return
         self._queue.put(_STOP)
         thread.join(timeout)
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -231,6 +289,18 @@ class GroupCommit:
             time.sleep(LINGER_STEP)
             queued, now = self._queue.qsize(), time.perf_counter()
 
+    def _linger_ahead(self, ahead: _Ahead) -> None:
+        """While a batch is being written, wait for it before deciding the next (at most
+        `MAX_LINGER`), unless as many decisions as it held queued already.
+
+        Deciding early gains nothing (the next batch is not written before this one
+        committed) and splits the clients into more, smaller batches, each paying the
+        transaction's fixed cost. One wait on the write, not a poll of the queue: every
+        wake-up of this thread takes the interpreter's lock from the two others."""
+        if self._queue.qsize() + 1 >= self._last_size:
+            return
+        futures.wait([ahead.future], timeout=MAX_LINGER)
+
     def _next_batch(self, first: _Item) -> tuple[list[_Item], bool]:
         items: list[_Item] = []
         keys: set[str] = set()
@@ -253,6 +323,9 @@ class GroupCommit:
                 nxt = self._queue.get_nowait()
             except queue.Empty:
                 break
+            if nxt is _WOKEN:
+                candidates = []
+                continue
             if nxt is _STOP:
                 stop = True
                 candidates = []
@@ -271,14 +344,22 @@ class GroupCommit:
             if self._deferred:
                 first = self._deferred.pop(0)
             elif stopping:
+                self._settle_ahead()
                 return
             else:
                 got = self._queue.get()
+                if got is _WOKEN:
+                    ahead = self._ahead
+                    if ahead is not None and ahead.future.done():
+                        self._settle_ahead()
+                    continue
                 if isinstance(got, _Call):
+                    self._settle_ahead()
                     got.run()
                     continue
                 if got is _STOP:
                     stopping = True
+                    self._settle_ahead()
                     # Finish whatever was queued before the stop.
                     while True:
                         try:
@@ -287,37 +368,118 @@ class GroupCommit:
                             break
                         if isinstance(more, _Call):
                             more.run()
-                        elif more is not _STOP:
+                        elif more is not _STOP and more is not _WOKEN:
                             self._deferred.append(more)
                     continue
                 first = got
             if not stopping:
-                self._linger()
+                ahead = self._ahead
+                if ahead is not None:
+                    self._linger_ahead(ahead)
+                if ahead is None or ahead.future.done():
+                    self._linger()
             items, stop = self._next_batch(first)
             stopping = stopping or stop
-            began = time.perf_counter()
+            began = self._began = time.perf_counter()
             self._commit(items)
             self._last_size = len(items)
-            self._last_seconds = time.perf_counter() - began
+            if self._ahead is None:  # else the committer says how long it took
+                self._last_seconds = time.perf_counter() - began
             calls, self._calls = self._calls, []
+            if calls:
+                self._settle_ahead()
             for call in calls:
                 call.run()
 
     def _commit(self, items: list[_Item]) -> None:
+        ahead = self._ahead
+        if ahead is not None and any(
+                i.command.key in ahead.keys for i in items if i.command.key is not None):
+            self._settle_ahead()  # a retry must find its first attempt recorded
+        if self._pause():
+            # A read waits until nothing decided is uncommitted: let it in first.
+            self._settle_ahead()
+            deadline = time.perf_counter() + MAX_LINGER
+            while self._pause() and time.perf_counter() < deadline:
+                time.sleep(LINGER_STEP)
+        if self._ahead is not None:
+            self.decided_ahead += 1
         try:
-            results = self._run_batch([i.command for i in items])
-        except BaseException as exc:  # the transaction failed: nothing of it committed
-            self._recover(exc)
-            if len(items) > 1 and not _unreachable(exc):
-                for item in items:
-                    self._commit([item])
+            outcome = self._run_batch([i.command for i in items], self._wait_ahead)
+        except BaseException as exc:
+            if self._ahead is not None and not self._settle_ahead():
+                # Decided on top of a batch that did not commit: decide it again, from
+                # the journal's state (the projection was rebuilt).
+                self._commit(items)
                 return
-            _deliver(items, [exc] * len(items))
+            self._failed(items, exc)
             return
+        if isinstance(outcome, Prepared):
+            if not self._settle_ahead():
+                self._commit(items)  # as above: the batch it was decided on failed
+                return
+            self._write(items, outcome)
+            return
+        self._committed(items, outcome)
+
+    def _committed(self, items: list[_Item], results: list[Any]) -> None:
         self.batches += 1
         self.committed += len(items)
         self.largest_batch = max(self.largest_batch, len(items))
         _deliver(items, results)
+
+    def _failed(self, items: list[_Item], exc: BaseException) -> None:
+        """The batch's transaction failed: nothing of it committed."""
+        from tools.service.batching import PositionsMoved
+
+        self._recover(exc)
+        if isinstance(exc, PositionsMoved):
+            # Another writer appended meanwhile (run_batch now decides under the keys).
+            self._commit(items)
+        elif len(items) > 1 and not _unreachable(exc):
+            for item in items:
+                self._commit([item])
+        else:
+            _deliver(items, [exc] * len(items))
+
+    def _write(self, items: list[_Item], prepared: Prepared) -> None:
+        """Hand a prepared batch to the committer; its answers go out once it committed."""
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="group-commit-write")
+        keys = frozenset(i.command.key for i in items if i.command.key is not None)
+        future = self._committer.submit(prepared.write)
+        ahead = self._ahead = _Ahead(items, prepared.results, keys, future, self._began)
+
+        def written(done: Future[Any]) -> None:
+            if done.exception() is None:
+                self._committed(ahead.items, ahead.results)
+            self._last_seconds = time.perf_counter() - ahead.began
+            self._queue.put(_WOKEN)
+
+        future.add_done_callback(written)
+
+    def _wait_ahead(self) -> None:
+        """Return once the batch being written committed; `PipelineBroken` if it did
+        not (it stays ahead, for `_settle_ahead` to handle)."""
+        ahead = self._ahead
+        if ahead is None:
+            return
+        failure = ahead.future.exception()
+        if failure is not None:
+            raise PipelineBroken(f"the batch ahead did not commit: {type(failure).__name__}")
+        self._ahead = None
+
+    def _settle_ahead(self) -> bool:
+        """Wait for the batch being written; True if it committed (or there was none),
+        False if it failed (then it was handled as any failed batch)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return True
+        failure = ahead.future.exception()
+        if failure is None:
+            return True
+        self._failed(ahead.items, failure)
+        return False
 
     def _recover(self, exc: BaseException) -> None:
         log.warning("batch failed, nothing of it committed: %s: %s", type(exc).__name__,

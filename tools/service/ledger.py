@@ -13,6 +13,7 @@ queues the command for the group-commit writer and returns its answer after its 
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time as _time
@@ -20,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -27,8 +29,8 @@ from starlette.requests import Request
 from eventstore import JournalLike
 from projections.ledger import Ledger
 from projections.session import LedgerSession, open_journal
-from tools.service.batching import BatchJournal, PositionsMoved
-from tools.service.groupcommit import Command, GroupCommit, run_commands
+from tools.service.batching import BatchJournal, Deferred, PositionsMoved
+from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
 from tools.service.problems import Unavailable
 
 
@@ -115,7 +117,14 @@ class LedgerService:
         self.stopping = False
         self._refreshing: Future[None] | None = None
         self._refresh_lock = threading.Lock()
-        self.writer = GroupCommit(self._run_batch, self.reset, max_batch=max_batch)
+        # Batches decided ahead whose decisions the projection holds but the journal
+        # does not yet (no read answers while there are any), and reads waiting for that.
+        self._uncommitted = 0
+        self._readers = 0
+        self._committed = threading.Condition()
+        self._ahead_base = -1  # the head the batch being written starts from
+        self.writer = GroupCommit(self._run_batch, self.reset, max_batch=max_batch,
+                                  pause=self._reads_wait)
         self.answers = RememberedAnswers()
 
     # -- life cycle -----------------------------------------------------------------------
@@ -125,6 +134,11 @@ class LedgerService:
         tail), start the writer, and be ready."""
         self._load()
         self.load_error = None
+        # The projection, the imports and the app live as long as the process: leave
+        # them out of the cyclic collector's passes, which otherwise walk every one of
+        # them during whichever request triggers a full pass. (What they free by
+        # reference counting is still freed.)
+        gc.freeze()
         self.writer.start()
         self.ready.set()
 
@@ -165,6 +179,10 @@ class LedgerService:
     def reset(self) -> None:
         """Rebuild the projection from the journal: after a batch that did not commit, it
         holds decisions the journal does not. Until this succeeds, nothing is served."""
+        with self._committed:
+            self._uncommitted = 0  # what was decided ahead is gone with the projection
+            self._committed.notify_all()
+        self._ahead_base = -1
         self._stale = True
         self._load()
 
@@ -209,11 +227,37 @@ class LedgerService:
             # The head is asked without the lock, so reads answering at once from the
             # event loop (read_at_once) do not find it taken for a round trip.
             if self.journal.head() != session.projector.position:
-                with session.lock:
+                with self._waiting_read(session):
                     session.catch_up()
             self._caught_up_at = now
-        with session.lock:
+        with self._waiting_read(session):
             yield session.ledger
+
+    @contextmanager
+    def _waiting_read(self, session: LedgerSession) -> Iterator[None]:
+        """The projection's lock, once it holds no decision before its commit; while a
+        read waits for that, the writer lets the batch being written finish first."""
+        with self._committed:
+            self._readers += 1
+        try:
+            while True:
+                session.lock.acquire()
+                if not self._uncommitted:
+                    break
+                session.lock.release()
+                with self._committed:
+                    while self._uncommitted:
+                        self._committed.wait()
+        finally:
+            with self._committed:
+                self._readers -= 1
+        try:
+            yield
+        finally:
+            session.lock.release()
+
+    def _reads_wait(self) -> bool:
+        return self._readers > 0
 
     def read_at_once(self, read: Callable[[LedgerSession, Ledger], T],
                      asked_at: float | None = None) -> T | Busy:
@@ -236,6 +280,8 @@ class LedgerService:
         if not session.lock.acquire(blocking=False):
             return BUSY
         try:
+            if self._uncommitted:
+                return BUSY  # decided ahead, not committed yet
             return read(session, session.ledger)
         finally:
             session.lock.release()
@@ -300,16 +346,68 @@ class LedgerService:
         """The same, from a thread that is not the event loop's (benchmarks, tests)."""
         return self.writer.submit(command).result()
 
-    def _run_batch(self, commands: Sequence[Command]) -> list[Any]:
+    def _run_batch(self, commands: Sequence[Command], wait: Callable[[], None]
+                   ) -> list[Any] | Prepared:
         defer = self.defer_appends and _time.monotonic() >= self._defer_after
         try:
+            if defer and self.journal.url is not None:
+                return self._decide_ahead(commands, wait)
+            # Under the keys, on the journal: everything decided before must be in it.
+            wait()
             return self._decide_batch(commands, defer)
         except PositionsMoved:
             # Nothing of the attempt committed, but the projection applied it: rebuild
-            # it, then decide the batch again with one append per decision.
+            # it (once the batch ahead, if any, committed), then decide the batch again
+            # under its keys with one append per decision.
+            wait()
             self._defer_after = _time.monotonic() + DEFER_PAUSE
             self.reset()
             return self._decide_batch(commands, False)
+
+    def _decide_ahead(self, commands: Sequence[Command], wait: Callable[[], None]
+                      ) -> list[Any] | Prepared:
+        """Decide the batch on the projection, before its transaction (see
+        `BatchJournal.ahead`); a `Prepared` to write it, or its answers when a decision
+        needed the journal and the batch was committed here."""
+        session = self.session
+        with session.lock:
+            locks, keys = _locks_and_keys(commands, session.ledger)
+            head, recorded = self.journal.head_and_get_many(keys)
+            position = session.projector.position
+            if head not in (position, self._ahead_base):
+                # Another writer is active: decide under the keys, one append per
+                # decision, for a while (deferred appends would likely find their
+                # positions taken).
+                wait()
+                self._defer_after = _time.monotonic() + DEFER_PAUSE
+                return self._decide_batch(commands, False)
+            with self._committed:
+                self._uncommitted += 1
+            with self.batching.ahead(locks, keys, recorded, position, wait) as deferred:
+                self._caught_up_at = _time.monotonic()
+                results = run_commands(commands, self)
+            if deferred.opened:
+                self._settled()  # committed here
+                return results
+        # Even a batch that appends nothing answers only once the batch ahead committed:
+        # its refusals were decided on it.
+        self._ahead_base = position
+        return Prepared(results, partial(self._write_ahead, deferred))
+
+    def _settled(self) -> None:
+        """A batch decided ahead committed: its decisions are the journal's now."""
+        with self._committed:
+            self._uncommitted -= 1
+            self._committed.notify_all()
+
+    def _write_ahead(self, deferred: Deferred) -> None:
+        """The committer's part: write a batch decided ahead."""
+        try:
+            self.batching.written(deferred)
+        except PositionsMoved:
+            self._defer_after = _time.monotonic() + DEFER_PAUSE
+            raise
+        self._settled()  # before the answers go out: a read after one sees it
 
     def _decide_batch(self, commands: Sequence[Command], defer: bool) -> list[Any]:
         session = self.session
@@ -317,11 +415,8 @@ class LedgerService:
             # Keys from the projection as it stands: a key missed because the projection
             # was behind is taken during the batch by the session, which then decides on
             # fresh state.
-            locks: set[str] = set()
-            for command in commands:
-                locks.update(command.locks(session.ledger))
-            keys = [c.key for c in commands if c.key is not None]
-            with self.batching.batch(sorted(locks), keys):
+            locks, keys = _locks_and_keys(commands, session.ledger)
+            with self.batching.batch(locks, keys):
                 # Under the keys: nothing of theirs can be missed now. (The head, asked
                 # with the keys' records, spares the read when nobody else wrote, the
                 # usual case.)
@@ -334,6 +429,16 @@ class LedgerService:
                 self.batching.caught_up(session.projector.position, defer_appends=defer)
                 self._caught_up_at = _time.monotonic()
                 return run_commands(commands, self)
+
+
+def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
+                    ) -> tuple[list[str], list[str]]:
+    """The lock keys of everything the commands may write (sorted), and their
+    idempotency keys."""
+    locks: set[str] = set()
+    for command in commands:
+        locks.update(command.locks(ledger))
+    return sorted(locks), [c.key for c in commands if c.key is not None]
 
 
 def service_of(request: Request) -> LedgerService:

@@ -63,7 +63,8 @@ class Rates:
     ops: tuple[tuple[str, float], ...] = (
         ("submit", 0.24), ("start", 0.18), ("complete", 0.15), ("cancel", 0.06),
         ("consume", 0.18), ("grant", 0.10), ("adjust", 0.015), ("void", 0.008),
-        ("reverse", 0.006), ("import", 0.03), ("audit", 0.001), ("open", 0.002))
+        ("reverse", 0.006), ("import", 0.03), ("audit", 0.001), ("open", 0.002),
+        ("batch", 0.01))
     late: float = 0.03  # a usage report or grant stamped earlier than the latest event
     late_line: float = 0.3  # a delivered line stamped earlier than the latest event
     lost_answer: float = 0.03
@@ -71,6 +72,15 @@ class Rates:
     restart: float = 0.0003
     killed_writer: float = 0.002  # on SQLite: a writer process SIGKILLed mid-op
     invalid: float = 0.05  # a worker names a job in the wrong state
+    # Of the service's batch ops: a commit that fails (the database refuses it), one
+    # that fails unreachable, answers lost after the commit; a caller's retry queued
+    # beside its first attempt. A failed commit rebuilds the service's projection from
+    # the journal, the cost of a restart: kept as rare as restarts (tests/sim runs them
+    # often in a run of its own).
+    commit_fails: float = 0.01
+    commit_lost: float = 0.01
+    answers_lost: float = 0.05
+    queued_twice: float = 0.2
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Director:
     reversals: bool = False  # the fold takes reversed events out
     reversible: list[str] = field(default_factory=list)  # recent usage, grants, corrections
     killed_writers: bool = False  # a SQLite world: writers in processes of their own die
+    _suffix: str = ""  # of the ids of the lines of one batch op
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -130,43 +141,64 @@ class Director:
                 kind = candidate
                 break
             x -= rate
+        if kind not in ("import", "batch", "audit"):
+            drawn = self._command(kind, worker)
+            if drawn is not None:
+                return self._op(*drawn)
+        if kind == "import":
+            return self._delivery()
+        if kind == "batch":
+            return self._batch(worker)
+        return {"step": self._next_step(), "actor": "auditor", "kind": "audit",
+                "account": self._account(), "at": self.now - rng.randint(0, 40),
+                "as_known_at": rng.random()}
+
+    def next_command(self, kind: str, worker: str) -> dict[str, Any] | None:
+        """A command line of `kind`, as `next_op` draws one (None: nothing to do it on)."""
+        drawn = self._command(kind, worker)
+        return None if drawn is None else drawn[1]
+
+    def _command(self, kind: str, worker: str) -> tuple[str, dict[str, Any]] | None:
+        """(the actor, the line) of a command of `kind`; None when there is nothing to
+        do it on (no grant to void, nothing to reverse)."""
+        rng = self.rng
         if kind == "submit":
-            line = {"type": "submit", "account": self._account(), "job": f"j{self.step}",
-                    "cost": rng.randint(1, 40), "priority": rng.randint(0, 3)}
+            line = {"type": "submit", "account": self._account(),
+                    "job": f"j{self.step}{self._suffix}", "cost": rng.randint(1, 40),
+                    "priority": rng.randint(0, 3)}
             pool = rng.choice(POOLS)
             if pool:
                 line["pool"] = pool
-            return self._op(worker, self._stamp(line))
+            return worker, self._stamp(line)
         if kind == "start":
-            return self._op(worker, self._stamp({"type": "start"}))
+            return worker, self._stamp({"type": "start"})
         if kind == "complete":
             job = self._pick(self.running, self.pending + self.finished)
             line = {"type": "complete", "job": job, "success": rng.random() < 0.6}
             if not line["success"]:
                 line["refund_fraction"] = rng.choice((1.0, 0.9, 0.5, 0.25, 0.0))
-            return self._op(worker, self._stamp(line))
+            return worker, self._stamp(line)
         if kind == "cancel":
             job = self._pick(self.pending, self.running + self.finished)
-            return self._op(worker, self._stamp({"type": "cancel", "job": job}))
+            return worker, self._stamp({"type": "cancel", "job": job})
         if kind == "consume":
             line = {"type": "consume", "account": self._account(),
                     "amount": rng.randint(1, 25), "time": self._report_time()}
             pool = rng.choice(POOLS)
             if pool:
                 line["pool"] = pool
-            return self._op("reporter", self._id(line))
+            return "reporter", self._id(line)
         if kind == "grant":
-            return self._op("finance", self._grant(self._account(), self._report_time(),
-                                                   10, 120))
+            return "finance", self._grant(self._account(), self._report_time(), 10, 120)
         if kind == "adjust":
             amount = rng.choice((-1, 1)) * rng.randint(1, 40)
             line = {"type": "adjust", "account": self._account(), "amount": amount,
                     "time": self._report_time(), "reason": "simulated correction"}
-            return self._op("finance", self._id(line))
+            return "finance", self._id(line)
         if kind == "void" and self.grants:
             line = {"type": "void", "grant": rng.choice(self.grants),
                     "time": self._report_time(), "reason": "simulated contract change"}
-            return self._op("finance", self._id(line))
+            return "finance", self._id(line)
         if kind == "reverse" and self.reversible and self.reversals:
             # Usage, grants and corrections; now and then a reversal, to put one back.
             target = rng.choice(self.reversible)
@@ -176,24 +208,26 @@ class Director:
             line = self._id(reverse)
             self.reversible.append(str(line["id"]))
             del self.reversible[:-40]
-            return self._op("finance", line)
-        if kind == "import":
-            return self._delivery()
+            return "finance", line
         if kind == "open":
             name = f"new{self.step}"
             self.accounts.append(name)
-            return self._op("w0", self._stamp({"type": "account", "account": name}))
-        return {"step": self._next_step(), "actor": "auditor", "kind": "audit",
-                "account": self._account(), "at": self.now - rng.randint(0, 40),
-                "as_known_at": rng.random()}
+            return "w0", self._stamp({"type": "account", "account": name})
+        return None
 
     def observe(self, op: Op, world: World) -> None:
         """Update what the actors know from the answers the world gave."""
         if op["kind"] in ("import", "audit"):
             return
-        line = op["line"]
+        if op["kind"] == "batch":
+            for line in op["lines"]:
+                self._learn(line, world)
+            return
         if op.get("fault") == "crash-before-commit" and not op.get("retry"):
             return
+        self._learn(op["line"], world)
+
+    def _learn(self, line: dict[str, Any], world: World) -> None:
         answer = world.told.get(line["id"])
         kind = line["type"]
         if kind == "account" and line["account"] not in self.accounts:
@@ -236,12 +270,44 @@ class Director:
             self._killed_writer(op)
         return op
 
+    def _batch(self, worker: str) -> Op:
+        """Commands of several callers that queue together for the HTTP service's
+        writer (`tools.sim.service`); now and then a caller's retry queued beside its
+        first attempt."""
+        rng = self.rng
+        step = self._next_step()
+        lines = []
+        for i in range(rng.randint(2, 6)):
+            kind = rng.choice(("submit", "submit", "start", "complete", "cancel",
+                               "consume", "grant"))
+            self._suffix = f"-{i}"
+            line = self.next_command(kind, worker)
+            self._suffix = ""
+            if line is None:
+                continue
+            if kind in ("consume", "grant"):
+                self.reversible.append(line["id"])
+                del self.reversible[:-40]
+            lines.append(line)
+        if lines and rng.random() < self.rates.queued_twice:
+            lines.append(rng.choice(lines))
+        op: Op = {"step": step, "actor": "service", "kind": "batch", "time": self.now,
+                  "lines": lines, "fault": None}
+        x, r = rng.random(), self.rates
+        if x < r.commit_fails:
+            op["fault"] = "commit-fails"
+        elif x < r.commit_fails + r.commit_lost:
+            op["fault"] = "commit-lost"
+        elif x < r.commit_fails + r.commit_lost + r.answers_lost:
+            op["fault"] = "answers-lost"
+        return op
+
     def _killed_writer(self, op: Op) -> None:
         op["fault"] = "killed-writer"
         op["stop"] = self.rng.choice(STOPS)
 
     def _id(self, line: dict[str, Any]) -> dict[str, Any]:
-        line["id"] = f"{line['type'][0]}{self.step + 1}"
+        line["id"] = f"{line['type'][0]}{self.step + 1}{self._suffix}"
         return line
 
     def _stamp(self, line: dict[str, Any]) -> dict[str, Any]:

@@ -269,16 +269,34 @@ def reproduction_lines(ops: list[Op]) -> list[dict[str, Any]]:
         if op["kind"] == "import":
             lines.extend(op["lines"])
             continue
+        if op["kind"] == "batch":
+            # The service's commands as they were recorded (once each), at the times
+            # its clock gave them.
+            seen: set[str] = set()
+            for line in op["lines"]:
+                rec = world.journal.get(line["id"])
+                if rec is None or rec.id in seen:
+                    continue
+                seen.add(rec.id)
+                lines.append(_recorded_line(line, rec.time, world))
+            continue
         line = dict(op["line"])
         if world.journal.get(line["id"]) is None:
             continue  # refused, or crashed and never retried: nothing recorded
-        line["time"] += op.get("skew", 0)  # the clock the worker read
-        if line["type"] == "start":
-            line["job"] = world.told.get(line["id"])
+        line = _recorded_line(line, line["time"] + op.get("skew", 0), world)
         lines.append(line)
         if op.get("fault") == "lost-answer":
             lines.append(line)
     return lines
+
+
+def _recorded_line(line: dict[str, Any], time: int, world: World) -> dict[str, Any]:
+    """A command line as it was decided: at `time` (the clock its decider read), a start
+    naming the job it started."""
+    line = {**line, "time": time}
+    if line["type"] == "start":
+        line["job"] = world.told.get(line["id"])
+    return line
 
 
 def write_reproduction(path: Path, lines: list[dict[str, Any]]) -> None:

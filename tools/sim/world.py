@@ -10,6 +10,9 @@ known at an earlier position: `account`, `at`, `as_known_at`). `fault` is what g
 wrong: "lost-answer" (committed, the answer lost, retried with the same id),
 "crash-before-commit" (nothing recorded, retried with the same id when `retry`),
 "restart" (the actor's process restarts first: a fresh projection from the journal).
+A "batch" op (actor `service`) holds the `lines` of several callers, queued together for
+the HTTP service's writer (`tools.sim.service`), and its `time`; its `fault` is one of
+`tools.sim.service.FAULTS`.
 
 `World.execute` performs one op through the facades and returns the problems it saw at
 once; the checks that need the whole journal live in `tools.sim.checks`.
@@ -22,7 +25,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
 from eventstore.hashing import GENESIS_HASH
@@ -32,22 +35,39 @@ from projections.importing import import_file
 from projections.invariants import Violation, outcome_violations, violations
 from projections.ledger import CANCELLED, PENDING, Ledger
 from projections.session import session_of
+from tools.service.ledger import LedgerService
+from tools.service.problems import ServiceProblem
 from tools.sim.killed import kill_a_writer
+from tools.sim.service import (
+    command_of,
+    commit_in_turn,
+    failing_commit,
+    failure_of,
+    open_service,
+)
+
+if TYPE_CHECKING:
+    from tools.sim.checks import Verification
 
 Op = dict[str, Any]
+
+SERVICE_HOST = "w0"
+"""The process the HTTP service runs in (with `one_process`, the one process)."""
 
 _POSITION = attrgetter("position")
 
 LINEAGE_TYPES = frozenset({"consume", "submit", "complete", "grant", "adjust"})
 """Events whose outcome names the grants that paid (`outcome_violations` checks them)."""
 
-PROCESS_OF = {"reporter": "office", "finance": "office", "auditor": "office"}
+PROCESS_OF = {"reporter": "office", "finance": "office", "auditor": "office",
+              "service": SERVICE_HOST}
 """Actors that share a process: the usage reporter, finance and the auditor run in one
-back-office process (one projection), the workers each in their own. Every projection
-folds every event, so each one more costs a fold of the journal; three (two workers
-with skewed clocks, the office) keep what separate processes exercise: catching up with
-the others' decisions and late events re-projected in a projection that did not record
-them."""
+back-office process (one projection), the workers each in their own, and worker `w0`
+runs inside the HTTP service's process, whose writer decides the batches of the
+`service` actor on the same projection. Every projection folds every event, so each one
+more costs a fold of the journal; three (two workers with skewed clocks, the office)
+keep what separate processes exercise: catching up with the others' decisions and late
+events re-projected in a projection that did not record them."""
 
 
 class SimulatedCrash(RuntimeError):
@@ -63,6 +83,7 @@ class Process:
     clock_value: int = 0
     scheduler: Scheduler | None = None
     trackers: dict[str, GPUCreditTracker] = field(default_factory=dict)
+    service: LedgerService | None = None  # the HTTP service's writer (`tools.sim.service`)
     # Per projection (keyed by the session's id): the position up to which the accounts
     # its events changed have had their invariants checked there.
     checked: dict[int, int] = field(default_factory=dict)
@@ -85,6 +106,7 @@ class World:
     imported: set[Any] = field(default_factory=set)  # lines delivered (see _line_keys)
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
+    verification: Verification | None = None  # `verify` carried on, check after check
     # Every recorded event in arrival order: on the memory journal, as each append
     # answered (see `_note_answers`); read from any other journal, each event once.
     log: list[RecordedEvent] = field(default_factory=list)
@@ -182,7 +204,12 @@ class World:
 
     def scheduler(self, proc: Process) -> Scheduler:
         if proc.scheduler is None:
-            proc.scheduler = Scheduler(self.journal, clock=lambda: proc.clock_value)
+            if proc.name in (SERVICE_HOST, "all"):
+                # In the service's process: the service's projection, not one more.
+                proc.scheduler = Scheduler(MemoryJournal(), clock=lambda: proc.clock_value)
+                proc.scheduler._session = self.service(proc).session
+            else:
+                proc.scheduler = Scheduler(self.journal, clock=lambda: proc.clock_value)
         return proc.scheduler
 
     def tracker(self, proc: Process, account: str) -> GPUCreditTracker:
@@ -209,10 +236,12 @@ class World:
         """The process dies and starts again: its projections are rebuilt from the journal."""
         proc.scheduler = None
         proc.trackers = {}
+        proc.service = None
         proc.checked = {}
 
     def sessions(self) -> list[tuple[str, Any]]:
-        """Every live projection, named by its process."""
+        """Every live projection (a facade, or the service's session), named by its
+        process."""
         out: list[tuple[str, Any]] = []
         for name in sorted(self.processes):
             proc = self.processes[name]
@@ -221,7 +250,26 @@ class World:
             # A process's trackers share one session: one digest says it all.
             if proc.trackers and not self.one_process:
                 out.append((f"{name} (trackers)", next(iter(proc.trackers.values()))))
+            if proc.service is not None and (
+                    proc.scheduler is None
+                    or session_of(proc.scheduler) is not proc.service.session):
+                out.append((f"{name} (service)", proc.service.session))
         return out
+
+    def replayed(self) -> Ledger:
+        """The journal's state, replayed in arrival order up to the head: the replay the
+        whole-journal checks verify (`tools.sim.checks.Verification`), carried on."""
+        from tools.sim.checks import Verification
+
+        if self.verification is None:
+            self.verification = Verification(self.journal)
+        return self.verification.catch_up()
+
+    def service(self, proc: Process) -> LedgerService:
+        """The process's HTTP service (its own projection, its group-commit writer)."""
+        if proc.service is None:
+            proc.service = open_service(self.journal, lambda: proc.clock_value)
+        return proc.service
 
     # -- faults ------------------------------------------------------------------------
 
@@ -259,6 +307,8 @@ class World:
             return []  # audits need a model fold: tools.sim.checks does them
         if kind == "import":
             return self._import(op)
+        if kind == "batch":
+            return self._batch(op, proc)
         line = op["line"]
         self.last_ids = [line["id"]]
         if line["type"] == "grant":
@@ -425,29 +475,38 @@ class World:
         if facade is None:
             return []
         session = session_of(facade)
-        session.catch_up()
-        ledger: Ledger = session.ledger
         job = line.get("job") if kind != "start" else answer
-        position = session.projector.position
-        since = proc.checked.get(id(session), 0)
-        problems: list[str] = []
-        if position != since:
-            proc.checked[id(session)] = position
-            folded = self.learn()[since:position]
-            changed = {rec.stream for rec in folded}
-            if account is None and job is not None and job in ledger.jobs:
-                account = ledger.jobs[job].account
-            if account:
-                changed.add(account)
-            found = violations(ledger, accounts=sorted(changed), jobs=[job] if job else [])
-            found += self._lineage_of(folded, session.projector, ledger)
-            problems = [f"{line['id']}: invariant broken: {v}" for v in found]
+        problems = self._sound(session, proc, line["id"], [account] if account else [],
+                               [job] if job else [])
+        ledger: Ledger = session.ledger
         if line["type"] == "submit" and isinstance(answer, bool) and job in ledger.jobs:
             # A submit is a live decision: nothing can have changed the job since.
             state = ledger.jobs[job].state
             if answer != (state == PENDING):
                 problems.append(f"{line['id']}: submit answered {answer}, the job is {state}")
         return problems
+
+    def _sound(self, session: Any, proc: Process, label: str, accounts: list[str],
+               jobs: list[str]) -> list[str]:
+        """Invariants, on `session`'s projection caught up, of every account an event
+        changed since they were last checked there, of `accounts` and of the `jobs`
+        named (and their accounts); the lineage of every event folded since."""
+        session.catch_up()
+        position = session.projector.position
+        since = proc.checked.get(id(session), 0)
+        if position == since:
+            return []
+        ledger: Ledger = session.ledger
+        proc.checked[id(session)] = position
+        folded = self.learn()[since:position]
+        changed = {rec.stream for rec in folded}
+        changed.update(accounts)
+        for job in jobs:
+            if job in ledger.jobs:
+                changed.add(ledger.jobs[job].account)
+        found = violations(ledger, accounts=sorted(changed), jobs=jobs)
+        found += self._lineage_of(folded, session.projector, ledger)
+        return [f"{label}: invariant broken: {v}" for v in found]
 
     def _lineage_of(self, records: list[RecordedEvent], projector: Any,
                     ledger: Ledger) -> list[Violation]:
@@ -464,6 +523,144 @@ class World:
             if outcome is not None and event is not None:
                 found += self.lineage(rec, event, outcome, ledger)
         return found
+
+    def _batch(self, op: Op, proc: Process) -> list[str]:
+        """Commands of several callers, decided and committed by the service's group
+        commit (`tools.sim.service`), with its faults; each caller's answer checked
+        against what the journal recorded, as a worker's is."""
+        lines = op["lines"]
+        self.last_ids = [line["id"] for line in lines]
+        for line in lines:
+            if line["type"] == "grant":
+                self.grant_accounts[line["id"]] = line["account"]
+        proc.clock_value = op["time"] + proc.skew
+        service = self.service(proc)
+        batch = [command_of(line) for line in lines]
+        fault = op.get("fault")
+        head = self.journal.head()
+        problems: list[str] = []
+        if fault in ("commit-fails", "commit-lost"):
+            error = failure_of(fault)
+            with failing_commit(self.journal, error):
+                answers, groups = commit_in_turn(service, batch)
+            self._follow(proc, service)
+            failed = [i for i, answer in enumerate(answers) if answer is error]
+            group = groups[0]
+            # Unreachable: every decision of the group fails. Refused: a group of several
+            # is decided again one command at a time, so none fails for the others.
+            should_fail = group if fault == "commit-lost" or len(group) == 1 else []
+            if failed != should_fail:
+                problems.append(f"{fault}: the decisions {[lines[i]['id'] for i in failed]} "
+                                f"failed, expected {[lines[i]['id'] for i in should_fail]} "
+                                "(the group whose commit failed)")
+            # (A line asked twice may have failed in the group and committed after it.)
+            later = {lines[i]["id"] for i in range(len(lines)) if i not in failed}
+            problems += self._rolled_back(
+                service, [lines[i] for i in failed if lines[i]["id"] not in later])
+            if failed:
+                # Those callers got the error: each retries with the same id.
+                again, _ = commit_in_turn(service, [batch[i] for i in failed])
+                for i, answer in zip(failed, again, strict=True):
+                    answers[i] = answer
+        else:
+            answers, _ = commit_in_turn(service, batch)
+        if fault == "answers-lost":
+            # Committed, and the answers never left: every caller whose decision was
+            # recorded retries with the same id (the others were refused or found nothing
+            # to do: their retry is a new decision, whatever it finds).
+            before = self.journal.head()
+            done = [i for i, line in enumerate(lines)
+                    if not isinstance(answers[i], BaseException)
+                    and self.journal.get(line["id"]) is not None]
+            again, _ = commit_in_turn(service, [batch[i] for i in done])
+            if self.journal.head() != before:
+                problems.append(f"answers-lost: the retries appended "
+                                f"{self.journal.head() - before} more event(s)")
+            for i, retried in zip(done, again, strict=True):
+                if _answer_key(answers[i]) != _answer_key(retried):
+                    problems.append(f"{lines[i]['id']}: the retry answered {retried!r}, the "
+                                    f"first attempt {answers[i]!r}")
+        problems += self._batch_appended(lines, answers, head, service)
+        accounts = sorted({line["account"] for line in lines if "account" in line})
+        jobs = sorted({str(j) for line in lines
+                       for j in (line.get("job"), self.told.get(line["id"]))
+                       if line["type"] in ("complete", "cancel", "submit", "start")
+                       and isinstance(j, str)})
+        problems += self._sound(service.session, proc, f"batch of {lines[0]['id']}",
+                                accounts, jobs)
+        return problems
+
+    def _follow(self, proc: Process, service: LedgerService) -> None:
+        """After a failed commit the service rebuilt its projection (a new session): the
+        process's facades, which shared the old one, are made again around the new."""
+        if proc.scheduler is not None and session_of(proc.scheduler) is not service.session:
+            proc.scheduler = None
+            proc.trackers = {}
+            proc.checked = {}
+
+    def _rolled_back(self, service: LedgerService,
+                     failed: list[dict[str, Any]]) -> list[str]:
+        """After a failed commit: nothing of the decisions that failed is recorded (the
+        other groups committed), and the service's projection is the journal's state
+        again (it had applied decisions that never committed)."""
+        problems = []
+        for line in failed:
+            if line["id"] not in self.recorded and self.journal.get(line["id"]) is not None:
+                problems.append(f"{line['id']}: its commit failed, yet it is recorded")
+        session = service.session
+        if session.projector.position != self.journal.head():
+            problems.append(f"after a failed commit the service's projection is at position "
+                            f"{session.projector.position}, the journal at "
+                            f"{self.journal.head()}")
+        elif self.replayed().digest() != session.digest():
+            problems.append("after a failed commit the service's projection differs from "
+                            "the journal's state (a replay of the journal)")
+        return problems
+
+    def _batch_appended(self, lines: list[dict[str, Any]], answers: list[Any], head: int,
+                        service: LedgerService) -> list[str]:
+        """What the group appended against what each caller was answered: each accepted
+        decision exactly its event, once, in the order the callers asked; a refusal
+        nothing."""
+        problems: list[str] = []
+        fresh = self.learn()[head:]
+        self.appended += len(fresh)
+        expected: list[str] = []
+        asked: dict[str, list[tuple[dict[str, Any], Any]]] = {}  # a line may be asked twice
+        for line, answer in zip(lines, answers, strict=True):
+            if isinstance(answer, BaseException) and not isinstance(
+                    answer, LedgerError | ServiceProblem):
+                self.crashes.append(f"{type(answer).__name__}: {answer}".strip())
+            asked.setdefault(line["id"], []).append((line, answer))
+        for eid, attempts in asked.items():
+            kind = attempts[0][0]["type"]
+            # The attempt that recorded the decision: the first that was not refused and
+            # did not find nothing to do (a start with nothing to start). One before it
+            # recorded nothing, so the next was a new decision; every one after it is a
+            # retry, and answers the same.
+            deciding = [answer for _, answer in attempts
+                        if not isinstance(answer, BaseException)
+                        and not (kind == "start" and answer is None)]
+            if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]):
+                problems.append(f"{eid}: asked {len(attempts)} times, answered "
+                                f"{[a for _, a in attempts]!r}")
+            if not deciding or eid in self.recorded:
+                continue
+            if self.journal.get(eid) is None:
+                job = service.session.ledger.jobs.get(attempts[0][0].get("job", ""))
+                if not (kind == "cancel" and job is not None and job.state == CANCELLED):
+                    problems.append(f"{eid}: {kind} answered {deciding[0]!r}, nothing "
+                                    "recorded")
+                continue
+            expected.append(eid)
+            self.told[eid] = _told_of(attempts[0][0], deciding[0])
+        # In the order committed: a group whose commit failed is retried after the next.
+        ids = sorted(rec.id for rec in fresh)
+        if ids != sorted(expected):
+            problems.append(f"the service recorded {ids[:6]}, its callers were answered "
+                            f"{sorted(expected)[:6]}")
+        self._note_recorded(fresh)
+        return problems
 
     def _import(self, op: Op) -> list[str]:
         """Deliver a file: all of its lines so far, as one import.
@@ -536,6 +733,30 @@ def _line_keys(lines: list[dict[str, Any]]) -> list[Any]:
         keys.append((text, seen.get(text, 0)))
         seen[text] = seen.get(text, 0) + 1
     return keys
+
+
+def _told_of(line: dict[str, Any], answer: Any) -> Any:
+    """A service answer in the shape a worker's or a tracker's answer has (what the
+    reference model is compared with)."""
+    if not isinstance(answer, dict):
+        return answer  # a start with nothing to start, a cancel: None
+    kind = line["type"]
+    if kind == "submit":
+        return answer["accepted"]
+    if kind == "start":
+        return answer["job"]
+    if kind == "complete":
+        return answer["charged"]
+    if kind == "consume":
+        return answer["debt"]
+    return None
+
+
+def _answer_key(answer: Any) -> Any:
+    """An answer to compare a retry's with (an error by its kind and words)."""
+    if isinstance(answer, BaseException):
+        return (type(answer).__name__, str(answer))
+    return answer
 
 
 def _job_id(job: Any) -> str | None:

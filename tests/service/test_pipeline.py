@@ -1,0 +1,296 @@
+"""The pipelined group commit: a batch decided while the one before it is being written
+answers only after its own commit, never stands on a batch that failed, and leaves
+positions gapless and the chain whole."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from projections.replay import fold_canonical
+from tools.service import commands
+from tools.service.batching import Deferred
+from tools.service.ledger import LedgerService
+
+
+@pytest.fixture
+def service(database_url: str) -> Iterator[LedgerService]:
+    svc = LedgerService(database_url, clock=lambda: 10)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 10, None, None, None, None, 1))
+    yield svc
+    svc.stop()
+    svc.close()
+
+
+class HeldWrites:
+    """Fault injection in the committer: each write waits until let go, then fails or
+    goes on as told."""
+
+    def __init__(self, service: LedgerService) -> None:
+        self.service = service
+        self.written = service.batching.written
+        self.started = threading.Semaphore(0)
+        self.go: list[tuple[threading.Event, bool]] = []
+        self.lock = threading.Lock()
+        service.batching.written = self._written  # type: ignore[method-assign]
+
+    def plan(self, *fails: bool) -> list[threading.Event]:
+        events = [threading.Event() for _ in fails]
+        self.go = list(zip(events, fails, strict=True))
+        return events
+
+    def _written(self, deferred: Deferred) -> Any:
+        with self.lock:
+            go, fail = self.go.pop(0) if self.go else (None, False)
+        self.started.release()
+        if go is not None:
+            assert go.wait(30)
+        if fail:
+            raise RuntimeError("the commit failed")
+        return self.written(deferred)
+
+
+def _decided_ahead(service: LedgerService, count: int) -> None:
+    """Wait until `count` batches were decided while another was being written."""
+    for _ in range(3000):
+        if service.writer.decided_ahead >= count:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("no batch was decided ahead")
+
+
+def _agrees(service: LedgerService) -> None:
+    journal = service.journal
+    positions = [r.position for r in journal.read(order="position")]
+    assert positions == list(range(1, len(positions) + 1))
+    assert journal.verify() is None
+    with service.reading() as ledger:
+        assert ledger.digest() == fold_canonical(journal).digest()
+
+
+def _on_a_failing_commit(service: LedgerService, command: Any) -> tuple[
+        Future[Any], threading.Event]:
+    """`command` decided ahead, on a usage report of 8 of a's 10 credits whose commit
+    then fails; its future, and the gate that lets its own write go on."""
+    held = HeldWrites(service)
+    first_go, second_go = held.plan(True, False)
+    first = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    second = service.writer.submit(command)
+    _decided_ahead(service, 1)
+    # Decided on top of u1, but not answered: u1 is not committed.
+    assert not second.done()
+    first_go.set()
+    with pytest.raises(RuntimeError, match="the commit failed"):
+        first.result(30)
+    return second, second_go
+
+
+def test_a_batch_decided_on_one_whose_commit_failed_is_decided_again(
+        service: LedgerService) -> None:
+    # On top of u1 it was in debt by 3.
+    second, second_go = _on_a_failing_commit(
+        service, commands.Usage("u2", "a", 5, None, None, 10))
+    second_go.set()
+    # Decided again on the journal's state, without u1: no debt.
+    answer = second.result(30)
+    assert answer["debt"] == 0
+    assert service.journal.get("u1") is None
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "u2"]
+    _agrees(service)
+    with service.reading() as ledger:
+        assert ledger.accounts["a"].book.active_total == 5
+
+
+def test_nothing_decided_on_a_failed_commit_answers_when_the_failure_lasts(
+        service: LedgerService) -> None:
+    held = HeldWrites(service)
+    gates = held.plan(True, True, True)
+    first = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    second = service.writer.submit(commands.Usage("u2", "a", 5, None, None, 10))
+    _decided_ahead(service, 1)
+    for gate in gates:
+        gate.set()
+    for pending in (first, second):
+        with pytest.raises(RuntimeError, match="the commit failed"):
+            pending.result(30)
+    assert [r.id for r in service.journal.read(order="position")] == ["g0"]
+    _agrees(service)
+
+
+def test_an_answer_waits_for_its_own_commit(service: LedgerService) -> None:
+    held = HeldWrites(service)
+    first_go, second_go = held.plan(False, False)
+    first = service.writer.submit(commands.Usage("u1", "a", 1, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    second = service.writer.submit(commands.Usage("u2", "a", 1, None, None, 10))
+    _decided_ahead(service, 1)
+    first_go.set()
+    assert first.result(30)["position"] == 2
+    assert held.started.acquire(timeout=30)  # the second batch is being written now
+    assert not second.done()
+    second_go.set()
+    assert second.result(30)["position"] == 3
+    _agrees(service)
+
+
+def test_no_read_sees_a_decision_before_its_commit(
+        service: LedgerService, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.service import ledger as service_ledger
+    from tools.service.ledger import BUSY
+
+    monkeypatch.setattr(service_ledger, "READ_FRESHNESS", 3600.0)
+    held = HeldWrites(service)
+    (gate,) = held.plan(False)
+    pending = service.writer.submit(commands.Usage("u1", "a", 4, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    # Decided and applied to the projection, not committed: no read answers from it.
+    assert service.read_at_once(lambda _, ledger: ledger.accounts["a"].balance) is BUSY
+    seen: list[int] = []
+
+    def read() -> None:
+        with service.reading() as ledger:
+            seen.append(ledger.accounts["a"].balance)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(0.2)
+    assert seen == []  # it waits for the commit
+    gate.set()
+    reader.join(30)
+    assert pending.result(30)["position"] == 2
+    assert seen == [6]
+
+
+def test_a_retry_while_its_first_attempt_is_written_appends_once(
+        service: LedgerService) -> None:
+    held = HeldWrites(service)
+    (first_go,) = held.plan(False)
+    command = commands.Usage("u1", "a", 3, None, None, 10)
+    first = service.writer.submit(command)
+    assert held.started.acquire(timeout=30)
+    again = service.writer.submit(command)
+    first_go.set()
+    assert first.result(30) == again.result(30)
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "u1"]
+    _agrees(service)
+
+
+def test_a_retry_after_a_failed_commit_appends_once(service: LedgerService) -> None:
+    held = HeldWrites(service)
+    (gate,) = held.plan(True)
+    gate.set()
+    command = commands.Usage("u1", "a", 3, None, None, 10)
+    with pytest.raises(RuntimeError):
+        service.decide_now(command)
+    first = service.decide_now(command)
+    assert service.decide_now(command) == first
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "u1"]
+    _agrees(service)
+
+
+def test_many_clients_pipelined_keep_positions_gapless_and_the_chain_whole(
+        service: LedgerService) -> None:
+    rng = random.Random(7)
+    accounts = [f"acct-{i}" for i in range(5)]
+    for account in accounts:
+        service.decide_now(commands.Grant(f"open-{account}", account, 50, None, None, None,
+                                          None, 1))
+    plans = [[(rng.choice(accounts), rng.randint(1, 9)) for _ in range(25)]
+             for _ in range(8)]
+    answers: list[list[Any]] = [[] for _ in plans]
+
+    def client(n: int) -> None:
+        pending: list[Future[Any]] = []
+        for i, (account, amount) in enumerate(plans[n]):
+            pending.append(service.writer.submit(
+                commands.Usage(f"c{n}-{i}", account, amount, None, None, 10)))
+            if i % 3 == 2:  # a few in flight at once, as several connections would
+                answers[n].extend(p.result(60) for p in pending)
+                pending = []
+        answers[n].extend(p.result(60) for p in pending)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(len(plans))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert service.writer.decided_ahead > 0
+    journal = service.journal
+    by_id = {r.id: r for r in journal.read(order="position")}
+    for n, got in enumerate(answers):
+        for i, answer in enumerate(got):
+            assert by_id[f"c{n}-{i}"].position == answer["position"]
+    # Each answer's debt as a model charging in journal order has it.
+    left = dict.fromkeys(accounts, 50)
+    debts: dict[str, int] = {}
+    for rec in journal.read(order="position"):
+        if rec.id.startswith("c"):
+            n, i = (int(x) for x in rec.id[1:].split("-"))
+            account, amount = plans[n][i]
+            left[account] -= amount
+            debts[rec.id] = max(0, -left[account])  # the debt outstanding after it
+    for n, got in enumerate(answers):
+        for i, answer in enumerate(got):
+            assert answer["debt"] == debts[f"c{n}-{i}"]
+    _agrees(service)
+
+
+def _events(*records: dict[str, Any]) -> commands.AppendEvents:
+    return commands.AppendEvents.of_records(None, list(records))
+
+
+def test_a_batch_of_events_decided_ahead_is_decided_again_when_the_one_before_fails(
+        service: LedgerService) -> None:
+    batch, second_go = _on_a_failing_commit(service, _events(
+        {"type": "consume", "account": "a", "amount": 5, "time": 10, "id": "e1"},
+        {"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e2"}))
+    second_go.set()
+    assert batch.result(30) == {"appended": 2, "already_present": 0, "positions": [2, 3]}
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "e1", "e2"]
+    _agrees(service)
+    with service.reading() as ledger:
+        assert ledger.accounts["a"].book.active_total == 5
+
+
+def test_a_batch_of_events_decided_ahead_and_its_retry(service: LedgerService) -> None:
+    records = [{"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e1"},
+               {"type": "consume", "account": "a", "amount": 2, "time": 10, "id": "e2"}]
+    held = HeldWrites(service)
+    (gate,) = held.plan(False)
+    first = service.writer.submit(_events(*records))
+    assert held.started.acquire(timeout=30)
+    again = service.writer.submit(_events(*records))  # while the first is written
+    gate.set()
+    assert first.result(30)["positions"] == [2, 3]
+    assert again.result(30) == {"appended": 0, "already_present": 2, "positions": [2, 3]}
+    assert service.decide_now(_events(*records))["already_present"] == 2
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "e1", "e2"]
+    _agrees(service)
+
+
+def test_a_batch_decided_ahead_of_another_writers_append_is_decided_again_after_it(
+        service: LedgerService) -> None:
+    from eventstore import Journal, NewEvent
+
+    held = HeldWrites(service)
+    (gate,) = held.plan(False)
+    pending = service.writer.submit(commands.Usage("u1", "a", 8, None, None, 10))
+    assert held.started.acquire(timeout=30)
+    # Decided on 10 credits; before it is written, another writer takes 5 of them.
+    with Journal(service.journal.url) as other:
+        other.append([NewEvent("elsewhere", "a", "consume", 9,
+                               {"account": "a", "amount": 5})])
+    gate.set()
+    answer = pending.result(30)
+    assert answer["debt"] == 3  # decided again, on what the other writer left
+    assert [r.id for r in service.journal.read(order="position")] == ["g0", "elsewhere",
+                                                                       "u1"]
+    _agrees(service)

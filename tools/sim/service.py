@@ -1,0 +1,174 @@
+"""The HTTP service's group commit, simulated in process on the world's journal.
+
+The service (`tools.service`) decides the commands of many callers on one live
+projection and commits them together: `GroupCommit` forms a batch of what queued (at
+most `max_batch`, never two commands with one idempotency key), `LedgerService.
+_run_batch` decides the batch in one journal transaction and commits it; a batch whose
+transaction fails answers no command of it with success, has the projection rebuilt
+from the journal, and, unless the database is unreachable, is run again one command at a
+time. The simulator uses exactly that code, not a copy of it: a `LedgerService` on the
+world's journal, and its `GroupCommit`, whose two steps (form the next batch, commit it)
+`commit_in_turn` takes itself, in order, in the simulator's own thread. The writer's
+thread is never started: it lingers on wall-clock time, which would make the batches a
+run forms depend on the machine's load instead of on the seed.
+
+The faults (drawn per batch op, `tools.sim.actors`):
+
+- ``commit-fails``: the first batch's commit fails with an error of the database (not a
+  lost connection): nothing of it is recorded, the projection is rebuilt, and each of
+  its commands is decided again on its own;
+- ``commit-lost``: the first batch's commit fails because the database is unreachable:
+  every command of the group gets the error, nothing of it is recorded, the projection
+  is rebuilt; then every caller retries with the same id;
+- ``answers-lost``: every batch commits, and the process dies before answering: every
+  caller retries with the same id, and gets what the first attempt decided.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from eventstore import ConnectionProblem, JournalLike
+from tools.service import commands
+from tools.service.groupcommit import Command, _Item
+from tools.service.ledger import LedgerService
+
+FAULTS = ("commit-fails", "commit-lost", "answers-lost")
+
+_LOG = logging.getLogger("gpu_credits.service")
+
+MAX_BATCH = 4
+"""Commands per batch: small, so a simulated group is often split over several."""
+
+
+class CommitFailed(RuntimeError):
+    """The batch's commit failed (the database refused it; the connection is fine)."""
+
+
+def open_service(journal: JournalLike, clock: Callable[[], int]) -> LedgerService:
+    """A service process on `journal`, its projection loaded, its writer not started."""
+    service = LedgerService(journal, clock=clock, max_batch=MAX_BATCH)
+    service.reset()  # loads the projection (what `start` does, without the thread)
+    service.ready.set()
+    return service
+
+
+def command_of(line: dict[str, Any]) -> Command:
+    """The service command a line asks for (job decisions live, on the service's clock;
+    usage and grants at the time they happened)."""
+    kind, key = line["type"], line["id"]
+    if kind == "submit":
+        return commands.Submit(key, line["job"], line["account"], line["cost"],
+                               line["priority"], line.get("pool"), None)
+    if kind == "start":
+        return commands.StartNext(key, None)
+    if kind == "complete":
+        return commands.Complete(key, line["job"], line["success"],
+                                 line.get("refund_fraction", 1.0), None)
+    if kind == "cancel":
+        return commands.Cancel(key, line["job"], None)
+    if kind == "consume":
+        return commands.Usage(key, line["account"], line["amount"], line.get("pool"), None,
+                              line["time"])
+    if kind == "grant":
+        return commands.Grant(key, line["account"], line["amount"], line["expiry"],
+                              line.get("pool"), None, None, line["time"])
+    raise ValueError(f"the simulated service cannot perform a {kind!r} line")
+
+
+def commit_in_turn(service: LedgerService,
+                   batch: Sequence[Command]) -> tuple[list[Any], list[list[int]]]:
+    """Queue `batch` for the service's writer and commit it as the writer's loop would,
+    batch after batch, until every command is answered: (each command's answer, or the
+    exception it got; the groups committed together, as indexes into `batch`)."""
+    items = [_Item(command) for command in batch]
+    quiet = _LOG.disabled
+    # A failed batch is logged as a warning for the operator; here it is a planned
+    # fault, and the simulator reports what it finds itself.
+    _LOG.disabled = True
+    try:
+        groups = _commit_all(service, items)
+    finally:
+        _LOG.disabled = quiet
+    out: list[Any] = []
+    for item in items:
+        assert item.future is not None and item.future.done()
+        failed = item.future.exception()
+        out.append(failed if failed is not None else item.future.result())
+    return out, groups
+
+
+def _commit_all(service: LedgerService, items: list[_Item]) -> list[list[int]]:
+    writer = service.writer
+    # What the loop does between two batches, without its wait for more callers (on the
+    # wall clock): the first queued command opens a batch, the rest join it as they fit.
+    for item in items[1:]:
+        writer._queue.put(item)
+    index = {id(item): i for i, item in enumerate(items)}
+    groups: list[list[int]] = []
+    first: _Item | None = items[0] if items else None
+    while first is not None:
+        # The service writes one decision at a time for a while after it saw another
+        # writer's events (measured on the wall clock); the simulator asks afresh each
+        # batch, so what a batch does depends on the journal alone.
+        service._defer_after = 0.0
+        group, _ = writer._next_batch(first)
+        groups.append([index[id(item)] for item in group])
+        writer._commit(group)
+        # On a SQL journal a batch may be decided ahead and written by the committer's
+        # thread: wait for that write (and handle its failure) as the loop would before
+        # the next batch, so every answer is in when the turn ends.
+        while writer._ahead is not None:  # a failed write's retries may leave another
+            writer._settle_ahead()
+        first = None
+        if writer._deferred:
+            first = writer._deferred.pop(0)
+        while first is None and not writer._queue.empty():
+            got = writer._queue.get_nowait()
+            if isinstance(got, _Item):  # not the committer's wake-up
+                first = got
+    return groups
+
+
+@contextmanager
+def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]:
+    """The next batch's transaction fails as it commits: everything in it was decided
+    and appended, then `error` is raised inside the transaction, so the journal rolls it
+    back. Only the outermost transaction fails (a decision's own joins it), and only
+    once: what runs after the failure commits."""
+    transaction = journal.transaction
+    depth = 0
+    armed = True
+
+    @contextmanager
+    def failing(locks: Any = ()) -> Iterator[Any]:
+        nonlocal depth, armed
+        depth += 1
+        try:
+            with transaction(locks) as tx:
+                yield tx
+                if depth == 1 and armed:
+                    armed = False
+                    raise error
+        finally:
+            depth -= 1
+
+    before = journal.__dict__.get("transaction")  # the instance's own, if it has one
+    journal.transaction = failing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if before is None:
+            del journal.transaction
+        else:
+            journal.transaction = before  # type: ignore[method-assign]
+
+
+def failure_of(fault: str) -> BaseException:
+    """The error a batch's commit fails with, for a commit fault."""
+    if fault == "commit-lost":
+        return ConnectionProblem("the connection to the database was lost at the commit")
+    return CommitFailed("the database refused the commit")
