@@ -17,7 +17,9 @@
  *
  * `pinned` is the same hash of each row on its own: rows in any order, each a stored row
  * followed by its predecessor's stored hash (None at position 1), as `hashing.pinned`
- * (whose Python definition, `pinned_python`, takes any row of another shape).
+ * (whose Python definition, `pinned_python`, takes any row of another shape). `linked`
+ * is `pinned` with the predecessors' hashes in a dict by position beside the stored rows
+ * (`hashing.linked`, defined by `linked_python`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +35,7 @@ static PyObject *sha256;       /* hashlib.sha256 */
 static PyObject *chain_from;   /* itertools.chain */
 static PyObject *str_digest;   /* "digest", interned */
 static PyObject *pinned_reference; /* hashing.pinned_python(rows) */
+static PyObject *linked_reference; /* hashing.linked_python(rows, hashes) */
 
 /* ---- a growable byte buffer ------------------------------------------------------- */
 
@@ -407,13 +410,18 @@ typedef struct {
     Py_ssize_t prev_len;/* the previous hash's length at the buffer's start */
     char done;          /* ended: exhausted or raised, as a generator ends */
     char running;       /* inside next(): a second caller is refused */
-    char pinned;        /* each row on its own, its predecessor's hash beside it */
+    char pinned;        /* each row on its own: PINNED_ROW or PINNED_DICT, else 0 */
+    PyObject *hashes;   /* PINNED_DICT: {position: stored hash} of the predecessors */
 } Checker;
+
+/* How a Checker finds each row's predecessor's hash when it checks rows on their own. */
+#define PINNED_ROW 1  /* beside the row, as its tenth field */
+#define PINNED_DICT 2 /* in `hashes`, by the predecessor's position */
 
 static PyTypeObject Checker_Type;
 
 /* The references a Checker holds, named once for the collector's two walks over them. */
-#define CHECKER_REFS(each) each(rows) each(iter) each(delegate)
+#define CHECKER_REFS(each) each(rows) each(iter) each(delegate) each(hashes)
 #define VISIT_REF(field) Py_VISIT(self->field);
 #define CLEAR_REF(field) Py_CLEAR(self->field);
 
@@ -523,6 +531,8 @@ check_row(Checker *self, PyObject *row)
 }
 
 static PyObject *pinned_row(Checker *self, PyObject *row);
+static PyObject *linked_row(Checker *self, PyObject *row);
+static PyObject *hand_over_own(Checker *self, PyObject *row);
 
 static PyObject *
 Checker_next(Checker *self)
@@ -539,7 +549,9 @@ Checker_next(Checker *self)
     if (self->delegate != NULL)
         row = PyIter_Next(self->delegate);
     else if ((row = next_row(self)) != NULL)
-        row = self->pinned ? pinned_row(self, row) : check_row(self, row);
+        row = self->pinned == PINNED_DICT ? linked_row(self, row)
+              : self->pinned == PINNED_ROW ? pinned_row(self, row)
+              : check_row(self, row);
     self->running = 0;
     if (row == NULL) {
         /* Exhausted or raised: ended for good, like a generator, and its rows let go. */
@@ -572,6 +584,41 @@ static PyTypeObject Checker_Type = {
 static const char genesis[] =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
+/* The genesis hash as the predecessor's, in the emptied buffer. */
+static int
+put_genesis(Checker *self)
+{
+    if (reserve(&self->text, 64) < 0)
+        return FAILED;
+    put(&self->text, genesis, 64);
+    return WROTE;
+}
+
+/* NULL with ChainBroken set for a row (given up) whose predecessor is not stored. */
+static PyObject *
+missing_before(PyObject *row, long long position)
+{
+    raise_from(out_of_place, Py_BuildValue("(LL)", position - 1, position));
+    Py_DECREF(row);
+    return NULL;
+}
+
+/* After the predecessor's hash is in the buffer (rc WROTE): the row when its stored hash
+ * is the one the buffer and its record give; the rest handed to Python at a row of
+ * another shape (ODD). */
+static PyObject *
+check_own(Checker *self, PyObject *row, const Row *r, int rc)
+{
+    if (rc == WROTE)
+        rc = put_record(&self->text, r);
+    char hex[64];
+    if (rc == WROTE)
+        rc = hex_sha256(&self->text, hex);
+    if (rc == ODD)
+        return hand_over_own(self, row);
+    return checked(rc, row, r, hex);
+}
+
 static PyObject *
 pinned_row(Checker *self, PyObject *row)
 {
@@ -584,36 +631,61 @@ pinned_row(Checker *self, PyObject *row)
     }
     self->text.len = 0;
     if (rc == WROTE && prev == Py_None) {
-        if (r.position != 1) {
-            raise_from(out_of_place, Py_BuildValue("(LL)", r.position - 1, r.position));
-            Py_DECREF(row);
-            return NULL;
-        }
-        if (reserve(&self->text, 64) < 0)
-            rc = FAILED;
-        else
-            put(&self->text, genesis, 64);
+        if (r.position != 1)
+            return missing_before(row, r.position);
+        rc = put_genesis(self);
     } else if (rc == WROTE) {
         rc = PyUnicode_CheckExact(prev) ? put_text(&self->text, prev, 0) : ODD;
     }
-    if (rc == WROTE)
-        rc = put_record(&self->text, &r);
-    char hex[64];
-    if (rc == WROTE)
-        rc = hex_sha256(&self->text, hex);
-    if (rc == ODD) {
-        PyObject *rest = PyObject_CallFunction(chain_from, "(O)O", row, self->iter);
-        Py_DECREF(row);
-        if (rest == NULL)
-            return NULL;
+    return check_own(self, row, &r, rc);
+}
+
+/* Hand the rest of a read of rows checked on their own, from `row` (given up) on, to the
+ * Python definition of the mode. */
+static PyObject *
+hand_over_own(Checker *self, PyObject *row)
+{
+    PyObject *rest = PyObject_CallFunction(chain_from, "(O)O", row, self->iter);
+    Py_DECREF(row);
+    if (rest == NULL)
+        return NULL;
+    if (self->pinned == PINNED_DICT)
+        self->delegate = PyObject_CallFunctionObjArgs(linked_reference, rest, self->hashes,
+                                                      NULL);
+    else
         self->delegate = PyObject_CallOneArg(pinned_reference, rest);
-        Py_DECREF(rest);
-        if (self->delegate == NULL)
-            return NULL;
-        Py_CLEAR(self->iter);
-        return PyIter_Next(self->delegate);
+    Py_DECREF(rest);
+    if (self->delegate == NULL)
+        return NULL;
+    Py_CLEAR(self->iter);
+    return PyIter_Next(self->delegate);
+}
+
+/* In `linked` mode each row is a stored row; its predecessor's stored hash is
+ * hashes[position - 1] (the genesis hash at position 1), and a predecessor missing from
+ * `hashes` is missing from the journal, as a None beside the row is to `pinned`. */
+static PyObject *
+linked_row(Checker *self, PyObject *row)
+{
+    Row r;
+    int rc = unpack(row, &r);
+    self->text.len = 0;
+    if (rc == WROTE && r.position == LLONG_MIN)
+        rc = ODD; /* the position before it has no 64-bit form */
+    if (rc == WROTE && r.position == 1) {
+        rc = put_genesis(self);
+    } else if (rc == WROTE) {
+        PyObject *key = PyLong_FromLongLong(r.position - 1);
+        PyObject *prev = key ? PyDict_GetItemWithError(self->hashes, key) : NULL;
+        Py_XDECREF(key);
+        if (prev == NULL && !PyErr_Occurred())
+            return missing_before(row, r.position);
+        if (prev == NULL)
+            rc = FAILED;
+        else
+            rc = PyUnicode_CheckExact(prev) ? put_text(&self->text, prev, 0) : ODD;
     }
-    return checked(rc, row, &r, hex);
+    return check_own(self, row, &r, rc);
 }
 
 /* A Checker over `rows`, not yet tracked by the collector. */
@@ -632,6 +704,7 @@ new_checker(PyObject *rows, long long expected, char pinned)
     self->done = 0;
     self->running = 0;
     self->pinned = pinned;
+    self->hashes = NULL;
     return self;
 }
 
@@ -642,9 +715,40 @@ pinned(PyObject *module, PyObject *rows)
         PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
         return NULL;
     }
-    Checker *self = new_checker(rows, 0, 1);
+    Checker *self = new_checker(rows, 0, PINNED_ROW);
     if (self != NULL)
         PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+/* Whether a check may start: `nargs` arguments as it takes, and configure() called. */
+static int
+may_start(const char *name, Py_ssize_t nargs, Py_ssize_t takes)
+{
+    if (nargs != takes) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, takes,
+                     nargs);
+        return 0;
+    }
+    if (reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+linked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!may_start("linked", nargs, 2))
+        return NULL;
+    if (!PyDict_CheckExact(args[1]))
+        return PyObject_Vectorcall(linked_reference, args, 2, NULL);
+    Checker *self = new_checker(args[0], 0, PINNED_DICT);
+    if (self == NULL)
+        return NULL;
+    self->hashes = Py_NewRef(args[1]);
+    PyObject_GC_Track(self);
     return (PyObject *)self;
 }
 
@@ -653,14 +757,8 @@ pinned(PyObject *module, PyObject *rows)
 static PyObject *
 chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "chained() takes 3 arguments (%zd given)", nargs);
+    if (!may_start("chained", nargs, 3))
         return NULL;
-    }
-    if (reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "eventstore._chain.configure() was not called");
-        return NULL;
-    }
     PyObject *rows = args[0], *prev_hash = args[1], *after = args[2];
     long long after_position;
     int rc = as_int64(after, &after_position);
@@ -684,11 +782,12 @@ chained(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 configure(PyObject *module, PyObject *args)
 {
-    PyObject *ref, *place, *hash, *sha, *chain, *pin;
-    if (!PyArg_ParseTuple(args, "OOOOOO:configure", &ref, &place, &hash, &sha, &chain,
-                          &pin))
+    PyObject *ref, *place, *hash, *sha, *chain, *pin, *link;
+    if (!PyArg_ParseTuple(args, "OOOOOOO:configure", &ref, &place, &hash, &sha, &chain,
+                          &pin, &link))
         return NULL;
     Py_XSETREF(pinned_reference, Py_NewRef(pin));
+    Py_XSETREF(linked_reference, Py_NewRef(link));
     Py_XSETREF(reference, Py_NewRef(ref));
     Py_XSETREF(out_of_place, Py_NewRef(place));
     Py_XSETREF(bad_hash, Py_NewRef(hash));
@@ -702,9 +801,11 @@ static PyMethodDef methods[] = {
      "chained(rows, prev_hash, after_position): eventstore.hashing.chained, in C."},
     {"pinned", pinned, METH_O,
      "pinned(rows): eventstore.hashing.pinned, in C."},
+    {"linked", (PyCFunction)(void (*)(void))linked, METH_FASTCALL,
+     "linked(rows, hashes): eventstore.hashing.linked, in C."},
     {"configure", configure, METH_VARARGS,
-     "configure(reference, out_of_place, bad_hash, sha256, chain, pinned_reference): "
-     "the Python side."},
+     "configure(reference, out_of_place, bad_hash, sha256, chain, pinned_reference, "
+     "linked_reference): the Python side."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,12 +8,14 @@ definition, so the backends cannot drift apart in what "verified" means.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
 from . import appending
 from .errors import ChainBroken
-from .hashing import GENESIS_HASH, chained, load_json, pinned, seal
+from .hashing import GENESIS_HASH, chained, linked, load_json, pinned, seal
 from .reading import LeanFilters, ReadFilters, ReadQuery
 from .records import (
     ERASED_KEY,
@@ -42,6 +44,12 @@ def to_event(row: StoredRow | Any) -> RecordedEvent:
     )
 
 
+_lean_of: Callable[[StoredRow | PinnedRow], LeanRow] = operator.itemgetter(0, 1, 4, 5, 7, 2)
+_position_of = operator.itemgetter(0)
+_hash_of = operator.itemgetter(8)
+_predecessor = (-1).__add__
+
+
 class Reader:
     """`read()`, written once for a journal and for a transaction on one: the filters
     are checked by `ReadQuery`, the events come from `_query` (what this reader sees)."""
@@ -63,7 +71,8 @@ class Reader:
         (event_time, position) > (t, p). The read sees the journal as it stood when
         it began: events appended meanwhile are not included. The filters, by name:
         after_position=0, to_position=None, from_time=None, to_time=None, stream=None,
-        after=None, order="canonical", batch_size=5000 (`ReadQuery.make` checks them).
+        after=None, order="canonical", batch_size=5000, type=None (only events of that
+        type) (`ReadQuery.make` checks them).
         """
         return self._query(ReadQuery.make(self.head(), **filters))
 
@@ -91,6 +100,15 @@ class JournalBase(Reader):
         """The stored rows the query selects, in its order (tx: an open transaction)."""
         raise NotImplementedError
 
+    def _row_batches(self, q: ReadQuery, tx: Any) -> Iterator[list[StoredRow]]:
+        """What `_rows` yields, in the lists it fetches them in (none empty)."""
+        raise NotImplementedError
+
+    def _hashes_at(self, positions: Sequence[int], tx: Any) -> dict[int, str]:
+        """The stored hashes at these positions, by position (absent where none is
+        stored)."""
+        raise NotImplementedError
+
     def _pinned_rows(self, q: ReadQuery, tx: Any) -> Iterator[PinnedRow]:
         """What `_rows` selects, each row followed by its predecessor's stored hash (None
         at position 1 or where none is stored), fetched with it: no extra round trip."""
@@ -98,8 +116,70 @@ class JournalBase(Reader):
 
     def _lean_rows(self, q: ReadQuery) -> Iterator[LeanRow]:
         """What `_rows` selects, as `LeanRow`s, each checked to link to its predecessor."""
-        for row in pinned(self._pinned_rows(q, None)):
-            yield (row[0], row[1], row[4], row[5], row[7], row[2])
+        # A map, not a generator: no Python frame resumed per row of a replay.
+        return map(_lean_of, self._checked_rows(q, None))
+
+    def _checked_rows(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow | PinnedRow]:
+        """What `_rows` selects, each row yielded only after its link is checked: its
+        stored hash is the one its content and its predecessor's stored hash give.
+
+        A read of every stream (a replay, a fold) finds most predecessors among the rows
+        it fetched (`_linked`); a read of one stream or one type, whose rows are mostly
+        not each other's predecessors, fetches each row's predecessor hash beside it
+        (`_pinned_rows`). Every way, each row is checked against its predecessor's
+        stored hash before it is yielded, and the same ChainBroken names the same
+        position.
+        """
+        if q.stream is None and q.type is None:
+            return self._linked(q, tx)
+        return pinned(self._pinned_rows(q, tx))
+
+    def _linked(self, q: ReadQuery, tx: Any) -> Iterator[StoredRow]:
+        # Chained in C: the rows pass from each batch's check to the reader without a
+        # Python frame in between.
+        return itertools.chain.from_iterable(self._linked_batches(q, tx))
+
+    def _linked_batches(self, q: ReadQuery, tx: Any) -> Iterator[Iterator[StoredRow]]:
+        """The rows of a read of every stream, as one check per batch (each taken only
+        when the one before is done), each row checked against its predecessor's stored
+        hash.
+
+        A batch of consecutive positions (a whole window read in position order: a
+        replay) is walked by `chained`: each row after the first links to the one just
+        checked, whose stored hash is the one recomputed, and the first to the last row
+        of the batch before or, at the start, to the stored hash the window starts from.
+        Any other batch (the timeline, or a gap) is checked row by row by `linked`
+        against the stored hashes of its rows' predecessors, found among the rows of this
+        batch and of the one before (on the timeline of an in-order journal: all but
+        those around a late event), the rest fetched in one query, before any row of the
+        batch is yielded.
+        """
+        sequential = q.contiguous and q.order == "position"
+        before: dict[int, str] = {}
+        last: tuple[int, str] | None = None  # the previous batch's last row, checked
+        for batch in self._row_batches(q, tx):
+            first = batch[0][0]
+            if sequential and batch[-1][0] - first == len(batch) - 1:
+                prev = (last[1] if last is not None and last[0] == first - 1
+                        else self._stored_hash(first - 1, q.head, tx) if first > 0 else None)
+                if prev is not None:
+                    yield chained(batch, prev, first - 1)
+                    last = (batch[-1][0], batch[-1][8])
+                    continue
+            known = dict(zip(map(_position_of, batch), map(_hash_of, batch), strict=True))
+            wanted = set(map(_predecessor, known))
+            wanted.difference_update(known)
+            wanted.discard(0)
+            held = {p: before[p] for p in wanted if p in before}
+            if last is not None and last[0] in wanted:
+                held[last[0]] = last[1]
+            if len(held) < len(wanted):
+                held.update(self._hashes_at(sorted(wanted.difference(held)), tx))
+            known.update(held)
+            yield linked(batch, known)
+            if not sequential:
+                before = known
+            last = (batch[-1][0], batch[-1][8])
 
     def _ends(self) -> tuple[Anchor, Anchor]:
         """Read at one moment: what the head marker says (last position, its hash), and
@@ -129,7 +209,7 @@ class JournalBase(Reader):
         # Every event read is checked against its own stored hash and its predecessor's
         # (`hashing.pinned`): an edit in place that was not re-hashed is ChainBroken at
         # its position, wherever it stands relative to a verified point.
-        return map(to_event, pinned(self._pinned_rows(q, tx)))
+        return map(to_event, self._checked_rows(q, tx))
 
     def read_lean(self, **filters: Unpack[LeanFilters]) -> Iterator[LeanRow]:
         """What `read` gives, as (position, id, type, event time, payload as stored JSON
@@ -164,11 +244,14 @@ class JournalBase(Reader):
         journal holds no record there. As stored, not checked: what a verified point or a
         checkpoint is compared with, so that a state folded before an edit of that very
         record can still be used (its content is checked when it is read)."""
+        return self._stored_hash(position, self.head(), None)
+
+    def _stored_hash(self, position: int, head: int, tx: Any) -> str | None:
         if position == 0:
             return GENESIS_HASH
-        q = ReadQuery.make(self.head(), after_position=position - 1, to_position=position,
+        q = ReadQuery.make(head, after_position=position - 1, to_position=position,
                            order="position", batch_size=1)
-        for row in self._rows(q, None):
+        for row in self._rows(q, tx):
             return row[8] if row[0] == position else None
         return None
 

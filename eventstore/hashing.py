@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from json.encoder import encode_basestring
 from types import ModuleType
 from typing import Any
@@ -187,23 +187,60 @@ def pinned(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
 
 def pinned_python(rows: Iterable[PinnedRow]) -> Iterator[PinnedRow]:
     """`pinned` in Python: the definition the accelerator follows, and its fallback."""
-    sha256 = hashlib.sha256
-    escape = encode_basestring
     escaped: dict[str, str] = {}
     for row in rows:
-        position, id_, stream, version, type_, time, recorded_at, payload, digest, prev = row
+        position, _, _, _, _, _, _, _, digest, prev = row
         if prev is None:
             if position != 1:
                 raise _out_of_place(position - 1, position)
             prev = GENESIS_HASH
-        # (An escaped text is never empty: it has its quotes.)
-        s = escaped.get(stream) or escaped.setdefault(stream, escape(stream))
-        t = escaped.get(type_) or escaped.setdefault(type_, escape(type_))
-        if sha256(
-            f'{prev}{{"id":{escape(id_)},"payload":{payload},"position":{position},'
-            f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
-            f'"type":{t},"version":{version}}}'.encode()
-        ).hexdigest() != digest:
+        if _own_hash(prev, row, escaped) != digest:
+            raise _bad_hash(position)
+        yield row
+
+
+def _own_hash(prev: str, row: StoredRow | PinnedRow, escaped: dict[str, str]) -> str:
+    """The hash a stored row's content and its predecessor's hash give (`chain_input`),
+    the escaped forms of streams and types, which repeat, cached in `escaped`."""
+    position, id_, stream, version, type_, time, recorded_at, payload = row[:8]
+    # (An escaped text is never empty: it has its quotes.)
+    s = escaped.get(stream) or escaped.setdefault(stream, encode_basestring(stream))
+    t = escaped.get(type_) or escaped.setdefault(type_, encode_basestring(type_))
+    return hashlib.sha256(
+        f'{prev}{{"id":{encode_basestring(id_)},"payload":{payload},"position":{position},'
+        f'"recorded_at":{recorded_at},"stream":{s},"time":{time},'
+        f'"type":{t},"version":{version}}}'.encode()
+    ).hexdigest()
+
+
+def linked(rows: Iterable[StoredRow], hashes: Mapping[int, str]) -> Iterator[StoredRow]:
+    """`pinned` for stored rows whose predecessors' stored hashes are known by position:
+    each row at position p is checked against `hashes[p - 1]` (the genesis hash at
+    position 1), and one whose predecessor is not in `hashes` is refused as `pinned`
+    refuses a row read without one. For a read that fetched its rows' predecessors with
+    them (most are rows of the same read), instead of beside each row.
+
+    In the C accelerator when it is built (`ACCELERATED`), else in `linked_python`.
+    """
+    if _fast_linked is not None:
+        return _fast_linked(rows, hashes)
+    return linked_python(rows, hashes)
+
+
+def linked_python(rows: Iterable[StoredRow], hashes: Mapping[int, str]
+                  ) -> Iterator[StoredRow]:
+    """`linked` in Python: the definition the accelerator follows, and its fallback."""
+    escaped: dict[str, str] = {}
+    for row in rows:
+        position, _, _, _, _, _, _, _, digest = row  # a stored row, else the unpacking's error
+        if position == 1:
+            prev = GENESIS_HASH
+        else:
+            found = hashes.get(position - 1)
+            if found is None:
+                raise _out_of_place(position - 1, position)
+            prev = found
+        if _own_hash(prev, row, escaped) != digest:
             raise _bad_hash(position)
         yield row
 
@@ -241,10 +278,10 @@ def _load_accelerator() -> ModuleType | None:
         from . import _chain
     except ImportError:
         return None
-    if not hasattr(_chain, "pinned"):
+    if not hasattr(_chain, "linked"):
         return None  # built from an older _chain.c: rebuild (pip install -e .) to use it
     _chain.configure(chained_python, _out_of_place, _bad_hash, hashlib.sha256,
-                     itertools.chain, pinned_python)
+                     itertools.chain, pinned_python, linked_python)
     return _chain
 
 
@@ -253,6 +290,8 @@ _fast_chained: Callable[[Iterable[StoredRow], str, int], Iterator[StoredRow]] | 
     None if _accelerator is None else _accelerator.chained)
 _fast_pinned: Callable[[Iterable[PinnedRow]], Iterator[PinnedRow]] | None = (
     None if _accelerator is None else _accelerator.pinned)
+_fast_linked: Callable[[Iterable[StoredRow], Mapping[int, str]], Iterator[StoredRow]] | None = (
+    None if _accelerator is None else _accelerator.linked)
 
 #: Whether `chained` runs in C (see `PURE_PYTHON_VARIABLE`).
 ACCELERATED = _accelerator is not None

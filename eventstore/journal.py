@@ -9,6 +9,7 @@ idempotency, versions, hashes) is decided in `appending.py`, shared with
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -423,17 +424,32 @@ class Journal(JournalBase):
     # -- reading ---------------------------------------------------------------
 
     def _rows(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[StoredRow]:
+        return itertools.chain.from_iterable(self._select(q, tx, _EVENT_COLUMNS, _TIME))
+
+    def _row_batches(self, q: ReadQuery, tx: SqlTransaction | None
+                     ) -> Iterator[list[StoredRow]]:
         return self._select(q, tx, _EVENT_COLUMNS, _TIME)
 
     def _pinned_rows(self, q: ReadQuery, tx: SqlTransaction | None) -> Iterator[PinnedRow]:
-        return self._select(q, tx, _PINNED_COLUMNS, _TIME)
+        return itertools.chain.from_iterable(self._select(q, tx, _PINNED_COLUMNS, _TIME))
+
+    def _hashes_at(self, positions: Sequence[int], tx: SqlTransaction | None
+                   ) -> dict[int, str]:
+        found: dict[int, str] = {}
+        with self._reading(tx) as conn:
+            for start in range(0, len(positions), _CHUNK):
+                stmt = select(events.c.position, events.c.hash).where(
+                    events.c.position.in_(list(positions[start:start + _CHUNK])))
+                found.update((int(r[0]), str(r[1])) for r in conn.execute(stmt))
+        return found
 
     def _select(
         self, q: ReadQuery, tx: SqlTransaction | None, columns: Sequence[ColumnElement[Any]],
         at: int,
-    ) -> Iterator[Any]:
+    ) -> Iterator[list[Any]]:
         """The rows of `columns` (position first, event time at index `at`) the query
-        selects, in its order, `batch_size` at a time."""
+        selects, in its order, in lists of `batch_size` (the last may be shorter, never
+        empty)."""
         if q.empty:
             return
         position: ColumnElement[int] = events.c.position
@@ -458,6 +474,8 @@ class Journal(JournalBase):
             base.append(events.c.event_time <= q.to_time)
         if q.stream is not None:
             base.append(events.c.stream == q.stream)
+        if q.type is not None:
+            base.append(events.c.type == q.type)
         if q.after is not None:
             base.append(_after(q.after))
         order_by: tuple[Column[Any], ...] = (
@@ -478,7 +496,8 @@ class Journal(JournalBase):
             # snapshot open (WAL checkpoints and VACUUM can proceed).
             with self._reading(tx) as conn:
                 batch = self._fetch(conn, stmt)
-            yield from batch
+            if batch:
+                yield batch
             if len(batch) < q.batch_size:
                 return
             cursor = batch[-1]

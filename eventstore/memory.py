@@ -7,6 +7,7 @@ every operation, and a transaction holds it from start to end (one writer).
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -288,6 +289,14 @@ class MemoryJournal(JournalBase):
     # -- reading ---------------------------------------------------------------
 
     def _rows(self, q: ReadQuery, tx: object = None) -> Iterator[StoredRow]:
+        return itertools.chain.from_iterable(self._row_batches(q, tx))
+
+    def _hashes_at(self, positions: Sequence[int], tx: object = None) -> dict[int, str]:
+        stored = self._stored  # index = position - 1; earlier rows are never removed
+        size = len(stored)
+        return {p: stored[p - 1][8] for p in positions if 0 < p <= size}
+
+    def _row_batches(self, q: ReadQuery, tx: object = None) -> Iterator[list[StoredRow]]:
         if q.empty:
             return
         # Each batch is taken under the lock and yielded outside it, so a slow reader
@@ -304,7 +313,8 @@ class MemoryJournal(JournalBase):
         while True:
             with self._lock:
                 batch, mark, done = batch_of(q, mark)
-            yield from batch
+            if batch:
+                yield batch
             if done:
                 return
 
@@ -321,6 +331,7 @@ class MemoryJournal(JournalBase):
             and (q.from_time is None or time >= q.from_time)
             and (q.to_time is None or time <= q.to_time)
             and (q.stream is None or row[2] == q.stream)
+            and (q.type is None or row[4] == q.type)
             and (q.after is None or (time, position) > q.after)
         )
 
@@ -342,9 +353,10 @@ class MemoryJournal(JournalBase):
         i = 0 if key is None else bisect.bisect_right(index, key)
         n = len(index)
         # Everything after `key` in the index is after `after` and from `from_time` on,
-        # and of the stream asked for (`_rows` starts there): only the position window
-        # and to_time are left to test, inline (a replay walks here once per late event).
-        lo, hi, to_time = q.after_position, q.to_position, q.to_time
+        # and of the stream asked for (`_rows` starts there): only the position window,
+        # to_time and the type are left to test, inline (a replay walks here once per late
+        # event).
+        lo, hi, to_time, kind = q.after_position, q.to_position, q.to_time, q.type
         stored, size = self._stored, q.batch_size
         while i < n and len(out) < size:
             t, p = index[i]
@@ -352,7 +364,7 @@ class MemoryJournal(JournalBase):
                 return out, key, True
             key = (t, p)
             i += 1
-            if lo < p <= hi:
+            if lo < p <= hi and (kind is None or stored[p - 1][4] == kind):
                 out.append(stored[p - 1])
         return out, key, i >= n
 

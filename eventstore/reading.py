@@ -28,6 +28,7 @@ class ReadQuery:
     order: Order
     batch_size: int
     head: int  # the journal's last position when the read began
+    type: str | None = None  # only events of this type
 
     @classmethod
     def make(
@@ -42,6 +43,7 @@ class ReadQuery:
         after: tuple[int, int] | None = None,
         order: Order = "canonical",
         batch_size: int = 5000,
+        type: str | None = None,
     ) -> ReadQuery:
         """Validate read arguments (ValueError) and pin to_position to what is known now.
 
@@ -60,6 +62,8 @@ class ReadQuery:
             require_int("to_time", to_time)
         if stream is not None:
             require_text("stream", stream)
+        if type is not None:
+            require_text("type", type)
         if after is not None:
             if not isinstance(after, tuple) or len(after) != 2:
                 raise ValueError(f"after must be a tuple (event_time, position), got {after!r}")
@@ -73,7 +77,8 @@ class ReadQuery:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         bound = head if to_position is None else min(to_position, head)
         return cls(
-            after_position, bound, from_time, to_time, stream, after, order, batch_size, head
+            after_position, bound, from_time, to_time, stream, after, order, batch_size, head,
+            type,
         )
 
     @property
@@ -85,6 +90,14 @@ class ReadQuery:
         planner away from the (event_time, position) index.
         """
         return (self.to_position - self.after_position) * 4 < self.head
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the read selects every position in (after_position, to_position]:
+        no filter but the position window. Then each row's predecessor is a row of the
+        same read (or, for the first, the record at after_position)."""
+        return (self.from_time is None and self.to_time is None and self.stream is None
+                and self.after is None and self.type is None)
 
     @property
     def empty(self) -> bool:
@@ -109,6 +122,7 @@ class LeanFilters(TypedDict, total=False):
     after: tuple[int, int] | None
     order: Order
     batch_size: int
+    type: str | None
 
 
 class ReadFilters(LeanFilters, total=False):

@@ -77,28 +77,6 @@ class _Refused(Exception):
     """A check after msgspec's failed: the payload goes the generic way."""
 
 
-def _text(value: str | None) -> str | None:
-    # A memo or a reason: printable and not blank (msgspec checked the length).
-    if value is not None and (not value.isprintable() or not value.strip()):
-        raise _Refused
-    return value
-
-
-def _name(value: str | None) -> str | None:
-    # An optional name (a user): printable (msgspec checked the length).
-    if value is not None and not value.isprintable():
-        raise _Refused
-    return value
-
-
-def _pool(value: str | None) -> str:
-    if value is None:
-        return GENERAL
-    if not value.isprintable():
-        raise _Refused
-    return value
-
-
 # Events are frozen dataclasses with slots: each field's slot descriptor sets it without
 # the frozen __setattr__ and without __post_init__ (the checks above stand in for it).
 #
@@ -109,18 +87,27 @@ def _pool(value: str | None) -> str:
 # `dataclasses` makes `__init__`.
 
 
-def _conversion(cls: type[Any], name: str, annotation: Any) -> str:
-    """How the builder takes one field from the wire struct: as decoded, or through the
-    check msgspec cannot make (printable, not blank, the general pool for None)."""
+def _conversion(cls: type[Any], name: str, annotation: Any) -> list[str]:
+    """How the builder takes one field from the wire struct into `v`: as decoded, or
+    through the check msgspec cannot make (written inline: a call per field was a tenth
+    of the build): a memo or a reason printable and not blank, an optional name
+    printable, a pool printable or, for None, the general pool. msgspec checked the
+    lengths."""
     options = typing.get_args(annotation) if typing.get_origin(annotation) is Union else ()
     optional = type(None) in options
     inner = next((a for a in options if a is not type(None)), annotation)
+    lines = [f"    v = w.{name}"]
     if inner == Text:
-        return f"_text(w.{name})"
-    if inner == Name and optional:
+        lines += ["    if v is not None and (not v.isprintable() or not v.strip()):",
+                  "        raise _Refused"]
+    elif inner == Name and optional:
         default = {f.name: f.default for f in dataclasses.fields(cls)}[name]
-        return f"_pool(w.{name})" if default == GENERAL else f"_name(w.{name})"
-    return f"w.{name}"
+        if default == GENERAL:
+            lines += ["    if v is None:", "        v = _GENERAL",
+                      "    elif not v.isprintable():", "        raise _Refused"]
+        else:
+            lines += ["    if v is not None and not v.isprintable():", "        raise _Refused"]
+    return lines
 
 
 def _builder(cls: type[Any], wire: type[msgspec.Struct]) -> Callable[[Any], DomainEvent]:
@@ -128,7 +115,7 @@ def _builder(cls: type[Any], wire: type[msgspec.Struct]) -> Callable[[Any], Doma
     fields = msgspec.structs.fields(wire)
     names = [f.name for f in fields]
     env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_Refused": _Refused,
-                           "_text": _text, "_name": _name, "_pool": _pool}
+                           "_GENERAL": GENERAL}
     env.update({f"_set_{n}": getattr(cls, n).__set__ for n in names})
     tests = [f"not w.{f.name}.isprintable()" for f in fields if f.type == Name]
     if cls in _REFUSED:  # a check of its own: a call only where there is one
@@ -137,9 +124,10 @@ def _builder(cls: type[Any], wire: type[msgspec.Struct]) -> Callable[[Any], Doma
     lines = [f"def build(w, {', '.join(f'{k}={k}' for k in env)}):"]
     if tests:
         lines += [f"    if {' or '.join(tests)}:", "        raise _Refused"]
-    lines += ["    e = _new(_cls)",
-              *(f"    _set_{f.name}(e, {_conversion(cls, f.name, f.type)})" for f in fields),
-              "    return e"]
+    lines.append("    e = _new(_cls)")
+    for f in fields:
+        lines += [*_conversion(cls, f.name, f.type), f"    _set_{f.name}(e, v)"]
+    lines.append("    return e")
     namespace: dict[str, Any] = {}
     exec("\n".join(lines), env, namespace)
     build: Callable[[Any], DomainEvent] = namespace["build"]
@@ -164,14 +152,31 @@ def decode_event(event_type: str, payload: str | bytes | Mapping[str, Any]) -> D
     (the same message as `from_payload`) for a payload that is not a valid event; a text
     that is not JSON raises as `eventstore.hashing.load_json` does.
     """
+    # The journal's own text (an exact str starting with "{") first, with the fewest
+    # steps: a replay comes here once per event.
+    fast = _FAST.get(event_type)
+    if fast is not None and type(payload) is str and payload[:1] == "{":
+        try:
+            return fast[1](fast[0](payload))
+        except _NOT_FAST:
+            pass
+        return from_payload(event_type, load_json(payload))
+    return _decode_other(event_type, payload)
+
+
+_NOT_FAST = (msgspec.ValidationError, msgspec.DecodeError, _Refused)
+
+
+def _decode_other(event_type: str, payload: str | bytes | Mapping[str, Any]) -> DomainEvent:
+    """`decode_event` of anything but the journal's own text: bytes, a str of another
+    type or shape (leading spaces in a row changed outside the journal), a mapping."""
     if isinstance(payload, str | bytes):
         fast = _FAST.get(event_type)
-        # The journal's own text starts with "{"; anything else (leading spaces in a row
-        # changed outside the journal) is read the generic way, as it always was.
+        # Anything that does not start with "{" is read the generic way, as it always was.
         if fast is not None and payload[:1] in ("{", b"{"):
             try:
                 return fast[1](fast[0](payload))
-            except (msgspec.ValidationError, msgspec.DecodeError, _Refused):
+            except _NOT_FAST:
                 pass
         payload = load_json(payload.decode() if isinstance(payload, bytes) else payload)
     return from_payload(event_type, payload)  # type: ignore[arg-type]

@@ -228,7 +228,13 @@ def test_the_c_check_lets_go_of_every_row_and_leaks_nothing() -> None:
             pinned_outcome(_fast_pinned(), source)
         pinned_outcome(_fast_pinned(), failing())
 
-    watched = [*rows, *bad, *gap, *odd, *linked, *linked_bad, *orphan, *linked_odd]
+    _lets_go_and_leaks_nothing(
+        [*rows, *bad, *gap, *odd, *linked, *linked_bad, *orphan, *linked_odd], run_all)
+
+
+def _lets_go_and_leaks_nothing(watched: list[Any], run_all: Callable[[], None]) -> None:
+    """After `run_all`, every watched object has the references it had before, and running
+    it 2,000 times more leaves the traced memory where it was."""
     counts = [sys.getrefcount(r) for r in watched]
     run_all()
     gc.collect()
@@ -362,3 +368,96 @@ def test_a_missing_predecessor_and_a_lazy_start_alike() -> None:
         with pytest.raises(ChainBroken) as info:
             list(check([rows[0], orphan]))
         assert info.value.position == 2 and "missing" in str(info.value)
+
+
+# -- each row's own link, the predecessors' hashes by position (`linked`) --------------
+
+def _fast_linked() -> Callable[[Iterable[Any], Any], Iterator[Any]]:
+    assert hashing._fast_linked is not None
+    return hashing._fast_linked  # type: ignore[return-value]
+
+
+def linked_outcome(check: Callable[[Iterable[Any], Any], Iterator[Any]], rows: Iterable[Any],
+                   hashes: Any) -> tuple[list[int], Any]:
+    """`outcome` for a check of stored rows whose predecessors' hashes are in `hashes`."""
+    return outcome(lambda r, *_: check(r, hashes), rows, None, None)
+
+
+def _by_position(rows: list[tuple[Any, ...]]) -> dict[Any, Any]:
+    return {row[0]: row[8] for row in rows}
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(RECORDS, max_size=6), st.data())
+def test_the_c_check_by_position_does_what_the_python_one_does(
+        records: list[Any], data: st.DataObject) -> None:
+    rows = chain_of(records)
+    hashes: Any = _by_position(rows)
+    data.draw(st.randoms()).shuffle(rows)  # any order: each row is checked on its own
+    if rows:
+        kind = data.draw(st.sampled_from(["none", "field", "shape", "forget", "hash"]))
+        i = data.draw(st.integers(0, len(rows) - 1))
+        if kind == "field":
+            f = data.draw(st.integers(0, 8))
+            value = data.draw(st.one_of(OTHER_VALUES, st.sampled_from(["f" * 64, "0" * 64])))
+            rows[i] = (*rows[i][:f], value, *rows[i][f + 1:])
+        elif kind == "shape":
+            rows[i] = data.draw(st.sampled_from([list(rows[i]), rows[i][:8], (*rows[i], 0),
+                                                 None]))
+        elif kind == "forget":  # a predecessor the read did not find
+            hashes.pop(data.draw(st.sampled_from(sorted(hashes))), None)
+        else:  # a predecessor's hash of another value or type, or not a dict at all
+            value = data.draw(st.one_of(OTHER_VALUES, st.just("f" * 64)))
+            if data.draw(st.booleans()):
+                hashes[data.draw(st.sampled_from(sorted(hashes)))] = value
+            else:
+                hashes = data.draw(st.sampled_from([list(hashes.items()), None, value]))
+    assert (linked_outcome(_fast_linked(), rows, hashes)
+            == linked_outcome(hashing.linked_python, rows, hashes))
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(CLEAN_RECORDS, st.data())
+def test_an_edit_stops_the_check_by_position_at_its_row_in_any_order(
+        records: list[Any], data: st.DataObject) -> None:
+    rows = chain_of(records)
+    hashes = _by_position(rows)
+    order = data.draw(st.permutations(range(len(rows))))
+    shown = [rows[k] for k in order]
+    for check in (_fast_linked(), hashing.linked_python):
+        assert linked_outcome(check, shown, hashes) == (list(map(id, shown)), None)
+    i = data.draw(st.integers(0, len(rows) - 1))
+    f = data.draw(st.integers(1, 7))  # a field of the content, the hashes left as they were
+    old = shown[i][f]
+    new = old + 1 if isinstance(old, int) else data.draw(CLEAN.filter(lambda s: s != old))
+    shown[i] = (*shown[i][:f], new, *shown[i][f + 1:])
+    seen, error = linked_outcome(_fast_linked(), shown, hashes)
+    assert (seen, error) == linked_outcome(hashing.linked_python, shown, hashes)
+    assert seen == list(map(id, shown[:i]))
+    assert error is not None and error[0] is ChainBroken and error[2] == shown[i][0]
+
+
+@needs_c
+def test_the_check_by_position_refuses_as_the_link_check_and_leaks_nothing() -> None:
+    rows = chain_of([("a", "s", 1, "t", 1, 2, "{}")] * 3)
+    hashes = {1: rows[0][8]}  # position 2's predecessor only: 3's is missing
+    for check in (_fast_linked(), hashing.linked_python):
+        with pytest.raises(ChainBroken) as info:
+            list(check([rows[0], rows[1], rows[2]], hashes))
+        assert info.value.position == 2 and "missing" in str(info.value)
+        mine = with_predecessors(rows)
+        with pytest.raises(ChainBroken) as pinned_info:
+            list(hashing.pinned_python([mine[0], mine[1], (*mine[2][:9], None)]))
+        assert str(info.value) == str(pinned_info.value)
+    bad = [rows[0], (*rows[1][:8], "f" * 64)]
+    odd = [rows[0], (*rows[1][:3], True, *rows[1][4:])]
+    full = _by_position(rows)
+
+    def run_all() -> None:
+        for source in (rows, bad, odd):
+            linked_outcome(_fast_linked(), source, full)
+        linked_outcome(_fast_linked(), rows, hashes)
+
+    _lets_go_and_leaks_nothing([*rows, *bad, *odd, *full.values()], run_all)

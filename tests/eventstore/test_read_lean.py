@@ -29,3 +29,22 @@ def test_read_lean_is_read_in_six_fields(journal: JournalLike, query: dict[str, 
                 for r in journal.read(**query)]
     assert expected
     assert list(journal.read_lean(**query)) == expected  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("query", [
+    {}, {"order": "position"}, {"after_position": 2, "to_position": 7},
+    {"from_time": 3}, {"stream": "s1"}, {"order": "position", "batch_size": 2},
+])
+def test_a_type_filter_keeps_exactly_the_events_of_that_type(
+        journal: JournalLike, query: dict[str, Any]) -> None:
+    kinds = ["grant", "note", "reverse", "note", "reverse", "grant", "reverse", "note"]
+    times = [5, 3, 9, 3, 1, 7, 5, 2]
+    journal.append([NewEvent(f"e{i}", f"s{i % 2}", kind, t, {"n": i})
+                    for i, (kind, t) in enumerate(zip(kinds, times, strict=True))])
+    for kind in ("reverse", "note", "absent"):
+        expected = [r for r in journal.read(**query) if r.type == kind]
+        assert list(journal.read(type=kind, **query)) == expected
+        lean = {k: v for k, v in query.items() if k != "stream"}
+        assert list(journal.read_lean(type=kind, **lean)) == [  # type: ignore[attr-defined]
+            row for row in journal.read_lean(**lean)  # type: ignore[attr-defined]
+            if row[2] == kind]

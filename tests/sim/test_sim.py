@@ -236,3 +236,48 @@ def test_verify_carried_on_from_the_last_check_agrees_with_verify(
                                    {"account": "acme", "amount": 7, "expiry": 9999})])
     found = verification.since_last(fold_canonical(world.journal).digest())
     assert any("verify: replay to position" in p for p in found), found
+
+
+def test_whole_journal_checks_space_out_with_a_worlds_length(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every K ops up to GROWTH * K ops into a world, then every 1/GROWTH of the ops the
+    world has performed: a long world's fresh folds stay linear in its length. A new
+    world starts the schedule again."""
+    import sys
+
+    from tools.sim.run import GROWTH
+
+    module = sys.modules["tools.sim.run"]
+    full_check = module.full_check
+    at: list[int] = []  # the ops performed in the run when each check came
+    performed = 0
+    original = module.perform
+
+    def perform(world: Any, ops: Any, **options: Any) -> Any:
+        def counting() -> Any:
+            nonlocal performed
+            for op in ops:
+                performed += 1
+                yield op
+
+        def check(world: Any) -> list[str]:
+            at.append(performed)
+            return full_check(world)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(module, "full_check", check)
+        return original(world, counting(), **options)
+
+    monkeypatch.setattr(module, "perform", perform)
+    k, length = 10, 400
+    result = run(3, 2 * length, check_every=k, epoch=length, one_process=True)
+    assert result.ok, result.failure and result.failure.problems
+    expected: list[int] = []
+    for world in (0, length):
+        due = k
+        while due < length:
+            expected.append(world + due)
+            due += max(k, due // GROWTH)
+        expected.append(world + length)  # the end of each world
+    assert at == expected
+    # Every K ops up to GROWTH * K (160), then further apart.
+    assert expected[GROWTH - 1:GROWTH + 5] == [160, 170, 180, 191, 202, 214]

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from eventstore import ChainBroken, Journal, JournalLike, MemoryJournal
-from eventstore.hashing import GENESIS_HASH, record_hash_text
+from eventstore.hashing import GENESIS_HASH, pinned, record_hash_text
+from eventstore.reading import ReadQuery
 from eventstore.testing import open_journal
 from projections import GPUCreditTracker, Scheduler
 from projections.anchors import VERIFIED, advance_verified, verified_checkpoint
@@ -255,3 +256,84 @@ def test_the_first_event_links_to_the_genesis_hash(journal: JournalLike) -> None
                                           first.version, first.type, first.time,
                                           first.recorded_at, _payload(journal, 1))
     assert journal.snapshots(VERIFIED)
+
+
+def _outcome(read: Callable[[], Iterator[Any]]) -> tuple[list[int], tuple[int, str] | None]:
+    """The positions a read yields, then how it ended: None, or the refusal's position and
+    message."""
+    seen: list[int] = []
+    try:
+        for row in read():
+            seen.append(row[0])
+    except ChainBroken as exc:
+        return seen, (exc.position, str(exc))
+    return seen, None
+
+
+def _every_way(journal: JournalLike, start: int) -> dict[str, Callable[[], Iterator[Any]]]:
+    """The reads that take each row's predecessor from the rows they fetched (a whole
+    window in position order, the timeline of every stream), each in small batches too,
+    beside the reference: each row read with its predecessor's stored hash beside it."""
+    assert isinstance(journal, Journal | MemoryJournal)
+    lean: Any = journal.read_lean
+    reference = ReadQuery.make(journal.head(), after_position=start, order="position")
+    return {
+        "reference": lambda: pinned(journal._pinned_rows(reference, None)),
+        "window": lambda: journal.read(order="position", after_position=start),
+        "window in twos": lambda: lean(order="position", after_position=start, batch_size=2),
+        "timeline": lambda: journal.read(after_position=start),
+        "timeline in threes": lambda: lean(after_position=start, batch_size=3),
+        "timeline to a time": lambda: journal.read(after_position=start, to_time=10**6),
+    }
+
+
+def _sorted_by_position(outcome: tuple[list[int], Any]) -> tuple[list[int], Any]:
+    return sorted(outcome[0]), outcome[1]
+
+
+def _all_refuse_alike(journal: JournalLike, start: int) -> None:
+    ways = _every_way(journal, start)
+    expected = _outcome(ways.pop("reference"))
+    for name, read in ways.items():
+        got = _outcome(read)
+        if expected[1] is None:  # whole: the same events, each in the read's own order
+            assert _sorted_by_position(got) == expected, name
+        else:
+            assert got[1] == expected[1], name
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(position=st.sampled_from(sorted(EDITABLE)), start=st.integers(0, EVENTS),
+       rehash=st.booleans())
+def test_reads_that_find_predecessors_among_their_rows_refuse_as_each_row_alone(
+        journal: JournalLike, position: int, start: int, rehash: bool) -> None:
+    """An edit in place (or re-hashed with its row) is refused by every way of reading at
+    the position the row-by-row check names, whatever window the read starts at."""
+    _all_refuse_alike(journal, start)
+    rows = {r.position: r for r in journal.read(order="position")}
+    old = _edit(journal, position)
+    if rehash:
+        new, r = _payload(journal, position), rows[position]
+        prev = rows[position - 1].hash if position > 1 else GENESIS_HASH
+        _store(journal, position, new, record_hash_text(
+            prev, r.position, r.id, r.stream, r.version, r.type, r.time, r.recorded_at, new))
+    try:
+        _all_refuse_alike(journal, start)
+    finally:
+        _store(journal, position, old, rows[position].hash)
+    _all_refuse_alike(journal, start)
+
+
+@pytest.mark.parametrize("gone", [(1,), (6,), (6, 7), (EVENTS,)])
+def test_reads_that_find_predecessors_among_their_rows_name_a_missing_one_alike(
+        journal: JournalLike, gone: tuple[int, ...]) -> None:
+    if isinstance(journal, MemoryJournal):
+        pytest.skip("the memory journal's rows cannot go missing")
+    assert isinstance(journal, Journal)
+    with journal._engine.begin() as conn:
+        for position in gone:
+            conn.execute(text("DELETE FROM events WHERE position = :p"), {"p": position})
+    for start in (0, gone[0] - 1, gone[-1], gone[-1] + 1):
+        if start < EVENTS:
+            _all_refuse_alike(journal, start)
