@@ -205,6 +205,16 @@ def test_many_clients_pipelined_keep_positions_gapless_and_the_chain_whole(
                                           None, 1))
     plans = [[(rng.choice(accounts), rng.randint(1, 9)) for _ in range(25)]
              for _ in range(8)]
+    written = service.batching.written
+
+    def slow_written(deferred: Deferred) -> Any:
+        # Each write takes a moment, as a commit across a network does: callers queue
+        # behind it and their batch is decided ahead, however fast the disk (without
+        # this, a quick SQLite commit could leave nothing to decide ahead).
+        threading.Event().wait(0.005)
+        return written(deferred)
+
+    service.batching.written = slow_written  # type: ignore[method-assign]
     answers: list[list[Any]] = [[] for _ in plans]
 
     def client(n: int) -> None:
