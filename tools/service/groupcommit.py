@@ -338,6 +338,42 @@ class GroupCommit:
         self._deferred = later
         return items, stop
 
+    def commit_in_turn(self, commands: Sequence[Command],
+                       before_batch: Callable[[], None] | None = None
+                       ) -> tuple[list[Future[Any]], list[list[int]]]:
+        """Batch and commit `commands` on the caller's thread as the loop would, batch
+        after batch until each is answered, but without its waits for more callers (on
+        the wall clock), so what is batched depends on the journal alone: a simulator's
+        deterministic turn. The writer's thread must not be running. `before_batch` runs
+        before each batch is formed. Returns each command's future and the batches, as
+        indexes into `commands`."""
+        items = [_Item(command) for command in commands]
+        # The first queued command opens a batch, the rest join it as they fit.
+        for item in items[1:]:
+            self._queue.put(item)
+        index = {id(item): i for i, item in enumerate(items)}
+        groups: list[list[int]] = []
+        first: _Item | None = items[0] if items else None
+        while first is not None:
+            if before_batch is not None:
+                before_batch()
+            group, _ = self._next_batch(first)
+            groups.append([index[id(item)] for item in group])
+            self._commit(group)
+            # On a SQL journal a batch may be decided ahead and written by the
+            # committer's thread: wait for that write (and handle its failure) as the
+            # loop would before the next batch, so every answer is in when the turn ends.
+            while self._ahead is not None:  # a failed write's retries may leave another
+                self._settle_ahead()
+            first = self._deferred.pop(0) if self._deferred else None
+            while first is None and not self._queue.empty():
+                got = self._queue.get_nowait()
+                if isinstance(got, _Item):  # not the committer's wake-up
+                    first = got
+        futures = [item.future for item in items]
+        assert all(f is not None for f in futures)  # a thread's caller, not a loop's
+        return [f for f in futures if f is not None], groups
+
     def _loop(self) -> None:
         stopping = False
         while True:

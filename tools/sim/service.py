@@ -33,7 +33,7 @@ from typing import Any
 
 from eventstore import ConnectionProblem, JournalLike
 from tools.service import commands
-from tools.service.groupcommit import Command, _Item
+from tools.service.groupcommit import Command
 from tools.service.ledger import LedgerService
 
 FAULTS = ("commit-fails", "commit-lost", "answers-lost")
@@ -84,53 +84,29 @@ def commit_in_turn(service: LedgerService,
     """Queue `batch` for the service's writer and commit it as the writer's loop would,
     batch after batch, until every command is answered: (each command's answer, or the
     exception it got; the groups committed together, as indexes into `batch`)."""
-    items = [_Item(command) for command in batch]
     quiet = _LOG.disabled
     # A failed batch is logged as a warning for the operator; here it is a planned
     # fault, and the simulator reports what it finds itself.
     _LOG.disabled = True
     try:
-        groups = _commit_all(service, items)
+        futures, groups = service.writer.commit_in_turn(batch, before_batch=_undeferred(service))
     finally:
         _LOG.disabled = quiet
     out: list[Any] = []
-    for item in items:
-        assert item.future is not None and item.future.done()
-        failed = item.future.exception()
-        out.append(failed if failed is not None else item.future.result())
+    for future in futures:
+        assert future.done()
+        failed = future.exception()
+        out.append(failed if failed is not None else future.result())
     return out, groups
 
 
-def _commit_all(service: LedgerService, items: list[_Item]) -> list[list[int]]:
-    writer = service.writer
-    # What the loop does between two batches, without its wait for more callers (on the
-    # wall clock): the first queued command opens a batch, the rest join it as they fit.
-    for item in items[1:]:
-        writer._queue.put(item)
-    index = {id(item): i for i, item in enumerate(items)}
-    groups: list[list[int]] = []
-    first: _Item | None = items[0] if items else None
-    while first is not None:
+def _undeferred(service: LedgerService) -> Callable[[], None]:
+    def ask_afresh() -> None:
         # The service writes one decision at a time for a while after it saw another
         # writer's events (measured on the wall clock); the simulator asks afresh each
         # batch, so what a batch does depends on the journal alone.
         service._defer_after = 0.0
-        group, _ = writer._next_batch(first)
-        groups.append([index[id(item)] for item in group])
-        writer._commit(group)
-        # On a SQL journal a batch may be decided ahead and written by the committer's
-        # thread: wait for that write (and handle its failure) as the loop would before
-        # the next batch, so every answer is in when the turn ends.
-        while writer._ahead is not None:  # a failed write's retries may leave another
-            writer._settle_ahead()
-        first = None
-        if writer._deferred:
-            first = writer._deferred.pop(0)
-        while first is None and not writer._queue.empty():
-            got = writer._queue.get_nowait()
-            if isinstance(got, _Item):  # not the committer's wake-up
-                first = got
-    return groups
+    return ask_afresh
 
 
 @contextmanager
