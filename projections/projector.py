@@ -181,7 +181,8 @@ class Projector:
                  max_snapshots: int = 32, recent_outcomes: int = 50_000,
                  snapshot_factor: int = 1, older: Older | None = None,
                  remember_once_late: bool = False, locate: Locate | None = None,
-                 account_reader: AccountReader | None = None) -> None:
+                 account_reader: AccountReader | None = None,
+                 snapshot_once_late: bool = False) -> None:
         self.ledger = Ledger()
         # Per-account re-projection (None: every late event refolds the whole timeline),
         # and what rules it out: accounts touched by events of another stream, job ids
@@ -213,6 +214,11 @@ class Projector:
         # Remember outcomes only from the first late event on: a journal read in order
         # (most replays) then pays nothing for them.
         self._remember_once_late = remember_once_late
+        # Snapshots only from the first late event on, likewise: before it, a late event
+        # refolds from the start (or from `older`), which the first one alone pays, while
+        # a journal read in order (most replays) never copies its state at all. The refold
+        # lays down snapshots as it goes, so the late events after it find them.
+        self._snapshot_once_late = snapshot_once_late
         self._factor = snapshot_factor
         self._reader = reader
         self._min_every = min_snapshot_every
@@ -246,6 +252,8 @@ class Projector:
         return max(min(MIN_SPACING, self._min_every), min(spacing, best))
 
     def _maybe_snapshot(self, ledger: Ledger) -> None:
+        if self._snapshot_once_late and not self._late:
+            return
         self._since_snapshot += 1
         if self._since_snapshot < self._next_snapshot:
             return
@@ -576,13 +584,15 @@ class Projector:
         ledger = self.ledger
         apply = ledger.apply_recorded
         remember = bool(self._recent_limit) and not (self._remember_once_late and not self._late)
+        snapshots = bool(self._late) or not self._snapshot_once_late
         outcomes: dict[int, Outcome] = {}
         for rec in ordered:
             outcome = apply(rec.position, rec.id, rec.type, rec.time, rec.payload)
             account = outcome.account
             if account is None or account != getattr(rec, "stream", None):
                 self._track(rec, outcome, ledger)  # nothing to note when it is its stream's
-            self._maybe_snapshot(ledger)
+            if snapshots:
+                self._maybe_snapshot(ledger)
             if remember:
                 self._remember(outcome)
             outcomes[rec.position] = outcome

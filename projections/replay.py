@@ -264,10 +264,14 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     at = checkpoint_positions(head, checkpoint_every) if saving else frozenset()
     if saving:
         journal.drop_snapshots(CHECKPOINT)
-    # A replay pays for snapshots on every event but needs them only for late events:
-    # sparse snapshots (denser once late events show up) keep an in-order journal fast.
+    # A replay needs snapshots only for late events: none is taken before the first one
+    # (copying the whole state every few tens of thousands of events was a sixth of a
+    # replay of an in-order journal), sparse ones after it (denser as late events show
+    # up). The first late event refolds from the start: for its own account alone, that
+    # account's events; only one that reaches across accounts (a reversal, a void) folds
+    # the whole timeline up to it, once, laying down the snapshots the next ones use.
     # Each holds a copy of every account's state: spaced 32 times the state's size, a
-    # replay of 10^6 events of the mix peaks near 210 MB, against 330 MB at 8 times.
+    # replay of 10^6 events of the mix peaked near 210 MB, against 330 MB at 8 times.
     # Once a late event has been seen, a short memory of outcomes lets the next ones
     # compare against what was reported instead of folding the old timeline beside the new.
     held = HeldRows() if head <= HELD_ROWS else None
@@ -277,7 +281,7 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
         # Holding the rows, remember every outcome too: a late event then never folds
         # the old timeline a second time to learn what was reported.
         recent_outcomes=REPLAY_REMEMBERS if held is None else max(REPLAY_REMEMBERS, head),
-        remember_once_late=True, locate=locator(journal),
+        remember_once_late=True, snapshot_once_late=True, locate=locator(journal),
         account_reader=account_reader(journal) if held is None else held.read_stream)
     done = 0
     if progress is not None:
