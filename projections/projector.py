@@ -28,6 +28,7 @@ import heapq
 import itertools
 import json
 import math
+import operator
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -92,6 +93,11 @@ AccountReader = Callable[[str, tuple[int, int], int], Iterable[Recorded]]
 in canonical order with (time, position) > after_key and position <= to_position."""
 
 REVERSE = "reverse"
+
+# A batch's keys and fields read in C (a map or a sort key), not by a Python frame per event.
+_TIMELINE_KEY: Callable[[Recorded], tuple[int, int]] = operator.attrgetter("time", "position")
+_POSITION: Callable[[Recorded], int] = operator.attrgetter("position")
+_TYPE: Callable[[Recorded], str] = operator.attrgetter("type")
 _JOB_EVENTS = frozenset({"submit", "start", "complete", "cancel"})
 _CROSSING = frozenset({REVERSE, "void"})
 """Event types whose effect is not confined to their own stream's state."""
@@ -158,6 +164,8 @@ def _reversals_in(batch: Sequence[Recorded]) -> dict[str, str]:
     """{reversal id: target id} of the valid reversals among `batch` (what folding them
     adds to `Ledger.reversals`)."""
     found: dict[str, str] = {}
+    if REVERSE not in map(_TYPE, batch):
+        return found  # almost every batch: no Python step per event to learn it
     for rec in batch:
         if rec.type != REVERSE:
             continue
@@ -351,12 +359,12 @@ class Projector:
         known = batch[0].position if known_before is None else known_before
         if len(batch) == 1 and known == batch[0].position:
             return {batch[0].position: self.ingest(batch[0])}
-        positions = [rec.position for rec in batch]
-        if positions[0] <= self.position or any(
-                b <= a for a, b in itertools.pairwise(positions)):
+        positions = list(map(_POSITION, batch))
+        if positions[0] <= self.position or not all(
+                map(operator.lt, positions, itertools.islice(positions, 1, None))):
             raise ValueError(f"batch at positions {positions[0]}..{positions[-1]} ingested "
                              f"after {self.position}, or not in increasing position order")
-        ordered = sorted(batch, key=lambda r: (r.time, r.position))
+        ordered = sorted(batch, key=_TIMELINE_KEY)
         reversals = _reversals_in(batch)
         if not reversals and (ordered[0].time, ordered[0].position) > self.ledger.last:
             # Nothing lands before what is applied: the usual case, and a journal's first

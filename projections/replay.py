@@ -13,6 +13,7 @@ import bisect
 import functools
 import heapq
 import json
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -211,8 +212,9 @@ def _insert(keys: list[tuple[int, int]], rows: list[Lean], key: tuple[int, int],
     rows.insert(i, rec)
 
 
-def _key(rec: Lean) -> tuple[int, int]:
-    return (rec.time, rec.position)
+# A held row's place on the timeline, (time, position), taken in C: held rows are keyed,
+# sorted and merged by it, several times per row.
+_key: Callable[[Lean], tuple[int, int]] = operator.itemgetter(3, 0)
 
 
 def _merge(keys: list[tuple[int, int]], rows: list[Lean], recs: Sequence[Lean]) -> None:
