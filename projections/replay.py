@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import json
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -215,6 +216,7 @@ def _insert(keys: list[tuple[int, int]], rows: list[Lean], key: tuple[int, int],
 # A held row's place on the timeline, (time, position), taken in C: held rows are keyed,
 # sorted and merged by it, several times per row.
 _key: Callable[[Lean], tuple[int, int]] = operator.itemgetter(3, 0)
+_position: Callable[[Lean], int] = operator.itemgetter(0)
 
 
 def _merge(keys: list[tuple[int, int]], rows: list[Lean], recs: Sequence[Lean]) -> None:
@@ -291,34 +293,41 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # Events appended together are one step of knowledge: the projector takes each
     # batch whole (a batch reaching past `head` is known up to `head`).
     ends = {first: min(last, head) for first, last in batches_of(journal, head)}
-    pending: list[Lean] = []
     shown = 0
-    begin = end = 0  # the first and last position of the batch being gathered (0: none)
+    rows: Iterator[Lean] = iter(lean_records(journal, to_position=head, order="position"))
     with paused_gc():
-        for rec in lean_records(journal, to_position=head, order="position"):
-            if not end:
-                begin, end = rec.position, ends.get(rec.position, rec.position)
-            if to_time is None or rec.time <= to_time:
-                pending.append(rec)
-            done += 1
-            if rec.position < end and len(pending) < BATCH_HELD:
-                continue
-            if held is not None:
-                held.add_all(pending)
-            if pending:
-                # A batch larger than BATCH_HELD (a whole import of millions of lines)
-                # is taken a part at a time, each part known with the ones before it.
-                projector.ingest_batch(pending, known_before=begin)
-            pending = []
-            if rec.position < end:
-                continue
-            end = 0
+        while (rec := next(rows, None)) is not None:
+            begin = rec.position
+            end = ends.get(begin, begin)  # the batch's last position
+            part = [rec]
+            while True:
+                if part[-1].position < end and len(part) < BATCH_HELD:
+                    # The batch's other rows taken at once, not a Python step per row. A
+                    # batch larger than BATCH_HELD (a whole import of millions of lines)
+                    # is taken a part at a time, each part known with the ones before it.
+                    part += itertools.islice(rows, min(end - part[-1].position,
+                                                       BATCH_HELD - len(part)))
+                    if part[-1].position > end:
+                        # Positions with a gap: the rows past the batch's end come next.
+                        cut = bisect.bisect_right(part, end, key=_position)
+                        rows = itertools.chain(part[cut:], rows)
+                        del part[cut:]
+                last = part[-1].position
+                done += len(part)
+                mine = part if to_time is None else [r for r in part if r.time <= to_time]
+                if held is not None:
+                    held.add_all(mine)
+                if mine:
+                    projector.ingest_batch(mine, known_before=begin)
+                if last >= end or (rec := next(rows, None)) is None:
+                    break
+                part = [rec]
             # A checkpoint due inside a batch is saved at its end: the projected state
             # holds a whole batch or none of it.
-            if any(begin <= p <= rec.position for p in at) and (
-                    rec.position == head or checkpoint_is_valid_at(
-                        journal, rec.position, projector.ledger.last[0])):
-                save_checkpoint(journal, projector.ledger, rec.position)
+            if any(begin <= p <= last for p in at) and (
+                    last == head or checkpoint_is_valid_at(
+                        journal, last, projector.ledger.last[0])):
+                save_checkpoint(journal, projector.ledger, last)
             if progress is not None and done - shown >= 5000:
                 progress(done, head)
                 shown = done
