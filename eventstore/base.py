@@ -144,11 +144,12 @@ class JournalBase(Reader):
         when the one before is done), each row checked against its predecessor's stored
         hash.
 
-        A batch of consecutive positions (a whole window read in position order: a
-        replay) is walked by `chained`: each row after the first links to the one just
-        checked, whose stored hash is the one recomputed, and the first to the last row
-        of the batch before or, at the start, to the stored hash the window starts from.
-        Any other batch (the timeline, or a gap) is checked row by row by `linked`
+        A batch of consecutive positions in order (a whole window read in position
+        order: a replay; or a stretch of the timeline where nothing arrived late) is
+        walked by `chained`: each row after the first links to the one just checked,
+        whose stored hash is the one recomputed, and the first to the last row of the
+        batch before or, at the start, to the stored hash the window starts from.
+        Any other batch (a late event on the timeline, or a gap) is checked row by row by `linked`
         against the stored hashes of its rows' predecessors, found among the rows of this
         batch and of the one before (on the timeline of an in-order journal: all but
         those around a late event), the rest fetched in one query, before any row of the
@@ -156,16 +157,26 @@ class JournalBase(Reader):
         """
         sequential = q.contiguous and q.order == "position"
         before: dict[int, str] = {}
+        walked: list[StoredRow] | None = None  # the batch before, if walked: `before` of it
         last: tuple[int, str] | None = None  # the previous batch's last row, checked
         for batch in self._row_batches(q, tx):
             first = batch[0][0]
-            if sequential and batch[-1][0] - first == len(batch) - 1:
+            if batch[-1][0] - first == len(batch) - 1 and (sequential or all(
+                    map(operator.eq, map(_position_of, batch), range(first, first + len(batch))))):
+                # Consecutive positions in order (in position order, or a stretch of the
+                # timeline without a late event: most of an in-order journal's): walked
+                # like a replay's rows, without a map of hashes by position per row.
                 prev = (last[1] if last is not None and last[0] == first - 1
+                        else before.get(first - 1) if walked is None and first - 1 in before
                         else self._stored_hash(first - 1, q.head, tx) if first > 0 else None)
                 if prev is not None:
                     yield chained(batch, prev, first - 1)
                     last = (batch[-1][0], batch[-1][8])
+                    walked = batch
                     continue
+            if walked is not None:
+                before = dict(zip(map(_position_of, walked), map(_hash_of, walked), strict=True))
+                walked = None
             known = dict(zip(map(_position_of, batch), map(_hash_of, batch), strict=True))
             wanted = set(map(_predecessor, known))
             wanted.difference_update(known)
