@@ -166,6 +166,14 @@ def decode_event(event_type: str, payload: str | bytes | Mapping[str, Any]) -> D
 
 _NOT_FAST = (msgspec.ValidationError, msgspec.DecodeError, _Refused)
 
+FAST_PATHS: Mapping[str, tuple[Callable[[str | bytes], Any], Callable[[Any], DomainEvent]]] = _FAST
+"""Per event type, the fast path of `decode_event` for the journal's own text (an exact
+str starting with "{"): (decode the wire struct, build the event). For the fold's own
+copy of `decode_event`'s first step, taken from compiled code without a Python frame."""
+
+NOT_FAST = _NOT_FAST
+"""What a fast path raises for a payload it leaves to the generic way (`decode_event`)."""
+
 
 def _decode_other(event_type: str, payload: str | bytes | Mapping[str, Any]) -> DomainEvent:
     """`decode_event` of anything but the journal's own text: bytes, a str of another
