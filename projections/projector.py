@@ -333,6 +333,15 @@ class Projector:
         self._snap_keys = [ledger.last]
         self._snap_states = [snapshot(ledger)]
 
+    def keep_restart_point(self) -> None:
+        """Snapshot the ledger as it stands, whatever the policy: a place for a late event
+        still to come to refold from (with `snapshot_once_late`, the caller's choice of
+        where the first one may refold from, before any late event was seen)."""
+        if self._snap_keys and self._snap_keys[-1] >= self.ledger.last:
+            return
+        self._snap_keys.append(self.ledger.last)
+        self._snap_states.append(snapshot(self.ledger))
+
     def snapshot_count(self) -> int:
         return len(self._snap_keys)
 
