@@ -133,6 +133,11 @@ class Backend:
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """Take more lock keys inside an open write transaction."""
 
+    def one_statement(self, conn: Connection) -> AbstractContextManager[object]:
+        """Around one read statement on conn, outside a transaction; by default in one
+        (a database whose transactions cost no round trip)."""
+        return conn.begin()
+
     def head(self, conn: Connection) -> int:
         """The last position (0 when empty), asked of the driver directly: a writer asks
         it before every batch, and SQLAlchemy's statement machinery cost four times the

@@ -209,6 +209,26 @@ class Journal(JournalBase):
             yield conn
 
     @contextmanager
+    def _one_read(self) -> Iterator[Connection]:
+        """A connection for one read statement: this thread's transaction, else a pooled
+        connection outside any (a statement sees one snapshot by itself; on PostgreSQL
+        BEGIN and COMMIT around it would cost two more round trips, and a writer asks
+        this before every batch)."""
+        tx = self._current()
+        if tx is not None:
+            with self._errors():
+                yield tx._check()
+            return
+        self._check_open()
+        with (
+            self._errors(),
+            self._backend.guard(),
+            self._engine.connect() as conn,
+            self._backend.one_statement(conn),
+        ):
+            yield conn
+
+    @contextmanager
     def _writing(
         self, locks: Sequence[str] = (), tx: SqlTransaction | None = None
     ) -> Iterator[Connection]:
@@ -544,7 +564,7 @@ class Journal(JournalBase):
         """The events recorded under any of these ids, by id: one query per 1,000 ids."""
         wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
         found: dict[str, RecordedEvent] = {}
-        with self._reading() as conn:
+        with self._reading() if len(wanted) > 1000 else self._one_read() as conn:
             for chunk in _chunks(wanted, 1000):
                 # The driver directly: a writer asks this before every batch, and
                 # SQLAlchemy's statement machinery cost more than the query.
@@ -561,7 +581,7 @@ class Journal(JournalBase):
         wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
         if len(wanted) > 1000:
             return self.head(), self.get_many(wanted)
-        with self._reading() as conn:
+        with self._one_read() as conn:
             head, rows = self._backend.head_and_existing(conn, wanted)
         return head, {r.id: r for r in map(to_event, rows)}
 

@@ -118,6 +118,19 @@ class PostgresBackend(Backend):
             self.lock_more(conn, locks)
             yield
 
+    @contextmanager
+    def one_statement(self, conn: Connection) -> Iterator[None]:
+        """In autocommit: the driver would send BEGIN, then the statement, then COMMIT,
+        three round trips where one does (a statement is its own snapshot)."""
+        raw = dbapi(conn)
+        with self.direct(conn):
+            raw.autocommit = True
+        try:
+            yield
+        finally:
+            if not (raw.closed or raw.broken):
+                raw.autocommit = False
+
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
 
