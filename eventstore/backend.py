@@ -160,10 +160,11 @@ class Backend:
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False) -> None:
         """Insert the rows in one bulk call and move the head to the last of them; store
         the private parts (position, salt, text) of those that have one, and the batch's
-        row."""
+        row. `commit`: nothing follows in the transaction, so it may be committed with
+        the write where that saves a round trip (else it commits as it ends, as usual)."""
         raise NotImplementedError
 
     def before_erase(self, conn: Connection) -> None:

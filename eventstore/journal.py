@@ -33,7 +33,7 @@ from .appending import NUL, require_int, require_text, validate_snapshot, wall_c
 from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
-from .errors import JournalError, ReadOnlyJournal
+from .errors import JournalError, ReadOnlyJournal, VersionConflict
 from .hashing import GENESIS_HASH, pinned
 from .reading import ReadQuery
 from .records import (
@@ -117,6 +117,21 @@ class SqlTransaction(Reader):
     def head(self) -> int:
         """The last position as this transaction sees it."""
         return self._journal._head(self)
+
+    def append_and_commit(self, events: Sequence[NewEvent], *, at: int) -> list[RecordedEvent]:
+        """Append every event as new at positions `at`, `at` + 1, ..., as the
+        transaction's last act, and commit it: on PostgreSQL the COMMIT goes in the
+        write's own round trip (a writer that commits every batch saves one per batch).
+
+        Raises VersionConflict, writing nothing, when the journal's head is not at
+        `at` - 1 or an event is recorded already (or repeated): whoever placed the
+        events there decided on a journal that has moved on. Nothing can run in the
+        transaction afterwards; its block still ends as usual, and if the commit failed
+        nothing of it was written."""
+        try:
+            return self._journal._append_batch(events, None, self, commit=True, at=at)
+        finally:
+            self.open = False
 
 
 class Journal(JournalBase):
@@ -303,6 +318,9 @@ class Journal(JournalBase):
         events: Sequence[NewEvent],
         expected: Mapping[str, int] | None,
         tx: SqlTransaction | None,
+        *,
+        commit: bool = False,
+        at: int | None = None,
     ) -> list[RecordedEvent]:
         # Validate before touching the database: a bad batch never waits for a lock.
         batch = appending.plan(events)
@@ -310,11 +328,11 @@ class Journal(JournalBase):
         if not batch.candidates:
             return []
         with self._writing(tx=tx) as conn:
-            return self._append(conn, batch, expected, tx or self._current())
+            return self._append(conn, batch, expected, tx or self._current(), commit, at)
 
     def _append(
         self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None,
-        tx: SqlTransaction | None,
+        tx: SqlTransaction | None, commit: bool = False, at: int | None = None,
     ) -> list[RecordedEvent]:
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
@@ -327,6 +345,13 @@ class Journal(JournalBase):
             existing = {r[1]: to_event(r) for r in self._backend.existing(conn, ids)}
             held = self._held(conn, [r for r in existing.values() if PRIVATE_KEY in r.payload])
         fresh = appending.check_existing(batch, existing, held)
+        if at is not None and (probe.position + 1 != at or len(fresh) != len(batch.slots)):
+            raise VersionConflict(
+                f"the append was to start at position {at}, after the journal's head, which "
+                f"is at {probe.position}; {len(batch.slots) - len(fresh)} of its "
+                f"{len(batch.slots)} events are recorded already or repeated: the journal "
+                "moved on since they were placed; decide them again"
+            )
         if not fresh:
             return appending.results(batch, existing, [])
         appending.check_expected(expected, probe.versions)
@@ -343,7 +368,8 @@ class Journal(JournalBase):
         private = [p for p in (r.stored_private() for r in rows) if p is not None]
         # The batch's row goes with the same write (the same round trip on PostgreSQL).
         self._backend.write(conn, [r.stored() for r in rows], private,
-                            self._batch_row(rows[0].event.position, rows[-1].event.position, tx))
+                            self._batch_row(rows[0].event.position, rows[-1].event.position, tx),
+                            commit=commit)
         return appending.results(batch, existing, rows)
 
     @staticmethod

@@ -259,9 +259,12 @@ class PostgresBackend(Backend):
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False) -> None:
         """Insert the rows (and private parts), move the head, write the batch's row: one
-        pipelined round trip, or COPY then one pipelined round trip.
+        pipelined round trip, or COPY then one pipelined round trip. With `commit`, the
+        COMMIT joins that round trip: an error of any statement before it aborts the
+        transaction, and the COMMIT then ends it with nothing written (the error is
+        raised here, as it would be without).
 
         COPY is several times faster than INSERT for a large batch but cannot join
         a pipeline. Either way it all runs inside the append's transaction.
@@ -280,6 +283,8 @@ class PostgresBackend(Backend):
                     cur.execute(_MOVE_HEAD, last)
                     for sql, params in after:
                         cur.execute(sql, params)
+                    if commit:
+                        raw.commit()
                 return
             with raw.cursor() as cur:
                 with cur.copy(f"COPY events ({COLUMNS_SQL}) FROM STDIN") as copy:
@@ -293,6 +298,8 @@ class PostgresBackend(Backend):
                     cur.execute(_MOVE_HEAD, last)
                     for sql, params in after:
                         cur.execute(sql, params)
+                    if commit:
+                        raw.commit()
 
     def after_erase(self, engine: Engine) -> tuple[str, ...]:
         """VACUUM FULL the private parts: a deleted row stays in the table's file until the

@@ -44,7 +44,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction
+from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction, VersionConflict
+from eventstore.journal import SqlTransaction
 
 SHARED = "shared:"
 
@@ -240,8 +241,15 @@ class BatchJournal:
         if not deferred.events:
             return []
         with self._journal.transaction(sorted(deferred.locks)) as tx:
-            recorded = tx.append(deferred.events)
             first = deferred.first
+            if isinstance(tx, SqlTransaction):
+                # The append is the transaction's last act: a SQL journal checks where
+                # the events land before it writes, and commits in the same round trip.
+                try:
+                    return tx.append_and_commit(deferred.events, at=first)
+                except VersionConflict as exc:
+                    raise PositionsMoved(str(exc)) from exc
+            recorded = tx.append(deferred.events)
             if [r.position for r in recorded] != list(range(first, first + len(recorded))):
                 raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                                      f"expected {first}..")
