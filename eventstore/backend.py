@@ -133,6 +133,19 @@ class Backend:
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """Take more lock keys inside an open write transaction."""
 
+    def own_transaction(self, conn: Connection) -> AbstractContextManager[object]:
+        """Around a write transaction that `begin_lock_and_probe` opens and `write(...,
+        commit=True)` ends (`Journal.append_at`); by default `begin_write` without keys,
+        which commits as it ends."""
+        return self.begin_write(conn, ())
+
+    def begin_lock_and_probe(self, conn: Connection, locks: Sequence[str], ids: Sequence[str],
+                             streams: Sequence[str]) -> Probe:
+        """In `own_transaction`: take the keys, then lock the head and probe (one round
+        trip where the database allows)."""
+        self.lock_more(conn, locks)
+        return self.lock_and_probe(conn, ids, streams)
+
     def one_statement(self, conn: Connection) -> AbstractContextManager[object]:
         """Around one read statement on conn, outside a transaction; by default in one
         (a database whose transactions cost no round trip)."""

@@ -118,21 +118,6 @@ class SqlTransaction(Reader):
         """The last position as this transaction sees it."""
         return self._journal._head(self)
 
-    def append_and_commit(self, events: Sequence[NewEvent], *, at: int) -> list[RecordedEvent]:
-        """Append every event as new at positions `at`, `at` + 1, ..., as the
-        transaction's last act, and commit it: on PostgreSQL the COMMIT goes in the
-        write's own round trip (a writer that commits every batch saves one per batch).
-
-        Raises VersionConflict, writing nothing, when the journal's head is not at
-        `at` - 1 or an event is recorded already (or repeated): whoever placed the
-        events there decided on a journal that has moved on. Nothing can run in the
-        transaction afterwards; its block still ends as usual, and if the commit failed
-        nothing of it was written."""
-        try:
-            return self._journal._append_batch(events, None, self, commit=True, at=at)
-        finally:
-            self.open = False
-
 
 class Journal(JournalBase):
     """An append-only, idempotent, hash-chained journal on SQLite or PostgreSQL.
@@ -313,6 +298,40 @@ class Journal(JournalBase):
         """
         return self._append_batch(events, expected_versions, None)
 
+    def append_at(self, events: Sequence[NewEvent], *, at: int,
+                  locks: Iterable[str] = ()) -> list[RecordedEvent]:
+        """Append every event as new at positions `at`, `at` + 1, ..., in a transaction
+        of its own holding `locks` (as `transaction` takes them), and commit: for a
+        writer that decided the events before and only needs them written where it
+        placed them. On PostgreSQL two round trips in all: BEGIN, the keys, the head's
+        lock and the probe in one; the rows and the COMMIT in the other.
+
+        Raises VersionConflict, writing nothing, when the journal's head is not at
+        `at` - 1 or an event is recorded already (or repeated in the batch): whoever
+        placed the events there decided on a journal that has moved on. Otherwise as
+        `append` (ValueError, IdempotencyConflict)."""
+        keys = [require_text("lock key", k) for k in locks]
+        require_int("at", at)
+        batch = appending.plan(events)
+        if not batch.candidates:
+            return []
+        if self._current() is not None:
+            raise JournalError("append_at commits a transaction of its own: call it outside "
+                               "journal.transaction(), or use the transaction's append")
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyJournal(
+                f"this journal ({self._backend.describe()}) was opened read-only: "
+                "nothing was written; open it without read_only=True to write"
+            )
+        with (
+            self._errors(),
+            self._backend.guard(),
+            self._engine.connect() as conn,
+            self._backend.own_transaction(conn),
+        ):
+            return self._append(conn, batch, None, None, True, at, keys)
+
     def _append_batch(
         self,
         events: Sequence[NewEvent],
@@ -333,12 +352,14 @@ class Journal(JournalBase):
     def _append(
         self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None,
         tx: SqlTransaction | None, commit: bool = False, at: int | None = None,
+        locks: Sequence[str] | None = None,
     ) -> list[RecordedEvent]:
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
         streams = appending.streams_of(batch.candidates, expected)
-        probe = self._backend.lock_and_probe(conn, ids, streams)
+        probe = (self._backend.lock_and_probe(conn, ids, streams) if locks is None
+                 else self._backend.begin_lock_and_probe(conn, locks, ids, streams))
         existing: dict[str, RecordedEvent] = {}
         held: dict[str, str] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice

@@ -131,13 +131,63 @@ class PostgresBackend(Backend):
             if not (raw.closed or raw.broken):
                 raw.autocommit = False
 
-    def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
-        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
+    @contextmanager
+    def own_transaction(self, conn: Connection) -> Iterator[None]:
+        """The driver in autocommit, so that it sends no BEGIN of its own (a round trip):
+        `begin_lock_and_probe` sends BEGIN with its statements, `write(..., commit=True)`
+        COMMIT with its own; anything raised in between rolls back."""
+        raw = dbapi(conn)
+        with self.direct(conn):
+            raw.autocommit = True
+        try:
+            yield
+            if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with self.direct(conn):
+                    raw.commit()
+        except BaseException:
+            if not (raw.closed or raw.broken):
+                with self.direct(conn):
+                    raw.rollback()
+            raise
+        finally:
+            if not (raw.closed or raw.broken):
+                raw.autocommit = False
 
-        A key written `shared:NAME` takes NAME's lock in shared mode: many holders at once,
-        excluded only by an exclusive holder of NAME (e.g. the scheduler's queue, read by
-        every submit and taken whole by start_next).
-        """
+    def begin_lock_and_probe(self, conn: Connection, locks: Sequence[str], ids: Sequence[str],
+                             streams: Sequence[str]) -> Probe:
+        """BEGIN, every key tried without waiting and, if all were free, the head locked,
+        then the probe: one query string, one round trip (the simple protocol runs each
+        statement on a snapshot of its own, so the probe, after the head's lock, sees the
+        append before it). A key held elsewhere leaves the head unlocked: then the keys
+        are taken as `lock_more` takes them and the head locked after them, the global
+        order kept."""
+        ordered = self._ordered(conn, locks)
+        raw = dbapi(conn)
+        with self._naming("the journal head row (every append queues there)"), self.direct(conn):
+            cur = psycopg.ClientCursor(raw)
+            cur.execute(_BEGIN_LOCKS_HEAD_PROBE, {
+                "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                "shared": "{" + ",".join(["t" if shared else "f"
+                                          for _, (_, shared) in ordered]) + "}",
+                "ids": text_array(ids), "streams": text_array(streams)})
+            cur.nextset()
+            head = cur.fetchone()
+            cur.nextset()
+            probe = cur.fetchone()
+            cur.close()
+        assert probe is not None  # the probe is one row of aggregates
+        last, any_existing, versions = probe
+        if head is None:  # a key was held: wait for the keys in order, then the head
+            self.lock_more(conn, locks)
+            return self.lock_and_probe(conn, ids, streams)
+        return Probe(head[0], head[1], last or 0,
+                     {s: v for s, v in zip(streams, versions, strict=True) if v},
+                     bool(any_existing))
+
+    def _ordered(self, conn: Connection, locks: Sequence[str]
+                 ) -> list[tuple[int, tuple[str, bool]]]:
+        """The keys' lock numbers, each with its name and whether it is shared, in the
+        global order every writer takes them in (shared keys first, then by number)."""
         wanted: dict[int, tuple[str, bool]] = {}
         # Advisory locks are database-wide, journals are per schema: two journals in one
         # database must not lock each other out, so the schema is part of every key.
@@ -149,7 +199,16 @@ class PostgresBackend(Backend):
             wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
         # Shared keys first: a key some take shared (the queue) is then always taken
         # before any plain key, by everyone, which keeps the global lock order total.
-        ordered = sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
+        return sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
+
+    def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
+        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
+
+        A key written `shared:NAME` takes NAME's lock in shared mode: many holders at once,
+        excluded only by an exclusive holder of NAME (e.g. the scheduler's queue, read by
+        every submit and taken whole by start_next).
+        """
+        ordered = self._ordered(conn, locks)
         if not ordered:
             return
         raw = dbapi(conn)
@@ -273,6 +332,18 @@ class PostgresBackend(Backend):
         last = (rows[-1][0], rows[-1][8])
         after = batch_statements(batch, "%s")
         with self.direct(conn):
+            if commit and not private and len(rows) < self.copy_from:
+                # In `own_transaction`: the statements and the COMMIT as one query string,
+                # one message and one round trip (a pipeline sends each statement in a
+                # write of its own, and syncs once more as it ends). An error in any of
+                # them skips the rest, COMMIT included, and the transaction rolls back.
+                cur = psycopg.ClientCursor(raw)
+                sql = ";".join([_INSERT_ARRAYS, _MOVE_HEAD,
+                                *(q for q, _ in after), "COMMIT"])
+                cur.execute(sql, [*_columns(rows, _EVENT_ARRAYS), *last,
+                                  *(p for _, params in after for p in params)])
+                cur.close()
+                return
             if len(rows) < self.copy_from:
                 # One statement for all the rows, each column one array literal: a
                 # statement per row (executemany) cost the driver more than the insert.
@@ -461,3 +532,16 @@ _PRIVATE_ARRAYS = ("int", "text", "text")
 _INSERT_PRIVATE_ARRAYS = ("INSERT INTO private_parts (position, salt, data) "
                           "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[])")
 _MOVE_HEAD = "UPDATE journal_head SET position = %s, hash = %s WHERE id = 1"
+
+# BEGIN; the keys tried in order and, only if every one was taken, the head locked (no
+# row: not all were); the probe. Parameters by name: `keys` and `shared` appear twice.
+_BEGIN_LOCKS_HEAD_PROBE = (
+    "BEGIN;"
+    + _TRY_LOCKS.replace("SELECT count(*) - 1 FROM taken WHERE ok", "")
+    + """, got AS (SELECT count(*) - 1 AS n FROM taken WHERE ok)
+SELECT h.position, h.hash FROM got, journal_head h
+WHERE h.id = 1 AND got.n = cardinality(%(keys)s::bigint[])
+FOR UPDATE OF h;"""
+    + _PROBE.replace("unnest(%s::text[]) AS u(id)", "unnest(%(ids)s::text[]) AS u(id)")
+    .replace("unnest(%s::text[]) WITH ORDINALITY", "unnest(%(streams)s::text[]) WITH ORDINALITY")
+)

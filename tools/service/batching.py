@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction, VersionConflict
-from eventstore.journal import SqlTransaction
+from eventstore.journal import Journal
 
 SHARED = "shared:"
 
@@ -240,15 +240,16 @@ class BatchJournal:
         decisions gave them (`PositionsMoved` if not), and the commit; on any thread."""
         if not deferred.events:
             return []
+        first = deferred.first
+        if isinstance(self._journal, Journal):
+            # A SQL journal checks where the events land before it writes, and takes the
+            # keys, writes and commits in two round trips.
+            try:
+                return self._journal.append_at(deferred.events, at=first,
+                                               locks=sorted(deferred.locks))
+            except VersionConflict as exc:
+                raise PositionsMoved(str(exc)) from exc
         with self._journal.transaction(sorted(deferred.locks)) as tx:
-            first = deferred.first
-            if isinstance(tx, SqlTransaction):
-                # The append is the transaction's last act: a SQL journal checks where
-                # the events land before it writes, and commits in the same round trip.
-                try:
-                    return tx.append_and_commit(deferred.events, at=first)
-                except VersionConflict as exc:
-                    raise PositionsMoved(str(exc)) from exc
             recorded = tx.append(deferred.events)
             if [r.position for r in recorded] != list(range(first, first + len(recorded))):
                 raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
