@@ -55,6 +55,7 @@ from ..backend import SHARED, Backend, BatchRow, Probe, batch_statements, dbapi,
 from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
 from ..records import COLUMNS, COLUMNS_SQL, StoredRow
 
+NUL = "\x00"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
 _READ_ONLY_TRANSACTION = "25006"
@@ -437,9 +438,22 @@ def text_array(values: Sequence[str]) -> str:
 
     Why not a list: the driver's list adaptation inspects every element to choose the
     array's type, which cost more than the rest of the statement for a batch's ids and
-    streams. The values are names without NUL (the journal refuses NUL before any SQL)."""
-    return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                           for v in values]) + "}"
+    streams. The values are names without NUL (the journal refuses NUL before any SQL).
+
+    The escapes are made on all the values at once, joined by NUL (then each NUL becomes
+    the quotes and comma between two elements): a replace per value cost more than the
+    statement for a batch's payloads."""
+    if not values:
+        return "{}"
+    joined = NUL.join(values)
+    if joined.count(NUL) != len(values) - 1:  # not the journal's text: the slow way
+        return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                               for v in values]) + "}"
+    if "\\" in joined:
+        joined = joined.replace("\\", "\\\\")
+    if '"' in joined:
+        joined = joined.replace('"', '\\"')
+    return '{"' + joined.replace(NUL, '","') + '"}'
 
 
 def _alive(conn: psycopg.Connection[object], idle_since: float | None) -> bool:
