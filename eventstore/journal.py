@@ -192,8 +192,13 @@ class Journal(JournalBase):
             raise JournalError(f"this journal ({self._backend.describe()}) is closed")
 
     @contextmanager
-    def _reading(self, tx: SqlTransaction | None = None) -> Iterator[Connection]:
-        """A connection in a read transaction: tx, else this thread's open one, else new."""
+    def _reading(self, tx: SqlTransaction | None = None, *,
+                 one_statement: bool = False) -> Iterator[Connection]:
+        """A connection in a read transaction: tx, else this thread's open one, else new.
+        `one_statement`: the caller runs one statement, so a new connection needs no
+        transaction (a statement sees one snapshot by itself; on PostgreSQL BEGIN and
+        COMMIT around it cost two more round trips, and a writer asks one before every
+        batch)."""
         tx = tx or self._current()
         if tx is not None:
             with self._errors():
@@ -204,27 +209,7 @@ class Journal(JournalBase):
             self._errors(),
             self._backend.guard(),
             self._engine.connect() as conn,
-            conn.begin(),
-        ):
-            yield conn
-
-    @contextmanager
-    def _one_read(self) -> Iterator[Connection]:
-        """A connection for one read statement: this thread's transaction, else a pooled
-        connection outside any (a statement sees one snapshot by itself; on PostgreSQL
-        BEGIN and COMMIT around it would cost two more round trips, and a writer asks
-        this before every batch)."""
-        tx = self._current()
-        if tx is not None:
-            with self._errors():
-                yield tx._check()
-            return
-        self._check_open()
-        with (
-            self._errors(),
-            self._backend.guard(),
-            self._engine.connect() as conn,
-            self._backend.one_statement(conn),
+            self._backend.one_statement(conn) if one_statement else conn.begin(),
         ):
             yield conn
 
@@ -240,6 +225,14 @@ class Journal(JournalBase):
                 self._backend.lock_more(conn, locks)
                 yield conn
             return
+        with self._new_write(lambda conn: self._backend.begin_write(conn, locks)) as conn:
+            yield conn
+
+    @contextmanager
+    def _new_write(self, begin: Callable[[Connection], AbstractContextManager[object]]
+                   ) -> Iterator[Connection]:
+        """A pooled connection in a write transaction that `begin(conn)` opens; refused
+        on a closed or read-only journal."""
         self._check_open()
         if self.read_only:
             raise ReadOnlyJournal(
@@ -250,7 +243,7 @@ class Journal(JournalBase):
             self._errors(),
             self._backend.guard(),
             self._engine.connect() as conn,
-            self._backend.begin_write(conn, locks),
+            begin(conn),
         ):
             yield conn
 
@@ -318,18 +311,7 @@ class Journal(JournalBase):
         if self._current() is not None:
             raise JournalError("append_at commits a transaction of its own: call it outside "
                                "journal.transaction(), or use the transaction's append")
-        self._check_open()
-        if self.read_only:
-            raise ReadOnlyJournal(
-                f"this journal ({self._backend.describe()}) was opened read-only: "
-                "nothing was written; open it without read_only=True to write"
-            )
-        with (
-            self._errors(),
-            self._backend.guard(),
-            self._engine.connect() as conn,
-            self._backend.own_transaction(conn),
-        ):
+        with self._new_write(self._backend.own_transaction) as conn:
             return self._append(conn, batch, None, None, True, at, keys)
 
     def _append_batch(
@@ -611,7 +593,7 @@ class Journal(JournalBase):
         """The events recorded under any of these ids, by id: one query per 1,000 ids."""
         wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
         found: dict[str, RecordedEvent] = {}
-        with self._reading() if len(wanted) > 1000 else self._one_read() as conn:
+        with self._reading(one_statement=len(wanted) <= 1000) as conn:
             for chunk in _chunks(wanted, 1000):
                 # The driver directly: a writer asks this before every batch, and
                 # SQLAlchemy's statement machinery cost more than the query.
@@ -628,7 +610,7 @@ class Journal(JournalBase):
         wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
         if len(wanted) > 1000:
             return self.head(), self.get_many(wanted)
-        with self._one_read() as conn:
+        with self._reading(one_statement=True) as conn:
             head, rows = self._backend.head_and_existing(conn, wanted)
         return head, {r.id: r for r in map(to_event, rows)}
 
