@@ -166,6 +166,49 @@ def test_canonical_json_is_the_documented_dumps() -> None:
         canonical_json({"x": float("inf")})
 
 
+_DUMPS = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
+
+
+def test_a_flat_object_is_written_as_dumps_writes_it_for_every_code_point() -> None:
+    """Flat objects take a faster encoder: every character (escapes, controls, U+2028,
+    the astral planes), as a value and as a key, comes out as `json.dumps` writes it."""
+    import json
+
+    from eventstore.hashing import flat_json
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(chars), 512):
+        chunk = "".join(chars[i:i + 512])
+        value = {chunk: chunk, chunk[:1]: 1, "n": None, "t": True, "f": False, "i": -7}
+        assert flat_json(value) is not None
+        assert canonical_json(value) == json.dumps(value, **_DUMPS)
+
+
+@given(st.dictionaries(st.text(max_size=4), st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(max_size=6)), max_size=6))
+def test_a_flat_object_sorts_and_writes_as_dumps(value: dict[str, Any]) -> None:
+    """Keys sorted by code point, ints of any size (past 64 bits: the standard encoder)."""
+    import json
+
+    assert canonical_json(value) == json.dumps(value, **_DUMPS)
+
+
+def test_what_the_faster_encoder_refuses_goes_to_the_standard_one() -> None:
+    import json
+
+    from eventstore.hashing import flat_json, load_canonical
+
+    class Key(str):
+        pass
+
+    for value in ({1: "a"}, {Key("k"): 1}, {"a": 2**64}, {"a": "\ud800"}, {"a": 1.5},
+                  {"a": [1]}):
+        assert flat_json(value) is None
+        assert canonical_json(value) == json.dumps(value, **_DUMPS)
+    for text in ('{"a":18446744073709551616}', '{"a":"\\ud800"}'):
+        assert load_canonical(text) == json.loads(text)
+
+
 @given(
     st.lists(
         st.tuples(st.text(min_size=1), st.text(min_size=1), st.text(min_size=1),
