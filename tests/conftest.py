@@ -22,6 +22,7 @@ import os
 import secrets
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +99,30 @@ def _new_schema(base: str) -> str:
     schema = f"gpuc_{os.getpid()}_{secrets.token_hex(4)}"
     _admin(base, f'CREATE SCHEMA "{schema}"')
     return schema
+
+
+# -- pytest-xdist workers see the terminal the run was started from --------------------------
+#
+# A worker is started with COLUMNS=80 and LINES=24 in its environment whatever the run's
+# own were, and the command line wraps its output to $COLUMNS (tools.render.console):
+# the tests' outputs would differ from a run in one process. Each worker gets the
+# controller's values back (none when it had none).
+
+_TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in _TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    found: dict[str, str | None] = getattr(config, "workerinput", {}).get("terminal_env", {})
+    for key, value in found.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture
