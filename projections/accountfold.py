@@ -60,10 +60,12 @@ def account_ledger(saved: Saved | None, account: str,
     kept, (jobs, _anomalies), count, _ = saved
     hidden = set(itertools.islice(reversed(jobs), len(jobs) - count))
     view = JobsAsOf(jobs, hidden)
-    ledger = Ledger(jobs=view, last=kept.last, excluded=excluded,
-                    # Only read by grants (voided before they take effect) and never
-                    # written: the caller refolds no stretch holding a void or reversal.
-                    reversals=kept.reversals, voids=kept.voids)
+    # `voids`: only read by grants (voided before they take effect) and never written:
+    # the caller refolds no stretch holding a void. `reversals`: never read by the fold,
+    # only written by the reversals the stretch holds: a dict of its own, so the
+    # snapshot's stays as it was (which events are reversed is `excluded`, given).
+    ledger = Ledger(jobs=view, last=kept.last, excluded=excluded, reversals={},
+                    voids=kept.voids)
     state = kept.accounts.get(account)
     if state is not None:
         own = STATE.copy(state)

@@ -92,8 +92,13 @@ AccountReader = Callable[[str, tuple[int, int], int], Iterable[Recorded]]
 in canonical order with (time, position) > after_key and position <= to_position."""
 
 REVERSE = "reverse"
+_UNDONE_ALONE = frozenset({"consume", "grant", "adjust", REVERSE})
+"""The events a reversal may take out (or put back) with only their stream's account
+re-projected: each changes its own account alone, and no index (a submit adds a job to the
+job index, which another account's job events may read)."""
 _JOB_EVENTS = frozenset({"submit", "start", "complete", "cancel"})
-_CROSSING = frozenset({REVERSE, "void"})
+VOID = "void"
+_CROSSING = frozenset({REVERSE, VOID})
 """Event types whose effect is not confined to their own stream's state."""
 
 
@@ -643,7 +648,12 @@ class Projector:
 
     def _ingest_reversal(self, rec: Recorded) -> Outcome:
         """Fold a reversal (by itself it changes nothing), then, if it changes which events
-        are reversed, re-project from the earliest of them, like a late event there."""
+        are reversed, re-project from the earliest of them, like a late event there: for
+        its stream's account alone when it can (`_reproject_reversal_by_account`), else the
+        whole timeline."""
+        alone = self._reproject_reversal_by_account(rec)
+        if alone is not None:
+            return alone
         outcome = self._ingest(rec, None)
         excluded = reversed_ids(self.ledger.reversals)
         if excluded == self.excluded:
@@ -657,6 +667,100 @@ class Projector:
         previous, self.excluded = self.excluded, excluded
         return self._reproject(rec, pivot=min(pivot, (rec.time, rec.position)),
                                old_excluded=previous)
+
+    def _reproject_reversal_by_account(self, rec: Recorded) -> Outcome | None:
+        """Take in a reversal that changes which events are reversed by re-projecting its
+        stream's account alone, from the snapshot before the earliest event it takes out
+        or puts back (or before itself), with the reversed ids as they were and as they
+        are now, side by side; None, having changed nothing, when it changes nothing
+        reversed or when what it changes may reach across accounts.
+
+        Every event it changes must be on its stream (a reversal is recorded on the
+        stream of the event it takes out), of a kind confined to its account
+        (`_UNDONE_ALONE`), and not the last applied event when it takes it out (the
+        timeline's `last` would fall back to one of another account)."""
+        account = getattr(rec, "stream", None)
+        if (self._account_reader is None or self._locate is None or self._unpartitioned
+                or account is None or account in self._mixed
+                or self.ledger.policy is not None):
+            return None
+        named = _reversals_in([rec])
+        if not named:
+            return None  # not a valid reversal: the whole path reports its anomaly
+        excluded = reversed_ids({**self.ledger.reversals, **named})
+        changed = excluded ^ self.excluded
+        if not changed:
+            return None  # a plain event, or a late one: `_ingest` takes it
+        places: dict[str, tuple[int, int]] = {}
+        for event_id in changed:
+            place = self._locate(event_id)
+            if place is None:
+                return None
+            places[event_id] = place
+        pivot = min(*places.values(), (rec.time, rec.position))
+        last = self.ledger.last
+        if any(places[event_id] == last for event_id in changed & excluded):
+            return None
+        start, saved = self._snapshot_before(pivot)
+        stretch = list(self._account_reader(account, start, rec.position))
+        kinds = {r.id: r.type for r in stretch}
+        if (any(kinds.get(event_id) not in _UNDONE_ALONE for event_id in changed)
+                or rec.id not in kinds or not self._confined(account, stretch)):
+            return None
+        new = account_ledger(saved, account, excluded)
+        old = account_ledger(saved, account, self.excluded)
+        candidates = set(new.live)
+        folded: set[str] = set()
+        revisions: list[Revision] = []
+        outcomes: list[Outcome] = []
+        mine: Outcome | None = None
+        with paused_gc():
+            for event in stretch:
+                folded.add(event.id)
+                after = apply_recorded(new, event)
+                if event.position == rec.position:
+                    mine = after
+                else:
+                    before = apply_recorded(old, event)
+                    if before.account not in (None, account):
+                        return None
+                    revision = _revision(rec, event, before, after)
+                    if revision is not None:
+                        revisions.append(revision)
+                if after.account not in (None, account):
+                    return None
+                outcomes.append(after)
+                job = _job_named(event.payload) if event.type == "submit" else None
+                if job is not None:
+                    candidates.add(job)
+        assert mine is not None
+        if account in old.accounts and account not in new.accounts:
+            return None  # the account itself goes: rare, and the whole path drops it
+        # Nothing was changed until here: from now on the re-projection is committed.
+        self.refolded_by_account += 1
+        self._account_refolds += 1
+        self.late_times.append(pivot[0])
+        self._late += 1
+        i = bisect.bisect_left(self._snap_keys, pivot)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+        ledger = self.ledger
+        ledger.reversals.update(named)
+        # An event put back may lie past everything applied; none taken out was last.
+        newest = max(ledger.last, new.last)
+        splice(ledger, new, account, candidates, folded, bool(old.anomalies),
+               new.applied - old.applied, new.rejected - old.rejected)
+        ledger.last = newest
+        self.excluded = ledger.excluded = excluded
+        self.revisions.extend(revisions)
+        recent = self._recent
+        for event, outcome in zip(stretch, outcomes, strict=True):
+            self._track(event, outcome, new)
+            if event.position in recent:
+                recent[event.position] = outcome
+        self._remember(mine)
+        self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
+        return mine
 
     def _reproject(self, late: Recorded, *, pivot: tuple[int, int] | None = None,
                    old_excluded: frozenset[str] | None = None) -> Outcome:
@@ -728,11 +832,13 @@ class Projector:
         revisions: list[Revision] = []
         outcomes: list[Outcome] = []
         late_outcome: Outcome | None = None
+        late_applied = 0  # what the late event adds to `Ledger.applied`
         had_anomalies = False
         old_rejected = 0
         with paused_gc():
             for rec in stretch:
                 folded.add(rec.id)
+                applied = new.applied
                 after = apply_recorded(new, rec)
                 if after.account not in (None, account):
                     return None
@@ -742,6 +848,8 @@ class Projector:
                     candidates.add(job)
                 if rec.position == late.position:
                     late_outcome = after
+                    # Nothing when reversed, a reversal itself, or not a valid event.
+                    late_applied = new.applied - applied
                     continue
                 before = recent[rec.position] if old is None else apply_recorded(old, rec)
                 had_anomalies = had_anomalies or before.anomaly
@@ -760,9 +868,12 @@ class Projector:
         i = bisect.bisect_left(self._snap_keys, key)
         del self._snap_keys[i:]
         del self._snap_states[i:]
-        # The stretch is the same events plus the late one, which counts unless reversed.
+        # The stretch is the same events plus the late one.
         splice(self.ledger, new, account, candidates, folded, had_anomalies,
-               0 if late.id in self.excluded else 1, new.rejected - old_rejected)
+               late_applied, new.rejected - old_rejected)
+        # A late reversal that changes nothing reversed (else `_ingest_reversal` sends
+        # it on): what folding it adds.
+        self.ledger.reversals.update(_reversals_in([late]))
         self.revisions.extend(revisions)
         for rec, outcome in zip(stretch, outcomes, strict=True):
             self._track(rec, outcome, new)
@@ -774,11 +885,15 @@ class Projector:
 
     def _confined(self, account: str, stretch: Sequence[Recorded]) -> bool:
         """Whether refolding `stretch` (the events of `account`'s stream) for that account
-        alone gives what a refold of the whole timeline would."""
+        alone gives what a refold of the whole timeline would.
+
+        A reversal in it is no obstacle: folded, it changes no account (which events are
+        reversed is the projector's `excluded`, the same for every account); one that
+        changes `excluded` is re-projected by `_reproject_reversal_by_account`."""
         jobs, voids = self.ledger.jobs, self.ledger.voids
         for rec in stretch:
             kind = rec.type
-            if kind in _CROSSING:
+            if kind == VOID:
                 return False
             if kind in _JOB_EVENTS:
                 job = _job_named(rec.payload)

@@ -131,6 +131,10 @@ def test_per_account_reprojection_equals_a_full_fold_after_every_event(
         assert (ledger.applied, ledger.rejected) == (whole.ledger.applied,
                                                      whole.ledger.rejected)
         assert _next_job(ledger) == _next_job(whole.ledger)
+        # What the digest leaves out, and later folds and decisions depend on.
+        assert ledger.last == whole.ledger.last
+        assert ledger.reversals == whole.ledger.reversals
+        assert alone.excluded == whole.excluded == ledger.excluded
     assert _revisions(alone) == _revisions(whole)
 
 
