@@ -214,3 +214,114 @@ def test_late_events_read_as_stored_text_refold_their_own_account() -> None:
     assert late > 100
     assert projector.refolded_by_account == late
     assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+@st.composite
+def corrections(draw: st.DrawFn) -> list[Event]:
+    """Grants, usage and adjustments of a few accounts, with many reversals among them,
+    reversals of reversals too, each on the stream of the event it names (as finance
+    records them); now and then a void, whose reversal reaches across the timeline."""
+    events: list[Event] = []
+    n = draw(st.integers(1, 40))
+    for i in range(n):
+        kind = draw(st.sampled_from(["grant", "grant", "consume", "consume", "adjust",
+                                     "reverse", "reverse", "reverse", "void"]))
+        account = draw(st.sampled_from(ACCOUNTS))
+        time = draw(st.integers(1, 60))
+        pool = draw(st.sampled_from(POOLS))
+        payload: dict[str, Any]
+        stream = account
+        if kind == "grant":
+            payload = {"account": account, "amount": draw(st.integers(1, 20)), "pool": pool,
+                       "expiry": draw(st.sampled_from([None, time + 10, time + 40]))}
+        elif kind == "consume":
+            payload = {"account": account, "amount": draw(st.integers(1, 20)), "pool": pool}
+        elif kind == "adjust":
+            payload = {"account": account, "amount": draw(st.sampled_from([-5, 3, 12])),
+                       "pool": pool, "reason": "fix"}
+        elif kind == "void":
+            grants = [e for e in events if e[2] == "grant"]
+            if not grants:
+                continue
+            target = draw(st.sampled_from(grants))
+            payload, stream = {"grant": target[0]}, target[1]
+        else:
+            if not events:
+                continue
+            target = draw(st.sampled_from(events))
+            payload, stream = {"event": target[0], "reason": "undo"}, target[1]
+        event = from_payload(kind, payload)
+        events.append((f"e{i}", stream, kind, time, to_payload(event)))
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(corrections(), st.randoms(use_true_random=False), st.sampled_from([1, 3, 1000]))
+def test_reversals_in_any_arrival_order_equal_a_full_fold_after_every_event(
+        events: list[Event], rnd: random.Random, snapshot_every: int) -> None:
+    # Arrival order is shuffled: a reversal may arrive before the event it names, a
+    # reversal of a reversal before the one it undoes, and either far back in time.
+    rnd.shuffle(events)
+    journal = _journal(events)
+    alone = _projector(journal, by_account=True, snapshot_every=snapshot_every)
+    whole = _projector(journal, by_account=False, snapshot_every=snapshot_every)
+    for rec in journal.read(order="position"):
+        assert alone.ingest(rec) == whole.ingest(rec)
+        assert_equals_a_cold_fold(alone.ledger, journal, rec.position)
+        ledger = alone.ledger
+        assert sorted(ledger.anomalies) == sorted(whole.ledger.anomalies)
+        assert (ledger.applied, ledger.rejected) == (whole.ledger.applied,
+                                                     whole.ledger.rejected)
+        assert ledger.last == whole.ledger.last
+        assert ledger.reversals == whole.ledger.reversals
+        assert alone.excluded == whole.excluded == ledger.excluded
+    assert _revisions(alone) == _revisions(whole)
+
+
+def test_a_reversal_of_a_usage_report_refolds_only_its_own_account() -> None:
+    journal = MemoryJournal()
+    for i in range(300):
+        account = ACCOUNTS[i % 3]
+        journal.append([NewEvent(f"g{i}", account, "grant", 10 * i,
+                                 {"account": account, "amount": 5})])
+    journal.append([NewEvent("use", "b", "consume", 2_905, {"account": "b", "amount": 7})])
+    for i in range(300, 330):
+        account = ACCOUNTS[i % 3]
+        journal.append([NewEvent(f"g{i}", account, "grant", 10 * i,
+                                 {"account": account, "amount": 5})])
+    counting, read = counting_account_reader(journal)
+    projector = Projector(journal_reader(journal), min_snapshot_every=50,
+                          locate=locator(journal), account_reader=counting)
+    projector.catch_up(journal.read(order="position"))
+    refolded = projector.refolded_by_account  # the usage report arrived late itself
+    read.clear()
+    (undo,) = journal.append([NewEvent("undo", "b", "reverse", 3_400,
+                                       {"event": "use", "reason": "double count"})])
+    projector.ingest(undo)
+    assert projector.excluded == {"use"}
+    assert projector.refolded_by_account == refolded + 1
+    assert set(read) == {"b"}
+    assert len(read) < 40  # b's events after the snapshot before the usage, not 330
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+    (redo,) = journal.append([NewEvent("redo", "b", "reverse", 3_401,
+                                       {"event": "undo", "reason": "it was right"})])
+    projector.ingest(redo)
+    assert projector.excluded == {"undo"}
+    assert projector.refolded_by_account == refolded + 2
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+def test_a_reversal_naming_an_event_of_another_stream_refolds_the_whole_timeline() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
+                    NewEvent("g2", "b", "grant", 2, {"account": "b", "amount": 10}),
+                    NewEvent("c1", "a", "consume", 3, {"account": "a", "amount": 4})])
+    projector = _projector(journal, by_account=True, snapshot_every=1)
+    projector.catch_up(journal.read(order="position"))
+    # Recorded on b's stream, naming a's usage: b's events alone cannot show its effect.
+    (undo,) = journal.append([NewEvent("undo", "b", "reverse", 4,
+                                       {"event": "c1", "reason": "wrong account"})])
+    projector.ingest(undo)
+    assert projector.refolded_by_account == 0
+    assert projector.ledger.accounts["a"].available == 10
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
