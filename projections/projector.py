@@ -37,6 +37,7 @@ from projections.bulk import paused_gc
 from projections.decoding import decode_event
 from projections.events import DomainEvent, EventReversed
 from projections.ledger import Ledger, Saved, restore, snapshot
+from projections.ledger import _has_batch as has_batch  # the test a void runs itself
 from projections.outcomes import Outcome, Revision
 from projections.reversals import reversed_ids
 
@@ -197,6 +198,10 @@ class Projector:
         # more than one stream, or none): a late submit of one in another stream reaches
         # across accounts; in the same stream, its account's refold holds them all.
         self._floating: dict[str, str | None] = {}
+        # Grant ids to the stream their voids are recorded on (None: more than one): a
+        # refold of one account holds every void of a grant only when all are on its
+        # stream (the facades and import record them on the grant's).
+        self._voided_from: dict[str, str | None] = {}
         self._unpartitioned = False
         self.refolded_by_account = 0  # late events (or batches) re-projected by account
         self._account_refolds = 0  # accounts re-projected alone, over all of those
@@ -394,7 +399,7 @@ class Projector:
             cause = late[account]
             start, saved = self._snapshot_before((cause.time, cause.position))
             stretch = list(self._account_reader(account, start, last))
-            if not self._confined(account, stretch):
+            if not self._confined(account, stretch, saved):
                 return None
             jobs = _jobs_named(stretch)
             if not named.isdisjoint(jobs):
@@ -585,8 +590,9 @@ class Projector:
         for rec in ordered:
             outcome = apply(rec.position, rec.id, rec.type, rec.time, rec.payload)
             account = outcome.account
-            if account is None or account != getattr(rec, "stream", None):
-                self._track(rec, outcome, ledger)  # nothing to note when it is its stream's
+            if account is None or account != getattr(rec, "stream", None) or rec.type == VOID:
+                # Nothing to note when it is its stream's (but where a void was recorded).
+                self._track(rec, outcome, ledger)
             self._maybe_snapshot(ledger)
             if remember:
                 self._remember(outcome)
@@ -610,6 +616,19 @@ class Projector:
         that affected (or, had its job's account existed, would have affected) an
         account other than its stream's, or a job event that found no job at all."""
         account = outcome.account
+        if rec.type == VOID:
+            grant = _named(rec.payload, "grant")
+            stream = getattr(rec, "stream", None)
+            if grant is not None and self._voided_from.setdefault(grant, stream) != stream:
+                self._voided_from[grant] = None
+            if account is None and grant is not None and (
+                    stream is None or not self._granted_on(stream, grant)):
+                # A void recorded apart from its grant's stream that found nothing to void
+                # (the facades and import record it on the grant's): should the grant's
+                # account get credits of it back before the void's time, a refold of that
+                # account alone would not see the void.
+                self._unpartitioned = True
+                return
         if account is None and rec.type in _JOB_EVENTS:
             job = _job_named(rec.payload)
             if job is None:
@@ -675,10 +694,10 @@ class Projector:
         are now, side by side; None, having changed nothing, when it changes nothing
         reversed or when what it changes may reach across accounts.
 
-        Every event it changes must be on its stream (a reversal is recorded on the
-        stream of the event it takes out), of a kind confined to its account
-        (`_UNDONE_ALONE`), and not the last applied event when it takes it out (the
-        timeline's `last` would fall back to one of another account)."""
+        Every event it changes, among those recorded before it, must be on its stream (a
+        reversal is recorded on the stream of the event it takes out), of a kind confined
+        to its account (`_UNDONE_ALONE`), and not the last applied event when it takes it
+        out (the timeline's `last` would fall back to one of another account)."""
         account = getattr(rec, "stream", None)
         if (self._account_reader is None or self._locate is None or self._unpartitioned
                 or account is None or account in self._mixed
@@ -691,21 +710,22 @@ class Projector:
         changed = excluded ^ self.excluded
         if not changed:
             return None  # a plain event, or a late one: `_ingest` takes it
+        # An id not recorded before the reversal is in no fold yet (it arrives reversed,
+        # or put back): only the others change the timeline.
         places: dict[str, tuple[int, int]] = {}
         for event_id in changed:
             place = self._locate(event_id)
-            if place is None:
-                return None
-            places[event_id] = place
-        pivot = min(*places.values(), (rec.time, rec.position))
+            if place is not None and place[1] < rec.position:
+                places[event_id] = place
+        pivot = min([*places.values(), (rec.time, rec.position)])
         last = self.ledger.last
-        if any(places[event_id] == last for event_id in changed & excluded):
+        if any(places[event_id] == last for event_id in places.keys() & excluded):
             return None
         start, saved = self._snapshot_before(pivot)
         stretch = list(self._account_reader(account, start, rec.position))
         kinds = {r.id: r.type for r in stretch}
-        if (any(kinds.get(event_id) not in _UNDONE_ALONE for event_id in changed)
-                or rec.id not in kinds or not self._confined(account, stretch)):
+        if (any(kinds.get(event_id) not in _UNDONE_ALONE for event_id in places)
+                or rec.id not in kinds or not self._confined(account, stretch, saved)):
             return None
         new = account_ledger(saved, account, excluded)
         old = account_ledger(saved, account, self.excluded)
@@ -818,7 +838,7 @@ class Projector:
         key = (late.time, late.position)
         start, saved = self._snapshot_before(key)
         stretch = list(self._account_reader(account, start, late.position))
-        if not self._confined(account, stretch):
+        if not self._confined(account, stretch, saved):
             return None
         new = account_ledger(saved, account, self.excluded)
         # The old timeline's outcomes: as last reported when all are remembered (the
@@ -872,8 +892,12 @@ class Projector:
         splice(self.ledger, new, account, candidates, folded, had_anomalies,
                late_applied, new.rejected - old_rejected)
         # A late reversal that changes nothing reversed (else `_ingest_reversal` sends
-        # it on): what folding it adds.
+        # it on), or a late void: what folding it adds to the ledger's own indexes.
         self.ledger.reversals.update(_reversals_in([late]))
+        grant = _named(late.payload, "grant") if late.type == VOID and late_applied else None
+        if grant is not None:
+            voids = self.ledger.voids
+            voids[grant] = min(late.time, voids.get(grant, late.time))
         self.revisions.extend(revisions)
         for rec, outcome in zip(stretch, outcomes, strict=True):
             self._track(rec, outcome, new)
@@ -883,18 +907,27 @@ class Projector:
         self._next_snapshot = min(self._next_snapshot, self._interval(self.ledger))
         return late_outcome
 
-    def _confined(self, account: str, stretch: Sequence[Recorded]) -> bool:
-        """Whether refolding `stretch` (the events of `account`'s stream) for that account
-        alone gives what a refold of the whole timeline would.
+    def _confined(self, account: str, stretch: Sequence[Recorded],
+                  saved: Saved | None) -> bool:
+        """Whether refolding `stretch` (the events of `account`'s stream after the snapshot
+        `saved`) for that account alone gives what a refold of the whole timeline would.
 
         A reversal in it is no obstacle: folded, it changes no account (which events are
         reversed is the projector's `excluded`, the same for every account); one that
-        changes `excluded` is re-projected by `_reproject_reversal_by_account`."""
+        changes `excluded` is re-projected by `_reproject_reversal_by_account`. Nor is a
+        void of a grant the account held at the snapshot, or recorded on its stream (an
+        account whose stream holds another's grant is mixed, see `_track`): only the
+        account a grant names ever holds its credits, so the void reaches no other."""
         jobs, voids = self.ledger.jobs, self.ledger.voids
+        held = saved[0].accounts.get(account) if saved is not None else None
         for rec in stretch:
             kind = rec.type
             if kind == VOID:
-                return False
+                grant = _named(rec.payload, "grant")
+                if grant is None or not ((held is not None and has_batch(held, grant))
+                                         or self._granted_on(account, grant)):
+                    return False
+                continue
             if kind in _JOB_EVENTS:
                 job = _job_named(rec.payload)
                 if (kind == "submit" and job in self._floating
@@ -905,9 +938,21 @@ class Projector:
                 known = jobs.get(job) if isinstance(job, str) else None
                 if known is not None and known.account != account:
                     return False
-            elif kind == "grant" and rec.id in voids:
+            elif kind == "grant" and rec.id in voids and self._voided_from.get(rec.id) != account:
                 return False
         return True
+
+    def _granted_on(self, account: str, grant: str) -> bool:
+        """Whether `grant` is recorded on `account`'s stream, or not recorded at all (then
+        no account holds its credits); False when it cannot be told."""
+        if self._locate is None or self._account_reader is None:
+            return False
+        place = self._locate(grant)
+        if place is None:
+            return True
+        time, position = place
+        return any(rec.id == grant for rec in
+                   self._account_reader(account, (time, position - 1), position))
 
     def catch_up(self, events: Iterable[Recorded],
                  keep: Container[int] = frozenset()) -> dict[int, Outcome]:

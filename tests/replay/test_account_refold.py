@@ -220,7 +220,8 @@ def test_late_events_read_as_stored_text_refold_their_own_account() -> None:
 def corrections(draw: st.DrawFn) -> list[Event]:
     """Grants, usage and adjustments of a few accounts, with many reversals among them,
     reversals of reversals too, each on the stream of the event it names (as finance
-    records them); now and then a void, whose reversal reaches across the timeline."""
+    records them); now and then a void, on its grant's stream or, as a hand-made journal
+    may hold it, another account's."""
     events: list[Event] = []
     n = draw(st.integers(1, 40))
     for i in range(n):
@@ -244,7 +245,9 @@ def corrections(draw: st.DrawFn) -> list[Event]:
             if not grants:
                 continue
             target = draw(st.sampled_from(grants))
-            payload, stream = {"grant": target[0]}, target[1]
+            # Mostly on its grant's stream, as the facades and import record it.
+            payload = {"grant": target[0]}
+            stream = draw(st.sampled_from([target[1], target[1], target[1], *ACCOUNTS]))
         else:
             if not events:
                 continue
@@ -324,4 +327,39 @@ def test_a_reversal_naming_an_event_of_another_stream_refolds_the_whole_timeline
     projector.ingest(undo)
     assert projector.refolded_by_account == 0
     assert projector.ledger.accounts["a"].available == 10
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+def test_a_late_usage_report_after_a_void_of_its_accounts_grant_refolds_only_it() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
+                    NewEvent("g2", "b", "grant", 2, {"account": "b", "amount": 10}),
+                    NewEvent("g3", "a", "grant", 3, {"account": "a", "amount": 10})])
+    projector = _projector(journal, by_account=True, snapshot_every=1)
+    projector.catch_up(journal.read(order="position"))
+    for rec in journal.append([NewEvent("v1", "a", "void", 20, {"grant": "g1"})]):
+        projector.ingest(rec)
+    (late,) = journal.append([NewEvent("c1", "a", "consume", 10,
+                                       {"account": "a", "amount": 15})])
+    projector.ingest(late)
+    assert projector.refolded_by_account == 1
+    assert projector.ledger.accounts["a"].available == 5  # g1 was spent before its void
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+def test_a_void_recorded_apart_from_its_grant_keeps_reversals_on_the_whole_timeline() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("g1", "b", "grant", 1, {"account": "b", "amount": 10}),
+                    NewEvent("c1", "b", "consume", 2, {"account": "b", "amount": 10}),
+                    NewEvent("g2", "a", "grant", 3, {"account": "a", "amount": 10}),
+                    # On a's stream, naming b's grant: when folded, nothing left to void.
+                    NewEvent("v1", "a", "void", 5, {"grant": "g1"})])
+    projector = _projector(journal, by_account=True, snapshot_every=1)
+    projector.catch_up(journal.read(order="position"))
+    # Taking the usage out gives g1's credits back before the void: the void takes them.
+    (undo,) = journal.append([NewEvent("undo", "b", "reverse", 6,
+                                       {"event": "c1", "reason": "not used"})])
+    projector.ingest(undo)
+    assert projector.refolded_by_account == 0
+    assert projector.ledger.accounts["b"].available == 0
     assert projector.ledger.digest() == fold_canonical(journal).digest()
