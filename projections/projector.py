@@ -93,14 +93,14 @@ AccountReader = Callable[[str, tuple[int, int], int], Iterable[Recorded]]
 in canonical order with (time, position) > after_key and position <= to_position."""
 
 REVERSE = "reverse"
-_UNDONE_ALONE = frozenset({"consume", "grant", "adjust", REVERSE})
-"""The events a reversal may take out (or put back) with only their stream's account
-re-projected: each changes its own account alone, and no index (a submit adds a job to the
-job index, which another account's job events may read)."""
 _JOB_EVENTS = frozenset({"submit", "start", "complete", "cancel"})
 VOID = "void"
 _CROSSING = frozenset({REVERSE, VOID})
 """Event types whose effect is not confined to their own stream's state."""
+_UNDONE_ALONE = frozenset({"consume", "grant", "adjust", REVERSE})
+"""The events a reversal may take out (or put back) with only their stream's account
+re-projected: each changes its own account alone, and no index (a submit adds a job to the
+job index, which another account's job events may read)."""
 
 
 def _named(payload: Any, field: str) -> str | None:
@@ -200,8 +200,12 @@ class Projector:
         self._floating: dict[str, str | None] = {}
         # Grant ids to the stream their voids are recorded on (None: more than one): a
         # refold of one account holds every void of a grant only when all are on its
-        # stream (the facades and import record them on the grant's).
+        # stream (the facades and import record them on the grant's). A void that voided
+        # credits of its own stream's account is not noted when folded in order (nothing
+        # else is): a grant missing here has its voids on its own stream, unless this
+        # projector started from a saved state, whose voids it never saw.
         self._voided_from: dict[str, str | None] = {}
+        self._saw_every_void = True
         self._unpartitioned = False
         self.refolded_by_account = 0  # late events (or batches) re-projected by account
         self._account_refolds = 0  # accounts re-projected alone, over all of those
@@ -307,6 +311,7 @@ class Projector:
         self.ledger = ledger
         self.position = position
         self.excluded = ledger.excluded
+        self._saw_every_void = False
         if self._older is not None:
             # The saved state can be loaded again by `older` the day a late event needs
             # it: copying it now would double the cost of every start-up for a rare case.
@@ -590,9 +595,8 @@ class Projector:
         for rec in ordered:
             outcome = apply(rec.position, rec.id, rec.type, rec.time, rec.payload)
             account = outcome.account
-            if account is None or account != getattr(rec, "stream", None) or rec.type == VOID:
-                # Nothing to note when it is its stream's (but where a void was recorded).
-                self._track(rec, outcome, ledger)
+            if account is None or account != getattr(rec, "stream", None):
+                self._track(rec, outcome, ledger)  # nothing to note when it is its stream's
             self._maybe_snapshot(ledger)
             if remember:
                 self._remember(outcome)
@@ -938,7 +942,8 @@ class Projector:
                 known = jobs.get(job) if isinstance(job, str) else None
                 if known is not None and known.account != account:
                     return False
-            elif kind == "grant" and rec.id in voids and self._voided_from.get(rec.id) != account:
+            elif kind == "grant" and rec.id in voids and self._voided_from.get(
+                    rec.id, account if self._saw_every_void else None) != account:
                 return False
         return True
 
