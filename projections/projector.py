@@ -433,14 +433,7 @@ class Projector:
             outcomes[rec.position] = self._ingest(rec, None)
         # Nothing was changed for the late accounts until here: splice them in.
         earliest = min(late.values(), key=lambda r: (r.time, r.position))
-        key = (earliest.time, earliest.position)
-        self.late_times.append(key[0])
-        self._late += 1
-        self.refolded_by_account += 1
-        self._account_refolds += len(refolds)
-        i = bisect.bisect_left(self._snap_keys, key)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
+        self._refolded_alone((earliest.time, earliest.position), len(refolds))
         recent = self._recent
         newest = self.ledger.last
         for done in refolds:
@@ -761,13 +754,7 @@ class Projector:
         if account in old.accounts and account not in new.accounts:
             return None  # the account itself goes: rare, and the whole path drops it
         # Nothing was changed until here: from now on the re-projection is committed.
-        self.refolded_by_account += 1
-        self._account_refolds += 1
-        self.late_times.append(pivot[0])
-        self._late += 1
-        i = bisect.bisect_left(self._snap_keys, pivot)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
+        self._refolded_alone(pivot, 1)
         ledger = self.ledger
         ledger.reversals.update(named)
         # An event put back may lie past everything applied; none taken out was last.
@@ -885,13 +872,7 @@ class Projector:
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         # Nothing was changed until here: from now on the refold is committed.
-        self.refolded_by_account += 1
-        self._account_refolds += 1
-        self.late_times.append(key[0])
-        self._late += 1
-        i = bisect.bisect_left(self._snap_keys, key)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
+        self._refolded_alone(key, 1)
         # The stretch is the same events plus the late one.
         splice(self.ledger, new, account, candidates, folded, had_anomalies,
                late_applied, new.rejected - old_rejected)
@@ -910,6 +891,17 @@ class Projector:
         self._remember(late_outcome)
         self._next_snapshot = min(self._next_snapshot, self._interval(self.ledger))
         return late_outcome
+
+    def _refolded_alone(self, key: tuple[int, int], accounts: int) -> None:
+        """Count a re-projection of `accounts` accounts alone from `key` on, and drop the
+        snapshots from there (they hold the accounts as they were)."""
+        self.refolded_by_account += 1
+        self._account_refolds += accounts
+        self.late_times.append(key[0])
+        self._late += 1
+        i = bisect.bisect_left(self._snap_keys, key)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
 
     def _confined(self, account: str, stretch: Sequence[Recorded],
                   saved: Saved | None) -> bool:

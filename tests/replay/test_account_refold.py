@@ -119,7 +119,14 @@ def _revisions(projector: Projector) -> list[tuple[Any, ...]]:
 def test_per_account_reprojection_equals_a_full_fold_after_every_event(
         events: list[Event], rnd: random.Random, snapshot_every: int) -> None:
     rnd.shuffle(events)
-    journal = _journal(events)
+    assert_both_paths_agree_after_every_event(_journal(events), snapshot_every)
+
+
+def assert_both_paths_agree_after_every_event(journal: MemoryJournal,
+                                              snapshot_every: int) -> None:
+    """A projector re-projecting by account and one refolding the whole timeline, fed
+    the journal in arrival order, agree after every event with each other and with a
+    cold fold, in everything a later fold or decision reads."""
     alone = _projector(journal, by_account=True, snapshot_every=snapshot_every)
     whole = _projector(journal, by_account=False, snapshot_every=snapshot_every)
     for rec in journal.read(order="position"):
@@ -265,20 +272,7 @@ def test_reversals_in_any_arrival_order_equal_a_full_fold_after_every_event(
     # Arrival order is shuffled: a reversal may arrive before the event it names, a
     # reversal of a reversal before the one it undoes, and either far back in time.
     rnd.shuffle(events)
-    journal = _journal(events)
-    alone = _projector(journal, by_account=True, snapshot_every=snapshot_every)
-    whole = _projector(journal, by_account=False, snapshot_every=snapshot_every)
-    for rec in journal.read(order="position"):
-        assert alone.ingest(rec) == whole.ingest(rec)
-        assert_equals_a_cold_fold(alone.ledger, journal, rec.position)
-        ledger = alone.ledger
-        assert sorted(ledger.anomalies) == sorted(whole.ledger.anomalies)
-        assert (ledger.applied, ledger.rejected) == (whole.ledger.applied,
-                                                     whole.ledger.rejected)
-        assert ledger.last == whole.ledger.last
-        assert ledger.reversals == whole.ledger.reversals
-        assert alone.excluded == whole.excluded == ledger.excluded
-    assert _revisions(alone) == _revisions(whole)
+    assert_both_paths_agree_after_every_event(_journal(events), snapshot_every)
 
 
 def test_a_reversal_of_a_usage_report_refolds_only_its_own_account() -> None:
@@ -314,13 +308,21 @@ def test_a_reversal_of_a_usage_report_refolds_only_its_own_account() -> None:
     assert projector.ledger.digest() == fold_canonical(journal).digest()
 
 
-def test_a_reversal_naming_an_event_of_another_stream_refolds_the_whole_timeline() -> None:
+def _caught_up(*events: NewEvent) -> tuple[MemoryJournal, Projector]:
+    """A journal of `events`, appended together, and a projector by account caught up
+    with it, a snapshot after every event."""
     journal = MemoryJournal()
-    journal.append([NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
-                    NewEvent("g2", "b", "grant", 2, {"account": "b", "amount": 10}),
-                    NewEvent("c1", "a", "consume", 3, {"account": "a", "amount": 4})])
+    journal.append(list(events))
     projector = _projector(journal, by_account=True, snapshot_every=1)
     projector.catch_up(journal.read(order="position"))
+    return journal, projector
+
+
+def test_a_reversal_naming_an_event_of_another_stream_refolds_the_whole_timeline() -> None:
+    journal, projector = _caught_up(
+        NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
+        NewEvent("g2", "b", "grant", 2, {"account": "b", "amount": 10}),
+        NewEvent("c1", "a", "consume", 3, {"account": "a", "amount": 4}))
     # Recorded on b's stream, naming a's usage: b's events alone cannot show its effect.
     (undo,) = journal.append([NewEvent("undo", "b", "reverse", 4,
                                        {"event": "c1", "reason": "wrong account"})])
@@ -331,12 +333,10 @@ def test_a_reversal_naming_an_event_of_another_stream_refolds_the_whole_timeline
 
 
 def test_a_late_usage_report_after_a_void_of_its_accounts_grant_refolds_only_it() -> None:
-    journal = MemoryJournal()
-    journal.append([NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
-                    NewEvent("g2", "b", "grant", 2, {"account": "b", "amount": 10}),
-                    NewEvent("g3", "a", "grant", 3, {"account": "a", "amount": 10})])
-    projector = _projector(journal, by_account=True, snapshot_every=1)
-    projector.catch_up(journal.read(order="position"))
+    journal, projector = _caught_up(
+        NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
+        NewEvent("g2", "b", "grant", 2, {"account": "b", "amount": 10}),
+        NewEvent("g3", "a", "grant", 3, {"account": "a", "amount": 10}))
     for rec in journal.append([NewEvent("v1", "a", "void", 20, {"grant": "g1"})]):
         projector.ingest(rec)
     (late,) = journal.append([NewEvent("c1", "a", "consume", 10,
@@ -348,14 +348,12 @@ def test_a_late_usage_report_after_a_void_of_its_accounts_grant_refolds_only_it(
 
 
 def test_a_void_recorded_apart_from_its_grant_keeps_reversals_on_the_whole_timeline() -> None:
-    journal = MemoryJournal()
-    journal.append([NewEvent("g1", "b", "grant", 1, {"account": "b", "amount": 10}),
-                    NewEvent("c1", "b", "consume", 2, {"account": "b", "amount": 10}),
-                    NewEvent("g2", "a", "grant", 3, {"account": "a", "amount": 10}),
-                    # On a's stream, naming b's grant: when folded, nothing left to void.
-                    NewEvent("v1", "a", "void", 5, {"grant": "g1"})])
-    projector = _projector(journal, by_account=True, snapshot_every=1)
-    projector.catch_up(journal.read(order="position"))
+    journal, projector = _caught_up(
+        NewEvent("g1", "b", "grant", 1, {"account": "b", "amount": 10}),
+        NewEvent("c1", "b", "consume", 2, {"account": "b", "amount": 10}),
+        NewEvent("g2", "a", "grant", 3, {"account": "a", "amount": 10}),
+        # On a's stream, naming b's grant: when folded, nothing left to void.
+        NewEvent("v1", "a", "void", 5, {"grant": "g1"}))
     # Taking the usage out gives g1's credits back before the void: the void takes them.
     (undo,) = journal.append([NewEvent("undo", "b", "reverse", 6,
                                        {"event": "c1", "reason": "not used"})])
