@@ -209,3 +209,28 @@ def test_a_text_array_literal_is_read_back_as_the_strings_it_was_made_of(
         round_trips()
     finally:
         journal.close()
+
+
+@pytest.mark.postgres
+def test_the_appends_id_lookups_probe_the_index_at_any_size(pg_fresh_url: str) -> None:
+    """The key probe, the look-up of existing ids and the head-with-keys query each look
+    every id up in the unique index: with `event_id = ANY(ids)` the planner chose a scan
+    of the whole table, so every append cost more as the journal grew."""
+    import psycopg
+
+    from eventstore.backends import postgres as pg
+
+    with Journal(pg_fresh_url) as journal:
+        for b in range(20):
+            journal.append([ev(f"b{b}-{i}", stream=f"s{i}") for i in range(100)])
+        ids = pg.text_array([f"new-{i}" for i in range(100)])
+        streams = pg.text_array([f"s{i}" for i in range(100)])
+        dsn = make_url(pg_fresh_url).set(drivername="postgresql")
+        with psycopg.connect(dsn.render_as_string(hide_password=False),
+                             autocommit=True) as conn:
+            conn.execute("ANALYZE events")
+            for sql, args in [(pg._PROBE, (ids, streams)), (pg._EXISTING, (ids,)),
+                              (pg._HEAD_AND_EXISTING, (ids,))]:
+                plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, args))
+                assert "Seq Scan" not in plan, (sql, plan)
+                assert "uq_events_event_id" in plan, plan
