@@ -133,6 +133,13 @@ class Backend:
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """Take more lock keys inside an open write transaction."""
 
+    def try_lock_more(self, conn: Connection, locks: Sequence[str]) -> bool:
+        """Take more lock keys inside an open write transaction without waiting for any:
+        whether every one was taken (a prefix of them may be held either way, until the
+        transaction ends). By default as `lock_more`: one write lock covers every key."""
+        self.lock_more(conn, locks)
+        return True
+
     def own_transaction(self, conn: Connection) -> AbstractContextManager[object]:
         """Around a write transaction that `begin_lock_and_probe` opens and `write(...,
         commit=True)` ends (`Journal.append_at`); by default `begin_write` without keys,

@@ -33,7 +33,7 @@ from .appending import NUL, require_int, require_text, validate_snapshot, wall_c
 from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
-from .errors import JournalError, ReadOnlyJournal, VersionConflict
+from .errors import JournalError, LockOrderConflict, ReadOnlyJournal, VersionConflict
 from .hashing import GENESIS_HASH, pinned
 from .reading import ReadQuery
 from .records import (
@@ -99,6 +99,9 @@ class SqlTransaction(Reader):
         # that batch (`batches`), since no reader can see the transaction's appends apart.
         self.batch_first: int | None = None
         self.batch_row = False  # whether its row in `batches` is written
+        # Whether it locked the journal's head (an append did, until the transaction
+        # ends): from then on a key held elsewhere is refused, never waited for.
+        self.holds_head = False
 
     def _check(self) -> Connection:
         if not self.open:
@@ -222,11 +225,26 @@ class Journal(JournalBase):
         if tx is not None:
             with self._errors():
                 conn = tx._check()
-                self._backend.lock_more(conn, locks)
+                self._more_keys(tx, locks)
                 yield conn
             return
         with self._new_write(lambda conn: self._backend.begin_write(conn, locks)) as conn:
             yield conn
+
+    def _more_keys(self, tx: SqlTransaction, keys: Sequence[str]) -> None:
+        """Take more keys in tx. Before its first append, waiting for them in order; after
+        it (tx holds the head, which every writer takes after its keys), only keys free
+        now: waiting for one could wait for a transaction queued for our head."""
+        conn = tx._check()
+        if not tx.holds_head:
+            self._backend.lock_more(conn, keys)
+        elif not self._backend.try_lock_more(conn, keys):
+            raise LockOrderConflict(
+                f"the lock keys {sorted(set(keys))!r} were asked for after this transaction "
+                "appended (it holds the journal's head), and another transaction holds one "
+                "of them: waiting could deadlock with it. Let this error end the "
+                "transaction (it rolls back: nothing of it is written) and run it again, "
+                "asking for every key before the first append")
 
     @contextmanager
     def _new_write(self, begin: Callable[[Connection], AbstractContextManager[object]]
@@ -262,7 +280,7 @@ class Journal(JournalBase):
         outer = self._current()
         if outer is not None:
             with self._errors():
-                self._backend.lock_more(outer._check(), keys)
+                self._more_keys(outer, keys)
             yield outer
             return
         with self._writing(keys) as conn:
@@ -342,6 +360,8 @@ class Journal(JournalBase):
         streams = appending.streams_of(batch.candidates, expected)
         probe = (self._backend.lock_and_probe(conn, ids, streams) if locks is None
                  else self._backend.begin_lock_and_probe(conn, locks, ids, streams))
+        if tx is not None:
+            tx.holds_head = True
         existing: dict[str, RecordedEvent] = {}
         held: dict[str, str] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice

@@ -52,12 +52,19 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from ..backend import SHARED, Backend, BatchRow, Probe, batch_statements, dbapi, lock_key
-from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
+from ..errors import (
+    ConnectionProblem,
+    JournalError,
+    LockOrderConflict,
+    LockTimeout,
+    ReadOnlyJournal,
+)
 from ..records import COLUMNS, COLUMNS_SQL, StoredRow
 
 NUL = "\x00"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
+_DEADLOCK_DETECTED = "40P01"
 _READ_ONLY_TRANSACTION = "25006"
 #: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
 #: and the server ending the session (admin shutdown, crash shutdown, cannot connect now).
@@ -219,18 +226,7 @@ class PostgresBackend(Backend):
             # each would cost more than the rest of a batch's database work (a batch of
             # 100 events to 100 accounts took 100). Stopping there keeps the global order:
             # what is held is a prefix of it, and the rest is waited for in order below.
-            # The arrays go as array literals: the driver's list adaptation costs more
-            # than the statement for a hundred keys.
-            # Pipelined, the transaction's BEGIN goes in the same round trip.
-            with self._naming("a lock key"), self.direct(conn):
-                with raw.pipeline():
-                    cur = raw.execute(_TRY_LOCKS, {
-                        "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
-                        "shared": "{" + ",".join(["t" if shared else "f"
-                                                  for _, (_, shared) in ordered]) + "}",
-                    })
-                got = cur.fetchone()[0]
-            ordered = ordered[got:]
+            ordered = ordered[self._try_prefix(conn, ordered):]
             if not ordered:
                 return
         # One round trip for the rest: pipelined, the statements still run one after the
@@ -254,6 +250,29 @@ class PostgresBackend(Backend):
         finally:
             for cur in cursors:
                 cur.close()
+
+    def try_lock_more(self, conn: Connection, locks: Sequence[str]) -> bool:
+        """`lock_more` without waiting: every key tried in the global order, stopping at
+        the first one another transaction holds; whether all were taken."""
+        ordered = self._ordered(conn, locks)
+        return not ordered or self._try_prefix(conn, ordered) == len(ordered)
+
+    def _try_prefix(self, conn: Connection,
+                    ordered: Sequence[tuple[int, tuple[str, bool]]]) -> int:
+        """How many of the ordered keys one statement took, trying each without waiting
+        until one is held elsewhere. The arrays go as array literals: the driver's list
+        adaptation costs more than the statement for a hundred keys. Pipelined, the
+        transaction's BEGIN goes in the same round trip."""
+        raw = dbapi(conn)
+        with self._naming("a lock key"), self.direct(conn):
+            with raw.pipeline():
+                cur = raw.execute(_TRY_LOCKS, {
+                    "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                    "shared": "{" + ",".join(["t" if shared else "f"
+                                              for _, (_, shared) in ordered]) + "}",
+                })
+            got: int = cur.fetchone()[0]
+        return got
 
     def _namespace(self, conn: Connection) -> str:
         """The journal's schema (cached: a journal's search_path does not change)."""
@@ -393,6 +412,11 @@ class PostgresBackend(Backend):
         state = getattr(orig, "sqlstate", None)
         if state in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
             return self._lock_timeout("a journal lock")
+        if state == _DEADLOCK_DETECTED:
+            return LockOrderConflict(
+                f"PostgreSQL {self.describe()} found this transaction and another waiting "
+                "for each other's locks and rolled this one back: nothing of it was "
+                "written; run it again")
         if state == _READ_ONLY_TRANSACTION:
             return ReadOnlyJournal(
                 f"PostgreSQL {self.describe()} is open read-only: nothing was written"
