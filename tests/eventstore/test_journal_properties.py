@@ -249,10 +249,9 @@ def test_the_chain_check_hashes_the_reference_bytes(rows: list[Any], data: st.Da
     assert caught.value.position == bad and seen == stored[: bad - 1]
 
 
-def test_an_append_returns_wide_ints_as_ints() -> None:
+def test_an_append_returns_wide_ints_as_ints(journal: JournalLike) -> None:
     """The records an append returns carry the payload as stored: an int past 64 bits
     stays an int (orjson, which reads the journal's own texts, would make it a float)."""
-    journal = MemoryJournal()
     payload = {"big": 2**64, "small": -(2**63) - 1, "plain": 7}
     [record] = journal.append([NewEvent("wide", "s", "t", 1, payload)])
     assert record.payload == payload
