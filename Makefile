@@ -41,10 +41,15 @@ serve: $(STAMP)
 	$(BIN)/gpu-credits --db $(DEMO_DB) serve --host $(HOST) --port $(PORT)
 
 # The whole suite (on the compiled fold, when it is built), then the fold's own tests
-# (projections, replay) again on its Python source: both must hold.
+# (projections, replay) again on its Python source: both must hold. Each run is split
+# over TEST_WORKERS pytest-xdist processes (default 2, the machine's cores; 0 runs in one
+# process), handing tests out by work-stealing so a slow file is not left alone at the
+# end: docs/operations.md, "Running the tests".
+TEST_WORKERS ?= 2
+PYTEST_SPLIT = -n $(TEST_WORKERS) $(if $(filter 0,$(TEST_WORKERS)),,--dist worksteal)
 test: $(STAMP)
-	$(BIN)/python -m pytest
-	GPU_CREDITS_PURE_PYTHON=1 $(BIN)/python -m pytest -m "not slow" tests/projections tests/replay
+	$(BIN)/python -m pytest $(PYTEST_SPLIT)
+	GPU_CREDITS_PURE_PYTHON=1 $(BIN)/python -m pytest $(PYTEST_SPLIT) -m "not slow" tests/projections tests/replay
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -630,6 +630,8 @@ pinned_row(Checker *self, PyObject *row)
         prev = PyTuple_GET_ITEM(row, 9);
     }
     self->text.len = 0;
+    if (rc == WROTE && prev == Py_None && r.position == LLONG_MIN)
+        rc = ODD; /* the position before it has no 64-bit form */
     if (rc == WROTE && prev == Py_None) {
         if (r.position != 1)
             return missing_before(row, r.position);

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import IdempotencyConflict, VersionConflict
-from .hashing import canonical_json, load_json, record_hash_text, seal
+from .hashing import canonical_json, flat_json, load_canonical, load_json, record_hash_text, seal
 from .records import ERASED_KEY, PRIVATE_KEY, NewEvent, RecordedEvent, StoredRow
 
 _new_record = tuple.__new__
@@ -149,6 +149,11 @@ def payload_text(event_id: str, payload: object) -> str:
             f"event {event_id!r}: payload must be a JSON object (a mapping), "
             f"got {type(payload).__name__}"
         )
+    text = flat_json(payload)
+    if text is not None:  # its keys are all str: orjson writes no other
+        if "\\u0000" in text:
+            _refuse_nul(event_id, payload)
+        return text
     try:
         # The encoder wants a dict; a Mapping that is not one is copied first.
         text = canonical_json(payload if type(payload) is dict else dict(payload))
@@ -389,7 +394,7 @@ def build(
             salt = secrets.token_hex(16)
             private = (salt, c.private_text)
             text = canonical_json({**load_json(text), PRIVATE_KEY: seal(salt, c.private_text)})
-        payload = load_json(text)
+        payload = load_canonical(text)
         digest = record_hash_text(
             prev, position, e.id, e.stream, version, e.type, e.time, recorded_at, text
         )

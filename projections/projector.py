@@ -40,6 +40,7 @@ from projections.bulk import paused_gc
 from projections.decoding import decode_event
 from projections.events import DomainEvent, EventReversed
 from projections.ledger import Ledger, Saved, restore, snapshot
+from projections.ledger import _has_batch as has_batch  # the test a void runs itself
 from projections.outcomes import Outcome, Revision
 from projections.reversals import reversed_ids
 
@@ -102,8 +103,13 @@ _POSITION: Callable[[Recorded], int] = operator.attrgetter("position")
 _TYPE: Callable[[Recorded], str] = operator.attrgetter("type")
 _load_json: Callable[[str | bytes], Any] = msgspec.json.Decoder().decode
 _JOB_EVENTS = frozenset({"submit", "start", "complete", "cancel"})
-_CROSSING = frozenset({REVERSE, "void"})
+VOID = "void"
+_CROSSING = frozenset({REVERSE, VOID})
 """Event types whose effect is not confined to their own stream's state."""
+_UNDONE_ALONE = frozenset({"consume", "grant", "adjust", REVERSE})
+"""The events a reversal may take out (or put back) with only their stream's account
+re-projected: each changes its own account alone, and no index (a submit adds a job to the
+job index, which another account's job events may read)."""
 
 
 def _named(payload: Any, field: str) -> str | None:
@@ -209,6 +215,14 @@ class Projector:
         # more than one stream, or none): a late submit of one in another stream reaches
         # across accounts; in the same stream, its account's refold holds them all.
         self._floating: dict[str, str | None] = {}
+        # Grant ids to the stream their voids are recorded on (None: more than one): a
+        # refold of one account holds every void of a grant only when all are on its
+        # stream (the facades and import record them on the grant's). A void that voided
+        # credits of its own stream's account is not noted when folded in order (nothing
+        # else is): a grant missing here has its voids on its own stream, unless this
+        # projector started from a saved state, whose voids it never saw.
+        self._voided_from: dict[str, str | None] = {}
+        self._saw_every_void = True
         self._unpartitioned = False
         self.refolded_by_account = 0  # late events (or batches) re-projected by account
         self._account_refolds = 0  # accounts re-projected alone, over all of those
@@ -325,6 +339,7 @@ class Projector:
         self.ledger = ledger
         self.position = position
         self.excluded = ledger.excluded
+        self._saw_every_void = False
         if self._older is not None:
             # The saved state can be loaded again by `older` the day a late event needs
             # it: copying it now would double the cost of every start-up for a rare case.
@@ -426,7 +441,7 @@ class Projector:
             cause = late[account]
             start, saved = self._snapshot_before((cause.time, cause.position))
             stretch = list(self._account_reader(account, start, last))
-            if not self._confined(account, stretch):
+            if not self._confined(account, stretch, saved):
                 return None
             jobs = _jobs_named(stretch)
             if not named.isdisjoint(jobs):
@@ -455,14 +470,7 @@ class Projector:
             outcomes[rec.position] = self._ingest(rec, None)
         # Nothing was changed for the late accounts until here: splice them in.
         earliest = min(late.values(), key=lambda r: (r.time, r.position))
-        key = (earliest.time, earliest.position)
-        self.late_times.append(key[0])
-        self._late += 1
-        self.refolded_by_account += 1
-        self._account_refolds += len(refolds)
-        i = bisect.bisect_left(self._snap_keys, key)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
+        self._refolded_alone((earliest.time, earliest.position), len(refolds))
         recent = self._recent
         newest = self.ledger.last
         for done in refolds:
@@ -644,6 +652,19 @@ class Projector:
         that affected (or, had its job's account existed, would have affected) an
         account other than its stream's, or a job event that found no job at all."""
         account = outcome.account
+        if rec.type == VOID:
+            grant = _named(rec.payload, "grant")
+            stream = getattr(rec, "stream", None)
+            if grant is not None and self._voided_from.setdefault(grant, stream) != stream:
+                self._voided_from[grant] = None
+            if account is None and grant is not None and (
+                    stream is None or not self._granted_on(stream, grant)):
+                # A void recorded apart from its grant's stream that found nothing to void
+                # (the facades and import record it on the grant's): should the grant's
+                # account get credits of it back before the void's time, a refold of that
+                # account alone would not see the void.
+                self._unpartitioned = True
+                return
         if account is None and rec.type in _JOB_EVENTS:
             job = _job_named(rec.payload)
             if job is None:
@@ -682,7 +703,12 @@ class Projector:
 
     def _ingest_reversal(self, rec: Recorded) -> Outcome:
         """Fold a reversal (by itself it changes nothing), then, if it changes which events
-        are reversed, re-project from the earliest of them, like a late event there."""
+        are reversed, re-project from the earliest of them, like a late event there: for
+        its stream's account alone when it can (`_reproject_reversal_by_account`), else the
+        whole timeline."""
+        alone = self._reproject_reversal_by_account(rec)
+        if alone is not None:
+            return alone
         outcome = self._ingest(rec, None)
         excluded = reversed_ids(self.ledger.reversals)
         if excluded == self.excluded:
@@ -696,6 +722,95 @@ class Projector:
         previous, self.excluded = self.excluded, excluded
         return self._reproject(rec, pivot=min(pivot, (rec.time, rec.position)),
                                old_excluded=previous)
+
+    def _reproject_reversal_by_account(self, rec: Recorded) -> Outcome | None:
+        """Take in a reversal that changes which events are reversed by re-projecting its
+        stream's account alone, from the snapshot before the earliest event it takes out
+        or puts back (or before itself), with the reversed ids as they were and as they
+        are now, side by side; None, having changed nothing, when it changes nothing
+        reversed or when what it changes may reach across accounts.
+
+        Every event it changes, among those recorded before it, must be on its stream (a
+        reversal is recorded on the stream of the event it takes out), of a kind confined
+        to its account (`_UNDONE_ALONE`), and not the last applied event when it takes it
+        out (the timeline's `last` would fall back to one of another account)."""
+        account = getattr(rec, "stream", None)
+        if (self._account_reader is None or self._locate is None or self._unpartitioned
+                or account is None or account in self._mixed
+                or self.ledger.policy is not None):
+            return None
+        named = _reversals_in([rec])
+        if not named:
+            return None  # not a valid reversal: the whole path reports its anomaly
+        excluded = reversed_ids({**self.ledger.reversals, **named})
+        changed = excluded ^ self.excluded
+        if not changed:
+            return None  # a plain event, or a late one: `_ingest` takes it
+        # An id not recorded before the reversal is in no fold yet (it arrives reversed,
+        # or put back): only the others change the timeline.
+        places: dict[str, tuple[int, int]] = {}
+        for event_id in changed:
+            place = self._locate(event_id)
+            if place is not None and place[1] < rec.position:
+                places[event_id] = place
+        pivot = min([*places.values(), (rec.time, rec.position)])
+        last = self.ledger.last
+        if any(places[event_id] == last for event_id in places.keys() & excluded):
+            return None
+        start, saved = self._snapshot_before(pivot)
+        stretch = list(self._account_reader(account, start, rec.position))
+        kinds = {r.id: r.type for r in stretch}
+        if (any(kinds.get(event_id) not in _UNDONE_ALONE for event_id in places)
+                or rec.id not in kinds or not self._confined(account, stretch, saved)):
+            return None
+        new = account_ledger(saved, account, excluded)
+        old = account_ledger(saved, account, self.excluded)
+        candidates = set(new.live)
+        folded: set[str] = set()
+        revisions: list[Revision] = []
+        outcomes: list[Outcome] = []
+        mine: Outcome | None = None
+        with paused_gc():
+            for event in stretch:
+                folded.add(event.id)
+                after = apply_recorded(new, event)
+                if event.position == rec.position:
+                    mine = after
+                else:
+                    before = apply_recorded(old, event)
+                    if before.account not in (None, account):
+                        return None
+                    revision = _revision(rec, event, before, after)
+                    if revision is not None:
+                        revisions.append(revision)
+                if after.account not in (None, account):
+                    return None
+                outcomes.append(after)
+                job = _job_named(event.payload) if event.type == "submit" else None
+                if job is not None:
+                    candidates.add(job)
+        assert mine is not None
+        if account in old.accounts and account not in new.accounts:
+            return None  # the account itself goes: rare, and the whole path drops it
+        # Nothing was changed until here: from now on the re-projection is committed.
+        self._refolded_alone(pivot, 1)
+        ledger = self.ledger
+        ledger.reversals.update(named)
+        # An event put back may lie past everything applied; none taken out was last.
+        newest = max(ledger.last, new.last)
+        splice(ledger, new, account, candidates, folded, bool(old.anomalies),
+               new.applied - old.applied, new.rejected - old.rejected)
+        ledger.last = newest
+        self.excluded = ledger.excluded = excluded
+        self.revisions.extend(revisions)
+        recent = self._recent
+        for event, outcome in zip(stretch, outcomes, strict=True):
+            self._track(event, outcome, new)
+            if event.position in recent:
+                recent[event.position] = outcome
+        self._remember(mine)
+        self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
+        return mine
 
     def _reproject(self, late: Recorded, *, pivot: tuple[int, int] | None = None,
                    old_excluded: frozenset[str] | None = None) -> Outcome:
@@ -753,7 +868,7 @@ class Projector:
         key = (late.time, late.position)
         start, saved = self._snapshot_before(key)
         stretch = list(self._account_reader(account, start, late.position))
-        if not self._confined(account, stretch):
+        if not self._confined(account, stretch, saved):
             return None
         new = account_ledger(saved, account, self.excluded)
         # The old timeline's outcomes: as last reported when all are remembered (the
@@ -767,11 +882,13 @@ class Projector:
         revisions: list[Revision] = []
         outcomes: list[Outcome] = []
         late_outcome: Outcome | None = None
+        late_applied = 0  # what the late event adds to `Ledger.applied`
         had_anomalies = False
         old_rejected = 0
         with paused_gc():
             for rec in stretch:
                 folded.add(rec.id)
+                applied = new.applied
                 after = apply_recorded(new, rec)
                 if after.account not in (None, account):
                     return None
@@ -781,6 +898,8 @@ class Projector:
                     candidates.add(job)
                 if rec.position == late.position:
                     late_outcome = after
+                    # Nothing when reversed, a reversal itself, or not a valid event.
+                    late_applied = new.applied - applied
                     continue
                 before = recent[rec.position] if old is None else apply_recorded(old, rec)
                 had_anomalies = had_anomalies or before.anomaly
@@ -792,16 +911,17 @@ class Projector:
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         # Nothing was changed until here: from now on the refold is committed.
-        self.refolded_by_account += 1
-        self._account_refolds += 1
-        self.late_times.append(key[0])
-        self._late += 1
-        i = bisect.bisect_left(self._snap_keys, key)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
-        # The stretch is the same events plus the late one, which counts unless reversed.
+        self._refolded_alone(key, 1)
+        # The stretch is the same events plus the late one.
         splice(self.ledger, new, account, candidates, folded, had_anomalies,
-               0 if late.id in self.excluded else 1, new.rejected - old_rejected)
+               late_applied, new.rejected - old_rejected)
+        # A late reversal that changes nothing reversed (else `_ingest_reversal` sends
+        # it on), or a late void: what folding it adds to the ledger's own indexes.
+        self.ledger.reversals.update(_reversals_in([late]))
+        grant = _named(late.payload, "grant") if late.type == VOID and late_applied else None
+        if grant is not None:
+            voids = self.ledger.voids
+            voids[grant] = min(late.time, voids.get(grant, late.time))
         self.revisions.extend(revisions)
         for rec, outcome in zip(stretch, outcomes, strict=True):
             self._track(rec, outcome, new)
@@ -811,14 +931,38 @@ class Projector:
         self._next_snapshot = min(self._next_snapshot, self._interval(self.ledger))
         return late_outcome
 
-    def _confined(self, account: str, stretch: Sequence[Recorded]) -> bool:
-        """Whether refolding `stretch` (the events of `account`'s stream) for that account
-        alone gives what a refold of the whole timeline would."""
+    def _refolded_alone(self, key: tuple[int, int], accounts: int) -> None:
+        """Count a re-projection of `accounts` accounts alone from `key` on, and drop the
+        snapshots from there (they hold the accounts as they were)."""
+        self.refolded_by_account += 1
+        self._account_refolds += accounts
+        self.late_times.append(key[0])
+        self._late += 1
+        i = bisect.bisect_left(self._snap_keys, key)
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+
+    def _confined(self, account: str, stretch: Sequence[Recorded],
+                  saved: Saved | None) -> bool:
+        """Whether refolding `stretch` (the events of `account`'s stream after the snapshot
+        `saved`) for that account alone gives what a refold of the whole timeline would.
+
+        A reversal in it is no obstacle: folded, it changes no account (which events are
+        reversed is the projector's `excluded`, the same for every account); one that
+        changes `excluded` is re-projected by `_reproject_reversal_by_account`. Nor is a
+        void of a grant the account held at the snapshot, or recorded on its stream (an
+        account whose stream holds another's grant is mixed, see `_track`): only the
+        account a grant names ever holds its credits, so the void reaches no other."""
         jobs, voids = self.ledger.jobs, self.ledger.voids
+        held = saved[0].accounts.get(account) if saved is not None else None
         for rec in stretch:
             kind = rec.type
-            if kind in _CROSSING:
-                return False
+            if kind == VOID:
+                grant = _named(rec.payload, "grant")
+                if grant is None or not ((held is not None and has_batch(held, grant))
+                                         or self._granted_on(account, grant)):
+                    return False
+                continue
             if kind in _JOB_EVENTS:
                 job = _job_named(rec.payload)
                 if (kind == "submit" and job in self._floating
@@ -829,9 +973,22 @@ class Projector:
                 known = jobs.get(job) if isinstance(job, str) else None
                 if known is not None and known.account != account:
                     return False
-            elif kind == "grant" and rec.id in voids:
+            elif kind == "grant" and rec.id in voids and self._voided_from.get(
+                    rec.id, account if self._saw_every_void else None) != account:
                 return False
         return True
+
+    def _granted_on(self, account: str, grant: str) -> bool:
+        """Whether `grant` is recorded on `account`'s stream, or not recorded at all (then
+        no account holds its credits); False when it cannot be told."""
+        if self._locate is None or self._account_reader is None:
+            return False
+        place = self._locate(grant)
+        if place is None:
+            return True
+        time, position = place
+        return any(rec.id == grant for rec in
+                   self._account_reader(account, (time, position - 1), position))
 
     def catch_up(self, events: Iterable[Recorded],
                  keep: Container[int] = frozenset()) -> dict[int, Outcome]:

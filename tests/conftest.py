@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +99,30 @@ def _new_schema(base: str) -> str:
     schema = f"gpuc_{os.getpid()}_{secrets.token_hex(4)}"
     _admin(base, f'CREATE SCHEMA "{schema}"')
     return schema
+
+
+# -- pytest-xdist workers see the terminal the run was started from --------------------------
+#
+# A worker is started with COLUMNS=80 and LINES=24 in its environment whatever the run's
+# own were, and the command line wraps its output to $COLUMNS (tools.render.console):
+# the tests' outputs would differ from a run in one process. Each worker gets the
+# controller's values back (none when it had none).
+
+_TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in _TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    found: dict[str, str | None] = getattr(config, "workerinput", {}).get("terminal_env", {})
+    for key, value in found.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture
@@ -182,7 +207,9 @@ def chain_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 # (projections.native.COMPILED): compiled code calls its own functions directly, so the
 # patch would not be seen. When this process runs the compiled fold, such a test runs in
 # a child pytest with GPU_CREDITS_PURE_PYTHON=1 instead (all of them in one child, on the
-# first one's turn), and passes, fails or skips as it did there.
+# first one's turn), and passes, fails or skips as it did there. Under pytest-xdist every
+# worker collects every test, so the first worker to need the child runs it for all and
+# leaves its results in the run's shared temporary folder for the others.
 
 _pure_results: dict[str, tuple[str, str]] | None = None
 
@@ -205,7 +232,8 @@ def _run_pure(items: list[pytest.Item], rootdir: Path) -> dict[str, tuple[str, s
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
              f"--junitxml={report}", *[item.nodeid for item in items]],
-            cwd=rootdir, env={**os.environ, PURE_ENV: "1"}, capture_output=True, text=True)
+            cwd=rootdir, env={**_without_xdist(os.environ), PURE_ENV: "1"},
+            capture_output=True, text=True)
         results: dict[str, tuple[str, str]] = {}
         if report.exists():
             for case in ElementTree.parse(report).iter("testcase"):
@@ -223,6 +251,34 @@ def _run_pure(items: list[pytest.Item], rootdir: Path) -> dict[str, tuple[str, s
     return results
 
 
+def _without_xdist(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment without pytest-xdist's worker variables: the child is no worker."""
+    return {k: v for k, v in env.items() if not k.startswith("PYTEST_XDIST_")}
+
+
+def _pure_results_once(session: pytest.Session) -> dict[str, tuple[str, str]]:
+    """The child's results for every marked test, run once per test run: under xdist
+    the first worker to ask runs the child, holding a lock the others wait on, and
+    writes what it found where they read it."""
+    import fcntl
+    import json
+
+    marked = [item for item in session.items
+              if item.get_closest_marker("pure_python") is not None]
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return _run_pure(marked, session.config.rootpath)
+    # Each worker's basetemp is a folder of the run's own (popen-gw0, popen-gw1, ...).
+    shared: Path = session.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    found = shared / "pure-python-results.json"
+    with open(shared / "pure-python.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if found.exists():
+            return {k: (v[0], v[1]) for k, v in json.loads(found.read_text()).items()}
+        results = _run_pure(marked, session.config.rootpath)
+        found.write_text(json.dumps(results))
+        return results
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     global _pure_results
@@ -233,9 +289,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if not native.in_use():
         return None  # this process runs the source: the test runs here, as any other
     if _pure_results is None:
-        marked = [item for item in pyfuncitem.session.items
-                  if item.get_closest_marker("pure_python") is not None]
-        _pure_results = _run_pure(marked, pyfuncitem.config.rootpath)
+        _pure_results = _pure_results_once(pyfuncitem.session)
     outcome, text = _pure_results[_junit_key(pyfuncitem.nodeid)]
     if outcome == "skipped":
         pytest.skip(f"in the pure-Python child: {text.strip()}")

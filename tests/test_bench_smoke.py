@@ -47,7 +47,19 @@ def bench_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(PG_ENV, "postgresql+psycopg://nobody@127.0.0.1:1/none")
 
 
-def test_every_scenario_runs_at_toy_size(tmp_path: Path, bench_env: None) -> None:
+def test_every_scenario_runs_at_toy_size(tmp_path: Path, bench_env: None,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The workers scenario's windows are timed, not sized: at 3 s each over 1, 2, 4 and 8
+    # workers of three workloads they were most of this test's minute. One and two
+    # workers in 0.2 s windows run the same code (spawned workers on each workload, the
+    # table, the verdicts); judge() is checked on its own below.
+    from tools import bench_workers
+
+    measure = bench_workers.measure
+    monkeypatch.setattr(bench_workers, "WORKERS", (1, 2))
+    monkeypatch.setattr(bench_workers, "measure",
+                        lambda workload, workers, _seconds, base:
+                        measure(workload, workers, 0.2, base))
     out = tmp_path / "benchmarks.md"
     code = bench.main(["--toy", "--runs", "1", "--in-process", "--no-profile",
                        "--out", str(out), "--workdir", str(tmp_path / "work")])
@@ -57,6 +69,27 @@ def test_every_scenario_runs_at_toy_size(tmp_path: Path, bench_env: None) -> Non
         assert f"## {title}" in text
     assert "| target | measured | verdict |" in text
     assert "arriving 1-20 events late" in text  # the late-arrivals replay table
+
+
+def test_the_workers_verdicts_follow_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import bench_workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    hot, spread, raw = bench_workers.WORKLOADS
+    rates = {(hot, 1): 100.0, (hot, 2): 40.0, (spread, 1): 100.0, (spread, 2): 150.0,
+             (spread, 4): 120.0, (raw, 1): 500.0}
+    rows = bench_workers.judge([{"workload": w, "workers": n, "per_second": r}
+                                for (w, n), r in rates.items()])
+    got = {(r["workload"], r["workers"]): (r["vs_1_worker"], r["target"], r["met"])
+           for r in rows}
+    assert got == {
+        (hot, 1): (1.0, ">= 0.5 x 1 worker", "yes"),
+        (hot, 2): (0.4, ">= 0.5 x 1 worker", "NO"),
+        (spread, 1): (1.0, "baseline", "-"),
+        (spread, 2): (1.5, "> previous worker count", "yes"),
+        (spread, 4): (1.2, "(beyond 2 cores: no target)", "-"),
+        (raw, 1): (1.0, "(baseline)", "-"),
+    }
 
 
 def test_late_arrivals_keep_every_event_and_delay_some() -> None:

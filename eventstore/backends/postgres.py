@@ -52,11 +52,19 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from ..backend import SHARED, Backend, BatchRow, Probe, batch_statements, dbapi, lock_key
-from ..errors import ConnectionProblem, JournalError, LockTimeout, ReadOnlyJournal
+from ..errors import (
+    ConnectionProblem,
+    JournalError,
+    LockOrderConflict,
+    LockTimeout,
+    ReadOnlyJournal,
+)
 from ..records import COLUMNS, COLUMNS_SQL, StoredRow
 
+NUL = "\x00"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
+_DEADLOCK_DETECTED = "40P01"
 _READ_ONLY_TRANSACTION = "25006"
 #: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
 #: and the server ending the session (admin shutdown, crash shutdown, cannot connect now).
@@ -118,13 +126,76 @@ class PostgresBackend(Backend):
             self.lock_more(conn, locks)
             yield
 
-    def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
-        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
+    @contextmanager
+    def one_statement(self, conn: Connection) -> Iterator[None]:
+        """In autocommit: the driver would send BEGIN, then the statement, then COMMIT,
+        three round trips where one does (a statement is its own snapshot)."""
+        raw = dbapi(conn)
+        with self.direct(conn):
+            raw.autocommit = True
+        try:
+            yield
+        finally:
+            if not (raw.closed or raw.broken):
+                raw.autocommit = False
 
-        A key written `shared:NAME` takes NAME's lock in shared mode: many holders at once,
-        excluded only by an exclusive holder of NAME (e.g. the scheduler's queue, read by
-        every submit and taken whole by start_next).
-        """
+    @contextmanager
+    def own_transaction(self, conn: Connection) -> Iterator[None]:
+        """The driver in autocommit, so that it sends no BEGIN of its own (a round trip):
+        `begin_lock_and_probe` sends BEGIN with its statements, `write(..., commit=True)`
+        COMMIT with its own; anything raised in between rolls back."""
+        raw = dbapi(conn)
+        with self.direct(conn):
+            raw.autocommit = True
+        try:
+            yield
+            if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with self.direct(conn):
+                    raw.commit()
+        except BaseException:
+            if not (raw.closed or raw.broken):
+                with self.direct(conn):
+                    raw.rollback()
+            raise
+        finally:
+            if not (raw.closed or raw.broken):
+                raw.autocommit = False
+
+    def begin_lock_and_probe(self, conn: Connection, locks: Sequence[str], ids: Sequence[str],
+                             streams: Sequence[str]) -> Probe:
+        """BEGIN, every key tried without waiting and, if all were free, the head locked,
+        then the probe: one query string, one round trip (the simple protocol runs each
+        statement on a snapshot of its own, so the probe, after the head's lock, sees the
+        append before it). A key held elsewhere leaves the head unlocked: then the keys
+        are taken as `lock_more` takes them and the head locked after them, the global
+        order kept."""
+        ordered = self._ordered(conn, locks)
+        raw = dbapi(conn)
+        with self._naming("the journal head row (every append queues there)"), self.direct(conn):
+            cur = psycopg.ClientCursor(raw)
+            cur.execute(_BEGIN_LOCKS_HEAD_PROBE, {
+                "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                "shared": "{" + ",".join(["t" if shared else "f"
+                                          for _, (_, shared) in ordered]) + "}",
+                "ids": text_array(ids), "streams": text_array(streams)})
+            cur.nextset()
+            head = cur.fetchone()
+            cur.nextset()
+            probe = cur.fetchone()
+            cur.close()
+        assert probe is not None  # the probe is one row of aggregates
+        last, any_existing, versions = probe
+        if head is None:  # a key was held: wait for the keys in order, then the head
+            self.lock_more(conn, locks)
+            return self.lock_and_probe(conn, ids, streams)
+        return Probe(head[0], head[1], last or 0,
+                     {s: v for s, v in zip(streams, versions, strict=True) if v},
+                     bool(any_existing))
+
+    def _ordered(self, conn: Connection, locks: Sequence[str]
+                 ) -> list[tuple[int, tuple[str, bool]]]:
+        """The keys' lock numbers, each with its name and whether it is shared, in the
+        global order every writer takes them in (shared keys first, then by number)."""
         wanted: dict[int, tuple[str, bool]] = {}
         # Advisory locks are database-wide, journals are per schema: two journals in one
         # database must not lock each other out, so the schema is part of every key.
@@ -136,7 +207,16 @@ class PostgresBackend(Backend):
             wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
         # Shared keys first: a key some take shared (the queue) is then always taken
         # before any plain key, by everyone, which keeps the global lock order total.
-        ordered = sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
+        return sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
+
+    def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
+        """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
+
+        A key written `shared:NAME` takes NAME's lock in shared mode: many holders at once,
+        excluded only by an exclusive holder of NAME (e.g. the scheduler's queue, read by
+        every submit and taken whole by start_next).
+        """
+        ordered = self._ordered(conn, locks)
         if not ordered:
             return
         raw = dbapi(conn)
@@ -146,18 +226,7 @@ class PostgresBackend(Backend):
             # each would cost more than the rest of a batch's database work (a batch of
             # 100 events to 100 accounts took 100). Stopping there keeps the global order:
             # what is held is a prefix of it, and the rest is waited for in order below.
-            # The arrays go as array literals: the driver's list adaptation costs more
-            # than the statement for a hundred keys.
-            # Pipelined, the transaction's BEGIN goes in the same round trip.
-            with self._naming("a lock key"), self.direct(conn):
-                with raw.pipeline():
-                    cur = raw.execute(_TRY_LOCKS, {
-                        "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
-                        "shared": "{" + ",".join(["t" if shared else "f"
-                                                  for _, (_, shared) in ordered]) + "}",
-                    })
-                got = cur.fetchone()[0]
-            ordered = ordered[got:]
+            ordered = ordered[self._try_prefix(conn, ordered):]
             if not ordered:
                 return
         # One round trip for the rest: pipelined, the statements still run one after the
@@ -181,6 +250,29 @@ class PostgresBackend(Backend):
         finally:
             for cur in cursors:
                 cur.close()
+
+    def try_lock_more(self, conn: Connection, locks: Sequence[str]) -> bool:
+        """`lock_more` without waiting: every key tried in the global order, stopping at
+        the first one another transaction holds; whether all were taken."""
+        ordered = self._ordered(conn, locks)
+        return not ordered or self._try_prefix(conn, ordered) == len(ordered)
+
+    def _try_prefix(self, conn: Connection,
+                    ordered: Sequence[tuple[int, tuple[str, bool]]]) -> int:
+        """How many of the ordered keys one statement took, trying each without waiting
+        until one is held elsewhere. The arrays go as array literals: the driver's list
+        adaptation costs more than the statement for a hundred keys. Pipelined, the
+        transaction's BEGIN goes in the same round trip."""
+        raw = dbapi(conn)
+        with self._naming("a lock key"), self.direct(conn):
+            with raw.pipeline():
+                cur = raw.execute(_TRY_LOCKS, {
+                    "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                    "shared": "{" + ",".join(["t" if shared else "f"
+                                              for _, (_, shared) in ordered]) + "}",
+                })
+            got: int = cur.fetchone()[0]
+        return got
 
     def _namespace(self, conn: Connection) -> str:
         """The journal's schema (cached: a journal's search_path does not change)."""
@@ -246,9 +338,12 @@ class PostgresBackend(Backend):
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False) -> None:
         """Insert the rows (and private parts), move the head, write the batch's row: one
-        pipelined round trip, or COPY then one pipelined round trip.
+        pipelined round trip, or COPY then one pipelined round trip. With `commit`, the
+        COMMIT joins that round trip: an error of any statement before it aborts the
+        transaction, and the COMMIT then ends it with nothing written (the error is
+        raised here, as it would be without).
 
         COPY is several times faster than INSERT for a large batch but cannot join
         a pipeline. Either way it all runs inside the append's transaction.
@@ -257,6 +352,18 @@ class PostgresBackend(Backend):
         last = (rows[-1][0], rows[-1][8])
         after = batch_statements(batch, "%s")
         with self.direct(conn):
+            if commit and not private and len(rows) < self.copy_from:
+                # In `own_transaction`: the statements and the COMMIT as one query string,
+                # one message and one round trip (a pipeline sends each statement in a
+                # write of its own, and syncs once more as it ends). An error in any of
+                # them skips the rest, COMMIT included, and the transaction rolls back.
+                cur = psycopg.ClientCursor(raw)
+                sql = ";".join([_INSERT_ARRAYS, _MOVE_HEAD,
+                                *(q for q, _ in after), "COMMIT"])
+                cur.execute(sql, [*_columns(rows, _EVENT_ARRAYS), *last,
+                                  *(p for _, params in after for p in params)])
+                cur.close()
+                return
             if len(rows) < self.copy_from:
                 # One statement for all the rows, each column one array literal: a
                 # statement per row (executemany) cost the driver more than the insert.
@@ -267,6 +374,8 @@ class PostgresBackend(Backend):
                     cur.execute(_MOVE_HEAD, last)
                     for sql, params in after:
                         cur.execute(sql, params)
+                    if commit:
+                        raw.commit()
                 return
             with raw.cursor() as cur:
                 with cur.copy(f"COPY events ({COLUMNS_SQL}) FROM STDIN") as copy:
@@ -280,6 +389,8 @@ class PostgresBackend(Backend):
                     cur.execute(_MOVE_HEAD, last)
                     for sql, params in after:
                         cur.execute(sql, params)
+                    if commit:
+                        raw.commit()
 
     def after_erase(self, engine: Engine) -> tuple[str, ...]:
         """VACUUM FULL the private parts: a deleted row stays in the table's file until the
@@ -301,6 +412,11 @@ class PostgresBackend(Backend):
         state = getattr(orig, "sqlstate", None)
         if state in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
             return self._lock_timeout("a journal lock")
+        if state == _DEADLOCK_DETECTED:
+            return LockOrderConflict(
+                f"PostgreSQL {self.describe()} found this transaction and another waiting "
+                "for each other's locks and rolled this one back: nothing of it was "
+                "written; run it again")
         if state == _READ_ONLY_TRANSACTION:
             return ReadOnlyJournal(
                 f"PostgreSQL {self.describe()} is open read-only: nothing was written"
@@ -346,9 +462,22 @@ def text_array(values: Sequence[str]) -> str:
 
     Why not a list: the driver's list adaptation inspects every element to choose the
     array's type, which cost more than the rest of the statement for a batch's ids and
-    streams. The values are names without NUL (the journal refuses NUL before any SQL)."""
-    return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                           for v in values]) + "}"
+    streams. The values are names without NUL (the journal refuses NUL before any SQL).
+
+    The escapes are made on all the values at once, joined by NUL (then each NUL becomes
+    the quotes and comma between two elements): a replace per value cost more than the
+    statement for a batch's payloads."""
+    if not values:
+        return "{}"
+    joined = NUL.join(values)
+    if joined.count(NUL) != len(values) - 1:  # not the journal's text: the slow way
+        return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                               for v in values]) + "}"
+    if "\\" in joined:
+        joined = joined.replace("\\", "\\\\")
+    if '"' in joined:
+        joined = joined.replace('"', '\\"')
+    return '{"' + joined.replace(NUL, '","') + '"}'
 
 
 def _alive(conn: psycopg.Connection[object], idle_since: float | None) -> bool:
@@ -396,24 +525,39 @@ WITH RECURSIVE taken(n, ok) AS (
 SELECT count(*) - 1 FROM taken WHERE ok
 """
 _LOCK_HEAD = "SELECT position, hash FROM journal_head WHERE id = 1 FOR UPDATE"
+# Each id is looked up on its own, in a LATERAL subquery: `event_id = ANY(ids)` let the
+# planner choose a sequential scan that compares every row with every id (it prices the
+# comparisons with an array of a hundred far too low, and under EXISTS hopes to stop at
+# an early match that a fresh batch never has): the append's cost then grew with the
+# journal, 3.6 ms of the server's CPU per batch of 100 at 3,000 events, 17 ms at 30,000.
+# A lookup that refers to its id can only be a probe of the unique index (its LIMIT,
+# true of a unique id anyway, keeps the planner from turning it back into a join, which
+# it would again answer with a scan).
+_BY_ID = ("unnest(%s::text[]) AS u(id) CROSS JOIN LATERAL "
+          "(SELECT {columns} FROM events WHERE event_id = u.id LIMIT 1) AS e")
 # The last recorded_at, whether any id exists, and max(version) per stream (each an
 # index seek on (stream, version)), in the order the streams were given.
 _PROBE = """
 SELECT
     (SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1),
-    EXISTS (SELECT 1 FROM events WHERE event_id = ANY(%s::text[])),
+    EXISTS (SELECT 1 FROM """ + _BY_ID.format(columns="1") + """),
     ARRAY(
         SELECT (SELECT max(e.version) FROM events e WHERE e.stream = u.s)
         FROM unnest(%s::text[]) WITH ORDINALITY AS u(s, n)
         ORDER BY u.n
     )
 """
-_EXISTING = f"SELECT {COLUMNS_SQL} FROM events WHERE event_id = ANY(%s::text[])"
+# Repeated ids are looked up once (callers pass distinct ids; ANY did that by itself).
+_DISTINCT_BY_ID = _BY_ID.replace("unnest(%s::text[]) AS u(id)",
+                                 "(SELECT DISTINCT id FROM unnest(%s::text[]) AS id) AS u")
+_EXISTING = (f"SELECT {', '.join(f'e.{c}' for c in COLUMNS)} FROM "
+             + _DISTINCT_BY_ID.format(columns=COLUMNS_SQL))
 # The head, then each recorded row among the ids (one row of NULLs after the head: none).
 _HEAD_AND_EXISTING = (
     "SELECT h.head, " + ", ".join(f"e.{c}" for c in COLUMNS)
     + " FROM (SELECT coalesce(max(position), 0) AS head FROM events) h"
-    " LEFT JOIN events e ON e.event_id = ANY(%s::text[])"
+    " LEFT JOIN (SELECT e.* FROM " + _DISTINCT_BY_ID.format(columns=COLUMNS_SQL)
+    + ") e ON true"
 )
 # The rows of a batch as one array per column (see `PostgresBackend.write`).
 _EVENT_ARRAYS = ("int", "text", "text", "int", "text", "int", "int", "text", "text")
@@ -426,3 +570,16 @@ _PRIVATE_ARRAYS = ("int", "text", "text")
 _INSERT_PRIVATE_ARRAYS = ("INSERT INTO private_parts (position, salt, data) "
                           "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[])")
 _MOVE_HEAD = "UPDATE journal_head SET position = %s, hash = %s WHERE id = 1"
+
+# BEGIN; the keys tried in order and, only if every one was taken, the head locked (no
+# row: not all were); the probe. Parameters by name: `keys` and `shared` appear twice.
+_BEGIN_LOCKS_HEAD_PROBE = (
+    "BEGIN;"
+    + _TRY_LOCKS.replace("SELECT count(*) - 1 FROM taken WHERE ok", "")
+    + """, got AS (SELECT count(*) - 1 AS n FROM taken WHERE ok)
+SELECT h.position, h.hash FROM got, journal_head h
+WHERE h.id = 1 AND got.n = cardinality(%(keys)s::bigint[])
+FOR UPDATE OF h;"""
+    + _PROBE.replace("unnest(%s::text[]) AS u(id)", "unnest(%(ids)s::text[]) AS u(id)")
+    .replace("unnest(%s::text[]) WITH ORDINALITY", "unnest(%(streams)s::text[]) WITH ORDINALITY")
+)

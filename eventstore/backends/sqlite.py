@@ -177,7 +177,7 @@ class SQLiteBackend(Backend):
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False) -> None:
         """executemany the rows (and private parts), then move the head and write the
         batch's row."""
         with self.direct(conn):

@@ -14,7 +14,7 @@ import itertools
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -266,5 +266,9 @@ def _render_all(url: str, work: Path) -> Iterator[tuple[str, str]]:
 def digests(url: str, work: Path) -> dict[str, str]:
     """name -> the first 16 hex digits of the sha256 of each output (what the golden
     file holds)."""
-    return {name: hashlib.sha256(text.encode()).hexdigest()[:16]
-            for name, text in render_all(url, work)}
+    return digests_of(render_all(url, work))
+
+
+def digests_of(outputs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The digests of outputs `render_all` gave."""
+    return {name: hashlib.sha256(text.encode()).hexdigest()[:16] for name, text in outputs}

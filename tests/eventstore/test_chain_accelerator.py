@@ -337,6 +337,18 @@ def test_the_c_link_check_does_what_the_python_one_does(records: list[Any],
 
 
 @needs_c
+@pytest.mark.parametrize("position", [-(2**63), -(2**63) + 1, 2**63 - 1, 0, 2])
+def test_a_row_read_without_a_predecessor_is_refused_alike_at_the_64_bit_edges(
+        position: int) -> None:
+    # The position before the smallest 64-bit one has no 64-bit form: the C check must not
+    # wrap it round to the largest and call the row repeated instead of missing one.
+    row = (*chain_of([("e", "s", 1, "t", 0, 0, "{}")])[0], None)
+    row = (position, *row[1:])
+    assert pinned_outcome(_fast_pinned(), [row]) == pinned_outcome(hashing.pinned_python, [row])
+    assert pinned_outcome(hashing.pinned_python, [row])[1][2] == position - 1
+
+
+@needs_c
 @settings(max_examples=200, deadline=None)
 @given(CLEAN_RECORDS, st.data())
 def test_an_edit_stops_the_link_check_at_its_row_in_any_order(

@@ -15,7 +15,7 @@ from journal_testkit import ev
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from eventstore import ConnectionProblem, Journal, LockTimeout
+from eventstore import ConnectionProblem, Journal, LockOrderConflict, LockTimeout
 
 
 @pytest.mark.postgres
@@ -209,3 +209,76 @@ def test_a_text_array_literal_is_read_back_as_the_strings_it_was_made_of(
         round_trips()
     finally:
         journal.close()
+
+
+@pytest.mark.postgres
+def test_the_appends_id_lookups_probe_the_index_at_any_size(pg_fresh_url: str) -> None:
+    """The key probe, the look-up of existing ids and the head-with-keys query each look
+    every id up in the unique index: with `event_id = ANY(ids)` the planner chose a scan
+    of the whole table, so every append cost more as the journal grew."""
+    import psycopg
+
+    from eventstore.backends import postgres as pg
+
+    with Journal(pg_fresh_url) as journal:
+        for b in range(20):
+            journal.append([ev(f"b{b}-{i}", stream=f"s{i}") for i in range(100)])
+        ids = pg.text_array([f"new-{i}" for i in range(100)])
+        streams = pg.text_array([f"s{i}" for i in range(100)])
+        dsn = make_url(pg_fresh_url).set(drivername="postgresql")
+        with psycopg.connect(dsn.render_as_string(hide_password=False),
+                             autocommit=True) as conn:
+            conn.execute("ANALYZE events")
+            for sql, args in [(pg._PROBE, (ids, streams)), (pg._EXISTING, (ids,)),
+                              (pg._HEAD_AND_EXISTING, (ids,))]:
+                plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, args))
+                assert "Seq Scan" not in plan, (sql, plan)
+                assert "uq_events_event_id" in plan, plan
+
+
+@pytest.mark.postgres
+def test_a_key_asked_for_after_an_append_is_refused_not_waited_for(pg_fresh_url: str) -> None:
+    """After its first append a transaction holds the head, which every writer takes after
+    its keys: waiting then for a key another writer holds, while that writer waits for
+    the head, is a deadlock. The key is refused at once instead, and nothing is lost."""
+    a, b = Journal(pg_fresh_url, lock_timeout=5), Journal(pg_fresh_url, lock_timeout=5)
+    b_holds_its_key, b_done = threading.Event(), threading.Event()
+    b_result: list[Any] = []
+
+    def other_writer() -> None:
+        with b.transaction(["account:b"]) as tx:
+            b_holds_its_key.set()
+            b_result.append(tx.append([ev("b1", stream="b")]))  # waits for a's head
+        b_done.set()
+
+    try:
+        thread = threading.Thread(target=other_writer)
+        with (pytest.raises(LockOrderConflict, match=r"account:b.*holds the journal's head"),
+              a.transaction(["account:a"]) as tx):
+                tx.append([ev("a1", stream="a")])
+                thread.start()
+                assert b_holds_its_key.wait(5)
+                time.sleep(0.2)  # b is queued for the head by now
+                started = time.monotonic()
+                try:
+                    with a.transaction(["account:b"]):
+                        pass
+                finally:
+                    assert time.monotonic() - started < 2  # refused, not waited for
+        thread.join(10)
+        assert b_done.is_set() and b_result[0][0].position == 1
+        assert [e.id for e in a.read(order="position")] == ["b1"]  # a's append rolled back
+        # Before any append a key is waited for, as ever; after one, a free key is taken.
+        with a.transaction(["account:a"]) as tx:
+            tx.append([ev("a2", stream="a")])
+            with a.transaction(["account:b"]) as inner:
+                inner.append([ev("b2", stream="b")])
+            # Held now by a: another writer cannot have it.
+            with (pytest.raises(LockTimeout), Journal(pg_fresh_url, lock_timeout=0.2) as c,
+                  c.transaction(["account:b"])):
+                pass
+        assert [e.id for e in a.read(order="position")] == ["b1", "a2", "b2"]
+        assert a.verify() is None
+    finally:
+        a.close()
+        b.close()

@@ -166,6 +166,53 @@ def test_canonical_json_is_the_documented_dumps() -> None:
         canonical_json({"x": float("inf")})
 
 
+_DUMPS = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
+
+
+def test_a_flat_object_is_written_as_dumps_writes_it_for_every_code_point() -> None:
+    """Flat objects take a faster encoder: every character (escapes, controls, U+2028,
+    the astral planes), as a value and as a key, comes out as `json.dumps` writes it."""
+    import json
+
+    from eventstore.hashing import flat_json
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(chars), 512):
+        chunk = "".join(chars[i:i + 512])
+        value = {chunk: chunk, chunk[:1]: 1, "n": None, "t": True, "f": False, "i": -7}
+        assert flat_json(value) is not None
+        assert canonical_json(value) == json.dumps(value, **_DUMPS)
+
+
+@given(st.dictionaries(st.text(max_size=4), st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(max_size=6)), max_size=6))
+def test_a_flat_object_sorts_and_writes_as_dumps(value: dict[str, Any]) -> None:
+    """Keys sorted by code point, ints of any size (past 64 bits: the standard encoder)."""
+    import json
+
+    assert canonical_json(value) == json.dumps(value, **_DUMPS)
+
+
+def test_what_the_faster_encoder_refuses_goes_to_the_standard_one() -> None:
+    import json
+
+    from eventstore.hashing import flat_json, load_canonical
+
+    class Key(str):
+        pass
+
+    for value in ({1: "a"}, {Key("k"): 1}, {"a": 2**64}, {"a": "\ud800"}, {"a": 1.5},
+                  {"a": [1]}):
+        assert flat_json(value) is None
+        assert canonical_json(value) == json.dumps(value, **_DUMPS)
+    for value in ({"a": 2**64}, {"a": -(2**63) - 1}, {"a": [2**70]}, {"a": "\ud800"},
+                  {"a": 2**64 - 1, "b": -(2**63)}, {"a": 0.5}, {"a": {"b": 1}}):
+        text = canonical_json(value)
+        # Read back to the same types (an int past 64 bits must not become a float).
+        assert canonical_json(load_canonical(text)) == text
+        assert load_canonical(text) == value
+
+
 @given(
     st.lists(
         st.tuples(st.text(min_size=1), st.text(min_size=1), st.text(min_size=1),
@@ -200,3 +247,12 @@ def test_the_chain_check_hashes_the_reference_bytes(rows: list[Any], data: st.Da
     with pytest.raises(ChainBroken) as caught:
         seen.extend(chained(altered, GENESIS_HASH, 0))
     assert caught.value.position == bad and seen == stored[: bad - 1]
+
+
+def test_an_append_returns_wide_ints_as_ints(journal: JournalLike) -> None:
+    """The records an append returns carry the payload as stored: an int past 64 bits
+    stays an int (orjson, which reads the journal's own texts, would make it a float)."""
+    payload = {"big": 2**64, "small": -(2**63) - 1, "plain": 7}
+    [record] = journal.append([NewEvent("wide", "s", "t", 1, payload)])
+    assert record.payload == payload
+    assert all(type(v) is int for v in record.payload.values())

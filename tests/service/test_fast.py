@@ -294,3 +294,45 @@ def test_event_answers_encode_as_the_model_encodes_them(
     answer = {**answer, **changed}
     assert _encoded(_events_json, answer) == _encoded(
         lambda a: _json(_EVENTS_ANSWER, a), answer)
+
+
+_MEMBER = st.sampled_from(["type", "account", "amount", "time", "id", "a:b", "é"])
+_LEAF = st.one_of(_TEXT, _INTS, st.booleans(), st.none(), st.floats(allow_nan=False))
+_EVENT = st.lists(st.tuples(_MEMBER, st.recursive(
+    _LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_MEMBER, inner,
+                                                                      max_size=3),
+    max_leaves=4)), max_size=5)
+
+
+def _object(members: list[tuple[str, Any]]) -> str:
+    """A JSON object with these members in this order, a repeated key repeated."""
+    return "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in members) + "}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_EVENT, max_size=4), st.sampled_from(["events", "event", "a:b"]),
+       st.sampled_from(["", " ", "\n"]))
+def test_a_batch_body_is_read_as_the_strict_reader_and_the_model_read_it(
+        events: list[list[tuple[str, Any]]], name: str, space: str) -> None:
+    """The quick read of a batch's body gives what `loads_strict` and `EventsBody` give,
+    or nothing (then those read it): repeated keys, colons inside strings, floats, ints
+    past 64 bits, nested values, an empty or misnamed list."""
+    from projections.validation import loads_strict
+    from tools.service.fast import _plain_events
+    from tools.service.models import EventsBody
+
+    text = f'{space}{{"{name}":{space}[{",".join(_object(e) for e in events)}]}}{space}'
+    quick = _plain_events(text.encode())
+    if quick is None:
+        return
+    assert quick == EventsBody.model_validate(loads_strict(text)).events
+
+
+def test_a_repeated_key_or_a_wide_int_is_left_to_the_strict_reader() -> None:
+    from tools.service.fast import _plain_events
+
+    assert _plain_events(b'{"events":[{"type":"grant","type":"consume"}]}') is None
+    assert _plain_events(b'{"events":[{"amount":123456789012345678901}]}') is None
+    assert _plain_events(b'{"events":[{"time":"1970-01-01T00:00:04Z"}]}') is None
+    assert _plain_events(b'{"events":[{"type":"grant","amount":5}]}') == [
+        {"type": "grant", "amount": 5}]

@@ -138,3 +138,49 @@ def test_the_writer_waits_for_the_clients_of_its_last_batch(
     monkeypatch.setattr(groupcommit.time, "sleep", clock.sleep)
     writer._linger()
     assert clock.sleeps == sleeps
+
+
+@dataclass(frozen=True)
+class Named:
+    key: str | None
+
+
+@pytest.mark.parametrize("refusals", [1, 2, 5])
+def test_a_batch_refused_a_key_after_appending_is_decided_again_whole(refusals: int) -> None:
+    from eventstore import LockOrderConflict
+    from tools.service import groupcommit
+
+    sizes: list[int] = []
+    resets: list[int] = []
+
+    def run_batch(batch: Any, wait: Any) -> list[Any]:
+        sizes.append(len(batch))
+        if len(sizes) <= refusals:
+            raise LockOrderConflict("the key was held elsewhere after the append")
+        return [f"ok {c.key}" for c in batch]
+
+    writer = groupcommit.GroupCommit(run_batch, lambda: resets.append(1))
+    items = [_Item(Named("k1")), _Item(Named("k2"))]
+    writer._commit(items)  # type: ignore[arg-type]
+    assert [i.future.result() for i in items] == ["ok k1", "ok k2"]
+    assert sizes == [2] * (refusals + 1)  # the whole batch again, after a rebuild each time
+    assert len(resets) == refusals
+
+
+def test_a_batch_refused_its_keys_again_and_again_answers_with_the_refusal() -> None:
+    from eventstore import LockOrderConflict
+    from tools.service import groupcommit
+
+    attempts: list[int] = []
+
+    def run_batch(batch: Any, wait: Any) -> list[Any]:
+        attempts.append(len(batch))
+        raise LockOrderConflict("the key was held elsewhere after the append")
+
+    writer = groupcommit.GroupCommit(run_batch, lambda: None)
+    items = [_Item(Named("k1")), _Item(Named("k2"))]
+    writer._commit(items)  # type: ignore[arg-type]
+    for item in items:
+        with pytest.raises(LockOrderConflict):
+            item.future.result()
+    assert attempts == [2] * (groupcommit.MAX_LOCK_CONFLICTS + 1)

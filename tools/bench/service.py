@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -270,7 +270,13 @@ def raw_one_per_commit(url: str, rows: int) -> float:
 # -- the run ------------------------------------------------------------------------------
 
 
-def run(quick: bool) -> dict[str, Any]:
+PARTS = ("decisions", "events", "balance", "library", "journal")
+"""The cases `--only` can choose: the single decisions (with the bare endpoint), the
+batches of events (with raw psycopg), the balance reads, the library path and the
+journal's size."""
+
+
+def run(quick: bool, parts: Sequence[str] = PARTS) -> dict[str, Any]:
     base = pg_base_url()
     schema = f"bench_service_{os.getpid()}"
     create_schema(base, schema)
@@ -279,51 +285,63 @@ def run(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            port = free_port()
-            with bare(port, Path(tmp)) as proc:
-                _warm(port, _usage_plans(1, 3, "warm-bare")[0])
-                out["bare_16"] = drive(port, _usage_plans(16, each, "bare"), proc.pid)
-            port = free_port()
-            with serve(url, port) as proc:
-                _setup(port)
-                _warm(port, [*_usage_plans(1, 3, "warm")[0],
-                             ("GET", "/v1/accounts/acct-0/balance", None, {})])
-                out["decisions_16"] = drive(port, _usage_plans(16, each, "single"), proc.pid,
-                                            url)
-                batches = 10 if quick else 40
-                plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
-                                      for b in range(batches)] for c in range(2)]
-                events = drive(port, plans, proc.pid, url)
-                events["events_per_second"] = round(events["per_second"] * 100, 1)
-                out["events_batches_of_100"] = events
-                reads = 100 if quick else 400
-                out["balance_8"] = drive(port, [[
-                    ("GET", f"/v1/accounts/acct-{(c + i) % ACCOUNTS}/balance", None, {})
-                    for i in range(reads)] for c in range(8)], proc.pid)
-            out["raw_psycopg_rows_per_second"] = round(
-                raw_one_per_commit(url, 300 if quick else 2000), 1)
-        # Today's library path: 8 worker processes, each deciding through Scheduler.submit
-        # on a random one of 100 accounts (tools/bench_workers.py's measurement).
-        from tools import bench_workers
+            if "decisions" in parts:
+                port = free_port()
+                with bare(port, Path(tmp)) as proc:
+                    _warm(port, _usage_plans(1, 3, "warm-bare")[0])
+                    out["bare_16"] = drive(port, _usage_plans(16, each, "bare"), proc.pid)
+            if {"decisions", "events", "balance"} & set(parts):
+                port = free_port()
+                with serve(url, port) as proc:
+                    _setup(port)
+                    _warm(port, [*_usage_plans(1, 3, "warm")[0],
+                                 ("GET", "/v1/accounts/acct-0/balance", None, {})])
+                    if "decisions" in parts:
+                        out["decisions_16"] = drive(port, _usage_plans(16, each, "single"),
+                                                    proc.pid, url)
+                    if "events" in parts:
+                        batches = 10 if quick else 40
+                        plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
+                                              for b in range(batches)] for c in range(2)]
+                        events = drive(port, plans, proc.pid, url)
+                        events["events_per_second"] = round(events["per_second"] * 100, 1)
+                        out["events_batches_of_100"] = events
+                    if "balance" in parts:
+                        reads = 100 if quick else 400
+                        out["balance_8"] = drive(port, [[
+                            ("GET", f"/v1/accounts/acct-{(c + i) % ACCOUNTS}/balance", None, {})
+                            for i in range(reads)] for c in range(8)], proc.pid)
+            if "events" in parts:
+                out["raw_psycopg_rows_per_second"] = round(
+                    raw_one_per_commit(url, 300 if quick else 2000), 1)
+        if "library" in parts:
+            # Today's library path: 8 worker processes, each deciding through
+            # Scheduler.submit on a random one of 100 accounts (tools/bench_workers.py's
+            # measurement).
+            from tools import bench_workers
 
-        library = bench_workers.measure(bench_workers.WORKLOADS[1], 8,
-                                        3.0 if quick else 10.0, base)
-        out["library_8_workers_per_second"] = round(library["per_second"], 1)
+            library = bench_workers.measure(bench_workers.WORKLOADS[1], 8,
+                                            3.0 if quick else 10.0, base)
+            out["library_8_workers_per_second"] = round(library["per_second"], 1)
     finally:
         drop_schema(base, schema)
-    small, large = 10_000, 100_000 if quick else 1_000_000
-    out[f"journal_{small}"] = journal_size(base, small)
-    out[f"journal_{large}"] = journal_size(base, large)
-    out["ratio_balance_p50_large_to_small"] = round(
-        out[f"journal_{large}"]["balance_1"]["p50_ms"]
-        / out[f"journal_{small}"]["balance_1"]["p50_ms"], 2)
-    single = out["decisions_16"]["per_second"]
-    out["ratio_decisions_to_bare"] = round(single / out["bare_16"]["per_second"], 2)
-    out["ratio_decisions_to_library_8"] = round(single / out["library_8_workers_per_second"],
-                                                2)
-    out["ratio_events_to_raw"] = round(
-        out["events_batches_of_100"]["events_per_second"] / out["raw_psycopg_rows_per_second"],
-        1)
+    if "journal" in parts:
+        small, large = 10_000, 100_000 if quick else 1_000_000
+        out[f"journal_{small}"] = journal_size(base, small)
+        out[f"journal_{large}"] = journal_size(base, large)
+        out["ratio_balance_p50_large_to_small"] = round(
+            out[f"journal_{large}"]["balance_1"]["p50_ms"]
+            / out[f"journal_{small}"]["balance_1"]["p50_ms"], 2)
+    if "decisions" in parts:
+        single = out["decisions_16"]["per_second"]
+        out["ratio_decisions_to_bare"] = round(single / out["bare_16"]["per_second"], 2)
+        if "library" in parts:
+            out["ratio_decisions_to_library_8"] = round(
+                single / out["library_8_workers_per_second"], 2)
+    if "events" in parts:
+        out["ratio_events_to_raw"] = round(
+            out["events_batches_of_100"]["events_per_second"]
+            / out["raw_psycopg_rows_per_second"], 1)
     return out
 
 
@@ -370,8 +388,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.service",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests per client")
+    parser.add_argument("--only", action="append", choices=PARTS, metavar="PART",
+                        help="run only this case with its baseline (repeatable; one of "
+                        f"{', '.join(PARTS)}; default: all)")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.quick), indent=2))
+    print(json.dumps(run(args.quick, args.only or PARTS), indent=2))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction
+from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction, VersionConflict
+from eventstore.journal import Journal
 
 SHARED = "shared:"
 
@@ -239,9 +240,17 @@ class BatchJournal:
         decisions gave them (`PositionsMoved` if not), and the commit; on any thread."""
         if not deferred.events:
             return []
+        first = deferred.first
+        if isinstance(self._journal, Journal):
+            # A SQL journal checks where the events land before it writes, and takes the
+            # keys, writes and commits in two round trips.
+            try:
+                return self._journal.append_at(deferred.events, at=first,
+                                               locks=sorted(deferred.locks))
+            except VersionConflict as exc:
+                raise PositionsMoved(str(exc)) from exc
         with self._journal.transaction(sorted(deferred.locks)) as tx:
             recorded = tx.append(deferred.events)
-            first = deferred.first
             if [r.position for r in recorded] != list(range(first, first + len(recorded))):
                 raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                                      f"expected {first}..")
@@ -255,8 +264,14 @@ class BatchJournal:
     def recorded_ahead(self, ids: Iterable[str]) -> dict[str, RecordedEvent]:
         """Which of these ids are recorded (committed), asked outside the batch: an id
         recorded after the look (by the batch being written, or another writer) makes
-        the deferred append land elsewhere, and the batch is decided again."""
-        return self._journal.get_many(ids)
+        the deferred append land elsewhere, and the batch is decided again. Ids the
+        batch looked up with the head are answered from that look (one query less)."""
+        wanted = list(ids)
+        batch = self._current()
+        if batch is not None and batch.looked_up is not None and batch.looked_up.issuperset(
+                wanted):
+            return {i: batch.recorded[i] for i in wanted if i in batch.recorded}
+        return self._journal.get_many(wanted)
 
     def join(self) -> None:
         """Open the batch's transaction now (waiting for the batch ahead) and write what

@@ -244,6 +244,11 @@ class AppendEvents:
         return cls(key, tuple(importing.Entry(index + 1, *importing.parse_record(record))
                               for index, record in enumerate(records)))
 
+    @property
+    def event_ids(self) -> list[str]:
+        """The records' own ids: the writer looks them up with the batch's head."""
+        return [e.id for e in self.entries if e.id is not None]
+
     def locks(self, ledger: Ledger) -> list[str]:
         keys: set[str] = set()
         for entry in self.entries:

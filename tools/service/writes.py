@@ -196,14 +196,18 @@ def _checked(records: list[dict[str, Any]], key: str | None, allow_far: bool
     problems: list[tuple[int, str]] = []
     keyed = False
     for index, raw in enumerate(records):
-        record = dict(raw)
+        record = raw
         try:
-            for name in _TIME_FIELDS:
-                if isinstance(record.get(name), str):
-                    record[name] = parse_event_time(record[name])
-            if record.get("id") is None and key is not None:
-                record["id"] = key if index == 0 else f"{key}/{index + 1}"
-                keyed = True
+            if (isinstance(raw.get("time"), str) or isinstance(raw.get("expiry"), str)
+                    or (key is not None and raw.get("id") is None)):
+                # Only a record to change is copied (the body's own stays as sent).
+                record = dict(raw)
+                for name in _TIME_FIELDS:
+                    if isinstance(record.get(name), str):
+                        record[name] = parse_event_time(record[name])
+                if record.get("id") is None and key is not None:
+                    record["id"] = key if index == 0 else f"{key}/{index + 1}"
+                    keyed = True
             event_id, time, event = importing.parse_record(record)
             if isinstance(record.get("time"), int):
                 check_far("time", record["time"], allow_far)
