@@ -138,15 +138,16 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
                                 order="canonical"))
     if any(rec.type in _CROSSING for rec in stretch):
         return None
-    if all(rec.type in _CREDITS for rec in stretch):
+    if all(rec.type in _CREDITS for rec in stretch) and not _has_job_streams(
+            journal, account, after):
         if any(not isinstance(rec.payload, dict) or rec.payload.get("account") != account
                for rec in stretch):
             return None
         # Nothing after the checkpoint reaches a job or the queue (the usual case: a
         # checkpoint at the head): the account's section is all it takes. No event of
-        # its jobs can sit in a `job:<id>` stream either: an import puts a job's events
-        # there only while no submit of the job is recorded, and the account submitted
-        # no job since the checkpoint.
+        # its jobs sits in a `job:<id>` stream (an import puts a job's events there
+        # while no submit of the job is recorded; a journal appended to directly may at
+        # any time): else the path below reads them.
         ledger = view.skeleton()
         ledger.queue.clear()
         state = view.account(account)
@@ -190,6 +191,15 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
     for rec in events:
         ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time, rec.payload)
     return ledger
+
+
+def _has_job_streams(journal: JournalLike, account: str, before: int) -> bool:
+    """Whether a job `account` submitted up to position `before` has a `job:<id>` stream
+    (one query for them all, after one read of the account's submits)."""
+    streams = [f"job:{job}" for rec in journal.read(stream=account, to_position=before,
+                                                    type="submit")
+               if isinstance(job := rec.payload.get("job"), str)]
+    return bool(streams) and journal.max_time(streams) is not None
 
 
 def _with_early_job_events(journal: JournalLike, stretch: list[RecordedEvent],
