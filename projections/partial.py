@@ -21,7 +21,7 @@ its own, which is the question such events change).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from typing import Any
 
 import orjson
@@ -193,13 +193,19 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
     return ledger
 
 
+def _job_streams(journal: JournalLike, jobs: Iterable[Any]) -> list[str]:
+    """The `job:<id>` streams of these jobs, or [] when none of them has one (one query
+    for them all)."""
+    streams = [f"job:{job}" for job in jobs if isinstance(job, str)]
+    return streams if streams and journal.max_time(streams) is not None else []
+
+
 def _has_job_streams(journal: JournalLike, account: str, before: int) -> bool:
     """Whether a job `account` submitted up to position `before` has a `job:<id>` stream
-    (one query for them all, after one read of the account's submits)."""
-    streams = [f"job:{job}" for rec in journal.read(stream=account, to_position=before,
-                                                    type="submit")
-               if isinstance(job := rec.payload.get("job"), str)]
-    return bool(streams) and journal.max_time(streams) is not None
+    (after one read of the account's submits)."""
+    return bool(_job_streams(journal, (
+        rec.payload.get("job")
+        for rec in journal.read(stream=account, to_position=before, type="submit"))))
 
 
 def _with_early_job_events(journal: JournalLike, stretch: list[RecordedEvent],
@@ -208,8 +214,8 @@ def _with_early_job_events(journal: JournalLike, stretch: list[RecordedEvent],
     """The stretch with the events of the account's jobs recorded after the checkpoint
     in a stream `job:<id>` of their own (an import that named a job before its submit);
     None if any of them is not a plain job event."""
-    streams = [f"job:{job}" for job in jobs if isinstance(job, str)]
-    if not streams or journal.max_time(streams) is None:
+    streams = _job_streams(journal, jobs)
+    if not streams:
         return stretch
     early = [rec for stream in sorted(streams)
              for rec in journal.read(stream=stream, after_position=after,
