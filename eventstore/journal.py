@@ -382,7 +382,7 @@ class Journal(JournalBase):
             unasked = set(asked)
             known = self._versions.at((probe.position, probe.hash),
                                       [s for s in streams if s not in unasked])
-            if known is None:  # noted at another head meanwhile: ask for them all
+            if known is None:  # not noted at this head (another chain): ask for them all
                 asked = streams
                 versions = self._backend.lock_and_probe(conn, ids, streams).versions
             else:
