@@ -228,9 +228,11 @@ class LedgerSession:
                             to_time=to_time, order="canonical")
 
     def _read_account(self, stream: str, after: tuple[int, int],
-                      to_position: int) -> Iterable[RecordedEvent]:
-        return self.journal.read(stream=stream, after=after, to_position=to_position,
-                                 order="canonical")
+                      to_position: int) -> Iterable[Lean]:
+        # As stored text, as `_read_canonical` reads: a late event's refold decodes each
+        # of its account's events, and a decoded mapping takes the slow way there.
+        return lean_records(self.journal, stream=stream, after=after,
+                            to_position=to_position, order="canonical")
 
     @property
     def ledger(self) -> Ledger:
@@ -441,7 +443,8 @@ class LedgerSession:
             from projections.replay import fold_canonical
 
             return fold_canonical(self.journal, to_position=before)
-        reads = [self.journal.read(stream=s, to_position=before, order="canonical")
+        # As stored text (see `_read_account`): decoded by the fold's fast path.
+        reads = [lean_records(self.journal, stream=s, to_position=before, order="canonical")
                  for s in sorted(streams)]
         ledger = Ledger(excluded=self._excluded_as_known(before))
         for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
