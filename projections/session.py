@@ -48,7 +48,7 @@ from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Tran
 from eventstore.hashing import GENESIS_HASH
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
-from projections.events import DomainEvent
+from projections.events import DomainEvent, require_name, require_non_negative_int
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.personal import journal_event
@@ -336,8 +336,6 @@ class LedgerSession:
                 event_id = event_id if event_id is not None else pinned.event_id
                 live = live or pinned.live
             if event_id is not None:
-                from projections.events import require_name
-
                 require_name("event_id", event_id)
             held = sorted(set(locks))
             with self.journal.transaction(held) as tx:
@@ -547,8 +545,6 @@ class LedgerSession:
 
     def known_position(self, as_known_at: int) -> int:
         """Validate an as-known-at position: 0..head."""
-        from projections.events import require_non_negative_int
-
         require_non_negative_int("as_known_at", as_known_at)
         return min(as_known_at, self.journal.head())
 
