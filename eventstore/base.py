@@ -16,7 +16,7 @@ from typing import Any, Unpack
 from . import appending
 from .errors import ChainBroken
 from .hashing import GENESIS_HASH, chained, linked, load_json, pinned, seal
-from .reading import LeanFilters, ReadFilters, ReadQuery
+from .reading import ReadFilters, ReadQuery
 from .records import (
     ERASED_KEY,
     PRIVATE_KEY,
@@ -222,12 +222,12 @@ class JournalBase(Reader):
         # its position, wherever it stands relative to a verified point.
         return map(to_event, self._checked_rows(q, tx))
 
-    def read_lean(self, **filters: Unpack[LeanFilters]) -> Iterator[LeanRow]:
+    def read_lean(self, **filters: Unpack[ReadFilters]) -> Iterator[LeanRow]:
         """What `read` gives, as (position, id, type, event time, payload as stored JSON
         text, stream): what a fold needs and nothing else, for a replay to decode as it
         likes. Each row is checked as `read` checks it (its own hash from its content and
         its predecessor's stored hash; ChainBroken at its position), not the whole chain
-        (`read_verified`). Takes `read()`'s filters but `stream`."""
+        (`read_verified`). Takes `read()`'s filters."""
         return self._lean_rows(ReadQuery.make(self.head(), **filters))
 
     def read_verified(

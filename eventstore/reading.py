@@ -112,8 +112,8 @@ class ReadQuery:
 
 
 class LeanFilters(TypedDict, total=False):
-    """The filters `read_lean` takes: `read()`'s, without `stream` (a fold reads every
-    stream). Given by name; what is left out takes `ReadQuery.make`'s default."""
+    """The filters of a read of every stream (a fold's). Given by name; what is left out
+    takes `ReadQuery.make`'s default."""
 
     after_position: int
     to_position: int | None
@@ -126,6 +126,7 @@ class LeanFilters(TypedDict, total=False):
 
 
 class ReadFilters(LeanFilters, total=False):
-    """The filters `read()` takes: a fold's, and `stream`."""
+    """The filters `read()` and `read_lean()` take: a fold's, and `stream` (one account's
+    events, as a late event's per-account refold reads them)."""
 
     stream: str | None

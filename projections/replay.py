@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from eventstore import Batch, JournalLike, RecordedEvent, SnapshotInfo
+from eventstore import Batch, JournalLike, SnapshotInfo
 from eventstore.hashing import load_json
 from projections.bulk import paused_gc
 
@@ -143,12 +143,13 @@ def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable
 
 
 def account_reader(journal: JournalLike) -> Callable[
-        [str, tuple[int, int], int], Iterable[RecordedEvent]]:
+        [str, tuple[int, int], int], Iterable[Lean]]:
     """A projector's per-account reader over `journal`: one stream's events in canonical
-    order after a key, up to a position."""
+    order after a key, up to a position, their payloads as stored text (as `lean_records`
+    reads them: the fold decodes a text several times faster than a decoded mapping)."""
 
-    def read(stream: str, after: tuple[int, int], to_position: int) -> Iterable[RecordedEvent]:
-        return journal.read(stream=stream, after=after, to_position=to_position,
+    def read(stream: str, after: tuple[int, int], to_position: int) -> Iterable[Lean]:
+        return lean_records(journal, stream=stream, after=after, to_position=to_position,
                             order="canonical")
 
     return read

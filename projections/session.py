@@ -48,7 +48,7 @@ from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Tran
 from eventstore.hashing import GENESIS_HASH
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
-from projections.events import DomainEvent
+from projections.events import DomainEvent, require_name, require_non_negative_int
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.personal import journal_event
@@ -228,9 +228,11 @@ class LedgerSession:
                             to_time=to_time, order="canonical")
 
     def _read_account(self, stream: str, after: tuple[int, int],
-                      to_position: int) -> Iterable[RecordedEvent]:
-        return self.journal.read(stream=stream, after=after, to_position=to_position,
-                                 order="canonical")
+                      to_position: int) -> Iterable[Lean]:
+        # As stored text, as `_read_canonical` reads: a late event's refold decodes each
+        # of its account's events, and a decoded mapping takes the slow way there.
+        return lean_records(self.journal, stream=stream, after=after,
+                            to_position=to_position, order="canonical")
 
     @property
     def ledger(self) -> Ledger:
@@ -334,8 +336,6 @@ class LedgerSession:
                 event_id = event_id if event_id is not None else pinned.event_id
                 live = live or pinned.live
             if event_id is not None:
-                from projections.events import require_name
-
                 require_name("event_id", event_id)
             held = sorted(set(locks))
             with self.journal.transaction(held) as tx:
@@ -441,7 +441,8 @@ class LedgerSession:
             from projections.replay import fold_canonical
 
             return fold_canonical(self.journal, to_position=before)
-        reads = [self.journal.read(stream=s, to_position=before, order="canonical")
+        # As stored text (see `_read_account`): decoded by the fold's fast path.
+        reads = [lean_records(self.journal, stream=s, to_position=before, order="canonical")
                  for s in sorted(streams)]
         ledger = Ledger(excluded=self._excluded_as_known(before))
         for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
@@ -544,8 +545,6 @@ class LedgerSession:
 
     def known_position(self, as_known_at: int) -> int:
         """Validate an as-known-at position: 0..head."""
-        from projections.events import require_non_negative_int
-
         require_non_negative_int("as_known_at", as_known_at)
         return min(as_known_at, self.journal.head())
 

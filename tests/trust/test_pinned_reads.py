@@ -139,6 +139,7 @@ def test_an_edit_before_the_verified_mark_is_refused_by_every_reader(
         _refused_at(position, lambda: list(journal.read(order="canonical")))
         _refused_at(position, lambda: list(journal.read_lean(order="position")))
         _refused_at(position, lambda: list(journal.read(stream=account)))
+        _refused_at(position, lambda: list(journal.read_lean(stream=account)))
         _refused_at(position, lambda: journal.get(_stored(journal, position, "event_id")))
         _facades_refuse(journal, position, account)
         if journal.url is not None:

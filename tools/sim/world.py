@@ -28,8 +28,9 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
-from eventstore.hashing import GENESIS_HASH
+from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections import GPUCreditTracker, LedgerError, Scheduler
+from projections.decoding import decode_event
 from projections.events import from_payload, to_payload
 from projections.importing import import_file
 from projections.invariants import Violation, outcome_violations, violations
@@ -145,9 +146,14 @@ class World:
 
     def event_of(self, rec: RecordedEvent) -> Any:
         """The domain event of a record, decoded once per world (events are immutable
-        values); None when it does not decode (the fold takes it as an anomaly)."""
+        values); None when it does not decode (the fold takes it as an anomaly).
+
+        Decoded from the payload's text as the journal stores it (`canonical_json`),
+        the way a fold decodes what it reads: `decode_event` of a text is exactly
+        `from_payload` of the value it reads back, its checks made in C, where a mapping
+        goes the generic way, whose checks in Python were most of this."""
         try:
-            event = from_payload(rec.type, rec.payload)
+            event = decode_event(rec.type, canonical_json(rec.payload))
         except (ValueError, TypeError):
             event = None
         self.decoded[rec.id] = event
