@@ -306,7 +306,8 @@ class GroupCommit:
         deadline = now + min(MAX_LINGER, self._last_seconds / 2)
         queued = self._queue.qsize()
         # Those queued before the answers are `first` and the ones after it up to the
-        # number taken then (at most all that are queued).
+        # number taken then (at most all that are queued; each batch answered meanwhile
+        # took a number too, so that may count one or two more: the deadline bounds it).
         behind = min(queued + 1, max(0, self._answered - first.seq))
         wanted = self._last_size + behind
         while queued + 1 < wanted and now < deadline:
