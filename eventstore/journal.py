@@ -13,6 +13,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -49,6 +50,7 @@ from .records import (
     StoredRow,
 )
 from .schema import batches, events, journal_head, private_parts, snapshots
+from .versions import KnownVersions
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
 _CHUNK = 900
@@ -164,6 +166,8 @@ class Journal(JournalBase):
         self._local = threading.local()
         self._closed = False
         self._clock: Callable[[], int] = wall_clock_us
+        # The stream versions `append_at` left, so the next one asks only for new streams.
+        self._versions = KnownVersions()
         if create:
             self._backend.prepare()
         else:
@@ -329,8 +333,12 @@ class Journal(JournalBase):
         if self._current() is not None:
             raise JournalError("append_at commits a transaction of its own: call it outside "
                                "journal.transaction(), or use the transaction's append")
+        committed: list[Callable[[], None]] = []
         with self._new_write(self._backend.own_transaction) as conn:
-            return self._append(conn, batch, None, None, True, at, keys)
+            recorded = self._append(conn, batch, None, None, True, at, keys, committed)
+        for note in committed:  # what holds once the transaction is committed
+            note()
+        return recorded
 
     def _append_batch(
         self,
@@ -353,15 +361,32 @@ class Journal(JournalBase):
         self, conn: Connection, batch: appending.Plan, expected: Mapping[str, int] | None,
         tx: SqlTransaction | None, commit: bool = False, at: int | None = None,
         locks: Sequence[str] | None = None,
+        committed: list[Callable[[], None]] | None = None,
     ) -> list[RecordedEvent]:
+        """`committed` (`append_at` only): where to leave what to note once the
+        transaction has committed."""
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
         streams = appending.streams_of(batch.candidates, expected)
-        probe = (self._backend.lock_and_probe(conn, ids, streams) if locks is None
-                 else self._backend.begin_lock_and_probe(conn, locks, ids, streams))
+        # A batch that follows this journal's own last append_at asks only for the
+        # versions of streams that append did not know (see `versions.py`).
+        asked = streams if committed is None or at is None else self._versions.unknown(
+            at - 1, streams)
+        probe = (self._backend.lock_and_probe(conn, ids, asked) if locks is None
+                 else self._backend.begin_lock_and_probe(conn, locks, ids, asked))
         if tx is not None:
             tx.holds_head = True
+        versions = probe.versions
+        if len(asked) != len(streams) and probe.position + 1 == at:
+            unasked = set(asked)
+            known = self._versions.at((probe.position, probe.hash),
+                                      [s for s in streams if s not in unasked])
+            if known is None:  # not noted at this head (another chain): ask for them all
+                asked = streams
+                versions = self._backend.lock_and_probe(conn, ids, streams).versions
+            else:
+                versions = {**known, **probe.versions}
         existing: dict[str, RecordedEvent] = {}
         held: dict[str, str] = {}
         if probe.any_existing:  # rare: a retry, or an import run twice
@@ -377,12 +402,12 @@ class Journal(JournalBase):
             )
         if not fresh:
             return appending.results(batch, existing, [])
-        appending.check_expected(expected, probe.versions)
+        appending.check_expected(expected, versions)
         rows = appending.build(
             fresh,
             head_position=probe.position,
             head_hash=probe.hash,
-            versions=probe.versions,
+            versions=versions,
             # Never earlier than the last record: position_at() relies on it.
             recorded_at=max(self._clock(), probe.recorded_at),
         )
@@ -393,6 +418,11 @@ class Journal(JournalBase):
         self._backend.write(conn, [r.stored() for r in rows], private,
                             self._batch_row(rows[0].event.position, rows[-1].event.position, tx),
                             commit=commit)
+        if committed is not None:
+            last = rows[-1].event
+            committed.append(partial(
+                self._versions.noted, (probe.position, probe.hash), versions, asked,
+                [(r.event.stream, r.event.version) for r in rows], (last.position, last.hash)))
         return appending.results(batch, existing, rows)
 
     @staticmethod
