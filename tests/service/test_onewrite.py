@@ -81,6 +81,18 @@ def test_writes_keep_their_order() -> None:
     assert asyncio.run(_steps(three)) == [[b"abc"], [b"abc", b"d"]]
 
 
+def test_a_large_body_follows_the_held_head_without_being_copied_into_it() -> None:
+    from tools.service.onewrite import JOIN_AT_MOST
+
+    body = b"x" * (JOIN_AT_MOST + 1)
+
+    def answer(t: HeldWrites) -> None:
+        t.write(b"head")
+        t.write(body)
+
+    assert asyncio.run(_steps(answer)) == [[b"head", body]] * 2
+
+
 def test_close_and_eof_send_what_is_held_first_abort_drops_it() -> None:
     async def run() -> tuple[Recorder, Recorder, Recorder]:
         loop = asyncio.get_running_loop()

@@ -22,6 +22,9 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+JOIN_AT_MOST = 64 * 1024
+"""A write larger than this follows the held one on its own instead of being joined."""
+
 
 class HeldWrites(asyncio.Transport):
     """A transport that holds a write until the next one, or until this pass of `loop`
@@ -39,6 +42,11 @@ class HeldWrites(asyncio.Transport):
         if held is None:
             self._held = bytes(data)
             self._loop.call_soon(self.flush)
+        elif len(data) > JOIN_AT_MOST:
+            # A large body goes out in several segments anyway: not worth its copy.
+            self._held = None
+            self._transport.write(held)
+            self._transport.write(data)
         else:
             self._held = None
             self._transport.write(held + bytes(data))
