@@ -60,6 +60,7 @@ def serve(
     from eventstore import Journal
     from tools.service import create_app
     from tools.service.auth import load_tokens
+    from tools.service.onewrite import OneWriteProtocol
 
     try:
         configured = load_tokens(tokens)
@@ -82,5 +83,6 @@ def serve(
     _say(f"serving {shown} on http://{where}:{port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True)
+    # An answer's head and body in one write (tools/service/onewrite.py).
     uvicorn.run(service_app, host=host, port=port, access_log=False, log_level="warning",
-                timeout_graceful_shutdown=30, server_header=False)
+                timeout_graceful_shutdown=30, server_header=False, http=OneWriteProtocol)

@@ -114,30 +114,69 @@ class _Clock:
             self.writer._queue.put(object())
 
 
-@pytest.mark.parametrize(("last_size", "last_seconds", "queued", "arrivals", "sleeps"), [
-    (1, 0.010, 0, [5], 0),  # the last batch was alone: an idle service never waits
-    (1, 0.010, 3, [5], 0),
-    (8, 0.010, 0, [3, 6, 9], 3),  # waits until the last batch's 8 are back (1 + 8 - 1)
-    (8, 0.010, 8, [8, 12, 16], 3),  # and the 8 that queued meanwhile: 16 in all
-    (8, 0.010, 8, [16], 1),
-    (8, 0.010, 0, [0], 14),  # nobody comes: until the cap, MAX_LINGER (4 ms in steps)
-    (8, 0.002, 0, [0], 4),  # or half of what the last batch took, if less
-    (8, 0.010, 20, [24, 28], 2),  # however many queued meanwhile
+@pytest.mark.parametrize(("last_size", "last_seconds", "queued", "before", "arrivals",
+                          "sleeps"), [
+    (1, 0.010, 0, 0, [5], 0),  # the last batch was alone: an idle service never waits
+    (1, 0.010, 3, 4, [5], 0),
+    (8, 0.010, 0, 0, [3, 6, 9], 3),  # waits until the last batch's 8 are back (1 + 8 - 1)
+    (8, 0.010, 3, 0, [5, 7], 2),
+    # They queued after its answers went out: all 8 of them are back, no wait (counted
+    # as another group's, they made 15 that never came, and the writer waited 4 ms).
+    (8, 0.010, 7, 0, [7], 0),
+    (8, 0.010, 7, 8, [8, 12, 15], 3),  # queued before: another group's 8, 16 in all
+    (8, 0.010, 7, 8, [15], 1),
+    (8, 0.010, 7, 3, [10], 1),  # 3 queued before the answers, then 5 of the last 8
+    (8, 0.010, 0, 0, [0], 14),  # nobody comes: until the cap, MAX_LINGER (4 ms in steps)
+    (8, 0.002, 0, 0, [0], 4),  # or half of what the last batch took, if less
+    (8, 0.010, 20, 21, [24, 28], 2),  # however many queued meanwhile
 ])
 def test_the_writer_waits_for_the_clients_of_its_last_batch(
         monkeypatch: pytest.MonkeyPatch, last_size: int, last_seconds: float, queued: int,
-        arrivals: list[int], sleeps: int) -> None:
+        before: int, arrivals: list[int], sleeps: int) -> None:
+    """`queued` wait besides the first, of which `before` (the first included) were
+    queued before the last batch's answers went out."""
     from tools.service import groupcommit
 
     writer = groupcommit.GroupCommit(lambda commands: [], lambda: None)
     writer._last_size, writer._last_seconds = last_size, last_seconds
+    first = _Item(Named(None), seq=10)
+    writer._answered = first.seq + before
     for _ in range(queued):
         writer._queue.put(object())
     clock = _Clock(writer, arrivals)
     monkeypatch.setattr(groupcommit.time, "perf_counter", clock.perf_counter)
     monkeypatch.setattr(groupcommit.time, "sleep", clock.sleep)
-    writer._linger()
+    writer._linger(first)  # type: ignore[arg-type]
     assert clock.sleeps == sleeps
+
+
+def test_answers_going_out_number_what_queues_after_them() -> None:
+    """The writer tells the callers of its last batch coming back from those who queued
+    before its answers went out by their numbers."""
+    import queue
+
+    from tools.service import groupcommit
+
+    class Recording(queue.SimpleQueue[Any]):
+        def __init__(self) -> None:
+            self.items: list[Any] = []
+
+        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+            self.items.append(item)
+            super().put(item, block, timeout)
+
+    writer = groupcommit.GroupCommit(lambda commands, wait: [c.key for c in commands],
+                                     lambda: None)
+    writer._queue = Recording()
+    writer.start()
+    try:
+        assert writer.submit(Named("a")).result(10) == "a"  # type: ignore[arg-type]
+        answered = writer._answered
+        assert writer.submit(Named("b")).result(10) == "b"  # type: ignore[arg-type]
+    finally:
+        writer.stop()
+    first, second = [i for i in writer._queue.items if isinstance(i, _Item)]
+    assert first.seq < answered < second.seq
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import queue
 import threading
@@ -100,6 +101,7 @@ class _Item:
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
     lock_conflicts: int = 0  # how many times its batch was refused a key (see `_failed`)
+    seq: int = 0  # its place in the order of submission (see `_linger`)
 
 
 @dataclass(slots=True)
@@ -226,6 +228,11 @@ class GroupCommit:
         self.committed = 0
         self.largest_batch = 0
         self.decided_ahead = 0  # batches decided while the one before was being written
+        # Numbers items in the order they are submitted; `_answered` is the number taken
+        # when the last batch's answers went out: an item numbered below it was queued
+        # by a caller who was not waiting for that batch.
+        self._numbers = itertools.count(1)
+        self._answered = 0
         self._began = 0.0  # when the batch being decided was begun
 
     def start(self) -> None:
@@ -241,7 +248,7 @@ class GroupCommit:
         if self._thread is None or not self._thread.is_alive():
             future.set_exception(Unavailable("the service is stopping"))
             return future
-        self._queue.put(_Item(command, future))
+        self._queue.put(_Item(command, future, seq=next(self._numbers)))
         return future
 
     def submit_async(self, command: Command) -> asyncio.Future[Any]:
@@ -251,7 +258,7 @@ class GroupCommit:
         if self._thread is None or not self._thread.is_alive():
             waiter.set_exception(Unavailable("the service is stopping"))
             return waiter
-        self._queue.put(_Item(command, None, loop, waiter))
+        self._queue.put(_Item(command, None, loop, waiter, seq=next(self._numbers)))
         return waiter
 
     def call(self, fn: Callable[[], Any]) -> Future[Any]:
@@ -276,24 +283,33 @@ class GroupCommit:
 
     # -- the loop -------------------------------------------------------------------------
 
-    def _linger(self) -> None:
-        """Under load, wait a moment for the decisions that are on their way.
+    def _linger(self, first: _Item) -> None:
+        """Under load, wait a moment for the decisions that are on their way (`first`:
+        the one that opens the batch, taken off the queue).
 
         Clients whose answers were just released send their next request within a
         fraction of a millisecond of each other; a writer that starts at the first one
         commits batches of one while the others queue, and every batch pays the
         transaction's fixed cost again. Under steady load the clients also split into
         two groups that take turns (one queues while the other's batch commits). So when
-        the last batch had company, wait until the clients of the last batch are back as
-        well (as many more queued as it held), at most `MAX_LINGER` and half of what the
-        last batch took: the groups merge and the fixed cost is paid once for both. An
-        idle service (last batch alone) never waits."""
+        the last batch had company, wait until the clients of the last batch are back
+        (as many as it held), and with them those that queued before its answers went
+        out (another group's), at most `MAX_LINGER` and half of what the last batch
+        took: the groups merge and the fixed cost is paid once for both. What queued
+        after the answers went out is the last batch's clients coming back, counted
+        once (counted as another group's, they made a number that never came, and
+        every batch waited until the deadline). An idle service (last batch alone)
+        never waits."""
         if self._last_size <= 1:
             return
         now = time.perf_counter()
         deadline = now + min(MAX_LINGER, self._last_seconds / 2)
         queued = self._queue.qsize()
-        wanted = self._last_size + queued
+        # Those queued before the answers are `first` and the ones after it up to the
+        # number taken then (at most all that are queued; each batch answered meanwhile
+        # took a number too, so that may count one or two more: the deadline bounds it).
+        behind = min(queued + 1, max(0, self._answered - first.seq))
+        wanted = self._last_size + behind
         while queued + 1 < wanted and now < deadline:
             time.sleep(LINGER_STEP)
             queued, now = self._queue.qsize(), time.perf_counter()
@@ -422,7 +438,7 @@ class GroupCommit:
                 if ahead is not None:
                     self._linger_ahead(ahead)
                 if ahead is None or ahead.future.done():
-                    self._linger()
+                    self._linger(first)
             items, stop = self._next_batch(first)
             stopping = stopping or stop
             began = self._began = time.perf_counter()
@@ -471,6 +487,7 @@ class GroupCommit:
         self.batches += 1
         self.committed += len(items)
         self.largest_batch = max(self.largest_batch, len(items))
+        self._answered = next(self._numbers)
         _deliver(items, results)
 
     def _failed(self, items: list[_Item], exc: BaseException) -> None:
