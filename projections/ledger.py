@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, cast
@@ -273,6 +273,28 @@ class Ledger:
         worth of steps per event."""
         for position, event_id, event_type, time, payload, _ in rows:
             self.apply_recorded(position, event_id, event_type, time, payload)
+
+    def apply_own(self, records: Sequence[Any], start: int,
+                  outcomes: dict[int, Outcome]) -> int:
+        """`apply_recorded` of `records[start:]` (each with position, id, type, time,
+        payload and, maybe, stream), each outcome put in `outcomes` by position, up to and
+        including the first whose outcome is not about its own stream's account alone (no
+        account, or another than its `stream`): the index after the last one applied.
+
+        What a projector folds an in-order batch with: it notes each such event before
+        the next is applied, and nothing for the others (almost all), so their loop is
+        compiled."""
+        i, end = start, len(records)
+        while i < end:
+            rec = records[i]
+            i += 1
+            position = rec.position
+            done = self.apply_recorded(position, rec.id, rec.type, rec.time, rec.payload)
+            outcomes[position] = done
+            account = done.account
+            if account is None or account != getattr(rec, "stream", None):
+                break
+        return i
 
     def apply(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
         """Apply one event at (time, position), which must not precede the last applied one."""
