@@ -9,7 +9,10 @@ blank, refill rate and cap go together, an adjustment is not 0) is checked after
 the event is built without running `__post_init__` again. Both the wire struct and the
 builder are made at import from the event dataclass's fields, whose annotations carry
 the bounds (`projections.validation`): the vocabulary is declared once, and the builder
-is as fast as one written by hand.
+is as fast as one written by hand. Where the install could build it, the builder runs
+in C (`_eventbuild.c`, the same checks from the same plan, without a Python frame per
+event); the Python builder is its definition and the fallback, and a test holds the two
+to the same events and refusals.
 
 The fast path only ever *accepts* what `projections.events.from_payload` accepts, and
 gives the same event: anything it does not accept (a null where a default applies, an
