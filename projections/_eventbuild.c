@@ -53,21 +53,12 @@ typedef struct {
     vectorcallfunc vectorcall;
 } Builder;
 
-/* str.isprintable(): 1, 0, or -1 with an exception set. */
+/* Whether s.method() is true (1, 0), or -1 with an exception set: Python's own answer,
+ * for the strs not judged here. */
 static int
-is_printable(PyObject *s)
+asked(PyObject *s, const char *method)
 {
-    if (PyUnicode_IS_ASCII(s)) {
-        const unsigned char *c = PyUnicode_1BYTE_DATA(s);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(s);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            /* ASCII's unprintable characters: the controls, 0x00-0x1f and 0x7f. */
-            if (c[i] < 0x20 || c[i] == 0x7f)
-                return 0;
-        }
-        return 1;
-    }
-    PyObject *answer = PyObject_CallMethod(s, "isprintable", NULL);
+    PyObject *answer = PyObject_CallMethod(s, method, NULL);
     if (answer == NULL)
         return -1;
     int truth = PyObject_IsTrue(answer);
@@ -75,25 +66,34 @@ is_printable(PyObject *s)
     return truth;
 }
 
-/* Whether str.strip() leaves something: 1, 0, or -1 with an exception set. */
+/* str.isprintable(): 1, 0, or -1 with an exception set. */
+static int
+is_printable(PyObject *s)
+{
+    if (!PyUnicode_IS_ASCII(s))
+        return asked(s, "isprintable");
+    const unsigned char *c = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(s); i < n; i++) {
+        /* ASCII's unprintable characters: the controls, 0x00-0x1f and 0x7f. */
+        if (c[i] < 0x20 || c[i] == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether str.strip() leaves something (its result is true): 1, 0, or -1 with an
+ * exception set. */
 static int
 is_not_blank(PyObject *s)
 {
-    if (PyUnicode_IS_ASCII(s)) {
-        const unsigned char *c = PyUnicode_1BYTE_DATA(s);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(s);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (!Py_UNICODE_ISSPACE(c[i]))
-                return 1;
-        }
-        return 0;
+    if (!PyUnicode_IS_ASCII(s))
+        return asked(s, "strip");
+    const unsigned char *c = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(s); i < n; i++) {
+        if (!Py_UNICODE_ISSPACE(c[i]))
+            return 1;
     }
-    PyObject *stripped = PyObject_CallMethod(s, "strip", NULL);
-    if (stripped == NULL)
-        return -1;
-    int truth = PyObject_IsTrue(stripped);
-    Py_DECREF(stripped);
-    return truth;
+    return 0;
 }
 
 /* The value to store for one field (a new reference), NULL with an exception set: the
