@@ -17,8 +17,9 @@ $(BIN)/python:
 FOLD_SOURCES := projections/ledger.py projections/creditbook.py projections/outcomes.py \
 	projections/jobqueue.py projections/native.py
 
-# setup.py and the C source too: an edit rebuilds the chain check's C accelerator.
-$(STAMP): pyproject.toml setup.py eventstore/_chain.c $(FOLD_SOURCES) | $(BIN)/python
+# setup.py and the C sources too: an edit rebuilds the C accelerators (the chain check,
+# the event builders).
+$(STAMP): pyproject.toml setup.py eventstore/_chain.c projections/_eventbuild.c $(FOLD_SOURCES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 

@@ -1,7 +1,8 @@
 """Build steps beyond pyproject.toml: compiled extensions, each optional.
 
-Everything else (metadata, dependencies, packages) is in pyproject.toml. Two of them:
-the C accelerator of the chain check, and the fold compiled by mypyc. Where one cannot
+Everything else (metadata, dependencies, packages) is in pyproject.toml. Three of them:
+the C accelerator of the chain check, the event builders' (`projections._eventbuild`),
+and the fold compiled by mypyc. Where one cannot
 be built the install goes on without it and the Python definitions run instead.
 """
 
@@ -26,6 +27,13 @@ ROOT = Path(__file__).resolve().parent
 # Python definitions.
 
 CHAIN = Extension("eventstore._chain", ["eventstore/_chain.c"], optional=True)
+
+# -- the event builders' C accelerator ----------------------------------------------------------
+#
+# `projections.decoding` builds each decoded event in C where this is built; without a C
+# compiler or Python headers its Python builders run instead.
+
+EVENTBUILD = Extension("projections._eventbuild", ["projections/_eventbuild.c"], optional=True)
 
 
 def build_chain(cmd: build_ext, ext: Extension) -> None:
@@ -129,4 +137,4 @@ class OptionalBuildExt(build_ext):
         return Path(self.get_ext_fullpath("projections.ledger")).parent / NATIVE.BUILD_RECORD
 
 
-setup(ext_modules=[CHAIN, *fold_extensions()], cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=[CHAIN, EVENTBUILD, *fold_extensions()], cmdclass={"build_ext": OptionalBuildExt})

@@ -9,7 +9,10 @@ blank, refill rate and cap go together, an adjustment is not 0) is checked after
 the event is built without running `__post_init__` again. Both the wire struct and the
 builder are made at import from the event dataclass's fields, whose annotations carry
 the bounds (`projections.validation`): the vocabulary is declared once, and the builder
-is as fast as one written by hand.
+is as fast as one written by hand. Where the install could build it, the builder runs
+in C (`_eventbuild.c`, the same checks from the same plan, without a Python frame per
+event); the Python builder is its definition and the fallback, and a test holds the two
+to the same events and refusals.
 
 The fast path only ever *accepts* what `projections.events.from_payload` accepts, and
 gives the same event: anything it does not accept (a null where a default applies, an
@@ -26,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any, Union
 
 import msgspec
@@ -40,6 +44,7 @@ from projections.events import (
     PersonalDataErased,
     from_payload,
 )
+from projections.native import pure_requested
 from projections.validation import Name, Text
 
 
@@ -78,61 +83,105 @@ class _Refused(Exception):
 
 
 # Events are frozen dataclasses with slots: each field's slot descriptor sets it without
-# the frozen __setattr__ and without __post_init__ (the checks above stand in for it).
+# the frozen __setattr__ and without __post_init__ (the checks below stand in for it).
 #
-# Each event's builder is written here once, from its fields, and compiled when this
-# module is imported: a generic loop over the fields was three times slower per event,
-# and builders written out by hand repeated the same lines for every event type. The
-# source is made only from the vocabulary's own field names (never from a payload), as
-# `dataclasses` makes `__init__`.
+# What a builder checks of each field beyond msgspec, by code (those of `_eventbuild.c`):
+# a name printable; an optional name printable or None; a pool printable or, for None,
+# the general pool; a memo or reason printable and not blank, or None. msgspec checked
+# the types and lengths.
+PLAIN, NAME, OPTIONAL_NAME, POOL, TEXT = range(5)
 
 
-def _conversion(cls: type[Any], name: str, annotation: Any) -> list[str]:
-    """How the builder takes one field from the wire struct into `v`: as decoded, or
-    through the check msgspec cannot make (written inline: a call per field was a tenth
-    of the build): a memo or a reason printable and not blank, an optional name
-    printable, a pool printable or, for None, the general pool. msgspec checked the
-    lengths."""
+def _check_of(cls: type[Any], name: str, annotation: Any) -> int:
+    """The check a builder makes of field `name` of `cls`, declared `annotation` in the
+    wire struct."""
     options = typing.get_args(annotation) if typing.get_origin(annotation) is Union else ()
     optional = type(None) in options
     inner = next((a for a in options if a is not type(None)), annotation)
-    lines = [f"    v = w.{name}"]
     if inner == Text:
-        lines += ["    if v is not None and (not v.isprintable() or not v.strip()):",
-                  "        raise _Refused"]
-    elif inner == Name and optional:
+        return TEXT
+    if inner == Name:
+        if not optional:
+            return NAME
         default = {f.name: f.default for f in dataclasses.fields(cls)}[name]
-        if default == GENERAL:
-            lines += ["    if v is None:", "        v = _GENERAL",
-                      "    elif not v.isprintable():", "        raise _Refused"]
-        else:
-            lines += ["    if v is not None and not v.isprintable():", "        raise _Refused"]
-    return lines
+        return POOL if default == GENERAL else OPTIONAL_NAME
+    return PLAIN
 
 
-def _builder(cls: type[Any], wire: type[msgspec.Struct]) -> Callable[[Any], DomainEvent]:
+def _plan(cls: type[Any], wire: type[msgspec.Struct]) -> list[tuple[str, int]]:
+    """Each field of the wire struct, in its order, with its check."""
+    return [(f.name, _check_of(cls, f.name, f.type)) for f in msgspec.structs.fields(wire)]
+
+
+# The Python builder (the definition, and what runs where the C one was not built or
+# GPU_CREDITS_PURE_PYTHON is set) is written here once per event type, from its fields,
+# and compiled when this module is imported: a generic loop over the fields was three
+# times slower per event, and builders written out by hand repeated the same lines for
+# every event type. The source is made only from the vocabulary's own field names
+# (never from a payload), as `dataclasses` makes `__init__`.
+
+_LINES: dict[int, list[str]] = {
+    PLAIN: [],
+    NAME: ["    if not v.isprintable():", "        raise _Refused"],
+    OPTIONAL_NAME: ["    if v is not None and not v.isprintable():", "        raise _Refused"],
+    POOL: ["    if v is None:", "        v = _GENERAL",
+           "    elif not v.isprintable():", "        raise _Refused"],
+    TEXT: ["    if v is not None and (not v.isprintable() or not v.strip()):",
+           "        raise _Refused"],
+}
+"""Each check, inline in the Python builder (a call per field was a tenth of the build)."""
+
+
+def _builder_python(cls: type[Any], wire: type[msgspec.Struct]) -> Callable[[Any], DomainEvent]:
     """The function building a `cls` from a decoded `wire`, without __post_init__."""
-    fields = msgspec.structs.fields(wire)
-    names = [f.name for f in fields]
+    plan = _plan(cls, wire)
     env: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_Refused": _Refused,
                            "_GENERAL": GENERAL}
-    env.update({f"_set_{n}": getattr(cls, n).__set__ for n in names})
-    tests = [f"not w.{f.name}.isprintable()" for f in fields if f.type == Name]
+    env.update({f"_set_{n}": getattr(cls, n).__set__ for n, _ in plan})
+    lines = []
     if cls in _REFUSED:  # a check of its own: a call only where there is one
         env["_refused"] = _REFUSED[cls]
-        tests.append("_refused(w)")
-    lines = [f"def build(w, {', '.join(f'{k}={k}' for k in env)}):"]
-    if tests:
-        lines += [f"    if {' or '.join(tests)}:", "        raise _Refused"]
+        lines += ["    if _refused(w):", "        raise _Refused"]
     lines.append("    e = _new(_cls)")
-    for f in fields:
-        lines += [*_conversion(cls, f.name, f.type), f"    _set_{f.name}(e, v)"]
+    for name, check in plan:
+        lines += [f"    v = w.{name}", *_LINES[check], f"    _set_{name}(e, v)"]
     lines.append("    return e")
+    lines.insert(0, f"def build(w, {', '.join(f'{k}={k}' for k in env)}):")
     namespace: dict[str, Any] = {}
     exec("\n".join(lines), env, namespace)
     build: Callable[[Any], DomainEvent] = namespace["build"]
     build.__qualname__ = build.__name__ = f"build_{cls.type}"
     return build
+
+
+def _load_builders() -> ModuleType | None:
+    """The C builders (`_eventbuild.c`), unless GPU_CREDITS_PURE_PYTHON is set or the
+    install could not build them (no compiler): then the Python ones serve, slower."""
+    if pure_requested():
+        return None
+    try:
+        from projections import _eventbuild
+    except ImportError:
+        return None
+    return _eventbuild
+
+
+_NATIVE_BUILD = _load_builders()
+
+BUILT_IN_C = _NATIVE_BUILD is not None
+"""Whether the events of the fast paths are built in C (`_eventbuild.c`)."""
+
+
+def _builder(cls: type[Any], wire: type[msgspec.Struct]) -> Callable[[Any], DomainEvent]:
+    """The builder of `cls` from a decoded `wire`: in C where it is built, else Python's
+    (`_builder_python`, the definition: the tests hold the two to the same events and the
+    same refusals)."""
+    if _NATIVE_BUILD is None:
+        return _builder_python(cls, wire)
+    fields = tuple((name, getattr(cls, name), check) for name, check in _plan(cls, wire))
+    built: Callable[[Any], DomainEvent] = _NATIVE_BUILD.Builder(
+        cls, fields, _REFUSED.get(cls), _Refused, GENERAL)
+    return built
 
 
 def _fast(cls: type[Any]) -> tuple[Callable[[str | bytes], Any], Callable[[Any], DomainEvent]]:

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, cast
@@ -83,6 +83,11 @@ _CONSUME: Final = CreditsConsumed.type
 _START: Final = JobStarted.type
 _COMPLETE: Final = JobCompleted.type
 _CANCEL: Final = JobCancelled.type
+
+# `decode_event`'s fast paths as a dict the compiled fold reads directly: through the
+# `Mapping` decoding exports, `get` was a method call by name per event.
+_FAST_PATHS: Final[dict[str, tuple[Callable[[str | bytes], Any],
+                                   Callable[[Any], DomainEvent]]]] = dict(FAST_PATHS)
 
 
 def _log2_add(a: float, b: float) -> float:
@@ -242,7 +247,7 @@ class Ledger:
         raises: the row was not written by the journal)."""
         # `decode_event`'s fast path first, here: called from compiled code, its own
         # Python frame was a cost of every event (it is the same decoding, step for step).
-        fast = FAST_PATHS.get(event_type)
+        fast = _FAST_PATHS.get(event_type)
         if fast is not None and type(payload) is str and payload[:1] == "{":
             found: DomainEvent | None
             try:
@@ -260,6 +265,36 @@ class Ledger:
                 return self._skip(position, event_id, event_type, time)
             return self._anomaly(position, event_id, event_type, time, None, str(exc))
         return self.apply(position, event_id, time, event)
+
+    def apply_rows(self, rows: Iterable[tuple[int, str, str, int, Any, Any]]) -> None:
+        """`apply_recorded` of each (position, id, type, time, payload, stream) row in turn,
+        the outcomes dropped: a fold of a journal read (`projections.replay`). The loop
+        is compiled: in Python, unpacking each row and calling the method cost a frame's
+        worth of steps per event."""
+        for position, event_id, event_type, time, payload, _ in rows:
+            self.apply_recorded(position, event_id, event_type, time, payload)
+
+    def apply_own(self, records: Sequence[Any], start: int,
+                  outcomes: dict[int, Outcome]) -> int:
+        """`apply_recorded` of `records[start:]` (each with position, id, type, time,
+        payload and, maybe, stream), each outcome put in `outcomes` by position, up to and
+        including the first whose outcome is not about its own stream's account alone (no
+        account, or another than its `stream`): the index after the last one applied.
+
+        What a projector folds an in-order batch with: it notes each such event before
+        the next is applied, and nothing for the others (almost all), so their loop is
+        compiled."""
+        i, end = start, len(records)
+        while i < end:
+            rec = records[i]
+            i += 1
+            position = rec.position
+            done = self.apply_recorded(position, rec.id, rec.type, rec.time, rec.payload)
+            outcomes[position] = done
+            account = done.account
+            if account is None or account != getattr(rec, "stream", None):
+                break
+        return i
 
     def apply(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
         """Apply one event at (time, position), which must not precede the last applied one."""

@@ -418,12 +418,10 @@ def ledger_at(journal: JournalLike, *, to_position: int | None = None,
         log.warning("checkpoint at position %s ignored (%s): folding from the journal "
                     "instead", info.position, exc)
         return fold_canonical(journal, to_position=head, to_time=to_time)
-    apply = ledger.apply_recorded
     with paused_gc():
-        for position, event_id, kind, time, payload, _ in lean_rows(
-                journal, after_position=info.position, to_position=head,
-                from_time=info.event_time, to_time=to_time, order="canonical"):
-            apply(position, event_id, kind, time, payload)
+        ledger.apply_rows(lean_rows(journal, after_position=info.position, to_position=head,
+                                    from_time=info.event_time, to_time=to_time,
+                                    order="canonical"))
     return ledger
 
 
@@ -488,11 +486,9 @@ def _known_reversals(journal: JournalLike, to_position: int | None,
 def _fold(journal: JournalLike, to_position: int | None, to_time: int | None,
           excluded: frozenset[str]) -> Ledger:
     ledger = Ledger(excluded=excluded)
-    apply = ledger.apply_recorded
     with paused_gc():
-        for position, event_id, kind, time, payload, _ in lean_rows(
-                journal, to_position=to_position, to_time=to_time, order="canonical"):
-            apply(position, event_id, kind, time, payload)
+        ledger.apply_rows(lean_rows(journal, to_position=to_position, to_time=to_time,
+                                    order="canonical"))
     return ledger
 
 

@@ -132,3 +132,90 @@ def test_a_text_that_is_not_json_raises_as_the_journal_reader_does() -> None:
 def test_an_unknown_type_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="unknown event type 'refund'"):
         decode_event("refund", '{"account":"a"}')
+
+
+# -- the event builders: in C where built, held to the Python definition ---------------------
+
+# Strings at the edges of what a name and a memo may be: ASCII controls and spaces, the
+# separators and format characters str.isprintable() refuses beyond ASCII, the
+# whitespace str.strip() takes off, and printable text of every width.
+_EDGE_TEXTS = st.sampled_from([
+    "", " ", "  ", "a", "a b", " a ", "\t", "a\tb", "\x1c", "\x1f", "\x7f", "~", "\x00",
+    "\x85", "\xa0", "\xa0a", "\u1680", "\u2000", "\u2028", "\u3000", "\u3000x", "\u200b",
+    "\ufeff", "é", "é ", "\u00ad", "😀", "a😀", "\U000e0001", "\ud7ff", "general", "h100",
+]) | st.text(max_size=6) | st.text(st.characters(max_codepoint=0x7f), max_size=6)
+
+
+@st.composite
+def _wire_values(draw: st.DrawFn) -> tuple[type[Any], Any]:
+    """An event class and a decoded wire struct of it whose texts are edge cases."""
+    from projections.decoding import FAST_PATHS
+
+    kind = draw(st.sampled_from(sorted(FAST_PATHS)))
+    cls = type(from_payload(kind, _MINIMAL[kind]))
+    payload: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING or draw(st.booleans()):
+            good = draw(_GOOD[f.name])
+            payload[f.name] = draw(_EDGE_TEXTS) if isinstance(good, str) else good
+    try:
+        wire = FAST_PATHS[kind][0](canonical_json(payload))
+    except Exception:  # msgspec refuses it: never reaches a builder
+        wire = FAST_PATHS[kind][0](canonical_json(_MINIMAL[kind]))
+    return cls, wire
+
+
+def _built(build: Any, wire: Any) -> tuple[str, Any]:
+    from projections.decoding import NOT_FAST
+
+    try:
+        event = build(wire)
+    except NOT_FAST:
+        return "refused", None
+    return "event", (type(event), [(f.name, type(getattr(event, f.name)),
+                                    getattr(event, f.name)) for f in dataclasses.fields(event)])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_wire_values())
+def test_the_c_builders_build_what_the_python_definition_builds(
+        case: tuple[type[Any], Any]) -> None:
+    from projections import decoding
+
+    if not decoding.BUILT_IN_C:
+        pytest.skip("the C event builders are not built here (or GPU_CREDITS_PURE_PYTHON)")
+    cls, wire = case
+    wire_type = type(wire)
+    python = decoding._builder_python(cls, wire_type)
+    native = decoding._builder(cls, wire_type)
+    assert type(native).__name__ == "Builder"
+    assert _built(native, wire) == _built(python, wire)
+
+
+def test_the_fast_paths_build_in_c_where_the_builders_are_built() -> None:
+    """The differential test above compares something only where the fold really uses the
+    C builders: a build that has them must have them in the fast paths."""
+    import importlib.util
+    import os
+
+    from projections import decoding
+    from projections.native import PURE_ENV
+
+    built = importlib.util.find_spec("projections._eventbuild") is not None
+    pure = os.environ.get(PURE_ENV, "") not in ("", "0")
+    expected = built and not pure
+    assert expected == decoding.BUILT_IN_C
+    kinds = {type(build).__name__ for _, build in decoding.FAST_PATHS.values()}
+    assert kinds == ({"Builder"} if decoding.BUILT_IN_C else {"function"})
+
+
+def test_a_c_builder_refuses_a_call_it_cannot_make() -> None:
+    from projections import decoding
+
+    if not decoding.BUILT_IN_C:
+        pytest.skip("the C event builders are not built here (or GPU_CREDITS_PURE_PYTHON)")
+    build = decoding.FAST_PATHS["start"][1]
+    with pytest.raises(TypeError, match="one wire struct, got 2"):
+        build(1, 2)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError):
+        build(object())
