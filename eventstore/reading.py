@@ -111,9 +111,10 @@ class ReadQuery:
         )
 
 
-class LeanFilters(TypedDict, total=False):
-    """The filters of a read of every stream (a fold's). Given by name; what is left out
-    takes `ReadQuery.make`'s default."""
+class ReadFilters(TypedDict, total=False):
+    """The filters `read()` and `read_lean()` take, by name; what is left out takes
+    `ReadQuery.make`'s default. `stream`: one stream's events (a late event's per-account
+    refold reads its account's so), else every stream's (a fold's)."""
 
     after_position: int
     to_position: int | None
@@ -123,10 +124,4 @@ class LeanFilters(TypedDict, total=False):
     order: Order
     batch_size: int
     type: str | None
-
-
-class ReadFilters(LeanFilters, total=False):
-    """The filters `read()` and `read_lean()` take: a fold's, and `stream` (one account's
-    events, as a late event's per-account refold reads them)."""
-
     stream: str | None
