@@ -24,6 +24,7 @@ as known from everything ingested, and every ledger it folds skips them.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import json
@@ -31,7 +32,7 @@ import math
 import operator
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
@@ -69,6 +70,21 @@ class Recorded(Protocol):
     def payload(self) -> Any: ...
 
 
+class Lean(NamedTuple):
+    """What a fold reads of a recorded event: the payload as the journal stores it (its
+    JSON text; decoded, from a journal that cannot give the text), decoded by the fold.
+
+    A tuple in the order of the journal's lean rows, so a compiled loop reads a batch of
+    them by index (`Ledger.apply_own_rows`), not by a lookup per field."""
+
+    position: int
+    id: str
+    type: str
+    time: int
+    payload: Any
+    stream: str
+
+
 @dataclass(frozen=True, slots=True)
 class Conflict:
     """A recorded event that a decision placed in the past would turn into an anomaly."""
@@ -96,6 +112,18 @@ AccountReader = Callable[[str, tuple[int, int], int], Iterable[Recorded]]
 in canonical order with (time, position) > after_key and position <= to_position."""
 
 REVERSE = "reverse"
+
+LeanRow = tuple[int, str, str, int, Any, str]
+"""A `Lean` as a plain tuple: what a journal's lean read gives."""
+
+as_lean: Callable[[LeanRow], Lean] = functools.partial(tuple.__new__, Lean)
+"""A `Lean` of a row; over a map, no Python frame per row."""
+
+# The same fields of plain rows, for `ingest_rows`.
+_ROW_POSITION: Callable[[LeanRow], int] = operator.itemgetter(0)
+_ROW_TYPE: Callable[[LeanRow], str] = operator.itemgetter(2)
+_ROW_TIME: Callable[[LeanRow], int] = operator.itemgetter(3)
+_ROW_TIMELINE_KEY: Callable[[LeanRow], tuple[int, int]] = operator.itemgetter(3, 0)
 
 # A batch's keys and fields read in C (a map or a sort key), not by a Python frame per event.
 _TIMELINE_KEY: Callable[[Recorded], tuple[int, int]] = operator.attrgetter("time", "position")
@@ -424,6 +452,47 @@ class Projector:
             if alone is not None:
                 return alone
         return self._reproject_batch(batch, ordered, reversals, known)
+
+    def ingest_rows(self, rows: Sequence[LeanRow], *, known_before: int | None = None
+                    ) -> None:
+        """`ingest_batch` of rows shaped like `Lean` (position, id, type, time, payload,
+        stream), plain tuples, their outcomes not kept: a replay's batches.
+
+        The usual batch, in position order after everything ingested, landing after
+        everything applied, with no reversal, while no late event has been seen (so no
+        snapshot or outcome is due), is folded straight from the rows by a compiled loop;
+        any other is made `Lean` records and taken by `ingest_batch`. Making a `Lean` of
+        each row and reading its fields by name were a tenth of a replay."""
+        if not rows:
+            return
+        positions = list(map(_ROW_POSITION, rows))
+        known = positions[0] if known_before is None else known_before
+        if (len(rows) == 1 and known == positions[0]) or self._late or not (
+                self._snapshot_once_late and (self._remember_once_late
+                                              or not self._recent_limit)):
+            self.ingest_batch(list(map(as_lean, rows)), known_before=known_before)
+            return
+        times = list(map(_ROW_TIME, rows))
+        ordered = (rows if all(map(operator.le, times, itertools.islice(times, 1, None)))
+                   else sorted(rows, key=_ROW_TIMELINE_KEY))
+        if (positions[0] <= self.position
+                or not all(map(operator.lt, positions, itertools.islice(positions, 1, None)))
+                or REVERSE in map(_ROW_TYPE, rows)
+                or (ordered[0][3], ordered[0][0]) <= self.ledger.last):
+            self.ingest_batch(list(map(as_lean, rows)), known_before=known_before)
+            return
+        self.position = positions[-1]
+        self._ingested += len(rows)
+        ledger = self.ledger
+        outcomes: dict[int, Outcome] = {}
+        i, end = 0, len(ordered)
+        while i < end:
+            # Stops after each event that is not about its own stream's account alone.
+            i = ledger.apply_own_rows(ordered, i, outcomes)
+            row = ordered[i - 1]
+            outcome = outcomes[row[0]]
+            if outcome.account is None or outcome.account != row[5]:
+                self._track(as_lean(row), outcome, ledger)
 
     def _reproject_batch_by_account(self, batch: Sequence[Recorded],
                                     ordered: Sequence[Recorded], known: int

@@ -10,14 +10,13 @@ starts from the newest one that is still valid.
 from __future__ import annotations
 
 import bisect
-import functools
 import heapq
 import itertools
 import json
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from eventstore import Batch, JournalLike, SnapshotInfo
 from eventstore.hashing import load_json
@@ -41,7 +40,9 @@ from projections.events import EventReversed
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
-from projections.projector import Projector
+from projections.projector import Lean as Lean
+from projections.projector import LeanRow as LeanRow
+from projections.projector import Projector, as_lean
 from projections.reversals import reversed_ids
 
 Progress = Callable[[int, int], None]
@@ -79,25 +80,6 @@ class VerifyReport:
     checked_checkpoints: int = 0
 
 
-class Lean(NamedTuple):
-    """What a fold reads of a recorded event: the payload as the journal stores it (its
-    JSON text; decoded, from a journal that cannot give the text), decoded by the fold."""
-
-    position: int
-    id: str
-    type: str
-    time: int
-    payload: Any
-    stream: str
-
-
-_lean = tuple.__new__
-
-
-LeanRow = tuple[int, str, str, int, Any, str]
-
-# A map over this is the cheapest way to make a `Lean` of each row: no frame per row.
-_as_lean: Callable[[LeanRow], Lean] = functools.partial(_lean, Lean)
 
 
 def lean_rows(journal: JournalLike, **query: Any) -> Iterator[LeanRow]:
@@ -126,7 +108,7 @@ def rows_of_type(journal: JournalLike, kind: str, **query: Any) -> Iterator[Lean
 
 def lean_records(journal: JournalLike, **query: Any) -> Iterator[Lean]:
     """`lean_rows` as `Lean` records (what a `Projector` takes)."""
-    return map(_as_lean, lean_rows(journal, **query))
+    return map(as_lean, lean_rows(journal, **query))
 
 
 def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable[
@@ -217,7 +199,7 @@ def _insert(keys: list[tuple[int, int]], rows: list[Lean], key: tuple[int, int],
 # A held row's place on the timeline, (time, position), taken in C: held rows are keyed,
 # sorted and merged by it, several times per row.
 _key: Callable[[Lean], tuple[int, int]] = operator.itemgetter(3, 0)
-_position: Callable[[Lean], int] = operator.itemgetter(0)
+_position: Callable[[Lean | LeanRow], int] = operator.itemgetter(0)
 
 
 def _merge(keys: list[tuple[int, int]], rows: list[Lean], recs: Sequence[Lean]) -> None:
@@ -301,31 +283,33 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     shown = 0
     restarts = sorted({head - (head >> k) for k in RESTART_POINTS} if head >= RESTART_AFTER
                       else set())
-    rows: Iterator[Lean] = iter(lean_records(journal, to_position=head, order="position"))
+    # Plain rows, not `Lean` records: the projector folds an in-order batch of them as
+    # they are (`Projector.ingest_rows`).
+    rows: Iterator[LeanRow] = iter(lean_rows(journal, to_position=head, order="position"))
     with paused_gc():
         while (rec := next(rows, None)) is not None:
-            begin = rec.position
+            begin = rec[0]
             end = ends.get(begin, begin)  # the batch's last position
             part = [rec]
             while True:
-                if part[-1].position < end and len(part) < BATCH_HELD:
+                if part[-1][0] < end and len(part) < BATCH_HELD:
                     # The batch's other rows taken at once, not a Python step per row. A
                     # batch larger than BATCH_HELD (a whole import of millions of lines)
                     # is taken a part at a time, each part known with the ones before it.
-                    part += itertools.islice(rows, min(end - part[-1].position,
+                    part += itertools.islice(rows, min(end - part[-1][0],
                                                        BATCH_HELD - len(part)))
-                    if part[-1].position > end:
+                    if part[-1][0] > end:
                         # Positions with a gap: the rows past the batch's end come next.
                         cut = bisect.bisect_right(part, end, key=_position)
                         rows = itertools.chain(part[cut:], rows)
                         del part[cut:]
-                last = part[-1].position
+                last = part[-1][0]
                 done += len(part)
-                mine = part if to_time is None else [r for r in part if r.time <= to_time]
+                mine = part if to_time is None else [r for r in part if r[3] <= to_time]
                 if held is not None:
-                    held.add_all(mine)
+                    held.add_all(list(map(as_lean, mine)))
                 if mine:
-                    projector.ingest_batch(mine, known_before=begin)
+                    projector.ingest_rows(mine, known_before=begin)
                 if last >= end or (rec := next(rows, None)) is None:
                     break
                 part = [rec]
