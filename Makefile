@@ -15,7 +15,7 @@ $(BIN)/python:
 # edit reinstalls, so the compiled build follows its source (until then the source runs,
 # with a warning). GPU_CREDITS_PURE_PYTHON=1 make ... installs and runs plain Python.
 FOLD_SOURCES := projections/ledger.py projections/creditbook.py projections/outcomes.py \
-	projections/jobqueue.py projections/native.py
+	projections/jobqueue.py projections/copying.py projections/native.py
 
 # setup.py and the C sources too: an edit rebuilds the C accelerators (the chain check,
 # the event builders).

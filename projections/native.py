@@ -33,8 +33,9 @@ from pathlib import Path
 from types import ModuleType
 
 COMPILED = ("projections.creditbook", "projections.outcomes", "projections.jobqueue",
-            "projections.ledger")
-"""The modules mypyc compiles: the fold, its credit book, its job queue and its outcomes.
+            "projections.ledger", "projections.copying")
+"""The modules mypyc compiles: the fold, its credit book, its job queue, its outcomes and
+the deep copy of its state (snapshots).
 They are pure (no I/O), and no test monkeypatches them without asking for the Python
 source (the `pure_python` mark, see tests/conftest.py)."""
 

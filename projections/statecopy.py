@@ -34,6 +34,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from projections.copying import Copier
+
 _LIST, _TUPLE, _DICT, _NEW, _REF, _FROZENSET, _SET = range(7)
 _SCALARS = (type(None), bool, int, float, str)
 
@@ -87,51 +89,9 @@ class StateCodec:
 
     def copy(self, value: Any) -> Any:
         """An independent deep copy of `value`, sharing only immutable scalars."""
-        memo: dict[int, Any] = {}
-        fields = self._fields
-        scalars = _SCALARS
-        blank = self._blank
-
-        def copy(v: Any) -> Any:
-            # Scalars are tested inline at every level: most fields are scalars, and a
-            # call per field would cost more than the copy itself.
-            t = type(v)
-            if t in scalars:
-                return v
-            if t is tuple:
-                for x in v:
-                    if type(x) not in scalars:
-                        return tuple([copy(x) for x in v])
-                return v  # immutable all the way down: share it
-            if t is list:
-                return [x if type(x) in scalars else copy(x) for x in v]
-            if t is dict:
-                return {k: x if type(x) in scalars else copy(x) for k, x in v.items()}
-            if t is frozenset:
-                return v  # hashable members: immutable all the way down
-            if t is set:
-                return set(v)
-            names = fields.get(t)
-            if names is None:
-                raise TypeError(f"cannot copy a {t.__name__}: not a state class")
-            seen = memo.get(id(v))
-            if seen is not None:
-                return seen
-            new = blank(t)
-            memo[id(v)] = new
-            for name in names:
-                x = getattr(v, name)
-                setattr(new, name, x if type(x) in scalars else copy(x))
-            return new
-
-        try:
-            return copy(value)
-        finally:
-            # `copy` calls itself through its closure, a reference cycle: the memo held in
-            # it kept every object copied alive until the cyclic collector ran, long after
-            # the copy was dropped (snapshots and restores are made all the time). Emptied,
-            # it lets them go with the copy.
-            memo.clear()
+        # The walk is `projections.copying` (compiled where the fold is). A new copier
+        # each time: its memo goes with it, nothing held after the copy.
+        return Copier(self._fields, self._blank).copy(value)
 
     # -- encode / decode -------------------------------------------------------------
 

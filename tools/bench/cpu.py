@@ -5,6 +5,7 @@ process (`time.process_time`) much less so. Each case runs in a fresh process, t
 alternate round after round, and the table gives medians:
 
     python -m tools.bench.cpu --events 1000000 --rounds 2 --workdir /tmp/bench
+    python -m tools.bench.cpu ... --kind sqlite --case replay   # one journal, one case
 
 The journals (the realistic mix, on SQLite and on a PostgreSQL schema from
 $GPU_CREDITS_BENCH_PG, else the local test database) are written first when missing.
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/bench")
+    parser.add_argument("--kind", action="append", choices=KINDS,
+                        help="only this journal (repeatable; default: both)")
+    parser.add_argument("--case", action="append", choices=CASES[1:],
+                        help="only this case beside raw (repeatable; default: all)")
     parser.add_argument("--one", nargs=2, metavar=("CASE", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:  # a case's own process: the parent checked the database answers
@@ -129,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     pg = pg_base_url() if pg_version(pg_base_url()) is not None else None
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     build(args.workdir, args.events, pg)
-    kinds = [k for k in KINDS if k == "sqlite" or pg is not None]
+    kinds = [k for k in KINDS if (k == "sqlite" or pg is not None)
+             and (args.kind is None or k in args.kind)]
+    cases = [c for c in CASES if c == "raw" or args.case is None or c in args.case]
     results: dict[tuple[str, str], list[dict[str, Any]]] = {
-        (k, c): [] for k in kinds for c in CASES}
+        (k, c): [] for k in kinds for c in cases}
     loads = [os.getloadavg()[0]]
     for _ in range(args.rounds):
         for kind, case in results:
