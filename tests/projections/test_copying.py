@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from projections.events import from_payload, to_payload
 from projections.ledger import STATE, Ledger
 from projections.replay import fold_canonical
+from projections.statecopy import StateFormatError
 from tests.replay.test_account_refold import Event, _journal, histories
 
 _IMMUTABLE = (type(None), bool, int, float, str, tuple, frozenset, type)
@@ -58,3 +59,12 @@ def test_an_object_reached_twice_is_copied_once() -> None:
 def test_what_is_not_state_is_refused() -> None:
     with pytest.raises(TypeError, match="cannot copy a object: not a state class"):
         STATE.copy([object()])
+
+
+def test_a_stored_tree_nested_too_deep_is_refused_not_a_crash() -> None:
+    # Decoding stays Python: compiled recursion this deep would overflow the C stack.
+    tree: list[Any] = [0]
+    for _ in range(200_000):
+        tree = [0, tree]
+    with pytest.raises(StateFormatError, match="nested too deeply"):
+        STATE.decode(tree)
