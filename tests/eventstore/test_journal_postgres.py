@@ -15,7 +15,7 @@ from journal_testkit import ev
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from eventstore import ConnectionProblem, Journal, LockOrderConflict, LockTimeout
+from eventstore import ConnectionProblem, Journal, LockOrderConflict, LockTimeout, VersionConflict
 
 
 @pytest.mark.postgres
@@ -282,3 +282,58 @@ def test_a_key_asked_for_after_an_append_is_refused_not_waited_for(pg_fresh_url:
     finally:
         a.close()
         b.close()
+
+
+# -- the append's statements, prepared once per connection ---------------------------------
+
+
+def _prepared_names(j: Journal) -> set[str]:
+    with j._engine.connect() as conn:  # the one pooled connection the journal uses
+        return set(conn.execute(text("SELECT name FROM pg_prepared_statements")).scalars())
+
+
+@pytest.mark.postgres
+def test_append_at_prepares_its_statements_once_and_runs_them_batch_after_batch(
+        pg_fresh_url: str) -> None:
+    with Journal(pg_fresh_url) as j:
+        j.append([ev("a")])
+        assert not {n for n in _prepared_names(j) if n.startswith("gpu_credits_")}
+        for n in range(2, 5):
+            assert j.append_at([ev(f"e{n}", stream=f"s{n % 2}")], at=n,
+                               locks=[f"s{n % 2}", "shared:q"])[0].position == n
+        assert {n for n in _prepared_names(j) if n.startswith("gpu_credits_")} == {
+            "gpu_credits_locks_head", "gpu_credits_probe", "gpu_credits_insert",
+            "gpu_credits_move_head"}
+        # A refused append rolls back; the statements stay prepared and serve the next.
+        with pytest.raises(VersionConflict):
+            j.append_at([ev("late")], at=3, locks=["s0"])
+        recorded = j.append_at([ev("f1"), ev("f2", stream="t")], at=5, locks=["s1", "t"])
+        assert [r.position for r in recorded] == [5, 6]
+        assert [(b.first, b.last) for b in j.batches()][-1] == (5, 6)
+        assert j.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_connection_opened_after_one_was_killed_prepares_them_again(
+        pg_fresh_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    with _quiet_journal(pg_fresh_url, capfd) as j:
+        assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+        with j._engine.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        _terminate(pg_fresh_url, pid)
+        assert j.append_at([ev("c")], at=3, locks=["k"])[0].position == 3
+        assert j.head() == 3 and j.verify() is None
+
+
+@pytest.mark.postgres
+def test_statements_deallocated_under_it_are_prepared_again(pg_fresh_url: str) -> None:
+    """psycopg sends DEALLOCATE ALL after a rollback once it has prepared statements of
+    its own: the next append finds its statements gone, prepares them again and goes on."""
+    with Journal(pg_fresh_url) as j:
+        assert j.append_at([ev("a")], at=1, locks=["k"])[0].position == 1
+        with j._engine.connect() as conn:
+            conn.execute(text("DEALLOCATE ALL"))
+            conn.commit()
+        assert j.append_at([ev("b"), ev("c")], at=2, locks=["k"])[1].position == 3
+        assert "gpu_credits_probe" in _prepared_names(j)
+        assert j.head() == 3 and j.verify() is None
