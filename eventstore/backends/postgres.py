@@ -67,6 +67,8 @@ _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
 _DEADLOCK_DETECTED = "40P01"
 _READ_ONLY_TRANSACTION = "25006"
+_UNIQUE_VIOLATION = "23505"
+_UNIQUE_EVENT_ID = "uq_events_event_id"  # schema.py's naming convention
 #: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
 #: and the server ending the session (admin shutdown, crash shutdown, cannot connect now).
 _CONNECTION_GONE = ("08", "57P01", "57P02", "57P03")
@@ -419,6 +421,16 @@ class PostgresBackend(Backend):
                     "erased rows are deleted but their bytes stay in the table's files until "
                     "`VACUUM FULL private_parts` runs; run it, or `gpu-credits erase` again",)
         return ()
+
+    # A refused statement aborts the transaction, and `write` sends the rows and the
+    # COMMIT together: a recorded id leaves nothing written.
+    refuses_recorded_ids = True
+
+    def recorded_id(self, exc: DBAPIError) -> bool:
+        orig = exc.orig
+        return (getattr(orig, "sqlstate", None) == _UNIQUE_VIOLATION
+                and isinstance(orig, psycopg.Error)
+                and orig.diag.constraint_name == _UNIQUE_EVENT_ID)
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""

@@ -3,6 +3,7 @@ die (and SQLite's one writer)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -11,11 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 from journal_testkit import ev
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from eventstore import ConnectionProblem, Journal, LockOrderConflict, LockTimeout, VersionConflict
+from eventstore import (
+    ConnectionProblem,
+    IdempotencyConflict,
+    Journal,
+    LockOrderConflict,
+    LockTimeout,
+    VersionConflict,
+)
 
 
 @pytest.mark.postgres
@@ -337,3 +346,58 @@ def test_statements_deallocated_under_it_are_prepared_again(pg_fresh_url: str) -
         assert j.append_at([ev("b"), ev("c")], at=2, locks=["k"])[1].position == 3
         assert "gpu_credits_probe" in _prepared_names(j)
         assert j.head() == 3 and j.verify() is None
+
+
+# -- append_at leaves recorded ids to the insert ------------------------------------------
+
+# (ids of the batch, its content variant, whether it has a private part, where it is
+# placed: at the head, or one position behind it)
+_APPENDS = st.lists(st.tuples(
+    st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), min_size=1, max_size=3),
+    st.integers(0, 1), st.booleans(), st.sampled_from(["head", "head", "stale"])),
+    min_size=1, max_size=8)
+
+
+def _outcomes(j: Journal, appends: list[tuple[list[str], int, bool, str]]) -> list[Any]:
+    from eventstore import NewEvent
+    from eventstore.hashing import GENESIS_HASH
+
+    with j._engine.begin() as conn:
+        for sql in ("DELETE FROM private_parts", "DELETE FROM batches", "DELETE FROM events"):
+            conn.execute(text(sql))
+        conn.execute(text("UPDATE journal_head SET position = 0, hash = :h"),
+                     {"h": GENESIS_HASH})
+    out: list[Any] = []
+    for ids, variant, private, where in appends:
+        events = [NewEvent(i, f"s-{i}", "t", 1, {"v": variant},
+                           {"memo": f"m{variant}"} if private else None) for i in ids]
+        at = j.head() + (1 if where == "head" else 0)
+        try:
+            recorded = j.append_at(events, at=at, locks=sorted({e.stream for e in events}))
+            out.append([(r.position, r.id, r.version) for r in recorded])
+        except (VersionConflict, IdempotencyConflict, ValueError) as exc:
+            # A seal named in a message is salted at random: each run has its own.
+            out.append((type(exc).__name__, re.sub("[0-9a-f]{64}", "SEAL", str(exc))))
+    out.append([(r.position, r.id) for r in j.read(order="position")])
+    assert j.verify() is None
+    return out
+
+
+@pytest.mark.postgres
+def test_append_at_without_the_id_probe_answers_as_with_it(pg_url: str) -> None:
+    """PostgreSQL's append_at leaves recorded ids to the insert's unique index: whatever
+    the batches (new ids, recorded ids with the same or other content, private parts,
+    repeats, stale positions), it records and refuses exactly what the probing append
+    does, with the same errors."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_APPENDS)
+    def check(appends: list[tuple[list[str], int, bool, str]]) -> None:
+        with Journal(pg_url) as probing, Journal(pg_url) as leaving:
+            probing._backend.refuses_recorded_ids = False  # type: ignore[misc]
+            assert leaving._backend.refuses_recorded_ids
+            assert _outcomes(leaving, appends) == _outcomes(probing, appends)
+
+    check()
