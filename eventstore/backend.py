@@ -217,6 +217,15 @@ class Backend:
         """A clear journal error for a driver error, or None to let it through."""
         return None
 
+    #: Whether `append_at` may leave the check of recorded ids to the insert: the
+    #: database refuses a recorded id with an error `recorded_id` recognises, and the
+    #: refusal ends the transaction with nothing written.
+    refuses_recorded_ids = False
+
+    def recorded_id(self, exc: DBAPIError) -> bool:
+        """Whether `exc` is the insert refusing an event id recorded already."""
+        return False
+
     def describe(self) -> str:
         """Where the database is, for messages (no password)."""
         return make_url(self.url).render_as_string(hide_password=True)

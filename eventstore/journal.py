@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import (
     Column,
@@ -27,6 +27,7 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 
 from . import appending, migrate
@@ -71,6 +72,13 @@ _SNAPSHOT_COLUMNS = (
     snapshots.c.event_time,
     snapshots.c.digest,
 )
+
+
+def _moved_on(at: int, head: int, recorded: int, events: int) -> str:
+    """Why `append_at` wrote nothing: the head elsewhere, or events recorded already."""
+    return (f"the append was to start at position {at}, after the journal's head, which is "
+            f"at {head}; {recorded} of its {events} events are recorded already or repeated: "
+            "the journal moved on since they were placed; decide them again")
 
 
 def _snapshot(row: Row[Any]) -> SnapshotInfo:
@@ -334,11 +342,29 @@ class Journal(JournalBase):
             raise JournalError("append_at commits a transaction of its own: call it outside "
                                "journal.transaction(), or use the transaction's append")
         committed: list[Callable[[], None]] = []
-        with self._new_write(self._backend.own_transaction) as conn:
-            recorded = self._append(conn, batch, None, None, True, at, keys, committed)
+        try:
+            with self._new_write(self._backend.own_transaction) as conn:
+                recorded = self._append(conn, batch, None, None, True, at, keys, committed)
+        except IntegrityError as exc:
+            if not self._backend.recorded_id(exc):
+                raise
+            self._recorded_under(batch, at)
         for note in committed:  # what holds once the transaction is committed
             note()
         return recorded
+
+    def _recorded_under(self, batch: appending.Plan, at: int) -> NoReturn:
+        """Raise what `append_at` raises for a batch the database refused because an id of
+        it was recorded (its ids were not asked about before the write, see
+        `Backend.refuses_recorded_ids`): IdempotencyConflict where a recorded id holds
+        other content, else VersionConflict. Nothing was written; the records are looked
+        at after the refusal."""
+        existing = self.get_many(batch.ids)
+        with self._reading() as conn:
+            held = self._held(conn, [r for r in existing.values() if PRIVATE_KEY in r.payload])
+        fresh = appending.check_existing(batch, existing, held)
+        raise VersionConflict(_moved_on(at, at - 1, len(batch.slots) - len(fresh),
+                                        len(batch.slots)))
 
     def _append_batch(
         self,
@@ -373,8 +399,12 @@ class Journal(JournalBase):
         # versions of streams that append did not know (see `versions.py`).
         asked = streams if committed is None or at is None else self._versions.unknown(
             at - 1, streams)
-        probe = (self._backend.lock_and_probe(conn, ids, asked) if locks is None
-                 else self._backend.begin_lock_and_probe(conn, locks, ids, asked))
+        # append_at on a database whose insert refuses a recorded id leaves the ids to the
+        # insert (`_recorded_under` says what was recorded): a batch of new events, the
+        # writer's usual one, probes none of them.
+        probed = ids if committed is None or not self._backend.refuses_recorded_ids else []
+        probe = (self._backend.lock_and_probe(conn, probed, asked) if locks is None
+                 else self._backend.begin_lock_and_probe(conn, locks, probed, asked))
         if tx is not None:
             tx.holds_head = True
         versions = probe.versions
@@ -389,17 +419,17 @@ class Journal(JournalBase):
                 versions = {**known, **probe.versions}
         existing: dict[str, RecordedEvent] = {}
         held: dict[str, str] = {}
-        if probe.any_existing:  # rare: a retry, or an import run twice
+        # Rare: a retry, or an import run twice; or a batch whose ids were not asked about
+        # and that is refused before its write (a head elsewhere, an id repeated): the
+        # refusal says what is recorded, as after the probe.
+        if probe.any_existing or (probed is not ids and (
+                probe.position + 1 != at or len(batch.candidates) != len(batch.slots))):
             existing = {r[1]: to_event(r) for r in self._backend.existing(conn, ids)}
             held = self._held(conn, [r for r in existing.values() if PRIVATE_KEY in r.payload])
         fresh = appending.check_existing(batch, existing, held)
         if at is not None and (probe.position + 1 != at or len(fresh) != len(batch.slots)):
-            raise VersionConflict(
-                f"the append was to start at position {at}, after the journal's head, which "
-                f"is at {probe.position}; {len(batch.slots) - len(fresh)} of its "
-                f"{len(batch.slots)} events are recorded already or repeated: the journal "
-                "moved on since they were placed; decide them again"
-            )
+            raise VersionConflict(_moved_on(at, probe.position, len(batch.slots) - len(fresh),
+                                            len(batch.slots)))
         if not fresh:
             return appending.results(batch, existing, [])
         appending.check_expected(expected, versions)

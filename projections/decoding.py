@@ -38,23 +38,26 @@ from eventstore.hashing import load_json
 from projections.events import (
     EVENT_CLASSES,
     GENERAL,
+    TIMELINE_START,
     AccountOpened,
     CreditsAdjusted,
+    CreditsGranted,
     DomainEvent,
     PersonalDataErased,
     from_payload,
 )
 from projections.native import pure_requested
-from projections.validation import Name, Text
+from projections.validation import Int, Name, Text
 
 
-def _wire(cls: type[Any]) -> type[msgspec.Struct]:
+def _wire(cls: type[Any], *, record: bool = False) -> type[msgspec.Struct]:
     """The payload of `cls` as stored: exactly the event's fields, nothing else, with the
     types its fields are declared with (so msgspec checks their bounds).
 
     A field is `X | None` only where the event itself takes None, and a pool's null is
     the general pool; elsewhere a null goes the generic way, which refuses it as it always
-    has.
+    has. `record`: a line of the import format instead, the payload's fields with the
+    envelope beside them (`type` as the struct's tag, `id` and `time`, each maybe null).
     """
     hints = typing.get_type_hints(cls, include_extras=True)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
@@ -67,6 +70,10 @@ def _wire(cls: type[Any]) -> type[msgspec.Struct]:
             fields.append((f.name, Name | None, None))
         else:
             fields.append((f.name, hints[f.name], f.default))
+    if record:
+        fields += [("id", Name | None, None), ("time", Int | None, None)]
+        return msgspec.defstruct(f"{cls.__name__}Record", fields, forbid_unknown_fields=True,
+                                 tag_field="type", tag=cls.type, module=__name__)
     return msgspec.defstruct(f"{cls.__name__}Payload", fields, forbid_unknown_fields=True,
                              module=__name__)
 
@@ -191,6 +198,47 @@ def _fast(cls: type[Any]) -> tuple[Callable[[str | bytes], Any], Callable[[Any],
 
 # An erasure's ids are stored under the journal's own key: always the generic way.
 _FAST = {cls.type: _fast(cls) for cls in EVENT_CLASSES if cls is not PersonalDataErased}
+
+
+# A line of the import format read as one struct, the envelope checked beside the
+# payload's fields; the event built by the payload's own builder (it reads the fields by
+# name, and the struct has them all).
+_FAST_RECORDS = {cls.type: (_wire(cls, record=True), _FAST[cls.type][1])
+                 for cls in EVENT_CLASSES if cls.type in _FAST}
+
+
+def decode_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEvent] | None:
+    """`projections.importing.parse_record` of a plain record, in one msgspec pass and
+    the event's builder (about four times faster: a batch of events over HTTP reads a
+    hundred of them per request); None where it is not plain, and the caller reads it
+    the generic way, which gives the same event or says what is wrong.
+
+    Plain: a dict of exactly the type's fields and the envelope (`type`, `id`, `time`),
+    each of its declared JSON type and within its bounds; the id printable; a time, or
+    none on an account (the start of the timeline); a grant's expiry after its time.
+    Anything else (an erasure, a key of the journal's own, `position` or `recorded_at`
+    beside an event, a value the builder refuses) goes the generic way."""
+    if type(record) is not dict:
+        return None
+    kind = record.get("type")
+    fast = _FAST_RECORDS.get(kind) if type(kind) is str else None
+    if fast is None:
+        return None
+    try:
+        wire = msgspec.convert(record, fast[0])
+        event = fast[1](wire)
+    except _NOT_FAST:
+        return None
+    event_id, time = wire.id, wire.time  # type: ignore[attr-defined]
+    if event_id is not None and not event_id.isprintable():
+        return None
+    if time is None:
+        if kind != "account":
+            return None
+        time = TIMELINE_START
+    if type(event) is CreditsGranted and event.expiry is not None and event.expiry <= time:
+        return None
+    return event_id, time, event
 
 
 def decode_event(event_type: str, payload: str | bytes | Mapping[str, Any]) -> DomainEvent:

@@ -48,6 +48,7 @@ from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
 from eventstore.hashing import canonical_json
 from projections import csvcells
 from projections.csvcells import unguard
+from projections.decoding import decode_record
 from projections.events import (
     EVENT_CLASSES,
     EVENT_TYPES,
@@ -194,6 +195,13 @@ class ImportRejected(ValueError):
 
 def parse_record(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEvent]:
     """Validate one decoded line; return (id or None, event time, event). ValueError if bad."""
+    plain = decode_record(record)
+    return plain if plain is not None else parse_record_generic(record)
+
+
+def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, DomainEvent]:
+    """`parse_record` field by field in Python: the definition, what every record that is
+    not plain takes, and what names a bad field."""
     kind = record.get("type")
     if kind is None:
         raise ValueError(f"missing \"type\"; expected one of {', '.join(EVENT_TYPES)}")

@@ -44,6 +44,7 @@ import select
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -66,6 +67,8 @@ _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
 _DEADLOCK_DETECTED = "40P01"
 _READ_ONLY_TRANSACTION = "25006"
+_UNIQUE_VIOLATION = "23505"
+_UNIQUE_EVENT_ID = "uq_events_event_id"  # schema.py's naming convention
 #: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
 #: and the server ending the session (admin shutdown, crash shutdown, cannot connect now).
 _CONNECTION_GONE = ("08", "57P01", "57P02", "57P03")
@@ -171,13 +174,22 @@ class PostgresBackend(Backend):
         order kept."""
         ordered = self._ordered(conn, locks)
         raw = dbapi(conn)
+        params = {"keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
+                  "shared": "{" + ",".join(["t" if shared else "f"
+                                            for _, (_, shared) in ordered]) + "}",
+                  "ids": text_array(ids), "streams": text_array(streams)}
+        self._prepare(conn)
         with self._naming("the journal head row (every append queues there)"), self.direct(conn):
             cur = psycopg.ClientCursor(raw)
-            cur.execute(_BEGIN_LOCKS_HEAD_PROBE, {
-                "keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
-                "shared": "{" + ",".join(["t" if shared else "f"
-                                          for _, (_, shared) in ordered]) + "}",
-                "ids": text_array(ids), "streams": text_array(streams)})
+            try:
+                cur.execute(_EXECUTE_BEGIN_LOCKS_HEAD_PROBE, params)
+            except psycopg.errors.InvalidSqlStatementName:
+                # The driver deallocates every statement of the session after a rollback
+                # once it has prepared some of its own. The transaction failed at its
+                # first statement, holding nothing: end it, prepare again, begin again.
+                raw.rollback()
+                self._prepare(conn, again=True)
+                cur.execute(_EXECUTE_BEGIN_LOCKS_HEAD_PROBE, params)
             cur.nextset()
             head = cur.fetchone()
             cur.nextset()
@@ -192,22 +204,25 @@ class PostgresBackend(Backend):
                      {s: v for s, v in zip(streams, versions, strict=True) if v},
                      bool(any_existing))
 
-    def _ordered(self, conn: Connection, locks: Sequence[str]
-                 ) -> list[tuple[int, tuple[str, bool]]]:
+    def _prepare(self, conn: Connection, *, again: bool = False) -> None:
+        """The append's statements prepared on this connection, once in its life (see
+        `_PREPARED`); `again`: they were found deallocated."""
+        info = conn.info
+        if info.get(_PREPARED_KEY) and not again:
+            return
+        raw = dbapi(conn)
+        with self.direct(conn):
+            # In `own_transaction` the driver is in autocommit: PREPARE runs on its own,
+            # outside the append's transaction (a prepared statement outlives a rollback).
+            raw.execute(";".join(_PREPARED), prepare=False)
+        info[_PREPARED_KEY] = True
+
+    def _ordered(self, conn: Connection, locks: Sequence[str]) -> _Ordered:
         """The keys' lock numbers, each with its name and whether it is shared, in the
         global order every writer takes them in (shared keys first, then by number)."""
-        wanted: dict[int, tuple[str, bool]] = {}
         # Advisory locks are database-wide, journals are per schema: two journals in one
         # database must not lock each other out, so the schema is part of every key.
-        namespace = self._namespace(conn)
-        for key in locks:
-            name, shared = (key[len(SHARED):], True) if key.startswith(SHARED) else (key, False)
-            k = lock_key(f"{namespace}:{name}")
-            # Asked for both ways in one transaction: the exclusive lock covers both.
-            wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
-        # Shared keys first: a key some take shared (the queue) is then always taken
-        # before any plain key, by everyone, which keeps the global lock order total.
-        return sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0]))
+        return _ordered_keys(self._namespace(conn), tuple(locks))
 
     def lock_more(self, conn: Connection, locks: Sequence[str]) -> None:
         """pg_advisory_xact_lock per key, in one global order so two writers cannot deadlock.
@@ -357,8 +372,9 @@ class PostgresBackend(Backend):
                 # one message and one round trip (a pipeline sends each statement in a
                 # write of its own, and syncs once more as it ends). An error in any of
                 # them skips the rest, COMMIT included, and the transaction rolls back.
+                self._prepare(conn)
                 cur = psycopg.ClientCursor(raw)
-                sql = ";".join([_INSERT_ARRAYS, _MOVE_HEAD,
+                sql = ";".join([_EXECUTE_INSERT_ARRAYS, _EXECUTE_MOVE_HEAD,
                                 *(q for q, _ in after), "COMMIT"])
                 cur.execute(sql, [*_columns(rows, _EVENT_ARRAYS), *last,
                                   *(p for _, params in after for p in params)])
@@ -406,6 +422,16 @@ class PostgresBackend(Backend):
                     "`VACUUM FULL private_parts` runs; run it, or `gpu-credits erase` again",)
         return ()
 
+    # A refused statement aborts the transaction, and `write` sends the rows and the
+    # COMMIT together: a recorded id leaves nothing written.
+    refuses_recorded_ids = True
+
+    def recorded_id(self, exc: DBAPIError) -> bool:
+        orig = exc.orig
+        return (getattr(orig, "sqlstate", None) == _UNIQUE_VIOLATION
+                and isinstance(orig, psycopg.Error)
+                and orig.diag.constraint_name == _UNIQUE_EVENT_ID)
+
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""
         orig = exc.orig
@@ -448,6 +474,25 @@ class PostgresBackend(Backend):
                 "server is running and the URL's host, port, user and password"
             )
         return None
+
+
+_Ordered = tuple[tuple[int, tuple[str, bool]], ...]
+
+
+@lru_cache(maxsize=1024)
+def _ordered_keys(namespace: str, locks: tuple[str, ...]) -> _Ordered:
+    """`PostgresBackend._ordered`, kept for the key sets asked for again: a group commit
+    asks for its accounts' keys batch after batch, and ordering a hundred of them cost
+    about 0.1 ms each time."""
+    wanted: dict[int, tuple[str, bool]] = {}
+    for key in locks:
+        name, shared = (key[len(SHARED):], True) if key.startswith(SHARED) else (key, False)
+        k = lock_key(f"{namespace}:{name}")
+        # Asked for both ways in one transaction: the exclusive lock covers both.
+        wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
+    # Shared keys first: a key some take shared (the queue) is then always taken
+    # before any plain key, by everyone, which keeps the global lock order total.
+    return tuple(sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0])))
 
 
 def _columns(rows: Sequence[Sequence[Any]], types: Sequence[str]) -> list[str]:
@@ -583,3 +628,40 @@ FOR UPDATE OF h;"""
     + _PROBE.replace("unnest(%s::text[]) AS u(id)", "unnest(%(ids)s::text[]) AS u(id)")
     .replace("unnest(%s::text[]) WITH ORDINALITY", "unnest(%(streams)s::text[]) WITH ORDINALITY")
 )
+
+
+# `Journal.append_at` (a group commit's write, batch after batch) sends its statements as
+# one query string (one message, one round trip), which the simple protocol parses,
+# analyses and plans anew every time: about a quarter of PostgreSQL's CPU for a batch of
+# 100 events. Prepared once per connection (named, session-wide), they are run by
+# EXECUTE in the same one string: the plan is cached, only the EXECUTE is parsed.
+# (The driver's own automatic preparing needs the extended protocol: a message and a
+# sync per statement.) A statement a migration changes under them is planned again by
+# PostgreSQL itself.
+_PREPARED_KEY = "gpu_credits_prepared_v1"
+
+
+def _numbered(sql: str, names: Sequence[str] = ()) -> str:
+    """A driver statement with `$n` parameters: `%(name)s` by the order of `names`, else
+    each `%s` in turn."""
+    for n, name in enumerate(names, 1):
+        sql = sql.replace(f"%({name})s", f"${n}")
+    parts = sql.split("%s")
+    return "".join(part + (f"${n}" if n < len(parts) else "")
+                   for n, part in enumerate(parts, 1))
+
+
+_LOCKS_HEAD = _BEGIN_LOCKS_HEAD_PROBE[len("BEGIN;"):_BEGIN_LOCKS_HEAD_PROBE.index(
+    "FOR UPDATE OF h;") + len("FOR UPDATE OF h")]
+_PREPARED = (
+    "PREPARE gpu_credits_locks_head (bigint[], boolean[]) AS "
+    + _numbered(_LOCKS_HEAD, ("keys", "shared")),
+    "PREPARE gpu_credits_probe (text[], text[]) AS " + _numbered(_PROBE),
+    "PREPARE gpu_credits_insert (bigint[], text[], text[], integer[], text[], bigint[], "
+    "bigint[], text[], text[]) AS " + _numbered(_INSERT_ARRAYS),
+    "PREPARE gpu_credits_move_head (bigint, text) AS " + _numbered(_MOVE_HEAD),
+)
+_EXECUTE_BEGIN_LOCKS_HEAD_PROBE = ("BEGIN;EXECUTE gpu_credits_locks_head(%(keys)s, %(shared)s);"
+                                   "EXECUTE gpu_credits_probe(%(ids)s, %(streams)s)")
+_EXECUTE_INSERT_ARRAYS = "EXECUTE gpu_credits_insert(" + ", ".join(["%s"] * 9) + ")"
+_EXECUTE_MOVE_HEAD = "EXECUTE gpu_credits_move_head(%s, %s)"

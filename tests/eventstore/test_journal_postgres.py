@@ -3,6 +3,7 @@ die (and SQLite's one writer)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -11,11 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 from journal_testkit import ev
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from eventstore import ConnectionProblem, Journal, LockOrderConflict, LockTimeout
+from eventstore import (
+    ConnectionProblem,
+    IdempotencyConflict,
+    Journal,
+    LockOrderConflict,
+    LockTimeout,
+    VersionConflict,
+)
 
 
 @pytest.mark.postgres
@@ -282,3 +291,113 @@ def test_a_key_asked_for_after_an_append_is_refused_not_waited_for(pg_fresh_url:
     finally:
         a.close()
         b.close()
+
+
+# -- the append's statements, prepared once per connection ---------------------------------
+
+
+def _prepared_names(j: Journal) -> set[str]:
+    with j._engine.connect() as conn:  # the one pooled connection the journal uses
+        return set(conn.execute(text("SELECT name FROM pg_prepared_statements")).scalars())
+
+
+@pytest.mark.postgres
+def test_append_at_prepares_its_statements_once_and_runs_them_batch_after_batch(
+        pg_fresh_url: str) -> None:
+    with Journal(pg_fresh_url) as j:
+        j.append([ev("a")])
+        assert not {n for n in _prepared_names(j) if n.startswith("gpu_credits_")}
+        for n in range(2, 5):
+            assert j.append_at([ev(f"e{n}", stream=f"s{n % 2}")], at=n,
+                               locks=[f"s{n % 2}", "shared:q"])[0].position == n
+        assert {n for n in _prepared_names(j) if n.startswith("gpu_credits_")} == {
+            "gpu_credits_locks_head", "gpu_credits_probe", "gpu_credits_insert",
+            "gpu_credits_move_head"}
+        # A refused append rolls back; the statements stay prepared and serve the next.
+        with pytest.raises(VersionConflict):
+            j.append_at([ev("late")], at=3, locks=["s0"])
+        recorded = j.append_at([ev("f1"), ev("f2", stream="t")], at=5, locks=["s1", "t"])
+        assert [r.position for r in recorded] == [5, 6]
+        assert [(b.first, b.last) for b in j.batches()][-1] == (5, 6)
+        assert j.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_connection_opened_after_one_was_killed_prepares_them_again(
+        pg_fresh_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    with _quiet_journal(pg_fresh_url, capfd) as j:
+        assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+        with j._engine.connect() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        _terminate(pg_fresh_url, pid)
+        assert j.append_at([ev("c")], at=3, locks=["k"])[0].position == 3
+        assert j.head() == 3 and j.verify() is None
+
+
+@pytest.mark.postgres
+def test_statements_deallocated_under_it_are_prepared_again(pg_fresh_url: str) -> None:
+    """psycopg sends DEALLOCATE ALL after a rollback once it has prepared statements of
+    its own: the next append finds its statements gone, prepares them again and goes on."""
+    with Journal(pg_fresh_url) as j:
+        assert j.append_at([ev("a")], at=1, locks=["k"])[0].position == 1
+        with j._engine.connect() as conn:
+            conn.execute(text("DEALLOCATE ALL"))
+            conn.commit()
+        assert j.append_at([ev("b"), ev("c")], at=2, locks=["k"])[1].position == 3
+        assert "gpu_credits_probe" in _prepared_names(j)
+        assert j.head() == 3 and j.verify() is None
+
+
+# -- append_at leaves recorded ids to the insert ------------------------------------------
+
+# (ids of the batch, its content variant, whether it has a private part, where it is
+# placed: at the head, or one position behind it)
+_APPENDS = st.lists(st.tuples(
+    st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), min_size=1, max_size=3),
+    st.integers(0, 1), st.booleans(), st.sampled_from(["head", "head", "stale"])),
+    min_size=1, max_size=8)
+
+
+def _outcomes(j: Journal, appends: list[tuple[list[str], int, bool, str]]) -> list[Any]:
+    from eventstore import NewEvent
+    from eventstore.hashing import GENESIS_HASH
+
+    with j._engine.begin() as conn:
+        for sql in ("DELETE FROM private_parts", "DELETE FROM batches", "DELETE FROM events"):
+            conn.execute(text(sql))
+        conn.execute(text("UPDATE journal_head SET position = 0, hash = :h"),
+                     {"h": GENESIS_HASH})
+    out: list[Any] = []
+    for ids, variant, private, where in appends:
+        events = [NewEvent(i, f"s-{i}", "t", 1, {"v": variant},
+                           {"memo": f"m{variant}"} if private else None) for i in ids]
+        at = j.head() + (1 if where == "head" else 0)
+        try:
+            recorded = j.append_at(events, at=at, locks=sorted({e.stream for e in events}))
+            out.append([(r.position, r.id, r.version) for r in recorded])
+        except (VersionConflict, IdempotencyConflict, ValueError) as exc:
+            # A seal named in a message is salted at random: each run has its own.
+            out.append((type(exc).__name__, re.sub("[0-9a-f]{64}", "SEAL", str(exc))))
+    out.append([(r.position, r.id) for r in j.read(order="position")])
+    assert j.verify() is None
+    return out
+
+
+@pytest.mark.postgres
+def test_append_at_without_the_id_probe_answers_as_with_it(pg_url: str) -> None:
+    """PostgreSQL's append_at leaves recorded ids to the insert's unique index: whatever
+    the batches (new ids, recorded ids with the same or other content, private parts,
+    repeats, stale positions), it records and refuses exactly what the probing append
+    does, with the same errors."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_APPENDS)
+    def check(appends: list[tuple[list[str], int, bool, str]]) -> None:
+        with Journal(pg_url) as probing, Journal(pg_url) as leaving:
+            probing._backend.refuses_recorded_ids = False  # type: ignore[misc]
+            assert leaving._backend.refuses_recorded_ids
+            assert _outcomes(leaving, appends) == _outcomes(probing, appends)
+
+    check()

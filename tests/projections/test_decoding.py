@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventstore.hashing import canonical_json, load_json
-from projections.decoding import decode_event
+from projections.decoding import decode_event, decode_record
 from projections.events import EVENT_TYPES, from_payload
-from projections.importing import PAYLOAD_FIELDS
+from projections.importing import PAYLOAD_FIELDS, parse_record, parse_record_generic
 from projections.validation import MAX_INT, MAX_NAME_LENGTH, MAX_TEXT_LENGTH
 
 # Values near every bound the vocabulary checks, and of every JSON type.
@@ -93,6 +93,68 @@ def test_events_near_validity_decode_as_from_payload_builds_them(
     kind, payload = event
     text = canonical_json(payload)
     assert _outcome(decode_event, kind, text) == _outcome(from_payload, kind, payload)
+
+
+_ENVELOPE_VALUES = st.one_of(_VALUES, st.sampled_from(["e-1", "e\n1", 5, 0, -1, 2**53]),
+                             st.integers(-10, 10))
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> dict[str, Any]:
+    """A line of the import format: a payload near validity (or any fields), with an
+    envelope that may miss, hold null or hold a value of another kind, and maybe a field
+    the journal records beside an event."""
+    kind, payload = draw(_events()) if draw(st.integers(0, 3)) else (
+        draw(st.sampled_from(EVENT_TYPES)), draw(st.dictionaries(_FIELDS, _VALUES, max_size=6)))
+    record: dict[str, Any] = {**payload, "type": kind}
+    record["time"] = draw(st.integers(-10, 10))
+    if draw(st.booleans()):
+        record["id"] = draw(st.sampled_from(["e-1", "import-7"]))
+    for name in ("id", "time"):
+        if draw(st.integers(0, 4)) == 0:
+            if draw(st.booleans()):
+                record.pop(name, None)
+            else:
+                record[name] = draw(_ENVELOPE_VALUES)
+    if draw(st.integers(0, 9)) == 0:
+        record["type"] = draw(_VALUES)
+    if draw(st.integers(0, 9)) == 0:
+        record[draw(st.sampled_from(["position", "recorded_at"]))] = draw(_VALUES)
+    return record
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_records())
+def test_a_record_reads_in_one_pass_as_field_by_field(record: dict[str, Any]) -> None:
+    expected = _outcome(parse_record_generic, record)
+    assert _outcome(parse_record, record) == expected
+    plain = decode_record(record)
+    if plain is not None:  # what the one pass accepts, the definition accepts alike
+        assert ("event", plain) == expected
+
+
+@pytest.mark.parametrize("record", [
+    {"type": "account", "account": "a"},
+    {"type": "account", "account": "a", "time": None, "id": None},
+    {"type": "grant", "account": "a", "amount": 5, "time": 3, "expiry": 4, "id": "g-1"},
+    {"type": "complete", "job": "j", "success": False, "refund_fraction": 1, "time": 3},
+    {"type": "consume", "account": "a", "amount": 1, "pool": None, "time": -5},
+])
+def test_plain_records_take_the_one_pass(record: dict[str, Any]) -> None:
+    assert decode_record(record) == parse_record_generic(record)
+
+
+@pytest.mark.parametrize("record", [
+    {"type": "grant", "account": "a", "amount": 5, "time": 4, "expiry": 4},
+    {"type": "consume", "account": "a", "amount": 1},
+    {"type": "consume", "account": "a", "amount": 1, "time": 1, "id": "a\tb"},
+    {"type": "consume", "account": "a", "amount": 1, "time": 1, "position": 7},
+    {"type": "erase", "events": ["e"], "time": 1},
+    {"type": "consume", "account": "a", "amount": True, "time": 1},
+])
+def test_records_the_one_pass_leaves_to_the_definition(record: dict[str, Any]) -> None:
+    assert decode_record(record) is None
+    assert _outcome(parse_record, record) == _outcome(parse_record_generic, record)
 
 
 @pytest.mark.parametrize(("kind", "payload"), [
