@@ -453,6 +453,20 @@ class Projector:
                 return alone
         return self._reproject_batch(batch, ordered, reversals, known)
 
+    def streams(self, rows: Sequence[LeanRow]) -> bool:
+        """Whether `rows` (the next of a batch, in position order) are in time order, land
+        after everything applied and hold no reversal, while no late event has been
+        seen: what `ingest_rows` folds straight, so that a replay may hand a batch over a
+        part at a time without changing what it makes."""
+        if not rows or self._late or not (
+                self._snapshot_once_late and (self._remember_once_late
+                                              or not self._recent_limit)):
+            return False
+        times = list(map(_ROW_TIME, rows))
+        return (all(map(operator.le, times, itertools.islice(times, 1, None)))
+                and (rows[0][3], rows[0][0]) > self.ledger.last
+                and REVERSE not in map(_ROW_TYPE, rows))
+
     def ingest_rows(self, rows: Sequence[LeanRow], *, known_before: int | None = None
                     ) -> None:
         """`ingest_batch` of rows shaped like `Lean` (position, id, type, time, payload,

@@ -201,3 +201,32 @@ def test_a_batch_too_large_to_hold_is_taken_in_parts_known_together(
     report = replay(journal)
     assert report.digest == fold_canonical(journal).digest()
     assert all(r.position <= 40 for r in report.revisions)
+
+
+@st.composite
+def mostly_in_order(draw: st.DrawFn) -> list[list[Event]]:
+    """A history in time order but for a few swapped events, cut into batches: batches
+    that fold straight for a while and then go back in time, within themselves or
+    before the batch ahead of them."""
+    events = sorted(draw(histories()), key=lambda e: e[3])
+    rnd = draw(st.randoms(use_true_random=False))
+    for _ in range(draw(st.integers(0, 3)) if events else 0):
+        i, j = rnd.randrange(len(events)), rnd.randrange(len(events))
+        events[i], events[j] = events[j], events[i]
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(events) - 1)), max_size=4)))
+    bounds = [0, *[c for c in cuts if c < len(events)], len(events)]
+    return [events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@settings(max_examples=200, deadline=None)
+@given(mostly_in_order(), st.sampled_from([1, 2, 3]))
+def test_a_batch_handed_over_in_parts_makes_what_the_whole_batch_makes(
+        batches: list[list[Event]], streamed: int) -> None:
+    journal = _journal(batches)
+    whole = replay(journal)  # these batches are smaller than a part: each taken whole
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay_module, "STREAMED", streamed)
+        parts = replay(journal)
+    assert parts.digest == whole.digest == fold_canonical(journal).digest()
+    assert [repr(r) for r in parts.revisions] == [repr(r) for r in whole.revisions]
+    assert parts.anomalies == whole.anomalies
