@@ -262,10 +262,12 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # the whole timeline up to it, once, laying down the snapshots the next ones use.
     # Each holds a copy of every account's state: spaced 32 times the state's size, a
     # replay of 10^6 events of the mix peaked near 210 MB, against 330 MB at 8 times.
-    # Two restart points are kept all the same, halfway and three quarters through the
-    # journal (`RESTART_POINTS`): a first late event that reaches across accounts then
-    # refolds at most half of what was read, a quarter near the end, for about one and a
-    # quarter copies of the final state (the old spacing made some three and a half).
+    # One restart point is kept all the same, three quarters through the journal
+    # (`RESTART_POINTS`): a first late event that reaches across accounts in the last
+    # quarter (a correction of recent events, the usual late one) then refolds at most
+    # that quarter, for about three quarters of a copy of the final state. A second one
+    # halfway cost as much again (0.25 s of a 10 s replay of 10^6 events) for the rarer
+    # first late event that lands in the third quarter.
     # Once a late event has been seen, a short memory of outcomes lets the next ones
     # compare against what was reported instead of folding the old timeline beside the new.
     held = HeldRows() if head <= HELD_ROWS else None
@@ -355,9 +357,9 @@ def batches_of(journal: JournalLike, to_position: int) -> list[Batch]:
     return batches
 
 
-RESTART_POINTS = (1, 2)
+RESTART_POINTS = (2,)
 """Where a replay keeps a snapshot before any late event: at head - head / 2**k for each
-k here (halfway, three quarters through)."""
+k here (three quarters through)."""
 
 RESTART_AFTER = 40_000
 """The smallest journal a replay keeps those restart points for: in a smaller one, a
