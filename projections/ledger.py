@@ -297,19 +297,23 @@ class Ledger:
         return i
 
     def apply_own_rows(self, rows: Sequence[tuple[int, str, str, int, Any, str]],
-                       start: int, outcomes: dict[int, Outcome]) -> int:
-        """`apply_own` of rows shaped (position, id, type, time, payload, stream): read by
-        index, where a record's fields cost a lookup each (a replay's batches)."""
+                       start: int) -> tuple[int, Outcome]:
+        """`apply_own` of rows shaped (position, id, type, time, payload, stream), read by
+        index where a record's fields cost a lookup each (a replay's batches), and only
+        the last outcome kept: (the index after the last row applied, its outcome).
+        `rows[start:]` must not be empty."""
         i, end = start, len(rows)
+        done: Outcome | None = None
         while i < end:
             position, event_id, event_type, time, payload, stream = rows[i]
             i += 1
             done = self.apply_recorded(position, event_id, event_type, time, payload)
-            outcomes[position] = done
             account = done.account
             if account is None or account != stream:
                 break
-        return i
+        if done is None:
+            raise ValueError(f"no row to apply after index {start} of {end}")
+        return i, done
 
     def apply(self, position: int, event_id: str, time: int, event: DomainEvent) -> Outcome:
         """Apply one event at (time, position), which must not precede the last applied one."""

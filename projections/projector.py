@@ -453,60 +453,51 @@ class Projector:
                 return alone
         return self._reproject_batch(batch, ordered, reversals, known)
 
-    def streams(self, rows: Sequence[LeanRow]) -> bool:
-        """Whether `rows` (the next of a batch, in position order) are in time order, land
-        after everything applied and hold no reversal, while no late event has been
-        seen: what `ingest_rows` folds straight, so that a replay may hand a batch over a
-        part at a time without changing what it makes."""
-        if not rows or self._late or not (
-                self._snapshot_once_late and (self._remember_once_late
-                                              or not self._recent_limit)):
-            return False
-        times = list(map(_ROW_TIME, rows))
-        return (all(map(operator.le, times, itertools.islice(times, 1, None)))
-                and (rows[0][3], rows[0][0]) > self.ledger.last
-                and REVERSE not in map(_ROW_TYPE, rows))
-
-    def ingest_rows(self, rows: Sequence[LeanRow], *, known_before: int | None = None
-                    ) -> None:
+    def ingest_rows(self, rows: Sequence[LeanRow], *, known_before: int | None = None,
+                    only_straight: bool = False) -> bool:
         """`ingest_batch` of rows shaped like `Lean` (position, id, type, time, payload,
-        stream), plain tuples, their outcomes not kept: a replay's batches.
+        stream), plain tuples, their outcomes not kept: a replay's batches. True if
+        they were ingested.
 
         The usual batch, in position order after everything ingested, landing after
         everything applied, with no reversal, while no late event has been seen (so no
         snapshot or outcome is due), is folded straight from the rows by a compiled loop;
-        any other is made `Lean` records and taken by `ingest_batch`. Making a `Lean` of
-        each row and reading its fields by name were a tenth of a replay."""
+        any other is made `Lean` records and taken by `ingest_batch`, unless
+        `only_straight`: then nothing is ingested, and False says so (a replay handing a
+        batch over a part at a time then sends the rest of the batch with this part).
+        Making a `Lean` of each row and reading its fields by name were a tenth of a
+        replay."""
         if not rows:
-            return
+            return True
         positions = list(map(_ROW_POSITION, rows))
         known = positions[0] if known_before is None else known_before
-        if (len(rows) == 1 and known == positions[0]) or self._late or not (
-                self._snapshot_once_late and (self._remember_once_late
-                                              or not self._recent_limit)):
+        straight = not (len(rows) == 1 and known == positions[0]) and not self._late and (
+            self._snapshot_once_late and (self._remember_once_late or not self._recent_limit))
+        if straight:
+            times = list(map(_ROW_TIME, rows))
+            in_order = all(map(operator.le, times, itertools.islice(times, 1, None)))
+            ordered = rows if in_order else sorted(rows, key=_ROW_TIMELINE_KEY)
+            straight = (positions[0] > self.position
+                        and all(map(operator.lt, positions, itertools.islice(positions, 1, None)))
+                        and REVERSE not in map(_ROW_TYPE, rows)
+                        and (ordered[0][3], ordered[0][0]) > self.ledger.last
+                        and (in_order or not only_straight))
+        if not straight:
+            if only_straight:
+                return False
             self.ingest_batch(list(map(as_lean, rows)), known_before=known_before)
-            return
-        times = list(map(_ROW_TIME, rows))
-        ordered = (rows if all(map(operator.le, times, itertools.islice(times, 1, None)))
-                   else sorted(rows, key=_ROW_TIMELINE_KEY))
-        if (positions[0] <= self.position
-                or not all(map(operator.lt, positions, itertools.islice(positions, 1, None)))
-                or REVERSE in map(_ROW_TYPE, rows)
-                or (ordered[0][3], ordered[0][0]) <= self.ledger.last):
-            self.ingest_batch(list(map(as_lean, rows)), known_before=known_before)
-            return
+            return True
         self.position = positions[-1]
         self._ingested += len(rows)
         ledger = self.ledger
-        outcomes: dict[int, Outcome] = {}
         i, end = 0, len(ordered)
         while i < end:
             # Stops after each event that is not about its own stream's account alone.
-            i = ledger.apply_own_rows(ordered, i, outcomes)
+            i, outcome = ledger.apply_own_rows(ordered, i)
             row = ordered[i - 1]
-            outcome = outcomes[row[0]]
             if outcome.account is None or outcome.account != row[5]:
                 self._track(as_lean(row), outcome, ledger)
+        return True
 
     def _reproject_batch_by_account(self, batch: Sequence[Recorded],
                                     ordered: Sequence[Recorded], known: int

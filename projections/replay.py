@@ -314,16 +314,24 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                         cut = bisect.bisect_right(part, end, key=_position)
                         rows = itertools.chain(part[cut:], rows)
                         del part[cut:]
-                if size < BATCH_HELD and part[-1][0] < end and not projector.streams(part):
-                    size = BATCH_HELD
-                    continue
+                mine = part if to_time is None else [r for r in part if r[3] <= to_time]
+                if size < BATCH_HELD and part[-1][0] < end:
+                    # A part of a batch with more to come goes over only if it folds
+                    # straight (which reads nothing back: the held rows follow it).
+                    if not projector.ingest_rows(mine, known_before=begin,
+                                                 only_straight=True):
+                        size = BATCH_HELD
+                        continue
+                    if held is not None:
+                        held.add_all(list(map(as_lean, mine)))
+                else:
+                    # Held first: re-projecting the batch reads its own rows back.
+                    if held is not None:
+                        held.add_all(list(map(as_lean, mine)))
+                    if mine:
+                        projector.ingest_rows(mine, known_before=begin)
                 last = part[-1][0]
                 done += len(part)
-                mine = part if to_time is None else [r for r in part if r[3] <= to_time]
-                if held is not None:
-                    held.add_all(list(map(as_lean, mine)))
-                if mine:
-                    projector.ingest_rows(mine, known_before=begin)
                 if last >= end or (rec := next(rows, None)) is None:
                     break
                 part = [rec]
