@@ -52,6 +52,7 @@ import orjson
 
 from eventstore import JournalLike, SnapshotInfo
 from projections.bulk import paused_gc
+from projections.copying import SCALARS
 from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import STATE, AccountState, JobState, Ledger
 from projections.statecopy import StateFormatError
@@ -92,7 +93,6 @@ _JOB_BY_CONSTRUCTOR = JobState.STATE_FIELDS == _JOB_FIELDS  # what its construct
 # Column encodings: strings through a table of distinct values, tuples as lists, the rest
 # as they are.
 _COL_STR, _COL_TUPLE, _COL_PLAIN = 0, 1, 2
-_SCALARS = (type(None), bool, int, float, str)
 
 
 class CheckpointError(ValueError):
@@ -124,14 +124,14 @@ def _encode_column(values: list[Any]) -> list[Any]:
     if any(type(v) is tuple for v in values):
         out: list[list[Any] | None] = []
         for v in values:
-            if type(v) is tuple and all(type(x) in _SCALARS for x in v):
+            if type(v) is tuple and all(type(x) in SCALARS for x in v):
                 out.append(list(v))
             elif v is None:
                 out.append(None)
             else:
                 raise TypeError(f"cannot encode a job field holding {v!r}")
         return [_COL_TUPLE, out]
-    if not all(type(v) in _SCALARS for v in values):
+    if not all(type(v) in SCALARS for v in values):
         raise TypeError("cannot encode a job field holding a value that is not a scalar")
     return [_COL_PLAIN, values]
 

@@ -34,10 +34,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from projections.copying import Copier
+from projections.copying import SCALARS, Copier
 
 _LIST, _TUPLE, _DICT, _NEW, _REF, _FROZENSET, _SET = range(7)
-_SCALARS = (type(None), bool, int, float, str)
 
 
 class StateFormatError(ValueError):
@@ -100,7 +99,7 @@ class StateCodec:
         memo: dict[int, int] = {}
         fields = self._fields
         index = self._index
-        scalars = _SCALARS
+        scalars = SCALARS
         # Objects being encoded stay referenced here, so no id() is reused meanwhile.
         keep: list[Any] = []
 
@@ -147,7 +146,7 @@ class StateCodec:
         objects: list[Any] = []
         classes = self._classes
         fields = self._fields
-        scalars = _SCALARS
+        scalars = SCALARS
         blank = self._blank
 
         def dec(v: Any) -> Any:
