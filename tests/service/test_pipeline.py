@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -206,11 +207,17 @@ def test_many_clients_pipelined_keep_positions_gapless_and_the_chain_whole(
     plans = [[(rng.choice(accounts), rng.randint(1, 9)) for _ in range(25)]
              for _ in range(8)]
     written = service.batching.written
+    give_up = time.monotonic() + 5  # then no write waits any more (and the test fails)
 
     def slow_written(deferred: Deferred) -> Any:
         # Each write takes a moment, as a commit across a network does: callers queue
         # behind it and their batch is decided ahead, however fast the disk (without
-        # this, a quick SQLite commit could leave nothing to decide ahead).
+        # this, a quick SQLite commit could leave nothing to decide ahead). Until the
+        # writer has decided one batch ahead, a write also waits for that (a few
+        # seconds in all): on a loaded machine the callers' threads may otherwise come
+        # back only after every write is done, and nothing would be decided ahead.
+        while service.writer.decided_ahead == 0 and time.monotonic() < give_up:
+            threading.Event().wait(0.001)
         threading.Event().wait(0.005)
         return written(deferred)
 
