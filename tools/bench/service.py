@@ -1,6 +1,7 @@
-"""`python -m tools.bench.service [--quick]`: the HTTP service under load, on loopback.
+"""`python -m tools.bench.service [--quick] [--rounds N]`: the HTTP service under load, on
+loopback.
 
-Three measurements, each beside its baseline in the same run:
+Four measurements, each beside its baseline in the same run:
 
 1. single decisions: 16 client processes each send usage reports (one decision per
    request, with an Idempotency-Key) to `gpu-credits serve` on PostgreSQL; committed
@@ -16,7 +17,12 @@ Three measurements, each beside its baseline in the same run:
    each; the latency at the large size over the small one.
 
 Every loop is bounded (a fixed number of requests per client) and talks to 127.0.0.1
-only. Clients are separate processes (stdlib http.client, one kept-alive connection
+only. The two throughput ratios (1 and 2) are taken over `--rounds` rounds (default 3),
+each round driving the baseline and then the service, one after the other; each ratio
+shown is the median round's, with every round's beside it: one round's window is about a
+second, and on a shared machine one round alone swings by half.
+
+Clients are separate processes (stdlib http.client, one kept-alive connection
 each), so the server's two cores are shared with them as they would be on one machine.
 """
 
@@ -238,13 +244,13 @@ def _warm(port: int, requests: Plan) -> None:
     conn.close()
 
 
-def _batch(client: int, number: int) -> bytes:
+def _batch(client: int, number: int, round_: int = 0) -> bytes:
     return json.dumps({"events": [
         {"type": "consume", "account": f"acct-{(number * 100 + i) % ACCOUNTS}", "amount": 1,
          # After every live decision of the run, and one time for every batch: appended
          # in order, not late. (A time per batch number made the client that ran ahead
          # turn the other's batches into late events, each refolding accounts.)
-         "time": 4_000_000_000, "id": f"batch-{client}-{number}-{i}"}
+         "time": 4_000_000_000, "id": f"batch-{round_}-{client}-{number}-{i}"}
         for i in range(100)]}
     ).encode()
 
@@ -252,8 +258,9 @@ def _batch(client: int, number: int) -> bytes:
 # -- raw psycopg --------------------------------------------------------------------------
 
 
-def raw_one_per_commit(url: str, rows: int) -> float:
-    """Rows/s of psycopg inserting one JSON row per transaction (autocommit)."""
+def raw_one_per_commit(url: str, rows: int, round_: int = 0) -> float:
+    """Rows/s of psycopg inserting one JSON row per transaction (autocommit); `round_`
+    keeps each round's ids apart."""
     import psycopg
 
     with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
@@ -263,7 +270,7 @@ def raw_one_per_commit(url: str, rows: int) -> float:
         began = time.perf_counter()
         for i in range(rows):
             conn.execute("INSERT INTO raw_events (event_id, payload) VALUES (%s, %s)",
-                         (f"raw-{i}", payload))
+                         (f"raw-{round_}-{i}", payload))
         return rows / (time.perf_counter() - began)
 
 
@@ -276,44 +283,61 @@ batches of events (with raw psycopg), the balance reads, the library path and th
 journal's size."""
 
 
-def run(quick: bool, parts: Sequence[str] = PARTS) -> dict[str, Any]:
+def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None
+        ) -> dict[str, Any]:
+    """Every case of `parts`; the two throughput ratios over `rounds` alternating rounds
+    (default 3, 1 with `quick`), each round the service right after its baseline, so a
+    swing of the shared machine's load moves both; each ratio is the median round's."""
+    rounds = (1 if quick else 3) if rounds is None else rounds
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     base = pg_base_url()
     schema = f"bench_service_{os.getpid()}"
     create_schema(base, schema)
     url = schema_url(base, schema)
     each = 40 if quick else 150
     out: dict[str, Any] = {}
+    decisions: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+            bare_port = free_port()
+            bare_proc = None
             if "decisions" in parts:
-                port = free_port()
-                with bare(port, Path(tmp)) as proc:
-                    _warm(port, _usage_plans(1, 3, "warm-bare")[0])
-                    out["bare_16"] = drive(port, _usage_plans(16, each, "bare"), proc.pid)
+                bare_proc = stack.enter_context(bare(bare_port, Path(tmp)))
+                _warm(bare_port, _usage_plans(1, 3, "warm-bare")[0])
             if {"decisions", "events", "balance"} & set(parts):
                 port = free_port()
-                with serve(url, port) as proc:
-                    _setup(port)
-                    _warm(port, [*_usage_plans(1, 3, "warm")[0],
-                                 ("GET", "/v1/accounts/acct-0/balance", None, {})])
-                    if "decisions" in parts:
-                        out["decisions_16"] = drive(port, _usage_plans(16, each, "single"),
-                                                    proc.pid, url)
+                proc = stack.enter_context(serve(url, port))
+                _setup(port)
+                _warm(port, [*_usage_plans(1, 3, "warm")[0],
+                             ("GET", "/v1/accounts/acct-0/balance", None, {})])
+                for n in range(rounds):
+                    if bare_proc is not None:
+                        bare_run = drive(bare_port, _usage_plans(16, each, f"bare-{n}"),
+                                         bare_proc.pid)
+                        single = drive(port, _usage_plans(16, each, f"single-{n}"),
+                                       proc.pid, url)
+                        decisions.append({"bare_16": bare_run, "decisions_16": single,
+                                          "ratio": round(single["per_second"]
+                                                         / bare_run["per_second"], 2)})
                     if "events" in parts:
                         batches = 10 if quick else 40
-                        plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b), JSON)
+                        plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b, n), JSON)
                                               for b in range(batches)] for c in range(2)]
-                        events = drive(port, plans, proc.pid, url)
-                        events["events_per_second"] = round(events["per_second"] * 100, 1)
-                        out["events_batches_of_100"] = events
-                    if "balance" in parts:
-                        reads = 100 if quick else 400
-                        out["balance_8"] = drive(port, [[
-                            ("GET", f"/v1/accounts/acct-{(c + i) % ACCOUNTS}/balance", None, {})
-                            for i in range(reads)] for c in range(8)], proc.pid)
-            if "events" in parts:
-                out["raw_psycopg_rows_per_second"] = round(
-                    raw_one_per_commit(url, 300 if quick else 2000), 1)
+                        batch_run = drive(port, plans, proc.pid, url)
+                        batch_run["events_per_second"] = round(batch_run["per_second"] * 100,
+                                                               1)
+                        raw = round(raw_one_per_commit(url, 300 if quick else 2000, n), 1)
+                        events.append({"events_batches_of_100": batch_run,
+                                       "raw_psycopg_rows_per_second": raw,
+                                       "ratio": round(batch_run["events_per_second"] / raw,
+                                                      1)})
+                if "balance" in parts:
+                    reads = 100 if quick else 400
+                    out["balance_8"] = drive(port, [[
+                        ("GET", f"/v1/accounts/acct-{(c + i) % ACCOUNTS}/balance", None, {})
+                        for i in range(reads)] for c in range(8)], proc.pid)
         if "library" in parts:
             # Today's library path: 8 worker processes, each deciding through
             # Scheduler.submit on a random one of 100 accounts (tools/bench_workers.py's
@@ -332,17 +356,28 @@ def run(quick: bool, parts: Sequence[str] = PARTS) -> dict[str, Any]:
         out["ratio_balance_p50_large_to_small"] = round(
             out[f"journal_{large}"]["balance_1"]["p50_ms"]
             / out[f"journal_{small}"]["balance_1"]["p50_ms"], 2)
-    if "decisions" in parts:
-        single = out["decisions_16"]["per_second"]
-        out["ratio_decisions_to_bare"] = round(single / out["bare_16"]["per_second"], 2)
+    if decisions:
+        middle = _median_round(decisions)
+        out["bare_16"], out["decisions_16"] = middle["bare_16"], middle["decisions_16"]
+        out["ratio_decisions_to_bare"] = middle["ratio"]
+        out["ratio_decisions_to_bare_each_round"] = [r["ratio"] for r in decisions]
         if "library" in parts:
             out["ratio_decisions_to_library_8"] = round(
-                single / out["library_8_workers_per_second"], 2)
-    if "events" in parts:
-        out["ratio_events_to_raw"] = round(
-            out["events_batches_of_100"]["events_per_second"]
-            / out["raw_psycopg_rows_per_second"], 1)
+                middle["decisions_16"]["per_second"] / out["library_8_workers_per_second"], 2)
+    if events:
+        middle = _median_round(events)
+        out["events_batches_of_100"] = middle["events_batches_of_100"]
+        out["raw_psycopg_rows_per_second"] = middle["raw_psycopg_rows_per_second"]
+        out["ratio_events_to_raw"] = middle["ratio"]
+        out["ratio_events_to_raw_each_round"] = [r["ratio"] for r in events]
     return out
+
+
+def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose ratio is the median (the lower middle one of an even number), so
+    that the figures shown beside the ratio are the ones it came from."""
+    ordered = sorted(rounds, key=lambda r: r["ratio"])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def journal_size(base: str, n: int, reads: int = 400) -> dict[str, Any]:
@@ -391,8 +426,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", action="append", choices=PARTS, metavar="PART",
                         help="run only this case with its baseline (repeatable; one of "
                         f"{', '.join(PARTS)}; default: all)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help="alternating rounds of each throughput case and its baseline; "
+                        "the ratio is the median round's (default 3, 1 with --quick)")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.quick, args.only or PARTS), indent=2))
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    print(json.dumps(run(args.quick, args.only or PARTS, args.rounds), indent=2))
 
 
 if __name__ == "__main__":
