@@ -122,6 +122,15 @@ class PostgresBackend(Backend):
 
         return engine
 
+    keeps_connections = True
+
+    def reusable(self, conn: Connection) -> bool:
+        """As the pool's checkout judges it (`_alive`)."""
+        return super().reusable(conn) and _alive(dbapi(conn), conn.info.get("idle_since"))
+
+    def idle(self, conn: Connection) -> None:
+        conn.info["idle_since"] = time.monotonic()
+
     @contextmanager
     def begin_write(self, conn: Connection, locks: Sequence[str]) -> Iterator[None]:
         """BEGIN, then take the key locks (the head row is locked by the append)."""
