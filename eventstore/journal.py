@@ -228,8 +228,10 @@ class Journal(JournalBase):
     @contextmanager
     def _pooled(self) -> Iterator[Connection]:
         """A connection from the pool, or the one this thread keeps (see
-        `keeping_connection`); a block that raises gives a kept one back to the pool."""
-        if not getattr(self._local, "keep", False):
+        `keeping_connection`); a block that raises gives a kept one back to the pool.
+        A block inside another (a read's rows being iterated) gets one from the pool:
+        the kept one is busy."""
+        if not getattr(self._local, "keep", False) or getattr(self._local, "busy", False):
             with self._engine.connect() as fresh:
                 yield fresh
             return
@@ -239,11 +241,14 @@ class Journal(JournalBase):
             kept = None
         if kept is None:
             kept = self._local.kept = self._engine.connect()
+        self._local.busy = True
         try:
             yield kept
         except BaseException:
             self._release_kept()
             raise
+        finally:
+            self._local.busy = False
         self._backend.idle(kept)
 
     def _current(self) -> SqlTransaction | None:

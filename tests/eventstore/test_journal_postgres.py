@@ -489,3 +489,24 @@ def test_keeping_a_connection_is_per_thread(pg_fresh_url: str) -> None:
         with j.keeping_connection():
             j.append([ev("b")])
         assert _kept_pid(j) == pid
+
+
+@pytest.mark.postgres
+def test_a_connection_asked_for_while_the_kept_one_is_in_use_comes_from_the_pool(
+        pg_fresh_url: str) -> None:
+    """A transaction begun inside another on the same thread (nothing of the journal's
+    does so today: its reads fetch each batch before yielding it) never shares the kept
+    connection, whose transaction is still open; interleaved reads and appends answer as
+    without keeping."""
+    with Journal(pg_fresh_url) as j, j.keeping_connection():
+        j.append([ev("a"), ev("b", stream="t")])
+        with j._pooled() as outer, j._pooled() as inner:
+            assert inner is not outer and outer is j._local.kept
+        seen = []
+        for record in j.read(order="position"):
+            seen.append((record.id, j.head_and_get_many([record.id])[0],
+                         j.append_at([ev(f"{record.id}2")], at=j.head() + 1,
+                                     locks=["k"])[0].position))
+        assert seen == [("a", 2, 3), ("b", 3, 4)]
+        assert j._engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+        assert j.verify() is None
