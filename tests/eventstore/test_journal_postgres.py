@@ -492,6 +492,31 @@ def test_keeping_a_connection_is_per_thread(pg_fresh_url: str) -> None:
 
 
 @pytest.mark.postgres
+def test_the_writers_statements_run_batch_after_batch_on_cursors_kept_per_connection(
+        pg_fresh_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """The look-up and the append's two round trips reuse their cursors on a connection;
+    a connection that replaced a killed one gets its own."""
+    from eventstore.backends.postgres import _CURSORS_KEY
+
+    with _quiet_journal(pg_fresh_url, capfd) as j, j.keeping_connection():
+        def cursors() -> dict[str, Any]:
+            return dict(j._local.kept.info[_CURSORS_KEY])
+
+        assert j.head_and_get_many(["a"])[0] == 1
+        assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+        first = cursors()
+        assert set(first) == {"head_and_existing", "locks_head_probe", "write"}
+        assert j.head_and_get_many(["b", "c"]) == (2, {"b": j.get("b")})
+        assert j.append_at([ev("c"), ev("d")], at=3, locks=["k"])[1].position == 4
+        assert cursors() == first
+        _terminate(pg_fresh_url, _kept_pid(j))
+        assert j.append_at([ev("e")], at=5, locks=["k"])[0].position == 5
+        assert all(cursors()[name] is not cur for name, cur in first.items()
+                   if name in cursors())
+        assert j.head() == 5 and j.verify() is None
+
+
+@pytest.mark.postgres
 def test_a_connection_asked_for_while_the_kept_one_is_in_use_comes_from_the_pool(
         pg_fresh_url: str) -> None:
     """A transaction begun inside another on the same thread (nothing of the journal's
