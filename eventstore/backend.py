@@ -120,6 +120,18 @@ class Backend:
         """Open the SQLAlchemy engine, with this database's settings."""
         raise NotImplementedError
 
+    #: Whether a thread may keep a pooled connection between transactions
+    #: (`Journal.keeping_connection`).
+    keeps_connections = False
+
+    def reusable(self, conn: Connection) -> bool:
+        """Whether a kept connection may serve the next transaction, as the pool would
+        judge it before handing it out."""
+        return not (conn.closed or conn.invalidated or conn.in_transaction())
+
+    def idle(self, conn: Connection) -> None:
+        """A kept connection's transaction has ended (as the pool notes a check-in)."""
+
     def guard(self) -> AbstractContextManager[object]:
         """Held around every use of a connection; only a shared in-memory database needs it."""
         return nullcontext()

@@ -198,6 +198,59 @@ class Journal(JournalBase):
     def _errors(self) -> AbstractContextManager[None]:
         return translating(self._backend)
 
+    @contextmanager
+    def keeping_connection(self) -> Iterator[None]:
+        """Until the block ends, this thread's transactions reuse one pooled connection
+        rather than checking one out and in around each (on a database whose backend
+        allows it, PostgreSQL): for a thread that runs one short transaction after
+        another, such as a group commit's writer.
+
+        The pool's checkout and check-in cost about 35 us of CPU around each transaction
+        (a sixth of the head-and-keys look-up's). A reused connection is checked as the
+        pool checks one before handing it out (`Backend.reusable`), and one that a
+        transaction left in error is returned to the pool as before, not reused."""
+        if not self._backend.keeps_connections or getattr(self._local, "keep", False):
+            yield  # not here, or kept by an outer block already
+            return
+        self._local.keep = True
+        try:
+            yield
+        finally:
+            self._local.keep = False
+            self._release_kept()
+
+    def _release_kept(self) -> None:
+        kept: Connection | None = getattr(self._local, "kept", None)
+        self._local.kept = None
+        if kept is not None:
+            kept.close()
+
+    @contextmanager
+    def _pooled(self) -> Iterator[Connection]:
+        """A connection from the pool, or the one this thread keeps (see
+        `keeping_connection`); a block that raises gives a kept one back to the pool.
+        A block inside another (a read's rows being iterated) gets one from the pool:
+        the kept one is busy."""
+        if not getattr(self._local, "keep", False) or getattr(self._local, "busy", False):
+            with self._engine.connect() as fresh:
+                yield fresh
+            return
+        kept: Connection | None = getattr(self._local, "kept", None)
+        if kept is not None and not self._backend.reusable(kept):
+            self._release_kept()
+            kept = None
+        if kept is None:
+            kept = self._local.kept = self._engine.connect()
+        self._local.busy = True
+        try:
+            yield kept
+        except BaseException:
+            self._release_kept()
+            raise
+        finally:
+            self._local.busy = False
+        self._backend.idle(kept)
+
     def _current(self) -> SqlTransaction | None:
         tx: SqlTransaction | None = getattr(self._local, "tx", None)
         return tx
@@ -223,7 +276,7 @@ class Journal(JournalBase):
         with (
             self._errors(),
             self._backend.guard(),
-            self._engine.connect() as conn,
+            self._pooled() as conn,
             self._backend.one_statement(conn) if one_statement else conn.begin(),
         ):
             yield conn
@@ -272,7 +325,7 @@ class Journal(JournalBase):
         with (
             self._errors(),
             self._backend.guard(),
-            self._engine.connect() as conn,
+            self._pooled() as conn,
             begin(conn),
         ):
             yield conn

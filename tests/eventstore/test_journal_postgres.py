@@ -401,3 +401,137 @@ def test_append_at_without_the_id_probe_answers_as_with_it(pg_url: str) -> None:
             assert _outcomes(leaving, appends) == _outcomes(probing, appends)
 
     check()
+
+
+# -- a thread that keeps its connection ----------------------------------------------------
+
+
+def _kept_pid(j: Journal) -> int:
+    from eventstore.backend import dbapi
+
+    kept = j._local.kept
+    assert kept is not None
+    pid: int = dbapi(kept).info.backend_pid
+    return pid
+
+
+@pytest.mark.postgres
+def test_keeping_a_connection_answers_as_checking_one_out_each_time(pg_url: str) -> None:
+    """Whatever the batches (refused ones included, which give the kept connection back
+    to the pool), a thread keeping its connection records and refuses what one checking
+    a connection out for each transaction does, with the same errors."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=30, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_APPENDS)
+    def check(appends: list[tuple[list[str], int, bool, str]]) -> None:
+        with Journal(pg_url) as fresh, Journal(pg_url) as keeping:
+            expected = _outcomes(fresh, appends)
+            with keeping.keeping_connection():
+                got = _outcomes(keeping, appends)
+                ids = ["a", "b", "x"]
+                assert keeping.head_and_get_many(ids) == fresh.head_and_get_many(ids)
+            assert got == expected
+            assert keeping._engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+    check()
+
+
+@pytest.mark.postgres
+def test_a_kept_connection_serves_every_transaction_until_the_block_ends(
+        pg_fresh_url: str) -> None:
+    with Journal(pg_fresh_url) as j:
+        pool: Any = j._engine.pool
+        with j.keeping_connection():
+            assert j.append_at([ev("a")], at=1, locks=["k"])[0].position == 1
+            pid = _kept_pid(j)
+            assert j.head_and_get_many(["a"])[0] == 1
+            assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+            assert _kept_pid(j) == pid and pool.checkedout() == 1
+            # A refused append gives the connection back: the next one checks one out.
+            with pytest.raises(VersionConflict):
+                j.append_at([ev("c")], at=2, locks=["k"])
+            assert j._local.kept is None and pool.checkedout() == 0
+            assert j.append_at([ev("c")], at=3, locks=["k"])[0].position == 3
+            assert pool.checkedout() == 1
+        assert j._local.kept is None and pool.checkedout() == 0
+        assert j.head() == 3 and j.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_kept_connection_killed_between_calls_is_replaced(
+        pg_fresh_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """As the pool replaces a pooled connection the server ended: nothing is sent on it."""
+    with _quiet_journal(pg_fresh_url, capfd) as j, j.keeping_connection():
+        assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+        pid = _kept_pid(j)
+        _terminate(pg_fresh_url, pid)
+        assert j.head_and_get_many(["b"])[0] == 2
+        assert _kept_pid(j) != pid
+        assert j.append_at([ev("c")], at=3, locks=["k"])[0].position == 3
+        assert j.head() == 3 and j.verify() is None
+
+
+@pytest.mark.postgres
+def test_keeping_a_connection_is_per_thread(pg_fresh_url: str) -> None:
+    """Another thread's transactions still check connections out of the pool, and a
+    nested block keeps the outer block's connection."""
+    with Journal(pg_fresh_url) as j, j.keeping_connection():
+        j.append([ev("a")])
+        pid = _kept_pid(j)
+        seen: list[Any] = []
+        worker = threading.Thread(target=lambda: seen.append(
+            (j.head(), getattr(j._local, "kept", None))))
+        worker.start()
+        worker.join()
+        assert seen == [(1, None)]
+        with j.keeping_connection():
+            j.append([ev("b")])
+        assert _kept_pid(j) == pid
+
+
+@pytest.mark.postgres
+def test_the_writers_statements_run_batch_after_batch_on_cursors_kept_per_connection(
+        pg_fresh_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """The look-up and the append's two round trips reuse their cursors on a connection;
+    a connection that replaced a killed one gets its own."""
+    from eventstore.backends.postgres import _CURSORS_KEY
+
+    with _quiet_journal(pg_fresh_url, capfd) as j, j.keeping_connection():
+        def cursors() -> dict[str, Any]:
+            return dict(j._local.kept.info[_CURSORS_KEY])
+
+        assert j.head_and_get_many(["a"])[0] == 1
+        assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+        first = cursors()
+        assert set(first) == {"head_and_existing", "locks_head_probe", "write"}
+        assert j.head_and_get_many(["b", "c"]) == (2, {"b": j.get("b")})
+        assert j.append_at([ev("c"), ev("d")], at=3, locks=["k"])[1].position == 4
+        assert cursors() == first
+        _terminate(pg_fresh_url, _kept_pid(j))
+        assert j.append_at([ev("e")], at=5, locks=["k"])[0].position == 5
+        assert all(cursors()[name] is not cur for name, cur in first.items()
+                   if name in cursors())
+        assert j.head() == 5 and j.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_connection_asked_for_while_the_kept_one_is_in_use_comes_from_the_pool(
+        pg_fresh_url: str) -> None:
+    """A transaction begun inside another on the same thread (nothing of the journal's
+    does so today: its reads fetch each batch before yielding it) never shares the kept
+    connection, whose transaction is still open; interleaved reads and appends answer as
+    without keeping."""
+    with Journal(pg_fresh_url) as j, j.keeping_connection():
+        j.append([ev("a"), ev("b", stream="t")])
+        with j._pooled() as outer, j._pooled() as inner:
+            assert inner is not outer and outer is j._local.kept
+        seen = []
+        for record in j.read(order="position"):
+            seen.append((record.id, j.head_and_get_many([record.id])[0],
+                         j.append_at([ev(f"{record.id}2")], at=j.head() + 1,
+                                     locks=["k"])[0].position))
+        assert seen == [("a", 2, 3), ("b", 3, 4)]
+        assert j._engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+        assert j.verify() is None

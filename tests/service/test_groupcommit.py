@@ -223,3 +223,56 @@ def test_a_batch_refused_its_keys_again_and_again_answers_with_the_refusal() -> 
         with pytest.raises(LockOrderConflict):
             item.future.result()
     assert attempts == [2] * (groupcommit.MAX_LOCK_CONFLICTS + 1)
+
+
+def test_the_writer_and_the_committer_hold_the_context_while_they_run() -> None:
+    """Both threads enter `context()` once each and leave it when the writer stops; a
+    committed write answers without waking the writer, a failed one wakes it (to rebuild
+    the projection and answer)."""
+    import queue
+    import threading
+    from contextlib import contextmanager
+
+    from tools.service import groupcommit
+
+    held: list[tuple[str, str]] = []
+
+    @contextmanager
+    def context() -> Any:
+        held.append(("in", threading.current_thread().name))
+        yield
+        held.append(("out", threading.current_thread().name))
+
+    class Recording(queue.SimpleQueue[Any]):
+        def __init__(self) -> None:
+            self.items: list[Any] = []
+
+        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+            self.items.append(item)
+            super().put(item, block, timeout)
+
+    failures = ["once"]
+    resets: list[int] = []
+
+    def write() -> None:
+        if failures and failures.pop() == "once":
+            raise RuntimeError("the commit failed")
+
+    def run_batch(batch: Any, wait: Any) -> groupcommit.Prepared:
+        return groupcommit.Prepared([c.key for c in batch], write)
+
+    writer = groupcommit.GroupCommit(run_batch, lambda: resets.append(1), context=context)
+    writer._queue = Recording()
+    writer.start()
+    try:
+        # The first write fails: its one command answers with the failure.
+        with pytest.raises(RuntimeError, match="the commit failed"):
+            writer.submit(Named("a")).result(10)  # type: ignore[arg-type]
+        assert writer.submit(Named("b")).result(10) == "b"  # type: ignore[arg-type]
+        assert writer.submit(Named("c")).result(10) == "c"  # type: ignore[arg-type]
+    finally:
+        writer.stop()
+    assert resets == [1]
+    assert sum(1 for i in writer._queue.items if i is groupcommit._WOKEN) == 1
+    assert sorted(held) == [("in", "group-commit"), ("in", "group-commit-write"),
+                            ("out", "group-commit"), ("out", "group-commit-write")]

@@ -56,7 +56,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,6 +129,43 @@ class _Ahead:
     began: float  # when the writer began deciding it
 
 
+class _Committer:
+    """The committer: a thread that runs the writes handed to it, one after the other.
+
+    (A ThreadPoolExecutor did the same with more bookkeeping per write: a work item, a
+    semaphore taken and given back, a check for more threads.)"""
+
+    def __init__(self, context: Callable[[], AbstractContextManager[object]]) -> None:
+        self._context = context
+        self._writes: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
+            queue.SimpleQueue())
+        self._thread = threading.Thread(target=self._run, name="group-commit-write",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, write: Callable[[], Any]) -> Future[Any]:
+        """Queue `write`; its future holds what it returned or raised."""
+        future: Future[Any] = Future()
+        self._writes.put((write, future))
+        return future
+
+    def shutdown(self) -> None:
+        """Run what is queued, then end the thread."""
+        self._writes.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        with self._context():
+            while (got := self._writes.get()) is not None:
+                write, future = got
+                try:
+                    result = write()
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+
+
 def _settle(waiter: asyncio.Future[Any], outcome: Any) -> None:
     if waiter.done():  # the caller went away (cancelled)
         return
@@ -174,7 +212,7 @@ class _Call:
 
 
 _STOP = object()
-_WOKEN = object()  # the batch being written is done: the writer may let readers in
+_WOKEN = object()  # the batch being written failed: the writer must handle it
 MAX_LINGER = 0.004
 """Seconds a batch waits at most for decisions on their way (see `_linger`)."""
 LINGER_STEP = 0.0003
@@ -204,19 +242,24 @@ class GroupCommit:
     def __init__(self, run_batch: Callable[[Sequence[Command], Callable[[], None]],
                                            list[Any] | Prepared],
                  reset: Callable[[], None], *, max_batch: int = 512,
-                 pause: Callable[[], bool] = lambda: False) -> None:
+                 pause: Callable[[], bool] = lambda: False,
+                 context: Callable[[], AbstractContextManager[object]] = nullcontext
+                 ) -> None:
         """`run_batch(commands, wait)`: decide them, returning each command's answer or
         the exception it refused with, once committed in one transaction; or a
         `Prepared` to write them later. Raises if the transaction fails. `wait()`
         returns once the batch being written committed (`PipelineBroken` if it did
         not): before anything that must see it in the journal. `reset()`: rebuild the
         projection from the journal. `pause()`: whether to let the batch being written
-        finish before deciding the next one (a read waits)."""
+        finish before deciding the next one (a read waits). `context()`: held by the
+        writer's and the committer's threads while they run (see
+        `Journal.keeping_connection`)."""
         self._run_batch = run_batch
         self._reset = reset
         self._pause = pause
+        self._context = context
         self._ahead: _Ahead | None = None
-        self._committer: ThreadPoolExecutor | None = None
+        self._committer: _Committer | None = None
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -238,7 +281,7 @@ class GroupCommit:
     def start(self) -> None:
         """Start the writer thread."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="group-commit",
+            self._thread = threading.Thread(target=self._run, name="group-commit",
                                             daemon=True)
             self._thread.start()
 
@@ -274,12 +317,13 @@ class GroupCommit:
     def stop(self, timeout: float = 30.0) -> None:
         """Decide what is queued, commit the batch in flight, then end the thread."""
         thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._queue.put(_STOP)
-        thread.join(timeout)
-        if self._committer is not None:
-            self._committer.shutdown(wait=True)
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join(timeout)
+        # (Also after `commit_in_turn`, which starts no writer but may start a committer.)
+        committer, self._committer = self._committer, None
+        if committer is not None:
+            committer.shutdown()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -399,6 +443,10 @@ class GroupCommit:
         assert all(f is not None for f in futures)  # a thread's caller, not a loop's
         return [f for f in futures if f is not None], groups
 
+    def _run(self) -> None:
+        with self._context():
+            self._loop()
+
     def _loop(self) -> None:
         stopping = False
         while True:
@@ -433,6 +481,9 @@ class GroupCommit:
                             self._deferred.append(more)
                     continue
                 first = got
+            ahead = self._ahead
+            if ahead is not None and ahead.future.done():
+                self._settle_ahead()  # written while the writer waited (see `_write`)
             if not stopping:
                 ahead = self._ahead
                 if ahead is not None:
@@ -516,16 +567,21 @@ class GroupCommit:
     def _write(self, items: list[_Item], prepared: Prepared) -> None:
         """Hand a prepared batch to the committer; its answers go out once it committed."""
         if self._committer is None:
-            self._committer = ThreadPoolExecutor(1, thread_name_prefix="group-commit-write")
+            self._committer = _Committer(self._context)
         keys = frozenset(i.command.key for i in items if i.command.key is not None)
         future = self._committer.submit(prepared.write)
         ahead = self._ahead = _Ahead(items, prepared.results, keys, future, self._began)
 
         def written(done: Future[Any]) -> None:
-            if done.exception() is None:
+            failed = done.exception() is not None
+            if not failed:
                 self._committed(ahead.items, ahead.results)
             self._last_seconds = time.perf_counter() - ahead.began
-            self._queue.put(_WOKEN)
+            if failed:
+                # Only a failure needs the writer now (to rebuild and retry); a success
+                # is settled when the writer next looks at it. Waking an idle writer
+                # for nothing cost a thread switch and the interpreter's lock per batch.
+                self._queue.put(_WOKEN)
 
         future.add_done_callback(written)
 

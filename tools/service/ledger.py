@@ -20,7 +20,7 @@ import time as _time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from typing import Any, TypeVar
 
@@ -124,8 +124,14 @@ class LedgerService:
         self._committed = threading.Condition()
         self._ahead_base = -1  # the head the batch being written starts from
         self.writer = GroupCommit(self._run_batch, self.reset, max_batch=max_batch,
-                                  pause=self._reads_wait)
+                                  pause=self._reads_wait, context=self._keeping_connection)
         self.answers = RememberedAnswers()
+
+    def _keeping_connection(self) -> AbstractContextManager[object]:
+        """Held by the writer's threads: each runs one short transaction after another,
+        on a connection of its own rather than one checked out of the pool each time."""
+        keep = getattr(self.journal, "keeping_connection", None)  # a SQL journal's
+        return keep() if keep is not None else nullcontext()
 
     # -- life cycle -----------------------------------------------------------------------
 
