@@ -125,8 +125,13 @@ class PostgresBackend(Backend):
     keeps_connections = True
 
     def reusable(self, conn: Connection) -> bool:
-        """As the pool's checkout judges it (`_alive`)."""
-        return super().reusable(conn) and _alive(dbapi(conn), conn.info.get("idle_since"))
+        """As the pool's checkout judges it (`_alive`), and idle at the driver too: the
+        journal's own transactions send BEGIN and COMMIT past SQLAlchemy, so a session
+        left inside one (which the pool's rollback on check-in would have ended) is not
+        handed on."""
+        raw = dbapi(conn)
+        return (super().reusable(conn) and _alive(raw, conn.info.get("idle_since"))
+                and raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
 
     def idle(self, conn: Connection) -> None:
         conn.info["idle_since"] = time.monotonic()

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import strategies as st
 from journal_testkit import ev
@@ -471,6 +472,25 @@ def test_a_kept_connection_killed_between_calls_is_replaced(
         assert _kept_pid(j) != pid
         assert j.append_at([ev("c")], at=3, locks=["k"])[0].position == 3
         assert j.head() == 3 and j.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_kept_connection_left_inside_a_transaction_is_not_reused(
+        pg_fresh_url: str) -> None:
+    """A session the driver still has in a transaction (BEGIN sent past SQLAlchemy, as
+    the journal's own transactions send it) goes back to the pool, which ends it, and
+    the next transaction gets another: nothing of that transaction's is carried on."""
+    with Journal(pg_fresh_url) as j, j.keeping_connection():
+        assert j.append_at([ev("a")], at=1, locks=["k"])[0].position == 1
+        kept = j._local.kept
+        raw = kept.connection.dbapi_connection
+        raw.autocommit = True
+        raw.execute("BEGIN")
+        raw.execute("SELECT 1")
+        assert raw.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert j.append_at([ev("b")], at=2, locks=["k"])[0].position == 2
+        assert j._local.kept is not kept
+        assert j.head() == 2 and j.verify() is None
 
 
 @pytest.mark.postgres
