@@ -3,6 +3,7 @@ projection equal to the journal, and does not take its neighbours down with it."
 
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,24 +151,25 @@ def test_the_writer_waits_for_the_clients_of_its_last_batch(
     assert clock.sleeps == sleeps
 
 
+class _RecordingQueue(queue.SimpleQueue[Any]):
+    """The writer's queue, keeping a list of everything put on it."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        self.items.append(item)
+        super().put(item, block, timeout)
+
+
 def test_answers_going_out_number_what_queues_after_them() -> None:
     """The writer tells the callers of its last batch coming back from those who queued
     before its answers went out by their numbers."""
-    import queue
-
     from tools.service import groupcommit
-
-    class Recording(queue.SimpleQueue[Any]):
-        def __init__(self) -> None:
-            self.items: list[Any] = []
-
-        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-            self.items.append(item)
-            super().put(item, block, timeout)
 
     writer = groupcommit.GroupCommit(lambda commands, wait: [c.key for c in commands],
                                      lambda: None)
-    writer._queue = Recording()
+    writer._queue = _RecordingQueue()
     writer.start()
     try:
         assert writer.submit(Named("a")).result(10) == "a"  # type: ignore[arg-type]
@@ -229,7 +231,6 @@ def test_the_writer_and_the_committer_hold_the_context_while_they_run() -> None:
     """Both threads enter `context()` once each and leave it when the writer stops; a
     committed write answers without waking the writer, a failed one wakes it (to rebuild
     the projection and answer)."""
-    import queue
     import threading
     from contextlib import contextmanager
 
@@ -243,14 +244,6 @@ def test_the_writer_and_the_committer_hold_the_context_while_they_run() -> None:
         yield
         held.append(("out", threading.current_thread().name))
 
-    class Recording(queue.SimpleQueue[Any]):
-        def __init__(self) -> None:
-            self.items: list[Any] = []
-
-        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-            self.items.append(item)
-            super().put(item, block, timeout)
-
     failures = ["once"]
     resets: list[int] = []
 
@@ -262,7 +255,7 @@ def test_the_writer_and_the_committer_hold_the_context_while_they_run() -> None:
         return groupcommit.Prepared([c.key for c in batch], write)
 
     writer = groupcommit.GroupCommit(run_batch, lambda: resets.append(1), context=context)
-    writer._queue = Recording()
+    writer._queue = _RecordingQueue()
     writer.start()
     try:
         # The first write fails: its one command answers with the failure.
