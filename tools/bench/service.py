@@ -301,9 +301,9 @@ def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None
     events: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-            bare_port = free_port()
-            bare_proc = None
+            bare_port, bare_proc = 0, None
             if "decisions" in parts:
+                bare_port = free_port()
                 bare_proc = stack.enter_context(bare(bare_port, Path(tmp)))
                 _warm(bare_port, _usage_plans(1, 3, "warm-bare")[0])
             if {"decisions", "events", "balance"} & set(parts):
