@@ -270,6 +270,16 @@ def test_operations(client: TestClient) -> None:
     assert client.get("/healthz").json()["status"] == "ok"
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    before = ready.json()
+    setup_account(client)
+    after = client.get("/readyz").json()
+    # The writer's running totals: two more decisions, in one batch each, and the time
+    # they took (the writes of batches decided ahead on the committer's thread).
+    assert after["decisions"] - before["decisions"] == 2
+    assert after["batches"] - before["batches"] == 2
+    assert after["decide_seconds"] > before["decide_seconds"] >= 0
+    assert after["write_seconds"] > before["write_seconds"] >= 0
+    assert after["linger_seconds"] >= before["linger_seconds"] >= 0
     doc = client.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.1")
     paths = doc["paths"]

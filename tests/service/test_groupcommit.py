@@ -186,6 +186,39 @@ class Named:
     key: str | None
 
 
+def test_the_writer_counts_where_its_time_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each batch's decision is counted on the writer, its pipelined write on the
+    committer, a failed decision too; a batch counts once committed."""
+    from tools.service import groupcommit
+
+    now = [0.0]
+    monkeypatch.setattr(groupcommit.time, "perf_counter", lambda: now[0])
+
+    def write() -> None:
+        now[0] += 0.5
+
+    def run_batch(batch: Any, wait: Any) -> Any:
+        now[0] += 0.25
+        if batch[0].key == "bad":
+            raise RuntimeError("the database went away")
+        return groupcommit.Prepared([c.key for c in batch], write)
+
+    writer = groupcommit.GroupCommit(run_batch, lambda: None)
+    try:
+        assert writer.phases() == groupcommit.Phases(0, 0, 0.0, 0.0, 0.0)
+        items = [_Item(Named("a")), _Item(Named("b"))]
+        writer._commit(items)  # type: ignore[arg-type]
+        assert [i.future.result(10) for i in items if i.future] == ["a", "b"]
+        assert writer.phases() == groupcommit.Phases(1, 2, 0.0, 0.25, 0.5)
+        bad = _Item(Named("bad"))
+        writer._commit([bad])  # type: ignore[list-item]
+        with pytest.raises(RuntimeError):
+            bad.future.result(10)  # type: ignore[union-attr]
+        assert writer.phases() == groupcommit.Phases(1, 2, 0.0, 0.5, 0.5)
+    finally:
+        writer.stop()
+
+
 @pytest.mark.parametrize("refusals", [1, 2, 5])
 def test_a_batch_refused_a_key_after_appending_is_decided_again_whole(refusals: int) -> None:
     from eventstore import LockOrderConflict

@@ -234,6 +234,37 @@ def _setup(port: int) -> None:
     answer.read()
 
 
+def _writer(port: int) -> dict[str, Any]:
+    """The service writer's running totals, as `/readyz` gives them."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("GET", "/readyz")
+        answer = conn.getresponse()
+        body: dict[str, Any] = json.loads(answer.read())
+    finally:
+        conn.close()
+    return body
+
+
+def _batches(before: dict[str, Any], after: dict[str, Any], seconds: float
+             ) -> dict[str, Any]:
+    """The batches committed between two readings of `/readyz`: how many, their mean
+    size, and per batch the wall clock of the run and of each of the writer's phases.
+    When batches do not overlap, what the phases leave of the run's time per batch is
+    the answers going out, the clients turning around and their requests coming in."""
+    batches = after["batches"] - before["batches"]
+    if batches <= 0:
+        return {"batches": 0}
+    out: dict[str, Any] = {
+        "batches": batches,
+        "mean_size": round((after["decisions"] - before["decisions"]) / batches, 1),
+        "wall_ms_per_batch": round(1000 * seconds / batches, 2)}
+    for phase in ("linger", "decide", "write"):
+        spent = after[f"{phase}_seconds"] - before[f"{phase}_seconds"]
+        out[f"{phase}_ms_per_batch"] = round(1000 * spent / batches, 2)
+    return out
+
+
 def _warm(port: int, requests: Plan) -> None:
     """Each route once before timing: a first request pays for lazy set-up (FastAPI
     builds a route's validators on its first call) that no later one pays."""
@@ -316,8 +347,10 @@ def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None
                     if bare_proc is not None:
                         bare_run = drive(bare_port, _usage_plans(16, each, f"bare-{n}"),
                                          bare_proc.pid)
+                        before = _writer(port)
                         single = drive(port, _usage_plans(16, each, f"single-{n}"),
                                        proc.pid, url)
+                        single["writer"] = _batches(before, _writer(port), single["seconds"])
                         decisions.append({"bare_16": bare_run, "decisions_16": single,
                                           "ratio": round(single["per_second"]
                                                          / bare_run["per_second"], 2)})
@@ -325,7 +358,10 @@ def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None
                         batches = 10 if quick else 40
                         plans: list[Plan] = [[("POST", "/v1/events", _batch(c, b, n), JSON)
                                               for b in range(batches)] for c in range(2)]
+                        before = _writer(port)
                         batch_run = drive(port, plans, proc.pid, url)
+                        batch_run["writer"] = _batches(before, _writer(port),
+                                                       batch_run["seconds"])
                         batch_run["events_per_second"] = round(batch_run["per_second"] * 100,
                                                                1)
                         raw = round(raw_one_per_commit(url, 300 if quick else 2000, n), 1)

@@ -143,9 +143,12 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         if not service.ready.is_set() or service.stopping:
             return JSONResponse({"status": "stopping" if service.stopping else "starting"},
                                 status_code=503)
-        writer = service.writer
-        return {"status": "ready", "position": service.head(), "batches": writer.batches,
-                "decisions": writer.committed, "largest_batch": writer.largest_batch}
+        phases = service.writer.phases()
+        return {"status": "ready", "position": service.head(), "batches": phases.batches,
+                "decisions": phases.decisions, "largest_batch": service.writer.largest_batch,
+                "linger_seconds": round(phases.linger, 6),
+                "decide_seconds": round(phases.decide, 6),
+                "write_seconds": round(phases.write, 6)}
 
     if not app.state.authority.enabled:
         _without_security(app)

@@ -94,6 +94,27 @@ class Command(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Phases:
+    """A writer's running totals: batches and decisions committed, and the seconds of
+    wall clock spent in each phase of a batch. Each only grows, so the difference of two
+    readings describes the batches in between.
+
+    - `linger`: waiting for decisions on their way to join the batch (see `_linger`);
+    - `decide`: deciding the batch on the projection (`run_batch`), including any wait
+      for the batch ahead it needed, and, for a batch that is not pipelined (on the
+      journal in memory; while another writer is active), its write and commit too;
+    - `write`: a pipelined batch's write and commit, on the committer's thread (it
+      overlaps the writer's next linger and decide).
+    """
+
+    batches: int
+    decisions: int
+    linger: float
+    decide: float
+    write: float
+
+
 @dataclass(slots=True)
 class _Item:
     command: Command
@@ -137,6 +158,7 @@ class _Committer:
 
     def __init__(self, context: Callable[[], AbstractContextManager[object]]) -> None:
         self._context = context
+        self.seconds = 0.0  # spent in writes so far (only this thread adds to it)
         self._writes: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
             queue.SimpleQueue())
         self._thread = threading.Thread(target=self._run, name="group-commit-write",
@@ -158,11 +180,14 @@ class _Committer:
         with self._context():
             while (got := self._writes.get()) is not None:
                 write, future = got
+                began = time.perf_counter()
                 try:
                     result = write()
                 except BaseException as exc:
+                    self.seconds += time.perf_counter() - began
                     future.set_exception(exc)
                 else:
+                    self.seconds += time.perf_counter() - began
                     future.set_result(result)
 
 
@@ -271,6 +296,9 @@ class GroupCommit:
         self.committed = 0
         self.largest_batch = 0
         self.decided_ahead = 0  # batches decided while the one before was being written
+        # Where the writer's time goes, in seconds since it started (see `phases`).
+        self.linger_seconds = 0.0
+        self.decide_seconds = 0.0
         # Numbers items in the order they are submitted; `_answered` is the number taken
         # when the last batch's answers went out: an item numbered below it was queued
         # by a caller who was not waiting for that batch.
@@ -324,6 +352,12 @@ class GroupCommit:
         committer, self._committer = self._committer, None
         if committer is not None:
             committer.shutdown()
+
+    def phases(self) -> Phases:
+        """Where the writer's time went since it started (see `Phases`)."""
+        committer = self._committer
+        return Phases(self.batches, self.committed, self.linger_seconds,
+                      self.decide_seconds, committer.seconds if committer else 0.0)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -485,11 +519,13 @@ class GroupCommit:
             if ahead is not None and ahead.future.done():
                 self._settle_ahead()  # written while the writer waited (see `_write`)
             if not stopping:
+                waited = time.perf_counter()
                 ahead = self._ahead
                 if ahead is not None:
                     self._linger_ahead(ahead)
                 if ahead is None or ahead.future.done():
                     self._linger(first)
+                self.linger_seconds += time.perf_counter() - waited
             items, stop = self._next_batch(first)
             stopping = stopping or stop
             began = self._began = time.perf_counter()
@@ -516,9 +552,11 @@ class GroupCommit:
                 time.sleep(LINGER_STEP)
         if self._ahead is not None:
             self.decided_ahead += 1
+        deciding = time.perf_counter()
         try:
             outcome = self._run_batch([i.command for i in items], self._wait_ahead)
         except BaseException as exc:
+            self.decide_seconds += time.perf_counter() - deciding
             if self._ahead is not None and not self._settle_ahead():
                 # Decided on top of a batch that did not commit: decide it again, from
                 # the journal's state (the projection was rebuilt).
@@ -526,6 +564,7 @@ class GroupCommit:
                 return
             self._failed(items, exc)
             return
+        self.decide_seconds += time.perf_counter() - deciding
         if isinstance(outcome, Prepared):
             if not self._settle_ahead():
                 self._commit(items)  # as above: the batch it was decided on failed

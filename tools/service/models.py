@@ -393,3 +393,12 @@ class Health(Answer):
     batches: int | None = Field(default=None, description="decision batches committed")
     decisions: int | None = Field(default=None, description="decisions in those batches")
     largest_batch: int | None = None
+    linger_seconds: float | None = Field(
+        default=None, description="wall-clock seconds the writer waited for decisions on "
+        "their way to join a batch, since it started")
+    decide_seconds: float | None = Field(
+        default=None, description="seconds spent deciding batches on the projection (for "
+        "a batch that is not pipelined, its write and commit too)")
+    write_seconds: float | None = Field(
+        default=None, description="seconds spent writing and committing pipelined batches, "
+        "overlapping the next batch's wait and decision")
