@@ -37,7 +37,7 @@ from projections.replay import (
 )
 from projections.session import session_of
 from tools.sim import model
-from tools.sim.world import LINEAGE_TYPES, Op, World
+from tools.sim.world import LINEAGE_TYPES, Op, World, timeline_places
 
 NEVER = 2**62
 
@@ -155,14 +155,7 @@ def _told(world: World, by_position: list[Any], reference: model.Model) -> list[
     """Answers given live agree with the final timeline, unless a later arrival landed
     before them on it (a late event may revise an answer: that is what it is for).
     `by_position`: the records in arrival order."""
-    # Where each event changes the timeline from: its own place; for a reversal, the
-    # earliest place among the events it takes out or puts back (down its chain).
-    since: dict[str, tuple[int, int]] = {}
-    for rec in by_position:
-        key = (rec.time, rec.position)
-        if rec.type == "reverse":
-            key = min(key, since.get(rec.payload["event"], key))
-        since[rec.id] = key
+    since = timeline_places(by_position)
     revisable: set[str] = set()
     earliest_after = (NEVER, 0)
     for rec in reversed(by_position):

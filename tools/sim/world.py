@@ -582,8 +582,13 @@ class World:
             if self.journal.head() != before:
                 problems.append(f"answers-lost: the retries appended "
                                 f"{self.journal.head() - before} more event(s)")
+            revised = self._revised_since(head)
             for i, retried in zip(done, again, strict=True):
-                if _answer_key(answers[i]) != _answer_key(retried):
+                if lines[i]["id"] in revised:
+                    # A later line of the batch landed before it on the timeline: the
+                    # retry answers the outcome as revised (the caller's answer now).
+                    answers[i] = retried
+                elif _answer_key(answers[i]) != _answer_key(retried):
                     problems.append(f"{lines[i]['id']}: the retry answered {retried!r}, the "
                                     f"first attempt {answers[i]!r}")
         problems += self._batch_appended(lines, answers, head, service)
@@ -595,6 +600,20 @@ class World:
         problems += self._sound(service.session, proc, f"batch of {lines[0]['id']}",
                                 accounts, jobs)
         return problems
+
+    def _revised_since(self, head: int) -> set[str]:
+        """The ids of the events recorded after position `head` whose outcome an event
+        recorded after them may have revised: one that changes the timeline from an
+        earlier place (a late event, or a reversal reaching back)."""
+        records = self.learn()
+        places = timeline_places(records)
+        revised: set[str] = set()
+        earliest_after = (2**62, 0)
+        for rec in reversed(records[head:]):
+            if earliest_after < (rec.time, rec.position):
+                revised.add(rec.id)
+            earliest_after = min(earliest_after, places[rec.id])
+        return revised
 
     def _follow(self, proc: Process, service: LedgerService) -> None:
         """After a failed commit the service rebuilt its projection (a new session): the
@@ -720,6 +739,19 @@ class World:
             self.recorded.add(rec.id)
             if rec.type == "grant":
                 self.grant_accounts[rec.id] = rec.payload["account"]
+
+
+def timeline_places(records: list[RecordedEvent]) -> dict[str, tuple[int, int]]:
+    """Where each event, given in arrival order, changes the timeline from: its own place
+    (event time, position); for a reversal, the earliest place among the events it takes
+    out or puts back (down its chain)."""
+    places: dict[str, tuple[int, int]] = {}
+    for rec in records:
+        place = (rec.time, rec.position)
+        if rec.type == "reverse":
+            place = min(place, places.get(rec.payload["event"], place))
+        places[rec.id] = place
+    return places
 
 
 def _file_bytes(lines: list[dict[str, Any]]) -> bytes:
