@@ -337,3 +337,55 @@ def test_a_retry_answers_as_revised_by_a_late_event_of_its_own_batch() -> None:
     # Without the late usage the retry must answer exactly as the first attempt did.
     ops[1]["lines"] = [submit, {**late, "time": 22993}]
     assert run_script(ops) is None
+
+
+def test_a_failure_that_needs_its_faults_is_written_as_ops_that_fail_again(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # A planted bug only a batch whose answers were lost shows: every retry is taken to
+    # answer differently from its first attempt. The events alone (a grant, a submit and
+    # a usage report) pass; the ops, with the batch and its fault, fail again.
+    from tools.sim import __main__ as cli
+    from tools.sim.run import Failure, RunResult, file_ops, write_ops
+    from tools.sim.world import World
+
+    monkeypatch.setattr(World, "_revised_since", lambda self, head: set())
+    grant = {"account": "dyn", "amount": 50, "expiry": 23028, "id": "g1", "pool": "h100",
+             "time": 22988, "type": "grant"}
+    submit = {"account": "dyn", "cost": 17, "id": "s2-0", "job": "j2-0", "priority": 3,
+              "time": 22993, "type": "submit"}
+    late = {"account": "dyn", "amount": 25, "id": "c2-1", "pool": "h100", "time": 22977,
+            "type": "consume"}
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
+        {"step": 2, "actor": "service", "kind": "batch", "time": 22993,
+         "lines": [submit, late], "fault": "answers-lost"},
+    ]
+    failure = run_script(ops)
+    assert failure is not None
+    lines = tmp_path / "lines.jsonl"
+    write_reproduction(lines, reproduction_lines(ops))
+    assert replay_file(lines) is None
+    written = tmp_path / "ops.jsonl"
+    write_ops(written, ops)
+    assert file_ops(written.read_text()) == ops
+    assert replay_file(written) is not None
+    assert main(["--replay", str(written)]) == 1
+
+    cli._report_failure(RunResult(9, 2, 0.1, Failure(2, failure.problems, ops, [])),
+                        Failure(2, failure.problems, ops, []), tmp_path / "out", 5.0,
+                        cli.EPOCH, False)
+    out = capsys.readouterr().out
+    assert "the events alone pass" in out
+    (ops_file,) = (tmp_path / "out").glob("seed-9-step-2.ops.jsonl")
+    assert f"replay it: python -m tools.sim --replay {ops_file}\n" in out
+    monkeypatch.undo()
+    assert replay_file(ops_file) is None  # without the bug the same ops pass
+
+
+def test_a_reproduction_line_that_is_an_incomplete_op_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"step": 1, "actor": "service", "kind": "batch", "time": 5}\n')
+    with pytest.raises(ValueError, match="line 1: an op of kind 'batch' needs 'lines'"):
+        replay_file(path)
+    assert main(["--replay", str(path)]) == 2

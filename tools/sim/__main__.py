@@ -20,6 +20,7 @@ from tools.sim.run import (
     run,
     run_script,
     shrink,
+    write_ops,
     write_reproduction,
 )
 
@@ -47,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="each world's journal in a SQLite file, with writer processes "
                              "killed (SIGKILL) in the middle of ops (slower: for bounded runs)")
     parser.add_argument("--replay", type=Path, metavar="FILE",
-                        help="perform a reproduction file line by line instead")
+                        help="perform a reproduction file line by line instead (events, "
+                             "or the ops a failure that needs its faults wrote; with --sqlite "
+                             "on a SQLite file)")
     return parser
 
 
@@ -76,12 +79,21 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
     write_reproduction(path, reproduction_lines(smallest))
     _say(f"shrunk to {len(smallest)} of {len(failure.ops)} ops"
          + (f": {again.problems[0]}" if again is not None else " (no longer failing!)"))
-    replayed = replay_file(path)
+    replayed = replay_file(path, sqlite=sqlite)
     _say(f"wrote {path} ({sum(1 for _ in path.open())} lines)")
-    _say(f"replay it: python -m tools.sim --replay {path}"
-         + ("" if replayed is not None else
-            "  (the file alone does not fail: the failure needs the run's faults; "
-            "replay the seed instead)"))
+    flag = " --sqlite" if sqlite else ""
+    if replayed is not None or again is None:
+        _say(f"replay it: python -m tools.sim --replay {path}{flag}"
+             + ("" if replayed is not None else "  (it no longer fails: replay the seed)"))
+        return
+    # The events alone pass: the failure needs the run's faults. The ops, with theirs.
+    ops_path = out / f"seed-{result.seed}-step-{failure.step}.ops.jsonl"
+    write_ops(ops_path, smallest)
+    _say(f"the events alone pass (the failure needs the run's faults); wrote the ops with "
+         f"their faults to {ops_path} ({len(smallest)} lines)")
+    _say(f"replay it: python -m tools.sim --replay {ops_path}{flag}"
+         + ("" if replay_file(ops_path, sqlite=sqlite) is not None else
+            "  (it no longer fails: replay the seed)"))
 
 
 def _rate(steps: int, seconds: float, cpu: float) -> str:
@@ -93,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.replay is not None:
         try:
-            failure = replay_file(args.replay)
+            failure = replay_file(args.replay, sqlite=args.sqlite)
         except (OSError, ValueError) as exc:
             print(f"tools.sim: error: {exc}", file=sys.stderr)
             return 2

@@ -321,14 +321,39 @@ def write_reproduction(path: Path, lines: list[dict[str, Any]]) -> None:
 ACTORS = {"grant": "finance", "adjust": "finance", "void": "finance", "consume": "reporter"}
 
 
+OP_KEYS = frozenset({"step", "actor", "kind"})
+"""The keys that make a reproduction line one of the simulator's own ops (with its
+faults), written when the events alone do not fail (see `write_ops`)."""
+
+
+def write_ops(path: Path, ops: list[Op]) -> None:
+    """The ops themselves, one JSON object a line, faults and actors included: what a
+    failure that needs the run's faults (a lost answer in a batch, a failed commit)
+    replays from, where the events alone (`reproduction_lines`) pass."""
+    write_reproduction(path, [dict(op) for op in ops])
+
+
+def _op_line(number: int, line: dict[str, Any]) -> Op:
+    """A line written by `write_ops`, checked enough to say what is wrong with it."""
+    kind = line["kind"]
+    needs = {"batch": "lines", "import": "lines", "audit": "account"}.get(kind, "line")
+    if not isinstance(kind, str) or needs not in line:
+        raise ValueError(f"line {number}: an op of kind {kind!r} needs {needs!r}")
+    return dict(line)
+
+
 def file_ops(text: str) -> list[Op]:
     """A reproduction file's lines as ops: a line whose id came before is a retry; a line
-    without an id is imported on its own."""
+    without an id is imported on its own; a line with `step`, `actor` and `kind` is one of
+    the simulator's ops as `write_ops` wrote it."""
     ops: list[Op] = []
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         line = json.loads(raw)
+        if isinstance(line, dict) and line.keys() >= OP_KEYS:
+            ops.append(_op_line(number, line))
+            continue
         if not isinstance(line, dict) or "time" not in line:
             raise ValueError(f"line {number}: expected an object with a time")
         if "id" not in line:
@@ -343,6 +368,7 @@ def file_ops(text: str) -> list[Op]:
     return ops
 
 
-def replay_file(path: Path) -> Failure | None:
-    """Perform a reproduction file line by line with every check after each line."""
-    return run_script(file_ops(path.read_text()), check_every=1)
+def replay_file(path: Path, *, sqlite: bool = False) -> Failure | None:
+    """Perform a reproduction file line by line with every check after each line
+    (`sqlite`: on a SQLite file, where a killed-writer op kills a real writer)."""
+    return run_script(file_ops(path.read_text()), check_every=1, sqlite=sqlite)
