@@ -337,6 +337,10 @@ def test_a_retry_answers_as_revised_by_a_late_event_of_its_own_batch() -> None:
     # Without the late usage the retry must answer exactly as the first attempt did.
     ops[1]["lines"] = [submit, {**late, "time": 22993}]
     assert run_script(ops) is None
+    # Found by seed 5020 at step 8828: the same submit queued twice in one group, the
+    # late usage between the two; the second is decided in the next group, as a retry.
+    ops[1].update(lines=[submit, late, submit], fault=None)
+    assert run_script(ops) is None
 
 
 def test_a_failure_that_needs_its_faults_is_written_as_ops_that_fail_again(

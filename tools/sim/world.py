@@ -650,6 +650,7 @@ class World:
         problems: list[str] = []
         fresh = self.learn()[head:]
         self.appended += len(fresh)
+        revised = self._revised_since(head)
         expected: list[str] = []
         asked: dict[str, list[tuple[dict[str, Any], Any]]] = {}  # a line may be asked twice
         for line, answer in zip(lines, answers, strict=True):
@@ -666,7 +667,10 @@ class World:
             deciding = [answer for _, answer in attempts
                         if not isinstance(answer, BaseException)
                         and not (kind == "start" and answer is None)]
-            if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]):
+            # (Unless a later line of the group landed before it on the timeline: then a
+            # retry answers the outcome as revised.)
+            if eid not in revised and any(_answer_key(a) != _answer_key(deciding[0])
+                                          for a in deciding[1:]):
                 problems.append(f"{eid}: asked {len(attempts)} times, answered "
                                 f"{[a for _, a in attempts]!r}")
             if not deciding or eid in self.recorded:
