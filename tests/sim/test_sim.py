@@ -393,3 +393,21 @@ def test_a_reproduction_line_that_is_an_incomplete_op_is_refused(tmp_path: Path)
     with pytest.raises(ValueError, match="line 1: an op of kind 'batch' needs 'lines'"):
         replay_file(path)
     assert main(["--replay", str(path)]) == 2
+
+
+def test_a_start_that_found_nothing_retries_as_a_new_decision_after_lost_answers() -> None:
+    # Found with many lost answers (seed 109 of a heavy-fault mix): a start queued twice
+    # in a group found nothing to start the first time (recording nothing) and started
+    # the job submitted between the two the second time, under the same id. The first
+    # caller's retry answers with that start: its first attempt had recorded nothing.
+    grant = {"account": "a", "amount": 50, "expiry": 500, "id": "g1", "time": 100,
+             "type": "grant"}
+    start = {"id": "s2-1", "time": 110, "type": "start"}
+    submit = {"account": "a", "cost": 20, "id": "s2-2", "job": "j2", "priority": 1,
+              "time": 110, "type": "submit"}
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
+        {"step": 2, "actor": "service", "kind": "batch", "time": 110,
+         "lines": [start, submit, start], "fault": "answers-lost"},
+    ]
+    assert run_script(ops) is None

@@ -575,8 +575,11 @@ class World:
             # recorded retries with the same id (the others were refused or found nothing
             # to do: their retry is a new decision, whatever it finds).
             before = self.journal.head()
+            # (A start that found nothing recorded nothing, even if the same id was
+            # recorded by a later attempt of the group, which then found a job.)
             done = [i for i, line in enumerate(lines)
                     if not isinstance(answers[i], BaseException)
+                    and not (line["type"] == "start" and answers[i] is None)
                     and self.journal.get(line["id"]) is not None]
             again, _ = commit_in_turn(service, [batch[i] for i in done])
             if self.journal.head() != before:
