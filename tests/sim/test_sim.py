@@ -411,3 +411,16 @@ def test_a_start_that_found_nothing_retries_as_a_new_decision_after_lost_answers
          "lines": [start, submit, start], "fault": "answers-lost"},
     ]
     assert run_script(ops) is None
+
+
+def test_a_heavy_mix_of_service_faults_passes() -> None:
+    # The mix that found the start retried after lost answers above: batches six times
+    # as often, each more often failing its commit or losing its answers, callers queued
+    # twice twice as often, more corrections and restarts.
+    more = {"batch": 0.06, "submit": 0.16, "adjust": 0.02, "void": 0.02, "reverse": 0.02}
+    ops = tuple((kind, more.get(kind, share)) for kind, share in Rates().ops)
+    rates = Rates(ops=ops, late=0.1, commit_fails=0.1, commit_lost=0.1, answers_lost=0.2,
+                  queued_twice=0.4, restart=0.002)
+    result = run(111, 1000, rates=rates, check_every=500)
+    assert result.ok, result.failure and result.failure.problems
+    assert result.faults.get("answers-lost", 0) > 5, result.faults
