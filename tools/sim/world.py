@@ -585,13 +585,14 @@ class World:
             if self.journal.head() != before:
                 problems.append(f"answers-lost: the retries appended "
                                 f"{self.journal.head() - before} more event(s)")
-            revised = self._revised_since(head)
             for i, retried in zip(done, again, strict=True):
-                if lines[i]["id"] in revised:
+                if _answer_key(answers[i]) == _answer_key(retried):
+                    continue
+                if lines[i]["id"] in self._revised_since(head):
                     # A later line of the batch landed before it on the timeline: the
                     # retry answers the outcome as revised (the caller's answer now).
                     answers[i] = retried
-                elif _answer_key(answers[i]) != _answer_key(retried):
+                else:
                     problems.append(f"{lines[i]['id']}: the retry answered {retried!r}, the "
                                     f"first attempt {answers[i]!r}")
         problems += self._batch_appended(lines, answers, head, service)
@@ -607,12 +608,14 @@ class World:
     def _revised_since(self, head: int) -> set[str]:
         """The ids of the events recorded after position `head` whose outcome an event
         recorded after them may have revised: one that changes the timeline from an
-        earlier place (a late event, or a reversal reaching back)."""
-        records = self.learn()
-        places = timeline_places(records)
+        earlier place (a late event, or a reversal reaching back). Asked only when an
+        answer differs, so the places are those of the events since `head` alone (a
+        reversal's target looked up down its chain)."""
+        fresh = self.learn()[head:]
+        places = timeline_places(fresh, self.journal.get)
         revised: set[str] = set()
         earliest_after = (2**62, 0)
-        for rec in reversed(records[head:]):
+        for rec in reversed(fresh):
             if earliest_after < (rec.time, rec.position):
                 revised.add(rec.id)
             earliest_after = min(earliest_after, places[rec.id])
@@ -653,7 +656,6 @@ class World:
         problems: list[str] = []
         fresh = self.learn()[head:]
         self.appended += len(fresh)
-        revised = self._revised_since(head)
         expected: list[str] = []
         asked: dict[str, list[tuple[dict[str, Any], Any]]] = {}  # a line may be asked twice
         for line, answer in zip(lines, answers, strict=True):
@@ -672,8 +674,8 @@ class World:
                         and not (kind == "start" and answer is None)]
             # (Unless a later line of the group landed before it on the timeline: then a
             # retry answers the outcome as revised.)
-            if eid not in revised and any(_answer_key(a) != _answer_key(deciding[0])
-                                          for a in deciding[1:]):
+            if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]) and (
+                    eid not in self._revised_since(head)):
                 problems.append(f"{eid}: asked {len(attempts)} times, answered "
                                 f"{[a for _, a in attempts]!r}")
             if not deciding or eid in self.recorded:
@@ -748,16 +750,29 @@ class World:
                 self.grant_accounts[rec.id] = rec.payload["account"]
 
 
-def timeline_places(records: list[RecordedEvent]) -> dict[str, tuple[int, int]]:
+def timeline_places(records: list[RecordedEvent],
+                    lookup: Callable[[str], RecordedEvent | None] | None = None
+                    ) -> dict[str, tuple[int, int]]:
     """Where each event, given in arrival order, changes the timeline from: its own place
     (event time, position); for a reversal, the earliest place among the events it takes
-    out or puts back (down its chain)."""
+    out or puts back (down its chain). A reversal's target recorded before `records`
+    is found with `lookup` (without it, it counts as not there)."""
     places: dict[str, tuple[int, int]] = {}
-    for rec in records:
+
+    def place_of(rec: RecordedEvent) -> tuple[int, int]:
         place = (rec.time, rec.position)
-        if rec.type == "reverse":
-            place = min(place, places.get(rec.payload["event"], place))
-        places[rec.id] = place
+        while rec.type == "reverse":
+            target_id = rec.payload["event"]
+            if target_id in places:
+                return min(place, places[target_id])
+            target = lookup(target_id) if lookup is not None else None
+            if target is None:
+                return place
+            place, rec = min(place, (target.time, target.position)), target
+        return place
+
+    for rec in records:
+        places[rec.id] = place_of(rec)
     return places
 
 
