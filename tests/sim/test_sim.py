@@ -317,24 +317,32 @@ def test_each_event_is_decoded_as_from_payload_decodes_it() -> None:
         assert world.event_of(rec) == generic(rec), rec
 
 
-def test_a_retry_answers_as_revised_by_a_late_event_of_its_own_batch() -> None:
-    # Found by seed 5007 at step 15679: a batch whose answers were lost held a rejected
-    # submit, then a usage report placed before it on the timeline. The retry answers the
-    # outcome as it stands (the reason's figures count the late usage), as the service
-    # documents; the simulator must not take that for a retry answering differently.
+def _late_usage_in_a_batch() -> list[dict[str, Any]]:
+    """A grant of pool credits, then a batch whose answers are lost: a submit without a
+    pool (rejected: the pool's credits are not its own), then a usage report of that pool
+    placed before the submit on the timeline."""
     grant = {"account": "dyn", "amount": 50, "expiry": 23028, "id": "g1", "pool": "h100",
              "time": 22988, "type": "grant"}
     submit = {"account": "dyn", "cost": 17, "id": "s2-0", "job": "j2-0", "priority": 3,
               "time": 22993, "type": "submit"}
     late = {"account": "dyn", "amount": 25, "id": "c2-1", "pool": "h100", "time": 22977,
             "type": "consume"}
-    ops: list[dict[str, Any]] = [
+    return [
         {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
         {"step": 2, "actor": "service", "kind": "batch", "time": 22993,
          "lines": [submit, late], "fault": "answers-lost"},
     ]
+
+
+def test_a_retry_answers_as_revised_by_a_late_event_of_its_own_batch() -> None:
+    # Found by seed 5007 at step 15679: a batch whose answers were lost held a rejected
+    # submit, then a usage report placed before it on the timeline. The retry answers the
+    # outcome as it stands (the reason's figures count the late usage), as the service
+    # documents; the simulator must not take that for a retry answering differently.
+    ops = _late_usage_in_a_batch()
     assert run_script(ops) is None
     # Without the late usage the retry must answer exactly as the first attempt did.
+    submit, late = ops[1]["lines"]
     ops[1]["lines"] = [submit, {**late, "time": 22993}]
     assert run_script(ops) is None
     # Found by seed 5020 at step 8828: the same submit queued twice in one group, the
@@ -354,17 +362,7 @@ def test_a_failure_that_needs_its_faults_is_written_as_ops_that_fail_again(
     from tools.sim.world import World
 
     monkeypatch.setattr(World, "_revised_since", lambda self, head: set())
-    grant = {"account": "dyn", "amount": 50, "expiry": 23028, "id": "g1", "pool": "h100",
-             "time": 22988, "type": "grant"}
-    submit = {"account": "dyn", "cost": 17, "id": "s2-0", "job": "j2-0", "priority": 3,
-              "time": 22993, "type": "submit"}
-    late = {"account": "dyn", "amount": 25, "id": "c2-1", "pool": "h100", "time": 22977,
-            "type": "consume"}
-    ops: list[dict[str, Any]] = [
-        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
-        {"step": 2, "actor": "service", "kind": "batch", "time": 22993,
-         "lines": [submit, late], "fault": "answers-lost"},
-    ]
+    ops = _late_usage_in_a_batch()
     failure = run_script(ops)
     assert failure is not None
     lines = tmp_path / "lines.jsonl"
