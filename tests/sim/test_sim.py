@@ -422,3 +422,35 @@ def test_a_heavy_mix_of_service_faults_passes() -> None:
     result = run(111, 1000, rates=rates, check_every=500)
     assert result.ok, result.failure and result.failure.problems
     assert result.faults.get("answers-lost", 0) > 5, result.faults
+
+
+def test_keep_going_reports_every_failing_seed(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    from tools.sim import __main__ as cli
+    from tools.sim.run import Failure, RunResult
+    from tools.sim.world import World
+
+    monkeypatch.setattr(World, "_revised_since", lambda self, head: set())  # a planted bug
+    ops = _late_usage_in_a_batch()
+    failure = run_script(ops)
+    assert failure is not None
+
+    def run_seed(seed: int, steps: int, **_: Any) -> RunResult:
+        if seed == 4:
+            return RunResult(seed, steps, 0.1, cpu_seconds=0.1)
+        return RunResult(seed, 2, 0.1, Failure(2, failure.problems, ops, []),
+                         cpu_seconds=0.1)
+
+    monkeypatch.setattr(cli, "run", run_seed)
+    hunt = ["--seed", "3", "--seeds", "3", "--steps", "10", "--out", str(tmp_path),
+            "--shrink-seconds", "5"]
+    assert main([*hunt, "--keep-going"]) == 1
+    out = capsys.readouterr().out
+    assert "seed 4: 10 steps" in out and "seed 5: 2 steps" in out
+    assert "2 of 3 seeds failed: 3, 5" in out
+    assert sorted(p.name for p in tmp_path.glob("*.ops.jsonl")) == [
+        "seed-3-step-2.ops.jsonl", "seed-5-step-2.ops.jsonl"]
+    assert main(hunt) == 1  # without it, the first failing seed ends the run
+    out = capsys.readouterr().out
+    assert "seed 3: 2 steps" in out and "seed 4" not in out

@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sqlite", action="store_true",
                         help="each world's journal in a SQLite file, with writer processes "
                              "killed (SIGKILL) in the middle of ops (slower: for bounded runs)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="after a failing seed, write its reproduction and go on with "
+                             "the next (a hunt over many seeds); exit 1 if any failed")
     parser.add_argument("--replay", type=Path, metavar="FILE",
                         help="perform a reproduction file line by line instead (events, "
                              "or the ops a failure that needs its faults wrote; with --sqlite "
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     total_steps = 0
     total_seconds = total_cpu = 0.0
+    failed: list[int] = []
     for seed in range(args.seed, args.seed + args.seeds):
         result = run(seed, args.steps, check_every=args.check_every,
                      one_process=args.one_process, epoch=args.epoch, sqlite=args.sqlite)
@@ -135,7 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         if result.failure is not None:
             _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch,
                             args.sqlite)
-            return 1
+            if not args.keep_going:
+                return 1
+            failed.append(seed)
+    if failed:
+        _say(f"{len(failed)} of {args.seeds} seeds failed: "
+             f"{', '.join(str(seed) for seed in failed)} ({total_steps} steps in "
+             f"{total_seconds:.2f} s)")
+        return 1
     if args.seeds > 1:
         _say(f"all {args.seeds} seeds passed: {total_steps} steps in {total_seconds:.2f} s "
              f"({_rate(total_steps, total_seconds, total_cpu)})")
