@@ -454,3 +454,29 @@ def test_keep_going_reports_every_failing_seed(monkeypatch: pytest.MonkeyPatch,
     assert main(hunt) == 1  # without it, the first failing seed ends the run
     out = capsys.readouterr().out
     assert "seed 3: 2 steps" in out and "seed 4" not in out
+
+
+# Unreachable, every decision of the group fails; refused, a group of one fails (a
+# larger one is decided again one command at a time, which a missed fault also passes).
+@pytest.mark.parametrize(("fault", "ids"), [("commit-lost", ["c2", "c3"]),
+                                            ("commit-fails", ["c2"])])
+def test_a_commit_fault_strikes_a_batch_decided_ahead_on_sqlite(fault: str,
+                                                                ids: list[str]) -> None:
+    # On a SQL journal a batch the service decided ahead of its transaction is written by
+    # `Journal.append_at`, which opens and commits its own: the simulated commit failure
+    # must strike there too (it struck only `journal.transaction`, so the second batch
+    # below committed, and the check said the group had not failed).
+    grant = {"account": "a", "amount": 100, "expiry": 10_000, "id": "g1", "time": 100,
+             "type": "grant"}
+
+    def usage(eid: str) -> dict[str, Any]:
+        return {"account": "a", "amount": 1, "id": eid, "time": 101, "type": "consume"}
+
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
+        {"step": 2, "actor": "service", "kind": "batch", "time": 101,
+         "lines": [usage("c1")], "fault": None},
+        {"step": 3, "actor": "service", "kind": "batch", "time": 101,
+         "lines": [usage(eid) for eid in ids], "fault": fault},
+    ]
+    assert run_script(ops, sqlite=True) is None

@@ -114,10 +114,23 @@ def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]
     """The next batch's transaction fails as it commits: everything in it was decided
     and appended, then `error` is raised inside the transaction, so the journal rolls it
     back. Only the outermost transaction fails (a decision's own joins it), and only
-    once: what runs after the failure commits."""
+    once: what runs after the failure commits.
+
+    A batch decided ahead of its transaction is written by a SQL journal's `append_at`,
+    which opens and commits a transaction of its own: the next such write fails the
+    same way, with nothing written (as after the rollback)."""
     transaction = journal.transaction
     depth = 0
     armed = True
+    append_at = getattr(journal, "append_at", None)
+
+    def failing_append_at(*args: Any, **kwargs: Any) -> Any:
+        nonlocal armed
+        if depth == 0 and armed:
+            armed = False
+            raise error
+        assert append_at is not None
+        return append_at(*args, **kwargs)
 
     @contextmanager
     def failing(locks: Any = ()) -> Iterator[Any]:
@@ -132,15 +145,21 @@ def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]
         finally:
             depth -= 1
 
-    before = journal.__dict__.get("transaction")  # the instance's own, if it has one
-    journal.transaction = failing  # type: ignore[method-assign]
+    patched = {"transaction": failing}
+    if append_at is not None:
+        patched["append_at"] = failing_append_at
+    # The instance's own, if it has them (another wrapper's).
+    before = {name: journal.__dict__.get(name) for name in patched}
+    for name, fn in patched.items():
+        setattr(journal, name, fn)
     try:
         yield
     finally:
-        if before is None:
-            del journal.transaction
-        else:
-            journal.transaction = before  # type: ignore[method-assign]
+        for name, kept in before.items():
+            if kept is None:
+                delattr(journal, name)
+            else:
+                setattr(journal, name, kept)
 
 
 def failure_of(fault: str) -> BaseException:
