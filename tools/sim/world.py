@@ -422,7 +422,13 @@ class World:
         does: the event validates itself, the id makes a retry harmless."""
         fields = {k: v for k, v in line.items() if k not in ("type", "time", "id")}
         event = from_payload(line["type"], fields)
-        stream = line.get("account") or self.grant_accounts.get(line.get("grant", ""), "void")
+        stream = line.get("account", "void")
+        if line["type"] == "void":
+            # On the grant's stream, as recorded (as `Corrections.void` does): what this
+            # process has learned of the grants may lag the journal (a writer killed
+            # after recording one), and a retry must name the same stream.
+            target = self.journal.get(line["grant"])
+            stream = target.stream if target is not None else "void"
         if line["type"] == "reverse":  # on the stream of the event it takes out
             target = self.journal.get(line["event"])
             stream = target.stream if target is not None else "reversals"
