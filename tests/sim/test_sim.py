@@ -498,3 +498,20 @@ def test_a_void_retried_after_its_writer_was_killed_names_the_grant_s_stream() -
          "fault": "killed-writer", "stop": "committed"},
     ]
     assert run_script(ops, sqlite=True) is None
+
+
+def test_a_group_that_writes_nothing_has_no_commit_to_lose_on_sqlite() -> None:
+    # Found on SQLite with a heavy fault mix (seed 508): a group whose decisions all
+    # recorded nothing (a start with nothing to start), decided ahead of its transaction,
+    # never opens one, so the planned lost commit cannot strike it.
+    grant = {"account": "a", "amount": 100, "expiry": 10_000, "id": "g1", "time": 100,
+             "type": "grant"}
+    usage = {"account": "a", "amount": 1, "id": "c1", "time": 101, "type": "consume"}
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
+        {"step": 2, "actor": "service", "kind": "batch", "time": 101, "lines": [usage],
+         "fault": None},
+        {"step": 3, "actor": "service", "kind": "batch", "time": 101,
+         "lines": [{"id": "s2", "time": 101, "type": "start"}], "fault": "commit-lost"},
+    ]
+    assert run_script(ops, sqlite=True) is None
