@@ -515,3 +515,21 @@ def test_a_group_that_writes_nothing_has_no_commit_to_lose_on_sqlite() -> None:
          "lines": [{"id": "s2", "time": 101, "type": "start"}], "fault": "commit-lost"},
     ]
     assert run_script(ops, sqlite=True) is None
+
+
+def test_a_lost_commit_strikes_the_first_group_that_opens_a_transaction_on_sqlite() -> None:
+    # Found on SQLite with a heavy fault mix (seeds 512, 513): the first group of the
+    # batch recorded nothing and opened no transaction, so the lost commit struck the
+    # second group, which the check did not expect.
+    grant = {"account": "a", "amount": 100, "expiry": 10_000, "id": "g1", "time": 100,
+             "type": "grant"}
+    starts = [{"id": f"s2-{i}", "time": 101, "type": "start"} for i in range(4)]
+    usage = {"account": "a", "amount": 1, "id": "c2-4", "time": 101, "type": "consume"}
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
+        {"step": 2, "actor": "service", "kind": "batch", "time": 101,
+         "lines": [{**usage, "id": "c1"}], "fault": None},
+        {"step": 3, "actor": "service", "kind": "batch", "time": 101,
+         "lines": [*starts, usage], "fault": "commit-lost"},
+    ]
+    assert run_script(ops, sqlite=True) is None

@@ -557,16 +557,16 @@ class World:
                 answers, groups = commit_in_turn(service, batch)
             self._follow(proc, service)
             failed = [i for i, answer in enumerate(answers) if answer is error]
-            group = groups[0]
+            # The commit that fails is the first a group makes. A group whose decisions
+            # all record nothing (refusals, nothing to do), decided ahead of its
+            # transaction on a SQL journal, opens none: the failure strikes the next.
+            recorded_ids = {rec.id for rec in self.learn()[head:]}
+            group = next((g for g in groups
+                          if any(i in failed or lines[i]["id"] in recorded_ids for i in g)),
+                         [])
             # Unreachable: every decision of the group fails. Refused: a group of several
             # is decided again one command at a time, so none fails for the others.
             should_fail = group if fault == "commit-lost" or len(group) == 1 else []
-            ids = {lines[i]["id"] for i in group}
-            if not failed and not any(rec.id in ids for rec in self.learn()[head:]):
-                # The group wrote nothing (each decision refused, or found nothing to
-                # do): decided ahead of its transaction on a SQL journal, it opens none,
-                # so there is no commit to lose.
-                should_fail = []
             if failed != should_fail:
                 problems.append(f"{fault}: the decisions {[lines[i]['id'] for i in failed]} "
                                 f"failed, expected {[lines[i]['id'] for i in should_fail]} "
