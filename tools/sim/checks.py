@@ -37,9 +37,7 @@ from projections.replay import (
 )
 from projections.session import session_of
 from tools.sim import model
-from tools.sim.world import LINEAGE_TYPES, Op, World, timeline_places
-
-NEVER = 2**62
+from tools.sim.world import LINEAGE_TYPES, Op, World, revisable
 
 
 def full_check(world: World) -> list[str]:
@@ -155,16 +153,10 @@ def _told(world: World, by_position: list[Any], reference: model.Model) -> list[
     """Answers given live agree with the final timeline, unless a later arrival landed
     before them on it (a late event may revise an answer: that is what it is for).
     `by_position`: the records in arrival order."""
-    since = timeline_places(by_position)
-    revisable: set[str] = set()
-    earliest_after = (NEVER, 0)
-    for rec in reversed(by_position):
-        if earliest_after < (rec.time, rec.position):
-            revisable.add(rec.id)
-        earliest_after = min(earliest_after, since[rec.id])
+    later_revised = revisable(by_position)
     problems = []
     for eid, said in world.told.items():
-        if eid in revisable or eid not in reference.told or said is None:
+        if eid in later_revised or eid not in reference.told or said is None:
             continue
         if isinstance(said, (bool, int)) and reference.told[eid] != said:
             problems.append(f"event {eid!r}: the caller was told {said!r}, the reference "

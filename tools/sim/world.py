@@ -623,15 +623,7 @@ class World:
         earlier place (a late event, or a reversal reaching back). Asked only when an
         answer differs, so the places are those of the events since `head` alone (a
         reversal's target looked up down its chain)."""
-        fresh = self.learn()[head:]
-        places = timeline_places(fresh, self.journal.get)
-        revised: set[str] = set()
-        earliest_after = (2**62, 0)
-        for rec in reversed(fresh):
-            if earliest_after < (rec.time, rec.position):
-                revised.add(rec.id)
-            earliest_after = min(earliest_after, places[rec.id])
-        return revised
+        return revisable(self.learn()[head:], self.journal.get)
 
     def _follow(self, proc: Process, service: LedgerService) -> None:
         """After a failed commit the service rebuilt its projection (a new session): the
@@ -786,6 +778,21 @@ def timeline_places(records: list[RecordedEvent],
     for rec in records:
         places[rec.id] = place_of(rec)
     return places
+
+
+def revisable(records: list[RecordedEvent],
+              lookup: Callable[[str], RecordedEvent | None] | None = None) -> set[str]:
+    """The ids among `records` (in arrival order) whose outcome a later one of them may
+    have revised: one that changes the timeline from an earlier place (see
+    `timeline_places`, which `lookup` serves)."""
+    places = timeline_places(records, lookup)
+    found: set[str] = set()
+    earliest_after = (2**62, 0)
+    for rec in reversed(records):
+        if earliest_after < (rec.time, rec.position):
+            found.add(rec.id)
+        earliest_after = min(earliest_after, places[rec.id])
+    return found
 
 
 def _file_bytes(lines: list[dict[str, Any]]) -> bytes:
