@@ -8,6 +8,7 @@
 - `migrated_sqlite`: an empty journal file at the schema's head, to copy.
 - `pg_url`: one PostgreSQL schema for the whole test session.
 - `pg_fresh_url`: a new, empty schema for one test.
+- `pg_database_url`: the database itself, for code that makes schemas of its own.
 - `chain_check`: parametrised over "c" and "python": the test runs with the chain check
   in the C accelerator, then in its Python definition.
 
@@ -156,6 +157,13 @@ def pg_url() -> Iterator[str]:
     """A PostgreSQL URL selecting a schema of its own for this test session."""
     with _own_schema() as url:
         yield url
+
+
+@pytest.fixture
+def pg_database_url() -> str:
+    """The PostgreSQL database itself (no schema chosen): for code that makes and drops
+    schemas of its own there."""
+    return _pg_base()
 
 
 @pytest.fixture

@@ -3,6 +3,9 @@ and written out as a file that fails again when replayed."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,87 @@ def test_sqlite_writers_killed_mid_op_leave_nothing_half_written_and_lose_nothin
     again = run(21, 40, sqlite=True, rates=rates, check_every=20)
     assert (again.events, again.digest, again.faults) == (result.events, result.digest,
                                                           result.faults)
+
+
+def _sim_schemas(url: str) -> set[str]:
+    """The schemas this process's simulations made in the database at `url`."""
+    import psycopg
+
+    with psycopg.connect(url.replace("+psycopg", "")) as conn:
+        rows = conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)",
+                            (f"sim_{os.getpid()}_",)).fetchall()
+    return {name for (name,) in rows}
+
+
+@pytest.mark.postgres
+def test_postgres_writers_killed_mid_op_leave_nothing_half_written_and_lose_nothing(
+        pg_database_url: str) -> None:
+    # As on SQLite, with each world in a schema of its own: a writer killed inside its
+    # transaction leaves nothing (PostgreSQL rolls it back when the connection dies).
+    before = _sim_schemas(pg_database_url)
+    rates = Rates(killed_writer=0.08)
+    result = run(21, 40, postgres=pg_database_url, rates=rates, check_every=20, epoch=20)
+    assert result.ok, result.failure and result.failure.problems
+    killed = {kind for kind in result.faults if kind.startswith("killed-writer")}
+    assert killed == {f"killed-writer ({stop})" for stop in STOPS}, result.faults
+    again = run(21, 40, postgres=pg_database_url, rates=rates, check_every=20, epoch=20)
+    assert (again.events, again.digest, again.faults) == (result.events, result.digest,
+                                                          result.faults)
+    assert _sim_schemas(pg_database_url) == before  # each world's schema dropped
+
+
+@pytest.mark.postgres
+@pytest.mark.pure_python  # a bug planted in the fold's source
+def test_a_failing_run_on_postgres_keeps_its_world_and_says_where(
+        pg_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventstore import Journal
+
+    before = _sim_schemas(pg_database_url)
+    BUGS["double release on cancel"](monkeypatch)
+    result = run(3, 500, postgres=pg_database_url, check_every=100, epoch=50)
+    failure = result.failure
+    assert failure is not None and failure.database is not None
+    assert failure.step > 50  # a world before the failing one, and its schema dropped
+    (kept,) = _sim_schemas(pg_database_url) - before  # the failing world's, no other
+    assert kept in failure.database
+    journal = Journal(failure.database)
+    try:
+        assert journal.head() == failure.last_events[-1]["position"]
+        assert journal.verify() is None
+    finally:
+        journal.close()
+        with contextlib.suppress(Exception):
+            import psycopg
+
+            with psycopg.connect(pg_database_url.replace("+psycopg", ""),
+                                 autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{kept}" CASCADE')  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+def test_an_interrupted_postgres_run_leaves_no_schema_behind(
+        pg_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _sim_schemas(pg_database_url)
+
+    def interrupt(world: Any) -> list[str]:
+        raise KeyboardInterrupt
+
+    # (`tools.sim.run` is also the name of the function the package exports.)
+    monkeypatch.setattr(sys.modules["tools.sim.run"], "full_check", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run(5, 30, postgres=pg_database_url, check_every=10)
+    assert _sim_schemas(pg_database_url) == before
+
+
+def test_the_command_line_refuses_a_postgres_url_it_cannot_use(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--postgres", "sqlite:///x.db", "--steps", "3"]) == 2
+    assert "--postgres takes a PostgreSQL URL" in capsys.readouterr().err
+    assert main(["--postgres", "postgresql+psycopg://h/db?options=-csearch_path%3Dx",
+                 "--steps", "3"]) == 2
+    assert "without options" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: one place for the journals, not two
+        main(["--postgres", "postgresql+psycopg://h/db", "--sqlite"])
 
 
 def test_a_seed_and_a_step_count_reproduce_a_run_exactly() -> None:
@@ -376,7 +460,7 @@ def test_a_failure_that_needs_its_faults_is_written_as_ops_that_fail_again(
 
     cli._report_failure(RunResult(9, 2, 0.1, Failure(2, failure.problems, ops, [])),
                         Failure(2, failure.problems, ops, []), tmp_path / "out", 5.0,
-                        cli.EPOCH, False)
+                        cli.EPOCH, {}, "")
     out = capsys.readouterr().out
     assert "the events alone pass" in out
     (ops_file,) = (tmp_path / "out").glob("seed-9-step-2.ops.jsonl")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from tools.sim.run import (
     EPOCH,
@@ -44,16 +46,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--one-process", action="store_true",
                         help="every actor in one process on one projection (faster; no "
                              "clock skew between workers)")
-    parser.add_argument("--sqlite", action="store_true",
-                        help="each world's journal in a SQLite file, with writer processes "
-                             "killed (SIGKILL) in the middle of ops (slower: for bounded runs)")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--sqlite", action="store_true",
+                       help="each world's journal in a SQLite file, with writer processes "
+                            "killed (SIGKILL) in the middle of ops (slower: for bounded runs)")
+    store.add_argument("--postgres", metavar="URL",
+                       help="each world's journal in a schema of its own in this PostgreSQL "
+                            "database (postgresql+psycopg://...), with writer processes "
+                            "killed as with --sqlite; a failing world's schema stays")
     parser.add_argument("--keep-going", action="store_true",
                         help="after a failing seed, write its reproduction and go on with "
                              "the next (a hunt over many seeds); exit 1 if any failed")
     parser.add_argument("--replay", type=Path, metavar="FILE",
                         help="perform a reproduction file line by line instead (events, "
                              "or the ops a failure that needs its faults wrote; with --sqlite "
-                             "on a SQLite file)")
+                             "or --postgres on that database)")
     return parser
 
 
@@ -61,8 +68,34 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _store(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """Where the journals go, as keyword arguments of `run` and its kin, and as the
+    options that say so on a command line."""
+    if args.postgres is not None:
+        return {"postgres": args.postgres}, f" --postgres {shlex.quote(args.postgres)}"
+    if args.sqlite:
+        return {"sqlite": True}, " --sqlite"
+    return {}, ""
+
+
+def _postgres_problem(url: str) -> str | None:
+    """Why `--postgres URL` cannot hold the run's journals, or None."""
+    from tools.bench.storage import pg_version
+
+    if not url.startswith("postgresql"):
+        return (f"--postgres takes a PostgreSQL URL (postgresql+psycopg://USER@HOST:PORT/"
+                f"DATABASE), got {url!r}")
+    if "options=" in url:
+        return (f"--postgres takes the database's URL without options (each world sets "
+                f"its own search_path), got {url!r}")
+    if pg_version(url) is None:
+        return f"PostgreSQL at {url!r} does not answer (waited 5 s)"
+    return None
+
+
 def _report_failure(result: RunResult, failure: Failure, out: Path,
-                    shrink_seconds: float, epoch: int, sqlite: bool) -> None:
+                    shrink_seconds: float, epoch: int, store: dict[str, Any],
+                    flag: str) -> None:
     _say(f"FAILED: seed {result.seed}, step {failure.step} of {result.steps}")
     for problem in failure.problems[:10]:
         _say(f"  {problem}")
@@ -72,19 +105,18 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
     _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}"
          + (f" --epoch {epoch}" if epoch != EPOCH else "")
          + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else "")
-         + (" --sqlite" if sqlite else ""))
+         + flag)
     if failure.database is not None:
         _say(f"the failing world's journal: {failure.database}")
-    smallest = shrink(failure.ops, budget_seconds=shrink_seconds, sqlite=sqlite)
-    again = run_script(smallest, sqlite=sqlite)
+    smallest = shrink(failure.ops, budget_seconds=shrink_seconds, **store)
+    again = run_script(smallest, **store)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"seed-{result.seed}-step-{failure.step}.jsonl"
     write_reproduction(path, reproduction_lines(smallest))
     _say(f"shrunk to {len(smallest)} of {len(failure.ops)} ops"
          + (f": {again.problems[0]}" if again is not None else " (no longer failing!)"))
-    replayed = replay_file(path, sqlite=sqlite)
+    replayed = replay_file(path, **store)
     _say(f"wrote {path} ({sum(1 for _ in path.open())} lines)")
-    flag = " --sqlite" if sqlite else ""
     if replayed is not None or again is None:
         _say(f"replay it: python -m tools.sim --replay {path}{flag}"
              + ("" if replayed is not None else "  (it no longer fails: replay the seed)"))
@@ -95,7 +127,7 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
     _say(f"the events alone pass (the failure needs the run's faults); wrote the ops with "
          f"their faults to {ops_path} ({len(smallest)} lines)")
     _say(f"replay it: python -m tools.sim --replay {ops_path}{flag}"
-         + ("" if replay_file(ops_path, sqlite=sqlite) is not None else
+         + ("" if replay_file(ops_path, **store) is not None else
             "  (it no longer fails: replay the seed)"))
 
 
@@ -106,9 +138,14 @@ def _rate(steps: int, seconds: float, cpu: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    store, flag = _store(args)
+    problem = None if args.postgres is None else _postgres_problem(args.postgres)
+    if problem is not None:
+        print(f"tools.sim: error: {problem}", file=sys.stderr)
+        return 2
     if args.replay is not None:
         try:
-            failure = replay_file(args.replay, sqlite=args.sqlite)
+            failure = replay_file(args.replay, **store)
         except (OSError, ValueError) as exc:
             print(f"tools.sim: error: {exc}", file=sys.stderr)
             return 2
@@ -128,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[int] = []
     for seed in range(args.seed, args.seed + args.seeds):
         result = run(seed, args.steps, check_every=args.check_every,
-                     one_process=args.one_process, epoch=args.epoch, sqlite=args.sqlite)
+                     one_process=args.one_process, epoch=args.epoch, **store)
         total_steps += result.steps
         total_seconds += result.seconds
         total_cpu += result.cpu_seconds
@@ -138,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
              f"); faults: {faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
         if result.failure is not None:
             _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch,
-                            args.sqlite)
+                            store, flag)
             if not args.keep_going:
                 return 1
             failed.append(seed)

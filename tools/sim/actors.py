@@ -102,7 +102,7 @@ class Director:
     content_ids: bool = False  # lines without an id are known by their own content
     reversals: bool = False  # the fold takes reversed events out
     reversible: list[str] = field(default_factory=list)  # recent usage, grants, corrections
-    killed_writers: bool = False  # a SQLite world: writers in processes of their own die
+    killed_writers: bool = False  # on a database: writers in processes of their own die
     _suffix: str = ""  # of the ids of the lines of one batch op
 
     def __post_init__(self) -> None:

@@ -1,4 +1,5 @@
-"""A writer killed with SIGKILL in the middle of an op: a real process, on SQLite.
+"""A writer killed with SIGKILL in the middle of an op: a real process, on SQLite or
+PostgreSQL.
 
 `kill_a_writer(world, op, proc)` starts `python -m tools.sim.writer URL` on the world's
 journal, hands it the op and waits until the writer says it reached the op's `stop`
@@ -47,7 +48,8 @@ def kill_a_writer(world: World, op: Op, proc: Process) -> tuple[list[str], list[
     """Run `op` in a writer process killed at `op["stop"]`; (problems, events it left)."""
     journal = world.journal
     if journal.url is None:
-        raise ValueError("a killed writer needs a journal other processes can open (SQLite)")
+        raise ValueError("a killed writer needs a journal other processes can open (SQLite, "
+                         "PostgreSQL)")
     stop = op["stop"]
     what = f"{_name(op)}: a writer killed {_WHEN[stop]}"
     head = journal.head()

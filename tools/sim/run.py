@@ -45,7 +45,7 @@ class Failure:
     problems: list[str]
     ops: list[Op]
     last_events: list[dict[str, Any]]
-    database: str | None = None  # on SQLite: the failing world's file, kept
+    database: str | None = None  # on SQLite or PostgreSQL: the failing world's, kept
 
 
 @dataclass
@@ -141,7 +141,8 @@ EPOCH = 5000
 
 
 def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None = None,
-        one_process: bool = False, epoch: int = EPOCH, sqlite: bool = False) -> RunResult:
+        one_process: bool = False, epoch: int = EPOCH, sqlite: bool = False,
+        postgres: str | None = None) -> RunResult:
     """A seeded run of `steps` ops; stops at the first problem, so `run(seed,
     failure.step)` (same options) fails again at its last step.
 
@@ -155,13 +156,15 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
 
     `sqlite`: each world's journal is a SQLite file, and now and then a writer in a
     process of its own is killed with SIGKILL in the middle of an op
-    (`tools.sim.killed`); slower, so for bounded runs.
+    (`tools.sim.killed`); slower, so for bounded runs. `postgres` (a database's URL): the
+    same with each world's journal in a schema of its own there, every append a
+    transaction of the PostgreSQL backend (locks, the service's batches decided ahead).
     """
     if epoch < 1:
         raise ValueError(f"epoch must be at least 1 op, got {epoch}")
     director = Director(seed, rates or Rates())
-    director.killed_writers = sqlite
-    journals = Journals(sqlite=sqlite)
+    journals = Journals(sqlite=sqlite, postgres=postgres)
+    director.killed_writers = sqlite or postgres is not None
     faults: dict[str, int] = {}
     began, cpu = _time.perf_counter(), _time.process_time()
     done = events = 0
@@ -197,6 +200,9 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
                         op["actor"] = "all"
             done += performed
             events += world.journal.head()
+    except BaseException:
+        journals.close()  # an interrupted run leaves no file or schema behind
+        raise
     finally:
         if collecting:
             gc.enable()
@@ -231,12 +237,12 @@ def _observer(director: Director, world: World,
 
 
 def run_script(ops: list[Op], *, check_every: int | None = None,
-               sqlite: bool = False) -> Failure | None:
+               sqlite: bool = False, postgres: str | None = None) -> Failure | None:
     """Perform a fixed list of ops (each carrying its actor's clock skew) in a new world
-    (`sqlite`: on a SQLite file, where a killed-writer op kills a real writer; in memory
-    such an op is performed as a plain one)."""
+    (`sqlite`, `postgres`: on a SQLite file or a PostgreSQL schema, where a killed-writer
+    op kills a real writer; in memory such an op is performed as a plain one)."""
     skews = {op["actor"]: op.get("skew", 0) for op in ops}
-    journals = Journals(sqlite=sqlite)
+    journals = Journals(sqlite=sqlite, postgres=postgres)
     world = new_world(journals.new(), skews=skews)
     every = check_every or (1 if len(ops) <= SMALL else 1000)
     try:
@@ -248,10 +254,11 @@ def run_script(ops: list[Op], *, check_every: int | None = None,
 
 def shrink(ops: list[Op], *, budget_seconds: float = 60.0,
            still_fails: Callable[[list[Op]], bool] | None = None,
-           sqlite: bool = False) -> list[Op]:
+           sqlite: bool = False, postgres: str | None = None) -> list[Op]:
     """The fewest ops (found within the budget) that still fail: delta debugging, taking
     out ever smaller chunks while the rest still fails."""
-    fails = still_fails or (lambda candidate: run_script(candidate, sqlite=sqlite) is not None)
+    fails = still_fails or (lambda candidate: run_script(candidate, sqlite=sqlite,
+                                                         postgres=postgres) is not None)
     deadline = _time.monotonic() + budget_seconds
     chunks = 2
     while len(ops) >= 2 and _time.monotonic() < deadline:
@@ -368,7 +375,9 @@ def file_ops(text: str) -> list[Op]:
     return ops
 
 
-def replay_file(path: Path, *, sqlite: bool = False) -> Failure | None:
+def replay_file(path: Path, *, sqlite: bool = False, postgres: str | None = None
+                ) -> Failure | None:
     """Perform a reproduction file line by line with every check after each line
-    (`sqlite`: on a SQLite file, where a killed-writer op kills a real writer)."""
-    return run_script(file_ops(path.read_text()), check_every=1, sqlite=sqlite)
+    (`sqlite`, `postgres`: as `run_script`)."""
+    return run_script(file_ops(path.read_text()), check_every=1, sqlite=sqlite,
+                      postgres=postgres)

@@ -1,13 +1,14 @@
 """A writer in a process of its own, to be killed: `python -m tools.sim.writer URL`.
 
 The simulator's killed-writer fault (`tools.sim.killed`) starts this process on the
-world's SQLite journal and sends it one op as a JSON line on stdin:
+world's journal (SQLite or PostgreSQL) and sends it one op as a JSON line on stdin:
 ``{"op": {...}, "skew": S}`` (an op as in `tools.sim.world`, with its `stop`). The writer
 performs the op through the same facades as the simulator's own processes, on its own
 connection and its own projection, as far as the stop:
 
 - ``deciding``: inside a write transaction (on SQLite, `BEGIN IMMEDIATE`: the file's one
-  write lock), before anything is appended;
+  write lock; on PostgreSQL, the transaction's advisory locks), before anything is
+  appended;
 - ``appended``: the op's events appended inside that transaction, not committed;
 - ``committed``: the op committed (its own transaction), its answer not sent.
 
@@ -29,7 +30,8 @@ from projections import LedgerError
 from tools.sim.world import Op, World
 
 WRITER_LOCK = "sim:killed-writer"
-"""The lock key of the writer's own transaction (SQLite takes its one write lock)."""
+"""The lock key of the writer's own transaction (SQLite takes its one write lock,
+PostgreSQL this key's advisory lock)."""
 
 
 def _attempt(call: Callable[[], Any]) -> None:
