@@ -61,14 +61,19 @@ def test_sqlite_writers_killed_mid_op_leave_nothing_half_written_and_lose_nothin
                                                           result.faults)
 
 
-def _sim_schemas(url: str) -> set[str]:
-    """The schemas this process's simulations made in the database at `url`."""
+def _all_sim_schemas(url: str) -> set[str]:
+    """The schemas simulations made in the database at `url`."""
     import psycopg
 
     with psycopg.connect(url.replace("+psycopg", "")) as conn:
-        rows = conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)",
-                            (f"sim_{os.getpid()}_",)).fetchall()
+        rows = conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, "
+                            "'sim_')").fetchall()
     return {name for (name,) in rows}
+
+
+def _sim_schemas(url: str) -> set[str]:
+    """The schemas this process's simulations made in the database at `url`."""
+    return {n for n in _all_sim_schemas(url) if n.startswith(f"sim_{os.getpid()}_")}
 
 
 @pytest.mark.postgres
@@ -129,6 +134,29 @@ def test_an_interrupted_postgres_run_leaves_no_schema_behind(
     with pytest.raises(KeyboardInterrupt):
         run(5, 30, postgres=pg_database_url, check_every=10)
     assert _sim_schemas(pg_database_url) == before
+
+
+@pytest.mark.postgres
+def test_a_run_stopped_with_sigterm_drops_its_schemas(pg_database_url: str) -> None:
+    import signal
+    import subprocess
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tools.sim", "--postgres", pg_database_url, "--steps",
+         "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        mine = f"sim_{child.pid}_"
+        deadline = time.monotonic() + 60
+        while not any(n.startswith(mine) for n in _all_sim_schemas(pg_database_url)):
+            assert time.monotonic() < deadline, "the run made no schema within 60 s"
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the ops
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(60) == 128 + signal.SIGTERM
+    finally:
+        child.kill()
+    assert not any(n.startswith(mine) for n in _all_sim_schemas(pg_database_url))
 
 
 def test_the_command_line_refuses_a_postgres_url_it_cannot_use(

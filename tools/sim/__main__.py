@@ -7,9 +7,13 @@ Exit status 0 when every run passed, 1 when one failed (its reproduction is writ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +140,29 @@ def _rate(steps: int, seconds: float, cpu: float) -> str:
             f"{steps / max(cpu, 1e-9):,.0f} per CPU second")
 
 
+@contextlib.contextmanager
+def _ended_by_sigterm_as_by_ctrl_c() -> Iterator[None]:
+    """SIGTERM (`kill`) raises SystemExit in the run, as Ctrl-C raises KeyboardInterrupt:
+    either way the run removes the files or schemas of its worlds before it ends."""
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler
+        return
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with _ended_by_sigterm_as_by_ctrl_c():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     store, flag = _store(args)
     problem = None if args.postgres is None else _postgres_problem(args.postgres)
