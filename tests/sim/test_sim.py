@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +125,27 @@ def test_a_failing_run_on_postgres_keeps_its_world_and_says_where(
 
 
 @pytest.mark.postgres
+def test_a_postgres_run_gives_back_every_connection_its_services_kept(
+        pg_database_url: str) -> None:
+    # Each world's service commits on a thread that keeps one of the journal's
+    # connections; a world that ended, or a process restarted, stops it. (Left running,
+    # they held a connection each until a long hunt found PostgreSQL's slots all taken.)
+    import threading
+
+    def committers() -> int:
+        return sum(t.name == "group-commit-write" for t in threading.enumerate())
+
+    before = committers()
+    rates = Rates(ops=tuple((kind, 0.3 if kind == "batch" else share)
+                            for kind, share in Rates().ops), restart=0.02)
+    result = run(8, 300, postgres=pg_database_url, rates=rates, epoch=100,
+                 check_every=100)
+    assert result.ok, result.failure and result.failure.problems
+    assert result.faults.get("restart", 0) > 0, result.faults
+    assert committers() == before
+
+
+@pytest.mark.postgres
 def test_an_interrupted_postgres_run_leaves_no_schema_behind(
         pg_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     before = _sim_schemas(pg_database_url)
@@ -137,11 +161,11 @@ def test_an_interrupted_postgres_run_leaves_no_schema_behind(
 
 
 @pytest.mark.postgres
-def test_a_run_stopped_with_sigterm_drops_its_schemas(pg_database_url: str) -> None:
-    import signal
-    import subprocess
-    import time
-
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_run_stopped_by_a_signal_stops_between_ops_and_drops_its_schemas(
+        pg_database_url: str, signum: int) -> None:
+    # Between ops: a signal in the middle of one would cut a transaction, a batch or a
+    # writer process in half, whose locks would then hold up the schema's removal.
     child = subprocess.Popen(
         [sys.executable, "-m", "tools.sim", "--postgres", pg_database_url, "--steps",
          "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -152,11 +176,14 @@ def test_a_run_stopped_with_sigterm_drops_its_schemas(pg_database_url: str) -> N
             assert time.monotonic() < deadline, "the run made no schema within 60 s"
             time.sleep(0.2)
         time.sleep(1.0)  # into the ops
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(60) == 128 + signal.SIGTERM
+        child.send_signal(signum)
+        assert child.wait(60) == 128 + signum
     finally:
         child.kill()
     assert not any(n.startswith(mine) for n in _all_sim_schemas(pg_database_url))
+    assert child.stderr is not None
+    said = child.stderr.read().decode()
+    assert "stopping before the next op" in said and "the run's worlds were removed" in said
 
 
 def test_the_command_line_refuses_a_postgres_url_it_cannot_use(

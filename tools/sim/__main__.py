@@ -21,8 +21,10 @@ from tools.sim.run import (
     EPOCH,
     Failure,
     RunResult,
+    Stopped,
     replay_file,
     reproduction_lines,
+    request_stop,
     run,
     run_script,
     shrink,
@@ -140,26 +142,44 @@ def _rate(steps: int, seconds: float, cpu: float) -> str:
             f"{steps / max(cpu, 1e-9):,.0f} per CPU second")
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
-def _ended_by_sigterm_as_by_ctrl_c() -> Iterator[None]:
-    """SIGTERM (`kill`) raises SystemExit in the run, as Ctrl-C raises KeyboardInterrupt:
-    either way the run removes the files or schemas of its worlds before it ends."""
-    def terminated(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+def _stopping_between_ops(received: list[int]) -> Iterator[None]:
+    """SIGTERM (`kill`) or Ctrl-C stops the run before its next op, so that no
+    transaction, writer process or batch is cut in half and the run removes its worlds'
+    files or schemas as it ends (`received` gets the signal). A second one stops at once
+    (KeyboardInterrupt), which may leave them."""
+    def stopping(signum: int, frame: object) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+        request_stop()
+        print(f"tools.sim: {signal.Signals(signum).name}: stopping before the next op "
+              "(once more to stop at once)", file=sys.stderr, flush=True)
 
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set a handler
         return
-    before = signal.signal(signal.SIGTERM, terminated)
+    request_stop(False)
+    before = {signum: signal.signal(signum, stopping) for signum in _SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+        for signum, handler in before.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        request_stop(False)
 
 
 def main(argv: list[str] | None = None) -> int:
-    with _ended_by_sigterm_as_by_ctrl_c():
-        return _main(argv)
+    received: list[int] = []
+    with _stopping_between_ops(received):
+        try:
+            return _main(argv)
+        except Stopped as stopped:
+            print(f"tools.sim: {stopped}; the run's worlds were removed", file=sys.stderr)
+            return 128 + received[0] if received else 1
 
 
 def _main(argv: list[str] | None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import time as _time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,23 @@ folded about N / (2 K) journals); spaced so, their work stays within about GROWT
 folds of the final journal, whatever the world's length. Sixteen keeps the default
 schedule (K = 1000 in worlds of 5,000 ops) and every test's (K = 100 within 1,500 ops)
 exactly as it was: the interval grows only past 16 K ops into a world."""
+
+
+class Stopped(Exception):
+    """The run was asked to stop (`request_stop`, on a signal), and stopped between two
+    ops: no transaction, writer process or batch was left half done."""
+
+
+_stop_requested = threading.Event()
+
+
+def request_stop(wanted: bool = True) -> None:
+    """Ask every run of this process to stop before its next op (`Stopped`); False:
+    take the request back (a new command line)."""
+    if wanted:
+        _stop_requested.set()
+    else:
+        _stop_requested.clear()
 
 
 @dataclass
@@ -93,6 +111,8 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
     checked = 0  # ops performed when the whole journal was last checked
     due = check_every  # ops performed when the next whole-journal check comes
     for op in ops:
+        if _stop_requested.is_set():
+            raise Stopped(f"stopped before op {len(done) + 1}")
         done.append(op)
         try:
             problems = world.execute(op)
@@ -180,6 +200,7 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
             length = min(epoch, steps - done)
             director.new_world()
             if done:
+                world.close()
                 world = new_world()  # the last world goes before the next is made
                 gc.collect(0)  # nothing survived a collection since the pause: all young
             # One process has one clock: no skew. Several have their own, skewed.
@@ -201,13 +222,15 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
             done += performed
             events += world.journal.head()
     except BaseException:
-        journals.close()  # an interrupted run leaves no file or schema behind
+        world.close()
+        journals.close()  # a stopped or interrupted run leaves no file or schema behind
         raise
     finally:
         if collecting:
             gc.enable()
     seconds, cpu = _time.perf_counter() - began, _time.process_time() - cpu
     digest = world.digest if failure is None else fold_canonical(world.journal).digest()
+    world.close()
     kept = journals.close(keep_last=failure is not None)
     if failure is not None:
         failure.database = kept
@@ -248,6 +271,7 @@ def run_script(ops: list[Op], *, check_every: int | None = None,
     try:
         _, failure = perform(world, (dict(op) for op in ops), check_every=every)
     finally:
+        world.close()
         journals.close()
     return failure
 

@@ -71,6 +71,14 @@ keep what separate processes exercise: catching up with the others' decisions an
 events re-projected in a projection that did not record them."""
 
 
+def _stop_service(proc: Process) -> None:
+    """Stop the process's service's writer, if it has one (between ops nothing is in
+    flight): its committer thread ends and gives its connection back."""
+    service, proc.service = proc.service, None
+    if service is not None:
+        service.writer.stop()
+
+
 class SimulatedCrash(RuntimeError):
     """The process died at this point (raised by an armed journal)."""
 
@@ -240,10 +248,17 @@ class World:
 
     def restart(self, proc: Process) -> None:
         """The process dies and starts again: its projections are rebuilt from the journal."""
+        _stop_service(proc)
         proc.scheduler = None
         proc.trackers = {}
         proc.service = None
         proc.checked = {}
+
+    def close(self) -> None:
+        """The world ends: stop its services' committer threads, which each keep one of
+        the journal's connections (a closed journal cannot take back one checked out)."""
+        for proc in self.processes.values():
+            _stop_service(proc)
 
     def sessions(self) -> list[tuple[str, Any]]:
         """Every live projection (a facade, or the service's session), named by its
