@@ -3,7 +3,6 @@ and written out as a file that fails again when replayed."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -68,7 +67,9 @@ def _all_sim_schemas(url: str) -> set[str]:
     """The schemas simulations made in the database at `url`."""
     import psycopg
 
-    with psycopg.connect(url.replace("+psycopg", "")) as conn:
+    from tools.bench.storage import libpq_dsn
+
+    with psycopg.connect(libpq_dsn(url)) as conn:
         rows = conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, "
                             "'sim_')").fetchall()
     return {name for (name,) in rows}
@@ -101,6 +102,7 @@ def test_postgres_writers_killed_mid_op_leave_nothing_half_written_and_lose_noth
 def test_a_failing_run_on_postgres_keeps_its_world_and_says_where(
         pg_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from eventstore import Journal
+    from tools.bench.storage import drop_schema
 
     before = _sim_schemas(pg_database_url)
     BUGS["double release on cancel"](monkeypatch)
@@ -116,12 +118,7 @@ def test_a_failing_run_on_postgres_keeps_its_world_and_says_where(
         assert journal.verify() is None
     finally:
         journal.close()
-        with contextlib.suppress(Exception):
-            import psycopg
-
-            with psycopg.connect(pg_database_url.replace("+psycopg", ""),
-                                 autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{kept}" CASCADE')  # type: ignore[arg-type]
+        drop_schema(pg_database_url, kept)
 
 
 @pytest.mark.postgres

@@ -251,7 +251,6 @@ class World:
         _stop_service(proc)
         proc.scheduler = None
         proc.trackers = {}
-        proc.service = None
         proc.checked = {}
 
     def close(self) -> None:
