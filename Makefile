@@ -63,11 +63,11 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m tools.bench.service $(if $(QUICK),--quick,)
 
 # The simulator: SEED (default 1), SEEDS seeds from it (default 5), STEPS ops each
-# (default 20000); SIMFLAGS more options (SIMFLAGS="--postgres URL": each world in a
-# schema of its own there). A failure is shrunk and written to sim-failures/ with the
-# command to replay it.
+# (default 20000), JOBS seeds at once in processes of their own (default 1); SIMFLAGS
+# more options (SIMFLAGS="--postgres URL": each world in a schema of its own there). A
+# failure is shrunk and written to sim-failures/ with the command to replay it.
 sim: $(STAMP)
-	$(BIN)/python -m tools.sim --seed $(or $(SEED),1) --seeds $(or $(SEEDS),5) --steps $(or $(STEPS),20000) $(SIMFLAGS)
+	$(BIN)/python -m tools.sim --seed $(or $(SEED),1) --seeds $(or $(SEEDS),5) --steps $(or $(STEPS),20000) --jobs $(or $(JOBS),1) $(SIMFLAGS)
 
 # Simulated steps per second (tools.sim on the memory journal), with and without its
 # checks, 2 runs each (the median): the figures in docs/benchmarks.md, "Simulator".

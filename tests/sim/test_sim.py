@@ -158,19 +158,26 @@ def test_an_interrupted_postgres_run_leaves_no_schema_behind(
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("jobs", [1, 2], ids=["alone", "in two jobs"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_run_stopped_by_a_signal_stops_between_ops_and_drops_its_schemas(
-        pg_database_url: str, signum: int) -> None:
+        pg_database_url: str, signum: int, jobs: int) -> None:
     # Between ops: a signal in the middle of one would cut a transaction, a batch or a
     # writer process in half, whose locks would then hold up the schema's removal.
     child = subprocess.Popen(
         [sys.executable, "-m", "tools.sim", "--postgres", pg_database_url, "--steps",
-         "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "100000", "--seeds", str(jobs), "--jobs", str(jobs)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        mine = f"sim_{child.pid}_"
         deadline = time.monotonic() + 60
-        while not any(n.startswith(mine) for n in _all_sim_schemas(pg_database_url)):
-            assert time.monotonic() < deadline, "the run made no schema within 60 s"
+        while True:  # each job (or the run alone) makes a schema named by its process
+            runners = [child.pid] if jobs == 1 else [int(p) for p in Path(
+                f"/proc/{child.pid}/task/{child.pid}/children").read_text().split()]
+            mine = tuple(f"sim_{pid}_" for pid in runners)
+            made = {n for n in _all_sim_schemas(pg_database_url) if n.startswith(mine)}
+            if len(made) >= jobs:
+                break
+            assert time.monotonic() < deadline, f"{jobs} schema(s) not made within 60 s"
             time.sleep(0.2)
         time.sleep(1.0)  # into the ops
         child.send_signal(signum)

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tools.sim.parallel import SeedDone, run_seeds
 from tools.sim.run import (
     EPOCH,
     Failure,
@@ -60,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="each world's journal in a schema of its own in this PostgreSQL "
                             "database (postgresql+psycopg://...), with writer processes "
                             "killed as with --sqlite; a failing world's schema stays")
+    parser.add_argument("--jobs", type=int, default=1, metavar="J",
+                        help="run J seeds at once, each in a process of its own (default "
+                             "1); each seed's run is the one it makes alone")
     parser.add_argument("--keep-going", action="store_true",
                         help="after a failing seed, write its reproduction and go on with "
                              "the next (a hunt over many seeds); exit 1 if any failed")
@@ -190,6 +196,10 @@ def _main(argv: list[str] | None) -> int:
         print(f"tools.sim: error: {problem}", file=sys.stderr)
         return 2
     if args.replay is not None:
+        if args.jobs != 1:
+            print(f"tools.sim: error: --jobs {args.jobs} runs seeds, --replay performs one "
+                  "file: give one of them", file=sys.stderr)
+            return 2
         try:
             failure = replay_file(args.replay, **store)
         except (OSError, ValueError) as exc:
@@ -202,37 +212,61 @@ def _main(argv: list[str] | None) -> int:
         for problem in failure.problems[:10]:
             _say(f"  {problem}")
         return 1
-    if args.steps < 0 or min(args.seeds, args.check_every, args.epoch) < 1:
-        print("tools.sim: error: --steps must be >= 0; --seeds, --check-every and --epoch "
-              ">= 1", file=sys.stderr)
+    if args.steps < 0 or min(args.seeds, args.check_every, args.epoch, args.jobs) < 1:
+        print("tools.sim: error: --steps must be >= 0; --seeds, --check-every, --epoch and "
+              "--jobs >= 1", file=sys.stderr)
         return 2
-    total_steps = 0
-    total_seconds = total_cpu = 0.0
-    failed: list[int] = []
-    for seed in range(args.seed, args.seed + args.seeds):
+    seeds = range(args.seed, args.seed + args.seeds)
+
+    def one_seed(seed: int, live: bool = False) -> SeedDone:
+        """A seed's run, and what it printed (its line; a failure's report), or with
+        `live` printed it as it went (a shrink takes a while)."""
         result = run(seed, args.steps, check_every=args.check_every,
                      one_process=args.one_process, epoch=args.epoch, **store)
-        total_steps += result.steps
-        total_seconds += result.seconds
-        total_cpu += result.cpu_seconds
         faults = ", ".join(f"{n} {k}" for k, n in sorted(result.faults.items()))
-        _say(f"seed {seed}: {result.steps} steps, {result.events} events in "
-             f"{result.seconds:.2f} s ({_rate(result.steps, result.seconds, result.cpu_seconds)}"
-             f"); faults: {faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
-        if result.failure is not None:
-            _report_failure(result, result.failure, args.out, args.shrink_seconds, args.epoch,
-                            store, flag)
-            if not args.keep_going:
-                return 1
-            failed.append(seed)
+        said = io.StringIO()
+        with contextlib.nullcontext() if live else contextlib.redirect_stdout(said):
+            _say(f"seed {seed}: {result.steps} steps, {result.events} events in "
+                 f"{result.seconds:.2f} s ("
+                 f"{_rate(result.steps, result.seconds, result.cpu_seconds)}); faults: "
+                 f"{faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
+            if result.failure is not None:
+                _report_failure(result, result.failure, args.out, args.shrink_seconds,
+                                args.epoch, store, flag)
+        return SeedDone(seed, result.steps, result.seconds, result.cpu_seconds, result.ok,
+                        said.getvalue())
+
+    began = time.perf_counter()
+    done: Iterable[SeedDone]
+    jobs = min(args.jobs, args.seeds)
+    if jobs > 1:
+        done = run_seeds(seeds, jobs, one_seed, stop_at_failure=not args.keep_going)
+    else:
+        done = (one_seed(seed, live=True) for seed in seeds)
+    total_steps = 0
+    total_cpu = 0.0
+    failed: list[int] = []
+    for seed_done in done:
+        sys.stdout.write(seed_done.text)
+        sys.stdout.flush()
+        total_steps += seed_done.steps
+        total_cpu += seed_done.cpu_seconds
+        if not seed_done.ok:
+            failed.append(seed_done.seed)
+            if not args.keep_going and jobs == 1:
+                return 1  # (with jobs, the others stop between ops; what ends is said)
+    wall = time.perf_counter() - began
+    where = f" in {jobs} processes" if jobs > 1 else ""
     if failed:
+        if not args.keep_going:
+            return 1
         _say(f"{len(failed)} of {args.seeds} seeds failed: "
-             f"{', '.join(str(seed) for seed in failed)} ({total_steps} steps in "
-             f"{total_seconds:.2f} s)")
+             f"{', '.join(str(seed) for seed in sorted(failed))} ({total_steps} steps in "
+             f"{wall:.2f} s{where})")
         return 1
     if args.seeds > 1:
-        _say(f"all {args.seeds} seeds passed: {total_steps} steps in {total_seconds:.2f} s "
-             f"({_rate(total_steps, total_seconds, total_cpu)})")
+        _say(f"all {args.seeds} seeds passed: {total_steps} steps in {wall:.2f} s{where} "
+             f"({_rate(total_steps, wall, total_cpu)})")
     return 0
 
 

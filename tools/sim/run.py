@@ -55,6 +55,11 @@ def request_stop(wanted: bool = True) -> None:
         _stop_requested.clear()
 
 
+def stop_requested() -> bool:
+    """Whether `request_stop` asked this process's runs to stop."""
+    return _stop_requested.is_set()
+
+
 @dataclass
 class Failure:
     """Where a run went wrong: the op, its problems, and the ops performed up to it."""
