@@ -143,3 +143,22 @@ def test_a_ctrl_c_stops_every_job_between_ops_once(tmp_path: Path) -> None:
     assert "the run's worlds were removed" in said
     assert not re.search(rb"^seed \d+: ", out, re.M)  # no seed ran to its end
     assert not any(Path(f"/proc/{pid}").exists() for pid in jobs)
+
+
+def test_a_seed_whose_run_raises_fails_with_the_traceback_and_the_others_go_on(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.sim import __main__ as cli
+
+    def run_seed(seed: int, steps: int, **_: Any) -> RunResult:
+        if seed == 4:
+            raise RuntimeError("the simulator's own fault")
+        return RunResult(seed, steps, 0.1, cpu_seconds=0.1)
+
+    monkeypatch.setattr(cli, "run", run_seed)
+    assert main(["--seed", "3", "--seeds", "4", "--steps", "10", "--jobs", "2",
+                 "--keep-going"]) == 1
+    out = capsys.readouterr().out
+    assert "seed 4: FAILED: the simulator raised\nTraceback" in out
+    assert "RuntimeError: the simulator's own fault" in out
+    assert all(f"seed {seed}: 10 steps" in out for seed in (3, 5, 6))
+    assert "1 of 4 seeds failed: 4 (" in out
