@@ -676,3 +676,23 @@ def test_a_lost_commit_strikes_the_first_group_that_opens_a_transaction_on_sqlit
          "lines": [*starts, usage], "fault": "commit-lost"},
     ]
     assert run_script(ops, sqlite=True) is None
+
+
+@pytest.mark.parametrize("fault", ["commit-fails", "commit-lost"])
+@pytest.mark.parametrize("sqlite", [False, True], ids=["memory", "sqlite"])
+def test_a_failed_commit_is_judged_on_the_group_it_struck(fault: str, sqlite: bool) -> None:
+    # Found on the memory journal (seed 11034, step 8212): a first group that records
+    # nothing (refusals, starts with nothing to start) opens a transaction there, and the
+    # refused commit struck it, with nothing to lose; the check took the next group, the
+    # one that recorded something, for the one struck. On SQLite the first group is
+    # decided ahead and opens none: the failure strikes the grant's.
+    lines = [{"id": "c1", "job": "j7622", "time": 12421, "type": "cancel"},
+             {"id": "s2", "time": 12421, "type": "start"},
+             {"id": "c3", "job": "j6599", "success": True, "time": 12421,
+              "type": "complete"},
+             {"id": "s4", "time": 12421, "type": "start"},
+             {"account": "new", "amount": 66, "expiry": 12431, "id": "g5", "pool": "h100",
+              "time": 12426, "type": "grant"}]
+    ops: list[dict[str, Any]] = [{"step": 1, "actor": "service", "kind": "batch",
+                                  "time": 12421, "lines": lines, "fault": fault}]
+    assert run_script(ops, sqlite=sqlite) is None

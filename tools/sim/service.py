@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from eventstore import ConnectionProblem, JournalLike
@@ -79,17 +80,33 @@ def command_of(line: dict[str, Any]) -> Command:
     raise ValueError(f"the simulated service cannot perform a {kind!r} line")
 
 
-def commit_in_turn(service: LedgerService,
-                   batch: Sequence[Command]) -> tuple[list[Any], list[list[int]]]:
+@dataclass
+class Strike:
+    """Which group a planned commit failure struck, as `failing_commit` saw it."""
+
+    groups: int = 0  # groups formed so far
+    group: int | None = None  # the one whose commit failed (None: none opened one to fail)
+
+
+def commit_in_turn(service: LedgerService, batch: Sequence[Command],
+                   strike: Strike | None = None) -> tuple[list[Any], list[list[int]]]:
     """Queue `batch` for the service's writer and commit it as the writer's loop would,
     batch after batch, until every command is answered: (each command's answer, or the
-    exception it got; the groups committed together, as indexes into `batch`)."""
+    exception it got; the groups committed together, as indexes into `batch`). `strike`:
+    the `failing_commit` in force, told as each group is formed."""
     quiet = _LOG.disabled
     # A failed batch is logged as a warning for the operator; here it is a planned
     # fault, and the simulator reports what it finds itself.
     _LOG.disabled = True
+    ask_afresh = _undeferred(service)
+
+    def before_batch() -> None:
+        ask_afresh()
+        if strike is not None:
+            strike.groups += 1
+
     try:
-        futures, groups = service.writer.commit_in_turn(batch, before_batch=_undeferred(service))
+        futures, groups = service.writer.commit_in_turn(batch, before_batch=before_batch)
     finally:
         _LOG.disabled = quiet
     out: list[Any] = []
@@ -110,7 +127,7 @@ def _undeferred(service: LedgerService) -> Callable[[], None]:
 
 
 @contextmanager
-def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]:
+def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[Strike]:
     """The next batch's transaction fails as it commits: everything in it was decided
     and appended, then `error` is raised inside the transaction, so the journal rolls it
     back. Only the outermost transaction fails (a decision's own joins it), and only
@@ -118,17 +135,27 @@ def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]
 
     A batch decided ahead of its transaction is written by a SQL journal's `append_at`,
     which opens and commits a transaction of its own: the next such write fails the
-    same way, with nothing written (as after the rollback)."""
+    same way, with nothing written (as after the rollback).
+
+    Which group that was is noted in the `Strike` given (with `commit_in_turn`, which
+    counts the groups): a group that opens no transaction (on a SQL journal, one decided
+    ahead that records nothing) is not struck, and on the memory journal every group
+    opens one, whether it records anything or not."""
     transaction = journal.transaction
     depth = 0
     armed = True
     append_at = getattr(journal, "append_at", None)
+    strike = Strike()
+
+    def struck() -> BaseException:
+        nonlocal armed
+        armed = False
+        strike.group = strike.groups - 1
+        return error
 
     def failing_append_at(*args: Any, **kwargs: Any) -> Any:
-        nonlocal armed
         if depth == 0 and armed:
-            armed = False
-            raise error
+            raise struck()
         assert append_at is not None
         return append_at(*args, **kwargs)
 
@@ -140,8 +167,7 @@ def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]
             with transaction(locks) as tx:
                 yield tx
                 if depth == 1 and armed:
-                    armed = False
-                    raise error
+                    raise struck()
         finally:
             depth -= 1
 
@@ -153,7 +179,7 @@ def failing_commit(journal: JournalLike, error: BaseException) -> Iterator[None]
     for name, fn in patched.items():
         setattr(journal, name, fn)
     try:
-        yield
+        yield strike
     finally:
         for name, kept in before.items():
             if kept is None:

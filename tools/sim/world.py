@@ -567,17 +567,15 @@ class World:
         problems: list[str] = []
         if fault in ("commit-fails", "commit-lost"):
             error = failure_of(fault)
-            with failing_commit(self.journal, error):
-                answers, groups = commit_in_turn(service, batch)
+            with failing_commit(self.journal, error) as strike:
+                answers, groups = commit_in_turn(service, batch, strike)
             self._follow(proc, service)
             failed = [i for i, answer in enumerate(answers) if answer is error]
-            # The commit that fails is the first a group makes. A group whose decisions
-            # all record nothing (refusals, nothing to do), decided ahead of its
-            # transaction on a SQL journal, opens none: the failure strikes the next.
-            recorded_ids = {rec.id for rec in self.learn()[head:]}
-            group = next((g for g in groups
-                          if any(i in failed or lines[i]["id"] in recorded_ids for i in g)),
-                         [])
+            # The commit that fails is the first a group makes: the fault notes which.
+            # (A group whose decisions all record nothing, decided ahead of its
+            # transaction on a SQL journal, opens none, and the failure strikes the next;
+            # on the memory journal it opens one, and is struck, with nothing to lose.)
+            group = groups[strike.group] if strike.group is not None else []
             # Unreachable: every decision of the group fails. Refused: a group of several
             # is decided again one command at a time, so none fails for the others.
             should_fail = group if fault == "commit-lost" or len(group) == 1 else []
