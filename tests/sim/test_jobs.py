@@ -162,3 +162,30 @@ def test_a_seed_whose_run_raises_fails_with_the_traceback_and_the_others_go_on(
     assert "RuntimeError: the simulator's own fault" in out
     assert all(f"seed {seed}: 10 steps" in out for seed in (3, 5, 6))
     assert "1 of 4 seeds failed: 4 (" in out
+
+
+def test_jobs_end_once_their_seed_does_when_the_command_line_is_killed() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tools.sim", "--seeds", "40", "--steps", "1000", "--jobs",
+         "2", "--one-process"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(jobs := _children(child.pid)) < 2:
+            assert time.monotonic() < deadline, "no two jobs within 60 s"
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        child.kill()
+        child.wait()
+    deadline = time.monotonic() + 60  # a seed of 1,000 ops takes about a second
+    while any(_alive(pid) for pid in jobs):
+        assert time.monotonic() < deadline, "a job outlived the command line by 60 s"
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (an orphan's zombie, reaped by init, does not count)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

@@ -60,11 +60,17 @@ def _stopping(signum: int, frame: object) -> None:
     request_stop()
 
 
-def _work(conn: Connection, one_seed: Callable[[int], SeedDone]) -> None:
-    """A job's loop: run each seed the command line sends, answer, until it sends None."""
+def _work(conn: Connection, one_seed: Callable[[int], SeedDone],
+          others: Sequence[Connection]) -> None:
+    """A job's loop: run each seed the command line sends, answer, until it sends None
+    (or is gone: then the job ends once its seed does). `others`: the command line's
+    ends of the pipes, its own and those of the jobs forked before it, which the fork
+    copied here and which must close, so that each job sees the command line go."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command line's process forwards it
     signal.signal(signal.SIGTERM, _stopping)
     request_stop(False)
+    for other in others:
+        other.close()
     try:
         while (seed := conn.recv()) is not None:
             if stop_requested():
@@ -81,6 +87,8 @@ def _work(conn: Connection, one_seed: Callable[[int], SeedDone]) -> None:
             conn.send(("done", done))
     except KeyboardInterrupt:
         return  # stopped at once: the command line says so
+    except (EOFError, BrokenPipeError):
+        return  # the command line is gone: nobody is left to hand out or hear a seed
 
 
 def _how_it_ended(exitcode: int | None) -> str:
@@ -117,7 +125,8 @@ def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDon
     running: list[_Job] = []
     for n in range(min(jobs, len(seeds))):
         mine, theirs = context.Pipe()
-        process = context.Process(target=_work, args=(theirs, one_seed),
+        process = context.Process(target=_work,
+                                  args=(theirs, one_seed, [*(j.conn for j in running), mine]),
                                   name=f"tools.sim job {n + 1}")
         process.start()
         theirs.close()
