@@ -147,6 +147,14 @@ def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDon
         with contextlib.suppress(OSError):  # it ended: its sentinel says so
             job.conn.send(job.seed)
 
+    def judged(done: SeedDone) -> SeedDone:
+        nonlocal failed
+        if not done.ok:
+            failed = True
+            if stop_at_failure and signals == 0:
+                forward()  # before any job is sent another seed
+        return done
+
     try:
         for job in running:
             send_next(job)
@@ -161,25 +169,19 @@ def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDon
                     for message in _messages(job):
                         done = _outcome(job, message)
                         if done is not None:
-                            failed = failed or not done.ok
-                            yield done
+                            yield judged(done)
                     if job.process.sentinel in ready:
                         job.process.join()
                         job.ended = True
                         if job.seed is not None:  # sent, never answered
-                            failed = True
-                            yield SeedDone(job.seed, 0, 0.0, 0.0, False,
-                                           f"seed {job.seed}: FAILED: its process ended "
-                                           f"({_how_it_ended(job.process.exitcode)}) in "
-                                           "the middle of the run\n")
-                            job.seed = None
+                            seed, job.seed = job.seed, None
+                            yield judged(SeedDone(
+                                seed, 0, 0.0, 0.0, False,
+                                f"seed {seed}: FAILED: its process ended "
+                                f"({_how_it_ended(job.process.exitcode)}) in the middle of "
+                                "the run\n"))
                     elif job.seed is None:
-                        send_next(job)
-            if failed and stop_at_failure and signals == 0:
-                forward()
-                for job in running:
-                    if not job.ended and job.seed is None:
-                        send_next(job)  # idle: None, it ends
+                        send_next(job)  # the next seed, or None once stopping: it ends
     except BaseException:
         # Interrupted here (a second signal, this process's own fault, the caller gone):
         # the first SIGTERM stops the jobs between ops; after a second signal, a second
