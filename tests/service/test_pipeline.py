@@ -311,3 +311,43 @@ def test_a_batch_decided_ahead_of_another_writers_append_is_decided_again_after_
     assert [r.id for r in service.journal.read(order="position")] == ["g0", "elsewhere",
                                                                        "u1"]
     _agrees(service)
+
+
+def test_a_turn_ends_with_every_answer_in_when_the_committer_delivers_late(
+        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch decided ahead is written by the committer's thread, and its answers are
+    # delivered by the write's callback, which runs after anyone waiting on the write
+    # has been woken: the turn ended while the last batch's answers were still on their
+    # way (found by the simulator on PostgreSQL, an AssertionError with no message).
+    from tools.service import groupcommit
+
+    deliver = groupcommit._deliver
+
+    def late(items: Any, outcomes: Any) -> None:
+        if threading.current_thread().name == "group-commit-write":
+            time.sleep(0.2)
+        deliver(items, outcomes)
+
+    monkeypatch.setattr(groupcommit, "_deliver", late)
+    service = open_service_on(database_url)
+    try:
+        turn: list[Any] = [commands.Grant("g1", "a", 10, None, None, None, None, 1),
+                           commands.Usage("u1", "a", 3, None, None, 2),
+                           commands.Usage("u2", "a", 4, None, None, 3)]
+        futures, groups = service.writer.commit_in_turn(turn)
+        assert [f.done() for f in futures] == [True, True, True]
+        assert groups == [[0], [1], [2]]
+        assert service.writer.phases().write > 0  # written by the committer
+        assert [f.result()["debt"] for f in futures[1:]] == [0, 0]
+    finally:
+        service.writer.stop()
+        service.close()
+
+
+def open_service_on(url: str) -> LedgerService:
+    """A service whose writer is not started (as the simulator runs one), one command
+    per batch so that each is decided ahead of the last one's write."""
+    service = LedgerService(url, clock=lambda: 10, max_batch=1)
+    service.reset()
+    service.ready.set()
+    return service

@@ -148,6 +148,9 @@ class _Ahead:
     keys: frozenset[str]
     future: Future[Any]
     began: float  # when the writer began deciding it
+    # Set once the write's callback has run (answers delivered, or the writer woken):
+    # it runs after whoever waits on `future` has been woken.
+    delivered: threading.Event = field(default_factory=threading.Event)
 
 
 class _Committer:
@@ -612,15 +615,19 @@ class GroupCommit:
         ahead = self._ahead = _Ahead(items, prepared.results, keys, future, self._began)
 
         def written(done: Future[Any]) -> None:
-            failed = done.exception() is not None
-            if not failed:
-                self._committed(ahead.items, ahead.results)
-            self._last_seconds = time.perf_counter() - ahead.began
-            if failed:
-                # Only a failure needs the writer now (to rebuild and retry); a success
-                # is settled when the writer next looks at it. Waking an idle writer
-                # for nothing cost a thread switch and the interpreter's lock per batch.
-                self._queue.put(_WOKEN)
+            try:
+                failed = done.exception() is not None
+                if not failed:
+                    self._committed(ahead.items, ahead.results)
+                self._last_seconds = time.perf_counter() - ahead.began
+                if failed:
+                    # Only a failure needs the writer now (to rebuild and retry); a
+                    # success is settled when the writer next looks at it. Waking an idle
+                    # writer for nothing cost a thread switch and the interpreter's lock
+                    # per batch.
+                    self._queue.put(_WOKEN)
+            finally:
+                ahead.delivered.set()
 
         future.add_done_callback(written)
 
@@ -643,6 +650,10 @@ class GroupCommit:
             return True
         failure = ahead.future.exception()
         if failure is None:
+            # Settled is answered: the answers go out from the write's callback, which
+            # may not have run yet when the wait above returns (`commit_in_turn` hands
+            # back the futures once the last batch is settled).
+            ahead.delivered.wait()
             return True
         self._failed(ahead.items, failure)
         return False
