@@ -696,3 +696,18 @@ def test_a_failed_commit_is_judged_on_the_group_it_struck(fault: str, sqlite: bo
     ops: list[dict[str, Any]] = [{"step": 1, "actor": "service", "kind": "batch",
                                   "time": 12421, "lines": lines, "fault": fault}]
     assert run_script(ops, sqlite=sqlite) is None
+
+
+def test_a_crash_outside_a_call_says_where_it_was_raised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(world: Any) -> list[str]:
+        assert not world  # an assertion says nothing else
+        return []
+
+    monkeypatch.setattr(sys.modules["tools.sim.run"], "full_check", broken)
+    result = run(1, 20, check_every=10)
+    assert result.failure is not None and result.failure.step == 10
+    (problem,) = result.failure.problems
+    assert problem.startswith("the ledger raised AssertionError: ")
+    assert problem.endswith(" (raised at tests/sim/test_sim.py:"
+                            f"{broken.__code__.co_firstlineno + 1}, in broken)")

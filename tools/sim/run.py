@@ -13,6 +13,7 @@ import gc
 import json
 import threading
 import time as _time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,7 +131,7 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
                 checked = len(done)
                 due += max(check_every, checked // growth if growth else 0)
         except Exception as exc:  # the code under test crashed outside a call: a finding
-            problems = [f"the ledger raised {type(exc).__name__}: {exc}"]
+            problems = [_raised(exc)]
         if problems:
             return len(done), Failure(len(done), problems, done, last_events(world))
     try:
@@ -146,10 +147,25 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
                 problems.append(f"verify failed at position {report.first_bad_position}: "
                                 f"{report.problem}")
     except Exception as exc:  # as above
-        problems = [f"the ledger raised {type(exc).__name__}: {exc}"]
+        problems = [_raised(exc)]
     if problems:
         return len(done), Failure(len(done), problems, done, last_events(world))
     return len(done), None
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _raised(exc: Exception) -> str:
+    """A crash as a problem: the exception, and where it was raised (an `assert` says
+    nothing else)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        path = Path(frames[-1].filename)
+        shown = path.relative_to(_ROOT) if path.is_relative_to(_ROOT) else path
+        where = f" (raised at {shown}:{frames[-1].lineno}, in {frames[-1].name})"
+    return f"the ledger raised {type(exc).__name__}: {exc}{where}"
 
 
 def last_events(world: World, count: int = 8) -> list[dict[str, Any]]:
