@@ -27,8 +27,10 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from . import appending, migrate
 from .appending import NUL, require_int, require_text, validate_snapshot, wall_clock_us
@@ -72,6 +74,35 @@ _SNAPSHOT_COLUMNS = (
     snapshots.c.event_time,
     snapshots.c.digest,
 )
+
+
+_COMPILED_KEEP = 256
+"""Compiled reads kept per dialect: a read's shape (which bounds and filters it has, its
+order, its columns) picks one; there are a few dozen."""
+
+_compiled_reads: dict[tuple[Any, ...], SQLCompiler] = {}
+
+
+def _compiled(stmt: Select[Any], dialect: Dialect
+              ) -> tuple[SQLCompiler, Mapping[str, Any]]:
+    """`stmt` compiled for `dialect`, and its parameters' values.
+
+    Why: compiling cost about as much as the rest of a short read (the few events a
+    decision catches up with), on every read. A statement's shape is compiled once per
+    dialect and kept, by SQLAlchemy's own cache key, whose extracted values then fill
+    the compiled statement's parameters (what the engine's compiled cache does)."""
+    key = stmt._generate_cache_key()
+    if key is None:  # not cacheable: compiled afresh
+        compiled = stmt.compile(dialect=dialect)
+        return compiled, compiled.params
+    slot = (type(dialect), dialect.paramstyle, dialect.server_version_info, key.key)
+    kept = _compiled_reads.get(slot)
+    if kept is None:
+        if len(_compiled_reads) >= _COMPILED_KEEP:
+            _compiled_reads.clear()
+        kept = stmt.compile(dialect=dialect, cache_key=key)
+        _compiled_reads[slot] = kept
+    return kept, kept.construct_params(extracted_parameters=key.bindparams)
 
 
 def _moved_on(at: int, head: int, recorded: int, events: int) -> str:
@@ -690,15 +721,14 @@ class Journal(JournalBase):
         Compiling costs once per batch; SQLAlchemy's per-row result processing
         would cost on every row of a replay.
         """
-        compiled = stmt.compile(dialect=conn.dialect)
-        params = compiled.params
+        compiled, params = _compiled(stmt, conn.dialect)
         args: Any = (
             tuple(params[k] for k in compiled.positiontup or ()) if compiled.positional else params
         )
         with self._backend.direct(conn):
             cur = dbapi(conn).cursor()
             try:
-                cur.execute(str(compiled), args)
+                cur.execute(compiled.string, args)
                 rows: list[StoredRow] = cur.fetchall()
             finally:
                 cur.close()
