@@ -77,8 +77,8 @@ _SNAPSHOT_COLUMNS = (
 
 
 _COMPILED_KEEP = 256
-"""Compiled reads kept per dialect: a read's shape (which bounds and filters it has, its
-order, its columns) picks one; there are a few dozen."""
+"""Compiled reads kept, every dialect's together: a read's shape (which bounds and filters
+it has, its order, its columns) and its dialect pick one; there are a few dozen."""
 
 _compiled_reads: dict[tuple[Any, ...], SQLCompiler] = {}
 
