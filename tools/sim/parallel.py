@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from tools.sim.run import Stopped, request_stop, stop_requested
@@ -101,7 +102,7 @@ def _how_it_ended(exitcode: int | None) -> str:
 class _Job:
     """A job's process, its end of the pipe, and the seed it was sent (None: idle)."""
 
-    process: Any
+    process: BaseProcess
     conn: Connection
     seed: int | None = None
     ended: bool = False
