@@ -222,3 +222,47 @@ def test_the_simulator_benchmark_runs_a_baseline_checkout_beside_this_one(
     assert "| one process | all | 500 | 1,000 | 1,000 | 700 | 250 | 4.00x |" in out
     with pytest.raises(SystemExit):
         sim.main(["--baseline", "/nonexistent"])
+
+
+def test_the_service_benchmark_clients_count_each_answer_on_either_kind_of_connection(
+        ) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from multiprocessing import Event, Pipe
+
+    from tools.bench import service
+
+    peers: list[int] = []  # each request's client port: a new one means a new connection
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keeps a connection open unless told to close
+
+        def do_POST(self) -> None:
+            peers.append(self.client_address[1])
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status = 201 if self.path == "/ok" else 422
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        plan = [("POST", "/ok", b"{}", {"Content-Type": "application/json"}),
+                ("POST", "/bad", b"{}", {}), ("POST", "/ok", b"{}", {})]
+        for new in (False, True):
+            peers.clear()
+            recv, send = Pipe(duplex=False)
+            go = Event()
+            go.set()
+            service._client(server.server_address[1], plan, send, go, new)
+            latencies, statuses, _cpu = recv.recv()
+            assert statuses == {201: 2, 422: 1} and len(latencies) == 3
+            assert len(set(peers)) == (3 if new else 1)
+    finally:
+        server.shutdown()
+        server.server_close()

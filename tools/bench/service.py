@@ -24,6 +24,9 @@ second, and on a shared machine one round alone swings by half.
 
 Clients are separate processes (stdlib http.client, one kept-alive connection
 each), so the server's two cores are shared with them as they would be on one machine.
+With `--new-connections` each request opens a connection of its own and closes it
+(stdlib urllib, as the targets' baseline was first measured): every client then pays a
+TCP handshake per request, and so does the server.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,7 +141,7 @@ def bare(port: int, workdir: Path) -> Any:
 
 
 def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, str]]],
-            out: Any, go: Any) -> None:
+            out: Any, go: Any, new_connections: bool = False) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
@@ -144,17 +149,38 @@ def _client(port: int, requests: list[tuple[str, str, bytes | None, dict[str, st
     cpu = time.process_time()
     for method, path, body, headers in requests:
         began = time.perf_counter()
-        conn.request(method, path, body=body, headers=headers)
-        answer = conn.getresponse()
-        answer.read()
+        if new_connections:
+            status = _urlopen(port, method, path, body, headers)
+        else:
+            conn.request(method, path, body=body, headers=headers)
+            answer = conn.getresponse()
+            answer.read()
+            status = answer.status
         latencies.append(time.perf_counter() - began)
-        statuses[answer.status] = statuses.get(answer.status, 0) + 1
+        statuses[status] = statuses.get(status, 0) + 1
     conn.close()
     out.send((latencies, statuses, time.process_time() - cpu))
 
 
+def _urlopen(port: int, method: str, path: str, body: bytes | None,
+             headers: dict[str, str]) -> int:
+    """One request on a connection of its own (urllib closes it after the answer); its
+    status."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
+                                     headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            answer.read()
+            status: int = answer.status
+    except urllib.error.HTTPError as exc:  # an answer all the same (4xx, 5xx)
+        exc.read()
+        status = exc.code
+    return status
+
+
 def drive(port: int, plans: list[Plan], server: int | None = None,
-          database: str | None = None) -> dict[str, Any]:
+          database: str | None = None, *, new_connections: bool = False
+          ) -> dict[str, Any]:
     """Run one client process per plan, all starting together; throughput and latency,
     and with `server` (its pid) the server's CPU per request, which the neighbours on a
     shared machine do not change the way they change the rates; with `database` (its
@@ -165,7 +191,7 @@ def drive(port: int, plans: list[Plan], server: int | None = None,
     pipes, procs = [], []
     for plan in plans:
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client, args=(port, plan, send, go))
+        p = ctx.Process(target=_client, args=(port, plan, send, go, new_connections))
         p.start()
         pipes.append(recv)
         procs.append(p)
@@ -314,11 +340,13 @@ batches of events (with raw psycopg), the balance reads, the library path and th
 journal's size."""
 
 
-def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None
-        ) -> dict[str, Any]:
+def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None, *,
+        new_connections: bool = False) -> dict[str, Any]:
     """Every case of `parts`; the two throughput ratios over `rounds` alternating rounds
     (default 3, 1 with `quick`), each round the service right after its baseline, so a
-    swing of the shared machine's load moves both; each ratio is the median round's."""
+    swing of the shared machine's load moves both; each ratio is the median round's.
+    `new_connections`: the single decisions and their bare endpoint with a connection
+    per request (see the module doc)."""
     rounds = (1 if quick else 3) if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -346,10 +374,10 @@ def run(quick: bool, parts: Sequence[str] = PARTS, rounds: int | None = None
                 for n in range(rounds):
                     if bare_proc is not None:
                         bare_run = drive(bare_port, _usage_plans(16, each, f"bare-{n}"),
-                                         bare_proc.pid)
+                                         bare_proc.pid, new_connections=new_connections)
                         before = _writer(port)
                         single = drive(port, _usage_plans(16, each, f"single-{n}"),
-                                       proc.pid, url)
+                                       proc.pid, url, new_connections=new_connections)
                         single["writer"] = _batches(before, _writer(port), single["seconds"])
                         decisions.append({"bare_16": bare_run, "decisions_16": single,
                                           "ratio": round(single["per_second"]
@@ -465,10 +493,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=None, metavar="N",
                         help="alternating rounds of each throughput case and its baseline; "
                         "the ratio is the median round's (default 3, 1 with --quick)")
+    parser.add_argument("--new-connections", action="store_true",
+                        help="single decisions and the bare endpoint with a new connection "
+                        "per request (stdlib urllib) instead of one kept alive per client")
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    print(json.dumps(run(args.quick, args.only or PARTS, args.rounds), indent=2))
+    out = run(args.quick, args.only or PARTS, args.rounds,
+              new_connections=args.new_connections)
+    if args.new_connections:
+        out["clients"] = "a new connection per request (urllib)"
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
