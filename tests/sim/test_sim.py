@@ -711,3 +711,32 @@ def test_a_crash_outside_a_call_says_where_it_was_raised(
     assert problem.startswith("the ledger raised AssertionError: ")
     assert problem.endswith(" (raised at tests/sim/test_sim.py:"
                             f"{broken.__code__.co_firstlineno + 1}, in broken)")
+
+
+def test_an_audit_between_an_event_and_its_later_reversal_does_not_see_the_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by seed 70055 at step 58: a grant at 1024, its reversal recorded at 1039, and
+    # an audit at 1037 as known after both. The reversal takes the grant out at every
+    # time (docs/semantics.md, "Reverse"): the balance is 0; the check's own model had
+    # left the reversal out as later than the audit's time and wanted 19.
+    grant = {"account": "acme", "amount": 19, "expiry": 1224, "id": "g19", "time": 1024,
+             "type": "grant"}
+    reverse = {"event": "g19", "id": "r28", "reason": "simulated mistake", "time": 1039,
+               "type": "reverse"}
+    ops: list[dict[str, Any]] = [
+        {"actor": "finance", "fault": None, "kind": "grant", "line": grant, "skew": 0},
+        {"actor": "finance", "fault": None, "kind": "reverse", "line": reverse, "skew": 0},
+        {"account": "acme", "actor": "auditor", "as_known_at": 0.97, "at": 1037,
+         "kind": "audit", "skew": 0}]
+    assert run_script(ops) is None
+    # As known before the reversal, the grant counts.
+    assert run_script([*ops[:2], {**ops[2], "as_known_at": 0.5}]) is None
+    # The audit still judges the answer: one off is found.
+    from projections import GPUCreditTracker
+
+    balance = GPUCreditTracker.get_balance
+    monkeypatch.setattr(GPUCreditTracker, "get_balance",
+                        lambda self, *a, **k: balance(self, *a, **k) + 1)
+    failure = run_script(ops)
+    assert failure is not None and "get_balance says 1, the reference model 0" in str(
+        failure.problems)

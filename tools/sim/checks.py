@@ -175,7 +175,9 @@ def audit(world: World, op: Op) -> list[str]:
     # reversal on the stream of the event it takes out), and the model folds each
     # account apart from the others, so the answer is the same at a fraction of the
     # cost. An event recorded on another account's stream would show as a difference.
-    known = [rec for rec in records[:position] if rec.stream == account and rec.time <= at]
+    # A reversal counts whatever its own time: it takes its event out at every time.
+    known = [rec for rec in records[:position]
+             if rec.stream == account and (rec.time <= at or rec.type == "reverse")]
     want = sum(model.fold(known).balances(account, at).values())
     if said != want:
         return [f"audit of {account!r} at time {at} as known at position {position}: "
