@@ -44,8 +44,16 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent, Transaction
-from eventstore.hashing import GENESIS_HASH
+from eventstore import (
+    IdempotencyConflict,
+    JournalLike,
+    MemoryJournal,
+    NewEvent,
+    RecordedEvent,
+    Transaction,
+)
+from eventstore.appending import describe
+from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
 from projections.events import DomainEvent, require_name, require_non_negative_int
@@ -360,6 +368,9 @@ class LedgerSession:
                     raise RuntimeError(f"decision kept naming accounts it does not hold "
                                        f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
                 if not built:
+                    if draft.replaying:
+                        assert event_id is not None
+                        self._recorded_otherwise(event_id)
                     return Decision((), (), replayed=draft.replaying)
                 built = self._after_latest(built, draft.now_used)
                 recorded = tx.append([new for new, _ in built])
@@ -383,6 +394,18 @@ class LedgerSession:
             return Decision(tuple(event for _, event in built),
                             tuple(self._outcome(rec, outcomes) for rec in recorded),
                             replayed=draft.replaying)
+
+    def _recorded_otherwise(self, event_id: str) -> None:
+        """Raise for a call under an id already recorded that, decided as the recorded
+        event was, records nothing (a start that finds no job at another time, say): the
+        id names that event, so this is another request, not its retry."""
+        old = self.journal.get(event_id)
+        what = ("" if old is None else f" at position {old.position} with "
+                + describe(old.stream, old.type, old.time, canonical_json(old.payload)))
+        raise IdempotencyConflict(
+            f"event id {event_id!r} is already recorded{what}; this call, decided as that "
+            "event was, records nothing: it is another request, not a retry of that one; "
+            "an id names one event forever: use a new id for a different request")
 
     def _catch_up_in(self, tx: Transaction) -> bool:
         """Ingest what others recorded, as `tx` sees it; whether there was anything."""

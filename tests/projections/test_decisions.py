@@ -95,6 +95,29 @@ def test_start_next_with_nothing_to_start_records_nothing() -> None:
     assert job is not None and (job.id, job.account_id, job.cost) == ("j1", "a", 6)
 
 
+def test_a_used_id_on_a_call_that_would_record_nothing_is_a_conflict() -> None:
+    # A start under an id that names a recorded start, at a time when nothing could
+    # start: decided as the recorded one was, it records nothing, so it is not a retry of
+    # it. Answering "nothing started" would give one id two answers.
+    for remembered in (True, False):
+        scheduler = _scheduler()
+        scheduler.submit("j1", "a", 6, 0, at=110)
+        job = scheduler.start_next(at=120, event_id="go")
+        assert job is not None and job.id == "j1"
+        # A session that did not decide it rebuilds it from the journal instead.
+        session = session_of(scheduler if remembered else Scheduler(
+            session_of(scheduler).journal, clock=lambda: 100))
+        head = session.journal.head()
+        with pytest.raises(IdempotencyConflict, match="'go' is already recorded at position 4"
+                           ".*records nothing"):
+            jobs.start_next(session, at=105, clock=lambda: 100, event_id="go")
+        assert session.journal.head() == head
+        # The same call again is its retry: the same job, nothing appended.
+        again = jobs.start_next(session, at=120, clock=lambda: 100, event_id="go")
+        assert again.replayed and again.events == (JobStarted("j1"),)
+        assert session.journal.head() == head
+
+
 def test_the_facade_and_the_functions_decide_alike() -> None:
     by_facade, by_function = _scheduler(), _scheduler()
     session = session_of(by_function)

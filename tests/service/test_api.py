@@ -169,6 +169,31 @@ def test_idempotent_retries_answer_the_same_and_append_once(client: TestClient,
     assert head(client) == at + 1
 
 
+def test_a_start_under_a_used_key_answers_as_it_first_did(client: TestClient,
+                                                           clock: Clock) -> None:
+    setup_account(client)
+    key = {"Idempotency-Key": "poll-1"}
+    assert client.post("/v1/jobs/start-next", json={}, headers=key).status_code == 204
+    submit = client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                           "priority": 1, "time": 100})
+    assert submit.status_code == 201
+    at = head(client)
+    # The same request again: 204 again, though j1 could start now; nothing appended.
+    again = client.post("/v1/jobs/start-next", json={}, headers=key)
+    assert (again.status_code, again.content) == (204, b"")
+    assert head(client) == at
+    # A key that started a job, sent with another body that would start nothing: 409.
+    clock.now = 200
+    started = client.post("/v1/jobs/start-next", json={}, headers={"Idempotency-Key": "go"})
+    assert started.status_code == 200 and started.json()["job"] == "j1"
+    body = problem(client.post("/v1/jobs/start-next", json={"time": 99},
+                               headers={"Idempotency-Key": "go"}), 409)
+    assert "'go' is already recorded" in body["detail"]
+    retry = client.post("/v1/jobs/start-next", json={}, headers={"Idempotency-Key": "go"})
+    assert (retry.status_code, retry.json()) == (200, started.json())
+    assert head(client) == at + 1
+
+
 def test_idempotency_survives_a_restart(db_url: str, clock: Clock) -> None:
     from tools.service import create_app
 

@@ -59,33 +59,45 @@ READ_FRESHNESS = 0.05
 
 
 
+NOT_REMEMBERED = object()
+"""What `RememberedAnswers.get` gives for a key it has no answer for."""
+
+
 class RememberedAnswers:
     """The answers of recent keyed decisions, by key, with the command that got each.
 
-    Only answers of committed decisions are kept (a refusal appended nothing, so its
-    retry is decided again), and only for the very command that got them: the same key
-    with another command goes to the writer, which refuses it (409). Once a late event
-    or a reversal may have revised an outcome, the remembered answers are not used: a
-    retry answers the outcome as it stands, as one on another replica would."""
+    Only answers of committed decisions are kept, and a start that found nothing to
+    start (`None`, a 204) though it recorded nothing; a refusal appended nothing, so its
+    retry is decided again. An answer is given only for the very command that got it:
+    the same key with another command goes to the writer, which refuses it (409) when
+    the key is recorded. Once a late event or a reversal may have revised an outcome,
+    the remembered answers are not used: a retry answers the outcome as it stands, as
+    one on another replica would."""
 
     def __init__(self, size: int = 10_000) -> None:
-        self._items: OrderedDict[str, tuple[Command, dict[str, Any], int]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[Command, dict[str, Any] | None, int]] = (
+            OrderedDict())
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: str, command: Command, timeline: int) -> dict[str, Any] | None:
-        """The answer `command` got under `key`, if this process remembers it and no
-        outcome has been revised since (`timeline`: see `LedgerService._timeline`)."""
+    def get(self, key: str, command: Command, timeline: int) -> Any:
+        """The answer `command` got under `key` (a dict, or None for a 204), if this
+        process remembers it and no outcome has been revised since (`timeline`: see
+        `LedgerService._timeline`); else `NOT_REMEMBERED`."""
         with self._lock:
             found = self._items.get(key)
         if found is None or found[0] != command or found[2] != timeline:
-            return None
+            return NOT_REMEMBERED
         return found[1]
 
-    def put(self, key: str, command: Command, answer: dict[str, Any],
+    def put(self, key: str, command: Command, answer: dict[str, Any] | None,
             timeline: int) -> None:
-        """Remember `answer`, the committed decision of `command` under `key`."""
+        """Remember `answer`, the committed decision of `command` under `key`. A 204
+        (`None`) never takes the place of an answer kept: a copy of the start queued
+        after it may have recorded a job under the key, and that stands."""
         with self._lock:
+            if answer is None and key in self._items:
+                return
             self._items[key] = (command, answer, timeline)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
@@ -328,15 +340,18 @@ class LedgerService:
         timeline = self._timeline()
         if key is not None:
             remembered = self.answers.get(key, command, timeline)
-            if remembered is not None:
+            if remembered is not NOT_REMEMBERED:
                 return remembered
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")
         if not self.ready.is_set():
             raise Unavailable(self._starting())
         answer = await self.writer.submit_async(command)
-        if key is not None and isinstance(answer, dict) and self._timeline() == timeline:
+        if (key is not None and (answer is None or isinstance(answer, dict))
+                and self._timeline() == timeline):
             # (An outcome revised meanwhile, by this decision or another: not remembered.)
+            # A start that found nothing recorded nothing: its 204 is remembered all the
+            # same, so that a retry here answers 204 again rather than start a job.
             self.answers.put(key, command, answer, timeline)
         return answer
 
