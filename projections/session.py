@@ -178,6 +178,9 @@ def open_journal(journal: JournalArg) -> JournalLike:
 
         opened: JournalLike = Journal(journal)
         return opened
+    if not all(hasattr(journal, name) for name in ("read", "transaction", "head", "url")):
+        raise TypeError(f"journal must be None (in memory), a database URL such as "
+                        f"'sqlite:///ledger.db', or an eventstore journal; got {journal!r}")
     return journal
 
 

@@ -3,6 +3,7 @@ bad input, late calls, and replay on the same journal (memory, SQLite file, Post
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -500,3 +501,11 @@ def test_tracker_credits_expire_for_the_scheduler_too() -> None:
     assert scheduler.accounts["a"].balance == 0
     assert not scheduler.submit("j", "a", 1, 0)
     assert tracker.get_balance(50) == 0
+
+
+@pytest.mark.parametrize("bad", [42, b"sqlite://", object(), ["sqlite://"]])
+def test_a_journal_that_is_none_of_the_three_kinds_is_refused_by_name(bad: object) -> None:
+    with pytest.raises(TypeError, match=r"journal must be None \(in memory\), a database URL"):
+        GPUCreditTracker(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape(repr(bad))):
+        Scheduler(bad)  # type: ignore[arg-type]
