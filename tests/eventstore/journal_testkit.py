@@ -95,6 +95,18 @@ def replace_rows(journal: JournalLike, rows: list[StoredRow], *, move_head: bool
             )
 
 
+def empty_the_journal(journal: Journal) -> None:
+    """Take everything out of a journal's tables behind its back (the schema stays), so a
+    schema shared by a session's examples starts each one empty: rows of another table
+    left from an example before (a private part, a batch) would describe positions this
+    one appends anew."""
+    with journal._engine.begin() as conn:
+        for table in ("private_parts", "batches", "snapshots", "events"):
+            conn.execute(text(f"DELETE FROM {table}"))
+        conn.execute(text("UPDATE journal_head SET position = 0, hash = :h"),
+                     {"h": GENESIS_HASH})
+
+
 def pin_clock(journal: JournalLike, now: Callable[[], int]) -> None:
     """Make the journal take recorded_at from `now` (µs) instead of the wall clock."""
     assert isinstance(journal, Journal | MemoryJournal)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_testkit import ev
+from journal_testkit import empty_the_journal, ev
 
 from eventstore import Journal, VersionConflict
 from eventstore.hashing import GENESIS_HASH
@@ -75,13 +75,7 @@ def test_postgres_versions_match_the_count(pg_url: str,
     with _two(pg_url) as two:
         # One schema for the session: empty it for each example (new journals each
         # time, so nothing is remembered from the one before).
-        with two[0]._engine.begin() as conn:
-            from sqlalchemy import text
-
-            conn.execute(text("DELETE FROM batches"))
-            conn.execute(text("DELETE FROM events"))
-            conn.execute(text("UPDATE journal_head SET position = 0, hash = :h"),
-                         {"h": GENESIS_HASH})
+        empty_the_journal(two[0])
         _check(two, ops)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from journal_testkit import empty_the_journal
 
 from eventstore import (
     IdempotencyConflict,
@@ -110,14 +111,8 @@ def test_postgres_journal_matches_the_model(
     pg_url: str, runs: list[list[tuple[str, Content]]]
 ) -> None:
     with Journal(pg_url) as j:
-        # One schema for the session: empty it for each example.
-        with j._engine.begin() as conn:
-            from sqlalchemy import text
-
-            conn.execute(text("DELETE FROM events"))
-            conn.execute(
-                text("UPDATE journal_head SET position = 0, hash = :h"), {"h": GENESIS_HASH}
-            )
+        # One schema for the session, shared with other tests: empty it for each example.
+        empty_the_journal(j)
         check_against_model(j, runs)
 
 
