@@ -243,6 +243,23 @@ def test_events_all_or_nothing(client: TestClient) -> None:
         {"type": "grant", "account": "a", "amount": 1, "time": 9_999_999_999}]}), 422)
 
 
+def test_a_record_repeated_in_a_batch_is_appended_once_and_counted_once(
+        client: TestClient) -> None:
+    """Two equal records with one id are one event, as `import` counts them: the
+    repeat is already present, and the answer's counts add up to the records sent."""
+    grant = {"type": "grant", "account": "a", "amount": 1, "time": 20, "id": "x"}
+    usage = {"type": "consume", "account": "a", "amount": 1, "time": 21, "id": "u"}
+    body = {"events": [grant, usage, grant]}
+    first = client.post("/v1/events", json=body)
+    assert first.json() == {"appended": 2, "already_present": 1, "positions": [1, 2, 1]}
+    assert head(client) == 2
+    keyed = {"events": [{k: v for k, v in grant.items() if k != "id"}] * 2}
+    # Without ids, under a key, the two are the key's first and second events (KEY,
+    # KEY/2): two grants.
+    sent = client.post("/v1/events", json=keyed, headers={"Idempotency-Key": "k"})
+    assert sent.json() == {"appended": 2, "already_present": 0, "positions": [3, 4]}
+
+
 def test_late_event_through_events_revises(client: TestClient) -> None:
     client.post("/v1/events", json={"events": [
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100, "id": "g1"},

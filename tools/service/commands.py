@@ -290,13 +290,15 @@ class AppendEvents:
             if late and journal.url is not None:
                 invalidate_after(journal, min(late))
             late.clear()
-        appended = sum(1 for r in recorded if r.position > before)
+        # A record repeated in the batch (one id, the same content) is one event: the
+        # repeat counts as already present, as `import` counts it.
+        appended = len({r.position for r in recorded if r.position > before})
         if appended == 0 and self.keyed and recorded:
             # A retry (after a restart: the answer cache is per process). The original
             # request appended its new events in one append, which stamped them with one
             # recorded_at: those are the ones it appended.
             newest = max(r.recorded_at for r in recorded)
-            appended = sum(1 for r in recorded if r.recorded_at == newest)
+            appended = len({r.position for r in recorded if r.recorded_at == newest})
         return {"appended": appended, "already_present": len(recorded) - appended,
                 "positions": [r.position for r in recorded]}
 
