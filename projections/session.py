@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NoReturn
 
 from eventstore import (
     IdempotencyConflict,
@@ -56,6 +56,7 @@ from eventstore.appending import describe
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
+from projections.errors import LedgerError
 from projections.events import DomainEvent, require_name, require_non_negative_int
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
@@ -373,7 +374,7 @@ class LedgerSession:
                 if not built:
                     if draft.replaying:
                         assert event_id is not None
-                        self._recorded_otherwise(event_id)
+                        self._recorded_otherwise(event_id, "records nothing")
                     return Decision((), (), replayed=draft.replaying)
                 built = self._after_latest(built, draft.now_used)
                 recorded = tx.append([new for new, _ in built])
@@ -398,16 +399,18 @@ class LedgerSession:
                             tuple(self._outcome(rec, outcomes) for rec in recorded),
                             replayed=draft.replaying)
 
-    def _recorded_otherwise(self, event_id: str) -> None:
+    def _recorded_otherwise(self, event_id: str, outcome: str) -> NoReturn:
         """Raise for a call under an id already recorded that, decided as the recorded
-        event was, records nothing (a start that finds no job at another time, say): the
-        id names that event, so this is another request, not its retry."""
+        event was, does not record it (`outcome`: it records nothing, as a start that
+        finds no job at another time; or it fails, as a job's completion under the id of
+        an event recorded before the job was submitted): the id names that event, so
+        this is another request, not its retry."""
         old = self.journal.get(event_id)
         what = ("" if old is None else f" at position {old.position} with "
                 + describe(old.stream, old.type, old.time, canonical_json(old.payload)))
         raise IdempotencyConflict(
             f"event id {event_id!r} is already recorded{what}; this call, decided as that "
-            "event was, records nothing: it is another request, not a retry of that one; "
+            f"event was, {outcome}: it is another request, not a retry of that one; "
             "an id names one event forever: use a new id for a different request")
 
     def _catch_up_in(self, tx: Transaction) -> bool:
@@ -442,7 +445,14 @@ class LedgerSession:
         as_was = (self._state_before(original, {*held, original.stream})
                   if reads_state else Ledger())
         draft = Draft(self, as_was, event_id, original.time)
-        built = build(draft)
+        try:
+            built = build(draft)
+        except LedgerError as exc:
+            # The recorded event was decided on this very state, so its retry is decided
+            # again without error. This call fails there: it is not that event's retry,
+            # and what it would be refused for now (an unknown job, say) is beside the
+            # point.
+            self._recorded_otherwise(original.id, f"fails ({exc})")
         if not live:
             return draft, built
         return draft, [(self._as_recorded(new), e) for new, e in built]

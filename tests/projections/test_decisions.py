@@ -118,6 +118,24 @@ def test_a_used_id_on_a_call_that_would_record_nothing_is_a_conflict() -> None:
         assert session.journal.head() == head
 
 
+def test_a_used_id_on_a_call_that_fails_where_its_event_was_decided_is_a_conflict() -> None:
+    # A cancel under the id of the account's opening: decided as that event was, the job
+    # did not exist yet. That is not "unknown job" (the job exists now): the id names
+    # another event, so the call is not its retry.
+    for remembered in (True, False):
+        scheduler = _scheduler()
+        scheduler.submit("j1", "a", 6, 0, at=110)
+        session = session_of(scheduler if remembered else Scheduler(
+            session_of(scheduler).journal, clock=lambda: 100))
+        opened = next(iter(session.journal.read(order="position")))
+        head = session.journal.head()
+        with pytest.raises(IdempotencyConflict, match=f"'{opened.id}' is already recorded "
+                           "at position 1.*fails \\(unknown job 'j1'"):
+            jobs.cancel(session, "j1", at=120, clock=lambda: 100, event_id=opened.id)
+        assert session.journal.head() == head
+        assert jobs.cancel(session, "j1", at=120, clock=lambda: 100).events
+
+
 def test_the_facade_and_the_functions_decide_alike() -> None:
     by_facade, by_function = _scheduler(), _scheduler()
     session = session_of(by_function)

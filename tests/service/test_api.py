@@ -194,6 +194,27 @@ def test_a_start_under_a_used_key_answers_as_it_first_did(client: TestClient,
     assert head(client) == at + 1
 
 
+def test_a_key_of_an_event_recorded_before_the_job_is_a_conflict_not_an_unknown_job(
+        client: TestClient) -> None:
+    """Decided as the keyed event was, the job did not exist yet: the request is not
+    that event's retry (409), and the job, which exists, is not reported unknown."""
+    client.post("/v1/accounts", json={"account": "a"})
+    grant = client.post("/v1/accounts/a/grants", json={"amount": 100, "time": 1},
+                        headers={"Idempotency-Key": "g"})
+    assert grant.status_code == 201
+    submit = {"job": "j1", "account": "a", "cost": 10, "priority": 1, "time": 2}
+    assert client.post("/v1/jobs", json=submit).json()["state"] == "pending"
+    at = head(client)
+    for path, body in (("/v1/jobs/j1/cancel", {"time": 3}),
+                       ("/v1/jobs/j1/complete", {"success": True, "time": 3})):
+        answer = problem(client.post(path, json=body, headers={"Idempotency-Key": "g"}),
+                         409)
+        assert answer["type"].endswith("idempotency-conflict"), answer
+        assert "'g' is already recorded" in answer["detail"]
+    assert head(client) == at
+    assert client.get("/v1/jobs/j1").json()["state"] == "pending"
+
+
 def test_idempotency_survives_a_restart(db_url: str, clock: Clock) -> None:
     from tools.service import create_app
 
@@ -241,6 +262,26 @@ def test_events_all_or_nothing(client: TestClient) -> None:
     problem(client.post("/v1/events", json={"events": []}), 422)
     problem(client.post("/v1/events", json={"events": [
         {"type": "grant", "account": "a", "amount": 1, "time": 9_999_999_999}]}), 422)
+
+
+def test_a_refused_batch_names_every_bad_event_whatever_is_wrong_with_it(
+        client: TestClient) -> None:
+    """A field refused, an element that is no object, a reversal of an event that is
+    nowhere: all named at once, by index, as `import` names every bad line."""
+    good = {"type": "grant", "account": "a", "amount": 1, "time": 1}
+    bad = client.post("/v1/events", json={"events": [
+        good,
+        {"type": "consume", "account": "a", "amount": 0, "time": 2},
+        "not an object",
+        {"type": "reverse", "event": "nowhere", "time": 7, "reason": "x"},
+        good,
+    ]})
+    body = problem(bad, 422)
+    assert [e["index"] for e in body["errors"]] == [1, 2, 3]
+    assert "expected a JSON object, got str" in body["errors"][1]["detail"]
+    assert "'nowhere'" in body["errors"][2]["detail"]
+    assert all(f"event {i}:" in body["detail"] for i in (1, 2, 3))
+    assert head(client) == 0
 
 
 def test_a_record_repeated_in_a_batch_is_appended_once_and_counted_once(
