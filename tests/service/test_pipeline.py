@@ -277,6 +277,25 @@ def test_a_batch_of_events_decided_ahead_is_decided_again_when_the_one_before_fa
         assert ledger.accounts["a"].book.active_total == 5
 
 
+def test_a_refused_batch_of_events_is_an_answer_not_a_failed_transaction(
+        service: LedgerService) -> None:
+    """A batch of events with a bad one is refused (422) like any refused decision: the
+    projection is not rebuilt for it, as it was for a transaction that failed."""
+    resets: list[int] = []
+    reset = service.writer._reset
+    service.writer._reset = lambda: (resets.append(1), reset())[1]  # type: ignore[method-assign]
+    at = service.journal.head()
+    bad = _events({"type": "reverse", "event": "nowhere", "time": 7, "reason": "x"})
+    good = commands.Grant("g1", "a", 5, None, None, None, None, 2)
+    answers = [service.writer.submit(c) for c in (bad, good)]
+    refused = answers[0].exception(30)
+    assert isinstance(refused, commands.EventsRejected) and refused.status == 422
+    assert answers[1].result(30)["id"] == "g1"
+    assert resets == []
+    assert service.journal.head() == at + 1
+    _agrees(service)
+
+
 def test_a_batch_of_events_decided_ahead_and_its_retry(service: LedgerService) -> None:
     records = [{"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e1"},
                {"type": "consume", "account": "a", "amount": 2, "time": 10, "id": "e2"}]

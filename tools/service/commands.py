@@ -221,9 +221,15 @@ class EventsRejected(ServiceProblem):
     """A batch of events with bad ones: each named by its index; nothing appended."""
 
     def __init__(self, errors: list[tuple[int, str]]) -> None:
-        first = f"event {errors[0][0]}: {errors[0][1]}" if errors else ""
-        super().__init__(422, f"{len(errors)} invalid event(s), nothing appended; {first}",
-                         slug="invalid-events", errors=errors)
+        # The detail names them all (a client may show only the detail), up to a bound.
+        named = "; ".join(f"event {index}: {why}" for index, why in errors[:_NAMED])
+        more = f"; and {len(errors) - _NAMED} more" if len(errors) > _NAMED else ""
+        super().__init__(422, f"{len(errors)} invalid event(s), nothing appended; "
+                         f"{named}{more}", slug="invalid-events", errors=errors)
+
+
+_NAMED = 20
+"""Bad events a refusal's detail names one by one; its `errors` list names every one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -319,7 +319,7 @@ def _usage_body(body: bytes) -> UsageBody:
 
 
 
-def _events_body(body: bytes) -> list[dict[str, Any]]:
+def _events_body(body: bytes) -> list[Any]:
     """The events of a body as the route reads them: strict JSON, then the model; else
     `_Fallback`. The plain body is read by `_plain_events` (what the two would make of
     it, about eight times faster); any other the two read."""

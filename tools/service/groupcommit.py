@@ -72,7 +72,7 @@ from eventstore import (
 )
 from projections.errors import LedgerError
 from projections.ledger import Ledger
-from tools.service.problems import Unavailable
+from tools.service.problems import ServiceProblem, Unavailable
 
 log = logging.getLogger("gpu_credits.service")
 
@@ -254,6 +254,10 @@ def _refusal(exc: BaseException) -> bool:
     failure of the transaction itself."""
     if isinstance(exc, IdempotencyConflict):
         return True  # found before writing: the transaction goes on
+    if isinstance(exc, ServiceProblem):
+        # A 4xx (a batch of events with bad ones) is decided before its command writes
+        # anything; a 5xx (the database unavailable) is the transaction's failure.
+        return exc.status < 500
     if isinstance(exc, JournalError | SQLAlchemyError):
         return False
     return isinstance(exc, LedgerError | ValueError | KeyError)

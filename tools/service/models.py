@@ -10,9 +10,17 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    WithJsonSchema,
+    create_model,
+)
 
 from projections.outcomes import Revision
 from tools.service.times import EventTime
@@ -76,7 +84,10 @@ class EventsBody(Body):
                                   {"type": "consume", "account": "a", "amount": 70,
                                    "time": 3}]}]})
 
-    events: list[dict[str, Any]] = Field(
+    # Any value is taken (and an element that is not an object named by its index, as
+    # every bad event is); the schema asks for objects.
+    events: list[Annotated[Any, WithJsonSchema({"type": "object",
+                                                "additionalProperties": True})]] = Field(
         min_length=1, max_length=10_000,
         description="events as in `gpu-credits import` (type, fields, time, optional id)")
 
@@ -357,7 +368,10 @@ class RevisionsPage(Answer):
 class JournalPage(Answer):
     """A page of the journal in position order; `next` is the `after` of the next page."""
 
-    events: list[dict[str, Any]] = Field(
+    # Any value is taken (and an element that is not an object named by its index, as
+    # every bad event is); the schema asks for objects.
+    events: list[Annotated[Any, WithJsonSchema({"type": "object",
+                                                "additionalProperties": True})]] = Field(
         description="events in the JSON Lines format, with id, position, recorded_at")
     next: int | None
 

@@ -9,6 +9,7 @@ a retry may record the decision twice: clients that retry should send a key.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import threading
@@ -188,7 +189,7 @@ class AnswerCache:
 _TIME_FIELDS = ("time", "expiry")
 
 
-def _checked(records: list[dict[str, Any]], key: str | None, allow_far: bool
+def _checked(records: list[Any], key: str | None, allow_far: bool
              ) -> tuple[list[importing.Entry], bool, list[tuple[int, str]]]:
     """Each record validated as `import` validates a line (parsed once: the entries go to
     the writer as they are); ids from the key where missing."""
@@ -196,6 +197,9 @@ def _checked(records: list[dict[str, Any]], key: str | None, allow_far: bool
     problems: list[tuple[int, str]] = []
     keyed = False
     for index, raw in enumerate(records):
+        if not isinstance(raw, dict):
+            problems.append((index, f"expected a JSON object, got {type(raw).__name__}"))
+            continue
         record = raw
         try:
             if (isinstance(raw.get("time"), str) or isinstance(raw.get("expiry"), str)
@@ -231,7 +235,7 @@ async def append_events(body: EventsBody, request: Request,
 
 
 async def events_answer(service: LedgerService, cache: AnswerCache,
-                        events: list[dict[str, Any]], key: str | None) -> Any:
+                        events: list[Any], key: str | None) -> Any:
     """What `POST /v1/events` answers for these events (the body's, validated) under
     `key` (a valid Idempotency-Key, or None); a refusal raises (`ServiceProblem`)."""
     fingerprint = ""  # only a keyed batch is remembered
@@ -246,11 +250,23 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
             return seen[1]
     entries, keyed, problems = _checked(events, key, service.allow_far_times)
     if problems:
-        raise commands.EventsRejected(problems)
+        raise commands.EventsRejected(await asyncio.to_thread(
+            _every_problem, service, entries, problems))
     answer = await service.decide(commands.AppendEvents(key, tuple(entries), keyed))
     if key is not None:
         cache.put(key, fingerprint, answer)
     return answer
+
+
+def _every_problem(service: LedgerService, entries: list[importing.Entry],
+                   problems: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The records that did not parse, with what planning the others finds (a reversal
+    of an event that is nowhere, say): every bad event named at once, as `import` names
+    every bad line. Only for a refusal: nothing is appended either way."""
+    plan = importing.plan_entries(
+        entries, "request", service.journal, allow_far_times=service.allow_far_times,
+        problems=[importing.Problem(index + 1, why) for index, why in problems])
+    return sorted(((p.line - 1, p.message) for p in plan.problems), key=lambda p: p[0])
 
 
 def install(app: Any) -> None:
