@@ -20,7 +20,9 @@ stream of the job's account, found from submits in the file or, for a job submit
 before, in the projection's job index, else to `job:<id>` (the fold will report the
 orphan as an anomaly). A void goes to its
 grant's account, a reversal to the stream of the event it names; both must name an event
-recorded before them (in the journal, or earlier in the file).
+in the journal or in the file: earlier in it, or later by its `id` (an export lists a void
+or a reversal timed before the event it names first, as the timeline has them). Lines are
+appended in file order either way, so an export imports back to the same timeline.
 
 Export writes the journal in canonical order `(event_time, position)` with the `id` of
 every event, in the same JSON Lines format (or CSV), so an export imports back into an
@@ -498,13 +500,20 @@ def plan_entries(entries: Sequence[Entry], source: str, journal: JournalLike, *,
     occurrences: dict[str, int] = {}
     streams: dict[str, tuple[str, str]] = {}  # id -> (type, stream) of the file's events
     derived: list[NewEvent] = []
+    # Events a void or a reversal may name before their line: those with an `id`.
+    ahead: dict[str, DomainEvent] = {}
+    for entry in entries:
+        if entry.id is not None:
+            ahead.setdefault(entry.id, entry.event)
 
-    def find(target: str) -> tuple[str, str] | None:
+    def so_far(target: str) -> tuple[str, str] | None:
         found = streams.get(target)
         if found is None:
             rec = journal.get(target)
             found = None if rec is None else (rec.type, rec.stream)
         return found
+
+    find = _looking_ahead(so_far, ahead, job_accounts)
 
     for entry in entries:
         event_id = entry.id
@@ -542,22 +551,47 @@ def plan_entries(entries: Sequence[Entry], source: str, journal: JournalLike, *,
 
 def _correction_stream(event: DomainEvent,
                        find: Callable[[str], tuple[str, str] | None]) -> str | None:
-    """The stream of a void or a reversal: that of the event it names, which must be
-    recorded before it (in the journal or earlier in the file: `find` gives its type and
-    stream); None for other events."""
-    if isinstance(event, GrantVoided):
-        target, wanted = event.grant, "grant"
-    elif isinstance(event, EventReversed):
-        target, wanted = event.event, None
-    else:
+    """The stream of a void or a reversal: that of the event it names, which must be in
+    the journal or in the file (`find` gives its type and stream); None for other
+    events."""
+    target = _named_by(event)
+    if target is None:
         return None
+    wanted = "grant" if isinstance(event, GrantVoided) else None
     found = find(target)
     if found is None:
         raise ValueError(f"{event.type} names event {target!r}, which is neither in the "
-                         "journal nor earlier in the file")
+                         "journal nor in the file")
     if wanted is not None and found[0] != wanted:
         raise ValueError(f"void names event {target!r}, which is a {found[0]}, not a grant")
     return found[1]
+
+
+Finder = Callable[[str], "tuple[str, str] | None"]
+
+
+def _looking_ahead(so_far: Finder, ahead: Mapping[str, DomainEvent],
+                   job_accounts: Mapping[str, str]) -> Finder:
+    """`so_far` (the events recorded or planned before a line), also finding the events
+    `ahead` (later in the file, by id) as they will be planned: a void or a reversal
+    timed before the event it names comes first in an export."""
+    resolving: set[str] = set()
+
+    def find(target: str) -> tuple[str, str] | None:
+        found = so_far(target)
+        event = ahead.get(target) if found is None else None
+        if event is None or target in resolving:
+            return found  # (corrections naming each other in a ring name nothing)
+        resolving.add(target)
+        try:
+            stream = _correction_stream(event, find)
+        except ValueError:
+            return None  # it names nothing itself: its own line says so
+        finally:
+            resolving.discard(target)
+        return event.type, stream if stream is not None else _stream(event, job_accounts)
+
+    return find
 
 
 def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
@@ -645,6 +679,9 @@ class _Survey:
     lines: int = 0  # lines holding an event (valid or not)
     job_accounts: dict[str, str] = field(default_factory=dict)  # job -> account, submits
     repeated: set[int] = field(default_factory=set)  # hashes of contents seen twice or more
+    # The events a void or a reversal names by id, when they come after it: rare (an
+    # export lists a correction timed before its event first), so kept whole.
+    ahead: dict[str, DomainEvent] = field(default_factory=dict)
 
 
 def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
@@ -656,6 +693,7 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     # A hash per line without an id (a few bytes, not the line): the contents whose hash
     # comes back are counted exactly in the second pass, to number identical lines.
     hashes = array("q")
+    named: set[str] = set()  # the ids voids and reversals name
     for item in _items(stream, fmt):
         found.lines += 1
         if progress is not None and found.lines % _PROGRESS_EVERY == 0:
@@ -663,6 +701,11 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
         if isinstance(item, Problem):
             found.problems.append(item)
             continue
+        if item.id in named:
+            found.ahead.setdefault(item.id, item.event)
+        target = _named_by(item.event)
+        if target is not None:
+            named.add(target)
         if not allow_far_times:
             why = far_time_problem("time", item.time)
             if why is not None:
@@ -685,6 +728,15 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     if not found.problems:
         found.job_accounts.update(_job_accounts_in_journal(journal, orphans))
     return found
+
+
+def _named_by(event: DomainEvent) -> str | None:
+    """The id a void or a reversal names; None for other events."""
+    if isinstance(event, GrantVoided):
+        return event.grant
+    if isinstance(event, EventReversed):
+        return event.event
+    return None
 
 
 class _Appender:
@@ -821,6 +873,7 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
     occurrences: dict[str, int] = {}
     with journal.transaction():
         writer = _Appender(journal, problems)
+        find = _looking_ahead(writer.find, survey.ahead, survey.job_accounts)
         stream.seek(0)
         done = 0
         for item in _items(stream, fmt):
@@ -838,7 +891,7 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
                     occurrences[content] = occurrence + 1
                 event_id = content_id(content, occurrence)
             try:
-                stream_name = _correction_stream(item.event, writer.find)
+                stream_name = _correction_stream(item.event, find)
             except ValueError as exc:
                 problems.append(Problem(item.line, str(exc)))
                 continue
