@@ -207,9 +207,16 @@ def void(
     with rec.writer() as writer:
         outcome = writer.void(grant_id, at=_time_option(at, "--at"), reason=reason,
                               memo=rec.memo, event_id=rec.event_id)
+        grant = writer.journal.get(grant_id)  # type: ignore[attr-defined]
     lapsed = sum(e.amount for e in outcome.expired if e.voided)
+    what = f"{lapsed:,} unused credits stop counting"
+    if grant is not None and grant.time > outcome.time:
+        # The grant comes later on the timeline: it arrives voided, all of it.
+        lapsed = int(grant.payload["amount"])
+        what = (f"the grant takes effect later, at {format_time(grant.time)}: none of its "
+                f"{lapsed:,} credits will count")
     rec.say(outcome, f"recorded void {outcome.event_id}: grant {grant_id} from "
-                     f"{format_time(outcome.time)}; {lapsed:,} unused credits stop counting",
+                     f"{format_time(outcome.time)}; {what}",
             grant=grant_id, voided=lapsed, reason=reason)
 
 

@@ -94,6 +94,9 @@ def _complete(e: Effect) -> str:
 def _expire(e: Effect) -> str:
     credits = f"{e.amount:,}{pool_text(e.pool)} of grant {e.ref}"
     if e.job is None:
+        if e.voided:
+            return f"{credits} never count: the grant was voided at " \
+                f"{format_time(e.expiry)}, before it took effect"
         return f"{credits} expired unused"
     ended = "was voided" if e.voided else "expired"
     return f"{credits} released by job {e.job} after the grant {ended} at " \

@@ -112,9 +112,11 @@ def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple[
     return Effect(kind, job=job if kind == "start" else None), 0
 
 
-def expiry_effect(e: Expiry, *, on_release: str | None = None) -> Effect:
+def expiry_effect(e: Expiry, *, on_release: str | None = None,
+                  on_arrival: bool = False) -> Effect:
     """Credits of a grant that stopped counting unused; `on_release`: the job whose
-    release found the grant already ended."""
+    release found the grant already ended; `on_arrival`: the grant's own credits, voided
+    (at `e.expiry`) before the grant took effect."""
     return Effect(EXPIRE, e.amount, e.pool, ref=e.grant_id, job=on_release,
-                  expiry=e.expiry if on_release is not None else None,
-                  voided=e.voided and on_release is not None)
+                  expiry=e.expiry if on_release is not None or on_arrival else None,
+                  voided=e.voided and (on_release is not None or on_arrival))

@@ -170,6 +170,8 @@ class LineageBuilder:
                 rec.id, rec.time, rec.position, str(p.get("pool", GENERAL)), int(p["amount"]),
                 expiry if isinstance(expiry, int) else None,
                 paid_debt=sum(a for _, a in outcome.paid_debt))
+            for e in step.voided_on_arrival:  # voided before it took effect
+                grant(e.grant_id, e.pool).expired += e.amount
         elif rec.type in ("consume", "adjust"):
             self.spends.append(Spend(rec.time, rec.position, rec.id, rec.type,
                                      abs(int(p["amount"])), outcome.paid_by,

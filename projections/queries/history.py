@@ -230,13 +230,14 @@ def event_lines(events: Iterable[RecordedEvent], account: str, position: int, *,
 def lines_of(lines: list[StatementLine], position: int) -> list[StatementLine]:
     """Within a statement's lines, those the event at `position` wrote: what `event_lines`
     answers, without a fold. After its own line come the credits it released after their
-    grant had expired (expiry lines at its time, with no position of their own)."""
+    grant had expired (expiry lines at its time, with no position of their own), or, for a
+    grant voided before it took effect, the line voiding all of it."""
     start = next((i for i, line in enumerate(lines) if line.position == position), None)
     if start is None:
         return []
     own = lines[start]
     end = start + 1
     while (end < len(lines) and lines[end].position is None and lines[end].time == own.time
-           and lines[end].type in ("expire", "unexplained")):
+           and lines[end].type in ("expire", "void", "unexplained")):
         end += 1
     return lines[start:end]

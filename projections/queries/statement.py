@@ -264,6 +264,12 @@ class StatementBuilder:
             self.balance -= e.amount
             self.add(expiry_line(e, rec.time, self.balance, self.reserved,
                                   on_release=str(job)))
+        for e in step.voided_on_arrival:
+            # Counted as voided, as a void's own change is: the void came first.
+            self.balance -= e.amount
+            self.add(StatementLine(rec.time, None, None, "void", -e.amount, self.balance,
+                                   self.reserved, expiry_effect(e, on_arrival=True),
+                                   pool=e.pool, grants=((e.grant_id, e.amount),)))
         if state is not None:
             book = state.book
             actual = book.active_total + book.held - book.debt_total - self.walk.unevicted()

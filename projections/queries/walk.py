@@ -7,7 +7,7 @@ expired or accrued in between.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eventstore import JournalLike, RecordedEvent
 from projections.creditbook import Batch, CreditBook, Expiry
@@ -94,6 +94,9 @@ class Step:
     expired: list[Expiry]  # credits that expired by the event's time (at their expiry)
     refill: int  # credits a refill bucket accrued before the event
     on_release: list[Expiry]  # held credits released by the event after their grant expired
+    # A grant's own credits, voided on the timeline before the grant takes effect: none
+    # of them ever counts (a void timed before its grant).
+    voided_on_arrival: list[Expiry] = field(default_factory=list)
 
 
 class AccountWalk:
@@ -164,10 +167,14 @@ class AccountWalk:
         evicted = sum(amount for b, amount in in_heap if not b.in_heap)
         self.announced = {k: b for k, b in self.announced.items() if b.in_heap}
         on_release: list[Expiry] = []
+        on_arrival: list[Expiry] = []
         seen = 0
         for e in outcome.expired:
             if e.voided and rec.type == "void":
                 continue  # the void's own change, on its line
+            if e.voided and rec.type == "grant" and e.grant_id == rec.id:
+                on_arrival.append(e)
+                continue
             if seen >= evicted:
                 on_release.append(e)
             seen += e.amount
@@ -184,7 +191,7 @@ class AccountWalk:
             added = rec.payload.get("amount", 0) if credits and not outcome.anomaly \
                 and rec.id not in ledger.excluded else 0
             refill = state.book.totals.granted - granted - int(added)
-        return Step(rec, outcome, expired, refill, on_release)
+        return Step(rec, outcome, expired, refill, on_release, on_arrival)
 
     def _learn_batches(self, state: AccountState) -> None:
         """Index the batches the last event created. A new batch is pushed onto its pool's

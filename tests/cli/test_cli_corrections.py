@@ -75,6 +75,31 @@ def test_void_stops_the_rest_of_a_grant(run: Run, db: str) -> None:
     assert journal_head(db) == 3
 
 
+def test_a_void_timed_before_its_grant_voids_all_of_it_and_says_so(run: Run) -> None:
+    run("grant", "acme", "100", "--at", "50", "--id", "g1")
+    run("grant", "acme", "30", "--at", "0", "--id", "g0")
+    said = run("void", "g1", "--at", "10", "--reason", "contract cancelled", "--id", "v1")
+    assert "takes effect later" in said.stdout and "none of its 100 credits" in said.stdout
+    assert _json(run, "void", "g1", "--at", "10", "--reason", "contract cancelled",
+                 "--id", "v1")["voided"] == 100
+    assert _balance(run, "acme", "--at", "60") == 30
+    statement = _json(run, "statement", "acme")
+    lines = statement["lines"]
+    assert isinstance(lines, list)
+    # The grant's line adds it, the next takes it all away as voided (not expired, and
+    # not "released by job None").
+    after = [line for line in lines if line["time"] == 50]
+    assert [(line["type"], line["change"]) for line in after] == [("grant", 100),
+                                                                  ("void", -100)]
+    assert "voided at" in after[1]["detail"] and "job" not in after[1]["detail"]
+    subtotals = statement["subtotals"]
+    assert isinstance(subtotals, dict)
+    assert (subtotals["granted"], subtotals["voided"], subtotals["expired"]) == (130, 100, 0)
+    explained = _json(run, "explain", "acme")
+    g1 = next(g for g in explained["grants"] if g["grant"] == "g1")  # type: ignore[attr-defined]
+    assert (g1["paid_debt"], g1["expired"], g1["remaining"]) == (0, 100, 0)
+
+
 @pytest.mark.parametrize(("target", "message"), [("nope", "no event 'nope'"),
                                                   ("u1", "not a grant")])
 def test_void_of_anything_but_a_grant_is_refused(run: Run, db: str, target: str,
