@@ -283,6 +283,10 @@ def _jsonl_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
     """Each line of a JSON Lines stream as an Entry, or the Problem that stops it; blank
     lines are skipped."""
     for number, raw in enumerate(_logical_lines(stream), start=1):
+        if number == 1 and raw.startswith(_BOM):
+            # A byte-order mark, as some Windows tools begin a UTF-8 file with: not part of
+            # the first line (and the ids derived from the lines are the same without it).
+            raw = raw[len(_BOM):]
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

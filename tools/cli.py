@@ -439,7 +439,7 @@ def _first_line(stream: IO[bytes]) -> str:
     try:
         while raw := stream.readline(4096):
             if raw.strip():
-                return raw.decode("utf-8", "replace").strip()[:80]
+                return raw.decode("utf-8-sig", "replace").strip()[:80]
         return ""
     finally:
         stream.seek(0)

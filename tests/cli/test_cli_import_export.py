@@ -244,6 +244,16 @@ def test_corrections_timed_before_what_they_name_round_trip(run: Run, tmp_path: 
         assert balance["balance"] == 25  # type: ignore[index]
 
 
+def test_a_json_lines_file_with_a_byte_order_mark_imports(run: Run, tmp_path: Path) -> None:
+    """Not mistaken for CSV (its first line holds commas and "type"), nor refused as bad
+    JSON: the mark is not part of the first line."""
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + CONTRACT_EXAMPLE.encode())
+    result = run("import", str(marked))
+    assert result.exit_code == 0, result.stderr
+    assert "appended 7 events" in result.stdout
+
+
 def test_csv_import_needs_the_export_header(run: Run, tmp_path: Path) -> None:
     path = tmp_path / "odd.csv"
     path.write_text("id,type,colour\nx,grant,red\n")

@@ -172,3 +172,14 @@ def test_corrections_that_name_nothing_or_each_other_are_refused() -> None:
             import_file(journal, jsonl(bad), "f")
         assert why in caught.value.problems[0].message, caught.value.problems
     assert journal.head() == 0
+
+
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it() -> None:
+    """Some Windows tools begin a UTF-8 file with a BOM: the file imports, to the same
+    ids as without it (a re-delivery with or without one appends nothing)."""
+    lines: list[Record] = [{"type": "grant", "account": "a", "amount": 5, "time": 1},
+                           {"type": "consume", "account": "a", "amount": 2, "time": 2}]
+    journal = MemoryJournal()
+    assert import_file(journal, b"\xef\xbb\xbf" + jsonl(lines), "bom.jsonl").appended == 2
+    again = import_file(journal, jsonl(lines), "plain.jsonl")
+    assert (again.appended, again.already_present) == (0, 2)
