@@ -31,8 +31,8 @@ def parse_time(text: str) -> int:
     """An event time from `text`: an integer, or an ISO-8601 date or date-time.
 
     `2026-11-03` is midnight UTC; `2026-11-03T12:00Z`, `2026-11-03T12:00:00+01:00` and
-    `2026-11-03 12:00` (no offset: UTC) are accepted. Fractions of a second are cut off.
-    Raises ValueError naming what was expected.
+    `2026-11-03 12:00` (no offset: UTC) are accepted. A fraction of a second is rounded
+    down to the whole second it falls in. Raises ValueError naming what was expected.
     """
     cleaned = text.strip()
     if _INTEGER.fullmatch(cleaned):
@@ -46,7 +46,17 @@ def parse_time(text: str) -> int:
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp())
+    return epoch_seconds(moment)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+
+
+def epoch_seconds(moment: datetime) -> int:
+    """The whole second (since the Unix epoch) an aware `moment` falls in: exact, and
+    rounded down (`int(moment.timestamp())` rounds a moment before 1970 up)."""
+    return (moment - _EPOCH) // _SECOND
 
 
 def iso(value: int) -> str:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from projections.events import TIMELINE_START
 from projections.timefmt import format_time, parse_micros, parse_time
+from tools.service.times import parse_event_time
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -16,6 +21,20 @@ from projections.timefmt import format_time, parse_micros, parse_time
 ])
 def test_parse_time(text: str, value: int) -> None:
     assert parse_time(text) == value
+
+
+@settings(deadline=None)
+@given(st.integers(-(10**10), 10**11), st.integers(0, 999_999),
+       st.integers(-14 * 60, 14 * 60))
+def test_a_fraction_of_a_second_rounds_down_on_both_sides_of_1970(
+        second: int, micros: int, offset_minutes: int) -> None:
+    """Text naming an instant within whole second `second` (at any offset) is that
+    second, by the command line and the service alike, before 1970 as after."""
+    zone = timezone(timedelta(minutes=offset_minutes))
+    moment = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=second, microseconds=micros)
+              ).astimezone(zone)
+    text = moment.isoformat()
+    assert parse_time(text) == parse_event_time(text) == second
 
 
 def test_parse_time_rejects_words() -> None:

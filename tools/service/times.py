@@ -16,6 +16,7 @@ from pydantic import BeforeValidator, WithJsonSchema
 # 2200-01-01T00:00Z: event times after this are probably milliseconds (refused unless the
 # service was started with --allow-far-times); expiries may be later.
 from projections.events import FAR_TIME
+from projections.timefmt import epoch_seconds
 
 _INTEGER = re.compile(r"[+-]?\d{1,19}")
 _INT64 = (-(2**63), 2**63 - 1)
@@ -40,7 +41,7 @@ def parse_event_time(value: Any) -> int:
             if parsed.tzinfo is None:
                 raise ValueError(f"{value!r} has no offset; write it as "
                                  f"{text}Z (UTC) or with +HH:MM")
-            moment = int(parsed.timestamp())
+            moment = epoch_seconds(parsed)
     else:
         raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
     if not _INT64[0] <= moment <= _INT64[1]:
