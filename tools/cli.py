@@ -32,6 +32,7 @@ from projections.errors import LedgerError
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.timefmt import format_time, parse_time
+from projections.validation import require_time
 from projections.verifications import Verification, record_verification
 from tools import render, wording
 
@@ -331,7 +332,8 @@ def _time_option(value: str | None, option: str) -> int | None:
     if value is None:
         return None
     try:
-        return parse_time(value)
+        # Within +-(2**53 - 1), as every time is (docs/semantics.md, "Limits").
+        return require_time("the time", parse_time(value))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 

@@ -17,6 +17,7 @@ from projections import queries
 from projections.ledger import JOB_STATES
 from projections.policy import Policy
 from projections.timefmt import format_time
+from projections.validation import MAX_SAFE_INT, require_int
 from tools import render, wording
 from tools.cli import (
     EXIT_CHECK_FAILED,
@@ -57,7 +58,9 @@ def accounts(
 
 def _duration(value: str) -> int:
     try:
-        return queries.parse_duration(value)
+        # At most 2**53 - 1 seconds, as every time is: the window's end is a time.
+        return require_int("the duration in seconds", queries.parse_duration(value),
+                           1, MAX_SAFE_INT)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--within") from None
 

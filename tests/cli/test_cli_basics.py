@@ -24,6 +24,10 @@ def test_help_lists_every_command() -> None:
     ["balance"],
     ["balance", "a", "--bogus"],
     ["balance", "a", "--at", "yesterday"],
+    # Times and durations beyond +-(2**53 - 1), the limit of every time.
+    ["balance", "a", "--at", "9007199254740992"],
+    ["accounts", "--at", "-9007199254740992"],
+    ["expiring", "--within", "99999999999999999999d"],
     ["export", "--format", "xml"],
     ["statement", "a", "--csv", "--json"],
     ["explain"],

@@ -17,9 +17,9 @@ from pydantic import BeforeValidator, WithJsonSchema
 # service was started with --allow-far-times); expiries may be later.
 from projections.events import FAR_TIME
 from projections.timefmt import epoch_seconds
+from projections.validation import require_time
 
 _INTEGER = re.compile(r"[+-]?\d{1,19}")
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def parse_event_time(value: Any) -> int:
@@ -44,9 +44,7 @@ def parse_event_time(value: Any) -> int:
             moment = epoch_seconds(parsed)
     else:
         raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
-    if not _INT64[0] <= moment <= _INT64[1]:
-        raise ValueError(f"a time must fit in 64 bits, got {moment}")
-    return moment
+    return require_time("a time", moment)
 
 
 _TIME_SCHEMA = {
