@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -197,12 +198,13 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
             problems.append(f"line {number}: no account")
         if bool(job) == bool(event_id):
             problems.append(f"line {number}: give a job or an id (exactly one)")
-        try:
-            amount = int(amount_text)
-        except ValueError:
+        if not _AMOUNT.fullmatch(amount_text):
+            # Read as `import` reads a CSV integer (once the cell is trimmed): `int()`
+            # would also take 1_000, +5 and digits of other scripts.
             problems.append(f"line {number}: amount {amount_text!r} is not a whole "
-                            "number of credits")
+                            "number of credits (ASCII digits, optionally after a -)")
             continue
+        amount = int(amount_text)
         time: int | None = None
         if time_text:
             try:
@@ -296,6 +298,7 @@ def ledger_charges(journal: JournalLike, position: int) -> tuple[
 
 
 _CHARGES = frozenset({"complete", "consume", "adjust"})
+_AMOUNT = re.compile(r"-?[0-9]{1,20}", re.ASCII)
 """The event types that charge an account: a job's completion, a usage report, an
 adjustment (a manual credit being a negative charge)."""
 

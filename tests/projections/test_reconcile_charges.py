@@ -194,3 +194,18 @@ def test_a_job_submitted_by_two_accounts_is_charged_to_the_first() -> None:
     replay(journal, checkpoint=True)
     jobs, _ = charges(journal, journal.head())
     assert jobs == {"j": ("a", 30, 5, 6)}
+
+
+def test_a_file_amount_is_read_as_import_reads_a_csv_integer() -> None:
+    """Trimmed, then ASCII digits with an optional leading -: what `int()` would also
+    take (1_000, +5, other scripts' digits) is named as a bad line."""
+    import pytest
+
+    from projections.queries.reconcile import ReconcileFileError, parse_charges
+
+    good = parse_charges("account,amount,id\na, 10 ,c1\nb,-5,c2\n", "f.csv")
+    assert [(row.account, row.amount) for row in good] == [("a", 10), ("b", -5)]
+    for bad in ("1_000", "+5", "\u0661\u0660", "5.0", "1e3"):
+        with pytest.raises(ReconcileFileError) as caught:
+            parse_charges(f"account,amount,id\na,{bad},c1\n", "f.csv")
+        assert "line 2: amount" in str(caught.value), bad
