@@ -190,6 +190,9 @@ def whatif(
         raise CliError(f"{policy_file}: {exc}") from None
     with open_journal(ctx, db) as journal:
         result = queries.whatif(journal, policy, as_known_at=as_known_at)
+    for name in result.unknown_accounts:
+        render.warn(f"{policy_file} caps account {name!r}, which the journal does not "
+                    "hold: is it a typo?")
     if as_json:
         render.print_json(wording.to_dict(result))
         return

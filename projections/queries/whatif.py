@@ -82,6 +82,8 @@ class WhatIf:
     accounts: list[AccountChange] = field(default_factory=list)
     jobs: list[JobChange] = field(default_factory=list)
     totals: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (actual, whatif)
+    # Accounts the policy caps that the journal does not hold (as known): a typo?
+    unknown_accounts: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -136,6 +138,7 @@ def whatif(journal: JournalLike, policy: Policy, *,
                                       None if a_key is None else a_key[1],
                                       None if w_key is None else w_key[1]))
     out.totals = _totals(actual, other, at)
+    out.unknown_accounts = sorted(set(policy.max_running) - set(actual.accounts))
     return out
 
 
