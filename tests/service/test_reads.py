@@ -85,3 +85,14 @@ def test_a_read_sees_what_another_writer_committed_before_it(
                                    {"account": "a", "amount": 5})])
         assert client.get("/v1/accounts/a/balance").json()["balance"] == 15
         assert [a["balance"] for a in client.get("/v1/accounts").json()] == [15]
+
+
+def test_a_position_past_the_head_is_422_as_on_the_command_line(client: TestClient) -> None:
+    """Not clamped to the head: a position the journal never reached is a typo or
+    another journal's."""
+    assert client.post("/v1/accounts/a/grants", json={"amount": 5, "time": 1}).status_code == 201
+    for path in ("/v1/accounts/a/balance", "/v1/accounts/a/statement"):
+        assert client.get(path, params={"as_known_at": 1}).json()["as_known_at"] == 1
+        refused = client.get(path, params={"as_known_at": 2})
+        assert refused.status_code == 422, refused.text
+        assert "past the journal's head 1" in refused.json()["detail"]

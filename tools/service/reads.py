@@ -86,7 +86,13 @@ def _known(journal: JournalLike, head: int, value: str | None) -> int:
             position = int(text)
             if position < 0:
                 raise ValueError(f"a position is 0 or more, got {position}")
-            return min(position, head)
+            if position > head:
+                # Never clamped, as on the command line: a position the journal has not
+                # reached is a typo or another journal's (a position any answer gave is
+                # committed, so every replica's journal holds it).
+                raise ValueError(f"position {position} is past the journal's head {head}; "
+                                 f"known positions are 0 to {head} (GET /v1/journal/head)")
+            return position
         return min(journal.position_at(parse_micros(text)), head)
     except ValueError as exc:
         raise ServiceProblem(422, f"as_known_at: {exc}", slug="invalid") from None
