@@ -76,6 +76,8 @@ class VerifyReport:
     ok: bool
     first_bad_position: int | None = None
     problem: str | None = None
+    # The events of the journal whose hash chain was checked: every one, reversed events
+    # and reversals included (what `verify` prints as "N events"), not the fold's count.
     checked_events: int = 0
     checked_checkpoints: int = 0
 
@@ -534,9 +536,11 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
     """
     if stage is not None:
         stage(VERIFY_STAGES[0])
-    bad = journal.verify_chain(progress=progress).first_bad_position
+    chain = journal.verify_chain(progress=progress)
+    events = chain.events  # the journal's events, not the ones the fold applies
+    bad = chain.first_bad_position
     if bad is not None:
-        return VerifyReport(False, bad, f"hash chain broken at position {bad}")
+        return VerifyReport(False, bad, f"hash chain broken at position {bad}", events)
     checkpoints = sorted(journal.snapshots(CHECKPOINT), key=lambda s: (s.position, s.id))
     checked = 0
     if checkpoints and stage is not None:
@@ -549,16 +553,17 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
         except (CheckpointError, KeyError) as exc:  # a damaged cache entry is a finding
             return VerifyReport(False, info.position,
                                 f"checkpoint {info.id} at position {info.position} is "
-                                f"unreadable: {exc}")
+                                f"unreadable: {exc}", events, checked)
         if stored_digest != info.digest:
             return VerifyReport(False, info.position,
-                                f"checkpoint {info.id} state does not match its recorded digest")
+                                f"checkpoint {info.id} state does not match its recorded "
+                                "digest", events, checked)
         rebuilt = fold_canonical(journal, to_position=info.position)
         if rebuilt.digest() != info.digest:
             return VerifyReport(False, info.position,
                                 f"replay to position {info.position} gives digest "
                                 f"{rebuilt.digest()[:16]}…, checkpoint {info.id} recorded "
-                                f"{info.digest[:16]}…")
+                                f"{info.digest[:16]}…", events, checked)
         checked += 1
     if stage is not None:
         stage(VERIFY_STAGES[2])
@@ -570,5 +575,5 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         return VerifyReport(False, report.position,
                             f"replay to position {report.position} breaks an invariant: "
-                            f"{broken[0]}{more}", report.events, checked)
-    return VerifyReport(True, None, None, report.events, checked)
+                            f"{broken[0]}{more}", events, checked)
+    return VerifyReport(True, None, None, events, checked)

@@ -154,6 +154,25 @@ def test_reading_a_missing_file_is_bad_input(run: Run, db: str, command: list[st
     assert not db_path(db).exists()
 
 
+def test_verify_counts_every_event_of_the_journal_reversed_ones_included(run: Run) -> None:
+    """"N events, hash chain intact" is the journal's size: a reversed event and its
+    reversal are in the chain checked, though the fold leaves the reversed one out."""
+    for args in (("grant", "a", "100", "--at", "0", "--id", "g1"),
+                 ("consume", "a", "5", "--at", "1", "--id", "c1"),
+                 ("reverse", "c1", "--reason", "x")):
+        assert run(*args).exit_code == 0
+    assert _head(run).startswith("3:")
+    for checkpointed in (False, True):
+        text = run("verify")
+        assert text.exit_code == 0, text.stderr
+        assert text.stdout.startswith("ok: 3 events, hash chain intact")
+        report = as_json(run("verify", "--json"))
+        assert isinstance(report, dict) and report["ok"] is True and report["events"] == 3
+        assert report["checkpoints"] == int(checkpointed)
+        if not checkpointed:
+            assert run("replay").exit_code == 0
+
+
 def test_verify_on_an_empty_file_does_not_write_a_schema(run: Run, db: str) -> None:
     db_path(db).write_bytes(b"")
     result = run("verify")

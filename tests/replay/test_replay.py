@@ -440,3 +440,18 @@ def test_verify_reports_every_stage_with_its_total_known_from_the_start() -> Non
     chain = [(d, t) for s, d, t in seen if s == VERIFY_STAGES[0]]
     assert chain[-1] == (12_000, 12_000) and len(chain) > 2
     assert [(d, t) for s, d, t in seen if s == VERIFY_STAGES[2]][-1] == (12_000, 12_000)
+
+
+def test_verify_counts_every_event_of_the_journal_reversed_ones_included() -> None:
+    """`checked_events` is the journal's size, whose chain was checked, not the count of
+    events the fold applied: a reversed event and its reversal are journal events too."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
+                    NewEvent("c1", "a", "consume", 1, {"account": "a", "amount": 5}),
+                    NewEvent("c2", "a", "consume", 2, {"account": "a", "amount": 7}),
+                    NewEvent("r1", "a", "reverse", 1, {"event": "c1", "reason": "x"})])
+    report = verify(journal)
+    assert report.ok and report.checked_events == journal.head() == 4
+    replay(journal, checkpoint=True)  # replay reproducing a checkpoint changes nothing
+    report = verify(journal)
+    assert (report.ok, report.checked_events, report.checked_checkpoints) == (True, 4, 1)

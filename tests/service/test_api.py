@@ -264,6 +264,23 @@ def test_events_all_or_nothing(client: TestClient) -> None:
         {"type": "grant", "account": "a", "amount": 1, "time": 9_999_999_999}]}), 422)
 
 
+def test_verify_counts_every_event_of_the_journal_reversed_ones_included(
+        client: TestClient) -> None:
+    """`"events"` is the journal's size whose chain was checked, as `gpu-credits verify`
+    says it: a reversed event and its reversal count, though the fold leaves one out."""
+    sent = client.post("/v1/events", json={"events": [
+        {"type": "grant", "account": "a", "amount": 100, "time": 0, "id": "g1"},
+        {"type": "consume", "account": "a", "amount": 5, "time": 1, "id": "c1"},
+    ]})
+    assert sent.status_code < 300, sent.text
+    undone = client.post("/v1/events", json={"events": [
+        {"type": "reverse", "event": "c1", "time": 1, "reason": "x"}]})
+    assert undone.status_code < 300, undone.text
+    assert head(client) == 3
+    answer = client.post("/v1/journal/verify").json()
+    assert answer == {"ok": True, "events": 3}
+
+
 def test_a_refused_batch_names_every_bad_event_whatever_is_wrong_with_it(
         client: TestClient) -> None:
     """A field refused, an element that is no object, a reversal of an event that is

@@ -303,6 +303,40 @@ def test_summary_shows_the_last_verify_however_it_ran(tmp_path: Path) -> None:
         assert "by POST /v1/journal/verify" in c.get("/").text
 
 
+def _cli_journal(tmp_path: Path, *commands: tuple[str, ...]) -> str:
+    """A SQLite journal written by these `gpu-credits` commands; its URL."""
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+
+    url = f"sqlite:///{tmp_path / 'small.db'}"
+    for args in commands:
+        result = CliRunner().invoke(cli, [*args, "--db", url])
+        assert result.exit_code == 0, result.stderr
+    return url
+
+
+def test_verify_counts_every_event_of_the_journal_however_it_ran(tmp_path: Path) -> None:
+    """The button, POST /v1/journal/verify and `gpu-credits verify` all say how many
+    events of the journal they checked: a reversed event and its reversal included."""
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+
+    url = _cli_journal(tmp_path, ("grant", "a", "100", "--at", "0", "--id", "g1"),
+                       ("consume", "a", "5", "--at", "1", "--id", "c1"),
+                       ("reverse", "c1", "--reason", "x"))
+    with TestClient(app_for(url)) as c:
+        assert c.post("/journal/verify", headers={"HX-Request": "true"}).status_code == 200
+        status = c.app.state.web_source.verifier.wait(60)  # type: ignore[attr-defined]
+        assert (status.state, status.events, status.head) == ("ok", 3, 3)
+        assert "OK</strong>: 3 events, hash chain intact" in c.get("/journal/verify").text
+        assert c.post("/v1/journal/verify", json={}).json()["events"] == 3
+        assert "OK</strong>: 3 events, hash chain intact" in c.get("/").text
+        assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 0
+        assert "OK</strong>: 3 events, hash chain intact" in c.get("/").text
+
+
 def test_the_ledger_pages_from_the_latest_lines_and_the_csv_has_them_all(
         client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     from tools.web import pages

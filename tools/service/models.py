@@ -394,7 +394,8 @@ class VerifyAnswer(Answer):
     """Whether the hash chain is intact (and holds the anchored prefix unchanged)."""
 
     ok: bool
-    events: int
+    events: int = Field(description="how many journal events the hash chain check covered: "
+                        "all of them, reversed events and reversals included")
     first_bad_position: int | None = None
     problem: str | None = None
 
