@@ -131,7 +131,9 @@ class PoolTotal(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ExpiringReport:
-    """Credits that stop counting in `[at, at + within)`, soonest first."""
+    """Credits that stop counting in `(at, at + within]`, soonest first: those ending at
+    `at` have stopped already (credits count for `time <= t < end`), and those ending at
+    `at + within` stop within the window."""
 
     at: int
     within: int
@@ -140,7 +142,7 @@ class ExpiringReport:
 
     @property
     def until(self) -> int:
-        """The end of the window (excluded)."""
+        """The end of the window (included)."""
         return self.at + self.within
 
     def totals(self) -> list[PoolTotal]:
@@ -157,7 +159,7 @@ class ExpiringReport:
 
 
 def expiring_credits(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
-    """Every batch still counting at `at` whose credits stop in `[at, until)`."""
+    """Every batch still counting at `at` whose credits stop in `(at, until]`."""
     return _window({name: ending_credits(ledger.accounts[name]) for name in ledger.accounts},
                    at, until)
 
@@ -166,7 +168,7 @@ def _window(endings: dict[str, list[Ending]], at: int, until: int) -> list[Expir
     found = [ExpiringCredits(name, pool, grant, end, unused, held, voided)
              for name in sorted(endings)
              for pool, grant, end, unused, held, voided in endings[name]
-             if at <= end < until]
+             if at < end <= until]
     found.sort(key=lambda c: (c.ends, c.account, c.pool, c.grant))
     return found
 

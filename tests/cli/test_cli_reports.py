@@ -119,6 +119,24 @@ def test_expiring_at_another_time(run: Run, month: Path) -> None:
     assert [c["grant"] for c in report["credits"]] == ["g1"]
 
 
+@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize(("at", "within", "grants"), [
+    ("20", "7d", ["g1"]),  # g2 expires at 20: from 20 on it no longer counts
+    ("19", "1s", ["g2"]),  # ... so it stops counting within (19, 20]
+    ("8", "12s", ["g2"]), ("8", "11s", []),
+    ("20", "80s", ["g1"]), ("20", "79s", []), ("100", "7d", []),
+])
+def test_expiring_lists_credits_ending_after_at_and_up_to_the_window_end(
+        run: Run, month: Path, at: str, within: str, grants: list[str],
+        checkpointed: bool) -> None:
+    """Credits count for `time <= t < expiry`: the window is `(at, at + within]`, whether
+    the report folds the journal or reads a checkpoint's summary."""
+    if checkpointed:
+        assert run("replay").exit_code == 0
+    report = _obj(as_json(run("expiring", "--at", at, "--within", within, "--json")))
+    assert [c["grant"] for c in report["credits"]] == grants
+
+
 # -- jobs ------------------------------------------------------------------------------------
 
 

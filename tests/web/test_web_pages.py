@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from pathlib import Path
 
@@ -335,6 +336,29 @@ def test_verify_counts_every_event_of_the_journal_however_it_ran(tmp_path: Path)
         assert "OK</strong>: 3 events, hash chain intact" in c.get("/").text
         assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 0
         assert "OK</strong>: 3 events, hash chain intact" in c.get("/").text
+
+
+def test_the_summary_and_expiring_list_the_same_window(tmp_path: Path) -> None:
+    """Credits count for `time <= t < expiry`: at the latest event time T, a grant expiring
+    at T has stopped counting already and one expiring at T + 7 days stops within the
+    week. The summary and `gpu-credits expiring` both list `T < expiry <= T + 7d`."""
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+
+    week = 7 * 86_400
+    url = _cli_journal(
+        tmp_path,
+        *(("grant", "a", "10", "--at", "0", "--expiry", str(expiry), "--id", grant)
+          for grant, expiry in (("at-t", 100), ("in-a-week", 100 + week),
+                                ("after-the-week", 101 + week))),
+        ("consume", "a", "1", "--at", "100", "--id", "u1"))  # the latest event time
+    with TestClient(app_for(url)) as c:
+        rows = cells(c.get("/").text, "expiring-table")
+    assert [row[3] for row in rows] == ["in-a-week"]
+    listed = CliRunner().invoke(cli, ["expiring", "--json", "--db", url])
+    assert listed.exit_code == 0, listed.stderr
+    assert [c["grant"] for c in json.loads(listed.stdout)["credits"]] == ["in-a-week"]
 
 
 def test_the_ledger_pages_from_the_latest_lines_and_the_csv_has_them_all(
