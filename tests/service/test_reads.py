@@ -96,3 +96,18 @@ def test_a_position_past_the_head_is_422_as_on_the_command_line(client: TestClie
         refused = client.get(path, params={"as_known_at": 2})
         assert refused.status_code == 422, refused.text
         assert "past the journal's head 1" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize(("accept", "csv"), [
+    ("", False), ("*/*", False), ("application/json", False), ("text/csv", True),
+    ("text/*", True), ("text/csv, application/json", False),
+    ("text/csv;q=0.5, application/json", False), ("application/json;q=0.4, text/csv", True),
+    ("text/csv;q=0", False), ("text/csv;q=0.5, */*", False), ("text/csv, */*;q=0.1", True),
+    ("TEXT/CSV", True), ("text/*;q=0.9, text/csv;q=0.2, application/json;q=0.5", False),
+    ("text/csv;q=oops", False),
+])
+def test_a_statement_is_csv_when_the_accept_header_weighs_csv_above_json(
+        accept: str, csv: bool) -> None:
+    from tools.service.reads import prefers_csv
+
+    assert prefers_csv(accept) is csv

@@ -204,6 +204,30 @@ class _KnownJournal:
                 if self.get(i) is not None}
 
 
+def prefers_csv(accept: str) -> bool:
+    """Whether an Accept header asks for CSV over JSON: the one its best-weighted media
+    range matching each names first (`q`, default 1; 0 refuses); JSON on a tie, without
+    a header, or when neither is named."""
+    csv_q = json_q = -1.0
+    for item in accept.split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0  # a weight that is not a number asks for nothing
+        media = media.lower()
+        if media in ("text/csv", "text/*"):
+            # The exact type outranks the wildcard, whatever their order.
+            csv_q = q if media == "text/csv" or csv_q < 0 else csv_q
+        elif media in ("application/json", "application/*", "*/*"):
+            json_q = q if media == "application/json" or json_q < 0 else json_q
+    return csv_q > 0 and csv_q > json_q
+
+
 @router.get("/accounts/{account}/statement", response_model=StatementAnswer,
             responses={**_ERRORS, 200: {"content": {"text/csv": {}},
                                         "description": "the statement (JSON, or CSV for "
@@ -224,7 +248,7 @@ def statement(account: str, request: Request,
     position = _known(journal, journal.head(), as_known_at)
     source: Any = journal if as_known_at is None else _KnownJournal(journal, position)
     st = queries.statement(source, account, from_time=start, to_time=end)
-    if "text/csv" in request.headers.get("accept", ""):
+    if prefers_csv(request.headers.get("accept", "")):
         out = io.StringIO()
         render.statement_csv(st, out)
         return Response(out.getvalue(), media_type="text/csv")
