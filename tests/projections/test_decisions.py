@@ -108,8 +108,8 @@ def test_a_used_id_on_a_call_that_would_record_nothing_is_a_conflict() -> None:
         session = session_of(scheduler if remembered else Scheduler(
             session_of(scheduler).journal, clock=lambda: 100))
         head = session.journal.head()
-        with pytest.raises(IdempotencyConflict, match="'go' is already recorded at position 4"
-                           ".*records nothing"):
+        with pytest.raises(IdempotencyConflict, match=r"'go' is already recorded at position 4"
+                           r".*records nothing"):
             jobs.start_next(session, at=105, clock=lambda: 100, event_id="go")
         assert session.journal.head() == head
         # The same call again is its retry: the same job, nothing appended.
