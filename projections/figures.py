@@ -13,6 +13,7 @@ is decided on) are the same figures at the account's last event, without the poo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from projections.events import GENERAL
@@ -59,9 +60,11 @@ Ending = tuple[str, str, int, int, int, bool]
 `end` (its expiry, or its void if that comes first), unused ones and ones held by jobs."""
 
 
-def ending_credits(account: AccountState) -> list[Ending]:
+def ending_credits(account: AccountState,
+                   voids_ahead: Mapping[str, int] | None = None) -> list[Ending]:
     """Every batch of the account with an end (an expiry or a void) that still has credits,
-    unused or held by a job, in no particular order."""
+    unused or held by a job, in no particular order. `voids_ahead`: grant id -> the time
+    of a void later on the timeline than the account's state (not folded in yet)."""
     book = account.book
     held: dict[int, int] = {}
     batches = {id(b): b for heap in book.heaps.values() for b in heap}
@@ -71,7 +74,8 @@ def ending_credits(account: AccountState) -> list[Ending]:
             batches.setdefault(id(batch), batch)
     found: list[Ending] = []
     for key, batch in batches.items():
-        ends = [t for t in (batch.expiry, batch.voided) if t is not None]
+        ahead = voids_ahead.get(batch.grant_id) if voids_ahead else None
+        ends = [t for t in (batch.expiry, batch.voided, ahead) if t is not None]
         if not ends:
             continue
         end = min(ends)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from eventstore import JournalLike
+from eventstore.hashing import load_json
 from projections.checkpoint import CheckpointError, log
 from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import JOB_STATES, JobState, Ledger
@@ -17,7 +18,7 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
-from projections.replay import exact_view
+from projections.replay import exact_view, excluded_as_known, rows_of_type
 
 DEFAULT_WITHIN = 7 * 86_400
 """`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
@@ -158,10 +159,30 @@ class ExpiringReport:
                                             "credits", "totals")
 
 
-def expiring_credits(ledger: Ledger, at: int, until: int) -> list[ExpiringCredits]:
-    """Every batch still counting at `at` whose credits stop in `(at, until]`."""
-    return _window({name: ending_credits(ledger.accounts[name]) for name in ledger.accounts},
-                   at, until)
+def expiring_credits(ledger: Ledger, at: int, until: int,
+                     voids_ahead: Mapping[str, int] | None = None) -> list[ExpiringCredits]:
+    """Every batch still counting at `at` whose credits stop in `(at, until]` (by expiry,
+    or by a void: folded in, or ahead in `voids_ahead`, grant id -> void time)."""
+    return _window({name: ending_credits(ledger.accounts[name], voids_ahead)
+                    for name in ledger.accounts}, at, until)
+
+
+def voids_ahead(journal: JournalLike, at: int, until: int, position: int) -> dict[str, int]:
+    """Grant id -> the earliest void of it timed in `(at, until]`, recorded up to
+    `position` and not reversed as known then: credits a fold up to `at` still counts
+    that stop within the window all the same."""
+    voids = list(rows_of_type(journal, "void", from_time=at + 1, to_time=until,
+                              to_position=position, order="canonical"))
+    if not voids:  # the usual case: one read, nothing decoded
+        return {}
+    excluded = excluded_as_known(journal, position)
+    ahead: dict[str, int] = {}
+    for _, event_id, _, time, payload, _ in voids:  # canonical: the earliest first
+        decoded = load_json(payload) if isinstance(payload, str) else payload
+        grant = decoded.get("grant") if isinstance(decoded, dict) else None
+        if event_id not in excluded and isinstance(grant, str) and grant not in excluded:
+            ahead.setdefault(grant, time)
+    return ahead
 
 
 def _window(endings: dict[str, list[Ending]], at: int, until: int) -> list[ExpiringCredits]:
@@ -181,10 +202,12 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
         raise ValueError(f"the window must be positive, got {within} seconds")
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    view = exact_view(journal, to_position=position, to_time=when)
+    ahead = voids_ahead(journal, when, when + within, position)
+    view = None if ahead else exact_view(journal, to_position=position, to_time=when)
     if view is not None:
         # Nothing changes the state after the checkpoint, so what ends when is its own:
-        # read from its summary, no account decoded.
+        # read from its summary, no account decoded. (A void ahead needs the batches a
+        # summary leaves out, those without an expiry: then the fold.)
         try:
             endings = view.summary().endings
         except CheckpointError as exc:
@@ -195,7 +218,7 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
                                   _window(endings, when, when + within))
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     return ExpiringReport(when, within, position,
-                          expiring_credits(ledger, when, when + within))
+                          expiring_credits(ledger, when, when + within, ahead))
 
 
 def parse_duration(text: str) -> int:

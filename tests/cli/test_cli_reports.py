@@ -137,6 +137,29 @@ def test_expiring_lists_credits_ending_after_at_and_up_to_the_window_end(
     assert [c["grant"] for c in report["credits"]] == grants
 
 
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_expiring_lists_credits_a_void_ahead_stops_within_the_window(
+        run: Run, checkpointed: bool) -> None:
+    """A void timed after T takes the grant's unused credits at its time, expiry or not;
+    a reversed void, or one after the window, does not."""
+    for args in (("grant", "a", "100", "--at", "0", "--id", "g1"),
+                 ("grant", "a", "50", "--at", "0", "--expiry", "100000", "--id", "g2"),
+                 ("grant", "a", "30", "--at", "0", "--id", "g3"),
+                 ("consume", "a", "10", "--at", "5"),
+                 ("void", "g1", "--at", "1000", "--id", "v1"),
+                 ("void", "g2", "--at", "2000", "--id", "v2"),
+                 ("void", "g3", "--at", "1500", "--id", "v3"),
+                 ("reverse", "v3", "--reason", "kept after all")):
+        assert run(*args).exit_code == 0, args
+    if checkpointed:
+        assert run("replay").exit_code == 0
+    report = _obj(as_json(run("expiring", "--at", "5", "--within", "1995s", "--json")))
+    assert [(c["grant"], c["expiry"], c["amount"], c["voided"]) for c in report["credits"]] \
+        == [("g1", 1000, 100, True), ("g2", 2000, 40, True)]
+    short = _obj(as_json(run("expiring", "--at", "5", "--within", "1994s", "--json")))
+    assert [c["grant"] for c in short["credits"]] == ["g1"]
+
+
 # -- jobs ------------------------------------------------------------------------------------
 
 
