@@ -52,7 +52,7 @@ Progress = Callable[[int, int], None]
 class ReplayReport:
     """What a replay rebuilt."""
 
-    events: int
+    events: int  # journal events replayed: those up to `to_time`, reversed ones included
     revisions: list[Revision]
     anomalies: list[tuple[int, str, str]]
     ledger: Ledger = field(repr=False)
@@ -282,6 +282,7 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
         remember_once_late=True, snapshot_once_late=True, locate=locator(journal),
         account_reader=account_reader(journal) if held is None else held.read_stream)
     done = 0
+    taken = 0  # events up to `to_time`, as `done` counts every event read
     if progress is not None:
         progress(0, head)  # the total is known from the start: no bar waits at "0/?"
     # Events appended together are one step of knowledge: the projector takes each
@@ -334,6 +335,7 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                         projector.ingest_rows(mine, known_before=begin)
                 last = part[-1][0]
                 done += len(part)
+                taken += len(mine)
                 if last >= end or (rec := next(rows, None)) is None:
                     break
                 part = [rec]
@@ -353,7 +355,9 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if progress is not None:
         progress(done, head)
     ledger = projector.ledger
-    return ReplayReport(ledger.applied, list(projector.revisions), list(ledger.anomalies),
+    # Every event read, reversed ones and reversals too (`ledger.applied` counts what the
+    # fold applied: "replayed 1 event" of a journal of three was a puzzle to an auditor).
+    return ReplayReport(taken, list(projector.revisions), list(ledger.anomalies),
                         ledger, head)
 
 

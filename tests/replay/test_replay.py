@@ -455,3 +455,17 @@ def test_verify_counts_every_event_of_the_journal_reversed_ones_included() -> No
     replay(journal, checkpoint=True)  # replay reproducing a checkpoint changes nothing
     report = verify(journal)
     assert (report.ok, report.checked_events, report.checked_checkpoints) == (True, 4, 1)
+
+
+def test_replay_counts_the_journal_events_it_replayed_reversed_ones_included() -> None:
+    """As `verify` counts them: every event up to `to_time`, not only those the fold
+    applied (a reversed event and its reversal are replayed too)."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
+                    NewEvent("c1", "a", "consume", 1, {"account": "a", "amount": 5}),
+                    NewEvent("c2", "a", "consume", 3, {"account": "a", "amount": 7})])
+    journal.append([NewEvent("r1", "a", "reverse", 1, {"event": "c1", "reason": "x"})])
+    journal.append([NewEvent("g2", "a", "grant", 2, {"account": "a", "amount": 1})])
+    assert replay(journal).events == 5
+    assert replay(journal, to_time=2).events == 4  # c2, at 3, is past it
+    assert replay(journal, to_time=0).events == 1
