@@ -387,6 +387,9 @@ def test_a_jobs_page_folds_its_account_only_up_to_the_job_and_answers_as_explain
     from projections.queries import explain_job
     from tools.web.pages import job_page
 
+    # The app makes its source on the first page asked for: ask for one, whatever ran
+    # before this test.
+    assert client.get("/").status_code == 200
     source = client.app.state.web_source  # type: ignore[attr-defined]
     journal = source.journal
     jobs = sorted({str(rec.payload["job"]) for rec in journal.read(order="position")
