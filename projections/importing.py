@@ -571,11 +571,11 @@ def _correction_stream(event: DomainEvent,
     return found[1]
 
 
-Finder = Callable[[str], "tuple[str, str] | None"]
+_Finder = Callable[[str], "tuple[str, str] | None"]
 
 
-def _looking_ahead(so_far: Finder, ahead: Mapping[str, DomainEvent],
-                   job_accounts: Mapping[str, str]) -> Finder:
+def _looking_ahead(so_far: _Finder, ahead: Mapping[str, DomainEvent],
+                   job_accounts: Mapping[str, str]) -> _Finder:
     """`so_far` (the events recorded or planned before a line), also finding the events
     `ahead` (later in the file, by id) as they will be planned: a void or a reversal
     timed before the event it names comes first in an export."""
