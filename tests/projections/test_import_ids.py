@@ -183,3 +183,30 @@ def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it() -> None:
     assert import_file(journal, b"\xef\xbb\xbf" + jsonl(lines), "bom.jsonl").appended == 2
     again = import_file(journal, jsonl(lines), "plain.jsonl")
     assert (again.appended, again.already_present) == (0, 2)
+
+
+def test_a_batch_appended_together_is_one_step_of_knowledge_in_a_live_projection() -> None:
+    """Late events appended in one batch are re-projected once, as a replay takes the
+    batch: the same state and the same revisions (only events known before the batch are
+    revised, never one of the batch by another)."""
+    from projections.importing import plan_import
+    from projections.replay import fold_canonical, replay
+    from projections.session import LedgerSession
+
+    journal = MemoryJournal()
+    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
+                           "id": "g"}]
+    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
+             for i in range(5)]
+    import_file(journal, jsonl(base), "base")
+    session = LedgerSession(journal)
+    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
+                           "id": f"l{i}"} for i in range(3)]  # each before the one before
+    plan = plan_import(jsonl(late), "late", journal)
+    recorded = journal.append(plan.events)
+    assert session.ingest_appended(recorded, plan.decoded)
+    assert session.digest() == fold_canonical(journal).digest()
+    again = replay(journal)
+    assert [(r.event_id, r.late_event_id) for r in session.projector.revisions] == [
+        (r.event_id, r.late_event_id) for r in again.revisions]
+    assert {r.event_id for r in again.revisions} <= {"c0", "c1", "c2", "c3", "c4"}
