@@ -30,7 +30,7 @@ import itertools
 import json
 import math
 import operator
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -219,6 +219,10 @@ def _reversals_in(batch: Sequence[Recorded]) -> dict[str, str]:
         if isinstance(event, EventReversed):
             found[rec.id] = event.event
     return found
+
+
+_CATCH_UP_PART = 50_000
+"""Events of one batch a catch-up holds at a time."""
 
 
 def _on_the_timeline(batch: Sequence[Recorded]) -> Sequence[Recorded]:
@@ -1087,19 +1091,46 @@ class Projector:
         return any(rec.id == grant for rec in
                    self._account_reader(account, (time, position - 1), position))
 
-    def catch_up(self, events: Iterable[Recorded],
-                 keep: Container[int] = frozenset()) -> dict[int, Outcome]:
+    def catch_up(self, events: Iterable[Recorded], keep: Container[int] = frozenset(),
+                 batches: Mapping[int, int] | None = None) -> dict[int, Outcome]:
         """Ingest events in position order; return the outcomes of the positions in `keep`.
 
         Only those: a facade opening a journal of 10^6 events has no use for 10^6
         outcomes, which would take more memory than the whole projection.
+
+        `batches`: first position -> last of the events appended together (the journal's
+        `batches`; the positions are gapless), each taken as `ingest_batch` takes it, as a
+        replay does: a batch of late events is re-projected once, not once per event.
         """
         kept: dict[int, Outcome] = {}
         with paused_gc():
-            for rec in events:
-                outcome = self.ingest(rec)
-                if rec.position in keep:
-                    kept[rec.position] = outcome
+            if not batches:
+                for rec in events:
+                    outcome = self.ingest(rec)
+                    if rec.position in keep:
+                        kept[rec.position] = outcome
+                return kept
+            rows = iter(events)
+            for rec in rows:
+                first = rec.position
+                last = batches.get(first, first)
+                if last == first:
+                    outcome = self.ingest(rec)
+                    if first in keep:
+                        kept[first] = outcome
+                    continue
+                # A batch too large to hold goes a part at a time, each known with the
+                # parts before it (as a replay takes an import of millions of lines).
+                part = [rec, *itertools.islice(rows, min(last - first, _CATCH_UP_PART - 1))]
+                while True:
+                    outcomes = self.ingest_batch(part, known_before=first)
+                    kept.update((p, o) for p, o in outcomes.items() if p in keep)
+                    if part[-1].position >= last:
+                        break
+                    part = list(itertools.islice(rows, min(last - part[-1].position,
+                                                           _CATCH_UP_PART)))
+                    if not part:
+                        break
         return kept
 
     def remembered(self, position: int) -> Outcome | None:

@@ -210,3 +210,38 @@ def test_a_batch_appended_together_is_one_step_of_knowledge_in_a_live_projection
     assert [(r.event_id, r.late_event_id) for r in session.projector.revisions] == [
         (r.event_id, r.late_event_id) for r in again.revisions]
     assert {r.event_id for r in again.revisions} <= {"c0", "c1", "c2", "c3", "c4"}
+
+
+def test_a_projection_opened_on_a_stored_journal_takes_each_batch_as_replay_does(
+        tmp_path: Any) -> None:
+    """A facade opening a journal that holds an import of late events folds that import
+    as one step of knowledge (re-projected once, not once per event): the state of a
+    fresh fold and the revisions of a replay; read a part at a time (a batch too large
+    to hold), the same state."""
+    from eventstore import Journal
+    from projections import projector
+    from projections.replay import fold_canonical, replay
+    from projections.session import LedgerSession
+
+    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
+                           "id": "g"}]
+    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
+             for i in range(5)]
+    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
+                           "id": f"l{i}"} for i in range(5)]
+    with Journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        import_file(journal, jsonl(base), "base")
+        import_file(journal, jsonl(late), "late")
+        import_file(journal, jsonl([{"type": "grant", "account": "a", "amount": 1,
+                                     "time": 1, "id": "alone"}]), "one")
+        want = [(r.event_id, r.late_event_id) for r in replay(journal).revisions]
+        assert want and all(late_id in ("l0", "l1", "l2", "l3", "l4", "alone")
+                            for _, late_id in want)
+        for part in (50_000, 2):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(projector, "_CATCH_UP_PART", part)
+                session = LedgerSession(journal)
+            assert session.digest() == fold_canonical(journal).digest()
+            if part > len(late):
+                assert [(r.event_id, r.late_event_id)
+                        for r in session.projector.revisions] == want
