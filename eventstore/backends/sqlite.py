@@ -40,6 +40,17 @@ from ..records import COLUMNS_SQL, StoredRow
 
 # Execution option marking a connection whose next BEGIN must be IMMEDIATE.
 _WRITE = "eventstore_write"
+# Connection info key: (device, inode) of the database file the connection opened.
+_FILE_ID = "eventstore_file_id"
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class SQLiteBackend(Backend):
@@ -75,10 +86,12 @@ class SQLiteBackend(Backend):
             engine = create_engine(self.url, connect_args=connect_args)
 
         @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+        def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
             # Let SQLAlchemy's "begin" event emit BEGIN itself (the driver's implicit
             # BEGIN would be DEFERRED).
             dbapi_conn.isolation_level = None
+            if self.path is not None:
+                record.info[_FILE_ID] = _file_id(self.path)
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
             if not self.in_memory and not self.read_only:
@@ -151,7 +164,21 @@ class SQLiteBackend(Backend):
         """BEGIN IMMEDIATE: the one write lock covers every key, so keys need nothing more."""
         conn.execution_options(**{_WRITE: True})
         with conn.begin():
+            self._require_same_file(conn)
             yield
+
+    def _require_same_file(self, conn: Connection) -> None:
+        """ConnectionProblem when the database file this connection opened is no longer
+        at its path (deleted, moved, replaced): SQLite would go on writing to the open
+        file, and every write acknowledged from then on would be lost with it."""
+        if self.path is None:
+            return
+        opened = conn.info.get(_FILE_ID)
+        if opened is not None and _file_id(self.path) != opened:
+            raise ConnectionProblem(
+                f"SQLite database {self.path} was removed or replaced after this process "
+                "opened it: a write to the file it holds open would be lost; put the file "
+                "back, or restart the process on the database now at that path")
 
     def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
         """Read the head and what the append needs; BEGIN IMMEDIATE already holds the lock.

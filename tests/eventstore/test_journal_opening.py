@@ -14,6 +14,7 @@ import pytest
 from journal_testkit import ev
 
 from eventstore import (
+    ConnectionProblem,
     Journal,
     JournalError,
     JournalNotFound,
@@ -165,3 +166,29 @@ def test_sql_journal_repr_hides_the_password() -> None:
         assert "sqlite" in repr(j) and j.url is None
     finally:
         j.close()
+
+
+@pytest.mark.parametrize("how", ["removed", "moved", "replaced"])
+def test_a_write_to_a_database_file_gone_from_its_path_is_refused(tmp_path: Path,
+                                                                  how: str) -> None:
+    """SQLite writes on to the file it holds open: every write acknowledged after the
+    file was removed, moved away or replaced would be lost with it. The write is
+    refused instead, and goes through again once the file is back."""
+    path = tmp_path / "journal.db"
+    with Journal(f"sqlite:///{path}") as journal:
+        journal.append([ev("a")])
+        aside = tmp_path / "aside.db"
+        os.rename(path, aside)
+        if how == "removed":
+            for suffix in ("-wal", "-shm"):
+                if Path(f"{path}{suffix}").exists():
+                    os.rename(f"{path}{suffix}", f"{aside}{suffix}")
+        elif how == "replaced":
+            path.write_bytes(aside.read_bytes())
+        with pytest.raises(ConnectionProblem, match="removed or replaced"):
+            journal.append([ev("b")])
+        if how == "replaced":
+            path.unlink()
+        os.rename(aside, path)
+        assert journal.append([ev("c")])[0].position == 2
+        assert [r.id for r in journal.read(order="position")] == ["a", "c"]
