@@ -73,6 +73,16 @@ def test_tokens_are_never_logged(secured: TestClient, caplog: pytest.LogCaptureF
     assert TOKENS["auditor"] not in text and "wrong-token" not in text
 
 
+def test_a_forbidden_call_is_logged_with_the_role_that_tried_it(
+        secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gpu_credits.access"):
+        refused = secured.post("/v1/accounts/a/grants", json={"amount": 5},
+                               headers=bearer("worker"))
+    assert refused.status_code == 403
+    (line,) = [r.getMessage() for r in caplog.records if "/grants" in r.getMessage()]
+    assert '"status": 403' in line and '"role": "worker"' in line
+
+
 def test_loopback_hosts() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert is_loopback("127.5.0.1")
