@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -62,6 +63,15 @@ def test_token_files() -> None:
     assert authority.role_of("bbbbbbbbbbbbbbbb") == "finance"
     assert authority.role_of("bbbbbbbbbbbbbbbc") is None
     assert authority.role_of("") is None
+
+
+def test_a_tokens_file_without_tokens_is_refused(tmp_path: Any) -> None:
+    """Given a file, the operator meant tokens: none is an error, not a service that
+    answers everyone."""
+    empty = tmp_path / "tokens"
+    empty.write_text("# worker:to be filled in\n\n")
+    with pytest.raises(ValueError, match="holds no tokens"):
+        load_tokens(str(empty), {})
 
 
 def test_tokens_are_never_logged(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:

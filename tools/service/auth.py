@@ -76,7 +76,13 @@ def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ValueError(f"cannot read tokens file {path}: {exc.strerror or exc}") from None
-        tokens.extend(parse_tokens(text, path))
+        found = parse_tokens(text, path)
+        if not found:
+            # Given a file, the operator meant to have tokens: starting without any would
+            # serve every caller unauthenticated (on loopback) while they believe otherwise.
+            raise ValueError(f"tokens file {path} holds no tokens; expected lines "
+                             f"ROLE:TOKEN with ROLE one of {', '.join(ROLES)}")
+        tokens.extend(found)
     if env.get(ENV_TOKENS):
         tokens.extend(parse_tokens(env[ENV_TOKENS], f"${ENV_TOKENS}"))
     return tokens
