@@ -399,3 +399,14 @@ def test_a_jobs_page_folds_its_account_only_up_to_the_job_and_answers_as_explain
         explanation, _ = job_page(source, job)
         assert to_dict(explanation) == to_dict(explain_job(journal, job)), job
     assert client.get("/jobs/no-such-job").status_code == 404
+
+
+def test_every_page_forbids_framing_caching_and_scripts_from_elsewhere(
+        client: TestClient) -> None:
+    from tools.web.routes import PAGE_HEADERS
+
+    for path in ("/", "/journal", "/accounts/no-such-account"):
+        page = client.get(path)
+        for name, value in PAGE_HEADERS.items():
+            assert page.headers[name] == value, (path, name)
+    assert "frame-ancestors 'none'" in PAGE_HEADERS["Content-Security-Policy"]
