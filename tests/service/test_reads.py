@@ -111,3 +111,22 @@ def test_a_statement_is_csv_when_the_accept_header_weighs_csv_above_json(
     from tools.service.reads import prefers_csv
 
     assert prefers_csv(accept) is csv
+
+
+def test_an_account_or_job_named_with_a_slash_is_reachable(client: TestClient) -> None:
+    """A name may hold "/" (team/alpha): sent as %2F, every route of the account or the
+    job reaches it, as the routes of any other name do."""
+    account, job = "team/alpha", "runs/2026/11"
+    assert client.post("/v1/accounts", json={"account": account}).status_code == 201
+    base = "/v1/accounts/team%2Falpha"
+    assert client.post(f"{base}/grants", json={"amount": 10, "time": 1}).status_code == 201
+    assert client.post(f"{base}/usage", json={"amount": 2, "time": 2}).json()["debt"] == 0
+    assert client.get(f"{base}/balance").json()["balance"] == 8
+    assert len(client.get(f"{base}/statement").json()["lines"]) == 3
+    submitted = client.post("/v1/jobs", json={"job": job, "account": account, "cost": 3,
+                                              "priority": 1, "time": 3})
+    assert submitted.json()["state"] == "pending"
+    assert client.get("/v1/jobs/runs%2F2026%2F11").json()["account"] == account
+    cancelled = client.post("/v1/jobs/runs%2F2026%2F11/cancel", json={"time": 4})
+    assert cancelled.json() == {"job": job, "state": "cancelled"}
+    assert client.get("/v1/jobs/nobody%2Fthere").status_code == 404

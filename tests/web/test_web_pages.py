@@ -410,3 +410,16 @@ def test_every_page_forbids_framing_caching_and_scripts_from_elsewhere(
         for name, value in PAGE_HEADERS.items():
             assert page.headers[name] == value, (path, name)
     assert "frame-ancestors 'none'" in PAGE_HEADERS["Content-Security-Policy"]
+
+
+def test_pages_of_an_account_and_a_job_named_with_a_slash(tmp_path: Path) -> None:
+    """Their links (the name quoted, "/" as %2F) lead to their pages, CSV and chart."""
+    url = _cli_journal(tmp_path, ("grant", "team/alpha", "10", "--at", "0"))
+    with TestClient(app_for(url)) as c:
+        summary = c.get("/").text
+        assert "/accounts/team%2Falpha" in summary
+        page = c.get("/accounts/team%2Falpha")
+        assert page.status_code == 200 and "team/alpha" in page.text
+        assert c.get("/accounts/team%2Falpha/ledger.csv").status_code == 200
+        assert c.get("/accounts/team%2Falpha/timeline.json").status_code == 200
+        assert c.get("/accounts/team%2Fbeta").status_code == 404

@@ -120,7 +120,7 @@ async def accounts(request: Request) -> Any:
     return await _from_projection(service, read)
 
 
-@router.get("/accounts/{account}/balance", response_model=BalanceAnswer, responses=_ERRORS,
+@router.get("/accounts/{account:path}/balance", response_model=BalanceAnswer, responses=_ERRORS,
             summary="An account's balance")
 async def balance(account: str, request: Request, at: TimeParam = None,
                   as_known_at: KnownParam = None) -> Any:
@@ -228,7 +228,7 @@ def prefers_csv(accept: str) -> bool:
     return csv_q > 0 and csv_q > json_q
 
 
-@router.get("/accounts/{account}/statement", response_model=StatementAnswer,
+@router.get("/accounts/{account:path}/statement", response_model=StatementAnswer,
             responses={**_ERRORS, 200: {"content": {"text/csv": {}},
                                         "description": "the statement (JSON, or CSV for "
                                                        "Accept: text/csv)"}},
@@ -255,7 +255,7 @@ def statement(account: str, request: Request,
     return {**wording.to_dict(st), "as_known_at": position}
 
 
-@router.get("/jobs/{job}", response_model=JobAnswer, response_model_exclude_none=False,
+@router.get("/jobs/{job:path}", response_model=JobAnswer, response_model_exclude_none=False,
             responses=_ERRORS, summary="A job")
 def job(job: str, request: Request) -> Any:
     """A job's state, cost, charge, the grants that paid it, and why it was rejected."""

@@ -98,7 +98,7 @@ async def open_account(body: AccountBody, request: Request,
         key, body.account, body.max_running, body.time))
 
 
-@router.post("/accounts/{account}/grants", status_code=201, response_model=GrantAnswer,
+@router.post("/accounts/{account:path}/grants", status_code=201, response_model=GrantAnswer,
              response_model_exclude_none=True, responses=_ERRORS,
              dependencies=[Depends(needs(FINANCE))], summary="Grant credits")
 async def grant(account: str, body: GrantBody, request: Request,
@@ -109,7 +109,7 @@ async def grant(account: str, body: GrantBody, request: Request,
         body.time))
 
 
-@router.post("/accounts/{account}/usage", status_code=201, response_model=UsageAnswer,
+@router.post("/accounts/{account:path}/usage", status_code=201, response_model=UsageAnswer,
              responses=_ERRORS, dependencies=[Depends(needs(WORKER))],
              summary="Report usage")
 async def usage(account: str, body: UsageBody, request: Request,
@@ -145,7 +145,7 @@ async def start_next(request: Request, body: TimeBody | None = None,
     return started
 
 
-@router.post("/jobs/{job}/complete", response_model=JobSettled, responses=_ERRORS,
+@router.post("/jobs/{job:path}/complete", response_model=JobSettled, responses=_ERRORS,
              dependencies=[Depends(needs(WORKER))], summary="Complete a running job")
 async def complete(job: str, body: CompleteBody, request: Request,
                    idempotency_key: IdempotencyKey = None) -> Any:
@@ -154,7 +154,7 @@ async def complete(job: str, body: CompleteBody, request: Request,
         key, job, body.success, float(body.refund_fraction), body.time))
 
 
-@router.post("/jobs/{job}/cancel", response_model=JobCancelledAnswer, responses=_ERRORS,
+@router.post("/jobs/{job:path}/cancel", response_model=JobCancelledAnswer, responses=_ERRORS,
              dependencies=[Depends(needs(WORKER))], summary="Cancel a pending job")
 async def cancel(job: str, request: Request, body: TimeBody | None = None,
                  idempotency_key: IdempotencyKey = None) -> Any:

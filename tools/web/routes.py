@@ -105,21 +105,7 @@ def summary_page(request: Request) -> HTMLResponse:
     return render(request, "summary.html", title="Accounts", params=params, **context)
 
 
-@router.get("/accounts/{account}", response_class=HTMLResponse)
-def account_page(request: Request, account: str) -> HTMLResponse:
-    """One account: chart, grants, ledger with filters, as known at a position."""
-    params = _params(request)
-    try:
-        page = pages.account_page(source_of(request), account, params)
-    except UnknownAccount as exc:
-        return problem(request, 404, "Unknown account", str(exc))
-    except ValueError as exc:
-        return problem(request, 422, "Bad filter", str(exc))
-    return render(request, "account.html", title=f"Account {account}", page=page,
-                  params=params, kinds=pages.LINE_KINDS)
-
-
-@router.get("/accounts/{account}/ledger.csv")
+@router.get("/accounts/{account:path}/ledger.csv")
 def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
     params = _params(request)
@@ -135,7 +121,7 @@ def account_csv(request: Request, account: str) -> Response:
                              f'attachment; filename="{safe}-ledger-{page.position}.csv"'})
 
 
-@router.get("/accounts/{account}/timeline.json")
+@router.get("/accounts/{account:path}/timeline.json")
 def account_timeline(request: Request, account: str) -> JSONResponse:
     """The chart's JSON: the account's figures over time and each grant's burn-down."""
     source = source_of(request)
@@ -149,13 +135,29 @@ def account_timeline(request: Request, account: str) -> JSONResponse:
     return JSONResponse(data)
 
 
+# After the account's CSV and JSON: a name may hold "/" (the path converter takes it),
+# so the page's route, matching any path under /accounts/, comes last.
+@router.get("/accounts/{account:path}", response_class=HTMLResponse)
+def account_page(request: Request, account: str) -> HTMLResponse:
+    """One account: chart, grants, ledger with filters, as known at a position."""
+    params = _params(request)
+    try:
+        page = pages.account_page(source_of(request), account, params)
+    except UnknownAccount as exc:
+        return problem(request, 404, "Unknown account", str(exc))
+    except ValueError as exc:
+        return problem(request, 422, "Bad filter", str(exc))
+    return render(request, "account.html", title=f"Account {account}", page=page,
+                  params=params, kinds=pages.LINE_KINDS)
+
+
 def _json_problem(status: int, title: str, detail: str) -> JSONResponse:
     return JSONResponse({"type": "about:blank", "title": title, "status": status,
                          "detail": detail}, status_code=status,
                         media_type="application/problem+json")
 
 
-@router.get("/jobs/{job}", response_class=HTMLResponse)
+@router.get("/jobs/{job:path}", response_class=HTMLResponse)
 def job_page(request: Request, job: str) -> HTMLResponse:
     """A job's timeline, who paid its charge, why it was rejected or is waiting."""
     try:
