@@ -190,6 +190,17 @@ def test_export_is_canonical_with_ids(run: Run, small: Path, tmp_path: Path) -> 
     assert records[3]["account"] == "b" and ids[3].startswith("import-")
 
 
+def _imports_to(export: Path, fresh: str, events: int, digest: str) -> None:
+    """`export` imports into the empty database `fresh`, all `events` of it, and replays
+    there to `digest`."""
+    runner = CliRunner()
+    imported = runner.invoke(app, ["import", str(export), "--db", fresh])
+    assert imported.exit_code == 0, imported.stderr
+    assert f"appended {events} events" in imported.stdout
+    replayed = as_json(runner.invoke(app, ["replay", "--json", "--db", fresh]))
+    assert replayed["digest"] == digest  # type: ignore[index]
+
+
 def test_export_round_trips_to_the_same_digest(run: Run, small: Path, tmp_path: Path) -> None:
     late = tmp_path / "late.jsonl"
     late.write_text(LATE)
@@ -201,13 +212,7 @@ def test_export_round_trips_to_the_same_digest(run: Run, small: Path, tmp_path: 
         out = tmp_path / f"export-{name}"
         result = run("export", "--format", fmt, "--out", str(out), *extra)
         assert result.exit_code == 0, result.stderr
-        fresh = f"sqlite:///{tmp_path / f'fresh-{name}.db'}"
-        runner = CliRunner()
-        imported = runner.invoke(app, ["import", str(out), "--db", fresh])
-        assert imported.exit_code == 0, imported.stderr
-        assert "appended 13 events" in imported.stdout
-        replayed = as_json(runner.invoke(app, ["replay", "--json", "--db", fresh]))
-        assert replayed["digest"] == digest  # type: ignore[index]
+        _imports_to(out, f"sqlite:///{tmp_path / f'fresh-{name}.db'}", 13, digest)
         # Importing the export into the database it came from appends nothing.
         assert "appended 0 events" in run("import", str(out)).stdout
 
@@ -233,12 +238,8 @@ def test_corrections_timed_before_what_they_name_round_trip(run: Run, tmp_path: 
             assert [json.loads(line)["id"] for line in lines_of(out.read_text())] == [
                 "g0", "r1", "v1", "g1", "c1", "c2"]
         fresh = f"sqlite:///{tmp_path / f'fresh-{fmt}.db'}"
+        _imports_to(out, fresh, 6, digest)
         runner = CliRunner()
-        imported = runner.invoke(app, ["import", str(out), "--db", fresh])
-        assert imported.exit_code == 0, imported.stderr
-        assert "appended 6 events" in imported.stdout
-        replayed = as_json(runner.invoke(app, ["replay", "--json", "--db", fresh]))
-        assert replayed["digest"] == digest  # type: ignore[index]
         assert runner.invoke(app, ["verify", "--db", fresh]).exit_code == 0
         balance = as_json(runner.invoke(app, ["balance", "a", "--json", "--db", fresh]))
         assert balance["balance"] == 25  # type: ignore[index]
