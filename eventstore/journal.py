@@ -582,8 +582,15 @@ class Journal(JournalBase):
         it is a batch of its own.
         """
         require_int("after_position", after_position)
+        # Batches never overlap: those reaching past after_position begin after it, but
+        # for the one holding it, which begins at the last start up to it. Bounded so by
+        # first_position (the key), a catch-up's look at the few newest batches reads
+        # those, not the whole table as a filter on last_position alone would.
+        holding = (select(func.max(batches.c.first_position))
+                   .where(batches.c.first_position <= after_position).scalar_subquery())
         q = (select(batches.c.first_position, batches.c.last_position)
-             .where(batches.c.last_position > after_position)
+             .where(batches.c.last_position > after_position,
+                    batches.c.first_position >= func.coalesce(holding, 0))
              .order_by(batches.c.first_position))
         if to_position is not None:
             q = q.where(batches.c.first_position <= require_int("to_position", to_position))
