@@ -48,6 +48,10 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, max=100_000,
                                            help="Most decisions committed together.")
     ] = 512,
+    checkpoint_every: Annotated[int | None, typer.Option(
+        "--checkpoint-every", metavar="N", min=0, show_default="100000",
+        help="Write a checkpoint once N events (and an eighth of the journal) were "
+             "committed after the newest; 0: only at shutdown.")] = None,
     db: DbOption = None,
 ) -> None:
     """The HTTP service and the web audit view: JSON API under /v1, docs at /docs.
@@ -60,7 +64,10 @@ def serve(
     from eventstore import Journal
     from tools.service import create_app
     from tools.service.auth import load_tokens
+    from tools.service.ledger import CHECKPOINT_EVERY
     from tools.service.onewrite import OneWriteProtocol
+
+    every = CHECKPOINT_EVERY if checkpoint_every is None else (checkpoint_every or None)
 
     try:
         configured = load_tokens(tokens)
@@ -82,7 +89,8 @@ def serve(
     where = f"[{host}]" if ":" in host else host
     _say(f"serving {shown} on http://{where}:{port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
-                             max_batch=max_batch, load_in_background=True)
+                             max_batch=max_batch, load_in_background=True,
+                             checkpoint_every=every)
     # An answer's head and body in one write (tools/service/onewrite.py).
     uvicorn.run(service_app, host=host, port=port, access_log=False, log_level="warning",
                 timeout_graceful_shutdown=30, server_header=False, http=OneWriteProtocol)

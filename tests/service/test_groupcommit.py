@@ -96,6 +96,60 @@ def test_a_graceful_stop_leaves_a_checkpoint_for_the_next_start(tmp_path: Path) 
     again.close()
 
 
+def test_a_running_service_leaves_checkpoints_so_a_crash_folds_only_what_came_after(
+        tmp_path: Path) -> None:
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT
+
+    url = f"sqlite:///{tmp_path / 'running.db'}"
+    svc = LedgerService(url, clock=lambda: 10, checkpoint_every=3)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    for i in range(10):
+        svc.decide_now(commands.Usage(f"u{i}", "a", 1, None, None, 10))
+    svc.writer.call(lambda: None).result()  # the checkpoint queued last has been written
+    with Journal(url) as journal:
+        saved = [i.position for i in journal.snapshots(CHECKPOINT)]
+    # Never stopped: a crash. Each checkpoint came once 3 more events were committed.
+    assert saved and saved == sorted(saved)
+    assert all(b - a >= 3 for a, b in zip([0, *saved], saved, strict=False))
+    assert saved[-1] >= 11 - 3
+    again = LedgerService(url, clock=lambda: 10, checkpoint_every=3)
+    again.start()
+    with again.reading() as ledger:
+        assert ledger.accounts["a"].balance == 90
+        assert ledger.digest() == fold_canonical(again.journal).digest()
+    assert again.session.projector._ingested == 11 - saved[-1]  # only the tail folded
+    for s in (again, svc):
+        s.writer.stop()
+        s.close()
+
+
+def test_a_service_told_never_checkpoints_only_at_shutdown(tmp_path: Path) -> None:
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT
+
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    svc = LedgerService(url, clock=lambda: 10, checkpoint_every=None)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    for i in range(6):
+        svc.decide_now(commands.Usage(f"u{i}", "a", 1, None, None, 10))
+    svc.writer.call(lambda: None).result()
+    with Journal(url) as journal:
+        assert journal.snapshots(CHECKPOINT) == []
+    svc.stop()
+    svc.close()
+    with Journal(url) as journal:
+        assert [i.position for i in journal.snapshots(CHECKPOINT)] == [7]
+
+
+@pytest.mark.parametrize("every", [0, -5, 2.5, True, "10"])
+def test_checkpoint_every_is_a_positive_integer_or_none(every: Any) -> None:
+    with pytest.raises(ValueError, match="checkpoint_every must be a positive integer"):
+        LedgerService(None, checkpoint_every=every)
+
+
 class _Clock:
     """A fake clock for the writer's wait: each sleep advances it, and may bring
     arrivals (the queue's size after the n-th sleep)."""

@@ -22,7 +22,7 @@ from eventstore import JournalLike
 from tools.service import problems, reads, writes
 from tools.service.auth import Authority, Token
 from tools.service.fast import FastRoutes
-from tools.service.ledger import LedgerService
+from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
 from tools.service.strict_body import StrictJsonBodies
 
@@ -85,15 +85,17 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
                clock: Callable[[], int] | None = None, allow_far_times: bool = False,
                max_batch: int = 512, load_in_background: bool = False,
                mount_web: bool = True, manage_ledger: bool = True,
-               fast_routes: bool = True) -> FastAPI:
+               fast_routes: bool = True,
+               checkpoint_every: int | None = CHECKPOINT_EVERY) -> FastAPI:
     """The service on `journal` (a URL or a journal). `load_in_background`: answer
     /healthz at once and /readyz (and everything else) once the projection is caught up.
     `manage_ledger=False`: the caller starts and stops `app.state.ledger` itself (an app
     embedded somewhere that runs the lifespan more than once). `fast_routes=False`: every
     request goes through FastAPI's routing (the fast path's answers are compared with
-    those)."""
+    those). `checkpoint_every`: events committed after the newest checkpoint before the
+    service writes another as it runs (None: only at shutdown)."""
     service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
-                            max_batch=max_batch)
+                            max_batch=max_batch, checkpoint_every=checkpoint_every)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

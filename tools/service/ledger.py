@@ -47,12 +47,21 @@ log = logging.getLogger("gpu_credits.service")
 T = TypeVar("T")
 
 
+_NEVER = 2**63
+
+
 class Busy:
     """`read_at_once` could not answer without waiting."""
 
 
 BUSY = Busy()
 STALE = Busy()
+
+CHECKPOINT_EVERY = 100_000
+"""Events committed after the newest checkpoint before the service writes another while
+it runs (and at least an eighth of the journal, so each costs about the same per event
+at any size): a restart after a crash, or the rebuild after a failed commit, folds at
+most about that many events after it."""
 
 READ_FRESHNESS = 0.05
 """Seconds a read may answer without looking for other writers' events (see reading())."""
@@ -108,8 +117,16 @@ class LedgerService:
 
     def __init__(self, journal: JournalLike | str | None, *,
                  clock: Callable[[], int] | None = None, allow_far_times: bool = False,
-                 max_batch: int = 512, defer_appends: bool = True) -> None:
+                 max_batch: int = 512, defer_appends: bool = True,
+                 checkpoint_every: int | None = CHECKPOINT_EVERY) -> None:
+        if checkpoint_every is not None and (type(checkpoint_every) is not int
+                                             or checkpoint_every < 1):
+            raise ValueError(f"checkpoint_every must be a positive integer or None (never), "
+                             f"got {checkpoint_every!r}")
         self.journal = open_journal(journal)
+        self.checkpoint_every = checkpoint_every
+        # The position from which the next checkpoint is due (see `_checkpoint_if_due`).
+        self._checkpoint_due = _NEVER
         # Write a batch's decisions in one append when no other writer is active (see
         # tools/service/batching.py); False: one append per decision, always.
         self.defer_appends = defer_appends
@@ -165,9 +182,11 @@ class LedgerService:
         and leave a checkpoint so the next start-up folds only what comes after."""
         self.stopping = True
         self.writer.stop()
-        self._checkpoint()
+        self._checkpoint("at shutdown")
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, when: str) -> None:
+        """Save the projection as a checkpoint unless the newest one is as recent; only
+        between batches (nothing decided that is not committed)."""
         session = self._session
         if session is None or self._stale or self.journal.url is None:
             return
@@ -180,9 +199,31 @@ class LedgerService:
                 newest = max((i.position for i in self.journal.snapshots(CHECKPOINT)),
                              default=0)
                 if position > newest:
-                    save_checkpoint(self.journal, session.ledger, position)
+                    started = _time.perf_counter()
+                    if save_checkpoint(self.journal, session.ledger, position) is not None:
+                        newest = position
+                        log.info("checkpoint %s at position %d in %.2f s", when, position,
+                                 _time.perf_counter() - started)
+                self._schedule_checkpoint(newest)
         except Exception as exc:  # a cache: a failure to write one is only a slower start
-            log.warning("no checkpoint at shutdown: %s: %s", type(exc).__name__, exc)
+            log.warning("no checkpoint %s: %s: %s", when, type(exc).__name__, exc)
+            self._schedule_checkpoint(session.projector.position)  # try again later
+
+    def _schedule_checkpoint(self, newest: int) -> None:
+        """The next checkpoint is due once this many events lie beyond `newest`."""
+        every = self.checkpoint_every
+        if every is None or self.journal.url is None:
+            self._checkpoint_due = _NEVER
+        else:
+            self._checkpoint_due = newest + max(every, newest // 8)
+
+    def _checkpoint_if_due(self) -> None:
+        """Called by the writer before each batch: queue a checkpoint to be written
+        between two batches once enough events were committed since the newest."""
+        session = self._session
+        if session is not None and session.projector.position >= self._checkpoint_due:
+            self._checkpoint_due = _NEVER  # one at a time
+            self.writer.call(partial(self._checkpoint, "while running"))
 
     def close(self) -> None:
         """Release the database connections."""
@@ -193,6 +234,11 @@ class LedgerService:
             # Opening a session resumes from the newest valid checkpoint and catches up.
             self._session = LedgerSession(self.batching)  # type: ignore[arg-type,unused-ignore]
             self._stale = False
+            if self.checkpoint_every is not None and self.journal.url is not None:
+                from projections.checkpoint import CHECKPOINT
+
+                self._schedule_checkpoint(max(
+                    (i.position for i in self.journal.snapshots(CHECKPOINT)), default=0))
 
     def reset(self) -> None:
         """Rebuild the projection from the journal: after a batch that did not commit, it
@@ -369,6 +415,7 @@ class LedgerService:
 
     def _run_batch(self, commands: Sequence[Command], wait: Callable[[], None]
                    ) -> list[Any] | Prepared:
+        self._checkpoint_if_due()
         defer = self.defer_appends and _time.monotonic() >= self._defer_after
         try:
             if defer and self.journal.url is not None:
