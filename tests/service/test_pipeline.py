@@ -205,17 +205,20 @@ def test_many_clients_pipelined_keep_positions_gapless_and_the_chain_whole(
         service.decide_now(commands.Grant(f"open-{account}", account, 50, None, None, None,
                                           None, 1))
     plans = [[(rng.choice(accounts), rng.randint(1, 9)) for _ in range(25)]
-             for _ in range(8)]
+             for _ in range(9)]
     written = service.batching.written
-    give_up = time.monotonic() + 5  # then no write waits any more (and the test fails)
+    give_up = time.monotonic() + 30  # then no write waits any more (and the test fails)
+    writing = threading.Event()
 
     def slow_written(deferred: Deferred) -> Any:
         # Each write takes a moment, as a commit across a network does: callers queue
         # behind it and their batch is decided ahead, however fast the disk (without
         # this, a quick SQLite commit could leave nothing to decide ahead). Until the
-        # writer has decided one batch ahead, a write also waits for that (a few
-        # seconds in all): on a loaded machine the callers' threads may otherwise come
-        # back only after every write is done, and nothing would be decided ahead.
+        # writer has decided one batch ahead, a write also waits for that: the last
+        # client only begins once a write is under way, so its requests come while one
+        # is being written, however the others' threads were scheduled (on a loaded
+        # machine they may all be in the first batch, waiting for its answers).
+        writing.set()
         while service.writer.decided_ahead == 0 and time.monotonic() < give_up:
             threading.Event().wait(0.001)
         threading.Event().wait(0.005)
@@ -225,6 +228,8 @@ def test_many_clients_pipelined_keep_positions_gapless_and_the_chain_whole(
     answers: list[list[Any]] = [[] for _ in plans]
 
     def client(n: int) -> None:
+        if n == len(plans) - 1:
+            writing.wait(60)
         pending: list[Future[Any]] = []
         for i, (account, amount) in enumerate(plans[n]):
             pending.append(service.writer.submit(
