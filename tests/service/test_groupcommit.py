@@ -144,6 +144,26 @@ def test_a_service_told_never_checkpoints_only_at_shutdown(tmp_path: Path) -> No
         assert [i.position for i in journal.snapshots(CHECKPOINT)] == [7]
 
 
+def test_a_rebuilt_projection_frees_the_one_it_replaced(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    svc = LedgerService(f"sqlite:///{tmp_path / 'rebuilt.db'}", clock=lambda: 10)
+    svc.start()  # freezes what lives as long as the process out of the collector's passes
+    try:
+        assert gc.get_freeze_count() > 0
+        svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+        replaced = weakref.ref(svc.session)
+        svc.reset()  # as after a batch that did not commit
+        gc.collect()
+        assert replaced() is None
+        with svc.reading() as ledger:
+            assert ledger.accounts["a"].balance == 100
+    finally:
+        svc.stop()
+        svc.close()
+
+
 @pytest.mark.parametrize("every", [0, -5, 2.5, True, "10"])
 def test_checkpoint_every_is_a_positive_integer_or_none(every: Any) -> None:
     with pytest.raises(ValueError, match="checkpoint_every must be a positive integer"):

@@ -172,7 +172,8 @@ class LedgerService:
         # The projection, the imports and the app live as long as the process: leave
         # them out of the cyclic collector's passes, which otherwise walk every one of
         # them during whichever request triggers a full pass. (What they free by
-        # reference counting is still freed.)
+        # reference counting is still freed.) What the load left behind goes first.
+        gc.collect()
         gc.freeze()
         self.writer.start()
         self.ready.set()
@@ -231,9 +232,17 @@ class LedgerService:
 
     def _load(self) -> None:
         with self._load_lock:
+            replaced = self._session is not None
             # Opening a session resumes from the newest valid checkpoint and catches up.
             self._session = LedgerSession(self.batching)  # type: ignore[arg-type,unused-ignore]
             self._stale = False
+            if replaced and gc.get_freeze_count():
+                # The projection replaced was frozen out of the collector's passes (see
+                # `start`), and a session holds reference cycles: frozen, it would never
+                # be freed, and each rebuild would keep a whole projection alive.
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
             if self.checkpoint_every is not None and self.journal.url is not None:
                 from projections.checkpoint import CHECKPOINT
 
