@@ -9,6 +9,7 @@ failed (`verify`), 2 bad input. Every error is one line on stderr:
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -17,13 +18,14 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import IO, Annotated, Any, Protocol, TextIO, cast
 
 import typer
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
 from projections import anchors, importing, queries
@@ -328,6 +330,58 @@ def program_path() -> str:
     return shlex.quote(str(relative))
 
 
+# An integer on the command line is read as import reads one in a CSV file: ASCII digits
+# after an optional minus (docs/semantics.md, "Valid values"); int() would also take
+# "1_000", "+5", "10.0" (through Typer) and digits of other scripts.
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+_NEGATIVE_NUMBER_WORD = re.compile(r"-\.?[0-9].*")  # "-25", "-2.5": never an option
+
+
+def int_option(value: str, option: str, expected: str) -> int:
+    """The integer `value` of `option` (an option or an ARGUMENT); a BadParameter naming
+    the word given and what is `expected` otherwise."""
+    text = value.strip()
+    if not _INTEGER.fullmatch(text):
+        raise typer.BadParameter(f"not an integer: {value!r}; expected {expected}",
+                                 param_hint=option)
+    return int(text)
+
+
+class NumbersCommand(TyperCommand):
+    """A command whose arguments may be negative numbers (`adjust acme -25`).
+
+    Click reads every word that starts with `-` as an option ("No such option: -25").
+    Before parsing, the command's arguments move behind `--`, in their order, where no word
+    is an option; the options and their values stay in front, so a mistyped option is
+    still refused as an option, with the ones it may mean. A word after `--` is an
+    argument, as usual (`grant -- -acme 5`).
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._arguments_last(ctx, args))
+
+    def _arguments_last(self, ctx: Any, args: list[str]) -> list[str]:
+        values: dict[str, int] = {}  # option name -> how many words it takes
+        for param in self.get_params(ctx):
+            if param.param_type_name == "option":
+                takes = 0 if getattr(param, "is_flag", False) or getattr(
+                    param, "count", False) else param.nargs
+                values.update(dict.fromkeys([*param.opts, *param.secondary_opts], takes))
+        options: list[str] = []
+        arguments: list[str] = []
+        words = iter(args)
+        for word in words:
+            if word == "--":
+                arguments.extend(words)
+            elif word.startswith("-") and len(word) > 1 \
+                    and not _NEGATIVE_NUMBER_WORD.fullmatch(word):
+                options.append(word)  # `--at 5` takes the next word; `--at=5` is one
+                options.extend(islice(words, values.get(word, 0)))
+            else:
+                arguments.append(word)
+        return [*options, "--", *arguments] if arguments else options
+
+
 def _time_option(value: str | None, option: str) -> int | None:
     if value is None:
         return None
@@ -344,7 +398,8 @@ def _time_option(value: str | None, option: str) -> int | None:
 @app.command()
 def demo(
     ctx: typer.Context,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated month.")] = 42,
+    seed: Annotated[str, typer.Option("--seed", metavar="N",
+                                      help="Seed of the simulated month.")] = "42",
     db: DbOption = None,
 ) -> None:
     """Write a simulated month into the database; show balances and an audit summary.
@@ -353,9 +408,10 @@ def demo(
     duplicated events. The same seed twice appends nothing the second time; a database
     holding other events is refused.
     """
+    number = int_option(seed, "--seed", "an integer such as 42")
     with open_journal(ctx, db, write=True) as journal:
         with render.progress_bar("simulating and writing the month") as progress:
-            run = demo_mod.write_demo(journal, seed, progress=progress)
+            run = demo_mod.write_demo(journal, number, progress=progress)
         with render.progress_bar("replaying") as progress:
             report = replay_journal(journal, progress=progress, checkpoint=True)
         at = queries.latest_time(journal)

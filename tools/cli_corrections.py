@@ -21,8 +21,18 @@ import typer
 from projections.corrections import Corrections
 from projections.outcomes import Outcome
 from projections.timefmt import format_time
+from projections.validation import MAX_AMOUNT
 from tools import render
-from tools.cli import AllowFarTimes, DbOption, JsonOption, _time_option, app, open_journal
+from tools.cli import (
+    AllowFarTimes,
+    DbOption,
+    JsonOption,
+    NumbersCommand,
+    _time_option,
+    app,
+    int_option,
+    open_journal,
+)
 
 AtOption = Annotated[str | None, typer.Option(
     "--at", metavar="T", show_default=False,
@@ -37,8 +47,7 @@ IdOption = Annotated[str | None, typer.Option(
     help="Event id: repeating the command with the same id appends nothing.")]
 _Body = Callable[..., None]
 
-# A negative AMOUNT ("-25") must reach the argument instead of being read as an option.
-_NEGATIVE_NUMBERS = {"ignore_unknown_options": True}
+_CREDITS = f"a whole number of credits, 1 to {MAX_AMOUNT}"
 
 
 def _shared_options(
@@ -86,7 +95,8 @@ class Recording:
 
 def _recording(*, far_times: bool = True, **settings: Any) -> Callable[[_Body], _Body]:
     """Register `body(rec, ...)` as a command taking its own parameters, then the shared
-    options (`--allow-far-times` only where the command takes a time)."""
+    options (`--allow-far-times` only where the command takes a time). Its arguments may
+    be negative numbers (`NumbersCommand`)."""
     shared = [p for p in _SHARED if far_times or p.name != "allow_far_times"]
 
     def register(body: _Body) -> _Body:
@@ -104,7 +114,7 @@ def _recording(*, far_times: bool = True, **settings: Any) -> Callable[[_Body], 
         command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             params, return_annotation=None)
         command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
-        app.command(name=body.__name__, **settings)(command)
+        app.command(name=body.__name__, cls=NumbersCommand, **settings)(command)
         return command
 
     return register
@@ -114,36 +124,38 @@ def _recording(*, far_times: bool = True, **settings: Any) -> Callable[[_Body], 
 def grant(
     rec: Recording,
     account: Annotated[str, typer.Argument(metavar="ACCOUNT")],
-    amount: Annotated[int, typer.Argument(metavar="AMOUNT", help="Credits (> 0).")],
+    amount: Annotated[str, typer.Argument(metavar="AMOUNT", help="Credits (> 0).")],
     expiry: Annotated[str | None, typer.Option(
         "--expiry", metavar="T", show_default=False,
         help="Credits are valid until this time, excluded (default: never expire).")] = None,
     pool: PoolOption = None,
-    priority: Annotated[int, typer.Option(
-        "--priority", metavar="N", help="0-100: lower numbers are used first.")] = 50,
+    priority: Annotated[str, typer.Option(
+        "--priority", metavar="N", help="0-100: lower numbers are used first.")] = "50",
     at: AtOption = None,
 ) -> None:
     """Record one grant of AMOUNT credits to ACCOUNT."""
+    credits = int_option(amount, "AMOUNT", _CREDITS)
+    rank = int_option(priority, "--priority", "a whole number, 0 to 100")
     until = _time_option(expiry, "--expiry")
     with rec.writer() as writer:
-        outcome = writer.grant(account, amount, at=_time_option(at, "--at"), expiry=until,
-                               pool=pool, priority=priority, memo=rec.memo,
+        outcome = writer.grant(account, credits, at=_time_option(at, "--at"), expiry=until,
+                               pool=pool, priority=rank, memo=rec.memo,
                                event_id=rec.event_id)
     paid = sum(a for _, a in outcome.paid_debt)
-    text = (f"recorded grant {outcome.event_id}: {amount:,} credits to {account} at "
+    text = (f"recorded grant {outcome.event_id}: {credits:,} credits to {account} at "
             f"{format_time(outcome.time)}")
     text += f", expires {format_time(until)}" if until is not None else ", no expiry"
     if paid:
         text += f"; {paid:,} paid debt first"
-    rec.say(outcome, text, account=account, amount=amount, expiry=until,
-            pool=pool or "general", priority=priority, paid_debt=paid)
+    rec.say(outcome, text, account=account, amount=credits, expiry=until,
+            pool=pool or "general", priority=rank, paid_debt=paid)
 
 
-@_recording(context_settings=_NEGATIVE_NUMBERS)
+@_recording()
 def consume(
     rec: Recording,
     account: Annotated[str, typer.Argument(metavar="ACCOUNT")],
-    amount: Annotated[int, typer.Argument(metavar="AMOUNT", help="Credits used (> 0).")],
+    amount: Annotated[str, typer.Argument(metavar="AMOUNT", help="Credits used (> 0).")],
     pool: PoolOption = None,
     at: AtOption = None,
     user: Annotated[str | None, typer.Option(
@@ -152,21 +164,22 @@ def consume(
     ] = None,
 ) -> None:
     """Record one usage report; print the account's debt right after it."""
+    credits = int_option(amount, "AMOUNT", _CREDITS)
     with rec.writer() as writer:
-        outcome = writer.consume(account, amount, at=_time_option(at, "--at"), pool=pool,
+        outcome = writer.consume(account, credits, at=_time_option(at, "--at"), pool=pool,
                                  memo=rec.memo, event_id=rec.event_id, user=user)
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
-    rec.say(outcome, f"recorded usage {outcome.event_id}: {amount:,} credits of {account} "
+    rec.say(outcome, f"recorded usage {outcome.event_id}: {credits:,} credits of {account} "
                      f"at {format_time(outcome.time)}; debt after it: {debt:,}",
-            account=account, amount=amount, pool=pool or "general", debt=debt, **extra)
+            account=account, amount=credits, pool=pool or "general", debt=debt, **extra)
 
 
-@_recording(context_settings=_NEGATIVE_NUMBERS)
+@_recording()
 def adjust(
     rec: Recording,
     account: Annotated[str, typer.Argument(metavar="ACCOUNT")],
-    amount: Annotated[int, typer.Argument(
+    amount: Annotated[str, typer.Argument(
         metavar="AMOUNT", help="A credit (> 0) or a debit (< 0, e.g. -25).")],
     reason: Annotated[str, typer.Option("--reason", metavar="TEXT",
                                         help="Why: kept with the event (required).")],
@@ -178,16 +191,18 @@ def adjust(
     A credit works like a grant without expiry (it pays debt first); a debit like a usage
     report (past the credits it becomes debt).
     """
+    credits = int_option(amount, "AMOUNT", "a whole number of credits other than 0: a "
+                         "credit (> 0) or a debit (< 0, e.g. -25)")
     with rec.writer() as writer:
-        outcome = writer.adjust(account, amount, reason, at=_time_option(at, "--at"),
+        outcome = writer.adjust(account, credits, reason, at=_time_option(at, "--at"),
                                 pool=pool, memo=rec.memo, event_id=rec.event_id)
     debt = outcome.debt_after
-    kind = "credit" if amount > 0 else "debit"
-    text = (f"recorded {kind} {outcome.event_id}: {amount:+,} credits for {account} at "
+    kind = "credit" if credits > 0 else "debit"
+    text = (f"recorded {kind} {outcome.event_id}: {credits:+,} credits for {account} at "
             f"{format_time(outcome.time)} ({reason})")
     if debt is not None:
         text += f"; debt after it: {debt:,}"
-    rec.say(outcome, text, account=account, amount=amount, pool=pool or "general",
+    rec.say(outcome, text, account=account, amount=credits, pool=pool or "general",
             reason=reason, **({} if debt is None else {"debt": debt}))
 
 

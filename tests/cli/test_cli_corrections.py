@@ -170,3 +170,50 @@ def test_statement_and_explain_show_each_correction(run: Run) -> None:
     g1 = next(g for g in explained["grants"] if g["grant"] == "g1")
     assert (g1["expired"], g1["remaining"]) == (95, 0)
     assert [s["event_id"] for s in explained["spends"]] == ["u1", "x1"]
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (("grant", "acme", "-5"), ["-5", "positive"]),
+    (("grant", "acme", "1.5"), ["'1.5'", "1 to 9007199254740991"]),
+    (("grant", "acme", "10.0"), ["'10.0'", "1 to 9007199254740991"]),
+    (("grant", "acme", "1_000"), ["'1_000'", "1 to 9007199254740991"]),
+    (("grant", "acme", "+5"), ["'+5'", "1 to 9007199254740991"]),
+    (("grant", "acme", "abc"), ["'abc'", "1 to 9007199254740991"]),
+    (("grant", "acme", "5", "--priority", "x"), ["--priority", "'x'", "0 to 100"]),
+    (("grant", "acme", "5", "--priority", "1e1"), ["--priority", "'1e1'", "0 to 100"]),
+    (("consume", "acme", "２"), ["'２'", "1 to 9007199254740991"]),
+    (("adjust", "acme", "-2.5", "--reason", "r"), ["'-2.5'", "(< 0, e.g. -25)"]),
+    (("demo", "--seed", "x"), ["--seed", "'x'"]),
+])
+def test_a_number_that_is_no_integer_is_named_with_what_is_valid(
+        run: Run, db: str, args: tuple[str, ...], named: list[str]) -> None:
+    # Integers are read as import reads them (ASCII digits after an optional -): the
+    # error names the word given and what the argument takes, on one line.
+    result = run(*args)
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.count("\n") == 1
+    for part in named:
+        assert part in result.stderr, result.stderr
+    assert journal_head(db) == 0
+
+
+@pytest.mark.parametrize("command", ["grant", "consume", "adjust"])
+def test_a_mistyped_option_is_named_as_one_with_the_options_it_may_mean(
+        run: Run, db: str, command: str) -> None:
+    reason = ("--reason", "r") if command == "adjust" else ()
+    result = run(command, "acme", "5", *reason, "--poo", "h100")
+    assert result.exit_code == 2
+    assert "No such option: --poo" in result.stderr and "--pool" in result.stderr
+    result = run(command, "acme", "--bogus", "5", *reason)
+    assert result.exit_code == 2 and "No such option: --bogus" in result.stderr
+    assert journal_head(db) == 0
+
+
+def test_negative_numbers_reach_arguments_and_option_values(run: Run, db: str) -> None:
+    debit = _json(run, "adjust", "acme", "--reason", "r", "--at", "-3", "-25")
+    assert (debit["amount"], debit["time"]) == (-25, -3)
+    credit = _json(run, "adjust", "--at", "2", "acme", "5", "--reason", "-x")
+    assert (credit["amount"], credit["reason"]) == (5, "-x")
+    # After `--` every word is an argument, as usual.
+    named = run("grant", "--at", "1", "--json", "--db", db, "--", "-acme", "5", use_db=False)
+    assert named.exit_code == 0 and json.loads(named.stdout)["account"] == "-acme"
