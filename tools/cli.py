@@ -192,12 +192,24 @@ AsKnownAtOption = Annotated[str | None, typer.Option(
 
 
 def database_url(ctx: typer.Context, db: str | None) -> str:
-    """The URL to use: this command's --db, the app's --db, $GPU_CREDITS_DB, the default."""
-    if db:
-        return db
-    if isinstance(ctx.obj, str) and ctx.obj:
+    """The URL to use: this command's --db, the app's --db, $GPU_CREDITS_DB, the default.
+
+    A --db given empty is refused (`--db "$LEDGER"` with the variable unset), never read as
+    no --db, which would fall back to another database. An empty $GPU_CREDITS_DB is unset.
+    """
+    if db is not None:
+        return _given_db(db)
+    if isinstance(ctx.obj, str):
         return ctx.obj
     return os.environ.get(ENV_DB) or DEFAULT_DB
+
+
+def _given_db(db: str) -> str:
+    if not db.strip():
+        raise typer.BadParameter("the database URL is empty; give one such as "
+                                 "sqlite:///path.db or postgresql+psycopg://user@host/dbname",
+                                 param_hint="--db")
+    return db
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -210,6 +222,24 @@ def sqlite_path(url: str) -> Path | None:
     if not parsed.drivername.startswith("sqlite") or not database or database == ":memory:":
         return None
     return Path(str(database))
+
+
+def in_memory(url: str) -> bool:
+    """Whether `url` is an in-memory SQLite database (`sqlite://`, `sqlite:///:memory:`)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False
+    return parsed.drivername.startswith("sqlite") and parsed.database in (None, "", ":memory:")
+
+
+def refuse_in_memory(url: str) -> None:
+    """CliError for an in-memory database where a command would write: it ends with the
+    command, and the command would report as recorded what nobody can read again."""
+    if in_memory(url):
+        raise CliError(f"{render.redact(url)} is an in-memory database: it ends with this "
+                       "command, so nothing written to it would be kept; give a file, "
+                       "sqlite:///path.db")
 
 
 @contextmanager
@@ -230,6 +260,8 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
     url = database_url(ctx, db)
     path = sqlite_path(url)
     create = write if create is None else create
+    if write:
+        refuse_in_memory(url)
     if not create and path is not None and not path.exists():
         raise CliError(f"no database file {path} (from {render.redact(url)}); a command "
                        "that only reads never creates one: check --db or $GPU_CREDITS_DB, "
@@ -299,14 +331,14 @@ def _root(ctx: typer.Context, db: DbOption = None) -> None:
     Every command reads or writes one journal: --db URL (before or after the command),
     else $GPU_CREDITS_DB, else sqlite:///gpu-credits.db here.
     """
-    ctx.obj = db
+    ctx.obj = None if db is None else _given_db(db)
 
 
 @db_app.callback()
 def _db_group(ctx: typer.Context, db: DbOption = None) -> None:
     """Database administration."""
-    if db:
-        ctx.obj = db
+    if db is not None:
+        ctx.obj = _given_db(db)
 
 
 def program_path() -> str:
@@ -790,6 +822,7 @@ def _record_verdict(ctx: typer.Context, db: str | None, verdict: Verification) -
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context, db: DbOption = None) -> None:
     """Apply the Alembic migrations: bring the schema to this version's head."""
+    refuse_in_memory(database_url(ctx, db))
     before, after = upgrade(database_url(ctx, db))
     url = render.redact(database_url(ctx, db))
     if before == after:

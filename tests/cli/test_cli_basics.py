@@ -108,3 +108,39 @@ def test_an_unusable_database_url_is_one_line_exit_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["replay", "--db", f"sqlite:///{not_a_db}"])
     assert result.exit_code == 2, result.stderr
     assert len(error_lines(result)) == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["--db", "", "grant", "a", "5", "--at", "1"],
+    ["grant", "a", "5", "--at", "1", "--db", ""],
+    ["--db", " ", "balance", "a"],
+    ["db", "upgrade", "--db", ""],
+])
+def test_an_empty_db_is_refused_not_read_as_no_db(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  argv: list[str]) -> None:
+    # `--db "$LEDGER"` with the variable unset must not write to the default database.
+    monkeypatch.chdir(tmp_path)
+    env = {"GPU_CREDITS_DB": f"sqlite:///{tmp_path / 'env.db'}"}
+    result = CliRunner().invoke(app, argv, env=env)
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and "--db" in lines[0] and "empty" in lines[0], result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+@pytest.mark.parametrize("argv", [
+    ["grant", "a", "5", "--at", "1"],
+    ["import", "-"],
+    ["demo"],
+    ["db", "upgrade"],
+])
+def test_a_command_that_writes_refuses_an_in_memory_database(url: str,
+                                                             argv: list[str]) -> None:
+    # It would say "recorded" and keep nothing: the database ends with the command.
+    result = CliRunner().invoke(app, [*argv, "--db", url], input=SMALL)
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and "in-memory" in lines[0], result.stderr
+    assert "recorded" not in result.stdout and "appended" not in result.stdout
