@@ -189,7 +189,12 @@ class ImportRejected(ValueError):
         self.source = source
         self.problems = list(problems)
         first = self.problems[0].render(source) if self.problems else source
-        super().__init__(f"{len(self.problems)} invalid line(s) in {source}; first: {first}")
+        super().__init__(f"{self.bad_lines} invalid line(s) in {source}; first: {first}")
+
+    @property
+    def bad_lines(self) -> int:
+        """How many lines are bad (a line may have more than one problem)."""
+        return len({p.line for p in self.problems})
 
 
 # -- one record ---------------------------------------------------------------------------

@@ -144,7 +144,7 @@ class _Group(TyperGroup):
         except importing.ImportRejected as exc:
             for problem in exc.problems:
                 sys.stderr.write(problem.render(exc.source) + "\n")
-            _say_error(f"{len(exc.problems)} invalid line(s) in {exc.source}; nothing appended")
+            _say_error(f"{exc.bad_lines} invalid line(s) in {exc.source}; nothing appended")
             return EXIT_BAD_INPUT
         except ChainBroken as exc:
             _say_error(f"{exc}; nothing was answered (gpu-credits verify reports the "

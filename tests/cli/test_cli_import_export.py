@@ -267,3 +267,15 @@ def test_csv_import_needs_the_export_header(run: Run, tmp_path: Path) -> None:
     as_jsonl = tmp_path / "data.txt"
     as_jsonl.write_text("type,account,amount,time\ngrant,a,10,1\n")
     assert run("import", "--format", "csv", str(as_jsonl)).exit_code == 0
+
+
+def test_the_summary_counts_bad_lines_not_problems(run: Run, db: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "void", "grant": "nope", "time": 7258118401}\n'
+                   '{"type": "grant", "account": "a", "amount": 5, "time": 1}\n')
+    result = run("import", str(bad))
+    assert result.exit_code == 2
+    errors = error_lines(result)
+    assert [e.split(":")[1] for e in errors[:-1]] == ["1", "1"]  # two problems, one line
+    assert errors[-1] == f"gpu-credits: error: 1 invalid line(s) in {bad}; nothing appended"
+    assert journal_head(db) == 0
