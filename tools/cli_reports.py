@@ -17,7 +17,7 @@ from projections import queries
 from projections.ledger import JOB_STATES
 from projections.policy import Policy
 from projections.timefmt import format_time
-from projections.validation import MAX_SAFE_INT, require_int
+from projections.validation import MAX_SAFE_INT, loads_strict, require_int
 from tools import render, wording
 from tools.cli import (
     EXIT_CHECK_FAILED,
@@ -180,12 +180,13 @@ def whatif(
     except OSError as exc:
         raise CliError(f"cannot read {policy_file}: {exc.strerror or exc}") from None
     try:
-        parsed = json.loads(raw)
+        json.loads(raw)  # for where a syntax error is: line and column
     except json.JSONDecodeError as exc:
         raise CliError(f"{policy_file}: not JSON (line {exc.lineno}, column {exc.colno}: "
                        f"{exc.msg})") from None
     try:
-        policy = Policy.from_json(parsed)
+        # Read as every input file is: a repeated key is refused, not the last one winning.
+        policy = Policy.from_json(loads_strict(raw))
     except ValueError as exc:
         raise CliError(f"{policy_file}: {exc}") from None
     with open_journal(ctx, db) as journal:

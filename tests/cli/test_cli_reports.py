@@ -363,6 +363,22 @@ def test_whatif_without_changes(run: Run, month: Path, tmp_path: Path) -> None:
     assert "nothing differs" in run("whatif", "--policy", _policy(tmp_path, {})).stdout
 
 
+@pytest.mark.parametrize(("text", "named"), [
+    ('{"refund_fraction": 0, "refund_fraction": 1}', "'refund_fraction' appears more than once"),
+    ('{"max_running": {"b": 1, "b": 5}}', "'b' appears more than once"),
+    ('{"refund_fraction": NaN}', "NaN"),
+    ('{\n  "refund_fraction": 0,\n  oops\n}', "line 3"),
+])
+def test_whatif_reads_its_policy_file_strictly(run: Run, month: Path, tmp_path: Path,
+                                               text: str, named: str) -> None:
+    # As every input file is read: a repeated key is refused, never the last one winning.
+    path = tmp_path / "policy.json"
+    path.write_text(text)
+    result = run("whatif", "--policy", str(path))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert len(error_lines(result)) == 1 and named in result.stderr, result.stderr
+
+
 def test_whatif_max_running_and_grant_order(run: Run, month: Path, tmp_path: Path) -> None:
     # One more job on b would start; a cap of 1 on b changes nothing here, and ignoring
     # priorities changes nothing when every grant has the default priority.
