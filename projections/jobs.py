@@ -41,15 +41,13 @@ from projections.events import (
 )
 from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger
 from projections.outcomes import Outcome
+from projections.session import QUEUE as QUEUE
+from projections.session import QUEUE_SHARED as QUEUE_SHARED
 from projections.session import Decision, Draft, LedgerSession
 
 Clock = Callable[[], int]
 Built = list[tuple[NewEvent, DomainEvent]]
 
-QUEUE = "*scheduler-queue*"
-"""Lock key of the job queue: start_next holds it alone; every other job decision holds
-it shared, with its account's key, so decisions on different accounts run side by side."""
-QUEUE_SHARED = f"shared:{QUEUE}"
 
 
 def wall_clock() -> int:

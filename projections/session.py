@@ -53,6 +53,7 @@ from eventstore import (
     Transaction,
 )
 from eventstore.appending import describe
+from eventstore.backend import SHARED
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
@@ -66,6 +67,24 @@ from projections.replay import Lean, lean_records
 from projections.reversals import reversed_ids
 
 JournalArg = JournalLike | str | None
+
+QUEUE = "*scheduler-queue*"
+"""Lock key of the job queue: start_next holds it alone; every other job decision holds
+it shared, with its account's key, so decisions on different accounts run side by side."""
+QUEUE_SHARED = f"{SHARED}{QUEUE}"
+_QUEUE_KEYS = frozenset({QUEUE, QUEUE_SHARED})
+
+
+def lock_key(name: str) -> str:
+    """The journal's lock key for what a decision holds: the queue's keys as they are, an
+    account's name as it is, unless the journal would read the name as a key in shared
+    mode (`shared:NAME` locks NAME, shared): such an account takes its name behind a
+    prefix, so that it holds a lock of its own, exclusively, and never another
+    account's."""
+    if name in _QUEUE_KEYS or not name.startswith(SHARED):
+        return name
+    return f"account:{name}"
+
 
 # `decide` retakes missing locks and rebuilds; a build that keeps naming new accounts
 # after this many rounds is a bug in the caller, not a reason to loop forever.
@@ -384,7 +403,7 @@ class LedgerSession:
             if event_id is not None:
                 require_name("event_id", event_id)
             held = sorted(set(locks))
-            with self.journal.transaction(held) as tx:
+            with self.journal.transaction([lock_key(k) for k in held]) as tx:
                 self._catch_up_in(tx)
                 draft, built = self._build(build, event_id, live, held, reads_state,
                                            command)
@@ -397,7 +416,8 @@ class LedgerSession:
                     missing = sorted({new.stream for new, _ in built} - set(held))
                     if not missing:
                         break
-                    with self.journal.transaction(missing):  # joins ours: takes the keys
+                    # Joins ours: takes the keys.
+                    with self.journal.transaction([lock_key(k) for k in missing]):
                         held.extend(missing)
                     if self._catch_up_in(tx):
                         draft, built = self._build(build, event_id, live, held,

@@ -114,6 +114,28 @@ def test_accounts_do_not_wait_for_each_other(pg_fresh_url: str) -> None:
     assert other.ledger().jobs["held"].state == "pending"
 
 
+@pytest.mark.postgres
+def test_an_account_named_like_a_shared_lock_key_takes_turns_on_its_own_lock(
+        pg_fresh_url: str) -> None:
+    # The journal reads a lock key `shared:NAME` as NAME's lock in shared mode. An
+    # account named `shared:...` must still hold a lock of its own, exclusively.
+    other_name = f"team-{uuid.uuid4().hex[:8]}"
+    name = f"shared:{other_name}"
+    setup = Scheduler(pg_fresh_url)
+    setup.open_account(name, 100)
+    setup.open_account(other_name, 100)
+    other = Scheduler(Journal(pg_fresh_url, lock_timeout=0.5), clock=lambda: 1000)
+    with held_decision(pg_fresh_url, lambda s: s.submit("held", name, 5, 0)):
+        # Not the lock of the account its name ends with: that one is free.
+        assert other.submit("free", other_name, 5, 0) is True
+        with pytest.raises(LockTimeout):
+            other.submit("held", name, 5, 0)
+    with Journal(pg_fresh_url) as journal:
+        submits = [e for e in journal.read(order="position")
+                   if e.type == "submit" and e.payload["job"] == "held"]
+        assert len(submits) == 1, "a duplicate job id was recorded"
+
+
 def test_sqlite_lock_timeout_is_one_clear_line(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/one-writer.db"
     Scheduler(url).open_account("a", 100)
