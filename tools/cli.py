@@ -747,12 +747,14 @@ def replay(
 @app.command()
 def verify(
     ctx: typer.Context,
-    anchor: Annotated[str | None, typer.Option(
+    anchor: Annotated[list[str] | None, typer.Option(
         "--anchor", metavar="POSITION:HASH",
-        help="Also prove the journal still holds this prefix (from `gpu-credits head`).")
+        help="Also prove the journal still holds this prefix (from `gpu-credits head`; "
+             "repeatable).")
     ] = None,
-    anchor_file: Annotated[Path | None, typer.Option(
-        "--anchor-file", metavar="F", help="A signed anchor (`head --sign`) to prove too.")
+    anchor_file: Annotated[list[Path] | None, typer.Option(
+        "--anchor-file", metavar="F",
+        help="A signed anchor (`head --sign`) to prove too (repeatable).")
     ] = None,
     public_key: Annotated[Path | None, typer.Option(
         "--public-key", metavar="K", help="The Ed25519 public key that signed --anchor-file.")
@@ -764,10 +766,14 @@ def verify(
 
     With --anchor (or a signed --anchor-file), also prove that the journal still holds
     exactly the anchored prefix: a rewrite that re-hashed the chain, or a truncated tail,
-    fails here. Exit status 1 and the first bad position when a check fails.
+    fails here. Each anchor given is checked. Exit status 1 and the first bad position
+    when a check fails.
     """
-    wanted = [a for a in (cli_trust.parse_anchor_option(anchor),
-                          cli_trust.signed_anchor_option(anchor_file, public_key)) if a]
+    given = [cli_trust.parse_anchor_option(text) for text in anchor or []]
+    signed = [cli_trust.signed_anchor_option(file, public_key) for file in anchor_file or []]
+    if not anchor_file:
+        signed.append(cli_trust.signed_anchor_option(None, public_key))
+    wanted = [a for a in (*given, *signed) if a]
     with open_journal(ctx, db, check_chain=False) as journal:
         head = journal.head()
         with render.progress_stages(show=not as_json) as progress:

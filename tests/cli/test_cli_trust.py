@@ -46,6 +46,27 @@ def test_an_anchor_survives_appends(run: Run, small: Path, tmp_path: Path) -> No
     assert _head(run) != anchor
 
 
+def test_every_anchor_given_is_checked(run: Run, small: Path, tmp_path: Path) -> None:
+    old = _head(run)
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"type": "consume", "account": "b", "amount": 1, "time": 20}\n')
+    assert run("import", str(late)).exit_code == 0
+    new = _head(run)
+    both = run("verify", "--anchor", old, "--anchor", new)
+    assert both.exit_code == 0, both.stderr
+    assert [line for line in both.stdout.splitlines() if "holds anchor" in line] == [
+        f"ok: holds anchor {old} unchanged", f"ok: holds anchor {new} unchanged"]
+    # A wrong anchor is never passed over for a right one given after it.
+    wrong = f"12:{new.partition(':')[2]}"
+    for first, second in ((wrong, new), (new, wrong)):
+        result = run("verify", "--anchor", first, "--anchor", second)
+        assert result.exit_code == 1, result.stdout
+        assert "verification failed at position 12" in result.stderr
+    report = as_json(run("verify", "--anchor", old, "--anchor", new, "--json"))
+    assert isinstance(report, dict)
+    assert [a["anchor"] for a in report["anchors"]] == [old, new]
+
+
 def test_a_truncated_tail_fails_against_the_anchor(run: Run, small: Path, db: str) -> None:
     anchor = _head(run)
     conn = sqlite3.connect(db_path(db))
