@@ -40,7 +40,13 @@ def known_position(journal: JournalLike, value: int | str | None) -> int:
         if text.lstrip("+-").isdigit():
             value = int(text)
         else:
-            return journal.position_at(parse_micros(text))
+            try:
+                micros = parse_micros(text)
+            except ValueError:
+                raise ValueError(f"as known at: expected a journal position (0 or more) or "
+                                 f"an ISO-8601 recorded-at time such as 2026-11-03T12:00Z, "
+                                 f"got {value!r}") from None
+            return journal.position_at(micros)
     if value < 0:
         raise ValueError(f"a position is 0 or more (0: before the first event), got {value}")
     if value > head:

@@ -84,6 +84,9 @@ def test_bad_as_known_at(run: Run, small: Path) -> None:
     result = run("balance", "a", "--as-known-at", "soon")
     assert result.exit_code == 2
     assert len(error_lines(result)) == 1
+    # It names the word given and both forms the option takes.
+    for word in ("'soon'", "position", "ISO-8601"):
+        assert word in result.stderr, result.stderr
 
 
 # -- statement -----------------------------------------------------------------------------
