@@ -21,7 +21,7 @@ import typer
 from projections.corrections import Corrections
 from projections.outcomes import Outcome
 from projections.timefmt import format_time
-from projections.validation import MAX_AMOUNT
+from projections.validation import MAX_AMOUNT, require_name
 from tools import render
 from tools.cli import (
     AllowFarTimes,
@@ -78,6 +78,11 @@ class Recording:
     @contextmanager
     def writer(self) -> Iterator[Corrections]:
         """The journal's single-event writer, for the duration of the block."""
+        if self.event_id is not None:
+            try:  # named as the user gave it, not as the facade's `event_id`
+                require_name("an event id", self.event_id)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--id") from None
         with open_journal(self.ctx, self.db, write=True) as journal:
             yield Corrections(journal, allow_far_times=self.allow_far_times)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import Run, journal_head
+from cli_helpers import Run, error_lines, journal_head
 
 
 def _balance(run: Run, account: str, *extra: str) -> int:
@@ -217,3 +217,14 @@ def test_negative_numbers_reach_arguments_and_option_values(run: Run, db: str) -
     # After `--` every word is an argument, as usual.
     named = run("grant", "--at", "1", "--json", "--db", db, "--", "-acme", "5", use_db=False)
     assert named.exit_code == 0 and json.loads(named.stdout)["account"] == "-acme"
+
+
+@pytest.mark.parametrize("command", [("grant", "acme", "5"), ("consume", "acme", "5"),
+                                     ("adjust", "acme", "5", "--reason", "r")])
+def test_a_bad_id_is_named_by_its_option(run: Run, db: str, command: tuple[str, ...]) -> None:
+    result = run(*command, "--id", "")
+    assert result.exit_code == 2
+    assert error_lines(result) == [
+        "gpu-credits: error: Invalid value for --id: an event id must be a non-empty "
+        "printable string, got '' (see 'gpu-credits " + command[0] + " --help')"]
+    assert journal_head(db) == 0
