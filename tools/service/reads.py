@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -93,9 +94,22 @@ def _known(journal: JournalLike, head: int, value: str | None) -> int:
                 raise ValueError(f"position {position} is past the journal's head {head}; "
                                  f"known positions are 0 to {head} (GET /v1/journal/head)")
             return position
-        return min(journal.position_at(parse_micros(text)), head)
+        return min(journal.position_at(parse_micros(_with_offset(text))), head)
     except ValueError as exc:
         raise ServiceProblem(422, f"as_known_at: {exc}", slug="invalid") from None
+
+
+def _with_offset(text: str) -> str:
+    """A recorded-at time as every time of the service is given: ISO 8601 with its offset
+    (the command line takes one without as UTC; a server has no local time a client could
+    mean, so here it is refused rather than guessed)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text  # parse_micros says what is wrong with it
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no offset; write it as {text}Z (UTC) or with +HH:MM")
+    return text
 
 
 def _latest(ledger: Ledger) -> int:
