@@ -136,6 +136,37 @@ def test_an_account_named_like_a_shared_lock_key_takes_turns_on_its_own_lock(
         assert len(submits) == 1, "a duplicate job id was recorded"
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("defer", [True, False], ids=["one-append", "append-per-decision"])
+def test_the_service_locks_an_account_named_like_a_shared_key_on_its_own(
+        pg_fresh_url: str, defer: bool) -> None:
+    from tools.service import commands
+    from tools.service.ledger import LedgerService
+
+    other_name = f"team-{uuid.uuid4().hex[:8]}"
+    name = f"shared:{other_name}"
+    setup = Scheduler(pg_fresh_url)
+    setup.open_account(name, 100)
+    setup.open_account(other_name, 100)
+    service = LedgerService(Journal(pg_fresh_url, lock_timeout=0.5), clock=lambda: 1000,
+                            defer_appends=defer)
+    service.start()
+    try:
+        # The account the name ends with is held: the service's decision on the other
+        # account needs no lock of it.
+        with held_decision(pg_fresh_url, lambda s: s.submit("x", other_name, 5, 0)):
+            answer = service.decide_now(
+                commands.Submit("k1", "free", name, 5, 0, None, None))
+            assert answer["accepted"] is True
+        # Its own account held, the service waits for it.
+        with (held_decision(pg_fresh_url, lambda s: s.submit("held", name, 5, 0)),
+              pytest.raises(LockTimeout)):
+            service.decide_now(commands.Submit("k2", "waits", name, 5, 0, None, None))
+    finally:
+        service.stop()
+        service.close()
+
+
 def test_sqlite_lock_timeout_is_one_clear_line(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/one-writer.db"
     Scheduler(url).open_account("a", 100)

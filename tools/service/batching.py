@@ -45,9 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction, VersionConflict
+from eventstore.backend import SHARED
 from eventstore.journal import Journal
-
-SHARED = "shared:"
 
 
 class PositionsMoved(Exception):

@@ -28,7 +28,7 @@ from starlette.requests import Request
 
 from eventstore import JournalLike
 from projections.ledger import Ledger
-from projections.session import LedgerSession, open_journal
+from projections.session import LedgerSession, lock_key, open_journal
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
 from tools.service.problems import Unavailable
@@ -515,7 +515,8 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
     a batch of events (looked up with the head, in the same query)."""
     locks: set[str] = set()
     for command in commands:
-        locks.update(command.locks(ledger))
+        # As the session names them: an account called `shared:...` has a key of its own.
+        locks.update(map(lock_key, command.locks(ledger)))
     ids = [c.key for c in commands if c.key is not None]
     for command in commands:
         ids.extend(getattr(command, "event_ids", ()))
