@@ -145,5 +145,18 @@ def upgrade(backend: Backend, conn: Connection) -> tuple[str | None, str]:
 
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            try:
+                command.upgrade(cfg, "head")
+            except DBAPIError as exc:
+                if getattr(exc.orig, "sqlstate", None) == _INVALID_SCHEMA_NAME:
+                    raise SchemaError(
+                        f"{backend.name} database {backend.describe()}: no schema to "
+                        "create the journal in (the search_path names none that "
+                        "exists); create it first (CREATE SCHEMA ...), or check the URL"
+                    ) from None
+                raise
     return before, head
+
+
+_INVALID_SCHEMA_NAME = "3F000"
+"""PostgreSQL's SQLSTATE for creating in a schema that does not exist."""

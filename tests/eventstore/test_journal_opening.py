@@ -192,3 +192,16 @@ def test_a_write_to_a_database_file_gone_from_its_path_is_refused(tmp_path: Path
         os.rename(aside, path)
         assert journal.append([ev("c")])[0].position == 2
         assert [r.id for r in journal.read(order="position")] == ["a", "c"]
+
+
+@pytest.mark.postgres
+def test_postgres_url_naming_a_schema_that_does_not_exist_is_one_clear_error(
+        pg_database_url: str) -> None:
+    import uuid
+
+    from tests.conftest import _schema_url
+
+    url = _schema_url(pg_database_url, f"missing_{uuid.uuid4().hex[:8]}")
+    with pytest.raises(SchemaError, match="no schema to create the journal in") as err:
+        Journal(url)
+    assert "\n" not in str(err.value) and "CREATE SCHEMA" in str(err.value)
