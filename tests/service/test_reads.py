@@ -130,3 +130,30 @@ def test_an_account_or_job_named_with_a_slash_is_reachable(client: TestClient) -
     cancelled = client.post("/v1/jobs/runs%2F2026%2F11/cancel", json={"time": 4})
     assert cancelled.json() == {"job": job, "state": "cancelled"}
     assert client.get("/v1/jobs/nobody%2Fthere").status_code == 404
+
+
+def test_a_statement_as_known_at_a_position_is_the_command_lines(db_url: str,
+                                                                 client: TestClient) -> None:
+    """`?as_known_at=` leaves out the events recorded later, nothing more: the statement
+    still runs to the journal's latest event time (as the balance as known then does), and
+    an account opened later has an empty statement then, as on the command line."""
+    from eventstore import Journal
+    from projections import queries
+    from tools import wording
+
+    events = [{"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10},
+              {"type": "grant", "account": "b", "amount": 5, "time": 20}]
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+    with Journal(db_url) as journal:
+        for account in ("a", "b"):
+            for position in (1, 2):
+                answer = client.get(f"/v1/accounts/{account}/statement",
+                                    params={"as_known_at": position})
+                assert answer.status_code == 200, answer.text
+                expected = wording.to_dict(queries.statement(journal, account,
+                                                             as_known_at=position))
+                assert answer.json() == expected
+                balance = client.get(f"/v1/accounts/{account}/balance",
+                                     params={"as_known_at": position}).json()
+                assert answer.json()["to"] == balance["at"] == 20
+                assert answer.json()["closing"]["balance"] == balance["balance"]

@@ -183,41 +183,6 @@ async def _from_projection(service: LedgerService,
     return await run_in_threadpool(waiting)
 
 
-class _KnownJournal:
-    """A journal as it stood at a position: what `as_known_at` asks about."""
-
-    def __init__(self, journal: JournalLike, position: int) -> None:
-        self._journal = journal
-        self._position = position
-
-    def read(self, **kwargs: Any) -> Any:
-        limit = kwargs.pop("to_position", None)
-        to = self._position if limit is None else min(limit, self._position)
-        return self._journal.read(to_position=to, **kwargs)
-
-    def max_time(self, streams: Any = None) -> int | None:
-        return max((r.time for r in self.read(order="position")), default=None)
-
-    def stream_version(self, stream: str) -> int:
-        return sum(1 for _ in self.read(stream=stream, order="position"))
-
-    def get(self, event_id: str) -> RecordedEvent | None:
-        rec = self._journal.get(event_id)
-        return rec if rec is not None and rec.position <= self._position else None
-
-    def head(self) -> int:
-        return self._position
-
-    def snapshots(self, name: str) -> list[Any]:
-        # No checkpoints: one saved later would hold events this view must not see, and
-        # reading the journal as it stood is a fold from the start, which is always right.
-        return []
-
-    def private(self, ids: Any) -> dict[str, dict[str, Any]]:
-        return {i: part for i, part in self._journal.private(ids).items()
-                if self.get(i) is not None}
-
-
 def prefers_csv(accept: str) -> bool:
     """Whether an Accept header asks for CSV over JSON: the one its best-weighted media
     range matching each names first (`q`, default 1; 0 refuses); JSON on a tie, without
@@ -260,8 +225,11 @@ def statement(account: str, request: Request,
         raise ServiceProblem(422, f"from {start} is after to {end}", slug="invalid")
     journal = service.journal
     position = _known(journal, journal.head(), as_known_at)
-    source: Any = journal if as_known_at is None else _KnownJournal(journal, position)
-    st = queries.statement(source, account, from_time=start, to_time=end)
+    # As `statement --as-known-at`: only the events recorded up to `position`, to the
+    # journal's latest event time (the balance's default `at`), an account opened later
+    # has no lines yet.
+    st = queries.statement(journal, account, from_time=start, to_time=end,
+                           as_known_at=position)
     if prefers_csv(request.headers.get("accept", "")):
         out = io.StringIO()
         render.statement_csv(st, out)
