@@ -441,3 +441,17 @@ def test_a_retry_after_a_revision_answers_the_outcome_as_it_stands(client: TestC
     again = client.post("/v1/accounts/a/usage", json={"amount": 30, "time": 5}, headers=key)
     assert again.status_code == 201
     assert again.json() == {**first.json(), "debt": 0}
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("DELETE", "/v1/accounts", "GET, POST"),
+    ("PUT", "/v1/journal/head", "GET"),
+    ("GET", "/v1/journal/verify", "POST"),
+    ("DELETE", "/v1/accounts/a/balance", "GET"),
+])
+def test_a_method_a_path_does_not_take_is_405_naming_those_it_takes(
+        client: TestClient, method: str, path: str, allowed: str) -> None:
+    """RFC 9110: a 405 says, in `Allow`, which methods the path does take."""
+    refused = client.request(method, path)
+    body = problem(refused, 405)
+    assert refused.headers["allow"] == allowed, body
