@@ -157,3 +157,25 @@ def test_a_statement_as_known_at_a_position_is_the_command_lines(db_url: str,
                                      params={"as_known_at": position}).json()
                 assert answer.json()["to"] == balance["at"] == 20
                 assert answer.json()["closing"]["balance"] == balance["balance"]
+
+
+def test_a_balance_at_the_latest_time_counts_reversals_as_the_command_line_does(
+        db_url: str, client: TestClient) -> None:
+    """The default `at` is the journal's latest event time, `balance --json`'s: a reversal
+    and the event it takes out are events of the journal too (the live decisions' clock
+    leaves them out; a balance read does not)."""
+    from eventstore import Journal
+    from projections import queries
+    from tools import wording
+
+    events = [{"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 15},
+              {"type": "consume", "account": "a", "amount": 1, "time": 10, "id": "u"},
+              {"type": "reverse", "event": "u", "time": 20, "reason": "sent twice"}]
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+    with Journal(db_url) as journal:
+        expected = wording.to_dict(queries.balance(journal, "a"))
+    assert expected["at"] == 20 and expected["balance"] == 0
+    for _ in range(2):  # the first read, and one the answer of the first may have eased
+        assert client.get("/v1/accounts/a/balance").json() == expected
+        assert client.get("/v1/accounts").json() == [expected]
+    assert client.get("/v1/accounts/a/balance", params={"as_known_at": 3}).json() == expected

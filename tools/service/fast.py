@@ -269,7 +269,9 @@ class FastRoutes:
                 return None  # the route names the accounts it knows
             from projections import queries
 
-            moment = _latest(ledger)
+            moment = _latest(service, ledger)
+            if moment is None:
+                return None  # the route looks up what it needs in the journal
             state = session.account_at(account, moment)
             return _json(_BALANCE_ANSWER, _figures(
                 account, queries.Figures.of(state, moment), moment, service.head()))

@@ -14,6 +14,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
@@ -112,8 +113,47 @@ def _with_offset(text: str) -> str:
     return text
 
 
-def _latest(ledger: Ledger) -> int:
-    return TIMELINE_START if ledger.applied == 0 and not ledger.accounts else ledger.last[0]
+class _ReversalTimes:
+    """The event times of reversals and of the events they name, looked up in the journal
+    once each (an event's time never changes)."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, int] = {}
+
+    def load(self, journal: JournalLike, ledger: Ledger) -> None:
+        for event_id in {*ledger.reversals, *ledger.reversals.values()} - self.times.keys():
+            rec = journal.get(event_id)
+            self.times[event_id] = TIMELINE_START if rec is None else rec.time
+
+
+_REVERSAL_TIMES: weakref.WeakKeyDictionary[LedgerService, _ReversalTimes] = (
+    weakref.WeakKeyDictionary())
+
+
+def _latest(service: LedgerService, ledger: Ledger) -> int | None:
+    """The journal's latest event time, the default `at` of `balance --json`; None when it
+    needs the journal (`_read_with_times`). `ledger.last` is it but for reversals and the
+    events they take out, which it leaves out so that they do not drag the live decisions'
+    clock (a reversal of a time in milliseconds, say): here they count, as in the journal."""
+    latest = TIMELINE_START if ledger.applied == 0 and not ledger.accounts else ledger.last[0]
+    if not ledger.reversals:
+        return latest
+    known = _REVERSAL_TIMES.get(service)
+    if known is None:
+        return None
+    times = known.times
+    for reversal, target in ledger.reversals.items():
+        if reversal not in times or target not in times:
+            return None
+        latest = max(latest, times[reversal], times[target])
+    return latest
+
+
+def _read_with_times(service: LedgerService, read: Callable[[LedgerSession, Ledger], T]) -> T:
+    """`read` on a worker thread, once the times `_latest` needs are loaded."""
+    with service.reading() as ledger:
+        _REVERSAL_TIMES.setdefault(service, _ReversalTimes()).load(service.journal, ledger)
+        return read(service.session, ledger)
 
 
 def _figures(account: str, figures: queries.Figures, at: int, position: int) -> dict[str, Any]:
@@ -126,12 +166,17 @@ async def accounts(request: Request) -> Any:
     """Every account with its figures at the journal's latest event time."""
     service = service_of(request)
 
-    def read(_: LedgerSession, ledger: Ledger) -> list[dict[str, Any]]:
-        at, position = _latest(ledger), service.head()
+    def read(_: LedgerSession, ledger: Ledger) -> list[dict[str, Any]] | None:
+        at, position = _latest(service, ledger), service.head()
+        if at is None:
+            return None
         return [_figures(name, figures, at, position)
                 for name, figures in queries.account_figures(ledger, at)]
 
-    return await _from_projection(service, read)
+    answer = await _from_projection(service, read)
+    if answer is None:
+        answer = await run_in_threadpool(_read_with_times, service, read)
+    return answer
 
 
 @router.get("/accounts/{account:path}/balance", response_model=BalanceAnswer, responses=_ERRORS,
@@ -145,14 +190,19 @@ async def balance(account: str, request: Request, at: TimeParam = None,
     if as_known_at is not None:
         return await run_in_threadpool(_balance_as_known, service, account, when, as_known_at)
 
-    def read(session: LedgerSession, ledger: Ledger) -> dict[str, Any]:
+    def read(session: LedgerSession, ledger: Ledger) -> dict[str, Any] | None:
         if account not in ledger.accounts:
             raise queries.unknown_account(account, ledger)
-        moment = _latest(ledger) if when is None else when
+        moment = _latest(service, ledger) if when is None else when
+        if moment is None:
+            return None
         state = session.account_at(account, moment)
         return _figures(account, queries.Figures.of(state, moment), moment, service.head())
 
-    return await _from_projection(service, read)
+    answer = await _from_projection(service, read)
+    if answer is None:
+        answer = await run_in_threadpool(_read_with_times, service, read)
+    return answer
 
 
 def _balance_as_known(service: LedgerService, account: str, when: int | None,
