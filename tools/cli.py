@@ -245,7 +245,7 @@ def refuse_in_memory(url: str) -> None:
 @contextmanager
 def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
                  create: bool | None = None, check_chain: bool = True,
-                 full_check: bool = False) -> Iterator[JournalLike]:
+                 full_check: bool = False, keeps: bool = True) -> Iterator[JournalLike]:
     """The journal at the chosen URL.
 
     Only a command that appends creates or upgrades a database (`create` defaults to
@@ -256,11 +256,13 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
     events after the journal's last verified point (`anchors.check_chain`: a mark or a
     checkpoint); with `full_check`, every event (for commands that read them all
     anyway). A command that writes records a new mark at the head when it succeeds.
+    `keeps=False`: what the command writes is only there to be shown (`demo`), so an
+    in-memory database is fine; any other command that writes refuses one.
     """
     url = database_url(ctx, db)
     path = sqlite_path(url)
     create = write if create is None else create
-    if write:
+    if write and keeps:
         refuse_in_memory(url)
     if not create and path is not None and not path.exists():
         raise CliError(f"no database file {path} (from {render.redact(url)}); a command "
@@ -441,7 +443,8 @@ def demo(
     holding other events is refused.
     """
     number = int_option(seed, "--seed", "an integer such as 42")
-    with open_journal(ctx, db, write=True) as journal:
+    # On an in-memory database the month is shown and then gone: a look at the product.
+    with open_journal(ctx, db, write=True, keeps=False) as journal:
         with render.progress_bar("simulating and writing the month") as progress:
             run = demo_mod.write_demo(journal, number, progress=progress)
         with render.progress_bar("replaying") as progress:
@@ -455,6 +458,10 @@ def demo(
         render.print_table(render.audit_table(audit, run), out)
         out.print(f"State digest: {audit.digest}")
         url = render.redact(database_url(ctx, db))
+        if in_memory(url):
+            out.print(f"\n{url} is in memory: this month is gone with the command. Give a "
+                      "file (--db sqlite:///demo.db) to keep it and look around.")
+            return
         account, job = demo_mod.examples(report.ledger)
         where = "" if url == DEFAULT_DB else f" --db {shlex.quote(url)}"
         out.print(f"\nWritten to {url}. Try:")
