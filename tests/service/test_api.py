@@ -448,6 +448,9 @@ def test_a_retry_after_a_revision_answers_the_outcome_as_it_stands(client: TestC
     ("PUT", "/v1/journal/head", "GET"),
     ("GET", "/v1/journal/verify", "POST"),
     ("DELETE", "/v1/accounts/a/balance", "GET"),
+    # Not the GET of a job so named: the path's own methods.
+    ("OPTIONS", "/v1/jobs/start-next", "POST"),
+    ("PUT", "/v1/jobs/j-1/complete", "POST"),
 ])
 def test_a_method_a_path_does_not_take_is_405_naming_those_it_takes(
         client: TestClient, method: str, path: str, allowed: str) -> None:

@@ -13,6 +13,7 @@ batch that fails to commit answers no decision of it as a success.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -172,8 +173,22 @@ _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 def _allowed(request: Request) -> list[str]:
-    """Every method some route answers for this request's path: each asked of every route
-    (an included router is one route holding many, and names no methods of its own)."""
+    """The methods of this request's path: those the OpenAPI document gives the most
+    specific of its paths that matches (`/v1/jobs/start-next`, not `/v1/jobs/{job}` with
+    a job so named), else every method some route answers (the web view's pages)."""
+    path = request.scope["path"]
+    best: tuple[int, list[str]] | None = None
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        literal = re.sub(r"\{[^}]*\}", "", template)
+        pattern = "".join(".+" if part.startswith("{") else re.escape(part)
+                          for part in re.split(r"(\{[^}]*\})", template) if part)
+        if re.fullmatch(pattern, path) and (best is None or len(literal) > best[0]):
+            best = (len(literal), sorted(m.upper() for m in operations
+                                         if m.upper() in _METHODS))
+    if best is not None:
+        return best[1]
+    # An included router is one route holding many, and names no methods of its own:
+    # each method is asked of every route.
     return [method for method in _METHODS
             if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
                    for route in request.app.routes)]
