@@ -332,6 +332,7 @@ def test_late_event_through_events_revises(client: TestClient) -> None:
     assert revs["revisions"][0]["event_id"] == "c1"
     assert revs["revisions"][0]["late_event_id"] == "g2"
     assert revs["revisions"][0]["account"] == "a"
+    assert client.post("/v1/accounts", json={"account": "b"}).status_code == 201
     assert client.get("/v1/revisions", params={"account": "b"}).json()["revisions"] == []
 
 
@@ -458,3 +459,12 @@ def test_a_method_a_path_does_not_take_is_405_naming_those_it_takes(
     refused = client.request(method, path)
     body = problem(refused, 405)
     assert refused.headers["allow"] == allowed, body
+
+
+def test_revisions_of_an_unknown_account_are_404_not_an_empty_list(client: TestClient) -> None:
+    """A misspelt account must not read as "no late event changed anything"."""
+    setup_account(client, "a")
+    assert client.get("/v1/revisions", params={"account": "a"}).json() == {
+        "revisions": [], "next": None}
+    body = problem(client.get("/v1/revisions", params={"account": "nobody"}), 404)
+    assert body["type"].endswith("/unknown-account") and "nobody" in body["detail"]

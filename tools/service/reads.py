@@ -351,6 +351,11 @@ def revisions(request: Request,
               account: Annotated[str | None, Query(max_length=200)] = None) -> Any:
     """Each outcome a late event revised, before and after, in the order they came."""
     service = service_of(request)
+    if account is not None and service.journal.stream_version(account) == 0:
+        # As every route naming an account: a misspelt one must not read as "nothing
+        # was revised".
+        with service.reading() as ledger:
+            raise queries.unknown_account(account, ledger)
     cache: _RevisionCache = request.app.state.revisions
     rows = cache.rows(service.journal)
     indexed = list(enumerate(rows))[after:]
