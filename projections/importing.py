@@ -18,10 +18,11 @@ the file's size: a few bytes per line, and one small entry per job submitted in 
 The stream of an event is its account; a job event (start, complete, cancel) goes to the
 stream of the job's account, found from submits in the file or, for a job submitted
 before, in the projection's job index, else to `job:<id>` (the fold will report the
-orphan as an anomaly). A void goes to its
-grant's account, a reversal to the stream of the event it names; both must name an event
-in the journal or in the file: earlier in it, or later by its `id` (an export lists a void
-or a reversal timed before the event it names first, as the timeline has them). Lines are
+orphan as an anomaly); a job event recorded before keeps its stream when a file that
+grew names it again. A void goes to its grant's account, a reversal to the stream of
+the event it names; both must name an event in the journal or in the file: earlier in
+it, or later by its `id` (an export lists a void or a reversal timed before the event it
+names first, as the timeline has them). Lines are
 appended in file order either way, so an export imports back to the same timeline.
 
 Export writes the journal in canonical order `(event_time, position)` with the `id` of
@@ -463,6 +464,20 @@ def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
     return job_accounts.get(job, f"job:{job}")
 
 
+_JOB_EVENT_TYPES = frozenset(kind.type for kind in JOB_EVENTS)
+
+
+def _in_recorded_stream(old: RecordedEvent, event: NewEvent) -> NewEvent:
+    """`event` in the stream `old` was recorded in, when both are the same kind of job
+    event under one id. A job event's stream is not in its line: the import derives it
+    from where the job's submit is, which a file that grew (another account's submit of
+    the same job) may change; the line recorded before is still that one event."""
+    if (event.type in _JOB_EVENT_TYPES and old.type == event.type
+            and old.stream != event.stream):
+        return dataclasses.replace(event, stream=old.stream)
+    return event
+
+
 def far_time_problem(name: str, time: int) -> str | None:
     """Why an event time is refused as probably milliseconds, or None if it is fine."""
     if time <= FAR_TIME:
@@ -645,7 +660,7 @@ def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:
         old = journal.get(event.id)
         if old is None:
             continue
-        if not same_event(journal, old, event):
+        if not same_event(journal, old, _in_recorded_stream(old, event)):
             problems.append(Problem(line, f"id {event.id!r} is already recorded at position "
                                           f"{old.position} as another event"))
     return problems
@@ -661,8 +676,17 @@ def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
     try:
         recorded = journal.append(plan.events)
     except IdempotencyConflict as exc:
-        problems = _conflicts(journal, plan) or [Problem(plan.lines[0], str(exc))]
-        raise ImportRejected(plan.source, problems) from None
+        problems = _conflicts(journal, plan)
+        if problems:
+            raise ImportRejected(plan.source, problems) from None
+        # No line is another event: job events recorded before in another stream (see
+        # _in_recorded_stream) are already present in theirs.
+        events = [e if (old := journal.get(e.id)) is None else _in_recorded_stream(old, e)
+                  for e in plan.events]
+        try:
+            recorded = journal.append(events)
+        except IdempotencyConflict:
+            raise ImportRejected(plan.source, [Problem(plan.lines[0], str(exc))]) from None
     appended = len({r.position for r in recorded if r.position > before})
     return ImportResult(appended, len(plan.events) - appended, tuple(plan.warnings))
 
@@ -813,6 +837,9 @@ class _Appender:
         kept: tuple[list[NewEvent], list[int], list[bool]] = ([], [], [])
         first: dict[str, tuple[NewEvent, int]] = {}
         for event, line, is_derived in zip(events, lines, derived, strict=True):
+            old = self.journal.get(event.id)
+            if old is not None:
+                event = _in_recorded_stream(old, event)
             earlier = first.get(event.id)
             if earlier is not None:
                 if not same_new_event(earlier[0], event):
@@ -820,7 +847,6 @@ class _Appender:
                                                        f"{earlier[1]} for another event"))
                     continue
             else:
-                old = self.journal.get(event.id)
                 if old is not None and not same_event(self.journal, old, event):
                     if old.position > self.start:
                         why = f"is used on line {self.line_of(old.position)} for another event"

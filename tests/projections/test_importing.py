@@ -148,6 +148,28 @@ def test_a_job_submitted_before_goes_to_the_account_the_projection_gives_it() ->
     assert [r.stream for r in journal.read(after_position=head, order="position")] == ["a", "c"]
 
 
+def test_a_file_that_grew_another_submit_of_a_job_appends_only_its_new_lines() -> None:
+    # The job's events were recorded with b's submit; the grown file also holds a's submit
+    # of the same id, earlier on the timeline. The lines imported before are the same
+    # events: already present, not a conflict.
+    first = _lines({"type": "grant", "account": "b", "amount": 30, "time": 0, "id": "g"},
+                   {"type": "submit", "account": "b", "job": "j", "cost": 5, "priority": 0,
+                    "time": 13, "id": "s-b"},
+                   {"type": "start", "job": "j", "time": 14},
+                   {"type": "complete", "job": "j", "success": True, "time": 15, "id": "c"})
+    grown = first + _lines({"type": "submit", "account": "a", "job": "j", "cost": 0,
+                            "priority": 0, "time": 10, "id": "s-a"})
+    journal = MemoryJournal()
+    import_file(journal, first, "f")
+    result = import_file(journal, grown, "f")
+    assert (result.appended, result.already_present) == (1, 4)
+    again = MemoryJournal()
+    append_plan(again, plan_import(first, "f", again))
+    result = append_plan(again, plan_import(grown, "f", again))
+    assert (result.appended, result.already_present) == (1, 4)
+    assert [r.stream for r in again.read(order="position")] == ["b", "b", "b", "b", "a"]
+
+
 def _random_history(ops: list[tuple[str, int, int]]) -> MemoryJournal:
     journal = MemoryJournal()
     tracker = GPUCreditTracker(journal, account="t")
