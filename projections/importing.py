@@ -16,13 +16,13 @@ inside one transaction that commits only if no line had a problem. Memory stays 
 the file's size: a few bytes per line, and one small entry per job submitted in it.
 
 The stream of an event is its account; a job event (start, complete, cancel) goes to the
-stream of the job's account, found from submits in the file or, for a job submitted
-before, in the projection's job index, else to `job:<id>` (the fold will report the
-orphan as an anomaly); a job event recorded before keeps its stream when a file that
-grew names it again. A void goes to its grant's account, a reversal to the stream of
-the event it names; both must name an event in the journal or in the file: earlier in
-it, or later by its `id` (an export lists a void or a reversal timed before the event it
-names first, as the timeline has them). Lines are
+stream of the job's account, found from its submits in the file (the first on the
+timeline) or, for a job submitted before, in the projection's job index, else to
+`job:<id>` (the fold will report the orphan as an anomaly); a job event recorded
+before keeps its stream when a file that grew names it again. A void goes to its grant's
+account, a reversal to the stream of the event it names; both must name an event in the
+journal or in the file: earlier in it, or later by its `id` (an export lists a void or a
+reversal timed before the event it names first, as the timeline has them). Lines are
 appended in file order either way, so an export imports back to the same timeline.
 
 Export writes the journal in canonical order `(event_time, position)` with the `id` of
@@ -467,6 +467,21 @@ def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
 _JOB_EVENT_TYPES = frozenset(kind.type for kind in JOB_EVENTS)
 
 
+def _note_submit(event: JobSubmitted, time: int, job_accounts: dict[str, str],
+                 submitted_at: dict[str, int],
+                 accounts: dict[str, str] | None = None) -> None:
+    """Learn a job's account from a submit of the file: that of its first submit on the
+    timeline (the earliest time, then the earlier line), the one the fold takes when two
+    accounts submitted one id. `accounts` (optional) interns the account names."""
+    first = submitted_at.get(event.job)
+    if first is not None and first <= time:
+        return
+    submitted_at[event.job] = time
+    account = event.account
+    job_accounts[event.job] = (account if accounts is None
+                               else accounts.setdefault(account, account))
+
+
 def _in_recorded_stream(old: RecordedEvent, event: NewEvent) -> NewEvent:
     """`event` in the stream `old` was recorded in, when both are the same kind of job
     event under one id. A job event's stream is not in its line: the import derives it
@@ -511,8 +526,11 @@ def plan_entries(entries: Sequence[Entry], source: str, journal: JournalLike, *,
             why = far_time_problem("time", entry.time)
             if why is not None:
                 plan.problems.append(Problem(entry.line, why))
-    job_accounts = {e.event.job: e.event.account for e in entries
-                    if isinstance(e.event, JobSubmitted)}
+    job_accounts: dict[str, str] = {}
+    submitted_at: dict[str, int] = {}
+    for e in entries:
+        if isinstance(e.event, JobSubmitted):
+            _note_submit(e.event, e.time, job_accounts, submitted_at)
     orphans = {e.event.job for e in entries
                if isinstance(e.event, JOB_EVENTS)
                } - set(job_accounts)
@@ -723,6 +741,7 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     found = _Survey()
     accounts: dict[str, str] = {}  # one string per account, however many jobs name it
     early: set[str] = set()  # jobs named by a job event before any submit of theirs
+    submitted_at: dict[str, int] = {}  # job -> time of its first submit on the timeline
     # A hash per line without an id (a few bytes, not the line): the contents whose hash
     # comes back are counted exactly in the second pass, to number identical lines.
     hashes = array("q")
@@ -745,7 +764,7 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
                 found.problems.append(Problem(item.line, why))
         event = item.event
         if isinstance(event, JobSubmitted):
-            found.job_accounts[event.job] = accounts.setdefault(event.account, event.account)
+            _note_submit(event, item.time, found.job_accounts, submitted_at, accounts)
         elif (isinstance(event, JOB_EVENTS)
               and event.job not in found.job_accounts):
             early.add(event.job)

@@ -148,6 +148,23 @@ def test_a_job_submitted_before_goes_to_the_account_the_projection_gives_it() ->
     assert [r.stream for r in journal.read(after_position=head, order="position")] == ["a", "c"]
 
 
+def test_a_job_submitted_twice_in_a_file_goes_with_its_first_submit_on_the_timeline() -> None:
+    # b's submit comes later in the file but first on the timeline: the job is b's (a's
+    # submit is the anomaly), so its events go with b.
+    data = _lines({"type": "submit", "account": "a", "job": "j", "cost": 0, "priority": 0,
+                   "time": 10},
+                  {"type": "submit", "account": "b", "job": "j", "cost": 0, "priority": 0,
+                   "time": 5},
+                  {"type": "submit", "account": "c", "job": "j", "cost": 0, "priority": 0,
+                   "time": 5},
+                  {"type": "start", "job": "j", "time": 11})
+    assert [e.stream for e in plan_import(data, "f", MemoryJournal()).events] == [
+        "a", "b", "c", "b"]
+    journal = MemoryJournal()
+    import_stream(journal, io.BytesIO(data), "f")
+    assert [r.stream for r in journal.read(order="position")] == ["a", "b", "c", "b"]
+
+
 def test_a_file_that_grew_another_submit_of_a_job_appends_only_its_new_lines() -> None:
     # The job's events were recorded with b's submit; the grown file also holds a's submit
     # of the same id, earlier on the timeline. The lines imported before are the same
