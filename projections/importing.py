@@ -493,6 +493,18 @@ def _in_recorded_stream(old: RecordedEvent, event: NewEvent) -> NewEvent:
     return event
 
 
+def in_recorded_streams(journal: JournalLike, events: Sequence[NewEvent]) -> list[NewEvent]:
+    """`events` with each job event recorded before under its id in the stream it was
+    recorded in (see `_in_recorded_stream`): one lookup for the job events, none when
+    there are none."""
+    ids = [e.id for e in events if e.type in _JOB_EVENT_TYPES]
+    if not ids:
+        return list(events)
+    recorded = journal.get_many(ids)
+    return [_in_recorded_stream(old, e) if (old := recorded.get(e.id)) is not None else e
+            for e in events]
+
+
 def far_time_problem(name: str, time: int) -> str | None:
     """Why an event time is refused as probably milliseconds, or None if it is fine."""
     if time <= FAR_TIME:
@@ -699,8 +711,7 @@ def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
             raise ImportRejected(plan.source, problems) from None
         # No line is another event: job events recorded before in another stream (see
         # _in_recorded_stream) are already present in theirs.
-        events = [e if (old := journal.get(e.id)) is None else _in_recorded_stream(old, e)
-                  for e in plan.events]
+        events = in_recorded_streams(journal, plan.events)
         try:
             recorded = journal.append(events)
         except IdempotencyConflict:

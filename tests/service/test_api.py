@@ -318,6 +318,26 @@ def test_a_record_repeated_in_a_batch_is_appended_once_and_counted_once(
     assert sent.json() == {"appended": 2, "already_present": 0, "positions": [3, 4]}
 
 
+def test_a_batch_that_grew_another_submit_of_a_job_appends_only_its_new_records(
+        client: TestClient) -> None:
+    """A batch sent again with one more record, another account's submit of a job whose
+    events were recorded before: those records are the same events, already present in
+    the stream they were recorded in, as `import` of a file that grew counts them."""
+    first = [{"type": "grant", "account": "b", "amount": 30, "time": 0, "id": "g"},
+             {"type": "submit", "account": "b", "job": "j", "cost": 5, "priority": 0,
+              "time": 13, "id": "s-b"},
+             {"type": "start", "job": "j", "time": 14, "id": "st"},
+             {"type": "complete", "job": "j", "success": True, "time": 15, "id": "c"}]
+    grown = [*first, {"type": "submit", "account": "a", "job": "j", "cost": 0,
+                      "priority": 0, "time": 10, "id": "s-a"}]
+    assert client.post("/v1/events", json={"events": first}).json()["appended"] == 4
+    again = client.post("/v1/events", json={"events": grown})
+    assert again.status_code == 200, again.text
+    assert again.json() == {"appended": 1, "already_present": 4,
+                            "positions": [1, 2, 3, 4, 5]}
+    assert head(client) == 5
+
+
 def test_late_event_through_events_revises(client: TestClient) -> None:
     client.post("/v1/events", json={"events": [
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100, "id": "g1"},
