@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from eventstore import MemoryJournal, NewEvent
-from projections import GPUCreditTracker
+from projections import GPUCreditTracker, Scheduler, UnknownAccount
 from projections.events import (
     CreditsAdjusted,
     CreditsGranted,
@@ -78,6 +78,17 @@ def test_a_positive_adjustment_pays_debt_then_stays_without_expiry() -> None:
     )
     assert balance(journal, 1) == -30
     assert balance(journal, 10**9) == 20
+
+
+def test_a_credit_adjustment_opens_the_account_and_a_debit_alone_does_not() -> None:
+    journal = journal_of(
+        ("x1", "adjust", 1, {"account": "a", "amount": 20, "reason": "goodwill"}),
+        ("x2", "adjust", 1, {"account": "b", "amount": -5, "reason": "billed late"}),
+    )
+    scheduler = Scheduler(journal, clock=lambda: 2)
+    assert scheduler.submit("j1", "a", 15, 0)
+    with pytest.raises(UnknownAccount):
+        scheduler.submit("j2", "b", 1, 0)
 
 
 def test_a_negative_adjustment_is_debited_like_usage() -> None:
