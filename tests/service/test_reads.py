@@ -179,3 +179,28 @@ def test_a_balance_at_the_latest_time_counts_reversals_as_the_command_line_does(
         assert client.get("/v1/accounts/a/balance").json() == expected
         assert client.get("/v1/accounts").json() == [expected]
     assert client.get("/v1/accounts/a/balance", params={"as_known_at": 3}).json() == expected
+
+
+def test_a_balance_of_an_account_whose_opening_grant_was_reversed_is_the_command_lines(
+        db_url: str, client: TestClient) -> None:
+    """The live projection no longer holds the account, but the journal records its
+    events: `balance --json` answers its figures, and so does the service, with or
+    without `as_known_at`, rather than calling the account unknown."""
+    from eventstore import Journal
+    from projections import queries
+    from tools import wording
+
+    events = [{"type": "grant", "account": "a", "amount": 5, "time": 0},
+              {"type": "grant", "account": "b", "amount": 100, "time": 10, "id": "g"},
+              {"type": "reverse", "event": "g", "time": 20, "reason": "wrong account"}]
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+    with Journal(db_url) as journal:
+        expected = wording.to_dict(queries.balance(journal, "b"))
+        at_5 = wording.to_dict(queries.balance(journal, "b", at=5))
+    assert expected["balance"] == 0 and expected["as_known_at"] == 3
+    assert client.get("/v1/accounts/b/balance").json() == expected
+    assert client.get("/v1/accounts/b/balance", params={"as_known_at": 3}).json() == expected
+    assert client.get("/v1/accounts/b/balance", params={"at": 5}).json() == at_5
+    unknown = client.get("/v1/accounts/c/balance")
+    assert unknown.status_code == 404
+    assert unknown.json()["detail"] == "unknown account 'c' (known: a)"
