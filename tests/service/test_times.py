@@ -37,3 +37,24 @@ def test_an_as_known_at_time_without_an_offset_is_422(client: TestClient,
         assert refused.status_code == 422, refused.text
         assert refused.headers["content-type"].startswith("application/problem+json")
         assert "offset" in refused.json()["detail"]
+
+
+def test_a_query_time_whose_offset_plus_was_not_percent_encoded_is_read_as_written(
+        client: TestClient) -> None:
+    """`?at=...T01:00:00+01:00` typed as is: form decoding turns the `+` into a space;
+    the time is still the one the client wrote, in every query time."""
+    assert client.post("/v1/accounts/a/grants",
+                       json={"amount": 5, "time": 100, "expiry": 3600}).status_code == 201
+    base = "/v1/accounts/a"
+    plain = client.get(f"{base}/balance?at=1970-01-01T01:59:59+01:00")
+    assert plain.status_code == 200, plain.text
+    assert plain.json() == client.get(f"{base}/balance", params={"at": 3599}).json()
+    assert plain.json()["balance"] == 5
+    assert client.get(f"{base}/balance?at=1970-01-01T02:00:00+01:00").json()["balance"] == 0
+    statement = client.get(f"{base}/statement?from=1970-01-01T01:00:00+01:00"
+                           "&to=1970-01-01T01:30:00%2B01:00")
+    assert statement.status_code == 200, statement.text
+    assert (statement.json()["from"], statement.json()["to"]) == (0, 1800)
+    known = client.get(f"{base}/balance?as_known_at=2999-01-01T00:00:00+00:00")
+    assert known.status_code == 200, known.text
+    assert client.get(f"{base}/balance?at=1970-01-01T00:00:00 01:00:00").status_code == 422

@@ -12,6 +12,7 @@ import contextlib
 import io
 import itertools
 import logging
+import re
 import threading
 import time
 import weakref
@@ -69,11 +70,22 @@ KnownParam = Annotated[str | None, Query(
                 "time); default: all", max_length=64)]
 
 
+# A query string's `+` arrives as a space (form decoding): `?at=2026-11-20T00:00:00+01:00`
+# as a client writes it reads `...00:00:00 01:00`.
+_SPACED_OFFSET = re.compile(r"(.*\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?) (\d{2}(?::?\d{2})?)")
+
+
+def _query_text(value: str) -> str:
+    """A time of a query string with the `+` of its offset back, if form decoding took it."""
+    spaced = _SPACED_OFFSET.fullmatch(value.strip())
+    return value if spaced is None else f"{spaced[1]}+{spaced[2]}"
+
+
 def _time(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        return parse_event_time(value)
+        return parse_event_time(_query_text(value))
     except ValueError as exc:
         raise ServiceProblem(422, f"{name}: {exc}", slug="invalid") from None
 
@@ -82,7 +94,7 @@ def _known(journal: JournalLike, head: int, value: str | None) -> int:
     """A position from `as_known_at`: an integer position or an ISO 8601 recorded-at."""
     if value is None:
         return head
-    text = value.strip()
+    text = _query_text(value).strip()
     try:
         if text.lstrip("+-").isdigit():
             position = int(text)
