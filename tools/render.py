@@ -45,6 +45,7 @@ from projections.queries import (
     Reconciliation,
     RevisionRow,
     Statement,
+    StatementLine,
     Subtotals,
     WhatIf,
     json_time,
@@ -357,7 +358,7 @@ def statement_table(st: Statement) -> Table:
                       "" if line.position is None else str(line.position),
                       Text(line.event_id or ""), Text(line.type, style=style), change,
                       _n(line.balance), _n(line.reserved),
-                      Text(wording.text(line.effect), style=style))
+                      Text(_statement_detail(line), style=style))
     balance_, reserved = st.closing
     table.add_section()
     table.add_row("", "", "", Text("closing", style="bold"), "", _n(balance_), _n(reserved),
@@ -378,8 +379,15 @@ def statement_csv(st: Statement, out: TextIO) -> None:
             line.event_id or "", line.type, line.status, line.change, line.balance,
             line.reserved, line.job or "", line.pool or "",
             " ".join(f"{g}:{a}" for g, a in line.grants), line.debt_paid, line.debt_created,
-            wording.text(line.effect),
+            _statement_detail(line),
         ])
+
+
+def _statement_detail(line: StatementLine) -> str:
+    """What a statement line did, in words, and the event's memo after it: the contract
+    shows memos in statements (a purchase order, the run a usage report is for)."""
+    words = wording.text(line.effect)
+    return f"{words}; memo: {line.memo}" if line.memo else words
 
 
 # -- explain --------------------------------------------------------------------------------

@@ -159,6 +159,17 @@ def test_statement_table(run: Run, small: Path) -> None:
     assert "Statement of a" in result.stdout and "closing" in result.stdout
 
 
+def test_statement_shows_memos_in_table_and_csv(run: Run, tmp_path: Path) -> None:
+    assert run("grant", "m", "100", "--at", "0", "--memo", "PO 4411", "--id", "po").exit_code == 0
+    assert run("consume", "m", "5", "--at", "1", "--memo", "run 17").exit_code == 0
+    assert run("consume", "m", "1", "--at", "2").exit_code == 0
+    table = run("statement", "m")
+    assert table.exit_code == 0
+    assert "memo: PO 4411" in table.stdout and "memo: run 17" in table.stdout
+    rows = list(csv.DictReader(io.StringIO(run("statement", "m", "--csv").stdout)))
+    assert [r["detail"].partition("; memo: ")[2] for r in rows] == ["PO 4411", "run 17", ""]
+
+
 def test_statement_from_after_to_is_bad_input(run: Run, small: Path) -> None:
     assert run("statement", "a", "--from", "9", "--to", "5").exit_code == 2
 
