@@ -49,9 +49,13 @@ def accounts(
         report = queries.accounts(journal, at=when, as_known_at=as_known_at)
     if as_json:
         render.print_json(wording.to_dict(report))
-    elif not report.rows:
+    elif not report.rows and not report.as_known_at:
         render.console().print("no accounts yet: the journal is empty "
                                "(gpu-credits import FILE or gpu-credits demo)")
+    elif not report.rows:
+        # The journal holds events, none of which opens an account by then.
+        render.console().print(f"no accounts at {format_time(report.at)}, as known at "
+                               f"position {report.as_known_at}")
     else:
         render.print_table(render.accounts_table(report))
 

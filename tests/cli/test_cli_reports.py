@@ -71,6 +71,14 @@ def test_accounts_on_an_empty_journal(run: Run) -> None:
     assert _obj(as_json(run("accounts", "--json")))["accounts"] == []
 
 
+def test_accounts_before_any_opens_is_not_an_empty_journal(run: Run, tmp_path: Path) -> None:
+    assert run("grant", "a", "5", "--at", "10").exit_code == 0
+    result = run("accounts", "--at", "3")
+    assert result.exit_code == 0
+    assert "no accounts at 3, as known at position 1" in result.stdout
+    assert "empty" not in result.stdout
+
+
 def test_accounts_as_known_at(run: Run, month: Path) -> None:
     early = _obj(as_json(run("accounts", "--as-known-at", "2", "--json")))
     assert [r["account"] for r in early["accounts"]] == ["a"]
