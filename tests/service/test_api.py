@@ -338,6 +338,31 @@ def test_a_batch_that_grew_another_submit_of_a_job_appends_only_its_new_records(
     assert head(client) == 5
 
 
+def test_a_keyed_batch_of_records_with_their_own_ids_after_a_restart(
+        db_url: str, clock: Clock) -> None:
+    """The records' ids make the batch idempotent; the key itself is not recorded, so
+    after a restart its retry counts as a file delivered again, and the same key with
+    other records is a new batch (docs/http.md says why)."""
+    from tools.service import create_app
+
+    grant = {"type": "grant", "account": "a", "amount": 5, "time": 0, "id": "g"}
+    other = {"type": "grant", "account": "a", "amount": 7, "time": 1, "id": "h"}
+    key = {"Idempotency-Key": "batch-1"}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        first = c.post("/v1/events", json={"events": [grant]}, headers=key)
+        assert first.json() == {"appended": 1, "already_present": 0, "positions": [1]}
+        assert c.post("/v1/events", json={"events": [grant]}, headers=key).json() == (
+            first.json())
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        again = c.post("/v1/events", json={"events": [grant]}, headers=key)
+        assert again.json() == {"appended": 0, "already_present": 1, "positions": [1]}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        assert c.post("/v1/events", json={"events": [other]}, headers=key).json() == {
+            "appended": 1, "already_present": 0, "positions": [2]}
+        # Once this process answered the key, it holds it to that batch.
+        assert c.post("/v1/events", json={"events": [grant]}, headers=key).status_code == 409
+
+
 def test_late_event_through_events_revises(client: TestClient) -> None:
     client.post("/v1/events", json={"events": [
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100, "id": "g1"},
