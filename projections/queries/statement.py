@@ -366,6 +366,8 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     from the events recorded up to `as_known_at` (default: all)."""
     latest = latest_time(journal)
     to = latest if to_time is None else to_time
+    if to_time is None and from_time is not None and from_time > to:
+        to = from_time  # a statement from after the last event runs to its own start
     position = recorded_position(journal, as_known_at)
     events = account_events(journal, account, to_position=position)
     own = None if events is None else _own_jobs(journal, account, events, position)

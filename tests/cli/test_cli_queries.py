@@ -170,6 +170,19 @@ def test_statement_shows_memos_in_table_and_csv(run: Run, tmp_path: Path) -> Non
     assert [r["detail"].partition("; memo: ")[2] for r in rows] == ["PO 4411", "run 17", ""]
 
 
+def test_statement_from_after_the_last_event_opens_with_the_balance_then(
+        run: Run, tmp_path: Path) -> None:
+    assert run("grant", "e", "100", "--at", "0", "--expiry", "1000").exit_code == 0
+    assert run("consume", "e", "1", "--at", "60").exit_code == 0
+    st = _obj(as_json(run("statement", "e", "--from", "2000", "--json")))
+    at = _obj(as_json(run("balance", "e", "--at", "2000", "--json")))
+    assert (st["from"], st["to"], at["balance"]) == (2000, 2000, 0)
+    assert st["opening"]["balance"] == 0 and st["lines"] == []
+    rows = list(csv.DictReader(io.StringIO(run("statement", "e", "--from", "2000",
+                                               "--csv").stdout)))
+    assert [(r["type"], r["balance"]) for r in rows] == [("opening", "0")]
+
+
 def test_statement_from_after_to_is_bad_input(run: Run, small: Path) -> None:
     assert run("statement", "a", "--from", "9", "--to", "5").exit_code == 2
 
