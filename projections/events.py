@@ -384,11 +384,12 @@ def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
     if event_type not in _FIELDS:
         raise ValueError(f"unknown event type {event_type!r}; expected one of {EVENT_TYPES}")
     cls, required, optional = _FIELDS[event_type]
-    if isinstance(payload, dict):
+    if isinstance(payload, dict) and None not in payload.values():
         # Fast path for replay: a canonical payload is exactly the constructor's keywords
         # (validation still runs in __post_init__), once the seal of personal fields kept
         # apart is set aside (checked first: a failed call costs far more than a lookup).
-        # Anything else takes the slow path, which names what is wrong.
+        # Anything else takes the slow path, which names what is wrong; a null optional
+        # field (`"priority": null` on an imported line) is its default there, as absent.
         if PRIVATE_KEY in payload:
             payload = {k: v for k, v in payload.items() if k != PRIVATE_KEY}
         try:

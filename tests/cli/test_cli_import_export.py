@@ -137,6 +137,23 @@ def test_one_id_twice_in_a_file(run: Run, tmp_path: Path) -> None:
     assert error_lines(result)[0] == f"{path}:2: id 'g' is used on line 1 for another event"
 
 
+def test_a_null_optional_field_is_its_default(run: Run, tmp_path: Path, db: str) -> None:
+    path = tmp_path / "nulls.jsonl"
+    plain = ('{"type": "grant", "account": "a", "amount": 10, "time": 0}\n'
+             '{"type": "submit", "account": "a", "job": "j", "cost": 4, "priority": 1, "time": 1}\n'
+             '{"type": "start", "job": "j", "time": 2}\n'
+             '{"type": "complete", "job": "j", "success": false, "time": 3}\n')
+    path.write_text(plain)
+    assert run("import", str(path)).exit_code == 0
+    path.write_text(plain.replace('"time": 0}', '"time": 0, "priority": null, "pool": null}')
+                    .replace('"success": false,', '"success": false, "refund_fraction": null,'))
+    again = run("import", str(path))
+    assert again.exit_code == 0, again.stderr
+    assert "appended 0 events, 4 already present" in again.stdout  # the same lines
+    assert journal_head(db) == 4
+    assert as_json(run("balance", "a", "--json"))["balance"] == 10  # type: ignore[index]
+
+
 def test_import_from_stdin(run: Run) -> None:
     result = run("import", "-", input=SMALL)
     assert result.exit_code == 0, result.stderr
