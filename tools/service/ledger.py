@@ -79,35 +79,36 @@ class RememberedAnswers:
     start (`None`, a 204) though it recorded nothing; a refusal appended nothing, so its
     retry is decided again. An answer is given only for the very command that got it:
     the same key with another command goes to the writer, which refuses it (409) when
-    the key is recorded. Once a late event or a reversal may have revised an outcome,
-    the remembered answers are not used: a retry answers the outcome as it stands, as
-    one on another replica would."""
+    the key is recorded. A remembered answer stands even once a late event or a
+    reversal revised its outcome: a retry is answered what the request was answered
+    (the revision is listed in /v1/revisions). Only a retry this process no longer
+    remembers is rebuilt from the journal, as the outcome stands then."""
 
     def __init__(self, size: int = 10_000) -> None:
-        self._items: OrderedDict[str, tuple[Command, dict[str, Any] | None, int]] = (
-            OrderedDict())
+        self._items: OrderedDict[str, tuple[Command, dict[str, Any] | None]] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: str, command: Command, timeline: int) -> Any:
+    def get(self, key: str, command: Command) -> Any:
         """The answer `command` got under `key` (a dict, or None for a 204), if this
-        process remembers it and no outcome has been revised since (`timeline`: see
-        `LedgerService._timeline`); else `NOT_REMEMBERED`."""
+        process remembers it; else `NOT_REMEMBERED`."""
         with self._lock:
             found = self._items.get(key)
-        if found is None or found[0] != command or found[2] != timeline:
+        if found is None or found[0] != command:
             return NOT_REMEMBERED
         return found[1]
 
-    def put(self, key: str, command: Command, answer: dict[str, Any] | None,
-            timeline: int) -> None:
-        """Remember `answer`, the committed decision of `command` under `key`. A 204
-        (`None`) never takes the place of an answer kept: a copy of the start queued
-        after it may have recorded a job under the key, and that stands."""
+    def put(self, key: str, command: Command, answer: dict[str, Any] | None) -> None:
+        """Remember `answer`, the committed decision of `command` under `key`. Nothing
+        takes the place of an answer kept (the first answer given stands: a copy of the
+        request queued behind it was answered as a retry, perhaps as revised meanwhile),
+        except that an answer takes the place of a 204 (`None`): a copy of the start
+        queued after it may have recorded a job under the key, and that stands."""
         with self._lock:
-            if answer is None and key in self._items:
+            kept = self._items.get(key)
+            if kept is not None and (kept[1] is not None or answer is None):
                 return
-            self._items[key] = (command, answer, timeline)
+            self._items[key] = (command, answer)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
@@ -392,9 +393,8 @@ class LedgerService:
         gets the remembered answer without a trip to the writer: rebuilding the decision
         from the journal would refold its accounts' history to say the same thing."""
         key = command.key
-        timeline = self._timeline()
         if key is not None:
-            remembered = self.answers.get(key, command, timeline)
+            remembered = self.answers.get(key, command)
             if remembered is not NOT_REMEMBERED:
                 return remembered
         if self.stopping:
@@ -402,21 +402,13 @@ class LedgerService:
         if not self.ready.is_set():
             raise Unavailable(self._starting())
         answer = await self.writer.submit_async(command)
-        if (key is not None and (answer is None or isinstance(answer, dict))
-                and self._timeline() == timeline):
-            # (An outcome revised meanwhile, by this decision or another: not remembered.)
+        if key is not None and (answer is None or isinstance(answer, dict)):
+            # Remembered even if a late event (this decision, or one after it in its
+            # batch) revised the outcome since: the answer is what the client was told.
             # A start that found nothing recorded nothing: its 204 is remembered all the
             # same, so that a retry here answers 204 again rather than start a job.
-            self.answers.put(key, command, answer, timeline)
+            self.answers.put(key, command, answer)
         return answer
-
-    def _timeline(self) -> int:
-        """Grows whenever a late event or a reversal may have changed an outcome already
-        answered (a retry's answer is the outcome as it stands: then it is rebuilt)."""
-        session = self._session
-        if session is None:
-            return -1
-        return len(session.projector.revisions) + len(session.ledger.reversals)
 
     def decide_now(self, command: Command) -> Any:
         """The same, from a thread that is not the event loop's (benchmarks, tests)."""
