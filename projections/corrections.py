@@ -51,10 +51,6 @@ class Corrections(SessionFacade):
         self._clock = clock or _wall_clock
         self.allow_far_times = allow_far_times
 
-    @property
-    def journal(self) -> object:
-        return self._session.journal
-
     # -- deciding ------------------------------------------------------------------------
 
     def _time(self, draft: Draft, at: int | None) -> int:

@@ -661,6 +661,12 @@ class SessionFacade:
     _session: LedgerSession
 
     @property
+    def journal(self) -> JournalLike:
+        """The journal the facade records to and answers from (shared with any other
+        facade opened on it)."""
+        return self._session.journal
+
+    @property
     def revisions(self) -> list[Revision]:
         """What late events changed in outcomes already reported, in the order they came."""
         with self._session.reading():

@@ -26,10 +26,6 @@ class GPUCreditTracker(SessionFacade):
         self.account = require_name("account", account)
         self._session = LedgerSession(journal)
 
-    @property
-    def journal(self) -> object:
-        return self._session.journal
-
     def grant(self, amount: int, timestamp: int, expiry: int, *,
               pool: str | None = None, event_id: str | None = None,
               priority: int = DEFAULT_GRANT_PRIORITY, memo: str | None = None) -> None:

@@ -227,7 +227,7 @@ def void(
     with rec.writer() as writer:
         outcome = writer.void(grant_id, at=_time_option(at, "--at"), reason=reason,
                               memo=rec.memo, event_id=rec.event_id)
-        grant = writer.journal.get(grant_id)  # type: ignore[attr-defined]
+        grant = writer.journal.get(grant_id)
     lapsed = sum(e.amount for e in outcome.expired if e.voided)
     what = f"{lapsed:,} unused credits stop counting"
     if grant is not None and grant.time > outcome.time:

@@ -91,6 +91,12 @@ def test_a_credit_adjustment_opens_the_account_and_a_debit_alone_does_not() -> N
         scheduler.submit("j2", "b", 1, 0)
 
 
+def test_both_facades_name_the_journal_they_share() -> None:
+    journal = MemoryJournal()
+    tracker, scheduler = GPUCreditTracker(journal, account="a"), Scheduler(journal)
+    assert tracker.journal is journal and scheduler.journal is journal
+
+
 def test_a_negative_adjustment_is_debited_like_usage() -> None:
     journal = journal_of(
         ("g1", "grant", 0, {"account": "a", "amount": 10, "expiry": 100}),
