@@ -18,7 +18,12 @@ from projections.figures import Figures
 from projections.ledger import PENDING, RUNNING, Ledger
 from projections.outcomes import Outcome
 from projections.projector import apply_recorded
-from projections.queries.common import latest_time, recorded_position, unknown_account
+from projections.queries.common import (
+    exists_later,
+    latest_time,
+    recorded_position,
+    unknown_account,
+)
 from projections.queries.effects import Effect, event_effect
 from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
@@ -236,8 +241,10 @@ def explain_account(journal: JournalLike, account: str, *,
         step = walk.apply(rec)
         if step is not None:
             builder.take(step)
-    if walk.state is None and not walk.seen:
-        # The names it could have been: every account, not only this one's events.
+    if walk.state is None and not walk.seen and not exists_later(journal, account):
+        # The names it could have been: every account, not only this one's events. (An
+        # account the journal records after `as_known_at` had nothing yet: an empty
+        # explanation, as `balance` answers zeros then.)
         raise unknown_account(account, walk.ledger if events is None
                               else ledger_at(journal, to_position=position))
     return builder.finish(at)

@@ -229,6 +229,19 @@ def test_statement_and_explain_as_known_at(run: Run, month: Path) -> None:
     assert never.exit_code == 2 and "nothing was recorded yet" in never.stderr
 
 
+def test_explain_as_known_before_an_account_was_recorded_has_nothing_yet(run: Run) -> None:
+    # As `balance` answers zeros for it then: the account is in the journal, only later.
+    assert run("grant", "a", "10", "--at", "5").exit_code == 0
+    assert run("grant", "b", "10", "--at", "6").exit_code == 0
+    ex = _obj(as_json(run("explain", "b", "--as-known-at", "1", "--json")))
+    bal = _obj(as_json(run("balance", "b", "--as-known-at", "1", "--json")))
+    assert (ex["balance"], ex["grants"], ex["spends"]) == (0, [], [])
+    assert bal["balance"] == ex["balance"] and bal["pools"] == ex["pools"]
+    assert _obj(as_json(run("explain", "b", "--json")))["balance"] == 10
+    unknown = run("explain", "nobody", "--as-known-at", "1")
+    assert unknown.exit_code == 2 and "unknown account 'nobody'" in unknown.stderr
+
+
 def test_statement_shows_recorded_times_and_no_internal_time(run: Run, month: Path) -> None:
     st = _obj(as_json(run("statement", "a", "--json")))
     opened = st["lines"][0]
