@@ -493,7 +493,7 @@ def _in_recorded_stream(old: RecordedEvent, event: NewEvent) -> NewEvent:
     return event
 
 
-def in_recorded_streams(journal: JournalLike, events: Sequence[NewEvent]) -> list[NewEvent]:
+def _in_recorded_streams(journal: JournalLike, events: Sequence[NewEvent]) -> list[NewEvent]:
     """`events` with each job event recorded before under its id in the stream it was
     recorded in (see `_in_recorded_stream`): one lookup for the job events, none when
     there are none."""
@@ -598,8 +598,11 @@ def plan_entries(entries: Sequence[Entry], source: str, journal: JournalLike, *,
         if entry.id is None:
             derived.append(new)
     plan.problems.sort(key=lambda p: p.line)
-    if not plan.problems and derived:
-        plan.warnings.extend(_redelivery_warnings(journal, derived, source))
+    if not plan.problems:
+        # A job event recorded before keeps its stream (see `_in_recorded_stream`).
+        plan.events = _in_recorded_streams(journal, plan.events)
+        if derived:
+            plan.warnings.extend(_redelivery_warnings(journal, derived, source))
     return plan
 
 
@@ -690,7 +693,7 @@ def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:
         old = journal.get(event.id)
         if old is None:
             continue
-        if not same_event(journal, old, _in_recorded_stream(old, event)):
+        if not same_event(journal, old, event):
             problems.append(Problem(line, f"id {event.id!r} is already recorded at position "
                                           f"{old.position} as another event"))
     return problems
@@ -706,16 +709,8 @@ def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
     try:
         recorded = journal.append(plan.events)
     except IdempotencyConflict as exc:
-        problems = _conflicts(journal, plan)
-        if problems:
-            raise ImportRejected(plan.source, problems) from None
-        # No line is another event: job events recorded before in another stream (see
-        # _in_recorded_stream) are already present in theirs.
-        events = in_recorded_streams(journal, plan.events)
-        try:
-            recorded = journal.append(events)
-        except IdempotencyConflict:
-            raise ImportRejected(plan.source, [Problem(plan.lines[0], str(exc))]) from None
+        problems = _conflicts(journal, plan) or [Problem(plan.lines[0], str(exc))]
+        raise ImportRejected(plan.source, problems) from None
     appended = len({r.position for r in recorded if r.position > before})
     return ImportResult(appended, len(plan.events) - appended, tuple(plan.warnings))
 

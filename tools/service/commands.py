@@ -283,14 +283,10 @@ class AppendEvents:
         if not plan.ok:
             raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
         before = journal.head()
-        # A job event recorded before keeps its stream, as `import` of a file that grew
-        # keeps it: the batch sent again with another account's submit of the job is
-        # the same events, not a conflict.
-        events = importing.in_recorded_streams(journal, plan.events)
         # Hold the key of every stream written, as the import resolved them (a job event
         # goes to its job's account, found only now); already held keys cost nothing.
-        with service.batching.transaction(sorted({e.stream for e in events})):
-            recorded = journal.append(events)
+        with service.batching.transaction(sorted({e.stream for e in plan.events})):
+            recorded = journal.append(plan.events)
         with session.lock:
             # The events as parsed go to the fold with their records (not decoded again
             # from the payloads), as a decision's own events do.
