@@ -29,6 +29,7 @@ from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.personal import with_personal
+from projections.queries.common import exists_later
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
@@ -229,7 +230,7 @@ def _balance_from_journal(service: LedgerService, account: str,
     answers it: one whose events the journal records (its opening grant reversed, say)
     has figures, every other is unknown (404)."""
     journal = service.journal
-    if journal.stream_version(account) == 0:
+    if not exists_later(journal, account):
         with service.reading() as ledger:
             raise queries.unknown_account(account, ledger)
     return _balance_as_known(service, account, when, str(journal.head()))
