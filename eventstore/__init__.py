@@ -30,6 +30,7 @@ from .records import (
     Erasure,
     NewEvent,
     RecordedEvent,
+    RequestKey,
     SnapshotInfo,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "NewEvent",
     "ReadOnlyJournal",
     "RecordedEvent",
+    "RequestKey",
     "SchemaError",
     "SnapshotInfo",
     "Transaction",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .errors import IdempotencyConflict, VersionConflict
 from .hashing import canonical_json, flat_json, load_canonical, load_json, record_hash_text, seal
-from .records import ERASED_KEY, PRIVATE_KEY, NewEvent, RecordedEvent, StoredRow
+from .records import ERASED_KEY, PRIVATE_KEY, NewEvent, RecordedEvent, RequestKey, StoredRow
 
 _new_record = tuple.__new__
 
@@ -108,6 +108,24 @@ def require_text(name: str, value: object) -> str:
     if NUL in value:
         raise ValueError(f"{name} must not contain a NUL character (\\x00), got {value!r}")
     return value
+
+
+def validate_request(key: object, fingerprint: object, answer: object) -> None:
+    """Raise ValueError unless a request key's binding can be stored as given."""
+    require_text("request key", key)
+    require_text("request fingerprint", fingerprint)
+    if not isinstance(answer, str) or NUL in answer:
+        raise ValueError(f"a request's answer must be a str without NUL, got {answer!r}")
+
+
+def bound_already(bound: RequestKey, fingerprint: str) -> RequestKey:
+    """`bound`, when a request with this fingerprint binds its key again; else raise."""
+    if bound.fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            f"request key {bound.key!r} is already bound to another request (bound at "
+            f"position {bound.position}); a key names one request forever: use a new key "
+            "for a different request")
+    return bound
 
 
 def _refuse_nul(event_id: str, obj: object, where: str = "payload") -> None:

@@ -12,7 +12,15 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, Unpack, runtime_checkable
 
 from .reading import ReadFilters
-from .records import Anchor, ChainReport, Erasure, NewEvent, RecordedEvent, SnapshotInfo
+from .records import (
+    Anchor,
+    ChainReport,
+    Erasure,
+    NewEvent,
+    RecordedEvent,
+    RequestKey,
+    SnapshotInfo,
+)
 
 
 @runtime_checkable
@@ -126,6 +134,14 @@ class JournalLike(Protocol):
 
     def transaction(self, locks: Iterable[str] = ()) -> AbstractContextManager[Transaction]:
         """A read-decide-append transaction holding the given lock keys."""
+        ...
+
+    def request(self, key: str) -> RequestKey | None:
+        """What a request's idempotency key was bound to (`bind_request`), or None."""
+        ...
+
+    def bind_request(self, key: str, fingerprint: str, answer: str) -> RequestKey:
+        """Bind a request's key to its digest and answer, with the transaction's events."""
         ...
 
     def save_snapshot(

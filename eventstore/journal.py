@@ -34,7 +34,15 @@ from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from . import appending, migrate
-from .appending import NUL, require_int, require_text, validate_snapshot, wall_clock_us
+from .appending import (
+    NUL,
+    bound_already,
+    require_int,
+    require_text,
+    validate_request,
+    validate_snapshot,
+    wall_clock_us,
+)
 from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
@@ -50,10 +58,11 @@ from .records import (
     NewEvent,
     PinnedRow,
     RecordedEvent,
+    RequestKey,
     SnapshotInfo,
     StoredRow,
 )
-from .schema import batches, events, journal_head, private_parts, snapshots
+from .schema import batches, events, journal_head, private_parts, request_keys, snapshots
 from .versions import KnownVersions
 
 # SQLite allows 999 bound parameters in old builds; stay below for IN (...) lists.
@@ -71,6 +80,14 @@ _PINNED_COLUMNS = (*_EVENT_COLUMNS, select(_PREVIOUS.c.hash)
 # One event by its id: built once, so a look-up pays neither for building the statement
 # nor for its cache key (together about three times the query on SQLite).
 _GET_BY_ID = select(*_PINNED_COLUMNS).where(events.c.event_id == bindparam("event_id"))
+_REQUEST_COLUMNS = (
+    request_keys.c.key,
+    request_keys.c.fingerprint,
+    request_keys.c.answer,
+    request_keys.c.position,
+    request_keys.c.recorded_at,
+)
+
 _SNAPSHOT_COLUMNS = (
     snapshots.c.id,
     snapshots.c.name,
@@ -919,6 +936,33 @@ class Journal(JournalBase):
             stmt = stmt.where(snapshots.c.event_time >= require_int("from_time", from_time))
         with self._writing() as conn:
             return int(conn.execute(stmt).rowcount)
+
+    # -- request keys ----------------------------------------------------------
+
+    def request(self, key: str) -> RequestKey | None:
+        """What `key` was bound to (`bind_request`), or None."""
+        require_text("request key", key)
+        with self._reading(one_statement=True) as conn:
+            row = conn.execute(select(*_REQUEST_COLUMNS).where(request_keys.c.key == key)
+                               ).one_or_none()
+        return None if row is None else RequestKey(*row)
+
+    def bind_request(self, key: str, fingerprint: str, answer: str) -> RequestKey:
+        """Bind a request's idempotency key to the request's digest and to the answer it
+        got, in this thread's transaction (with the events the request appended: both or
+        neither are kept), else in one of its own. The same key and fingerprint again:
+        the binding already there, unchanged; another fingerprint: IdempotencyConflict."""
+        validate_request(key, fingerprint, answer)
+        with self._writing() as conn:
+            row = conn.execute(select(*_REQUEST_COLUMNS).where(request_keys.c.key == key)
+                               ).one_or_none()
+            if row is not None:
+                return bound_already(RequestKey(*row), fingerprint)
+            bound = RequestKey(key, fingerprint, answer, self._backend.head(conn), self._clock())
+            conn.execute(insert(request_keys).values(
+                key=key, fingerprint=fingerprint, answer=answer, position=bound.position,
+                recorded_at=bound.recorded_at))
+            return bound
 
     # -- life ------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .records import (
     NewEvent,
     PinnedRow,
     RecordedEvent,
+    RequestKey,
     SnapshotInfo,
     StoredRow,
 )
@@ -53,7 +54,7 @@ class _Transaction:
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._journal = journal
-        self._mark: tuple[int, dict[str, int], dict[str, int], int] | None = None
+        self._mark: tuple[int, dict[str, int], dict[str, int], int, int] | None = None
 
     def __enter__(self) -> MemoryJournal:
         journal = self._journal
@@ -64,7 +65,7 @@ class _Transaction:
             journal._lock.release()
             raise
         self._mark = (len(journal._stored), dict(journal._versions), dict(journal._max_time),
-                      journal._last_recorded_at)
+                      journal._last_recorded_at, len(journal._requests))
         journal._tx_depth += 1
         # The journal itself is the transaction: under the RLock nobody else sees the
         # appends until the block ends.
@@ -120,6 +121,7 @@ class MemoryJournal(JournalBase):
         self._batches: dict[int, int] = {}
         self._tx_depth = 0
         self._tx_first: int | None = None
+        self._requests: dict[str, RequestKey] = {}  # in the order bound (see `_rollback`)
 
     # -- writing ---------------------------------------------------------------
 
@@ -266,8 +268,11 @@ class MemoryJournal(JournalBase):
         return _Transaction(self)
 
     def _rollback(
-        self, length: int, versions: dict[str, int], max_time: dict[str, int], last: int
+        self, length: int, versions: dict[str, int], max_time: dict[str, int], last: int,
+        requests: int,
     ) -> None:
+        for key in list(self._requests)[requests:]:
+            del self._requests[key]
         for row in self._stored[length:]:
             del self._by_id[row[1]]
             self._private.pop(row[0], None)
@@ -462,6 +467,28 @@ class MemoryJournal(JournalBase):
             for p in doomed:
                 del self._private[p]
             return Erasure(recorded, erased)
+
+    # -- request keys ----------------------------------------------------------
+
+    def request(self, key: str) -> RequestKey | None:
+        """What `key` was bound to (`bind_request`), or None."""
+        appending.require_text("request key", key)
+        with self._lock:
+            return self._requests.get(key)
+
+    def bind_request(self, key: str, fingerprint: str, answer: str) -> RequestKey:
+        """Bind a request's idempotency key to the request's digest and to the answer it
+        got, undone with the transaction it is bound in. The same key and fingerprint
+        again: the binding already there; another fingerprint: IdempotencyConflict."""
+        appending.validate_request(key, fingerprint, answer)
+        with self._lock:
+            self._check_open()
+            found = self._requests.get(key)
+            if found is not None:
+                return appending.bound_already(found, fingerprint)
+            bound = self._requests[key] = RequestKey(key, fingerprint, answer,
+                                                     len(self._stored), self._clock())
+            return bound
 
     # -- snapshots -------------------------------------------------------------
 

@@ -171,3 +171,16 @@ class SnapshotInfo:
     position: int  # highest journal position the state covers (as known)
     event_time: int  # the state covers every event with (time, position) <= (event_time, position)
     digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestKey:
+    """A request's idempotency key bound to what it was answered (`bind_request`): kept
+    beside the chain, so that a retry after a restart is told what the request was told,
+    and the same key with another request (another `fingerprint`) is refused."""
+
+    key: str
+    fingerprint: str  # the request's own digest, as its caller computed it
+    answer: str  # the answer given, as the caller encoded it (text: data, never code)
+    position: int  # the journal's head when it was bound (its events included)
+    recorded_at: int  # µs since the epoch

@@ -102,3 +102,17 @@ batches = Table(
     Column("last_position", BigInteger, nullable=False),
     CheckConstraint("last_position > first_position", name="more_than_one"),
 )
+
+request_keys = Table(
+    "request_keys",
+    metadata,
+    # The idempotency key of a request that appended events together, bound to the answer
+    # it got (records.RequestKey): written in the transaction of its events, so both or
+    # neither are there. Outside the hash chain, as `batches`: docs/architecture.md
+    # ("Request keys").
+    Column("key", Text, primary_key=True),
+    Column("fingerprint", Text, nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("recorded_at", BigInteger, nullable=False),
+)

@@ -1,0 +1,60 @@
+"""Request keys: a request's idempotency key bound to the request's digest and the answer
+it got, beside the chain. On every backend: bound with the transaction's events (both
+or neither), the same request binds again to what is there, another is refused, and the
+chain is not touched."""
+
+from __future__ import annotations
+
+import pytest
+from journal_testkit import ev
+
+from eventstore import IdempotencyConflict, Journal, JournalLike, RequestKey
+from eventstore.testing import write_at_revision
+
+
+def test_a_key_is_bound_with_the_events_of_its_transaction(journal: JournalLike) -> None:
+    assert journal.request("batch-1") is None
+    with journal.transaction(["s"]):
+        journal.append([ev("a", 1), ev("b", 2)])
+        bound = journal.bind_request("batch-1", "f1", '{"appended": 2}')
+    assert bound == RequestKey("batch-1", "f1", '{"appended": 2}', 2, bound.recorded_at)
+    assert journal.request("batch-1") == bound
+    anchor = journal.head_anchor()
+    assert journal.verify_chain(anchor=anchor).ok and journal.verify() is None
+
+
+def test_a_failed_transaction_binds_nothing(journal: JournalLike) -> None:
+    with pytest.raises(RuntimeError), journal.transaction(["s"]):
+        journal.append([ev("a", 1)])
+        journal.bind_request("batch-1", "f1", "{}")
+        raise RuntimeError("the request failed after its events")
+    assert journal.request("batch-1") is None and journal.head() == 0
+    # The key is free: the request's retry binds it.
+    assert journal.bind_request("batch-1", "f2", "{}").fingerprint == "f2"
+
+
+def test_the_same_request_again_finds_its_binding_and_another_is_refused(
+        journal: JournalLike) -> None:
+    first = journal.bind_request("k", "f1", '{"appended": 1}')
+    journal.append([ev("later", 5)])
+    assert journal.bind_request("k", "f1", '{"appended": 0}') == first  # unchanged
+    with pytest.raises(IdempotencyConflict, match="'k' is already bound to another request"):
+        journal.bind_request("k", "f2", "{}")
+    assert journal.request("k") == first
+
+
+@pytest.mark.parametrize("args", [("", "f", "{}"), ("k", "", "{}"), ("k", "f", None),
+                                  ("k\x00", "f", "{}"), ("k", "f", "a\x00")])
+def test_bad_bindings_are_refused_and_bind_nothing(journal: JournalLike,
+                                                   args: tuple[object, ...]) -> None:
+    with pytest.raises(ValueError):
+        journal.bind_request(*args)  # type: ignore[arg-type]
+    assert journal.request("k") is None
+
+
+def test_a_journal_from_before_request_keys_gets_the_table(database_url: str) -> None:
+    write_at_revision(database_url, "0004", [ev("a", 1)])
+    with Journal(database_url) as journal:  # upgrades to the head
+        assert journal.request("k") is None
+        journal.bind_request("k", "f", "{}")
+        assert journal.request("k") is not None and journal.verify() is None
