@@ -340,9 +340,9 @@ def test_a_batch_that_grew_another_submit_of_a_job_appends_only_its_new_records(
 
 def test_a_keyed_batch_of_records_with_their_own_ids_after_a_restart(
         db_url: str, clock: Clock) -> None:
-    """The records' ids make the batch idempotent; the key itself is not recorded, so
-    after a restart its retry counts as a file delivered again, and the same key with
-    other records is a new batch (docs/http.md says why)."""
+    """The key is bound in the journal with the batch's events: after a restart its retry
+    is answered as the batch was, and the same key with other records is 409, though
+    every record carries its own id and so records nothing of the key."""
     from tools.service import create_app
 
     grant = {"type": "grant", "account": "a", "amount": 5, "time": 0, "id": "g"}
@@ -355,12 +355,48 @@ def test_a_keyed_batch_of_records_with_their_own_ids_after_a_restart(
             first.json())
     with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
         again = c.post("/v1/events", json={"events": [grant]}, headers=key)
-        assert again.json() == {"appended": 0, "already_present": 1, "positions": [1]}
+        assert (again.status_code, again.json()) == (200, first.json())
+        refused = c.post("/v1/events", json={"events": [other]}, headers=key)
+        assert refused.status_code == 409
+        assert refused.json()["type"].endswith("idempotency-conflict"), refused.json()
+        # Without a key, the same file delivered again counts its records as present.
+        unkeyed = c.post("/v1/events", json={"events": [grant]})
+        assert unkeyed.json() == {"appended": 0, "already_present": 1, "positions": [1]}
+        assert head(c) == 1
+
+
+def test_a_batch_key_is_bound_also_when_the_batch_appended_nothing(
+        db_url: str, clock: Clock) -> None:
+    """A keyed batch whose records were all recorded before binds its key all the same:
+    its retry is answered `appended: 0` again, and another batch under the key is 409."""
+    from tools.service import create_app
+
+    grant = {"type": "grant", "account": "a", "amount": 5, "time": 0, "id": "g"}
+    other = {"type": "grant", "account": "a", "amount": 7, "time": 1, "id": "h"}
     with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
-        assert c.post("/v1/events", json={"events": [other]}, headers=key).json() == {
-            "appended": 1, "already_present": 0, "positions": [2]}
-        # Once this process answered the key, it holds it to that batch.
-        assert c.post("/v1/events", json={"events": [grant]}, headers=key).status_code == 409
+        assert c.post("/v1/events", json={"events": [grant]}).status_code == 200
+        known = c.post("/v1/events", json={"events": [grant]}, headers={"Idempotency-Key": "k"})
+        assert known.json() == {"appended": 0, "already_present": 1, "positions": [1]}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        retried = c.post("/v1/events", json={"events": [grant]}, headers={"Idempotency-Key": "k"})
+        assert retried.json() == known.json()
+        assert c.post("/v1/events", json={"events": [other]},
+                      headers={"Idempotency-Key": "k"}).status_code == 409
+        assert head(c) == 1
+
+
+def test_a_refused_batch_binds_no_key(db_url: str, clock: Clock) -> None:
+    """A 422 appended nothing and bound nothing: the key is free for the corrected batch."""
+    from tools.service import create_app
+
+    bad = {"type": "grant", "account": "a", "amount": -5, "time": 0, "id": "g"}
+    good = {**bad, "amount": 5}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        assert c.post("/v1/events", json={"events": [bad]},
+                      headers={"Idempotency-Key": "k"}).status_code == 422
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        fixed = c.post("/v1/events", json={"events": [good]}, headers={"Idempotency-Key": "k"})
+        assert fixed.json() == {"appended": 1, "already_present": 0, "positions": [1]}
 
 
 def test_a_retry_is_answered_as_the_request_was_even_once_a_late_event_revised_it(

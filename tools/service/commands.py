@@ -9,10 +9,12 @@ Idempotency-Key, even after a restart, answers the same.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventstore import RecordedEvent, RequestKey, canonical_json
 from eventstore.appending import INT64_MAX, INT64_MIN
 from projections import importing, jobs
 from projections.corrections import Corrections
@@ -26,6 +28,10 @@ from tools.service.problems import ServiceProblem
 
 # Answers are plain dicts in the shape of the response models; `None` means 204.
 AnswerDict = dict[str, Any]
+
+REQUEST_LOCK = "request-key:"
+"""Prefix of the lock key a keyed batch of events holds while it looks up and binds its
+Idempotency-Key in the journal."""
 
 
 def _recorded(event_id: str, position: int, **answer: Any) -> AnswerDict:
@@ -241,6 +247,9 @@ class AppendEvents:
     # its index + 1: planned from these, not serialised and read again.
     entries: tuple[importing.Entry, ...]
     keyed: bool = False  # some records took their id from the key (KEY, KEY/2, ...)
+    # The request's digest under its key (see `writes.events_answer`): the key is bound
+    # to it and to the answer in the journal, with the events. "": no binding.
+    fingerprint: str = ""
 
     @classmethod
     def of_records(cls, key: str | None, records: Sequence[Mapping[str, Any]]
@@ -267,6 +276,9 @@ class AppendEvents:
                 state = ledger.jobs.get(job)
                 if state is not None:
                     keys.add(state.account)
+        if self.key is not None and self.fingerprint:
+            # Two replicas given one key at once: the second finds the first's binding.
+            keys.add(REQUEST_LOCK + self.key)
         return sorted(keys)
 
     def run(self, service: LedgerService) -> AnswerDict:
@@ -278,6 +290,10 @@ class AppendEvents:
             service.batching.join()
         journal, session = service.journal, service.session
         service.batching.flush()  # the batch's deferred decisions go first
+        if self.key is not None and self.fingerprint:
+            bound = journal.request(self.key)
+            if bound is not None:
+                return self._answered(bound)
         plan = importing.plan_entries(self.entries, "request", journal,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
@@ -287,6 +303,11 @@ class AppendEvents:
         # goes to its job's account, found only now); already held keys cost nothing.
         with service.batching.transaction(sorted({e.stream for e in plan.events})):
             recorded = journal.append(plan.events)
+            answer = self._answer(recorded, before)
+            if self.key is not None and self.fingerprint:
+                # In the events' transaction: after a restart the key still names this
+                # batch and its answer, also when every record carries its own id.
+                journal.bind_request(self.key, self.fingerprint, canonical_json(answer))
         with session.lock:
             # The events as parsed go to the fold with their records (not decoded again
             # from the payloads), as a decision's own events do.
@@ -296,23 +317,38 @@ class AppendEvents:
             if late and journal.url is not None:
                 invalidate_after(journal, min(late))
             late.clear()
+        return answer
+
+    def _answer(self, recorded: list[RecordedEvent], before: int) -> AnswerDict:
+        """What the batch answers, its records `recorded` with the journal at `before`."""
         # A record repeated in the batch (one id, the same content) is one event: the
         # repeat counts as already present, as `import` counts it.
         appended = len({r.position for r in recorded if r.position > before})
         if appended == 0 and self.keyed and recorded:
-            # A retry (after a restart: the answer cache is per process). The original
-            # request appended its new events in one append, which stamped them with one
-            # recorded_at: those are the ones it appended.
+            # A retry of a batch recorded before keys were bound in the journal (after a
+            # restart: the answer cache is per process). The original request appended
+            # its new events in one append, which stamped them with one recorded_at:
+            # those are the ones it appended.
             newest = max(r.recorded_at for r in recorded)
             appended = len({r.position for r in recorded if r.recorded_at == newest})
         return {"appended": appended, "already_present": len(recorded) - appended,
                 "positions": [r.position for r in recorded]}
+
+    def _answered(self, bound: RequestKey) -> AnswerDict:
+        """The answer the request bound to this key got; 409 for another request."""
+        if bound.fingerprint != self.fingerprint:
+            raise ServiceProblem(409, f"Idempotency-Key {self.key!r} was used for another "
+                                 "batch of events", slug="idempotency-conflict")
+        answer: AnswerDict = json.loads(bound.answer)
+        return answer
 
     def _ahead(self, service: LedgerService) -> AnswerDict | None:
         """The plain batch (every record with its own id, none recorded yet, no void,
         reversal or job event: nothing to look up in the journal), decided ahead of the
         batch's transaction: its events deferred like a decision's. None: not plain."""
         entries = self.entries
+        if self.fingerprint:
+            return None  # its key is bound in the batch's transaction, after a look-up
         ids = [e.id for e in entries]
         if (any(i is None for i in ids) or len(set(ids)) != len(ids) or any(
                 isinstance(e.event, _LOOKS_UP) or getattr(e.event, "job", None) is not None

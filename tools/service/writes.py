@@ -252,7 +252,8 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
     if problems:
         raise commands.EventsRejected(await asyncio.to_thread(
             _every_problem, service, entries, problems))
-    answer = await service.decide(commands.AppendEvents(key, tuple(entries), keyed))
+    answer = await service.decide(commands.AppendEvents(key, tuple(entries), keyed,
+                                                        fingerprint))
     if key is not None:
         cache.put(key, fingerprint, answer)
     return answer
