@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eventstore import RecordedEvent, RequestKey, canonical_json
+from eventstore import IdempotencyConflict, RecordedEvent, RequestKey, canonical_json
 from eventstore.appending import INT64_MAX, INT64_MIN
 from projections import importing, jobs
 from projections.corrections import Corrections
@@ -307,7 +307,14 @@ class AppendEvents:
             if self.key is not None and self.fingerprint:
                 # In the events' transaction: after a restart the key still names this
                 # batch and its answer, also when every record carries its own id.
-                journal.bind_request(self.key, self.fingerprint, canonical_json(answer))
+                try:
+                    journal.bind_request(self.key, self.fingerprint, canonical_json(answer))
+                except IdempotencyConflict as exc:
+                    # Bound since the look-up (its lock was not held): not a refusal, which
+                    # would let the batch commit these events; the batch fails instead,
+                    # and its retry finds the binding.
+                    raise RuntimeError(f"Idempotency-Key {self.key!r} was bound by another "
+                                       "writer while this batch was appended") from exc
         with session.lock:
             # The events as parsed go to the fold with their records (not decoded again
             # from the payloads), as a decision's own events do.
