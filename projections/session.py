@@ -449,8 +449,9 @@ class LedgerSession:
             else:
                 outcomes = self.catch_up(keep=set(fresh))
             self._invalidate_stale_checkpoints()
+            told = self._as_told(recorded) if draft.replaying and recorded else None
             return Decision(tuple(event for _, event in built),
-                            tuple(self._outcome(rec, outcomes) for rec in recorded),
+                            told or tuple(self._outcome(rec, outcomes) for rec in recorded),
                             replayed=draft.replaying)
 
     def _recorded_otherwise(self, event_id: str, outcome: str) -> NoReturn:
@@ -575,6 +576,46 @@ class LedgerSession:
 
             invalidate_after(self.journal, min(late))
         late.clear()
+
+    def _as_told(self, recorded: Sequence[RecordedEvent]) -> tuple[Outcome, ...] | None:
+        """The outcomes of a retried decision's events as its first call was told them:
+        as known when the last of them was recorded. None when nothing recorded since
+        can have changed them (then they are the outcomes on the timeline now).
+
+        What may have changed them is in their own accounts' streams (a late event, a
+        void, a reversal reaching back all go to the account they change): an event
+        recorded later that lands before one of them on the timeline, or any reversal.
+        Then their accounts are folded again as known then, at the cost of those
+        accounts' history, as a retry rebuilding its state pays."""
+        last = max(rec.position for rec in recorded)
+        latest = max(rec.time for rec in recorded)
+        streams = sorted({rec.stream for rec in recorded})
+        many = len(streams) > _MAX_RETRY_STREAMS
+        since = ([self.journal.read(after_position=last, order="position")] if many else
+                 [self.journal.read(stream=s, after_position=last, order="position")
+                  for s in streams])
+        if not any(rec.type == "reverse" or rec.time < latest
+                   for rec in itertools.chain.from_iterable(since)):
+            return None
+        if many:
+            from projections.replay import excluded_as_known
+
+            excluded = excluded_as_known(self.journal, last)
+            reads = [lean_records(self.journal, to_position=last, to_time=latest,
+                                  order="canonical")]
+        else:
+            excluded = self._excluded_as_known(last)
+            reads = [lean_records(self.journal, stream=s, to_position=last, to_time=latest,
+                                  order="canonical") for s in streams]
+        ledger = Ledger(excluded=excluded)
+        wanted = {rec.position for rec in recorded}
+        told: dict[int, Outcome] = {}
+        for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
+            outcome = ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time,
+                                            rec.payload)
+            if rec.position in wanted:
+                told[rec.position] = outcome
+        return tuple(told[rec.position] for rec in recorded)
 
     def _outcome(self, rec: RecordedEvent, fresh: dict[int, Outcome]) -> Outcome:
         if rec.position in fresh:

@@ -7,6 +7,8 @@ import dataclasses
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventstore import IdempotencyConflict
 from projections import GPUCreditTracker, jobs
@@ -168,3 +170,82 @@ def test_decision_options_belong_to_the_thread_that_set_them() -> None:
         scheduler.submit("j3", "a", 1, 0)
     once = journal.get("once")
     assert once is not None and once.payload["job"] == "j2"
+
+
+def test_a_retry_is_told_what_the_first_call_was_told_after_a_late_grant() -> None:
+    """A late grant revises a consume's debt and makes a refused job affordable: the
+    fold says so, and a retry of either call, in the same facades or in new ones on the
+    journal (a restart), still returns what its first call returned."""
+    scheduler = Scheduler(clock=lambda: 0)
+    scheduler.open_account("a", 10)
+    journal = session_of(scheduler).journal
+    tracker = GPUCreditTracker(journal, account="a")
+    with decision(tracker, event_id="use"):
+        assert tracker.consume(15, 50) == 5
+    with decision(scheduler, event_id="job"):
+        assert scheduler.submit("big", "a", 8, 0, at=60) is False
+    tracker.grant(100, 1, 1000)  # late: before both on the timeline
+    assert tracker.get_balance(60) == 95 and scheduler.accounts["a"].reserved == 8
+    assert {r.event_id for r in tracker.revisions} == {"use", "job"}
+    for facades in [(tracker, scheduler),
+                    (GPUCreditTracker(journal, account="a"), Scheduler(journal))]:
+        again, rescheduled = facades
+        with decision(again, event_id="use"):
+            assert again.consume(15, 50) == 5
+        with decision(rescheduled, event_id="job"):
+            assert rescheduled.submit("big", "a", 8, 0, at=60) is False
+        assert rescheduled.accounts["a"].reserved == 8  # the fold as it stands
+    assert journal.head() == 5  # the account (two events), the two calls, the grant
+
+
+def test_a_retry_with_nothing_revised_since_is_told_the_outcome_as_it_stands() -> None:
+    """Events recorded after a decision that land after it on the timeline, in its
+    account or others, change nothing it was told: its retry needs no refold."""
+    scheduler = Scheduler(clock=lambda: 0)
+    scheduler.open_account("a", 10)
+    scheduler.open_account("b", 10)
+    tracker = GPUCreditTracker(session_of(scheduler).journal, account="a")
+    with decision(tracker, event_id="use"):
+        assert tracker.consume(15, 50) == 5
+    tracker.grant(3, 70, 1000)  # after it: pays 3 of the debt from time 70 on
+    GPUCreditTracker(session_of(scheduler).journal, account="b").grant(100, 1, 1000)
+    with decision(tracker, event_id="use"):
+        assert tracker.consume(15, 50) == 5
+    assert tracker.get_balance(80) == -2
+
+
+_CALLS = st.lists(st.tuples(st.sampled_from(["grant", "consume", "reverse"]),
+                            st.integers(1, 30), st.integers(0, 40)), min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_CALLS)
+def test_every_retry_is_told_what_its_first_call_was_told(calls: list[tuple[str, int, int]]
+                                                          ) -> None:
+    """Consumes and grants in any order of time (so many are late), and reversals of
+    earlier grants: retried at the end, in the same tracker and in a new one on the
+    journal, every consume returns the debt its first call returned, and nothing more is
+    recorded."""
+    from projections.corrections import Corrections
+
+    tracker = GPUCreditTracker(account="a")
+    journal = tracker.journal
+    told: dict[str, tuple[int, int, int]] = {}
+    grants: list[str] = []
+    for i, (kind, amount, time) in enumerate(calls):
+        if kind == "grant":
+            with decision(tracker, event_id=f"g{i}"):
+                tracker.grant(amount, time, time + 20)
+            grants.append(f"g{i}")
+        elif kind == "consume":
+            with decision(tracker, event_id=f"c{i}"):
+                told[f"c{i}"] = (amount, time, tracker.consume(amount, time))
+        elif grants:
+            Corrections(session_of(tracker), lambda: 0).reverse(
+                grants.pop(0), reason="entered twice", event_id=f"r{i}")
+    head = journal.head()
+    for retrying in (tracker, GPUCreditTracker(journal, account="a")):
+        for event_id, (amount, time, debt) in told.items():
+            with decision(retrying, event_id=event_id):
+                assert retrying.consume(amount, time) == debt, event_id
+    assert journal.head() == head

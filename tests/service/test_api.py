@@ -403,7 +403,7 @@ def test_a_retry_is_answered_as_the_request_was_even_once_a_late_event_revised_i
         db_url: str, clock: Clock) -> None:
     """The same key and body answer the same body; the revision is listed apart. A
     process that no longer remembers the answer (after a restart) rebuilds it from the
-    journal: the outcome as revised (docs/http.md, Idempotency)."""
+    journal as known when the request was recorded: the same body again."""
     from tools.service import create_app
 
     usage = {"amount": 30}
@@ -424,8 +424,13 @@ def test_a_retry_is_answered_as_the_request_was_even_once_a_late_event_revised_i
             assert (again.status_code, again.json()) == (first.status_code, first.json())
         assert head(c) == 5
     with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
-        rebuilt = c.post("/v1/accounts/a/usage", json=usage, headers={"Idempotency-Key": "u"})
-        assert rebuilt.status_code == 201 and rebuilt.json()["debt"] == 0
+        for path, body, first, key in [("/v1/accounts/a/usage", usage, used, "u"),
+                                       ("/v1/jobs", job, submitted, "s")]:
+            rebuilt = c.post(path, json=body, headers={"Idempotency-Key": key})
+            assert (rebuilt.status_code, rebuilt.json()) == (first.status_code, first.json())
+        # The fold itself says what the late grant changed: the job was accepted after all.
+        assert c.get("/v1/jobs/j").json()["state"] == "pending"
+        assert c.get("/v1/accounts/a/balance").json()["balance"] == 80
         assert head(c) == 5
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from test_sim import _late_usage_in_a_batch
 
+from projections.session import LedgerSession
 from tools.sim import run, run_script
 from tools.sim.__main__ import main
 from tools.sim.run import Failure, RunResult, Stopped, stop_requested
-from tools.sim.world import World
 
 _LINE = re.compile(r"^seed (\d+): (\d+) steps, (\d+) events in .*; (ok|FAILED)$", re.M)
 
@@ -49,7 +49,7 @@ def _failing_seed(monkeypatch: pytest.MonkeyPatch, failing: set[int], other: Any
     whose check a planted bug breaks); any other does `other(seed, steps)`."""
     from tools.sim import __main__ as cli
 
-    monkeypatch.setattr(World, "_revised_since", lambda self, head: set())  # planted
+    monkeypatch.setattr(LedgerSession, "_as_told", lambda self, recorded: None)  # planted
     ops = _late_usage_in_a_batch()
     failure = run_script(ops)
     assert failure is not None

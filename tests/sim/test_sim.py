@@ -15,6 +15,7 @@ import pytest
 from planted import BUGS
 
 from eventstore import NewEvent
+from projections.session import LedgerSession
 from tools.sim import replay_file, run, run_script, shrink
 from tools.sim.__main__ import main
 from tools.sim.actors import Director, Rates
@@ -477,11 +478,17 @@ def _late_usage_in_a_batch() -> list[dict[str, Any]]:
     ]
 
 
-def test_a_retry_answers_as_revised_by_a_late_event_of_its_own_batch() -> None:
+def test_a_retry_answers_as_told_though_a_late_event_of_its_own_batch_revised_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # Found by seed 5007 at step 15679: a batch whose answers were lost held a rejected
-    # submit, then a usage report placed before it on the timeline. The retry answers the
-    # outcome as it stands (the reason's figures count the late usage), as the service
-    # documents; the simulator must not take that for a retry answering differently.
+    # submit, then a usage report placed before it on the timeline (so the reason's
+    # figures, as the fold has them now, count the late usage). The retry is told what
+    # the first attempt was; a retry told the outcome as revised is found.
+    ops = _late_usage_in_a_batch()
+    with monkeypatch.context() as planted:
+        planted.setattr(LedgerSession, "_as_told", lambda self, recorded: None)
+        failure = run_script(ops)
+        assert failure is not None and "the retry answered" in str(failure.problems)
     ops = _late_usage_in_a_batch()
     assert run_script(ops) is None
     # Without the late usage the retry must answer exactly as the first attempt did.
@@ -502,9 +509,8 @@ def test_a_failure_that_needs_its_faults_is_written_as_ops_that_fail_again(
     # a usage report) pass; the ops, with the batch and its fault, fail again.
     from tools.sim import __main__ as cli
     from tools.sim.run import Failure, RunResult, file_ops, write_ops
-    from tools.sim.world import World
 
-    monkeypatch.setattr(World, "_revised_since", lambda self, head: set())
+    monkeypatch.setattr(LedgerSession, "_as_told", lambda self, recorded: None)
     ops = _late_usage_in_a_batch()
     failure = run_script(ops)
     assert failure is not None
@@ -572,9 +578,8 @@ def test_keep_going_reports_every_failing_seed(monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
     from tools.sim import __main__ as cli
     from tools.sim.run import Failure, RunResult
-    from tools.sim.world import World
 
-    monkeypatch.setattr(World, "_revised_since", lambda self, head: set())  # a planted bug
+    monkeypatch.setattr(LedgerSession, "_as_told", lambda self, recorded: None)  # planted
     ops = _late_usage_in_a_batch()
     failure = run_script(ops)
     assert failure is not None

@@ -81,8 +81,8 @@ class RememberedAnswers:
     the same key with another command goes to the writer, which refuses it (409) when
     the key is recorded. A remembered answer stands even once a late event or a
     reversal revised its outcome: a retry is answered what the request was answered
-    (the revision is listed in /v1/revisions). Only a retry this process no longer
-    remembers is rebuilt from the journal, as the outcome stands then."""
+    (the revision is listed in /v1/revisions). A retry this process no longer remembers
+    is rebuilt from the journal, as known when its event was recorded: the same answer."""
 
     def __init__(self, size: int = 10_000) -> None:
         self._items: OrderedDict[str, tuple[Command, dict[str, Any] | None]] = OrderedDict()
@@ -101,7 +101,7 @@ class RememberedAnswers:
     def put(self, key: str, command: Command, answer: dict[str, Any] | None) -> None:
         """Remember `answer`, the committed decision of `command` under `key`. Nothing
         takes the place of an answer kept (the first answer given stands: a copy of the
-        request queued behind it was answered as a retry, perhaps as revised meanwhile),
+        request queued behind it was answered as a retry),
         except that an answer takes the place of a 204 (`None`): a copy of the start
         queued after it may have recorded a job under the key, and that stands."""
         with self._lock:

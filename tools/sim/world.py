@@ -609,14 +609,10 @@ class World:
             if self.journal.head() != before:
                 problems.append(f"answers-lost: the retries appended "
                                 f"{self.journal.head() - before} more event(s)")
+            # Each retry is told what its first attempt was, also when a later line of the
+            # batch landed before it on the timeline and revised its outcome since.
             for i, retried in zip(done, again, strict=True):
-                if _answer_key(answers[i]) == _answer_key(retried):
-                    continue
-                if lines[i]["id"] in self._revised_since(head):
-                    # A later line of the batch landed before it on the timeline: the
-                    # retry answers the outcome as revised (the caller's answer now).
-                    answers[i] = retried
-                else:
+                if _answer_key(answers[i]) != _answer_key(retried):
                     problems.append(f"{lines[i]['id']}: the retry answered {retried!r}, the "
                                     f"first attempt {answers[i]!r}")
         problems += self._batch_appended(lines, answers, head, service)
@@ -628,14 +624,6 @@ class World:
         problems += self._sound(service.session, proc, f"batch of {lines[0]['id']}",
                                 accounts, jobs)
         return problems
-
-    def _revised_since(self, head: int) -> set[str]:
-        """The ids of the events recorded after position `head` whose outcome an event
-        recorded after them may have revised: one that changes the timeline from an
-        earlier place (a late event, or a reversal reaching back). Asked only when an
-        answer differs, so the places are those of the events since `head` alone (a
-        reversal's target looked up down its chain)."""
-        return revisable(self.learn()[head:], self.journal.get)
 
     def _follow(self, proc: Process, service: LedgerService) -> None:
         """After a failed commit the service rebuilt its projection (a new session): the
@@ -688,10 +676,8 @@ class World:
             deciding = [answer for _, answer in attempts
                         if not isinstance(answer, BaseException)
                         and not (kind == "start" and answer is None)]
-            # (Unless a later line of the group landed before it on the timeline: then a
-            # retry answers the outcome as revised.)
-            if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]) and (
-                    eid not in self._revised_since(head)):
+            # (Also when a later line of the group landed before it on the timeline.)
+            if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]):
                 problems.append(f"{eid}: asked {len(attempts)} times, answered "
                                 f"{[a for _, a in attempts]!r}")
             if not deciding or eid in self.recorded:
