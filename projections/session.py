@@ -591,11 +591,8 @@ class LedgerSession:
         latest = max(rec.time for rec in recorded)
         streams = sorted({rec.stream for rec in recorded})
         many = len(streams) > _MAX_RETRY_STREAMS
-        since = ([self.journal.read(after_position=last, order="position")] if many else
-                 [self.journal.read(stream=s, after_position=last, order="position")
-                  for s in streams])
-        if not any(rec.type == "reverse" or rec.time < latest
-                   for rec in itertools.chain.from_iterable(since)):
+        if not any(self._lands_before(latest, last, stream)
+                   for stream in ([None] if many else streams)):
             return None
         if many:
             from projections.replay import excluded_as_known
@@ -616,6 +613,17 @@ class LedgerSession:
             if rec.position in wanted:
                 told[rec.position] = outcome
         return tuple(told[rec.position] for rec in recorded)
+
+    def _lands_before(self, latest: int, last: int, stream: str | None) -> bool:
+        """Whether an event of `stream` (None: any) recorded after position `last` lands
+        before event time `latest` on the timeline, or is a reversal."""
+        since = self.journal.read(after_position=last, order="position", stream=stream)
+        try:
+            return any(rec.type == "reverse" or rec.time < latest for rec in since)
+        finally:
+            close = getattr(since, "close", None)  # a reader left early lets go of its rows
+            if close is not None:
+                close()
 
     def _outcome(self, rec: RecordedEvent, fresh: dict[int, Outcome]) -> Outcome:
         if rec.position in fresh:
