@@ -385,6 +385,21 @@ def test_a_batch_key_is_bound_also_when_the_batch_appended_nothing(
         assert head(c) == 1
 
 
+def test_a_batch_under_the_key_of_a_single_write_is_409(client: TestClient) -> None:
+    """A key is an event id: a batch whose records carry their own ids, under the key of
+    a grant, is another request, refused; under the key of one of its own records (a
+    batch sent again with that record's id as its key) it is not."""
+    assert client.post("/v1/accounts/a/grants", json={"amount": 5, "time": 0},
+                       headers={"Idempotency-Key": "inv-1"}).status_code == 201
+    batch = {"events": [{"type": "grant", "account": "a", "amount": 7, "time": 1,
+                         "id": "own-1"}]}
+    refused = client.post("/v1/events", json=batch, headers={"Idempotency-Key": "inv-1"})
+    assert "position 1 (grant on 'a')" in problem(refused, 409)["detail"]
+    assert head(client) == 1
+    taken = client.post("/v1/events", json=batch, headers={"Idempotency-Key": "own-1"})
+    assert taken.json() == {"appended": 1, "already_present": 0, "positions": [2]}
+
+
 def test_a_refused_batch_binds_no_key(db_url: str, clock: Clock) -> None:
     """A 422 appended nothing and bound nothing: the key is free for the corrected batch."""
     from tools.service import create_app

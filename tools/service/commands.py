@@ -294,6 +294,14 @@ class AppendEvents:
             bound = journal.request(self.key)
             if bound is not None:
                 return self._answered(bound)
+            named = journal.get(self.key)
+            if named is not None and all(e.id != self.key for e in self.entries):
+                # A key is an event id: one a single write recorded names that write.
+                raise ServiceProblem(
+                    409, f"Idempotency-Key {self.key!r} names the event recorded at position "
+                    f"{named.position} ({named.type} on {named.stream!r}), which is not in "
+                    "this batch: use a new key for a new request",
+                    slug="idempotency-conflict")
         plan = importing.plan_entries(self.entries, "request", journal,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
