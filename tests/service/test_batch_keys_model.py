@@ -1,0 +1,74 @@
+"""Keyed batches of events against a plain model, through the service's own writer on
+one journal, with restarts (a new service process on the journal) and commits that
+fail: every key answers what it answered first, another batch under it is 409, and the
+journal holds each record once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal
+from tools.service import commands, writes
+from tools.service.problems import ServiceProblem
+from tools.sim.service import commit_in_turn, failing_commit, failure_of, open_service
+
+# A few bodies that share records (the same id and content), so that a batch may find
+# some of its records already present; some records take their id from the key.
+_RECORDS = [{"type": "grant", "account": "a", "amount": 5 + i, "time": 10 - i, "id": f"r{i}"}
+            for i in range(5)]
+_BODIES = [[_RECORDS[0]], [_RECORDS[0], _RECORDS[1]], [_RECORDS[2]],
+           [_RECORDS[3], {"type": "consume", "account": "a", "amount": 3, "time": 4}],
+           [{"type": "grant", "account": "a", "amount": 9, "time": 2}], [_RECORDS[4]]]
+_STEPS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, len(_BODIES) - 1),
+                            st.sampled_from(["none", "none", "restart", "commit-fails",
+                                             "commit-lost"])), min_size=1, max_size=20)
+
+
+def _command(key: str, body: list[dict[str, Any]]) -> commands.AppendEvents:
+    """The command `POST /v1/events` makes of this body under this key."""
+    entries, keyed, problems = writes._checked(body, key, allow_far=False)
+    assert problems == []
+    fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return commands.AppendEvents(key, tuple(entries), keyed, fingerprint)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_STEPS)
+def test_every_key_answers_as_it_first_did(steps: list[tuple[int, int, str]]) -> None:
+    journal = MemoryJournal()
+    service = open_service(journal, lambda: 100)
+    first: dict[str, tuple[int, dict[str, Any]]] = {}  # key -> (body, answer)
+    for key_index, body_index, fault in steps:
+        key, body = f"k{key_index}", _BODIES[body_index]
+        if fault == "restart":
+            service = open_service(journal, lambda: 100)  # what it remembered is gone
+        command = _command(key, body)
+        if fault in ("commit-fails", "commit-lost"):
+            head = journal.head()
+            with failing_commit(journal, failure_of(fault)):
+                (answer,), _ = commit_in_turn(service, [command])
+            assert isinstance(answer, BaseException) and journal.head() == head
+            if key not in first:
+                assert journal.request(key) is None  # the binding went with the events
+            # The caller got an error: it retries, with the same key.
+        (answer,), _ = commit_in_turn(service, [command])
+        if key in first and first[key][0] != body_index:
+            assert isinstance(answer, ServiceProblem) and answer.status == 409, answer
+            continue
+        assert isinstance(answer, dict), answer
+        if key in first:
+            assert answer == first[key][1]
+        else:
+            first[key] = (body_index, answer)
+            assert len(answer["positions"]) == len(body)
+        recorded = {rec.id for rec in journal.read(order="position")}
+        assert len(recorded) == journal.head()  # each record once
+    for key, (_, answer) in first.items():
+        bound = journal.request(key)
+        assert bound is not None and json.loads(bound.answer) == answer
+    assert journal.verify() is None
