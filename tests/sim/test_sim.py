@@ -501,6 +501,33 @@ def test_a_retry_answers_as_told_though_a_late_event_of_its_own_batch_revised_it
     assert run_script(ops) is None
 
 
+def test_a_cancel_queued_twice_answers_cancelled_though_a_late_usage_rejected_its_job(
+        ) -> None:
+    # Found by seed 7011 at step 6983: a batch cancels a pending job, then a usage report
+    # lands before the job's submit on the timeline and makes that submit a rejection; the
+    # same cancel, queued twice, is decided again in the next group as a retry. It is
+    # told what the first attempt was ("cancelled"), not the job's state now ("rejected").
+    job = {"account": "dyn", "cost": 15, "id": "s6978", "job": "j6977", "priority": 2,
+           "time": 10889, "type": "submit"}
+    cancel = {"id": "c6984-0", "job": "j6977", "time": 10895, "type": "cancel"}
+    late = {"account": "dyn", "amount": 16, "id": "c6984-1", "time": 10869, "type": "consume"}
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "reporter", "kind": "consume", "fault": None,
+         "line": {"account": "dyn", "amount": 15, "id": "c1", "time": 10661,
+                  "type": "consume"}},
+        {"step": 2, "actor": "finance", "kind": "grant", "fault": None,
+         "line": {"account": "dyn", "amount": 51, "expiry": 10924, "id": "g2",
+                  "time": 10724, "type": "grant"}},
+        {"step": 3, "actor": "reporter", "kind": "consume", "fault": None,
+         "line": {"account": "dyn", "amount": 13, "id": "c3", "pool": "h100",
+                  "time": 10750, "type": "consume"}},
+        {"step": 4, "actor": "w0", "kind": "submit", "fault": None, "line": job},
+        {"step": 5, "actor": "service", "kind": "batch", "time": 10895, "fault": None,
+         "lines": [cancel, late, cancel]},
+    ]
+    assert run_script(ops) is None
+
+
 def test_a_failure_that_needs_its_faults_is_written_as_ops_that_fail_again(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:

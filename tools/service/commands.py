@@ -215,8 +215,12 @@ class Cancel:
         return jobs.job_locks(ledger, self.job)
 
     def run(self, service: LedgerService) -> AnswerDict:
-        jobs.cancel(service.session, self.job, at=self.time, clock=service.clock,
-                    event_id=self.key)
+        decision = jobs.cancel(service.session, self.job, at=self.time,
+                               clock=service.clock, event_id=self.key)
+        if decision.outcomes and decision.outcome.ok:
+            # What the cancel did, as it was told (a retry's too, once a late event made
+            # the job's submit a rejection since: the job's state now says that).
+            return {"job": self.job, "state": "cancelled"}
         job = service.session.ledger.jobs.get(self.job)
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
