@@ -110,12 +110,27 @@ def require_text(name: str, value: object) -> str:
     return value
 
 
-def validate_request(key: object, fingerprint: object, answer: object) -> None:
-    """Raise ValueError unless a request key's binding can be stored as given."""
+def validate_request(key: object, fingerprint: object, answer: object,
+                     positions: object) -> tuple[int, int] | None:
+    """Raise ValueError unless a request key's binding can be stored as given; the span
+    (first, last) of the positions it names, None when it names none."""
     require_text("request key", key)
     require_text("request fingerprint", fingerprint)
     if not isinstance(answer, str) or NUL in answer:
         raise ValueError(f"a request's answer must be a str without NUL, got {answer!r}")
+    if isinstance(positions, str | bytes) or not isinstance(positions, Sequence):
+        raise ValueError(f"a request's positions must be a sequence of ints, got {positions!r}")
+    for position in positions:
+        if type(position) is not int or position < 1:
+            raise ValueError(f"a request's positions must be positive ints, got {position!r}")
+    return (min(positions), max(positions)) if positions else None
+
+
+def spans_position(binding: RequestKey, positions: Sequence[int]) -> bool:
+    """Whether a binding's span of positions holds any of `positions`."""
+    first, last = binding.first_position, binding.last_position
+    return first is not None and last is not None and any(
+        first <= p <= last for p in positions)
 
 
 def bound_already(bound: RequestKey, fingerprint: str) -> RequestKey:

@@ -140,7 +140,8 @@ class JournalLike(Protocol):
         """What a request's idempotency key was bound to (`bind_request`), or None."""
         ...
 
-    def bind_request(self, key: str, fingerprint: str, answer: str) -> RequestKey:
+    def bind_request(self, key: str, fingerprint: str, answer: str,
+                     positions: Sequence[int] = ()) -> RequestKey:
         """Bind a request's key to its digest and answer, with the transaction's events."""
         ...
 

@@ -86,6 +86,8 @@ _REQUEST_COLUMNS = (
     request_keys.c.answer,
     request_keys.c.position,
     request_keys.c.recorded_at,
+    request_keys.c.first_position,
+    request_keys.c.last_position,
 )
 
 _SNAPSHOT_COLUMNS = (
@@ -670,6 +672,13 @@ class Journal(JournalBase):
                 for start in range(0, len(positions), _CHUNK):
                     conn.execute(delete(private_parts).where(
                         private_parts.c.position.in_(positions[start:start + _CHUNK])))
+                # A request's digest was made from its fields, private ones too: the
+                # bindings of the requests that named these records go with them.
+                for start in range(0, len(positions), 100):
+                    conn.execute(delete(request_keys).where(or_(*(
+                        and_(request_keys.c.first_position <= p,
+                             request_keys.c.last_position >= p)
+                        for p in positions[start:start + 100]))))
         # Also when nothing was left to erase: a second run finishes what the database
         # could not do the first time (a busy WAL, a table lock).
         notes = () if self._current() is not None else self._backend.after_erase(self._engine)
@@ -947,21 +956,26 @@ class Journal(JournalBase):
                                ).one_or_none()
         return None if row is None else RequestKey(*row)
 
-    def bind_request(self, key: str, fingerprint: str, answer: str) -> RequestKey:
+    def bind_request(self, key: str, fingerprint: str, answer: str,
+                     positions: Sequence[int] = ()) -> RequestKey:
         """Bind a request's idempotency key to the request's digest and to the answer it
         got, in this thread's transaction (with the events the request appended: both or
-        neither are kept), else in one of its own. The same key and fingerprint again:
-        the binding already there, unchanged; another fingerprint: IdempotencyConflict."""
-        validate_request(key, fingerprint, answer)
+        neither are kept), else in one of its own. `positions`: the journal positions the
+        request named (erasing a record among them drops the binding). The same key and
+        fingerprint again: the binding already there, unchanged; another fingerprint:
+        IdempotencyConflict."""
+        span = validate_request(key, fingerprint, answer, positions)
+        first, last = span if span is not None else (None, None)
         with self._writing() as conn:
             row = conn.execute(select(*_REQUEST_COLUMNS).where(request_keys.c.key == key)
                                ).one_or_none()
             if row is not None:
                 return bound_already(RequestKey(*row), fingerprint)
-            bound = RequestKey(key, fingerprint, answer, self._backend.head(conn), self._clock())
+            bound = RequestKey(key, fingerprint, answer, self._backend.head(conn),
+                               self._clock(), first, last)
             conn.execute(insert(request_keys).values(
                 key=key, fingerprint=fingerprint, answer=answer, position=bound.position,
-                recorded_at=bound.recorded_at))
+                recorded_at=bound.recorded_at, first_position=first, last_position=last))
             return bound
 
     # -- life ------------------------------------------------------------------

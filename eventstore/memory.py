@@ -466,6 +466,10 @@ class MemoryJournal(JournalBase):
             (recorded,) = self.append([appending.erasure_record(record, erased)])
             for p in doomed:
                 del self._private[p]
+            # As the SQL journal: the bindings of the requests that named them go too.
+            for key in [k for k, b in self._requests.items()
+                        if appending.spans_position(b, doomed)]:
+                del self._requests[key]
             return Erasure(recorded, erased)
 
     # -- request keys ----------------------------------------------------------
@@ -476,18 +480,22 @@ class MemoryJournal(JournalBase):
         with self._lock:
             return self._requests.get(key)
 
-    def bind_request(self, key: str, fingerprint: str, answer: str) -> RequestKey:
+    def bind_request(self, key: str, fingerprint: str, answer: str,
+                     positions: Sequence[int] = ()) -> RequestKey:
         """Bind a request's idempotency key to the request's digest and to the answer it
-        got, undone with the transaction it is bound in. The same key and fingerprint
-        again: the binding already there; another fingerprint: IdempotencyConflict."""
-        appending.validate_request(key, fingerprint, answer)
+        got, undone with the transaction it is bound in (see `Journal.bind_request`). The
+        same key and fingerprint again: the binding already there; another fingerprint:
+        IdempotencyConflict."""
+        span = appending.validate_request(key, fingerprint, answer, positions)
+        first, last = span if span is not None else (None, None)
         with self._lock:
             self._check_open()
             found = self._requests.get(key)
             if found is not None:
                 return appending.bound_already(found, fingerprint)
             bound = self._requests[key] = RequestKey(key, fingerprint, answer,
-                                                     len(self._stored), self._clock())
+                                                     len(self._stored), self._clock(),
+                                                     first, last)
             return bound
 
     # -- snapshots -------------------------------------------------------------

@@ -184,3 +184,8 @@ class RequestKey:
     answer: str  # the answer given, as the caller encoded it (text: data, never code)
     position: int  # the journal's head when it was bound (its events included)
     recorded_at: int  # µs since the epoch
+    # The first and last journal position the request named (None: none). Erasing a
+    # record in that span drops the binding: its fingerprint was made from the request,
+    # private fields and all.
+    first_position: int | None = None
+    last_position: int | None = None

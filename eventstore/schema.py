@@ -115,4 +115,6 @@ request_keys = Table(
     Column("answer", Text, nullable=False),
     Column("position", BigInteger, nullable=False),
     Column("recorded_at", BigInteger, nullable=False),
+    Column("first_position", BigInteger, nullable=True),
+    Column("last_position", BigInteger, nullable=True),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from journal_testkit import ev
 
-from eventstore import IdempotencyConflict, Journal, JournalLike, RequestKey
+from eventstore import IdempotencyConflict, Journal, JournalLike, NewEvent, RequestKey
 from eventstore.testing import write_at_revision
 
 
@@ -58,3 +58,40 @@ def test_a_journal_from_before_request_keys_gets_the_table(database_url: str) ->
         assert journal.request("k") is None
         journal.bind_request("k", "f", "{}")
         assert journal.request("k") is not None and journal.verify() is None
+
+
+def test_a_binding_keeps_the_span_of_the_positions_its_request_named(
+        journal: JournalLike) -> None:
+    journal.append([ev("a", 1), ev("b", 2), ev("c", 3)])
+    bound = journal.bind_request("k", "f", "{}", [3, 1])
+    assert (bound.first_position, bound.last_position) == (1, 3)
+    assert journal.request("k") == bound
+    assert journal.bind_request("none", "f", "{}").first_position is None
+
+
+@pytest.mark.parametrize("positions", ["12", [0], [1, True], [1.0], None])
+def test_bad_positions_are_refused(journal: JournalLike, positions: object) -> None:
+    with pytest.raises(ValueError, match="positions"):
+        journal.bind_request("k", "f", "{}", positions)  # type: ignore[arg-type]
+    assert journal.request("k") is None
+
+
+def test_erasing_a_record_drops_the_bindings_of_the_requests_that_named_it(
+        journal: JournalLike) -> None:
+    """A binding's digest was made from its request, private fields and all: once a
+    record's private part is erased, no binding that named it is left to match a guess."""
+    def private(id: str, time: int) -> NewEvent:
+        return NewEvent(id, "s", "t", time, {"n": 1}, {"user": "Zebulon Quayle"})
+
+    journal.append([private("p1", 1), ev("plain", 2)])
+    journal.append([private("p2", 3)])
+    journal.bind_request("first", "f1", "{}", [1, 2])
+    journal.bind_request("second", "f2", "{}", [3])
+    journal.bind_request("plain-only", "f3", "{}", [2])
+    erased = journal.erase(["p1"], NewEvent("erase-1", "$journal", "erase", 9, {}))
+    assert erased.erased == ("p1",)
+    assert journal.request("first") is None
+    assert journal.request("second") is not None and journal.request("plain-only") is not None
+    # Nothing left to erase: nothing else goes.
+    journal.erase(["p1", "plain"], NewEvent("erase-2", "$journal", "erase", 9, {}))
+    assert journal.request("plain-only") is not None and journal.verify() is None

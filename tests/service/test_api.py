@@ -400,6 +400,27 @@ def test_a_batch_under_the_key_of_a_single_write_is_409(client: TestClient) -> N
     assert taken.json() == {"appended": 1, "already_present": 0, "positions": [2]}
 
 
+def test_erasing_a_batch_s_memo_drops_its_key_binding(db_url: str, clock: Clock) -> None:
+    """The binding's digest was made from the batch, memo and all: erasing the memo drops
+    it, and a retry then counts the batch's records as already present."""
+    from eventstore import Journal
+    from projections.personal import erase_events
+    from tools.service import create_app
+
+    grant = {"type": "grant", "account": "a", "amount": 5, "time": 0, "id": "g",
+             "memo": "for Zebulon Quayle"}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        first = c.post("/v1/events", json={"events": [grant]}, headers={"Idempotency-Key": "k"})
+        assert first.json() == {"appended": 1, "already_present": 0, "positions": [1]}
+    with Journal(db_url) as journal:
+        assert journal.request("k") is not None
+        erase_events(journal, ["g"], reason="asked to")
+        assert journal.request("k") is None and journal.verify() is None
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        again = c.post("/v1/events", json={"events": [grant]}, headers={"Idempotency-Key": "k"})
+        assert again.json() == {"appended": 0, "already_present": 1, "positions": [1]}
+
+
 def test_a_refused_batch_binds_no_key(db_url: str, clock: Clock) -> None:
     """A 422 appended nothing and bound nothing: the key is free for the corrected batch."""
     from tools.service import create_app

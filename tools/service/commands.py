@@ -320,7 +320,8 @@ class AppendEvents:
                 # In the events' transaction: after a restart the key still names this
                 # batch and its answer, also when every record carries its own id.
                 try:
-                    journal.bind_request(self.key, self.fingerprint, canonical_json(answer))
+                    journal.bind_request(self.key, self.fingerprint, canonical_json(answer),
+                                         answer["positions"])
                 except IdempotencyConflict as exc:
                     # Bound since the look-up (its lock was not held): not a refusal, which
                     # would let the batch commit these events; the batch fails instead,
