@@ -71,6 +71,23 @@ def batch_statements(row: BatchRow | None, placeholder: str) -> list[tuple[str, 
             (BATCH_INSERT.format(p=p), (row.first, row.last))]
 
 
+RequestRow = tuple[str, str, str, int, int, int | None, int | None]
+"""A `request_keys` row as `RequestKey` holds it (key, fingerprint, answer, position,
+recorded_at, first_position, last_position)."""
+
+REQUEST_INSERT = ("INSERT INTO request_keys (key, fingerprint, answer, position, "
+                  "recorded_at, first_position, last_position) VALUES ({p}, {p}, {p}, {p}, "
+                  "{p}, {p}, {p})")
+
+
+def request_statements(rows: Sequence[RequestRow], placeholder: str
+                       ) -> list[tuple[str, tuple[object, ...]]]:
+    """The driver statements that write `rows` (a key bound already makes the insert,
+    and so the transaction, fail)."""
+    sql = REQUEST_INSERT.format(p=placeholder)
+    return [(sql, row) for row in rows]
+
+
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
 
 SHARED = "shared:"
@@ -192,11 +209,13 @@ class Backend:
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None, *, commit: bool = False) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False,
+              requests: Sequence[RequestRow] = ()) -> None:
         """Insert the rows in one bulk call and move the head to the last of them; store
-        the private parts (position, salt, text) of those that have one, and the batch's
-        row. `commit`: nothing follows in the transaction, so it may be committed with
-        the write where that saves a round trip (else it commits as it ends, as usual)."""
+        the private parts (position, salt, text) of those that have one, the batch's
+        row and the request keys bound with them. `commit`: nothing follows in the
+        transaction, so it may be committed with the write where that saves a round trip
+        (else it commits as it ends, as usual)."""
         raise NotImplementedError
 
     def before_erase(self, conn: Connection) -> None:

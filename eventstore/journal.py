@@ -442,7 +442,9 @@ class Journal(JournalBase):
         return self._append_batch(events, expected_versions, None)
 
     def append_at(self, events: Sequence[NewEvent], *, at: int,
-                  locks: Iterable[str] = ()) -> list[RecordedEvent]:
+                  locks: Iterable[str] = (),
+                  requests: Sequence[tuple[str, str, str, Sequence[int]]] = ()
+                  ) -> list[RecordedEvent]:
         """Append every event as new at positions `at`, `at` + 1, ..., in a transaction
         of its own holding `locks` (as `transaction` takes them), and commit: for a
         writer that decided the events before and only needs them written where it
@@ -452,11 +454,20 @@ class Journal(JournalBase):
         Raises VersionConflict, writing nothing, when the journal's head is not at
         `at` - 1 or an event is recorded already (or repeated in the batch): whoever
         placed the events there decided on a journal that has moved on. Otherwise as
-        `append` (ValueError, IdempotencyConflict)."""
+        `append` (ValueError, IdempotencyConflict).
+
+        `requests`: (key, fingerprint, answer, positions) of request keys to bind with the
+        events, in the same write (see `bind_request`); a key bound already makes the
+        write fail (the database's IntegrityError), with nothing written."""
         keys = [require_text("lock key", k) for k in locks]
         require_int("at", at)
+        spans = [(key, fingerprint, answer, validate_request(key, fingerprint, answer, positions))
+                 for key, fingerprint, answer, positions in requests]
         batch = appending.plan(events)
         if not batch.candidates:
+            if spans:
+                raise ValueError("request keys are bound with the events of their request: "
+                                 "append_at got keys and no event")
             return []
         if self._current() is not None:
             raise JournalError("append_at commits a transaction of its own: call it outside "
@@ -464,7 +475,8 @@ class Journal(JournalBase):
         committed: list[Callable[[], None]] = []
         try:
             with self._new_write(self._backend.own_transaction) as conn:
-                recorded = self._append(conn, batch, None, None, True, at, keys, committed)
+                recorded = self._append(conn, batch, None, None, True, at, keys, committed,
+                                        spans)
         except IntegrityError as exc:
             if not self._backend.recorded_id(exc):
                 raise
@@ -508,9 +520,11 @@ class Journal(JournalBase):
         tx: SqlTransaction | None, commit: bool = False, at: int | None = None,
         locks: Sequence[str] | None = None,
         committed: list[Callable[[], None]] | None = None,
+        requests: Sequence[tuple[str, str, str, tuple[int, int] | None]] = (),
     ) -> list[RecordedEvent]:
         """`committed` (`append_at` only): where to leave what to note once the
-        transaction has committed."""
+        transaction has committed; `requests` (`append_at` only): the request keys to
+        bind with the rows (key, fingerprint, answer, span of positions)."""
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
@@ -553,21 +567,26 @@ class Journal(JournalBase):
         if not fresh:
             return appending.results(batch, existing, [])
         appending.check_expected(expected, versions)
+        # Never earlier than the last record: position_at() relies on it.
+        recorded_at = max(self._clock(), probe.recorded_at)
         rows = appending.build(
             fresh,
             head_position=probe.position,
             head_hash=probe.hash,
             versions=versions,
-            # Never earlier than the last record: position_at() relies on it.
-            recorded_at=max(self._clock(), probe.recorded_at),
+            recorded_at=recorded_at,
         )
+        head = rows[-1].event.position
+        bound = [(key, fingerprint, answer, head, recorded_at,
+                  *(span if span is not None else (None, None)))
+                 for key, fingerprint, answer, span in requests]
         # One bulk write for the batch: hashes were computed in Python, so there
         # is no per-event round trip.
         private = [p for p in (r.stored_private() for r in rows) if p is not None]
         # The batch's row goes with the same write (the same round trip on PostgreSQL).
         self._backend.write(conn, [r.stored() for r in rows], private,
                             self._batch_row(rows[0].event.position, rows[-1].event.position, tx),
-                            commit=commit)
+                            commit=commit, requests=bound)
         if committed is not None:
             last = rows[-1].event
             committed.append(partial(

@@ -52,7 +52,17 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
-from ..backend import SHARED, Backend, BatchRow, Probe, batch_statements, dbapi, lock_key
+from ..backend import (
+    SHARED,
+    Backend,
+    BatchRow,
+    Probe,
+    RequestRow,
+    batch_statements,
+    dbapi,
+    lock_key,
+    request_statements,
+)
 from ..errors import (
     ConnectionProblem,
     JournalError,
@@ -367,7 +377,8 @@ class PostgresBackend(Backend):
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None, *, commit: bool = False) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False,
+              requests: Sequence[RequestRow] = ()) -> None:
         """Insert the rows (and private parts), move the head, write the batch's row: one
         pipelined round trip, or COPY then one pipelined round trip. With `commit`, the
         COMMIT joins that round trip: an error of any statement before it aborts the
@@ -379,7 +390,8 @@ class PostgresBackend(Backend):
         """
         raw = dbapi(conn)
         last = (rows[-1][0], rows[-1][8])
-        after = batch_statements(batch, "%s")
+        after: list[tuple[str, tuple[object, ...]]] = [
+            *batch_statements(batch, "%s"), *request_statements(requests, "%s")]
         with self.direct(conn):
             if commit and not private and len(rows) < self.copy_from:
                 # In `own_transaction`: the statements and the COMMIT as one query string,

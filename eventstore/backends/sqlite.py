@@ -34,7 +34,15 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from ..backend import Backend, BatchRow, Probe, batch_statements, dbapi
+from ..backend import (
+    Backend,
+    BatchRow,
+    Probe,
+    RequestRow,
+    batch_statements,
+    dbapi,
+    request_statements,
+)
 from ..errors import ConnectionProblem, JournalError, JournalNotFound, LockTimeout, ReadOnlyJournal
 from ..records import COLUMNS_SQL, StoredRow
 
@@ -204,7 +212,8 @@ class SQLiteBackend(Backend):
 
     def write(self, conn: Connection, rows: Sequence[StoredRow],
               private: Sequence[tuple[int, str, str]] = (),
-              batch: BatchRow | None = None, *, commit: bool = False) -> None:
+              batch: BatchRow | None = None, *, commit: bool = False,
+              requests: Sequence[RequestRow] = ()) -> None:
         """executemany the rows (and private parts), then move the head and write the
         batch's row."""
         with self.direct(conn):
@@ -213,7 +222,8 @@ class SQLiteBackend(Backend):
             if private:
                 cur.executemany(_INSERT_PRIVATE, private)
             cur.execute(_MOVE_HEAD, (rows[-1][0], rows[-1][8]))
-            for sql, params in batch_statements(batch, "?"):
+            for sql, params in [*batch_statements(batch, "?"),
+                                *request_statements(requests, "?")]:
                 cur.execute(sql, params)
             cur.close()
 

@@ -81,3 +81,30 @@ def test_a_failed_write_leaves_nothing_and_the_connection_usable(database_url: s
         with journal.transaction(["k"]) as tx:
             tx.append([ev("c")])
         assert journal.head() == 3 and journal.verify() is None
+
+
+def test_request_keys_are_bound_in_the_same_write(database_url: str) -> None:
+    with Journal(database_url) as journal:
+        journal.append([ev("a")])
+        journal.append_at([ev("b"), ev("c")], at=2,
+                          requests=[("batch-1", "f1", '{"appended": 2}', [2, 3])])
+        bound = journal.request("batch-1")
+        assert bound is not None
+        assert (bound.fingerprint, bound.answer, bound.position) == ("f1", '{"appended": 2}', 3)
+        assert (bound.first_position, bound.last_position) == (2, 3)
+        assert bound.recorded_at == journal.get("c").recorded_at  # type: ignore[union-attr]
+
+
+def test_a_key_bound_already_fails_the_write_and_writes_nothing(database_url: str) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    with Journal(database_url) as journal:
+        journal.bind_request("batch-1", "f1", "{}")
+        with pytest.raises(IntegrityError):
+            journal.append_at([ev("a")], at=1, requests=[("batch-1", "f2", "{}", [1])])
+        assert journal.head() == 0 and journal.request("batch-1").fingerprint == "f1"  # type: ignore[union-attr]
+        with pytest.raises(ValueError, match="no event"):
+            journal.append_at([], at=1, requests=[("batch-2", "f", "{}", [])])
+        with pytest.raises(ValueError, match="positions"):
+            journal.append_at([ev("a")], at=1, requests=[("batch-2", "f", "{}", [0])])
+        assert journal.head() == 0 and journal.request("batch-2") is None

@@ -44,7 +44,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import JournalLike, NewEvent, RecordedEvent, Transaction, VersionConflict
+from eventstore import (
+    JournalLike,
+    NewEvent,
+    RecordedEvent,
+    RequestKey,
+    Transaction,
+    VersionConflict,
+)
 from eventstore.backend import SHARED
 from eventstore.journal import Journal
 
@@ -72,6 +79,10 @@ class _Batch:
     start_head: int = 0  # the journal's head once the keys were held
     # Decided ahead: how to open the transaction when a decision needs the journal.
     opening: Callable[[_Batch], Transaction] | None = None
+    # Request keys to bind with the pending events (key, fingerprint, answer, positions),
+    # and the journal to bind them in once the transaction is open.
+    pending_requests: list[PendingRequest] = field(default_factory=list)
+    journal: JournalLike | None = None
 
 
 def _tx(batch: _Batch) -> Transaction:
@@ -82,16 +93,24 @@ def _tx(batch: _Batch) -> Transaction:
     return batch.tx
 
 
+PendingRequest = tuple[str, str, str, Sequence[int]]
+"""A request key to bind with the deferred events: key, fingerprint, answer, positions."""
+
+
 def _flush(batch: _Batch) -> None:
     if not batch.pending:
         return
     events, first = batch.pending, (batch.base or 0) + 1
     batch.pending, batch.pending_ids = [], {}
+    requests, batch.pending_requests = batch.pending_requests, []
     recorded = _tx(batch).append(events)
     if [r.position for r in recorded] != list(range(first, first + len(events))):
         raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                              f"expected {first}..")
     batch.base = None
+    for request in requests:  # in the batch's transaction, with its events
+        assert batch.journal is not None
+        batch.journal.bind_request(*request)
 
 
 class _BatchTransaction:
@@ -150,6 +169,7 @@ class Deferred:
     events: list[NewEvent]
     first: int  # the position its first event must get
     opened: bool = False  # a decision needed the journal: written and committed already
+    requests: list[PendingRequest] = field(default_factory=list)  # bound with the events
 
 
 class BatchJournal:
@@ -184,7 +204,7 @@ class BatchJournal:
         written before it commits. `ids`: the event ids the batch's decisions will ask
         about (their idempotency keys), looked up in one query under the locks."""
         with self._journal.transaction(locks) as tx:
-            batch = self._batch = _Batch(tx, set(locks))
+            batch = self._batch = _Batch(tx, set(locks), journal=self._journal)
             wanted = frozenset(ids)
             # The head comes with the keys' records, in one query.
             batch.start_head, batch.recorded = self._journal.head_and_get_many(wanted)
@@ -221,7 +241,7 @@ class BatchJournal:
                 return tx
 
             batch = self._batch = _Batch(None, deferred.locks, caught_up=base, defer=True,
-                                         base=base, opening=opening)
+                                         base=base, opening=opening, journal=self._journal)
             batch.looked_up = frozenset(keys)
             batch.recorded = recorded
             batch.start_head = base
@@ -231,6 +251,7 @@ class BatchJournal:
                     _flush(batch)
                 else:
                     deferred.events = batch.pending
+                    deferred.requests = batch.pending_requests
             finally:
                 self._batch = None
 
@@ -242,10 +263,11 @@ class BatchJournal:
         first = deferred.first
         if isinstance(self._journal, Journal):
             # A SQL journal checks where the events land before it writes, and takes the
-            # keys, writes and commits in two round trips.
+            # keys, writes and commits in two round trips (request keys bound in them).
             try:
                 return self._journal.append_at(deferred.events, at=first,
-                                               locks=sorted(deferred.locks))
+                                               locks=sorted(deferred.locks),
+                                               requests=deferred.requests)
             except VersionConflict as exc:
                 raise PositionsMoved(str(exc)) from exc
         with self._journal.transaction(sorted(deferred.locks)) as tx:
@@ -253,7 +275,25 @@ class BatchJournal:
             if [r.position for r in recorded] != list(range(first, first + len(recorded))):
                 raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                                      f"expected {first}..")
+            for request in deferred.requests:
+                self._journal.bind_request(*request)
             return recorded
+
+    def bind_request_later(self, key: str, fingerprint: str, answer: str,
+                           positions: Sequence[int]) -> None:
+        """Bind a request key with the events this thread's batch deferred (the same
+        write, so both or neither are kept); outside a deferring batch, now."""
+        batch = self._current()
+        if batch is None or not batch.pending:
+            self._journal.bind_request(key, fingerprint, answer, positions)
+            return
+        batch.pending_requests.append((key, fingerprint, answer, positions))
+
+    def request_ahead(self, key: str) -> RequestKey | None:
+        """What `key` is bound to, asked outside the batch (as `recorded_ahead` asks for
+        ids): a binding made after the look makes the batch's write fail, and its
+        commands are decided again."""
+        return self._journal.request(key)
 
     def deciding_ahead(self) -> bool:
         """Whether this thread decides a batch ahead of its transaction right now."""

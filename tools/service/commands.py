@@ -367,13 +367,18 @@ class AppendEvents:
         reversal or job event: nothing to look up in the journal), decided ahead of the
         batch's transaction: its events deferred like a decision's. None: not plain."""
         entries = self.entries
-        if self.fingerprint:
-            return None  # its key is bound in the batch's transaction, after a look-up
         ids = [e.id for e in entries]
         if (any(i is None for i in ids) or len(set(ids)) != len(ids) or any(
                 isinstance(e.event, _LOOKS_UP) or getattr(e.event, "job", None) is not None
                 for e in entries)):
             return None
+        binding = self.key is not None and bool(self.fingerprint)
+        if binding and self.key is not None:
+            bound = service.batching.request_ahead(self.key)
+            if bound is not None:
+                return self._answered(bound)
+            if self.key not in ids and service.batching.recorded_ahead([self.key]):
+                return None  # the key names another request's event: refused there
         plan = importing.plan_entries(entries, "request", service.batching,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
@@ -385,6 +390,14 @@ class AppendEvents:
         session = service.session
         with service.batching.transaction(sorted({e.stream for e in plan.events})) as tx:
             recorded = tx.append(plan.events)
+            answer: AnswerDict = {"appended": len(recorded), "already_present": 0,
+                                  "positions": [r.position for r in recorded]}
+            if binding and self.key is not None:
+                # Written with the deferred events; a binding made meanwhile by another
+                # writer fails that write, and the batch is decided again.
+                service.batching.bind_request_later(self.key, self.fingerprint,
+                                                    canonical_json(answer),
+                                                    answer["positions"])
         with session.lock:
             if not session.ingest_appended(recorded, plan.decoded):
                 session.catch_up()
@@ -393,8 +406,7 @@ class AppendEvents:
                 service.batching.join()  # the snapshots it drops go with the batch
                 invalidate_after(service.journal, min(late))
             late.clear()
-        return {"appended": len(recorded), "already_present": 0,
-                "positions": [r.position for r in recorded]}
+        return answer
 
 
 # Records whose stream or validity depends on events already recorded.
