@@ -589,22 +589,13 @@ class LedgerSession:
         accounts' history, as a retry rebuilding its state pays."""
         last = max(rec.position for rec in recorded)
         latest = max(rec.time for rec in recorded)
+        # A decision records its events on the one or two accounts it decided for.
         streams = sorted({rec.stream for rec in recorded})
-        many = len(streams) > _MAX_RETRY_STREAMS
-        if not any(self._lands_before(latest, last, stream)
-                   for stream in ([None] if many else streams)):
+        if not any(self._lands_before(latest, last, stream) for stream in streams):
             return None
-        if many:
-            from projections.replay import excluded_as_known
-
-            excluded = excluded_as_known(self.journal, last)
-            reads = [lean_records(self.journal, to_position=last, to_time=latest,
-                                  order="canonical")]
-        else:
-            excluded = self._excluded_as_known(last)
-            reads = [lean_records(self.journal, stream=s, to_position=last, to_time=latest,
-                                  order="canonical") for s in streams]
-        ledger = Ledger(excluded=excluded)
+        reads = [lean_records(self.journal, stream=s, to_position=last, to_time=latest,
+                              order="canonical") for s in streams]
+        ledger = Ledger(excluded=self._excluded_as_known(last))
         wanted = {rec.position for rec in recorded}
         told: dict[int, Outcome] = {}
         for rec in heapq.merge(*reads, key=lambda r: (r.time, r.position)):
@@ -614,9 +605,9 @@ class LedgerSession:
                 told[rec.position] = outcome
         return tuple(told[rec.position] for rec in recorded)
 
-    def _lands_before(self, latest: int, last: int, stream: str | None) -> bool:
-        """Whether an event of `stream` (None: any) recorded after position `last` lands
-        before event time `latest` on the timeline, or is a reversal."""
+    def _lands_before(self, latest: int, last: int, stream: str) -> bool:
+        """Whether an event of `stream` recorded after position `last` lands before event
+        time `latest` on the timeline, or is a reversal."""
         since = self.journal.read(after_position=last, order="position", stream=stream)
         try:
             return any(rec.type == "reverse" or rec.time < latest for rec in since)
