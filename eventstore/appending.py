@@ -111,9 +111,9 @@ def require_text(name: str, value: object) -> str:
 
 
 def validate_request(key: object, fingerprint: object, answer: object,
-                     positions: object) -> tuple[int, int] | None:
+                     positions: object) -> tuple[int | None, int | None]:
     """Raise ValueError unless a request key's binding can be stored as given; the span
-    (first, last) of the positions it names, None when it names none."""
+    (first, last) of the positions it names, (None, None) when it names none."""
     require_text("request key", key)
     require_text("request fingerprint", fingerprint)
     if not isinstance(answer, str) or NUL in answer:
@@ -123,7 +123,7 @@ def validate_request(key: object, fingerprint: object, answer: object,
     for position in positions:
         if type(position) is not int or position < 1:
             raise ValueError(f"a request's positions must be positive ints, got {position!r}")
-    return (min(positions), max(positions)) if positions else None
+    return (min(positions), max(positions)) if positions else (None, None)
 
 
 def spans_position(binding: RequestKey, positions: Sequence[int]) -> bool:

@@ -461,7 +461,7 @@ class Journal(JournalBase):
         write fail (the database's IntegrityError), with nothing written."""
         keys = [require_text("lock key", k) for k in locks]
         require_int("at", at)
-        spans = [(key, fingerprint, answer, validate_request(key, fingerprint, answer, positions))
+        spans = [(key, fingerprint, answer, *validate_request(key, fingerprint, answer, positions))
                  for key, fingerprint, answer, positions in requests]
         batch = appending.plan(events)
         if not batch.candidates:
@@ -520,11 +520,11 @@ class Journal(JournalBase):
         tx: SqlTransaction | None, commit: bool = False, at: int | None = None,
         locks: Sequence[str] | None = None,
         committed: list[Callable[[], None]] | None = None,
-        requests: Sequence[tuple[str, str, str, tuple[int, int] | None]] = (),
+        requests: Sequence[tuple[str, str, str, int | None, int | None]] = (),
     ) -> list[RecordedEvent]:
         """`committed` (`append_at` only): where to leave what to note once the
         transaction has committed; `requests` (`append_at` only): the request keys to
-        bind with the rows (key, fingerprint, answer, span of positions)."""
+        bind with the rows (key, fingerprint, answer, first and last position named)."""
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
@@ -577,9 +577,8 @@ class Journal(JournalBase):
             recorded_at=recorded_at,
         )
         head = rows[-1].event.position
-        bound = [(key, fingerprint, answer, head, recorded_at,
-                  *(span if span is not None else (None, None)))
-                 for key, fingerprint, answer, span in requests]
+        bound = [(key, fingerprint, answer, head, recorded_at, first, last)
+                 for key, fingerprint, answer, first, last in requests]
         # One bulk write for the batch: hashes were computed in Python, so there
         # is no per-event round trip.
         private = [p for p in (r.stored_private() for r in rows) if p is not None]
@@ -983,8 +982,7 @@ class Journal(JournalBase):
         request named (erasing a record among them drops the binding). The same key and
         fingerprint again: the binding already there, unchanged; another fingerprint:
         IdempotencyConflict."""
-        span = validate_request(key, fingerprint, answer, positions)
-        first, last = span if span is not None else (None, None)
+        first, last = validate_request(key, fingerprint, answer, positions)
         with self._writing() as conn:
             row = conn.execute(select(*_REQUEST_COLUMNS).where(request_keys.c.key == key)
                                ).one_or_none()

@@ -486,8 +486,7 @@ class MemoryJournal(JournalBase):
         got, undone with the transaction it is bound in (see `Journal.bind_request`). The
         same key and fingerprint again: the binding already there; another fingerprint:
         IdempotencyConflict."""
-        span = appending.validate_request(key, fingerprint, answer, positions)
-        first, last = span if span is not None else (None, None)
+        first, last = appending.validate_request(key, fingerprint, answer, positions)
         with self._lock:
             self._check_open()
             found = self._requests.get(key)

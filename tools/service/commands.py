@@ -34,6 +34,12 @@ REQUEST_LOCK = "request-key:"
 Idempotency-Key in the journal."""
 
 
+def batch_key_conflict(key: str | None) -> ServiceProblem:
+    """The 409 for an Idempotency-Key sent with another batch of events than its own."""
+    return ServiceProblem(409, f"Idempotency-Key {key!r} was used for another batch of "
+                          "events", slug="idempotency-conflict")
+
+
 def _recorded(event_id: str, position: int, **answer: Any) -> AnswerDict:
     """An answer that names the event recorded (`id`) and its journal `position`."""
     return {"id": event_id, "position": position, **answer}
@@ -295,17 +301,9 @@ class AppendEvents:
         journal, session = service.journal, service.session
         service.batching.flush()  # the batch's deferred decisions go first
         if self.key is not None and self.fingerprint:
-            bound = journal.request(self.key)
-            if bound is not None:
-                return self._answered(bound)
-            named = journal.get(self.key)
-            if named is not None and all(e.id != self.key for e in self.entries):
-                # A key is an event id: one a single write recorded names that write.
-                raise ServiceProblem(
-                    409, f"Idempotency-Key {self.key!r} names the event recorded at position "
-                    f"{named.position} ({named.type} on {named.stream!r}), which is not in "
-                    "this batch: use a new key for a new request",
-                    slug="idempotency-conflict")
+            known = self._looked_up(journal.request(self.key), journal.get(self.key))
+            if known is not None:
+                return known
         plan = importing.plan_entries(self.entries, "request", journal,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
@@ -357,10 +355,24 @@ class AppendEvents:
     def _answered(self, bound: RequestKey) -> AnswerDict:
         """The answer the request bound to this key got; 409 for another request."""
         if bound.fingerprint != self.fingerprint:
-            raise ServiceProblem(409, f"Idempotency-Key {self.key!r} was used for another "
-                                 "batch of events", slug="idempotency-conflict")
+            raise batch_key_conflict(self.key)
         answer: AnswerDict = json.loads(bound.answer)
         return answer
+
+    def _looked_up(self, bound: RequestKey | None, named: RecordedEvent | None
+                   ) -> AnswerDict | None:
+        """What the key's look-up decides: the answer it is bound to (or 409 for another
+        batch), 409 when it names an event another request recorded, else None (the key
+        is free: decide the batch)."""
+        if bound is not None:
+            return self._answered(bound)
+        if named is not None and all(e.id != self.key for e in self.entries):
+            # A key is an event id: one a single write recorded names that write.
+            raise ServiceProblem(
+                409, f"Idempotency-Key {self.key!r} names the event recorded at position "
+                f"{named.position} ({named.type} on {named.stream!r}), which is not in "
+                "this batch: use a new key for a new request", slug="idempotency-conflict")
+        return None
 
     def _ahead(self, service: LedgerService) -> AnswerDict | None:
         """The plain batch (every record with its own id, none recorded yet, no void,
@@ -374,11 +386,10 @@ class AppendEvents:
             return None
         binding = self.key is not None and bool(self.fingerprint)
         if binding and self.key is not None:
-            bound = service.batching.request_ahead(self.key)
-            if bound is not None:
-                return self._answered(bound)
-            if self.key not in ids and service.batching.recorded_ahead([self.key]):
-                return None  # the key names another request's event: refused there
+            known = self._looked_up(service.batching.request_ahead(self.key),
+                                    service.batching.recorded_ahead([self.key]).get(self.key))
+            if known is not None:
+                return known
         plan = importing.plan_entries(entries, "request", service.batching,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:

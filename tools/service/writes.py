@@ -245,8 +245,7 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
         seen = cache.get(key)
         if seen is not None:
             if seen[0] != fingerprint:
-                raise ServiceProblem(409, f"Idempotency-Key {key!r} was used for another "
-                                     "batch of events", slug="idempotency-conflict")
+                raise commands.batch_key_conflict(key)
             return seen[1]
     entries, keyed, problems = _checked(events, key, service.allow_far_times)
     if problems:
