@@ -752,25 +752,18 @@ class World:
                 self.grant_accounts[rec.id] = rec.payload["account"]
 
 
-def timeline_places(records: list[RecordedEvent],
-                    lookup: Callable[[str], RecordedEvent | None] | None = None
-                    ) -> dict[str, tuple[int, int]]:
-    """Where each event, given in arrival order, changes the timeline from: its own place
-    (event time, position); for a reversal, the earliest place among the events it takes
-    out or puts back (down its chain). A reversal's target recorded before `records`
-    is found with `lookup` (without it, it counts as not there)."""
+def timeline_places(records: list[RecordedEvent]) -> dict[str, tuple[int, int]]:
+    """Where each event, given in arrival order from the first, changes the timeline
+    from: its own place (event time, position); for a reversal, the earliest place among
+    the events it takes out or puts back (down its chain)."""
     places: dict[str, tuple[int, int]] = {}
 
     def place_of(rec: RecordedEvent) -> tuple[int, int]:
         place = (rec.time, rec.position)
-        while rec.type == "reverse":
+        if rec.type == "reverse":
             target_id = rec.payload["event"]
             if target_id in places:
                 return min(place, places[target_id])
-            target = lookup(target_id) if lookup is not None else None
-            if target is None:
-                return place
-            place, rec = min(place, (target.time, target.position)), target
         return place
 
     for rec in records:
@@ -778,12 +771,11 @@ def timeline_places(records: list[RecordedEvent],
     return places
 
 
-def revisable(records: list[RecordedEvent],
-              lookup: Callable[[str], RecordedEvent | None] | None = None) -> set[str]:
-    """The ids among `records` (in arrival order) whose outcome a later one of them may
-    have revised: one that changes the timeline from an earlier place (see
-    `timeline_places`, which `lookup` serves)."""
-    places = timeline_places(records, lookup)
+def revisable(records: list[RecordedEvent]) -> set[str]:
+    """The ids among `records` (in arrival order, from the first) whose outcome a later
+    one of them may have revised: one that changes the timeline from an earlier place
+    (see `timeline_places`)."""
+    places = timeline_places(records)
     found: set[str] = set()
     earliest_after = (2**62, 0)
     for rec in reversed(records):
