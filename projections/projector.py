@@ -267,6 +267,11 @@ class Projector:
         self._voided_from: dict[str, str | None] = {}
         self._saw_every_void = True
         self._unpartitioned = False
+        # After `start_from`: the saved state's position, and the earliest timeline place
+        # from which the events up to it (never ingested here) have been looked at for
+        # what `_track` notes; None when every event was ingested here.
+        self._started_at = 0
+        self._unseen_from: tuple[int, int] | None = None
         self.refolded_by_account = 0  # late events (or batches) re-projected by account
         self._account_refolds = 0  # accounts re-projected alone, over all of those
         # Reversals: the ids reversed as known, and where to find a reversed event on the
@@ -383,6 +388,8 @@ class Projector:
         self.position = position
         self.excluded = ledger.excluded
         self._saw_every_void = False
+        self._started_at = position
+        self._unseen_from = ledger.last
         if self._older is not None:
             # The saved state can be loaded again by `older` the day a late event needs
             # it: copying it now would double the cost of every start-up for a rare case.
@@ -522,6 +529,7 @@ class Projector:
             if (rec.time, rec.position) < frontier:
                 late.setdefault(stream, rec)
         first, last = batch[0].position, batch[-1].position
+        streams = {getattr(rec, "stream", None) for rec in ordered}
         # Check and refold every late account before changing anything: one that reaches
         # across accounts sends the whole batch down the whole-timeline path.
         refolds: list[_AccountRefold] = []
@@ -529,6 +537,8 @@ class Projector:
         for account in sorted(late):
             cause = late[account]
             start, saved = self._snapshot_before((cause.time, cause.position))
+            if not self._apart_after(start, streams):
+                return None
             stretch = list(self._account_reader(account, start, last))
             if not self._confined(account, stretch, saved):
                 return None
@@ -790,6 +800,53 @@ class Projector:
         self._mixed.add(account)
         self._mixed.add(stream)
 
+    def _apart_after(self, start: tuple[int, int], streams: Iterable[str | None]) -> bool:
+        """Whether, as far as is known once the events before the saved state are looked
+        at too (`_learn_unseen`), nothing after `start` ties `streams` to another account."""
+        self._learn_unseen(start)
+        return not self._unpartitioned and self._mixed.isdisjoint(streams)
+
+    def _learn_unseen(self, start: tuple[int, int]) -> None:
+        """Before refolding one account's events after `start`: note, as `_track` would
+        have, what the events before the saved state this projector started from (never
+        ingested here) and after `start` on the timeline tell of streams reaching across
+        accounts. Without it, a late submit of a job whose start was recorded in the job's
+        own stream before the saved state refolded its account alone and missed the start.
+
+        Judged without their outcomes, so on the safe side: a job event is taken to reach
+        beyond its stream unless the job is known in the stream's account, and a void
+        recorded apart from its grant's stream rules the per-account path out."""
+        seen = self._unseen_from
+        if seen is None or start >= seen:
+            return
+        jobs = self.ledger.jobs
+        for rec in self._reader(start, self._started_at, None):
+            if (rec.time, rec.position) > seen:
+                continue  # looked at before
+            stream = getattr(rec, "stream", None)
+            kind = rec.type
+            if stream is None:
+                self._unpartitioned = True
+            elif kind == VOID:
+                grant = _named(rec.payload, "grant")
+                if grant is not None and not self._granted_on(stream, grant):
+                    self._unpartitioned = True
+            elif kind in _JOB_EVENTS:
+                job = _job_named(rec.payload)
+                known = jobs.get(job) if job is not None else None
+                if job is None:
+                    self._unpartitioned = True
+                elif known is None:
+                    self._floating[job] = None  # any late submit of it reaches across
+                elif known.account != stream:
+                    self._floating[job] = None
+                    self._mix(rec, known.account)
+            else:
+                account = _account_named(rec.payload)
+                if account is not None and account != stream:
+                    self._mix(rec, account)
+        self._unseen_from = start
+
     def _remember(self, outcome: Outcome) -> None:
         # The outcomes of recent events, as last reported: a late event compares against
         # them instead of folding the old timeline a second time.
@@ -859,6 +916,8 @@ class Projector:
         if any(places[event_id] == last for event_id in places.keys() & excluded):
             return None
         start, saved = self._snapshot_before(pivot)
+        if not self._apart_after(start, (account,)):
+            return None
         stretch = list(self._account_reader(account, start, rec.position))
         kinds = {r.id: r.type for r in stretch}
         if (any(kinds.get(event_id) not in _UNDONE_ALONE for event_id in places)
@@ -968,6 +1027,8 @@ class Projector:
             return None
         key = (late.time, late.position)
         start, saved = self._snapshot_before(key)
+        if not self._apart_after(start, (account,)):
+            return None
         stretch = list(self._account_reader(account, start, late.position))
         if not self._confined(account, stretch, saved):
             return None

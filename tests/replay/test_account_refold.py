@@ -361,3 +361,39 @@ def test_a_void_recorded_apart_from_its_grant_keeps_reversals_on_the_whole_timel
     assert projector.refolded_by_account == 0
     assert projector.ledger.accounts["b"].available == 0
     assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.randoms(use_true_random=False), st.data())
+def test_a_projector_started_from_a_saved_state_refolds_late_events_as_a_full_fold(
+        events: list[Event], rnd: random.Random, data: st.DataObject) -> None:
+    """As a session opening from a checkpoint does: the events before the saved state were
+    never ingested, so what they tell of streams reaching across accounts (a job event in
+    a stream of its own, a job's events in another account's stream) must still keep the
+    late events after it off the per-account refold where it would miss them."""
+    rnd.shuffle(events)
+    journal = _journal(events)
+    cut = data.draw(st.integers(0, journal.head()), label="saved at position")
+    alone = _projector(journal, by_account=True,
+                       snapshot_every=data.draw(st.sampled_from([1, 5, 1000])))
+    if cut:
+        alone.start_from(fold_canonical(journal, to_position=cut), cut)
+    for rec in journal.read(after_position=cut, order="position"):
+        alone.ingest(rec)
+        assert_equals_a_cold_fold(alone.ledger, journal, rec.position)
+
+
+def test_a_late_submit_of_a_job_whose_start_came_before_the_saved_state() -> None:
+    # The start, in its job's own stream, found no job; the projector starts after it,
+    # then a's submit of that job lands before the start: the job runs.
+    journal = _journal([("g", "a", "grant", 0, {"account": "a", "amount": 100}),
+                        ("t", "job:j", "start", 100, {"job": "j"}),
+                        ("h", "b", "grant", 110, {"account": "b", "amount": 5})])
+    projector = _projector(journal, by_account=True, snapshot_every=1000)
+    projector.start_from(fold_canonical(journal), journal.head())
+    (late,) = journal.append([NewEvent("s", "a", "submit", 50,
+                                       {"account": "a", "job": "j", "cost": 10,
+                                        "priority": 0})])
+    projector.ingest(late)
+    assert projector.ledger.jobs["j"].state == "running"
+    assert projector.ledger.digest() == fold_canonical(journal).digest()

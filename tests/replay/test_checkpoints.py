@@ -194,3 +194,25 @@ def test_a_checkpoint_of_a_wholly_reversed_timeline_answers_as_a_fold_does() -> 
     replay(journal, checkpoint=True)
     assert journal.snapshots("ledger")
     assert ledger_at(journal).digest() == fold_canonical(journal).digest()
+
+
+def test_a_session_opened_from_a_checkpoint_refolds_a_late_submit_of_an_earlier_start(
+        tmp_path: Path) -> None:
+    """A start recorded in its job's own stream before the checkpoint found no job; the
+    submit arriving after the session opened lands before it: the job runs, in the live
+    projection as in a fold (it stayed pending when the session refolded the account
+    alone, not knowing of the start)."""
+    from projections.session import LedgerSession
+
+    journal = Journal(f"sqlite:///{tmp_path / 'j.db'}")
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100})])
+    journal.append([NewEvent("t", "job:j", "start", 100, {"job": "j"})])
+    journal.append([NewEvent("h", "b", "grant", 110, {"account": "b", "amount": 5})])
+    replay(journal, checkpoint=True)
+    session = LedgerSession(journal)
+    assert session.projector.position == journal.head()  # opened from the checkpoint
+    journal.append([NewEvent("s", "a", "submit", 50,
+                             {"account": "a", "job": "j", "cost": 10, "priority": 0})])
+    with session.reading() as ledger:
+        assert ledger.jobs["j"].state == "running"
+        assert ledger.digest() == fold_canonical(journal).digest()
