@@ -237,8 +237,9 @@ class LedgerSession:
         # command that made them: a retry of the same command answers from them instead
         # of rebuilding its accounts' state from their whole history.
         self._decided: dict[str, tuple[Hashable, Built]] = {}
-        if self.journal.url is not None:
-            self._resume_from_checkpoint()
+        # A journal in memory too: one a simulator's processes share holds checkpoints
+        # its service saved, and a restart opens from them as it would from a database.
+        self._resume_from_checkpoint()
         self.catch_up()
 
     def _resume_from_checkpoint(self) -> None:
@@ -252,8 +253,6 @@ class LedgerSession:
             self._verified = (info.position, hash_at(self.journal, info.position))
 
     def _checkpoint_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger] | None:
-        if self.journal.url is None:
-            return None
         from projections.checkpoint import checkpoint_before
 
         # Only a state of events this projection has seen: a replay running elsewhere
@@ -571,7 +570,7 @@ class LedgerSession:
 
     def _invalidate_stale_checkpoints(self) -> None:
         late = self.projector.late_times
-        if late and self.journal.url is not None:
+        if late:
             from projections.checkpoint import invalidate_after
 
             invalidate_after(self.journal, min(late))

@@ -125,6 +125,30 @@ def test_a_running_service_leaves_checkpoints_so_a_crash_folds_only_what_came_af
         s.close()
 
 
+def test_a_service_on_a_journal_in_memory_rebuilds_from_its_own_checkpoint() -> None:
+    """The simulator's worlds share a journal in memory between their processes: its
+    service saves checkpoints there too, and a rebuild (after a failed commit, a restart)
+    opens from the newest and folds only the events after it."""
+    from eventstore import MemoryJournal
+    from projections.checkpoint import CHECKPOINT
+
+    journal = MemoryJournal()
+    svc = LedgerService(journal, clock=lambda: 10, checkpoint_every=3)
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    for i in range(10):
+        svc.decide_now(commands.Usage(f"u{i}", "a", 1, None, None, 10))
+    svc.writer.call(lambda: None).result()  # the checkpoint queued last has been written
+    saved = [i.position for i in journal.snapshots(CHECKPOINT)]
+    assert saved and saved[-1] >= 11 - 3
+    svc.writer.stop()
+    svc.reset()
+    with svc.reading() as ledger:
+        assert ledger.accounts["a"].balance == 90
+        assert ledger.digest() == fold_canonical(journal).digest()
+    assert svc.session.projector._ingested == 11 - saved[-1]  # only the tail folded
+
+
 def test_a_service_told_never_checkpoints_only_at_shutdown(tmp_path: Path) -> None:
     from eventstore import Journal
     from projections.checkpoint import CHECKPOINT

@@ -190,7 +190,7 @@ class LedgerService:
         """Save the projection as a checkpoint unless the newest one is as recent; only
         between batches (nothing decided that is not committed)."""
         session = self._session
-        if session is None or self._stale or self.journal.url is None:
+        if session is None or self._stale:
             return
         from projections.checkpoint import CHECKPOINT, save_checkpoint
 
@@ -214,10 +214,17 @@ class LedgerService:
     def _schedule_checkpoint(self, newest: int) -> None:
         """The next checkpoint is due once this many events lie beyond `newest`."""
         every = self.checkpoint_every
-        if every is None or self.journal.url is None:
+        if every is None:
             self._checkpoint_due = _NEVER
         else:
             self._checkpoint_due = newest + max(every, newest // 8)
+
+    def checkpoint_if_due(self) -> None:
+        """Save a checkpoint now if one is due, on the caller's thread: for a caller that
+        runs the writer's turns itself (`GroupCommit.commit_in_turn`), between batches."""
+        session = self._session
+        if session is not None and session.projector.position >= self._checkpoint_due:
+            self._checkpoint("while running")
 
     def _checkpoint_if_due(self) -> None:
         """Called by the writer before each batch: queue a checkpoint to be written
@@ -244,7 +251,7 @@ class LedgerService:
                 gc.unfreeze()
                 gc.collect()
                 gc.freeze()
-            if self.checkpoint_every is not None and self.journal.url is not None:
+            if self.checkpoint_every is not None:
                 from projections.checkpoint import CHECKPOINT
 
                 self._schedule_checkpoint(max(

@@ -49,9 +49,16 @@ class CommitFailed(RuntimeError):
     """The batch's commit failed (the database refused it; the connection is fine)."""
 
 
+CHECKPOINT_EVERY = 200
+"""Events after the newest checkpoint before the service saves another: often, so that
+restarts and rebuilds after a failed commit open from one (and a late event then refolds
+across it), as a long-running service's do."""
+
+
 def open_service(journal: JournalLike, clock: Callable[[], int]) -> LedgerService:
     """A service process on `journal`, its projection loaded, its writer not started."""
-    service = LedgerService(journal, clock=clock, max_batch=MAX_BATCH)
+    service = LedgerService(journal, clock=clock, max_batch=MAX_BATCH,
+                            checkpoint_every=CHECKPOINT_EVERY)
     service.reset()  # loads the projection (what `start` does, without the thread)
     service.ready.set()
     return service
@@ -101,6 +108,7 @@ def commit_in_turn(service: LedgerService, batch: Sequence[Command],
     ask_afresh = _undeferred(service)
 
     def before_batch() -> None:
+        service.checkpoint_if_due()
         ask_afresh()
         if strike is not None:
             strike.groups += 1
