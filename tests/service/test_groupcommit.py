@@ -96,18 +96,24 @@ def test_a_graceful_stop_leaves_a_checkpoint_for_the_next_start(tmp_path: Path) 
     again.close()
 
 
+def _granted_then_used(svc: LedgerService) -> LedgerService:
+    """`svc` started, then a grant of 100 to a and ten usage reports of 1 decided (11
+    events), and the checkpoint queued last written."""
+    svc.start()
+    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    for i in range(10):
+        svc.decide_now(commands.Usage(f"u{i}", "a", 1, None, None, 10))
+    svc.writer.call(lambda: None).result()
+    return svc
+
+
 def test_a_running_service_leaves_checkpoints_so_a_crash_folds_only_what_came_after(
         tmp_path: Path) -> None:
     from eventstore import Journal
     from projections.checkpoint import CHECKPOINT
 
     url = f"sqlite:///{tmp_path / 'running.db'}"
-    svc = LedgerService(url, clock=lambda: 10, checkpoint_every=3)
-    svc.start()
-    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
-    for i in range(10):
-        svc.decide_now(commands.Usage(f"u{i}", "a", 1, None, None, 10))
-    svc.writer.call(lambda: None).result()  # the checkpoint queued last has been written
+    svc = _granted_then_used(LedgerService(url, clock=lambda: 10, checkpoint_every=3))
     with Journal(url) as journal:
         saved = [i.position for i in journal.snapshots(CHECKPOINT)]
     # Never stopped: a crash. Each checkpoint came once 3 more events were committed.
@@ -133,12 +139,7 @@ def test_a_service_on_a_journal_in_memory_rebuilds_from_its_own_checkpoint() -> 
     from projections.checkpoint import CHECKPOINT
 
     journal = MemoryJournal()
-    svc = LedgerService(journal, clock=lambda: 10, checkpoint_every=3)
-    svc.start()
-    svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
-    for i in range(10):
-        svc.decide_now(commands.Usage(f"u{i}", "a", 1, None, None, 10))
-    svc.writer.call(lambda: None).result()  # the checkpoint queued last has been written
+    svc = _granted_then_used(LedgerService(journal, clock=lambda: 10, checkpoint_every=3))
     saved = [i.position for i in journal.snapshots(CHECKPOINT)]
     assert saved and saved[-1] >= 11 - 3
     svc.writer.stop()
