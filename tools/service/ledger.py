@@ -219,18 +219,20 @@ class LedgerService:
         else:
             self._checkpoint_due = newest + max(every, newest // 8)
 
+    def _checkpoint_due_now(self) -> bool:
+        session = self._session
+        return session is not None and session.projector.position >= self._checkpoint_due
+
     def checkpoint_if_due(self) -> None:
         """Save a checkpoint now if one is due, on the caller's thread: for a caller that
         runs the writer's turns itself (`GroupCommit.commit_in_turn`), between batches."""
-        session = self._session
-        if session is not None and session.projector.position >= self._checkpoint_due:
+        if self._checkpoint_due_now():
             self._checkpoint("while running")
 
     def _checkpoint_if_due(self) -> None:
         """Called by the writer before each batch: queue a checkpoint to be written
         between two batches once enough events were committed since the newest."""
-        session = self._session
-        if session is not None and session.projector.position >= self._checkpoint_due:
+        if self._checkpoint_due_now():
             self._checkpoint_due = _NEVER  # one at a time
             self.writer.call(partial(self._checkpoint, "while running"))
 
