@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -198,6 +198,22 @@ class Backend:
                           ) -> tuple[int, list[StoredRow]]:
         """The last position and the recorded rows among these ids, as of one moment."""
         return self.head(conn), self.existing(conn, ids)
+
+    def head_existing_and_bound(self, conn: Connection, ids: Sequence[str],
+                                keys: Sequence[str]) -> tuple[int, list[StoredRow], list[str]]:
+        """`head_and_existing`, and which of these request keys are bound, as of one
+        moment."""
+        head, rows = self.head_and_existing(conn, ids)
+        return head, rows, self.bound(conn, keys)
+
+    def bound(self, conn: Connection, keys: Sequence[str]) -> list[str]:
+        """Which of these request keys are bound (at most a few hundred at a time)."""
+        if not keys:
+            return []
+        from .schema import request_keys
+
+        found = conn.execute(select(request_keys.c.key).where(request_keys.c.key.in_(keys)))
+        return list(found.scalars())
 
     def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
         """Lock the head so no other append can interleave, then read what the append needs."""

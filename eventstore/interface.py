@@ -16,6 +16,7 @@ from .records import (
     Anchor,
     ChainReport,
     Erasure,
+    LookUp,
     NewEvent,
     RecordedEvent,
     RequestKey,
@@ -81,6 +82,11 @@ class JournalLike(Protocol):
                           ) -> tuple[int, dict[str, RecordedEvent]]:
         """`head()` and `get_many(event_ids)` as of one moment (one query where the
         database allows)."""
+        ...
+
+    def look_up(self, event_ids: Iterable[str], request_keys: Iterable[str] = ()) -> LookUp:
+        """`head()`, `get_many(event_ids)` and which of `request_keys` are bound, as of
+        one moment (one query where the database allows)."""
         ...
 
     def stream_version(self, stream: str) -> int:

@@ -55,6 +55,7 @@ from .records import (
     Anchor,
     Batch,
     Erasure,
+    LookUp,
     NewEvent,
     PinnedRow,
     RecordedEvent,
@@ -850,6 +851,23 @@ class Journal(JournalBase):
         with self._reading(one_statement=True) as conn:
             head, rows = self._backend.head_and_existing(conn, wanted)
         return head, {r.id: r for r in map(to_event, rows)}
+
+    def look_up(self, event_ids: Iterable[str], request_keys: Iterable[str] = ()) -> LookUp:
+        """`head()`, `get_many(event_ids)` and which of `request_keys` are bound: one
+        query, so as of one moment, for up to 1,000 ids and `_CHUNK` keys (a group
+        commit of single writes asks all three before every batch); beyond, one query
+        after the other."""
+        wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
+        keys = sorted({k for k in request_keys if isinstance(k, str) and NUL not in k})
+        if len(wanted) > 1000 or len(keys) > _CHUNK:
+            head, recorded = self.head_and_get_many(wanted)
+            with self._reading() as conn:
+                bound = [k for chunk in _chunks(keys, _CHUNK)
+                         for k in self._backend.bound(conn, chunk)]
+            return LookUp(head, recorded, frozenset(bound))
+        with self._reading(one_statement=True) as conn:
+            head, rows, bound = self._backend.head_existing_and_bound(conn, wanted, keys)
+        return LookUp(head, {r.id: r for r in map(to_event, rows)}, frozenset(bound))
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""

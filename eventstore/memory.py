@@ -32,6 +32,7 @@ from .records import (
     Anchor,
     Batch,
     Erasure,
+    LookUp,
     NewEvent,
     PinnedRow,
     RecordedEvent,
@@ -399,6 +400,15 @@ class MemoryJournal(JournalBase):
         """`head()` and `get_many(event_ids)` as of one moment."""
         with self._lock:
             return self.head(), self.get_many(event_ids)
+
+    def look_up(self, event_ids: Iterable[str], request_keys: Iterable[str] = ()) -> LookUp:
+        """`head()`, `get_many(event_ids)` and which of `request_keys` are bound, as of
+        one moment."""
+        with self._lock:
+            head, recorded = self.head_and_get_many(event_ids)
+            bound = frozenset(k for k in request_keys
+                              if isinstance(k, str) and k in self._requests)
+            return LookUp(head, recorded, bound)
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""

@@ -174,6 +174,17 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LookUp:
+    """What a writer asks before deciding a batch, as of one moment (`look_up`): the
+    journal's head, the events recorded under the ids it asked about (by id), and which
+    of the request keys it asked about are bound (`bind_request`)."""
+
+    head: int
+    recorded: dict[str, RecordedEvent]
+    bound: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class RequestKey:
     """A request's idempotency key bound to what it was answered (`bind_request`): kept
     beside the chain, so that a retry after a restart is told what the request was told,

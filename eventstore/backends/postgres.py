@@ -370,6 +370,17 @@ class PostgresBackend(Backend):
             found = cur.execute(_HEAD_AND_EXISTING, (text_array(ids),)).fetchall()
         return int(found[0][0]), [row[1:] for row in found if row[1] is not None]
 
+    def head_existing_and_bound(self, conn: Connection, ids: Sequence[str],
+                                keys: Sequence[str]) -> tuple[int, list[StoredRow], list[str]]:
+        """One statement, as `head_and_existing`: a group commit of single writes asks
+        this before every batch."""
+        with self.direct(conn):
+            cur = _kept_cursor(conn, "head_existing_and_bound")
+            found = cur.execute(_HEAD_EXISTING_AND_BOUND,
+                                (text_array(keys), text_array(ids))).fetchall()
+        return (int(found[0][0]), [row[2:] for row in found if row[2] is not None],
+                list(found[0][1]))
+
     def existing(self, conn: Connection, ids: Sequence[str]) -> list[StoredRow]:
         """The recorded rows among these ids."""
         with self.direct(conn):
@@ -651,6 +662,15 @@ _EXISTING = (f"SELECT {', '.join(f'e.{c}' for c in COLUMNS)} FROM "
 _HEAD_AND_EXISTING = (
     "SELECT h.head, " + ", ".join(f"e.{c}" for c in COLUMNS)
     + " FROM (SELECT coalesce(max(position), 0) AS head FROM events) h"
+    " LEFT JOIN (SELECT e.* FROM " + _DISTINCT_BY_ID.format(columns=COLUMNS_SQL)
+    + ") e ON true"
+)
+# The same, with the request keys bound among the first parameter's (an array) after the
+# head.
+_HEAD_EXISTING_AND_BOUND = (
+    "SELECT h.head, h.bound, " + ", ".join(f"e.{c}" for c in COLUMNS)
+    + " FROM (SELECT (SELECT coalesce(max(position), 0) FROM events) AS head,"
+    " ARRAY(SELECT key FROM request_keys WHERE key = ANY(%s::text[])) AS bound) h"
     " LEFT JOIN (SELECT e.* FROM " + _DISTINCT_BY_ID.format(columns=COLUMNS_SQL)
     + ") e ON true"
 )

@@ -317,6 +317,24 @@ class AppendReadContract(_OnABackend):
             assert found == journal.get_many(ids)
             assert set(found) == {i for i in ids if journal.get(i) is not None}
 
+    def test_look_up_names_the_head_the_records_and_the_bound_request_keys(
+            self, journal: JournalLike) -> None:
+        empty = journal.look_up([], [])
+        assert (empty.head, empty.recorded, empty.bound) == (0, {}, frozenset())
+        filled(journal, 3)
+        with journal.transaction():
+            journal.append([ev("b1", 4, "b", n=1)])
+            journal.bind_request("batch-1", "sha", "{}", [4])
+        journal.bind_request("batch-2", "sha", "{}")
+        for ids, keys in ((["e1", "nobody"], ["batch-1", "e1", "nobody", "batch-1"]),
+                          ([], ["batch-2", "x\x00y"]), (["b1"], []),
+                          ([f"e{i}" for i in range(1200)], [f"k{i}" for i in range(1200)])):
+            found = journal.look_up(ids, keys)
+            assert found.head == journal.head() == 4
+            assert found.recorded == journal.get_many(ids)
+            assert found.bound == {k for k in keys
+                                   if "\x00" not in k and journal.request(k) is not None}
+
     def test_payload_is_a_value_the_caller_cannot_corrupt(self, journal: JournalLike) -> None:
         out = journal.append([ev("a", 1, items=[1])])[0]
         out.payload["items"].append(2)  # type: ignore[index]

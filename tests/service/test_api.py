@@ -400,6 +400,42 @@ def test_a_batch_under_the_key_of_a_single_write_is_409(client: TestClient) -> N
     assert taken.json() == {"appended": 1, "already_present": 0, "positions": [2]}
 
 
+def test_a_single_write_under_the_key_of_a_batch_is_409(database_url: str,
+                                                        clock: Clock) -> None:
+    """A batch whose records carry their own ids records nothing of its key, but the key
+    names that batch (bound in the journal): any single write under it is another
+    request, refused and not appended, also after a restart."""
+    from tools.service import create_app
+
+    batch = {"events": [{"type": "grant", "account": "a", "amount": 50, "time": 0,
+                         "expiry": 1000, "id": "own-1"}]}
+    key = {"Idempotency-Key": "batch-1"}
+    writes: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/accounts", {"account": "b"}),
+        ("/v1/accounts/a/grants", {"amount": 50, "time": 0, "expiry": 1000}),
+        ("/v1/accounts/a/usage", {"amount": 5, "time": 1}),
+        ("/v1/jobs", {"job": "j", "account": "a", "cost": 5, "priority": 1, "time": 1}),
+        ("/v1/jobs/start-next", {"time": 2}),
+        ("/v1/jobs/j/complete", {"success": True, "time": 3}),
+        ("/v1/jobs/j/cancel", {"time": 3}),
+    ]
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        assert c.post("/v1/events", json=batch, headers=key).status_code == 200
+        assert c.post("/v1/jobs", json=writes[3][1]).status_code == 201
+        for path, body in writes:
+            refused = problem(c.post(path, json=body, headers=key), 409)
+            assert refused["type"].endswith("idempotency-conflict"), (path, refused)
+            assert "batch-1" in refused["detail"] and "/v1/events" in refused["detail"]
+        assert head(c) == 2
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        for path, body in writes:
+            problem(c.post(path, json=body, headers=key), 409)
+        assert head(c) == 2
+        # The batch's retry is still its own answer.
+        assert c.post("/v1/events", json=batch, headers=key).json() == {
+            "appended": 1, "already_present": 0, "positions": [1]}
+
+
 def test_erasing_a_batch_s_memo_drops_its_key_binding(db_url: str, clock: Clock) -> None:
     """The binding's digest was made from the batch, memo and all: erasing the memo drops
     it, and a retry then counts the batch's records as already present."""

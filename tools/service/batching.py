@@ -199,18 +199,22 @@ class BatchJournal:
         return None
 
     @contextmanager
-    def batch(self, locks: Sequence[str], ids: Iterable[str] = ()) -> Iterator[Transaction]:
+    def batch(self, locks: Sequence[str], ids: Iterable[str] = (),
+              request_keys: Iterable[str] = ()) -> Iterator[frozenset[str]]:
         """One transaction for a whole batch, holding `locks`; deferred events are
         written before it commits. `ids`: the event ids the batch's decisions will ask
-        about (their idempotency keys), looked up in one query under the locks."""
+        about (their idempotency keys), looked up in one query under the locks, with
+        which of `request_keys` are bound to a request (`bind_request`): what the block
+        gets."""
         with self._journal.transaction(locks) as tx:
             batch = self._batch = _Batch(tx, set(locks), journal=self._journal)
             wanted = frozenset(ids)
-            # The head comes with the keys' records, in one query.
-            batch.start_head, batch.recorded = self._journal.head_and_get_many(wanted)
+            # The head comes with the keys' records and bindings, in one query.
+            found = self._journal.look_up(wanted, request_keys)
+            batch.start_head, batch.recorded = found.head, found.recorded
             batch.looked_up = wanted
             try:
-                yield tx
+                yield found.bound
                 _flush(batch)
             finally:
                 self._batch = None

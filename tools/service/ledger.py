@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -31,7 +32,7 @@ from projections.ledger import Ledger
 from projections.session import LedgerSession, lock_key, open_journal
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
-from tools.service.problems import Unavailable
+from tools.service.problems import ServiceProblem, Unavailable
 
 
 def wall_clock() -> int:
@@ -449,8 +450,10 @@ class LedgerService:
         needed the journal and the batch was committed here."""
         session = self.session
         with session.lock:
-            locks, keys = _locks_and_keys(commands, session.ledger)
-            head, recorded = self.journal.head_and_get_many(keys)
+            locks, keys, single = _locks_and_keys(commands, session.ledger)
+            found = self.journal.look_up(keys, single)
+            head, recorded = found.head, found.recorded
+            commands = _refusing_batch_keys(commands, found.bound)
             position = session.projector.position
             if head not in (position, self._ahead_base):
                 # Another writer is active: decide under the keys, one append per
@@ -493,8 +496,9 @@ class LedgerService:
             # Keys from the projection as it stands: a key missed because the projection
             # was behind is taken during the batch by the session, which then decides on
             # fresh state.
-            locks, keys = _locks_and_keys(commands, session.ledger)
-            with self.batching.batch(locks, keys):
+            locks, keys, single = _locks_and_keys(commands, session.ledger)
+            with self.batching.batch(locks, keys, single) as bound:
+                commands = _refusing_batch_keys(commands, bound)
                 # Under the keys: nothing of theirs can be missed now. (The head, asked
                 # with the keys' records, spares the read when nobody else wrote, the
                 # usual case.)
@@ -510,18 +514,57 @@ class LedgerService:
 
 
 def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
-                    ) -> tuple[list[str], list[str]]:
-    """The lock keys of everything the commands may write (sorted), and the event ids
-    they will ask the journal about: their idempotency keys, and the records' own ids of
-    a batch of events (looked up with the head, in the same query)."""
+                    ) -> tuple[list[str], list[str], list[str]]:
+    """The lock keys of everything the commands may write (sorted); the event ids they
+    will ask the journal about: their idempotency keys, and the records' own ids of a
+    batch of events (looked up with the head, in the same query); and the single
+    writes' keys, to ask whether a batch of events is bound to one (same query)."""
     locks: set[str] = set()
     for command in commands:
         # As the session names them: an account called `shared:...` has a key of its own.
         locks.update(map(lock_key, command.locks(ledger)))
     ids = [c.key for c in commands if c.key is not None]
+    single: list[str] = []
     for command in commands:
-        ids.extend(getattr(command, "event_ids", ()))
-    return sorted(locks), ids
+        records = getattr(command, "event_ids", None)
+        if records is None:
+            if command.key is not None:
+                single.append(command.key)
+        else:
+            ids.extend(records)
+    return sorted(locks), ids, single
+
+
+def _refusing_batch_keys(commands: Sequence[Command], bound: frozenset[str]
+                         ) -> Sequence[Command]:
+    """The commands, each single write under a key bound to a batch of events in its
+    place refused: its event would record the key as another request's."""
+    if not bound:
+        return commands
+    return [_KeyOfABatch(c) if c.key in bound and getattr(c, "event_ids", None) is None
+            else c for c in commands]
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyOfABatch:
+    """A single write sent under the Idempotency-Key of a batch of events: another
+    request, so `409`, and nothing appended. (A batch binds its key in the journal, not
+    in an event: its records may all carry ids of their own.)"""
+
+    command: Command
+
+    @property
+    def key(self) -> str | None:
+        return self.command.key
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return self.command.locks(ledger)
+
+    def run(self, service: Any) -> Any:
+        raise ServiceProblem(
+            409, f"Idempotency-Key {self.key!r} was used for a batch of events "
+            "(POST /v1/events): use a new key for a new request",
+            slug="idempotency-conflict")
 
 
 def service_of(request: Request) -> LedgerService:
