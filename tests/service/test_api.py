@@ -194,6 +194,44 @@ def test_a_start_under_a_used_key_answers_as_it_first_did(client: TestClient,
     assert head(client) == at + 1
 
 
+def test_a_start_that_found_nothing_answers_204_again_after_a_restart(
+        database_url: str, clock: Clock) -> None:
+    """A start-next that found nothing records no event, but binds its key in the
+    journal: after a restart (or on another replica) its retry is `204` again, though a
+    job could start now, and the key with another body, or under another request, is
+    `409`; nothing is appended."""
+    from tools.service import create_app
+
+    key = {"Idempotency-Key": "poll-1"}
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        setup_account(c)
+        assert c.post("/v1/jobs/start-next", json={}, headers=key).status_code == 204
+        assert c.post("/v1/jobs/start-next", json={"time": 5},
+                      headers={"Idempotency-Key": "poll-2"}).status_code == 204
+        assert c.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                        "priority": 1, "time": 10}).status_code == 201
+        at = head(c)
+    clock.now = 100
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        again = c.post("/v1/jobs/start-next", json={}, headers=key)
+        assert (again.status_code, again.content) == (204, b"")
+        timed = c.post("/v1/jobs/start-next", json={"time": 5},
+                       headers={"Idempotency-Key": "poll-2"})
+        assert timed.status_code == 204
+        for path, body in (("/v1/jobs/start-next", {"time": 50}),
+                           ("/v1/accounts/a/usage", {"amount": 1}),
+                           ("/v1/events", {"events": [{"type": "grant", "account": "a",
+                                                       "amount": 1, "time": 1,
+                                                       "id": "g-9"}]})):
+            refused = problem(c.post(path, json=body, headers=key), 409)
+            assert refused["type"].endswith("idempotency-conflict"), refused
+            assert "poll-1" in refused["detail"] and "start-next" in refused["detail"]
+        assert head(c) == at
+        assert c.get("/v1/jobs/j1").json()["state"] == "pending"
+        started = c.post("/v1/jobs/start-next", json={}, headers={"Idempotency-Key": "go"})
+        assert started.status_code == 200 and started.json()["job"] == "j1"
+
+
 def test_a_key_of_an_event_recorded_before_the_job_is_a_conflict_not_an_unknown_job(
         client: TestClient) -> None:
     """Decided as the keyed event was, the job did not exist yet: the request is not

@@ -99,6 +99,13 @@ PendingRequest = tuple[str, str, str, Sequence[int]]
 
 def _flush(batch: _Batch) -> None:
     if not batch.pending:
+        if batch.pending_requests and batch.tx is not None:
+            # Bound with no event (a start that found nothing), decided ahead of the
+            # transaction that is open now: bound in it.
+            requests, batch.pending_requests = batch.pending_requests, []
+            assert batch.journal is not None
+            for request in requests:
+                batch.journal.bind_request(*request)
         return
     events, first = batch.pending, (batch.base or 0) + 1
     batch.pending, batch.pending_ids = [], {}
@@ -263,6 +270,8 @@ class BatchJournal:
         """Write a batch decided ahead: its keys, its events at the positions its
         decisions gave them (`PositionsMoved` if not), and the commit; on any thread."""
         if not deferred.events:
+            if deferred.requests:
+                self._bind_alone(deferred)
             return []
         first = deferred.first
         if isinstance(self._journal, Journal):
@@ -283,12 +292,24 @@ class BatchJournal:
                 self._journal.bind_request(*request)
             return recorded
 
+    def _bind_alone(self, deferred: Deferred) -> None:
+        """Write the request keys of a batch decided ahead that appends nothing: under
+        its keys, once nobody appended since it was decided (`PositionsMoved` if someone
+        did: what it decided may not hold)."""
+        with self._journal.transaction(sorted(deferred.locks)) as tx:
+            if tx.head() != deferred.first - 1:
+                raise PositionsMoved(f"the journal moved past {deferred.first - 1} before "
+                                     "the batch decided ahead of it was written")
+            for request in deferred.requests:
+                self._journal.bind_request(*request)
+
     def bind_request_later(self, key: str, fingerprint: str, answer: str,
                            positions: Sequence[int]) -> None:
         """Bind a request key with the events this thread's batch deferred (the same
-        write, so both or neither are kept); outside a deferring batch, now."""
+        write, so both or neither are kept); in a batch decided ahead, with its write
+        (also when it defers no event); else now, in this thread's transaction if any."""
         batch = self._current()
-        if batch is None or not batch.pending:
+        if batch is None or not (batch.pending or batch.tx is None):
             self._journal.bind_request(key, fingerprint, answer, positions)
             return
         batch.pending_requests.append((key, fingerprint, answer, positions))

@@ -23,6 +23,7 @@ from projections.events import DEFAULT_GRANT_PRIORITY, EventReversed, GrantVoide
 from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
+from tools.service.bindings import key_in_use, start_next_fingerprint
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
@@ -176,9 +177,20 @@ class StartNext:
                                    event_id=self.key)
         job = jobs.started_job(session, decision)
         if job is None:
+            if self.key is not None:
+                # Nothing recorded names the key: bind it, with the batch's write, so
+                # that a retry after a restart or on another replica is 204 again.
+                service.batching.bind_request_later(
+                    self.key, start_next_fingerprint(self.time), "null", ())
             return None
         return {"job": job.id, "account": job.account_id, "cost": job.cost,
                 "priority": job.priority}
+
+    def replay(self, binding: RequestKey) -> None:
+        """The retry of a start that found nothing under this key: 204 again; another
+        request's key: 409."""
+        if binding.fingerprint != start_next_fingerprint(self.time):
+            raise key_in_use(self.key, binding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +367,7 @@ class AppendEvents:
     def _answered(self, bound: RequestKey) -> AnswerDict:
         """The answer the request bound to this key got; 409 for another request."""
         if bound.fingerprint != self.fingerprint:
-            raise batch_key_conflict(self.key)
+            raise key_in_use(self.key, bound)
         answer: AnswerDict = json.loads(bound.answer)
         return answer
 

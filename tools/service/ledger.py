@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -31,8 +30,9 @@ from eventstore import JournalLike
 from projections.ledger import Ledger
 from projections.session import LedgerSession, lock_key, open_journal
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
+from tools.service.bindings import Bound
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
-from tools.service.problems import ServiceProblem, Unavailable
+from tools.service.problems import Unavailable
 
 
 def wall_clock() -> int:
@@ -453,7 +453,7 @@ class LedgerService:
             locks, keys, single = _locks_and_keys(commands, session.ledger)
             found = self.journal.look_up(keys, single)
             head, recorded = found.head, found.recorded
-            commands = _refusing_batch_keys(commands, found.bound)
+            commands = _answering_bound(commands, found.bound, self.journal)
             position = session.projector.position
             if head not in (position, self._ahead_base):
                 # Another writer is active: decide under the keys, one append per
@@ -498,7 +498,7 @@ class LedgerService:
             # fresh state.
             locks, keys, single = _locks_and_keys(commands, session.ledger)
             with self.batching.batch(locks, keys, single) as bound:
-                commands = _refusing_batch_keys(commands, bound)
+                commands = _answering_bound(commands, bound, self.journal)
                 # Under the keys: nothing of theirs can be missed now. (The head, asked
                 # with the keys' records, spares the read when nobody else wrote, the
                 # usual case.)
@@ -518,7 +518,7 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
     """The lock keys of everything the commands may write (sorted); the event ids they
     will ask the journal about: their idempotency keys, and the records' own ids of a
     batch of events (looked up with the head, in the same query); and the single
-    writes' keys, to ask whether a batch of events is bound to one (same query)."""
+    writes' keys, to ask which the journal binds to a request (same query)."""
     locks: set[str] = set()
     for command in commands:
         # As the session names them: an account called `shared:...` has a key of its own.
@@ -535,36 +535,19 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
     return sorted(locks), ids, single
 
 
-def _refusing_batch_keys(commands: Sequence[Command], bound: frozenset[str]
-                         ) -> Sequence[Command]:
-    """The commands, each single write under a key bound to a batch of events in its
-    place refused: its event would record the key as another request's."""
+def _answering_bound(commands: Sequence[Command], bound: frozenset[str],
+                     journal: JournalLike) -> Sequence[Command]:
+    """The commands, each single write under a key the journal binds to a request (a
+    batch of events, a start that found nothing) in its place answered from the binding
+    (`bindings.Bound`)."""
     if not bound:
         return commands
-    return [_KeyOfABatch(c) if c.key in bound and getattr(c, "event_ids", None) is None
-            else c for c in commands]
-
-
-@dataclass(frozen=True, slots=True)
-class _KeyOfABatch:
-    """A single write sent under the Idempotency-Key of a batch of events: another
-    request, so `409`, and nothing appended. (A batch binds its key in the journal, not
-    in an event: its records may all carry ids of their own.)"""
-
-    command: Command
-
-    @property
-    def key(self) -> str | None:
-        return self.command.key
-
-    def locks(self, ledger: Ledger) -> list[str]:
-        return self.command.locks(ledger)
-
-    def run(self, service: Any) -> Any:
-        raise ServiceProblem(
-            409, f"Idempotency-Key {self.key!r} was used for a batch of events "
-            "(POST /v1/events): use a new key for a new request",
-            slug="idempotency-conflict")
+    out: list[Command] = []
+    for command in commands:
+        binding = (journal.request(command.key) if command.key in bound
+                   and getattr(command, "event_ids", None) is None else None)
+        out.append(command if binding is None else Bound(command, binding))
+    return out
 
 
 def service_of(request: Request) -> LedgerService:

@@ -1,0 +1,55 @@
+"""Idempotency-Keys the journal binds in `request_keys` rather than in an event's id: a
+batch of events (its records may all carry ids of their own) and a start-next that found
+nothing to start (it records no event). A single write sent under such a key is answered
+from the binding: its own request's retry gets the bound answer, anything else is `409`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore import RequestKey
+from projections.ledger import Ledger
+from tools.service.groupcommit import Command
+from tools.service.problems import ServiceProblem
+
+START_NEXT = "start-next:"
+"""How a start-next's fingerprint begins (a batch's is a SHA-256 in hex: never this)."""
+
+
+def start_next_fingerprint(time: int | None) -> str:
+    """The digest of a start-next's body: its time, or none (the service's clock)."""
+    return START_NEXT + ("" if time is None else str(time))
+
+
+def key_in_use(key: str | None, binding: RequestKey) -> ServiceProblem:
+    """The 409 for a request sent under a key bound to another request."""
+    named = ("a start-next that found no job to start"
+             if binding.fingerprint.startswith(START_NEXT)
+             else "another batch of events (POST /v1/events)")
+    return ServiceProblem(409, f"Idempotency-Key {key!r} was used for {named}: use a new "
+                          "key for a new request", slug="idempotency-conflict")
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A single write whose key the journal binds to a request: answered from the
+    binding (`command.replay(binding)` where the command has it), else `409`; nothing
+    appended either way."""
+
+    command: Command
+    binding: RequestKey
+
+    @property
+    def key(self) -> str | None:
+        return self.command.key
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return self.command.locks(ledger)
+
+    def run(self, service: Any) -> Any:
+        replay = getattr(self.command, "replay", None)
+        if replay is None:
+            raise key_in_use(self.key, self.binding)
+        return replay(self.binding)
