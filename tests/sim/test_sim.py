@@ -219,6 +219,25 @@ def test_a_planted_bug_is_found_on_every_seed(bug: str,
         assert result.failure is not None, f"{bug}: seed {seed} ran {FIND_WITHIN} ops clean"
 
 
+def test_a_start_that_found_nothing_left_unbound_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service binds the id of a start that found nothing, so that its retry is told
+    the same after a restart: a service that forgets to is found."""
+    from tools.service.batching import BatchJournal
+
+    bind = BatchJournal.bind_request_later
+
+    def forgetful(self: BatchJournal, key: str, fingerprint: str, answer: str,
+                  positions: Any) -> None:
+        if answer != "null":
+            bind(self, key, fingerprint, answer, positions)
+
+    monkeypatch.setattr(BatchJournal, "bind_request_later", forgetful)
+    for seed in (1, 2, 3):
+        result = run(seed, FIND_WITHIN, check_every=100)
+        assert result.failure is not None, f"seed {seed} ran {FIND_WITHIN} ops clean"
+
+
 @pytest.mark.pure_python
 @pytest.mark.parametrize("bug", ["expiry order reversed", "double release on cancel",
                                  "late event not re-projected"])

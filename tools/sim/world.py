@@ -596,15 +596,15 @@ class World:
             answers, _ = commit_in_turn(service, batch)
         if fault == "answers-lost":
             # Committed, and the answers never left: every caller whose decision was
-            # recorded retries with the same id (the others were refused or found nothing
-            # to do: their retry is a new decision, whatever it finds).
+            # recorded retries with the same id (the others were refused: their retry is
+            # a new decision, whatever it finds). A start that found nothing recorded no
+            # event but bound its id: its retry is told it found nothing, also when a
+            # job could start by now.
             before = self.journal.head()
-            # (A start that found nothing recorded nothing, even if the same id was
-            # recorded by a later attempt of the group, which then found a job.)
             done = [i for i, line in enumerate(lines)
                     if not isinstance(answers[i], BaseException)
-                    and not (line["type"] == "start" and answers[i] is None)
-                    and self.journal.get(line["id"]) is not None]
+                    and (self.journal.get(line["id"]) is not None
+                         or (line["type"] == "start" and answers[i] is None))]
             again, _ = commit_in_turn(service, [batch[i] for i in done])
             if self.journal.head() != before:
                 problems.append(f"answers-lost: the retries appended "
@@ -669,18 +669,21 @@ class World:
             asked.setdefault(line["id"], []).append((line, answer))
         for eid, attempts in asked.items():
             kind = attempts[0][0]["type"]
-            # The attempt that recorded the decision: the first that was not refused and
-            # did not find nothing to do (a start with nothing to start). One before it
-            # recorded nothing, so the next was a new decision; every one after it is a
-            # retry, and answers the same.
+            # The attempt that recorded the decision: the first that was not refused (a
+            # start with nothing to start records no event, but binds its id). One
+            # before it recorded nothing, so the next was a new decision; every one after
+            # it is a retry, and answers the same.
             deciding = [answer for _, answer in attempts
-                        if not isinstance(answer, BaseException)
-                        and not (kind == "start" and answer is None)]
+                        if not isinstance(answer, BaseException)]
             # (Also when a later line of the group landed before it on the timeline.)
             if any(_answer_key(a) != _answer_key(deciding[0]) for a in deciding[1:]):
                 problems.append(f"{eid}: asked {len(attempts)} times, answered "
                                 f"{[a for _, a in attempts]!r}")
             if not deciding or eid in self.recorded:
+                continue
+            if kind == "start" and deciding[0] is None:
+                if self.journal.request(eid) is None:
+                    problems.append(f"{eid}: a start that found nothing did not bind its id")
                 continue
             if self.journal.get(eid) is None:
                 job = service.session.ledger.jobs.get(attempts[0][0].get("job", ""))
