@@ -232,6 +232,28 @@ def test_a_start_that_found_nothing_answers_204_again_after_a_restart(
         assert started.status_code == 200 and started.json()["job"] == "j1"
 
 
+def test_a_start_that_found_nothing_answers_204_on_a_replica_another_writer_moved_on(
+        database_url: str, clock: Clock) -> None:
+    """A replica that sees another writer's events first decides under the keys: the
+    retry of a start that found nothing is answered from its binding there too."""
+    from tools.service import create_app
+
+    key = {"Idempotency-Key": "poll-1"}
+    with (TestClient(create_app(database_url, clock=clock, mount_web=False)) as one,
+          TestClient(create_app(database_url, clock=clock, mount_web=False)) as two):
+        setup_account(two)
+        assert two.post("/v1/jobs/start-next", json={}, headers=key).status_code == 204
+        for job in ("j1", "j2"):  # the first replica has seen none of this
+            assert two.post("/v1/jobs", json={"job": job, "account": "a", "cost": 1,
+                                              "priority": 1, "time": 10}).status_code == 201
+        for replica in (one, two):
+            again = replica.post("/v1/jobs/start-next", json={}, headers=key)
+            assert (again.status_code, again.content) == (204, b"")
+            problem(replica.post("/v1/accounts/a/usage", json={"amount": 1}, headers=key),
+                    409)
+        assert one.get("/v1/jobs/j1").json()["state"] == "pending"
+
+
 def test_a_key_of_an_event_recorded_before_the_job_is_a_conflict_not_an_unknown_job(
         client: TestClient) -> None:
     """Decided as the keyed event was, the job did not exist yet: the request is not

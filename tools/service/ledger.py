@@ -453,7 +453,6 @@ class LedgerService:
             locks, keys, single = _locks_and_keys(commands, session.ledger)
             found = self.journal.look_up(keys, single)
             head, recorded = found.head, found.recorded
-            commands = _answering_bound(commands, found.bound, self.journal)
             position = session.projector.position
             if head not in (position, self._ahead_base):
                 # Another writer is active: decide under the keys, one append per
@@ -462,6 +461,7 @@ class LedgerService:
                 wait()
                 self._defer_after = _time.monotonic() + DEFER_PAUSE
                 return self._decide_batch(commands, False)
+            commands = _answering_bound(commands, found.bound, self.journal)
             with self._committed:
                 self._uncommitted += 1
             with self.batching.ahead(locks, keys, recorded, position, wait) as deferred:
