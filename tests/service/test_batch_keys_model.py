@@ -1,7 +1,8 @@
-"""Keyed batches of events against a plain model, through the service's own writer on
-one journal, with restarts (a new service process on the journal) and commits that
-fail: every key answers what it answered first, another batch under it is 409, and the
-journal holds each record once."""
+"""Keyed requests against a plain model, through the service's own writer on one
+journal, with restarts (a new service process on the journal) and commits that fail:
+batches of events, usage reports and starts that find nothing to start, under a few
+shared keys. Every key answers what it answered first, another request under it is 409
+(whichever kinds the two are), and the journal holds each record once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import Journal, JournalLike, MemoryJournal
+from projections.errors import UnknownAccount
 from tools.service import commands, writes
+from tools.service.groupcommit import Command
 from tools.service.problems import ServiceProblem
 from tools.sim.service import commit_in_turn, failing_commit, failure_of, open_service
 
@@ -25,7 +28,11 @@ _RECORDS = [{"type": "grant", "account": "a", "amount": 5 + i, "time": 10 - i, "
 _BODIES = [[_RECORDS[0]], [_RECORDS[0], _RECORDS[1]], [_RECORDS[2]],
            [_RECORDS[3], {"type": "consume", "account": "a", "amount": 3, "time": 4}],
            [{"type": "grant", "account": "a", "amount": 9, "time": 2}], [_RECORDS[4]]]
-_STEPS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, len(_BODIES) - 1),
+# The requests: each batch of events, then a usage report of 2 or 3 credits and a start
+# (no job is ever submitted, so it finds nothing), all on the service's clock.
+_REQUESTS: list[tuple[str, Any]] = [*(("events", body) for body in _BODIES),
+                                    ("usage", 2), ("usage", 3), ("start", None)]
+_STEPS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, len(_REQUESTS) - 1),
                             st.sampled_from(["none", "none", "restart", "commit-fails",
                                              "commit-lost"])), min_size=1, max_size=20)
 
@@ -34,8 +41,13 @@ def _refused(answer: BaseException) -> bool:
     return isinstance(answer, ServiceProblem) and answer.status == 409
 
 
-def _command(key: str, body: list[dict[str, Any]]) -> commands.AppendEvents:
-    """The command `POST /v1/events` makes of this body under this key."""
+def _command(key: str, request: tuple[str, Any]) -> Command:
+    """The command the route of this request makes of it under this key."""
+    kind, body = request
+    if kind == "usage":
+        return commands.Usage(key, "a", body, None, None, None)
+    if kind == "start":
+        return commands.StartNext(key, None)
     entries, keyed, problems = writes._checked(body, key, allow_far=False)
     assert problems == []
     fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -62,21 +74,19 @@ def test_every_key_answers_as_it_first_did_on_sqlite(
 
 def _check(journal: JournalLike, steps: list[tuple[int, int, str]]) -> None:
     service = open_service(journal, lambda: 100)
-    first: dict[str, tuple[int, dict[str, Any]]] = {}  # key -> (body, answer)
-    for key_index, body_index, fault in steps:
-        key, body = f"k{key_index}", _BODIES[body_index]
+    first: dict[str, tuple[int, Any]] = {}  # key -> (request, answer)
+    for key_index, request_index, fault in steps:
+        key, request = f"k{key_index}", _REQUESTS[request_index]
         if fault == "restart":
             service = open_service(journal, lambda: 100)  # what it remembered is gone
-        command = _command(key, body)
+        command = _command(key, request)
+        head = journal.head()
         if fault in ("commit-fails", "commit-lost"):
-            head = journal.head()
             with failing_commit(journal, failure_of(fault)):
                 (answer,), _ = commit_in_turn(service, [command])
             # (A key bound already is answered from its binding, on a SQL journal without
             # opening a transaction for the failure to strike.)
-            if key not in first:
-                assert isinstance(answer, BaseException) and not _refused(answer), answer
-            if isinstance(answer, BaseException) and not _refused(answer):
+            if isinstance(answer, BaseException) and not _refusal(answer):
                 assert journal.head() == head
                 if key not in first:
                     assert journal.request(key) is None  # it went with the events
@@ -84,18 +94,32 @@ def _check(journal: JournalLike, steps: list[tuple[int, int, str]]) -> None:
                 (answer,), _ = commit_in_turn(service, [command])
         else:
             (answer,), _ = commit_in_turn(service, [command])
-        if key in first and first[key][0] != body_index:
+        if key in first and first[key][0] != request_index:
             assert isinstance(answer, ServiceProblem) and answer.status == 409, answer
+            assert journal.head() == head
             continue
-        assert isinstance(answer, dict), answer
+        if key not in first and isinstance(answer, UnknownAccount):
+            assert journal.head() == head  # a usage report before any grant: refused,
+            continue  # and its key is still free
+        assert not isinstance(answer, BaseException), answer
         if key in first:
             assert answer == first[key][1]
         else:
-            first[key] = (body_index, answer)
-            assert len(answer["positions"]) == len(body)
+            first[key] = (request_index, answer)
+            if request[0] == "events":
+                assert len(answer["positions"]) == len(request[1])
         recorded = {rec.id for rec in journal.read(order="position")}
         assert len(recorded) == journal.head()  # each record once
-    for key, (_, answer) in first.items():
+    for key, (request_index, answer) in first.items():
+        kind = _REQUESTS[request_index][0]
         bound = journal.request(key)
-        assert bound is not None and json.loads(bound.answer) == answer
+        if kind == "usage":
+            assert bound is None and journal.get(key) is not None
+        else:  # a batch's answer, or a start's 204
+            assert bound is not None and json.loads(bound.answer) == answer
     assert journal.verify() is None
+
+
+def _refusal(answer: BaseException) -> bool:
+    """An answer the request was refused with (a 4xx), not the commit's failure."""
+    return _refused(answer) or isinstance(answer, UnknownAccount)
