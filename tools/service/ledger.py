@@ -102,12 +102,10 @@ class RememberedAnswers:
     def put(self, key: str, command: Command, answer: dict[str, Any] | None) -> None:
         """Remember `answer`, the committed decision of `command` under `key`. Nothing
         takes the place of an answer kept (the first answer given stands: a copy of the
-        request queued behind it was answered as a retry), except that an answer takes
-        the place of a 204 (`None`): a copy of the start queued after it may have
-        recorded a job under the key, and that stands."""
+        request queued behind it was answered as a retry; a start's 204 is bound to its
+        key in the journal, so a copy queued after it is 204 too)."""
         with self._lock:
-            kept = self._items.get(key)
-            if kept is not None and (kept[1] is not None or answer is None):
+            if key in self._items:
                 return
             self._items[key] = (command, answer)
             while len(self._items) > self._size:
