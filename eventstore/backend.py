@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .errors import JournalError
 from .records import StoredRow
+from .schema import request_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +211,6 @@ class Backend:
         """Which of these request keys are bound (at most a few hundred at a time)."""
         if not keys:
             return []
-        from .schema import request_keys
-
         found = conn.execute(select(request_keys.c.key).where(request_keys.c.key.in_(keys)))
         return list(found.scalars())
 
