@@ -496,6 +496,47 @@ def test_a_single_write_under_the_key_of_a_batch_is_409(database_url: str,
             "appended": 1, "already_present": 0, "positions": [1]}
 
 
+def test_an_event_recorded_under_a_key_outranks_a_binding_made_at_the_same_moment(
+        database_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas given one key at the same moment may both commit: one records the
+    key's event, the other binds the key (a start that found nothing, a batch of
+    events). The event is what happened under the key: a retry of its request is
+    answered from it, after a restart too, not refused or told that nothing started."""
+    from eventstore import Journal
+    from tools.service import create_app
+    from tools.service.batching import BatchJournal, Deferred
+
+    written = BatchJournal.written
+    other_binds = {"go": "start-next:", "use": "a-batch-of-events"}
+
+    def another_replica_binds_meanwhile(self: BatchJournal, deferred: Deferred) -> Any:
+        for event in deferred.events:
+            if event.id in other_binds:
+                with Journal(database_url) as other:
+                    other.bind_request(event.id, other_binds[event.id], "null")
+        return written(self, deferred)
+
+    go, use = {"Idempotency-Key": "go"}, {"Idempotency-Key": "use"}
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        setup_account(c)
+        assert c.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                        "priority": 1, "time": 10}).status_code == 201
+        monkeypatch.setattr(BatchJournal, "written", another_replica_binds_meanwhile)
+        started = c.post("/v1/jobs/start-next", json={}, headers=go)
+        used = c.post("/v1/accounts/a/usage", json={"amount": 5}, headers=use)
+        assert started.status_code == 200 and used.status_code == 201
+        monkeypatch.undo()
+    with Journal(database_url) as journal:
+        # (If the writer decided under its keys, the binding came first: nothing to see.)
+        raced = journal.request("go") is not None and journal.get("go") is not None
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        again = c.post("/v1/jobs/start-next", json={}, headers=go)
+        assert (again.status_code, again.json()) == (200, started.json()), raced
+        used_again = c.post("/v1/accounts/a/usage", json={"amount": 5}, headers=use)
+        assert (used_again.status_code, used_again.json()) == (201, used.json())
+        assert c.get("/v1/jobs/j1").json()["state"] == "running"
+
+
 def test_erasing_a_batch_s_memo_drops_its_key_binding(db_url: str, clock: Clock) -> None:
     """The binding's digest was made from the batch, memo and all: erasing the memo drops
     it, and a retry then counts the batch's records as already present."""

@@ -46,6 +46,7 @@ from typing import Any
 
 from eventstore import (
     JournalLike,
+    LookUp,
     NewEvent,
     RecordedEvent,
     RequestKey,
@@ -207,12 +208,12 @@ class BatchJournal:
 
     @contextmanager
     def batch(self, locks: Sequence[str], ids: Iterable[str] = (),
-              request_keys: Iterable[str] = ()) -> Iterator[frozenset[str]]:
+              request_keys: Iterable[str] = ()) -> Iterator[LookUp]:
         """One transaction for a whole batch, holding `locks`; deferred events are
         written before it commits. `ids`: the event ids the batch's decisions will ask
         about (their idempotency keys), looked up in one query under the locks, with
-        which of `request_keys` are bound to a request (`bind_request`): what the block
-        gets."""
+        which of `request_keys` are bound to a request (`bind_request`): the block gets
+        that look-up."""
         with self._journal.transaction(locks) as tx:
             batch = self._batch = _Batch(tx, set(locks), journal=self._journal)
             wanted = frozenset(ids)
@@ -221,7 +222,7 @@ class BatchJournal:
             batch.start_head, batch.recorded = found.head, found.recorded
             batch.looked_up = wanted
             try:
-                yield found.bound
+                yield found
                 _flush(batch)
             finally:
                 self._batch = None

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from eventstore import JournalLike
+from eventstore import JournalLike, LookUp
 from projections.ledger import Ledger
 from projections.session import LedgerSession, lock_key, open_journal
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
@@ -459,7 +459,7 @@ class LedgerService:
                 wait()
                 self._defer_after = _time.monotonic() + DEFER_PAUSE
                 return self._decide_batch(commands, False)
-            commands = _answering_bound(commands, found.bound, self.journal)
+            commands = _answering_bound(commands, found, self.journal)
             with self._committed:
                 self._uncommitted += 1
             with self.batching.ahead(locks, keys, recorded, position, wait) as deferred:
@@ -495,8 +495,8 @@ class LedgerService:
             # was behind is taken during the batch by the session, which then decides on
             # fresh state.
             locks, keys, single = _locks_and_keys(commands, session.ledger)
-            with self.batching.batch(locks, keys, single) as bound:
-                commands = _answering_bound(commands, bound, self.journal)
+            with self.batching.batch(locks, keys, single) as found:
+                commands = _answering_bound(commands, found, self.journal)
                 # Under the keys: nothing of theirs can be missed now. (The head, asked
                 # with the keys' records, spares the read when nobody else wrote, the
                 # usual case.)
@@ -533,16 +533,19 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
     return sorted(locks), ids, single
 
 
-def _answering_bound(commands: Sequence[Command], bound: frozenset[str],
+def _answering_bound(commands: Sequence[Command], found: LookUp,
                      journal: JournalLike) -> Sequence[Command]:
     """The commands, each single write under a key the journal binds to a request (a
     batch of events, a start that found nothing) in its place answered from the binding
-    (`bindings.Bound`)."""
-    if not bound:
+    (`bindings.Bound`). Not where an event is recorded under the key too: the event is
+    what happened under it (two replicas given the key at once may both commit, one
+    binding it, one recording the event), and the command's own retry rules answer."""
+    if not found.bound:
         return commands
     out: list[Command] = []
     for command in commands:
-        binding = (journal.request(command.key) if command.key in bound
+        key = command.key
+        binding = (journal.request(key) if key in found.bound and key not in found.recorded
                    and getattr(command, "event_ids", None) is None else None)
         out.append(command if binding is None else Bound(command, binding))
     return out
