@@ -496,6 +496,21 @@ def test_a_single_write_under_the_key_of_a_batch_is_409(database_url: str,
             "appended": 1, "already_present": 0, "positions": [1]}
 
 
+def test_a_single_write_the_same_as_a_batch_s_record_under_its_key_is_still_409(
+        client: TestClient) -> None:
+    """A batch's record without an id takes the key as its id; a usage report under the
+    key that would record that very event is still another request, not its retry."""
+    record = {"type": "consume", "account": "a", "amount": 5, "time": 3}
+    setup_account(client)
+    assert client.post("/v1/events", json={"events": [record]},
+                       headers={"Idempotency-Key": "k"}).status_code == 200
+    at = head(client)
+    refused = problem(client.post("/v1/accounts/a/usage", json={"amount": 5, "time": 3},
+                                  headers={"Idempotency-Key": "k"}), 409)
+    assert "batch of events" in refused["detail"]
+    assert head(client) == at
+
+
 def test_an_event_recorded_under_a_key_outranks_a_binding_made_at_the_same_moment(
         database_url: str, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two replicas given one key at the same moment may both commit: one records the

@@ -6,6 +6,7 @@ from the binding: its own request's retry gets the bound answer, anything else i
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,15 @@ START_NEXT = "start-next:"
 def start_next_fingerprint(time: int | None) -> str:
     """The digest of a start-next's body: its time, or none (the service's clock)."""
     return START_NEXT + ("" if time is None else str(time))
+
+
+def named_by(binding: RequestKey, position: int) -> bool:
+    """Whether the request bound to the key recorded or named the event at `position`
+    (a batch's answer lists its records' positions; a start that found nothing, none)."""
+    if binding.fingerprint.startswith(START_NEXT):
+        return False
+    answer = json.loads(binding.answer)
+    return isinstance(answer, dict) and position in answer.get("positions", ())
 
 
 def key_in_use(key: str | None, binding: RequestKey) -> ServiceProblem:

@@ -30,7 +30,7 @@ from eventstore import JournalLike, LookUp
 from projections.ledger import Ledger
 from projections.session import LedgerSession, lock_key, open_journal
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
-from tools.service.bindings import Bound
+from tools.service.bindings import Bound, named_by
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
 from tools.service.problems import Unavailable
 
@@ -537,17 +537,22 @@ def _answering_bound(commands: Sequence[Command], found: LookUp,
                      journal: JournalLike) -> Sequence[Command]:
     """The commands, each single write under a key the journal binds to a request (a
     batch of events, a start that found nothing) in its place answered from the binding
-    (`bindings.Bound`). Not where an event is recorded under the key too: the event is
-    what happened under it (two replicas given the key at once may both commit, one
-    binding it, one recording the event), and the command's own retry rules answer."""
+    (`bindings.Bound`). Not where an event another request recorded is under the key
+    too: that event is what happened under it (two replicas given the key at once may
+    both commit, one binding it, one recording the event), and the command's own retry
+    rules answer. (An event the bound batch itself recorded, a record that took the key
+    as its id, leaves the binding to answer.)"""
     if not found.bound:
         return commands
     out: list[Command] = []
     for command in commands:
         key = command.key
-        binding = (journal.request(key) if key in found.bound and key not in found.recorded
+        binding = (journal.request(key) if key in found.bound
                    and getattr(command, "event_ids", None) is None else None)
-        out.append(command if binding is None else Bound(command, binding))
+        event = found.recorded.get(key) if key is not None else None
+        if binding is not None and (event is None or named_by(binding, event.position)):
+            command = Bound(command, binding)
+        out.append(command)
     return out
 
 
