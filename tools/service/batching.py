@@ -99,24 +99,19 @@ PendingRequest = tuple[str, str, str, Sequence[int]]
 
 
 def _flush(batch: _Batch) -> None:
-    if not batch.pending:
-        if batch.pending_requests and batch.tx is not None:
-            # Bound with no event (a start that found nothing), decided ahead of the
-            # transaction that is open now: bound in it.
-            requests, batch.pending_requests = batch.pending_requests, []
-            assert batch.journal is not None
-            for request in requests:
-                batch.journal.bind_request(*request)
-        return
-    events, first = batch.pending, (batch.base or 0) + 1
-    batch.pending, batch.pending_ids = [], {}
+    if batch.pending:
+        events, first = batch.pending, (batch.base or 0) + 1
+        batch.pending, batch.pending_ids = [], {}
+        recorded = _tx(batch).append(events)
+        if [r.position for r in recorded] != list(range(first, first + len(events))):
+            raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
+                                 f"expected {first}..")
+        batch.base = None
+    elif batch.tx is None:
+        return  # decided ahead, no transaction yet: its keys go with its write
+    # In the batch's transaction, with its events (or alone: a start that found nothing).
     requests, batch.pending_requests = batch.pending_requests, []
-    recorded = _tx(batch).append(events)
-    if [r.position for r in recorded] != list(range(first, first + len(events))):
-        raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
-                             f"expected {first}..")
-    batch.base = None
-    for request in requests:  # in the batch's transaction, with its events
+    for request in requests:
         assert batch.journal is not None
         batch.journal.bind_request(*request)
 

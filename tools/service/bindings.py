@@ -33,6 +33,13 @@ def named_by(binding: RequestKey, position: int) -> bool:
     return isinstance(answer, dict) and position in answer.get("positions", ())
 
 
+def batch_key_conflict(key: str | None) -> ServiceProblem:
+    """The 409 for an Idempotency-Key sent with another batch of events than its own
+    (found in the answers a process remembers)."""
+    return ServiceProblem(409, f"Idempotency-Key {key!r} was used for another batch of "
+                          "events", slug="idempotency-conflict")
+
+
 def key_in_use(key: str | None, binding: RequestKey) -> ServiceProblem:
     """The 409 for a request sent under a key bound to another request."""
     named = ("a start-next that found no job to start"

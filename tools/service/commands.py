@@ -35,12 +35,6 @@ REQUEST_LOCK = "request-key:"
 Idempotency-Key in the journal."""
 
 
-def batch_key_conflict(key: str | None) -> ServiceProblem:
-    """The 409 for an Idempotency-Key sent with another batch of events than its own."""
-    return ServiceProblem(409, f"Idempotency-Key {key!r} was used for another batch of "
-                          "events", slug="idempotency-conflict")
-
-
 def _recorded(event_id: str, position: int, **answer: Any) -> AnswerDict:
     """An answer that names the event recorded (`id`) and its journal `position`."""
     return {"id": event_id, "position": position, **answer}

@@ -546,9 +546,9 @@ def _answering_bound(commands: Sequence[Command], found: LookUp,
         return commands
     out: list[Command] = []
     for command in commands:
+        # (Only single writes' keys were asked about, and no batch shares a key.)
         key = command.key
-        binding = (journal.request(key) if key in found.bound
-                   and getattr(command, "event_ids", None) is None else None)
+        binding = journal.request(key) if key in found.bound else None
         event = found.recorded.get(key) if key is not None else None
         if binding is not None and (event is None or named_by(binding, event.position)):
             command = Bound(command, binding)

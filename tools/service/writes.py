@@ -23,6 +23,7 @@ from projections import importing
 from projections.events import require_name
 from tools.service import commands
 from tools.service.auth import FINANCE, WORKER, needs
+from tools.service.bindings import batch_key_conflict
 from tools.service.groupcommit import Command
 from tools.service.ledger import LedgerService, service_of
 from tools.service.models import (
@@ -245,7 +246,7 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
         seen = cache.get(key)
         if seen is not None:
             if seen[0] != fingerprint:
-                raise commands.batch_key_conflict(key)
+                raise batch_key_conflict(key)
             return seen[1]
     entries, keyed, problems = _checked(events, key, service.allow_far_times)
     if problems:
