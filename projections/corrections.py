@@ -24,7 +24,7 @@ from collections.abc import Callable
 from eventstore import NewEvent, RecordedEvent
 from projections import events
 from projections.errors import UnknownEvent
-from projections.events import DEFAULT_GRANT_PRIORITY, DomainEvent, normalise_pool
+from projections.events import DEFAULT_GRANT_PRIORITY, FAR_TIME, DomainEvent, normalise_pool
 from projections.importing import far_time_problem
 from projections.outcomes import Outcome
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
@@ -54,10 +54,22 @@ class Corrections(SessionFacade):
     # -- deciding ------------------------------------------------------------------------
 
     def _time(self, draft: Draft, at: int | None) -> int:
-        when = (require_int("at", at) if at is not None
-                else draft.now(require_int("clock()", self._clock())))
-        why = None if self.allow_far_times else far_time_problem("time", when)
-        if why is not None:
+        if at is not None:
+            when = require_int("at", at)
+            why = far_time_problem("time", when)
+        else:
+            clock_time = require_int("clock()", self._clock())
+            when = draft.now(clock_time)
+            why = far_time_problem("time", when)
+            if why is not None and when != clock_time:
+                # The time was not the caller's: a live decision never goes before the
+                # latest event, and that one is far. Say which, and how to get past it.
+                why = (f"a live decision takes the latest event time on the timeline, "
+                       f"{when} (position {draft.ledger.last[1]}), which is after "
+                       f"2200-01-01 ({FAR_TIME} in epoch seconds): probably milliseconds; "
+                       "reverse that event, give the time explicitly, or allow far times "
+                       "(--allow-far-times) if meant")
+        if why is not None and not self.allow_far_times:
             raise ValueError(why)
         return when
 

@@ -126,6 +126,18 @@ def test_reverse_takes_an_event_out_and_a_second_reverse_puts_it_back(run: Run,
     assert journal_head(db) == 5
 
 
+def test_a_live_decision_after_a_far_event_names_that_event(run: Run, db: str) -> None:
+    run("consume", "acme", "1", "--at", "1796083200000", "--allow-far-times", "--id", "u-ms")
+    result = run("grant", "acme", "5")
+    assert result.exit_code == 2
+    assert ("latest event time on the timeline, 1796083200000 (position 1)" in result.stderr
+            and "reverse that event" in result.stderr)
+    assert journal_head(db) == 1
+    assert run("grant", "acme", "5", "--at", "10").exit_code == 0
+    assert run("grant", "acme", "5", "--allow-far-times").exit_code == 0
+    assert journal_head(db) == 3
+
+
 def test_far_times_are_refused_unless_allowed(run: Run, db: str) -> None:
     result = run("grant", "acme", "100", "--at", "1796083200000")
     assert result.exit_code == 2 and "probably milliseconds" in result.stderr
