@@ -55,21 +55,20 @@ class Corrections(SessionFacade):
 
     def _time(self, draft: Draft, at: int | None) -> int:
         if at is not None:
-            when = require_int("at", at)
-            why = far_time_problem("time", when)
+            when = given = require_int("at", at)
         else:
-            clock_time = require_int("clock()", self._clock())
-            when = draft.now(clock_time)
-            why = far_time_problem("time", when)
-            if why is not None and when != clock_time:
-                # The time was not the caller's: a live decision never goes before the
-                # latest event, and that one is far. Say which, and how to get past it.
-                why = (f"a live decision takes the latest event time on the timeline, "
-                       f"{when} (position {draft.ledger.last[1]}), which is after "
-                       f"2200-01-01 ({FAR_TIME} in epoch seconds): probably milliseconds; "
-                       "reverse that event, give the time explicitly, or allow far times "
-                       "(--allow-far-times) if meant")
-        if why is not None and not self.allow_far_times:
+            given = require_int("clock()", self._clock())
+            when = draft.now(given)
+        why = None if self.allow_far_times else far_time_problem("time", when)
+        if why is not None and when != given:
+            # The time was not the caller's: a live decision never goes before the latest
+            # event, and that one is far. Say which, and how to get past it.
+            why = (f"a live decision takes the latest event time on the timeline, {when} "
+                   f"(position {draft.ledger.last[1]}), which is after 2200-01-01 "
+                   f"({FAR_TIME} in epoch seconds): probably milliseconds; reverse that "
+                   "event, give the time explicitly, or allow far times "
+                   "(--allow-far-times) if meant")
+        if why is not None:
             raise ValueError(why)
         return when
 

@@ -272,9 +272,9 @@ def test_the_service_benchmark_clients_count_each_answer_on_either_kind_of_conne
 def test_the_journal_size_case_reads_both_services_in_alternating_rounds(
         pg_database_url: str) -> None:
     import psycopg
-    from sqlalchemy.engine import make_url
 
     from tools.bench import service
+    from tools.bench.storage import libpq_dsn
 
     out = service.journal_sizes(pg_database_url, (30, 60), rounds=3, reads=12)
     each = out["ratio_balance_p50_large_to_small_each_round"]
@@ -285,9 +285,7 @@ def test_the_journal_size_case_reads_both_services_in_alternating_rounds(
         assert case["events"] == n and case["ready_seconds"] > 0
         assert case["balance_1"]["statuses"] == {200: 12}
     # Both journals' schemas are gone once the services have stopped.
-    dsn = make_url(pg_database_url).set(drivername="postgresql").render_as_string(
-        hide_password=False)
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(libpq_dsn(pg_database_url)) as conn:
         left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE "
                             "'bench_service_%%_' || %s", (str(os.getpid()),)).fetchone()
     assert left == (0,)
