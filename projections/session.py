@@ -59,6 +59,7 @@ from projections.anchors import hash_at
 from projections.bulk import paused_gc
 from projections.errors import LedgerError
 from projections.events import DomainEvent, require_name, require_non_negative_int
+from projections.exactnames import check_event_id, check_event_names
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.personal import journal_event
@@ -151,12 +152,16 @@ class Draft:
         """The next event id: the caller's id, then id/2, id/3...; else a fresh one."""
         if self._id_base is None:
             return self._session.new_id()
+        if not self._ids and self._replay_time is None:
+            check_event_id(self._id_base)
         self._ids += 1
         return self._id_base if self._ids == 1 else f"{self._id_base}/{self._ids}"
 
     def event(self, time: int, event: DomainEvent,
               stream: str) -> tuple[NewEvent, DomainEvent]:
         """A new journal event for `event` at `time`, paired with the event itself."""
+        if self._replay_time is None:  # a retry records nothing new
+            check_event_names(self.ledger, event)
         # Personal fields (user, memo) go beside the record, so that they can be erased.
         return journal_event(self.new_id(), stream, time, event), event
 

@@ -240,3 +240,17 @@ def test_a_bad_id_is_named_by_its_option(run: Run, db: str, command: tuple[str, 
         "gpu-credits: error: Invalid value for --id: an event id must be a non-empty "
         "printable string, got '' (see 'gpu-credits " + command[0] + " --help')"]
     assert journal_head(db) == 0
+
+
+def test_a_new_name_padded_with_spaces_is_refused_and_says_how(run: Run, db: str) -> None:
+    for args in (["grant", " acme", "5", "--at", "1"],
+                 ["grant", "acme", "5", "--at", "1", "--pool", "a100 "],
+                 ["grant", "acme", "5", "--at", "1", "--id", "g1 "],
+                 ["grant", "   ", "5", "--at", "1"]):
+        refused = run(*args)
+        assert refused.exit_code == 2, args
+        assert "whitespace" in refused.stderr and "Traceback" not in refused.stderr
+    assert journal_head(db) == 0
+    assert "write it without the spaces" in run("grant", " acme", "5").stderr
+    assert run("grant", "team a", "5", "--at", "1").exit_code == 0
+    assert _balance(run, "team a") == 5

@@ -756,3 +756,20 @@ def test_revisions_of_an_unknown_account_are_404_not_an_empty_list(client: TestC
         "revisions": [], "next": None}
     body = problem(client.get("/v1/revisions", params={"account": "nobody"}), 404)
     assert body["type"].endswith("/unknown-account") and "nobody" in body["detail"]
+
+
+def test_a_new_name_padded_with_spaces_is_422_and_appends_nothing(client: TestClient) -> None:
+    setup_account(client)
+    before = head(client)
+    for path, body in (("/v1/accounts", {"account": " b"}),
+                       ("/v1/accounts/%20b/grants", {"amount": 5, "time": 1}),
+                       ("/v1/accounts/a/grants", {"amount": 5, "time": 1, "pool": "h100 "}),
+                       ("/v1/accounts/a/usage", {"amount": 1, "time": 1, "pool": " "}),
+                       ("/v1/jobs", {"job": "j1 ", "account": "a", "cost": 1,
+                                     "priority": 1})):
+        detail = problem(client.post(path, json=body), 422)["detail"]
+        assert "whitespace" in detail, (path, detail)
+    assert head(client) == before
+    inside = client.post("/v1/jobs", json={"job": "j 1", "account": "a", "cost": 1,
+                                           "priority": 1})
+    assert inside.status_code == 201 and inside.json()["job"] == "j 1"

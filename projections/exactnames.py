@@ -1,0 +1,63 @@
+"""Names a live decision brings into the journal carry no surrounding whitespace.
+
+Names are compared exactly, so `" alice"` would be an account apart from `"alice"`,
+with its own balance and statement: the kind of stray space a script or a form adds and
+nobody sees until the numbers disagree. A live decision (a facade call, the command
+line, the HTTP service) is refused when a name it would record (an account, job, pool
+or user, or the caller's event id) is blank or begins or ends with whitespace, unless
+the journal already holds that very name in that role: what was recorded stays
+reachable. The journal itself, its decoding and its files (import, `POST /v1/events`)
+keep the older rule (non-empty printable text), since a file may carry a journal that
+holds such a name, and replay must read every journal it ever wrote.
+"""
+
+from __future__ import annotations
+
+from projections.events import DomainEvent
+from projections.ledger import Ledger
+
+_ROLES = ("account", "job", "pool", "user")
+"""The fields of an event that name something a later call can name again."""
+
+
+def padded(value: str) -> bool:
+    """Whether `value` is blank or begins or ends with whitespace."""
+    return value[:1].isspace() or value[-1:].isspace()
+
+
+def refusal(what: str, value: str) -> str:
+    """Why `value` cannot be a new name (`what`: its role), and what would do."""
+    if not value.strip():
+        return f"{what} {value!r} is only whitespace: give a name"
+    return (f"{what} {value!r} begins or ends with whitespace; names are compared exactly, "
+            f"so it would name another {what} than {value.strip()!r}: write it without "
+            "the spaces")
+
+
+def check_event_names(ledger: Ledger, event: DomainEvent) -> None:
+    """Refuse (ValueError) a padded name in `event` that `ledger` does not hold already."""
+    for role in _ROLES:
+        value = getattr(event, role, None)
+        if value is None or not padded(value) or _known(ledger, event, role, value):
+            continue
+        raise ValueError(refusal(role, value))
+
+
+def check_event_id(event_id: str) -> None:
+    """Refuse (ValueError) a padded event id for a new decision."""
+    if padded(event_id):
+        raise ValueError(refusal("event id", event_id))
+
+
+def _known(ledger: Ledger, event: DomainEvent, role: str, value: str) -> bool:
+    if role == "account":
+        return value in ledger.accounts
+    if role == "job":
+        return value in ledger.jobs
+    if role == "pool":
+        account = ledger.accounts.get(getattr(event, "account", ""))
+        if account is None:
+            return False
+        book = account.book
+        return value in book.heaps or value in book.active or value in book.debt
+    return False  # users are not indexed: a new one is as likely as an old one
