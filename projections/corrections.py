@@ -24,7 +24,12 @@ from collections.abc import Callable
 from eventstore import NewEvent, RecordedEvent
 from projections import events
 from projections.errors import UnknownEvent
-from projections.events import DEFAULT_GRANT_PRIORITY, FAR_TIME, DomainEvent, normalise_pool
+from projections.events import (
+    DEFAULT_GRANT_PRIORITY,
+    DomainEvent,
+    far_live_time_problem,
+    normalise_pool,
+)
 from projections.importing import far_time_problem
 from projections.outcomes import Outcome
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
@@ -59,15 +64,9 @@ class Corrections(SessionFacade):
         else:
             given = require_int("clock()", self._clock())
             when = draft.now(given)
-        why = None if self.allow_far_times else far_time_problem("time", when)
-        if why is not None and when != given:
-            # The time was not the caller's: a live decision never goes before the latest
-            # event, and that one is far. Say which, and how to get past it.
-            why = (f"a live decision takes the latest event time on the timeline, {when} "
-                   f"(position {draft.ledger.last[1]}), which is after 2200-01-01 "
-                   f"({FAR_TIME} in epoch seconds): probably milliseconds; reverse that "
-                   "event, give the time explicitly, or allow far times "
-                   "(--allow-far-times) if meant")
+        why = None if self.allow_far_times else (
+            far_time_problem("time", when) if when == given
+            else far_live_time_problem(when, draft.ledger.last[1]))
         if why is not None:
             raise ValueError(why)
         return when

@@ -54,6 +54,19 @@ DEFAULT_GRANT_PRIORITY: Final = 50
 FAR_TIME = 7258118400
 """2200-01-01T00:00Z in epoch seconds: an event time after it is probably milliseconds."""
 
+
+def far_live_time_problem(when: int, position: int) -> str | None:
+    """Why a live decision cannot take `when`, the latest event time on the timeline (the
+    event at `position`), when it is far; None if it is not."""
+    if when <= FAR_TIME:
+        return None
+    # The time was not the caller's: a live decision never goes before the latest event,
+    # and that one is far. Say which, and how to get past it.
+    return (f"a live decision takes the latest event time on the timeline, {when} "
+            f"(position {position}), which is after 2200-01-01 ({FAR_TIME} in epoch "
+            "seconds): probably milliseconds; reverse that event, give the time "
+            "explicitly, or allow far times (--allow-far-times) if meant")
+
 DEFAULT_HALF_LIFE: Final = 7 * 24 * 3600
 """Fair share: recorded usage halves every week unless an account says otherwise."""
 

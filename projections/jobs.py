@@ -34,6 +34,7 @@ from projections.events import (
     JobCompleted,
     JobStarted,
     JobSubmitted,
+    far_live_time_problem,
     normalise_pool,
     require_int,
     require_name,
@@ -76,10 +77,17 @@ class _Trial:
     payload: Any
 
 
-def _event_time(draft: Draft, at: int | None, clock: Clock) -> int:
+def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: bool) -> int:
+    """The caller's time, else the live one; `allow_far_times=False` refuses a live time
+    after 2200-01-01, which only a far latest event can give (the service's rule; the
+    facade has always taken it)."""
     if at is not None:
         return require_int("at", at)
-    return draft.now(require_int("clock()", clock()))
+    when = draft.now(require_int("clock()", clock()))
+    why = None if allow_far_times else far_live_time_problem(when, draft.ledger.last[1])
+    if why is not None:
+        raise ValueError(why)
+    return when
 
 
 def _try_in_past(session: LedgerSession, ledger: Ledger, built: Sequence[tuple[NewEvent, Any]],
@@ -119,7 +127,8 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
                  max_running: int | None = None, share: int | None = None,
                  half_life: int = DEFAULT_HALF_LIFE, refill_rate: int | None = None,
                  refill_cap: int | None = None, at: int | None = None,
-                 clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
+                 clock: Clock = wall_clock, event_id: str | None = None,
+                 allow_far_times: bool = True) -> Decision:
     """Open an account with a general, non-expiring grant of `balance` credits (two
     events when `balance` > 0). `AccountExists` when an account event opened it before."""
     require_name("account_id", account_id)
@@ -131,7 +140,7 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
         if existing is not None and existing.declared:
             raise AccountExists(f"account {account_id!r} is already open; "
                                 "grant credits to it instead")
-        when = _event_time(draft, at, clock)
+        when = _event_time(draft, at, clock, allow_far_times)
         events = [draft.event(when, opened, account_id)]
         if balance:
             events.append(draft.event(when, CreditsGranted(account_id, balance), account_id))
@@ -143,7 +152,8 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
 
 def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, priority: int,
            *, at: int | None = None, pool: str | None = None, user: str | None = None,
-           clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
+           clock: Clock = wall_clock, event_id: str | None = None,
+           allow_far_times: bool = True) -> Decision:
     """Submit a job, reserving `cost`; the outcome says whether it was accepted (a
     rejection is recorded too) and why not. `user`: who submitted it, kept apart from
     the journal record so it can be erased."""
@@ -162,7 +172,7 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
             known = sorted(n for n, a in ledger.accounts.items() if a.opened)
             raise UnknownAccount(f"unknown account {account_id!r}; open it first "
                                  f"(known: {', '.join(known[:10]) or 'none'})")
-        built = [draft.event(_event_time(draft, at, clock), event, account_id)]
+        built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, account_id)]
         tried = _try_in_past(session, ledger, built, protect_recorded=False)
         if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
             raise UnknownAccount(f"account {account_id!r} did not exist at time "
@@ -174,13 +184,13 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
 
 
 def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = wall_clock,
-               event_id: str | None = None) -> Decision:
+               event_id: str | None = None, allow_far_times: bool = True) -> Decision:
     """Start the highest-priority, oldest pending job whose account is below its cap; no
     event when none can start (see `started_job`)."""
 
     def build(draft: Draft) -> Built:
         ledger = draft.ledger
-        when = _event_time(draft, at, clock)
+        when = _event_time(draft, at, clock, allow_far_times)
         if when >= ledger.last[0]:
             job = ledger.next_job()
             if job is None:
@@ -216,7 +226,7 @@ def started_job(session: LedgerSession, decision: Decision) -> Job | None:
 
 def complete(session: LedgerSession, job_id: str, success: bool, *,
              refund_fraction: float = 1.0, at: int | None = None, clock: Clock = wall_clock,
-             event_id: str | None = None) -> Decision:
+             event_id: str | None = None, allow_far_times: bool = True) -> Decision:
     """Settle a running job: success charges its cost, failure floor(cost * (1 - f)); the
     outcome's `charge` is what it charged."""
     require_name("job_id", job_id)
@@ -229,7 +239,7 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
         if job.state != RUNNING:
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                     "can complete")
-        built = [draft.event(_event_time(draft, at, clock), event, job.account)]
+        built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, job.account)]
         _try_in_past(session, draft.ledger, built)
         return built
 
@@ -238,7 +248,8 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
 
 
 def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
-           clock: Clock = wall_clock, event_id: str | None = None) -> Decision:
+           clock: Clock = wall_clock, event_id: str | None = None,
+           allow_far_times: bool = True) -> Decision:
     """Cancel a pending job and release its reservation; a cancelled job records nothing."""
     require_name("job_id", job_id)
 
@@ -251,7 +262,8 @@ def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
         if job.state != PENDING:
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a pending job "
                                     "can be cancelled")
-        built = [draft.event(_event_time(draft, at, clock), JobCancelled(job_id), job.account)]
+        when = _event_time(draft, at, clock, allow_far_times)
+        built = [draft.event(when, JobCancelled(job_id), job.account)]
         _try_in_past(session, draft.ledger, built)
         return built
 

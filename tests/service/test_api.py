@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from projections.corrections import Corrections
 from tests.service.conftest import Clock
+from tools.service import create_app
 
 PROBLEM = "application/problem+json"
 
@@ -773,3 +775,34 @@ def test_a_new_name_padded_with_spaces_is_422_and_appends_nothing(client: TestCl
     inside = client.post("/v1/jobs", json={"job": "j 1", "account": "a", "cost": 1,
                                            "priority": 1})
     assert inside.status_code == 201 and inside.json()["job"] == "j 1"
+
+
+def test_live_job_writes_after_a_far_event_are_refused_like_grants(db_url: str,
+                                                                    clock: Clock) -> None:
+    # A far event that stands (written by a caller that allowed it) would carry every
+    # later live decision to its time: each write without a time says so instead.
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as first:
+        setup_account(first)
+        assert first.post("/v1/jobs", json={"job": "run", "account": "a", "cost": 1,
+                                            "priority": 1, "time": 5}).status_code == 201
+    Corrections(db_url, allow_far_times=True).consume("a", 1, at=1796083200000,
+                                                      event_id="u-ms")
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as client:
+        before = head(client)
+        for path, body in (("/v1/accounts", {"account": "b"}),
+                           ("/v1/jobs", {"job": "j1", "account": "a", "cost": 1,
+                                         "priority": 1}),
+                           ("/v1/jobs/start-next", {}),
+                           ("/v1/jobs/run/cancel", {}),
+                           ("/v1/accounts/a/grants", {"amount": 5})):
+            detail = problem(client.post(path, json=body), 422)["detail"]
+            assert "latest event time on the timeline, 1796083200000" in detail, path
+            assert f"(position {before})" in detail and "reverse that event" in detail
+        assert head(client) == before
+        # A time given explicitly is the caller's to choose.
+        assert client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                             "priority": 1, "time": 10}).status_code == 201
+    with TestClient(create_app(db_url, clock=clock, mount_web=False,
+                               allow_far_times=True)) as allowed:
+        late = allowed.post("/v1/jobs/run/cancel", json={})
+        assert late.status_code == 200, late.text

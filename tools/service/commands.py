@@ -61,8 +61,8 @@ class OpenAccount:
 
     def run(self, service: LedgerService) -> AnswerDict:
         outcome = jobs.open_account(service.session, self.account, max_running=self.max_running,
-                                    at=self.time, clock=service.clock,
-                                    event_id=self.key).outcome
+                                    at=self.time, clock=service.clock, event_id=self.key,
+                                    allow_far_times=service.allow_far_times).outcome
         return _recorded(outcome.event_id, outcome.position, account=self.account,
                          max_running=self.max_running)
 
@@ -145,7 +145,8 @@ class Submit:
     def run(self, service: LedgerService) -> AnswerDict:
         outcome = jobs.submit(service.session, self.job, self.account, self.cost,
                               self.priority, at=self.time, pool=self.pool, user=self.user,
-                              clock=service.clock, event_id=self.key).outcome
+                              clock=service.clock, event_id=self.key,
+                              allow_far_times=service.allow_far_times).outcome
         answer: AnswerDict = {"job": self.job, "accepted": outcome.ok,
                               "state": "pending" if outcome.ok else "rejected",
                               "id": outcome.event_id, "position": outcome.position}
@@ -168,7 +169,7 @@ class StartNext:
     def run(self, service: LedgerService) -> AnswerDict | None:
         session = service.session
         decision = jobs.start_next(session, at=self.time, clock=service.clock,
-                                   event_id=self.key)
+                                   event_id=self.key, allow_far_times=service.allow_far_times)
         job = jobs.started_job(session, decision)
         if job is None:
             if self.key is not None:
@@ -204,7 +205,8 @@ class Complete:
         session = service.session
         decision = jobs.complete(session, self.job, self.success,
                                  refund_fraction=self.refund_fraction, at=self.time,
-                                 clock=service.clock, event_id=self.key)
+                                 clock=service.clock, event_id=self.key,
+                                 allow_far_times=service.allow_far_times)
         job = session.ledger.jobs.get(self.job)
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
@@ -228,7 +230,8 @@ class Cancel:
 
     def run(self, service: LedgerService) -> AnswerDict:
         decision = jobs.cancel(service.session, self.job, at=self.time,
-                               clock=service.clock, event_id=self.key)
+                               clock=service.clock, event_id=self.key,
+                               allow_far_times=service.allow_far_times)
         if decision.outcomes and decision.outcome.ok:
             # What the cancel did, as it was told (a retry's too, once a late event made
             # the job's submit a rejection since: the job's state now says that).
