@@ -10,7 +10,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from eventstore import JournalLike, RecordedEvent
-from projections.creditbook import Batch, CreditBook, Expiry
+from projections.creditbook import Batch, BatchKey, CreditBook, Expiry
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
 from projections.projector import apply_recorded
@@ -79,10 +79,17 @@ def own_reversed(events: list[RecordedEvent]) -> frozenset[str]:
         if rec.type == "reverse" and isinstance(target := rec.payload.get("event"), str)})
 
 
+def _expiry_order(batch: Batch) -> tuple[int, BatchKey]:
+    """When it expired, then the order draws take batches in: a batch's own key leads
+    with the grant's priority, which decides what is used first, not when it lapses."""
+    assert batch.expiry is not None  # only a batch with an expiry expires
+    return batch.expiry, batch.key
+
+
 def expired_batches(book: CreditBook, at: int) -> list[Batch]:
     """Batches still in the book whose credits have expired by `at`, in expiry order."""
     found = [b for heap in book.heaps.values() for b in heap if b.is_expired_at(at) and b.amount]
-    return sorted(found, key=lambda b: b.key)
+    return sorted(found, key=_expiry_order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +145,7 @@ class AccountWalk:
             # release into an expired batch expires at once, see CreditBook._return).
             if batch.in_heap and batch.amount:
                 found.append(batch)
-        found.sort(key=lambda b: b.key)
+        found.sort(key=_expiry_order)
         for batch in found:
             if id(batch) not in self.announced:
                 self.announced[id(batch)] = batch

@@ -51,6 +51,9 @@ def _event(draw: st.DrawFn, n: int, owners: dict[str, str]) -> NewEvent:
         payload = {"account": account, "amount": draw(st.integers(1, 60))}
         if draw(st.booleans()):
             payload["expiry"] = time + draw(st.integers(1, 15))
+        if draw(st.booleans()):
+            # Priorities order what a draw takes, never when credits expire.
+            payload["priority"] = draw(st.sampled_from([0, 10, 50, 90]))
     elif kind == "consume":
         payload = {"account": account, "amount": draw(st.integers(1, 60))}
     elif kind == "submit":
@@ -261,3 +264,23 @@ def test_an_event_of_another_account_in_the_stream_means_a_whole_fold() -> None:
     assert account_events(journal, "a") is None
     assert [line.event_id for line in statement(journal, "a").lines] == ["g1"]
     assert account_events(journal, "b") is not None
+
+
+def test_expiries_are_listed_when_they_lapse_whatever_the_grants_priorities() -> None:
+    # The first grant is drawn first (priority 0) but lapses last: its expiry line
+    # comes after the other's, and a statement from between them opens at the balance
+    # there.
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("gA", "a", "grant", 0, {"account": "a", "amount": 50, "expiry": 100,
+                                         "priority": 0}),
+        NewEvent("gB", "a", "grant", 10, {"account": "a", "amount": 43, "expiry": 50}),
+        NewEvent("u1", "a", "consume", 200, {"account": "a", "amount": 5})])
+    whole = statement(journal, "a")
+    assert [(line.time, line.type, line.balance) for line in whole.lines] == [
+        (0, "grant", 50), (10, "grant", 93), (50, "expire", 50), (100, "expire", 0),
+        (200, "consume", -5)]
+    part = statement(journal, "a", from_time=60)
+    assert part.opening is not None and part.opening.balance == 50
+    assert balance(journal, "a", at=59).figures.balance == 50
+    assert part.subtotals.expired == 50  # the 43 that lapsed at 50 is before it
