@@ -40,7 +40,7 @@ from projections.events import (
     require_name,
     require_non_negative_int,
 )
-from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger
+from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger, cap_below_running
 from projections.outcomes import Outcome
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
@@ -140,10 +140,15 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
         if existing is not None and existing.declared:
             raise AccountExists(f"account {account_id!r} is already open; "
                                 "grant credits to it instead")
+        if existing is not None and max_running is not None and existing.running > max_running:
+            raise InvalidTransition(cap_below_running(account_id, existing.running,
+                                                      max_running))
         when = _event_time(draft, at, clock, allow_far_times)
         events = [draft.event(when, opened, account_id)]
         if balance:
             events.append(draft.event(when, CreditsGranted(account_id, balance), account_id))
+        # Placed before the latest event, it must also hold where it lands.
+        _try_in_past(session, draft.ledger, events, protect_recorded=False)
         return events
 
     return session.decide([account_id], build, event_id=event_id,

@@ -116,6 +116,12 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
     return add, carry
 
 
+def cap_below_running(account: str, running: int, cap: int) -> str:
+    """Why an `account` event may not set `cap` while `running` jobs run."""
+    return (f"account {account!r} runs {running} jobs, more than the cap of {cap} this "
+            f"would set: let them finish first, or set a cap of at least {running}")
+
+
 def _job(jobs: Mapping[str, JobState], job_id: str) -> JobState | None:
     """`jobs.get(job_id)`, through the mapping's own methods: the job index may be a dict
     that answers for another (`projections.accountfold.JobsAsOf`), whose lookups compiled
@@ -390,10 +396,17 @@ class Ledger:
     def _open(self, position: int, event_id: str, time: int, event: AccountOpened) -> Outcome:
         account = self._account(event.account)
         expired = self._touch(account, time)
+        cap = (event.max_running if self.policy is None
+               else self.policy.cap(event.account, event.max_running))
+        if cap is not None and account.running > cap:
+            # A cap is checked when a job starts; one set below the jobs already running
+            # would leave the account over it with nothing the rule could have refused.
+            return self._anomaly(position, event_id, event.type, time, event.account,
+                                 cap_below_running(event.account, account.running, cap),
+                                 expired=expired)
         account.opened = True
         account.declared = True
-        account.max_running = (event.max_running if self.policy is None
-                               else self.policy.cap(event.account, event.max_running))
+        account.max_running = cap
         account.share = event.share
         account.half_life = event.half_life
         account.refill_rate = event.refill_rate

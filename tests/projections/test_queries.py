@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 from eventstore import MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.errors import UnknownAccount, UnknownJob
+from projections.invariants import violations
+from projections.ledger import Ledger
+from projections.projector import apply_recorded
 from projections.queries import (
     audit,
     balance,
@@ -116,6 +119,17 @@ def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) ->
         assert all(line.time >= middle for line in part.lines)
         assert part.closing == st_.closing
         assert part.opening.balance + sum(line.change for line in part.lines) == running
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(journals())
+def test_every_state_on_the_timeline_keeps_the_invariants(journal: MemoryJournal) -> None:
+    # The generated journals hold what only files can: an account declared again with
+    # another cap, job events out of order, starts at the cap.
+    ledger = Ledger()
+    for rec in journal.read(order="canonical"):
+        apply_recorded(ledger, rec)
+        assert violations(ledger) == [], rec
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

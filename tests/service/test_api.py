@@ -806,3 +806,16 @@ def test_live_job_writes_after_a_far_event_are_refused_like_grants(db_url: str,
                                allow_far_times=True)) as allowed:
         late = allowed.post("/v1/jobs/run/cancel", json={})
         assert late.status_code == 200, late.text
+
+
+def test_opening_an_account_below_its_running_jobs_is_409(client: TestClient) -> None:
+    assert client.post("/v1/accounts/a/grants", json={"amount": 100, "time": 0}).status_code == 201
+    for job in ("j1", "j2"):
+        assert client.post("/v1/jobs", json={"job": job, "account": "a", "cost": 1,
+                                             "priority": 1}).status_code == 201
+        assert client.post("/v1/jobs/start-next", json={}).status_code == 200
+    before = head(client)
+    detail = problem(client.post("/v1/accounts", json={"account": "a", "max_running": 1}),
+                     409)["detail"]
+    assert "runs 2 jobs, more than the cap of 1" in detail
+    assert head(client) == before

@@ -212,8 +212,11 @@ def _void(model: Model, grant: str, time: int) -> None:
 def _credit_event(model: Model, account: Account, rec: Any) -> None:
     p, t, kind = rec.payload, rec.time, rec.type
     if kind == "account":
+        cap = p.get("max_running")
+        if cap is not None and account.running > cap:
+            return  # a cap below the jobs running: an anomaly, nothing changes
         account.opened = True
-        account.max_running = p.get("max_running")
+        account.max_running = cap
     elif kind == "grant" or (kind == "adjust" and p["amount"] > 0):
         # A credit adjustment is a grant without expiry.
         account.opened = True

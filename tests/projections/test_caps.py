@@ -1,0 +1,111 @@
+"""An account's cap on running jobs: checked when a job starts, and never set below the
+jobs already running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal, NewEvent
+from projections import Scheduler
+from projections.errors import InvalidTransition
+from projections.invariants import violations
+from projections.ledger import Ledger
+from projections.projector import apply_recorded
+from projections.replay import verify
+
+JOBS = [f"j{i}" for i in range(5)]
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("submit"), st.sampled_from(JOBS)),
+    st.tuples(st.just("start"), st.sampled_from(JOBS)),
+    st.tuples(st.just("complete"), st.sampled_from(JOBS)),
+    st.tuples(st.just("account"), st.none() | st.integers(1, 3))), max_size=40)
+
+
+def _payload(op: tuple[str, Any]) -> dict[str, Any]:
+    kind, arg = op
+    if kind == "submit":
+        return {"account": "a", "job": arg, "cost": 1, "priority": 0}
+    if kind == "account":
+        return {"account": "a"} if arg is None else {"account": "a", "max_running": arg}
+    if kind == "complete":
+        return {"job": arg, "success": True}
+    return {"job": arg}
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_running_jobs_never_exceed_the_cap_and_a_cap_below_them_changes_nothing(
+        ops: list[tuple[str, Any]]) -> None:
+    ledger = Ledger()
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1000})])
+    apply_recorded(ledger, next(iter(journal.read())))
+    cap: int | None = None  # the model: the last cap that took effect
+    for n, op in enumerate(ops, start=1):
+        running = ledger.accounts["a"].running
+        rec = journal.append([NewEvent(f"e{n}", "a", op[0], n, _payload(op))])[0]
+        outcome = apply_recorded(ledger, rec)
+        if op[0] == "account":
+            below = op[1] is not None and running > op[1]
+            assert outcome.anomaly == below, (op, running)
+            if not below:
+                cap = op[1]
+        assert ledger.accounts["a"].max_running == cap
+        assert violations(ledger) == [], op
+    assert verify(journal).ok
+
+
+def test_a_cap_below_the_running_jobs_is_an_anomaly_and_verify_passes() -> None:
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("acc1", "a", "account", 0, {"account": "a", "max_running": 2}),
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
+        NewEvent("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 10,
+                                          "priority": 1}),
+        NewEvent("s2", "a", "submit", 1, {"account": "a", "job": "j2", "cost": 10,
+                                          "priority": 1}),
+        NewEvent("st1", "a", "start", 2, {"job": "j1"}),
+        NewEvent("st2", "a", "start", 3, {"job": "j2"}),
+        NewEvent("acc2", "a", "account", 5, {"account": "a", "max_running": 1})])
+    result = verify(journal)
+    assert result.ok, result
+    scheduler = Scheduler(journal, clock=lambda: 6)
+    assert scheduler.accounts["a"].running == 2
+    # Once a job finished, the same cap is one the account can take.
+    scheduler.complete("j1", True)
+    journal.append([NewEvent("acc3", "a", "account", 7, {"account": "a", "max_running": 1})])
+    assert verify(journal).ok
+
+
+def test_a_late_start_before_a_lowered_cap_turns_the_cap_into_an_anomaly() -> None:
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
+        NewEvent("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 10,
+                                          "priority": 1}),
+        NewEvent("s2", "a", "submit", 1, {"account": "a", "job": "j2", "cost": 10,
+                                          "priority": 1}),
+        NewEvent("st1", "a", "start", 2, {"job": "j1"}),
+        NewEvent("acc", "a", "account", 5, {"account": "a", "max_running": 1})])
+    journal.append([NewEvent("st2", "a", "start", 3, {"job": "j2"})])  # late
+    assert verify(journal).ok
+    assert Scheduler(journal, clock=lambda: 6).accounts["a"].running == 2
+
+
+def test_opening_an_account_with_a_cap_below_its_running_jobs_is_refused() -> None:
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 1)
+    journal.append([NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100})])
+    for job in ("j1", "j2"):
+        scheduler.submit(job, "a", 10, 1)
+        assert scheduler.start_next() is not None
+    head = journal.head()
+    with pytest.raises(InvalidTransition, match="runs 2 jobs, more than the cap of 1"):
+        scheduler.open_account("a", max_running=1)
+    assert journal.head() == head
+    scheduler.open_account("a", max_running=2)
+    assert scheduler.accounts["a"].running == 2
