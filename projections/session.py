@@ -678,9 +678,15 @@ class LedgerSession:
         return self.projector.state_at(time).accounts.get(name)
 
     def known_position(self, as_known_at: int) -> int:
-        """Validate an as-known-at position: 0..head."""
+        """Validate an as-known-at position: 0..head (past the head is an error, as on
+        the command line: whoever asks about position 900 of a 300-event journal has the
+        wrong journal or a typo, and an answer as of the head would hide it)."""
         require_non_negative_int("as_known_at", as_known_at)
-        return min(as_known_at, self.journal.head())
+        head = self.journal.head()
+        if as_known_at > head:
+            raise ValueError(f"as_known_at {as_known_at} is past the journal's head {head}; "
+                             f"known positions are 0 to {head}")
+        return as_known_at
 
     def ledger_as_known(self, as_known_at: int, time: int | None) -> Ledger:
         """The ledger from only the events recorded at positions <= as_known_at (and with

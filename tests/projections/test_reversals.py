@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -121,6 +122,10 @@ def test_answers_as_known_before_the_reversal_still_show_the_event() -> None:
     assert tracker.get_balance(5) == 100
     assert tracker.get_balance(5, as_known_at=2) == 70
     assert tracker.get_balance(5, as_known_at=3) == 100
+    assert tracker.get_balance(5, as_known_at=0) == 0
+    # Past the head is a wrong journal or a typo, as on the command line: not the head.
+    with pytest.raises(ValueError, match="as_known_at 4 is past the journal's head 3"):
+        tracker.get_balance(5, as_known_at=4)
 
 
 def test_a_reversal_is_listed_in_the_revisions() -> None:
