@@ -15,7 +15,7 @@ from projections.errors import InvalidTransition
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.projector import apply_recorded
-from projections.replay import verify
+from projections.replay import fold_canonical, verify
 
 JOBS = [f"j{i}" for i in range(5)]
 OPS = st.lists(st.one_of(
@@ -59,41 +59,45 @@ def test_running_jobs_never_exceed_the_cap_and_a_cap_below_them_changes_nothing(
     assert verify(journal).ok
 
 
-def test_a_cap_below_the_running_jobs_is_an_anomaly_and_verify_passes() -> None:
+def _one_running(*then: NewEvent) -> MemoryJournal:
+    """Account `a` with credits, jobs j1 and j2 submitted and j1 running, then `then`."""
     journal = MemoryJournal()
     journal.append([
-        NewEvent("acc1", "a", "account", 0, {"account": "a", "max_running": 2}),
         NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
-        NewEvent("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 10,
-                                          "priority": 1}),
-        NewEvent("s2", "a", "submit", 1, {"account": "a", "job": "j2", "cost": 10,
-                                          "priority": 1}),
-        NewEvent("st1", "a", "start", 2, {"job": "j1"}),
-        NewEvent("st2", "a", "start", 3, {"job": "j2"}),
-        NewEvent("acc2", "a", "account", 5, {"account": "a", "max_running": 1})])
+        *(NewEvent(f"s{n}", "a", "submit", 1, {"account": "a", "job": f"j{n}", "cost": 10,
+                                               "priority": 1}) for n in (1, 2)),
+        NewEvent("st1", "a", "start", 2, {"job": "j1"}), *then])
+    return journal
+
+
+def _cap(name: str, time: int, cap: int) -> NewEvent:
+    return NewEvent(name, "a", "account", time, {"account": "a", "max_running": cap})
+
+
+def test_a_cap_below_the_running_jobs_is_an_anomaly_and_verify_passes() -> None:
+    journal = _one_running(NewEvent("st2", "a", "start", 3, {"job": "j2"}), _cap("acc", 5, 1))
     result = verify(journal)
     assert result.ok, result
+    ledger = fold_canonical(journal)
+    assert ledger.accounts["a"].max_running is None
+    assert [event_id for _, event_id, _ in ledger.anomalies] == ["acc"]
     scheduler = Scheduler(journal, clock=lambda: 6)
     assert scheduler.accounts["a"].running == 2
     # Once a job finished, the same cap is one the account can take.
     scheduler.complete("j1", True)
-    journal.append([NewEvent("acc3", "a", "account", 7, {"account": "a", "max_running": 1})])
+    journal.append([_cap("acc2", 7, 1)])
     assert verify(journal).ok
+    assert fold_canonical(journal).accounts["a"].max_running == 1
 
 
 def test_a_late_start_before_a_lowered_cap_turns_the_cap_into_an_anomaly() -> None:
-    journal = MemoryJournal()
-    journal.append([
-        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
-        NewEvent("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 10,
-                                          "priority": 1}),
-        NewEvent("s2", "a", "submit", 1, {"account": "a", "job": "j2", "cost": 10,
-                                          "priority": 1}),
-        NewEvent("st1", "a", "start", 2, {"job": "j1"}),
-        NewEvent("acc", "a", "account", 5, {"account": "a", "max_running": 1})])
+    journal = _one_running(_cap("acc", 5, 1))
+    assert fold_canonical(journal).accounts["a"].max_running == 1
     journal.append([NewEvent("st2", "a", "start", 3, {"job": "j2"})])  # late
     assert verify(journal).ok
-    assert Scheduler(journal, clock=lambda: 6).accounts["a"].running == 2
+    ledger = fold_canonical(journal)
+    assert (ledger.accounts["a"].running, ledger.accounts["a"].max_running) == (2, None)
+    assert [event_id for _, event_id, _ in ledger.anomalies] == ["acc"]
 
 
 def test_opening_an_account_with_a_cap_below_its_running_jobs_is_refused() -> None:
