@@ -17,8 +17,8 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Container, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import orjson
@@ -187,15 +187,18 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
             if cells and any(c.strip() for c in cells):
                 problems.append(f"line {number}: {len(cells)} cells, the header has {width}")
             continue
-        account = cells[at_account].strip()
-        job = cells[at_job].strip() if at_job is not None else ""
-        event_id = cells[at_id].strip() if at_id is not None else ""
+        # Names as written (names are exact: " pad" is another account than "pad");
+        # `reconcile` forgives a stray space only where the exact name is unknown.
+        account = cells[at_account]
+        job = cells[at_job] if at_job is not None else ""
+        event_id = cells[at_id] if at_id is not None else ""
         amount_text = cells[at_amount].strip()
         time_text = cells[at_time].strip() if at_time is not None else ""
-        if not (account or job or event_id or amount_text or time_text):
+        if not "".join((account, job, event_id, amount_text, time_text)).strip():
             continue  # a blank line
-        if not account:
+        if not account.strip():
             problems.append(f"line {number}: no account")
+        job, event_id = (job if job.strip() else ""), (event_id if event_id.strip() else "")
         if bool(job) == bool(event_id):
             problems.append(f"line {number}: give a job or an id (exactly one)")
         if not _AMOUNT.fullmatch(amount_text):
@@ -315,7 +318,6 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     times)."""
     position = recorded_position(journal, as_known_at)
     out = Reconciliation(source, position)
-    out.accounts = sorted({r.account for r in rows})
     times = [r.time for r in rows if r.time is not None]
     out.time_range = (min(times), max(times)) if times else None
     charges = LedgerCharges(journal, position)
@@ -323,8 +325,14 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     # event outside the range finds it by id, a job by the projection's job index.
     span = out.time_range or (None, None)
     jobs, events = charges.between(*span)
-    events.update(charges.events({r.event_id for r in rows if r.event_id is not None
-                                  and r.event_id not in events}))
+    named = {r.event_id for r in rows if r.event_id is not None}
+    events.update(charges.events((named | {i.strip() for i in named}) - events.keys()))
+    ledger = charges.ledger
+    rows = [replace(r, account=_as_known(r.account, ledger.accounts),
+                    job=None if r.job is None else _as_known(r.job, ledger.jobs),
+                    event_id=None if r.event_id is None else _as_known(r.event_id, events))
+            for r in rows]
+    out.accounts = sorted({r.account for r in rows})
     seen: set[tuple[str, str]] = set()
     job_charge, findings = charges.job, out.findings
     for row in rows:
@@ -364,6 +372,16 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
             None if c.kind == "job" else c.ref, None, c.amount, time=c.time,
             note=Note(c.kind, c.ref)))
     return out
+
+
+def _as_known(name: str, known: Container[str]) -> str:
+    """`name` as the file writes it when the ledger knows it; else without surrounding
+    spaces when the ledger knows that (a spreadsheet's or a hand-written file's stray
+    space); else as written, to be reported as not in the ledger."""
+    if name in known:
+        return name
+    trimmed = name.strip()
+    return trimmed if trimmed in known else name
 
 
 def _why_missing(ledger: Ledger, row: FileCharge) -> Note:

@@ -209,3 +209,31 @@ def test_a_file_amount_is_read_as_import_reads_a_csv_integer() -> None:
         with pytest.raises(ReconcileFileError) as caught:
             parse_charges(f"account,amount,id\na,{bad},c1\n", "f.csv")
         assert "line 2: amount" in str(caught.value), bad
+
+
+def test_names_in_the_file_are_exact_and_a_stray_space_is_forgiven_only_when_unknown(
+        ) -> None:
+    from projections.queries.reconcile import MATCHED, MISSING_FROM_LEDGER, parse_charges
+
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "pad", "grant", 1, {"account": "pad", "amount": 100}),
+        NewEvent("g2", " pad", "grant", 1, {"account": " pad", "amount": 100}),
+        NewEvent("u1", "pad", "consume", 2, {"account": "pad", "amount": 5}),
+        NewEvent(" u1", " pad", "consume", 2, {"account": " pad", "amount": 3}),
+        NewEvent("u2", "pad", "consume", 3, {"account": "pad", "amount": 7})])
+
+    def verdicts(text: str) -> list[tuple[str, str, str | None]]:
+        found = reconcile(journal, parse_charges(text, "f.csv")).findings
+        return [(f.status, f.account, f.event_id) for f in found]
+
+    # Both accounts and both ids exist: each row is compared with exactly what it names.
+    assert verdicts('account,id,amount\n" pad"," u1",3\npad,u1,5\n') == [
+        (MATCHED, " pad", " u1"), (MATCHED, "pad", "u1"),
+        ("missing_from_file", "pad", "u2")]
+    # "pad ," and " u2" name nothing as written; trimmed, they name what the ledger holds.
+    assert verdicts("account,id,amount\npad , u2,7\n") == [
+        (MATCHED, "pad", "u2"), ("missing_from_file", "pad", "u1")]
+    # A name the ledger knows in neither form stays as written, and is reported so.
+    assert verdicts('account,id,amount\n" pad"," u9",3\n')[0] == (
+        MISSING_FROM_LEDGER, " pad", " u9")
