@@ -12,6 +12,7 @@ import io
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -423,3 +424,27 @@ def test_pages_of_an_account_and_a_job_named_with_a_slash(tmp_path: Path) -> Non
         assert c.get("/accounts/team%2Falpha/ledger.csv").status_code == 200
         assert c.get("/accounts/team%2Falpha/timeline.json").status_code == 200
         assert c.get("/accounts/team%2Fbeta").status_code == 404
+
+
+@pytest.mark.parametrize("name", ["日本", "déjà-vu", "team/α"])
+def test_the_ledger_download_of_an_account_named_beyond_ascii(tmp_path: Path,
+                                                                name: str) -> None:
+    """An HTTP header is Latin-1: the name goes as RFC 6266's UTF-8 `filename*`, beside
+    an ASCII `filename`, and the CSV is the account's."""
+    url = _cli_journal(tmp_path, ("grant", name, "10", "--at", "0"))
+    with TestClient(app_for(url)) as c:
+        r = c.get(f"/accounts/{quote(name, safe='')}/ledger.csv")
+    assert r.status_code == 200, r.text
+    disposition = r.headers["content-disposition"]
+    assert disposition.isascii()
+    plain, extended = disposition.split("; filename*=UTF-8''")
+    assert plain.startswith('attachment; filename="') and "-ledger-1.csv" in plain
+    assert unquote(extended) == name.replace("/", "_") + "-ledger-1.csv"
+    assert "10" in r.text
+
+
+def test_a_plain_ascii_download_name_has_no_extended_form() -> None:
+    from tools.web.routes import attachment
+
+    assert attachment("acme-ledger-7.csv") == 'attachment; filename="acme-ledger-7.csv"'
+    assert attachment('a"b;c.csv') == 'attachment; filename="a_b_c.csv"'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -115,10 +116,20 @@ def account_csv(request: Request, account: str) -> Response:
         return problem(request, 404, "Unknown account", str(exc))
     except ValueError as exc:
         return problem(request, 422, "Bad filter", str(exc))
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in account)
     return Response(pages.ledger_csv(page), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition":
-                             f'attachment; filename="{safe}-ledger-{page.position}.csv"'})
+                             attachment(f"{account}-ledger-{page.position}.csv")})
+
+
+def attachment(name: str) -> str:
+    """A Content-Disposition for downloading `name`: letters, digits and `-_.` kept, the
+    rest `_`; an HTTP header is Latin-1, so a name beyond ASCII goes as RFC 6266's
+    `filename*` (UTF-8), beside an ASCII `filename` for older clients."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    plain = "".join(c if c.isascii() else "_" for c in safe)
+    if plain == safe:
+        return f'attachment; filename="{plain}"'
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(safe, safe='')}"
 
 
 @router.get("/accounts/{account:path}/timeline.json")
