@@ -346,7 +346,8 @@ class Director:
         return f"j{rng.randrange(max(1, self.step))}"
 
     def _delivery(self) -> Op:
-        """A file of usage and grants: new, delivered again, or grown by a few lines."""
+        """A file of usage, grants and now and then a new cap: new, delivered again, or
+        grown by a few lines."""
         rng = self.rng
         step = self._next_step()
         name = rng.choice(sorted(self.files)) if self.files and rng.random() < 0.5 else None
@@ -362,10 +363,15 @@ class Director:
                 if rng.random() < 0.7:
                     line = {"type": "consume", "account": self._account(),
                             "amount": rng.randint(1, 20), "time": time}
-                else:
+                elif rng.random() < 0.9:
                     line = {"type": "grant", "account": self._account(),
                             "amount": rng.randint(5, 60), "time": time,
                             "expiry": time + rng.choice((5, 15, 60))}
+                else:
+                    # An account declared again with another cap (only a file can): below
+                    # the jobs it runs where it lands, it is an anomaly.
+                    line = {"type": "account", "account": self._account(), "time": time,
+                            "max_running": rng.choice((1, 2, 3))}
                 if not self.content_ids or rng.random() < 0.5:
                     line["id"] = f"{name}:{len(lines) + 1}"
                 lines.append(line)
