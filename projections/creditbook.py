@@ -330,6 +330,18 @@ class CreditBook:
                 self._push(batch)
         return paid
 
+    def debt_payments(self, pool: str, amount: int) -> dict[str, int]:
+        """What `amount` new credits in `pool` would pay of each pool's debt, in the order
+        a grant pays it (nothing changes)."""
+        paid: dict[str, int] = {}
+        for debtor in self._debt_order(pool):
+            owed = self.debt.get(debtor, 0)
+            if owed and amount:
+                pay = min(owed, amount)
+                paid[debtor] = pay
+                amount -= pay
+        return paid
+
     def _debt_order(self, pool: str) -> list[str]:
         # A pool's credits pay that pool's debt; general credits pay general debt first,
         # then every pool's debt in pool-name order.

@@ -38,7 +38,8 @@ class Figures:
         pools = account.pool_balances_at(at) or {GENERAL: 0}
         balance = sum(pools.values())
         reserved = account.reserved
-        return cls(balance, reserved, balance - reserved, account.book.debt_total, pools)
+        return cls(balance, reserved, balance - reserved, sum(account.debt_at(at).values()),
+                   pools)
 
     @classmethod
     def by_pool(cls, account: AccountState | None, at: int) -> dict[str, Figures]:
@@ -48,7 +49,7 @@ class Figures:
         if account is None:
             return {GENERAL: cls(0, 0, 0, 0, {GENERAL: 0})}
         held = account.book.held_by_pool()
-        debt = account.book.debt
+        debt = account.debt_at(at)
         pools = account.pool_balances_at(at) or {GENERAL: 0}
         return {pool: cls(balance, held.get(pool, 0), balance - held.get(pool, 0),
                           debt.get(pool, 0), {pool: balance})

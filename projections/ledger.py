@@ -110,7 +110,10 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
     units = account.refill_rate * max(0, time - anchor) + account.refill_carry
     add, carry = divmod(units, 3600)
     in_bucket = account.refill_batch.amount if account.refill_batch is not None else 0
-    room = max(0, account.refill_cap - in_bucket)
+    # Accrued credits pay debt first, like a grant's; only what is left goes into the
+    # bucket, and only the bucket is bounded by the cap (so one long gap pays what many
+    # short ones would).
+    room = max(0, account.refill_cap - in_bucket) + account.book.debt_total
     if add >= room:
         return room, 0
     return add, carry
@@ -188,12 +191,31 @@ class AccountState:
         """Per pool, credits minus debt at `time` (>= this account's last event), counting
         what has expired and what the refill bucket has accrued by then."""
         balances = self.book.pool_balances_at(time)
-        if self.refill_rate is not None:
-            add, _ = refill_due(self, time)
-            if add:
-                # Accrued credits pay debt first or become credits: either way, + add.
-                balances[GENERAL] = balances.get(GENERAL, 0) + add
+        paid, credited = self.refill_settlement(time)
+        for pool, amount in paid.items():
+            balances[pool] = balances.get(pool, 0) + amount
+        if credited:
+            balances[GENERAL] = balances.get(GENERAL, 0) + credited
         return balances
+
+    def refill_settlement(self, time: int) -> tuple[dict[str, int], int]:
+        """What the refill accrued by `time` (>= this account's last event) will do when
+        an event brings the account there: (debt it pays, per pool; credits it adds to
+        the bucket). Nothing without a refill."""
+        if self.refill_rate is None:
+            return {}, 0
+        add, _ = refill_due(self, time)
+        if not add:
+            return {}, 0
+        # General credits, so they pay general debt first, then every pool's: a grant's way.
+        paid = self.book.debt_payments(GENERAL, add)
+        return paid, add - sum(paid.values())
+
+    def debt_at(self, time: int) -> dict[str, int]:
+        """Debt per pool at `time` (>= this account's last event), after what the refill
+        accrued by then pays."""
+        paid, _ = self.refill_settlement(time)
+        return {pool: owed - paid.get(pool, 0) for pool, owed in self.book.debt.items()}
 
     def decayed_usage(self, time: int) -> float:
         """Usage charged so far, decayed to `time` (for explanations)."""
@@ -411,8 +433,11 @@ class Ledger:
         account.half_life = event.half_life
         account.refill_rate = event.refill_rate
         account.refill_cap = event.refill_cap
-        if event.refill_rate is not None and account.refill_anchor is None:
-            account.refill_anchor = time
+        # `_touch` accrued what was due under the old settings up to `time`: from here
+        # on the new ones accrue (nothing for the time the refill was off).
+        account.refill_anchor = time if event.refill_rate is not None else None
+        if event.refill_rate is None:
+            account.refill_carry = 0
         self.queue.register(account, self.accounts, self.jobs, force=True)
         return outcome(position, event_id, event.type, time, event.account, expired=expired)
 

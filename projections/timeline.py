@@ -20,7 +20,7 @@ from typing import ClassVar
 from eventstore import RecordedEvent
 from projections.creditbook import Hold
 from projections.events import GENERAL
-from projections.ledger import AccountState, Ledger, refill_due
+from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
 from projections.reversals import reversed_ids
 
@@ -54,7 +54,8 @@ def point_of(state: AccountState, time: int, position: int | None) -> TimelinePo
     """The account's figures at `time` (no earlier than its last event): what a point of
     its timeline says, straight from `AccountState.pool_balances_at`."""
     pools = state.pool_balances_at(time) or {GENERAL: 0}
-    return TimelinePoint(time, position, pools, state.book.held, state.book.debt_total)
+    return TimelinePoint(time, position, pools, state.book.held,
+                         sum(state.debt_at(time).values()))
 
 
 def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
@@ -111,12 +112,15 @@ class TimelineBuilder:
             pools[pool] += amount
         for pool, amount in debt.items():
             pools[pool] -= amount
+        owed = sum(debt.values())
         if state.refill_rate is not None:
-            add, _ = refill_due(state, time)
-            if add:
-                pools[GENERAL] = pools.get(GENERAL, 0) + add
-        return TimelinePoint(time, position, pools or {GENERAL: 0}, book.held,
-                             sum(debt.values()))
+            paid, credited = state.refill_settlement(time)
+            for pool, amount in paid.items():
+                pools[pool] += amount
+                owed -= amount
+            if credited:
+                pools[GENERAL] = pools.get(GENERAL, 0) + credited
+        return TimelinePoint(time, position, pools or {GENERAL: 0}, book.held, owed)
 
     def before(self, time: int, state: AccountState | None, *,
                inclusive: bool = False) -> None:

@@ -1,0 +1,57 @@
+"""A refill is the same however often events touch the account: one long gap pays what
+many short ones would, and an answer between events is what an event there would make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal, NewEvent
+from projections.figures import Figures
+from projections.replay import fold_canonical
+
+
+def _account(name: str, time: int, rate: int | None, cap: int | None) -> NewEvent:
+    payload: dict[str, Any] = {"account": "a"}
+    if rate is not None:
+        payload.update(refill_rate=rate, refill_cap=cap)
+    return NewEvent(name, "a", "account", time, payload)
+
+
+def _figures(events: list[NewEvent], at: int) -> tuple[int, int, dict[str, int]]:
+    journal = MemoryJournal()
+    journal.append(events)
+    figures = Figures.of(fold_canonical(journal).accounts["a"], at)
+    return figures.balance, figures.debt, {p: v for p, v in figures.pools.items() if v}
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.integers(1, 7200), cap=st.integers(1, 50),
+       debts=st.lists(st.tuples(st.sampled_from([None, "a100", "h100"]),
+                                st.integers(1, 120)), min_size=1, max_size=3),
+       touches=st.lists(st.integers(11, 400_000), max_size=6, unique=True),
+       at=st.integers(11, 400_000))
+def test_touching_the_account_changes_no_figure(rate: int, cap: int,
+                                                debts: list[tuple[str | None, int]],
+                                                touches: list[int], at: int) -> None:
+    opening = [_account("open", 0, rate, cap)]
+    for n, (pool, amount) in enumerate(debts):
+        payload: dict[str, Any] = {"account": "a", "amount": amount}
+        if pool is not None:
+            payload["pool"] = pool
+        opening.append(NewEvent(f"u{n}", "a", "consume", 10, payload))
+    # The same declaration again: it changes nothing but brings the account to its time.
+    touched = [*opening, *(_account(f"t{t}", t, rate, cap) for t in sorted(touches) if t <= at)]
+    assert _figures(touched, at) == _figures(opening, at)
+    # Asked between events, the figures are those an event at that time would leave.
+    assert _figures(opening, at) == _figures([*opening, _account("now", at, rate, cap)], at)
+
+
+def test_no_refill_accrues_while_it_is_off() -> None:
+    # One credit an hour: on for the first hour, off for nine, on again.
+    events = [_account("on", 0, 1, 100), _account("off", 3600, None, None),
+              _account("again", 36_000, 1, 100)]
+    assert _figures(events, 36_000)[0] == 1  # the first hour only
+    assert _figures(events, 39_600)[0] == 2
