@@ -158,6 +158,8 @@ class LineageBuilder:
         p = rec.payload
         for e in (*step.expired, *step.on_release):
             grant(e.grant_id, e.pool).expired += e.amount
+        if step.refill_paid_debt:
+            grant(_refill_id(self.walk.account), GENERAL).paid_debt += step.refill_paid_debt
         if rec.id in ledger.excluded:
             return  # reversed: as if it had never happened
         if rec.type == "void":  # what the void stopped counts as expired, marked voided
@@ -204,6 +206,13 @@ class LineageBuilder:
             grant(e.grant_id, e.pool).expired += e.amount
         state = walk.state
         if state is not None:
+            # What the refill accrued since the last event, as an event at `at` would
+            # settle it (the figures count it too).
+            paid, credited = state.refill_settlement(at)
+            if paid or credited:
+                refill = grant(_refill_id(walk.account), GENERAL)
+                refill.paid_debt += sum(paid.values())
+                refill.remaining += credited
             book = state.book
             for batch in (b for heap in book.heaps.values() for b in heap):
                 if not batch.is_expired_at(at):
@@ -213,13 +222,18 @@ class LineageBuilder:
                     grant(batch.grant_id, batch.pool).held.append((job_id, amount))
             for lineage in self.grants.values():
                 if lineage.position is None:  # a refill batch: its amount is what it accounts for
-                    lineage.amount = (lineage.used + lineage.expired + lineage.remaining
-                                      + sum(a for _, a in lineage.held))
-        debt = dict(sorted(state.book.debt.items())) if state is not None else {}
+                    lineage.amount = (lineage.paid_debt + lineage.used + lineage.expired
+                                      + lineage.remaining + sum(a for _, a in lineage.held))
+        debt = dict(sorted(state.debt_at(at).items())) if state is not None else {}
         ordered = sorted(self.grants.values(),
                          key=lambda g: (g.time, g.position or 0, g.grant_id))
         return AccountExplanation(walk.account, at, Figures.of(state, at), ordered,
                                   self.spends, self.rejections, self.anomalies, debt)
+
+
+def _refill_id(account: str) -> str:
+    """The id the fold gives an account's refill batch (`Ledger._refill`)."""
+    return f"refill:{account}"
 
 
 def explain_account(journal: JournalLike, account: str, *,

@@ -104,6 +104,7 @@ class Step:
     # A grant's own credits, voided on the timeline before the grant takes effect: none
     # of them ever counts (a void timed before its grant).
     voided_on_arrival: list[Expiry] = field(default_factory=list)
+    refill_paid_debt: int = 0  # of `refill`, what paid debt (it pays debt first)
 
 
 class AccountWalk:
@@ -168,6 +169,7 @@ class AccountWalk:
         state = self.state
         in_heap = [(b, b.amount) for b in self.announced.values() if b.in_heap]
         granted = state.book.totals.granted if state is not None else 0
+        owed = state.book.debt_total if state is not None else 0
         outcome = apply_recorded(ledger, rec)
         # What advance() evicted now is at the head of outcome.expired; the rest expired
         # when a settlement released credits into a batch already expired.
@@ -198,7 +200,10 @@ class AccountWalk:
             added = rec.payload.get("amount", 0) if credits and not outcome.anomaly \
                 and rec.id not in ledger.excluded else 0
             refill = state.book.totals.granted - granted - int(added)
-        return Step(rec, outcome, expired, refill, on_release, on_arrival)
+        # A refill is added as the event touches the account, before the event's own
+        # change, and pays debt first: of every pool (general credits).
+        return Step(rec, outcome, expired, refill, on_release, on_arrival,
+                    refill_paid_debt=min(refill, owed))
 
     def _learn_batches(self, state: AccountState) -> None:
         """Index the batches the last event created. A new batch is pushed onto its pool's

@@ -55,3 +55,34 @@ def test_no_refill_accrues_while_it_is_off() -> None:
               _account("again", 36_000, 1, 100)]
     assert _figures(events, 36_000)[0] == 1  # the first hour only
     assert _figures(events, 39_600)[0] == 2
+
+
+def test_explain_names_the_refill_as_what_paid_a_debt() -> None:
+    # 60 credits an hour, cap 10: the first ten minutes' 10 pay the debt of 4 and leave 6.
+    events = [_account("open", 0, 60, 10),
+              NewEvent("u0", "a", "consume", 0, {"account": "a", "amount": 4}),
+              NewEvent("g", "a", "grant", 600, {"account": "a", "amount": 3, "expiry": 5000}),
+              NewEvent("u1", "a", "consume", 1200, {"account": "a", "amount": 6})]
+    journal = MemoryJournal()
+    journal.append(events)
+    for at in (1200, 1500):  # at the last event, and between events (5 more accrued)
+        explained = explain_account_at(journal, at)
+        refill = next(g for g in explained.grants if g.grant_id == "refill:a")
+        assert refill.debt_paid == 4
+        assert refill.used == 3 and refill.remaining == _figures(events, at)[0]
+        assert refill.amount == refill.debt_paid + refill.used + refill.remaining
+        assert sum(explained.debt.values()) == 0
+
+
+def explain_account_at(journal: MemoryJournal, at: int) -> Any:
+    """`explain_account`, asked at `at` rather than the latest event time."""
+    from projections.queries.explain import LineageBuilder
+    from projections.queries.walk import AccountWalk
+
+    walk = AccountWalk("a")
+    builder = LineageBuilder(walk)
+    for rec in journal.read(order="canonical"):
+        step = walk.apply(rec)
+        if step is not None:
+            builder.take(step)
+    return builder.finish(at)
