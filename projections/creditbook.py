@@ -350,18 +350,17 @@ class CreditBook:
         return [GENERAL, *sorted(p for p in self.debt if p != GENERAL)]
 
     def _pay_debt(self, pool: str, amount: int) -> tuple[tuple[str, int], ...]:
-        paid: list[tuple[str, int]] = []
-        for debtor in self._debt_order(pool):
-            owed = self.debt.get(debtor, 0)
-            if owed and amount:
-                pay = min(owed, amount)
-                self.debt[debtor] = owed - pay
-                if self.debt[debtor] == 0:
-                    del self.debt[debtor]
-                amount -= pay
-                self.totals.debt_paid += pay
-                paid.append((debtor, pay))
-        return tuple(paid)
+        if not self.debt:
+            return ()
+        paid = self.debt_payments(pool, amount)
+        for debtor, pay in paid.items():
+            left = self.debt[debtor] - pay
+            if left:
+                self.debt[debtor] = left
+            else:
+                del self.debt[debtor]
+            self.totals.debt_paid += pay
+        return tuple(paid.items())
 
     def _push(self, batch: Batch) -> None:
         batch.in_heap = True

@@ -38,8 +38,7 @@ class Figures:
         pools = account.pool_balances_at(at) or {GENERAL: 0}
         balance = sum(pools.values())
         reserved = account.reserved
-        return cls(balance, reserved, balance - reserved, sum(account.debt_at(at).values()),
-                   pools)
+        return cls(balance, reserved, balance - reserved, account.debt_total_at(at), pools)
 
     @classmethod
     def by_pool(cls, account: AccountState | None, at: int) -> dict[str, Figures]:

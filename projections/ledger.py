@@ -119,6 +119,11 @@ def refill_due(account: AccountState, time: int) -> tuple[int, int]:
     return add, carry
 
 
+def refill_batch_id(account: str) -> str:
+    """The grant id of an account's refill batch (it has no grant event of its own)."""
+    return f"refill:{account}"
+
+
 def cap_below_running(account: str, running: int, cap: int) -> str:
     """Why an `account` event may not set `cap` while `running` jobs run."""
     return (f"account {account!r} runs {running} jobs, more than the cap of {cap} this "
@@ -210,6 +215,13 @@ class AccountState:
         # General credits, so they pay general debt first, then every pool's: a grant's way.
         paid = self.book.debt_payments(GENERAL, add)
         return paid, add - sum(paid.values())
+
+    def debt_total_at(self, time: int) -> int:
+        """All the debt at `time` (>= this account's last event), after what the refill
+        accrued by then pays."""
+        if self.refill_rate is None:
+            return self.book.debt_total
+        return sum(self.debt_at(time).values())
 
     def debt_at(self, time: int) -> dict[str, int]:
         """Debt per pool at `time` (>= this account's last event), after what the refill
@@ -683,7 +695,7 @@ class Ledger:
         if add:
             batch = account.refill_batch
             if batch is None:
-                _paid, batch = account.book.grant(f"refill:{account.name}", add, None, GENERAL,
+                _paid, batch = account.book.grant(refill_batch_id(account.name), add, None, GENERAL,
                                                  (time, 0))
                 account.refill_batch = batch
             else:

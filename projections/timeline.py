@@ -54,8 +54,7 @@ def point_of(state: AccountState, time: int, position: int | None) -> TimelinePo
     """The account's figures at `time` (no earlier than its last event): what a point of
     its timeline says, straight from `AccountState.pool_balances_at`."""
     pools = state.pool_balances_at(time) or {GENERAL: 0}
-    return TimelinePoint(time, position, pools, state.book.held,
-                         sum(state.debt_at(time).values()))
+    return TimelinePoint(time, position, pools, state.book.held, state.debt_total_at(time))
 
 
 def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:

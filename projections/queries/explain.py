@@ -15,7 +15,7 @@ from projections.creditbook import Expiry, Lineage
 from projections.errors import UnknownJob
 from projections.events import GENERAL, TIMELINE_START
 from projections.figures import Figures
-from projections.ledger import PENDING, RUNNING, Ledger
+from projections.ledger import PENDING, RUNNING, Ledger, refill_batch_id
 from projections.outcomes import Outcome
 from projections.projector import apply_recorded
 from projections.queries.common import (
@@ -159,7 +159,7 @@ class LineageBuilder:
         for e in (*step.expired, *step.on_release):
             grant(e.grant_id, e.pool).expired += e.amount
         if step.refill_paid_debt:
-            grant(_refill_id(self.walk.account), GENERAL).paid_debt += step.refill_paid_debt
+            grant(refill_batch_id(self.walk.account), GENERAL).paid_debt += step.refill_paid_debt
         if rec.id in ledger.excluded:
             return  # reversed: as if it had never happened
         if rec.type == "void":  # what the void stopped counts as expired, marked voided
@@ -210,7 +210,7 @@ class LineageBuilder:
             # settle it (the figures count it too).
             paid, credited = state.refill_settlement(at)
             if paid or credited:
-                refill = grant(_refill_id(walk.account), GENERAL)
+                refill = grant(refill_batch_id(walk.account), GENERAL)
                 refill.paid_debt += sum(paid.values())
                 refill.remaining += credited
             book = state.book
@@ -229,11 +229,6 @@ class LineageBuilder:
                          key=lambda g: (g.time, g.position or 0, g.grant_id))
         return AccountExplanation(walk.account, at, Figures.of(state, at), ordered,
                                   self.spends, self.rejections, self.anomalies, debt)
-
-
-def _refill_id(account: str) -> str:
-    """The id the fold gives an account's refill batch (`Ledger._refill`)."""
-    return f"refill:{account}"
 
 
 def explain_account(journal: JournalLike, account: str, *,
