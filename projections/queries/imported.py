@@ -12,7 +12,8 @@ from projections.replay import Progress, replay
 class ImportEffects:
     """Of the events recorded after `after` (one import): how many landed before events
     already recorded (late), which reported outcomes they changed (revisions), and which
-    of them the fold keeps without effect (anomalies: time, event id, why)."""
+    events the fold now keeps without effect because of them (anomalies: time, event id,
+    why): new events, and earlier ones a late event among them turned into an anomaly."""
 
     appended: int
     late: int
@@ -36,11 +37,13 @@ def import_effects(journal: JournalLike, *, after: int, latest_before: int | Non
     if not appended:
         return ImportEffects(0, 0, 0)
     report = replay(journal, to_position=last, progress=progress)
-    revisions = sum(1 for r in report.revisions if r.late_position > after)
+    ours = [r for r in report.revisions if r.late_position > after]
+    revised = {r.event_id for r in ours}
     # The new events among those with an anomaly: read the new ones again, keeping only
-    # the ids that have one (few).
+    # the ids that have one (few). An earlier event is the import's doing when one of
+    # its late events revised it.
     flagged = {a[1] for a in report.anomalies}
     new = {rec.id for rec in journal.read(after_position=after, to_position=last,
                                           order="position") if rec.id in flagged}
-    anomalies = [a for a in report.anomalies if a[1] in new]
-    return ImportEffects(appended, late, revisions, anomalies)
+    anomalies = [a for a in report.anomalies if a[1] in new or a[1] in revised]
+    return ImportEffects(appended, late, len(ours), anomalies)

@@ -191,6 +191,25 @@ def test_import_effects_count_only_the_new_events() -> None:
         "cancel of unknown job 'ghost'"]
 
 
+def test_import_effects_name_an_earlier_event_a_late_one_made_an_anomaly() -> None:
+    from projections.queries import import_effects
+
+    journal = MemoryJournal()
+    import_file(journal, _jsonl([
+        {"type": "account", "account": "a", "max_running": 1},
+        {"type": "grant", "account": "a", "amount": 100, "time": 0},
+        {"type": "submit", "account": "a", "job": "j1", "cost": 5, "priority": 1, "time": 1},
+        {"type": "submit", "account": "a", "job": "j2", "cost": 5, "priority": 1, "time": 2},
+        {"type": "start", "job": "j2", "time": 5, "id": "start-j2"},
+    ]), "old")
+    head, latest = journal.head(), journal.max_time()
+    import_file(journal, _jsonl([{"type": "start", "job": "j1", "time": 3}]), "new")
+    effects = import_effects(journal, after=head, latest_before=latest)
+    assert (effects.appended, effects.late, effects.revisions) == (1, 1, 1)
+    assert [(time, event_id) for time, event_id, _ in effects.anomalies] == [
+        (5, "start-j2")]
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 100])
 def test_one_id_for_two_users_is_named_as_another_event_however_imported(
         monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
