@@ -327,6 +327,13 @@ class AuditSource:
                                             recent_outcomes=REPLAY_REMEMBERS,
                                             remember_once_late=True)
             projector = self._projector
-            projector.catch_up(self.journal.read(after_position=projector.position,
-                                                 order="position"))
+            position = projector.position
+            # Events appended together are one step of knowledge, as `replay` and the
+            # service's revisions take them: an import's late events revise only what
+            # was known before the import, never each other.
+            recorded = getattr(self.journal, "batches", None)
+            batches = {} if recorded is None else {
+                b.first: b.last for b in recorded(after_position=position)}
+            projector.catch_up(self.journal.read(after_position=position, order="position"),
+                               batches=batches)
             return list(projector.revisions)
