@@ -417,6 +417,11 @@ def test_every_page_forbids_framing_caching_and_scripts_from_elsewhere(
         page = client.get(path)
         for name, value in PAGE_HEADERS.items():
             assert page.headers[name] == value, (path, name)
+    for path in (f"/accounts/{ACCOUNT}/ledger.csv", f"/accounts/{ACCOUNT}/timeline.json",
+                 "/accounts/no-such-account/timeline.json"):
+        download = client.get(path)
+        assert download.headers["Cache-Control"] == "no-store", path
+        assert download.headers["X-Content-Type-Options"] == "nosniff", path
     assert "frame-ancestors 'none'" in PAGE_HEADERS["Content-Security-Policy"]
 
 
@@ -431,6 +436,35 @@ def test_pages_of_an_account_and_a_job_named_with_a_slash(tmp_path: Path) -> Non
         assert c.get("/accounts/team%2Falpha/ledger.csv").status_code == 200
         assert c.get("/accounts/team%2Falpha/timeline.json").status_code == 200
         assert c.get("/accounts/team%2Fbeta").status_code == 404
+
+
+def test_an_account_named_like_a_download_has_its_own_page(tmp_path: Path) -> None:
+    """`acme/ledger.csv` linked as /accounts/acme%2Fledger.csv is that account's page, not
+    acme's CSV; its own CSV and chart are under its quoted name."""
+    url = _cli_journal(tmp_path, ("grant", "acme", "5", "--at", "0"),
+                       ("grant", "acme/ledger.csv", "7", "--at", "0"),
+                       ("grant", "team/timeline.json", "9", "--at", "0"))
+    with TestClient(app_for(url)) as c:
+        for name in ("acme/ledger.csv", "team/timeline.json"):
+            quoted = quote(name, safe="")
+            page = c.get(f"/accounts/{quoted}")
+            assert page.status_code == 200 and f"Account {name}" in page.text, name
+            assert c.get(f"/accounts/{quoted}/timeline.json").json()["account"] == name
+            assert c.get(f"/accounts/{quoted}/ledger.csv").headers[
+                "content-type"].startswith("text/csv")
+        acme_csv = c.get("/accounts/acme/ledger.csv")
+        assert acme_csv.headers["content-type"].startswith("text/csv") and "5" in acme_csv.text
+
+
+def test_the_chart_of_an_account_opened_without_a_time(tmp_path: Path) -> None:
+    """An `account` event without time is at the start of the timeline: its point's time
+    is null, as in every JSON answer, never the internal placeholder."""
+    lines = tmp_path / "opened.jsonl"
+    lines.write_text('{"type": "account", "account": "a", "max_running": 2}\n')
+    url = _cli_journal(tmp_path, ("import", str(lines)), ("grant", "a", "10", "--at", "100"))
+    with TestClient(app_for(url)) as c:
+        points = c.get("/accounts/a/timeline.json").json()["points"]
+    assert [p["time"] for p in points] == [None, 100]
 
 
 @pytest.mark.parametrize("name", ["日本", "déjà-vu", "team/α"])

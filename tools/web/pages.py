@@ -26,6 +26,7 @@ from projections.queries import (
     RevisionRow,
     Statement,
     StatementLine,
+    json_time,
     known_position,
     latest_time,
     revision_rows,
@@ -401,8 +402,11 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
                                    until=until)
             grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
                            "steps": [[s.time, s.remaining] for s in steps]})
-        return {"account": account, "as_known_at": position, "to": until, "pools": pools,
-                "points": [wording.to_dict(p) for p in points], "grants": grants}
+        # An event without time (an `account` line) is at the start of the timeline:
+        # null, as every JSON answer gives it, never its internal placeholder.
+        return {"account": account, "as_known_at": position, "to": json_time(until),
+                "pools": pools, "grants": grants,
+                "points": [{**wording.to_dict(p), "time": json_time(p.time)} for p in points]}
 
     return source.cached(("timeline", account, position), build)
 

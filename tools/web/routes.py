@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -77,6 +77,10 @@ PAGE_HEADERS = {
 }
 """The headers of every page of the audit view."""
 
+DOWNLOAD_HEADERS = {name: PAGE_HEADERS[name]
+                    for name in ("X-Content-Type-Options", "Cache-Control", "Referrer-Policy")}
+"""The headers of the view's CSV and JSON: a ledger download is as confidential as its page."""
+
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     """The page `template` with `context`, plus what every page uses."""
@@ -106,9 +110,21 @@ def summary_page(request: Request) -> HTMLResponse:
     return render(request, "summary.html", title="Accounts", params=params, **context)
 
 
-@router.get("/accounts/{account:path}/ledger.csv")
+def _suffix_is_a_route(request: Request, suffix: str) -> bool:
+    """Whether the path's last segment, after a "/" as sent, is `suffix`: the name of an
+    account linked as `/accounts/acme%2Fledger.csv` (its "/" quoted) is read decoded by
+    the router, as if it were acme's CSV; the path as sent tells them apart."""
+    raw = request.scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return True
+    return unquote(raw.rpartition(b"/")[2].decode("latin-1")) == suffix
+
+
+@router.get("/accounts/{account:path}/ledger.csv", response_model=None)
 def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
+    if not _suffix_is_a_route(request, "ledger.csv"):
+        return account_page(request, f"{account}/ledger.csv")
     params = _params(request)
     try:
         page = pages.account_page(source_of(request), account, params, paged=False)
@@ -117,7 +133,7 @@ def account_csv(request: Request, account: str) -> Response:
     except ValueError as exc:
         return problem(request, 422, "Bad filter", str(exc))
     return Response(pages.ledger_csv(page), media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition":
+                    headers={**DOWNLOAD_HEADERS, "Content-Disposition":
                              attachment(f"{account}-ledger-{page.position}.csv")})
 
 
@@ -132,9 +148,11 @@ def attachment(name: str) -> str:
     return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(safe, safe='')}"
 
 
-@router.get("/accounts/{account:path}/timeline.json")
-def account_timeline(request: Request, account: str) -> JSONResponse:
+@router.get("/accounts/{account:path}/timeline.json", response_model=None)
+def account_timeline(request: Request, account: str) -> Response:
     """The chart's JSON: the account's figures over time and each grant's burn-down."""
+    if not _suffix_is_a_route(request, "timeline.json"):
+        return account_page(request, f"{account}/timeline.json")
     source = source_of(request)
     try:
         position = pages.parse_known_at(source.journal, request.query_params.get("as_known_at"))
@@ -143,7 +161,7 @@ def account_timeline(request: Request, account: str) -> JSONResponse:
         return _json_problem(404, "Unknown account", str(exc))
     except ValueError as exc:
         return _json_problem(422, "Bad parameter", str(exc))
-    return JSONResponse(data)
+    return JSONResponse(data, headers=DOWNLOAD_HEADERS)
 
 
 # After the account's CSV and JSON: a name may hold "/" (the path converter takes it),
@@ -165,7 +183,7 @@ def account_page(request: Request, account: str) -> HTMLResponse:
 def _json_problem(status: int, title: str, detail: str) -> JSONResponse:
     return JSONResponse({"type": "about:blank", "title": title, "status": status,
                          "detail": detail}, status_code=status,
-                        media_type="application/problem+json")
+                        media_type="application/problem+json", headers=DOWNLOAD_HEADERS)
 
 
 @router.get("/jobs/{job:path}", response_class=HTMLResponse)

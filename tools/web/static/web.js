@@ -33,6 +33,7 @@
                   fill: "rgba(179,38,30,0.08)", value: function (u, v) { return fmt(v); } });
     var xs = [], cols = series.slice(1).map(function () { return []; });
     data.points.forEach(function (p) {
+      if (p.time == null) { return; }  // the start of the timeline: no place on a time axis
       xs.push(p.time);
       data.pools.forEach(function (pool, i) { cols[i].push(p.pools[pool] || 0); });
       var n = data.pools.length;
