@@ -384,10 +384,7 @@ def statement_csv(st: Statement, out: TextIO) -> None:
 
 
 def _statement_detail(line: StatementLine) -> str:
-    """What a statement line did, in words, and the event's memo after it: the contract
-    shows memos in statements (a purchase order, the run a usage report is for)."""
-    words = wording.text(line.effect)
-    return f"{words}; memo: {line.memo}" if line.memo else words
+    return wording.line_detail(line.effect, line.memo)
 
 
 # -- explain --------------------------------------------------------------------------------

@@ -135,6 +135,13 @@ def effect_text(effect: Effect) -> str:
     return effect.kind if say is None else say(effect)
 
 
+def line_detail(effect: Effect, memo: str | None) -> str:
+    """A statement line's detail: what it did, in words, then the event's memo (the
+    contract shows memos in statements: a purchase order, the run a usage report is for)."""
+    words = effect_text(effect)
+    return f"{words}; memo: {memo}" if memo else words
+
+
 def waiting_text(w: Waiting) -> str:
     """Why a pending job has not started (or that a running one holds its cost)."""
     if w.code == BLOCKED:

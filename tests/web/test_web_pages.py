@@ -456,6 +456,21 @@ def test_an_account_named_like_a_download_has_its_own_page(tmp_path: Path) -> No
         assert acme_csv.headers["content-type"].startswith("text/csv") and "5" in acme_csv.text
 
 
+def test_memos_are_on_the_ledger_its_csv_and_the_event_page(tmp_path: Path) -> None:
+    """As in `statement`: each line's detail is followed by its event's memo."""
+    url = _cli_journal(tmp_path, ("grant", "a", "100", "--at", "0", "--memo", "PO 4411"),
+                       ("consume", "a", "30", "--at", "5", "--memo", "run 17, <alice>"))
+    with TestClient(app_for(url)) as c:
+        page = c.get("/accounts/a").text
+        ledger = c.get("/accounts/a/ledger.csv").text
+        event = c.get("/events/2").text
+    assert "memo: run 17, &lt;alice&gt;" in page and "memo: PO 4411" in page
+    rows = list(csv.DictReader(io.StringIO(ledger)))
+    assert [row["detail"].rpartition("; memo: ")[2] for row in rows] == [
+        "PO 4411", "run 17, <alice>"]
+    assert "run 17, &lt;alice&gt;" in event
+
+
 def test_the_chart_of_an_account_opened_without_a_time(tmp_path: Path) -> None:
     """An `account` event without time is at the start of the timeline: its point's time
     is null, as in every JSON answer, never the internal placeholder."""

@@ -379,7 +379,8 @@ def ledger_csv(page: AccountPage) -> str:
     for line in page.lines:
         writer.writerow([format_time(line.time), line.position or "", line.event_id or "",
                          line.type, line.pool or "", line.job or "", line.change,
-                         line.balance, line.reserved, line.status, wording.text(line.effect)])
+                         line.balance, line.reserved, line.status,
+                         wording.line_detail(line.effect, line.memo)])
     return out.getvalue()
 
 
@@ -405,8 +406,9 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
         # An event without time (an `account` line) is at the start of the timeline:
         # null, as every JSON answer gives it, never its internal placeholder.
         return {"account": account, "as_known_at": position, "to": json_time(until),
-                "pools": pools, "grants": grants,
-                "points": [{**wording.to_dict(p), "time": json_time(p.time)} for p in points]}
+                "pools": pools,
+                "points": [{**wording.to_dict(p), "time": json_time(p.time)} for p in points],
+                "grants": grants}
 
     return source.cached(("timeline", account, position), build)
 
@@ -507,6 +509,8 @@ class EventPage:
     revised: list[RevisionRow] | None  # changes to its own outcome by later late events
     # (both None while the revisions of a large journal are still being found)
     late: bool  # recorded after events of its stream with a later event time
+    # Its personal fields (user, memo), kept beside the record; {} once erased.
+    personal: dict[str, Any] = field(default_factory=dict)
 
 
 def event_page(source: AuditSource, position: int) -> EventPage | None:
@@ -537,7 +541,8 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
                                                   private=journal.private))
     # Late for its account: recorded after an event of the same stream with a later time.
     late = any(other.time > rec.time for other in stream if other.position < rec.position)
-    return EventPage(rec, rec.stream, lines, caused, revised, late)
+    return EventPage(rec, rec.stream, lines, caused, revised, late,
+                     {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload})
 
 
 def event_position(journal: JournalLike, event_id: str) -> int | None:
