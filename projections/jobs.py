@@ -90,15 +90,17 @@ def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: boo
     return when
 
 
-def _try_in_past(session: LedgerSession, ledger: Ledger, built: Sequence[tuple[NewEvent, Any]],
+def _try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[NewEvent, Any]],
                  *, protect_recorded: bool = True) -> list[Outcome] | None:
     """For events placed before the latest recorded one: their outcomes on the
     corrected timeline; raise if any is invalid there or (`protect_recorded`) would make
-    a recorded event invalid. None when nothing is in the past.
+    a recorded event invalid. None when nothing is in the past, or for a retry.
 
     A late submit may revise what came after it (that is what late events do, and the
-    revisions say so); a job transition placed in the past may not."""
-    if not built or min(new.time for new, _ in built) >= ledger.last[0]:
+    revisions say so); a job transition placed in the past may not. A retry's events
+    were tried when first decided: the timeline now holds them already, so trying them
+    again would find the job submitted, started or settled by themselves."""
+    if draft.replaying or not built or min(new.time for new, _ in built) >= draft.ledger.last[0]:
         return None
     head = session.projector.position
     trial = [_Trial(head + 1 + i, new.id, new.type, new.time, new.payload)
@@ -147,8 +149,9 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
         events = [draft.event(when, opened, account_id)]
         if balance:
             events.append(draft.event(when, CreditsGranted(account_id, balance), account_id))
-        # Placed before the latest event, it must also hold where it lands.
-        _try_in_past(session, draft.ledger, events, protect_recorded=False)
+        # Placed before the latest event, it must also hold where it lands, and leave
+        # every recorded start valid (a cap there would make a running job pending).
+        _try_in_past(session, draft, events)
         return events
 
     return session.decide([account_id], build, event_id=event_id,
@@ -178,7 +181,7 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
             raise UnknownAccount(f"unknown account {account_id!r}; open it first "
                                  f"(known: {', '.join(known[:10]) or 'none'})")
         built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, account_id)]
-        tried = _try_in_past(session, ledger, built, protect_recorded=False)
+        tried = _try_in_past(session, draft, built, protect_recorded=False)
         if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
             raise UnknownAccount(f"account {account_id!r} did not exist at time "
                                  f"{built[0][0].time}")
@@ -196,6 +199,16 @@ def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = 
     def build(draft: Draft) -> Built:
         ledger = draft.ledger
         when = _event_time(draft, at, clock, allow_far_times)
+        original = draft.original
+        if original is not None and original.type == "start" and original.time == when:
+            # A retry: the job it started then. The state it was decided on holds only
+            # the accounts it locked, and a start placed in the past was chosen among
+            # every account's jobs by trying each on the timeline, which holds the
+            # start now. The append checks the rebuilt event against the recorded one.
+            job_id = original.payload.get("job")
+            job = ledger.jobs.get(job_id) if isinstance(job_id, str) else None
+            if job is not None and job.state == PENDING:
+                return [draft.event(when, JobStarted(job.id), job.account)]
         if when >= ledger.last[0]:
             job = ledger.next_job()
             if job is None:
@@ -207,9 +220,10 @@ def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = 
         while (job := view.next_job()) is not None:
             built = [draft.event(when, JobStarted(job.id), job.account)]
             try:
-                _try_in_past(session, ledger, built)
+                _try_in_past(session, draft, built)
             except InvalidTransition:
                 job.state = CANCELLED  # skip it in the throwaway view
+                draft.discard()  # the next candidate's start takes the decision's id
                 continue
             return built
         return []
@@ -245,7 +259,7 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                     "can complete")
         built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, job.account)]
-        _try_in_past(session, draft.ledger, built)
+        _try_in_past(session, draft, built)
         return built
 
     return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id,
@@ -269,7 +283,7 @@ def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
                                     "can be cancelled")
         when = _event_time(draft, at, clock, allow_far_times)
         built = [draft.event(when, JobCancelled(job_id), job.account)]
-        _try_in_past(session, draft.ledger, built)
+        _try_in_past(session, draft, built)
         return built
 
     return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id,

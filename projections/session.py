@@ -132,15 +132,19 @@ class Draft:
     lives for one build: nothing of it outlives the decision.
     """
 
-    __slots__ = ("_id_base", "_ids", "_replay_time", "_session", "ledger", "now_used")
+    __slots__ = ("_id_base", "_ids", "_replay_time", "_session", "ledger", "now_used",
+                 "original")
 
     def __init__(self, session: LedgerSession, ledger: Ledger, event_id: str | None,
-                 replay_time: int | None) -> None:
+                 original: RecordedEvent | None = None) -> None:
         self.ledger = ledger
         self._session = session
         self._id_base = event_id
         self._ids = 0
-        self._replay_time = replay_time
+        self._replay_time = None if original is None else original.time
+        # For a retry: the event recorded under the decision's id, which the rebuilt
+        # events must equal (the append compares them).
+        self.original = original
         self.now_used: int | None = None  # the live time this build used, if any
 
     @property
@@ -156,6 +160,11 @@ class Draft:
             check_event_id(self._id_base)
         self._ids += 1
         return self._id_base if self._ids == 1 else f"{self._id_base}/{self._ids}"
+
+    def discard(self) -> None:
+        """Forget the events made so far (a candidate tried and dropped): the next one
+        takes the decision's first id again."""
+        self._ids = 0
 
     def event(self, time: int, event: DomainEvent,
               stream: str) -> tuple[NewEvent, DomainEvent]:
@@ -490,20 +499,20 @@ class LedgerSession:
         (or take what this session recorded for the same command)."""
         original = self.journal.get(event_id) if event_id is not None else None
         if original is None:
-            draft = Draft(self, self.projector.ledger, event_id, None)
+            draft = Draft(self, self.projector.ledger, event_id)
             built = build(draft)
             return draft, [(self._live(new), e) for new, e in built] if live else built
         remembered = self._decided.get(original.id) if command is not None else None
         if remembered is not None and remembered[0] == command:
             # The same command decided here before: the events it recorded, exactly (the
             # idempotent append still compares them with the journal's).
-            return Draft(self, self.projector.ledger, event_id, original.time), remembered[1]
+            return Draft(self, self.projector.ledger, event_id, original), remembered[1]
         # A retry of a decision already recorded: rebuild it on the state it was
         # decided on, at the time it was decided, so the same command yields the
         # same events and the append below returns the original records.
         as_was = (self._state_before(original, {*held, original.stream})
                   if reads_state else Ledger())
-        draft = Draft(self, as_was, event_id, original.time)
+        draft = Draft(self, as_was, event_id, original)
         try:
             built = build(draft)
         except LedgerError as exc:

@@ -113,3 +113,25 @@ def test_opening_an_account_with_a_cap_below_its_running_jobs_is_refused() -> No
     assert journal.head() == head
     scheduler.open_account("a", max_running=2)
     assert scheduler.accounts["a"].running == 2
+
+
+def test_opening_an_account_in_the_past_may_not_undo_a_recorded_start() -> None:
+    """A cap placed before two recorded starts would make the second an anomaly: the job
+    a worker was handed would be pending again, and start_next would hand it out twice.
+    open_account refuses it, as any decision in the past that would invalidate what is
+    recorded, and appends nothing."""
+    from projections import GPUCreditTracker
+
+    journal = MemoryJournal()
+    GPUCreditTracker(journal, account="a").grant(100, 0, 1000)  # opens "a", no cap
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    scheduler.submit("j1", "a", 10, 1, at=1)
+    scheduler.submit("j2", "a", 10, 1, at=1)
+    assert [scheduler.start_next(at=t).id for t in (5, 6)] == ["j1", "j2"]  # type: ignore[union-attr]
+    scheduler.complete("j1", True, at=7)
+    head = journal.head()
+    with pytest.raises(InvalidTransition, match="would invalidate the start"):
+        scheduler.open_account("a", 0, max_running=1, at=2)
+    assert journal.head() == head and scheduler.accounts["a"].running == 1
+    scheduler.open_account("a", 0, max_running=2, at=2)  # a cap both starts keep to
+    assert scheduler.start_next(at=8) is None

@@ -249,3 +249,51 @@ def test_every_retry_is_told_what_its_first_call_was_told(calls: list[tuple[str,
             with decision(retrying, event_id=event_id):
                 assert retrying.consume(amount, time) == debt, event_id
     assert journal.head() == head
+
+
+_JOB_CALLS = st.lists(st.tuples(st.sampled_from(["submit", "start", "complete", "cancel"]),
+                                st.integers(0, 5), st.integers(0, 40), st.booleans()),
+                      min_size=1, max_size=30)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_JOB_CALLS)
+def test_every_job_decision_retried_elsewhere_answers_as_first_told(
+        calls: list[tuple[str, int, int, bool]]) -> None:
+    """Job decisions at times in any order (many placed in the past), each under its own
+    id: retried in the same scheduler and in a new one on the journal (another replica,
+    or this one after a restart, which must rebuild each from the journal), each gives
+    back what its first call gave, and nothing more is recorded."""
+    scheduler = Scheduler(clock=lambda: 0)
+    scheduler.open_account("a", 30, max_running=2)
+    journal = session_of(scheduler).journal
+    told: list[tuple[str, tuple[str, int, int, bool], object]] = []
+    for i, call in enumerate(calls):
+        kind = call[0]
+        try:
+            with decision(scheduler, event_id=f"d{i}"):
+                answer = _job_call(scheduler, call)
+        except (ValueError, KeyError):
+            continue  # refused: nothing recorded under the id
+        if kind == "start" and answer is None:
+            continue  # nothing started: nothing recorded under the id either
+        told.append((f"d{i}", call, answer))
+    head = journal.head()
+    for retrying in (scheduler, Scheduler(journal, clock=lambda: 0)):
+        for event_id, call, answer in told:
+            with decision(retrying, event_id=event_id):
+                assert _job_call(retrying, call) == answer, (event_id, call)
+    assert journal.head() == head
+
+
+def _job_call(scheduler: Scheduler, call: tuple[str, int, int, bool]) -> object:
+    kind, job, time, flag = call
+    if kind == "submit":
+        return scheduler.submit(f"j{job}", "a", 4 + job, job % 3, at=time)
+    if kind == "start":
+        return scheduler.start_next(at=time)
+    if kind == "complete":
+        scheduler.complete(f"j{job}", flag, refund_fraction=0.5, at=time)
+    else:
+        scheduler.cancel(f"j{job}", at=time)
+    return None
