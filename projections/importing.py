@@ -110,7 +110,10 @@ MAX_LINE_LENGTH = 64 * 1024
 """The longest JSON line or CSV cell an import reads: far above any valid event."""
 
 _INTEGER = re.compile(r"-?[0-9]{1,20}", re.ASCII)
-_DECIMAL = re.compile(r"[0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20}", re.ASCII)
+# A JSON number's spelling (what export writes: Python's shortest repr, 1e-05 included),
+# and a bare ".5" a spreadsheet may write; the fraction's range is the event's to check.
+_DECIMAL = re.compile(r"-?([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})([eE][-+]?[0-9]{1,3})?",
+                      re.ASCII)
 _TEXT_COLUMNS = frozenset({"id", "type", "account", "job", "pool", *_LATER_FIELDS}
                           - {"events"})
 _PROGRESS_EVERY = 1000

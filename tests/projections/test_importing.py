@@ -28,6 +28,7 @@ from projections.importing import (
     write_jsonl,
 )
 from projections.replay import replay
+from projections.session import session_of
 
 
 def _lines(*records: dict[str, object]) -> bytes:
@@ -257,3 +258,27 @@ def test_exports_carry_what_the_journal_recorded_and_import_ignores_it() -> None
     assert replay(again).digest == replay(fresh).digest == replay(journal).digest
     grant = fresh.get("g1")
     assert grant is not None and grant.payload == {"account": "a", "amount": 10}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1), st.sampled_from([1e-05, 5e-324, -0.0, 1 / 3])),
+                min_size=1, max_size=6))
+def test_refund_fractions_of_every_spelling_import_back_from_either_format(
+        fractions: list[float]) -> None:
+    """Every fraction a completion takes (1e-05 and -0.0 as Python writes them) comes back
+    from an export in either format as the same event: re-importing appends nothing."""
+    scheduler = Scheduler(clock=lambda: 0)
+    scheduler.open_account("s", 10**6)
+    for n, fraction in enumerate(fractions):
+        scheduler.submit(f"j{n}", "s", 10, 0, at=n)
+        scheduler.start_next(at=n)
+        scheduler.complete(f"j{n}", False, refund_fraction=fraction, at=n)
+    journal = session_of(scheduler).journal
+    for write, fmt in ((write_jsonl, "jsonl"), (write_csv, "csv")):
+        out = io.StringIO()
+        write(export_records(journal), out)
+        assert import_file(journal, out.getvalue().encode(), "export",
+                           fmt=fmt).appended == 0, fmt
+        fresh = MemoryJournal()
+        import_file(fresh, out.getvalue().encode(), "export", fmt=fmt)
+        assert replay(fresh).digest == replay(journal).digest, fmt
