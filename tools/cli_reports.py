@@ -180,14 +180,19 @@ def whatif(
 ) -> None:
     """Fold the journal under another policy and show what would differ; writes nothing."""
     try:
-        raw = Path(policy_file).read_text(encoding="utf-8")
+        # A byte-order mark is taken, as in every other input file.
+        raw = Path(policy_file).read_bytes().decode("utf-8-sig")
     except OSError as exc:
         raise CliError(f"cannot read {policy_file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{policy_file}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         json.loads(raw)  # for where a syntax error is: line and column
     except json.JSONDecodeError as exc:
         raise CliError(f"{policy_file}: not JSON (line {exc.lineno}, column {exc.colno}: "
                        f"{exc.msg})") from None
+    except RecursionError:
+        pass  # nested too deeply: the strict reader below says so
     try:
         # Read as every input file is: a repeated key is refused, not the last one winning.
         policy = Policy.from_json(loads_strict(raw))

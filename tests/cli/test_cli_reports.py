@@ -389,6 +389,7 @@ def test_whatif_without_changes(run: Run, month: Path, tmp_path: Path) -> None:
     ('{"max_running": {"b": 1, "b": 5}}', "'b' appears more than once"),
     ('{"refund_fraction": NaN}', "NaN"),
     ('{\n  "refund_fraction": 0,\n  oops\n}', "line 3"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
 ])
 def test_whatif_reads_its_policy_file_strictly(run: Run, month: Path, tmp_path: Path,
                                                text: str, named: str) -> None:
@@ -421,6 +422,22 @@ def test_whatif_rejects_a_bad_policy(run: Run, month: Path, tmp_path: Path, poli
     assert result.exit_code == 2
     assert len(error_lines(result)) == 1
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(("data", "named"), [
+    (b"\xef\xbb\xbf" + b'{"refund_fraction": 0}', None),  # a byte-order mark is taken
+    (b'{"refund_fraction": 0, "x": "\xff"}', "not UTF-8"),
+])
+def test_whatif_policy_file_encoding(run: Run, month: Path, tmp_path: Path, data: bytes,
+                                     named: str | None) -> None:
+    path = tmp_path / "p.json"
+    path.write_bytes(data)
+    result = run("whatif", "--policy", str(path))
+    if named is None:
+        assert result.exit_code == 0, result.stderr
+    else:
+        assert result.exit_code == 2 and len(error_lines(result)) == 1
+        assert named in result.stderr and str(path) in result.stderr
 
 
 def test_whatif_policy_file_not_json(run: Run, month: Path, tmp_path: Path) -> None:
