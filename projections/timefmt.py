@@ -19,7 +19,9 @@ EPOCH_LOW = 946_684_800
 EPOCH_HIGH = 4_102_444_800
 """2100-01-01T00:00:00Z: from this on an integer is shown as it is."""
 
-_INTEGER = re.compile(r"[+-]?\d+")
+# ASCII digits after an optional "-", as every integer a ledger reads (`\d` would also
+# take Arabic-Indic or full-width digits, and int() a "+").
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def looks_like_epoch(value: int) -> bool:

@@ -29,6 +29,7 @@ from projections.queries.common import recorded_position
 from projections.replay import lean_rows, ledger_at
 from projections.reversals import reversed_ids
 from projections.timefmt import parse_time
+from projections.validation import require_time
 
 MATCHED = "matched"
 AMOUNT_DIFFERS = "amount_differs"
@@ -211,7 +212,7 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
         time: int | None = None
         if time_text:
             try:
-                time = parse_time(time_text)
+                time = require_time("time", parse_time(time_text))
             except ValueError as exc:
                 problems.append(f"line {number}: {exc}")
                 continue

@@ -54,3 +54,20 @@ def test_parse_micros() -> None:
     assert parse_micros("1970-01-01T00:00:01.5Z") == 1_500_000
     with pytest.raises(ValueError):
         parse_micros("soon")
+
+
+@pytest.mark.parametrize("text", ["+5", "٥", "１２", "1_000"])
+def test_a_time_is_ascii_digits_after_an_optional_minus(text: str) -> None:
+    # As every integer a ledger reads: int() would take each of these.
+    with pytest.raises(ValueError, match="not a time"):
+        parse_time(text)
+    with pytest.raises(ValueError, match="not a time"):
+        parse_event_time(text)
+    assert parse_time("-5") == parse_event_time("-5") == -5
+
+
+def test_a_date_without_an_offset_is_told_a_spelling_that_parses() -> None:
+    with pytest.raises(ValueError, match="no offset") as refused:
+        parse_event_time("2026-11-01")
+    suggested = str(refused.value).split("write it as ")[1].split(" ")[0]
+    assert parse_event_time(suggested) == parse_time("2026-11-01")

@@ -209,6 +209,11 @@ def test_a_file_amount_is_read_as_import_reads_a_csv_integer() -> None:
         with pytest.raises(ReconcileFileError) as caught:
             parse_charges(f"account,amount,id\na,{bad},c1\n", "f.csv")
         assert "line 2: amount" in str(caught.value), bad
+    # A time as every time is read: ASCII digits, within the limits of an event time.
+    for bad in ("+5", "\u0665", str(2**63), str(-2**63)):
+        with pytest.raises(ReconcileFileError) as caught:
+            parse_charges(f"account,amount,id,time\na,5,c1,{bad}\n", "f.csv")
+        assert "line 2:" in str(caught.value), bad
 
 
 def test_names_in_the_file_are_exact_and_a_stray_space_is_forgiven_only_when_unknown(

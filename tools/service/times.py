@@ -19,7 +19,7 @@ from projections.events import FAR_TIME
 from projections.timefmt import epoch_seconds
 from projections.validation import require_time
 
-_INTEGER = re.compile(r"[+-]?\d{1,19}")
+_INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only, as every integer read
 
 
 def parse_event_time(value: Any) -> int:
@@ -39,8 +39,9 @@ def parse_event_time(value: Any) -> int:
                 raise ValueError(f"not a time: {value!r}; expected an integer or ISO 8601 "
                                  "with an offset such as 2026-11-03T12:00:00Z") from None
             if parsed.tzinfo is None:
+                utc = f"{text}Z" if len(text) > 10 else f"{text}T00:00:00Z"
                 raise ValueError(f"{value!r} has no offset; write it as "
-                                 f"{text}Z (UTC) or with +HH:MM")
+                                 f"{utc} (UTC) or with +HH:MM")
             moment = epoch_seconds(parsed)
     else:
         raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
