@@ -109,9 +109,30 @@ def test_as_known_at_before_the_late_grant_shows_the_old_payers(client: TestClie
 
 
 def test_as_known_at_takes_a_recorded_time(client: TestClient) -> None:
-    r = client.get(f"/accounts/{ACCOUNT}?as_known_at=2000-01-01T00:00Z")
-    assert r.status_code == 200
-    assert "As known at position <strong>#0</strong>" in r.text
+    # As `--as-known-at` and the API: before the first record there is nothing to
+    # answer from, and the page says when the first was recorded.
+    for early in ("2000-01-01T00:00Z", "0"):
+        r = client.get(f"/accounts/{ACCOUNT}?as_known_at={early}")
+        assert r.status_code == 422 and "nothing was recorded yet" in r.text, early
+        api = client.get(f"/v1/accounts/{ACCOUNT}/balance?as_known_at={early}")
+        assert api.status_code == 422, early
+    r = client.get(f"/accounts/{ACCOUNT}?as_known_at=2999-01-01T00:00Z")
+    assert r.status_code == 200 and 'id="known-banner"' not in r.text  # the head
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("from=10&to=5", "is after to"),
+    ("from=9223372036854775808", "from"),
+    ("to=-99999999999999999999999", "to"),
+    ("page=%EF%BC%91", "page"),  # a full-width digit
+    ("page=1_0", "page"),
+    ("as_known_at=" + "9" * 5000, "as_known_at"),
+])
+def test_a_bad_filter_is_a_422_naming_it(client: TestClient, query: str, named: str) -> None:
+    for path in (f"/accounts/{ACCOUNT}", f"/accounts/{ACCOUNT}/ledger.csv"):
+        r = client.get(f"{path}?{query}")
+        assert r.status_code == 422 and named in r.text, (path, query)
+        assert "sys.set_int_max_str_digits" not in r.text
 
 
 def test_timeline_json_has_points_per_pool_and_burndowns(client: TestClient) -> None:
@@ -179,6 +200,8 @@ def test_event_page_shows_fields_hash_and_what_it_changed(client: TestClient) ->
     assert '<span class="mark">late</span>' not in client.get("/events/1").text
     assert client.get("/events/999999").status_code == 404
     assert client.get("/events/abc").status_code == 422
+    assert client.get("/events/%20").status_code == 422
+    assert client.get("/events/1_0").status_code == 422
     moved = client.get("/event?id=demo42-00980", follow_redirects=False)
     assert moved.status_code == 303 and moved.headers["location"] == f"/events/{LATE_GRANT}"
 

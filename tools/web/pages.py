@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import io
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,8 @@ from projections.queries import (
     Statement,
     StatementLine,
     json_time,
-    known_position,
     latest_time,
+    recorded_position,
     revision_rows,
     unknown_account,
 )
@@ -48,6 +49,7 @@ from projections.timeline import (
     grant_burndown,
     unordered_expiring_entries,
 )
+from projections.validation import require_time
 from tools import wording
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
@@ -76,21 +78,31 @@ def parse_optional_time(name: str, text: str | None) -> int | None:
     if text is None or not text.strip():
         return None
     try:
-        return parse_time(text)
+        return require_time(name, parse_time(text))
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
 
 
 def parse_known_at(journal: JournalLike, text: str | None) -> int:
     """The position of `as_known_at` (a position or an ISO-8601 recorded time); the head
-    when empty."""
+    when empty. As `--as-known-at` and the API: a journal that holds events has nothing
+    to answer from before its first one."""
     if text is None or not text.strip():
         return journal.head()
+    if _WHOLE.fullmatch(text.strip()) is None and text.strip().lstrip("+-").isdigit():
+        raise ValueError(f"as_known_at: not a position: {text!r} (ASCII digits)")
     try:
-        return known_position(journal, text)
+        return recorded_position(journal, text)
     except ValueError as exc:
-        raise ValueError(f"as_known_at: {exc}; give a position (0 to {journal.head():,}) "
-                         "or a recorded time such as 2026-11-03T12:00Z") from None
+        first = 1 if journal.head() else 0
+        raise ValueError(f"as_known_at: {exc}; give a position ({first} to "
+                         f"{journal.head():,}) or a recorded time such as "
+                         "2026-11-03T12:00Z") from None
+
+
+_WHOLE = re.compile(r"-?[0-9]{1,19}")
+"""A whole number in a query string: ASCII digits (int() would also take 1_000, full-width
+digits and thousands of digits, which it refuses with a message about Python)."""
 
 
 def parse_int(name: str, text: str | None, default: int, *, low: int = 0,
@@ -98,10 +110,9 @@ def parse_int(name: str, text: str | None, default: int, *, low: int = 0,
     """A whole number from a query parameter within [low, high]."""
     if text is None or not text.strip():
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{name}: not a whole number: {text!r}") from None
+    if _WHOLE.fullmatch(text.strip()) is None:
+        raise ValueError(f"{name}: not a whole number: {text[:40]!r}")
+    value = int(text)
     if value < low or (high is not None and value > high):
         upper = "" if high is None else f" and {high:,}"
         raise ValueError(f"{name}: {value} is out of range; expected between {low:,}{upper}")
@@ -229,9 +240,11 @@ def ledger_filter(params: dict[str, str]) -> LedgerFilter:
     if kind is not None and kind not in LINE_KINDS:
         raise ValueError(f"kind: {kind!r} is not a kind of line; expected one of "
                          f"{', '.join(LINE_KINDS)}")
-    return LedgerFilter(parse_optional_time("from", params.get("from")),
-                        parse_optional_time("to", params.get("to")),
-                        (params.get("pool") or "").strip() or None, kind)
+    start = parse_optional_time("from", params.get("from"))
+    end = parse_optional_time("to", params.get("to"))
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"from {format_time(start)} is after to {format_time(end)}")
+    return LedgerFilter(start, end, (params.get("pool") or "").strip() or None, kind)
 
 
 @dataclass(slots=True)

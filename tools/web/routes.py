@@ -241,6 +241,8 @@ def event_page(request: Request, position: str) -> HTMLResponse:
     """One event by position: fields, recorded time, chain hash, what it changed."""
     source = source_of(request)
     try:
+        if not position.strip():  # parse_int's default is for an absent parameter
+            raise ValueError(f"position: not a whole number: {position!r}")
         at = pages.parse_int("position", position, 0, low=1)
     except ValueError as exc:
         return problem(request, 422, "Bad position", str(exc))
