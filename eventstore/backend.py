@@ -40,6 +40,10 @@ class Probe:
     recorded_at: int  # its recorded_at (0 when empty)
     versions: dict[str, int]  # current version of each stream asked about (absent: 0)
     any_existing: bool  # whether any of the ids asked about is already recorded
+    # The last stored record's position and hash (0 and "" when none), read with the
+    # head: an append chains from the head row, so the two must agree.
+    last_position: int = 0
+    last_hash: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,13 @@ from .appending import (
 from .backend import BatchRow, dbapi, translating
 from .backends import backend_for
 from .base import JournalBase, Reader, to_event
-from .errors import JournalError, LockOrderConflict, ReadOnlyJournal, VersionConflict
+from .errors import (
+    ChainBroken,
+    JournalError,
+    LockOrderConflict,
+    ReadOnlyJournal,
+    VersionConflict,
+)
 from .hashing import GENESIS_HASH, pinned
 from .reading import ReadQuery
 from .records import (
@@ -542,6 +548,16 @@ class Journal(JournalBase):
                  else self._backend.begin_lock_and_probe(conn, locks, probed, asked))
         if tx is not None:
             tx.holds_head = True
+        if (probe.last_position, probe.last_hash or GENESIS_HASH) != (probe.position, probe.hash):
+            # The head row is where appends chain from: one that no longer names the last
+            # record (edited, or records removed or added past it) would leave a gap or a
+            # break in the chain under the new events. Refused before anything is written.
+            raise ChainBroken(
+                min(probe.position, probe.last_position) + 1,
+                f"the journal's head marker names position {probe.position}, the last "
+                f"record is at {probe.last_position}"
+                + (" with another hash" if probe.position == probe.last_position else "")
+                + "; nothing was appended")
         versions = probe.versions
         if len(asked) != len(streams) and probe.position + 1 == at:
             unasked = set(asked)

@@ -83,8 +83,12 @@ def check_chain(journal: JournalLike, since: Anchor | None = None, *,
     checked when it was recorded, and its chain hash pins them since (`verify` checks
     them all again, every time).
     """
-    if since is None and not full:
-        since = verified_checkpoint(journal)
+    if since is None:
+        # Asked even for a full check: a mark the journal no longer holds (its tail cut,
+        # the chain rewritten after it) is found nowhere else.
+        mark = verified_checkpoint(journal)
+        if not full:
+            since = mark
     return sum(1 for _ in journal.read_verified(after=since))
 
 
@@ -143,7 +147,8 @@ def verified_checkpoint(journal: JournalLike) -> Anchor | None:
 def _rewritten(journal: JournalLike, position: int, cut: bool) -> None:
     """Raise ChainBroken for a journal that no longer holds a verified point: at the first
     altered position if the chain shows one, else at the point's."""
-    check_chain(journal, full=True)
+    for _ in journal.read_verified():  # raises at the first altered position
+        pass
     head = journal.head()
     if cut:
         raise ChainBroken(

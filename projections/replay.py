@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import Batch, JournalLike, SnapshotInfo
+from eventstore import Batch, ChainBroken, JournalLike, SnapshotInfo
 from eventstore.hashing import load_json
 from projections.bulk import paused_gc
 
@@ -544,7 +544,18 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
     events = chain.events  # the journal's events, not the ones the fold applies
     bad = chain.first_bad_position
     if bad is not None:
-        return VerifyReport(False, bad, f"hash chain broken at position {bad}", events)
+        # What the journal found (a private part unsealed, a head marker astray), not
+        # only where.
+        return VerifyReport(False, bad, chain.problem or f"hash chain broken at position "
+                            f"{bad}", events)
+    # A chain intact from the start may still have lost its tail, or been rewritten
+    # whole: the verified marks and checkpoints say what it held when they were made.
+    from projections.anchors import verified_checkpoint
+
+    try:
+        verified_checkpoint(journal)
+    except ChainBroken as exc:
+        return VerifyReport(False, exc.position, str(exc), events)
     checkpoints = sorted(journal.snapshots(CHECKPOINT), key=lambda s: (s.position, s.id))
     checked = 0
     if checkpoints and stage is not None:

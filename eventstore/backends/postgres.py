@@ -219,13 +219,13 @@ class PostgresBackend(Backend):
             cur.nextset()
             probe = cur.fetchone()
         assert probe is not None  # the probe is one row of aggregates
-        last, any_existing, versions = probe
+        last, last_position, last_hash, any_existing, versions = probe
         if head is None:  # a key was held: wait for the keys in order, then the head
             self.lock_more(conn, locks)
             return self.lock_and_probe(conn, ids, streams)
         return Probe(head[0], head[1], last or 0,
                      {s: v for s, v in zip(streams, versions, strict=True) if v},
-                     bool(any_existing))
+                     bool(any_existing), last_position or 0, last_hash or "")
 
     def _prepare(self, conn: Connection, *, again: bool = False) -> None:
         """The append's statements prepared on this connection, once in its life (see
@@ -352,13 +352,15 @@ class PostgresBackend(Backend):
                 head = raw.execute(_LOCK_HEAD)
                 probe = raw.execute(_PROBE, (text_array(ids), text_array(streams)))
             position, digest = head.fetchone()
-            last, any_existing, versions = probe.fetchone()
+            last, last_position, last_hash, any_existing, versions = probe.fetchone()
         return Probe(
             position,
             digest,
             last or 0,
             {s: v for s, v in zip(streams, versions, strict=True) if v},
             bool(any_existing),
+            last_position or 0,
+            last_hash or "",
         )
 
     def head_and_existing(self, conn: Connection, ids: Sequence[str]
@@ -646,6 +648,8 @@ _BY_ID = ("unnest(%s::text[]) AS u(id) CROSS JOIN LATERAL "
 _PROBE = """
 SELECT
     (SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1),
+    (SELECT position FROM events ORDER BY position DESC LIMIT 1),
+    (SELECT hash FROM events ORDER BY position DESC LIMIT 1),
     EXISTS (SELECT 1 FROM """ + _BY_ID.format(columns="1") + """),
     ARRAY(
         SELECT (SELECT max(e.version) FROM events e WHERE e.stream = u.s)

@@ -197,13 +197,14 @@ class SQLiteBackend(Backend):
         with self.direct(conn):
             cur = dbapi(conn).cursor()
             position, digest = cur.execute(_HEAD).fetchone()
-            last = cur.execute(_LAST_RECORDED_AT).fetchone()
+            last = cur.execute(_LAST_RECORDED).fetchone()
             any_existing = cur.execute(_ANY_EXISTING, (json.dumps(ids),)).fetchone()[0]
             versions = {
                 s: v for s, v in cur.execute(_VERSIONS, (json.dumps(streams),)) if v is not None
             }
             cur.close()
-        return Probe(position, digest, last[0] if last else 0, versions, bool(any_existing))
+        return Probe(position, digest, last[0] if last else 0, versions, bool(any_existing),
+                     last[1] if last else 0, last[2] if last else "")
 
     def existing(self, conn: Connection, ids: Sequence[str]) -> list[StoredRow]:
         """The recorded rows among these ids."""
@@ -278,7 +279,7 @@ class SQLiteBackend(Backend):
 
 
 _HEAD = "SELECT position, hash FROM journal_head WHERE id = 1"
-_LAST_RECORDED_AT = "SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1"
+_LAST_RECORDED = "SELECT recorded_at, position, hash FROM events ORDER BY position DESC LIMIT 1"
 _ANY_EXISTING = (
     "SELECT EXISTS (SELECT 1 FROM events WHERE event_id IN (SELECT value FROM json_each(?)))"
 )

@@ -77,12 +77,39 @@ def test_a_truncated_tail_fails_against_the_anchor(run: Run, small: Path, db: st
         conn.commit()
     finally:
         conn.close()
-    assert run("verify").exit_code == 0  # consistent on its own...
-    result = run("verify", "--anchor", anchor)
-    assert result.exit_code == 1  # ...but not with the anchor
-    assert error_lines(result) == [
+    # Consistent on its own, but the import verified the journal up to 12: the mark it
+    # left says so, and every command, verify first, refuses the cut journal.
+    alone = run("verify")
+    assert alone.exit_code == 1
+    assert error_lines(alone) == [
         "gpu-credits: error: verification failed at position 12: the journal ends at "
-        "position 11, before the anchor's position 12: records 12..12 were removed"]
+        "position 11, but it was verified up to position 12: records 12..12 were removed"]
+    for command in (["export"], ["revisions"], ["replay"], ["balance", "a"]):
+        refused = run(*command)
+        assert refused.exit_code == 1 and "records 12..12 were removed" in refused.stderr
+    result = run("verify", "--anchor", anchor)
+    assert result.exit_code == 1  # the anchor, kept outside, says the same
+    (line,) = error_lines(result)
+    assert "failed at position 12" in line and "records 12..12 were removed" in line
+
+
+def test_verify_names_what_is_wrong_with_the_head_marker(run: Run, small: Path,
+                                                         db: str) -> None:
+    conn = sqlite3.connect(db_path(db))
+    try:
+        conn.execute("UPDATE journal_head SET position = 15")
+        conn.commit()
+    finally:
+        conn.close()
+    result = run("verify")
+    assert result.exit_code == 1 and "head marker names position 15" in result.stderr
+    refused = run("grant", "a", "5", "--at", "20")
+    assert refused.exit_code == 1 and "nothing was appended" in refused.stderr
+    conn = sqlite3.connect(db_path(db))
+    try:
+        assert conn.execute("SELECT max(position) FROM events").fetchone() == (12,)
+    finally:
+        conn.close()
 
 
 def test_a_single_edit_fails_at_its_position(run: Run, small: Path, db: str) -> None:

@@ -32,6 +32,7 @@ from journal_testkit import (
     pin_clock,
     rehash,
     replace_rows,
+    set_head_marker,
     stored_rows,
     tamper_payload,
 )
@@ -42,6 +43,7 @@ from eventstore import (
     Batch,
     ChainBroken,
     IdempotencyConflict,
+    Journal,
     JournalLike,
     MemoryJournal,
     NewEvent,
@@ -538,6 +540,26 @@ class ChainContract(_OnABackend):
         filled(journal)
         replace_rows(journal, stored_rows(journal)[:7], move_head=False)
         assert_broken_at(journal.verify_chain(), 8)
+
+    @pytest.mark.parametrize("edit", ["raised", "lowered", "rehashed"])
+    def test_an_append_refuses_a_head_marker_that_does_not_name_the_last_record(
+        self,
+        journal: JournalLike,
+        edit: str,
+    ) -> None:
+        """Appends chain from the head marker: one edited behind the journal's back
+        would put a gap, a break or a clash under the new events. Nothing is appended."""
+        if isinstance(journal, MemoryJournal):
+            pytest.skip("the memory journal has no head marker apart from its records")
+        assert isinstance(journal, Journal)
+        filled(journal)
+        rows = stored_rows(journal)
+        marker = {"raised": (12, rows[-1][8]), "lowered": (7, rows[6][8]),
+                  "rehashed": (len(rows), "e" * 64)}[edit]
+        set_head_marker(journal, *marker)
+        with pytest.raises(ChainBroken, match="head marker names position"):
+            journal.append([ev("after-the-edit")])
+        assert stored_rows(journal) == rows
 
     def test_an_anchor_from_another_journal_fails(self, journal: JournalLike) -> None:
         filled(journal)

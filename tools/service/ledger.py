@@ -166,7 +166,12 @@ class LedgerService:
 
     def start(self) -> None:
         """Build the projection (from the newest valid checkpoint, then the journal's
-        tail), start the writer, and be ready."""
+        tail), start the writer, and be ready. A journal that no longer holds its last
+        verified point (its tail cut, or its chain rewritten since) raises ChainBroken:
+        the service does not answer from it, as no command does."""
+        from projections.anchors import check_chain
+
+        check_chain(self.journal)
         self._load()
         self.load_error = None
         # The projection, the imports and the app live as long as the process: leave
