@@ -234,6 +234,35 @@ def test_a_start_that_found_nothing_answers_204_again_after_a_restart(
         assert started.status_code == 200 and started.json()["job"] == "j1"
 
 
+def test_a_cancel_that_recorded_nothing_binds_its_key(database_url: str,
+                                                       clock: Clock) -> None:
+    """A keyed cancel of a job cancelled before records nothing, but its key is taken:
+    another request under it is `409`, in this process and after a restart, and the
+    cancel's own retry answers as before; nothing is appended."""
+    from tools.service import create_app
+
+    key = {"Idempotency-Key": "cancel-2"}
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        setup_account(c)
+        assert c.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                        "priority": 1, "time": 3}).status_code == 201
+        assert c.post("/v1/jobs/j1/cancel", json={"time": 4}).status_code == 200
+        again = c.post("/v1/jobs/j1/cancel", json={"time": 4}, headers=key)
+        assert (again.status_code, again.json()) == (200, {"job": "j1", "state": "cancelled"})
+        at = head(c)
+        refused = problem(c.post("/v1/accounts/a/usage", json={"amount": 5, "time": 5},
+                                 headers=key), 409)
+        assert "cancel of job 'j1'" in refused["detail"]
+        assert head(c) == at
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        for path, body in (("/v1/accounts/a/usage", {"amount": 5, "time": 5}),
+                           ("/v1/jobs/j1/cancel", {"time": 9})):
+            problem(c.post(path, json=body, headers=key), 409)
+        retry = c.post("/v1/jobs/j1/cancel", json={"time": 4}, headers=key)
+        assert (retry.status_code, retry.json()) == (200, {"job": "j1", "state": "cancelled"})
+        assert head(c) == at
+
+
 def test_a_start_that_found_nothing_answers_204_on_a_replica_another_writer_moved_on(
         database_url: str, clock: Clock) -> None:
     """A replica that sees another writer's events first decides under the keys: the

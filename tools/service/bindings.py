@@ -1,7 +1,8 @@
 """Idempotency-Keys the journal binds in `request_keys` rather than in an event's id: a
-batch of events (its records may all carry ids of their own) and a start-next that found
-nothing to start (it records no event). A single write sent under such a key is answered
-from the binding: its own request's retry gets the bound answer, anything else is `409`.
+batch of events (its records may all carry ids of their own), a start-next that found
+nothing to start and a cancel of a job cancelled before (neither records an event). A
+single write sent under such a key is answered from the binding: its own request's
+retry gets the bound answer, anything else is `409`.
 """
 
 from __future__ import annotations
@@ -19,15 +20,29 @@ START_NEXT = "start-next:"
 """How a start-next's fingerprint begins (a batch's is a SHA-256 in hex: never this)."""
 
 
+CANCEL = "cancel:"
+"""How the fingerprint of a cancel that recorded nothing begins."""
+
+
 def start_next_fingerprint(time: int | None) -> str:
     """The digest of a start-next's body: its time, or none (the service's clock)."""
     return START_NEXT + ("" if time is None else str(time))
 
 
+def cancel_fingerprint(job: str, time: int | None) -> str:
+    """The digest of a cancel's request: its job and its time, or none."""
+    return CANCEL + json.dumps([job, time], ensure_ascii=False)
+
+
+def records_nothing(binding: RequestKey) -> bool:
+    """Whether the request bound to the key recorded no event (a start-next or a cancel)."""
+    return binding.fingerprint.startswith((START_NEXT, CANCEL))
+
+
 def named_by(binding: RequestKey, position: int) -> bool:
     """Whether the request bound to the key recorded or named the event at `position`
     (a batch's answer lists its records' positions; a start that found nothing, none)."""
-    if binding.fingerprint.startswith(START_NEXT):
+    if records_nothing(binding):
         return False
     answer = json.loads(binding.answer)
     return isinstance(answer, dict) and position in answer.get("positions", ())
@@ -42,9 +57,13 @@ def batch_key_conflict(key: str | None) -> ServiceProblem:
 
 def key_in_use(key: str | None, binding: RequestKey) -> ServiceProblem:
     """The 409 for a request sent under a key bound to another request."""
-    named = ("a start-next that found no job to start"
-             if binding.fingerprint.startswith(START_NEXT)
-             else "another batch of events (POST /v1/events)")
+    if binding.fingerprint.startswith(START_NEXT):
+        named = "a start-next that found no job to start"
+    elif binding.fingerprint.startswith(CANCEL):
+        job = json.loads(binding.fingerprint[len(CANCEL):])[0]
+        named = f"a cancel of job {job!r}, which was cancelled already"
+    else:
+        named = "another batch of events (POST /v1/events)"
     return ServiceProblem(409, f"Idempotency-Key {key!r} was used for {named}: use a new "
                           "key for a new request", slug="idempotency-conflict")
 

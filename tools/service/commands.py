@@ -23,7 +23,7 @@ from projections.events import DEFAULT_GRANT_PRIORITY, EventReversed, GrantVoide
 from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
-from tools.service.bindings import key_in_use, start_next_fingerprint
+from tools.service.bindings import cancel_fingerprint, key_in_use, start_next_fingerprint
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
@@ -239,7 +239,19 @@ class Cancel:
         job = service.session.ledger.jobs.get(self.job)
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
+        if not decision.events and self.key is not None:
+            # Cancelled before: nothing recorded names the key. Bind it, as a start-next
+            # that found nothing, so that it is not free for another request meanwhile.
+            service.batching.bind_request_later(
+                self.key, cancel_fingerprint(self.job, self.time), "null", ())
         return {"job": self.job, "state": job.state}
+
+    def replay(self, binding: RequestKey) -> AnswerDict:
+        """The retry of a cancel of a job cancelled before: the same answer; another
+        request's key: 409."""
+        if binding.fingerprint != cancel_fingerprint(self.job, self.time):
+            raise key_in_use(self.key, binding)
+        return {"job": self.job, "state": "cancelled"}
 
 
 class EventsRejected(ServiceProblem):
