@@ -848,3 +848,21 @@ def test_opening_an_account_below_its_running_jobs_is_409(client: TestClient) ->
                      409)["detail"]
     assert "runs 2 jobs, more than the cap of 1" in detail
     assert head(client) == before
+
+
+@pytest.mark.parametrize(("path", "headers", "named"), [
+    ("/v1/accounts/caf%E9/grants", {}, "not UTF-8"),
+    ("/v1/jobs/%FF/cancel", {}, "not UTF-8"),
+    ("/v1/accounts/a/grants", [("Idempotency-Key", "k1"), ("Idempotency-Key", "k2")],
+     "sent 2 times"),
+    ("/v1/accounts/a/grants", {"Idempotency-Key": "café".encode()}, "not ASCII"),
+])
+def test_a_request_the_server_would_read_ambiguously_is_422(
+        client: TestClient, path: str, headers: Any, named: str) -> None:
+    """Read as sent, `caf%E9` and `caf%E8` would both name `caf\\ufffd`, and a UTF-8 key
+    another id: refused, nothing appended."""
+    at = head(client)
+    body = problem(client.post(path, json={"amount": 5, "time": 1}, headers=headers), 422)
+    assert named in body["detail"]
+    assert head(client) == at
+    assert client.get("/accounts/caf%E9").status_code == 422  # the web view too

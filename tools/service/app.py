@@ -24,7 +24,7 @@ from tools.service.auth import Authority, Token
 from tools.service.fast import FastRoutes
 from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
-from tools.service.strict_body import StrictJsonBodies
+from tools.service.strict_body import StrictJsonBodies, StrictRequests
 
 access_log = logging.getLogger("gpu_credits.access")
 log = logging.getLogger("gpu_credits.service")
@@ -161,6 +161,7 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         # The plain case of the hot routes, answered before FastAPI's routing (see fast.py).
         app.add_middleware(FastRoutes, service=service, authority=app.state.authority,
                            event_answers=app.state.event_answers)
+    app.add_middleware(StrictRequests)  # outside the fast routes: every request checked
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from projections.validation import loads_strict
 from tools.service.problems import problem_response
@@ -38,6 +39,42 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 32 * 1024 * 1024
 """The largest JSON body read (a batch of events); larger is refused with 413."""
+
+
+class StrictRequests:
+    """Refuse what the server would read ambiguously (422): a path whose %-escapes are not
+    UTF-8 (decoded with U+FFFD for each bad byte, `caf%E9` and `caf%E8` would name one
+    account, `caf\ufffd`), and an Idempotency-Key sent twice or beyond ASCII (a header
+    is read as Latin-1: a UTF-8 `café` would become the id `cafÃ©`)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            why = _ambiguous(scope)
+            if why is not None:
+                await problem_response(422, why, slug="invalid")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _ambiguous(scope: Scope) -> str | None:
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes) and b"%" in raw:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return (f"the path {raw.decode('latin-1')!r} is not UTF-8 once its %-escapes "
+                    f"are decoded ({exc.reason} at byte {exc.start}): names are UTF-8")
+    keys = [value for name, value in scope.get("headers") or () if name == b"idempotency-key"]
+    if len(keys) > 1:
+        return (f"Idempotency-Key was sent {len(keys)} times: send one key, which becomes "
+                "the event id")
+    if keys and not keys[0].isascii():
+        return (f"Idempotency-Key {keys[0].decode('latin-1')!r} is not ASCII: an HTTP header "
+                "is read as Latin-1, so a key beyond ASCII would not be the id you sent")
+    return None
 
 
 class StrictJsonBodies:
