@@ -692,6 +692,9 @@ def test_reads(client: TestClient) -> None:
     assert h["position"] == 4 and len(h["hash"]) == 64
     ok = client.post("/v1/journal/verify", json={"anchor": f"{h['position']}:{h['hash']}"})
     assert ok.json()["ok"] is True and ok.json()["events"] == 4
+    # As `verify --anchor` reads it: the hash in either case, spaces around it.
+    shouted = f" {h['position']}:{h['hash'].upper()} "
+    assert client.post("/v1/journal/verify", json={"anchor": shouted}).json()["ok"] is True
     wrong = client.post("/v1/journal/verify", json={"anchor": f"2:{'0' * 64}"}).json()
     assert wrong["ok"] is False and wrong["first_bad_position"] == 2
     past = client.post("/v1/journal/verify", json={"anchor": f"9:{h['hash']}"}).json()

@@ -386,8 +386,9 @@ class Head(Answer):
 class VerifyBody(Body):
     """Optionally, an anchor taken earlier by `GET /v1/journal/head`."""
 
-    anchor: str | None = Field(default=None, pattern=r"^[0-9]+:[0-9a-fA-F]{1,128}$",
-                               description="POSITION:HASH")
+    anchor: str | None = Field(default=None, pattern=r"^ *[0-9]+:[0-9a-fA-F]{1,128} *$",
+                               description="POSITION:HASH, as `GET /v1/journal/head` gives "
+                                           "it (the hash in either case)")
 
 
 class VerifyAnswer(Answer):

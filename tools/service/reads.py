@@ -23,8 +23,9 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from eventstore import Anchor, JournalLike, RecordedEvent
+from eventstore import JournalLike, RecordedEvent
 from projections import importing, queries
+from projections.anchors import parse_anchor
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
@@ -440,7 +441,7 @@ def verify(request: Request, body: VerifyBody | None = None) -> Any:
     anchor = None
     if body is not None and body.anchor is not None:
         try:
-            anchor = Anchor.parse(body.anchor)
+            anchor = parse_anchor(body.anchor)  # as `verify --anchor` reads it
         except ValueError as exc:
             raise ServiceProblem(422, str(exc), slug="invalid") from None
     head = journal.head()
