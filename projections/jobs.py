@@ -175,6 +175,13 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
         if job_id in ledger.jobs:
             raise DuplicateJob(f"job {job_id!r} was submitted before "
                                f"({ledger.jobs[job_id].state}); job ids are unique")
+        reversed_submit = session.reversed_submit_of(job_id, ledger.reversals) \
+            if ledger.reversals and not draft.replaying else None
+        if reversed_submit is not None:
+            raise DuplicateJob(f"job {job_id!r} was submitted before, by {reversed_submit!r}, "
+                               "which a reversal took out; job ids are unique for the "
+                               "journal's lifetime (a reversal of that reversal brings the "
+                               "submit back): submit under a new job id")
         account = ledger.accounts.get(account_id)
         if account is None or not account.opened:
             known = sorted(n for n, a in ledger.accounts.items() if a.opened)

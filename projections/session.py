@@ -39,7 +39,15 @@ import heapq
 import itertools
 import os
 import threading
-from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
+from collections.abc import (
+    Callable,
+    Container,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NoReturn
@@ -251,6 +259,9 @@ class LedgerSession:
         # command that made them: a retry of the same command answers from them instead
         # of rebuilding its accounts' state from their whole history.
         self._decided: dict[str, tuple[Hashable, Built]] = {}
+        # The job each reversed event submitted (None: it submitted none), by event id:
+        # looked up once per reversal, to keep a reversed submit's job id taken.
+        self._reversed_jobs: dict[str, str | None] = {}
         # A journal in memory too: one a simulator's processes share holds checkpoints
         # its service saved, and a restart opens from them as it would from a database.
         self._resume_from_checkpoint()
@@ -310,6 +321,21 @@ class LedgerSession:
         with self.lock:
             self.catch_up()
             yield self.projector.ledger
+
+    def reversed_submit_of(self, job_id: str, reversals: Mapping[str, str]) -> str | None:
+        """The id of a recorded submit of `job_id` that one of `reversals` (reversal id
+        -> the id it names) took out of the timeline, if any: job ids are unique for
+        the journal's lifetime, and a reversal of that reversal brings the submit back."""
+        cache = self._reversed_jobs
+        for target in reversals.values():
+            if target not in cache:
+                rec = self.journal.get(target)
+                job = rec.payload.get("job") if rec is not None and rec.type == "submit" \
+                    else None
+                cache[target] = job if isinstance(job, str) else None
+            if cache[target] == job_id:
+                return target
+        return None
 
     def new_id(self) -> str:
         """A fresh event id, unique to this session."""

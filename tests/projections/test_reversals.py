@@ -191,3 +191,25 @@ def test_charts_and_reconciled_charges_leave_a_reversed_event_out(events: list[R
         for account in ACCOUNTS:
             assert _chart(journal, account) == _chart(without, account), f"reversing {target}"
         assert _charged(journal) == _charged(without), f"reversing {target}"
+
+
+def test_a_reversed_submit_keeps_its_job_id_taken() -> None:
+    """Job ids are unique for the journal's lifetime: a reversal of the reversal brings a
+    reversed submit back, and a second job under its id would then be billed as the
+    first. The scheduler refuses the id (a DuplicateJob naming the reversed submit) and
+    appends nothing; a new id is accepted."""
+    from projections import Scheduler
+    from projections.corrections import Corrections
+    from projections.errors import DuplicateJob
+
+    journal = MemoryJournal()
+    GPUCreditTracker(journal, account="a").grant(100, 0, 1000)
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    assert scheduler.submit("j0", "a", 30, 1, at=1, event_id="sub-1")
+    Corrections(journal, clock=lambda: 0).reverse("sub-1", "entered twice")
+    head = journal.head()
+    for deciding in (scheduler, Scheduler(journal, clock=lambda: 0)):
+        with pytest.raises(DuplicateJob, match="'sub-1', which a reversal took out"):
+            deciding.submit("j0", "a", 50, 1, at=2)
+    assert journal.head() == head
+    assert scheduler.submit("j0b", "a", 50, 1, at=2)
