@@ -327,9 +327,12 @@ class LedgerSession:
         -> the id it names) took out of the timeline, if any: job ids are unique for
         the journal's lifetime, and a reversal of that reversal brings the submit back."""
         cache = self._reversed_jobs
+        # A journal that batches decisions (the service's) reads a committed record
+        # outside the batch: this lookup is no retry's.
+        lookup = getattr(self.journal, "committed", self.journal.get)
         for target in reversals.values():
             if target not in cache:
-                rec = self.journal.get(target)
+                rec = lookup(target)
                 job = rec.payload.get("job") if rec is not None and rec.type == "submit" \
                     else None
                 cache[target] = job if isinstance(job, str) else None

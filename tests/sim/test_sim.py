@@ -791,3 +791,12 @@ def test_an_audit_between_an_event_and_its_later_reversal_does_not_see_the_event
     failure = run_script(ops)
     assert failure is not None and "get_balance says 1, the reference model 0" in str(
         failure.problems)
+
+
+def test_submits_decided_ahead_after_a_reversal_keep_the_chain_the_service_reads() -> None:
+    """Found by a hunt (seed 9901, SQLite): a submit decision looked up the event a
+    reversal named, through the batch decided ahead, which took the lookup for a
+    retry's; the service's projection then held a stale chain hash and refused its own
+    journal (ChainBroken). The lookup reads the committed record outside the batch."""
+    script = Path(__file__).parent / "scripts" / "reversal-then-submits-decided-ahead.ops.jsonl"
+    assert replay_file(script, sqlite=True) is None

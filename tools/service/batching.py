@@ -385,6 +385,12 @@ class BatchJournal:
                 batch.dirty = True
         yield _BatchTransaction(batch)
 
+    def committed(self, event_id: str) -> RecordedEvent | None:
+        """An event committed before the batch, read outside it: a lookup that is no
+        retry's (`get` takes a found record for the decision's own, to be answered by the
+        journal) and must not open a batch decided ahead."""
+        return self._journal.get(event_id)
+
     def get(self, event_id: str) -> RecordedEvent | None:
         batch = self._current()
         if batch is not None:
