@@ -19,9 +19,11 @@ from typing import Any, NoReturn
 from sqlalchemy import (
     Column,
     Connection,
+    LargeBinary,
     Row,
     and_,
     bindparam,
+    cast,
     delete,
     func,
     insert,
@@ -978,13 +980,20 @@ class Journal(JournalBase):
             .order_by(snapshots.c.event_time, snapshots.c.position, snapshots.c.id)
         )
         with self._reading() as conn:
-            return [_snapshot(r) for r in conn.execute(q)]
+            # A row whose numbers are not integers (SQLite keeps what it is given) is a
+            # damaged cache entry, never truth: left out, as a checkpoint that does not
+            # decode is.
+            return [_snapshot(r) for r in conn.execute(q)
+                    if all(isinstance(v, int) for v in (r[0], r[2], r[3]))]
 
     def load_snapshot(self, snapshot_id: int) -> bytes:
         """The state bytes of one snapshot; KeyError if there is none with that id."""
         with self._reading() as conn:
+            # As bytes whatever was stored: SQLite keeps text in a BLOB column (and would
+            # fail to decode text that is not UTF-8); the checkpoint's reader then finds
+            # it damaged.
             state = conn.execute(
-                select(snapshots.c.state).where(snapshots.c.id == snapshot_id)
+                select(cast(snapshots.c.state, LargeBinary)).where(snapshots.c.id == snapshot_id)
             ).scalar_one_or_none()
         if state is None:
             raise KeyError(f"no snapshot with id {snapshot_id}")

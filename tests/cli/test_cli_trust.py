@@ -369,3 +369,23 @@ def test_area_commands_run_as_a_process(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "no database file" in result.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.parametrize("state", ["'garbage'", "CAST(x'ff00fe' AS TEXT)"])
+def test_a_checkpoint_stored_as_text_is_damaged_not_an_internal_error(
+        run: Run, small: Path, db: str, state: str) -> None:
+    """SQLite keeps text in the BLOB column: a query answers from the journal without
+    it, and verify names it unreadable (exit 1), never a traceback."""
+    assert run("replay").exit_code == 0
+    conn = sqlite3.connect(db_path(db))
+    try:
+        conn.execute(f"UPDATE snapshots SET state = {state} WHERE name = 'ledger'")
+        conn.execute("UPDATE snapshots SET position = 'x7' WHERE name = 'verified-chain'")
+        conn.commit()
+    finally:
+        conn.close()
+    answered = run("balance", "a", "--json")
+    assert answered.exit_code == 0, answered.stderr
+    checked = run("verify")
+    assert checked.exit_code == 1 and "unreadable" in checked.stderr
+    assert "internal error" not in answered.stderr + checked.stderr
