@@ -171,8 +171,15 @@ def consume(
     """Record one usage report; print the account's debt right after it."""
     credits = int_option(amount, "AMOUNT", _CREDITS)
     with rec.writer() as writer:
+        unknown = writer.journal.stream_version(account) == 0
         outcome = writer.consume(account, credits, at=_time_option(at, "--at"), pool=pool,
                                  memo=rec.memo, event_id=rec.event_id, user=user)
+    if unknown:
+        # Recorded, as the tracker records it (the debt is real), but a misspelt name
+        # would otherwise open a second account silently.
+        render.warn(f"account {account!r} had no event before this one (no grant, no "
+                    f"account event): its usage is its debt; if the name is misspelt, "
+                    f"gpu-credits reverse {outcome.event_id} --reason ... takes it out")
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
     rec.say(outcome, f"recorded usage {outcome.event_id}: {credits:,} credits of {account} "

@@ -254,3 +254,15 @@ def test_a_new_name_padded_with_spaces_is_refused_and_says_how(run: Run, db: str
     assert "write it without the spaces" in run("grant", " acme", "5").stderr
     assert run("grant", "team a", "5", "--at", "1").exit_code == 0
     assert _balance(run, "team a") == 5
+
+
+def test_usage_of_an_account_never_seen_is_recorded_with_a_warning(run: Run) -> None:
+    assert run("grant", "acme", "10", "--at", "1").exit_code == 0
+    typo = run("consume", "acmee", "30", "--at", "2")
+    assert typo.exit_code == 0 and "debt after it: 30" in typo.stdout
+    (warning,) = [line for line in typo.stderr.splitlines() if line]
+    assert "warning: account 'acmee' had no event before this one" in warning
+    assert "gpu-credits reverse" in warning
+    for known in (("consume", "acme", "3", "--at", "3"), ("consume", "acmee", "1", "--at", "3")):
+        again = run(*known)
+        assert again.exit_code == 0 and again.stderr == "", known
