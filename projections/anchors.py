@@ -87,8 +87,17 @@ def check_chain(journal: JournalLike, since: Anchor | None = None, *,
         # Asked even for a full check: a mark the journal no longer holds (its tail cut,
         # the chain rewritten after it) is found nowhere else.
         mark = verified_checkpoint(journal)
-        if not full:
-            since = mark
+        if full:
+            # The whole walk `verify` makes: the private parts against their seals and
+            # the head marker too, so that a command writing out every event (export to
+            # stdout) refuses before its first line rather than halfway.
+            report = journal.verify_chain()
+            if not report.ok:
+                assert report.first_bad_position is not None
+                raise ChainBroken(report.first_bad_position,
+                                  report.problem or "the journal's chain is broken")
+            return report.events
+        since = mark
     return sum(1 for _ in journal.read_verified(after=since))
 
 

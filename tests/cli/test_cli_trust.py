@@ -389,3 +389,25 @@ def test_a_checkpoint_stored_as_text_is_damaged_not_an_internal_error(
     checked = run("verify")
     assert checked.exit_code == 1 and "unreadable" in checked.stderr
     assert "internal error" not in answered.stderr + checked.stderr
+
+
+def test_an_export_of_an_altered_private_part_writes_nothing(run: Run, tmp_path: Path,
+                                                            db: str) -> None:
+    """The full check is verify's walk: a memo altered beside the chain is found before
+    the first line goes to stdout, not halfway."""
+    lines = [json.dumps({"type": "grant", "account": "a", "amount": 1, "time": t})
+             for t in range(2000)]  # more than an export writes before its first read-back
+    lines.append(json.dumps({"type": "consume", "account": "a", "amount": 3, "time": 2000,
+                             "memo": "run 17"}))
+    source = tmp_path / "many.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    assert run("import", str(source)).exit_code == 0
+    conn = sqlite3.connect(db_path(db))
+    try:
+        conn.execute("UPDATE private_parts SET data = replace(data, 'run 17', 'run 71')")
+        conn.commit()
+    finally:
+        conn.close()
+    result = run("export")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "does not match the seal" in result.stderr
