@@ -24,6 +24,20 @@ def _head(run: Run) -> str:
     return result.stdout.strip()
 
 
+def _sql(db: str, *statements: str) -> list[tuple[object, ...]]:
+    """Run statements on the SQLite file behind the journal's back, committed; the rows
+    the last one gives."""
+    conn = sqlite3.connect(db_path(db))
+    try:
+        rows: list[tuple[object, ...]] = []
+        for statement in statements:
+            rows = conn.execute(statement).fetchall()
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
 def test_head_prints_an_anchor_that_verify_accepts(run: Run, small: Path) -> None:
     anchor = _head(run)
     position, _, digest = anchor.partition(":")
@@ -95,21 +109,12 @@ def test_a_truncated_tail_fails_against_the_anchor(run: Run, small: Path, db: st
 
 def test_verify_names_what_is_wrong_with_the_head_marker(run: Run, small: Path,
                                                          db: str) -> None:
-    conn = sqlite3.connect(db_path(db))
-    try:
-        conn.execute("UPDATE journal_head SET position = 15")
-        conn.commit()
-    finally:
-        conn.close()
+    _sql(db, "UPDATE journal_head SET position = 15")
     result = run("verify")
     assert result.exit_code == 1 and "head marker names position 15" in result.stderr
     refused = run("grant", "a", "5", "--at", "20")
     assert refused.exit_code == 1 and "nothing was appended" in refused.stderr
-    conn = sqlite3.connect(db_path(db))
-    try:
-        assert conn.execute("SELECT max(position) FROM events").fetchone() == (12,)
-    finally:
-        conn.close()
+    assert _sql(db, "SELECT max(position) FROM events") == [(12,)]
 
 
 def test_a_single_edit_fails_at_its_position(run: Run, small: Path, db: str) -> None:
@@ -377,13 +382,8 @@ def test_a_checkpoint_stored_as_text_is_damaged_not_an_internal_error(
     """SQLite keeps text in the BLOB column: a query answers from the journal without
     it, and verify names it unreadable (exit 1), never a traceback."""
     assert run("replay").exit_code == 0
-    conn = sqlite3.connect(db_path(db))
-    try:
-        conn.execute(f"UPDATE snapshots SET state = {state} WHERE name = 'ledger'")
-        conn.execute("UPDATE snapshots SET position = 'x7' WHERE name = 'verified-chain'")
-        conn.commit()
-    finally:
-        conn.close()
+    _sql(db, f"UPDATE snapshots SET state = {state} WHERE name = 'ledger'",
+         "UPDATE snapshots SET position = 'x7' WHERE name = 'verified-chain'")
     answered = run("balance", "a", "--json")
     assert answered.exit_code == 0, answered.stderr
     checked = run("verify")
@@ -402,12 +402,7 @@ def test_an_export_of_an_altered_private_part_writes_nothing(run: Run, tmp_path:
     source = tmp_path / "many.jsonl"
     source.write_text("\n".join(lines) + "\n")
     assert run("import", str(source)).exit_code == 0
-    conn = sqlite3.connect(db_path(db))
-    try:
-        conn.execute("UPDATE private_parts SET data = replace(data, 'run 17', 'run 71')")
-        conn.commit()
-    finally:
-        conn.close()
+    _sql(db, "UPDATE private_parts SET data = replace(data, 'run 17', 'run 71')")
     result = run("export")
     assert result.exit_code == 1 and result.stdout == ""
     assert "does not match the seal" in result.stderr
