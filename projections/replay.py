@@ -544,10 +544,11 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
     events = chain.events  # the journal's events, not the ones the fold applies
     bad = chain.first_bad_position
     if bad is not None:
-        # What the journal found (a private part unsealed, a head marker astray), not
-        # only where.
-        return VerifyReport(False, bad, chain.problem or f"hash chain broken at position "
-                            f"{bad}", events)
+        # Where, and what the journal found there (an altered record, a private part
+        # unsealed, a head marker astray).
+        where = f"hash chain broken at position {bad}"
+        detail = (chain.problem or "").removeprefix(f"journal chain broken at position {bad}: ")
+        return VerifyReport(False, bad, f"{where}: {detail}" if detail else where, events)
     # A chain intact from the start may still have lost its tail, or been rewritten
     # whole: the verified marks and checkpoints say what it held when they were made.
     from projections.anchors import verified_checkpoint

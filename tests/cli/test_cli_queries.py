@@ -281,7 +281,7 @@ def test_verify_ok_then_a_changed_byte(run: Run, small: Path, db: str) -> None:
     assert bad.exit_code == 1
     assert "position 5" in bad.stdout
     assert error_lines(bad) == [
-        "gpu-credits: error: verification failed at position 5: journal chain broken at "
+        "gpu-credits: error: verification failed at position 5: hash chain broken at "
         "position 5: its stored hash is not the one its content and its predecessor give: "
         "the record or its hash was altered"]
     report = run("verify", "--json")

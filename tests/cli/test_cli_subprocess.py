@@ -45,7 +45,7 @@ def test_import_and_verify_as_processes(tmp_path: Path) -> None:
     failed = cli("verify", "--db", url, cwd=tmp_path)
     assert failed.returncode == 1
     assert failed.stderr.splitlines() == [
-        "gpu-credits: error: verification failed at position 7: journal chain broken at "
+        "gpu-credits: error: verification failed at position 7: hash chain broken at "
         "position 7: its stored hash is not the one its content and its predecessor give: "
         "the record or its hash was altered"]
 
