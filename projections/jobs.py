@@ -246,7 +246,12 @@ def started_job(session: LedgerSession, decision: Decision) -> Job | None:
     if started is None:
         return None
     with session.lock:
-        job = session.ledger.jobs[started.job]
+        job = session.ledger.jobs.get(started.job)
+        if job is None and decision.outcomes:
+            # A retry's job whose submit a reversal took out since: as it was started.
+            job = session.job_before(decision.outcome.event_id, started.job)
+        if job is None:
+            raise UnknownJob(f"unknown job {started.job!r}")
         return Job(job.id, job.account, job.cost, job.priority)
 
 

@@ -68,7 +68,7 @@ from projections.bulk import paused_gc
 from projections.errors import LedgerError
 from projections.events import DomainEvent, require_name, require_non_negative_int
 from projections.exactnames import check_event_id, check_event_names
-from projections.ledger import AccountState, Ledger
+from projections.ledger import AccountState, JobState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.personal import journal_event
 from projections.projector import Projector, Recorded
@@ -321,6 +321,15 @@ class LedgerSession:
         with self.lock:
             self.catch_up()
             yield self.projector.ledger
+
+    def job_before(self, event_id: str, job_id: str) -> JobState | None:
+        """Job `job_id` as the journal stood just before the event recorded under
+        `event_id` (its account's events then): what a decision about it saw, for an
+        answer to give again once the job has left the timeline (its submit reversed)."""
+        original = self.journal.get(event_id)
+        if original is None:
+            return None
+        return self._state_before(original, {original.stream}).jobs.get(job_id)
 
     def reversed_submit_of(self, job_id: str, reversals: Mapping[str, str]) -> str | None:
         """The id of a recorded submit of `job_id` that one of `reversals` (reversal id

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from eventstore import IdempotencyConflict
 from projections import GPUCreditTracker, jobs
+from projections.corrections import Corrections
 from projections.events import JobStarted, JobSubmitted
 from projections.projector import fold
 from projections.scheduler import Scheduler
@@ -251,7 +252,8 @@ def test_every_retry_is_told_what_its_first_call_was_told(calls: list[tuple[str,
     assert journal.head() == head
 
 
-_JOB_CALLS = st.lists(st.tuples(st.sampled_from(["submit", "start", "complete", "cancel"]),
+_JOB_CALLS = st.lists(st.tuples(st.sampled_from(["submit", "start", "complete", "cancel",
+                                                 "reverse"]),
                                 st.integers(0, 5), st.integers(0, 40), st.booleans()),
                       min_size=1, max_size=30)
 
@@ -261,15 +263,23 @@ _JOB_CALLS = st.lists(st.tuples(st.sampled_from(["submit", "start", "complete", 
 def test_every_job_decision_retried_elsewhere_answers_as_first_told(
         calls: list[tuple[str, int, int, bool]]) -> None:
     """Job decisions at times in any order (many placed in the past), each under its own
-    id: retried in the same scheduler and in a new one on the journal (another replica,
-    or this one after a restart, which must rebuild each from the journal), each gives
-    back what its first call gave, and nothing more is recorded."""
+    id, and reversals of submits: retried in the same scheduler and in a new one on the
+    journal (another replica, or this one after a restart, which must rebuild each from
+    the journal), each gives back what its first call gave, and nothing more is
+    recorded."""
     scheduler = Scheduler(clock=lambda: 0)
     scheduler.open_account("a", 30, max_running=2)
     journal = session_of(scheduler).journal
     told: list[tuple[str, tuple[str, int, int, bool], object]] = []
+    submits: dict[str, str] = {}  # job -> the id its submit was recorded under
     for i, call in enumerate(calls):
         kind = call[0]
+        if kind == "reverse":
+            # A submit taken out later: its decisions' retries still answer as told.
+            target = submits.pop(f"j{call[1]}", None)
+            if target is not None:
+                Corrections(journal, clock=lambda: 0).reverse(target, "entered twice")
+            continue
         try:
             with decision(scheduler, event_id=f"d{i}"):
                 answer = _job_call(scheduler, call)
@@ -277,6 +287,8 @@ def test_every_job_decision_retried_elsewhere_answers_as_first_told(
             continue  # refused: nothing recorded under the id
         if kind == "start" and answer is None:
             continue  # nothing started: nothing recorded under the id either
+        if kind == "submit":
+            submits[f"j{call[1]}"] = f"d{i}"
         told.append((f"d{i}", call, answer))
     head = journal.head()
     for retrying in (scheduler, Scheduler(journal, clock=lambda: 0)):
@@ -297,3 +309,20 @@ def _job_call(scheduler: Scheduler, call: tuple[str, int, int, bool]) -> object:
     else:
         scheduler.cancel(f"j{job}", at=time)
     return None
+
+
+def test_a_start_retried_elsewhere_after_its_submit_was_reversed_names_the_job() -> None:
+    """The job has left the timeline since: the retry's answer is the job as it was
+    started, not a KeyError."""
+    scheduler = Scheduler(clock=lambda: 0)
+    scheduler.open_account("a", 30)
+    journal = session_of(scheduler).journal
+    assert scheduler.submit("j1", "a", 10, 1, at=10, event_id="sub-j1")
+    first = scheduler.start_next(at=11, event_id="st-1")
+    scheduler.complete("j1", True, at=12, event_id="done-1")
+    Corrections(journal, clock=lambda: 0).reverse("sub-j1", "entered twice")
+    head = journal.head()
+    elsewhere = Scheduler(journal, clock=lambda: 0)
+    assert elsewhere.start_next(at=11, event_id="st-1") == first
+    elsewhere.complete("j1", True, at=12, event_id="done-1")
+    assert journal.head() == head

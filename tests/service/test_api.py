@@ -869,3 +869,31 @@ def test_a_request_the_server_would_read_ambiguously_is_422(
     assert named in body["detail"]
     assert head(client) == at
     assert client.get("/accounts/caf%E9").status_code == 422  # the web view too
+
+
+def test_retries_elsewhere_after_the_jobs_submit_was_reversed_answer_as_told(
+        database_url: str, clock: Clock) -> None:
+    """A start and a completion retried after a restart, once the job's submit has been
+    reversed: the same status and body as first told (the job has left the timeline)."""
+    from tools.service import create_app
+
+    calls = [("/v1/jobs/start-next", "st-1", {"time": 11}),
+             ("/v1/jobs/j1/complete", "done-1", {"success": True, "time": 12})]
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        setup_account(c)
+        assert c.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                        "priority": 1, "time": 10},
+                      headers={"Idempotency-Key": "sub-j1"}).status_code == 201
+        told = [c.post(path, json=body, headers={"Idempotency-Key": key})
+                for path, key, body in calls]
+        assert [r.status_code for r in told] == [200, 200]
+        assert c.post("/v1/events", json={"events": [
+            {"type": "reverse", "event": "sub-j1", "time": 13, "reason": "twice"}]}
+        ).status_code == 200
+        at = head(c)
+    with TestClient(create_app(database_url, clock=clock, mount_web=False)) as c:
+        again = [c.post(path, json=body, headers={"Idempotency-Key": key})
+                 for path, key, body in calls]
+        assert [(r.status_code, r.json()) for r in again] == [
+            (r.status_code, r.json()) for r in told]
+        assert head(c) == at

@@ -208,6 +208,10 @@ class Complete:
                                  clock=service.clock, event_id=self.key,
                                  allow_far_times=service.allow_far_times)
         job = session.ledger.jobs.get(self.job)
+        if job is None and decision.replayed and decision.outcomes and decision.outcome.ok:
+            # A retry whose job's submit a reversal took out since: as it was told.
+            return {"job": self.job, "state": "succeeded" if self.success else "failed",
+                    "charged": decision.outcome.charge}
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
         charged = decision.outcome.charge if decision.outcome.charge is not None \
