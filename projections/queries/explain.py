@@ -423,6 +423,8 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
         effect, _ = event_effect(rec, outcome, ledger)
         out.events.append(JobEvent(rec.time, rec.position, rec.id, rec.type, effect,
                                    outcome.ok))
+        if rec.id in excluded:
+            continue  # listed, as reversed; it submitted, settled or released nothing
         if rec.type == "submit" and out.submitted_at is None and not outcome.anomaly:
             out.submitted_at = rec.time
             out.accepted = outcome.ok

@@ -298,3 +298,32 @@ def test_expiries_are_listed_when_they_lapse_whatever_the_grants_priorities() ->
     assert part.opening is not None and part.opening.balance == 50
     assert balance(journal, "a", at=59).figures.balance == 50
     assert part.subtotals.expired == 50  # the 43 that lapsed at 50 is before it
+
+
+@pytest.mark.parametrize("resubmitted", [True, False])
+def test_a_reversed_submit_is_listed_but_explains_nothing(resubmitted: bool) -> None:
+    """A reversed submit takes part in no fold: the job's submit, acceptance and reason are
+    the submit that stands, or none (and its text renders)."""
+    from tools import render
+
+    journal = MemoryJournal()
+    events = [
+        NewEvent("ga", "a", "grant", 0, {"account": "a", "amount": 100}),
+        NewEvent("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 5,
+                                           "priority": 1}),
+        NewEvent("rv", "a", "reverse", 1, {"event": "s1", "reason": "entered twice"}),
+    ]
+    if resubmitted:
+        events.append(NewEvent("s2", "a", "submit", 2, {"account": "a", "job": "j1",
+                                                        "cost": 500, "priority": 1}))
+    journal.append(events)
+    ex = explain_job(journal, "j1")
+    assert [e.event_id for e in ex.events] == [e.id for e in events if e.id != "rv" and
+                                               e.id != "ga"]
+    if resubmitted:
+        assert (ex.state, ex.submitted_at, ex.accepted) == ("rejected", 2, False)
+        assert ex.reason is not None and "costs 500" in ex.reason
+    else:
+        assert (ex.state, ex.submitted_at, ex.accepted, ex.held_from) == (
+            "never submitted", None, None, ())
+    render.explain_job(ex)  # renders without a value it cannot format
