@@ -90,14 +90,15 @@ def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: boo
     return when
 
 
-def _try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[NewEvent, Any]],
-                 *, protect_recorded: bool = True) -> list[Outcome] | None:
+def _try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[NewEvent, Any]]
+                 ) -> list[Outcome] | None:
     """For events placed before the latest recorded one: their outcomes on the
-    corrected timeline; raise if any is invalid there or (`protect_recorded`) would make
-    a recorded event invalid. None when nothing is in the past, or for a retry.
+    corrected timeline; raise if any is invalid there or would make a recorded event
+    invalid. None when nothing is in the past, or for a retry.
 
-    A late submit may revise what came after it (that is what late events do, and the
-    revisions say so); a job transition placed in the past may not. A retry's events
+    A late submit may revise the acceptance of jobs still pending after it (that is what
+    late events do, and the revisions say so); no decision placed in the past may make
+    a recorded event an anomaly (a start, a completion, a cancel). A retry's events
     were tried when first decided: the timeline now holds them already, so trying them
     again would find the job submitted, started or settled by themselves."""
     if draft.replaying or not built or min(new.time for new, _ in built) >= draft.ledger.last[0]:
@@ -109,7 +110,7 @@ def _try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[New
     for outcome in outcomes:
         if outcome.anomaly:
             raise InvalidTransition(f"at time {outcome.time}: {outcome.reason}")
-    if conflicts and protect_recorded:
+    if conflicts:
         c = conflicts[0]
         raise InvalidTransition(
             f"placing this at time {built[0][0].time} would invalidate the {c.type} "
@@ -188,7 +189,10 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
             raise UnknownAccount(f"unknown account {account_id!r}; open it first "
                                  f"(known: {', '.join(known[:10]) or 'none'})")
         built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, account_id)]
-        tried = _try_in_past(session, draft, built, protect_recorded=False)
+        # Placed in the past it may re-decide jobs still pending (a revision), never
+        # make a recorded start, completion or cancel invalid: a job handed to a worker
+        # would become rejected, its charge vanish, its place go to another job.
+        tried = _try_in_past(session, draft, built)
         if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
             raise UnknownAccount(f"account {account_id!r} did not exist at time "
                                  f"{built[0][0].time}")

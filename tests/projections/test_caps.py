@@ -135,3 +135,22 @@ def test_opening_an_account_in_the_past_may_not_undo_a_recorded_start() -> None:
     assert journal.head() == head and scheduler.accounts["a"].running == 1
     scheduler.open_account("a", 0, max_running=2, at=2)  # a cap both starts keep to
     assert scheduler.start_next(at=8) is None
+
+
+@pytest.mark.parametrize("completed", [True, False])
+def test_a_submit_in_the_past_may_not_undo_a_job_that_started(completed: bool) -> None:
+    """It would take the credits a started job reserved: the started job would become a
+    rejected one, its start an anomaly (and its charge, once completed, gone). Refused,
+    appending nothing; a submit that fits beside it is accepted."""
+    scheduler = Scheduler(clock=lambda: 100)
+    scheduler.open_account("a", 20, at=0)
+    assert scheduler.submit("j1", "a", 15, 1)
+    assert scheduler.start_next().id == "j1"  # type: ignore[union-attr]
+    if completed:
+        scheduler.complete("j1", True)
+    journal = scheduler.journal
+    head, before = journal.head(), scheduler.accounts["a"]
+    with pytest.raises(InvalidTransition, match="would invalidate the start"):
+        scheduler.submit("j0", "a", 10, 1, at=50)
+    assert journal.head() == head and scheduler.accounts["a"] == before
+    assert scheduler.submit("j2", "a", 5, 1, at=50)
