@@ -25,6 +25,7 @@ from projections.queries.common import (
     unknown_account,
 )
 from projections.queries.effects import Effect, event_effect
+from projections.queries.ownjobs import jobs_differ, own_jobs
 from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
@@ -237,19 +238,16 @@ def explain_account(journal: JournalLike, account: str, *,
     the events recorded up to `as_known_at` (default: all)."""
     at = latest_time(journal)
     position = recorded_position(journal, as_known_at)
-    walk = AccountWalk(account)
-    builder = LineageBuilder(walk)
     events = account_events(journal, account, to_position=position)
-    if events is not None:
-        # The account's own events tell its lineage: linear in them, not in the journal.
-        walk.ledger.excluded = own_reversed(events)
-    else:  # the account's stream is not the whole story: fold the whole journal
-        walk.ledger.excluded = excluded_as_known(journal, position)
-    for rec in journal.read(to_position=position, order="canonical") if events is None \
-            else events:
-        step = walk.apply(rec)
-        if step is not None:
-            builder.take(step)
+    # The account's own events tell its lineage (linear in them, not in the journal)
+    # unless one of its submits reuses a job id another account holds, which only the
+    # whole fold sees as the anomaly it is.
+    own = None if events is None else own_jobs(journal, account, events, position)
+    walk, builder = _lineage(journal, account, None if own is None else events, position)
+    if own and jobs_differ(walk.ledger, own):
+        # A job's events recorded in another account's stream: the whole fold tells.
+        walk, builder = _lineage(journal, account, None, position)
+    events = None if own is None else events
     if walk.state is None and not walk.seen and not exists_later(journal, account):
         # The names it could have been: every account, not only this one's events. (An
         # account the journal records after `as_known_at` had nothing yet: an empty
@@ -257,6 +255,21 @@ def explain_account(journal: JournalLike, account: str, *,
         raise unknown_account(account, walk.ledger if events is None
                               else ledger_at(journal, to_position=position))
     return builder.finish(at)
+
+
+def _lineage(journal: JournalLike, account: str, events: list[RecordedEvent] | None,
+             position: int) -> tuple[AccountWalk, LineageBuilder]:
+    """The account walked over its own `events`, or over the whole journal (None)."""
+    walk = AccountWalk(account)
+    builder = LineageBuilder(walk)
+    walk.ledger.excluded = (excluded_as_known(journal, position) if events is None
+                            else own_reversed(events))
+    for rec in journal.read(to_position=position, order="canonical") if events is None \
+            else events:
+        step = walk.apply(rec)
+        if step is not None:
+            builder.take(step)
+    return walk, builder
 
 
 
@@ -344,7 +357,11 @@ def explain_job(journal: JournalLike, job_id: str, *,
     owner = job_account(journal, job_id, position)
     events = None if owner is None else account_events(journal, owner, to_position=position)
     if events is None or not any(rec.type == "submit" and rec.payload.get("job") == job_id
-                                 for rec in events):
+                                 for rec in events) or own_jobs(
+                                     journal, owner or "", events, position) is None:
+        # Only the whole journal tells: the job is named elsewhere too, or its account's
+        # events submit another job id an account holds before them (an anomaly their
+        # fold alone would take as accepted, holding credits).
         return job_explanation(journal.read(to_position=position, order="canonical"), job_id,
                                excluded=excluded_as_known(journal, position))
     # The job's account's own events tell its life: linear in them, not in the journal.

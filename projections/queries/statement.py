@@ -9,11 +9,9 @@ from typing import Any, ClassVar, NamedTuple
 
 from eventstore import PRIVATE_KEY, JournalLike, RecordedEvent
 from projections.creditbook import Expiry, Lineage
-from projections.errors import LedgerError
 from projections.events import GENERAL
 from projections.figures import Figures
-from projections.ledger import Ledger, refill_due
-from projections.partial import account_jobs_at
+from projections.ledger import refill_due
 from projections.queries.common import (
     exists_later,
     fold_as_known,
@@ -29,7 +27,7 @@ from projections.queries.effects import (
     event_effect,
     expiry_effect,
 )
-from projections.queries.reports import jobs as jobs_report
+from projections.queries.ownjobs import jobs_differ, own_jobs
 from projections.queries.walk import AccountWalk, Step, account_events
 from projections.replay import excluded_as_known
 from projections.reversals import reversed_ids
@@ -322,42 +320,6 @@ def _walked(journal: JournalLike, account: str, events: list[RecordedEvent] | No
     return builder
 
 
-def _own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
-              position: int) -> dict[str, tuple[str, int | None]] | None:
-    """The account's jobs as the projection holds them (job -> (state, charge)) for an
-    account whose events submit jobs; {} for one that submits none. Read from the
-    newest valid checkpoint's job index and the account's own events after it
-    (`account_jobs_at`: no other account's state, no refold), or when those cannot say
-    (an event elsewhere names the account or its jobs), asked of the jobs report.
-
-    None when the account's events submit a job id the projection gives to another
-    account (submitted there first: this submit is an anomaly of the fold, which the
-    account's events alone would take as accepted), or to none."""
-    submitted = {job for rec in events if rec.type == "submit"
-                 and isinstance(job := rec.payload.get("job"), str)}
-    if not submitted:
-        return {}
-    facts = account_jobs_at(journal, account, submitted, to_position=position)
-    if facts is not None:
-        own = {job: (state, charge) for job, (owner, state, charge) in facts.items()
-               if owner == account}
-    else:
-        try:
-            rows = jobs_report(journal, account=account, as_known_at=position).rows
-        except LedgerError:  # the projection does not know the account: none is its own
-            return None
-        own = {row.job: (row.state, row.charge) for row in rows}
-    return own if submitted <= own.keys() else None
-
-
-def _jobs_differ(ledger: Ledger, own: dict[str, tuple[str, int | None]]) -> bool:
-    """Whether a fold of the account's events leaves any of its jobs otherwise than the
-    projection does."""
-    jobs = ledger.jobs
-    return any((job := jobs.get(job_id)) is None or (job.state, job.charge) != held
-               for job_id, held in own.items())
-
-
 def statement(journal: JournalLike, account: str, *, from_time: int | None = None,
               to_time: int | None = None,
               as_known_at: int | str | None = None) -> Statement:
@@ -370,11 +332,11 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         to = from_time  # a statement from after the last event runs to its own start
     position = recorded_position(journal, as_known_at)
     events = account_events(journal, account, to_position=position)
-    own = None if events is None else _own_jobs(journal, account, events, position)
+    own = None if events is None else own_jobs(journal, account, events, position)
     if own is None:  # the account's stream is not the whole story: fold the whole journal
         events = None
     builder = _walked(journal, account, events, to, position)
-    if own and to >= latest and _jobs_differ(builder.walk.ledger, own):
+    if own and to >= latest and jobs_differ(builder.walk.ledger, own):
         # A job's events recorded in another account's stream (an import holding the
         # job id twice puts them in the later submitter's): the whole fold tells.
         builder = _walked(journal, account, None, to, position)

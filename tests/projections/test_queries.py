@@ -327,3 +327,37 @@ def test_a_reversed_submit_is_listed_but_explains_nothing(resubmitted: bool) -> 
         assert (ex.state, ex.submitted_at, ex.accepted, ex.held_from) == (
             "never submitted", None, None, ())
     render.explain_job(ex)  # renders without a value it cannot format
+
+
+def test_an_account_whose_submit_reuses_another_accounts_job_id_is_explained_whole(
+        tmp_path: Any) -> None:
+    """b submits jx first; a's later submit of jx is an anomaly of the whole fold, which
+    a's events alone would take as accepted (holding 95 of a's credits). explain, its job
+    explanation (also from a checkpoint) and the web's history answer as balance does."""
+    from eventstore import Journal
+    from projections.queries.history import account_history
+
+    journal = Journal(f"sqlite:///{tmp_path / 'dup.db'}")
+    journal.append([
+        NewEvent("ga1", "a", "grant", 0, {"account": "a", "amount": 100, "expiry": 50}),
+        NewEvent("ga2", "a", "grant", 0, {"account": "a", "amount": 100, "expiry": 60}),
+        NewEvent("gb", "b", "grant", 0, {"account": "b", "amount": 100}),
+        NewEvent("s1", "b", "submit", 1, {"account": "b", "job": "jx", "cost": 5,
+                                           "priority": 1}),
+        NewEvent("s2", "a", "submit", 2, {"account": "a", "job": "jx", "cost": 95,
+                                           "priority": 1}),
+        NewEvent("s3", "a", "submit", 3, {"account": "a", "job": "j2", "cost": 10,
+                                           "priority": 1}),
+        NewEvent("r3", "a", "start", 4, {"job": "j2"}),
+        NewEvent("f3", "a", "complete", 5, {"job": "j2", "success": True}),
+    ])
+    for checkpointed in (False, True):
+        if checkpointed:
+            replay(journal, checkpoint=True)
+        ex = explain_account(journal, "a")
+        assert (ex.figures.balance, ex.figures.reserved) == (190, 0)
+        job = explain_job(journal, "j2")
+        assert (job.state, list(job.paid_by)) == ("succeeded", [("ga1", 10)])
+    history = account_history(journal.read(order="position"), "a", at=5)
+    assert history.explanation.figures.reserved == 0
+    journal.close()

@@ -42,6 +42,8 @@ from projections.queries.history import (
     extended_history,
     lines_of,
 )
+from projections.queries.history import account_history as history_of
+from projections.queries.ownjobs import own_jobs
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
@@ -316,6 +318,12 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
 
     def build() -> AccountHistory:
         events = source.stream_events(account, position)
+        if own_jobs(source.journal, account, events, position) is None:
+            # One of its submits reuses a job id another account holds: only the whole
+            # fold sees it as the anomaly it is (as `statement` and `explain` fold).
+            everything = source.journal.read(to_position=position, order="position")
+            return history_of(everything, account, at=latest_time(source.journal),
+                              as_known_at=position, private=source.journal.private)
         # The fold kept from the account's last page goes on with what the stream gained
         # since, when nothing of it came late (else it is folded anew).
         kept = source.take_fold(account)

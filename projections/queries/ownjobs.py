@@ -1,0 +1,48 @@
+"""Whether an account's own events tell its jobs: a job id the journal holds twice (an
+import's second submit under another account) is an anomaly of the whole fold that the
+account's events alone would take as accepted. Statements and explanations ask before
+folding one account's stream, and fold the whole journal when it cannot say."""
+
+from __future__ import annotations
+
+from eventstore import JournalLike, RecordedEvent
+from projections.errors import LedgerError
+from projections.ledger import Ledger
+from projections.partial import account_jobs_at
+from projections.queries.reports import jobs as jobs_report
+
+
+def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
+              position: int) -> dict[str, tuple[str, int | None]] | None:
+    """The account's jobs as the projection holds them (job -> (state, charge)) for an
+    account whose events submit jobs; {} for one that submits none. Read from the
+    newest valid checkpoint's job index and the account's own events after it
+    (`account_jobs_at`: no other account's state, no refold), or when those cannot say
+    (an event elsewhere names the account or its jobs), asked of the jobs report.
+
+    None when the account's events submit a job id the projection gives to another
+    account (submitted there first: this submit is an anomaly of the fold, which the
+    account's events alone would take as accepted), or to none."""
+    submitted = {job for rec in events if rec.type == "submit"
+                 and isinstance(job := rec.payload.get("job"), str)}
+    if not submitted:
+        return {}
+    facts = account_jobs_at(journal, account, submitted, to_position=position)
+    if facts is not None:
+        own = {job: (state, charge) for job, (owner, state, charge) in facts.items()
+               if owner == account}
+    else:
+        try:
+            rows = jobs_report(journal, account=account, as_known_at=position).rows
+        except LedgerError:  # the projection does not know the account: none is its own
+            return None
+        own = {row.job: (row.state, row.charge) for row in rows}
+    return own if submitted <= own.keys() else None
+
+
+def jobs_differ(ledger: Ledger, own: dict[str, tuple[str, int | None]]) -> bool:
+    """Whether a fold of the account's events leaves any of its jobs otherwise than the
+    projection does."""
+    jobs = ledger.jobs
+    return any((job := jobs.get(job_id)) is None or (job.state, job.charge) != held
+               for job_id, held in own.items())
