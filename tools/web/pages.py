@@ -311,6 +311,22 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | 
     return source.cached(("account-revisions", account), find)
 
 
+def _stream_tells_jobs(source: AuditSource, account: str, events: list[RecordedEvent],
+                       position: int) -> bool:
+    """Whether the account's own events tell its jobs (`own_jobs`): at the head, asked of
+    the source's whole fold (the service's live projection), without a fold of its own."""
+    submitted = {job for rec in events if rec.type == "submit"
+                 and isinstance(job := rec.payload.get("job"), str)}
+    if not submitted:
+        return True
+    if position == source.head():
+        with source.reading() as ledger:
+            jobs = ledger.jobs
+            return all((job := jobs.get(job_id)) is not None and job.account == account
+                       for job_id in submitted)
+    return own_jobs(source.journal, account, events, position) is not None
+
+
 def account_history(source: AuditSource, account: str, position: int) -> AccountHistory:
     """The account's statement, lineage and timeline as known at `position`, from one fold
     of its stream (remembered until the head moves); UnknownAccount for an account the
@@ -318,7 +334,7 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
 
     def build() -> AccountHistory:
         events = source.stream_events(account, position)
-        if own_jobs(source.journal, account, events, position) is None:
+        if not _stream_tells_jobs(source, account, events, position):
             # One of its submits reuses a job id another account holds: only the whole
             # fold sees it as the anomaly it is (as `statement` and `explain` fold).
             everything = source.journal.read(to_position=position, order="position")
