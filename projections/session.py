@@ -39,15 +39,7 @@ import heapq
 import itertools
 import os
 import threading
-from collections.abc import (
-    Callable,
-    Container,
-    Hashable,
-    Iterable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NoReturn
@@ -140,8 +132,7 @@ class Draft:
     lives for one build: nothing of it outlives the decision.
     """
 
-    __slots__ = ("_id_base", "_ids", "_replay_time", "_session", "ledger", "now_used",
-                 "original")
+    __slots__ = ("_id_base", "_ids", "_session", "ledger", "now_used", "original")
 
     def __init__(self, session: LedgerSession, ledger: Ledger, event_id: str | None,
                  original: RecordedEvent | None = None) -> None:
@@ -149,7 +140,6 @@ class Draft:
         self._session = session
         self._id_base = event_id
         self._ids = 0
-        self._replay_time = None if original is None else original.time
         # For a retry: the event recorded under the decision's id, which the rebuilt
         # events must equal (the append compares them).
         self.original = original
@@ -158,13 +148,13 @@ class Draft:
     @property
     def replaying(self) -> bool:
         """Whether this build rebuilds a decision already recorded (a retry)."""
-        return self._replay_time is not None
+        return self.original is not None
 
     def new_id(self) -> str:
         """The next event id: the caller's id, then id/2, id/3...; else a fresh one."""
         if self._id_base is None:
             return self._session.new_id()
-        if not self._ids and self._replay_time is None:
+        if not self._ids and self.original is None:
             check_event_id(self._id_base)
         self._ids += 1
         return self._id_base if self._ids == 1 else f"{self._id_base}/{self._ids}"
@@ -177,7 +167,7 @@ class Draft:
     def event(self, time: int, event: DomainEvent,
               stream: str) -> tuple[NewEvent, DomainEvent]:
         """A new journal event for `event` at `time`, paired with the event itself."""
-        if self._replay_time is None:  # a retry records nothing new
+        if self.original is None:  # a retry records nothing new
             check_event_names(self.ledger, event)
         # Personal fields (user, memo) go beside the record, so that they can be erased.
         return journal_event(self.new_id(), stream, time, event), event
@@ -187,8 +177,8 @@ class Draft:
         time applied (read under the decision's locks, after catching up, so it includes
         every event recorded before this decision on the accounts it holds). When the
         decision is rebuilt for a retry: the time it was first made."""
-        if self._replay_time is not None:
-            return self._replay_time
+        if self.original is not None:
+            return self.original.time
         when = max(clock_time, self._session.ledger.last[0])
         self.now_used = when
         return when
@@ -259,9 +249,12 @@ class LedgerSession:
         # command that made them: a retry of the same command answers from them instead
         # of rebuilding its accounts' state from their whole history.
         self._decided: dict[str, tuple[Hashable, Built]] = {}
-        # The job each reversed event submitted (None: it submitted none), by event id:
-        # looked up once per reversal, to keep a reversed submit's job id taken.
+        # To keep a reversed submit's job id taken: each reversed event looked up once
+        # (the job it submitted, None for another event), the submits by job, and which
+        # reversals they were read from (reversals are rare: a rescan when one comes).
         self._reversed_jobs: dict[str, str | None] = {}
+        self._reversed_submits: dict[str, str] = {}
+        self._reversals_read: tuple[int, str | None] = (0, None)
         # A journal in memory too: one a simulator's processes share holds checkpoints
         # its service saved, and a restart opens from them as it would from a database.
         self._resume_from_checkpoint()
@@ -331,23 +324,28 @@ class LedgerSession:
             return None
         return self._state_before(original, {original.stream}).jobs.get(job_id)
 
-    def reversed_submit_of(self, job_id: str, reversals: Mapping[str, str]) -> str | None:
+    def reversed_submit_of(self, job_id: str, reversals: dict[str, str]) -> str | None:
         """The id of a recorded submit of `job_id` that one of `reversals` (reversal id
         -> the id it names) took out of the timeline, if any: job ids are unique for
         the journal's lifetime, and a reversal of that reversal brings the submit back."""
-        cache = self._reversed_jobs
-        # A journal that batches decisions (the service's) reads a committed record
-        # outside the batch: this lookup is no retry's.
-        lookup = getattr(self.journal, "committed", self.journal.get)
-        for target in reversals.values():
-            if target not in cache:
-                rec = lookup(target)
-                job = rec.payload.get("job") if rec is not None and rec.type == "submit" \
-                    else None
-                cache[target] = job if isinstance(job, str) else None
-            if cache[target] == job_id:
-                return target
-        return None
+        # Reversals are added in order: their count and the newest say if any came.
+        seen = (len(reversals), next(reversed(reversals), None))
+        if seen != self._reversals_read:
+            cache = self._reversed_jobs
+            # A journal that batches decisions (the service's) reads a committed record
+            # outside the batch: this lookup is no retry's.
+            lookup = getattr(self.journal, "committed", self.journal.get)
+            submits: dict[str, str] = {}
+            for target in reversals.values():
+                if target not in cache:
+                    rec = lookup(target)
+                    job = rec.payload.get("job") if rec is not None \
+                        and rec.type == "submit" else None
+                    cache[target] = job if isinstance(job, str) else None
+                if (job := cache[target]) is not None:
+                    submits.setdefault(job, target)
+            self._reversed_submits, self._reversals_read = submits, seen
+        return self._reversed_submits.get(job_id)
 
     def new_id(self) -> str:
         """A fresh event id, unique to this session."""

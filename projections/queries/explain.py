@@ -25,7 +25,7 @@ from projections.queries.common import (
     unknown_account,
 )
 from projections.queries.effects import Effect, event_effect
-from projections.queries.ownjobs import jobs_differ, own_jobs
+from projections.queries.ownjobs import jobs_differ, own_jobs, submitted_jobs
 from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
@@ -243,11 +243,13 @@ def explain_account(journal: JournalLike, account: str, *,
     # unless one of its submits reuses a job id another account holds, which only the
     # whole fold sees as the anomaly it is.
     own = None if events is None else own_jobs(journal, account, events, position)
-    walk, builder = _lineage(journal, account, None if own is None else events, position)
+    if own is None:
+        events = None
+    walk, builder = _lineage(journal, account, events, position)
     if own and jobs_differ(walk.ledger, own):
         # A job's events recorded in another account's stream: the whole fold tells.
-        walk, builder = _lineage(journal, account, None, position)
-    events = None if own is None else events
+        events = None
+        walk, builder = _lineage(journal, account, events, position)
     if walk.state is None and not walk.seen and not exists_later(journal, account):
         # The names it could have been: every account, not only this one's events. (An
         # account the journal records after `as_known_at` had nothing yet: an empty
@@ -356,9 +358,8 @@ def explain_job(journal: JournalLike, job_id: str, *,
     position = recorded_position(journal, as_known_at)
     owner = job_account(journal, job_id, position)
     events = None if owner is None else account_events(journal, owner, to_position=position)
-    if events is None or not any(rec.type == "submit" and rec.payload.get("job") == job_id
-                                 for rec in events) or own_jobs(
-                                     journal, owner or "", events, position) is None:
+    if owner is None or events is None or job_id not in submitted_jobs(events) \
+            or own_jobs(journal, owner, events, position) is None:
         # Only the whole journal tells: the job is named elsewhere too, or its account's
         # events submit another job id an account holds before them (an anomaly their
         # fold alone would take as accepted, holding credits).

@@ -12,8 +12,14 @@ from projections.partial import account_jobs_at
 from projections.queries.reports import jobs as jobs_report
 
 
+def submitted_jobs(events: list[RecordedEvent]) -> set[str]:
+    """The job ids these events submit."""
+    return {job for rec in events if rec.type == "submit"
+            and isinstance(job := rec.payload.get("job"), str)}
+
+
 def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
-              position: int) -> dict[str, tuple[str, int | None]] | None:
+             position: int) -> dict[str, tuple[str, int | None]] | None:
     """The account's jobs as the projection holds them (job -> (state, charge)) for an
     account whose events submit jobs; {} for one that submits none. Read from the
     newest valid checkpoint's job index and the account's own events after it
@@ -23,8 +29,7 @@ def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
     None when the account's events submit a job id the projection gives to another
     account (submitted there first: this submit is an anomaly of the fold, which the
     account's events alone would take as accepted), or to none."""
-    submitted = {job for rec in events if rec.type == "submit"
-                 and isinstance(job := rec.payload.get("job"), str)}
+    submitted = submitted_jobs(events)
     if not submitted:
         return {}
     facts = account_jobs_at(journal, account, submitted, to_position=position)

@@ -43,7 +43,7 @@ from projections.queries.history import (
     lines_of,
 )
 from projections.queries.history import account_history as history_of
-from projections.queries.ownjobs import own_jobs
+from projections.queries.ownjobs import own_jobs, submitted_jobs
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
@@ -315,8 +315,7 @@ def _stream_tells_jobs(source: AuditSource, account: str, events: list[RecordedE
                        position: int) -> bool:
     """Whether the account's own events tell its jobs (`own_jobs`): at the head, asked of
     the source's whole fold (the service's live projection), without a fold of its own."""
-    submitted = {job for rec in events if rec.type == "submit"
-                 and isinstance(job := rec.payload.get("job"), str)}
+    submitted = submitted_jobs(events)
     if not submitted:
         return True
     if position == source.head():
