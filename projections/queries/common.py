@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from eventstore import JournalLike
@@ -24,6 +25,9 @@ class NothingRecorded(LedgerError, ValueError):
     """`--as-known-at` before the first event was recorded: there is nothing to answer from."""
 
 
+_POSITION = re.compile(r"-?[0-9]{1,19}")
+
+
 def known_position(journal: JournalLike, value: int | str | None) -> int:
     """A journal position from `--as-known-at`: a position, or an ISO-8601 recorded-at time.
 
@@ -37,8 +41,13 @@ def known_position(journal: JournalLike, value: int | str | None) -> int:
         return head
     if isinstance(value, str):
         text = value.strip()
-        if text.lstrip("+-").isdigit():
+        if _POSITION.fullmatch(text):
             value = int(text)
+        elif text.lstrip("+-").isdigit():
+            # int() would take "+5", full-width digits and thousands of digits (refused
+            # with a message about Python): a position is ASCII digits, as every integer.
+            raise ValueError(f"as known at: not a position: {text[:40]!r} (ASCII digits, "
+                             f"0 to {head})")
         else:
             try:
                 micros = parse_micros(text)

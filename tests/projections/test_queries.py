@@ -361,3 +361,16 @@ def test_an_account_whose_submit_reuses_another_accounts_job_id_is_explained_who
     history = account_history(journal.read(order="position"), "a", at=5)
     assert history.explanation.figures.reserved == 0
     journal.close()
+
+
+@pytest.mark.parametrize("text", ["+1", "\uff11", "\u0661", "1" * 5000])
+def test_a_position_is_ascii_digits(text: str) -> None:
+    """As every integer a ledger reads: int() would take each of these (or fail with a
+    message about Python)."""
+    from projections.queries import known_position
+
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1})])
+    with pytest.raises(ValueError, match="not a position"):
+        known_position(journal, text)
+    assert known_position(journal, " 1 ") == 1

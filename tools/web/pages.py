@@ -91,8 +91,6 @@ def parse_known_at(journal: JournalLike, text: str | None) -> int:
     to answer from before its first one."""
     if text is None or not text.strip():
         return journal.head()
-    if _WHOLE.fullmatch(text.strip()) is None and text.strip().lstrip("+-").isdigit():
-        raise ValueError(f"as_known_at: not a position: {text!r} (ASCII digits)")
     try:
         return recorded_position(journal, text)
     except ValueError as exc:
