@@ -5,6 +5,8 @@ twice turns a usage report into a grant), `NaN` is a number and a 5,000-digit in
 takes the parser's time. This ASGI middleware reads each JSON body first with
 `projections.validation.loads_strict` and answers `422` (a problem) before any route
 sees a body that the importer would refuse; a valid body is passed on unchanged.
+`StrictRequests` refuses, before any route too, a path or an Idempotency-Key the server
+would read otherwise than it was sent.
 """
 
 from __future__ import annotations
