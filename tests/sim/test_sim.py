@@ -793,10 +793,37 @@ def test_an_audit_between_an_event_and_its_later_reversal_does_not_see_the_event
         failure.problems)
 
 
+REVERSAL_THEN_SUBMITS = (Path(__file__).parent / "scripts"
+                         / "reversal-then-submits-decided-ahead.ops.jsonl")
+
+
 def test_submits_decided_ahead_after_a_reversal_keep_the_chain_the_service_reads() -> None:
     """Found by a hunt (seed 9901, SQLite): a submit decision looked up the event a
-    reversal named, through the batch decided ahead, which took the lookup for a
-    retry's; the service's projection then held a stale chain hash and refused its own
-    journal (ChainBroken). The lookup reads the committed record outside the batch."""
-    script = Path(__file__).parent / "scripts" / "reversal-then-submits-decided-ahead.ops.jsonl"
-    assert replay_file(script, sqlite=True) is None
+    reversal named through the batch decided ahead, which took the lookup for a retry's
+    and appended the submit at once; the batch's deferred events then found their
+    positions taken. The lookup reads the committed record outside the batch."""
+    assert replay_file(REVERSAL_THEN_SUBMITS, sqlite=True) is None
+
+
+def test_the_service_process_follows_a_projection_rebuilt_after_its_batch_moved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a batch decided ahead finds its positions taken, the service rebuilds its
+    projection (a new session) and decides the batch again. The worker the simulator
+    runs in the service's process shared the old session, which still held the
+    decisions that never committed: its next read refused an intact journal
+    (ChainBroken). Made to happen here by letting the lookup go through the batch, as
+    it once did."""
+    from tools.service.batching import BatchJournal
+    from tools.service.ledger import LedgerService
+
+    monkeypatch.setattr(BatchJournal, "committed", BatchJournal.get)
+    resets = []
+    reset = LedgerService.reset
+
+    def counted(self: LedgerService) -> None:
+        resets.append(self)
+        reset(self)
+
+    monkeypatch.setattr(LedgerService, "reset", counted)
+    assert replay_file(REVERSAL_THEN_SUBMITS, sqlite=True) is None
+    assert len(resets) >= 2  # opening the service, and the rebuild after the batch moved

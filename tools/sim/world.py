@@ -569,7 +569,6 @@ class World:
             error = failure_of(fault)
             with failing_commit(self.journal, error) as strike:
                 answers, groups = commit_in_turn(service, batch, strike)
-            self._follow(proc, service)
             failed = [i for i, answer in enumerate(answers) if answer is error]
             # The commit that fails is the first a group makes: the fault notes which.
             # (A group whose decisions all record nothing, decided ahead of its
@@ -615,6 +614,9 @@ class World:
                 if _answer_key(answers[i]) != _answer_key(retried):
                     problems.append(f"{lines[i]['id']}: the retry answered {retried!r}, the "
                                     f"first attempt {answers[i]!r}")
+        # Any of those commits may have failed and rebuilt the service's projection (a
+        # commit fault, or deferred events that found their positions taken).
+        self._follow(proc, service)
         problems += self._batch_appended(lines, answers, head, service)
         accounts = sorted({line["account"] for line in lines if "account" in line})
         jobs = sorted({str(j) for line in lines
@@ -627,7 +629,9 @@ class World:
 
     def _follow(self, proc: Process, service: LedgerService) -> None:
         """After a failed commit the service rebuilt its projection (a new session): the
-        process's facades, which shared the old one, are made again around the new."""
+        process's facades, which shared the old one, are made again around the new. The
+        old one holds decisions that never committed, at positions the journal gave to
+        other events since."""
         if proc.scheduler is not None and session_of(proc.scheduler) is not service.session:
             proc.scheduler = None
             proc.trackers = {}
