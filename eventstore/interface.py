@@ -43,6 +43,12 @@ class Transaction(Protocol):
         """The last position as this transaction sees it."""
         ...
 
+    def hold_head(self) -> int:
+        """Take the journal's head now, as the first append would, and return its
+        position: no other transaction appends until this one ends, so every event this
+        one appends from here on is new at the positions that follow."""
+        ...
+
 
 @runtime_checkable
 class JournalLike(Protocol):

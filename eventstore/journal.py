@@ -207,6 +207,12 @@ class SqlTransaction(Reader):
         """The last position as this transaction sees it."""
         return self._journal._head(self)
 
+    def hold_head(self) -> int:
+        """Lock the journal's head now, as an append does, and return its position: no
+        other transaction appends until this one ends (on SQLite its write lock already
+        holds it), so what this one appends from here on follows it directly."""
+        return self._journal._hold_head(self)
+
 
 class Journal(JournalBase):
     """An append-only, idempotent, hash-chained journal on SQLite or PostgreSQL.
@@ -830,6 +836,12 @@ class Journal(JournalBase):
     def head(self) -> int:
         """The last position, 0 when empty."""
         return self._head(None)
+
+    def _hold_head(self, tx: SqlTransaction) -> int:
+        with self._writing(tx=tx) as conn:
+            probe = self._backend.lock_and_probe(conn, [], [])
+            tx.holds_head = True
+            return probe.position
 
     def _head(self, tx: SqlTransaction | None) -> int:
         with self._reading(tx) as conn:

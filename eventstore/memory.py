@@ -379,6 +379,11 @@ class MemoryJournal(JournalBase):
         with self._lock:
             return len(self._stored)
 
+    def hold_head(self) -> int:
+        """The last position, as a transaction holds it (`Transaction.hold_head`): inside
+        `transaction()` the journal's lock already keeps every other writer out."""
+        return self.head()
+
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event recorded under this id, or None; checked as `read` checks each event."""
         with self._lock:

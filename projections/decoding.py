@@ -27,6 +27,7 @@ against each other on generated payloads.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -43,6 +44,7 @@ from projections.events import (
     CreditsAdjusted,
     CreditsGranted,
     DomainEvent,
+    JobCompleted,
     PersonalDataErased,
     from_payload,
 )
@@ -79,9 +81,12 @@ def _wire(cls: type[Any], *, record: bool = False) -> type[msgspec.Struct]:
 
 
 # What msgspec cannot say about fields together: True sends the payload the generic way.
+# A refund fraction of -0.0 goes there too, which stores it as 0.0: the same fraction,
+# and so the same canonical JSON (what a line's derived id hashes).
 _REFUSED: dict[type[Any], Callable[[Any], bool]] = {
     AccountOpened: lambda w: (w.refill_rate is None) != (w.refill_cap is None),
     CreditsAdjusted: lambda w: bool(w.amount == 0),
+    JobCompleted: lambda w: w.refund_fraction == 0.0 and math.copysign(1.0, w.refund_fraction) < 0,
 }
 
 

@@ -179,11 +179,18 @@ class ImportPlan:
 
 @dataclass(frozen=True, slots=True)
 class ImportResult:
-    """What an import did: events newly appended, and lines already in the journal."""
+    """What an import did: events newly appended, and lines already in the journal.
+
+    `after`: the journal's head when the import took it; the events it appended are at
+    the positions that follow, one after another (another writer's come before or after
+    them, never between). `latest_before`: the latest event time recorded then (None: the
+    journal was empty), what makes one of its events late."""
 
     appended: int
     already_present: int
     warnings: tuple[str, ...] = ()
+    after: int = 0
+    latest_before: int | None = None
 
 
 class ImportRejected(ValueError):
@@ -706,16 +713,17 @@ def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
     """Append a valid plan in one atomic batch; ImportRejected if any line conflicts."""
     if not plan.ok:
         raise ImportRejected(plan.source, plan.problems)
-    if not plan.events:
-        return ImportResult(0, 0)
-    before = journal.head()
     try:
-        recorded = journal.append(plan.events)
+        with journal.transaction() as tx:
+            before = tx.hold_head()  # what is appended from here on is this plan's
+            latest = journal.max_time()
+            recorded = tx.append(plan.events) if plan.events else []
     except IdempotencyConflict as exc:
         problems = _conflicts(journal, plan) or [Problem(plan.lines[0], str(exc))]
         raise ImportRejected(plan.source, problems) from None
     appended = len({r.position for r in recorded if r.position > before})
-    return ImportResult(appended, len(plan.events) - appended, tuple(plan.warnings))
+    return ImportResult(appended, len(plan.events) - appended, tuple(plan.warnings),
+                        before, latest)
 
 
 def import_file(journal: JournalLike, data: bytes, source: str, *, fmt: str = "jsonl",
@@ -804,10 +812,10 @@ class _Appender:
     """The second pass's writer: appends a chunk of planned events at a time, and keeps
     per event appended by this import only its line and whether its id was derived."""
 
-    def __init__(self, journal: JournalLike, problems: list[Problem]) -> None:
+    def __init__(self, journal: JournalLike, problems: list[Problem], start: int) -> None:
         self.journal = journal
         self.problems = problems
-        self.start = journal.head()
+        self.start = start  # the head, held by the transaction: nobody appends after it
         self.lines = array("I")  # line of the event at position start + 1 + i
         self.derived = bytearray()  # 1 where that event's id was derived from its content
         self.planned = 0
@@ -934,8 +942,12 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
     survey = _survey(stream, fmt, journal, size, checking, allow_far_times)
     problems = survey.problems
     occurrences: dict[str, int] = {}
-    with journal.transaction():
-        writer = _Appender(journal, problems)
+    with journal.transaction() as tx:
+        # The head is taken now, not at the first append: events another writer commits
+        # meanwhile would otherwise pass for this import's own (in its counts, and in
+        # what the command line reports it did).
+        writer = _Appender(journal, problems, tx.hold_head())
+        latest_before = journal.max_time()
         find = _looking_ahead(writer.find, survey.ahead, survey.job_accounts)
         stream.seek(0)
         done = 0
@@ -972,7 +984,8 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
             raise ImportRejected(source, problems)
         warnings = writer.redelivery_warnings(source)
     appended = len(writer.lines)
-    return ImportResult(appended, writer.planned - appended, tuple(warnings))
+    return ImportResult(appended, writer.planned - appended, tuple(warnings),
+                        writer.start, latest_before)
 
 
 # -- export -------------------------------------------------------------------------------

@@ -184,6 +184,8 @@ def require_fraction(name: str, value: object) -> float:
         as_float = math.inf
     if not math.isfinite(as_float) or not 0.0 <= as_float <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {show(value)}")
+    if as_float == 0.0:
+        return 0.0  # not -0.0: the same fraction, and the same canonical JSON (a line's id)
     return as_float
 
 

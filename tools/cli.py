@@ -498,15 +498,15 @@ def import_(
                            f"{_first_line(stream)!r}), not JSON Lines; import it with "
                            f"--format csv")
         with open_journal(ctx, db, write=True) as journal:
-            head, latest = journal.head(), journal.max_time()
             with render.progress_bar(f"checking {source}") as checking, \
                     render.progress_bar(f"appending {source}") as appending:
                 result = importing.import_stream(journal, stream, source, fmt=kind,
                                                  checking=checking, appending=appending,
                                                  allow_far_times=allow_far_times)
             with render.progress_bar("projecting the new events") as progress:
-                effects = queries.import_effects(journal, after=head, latest_before=latest,
-                                                 progress=progress)
+                effects = queries.import_effects(
+                    journal, after=result.after, latest_before=result.latest_before,
+                    progress=progress, count=result.appended)
     for warning in result.warnings:
         sys.stderr.write(f"{PROG}: warning: {warning}\n")
     render.import_summary(source, result.appended, result.already_present, effects)

@@ -22,14 +22,19 @@ class ImportEffects:
 
 
 def import_effects(journal: JournalLike, *, after: int, latest_before: int | None,
-                   progress: Progress | None = None) -> ImportEffects:
-    """The effects of the events recorded at positions after `after`; `latest_before`
-    is the latest event time the journal held before them (None: it was empty)."""
+                   progress: Progress | None = None, count: int | None = None
+                   ) -> ImportEffects:
+    """The effects of the events recorded at positions after `after` (the next `count`
+    of them; None: every one); `latest_before` is the latest event time the journal held
+    before them (None: it was empty)."""
     # Counted, not collected: an import of a million lines would otherwise hold a
     # million ids here while the replay below holds the whole state.
     appended = late = 0
     last = after
-    for rec in journal.read(after_position=after, order="position"):
+    until = None if count is None else after + count
+    if count == 0:
+        return ImportEffects(0, 0, 0)
+    for rec in journal.read(after_position=after, to_position=until, order="position"):
         appended += 1
         last = rec.position
         if latest_before is not None and rec.time < latest_before:

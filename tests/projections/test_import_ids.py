@@ -66,6 +66,23 @@ def test_a_reordered_file_appends_nothing(records: list[Record], data: st.DataOb
     assert import_file(journal, jsonl(reordered), "bill.jsonl").appended == 0
 
 
+@pytest.mark.parametrize("spelling", ["0", "0.0", "-0.0", "-0", "0e5", "-0E-3"])
+def test_every_spelling_of_a_zero_refund_fraction_is_one_event(spelling: str) -> None:
+    journal = MemoryJournal()
+    lines = ['{"type": "grant", "account": "a", "amount": 100, "time": 0}',
+             '{"type": "submit", "account": "a", "job": "j", "cost": 10, "priority": 1, '
+             '"time": 1}',
+             '{"type": "start", "job": "j", "time": 2}',
+             '{"type": "complete", "job": "j", "success": false, "refund_fraction": 0, '
+             '"time": 3}']
+    import_file(journal, "\n".join(lines).encode(), "bill.jsonl")
+    lines[-1] = lines[-1].replace('"refund_fraction": 0,', f'"refund_fraction": {spelling},')
+    again = import_file(journal, "\n".join(lines).encode(), "bill-copy.jsonl")
+    assert (again.appended, again.already_present) == (0, 4)
+    (completion,) = journal.read(type="complete")
+    assert json.dumps(completion.payload["refund_fraction"]) == "0.0"
+
+
 def test_identical_lines_count_each_time_they_occur() -> None:
     journal = MemoryJournal()
     line: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1}
