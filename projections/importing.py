@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
-from eventstore import IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
+from eventstore import PRIVATE_KEY, IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
 from eventstore.hashing import canonical_json
 from projections import csvcells
 from projections.csvcells import unguard
@@ -823,6 +823,9 @@ class _Appender:
         self.event_lines: list[int] = []
         self.derived_ids: list[bool] = []
         self.streams: dict[str, tuple[str, str]] = {}  # this chunk's ids -> (type, stream)
+        # Lines with personal fields taken for events whose personal fields were erased:
+        # (line, id). Nothing can tell a re-delivery from another user's report then.
+        self.erased_matches: list[tuple[int, str]] = []
 
     def add(self, event: NewEvent, line: int, derived: bool) -> None:
         self.events.append(event)
@@ -861,12 +864,18 @@ class _Appender:
             keep = self._without_conflicts(events, lines, derived)
             events, lines, derived = keep
             recorded = self.journal.append(events) if events else []
-        for rec, line, is_derived in zip(recorded, lines, derived, strict=True):
+        sealed: dict[str, int] = {}
+        for rec, line, is_derived, event in zip(recorded, lines, derived, events, strict=True):
             # New events take the next positions in order; an id repeated with the same
             # content comes back with the position it already has.
             if rec.position == self.start + len(self.lines) + 1:
                 self.lines.append(line)
                 self.derived.append(is_derived)
+            elif event.private and PRIVATE_KEY in rec.payload and rec.position <= self.start:
+                sealed.setdefault(rec.id, line)
+        if sealed:
+            held = self.journal.private(sealed)
+            self.erased_matches += [(line, i) for i, line in sealed.items() if i not in held]
 
     def _without_conflicts(self, events: list[NewEvent], lines: list[int],
                            derived: list[bool]) -> tuple[list[NewEvent], list[int], list[bool]]:
@@ -888,6 +897,10 @@ class _Appender:
                         why = f"is used on line {self.line_of(old.position)} for another event"
                     else:
                         why = f"is already recorded at position {old.position} as another event"
+                        if is_derived and _differs_only_in_person(old, event):
+                            why += (" (the same event for another user: the id a line "
+                                    "without one gets leaves its user out; give such "
+                                    "lines an id)")
                     self.problems.append(Problem(line, f"id {event.id!r} {why}"))
                     continue
                 first[event.id] = (event, line)
@@ -895,6 +908,17 @@ class _Appender:
             kept[1].append(line)
             kept[2].append(is_derived)
         return kept
+
+    def erased_warnings(self, source: str) -> list[str]:
+        """A warning for the lines taken as events whose personal fields were erased."""
+        if not self.erased_matches:
+            return []
+        line, event_id = min(self.erased_matches)
+        return [f"{source}: {len(self.erased_matches)} line(s) with a user or memo (first: "
+                f"line {line}) were taken as already present as events whose personal "
+                f"fields were erased (first: {event_id!r}), which nothing can tell apart "
+                "from another user's report of the same usage; if one is not a "
+                "re-delivery, import it again with an id of its own"]
 
     def redelivery_warnings(self, source: str) -> list[str]:
         """`_redelivery_warnings` for the events this import appended with derived ids,
@@ -924,6 +948,13 @@ class _Appender:
         if first is None:
             return []
         return [_redelivery_text(source, matches, new, first)]
+
+
+def _differs_only_in_person(old: RecordedEvent, new: NewEvent) -> bool:
+    """Whether a recorded event and a new one differ in their personal fields alone."""
+    public = {k: v for k, v in old.payload.items() if k != PRIVATE_KEY}
+    return (old.type, old.time, old.stream, public) == (new.type, new.time, new.stream,
+                                                        dict(new.payload))
 
 
 def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
@@ -982,7 +1013,7 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
             problems.sort(key=lambda p: p.line)
             # Leaving the block by an exception rolls back every chunk appended.
             raise ImportRejected(source, problems)
-        warnings = writer.redelivery_warnings(source)
+        warnings = writer.redelivery_warnings(source) + writer.erased_warnings(source)
     appended = len(writer.lines)
     return ImportResult(appended, writer.planned - appended, tuple(warnings),
                         writer.start, latest_before)

@@ -21,7 +21,13 @@ from eventstore import Journal, JournalLike, MemoryJournal, NewEvent
 from eventstore.testing import open_journal, write_at_revision
 from projections import GPUCreditTracker, Scheduler, queries
 from projections.anchors import check_anchor
-from projections.importing import export_records, import_file, write_csv, write_jsonl
+from projections.importing import (
+    ImportRejected,
+    export_records,
+    import_file,
+    write_csv,
+    write_jsonl,
+)
 from projections.personal import erase_user, events_of_user
 from projections.replay import replay, verify
 from tools.cli import app
@@ -187,6 +193,36 @@ def test_an_import_derived_id_does_not_commit_to_the_user() -> None:
                 "b")
     assert [r.id for r in one.read(order="position")] == [
         r.id for r in two.read(order="position")]
+
+
+def test_another_users_same_usage_without_an_id_is_refused_with_the_way_out() -> None:
+    journal = MemoryJournal()
+    line = {"type": "consume", "account": "lab", "amount": 1, "time": 1}
+    import_file(journal, _data([{"type": "account", "account": "lab"}, {**line, "user": ALICE}]),
+                "day1")
+    with pytest.raises(ImportRejected) as refused:
+        import_file(journal, _data([{**line, "user": BOB}]), "day2")
+    assert "the same event for another user" in str(refused.value.problems[0].message)
+    assert "give such lines an id" in refused.value.problems[0].message
+    result = import_file(journal, _data([{**line, "user": BOB, "id": "bob-1"}]), "day2")
+    assert result.appended == 1
+
+
+def test_a_line_taken_for_an_erased_event_is_warned_about() -> None:
+    """After an erasure nothing tells a re-delivery from another user's same report: the
+    line counts as present, and the import says so instead of staying silent."""
+    journal = MemoryJournal()
+    line = {"type": "consume", "account": "lab", "amount": 1, "time": 1}
+    import_file(journal, _data([{"type": "account", "account": "lab"}, {**line, "user": ALICE},
+                                {**line, "amount": 2}]), "day1")
+    quiet = import_file(journal, _data([{**line, "user": ALICE}, {**line, "amount": 2}]), "again")
+    assert (quiet.appended, quiet.already_present, quiet.warnings) == (0, 2, ())
+    erase_user(journal, ALICE)
+    result = import_file(journal, _data([{**line, "user": BOB}, {**line, "amount": 2}]), "day2")
+    assert (result.appended, result.already_present) == (0, 2)
+    (warning,) = result.warnings
+    assert "1 line(s) with a user or memo (first: line 1)" in warning
+    assert "whose personal fields were erased" in warning and "an id of its own" in warning
 
 
 # -- a journal written before personal fields were kept apart ----------------------------
