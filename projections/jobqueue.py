@@ -186,13 +186,26 @@ class JobQueue:
 
 def pending_ahead(job: JobState, accounts: Mapping[str, AccountState],
                   live: Mapping[str, JobState]) -> int:
-    """How many pending jobs would start before `job` (linear: for explanations only)."""
+    """How many pending jobs start before `job`: those of its own account ahead of it in
+    the queue's order (whenever the account has room, they go first), and those of other
+    accounts ahead of it that start as things stand (`start_next` called again and again,
+    nothing ending meanwhile): one whose account is at its `max_running` cap by its turn
+    waits, and is not counted. O(n log n): for explanations only."""
     def key(j: JobState) -> tuple[int, float, int, int]:
         assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
         return (-j.priority, accounts[j.account].fair_key(), *j.order)
 
     mine = key(job)
-    return sum(
-        1 for other in live.values()
-        if other.state == PENDING and other.id != job.id and key(other) < mine
-    )
+    before = sorted((key(other), other.account) for other in live.values()
+                    if other.state == PENDING and other.id != job.id and key(other) < mine)
+    running: dict[str, int] = {}
+    started = 0
+    for _, name in before:
+        account = accounts[name]
+        now = running.get(name, account.running)
+        if name != job.account and account.max_running is not None \
+                and now >= account.max_running:
+            continue  # waits for one of its account's jobs to end
+        running[name] = now + 1
+        started += 1
+    return started

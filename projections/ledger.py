@@ -577,7 +577,8 @@ class Ledger:
             where = f" in pool {event.pool!r}"
             usable = f", {book.usable(event.pool)} of them usable in {event.pool!r}"
         return (
-            f"job {event.job!r} costs {event.cost}, only {max(available, 0)} available{where} "
+            # Below 0 in debt, as `balance` says: a job costing 0 is refused there too.
+            f"job {event.job!r} costs {event.cost}, only {available} available{where} "
             f"({book.active_total} active{usable}, {book.debt_total} debt, {book.held} held by "
             f"{len(book.holds)} jobs, {book.totals.expired} expired so far)"
         )
@@ -725,7 +726,8 @@ class Ledger:
     # -- reading ---------------------------------------------------------------------------
 
     def pending_ahead(self, job: JobState) -> int:
-        """How many pending jobs would start before `job` (linear: for explanations only)."""
+        """How many pending jobs would start before `job` as things stand (for explanations
+        only: `jobqueue.pending_ahead`)."""
         return pending_ahead(job, self.accounts, self.live)
 
     def canonical(self) -> dict[str, Any]:

@@ -374,3 +374,61 @@ def test_a_position_is_ascii_digits(text: str) -> None:
     with pytest.raises(ValueError, match="not a position"):
         known_position(journal, text)
     assert known_position(journal, " 1 ") == 1
+
+
+# -- a pending job's place in the queue ------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_jobs_ahead_of_a_pending_job_are_those_start_next_starts_before_it(
+        data: st.DataObject) -> None:
+    """`explain --job` counts the jobs that start before a pending one: start_next called
+    until it starts it, nothing ending meanwhile. A job ahead of it in the queue whose
+    account reached its cap waits, and does not count, unless it is of the job's own
+    account (which starts its jobs in order whenever it has room)."""
+    caps = data.draw(st.lists(st.sampled_from([None, 1, 2]), min_size=1, max_size=3))
+    submits = data.draw(st.lists(st.tuples(st.integers(0, len(caps) - 1), st.integers(0, 3)),
+                                 min_size=1, max_size=9))
+    starts = data.draw(st.integers(0, len(submits)))
+
+    def scheduler() -> tuple[MemoryJournal, Scheduler]:
+        journal = MemoryJournal()
+        s = Scheduler(journal, clock=lambda: 10)
+        for i, cap in enumerate(caps):
+            s.open_account(f"a{i}", 100, max_running=cap)
+        for n, (account, priority) in enumerate(submits):
+            assert s.submit(f"j{n}", f"a{account}", 1, priority)
+        for _ in range(starts):
+            s.start_next()
+        return journal, s
+
+    journal, _ = scheduler()
+    pending = [j for j, job in fold_canonical(journal).jobs.items() if job.state == "pending"]
+    for job in pending:
+        ahead = explain_job(journal, job).ahead
+        _, s = scheduler()
+        started = []
+        while (picked := s.start_next()) is not None and picked.id != job:
+            started.append(picked.id)
+        if picked is not None:  # it starts, after those
+            assert ahead == len(started), (job, caps, submits, starts)
+        else:  # its account filled up: the jobs started before it, and its account's rest
+            def key(j: str) -> tuple[int, int]:
+                return (-submits[int(j[1:])][1], int(j[1:]))
+
+            own = submits[int(job[1:])][0]
+            rest = [j for j in pending if j not in started and j != job
+                    and submits[int(j[1:])][0] == own and key(j) < key(job)]
+            assert ahead == len([j for j in started if key(j) < key(job)]) + len(rest)
+
+
+def test_a_submit_refused_in_debt_says_the_available_figure_balance_says() -> None:
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(5, 0, 100)
+    tracker.consume(20, 1)  # 15 in debt
+    assert not Scheduler(journal, clock=lambda: 2).submit("free-probe", "a", 0, 1)
+    reason = explain_job(journal, "free-probe").reason
+    assert reason is not None and "costs 0, only -15 available" in reason
+    assert balance(journal, "a", at=2).figures.available == -15
