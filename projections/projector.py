@@ -653,10 +653,31 @@ class Projector:
                     earliest = MIN_KEY
                 if earliest < pivot:
                     pivot = earliest
-                    cause = next(rec for rec in batch if rec.type == REVERSE)
+                    cause = self._reaching_furthest(batch, reversals)
                 old_excluded, self.excluded = self.excluded, excluded
         return self._refold_from(pivot, lambda start, new, fold_old: self._refold_batch(
             cause, first, known, last, start, new, fold_old, pivot, old_excluded))
+
+    def _reaching_furthest(self, batch: Sequence[Recorded],
+                           reversals: dict[str, str]) -> Recorded:
+        """The reversal of `batch` whose events (what it names, and what that names in
+        turn when it reverses a reversal) lie earliest on the timeline: the cause of the
+        revisions its re-projection finds, not merely the batch's first reversal."""
+        named = {**self.ledger.reversals, **reversals}
+        best: tuple[tuple[int, int], Recorded] | None = None
+        for rec in batch:
+            target = reversals.get(rec.id) if rec.type == REVERSE else None
+            chain: list[str] = []
+            while target is not None and target not in chain:
+                chain.append(target)
+                target = named.get(target)
+            places = [self._locate(i) if self._locate is not None else None for i in chain]
+            if not places:
+                continue
+            reach = MIN_KEY if None in places else min(p for p in places if p is not None)
+            if best is None or reach < best[0]:
+                best = (reach, rec)
+        return best[1] if best is not None else next(r for r in batch if r.type == REVERSE)
 
     def _refold_batch(self, cause: Recorded, first: int, known: int, last: int,
                       start: tuple[int, int], new: Ledger, fold_old: bool,

@@ -213,3 +213,27 @@ def test_a_reversed_submit_keeps_its_job_id_taken() -> None:
             deciding.submit("j0", "a", 50, 1, at=2)
     assert journal.head() == head
     assert scheduler.submit("j0b", "a", 50, 1, at=2)
+
+
+def test_revisions_name_the_reversal_of_a_batch_that_reaches_furthest_back() -> None:
+    """Two reversals appended together: the revisions they cause name the one whose event
+    lies earliest on the timeline (the batch reaches across accounts, so one cause serves
+    every revision), not whichever came first in the batch."""
+    journal = journal_of([("g-a", "grant", 0, {"account": "a", "amount": 100}),
+                          ("u-a", "consume", 5, {"account": "a", "amount": 10}),
+                          ("g-b", "grant", 0, {"account": "b", "amount": 100}),
+                          ("u-b", "consume", 50, {"account": "b", "amount": 10}),
+                          ("late", "consume", 60, {"account": "a", "amount": 95})])
+    journal.append([
+        NewEvent("rev-b", "b", "reverse", 50, {"event": "u-b", "reason": "duplicate"}),
+        NewEvent("rev-a", "a", "reverse", 5, {"event": "u-a", "reason": "wrong account"}),
+    ])
+    revised = {r.event_id: r.late_event_id for r in replay(journal).revisions}
+    assert revised == {"u-a": "rev-a", "u-b": "rev-a", "late": "rev-a"}
+    # A reversal of a reversal reaches where the event it puts back lies.
+    journal.append([
+        NewEvent("unrev-b", "b", "reverse", 70, {"event": "rev-b", "reason": "it was right"}),
+        NewEvent("unrev-a", "a", "reverse", 70, {"event": "rev-a", "reason": "it was right"}),
+    ])
+    causes = {r.late_event_id for r in replay(journal).revisions if r.late_position > 7}
+    assert causes == {"unrev-a"}
