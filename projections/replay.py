@@ -40,9 +40,9 @@ from projections.events import EventReversed
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.outcomes import Revision
+from projections.projector import REVERSE, Projector, as_lean
 from projections.projector import Lean as Lean
 from projections.projector import LeanRow as LeanRow
-from projections.projector import Projector, as_lean
 from projections.reversals import reversed_ids
 
 Progress = Callable[[int, int], None]
@@ -113,28 +113,46 @@ def lean_records(journal: JournalLike, **query: Any) -> Iterator[Lean]:
     return map(as_lean, lean_rows(journal, **query))
 
 
-def journal_reader(journal: JournalLike, to_time: int | None = None) -> Callable[
+def journal_reader(journal: JournalLike, to_time: int | None = None, *,
+                   reversals_after: bool = False) -> Callable[
         [tuple[int, int], int, int | None], Iterable[Lean]]:
-    """A projector reader over `journal`, optionally limited to event times <= to_time."""
+    """A projector reader over `journal`, optionally limited to event times <= to_time;
+    `reversals_after`: with the reversals timed after it too (a reversal takes its event
+    out at every time, whatever its own: `replay`)."""
 
     def read(after: tuple[int, int], to_position: int,
              limit: int | None) -> Iterable[Lean]:
         bound = limit if to_time is None else (to_time if limit is None else min(limit, to_time))
-        return lean_records(journal, after=after, to_position=to_position, to_time=bound,
-                            order="canonical")
+        found = lean_records(journal, after=after, to_position=to_position, to_time=bound,
+                             order="canonical")
+        if to_time is None or not reversals_after or (limit is not None and limit <= to_time):
+            return found
+        # On the timeline after every event up to `to_time`: read after them.
+        later = rows_of_type(journal, REVERSE, after=after, to_position=to_position,
+                             from_time=to_time + 1, to_time=limit, order="canonical")
+        return itertools.chain(found, map(as_lean, later))
 
     return read
 
 
-def account_reader(journal: JournalLike) -> Callable[
+def account_reader(journal: JournalLike, to_time: int | None = None, *,
+                   reversals_after: bool = False) -> Callable[
         [str, tuple[int, int], int], Iterable[Lean]]:
     """A projector's per-account reader over `journal`: one stream's events in canonical
-    order after a key, up to a position, their payloads as stored text (as `lean_records`
-    reads them: the fold decodes a text several times faster than a decoded mapping)."""
+    order after a key, up to a position (and event time `to_time`, with the reversals
+    timed after it when `reversals_after`, as `journal_reader`), their payloads as stored
+    text (as `lean_records` reads them: the fold decodes a text several times faster than
+    a decoded mapping)."""
 
     def read(stream: str, after: tuple[int, int], to_position: int) -> Iterable[Lean]:
-        return lean_records(journal, stream=stream, after=after, to_position=to_position,
-                            order="canonical")
+        found = lean_records(journal, stream=stream, after=after, to_position=to_position,
+                             to_time=to_time, order="canonical")
+        if to_time is None or not reversals_after:
+            return found
+        later = rows_of_type(journal, REVERSE, stream=stream, after=after,
+                             to_position=to_position, from_time=to_time + 1,
+                             order="canonical")
+        return itertools.chain(found, map(as_lean, later))
 
     return read
 
@@ -273,14 +291,20 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # Once a late event has been seen, a short memory of outcomes lets the next ones
     # compare against what was reported instead of folding the old timeline beside the new.
     held = HeldRows() if head <= HELD_ROWS else None
+    # A reversal recorded with a time after `to_time` still takes its event out (at every
+    # time, as `balance --at` and `fold_canonical` take it): such reversals are replayed
+    # at their own times, after every event up to `to_time`, and read back with them.
+    far = to_time is not None and next(rows_of_type(
+        journal, REVERSE, from_time=to_time + 1, to_position=head), None) is not None
     projector = Projector(
-        journal_reader(journal, to_time) if held is None else held.read,
+        journal_reader(journal, to_time, reversals_after=far) if held is None else held.read,
         min_snapshot_every=20_000, snapshot_factor=32,
         # Holding the rows, remember every outcome too: a late event then never folds
         # the old timeline a second time to learn what was reported.
         recent_outcomes=REPLAY_REMEMBERS if held is None else max(REPLAY_REMEMBERS, head),
         remember_once_late=True, snapshot_once_late=True, locate=locator(journal),
-        account_reader=account_reader(journal) if held is None else held.read_stream)
+        account_reader=account_reader(journal, to_time, reversals_after=far)
+        if held is None else held.read_stream)
     done = 0
     taken = 0  # events up to `to_time`, as `done` counts every event read
     if progress is not None:
@@ -317,7 +341,8 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                         cut = bisect.bisect_right(part, end, key=_position)
                         rows = itertools.chain(part[cut:], rows)
                         del part[cut:]
-                mine = part if to_time is None else [r for r in part if r[3] <= to_time]
+                mine = part if to_time is None else [
+                    r for r in part if r[3] <= to_time or (far and r[2] == REVERSE)]
                 if size < BATCH_HELD and part[-1][0] < end:
                     # A part of a batch with more to come goes over only if it folds
                     # straight (which reads nothing back: the held rows follow it).
@@ -335,7 +360,9 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                         projector.ingest_rows(mine, known_before=begin)
                 last = part[-1][0]
                 done += len(part)
-                taken += len(mine)
+                # A reversal timed after `to_time` is replayed, not counted among its events.
+                taken += len(mine) if to_time is None or not far else sum(
+                    1 for r in mine if r[3] <= to_time)
                 if last >= end or (rec := next(rows, None)) is None:
                     break
                 part = [rec]

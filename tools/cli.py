@@ -725,7 +725,9 @@ def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = No
 def replay(
     ctx: typer.Context,
     to: Annotated[str | None, typer.Option(
-        "--to", metavar="T", help="Only events with event time <= T.")] = None,
+        "--to", metavar="T",
+        help="Only events with event time <= T (and every reversal, whatever its time).")
+    ] = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent
@@ -237,3 +237,36 @@ def test_revisions_name_the_reversal_of_a_batch_that_reaches_furthest_back() -> 
     ])
     causes = {r.late_event_id for r in replay(journal).revisions if r.late_position > 7}
     assert causes == {"unrev-a"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(events=journals().filter(bool), data=st.data())
+@pytest.mark.parametrize("held", [True, False], ids=["rows held", "rows read again"])
+def test_replay_to_a_time_leaves_out_events_reversed_by_reversals_timed_after_it(
+        held: bool, events: list[Raw], data: st.DataObject,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay(to_time=T)` is the state at T as known: a reversal takes its event out at
+    every time, also when it is recorded with a time after T (as `fold_canonical`, and so
+    `balance --at T`, take it), and a reversal of it puts the event back."""
+    import projections.replay as replaying
+
+    if not held:
+        monkeypatch.setattr(replaying, "HELD_ROWS", 0)
+    journal = MemoryJournal()
+    cut = data.draw(st.integers(0, len(events)))
+    ids: list[str] = []
+    for part in (events[:cut], events[cut:]):
+        if part:
+            journal.append([NewEvent(raw[0], stream_of(raw, events), raw[1], raw[2], raw[3])
+                            for raw in part])
+            ids += [raw[0] for raw in part]
+        for n in range(data.draw(st.integers(0, 2)) if ids else 0):
+            target = data.draw(st.sampled_from(ids))
+            rid = f"r{len(ids)}-{n}"
+            journal.append([reversal(target, data.draw(st.integers(0, 40)), rid)])
+            ids.append(rid)
+    to_time = data.draw(st.integers(0, 30))
+    note(repr([(r.position, r.id, r.type, r.time, r.payload) for r in journal.read()]))
+    assert replay(journal, to_time=to_time).ledger.digest() == fold_canonical(
+        journal, to_time=to_time).digest()
