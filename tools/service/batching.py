@@ -163,11 +163,6 @@ class _BatchTransaction:
             return batch.base + len(batch.pending)
         return _tx(batch).head()
 
-    def hold_head(self) -> int:
-        batch = self._batch
-        _flush(batch)
-        return _tx(batch).hold_head()
-
 
 @dataclass
 class Deferred:
