@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from projections import queries
+from projections.events import TIMELINE_START
 from projections.ledger import JOB_STATES
 from projections.policy import Policy
 from projections.timefmt import format_time
@@ -88,6 +89,8 @@ def expiring(
         report = queries.expiring(journal, within=seconds, at=when, as_known_at=as_known_at)
     if as_json:
         render.print_json(wording.to_dict(report))
+    elif not report.credits and report.at == TIMELINE_START:
+        render.console().print("nothing expires: no event with a time is recorded yet")
     elif not report.credits:
         render.console().print(
             f"nothing expires between {format_time(report.at)} and "

@@ -9,7 +9,7 @@ from eventstore import JournalLike
 from projections.errors import LedgerError, UnknownAccount
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
-from projections.replay import ledger_at
+from projections.replay import ledger_at, rows_of_type
 from projections.timefmt import format_micros, parse_micros
 
 _KNOWN_SHOWN = 20
@@ -126,7 +126,16 @@ def unknown_account(name: str, known: Ledger | Iterable[str]) -> UnknownAccount:
     return UnknownAccount(f"unknown account {name!r} (known: {names_text(names)})")
 
 
+_MAKES_AN_ACCOUNT = ("account", "grant", "consume", "adjust")
+"""The events after which an account exists (`Ledger`): not a submit, which a journal
+records for an account that does not exist too, rejected."""
+
+
 def exists_later(journal: JournalLike, name: str) -> bool:
-    """Whether any event of the journal is in the account's stream."""
-    return journal.stream_version(name) > 0
+    """Whether the journal records, at any time, an event that makes the account exist:
+    an account named only by rejected submits (and their jobs' events) is unknown."""
+    if journal.stream_version(name) == 0:
+        return False
+    return any(next(rows_of_type(journal, kind, stream=name), None) is not None
+               for kind in _MAKES_AN_ACCOUNT)
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, NamedTuple
 from eventstore import JournalLike
 from eventstore.hashing import load_json
 from projections.checkpoint import CheckpointError, log
+from projections.events import TIMELINE_START
 from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
@@ -143,8 +144,9 @@ class ExpiringReport:
 
     @property
     def until(self) -> int:
-        """The end of the window (included)."""
-        return self.at + self.within
+        """The end of the window (included): the start of the timeline, as `at`, when
+        no event has a time yet (nothing can expire then)."""
+        return self.at if self.at == TIMELINE_START else self.at + self.within
 
     def totals(self) -> list[PoolTotal]:
         """(account, pool, amount, held) per account and pool, sorted."""
@@ -155,7 +157,7 @@ class ExpiringReport:
             entry[1] += c.held
         return [PoolTotal(a, p, v[0], v[1]) for (a, p), v in sorted(sums.items())]
 
-    json_keys: ClassVar[tuple[str, ...]] = ("at:time", "within", "until", "as_known_at",
+    json_keys: ClassVar[tuple[str, ...]] = ("at:time", "within", "until:time", "as_known_at",
                                             "credits", "totals")
 
 
@@ -245,7 +247,7 @@ def _unit_duration(cleaned: str) -> int | None:
     number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
     unit = cleaned[len(number):].strip() or "s"
     unit = _UNIT_WORDS.get(unit.removesuffix("s") if len(unit) > 1 else unit, unit)
-    if not number.isdigit() or unit not in _UNITS:
+    if not (number.isascii() and number.isdigit()) or unit not in _UNITS:
         return None
     return int(number) * _UNITS[unit]
 
@@ -253,7 +255,7 @@ def _unit_duration(cleaned: str) -> int | None:
 def _iso_duration(cleaned: str) -> int | None:
     """`PnW`, `PnD`, `PTnHnMnS` and `PnDTnHnMnS` (no years or months: their length varies)."""
     match = re.fullmatch(r"p(?:(\d+)w)?(?:(\d+)d)?(?:t(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?)?",
-                         cleaned)
+                         cleaned, re.ASCII)
     if match is None or cleaned in ("p", "pt") or cleaned.endswith("t"):
         return None
     weeks, days, hours, minutes, secs = (int(g) if g else 0 for g in match.groups())

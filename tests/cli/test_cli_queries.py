@@ -80,6 +80,24 @@ def test_unknown_account_names_the_known_ones(run: Run, small: Path) -> None:
         assert error_lines(result) == ["gpu-credits: error: unknown account 'x' (known: a, b)"]
 
 
+def test_an_account_named_only_by_rejected_submits_has_no_balance(run: Run,
+                                                                 tmp_path: Path) -> None:
+    """A submit naming an account that does not exist is rejected, and makes none:
+    `balance` does not know it, as `accounts` lists it not; the submits it names stay
+    in its statement and in the jobs report, for the audit trail."""
+    path = tmp_path / "nobody.jsonl"
+    path.write_text('{"type": "grant", "account": "a", "amount": 10, "time": 0}\n'
+                    '{"type": "submit", "account": "nobody", "job": "j1", "cost": 5, '
+                    '"priority": 1, "time": 10}\n')
+    assert run("import", str(path)).exit_code == 0
+    result = run("balance", "nobody")
+    assert result.exit_code == 2
+    assert error_lines(result) == ["gpu-credits: error: unknown account 'nobody' (known: a)"]
+    assert [a["account"] for a in _obj(as_json(run("accounts", "--json")))["accounts"]] == ["a"]
+    statement = run("statement", "nobody")
+    assert statement.exit_code == 0 and "rejected: unknown account 'nobody'" in statement.stdout
+
+
 def test_bad_as_known_at(run: Run, small: Path) -> None:
     result = run("balance", "a", "--as-known-at", "soon")
     assert result.exit_code == 2

@@ -114,12 +114,25 @@ def test_expiring_counts_unused_and_held_credits(run: Run, month: Path) -> None:
     assert "nothing expires" in nothing.stdout
 
 
-@pytest.mark.parametrize("bad", ["soon", "0", "-5", "7x", "1.5h", ""])
+@pytest.mark.parametrize("bad", ["soon", "0", "-5", "7x", "1.5h", "", "\u0663d", "\uff13\uff16",
+                                 "\u00b9h", "P\u0663D"])
 def test_expiring_rejects_a_bad_duration(run: Run, month: Path, bad: str) -> None:
     result = run("expiring", "--within", bad)
     assert result.exit_code == 2
     assert len(error_lines(result)) == 1
     assert "7d" in result.stderr and "--within" in result.stderr
+
+
+def test_expiring_before_any_timed_event_has_no_window_to_show(run: Run,
+                                                               tmp_path: Path) -> None:
+    opened = tmp_path / "opened.jsonl"
+    opened.write_text('{"type": "account", "account": "a"}\n')
+    assert run("import", str(opened)).exit_code == 0
+    report = json.loads(run("expiring", "--json").stdout)
+    assert (report["at"], report["until"], report["credits"]) == (None, None, [])
+    text = run("expiring", "--within", "1d")
+    assert text.exit_code == 0
+    assert text.stdout.strip() == "nothing expires: no event with a time is recorded yet"
 
 
 def test_expiring_at_another_time(run: Run, month: Path) -> None:

@@ -106,6 +106,17 @@ def test_usage_of_an_unknown_account_is_404(client: TestClient) -> None:
     assert head(client) == 0
 
 
+def test_an_account_named_only_by_a_rejected_submit_in_a_file_is_404(
+        client: TestClient) -> None:
+    events = [{"type": "grant", "account": "a", "amount": 10, "time": 0},
+              {"type": "submit", "account": "nobody", "job": "j1", "cost": 5, "priority": 1,
+               "time": 10}]
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+    problem(client.get("/v1/accounts/nobody/balance"), 404)
+    assert [a["account"] for a in client.get("/v1/accounts").json()] == ["a"]
+    assert client.get("/v1/jobs/j1").json()["state"] == "rejected"
+
+
 def test_job_life(client: TestClient) -> None:
     setup_account(client)
     r = client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 30, "priority": 1},

@@ -40,9 +40,13 @@ def base_url(demo_db: str) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Headless Chromium; skipped where it is missing, a failure under CI=true."""
+    """Headless Chromium; skipped where it is missing, a failure under CI=true.
+
+    Per module, not per session: Playwright's sync API keeps an event loop running in
+    the thread while it is open, and a later test in the same worker that starts one of
+    its own (`asyncio.run`) would fail."""
     if chromium_path() is None:
         message = "Chromium is missing: install Debian's package `chromium`"
         if os.environ.get("CI", "").lower() == "true":
