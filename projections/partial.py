@@ -29,7 +29,7 @@ import orjson
 from eventstore import JournalLike, RecordedEvent
 from projections.checkpoint import CheckpointError, CheckpointView, log
 from projections.ledger import Ledger
-from projections.replay import lean_rows, view_at
+from projections.replay import lean_rows, rows_of_type, view_at
 
 _JOB_EVENTS = frozenset({"start", "complete", "cancel"})
 _CROSSING = frozenset({"void", "reverse"})
@@ -137,6 +137,12 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
                                 to_position=to_position, to_time=to_time,
                                 order="canonical"))
     if any(rec.type in _CROSSING for rec in stretch):
+        return None
+    if to_time is not None and next(rows_of_type(
+            journal, "reverse", stream=account, after_position=after,
+            to_position=to_position, from_time=to_time + 1), None) is not None:
+        # A reversal takes its event out at every time, one timed after `to_time` too
+        # (it lies in the stream of the event it names): only the whole fold tells.
         return None
     if all(rec.type in _CREDITS for rec in stretch) and not _has_job_streams(
             journal, account, after):

@@ -24,6 +24,7 @@ from projections.checkpoint import (
     open_checkpoint,
 )
 from projections.digest import canonical_job
+from projections.figures import Figures
 from projections.ledger import Ledger
 from projections.partial import account_ledger_at
 from projections.queries import to_dict
@@ -90,6 +91,30 @@ def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
                 if job.account == account}
         # Its jobs are read only when an event after the checkpoint needs them.
         assert not got.jobs or {j: canonical_job(got, j) for j in got.jobs} == mine
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.data())
+def test_one_account_from_a_checkpoint_leaves_out_what_later_reversals_take_out(
+        events: list[Any], data: st.DataObject) -> None:
+    """A reversal recorded after the checkpoint takes its event out at every time, also
+    one timed after the time asked (a balance at T once took the reversed grant)."""
+    journal = _drawn_checkpointed(events, data)
+    for n in range(data.draw(st.integers(1, 3), label="reversals") if events else 0):
+        target = data.draw(st.sampled_from(list(journal.read())), label="reversed")
+        when = data.draw(st.integers(0, 2 * len(events) + 5), label="reversal time")
+        journal.append([NewEvent(f"rev{n}", target.stream, "reverse", when,
+                                 {"event": target.id, "reason": "wrong"})])
+    time = data.draw(st.integers(0, len(events) + 1), label="at")
+    want = fold_canonical(journal, to_time=time)
+    for account in ACCOUNTS:
+        got = account_ledger_at(journal, account, to_position=journal.head(), to_time=time)
+        if got is not None:
+            assert (got.canonical()["accounts"].get(account)
+                    == want.canonical()["accounts"].get(account))
+        if account in want.accounts:
+            figures = queries.balance(journal, account, at=time).figures
+            assert figures == Figures.of(want.accounts[account], time)
 
 
 @settings(max_examples=60, deadline=None)
