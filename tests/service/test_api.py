@@ -867,6 +867,9 @@ def test_opening_an_account_below_its_running_jobs_is_409(client: TestClient) ->
 @pytest.mark.parametrize(("path", "headers", "named"), [
     ("/v1/accounts/caf%E9/grants", {}, "not UTF-8"),
     ("/v1/jobs/%FF/cancel", {}, "not UTF-8"),
+    ("/v1/accounts/a/grants%0A", {}, "control character (U+000A)"),
+    ("/v1/accounts/a%0Ab/grants", {}, "control character (U+000A)"),
+    ("/v1/jobs/j%09/cancel", {}, "control character (U+0009)"),
     ("/v1/accounts/a/grants", [("Idempotency-Key", "k1"), ("Idempotency-Key", "k2")],
      "sent 2 times"),
     ("/v1/accounts/a/grants", {"Idempotency-Key": "café".encode()}, "not ASCII"),

@@ -5,13 +5,42 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from tools.service.times import parse_event_time
+from tools.service.times import parse_event_time, parse_query_time
 
 
-@pytest.mark.parametrize("value", [2**53, -(2**53), "9007199254740992", 2**63])
-def test_a_time_beyond_the_limit_of_every_time_is_refused(value: object) -> None:
+@pytest.mark.parametrize("value", [2**53, -(2**53), 2**63])
+def test_a_time_beyond_the_limit_of_every_time_is_refused(value: int) -> None:
     with pytest.raises(ValueError, match="9007199254740991"):
         parse_event_time(value)
+    with pytest.raises(ValueError, match="9007199254740991"):
+        parse_query_time(str(value))
+
+
+@pytest.mark.parametrize("time", ["00017", " 5", "5 ", "-0", "1793577600"])
+def test_digits_in_a_string_are_no_time_in_a_body(client: TestClient, time: str) -> None:
+    """A body's time is a JSON integer or ISO 8601 text with its offset, as the contract
+    says: digits in a string are neither (a query string's `at=17` is text, and fine)."""
+    assert client.post("/v1/accounts", json={"account": "a"}).status_code == 201
+    head = client.get("/v1/journal/head").json()["position"]
+    for path, body in (("/v1/accounts/a/usage", {"amount": 1, "time": time}),
+                       ("/v1/events", {"events": [{"type": "consume", "account": "a",
+                                                   "amount": 1, "time": time}]})):
+        refused = client.post(path, json=body)
+        assert refused.status_code == 422, refused.text
+        assert repr(time) in refused.json()["detail"]
+    assert client.get("/v1/journal/head").json()["position"] == head
+    assert client.get("/v1/accounts/a/balance", params={"at": "17"}).status_code == 200
+
+
+def test_a_date_without_an_offset_is_told_the_spelling_that_is_taken(
+        client: TestClient) -> None:
+    assert client.post("/v1/accounts", json={"account": "a"}).status_code == 201
+    for name in ("at", "as_known_at"):
+        told = client.get("/v1/accounts/a/balance", params={name: "2099-12-05"})
+        assert told.status_code == 422 and "2099-12-05T00:00:00Z" in told.json()["detail"]
+        taken = client.get("/v1/accounts/a/balance", params={name: "2099-12-05T00:00:00Z"})
+        assert taken.status_code in (200, 422), taken.text  # past the head is 422
+        assert "no offset" not in taken.text and "not an ISO" not in taken.text
 
 
 def test_a_query_time_beyond_the_limit_is_422(client: TestClient) -> None:

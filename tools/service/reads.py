@@ -50,7 +50,7 @@ from tools.service.models import (
     VerifyBody,
 )
 from tools.service.problems import ServiceProblem, documented
-from tools.service.times import parse_event_time
+from tools.service.times import parse_query_time
 
 log = logging.getLogger("gpu_credits.service")
 T = TypeVar("T")
@@ -87,7 +87,7 @@ def _time(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        return parse_event_time(_query_text(value))
+        return parse_query_time(_query_text(value))
     except ValueError as exc:
         raise ServiceProblem(422, f"{name}: {exc}", slug="invalid") from None
 
@@ -123,7 +123,8 @@ def _with_offset(text: str) -> str:
     except ValueError:
         return text  # parse_micros says what is wrong with it
     if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no offset; write it as {text}Z (UTC) or with +HH:MM")
+        utc = f"{text}Z" if len(text) > 10 else f"{text}T00:00:00Z"
+        raise ValueError(f"{text!r} has no offset; write it as {utc} (UTC) or with +HH:MM")
     return text
 
 

@@ -46,8 +46,9 @@ MAX_BODY = 32 * 1024 * 1024
 class StrictRequests:
     """Refuse what the server would read ambiguously (422): a path whose %-escapes are not
     UTF-8 (decoded with U+FFFD for each bad byte, `caf%E9` and `caf%E8` would name one
-    account, `caf\ufffd`), and an Idempotency-Key sent twice or beyond ASCII (a header
-    is read as Latin-1: a UTF-8 `café` would become the id `cafÃ©`)."""
+    account, `caf\ufffd`) or decode to a control character, and an Idempotency-Key
+    sent twice or beyond ASCII (a header is read as Latin-1: a UTF-8 `café` would become
+    the id `cafÃ©`)."""
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -65,10 +66,16 @@ def _ambiguous(scope: Scope) -> str | None:
     raw = scope.get("raw_path")
     if isinstance(raw, bytes) and b"%" in raw:
         try:
-            unquote_to_bytes(raw).decode("utf-8")
+            decoded = unquote_to_bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:
             return (f"the path {raw.decode('latin-1')!r} is not UTF-8 once its %-escapes "
                     f"are decoded ({exc.reason} at byte {exc.start}): names are UTF-8")
+        # No name holds one, and a line feed at the end would otherwise match the route
+        # without it (a regular expression's `$` matches before a final newline).
+        bad = next((c for c in decoded if ord(c) < 0x20 or ord(c) == 0x7F), None)
+        if bad is not None:
+            return (f"the path {raw.decode('latin-1')!r} holds a control character "
+                    f"(U+{ord(bad):04X}) once its %-escapes are decoded: no name holds one")
     keys = [value for name, value in scope.get("headers") or () if name == b"idempotency-key"]
     if len(keys) > 1:
         return (f"Idempotency-Key was sent {len(keys)} times: send one key, which becomes "

@@ -23,14 +23,28 @@ _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only, as every integer r
 
 
 def parse_event_time(value: Any) -> int:
-    """An event time from an integer or an ISO 8601 string with an offset; ValueError."""
+    """An event time in a body: a JSON integer, or an ISO 8601 string with an offset
+    (a string of digits is neither: bodies are strict, as for every integer); ValueError."""
+    return _event_time(value, digits=False)
+
+
+def parse_query_time(text: str) -> int:
+    """An event time in a query string, where everything is text: ASCII digits (after an
+    optional `-`), or ISO 8601 with an offset; ValueError."""
+    return _event_time(text, digits=True)
+
+
+def _event_time(value: Any, *, digits: bool) -> int:
     if isinstance(value, bool):
         raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
     if isinstance(value, int):
         moment = value
     elif isinstance(value, str):
-        text = value.strip()
+        text = value.strip() if digits else value
         if _INTEGER.fullmatch(text):
+            if not digits:
+                raise ValueError(f"a time in a body is a JSON integer or ISO 8601 text with "
+                                 f"an offset, not digits in a string: {value!r}")
             moment = int(text)
         else:
             try:
