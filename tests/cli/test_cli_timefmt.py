@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from projections.events import TIMELINE_START
 from projections.timefmt import format_time, parse_micros, parse_time
-from tools.service.times import parse_event_time
+from tools.service.times import parse_event_time, parse_query_time
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -62,8 +62,8 @@ def test_a_time_is_ascii_digits_after_an_optional_minus(text: str) -> None:
     with pytest.raises(ValueError, match="not a time"):
         parse_time(text)
     with pytest.raises(ValueError, match="not a time"):
-        parse_event_time(text)
-    assert parse_time("-5") == parse_event_time("-5") == -5
+        parse_query_time(text)
+    assert parse_time("-5") == parse_query_time("-5") == -5
 
 
 def test_a_date_without_an_offset_is_told_a_spelling_that_parses() -> None:
