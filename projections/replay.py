@@ -127,12 +127,19 @@ def journal_reader(journal: JournalLike, to_time: int | None = None, *,
                              order="canonical")
         if to_time is None or not reversals_after or (limit is not None and limit <= to_time):
             return found
-        # On the timeline after every event up to `to_time`: read after them.
-        later = rows_of_type(journal, REVERSE, after=after, to_position=to_position,
-                             from_time=to_time + 1, to_time=limit, order="canonical")
-        return itertools.chain(found, map(as_lean, later))
+        return _with_reversals_after(found, journal, to_time, after=after,
+                                     to_position=to_position, to_time=limit)
 
     return read
+
+
+def _with_reversals_after(found: Iterable[Lean], journal: JournalLike, after_time: int,
+                          **query: Any) -> Iterable[Lean]:
+    """`found` (events up to `after_time`, in canonical order), then the reversals the
+    query finds timed after it: they lie after every one of those on the timeline."""
+    later = rows_of_type(journal, REVERSE, from_time=after_time + 1, order="canonical",
+                         **query)
+    return itertools.chain(found, map(as_lean, later))
 
 
 def account_reader(journal: JournalLike, to_time: int | None = None, *,
@@ -149,10 +156,8 @@ def account_reader(journal: JournalLike, to_time: int | None = None, *,
                              to_time=to_time, order="canonical")
         if to_time is None or not reversals_after:
             return found
-        later = rows_of_type(journal, REVERSE, stream=stream, after=after,
-                             to_position=to_position, from_time=to_time + 1,
-                             order="canonical")
-        return itertools.chain(found, map(as_lean, later))
+        return _with_reversals_after(found, journal, to_time, stream=stream, after=after,
+                                     to_position=to_position)
 
     return read
 
