@@ -76,6 +76,7 @@ from projections.personal import (
     with_personal,
 )
 from projections.replay import ledger_at
+from projections.session import QUEUE_SHARED
 from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
 
@@ -714,7 +715,9 @@ def append_plan(journal: JournalLike, plan: ImportPlan) -> ImportResult:
     if not plan.ok:
         raise ImportRejected(plan.source, plan.problems)
     try:
-        with journal.transaction() as tx:
+        # The queue's key, shared: a start_next deciding meanwhile must not miss a late
+        # event of this file that changes which jobs are pending.
+        with journal.transaction([QUEUE_SHARED]) as tx:
             before = tx.hold_head()  # what is appended from here on is this plan's
             latest = journal.max_time()
             recorded = tx.append(plan.events) if plan.events else []
@@ -973,7 +976,7 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
     survey = _survey(stream, fmt, journal, size, checking, allow_far_times)
     problems = survey.problems
     occurrences: dict[str, int] = {}
-    with journal.transaction() as tx:
+    with journal.transaction([QUEUE_SHARED]) as tx:  # see `append_plan`
         # The head is taken now, not at the first append: events another writer commits
         # meanwhile would otherwise pass for this import's own (in its counts, and in
         # what the command line reports it did).

@@ -44,7 +44,7 @@ from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger, cap_below_ru
 from projections.outcomes import Outcome
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
-from projections.session import Decision, Draft, LedgerSession
+from projections.session import Decision, Draft, LedgerSession, job_key
 
 Clock = Callable[[], int]
 Built = list[tuple[NewEvent, DomainEvent]]
@@ -198,8 +198,9 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
                                  f"{built[0][0].time}")
         return built
 
-    return session.decide([account_id, QUEUE_SHARED], build, event_id=event_id,
-                          command=("submit", event, at))
+    # The job id's key too: another account's submit of this id waits, then finds it.
+    return session.decide([account_id, QUEUE_SHARED, job_key(job_id)], build,
+                          event_id=event_id, command=("submit", event, at))
 
 
 def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = wall_clock,

@@ -70,10 +70,28 @@ from projections.reversals import reversed_ids
 JournalArg = JournalLike | str | None
 
 QUEUE = "*scheduler-queue*"
-"""Lock key of the job queue: start_next holds it alone; every other job decision holds
-it shared, with its account's key, so decisions on different accounts run side by side."""
+"""Lock key of the job queue: start_next holds it alone; every other decision, and every
+import, holds it shared (with its accounts' keys), so decisions on different accounts run
+side by side, and start_next picks on a journal that nobody appends to meanwhile: a
+late grant or usage report to any account can re-decide which jobs are pending."""
 QUEUE_SHARED = f"{SHARED}{QUEUE}"
 _QUEUE_KEYS = frozenset({QUEUE, QUEUE_SHARED})
+
+
+def job_key(job_id: str) -> str:
+    """Lock key of a job id, held by its submit: ids are unique in the journal, not per
+    account, so two submits of one id to two accounts must take turns. A tab keeps it
+    apart from every account's key (names are printable)."""
+    return f"job\t{job_id}"
+
+
+def with_queue(locks: Iterable[str]) -> list[str]:
+    """`locks` and the queue's key, shared unless they hold it exclusively (start_next),
+    sorted: the keys a decision (or a batch of them) writing to the journal holds."""
+    keys = set(locks)
+    if QUEUE not in keys:
+        keys.add(QUEUE_SHARED)
+    return sorted(keys)
 
 
 def lock_key(name: str) -> str:
@@ -451,7 +469,7 @@ class LedgerSession:
                 live = live or pinned.live
             if event_id is not None:
                 require_name("event_id", event_id)
-            held = sorted(set(locks))
+            held = with_queue(locks)
             with self.journal.transaction([lock_key(k) for k in held]) as tx:
                 self._catch_up_in(tx)
                 draft, built = self._build(build, event_id, live, held, reads_state,

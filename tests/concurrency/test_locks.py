@@ -4,13 +4,16 @@
   all the credits, exactly one is accepted.
 - On PostgreSQL, a decision held open on one account does not delay decisions on
   another; a decision that needs the held account waits `lock_timeout`, then says which
-  lock it could not have and for how long. `start_next` needs every account.
+  lock it could not have and for how long. `start_next` holds the queue: every other
+  write waits for it (a late grant can re-decide which jobs are pending), and a job id
+  submitted to two accounts at once is decided once.
 - A caller whose lock list came from a stale view (`complete` of a job this process
   has not seen yet) still decides under the account's lock.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -21,8 +24,9 @@ import pytest
 from concurrency_kit import check_linearizable
 
 from eventstore import ConnectionProblem, Journal, LockTimeout, NewEvent, SchemaError
-from projections import InvalidTransition, Scheduler
-from projections.replay import replay
+from projections import DuplicateJob, GPUCreditTracker, InvalidTransition, Scheduler
+from projections.importing import import_file
+from projections.replay import fold_canonical, replay
 
 
 def _one_line(exc: BaseException) -> str:
@@ -259,28 +263,98 @@ def test_recorded_at_never_goes_back_when_appends_queue(pg_fresh_url: str) -> No
 
 @pytest.mark.postgres
 def test_start_next_sees_an_account_opened_while_it_decides(pg_fresh_url: str) -> None:
-    # start_next holds the queue's lock whole; every submit holds it shared, so a job
-    # submitted on an account opened meanwhile waits for the start instead of racing it.
+    # start_next holds the queue's lock whole; every other decision holds it shared, so
+    # an account opened meanwhile, and a job submitted on it, wait for the start.
     low = f"low-{uuid.uuid4().hex[:8]}"
     new = f"new-{uuid.uuid4().hex[:8]}"
     other = Scheduler(pg_fresh_url, clock=lambda: 1000)
     other.open_account(low, 100)
     other.submit("low-job", low, 1, 0)
     impatient = Scheduler(Journal(pg_fresh_url, lock_timeout=0.5), clock=lambda: 1000)
-    with held_decision(pg_fresh_url, lambda s: s.start_next(), setup=lambda s: s.ledger()):
-        other.open_account(new, 100)
-        with pytest.raises(LockTimeout, match="scheduler-queue"):
-            impatient.submit("urgent-job", new, 1, 9)
+    with held_decision(pg_fresh_url, lambda s: s.start_next(), setup=lambda s: s.ledger()), \
+            pytest.raises(LockTimeout, match="scheduler-queue"):
+        impatient.open_account(new, 100)
+    other.open_account(new, 100)
     assert other.submit("urgent-job", new, 1, 9) is True
     assert other.ledger().jobs["low-job"].state == "running"
     with Journal(pg_fresh_url) as journal:
         assert check_linearizable(journal) == []
 
 
+def _late_grant(url: str, account: str) -> None:
+    GPUCreditTracker(Journal(url, lock_timeout=30), account=account).grant(10, 50, 10**6)
+
+
+def _late_grant_imported(url: str, account: str) -> None:
+    line = {"type": "grant", "account": account, "amount": 10, "time": 50, "expiry": 10**6}
+    with Journal(url, lock_timeout=30) as journal:
+        import_file(journal, json.dumps(line).encode(), "late.jsonl")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("late_grant", [_late_grant, _late_grant_imported],
+                         ids=["tracker", "import"])
+def test_start_next_picks_on_a_journal_nobody_appends_to(
+        pg_fresh_url: str, late_grant: Callable[[str, str], None]) -> None:
+    # A late grant to another account makes a rejected, more urgent submit affordable:
+    # it re-decides the queue. Recorded while start_next decides, before its start, it
+    # would leave a start of a less urgent job than one pending just before it.
+    poor, rich = f"poor-{uuid.uuid4().hex[:8]}", f"rich-{uuid.uuid4().hex[:8]}"
+    other = Scheduler(pg_fresh_url, clock=lambda: 100)
+    other.open_account(poor, 0)
+    other.open_account(rich, 10)
+    assert other.submit("urgent", poor, 5, 9) is False
+    assert other.submit("routine", rich, 5, 1) is True
+    with held_decision(pg_fresh_url, lambda s: s.start_next(), setup=lambda s: s.ledger()):
+        writer = threading.Thread(target=late_grant, args=(pg_fresh_url, poor))
+        writer.start()
+        writer.join(1.0)
+        assert writer.is_alive(), "the late grant did not wait for start_next"
+    writer.join(30)
+    with Journal(pg_fresh_url) as journal:
+        records = list(journal.read(order="position"))
+        (start,) = [r for r in records if r.type == "start"]
+        (grant,) = [r for r in records if r.type == "grant" and r.time == 50]
+        assert start.position < grant.position
+        before = fold_canonical(journal, to_position=start.position - 1)
+        pending = {j.id: j.priority for j in before.jobs.values() if j.state == "pending"}
+        assert start.payload["job"] == max(pending, key=pending.__getitem__), pending
+    assert other.ledger().jobs["urgent"].state == "pending"  # the grant re-decided it
+
+
+@pytest.mark.postgres
+def test_one_job_id_submitted_to_two_accounts_at_once(pg_fresh_url: str) -> None:
+    # Each submit holds its own account: without the job id's key neither would see the
+    # other's, and both would append (the second an anomaly, its caller told False).
+    first, second = f"first-{uuid.uuid4().hex[:8]}", f"second-{uuid.uuid4().hex[:8]}"
+    other = Scheduler(Journal(pg_fresh_url, lock_timeout=30), clock=lambda: 1000)
+    other.open_account(first, 10)
+    other.open_account(second, 10)
+    errors: list[BaseException] = []
+
+    def racing() -> None:
+        try:
+            other.submit("job-1", second, 7, 1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with held_decision(pg_fresh_url, lambda s: s.submit("job-1", first, 5, 1),
+                       setup=lambda s: s.ledger()):
+        racer = threading.Thread(target=racing)
+        racer.start()
+        racer.join(1.0)
+        assert racer.is_alive(), "the second submit of job-1 did not wait for the first"
+    racer.join(30)
+    assert [type(e) for e in errors] == [DuplicateJob]
+    assert "job 'job-1' was submitted before" in str(errors[0])
+    with Journal(pg_fresh_url) as journal:
+        submits = [r.stream for r in journal.read(order="position") if r.type == "submit"]
+        assert submits == [first]
+        assert check_linearizable(journal) == []
+
+
 @pytest.mark.postgres
 def test_start_next_returns_the_job_it_recorded(pg_fresh_url: str) -> None:
-    from projections import GPUCreditTracker
-
     busy, calm = f"busy-{uuid.uuid4().hex[:8]}", f"calm-{uuid.uuid4().hex[:8]}"
     other = Scheduler(pg_fresh_url, clock=lambda: 1000)
     GPUCreditTracker(pg_fresh_url, account=busy).grant(100, 1000, 10**6)  # no cap yet
@@ -293,12 +367,12 @@ def test_start_next_returns_the_job_it_recorded(pg_fresh_url: str) -> None:
     picker.ledger()
     got: list[object] = []
     # open_account(busy, max_running=1) holds busy's lock, undecided: start_next picks
-    # "urgent", waits for busy's lock, then finds busy at its cap and starts "routine".
+    # "urgent" only once it has the queue, then finds busy at its cap: starts "routine".
     with held_decision(pg_fresh_url, lambda s: s.open_account(busy, max_running=1)):
         racer = threading.Thread(target=lambda: got.append(picker.start_next()))
         racer.start()
         racer.join(1.0)
-        assert racer.is_alive(), "start_next did not wait for the picked account"
+        assert racer.is_alive(), "start_next did not wait for the decision in flight"
     racer.join(30)
     with Journal(pg_fresh_url) as journal:
         started = [e.payload["job"] for e in journal.read(order="position")

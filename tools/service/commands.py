@@ -23,6 +23,7 @@ from projections.events import DEFAULT_GRANT_PRIORITY, EventReversed, GrantVoide
 from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
+from projections.session import job_key
 from tools.service.bindings import cancel_fingerprint, key_in_use, start_next_fingerprint
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
@@ -140,7 +141,7 @@ class Submit:
     user: str | None = None
 
     def locks(self, ledger: Ledger) -> list[str]:
-        return [self.account, QUEUE_SHARED]
+        return [self.account, QUEUE_SHARED, job_key(self.job)]
 
     def run(self, service: LedgerService) -> AnswerDict:
         outcome = jobs.submit(service.session, self.job, self.account, self.cost,

@@ -28,7 +28,7 @@ from starlette.requests import Request
 
 from eventstore import JournalLike, LookUp
 from projections.ledger import Ledger
-from projections.session import LedgerSession, lock_key, open_journal
+from projections.session import LedgerSession, lock_key, open_journal, with_queue
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
 from tools.service.bindings import Bound, named_by
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
@@ -526,6 +526,8 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
     for command in commands:
         # As the session names them: an account called `shared:...` has a key of its own.
         locks.update(map(lock_key, command.locks(ledger)))
+    # Every write holds the queue (`with_queue`): a start_next elsewhere decides on a
+    # journal nobody appends to meanwhile.
     ids = [c.key for c in commands if c.key is not None]
     single: list[str] = []
     for command in commands:
@@ -535,7 +537,7 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
                 single.append(command.key)
         else:
             ids.extend(records)
-    return sorted(locks), ids, single
+    return with_queue(locks), ids, single
 
 
 def _answering_bound(commands: Sequence[Command], found: LookUp,
