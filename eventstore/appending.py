@@ -470,6 +470,6 @@ def payload_is_canonical(text: str) -> bool:
     """Whether a stored payload is the canonical JSON of an object (else it was altered)."""
     try:
         payload = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the journal ever writes
         return False
     return isinstance(payload, dict) and canonical_json(payload) == text

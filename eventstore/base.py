@@ -315,7 +315,12 @@ class JournalBase(Reader):
         Taken from the last stored record. It says what the journal holds now; only
         `verify_chain` says whether that is a whole chain.
         """
-        return self._ends()[1]
+        last = self._ends()[1]
+        if not isinstance(last.hash, str):
+            raise ChainBroken(last.position, f"journal record at position {last.position} "
+                              "holds a hash that is not text: it was written outside the "
+                              "journal; run `gpu-credits verify`")
+        return last
 
     # -- verifying -------------------------------------------------------------
 
@@ -385,6 +390,17 @@ class JournalBase(Reader):
                     "was rewritten since the anchor was taken (or the anchor is of another "
                     "journal)",
                 )
+        if not isinstance(head_pos, int) or not isinstance(head_hash, str):
+            # The journal keeps one head row, written with every append: gone or holding
+            # something else, it was edited outside the journal.
+            what = "is missing (its row was deleted)" if head_pos is None and \
+                head_hash is None else f"is damaged (position {head_pos!r}, hash " \
+                f"{'not text' if isinstance(head_hash, bytes) else repr(head_hash)})"
+            return ChainReport(
+                False, last, max(last, 1),
+                f"the journal's head marker {what}: it names the last position and its "
+                f"hash, written with every append; the last record is at {last}",
+            )
         if head_pos != last:
             bad = min(head_pos, last) + 1
             return ChainReport(

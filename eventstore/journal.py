@@ -20,7 +20,6 @@ from sqlalchemy import (
     Column,
     Connection,
     LargeBinary,
-    Row,
     and_,
     bindparam,
     cast,
@@ -157,7 +156,7 @@ def _moved_on(at: int, head: int, recorded: int, events: int) -> str:
             "the journal moved on since they were placed; decide them again")
 
 
-def _snapshot(row: Row[Any]) -> SnapshotInfo:
+def _snapshot(row: Sequence[Any]) -> SnapshotInfo:
     return SnapshotInfo(id=row[0], name=row[1], position=row[2], event_time=row[3], digest=row[4])
 
 
@@ -682,7 +681,8 @@ class Journal(JournalBase):
             if to_position is not None:
                 q = q.where(private_parts.c.position <= to_position)
             with self._reading() as conn:
-                batch = [(r[0], r[1], r[2], r[3]) for r in conn.execute(q)]
+                rows: list[Any] = self._fetch(conn, q)
+                batch = [(r[0], r[1], r[2], r[3]) for r in rows]
             yield from batch
             if len(batch) < batch_size:
                 return
@@ -829,6 +829,10 @@ class Journal(JournalBase):
             try:
                 cur.execute(compiled.string, args)
                 rows: list[Any] = cur.fetchall()
+            except Exception as exc:
+                if _NOT_UTF8 not in str(exc):
+                    raise
+                raise _undecodable(dbapi(conn), compiled.string, args) from None
             finally:
                 cur.close()
         return rows
@@ -951,16 +955,31 @@ class Journal(JournalBase):
             .limit(1)
             .subquery()
         )
+        head_position = select(journal_head.c.position).scalar_subquery()
+        last_position = select(last.c.position).scalar_subquery()
         with self._reading() as conn:
-            row = conn.execute(
-                select(
-                    journal_head.c.position,
-                    journal_head.c.hash,
-                    select(last.c.position).scalar_subquery(),
-                    select(last.c.hash).scalar_subquery(),
-                )
-            ).one()
+            # Each part a subquery, so that one row comes back even when the head row
+            # was deleted (a `verify` finding, not a crash).
+            row: Any
+            try:
+                row = self._fetch(conn, select(
+                    head_position, select(journal_head.c.hash).scalar_subquery(),
+                    last_position, select(last.c.hash).scalar_subquery()))[0]
+            except JournalError:
+                # A hash that is not text (SQLite keeps any bytes an edit puts there): each
+                # read alone, the unreadable one left out (`verify_chain` says where).
+                row = [self._fetch(conn, select(head_position))[0][0],
+                       self._readable(conn, select(journal_head.c.hash).scalar_subquery()),
+                       self._fetch(conn, select(last_position))[0][0],
+                       self._readable(conn, select(last.c.hash).scalar_subquery())]
         return Anchor(row[0], row[1]), Anchor(row[2] or 0, row[3] or GENESIS_HASH)
+
+    def _readable(self, conn: Connection, value: Any) -> Any:
+        """One stored value, `_UNREADABLE` when it is not text."""
+        try:
+            return self._fetch(conn, select(value))[0][0]
+        except JournalError:
+            return _UNREADABLE
 
     # -- snapshots -------------------------------------------------------------
 
@@ -992,10 +1011,20 @@ class Journal(JournalBase):
             .order_by(snapshots.c.event_time, snapshots.c.position, snapshots.c.id)
         )
         with self._reading() as conn:
-            # A row whose numbers are not integers (SQLite keeps what it is given) is a
-            # damaged cache entry, never truth: left out, as a checkpoint that does not
-            # decode is.
-            return [_snapshot(r) for r in conn.execute(q)
+            # A row whose numbers are not integers, or whose text is not UTF-8 (SQLite
+            # keeps what it is given) is a damaged cache entry, never truth: left out, as
+            # a checkpoint that does not decode is.
+            rows: list[Any]
+            try:
+                rows = self._fetch(conn, q)
+            except JournalError:
+                compiled, params = _compiled(q, conn.dialect)
+                rows = [r for r in _rows_as_bytes(dbapi(conn), compiled.string,
+                                                  tuple(params[k] for k in
+                                                        compiled.positiontup or ()))
+                        if all(_utf8(v) is not None for v in r)]
+                rows = [tuple(_utf8(v) for v in r) for r in rows]
+            return [_snapshot(r) for r in rows
                     if all(isinstance(v, int) for v in (r[0], r[2], r[3]))]
 
     def load_snapshot(self, snapshot_id: int) -> bytes:
@@ -1080,3 +1109,45 @@ def upgrade(url: str | None) -> tuple[str | None, str]:
             return migrate.upgrade(backend, conn)
     finally:
         engine.dispose()
+
+
+_UNREADABLE: Any = b"\xff"
+"""A stored hash that does not read as text (see `_ends`)."""
+
+# SQLite's message for a TEXT value that is not UTF-8. The journal writes only UTF-8, and
+# PostgreSQL stores nothing else; on SQLite an edit of the file can put any bytes there.
+_NOT_UTF8 = "Could not decode to UTF-8"
+
+
+def _rows_as_bytes(raw: Any, sql: str, args: Any) -> list[Any]:
+    """A query's rows on SQLite's own connection, its text as the bytes stored."""
+    factory = raw.text_factory
+    raw.text_factory = bytes
+    try:
+        return list(raw.execute(sql, args).fetchall())
+    finally:
+        raw.text_factory = factory
+
+
+def _utf8(value: Any) -> Any:
+    """A stored value as text if it was bytes (None if they are not UTF-8), else as is."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _undecodable(raw: Any, sql: str, args: Any) -> JournalError:
+    """The error for a query whose rows (position first) hold text that is not UTF-8:
+    `ChainBroken` at the first such row, found by reading the rows again as bytes."""
+    for row in _rows_as_bytes(raw, sql, args):
+        bad = next((v for v in row[1:] if isinstance(v, bytes) and _utf8(v) is None), None)
+        if bad is not None and isinstance(row[0], int):
+            return ChainBroken(
+                row[0], f"journal record at position {row[0]} holds stored text that is "
+                f"not UTF-8 ({bytes(bad[:24])!r}): the journal writes only UTF-8, so it "
+                "was written outside the journal")
+    return JournalError("the journal's database holds stored text that is not UTF-8: it "
+                        "was written outside the journal; run `gpu-credits verify`")

@@ -132,6 +132,56 @@ def test_an_edited_head_row_is_found(url: str, db: Engine) -> None:
     assert not _check(url, anchor)[0]
 
 
+def _sqlite_only(url: str) -> None:
+    if not url.startswith("sqlite"):
+        pytest.skip("only SQLite keeps a value of another type or encoding than its column's")
+
+
+def _problem(url: str) -> str | None:
+    journal = Journal(url)
+    try:
+        return journal.verify_chain().problem
+    finally:
+        journal.close()
+
+
+@pytest.mark.parametrize("column", ["stream", "payload", "event_id", "type", "hash"])
+@pytest.mark.parametrize("position", [1, 6, EVENTS])
+def test_stored_text_that_is_not_utf8_is_found_at_its_position(
+        url: str, db: Engine, column: str, position: int) -> None:
+    _sqlite_only(url)
+    anchor = _anchor(url)
+    _sql(db, f"UPDATE events SET {column} = CAST(x'7b22ff227d' AS TEXT) WHERE position = :p",
+         p=position)
+    assert _first_bad(url) == position
+    assert f"position {position} holds stored text that is not UTF-8" in str(_problem(url))
+    assert _check(url, anchor) == (False, position)
+
+
+def test_a_payload_nested_too_deep_to_decode_is_found(url: str, db: Engine) -> None:
+    nested = '{"a":' + "[" * 5000 + "]" * 5000 + "}"
+    _sql(db, "UPDATE events SET payload = :t WHERE position = 6", t=nested)
+    assert _first_bad(url) == 6
+    assert "not canonical JSON" in str(_problem(url))
+
+
+@pytest.mark.parametrize("edit", [
+    "DELETE FROM journal_head",
+    "UPDATE journal_head SET position = 'abc'",
+    "UPDATE journal_head SET hash = CAST(x'ff' AS TEXT)",
+])
+def test_a_head_row_deleted_or_not_of_its_type_is_found(url: str, db: Engine,
+                                                         edit: str) -> None:
+    if "DELETE" not in edit:
+        _sqlite_only(url)
+    anchor = _anchor(url)
+    _sql(db, edit)
+    assert _first_bad(url) == EVENTS
+    assert "the journal's head marker is " in str(_problem(url))
+    assert _check(url, anchor)[0] is False
+    assert _anchor(url) == anchor  # the last record still says where the chain ends
+
+
 def _rows(db: Engine) -> list[dict[str, object]]:
     with db.connect() as conn:
         result = conn.execute(text(
