@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, require_fraction, require_positive_int
+from projections.validation import require_name
 
 GRANT_ORDERS = ("priority", "expiry")
 POLICY_KEYS = ("grant_order", "refund_fraction", "max_running")
@@ -75,5 +76,8 @@ class Policy:
             raise ValueError("max_running must be an object of account to cap, got "
                              f"{caps!r}")
         for account, cap in caps.items():
+            # A name no account can have (empty, a control character) is no typo to warn
+            # about but a policy that could never apply.
+            require_name("an account of max_running", account)
             require_positive_int(f"max_running[{account!r}]", cap)
         return cls(str(order), fraction, dict(caps))
