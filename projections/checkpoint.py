@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import msgspec
@@ -55,6 +55,7 @@ from projections.bulk import paused_gc
 from projections.copying import SCALARS
 from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import STATE, AccountState, JobState, Ledger
+from projections.reversals import reversed_ids
 from projections.statecopy import StateFormatError
 
 MIN_EVENT_TIME = -(2**63)
@@ -438,18 +439,38 @@ def checkpoint_is_valid_at(journal: JournalLike, position: int, event_time: int)
     return True
 
 
-def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: int
+def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: int,
+                      reversals: Mapping[str, str] | None = None
                       ) -> tuple[tuple[int, int], Ledger] | None:
     """The newest valid checkpoint whose state lies wholly before `key` = (event time,
     position) on the timeline and covers no position after `max_position`, loaded; None
-    if there is none."""
+    if there is none. `reversals`: every reversal known at `max_position` ({reversal id:
+    target id}); a checkpoint holding an event one of them took out (or brought back)
+    since it was saved is passed over."""
     candidates = [info for info in journal.snapshots(CHECKPOINT)
                   if info.event_time <= key[0] and info.position <= max_position]
-    for _, ledger in valid_checkpoints(journal, candidates,
-                                       key=lambda s: (s.event_time, s.position, s.id)):
-        if ledger.last < key:
+    for info, ledger in valid_checkpoints(journal, candidates,
+                                          key=lambda s: (s.event_time, s.position, s.id)):
+        if ledger.last < key and (reversals is None or reversals_agree(
+                journal, ledger, info.position, reversals)):
             return ledger.last, ledger
     return None
+
+
+def reversals_agree(journal: JournalLike, ledger: Ledger, position: int,
+                    reversals: Mapping[str, str]) -> bool:
+    """Whether a state of the events up to `position` holds in the fold, and leaves out,
+    the events `reversals` (known later) say: a reversal recorded after the state, of an
+    event in it, is not undone by folding on from it (a reversal takes its event out at
+    every time, whatever its own time, so no time check catches it)."""
+    if reversals == ledger.reversals:
+        return True
+    # Reversals are rare corrections: each event whose standing changed, looked up.
+    for event_id in reversed_ids(reversals) ^ reversed_ids(ledger.reversals):
+        found = journal.get(event_id)
+        if found is not None and found.position <= position:
+            return False
+    return True
 
 
 def latest_valid_checkpoint(journal: JournalLike) -> tuple[SnapshotInfo, Ledger] | None:

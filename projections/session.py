@@ -293,7 +293,8 @@ class LedgerSession:
 
         # Only a state of events this projection has seen: a replay running elsewhere
         # may have saved one further on.
-        return checkpoint_before(self.journal, key, self.projector.position)
+        return checkpoint_before(self.journal, key, self.projector.position,
+                                 self.projector.ledger.reversals)
 
     def _locate(self, event_id: str) -> tuple[int, int] | None:
         rec = self.journal.get(event_id)
