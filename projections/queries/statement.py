@@ -203,6 +203,10 @@ class StatementBuilder:
         self.balance = 0
         self.reserved = 0
         self.sealed: list[str] = []  # events whose memo is kept beside the journal record
+        # A statement's opening time, and the refill accrued by then since the account's
+        # last event before it: the next touch pays it in one line that spans the time.
+        self.opening_at: int | None = None
+        self.accrued_at_opening = 0
 
     def add(self, line: StatementLine) -> None:
         self.lines.append(line)
@@ -221,6 +225,8 @@ class StatementBuilder:
             for line in self.lines]
 
     def apply(self, rec: RecordedEvent) -> None:
+        if self.opening_at is not None and rec.time >= self.opening_at:
+            self._accrue_to_opening()
         step = self.walk.apply(rec)
         if step is not None:
             self.take(step)
@@ -277,10 +283,19 @@ class StatementBuilder:
                                        Effect(UNEXPLAINED, actual, counted=self.balance)))
                 self.balance = actual
 
+    def _accrue_to_opening(self) -> None:
+        """Note the refill accrued by the opening time, as the walk stands before it."""
+        state, at = self.walk.state, self.opening_at
+        self.opening_at = None
+        if state is not None and state.refill_rate is not None and at is not None:
+            self.accrued_at_opening = refill_due(state, at)[0]
+
     def finish(self, to_time: int, expired: list[Expiry] | None = None) -> None:
         """Expiries and refill accrued after the account's last event, up to `to_time`
         (`expired`: the walk's `expired_by(to_time)`, when another builder asked it first:
         the walk reports each expiry once)."""
+        if self.opening_at is not None and to_time >= self.opening_at:
+            self._accrue_to_opening()
         for e in self.walk.expired_by(to_time) if expired is None else expired:
             self.balance -= e.amount
             self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
@@ -300,10 +315,12 @@ def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
 
 
 def _walked(journal: JournalLike, account: str, events: list[RecordedEvent] | None,
-            to: int, position: int) -> StatementBuilder:
+            to: int, position: int, from_time: int | None = None) -> StatementBuilder:
     """The account's lines up to event time `to`: from its own events, or (None) from a
-    fold of the whole journal as known at `position`."""
+    fold of the whole journal as known at `position`; `from_time`: where the statement
+    opens."""
     builder = StatementBuilder(account)
+    builder.opening_at = from_time
     if events is not None:
         # A reversal counts at every event time: those after `to` too.
         builder.walk.ledger.excluded = reversed_ids({
@@ -335,11 +352,11 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     own = None if events is None else own_jobs(journal, account, events, position)
     if own is None:  # the account's stream is not the whole story: fold the whole journal
         events = None
-    builder = _walked(journal, account, events, to, position)
+    builder = _walked(journal, account, events, to, position, from_time)
     if own and to >= latest and jobs_differ(builder.walk.ledger, own):
         # A job's events recorded in another account's stream (an import holding the
         # job id twice puts them in the later submitter's): the whole fold tells.
-        builder = _walked(journal, account, None, to, position)
+        builder = _walked(journal, account, None, to, position, from_time)
     builder.finish(to)
     _memos_kept_apart(journal, builder)
     walk = builder.walk
@@ -350,10 +367,19 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     if from_time is not None:
         cut = next((i for i, line in enumerate(lines) if line.time >= from_time), len(lines))
         prior = lines[cut - 1] if cut else None
-        balance_ = prior.balance if prior is not None else 0
+        # The balance at that moment (as `balance --at` says): refill accrues between
+        # events, so what the bucket gained by then opens the statement, and the refill
+        # line that pays it (the account's next event, or its end) shows only the rest.
+        accrued = builder.accrued_at_opening
+        balance_ = (prior.balance if prior is not None else 0) + accrued
         reserved = prior.reserved if prior is not None else 0
         opening = StatementLine(from_time, None, None, "opening", 0, balance_, reserved,
                                 Effect(OPENING))
         lines = lines[cut:]
+        if accrued:
+            paid = next(i for i, line in enumerate(lines) if line.type == "refill")
+            rest = lines[paid].change - accrued
+            lines[paid:paid + 1] = [dataclasses.replace(
+                lines[paid], change=rest, effect=Effect(REFILL, rest))] if rest else []
     figures = Figures.of(walk.state, to)
     return Statement(account, from_time, to, opening, lines, figures.balance, position)

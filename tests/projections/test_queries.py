@@ -300,6 +300,31 @@ def test_expiries_are_listed_when_they_lapse_whatever_the_grants_priorities() ->
     assert part.subtotals.expired == 50  # the 43 that lapsed at 50 is before it
 
 
+@pytest.mark.parametrize("opening", [5, 10, 15, 20, 25, 30, 40])
+def test_a_statement_opens_with_the_refill_accrued_by_then(opening: int) -> None:
+    # Refill accrues between events: a statement opening between two of them starts
+    # from the balance at that moment, and the next refill line shows only the rest.
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": 3600,
+                                             "refill_cap": 100}),
+        NewEvent("u1", "a", "consume", 10, {"account": "a", "amount": 1}),
+        NewEvent("u2", "a", "consume", 20, {"account": "a", "amount": 1})])
+    whole = statement(journal, "a", to_time=40)
+    part = statement(journal, "a", from_time=opening, to_time=40)
+    assert part.opening is not None
+    if opening not in (10, 20):
+        assert part.opening.balance == balance(journal, "a", at=opening).figures.balance
+    assert part.opening.balance + sum(line.change for line in part.lines) == whole.closing[0]
+    assert part.subtotals.consistent
+    granted = sum(line.change for line in part.lines if line.type == "refill")
+    assert granted == 40 - opening  # one credit a second, none twice, none lost
+    # Every other line as the whole statement has it (a refill line whose accrual all
+    # came before the opening is in the opening instead).
+    assert [line.balance for line in part.lines if line.type != "refill"] == [
+        line.balance for line in whole.lines if line.time >= opening and line.type != "refill"]
+
+
 @pytest.mark.parametrize("resubmitted", [True, False])
 def test_a_reversed_submit_is_listed_but_explains_nothing(resubmitted: bool) -> None:
     """A reversed submit takes part in no fold: the job's submit, acceptance and reason are
