@@ -527,3 +527,35 @@ def test_a_plain_ascii_download_name_has_no_extended_form() -> None:
 
     assert attachment("acme-ledger-7.csv") == 'attachment; filename="acme-ledger-7.csv"'
     assert attachment('a"b;c.csv') == 'attachment; filename="a_b_c.csv"'
+
+
+def _small(tmp_path: Path, lines: list[dict[str, object]]) -> str:
+    """A database holding these import lines."""
+    from eventstore import Journal
+    from projections.importing import import_file
+
+    url = f"sqlite:///{tmp_path / 'small.db'}"
+    with Journal(url) as journal:
+        import_file(journal, "\n".join(json.dumps(line) for line in lines).encode(), "x.jsonl")
+    return url
+
+
+def test_a_stream_of_orphan_job_events_is_no_account(tmp_path: Path) -> None:
+    # A start whose submit nobody recorded goes to the stream `job:ID`: no account, as
+    # `statement` and the API say.
+    url = _small(tmp_path, [{"type": "grant", "account": "acme", "amount": 100, "time": 0},
+                            {"type": "start", "job": "orphan", "time": 7}])
+    with TestClient(app_for(url)) as web:
+        r = web.get("/accounts/job%3Aorphan")
+        assert r.status_code == 404 and "acme" in r.text
+        assert web.get("/v1/accounts/job%3Aorphan/statement").status_code == 404
+        assert web.get("/accounts/acme").status_code == 200
+
+
+def test_the_summary_before_any_timed_event_names_no_week(tmp_path: Path) -> None:
+    url = _small(tmp_path, [{"type": "account", "account": "acme", "max_running": 2}])
+    with TestClient(app_for(url)) as web:
+        text = web.get("/").text
+    assert '<h2 id="expiring">Credits expiring</h2>' in text
+    assert "no event with a time is recorded yet" in text
+    assert "-4611" not in text

@@ -17,7 +17,7 @@ from typing import Any
 from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
 from projections.errors import UnknownJob
-from projections.events import GENERAL
+from projections.events import GENERAL, TIMELINE_START
 from projections.ledger import PENDING
 from projections.personal import personal_of
 from projections.queries import (
@@ -33,6 +33,7 @@ from projections.queries import (
     revision_rows,
     unknown_account,
 )
+from projections.queries.common import exists_later
 from projections.queries.explain import job_explanation, waiting_reason
 from projections.queries.history import (
     AccountHistory,
@@ -207,6 +208,8 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
             "expiring": soonest,
             "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
+            # Before any timed event the timeline has no time to count a week from.
+            "timed": figures.at != TIMELINE_START,
             "head": head_record(source.journal),
             "verify": last_verify(source.journal, source.verifier)}
 
@@ -346,7 +349,9 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
         source.keep_fold(account, fold)
         if kept is not None and kept is not fold:  # a view as known earlier: keep both,
             source.keep_fold(account, kept)  # the one that went further stays
-        if not found.seen and source.journal.stream_version(account) == 0:
+        if not found.seen and not exists_later(source.journal, account):
+            # Nothing of it as known then, and nothing later makes it an account (a
+            # stream of orphan job events, `job:ID`, is none): unknown, as to `statement`.
             with source.reading() as ledger:
                 raise unknown_account(account, ledger)
         # An account recorded only after `position` has an empty history: as known
