@@ -559,3 +559,19 @@ def test_the_summary_before_any_timed_event_names_no_week(tmp_path: Path) -> Non
     assert '<h2 id="expiring">Credits expiring</h2>' in text
     assert "no event with a time is recorded yet" in text
     assert "-4611" not in text
+
+
+def test_a_job_page_says_what_the_whole_journal_says_of_the_job(tmp_path: Path) -> None:
+    # b submits job x after a did (an anomaly, no effect), then mine for 8 of its 10: the
+    # fold of b's stream alone counts x as holding 5 and calls mine rejected.
+    url = _small(tmp_path, [
+        {"type": "grant", "account": "a", "amount": 100, "time": 0},
+        {"type": "grant", "account": "b", "amount": 10, "time": 0},
+        {"type": "submit", "account": "a", "job": "x", "cost": 1, "priority": 1, "time": 1},
+        {"type": "submit", "account": "b", "job": "x", "cost": 5, "priority": 1, "time": 2},
+        {"type": "submit", "account": "b", "job": "mine", "cost": 8, "priority": 1,
+         "time": 3}])
+    with TestClient(app_for(url)) as web:
+        assert web.get("/v1/jobs/mine").json()["state"] == "pending"
+        page = web.get("/jobs/mine").text
+    assert "pending" in page and "rejected" not in page

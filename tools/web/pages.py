@@ -472,8 +472,7 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
         streams = sorted({rec.stream for rec in named
                           if rec is not None and rec.payload.get("job") == job})
 
-    def explain() -> JobExplanation:
-        events = [rec for stream in streams for rec in source.stream_events(stream)]
+    def explain_from(events: list[RecordedEvent]) -> JobExplanation:
         ordered = canonical(events)
         last = max((i for i, rec in enumerate(ordered) if rec.payload.get("job") == job),
                    default=None)
@@ -481,6 +480,16 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
             raise UnknownJob(f"unknown job {job!r} (no event names it)")
         # Nothing after the job's last event changes what its events did: fold up to it.
         return job_explanation(ordered[:last + 1], job, excluded=excluded_by(events))
+
+    def explain() -> JobExplanation:
+        found = explain_from([rec for stream in streams
+                              for rec in source.stream_events(stream)])
+        if state is not None and (found.state, found.charge) != (state.state, state.charge):
+            # The account's stream is not the whole story (a job id another account
+            # submitted first, a job's event recorded in another stream): as
+            # `explain --job` does, the whole journal tells.
+            found = explain_from(list(journal.read(order="canonical")))
+        return found
 
     explanation = source.cached(("job", job), explain)
     if explanation.waiting is not None and explanation.state == PENDING:
