@@ -575,3 +575,13 @@ def test_a_job_page_says_what_the_whole_journal_says_of_the_job(tmp_path: Path) 
         assert web.get("/v1/jobs/mine").json()["state"] == "pending"
         page = web.get("/jobs/mine").text
     assert "pending" in page and "rejected" not in page
+
+
+def test_an_offset_sent_with_a_bare_plus_is_read_as_the_api_reads_it(
+        client: TestClient) -> None:
+    # Form decoding turns the `+` of `...T00:00:00+01:00` into a space.
+    for query in ("from=2026-11-20T00:00:00+01:00", "as_known_at=2099-01-01T00:00:00+01:00"):
+        plain = client.get(f"/accounts/{ACCOUNT}?{query}")
+        encoded = client.get(f"/accounts/{ACCOUNT}?{query.replace('+', '%2B')}")
+        assert plain.status_code == encoded.status_code == 200, plain.text[:300]
+        assert cells(plain.text, "ledger-table") == cells(encoded.text, "ledger-table")

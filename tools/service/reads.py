@@ -12,7 +12,6 @@ import contextlib
 import io
 import itertools
 import logging
-import re
 import threading
 import time
 import weakref
@@ -50,7 +49,7 @@ from tools.service.models import (
     VerifyBody,
 )
 from tools.service.problems import ServiceProblem, documented
-from tools.service.times import parse_query_time
+from tools.service.times import parse_query_time, query_text
 
 log = logging.getLogger("gpu_credits.service")
 T = TypeVar("T")
@@ -74,20 +73,11 @@ KnownParam = Annotated[str | None, Query(
 
 # A query string's `+` arrives as a space (form decoding): `?at=2026-11-20T00:00:00+01:00`
 # as a client writes it reads `...00:00:00 01:00`.
-_SPACED_OFFSET = re.compile(r"(.*\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?) (\d{2}(?::?\d{2})?)")
-
-
-def _query_text(value: str) -> str:
-    """A time of a query string with the `+` of its offset back, if form decoding took it."""
-    spaced = _SPACED_OFFSET.fullmatch(value.strip())
-    return value if spaced is None else f"{spaced[1]}+{spaced[2]}"
-
-
 def _time(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        return parse_query_time(_query_text(value))
+        return parse_query_time(query_text(value))
     except ValueError as exc:
         raise ServiceProblem(422, f"{name}: {exc}", slug="invalid") from None
 
@@ -96,7 +86,7 @@ def _known(journal: JournalLike, head: int, value: str | None) -> int:
     """A position from `as_known_at`: an integer position or an ISO 8601 recorded-at."""
     if value is None:
         return head
-    text = _query_text(value).strip()
+    text = query_text(value).strip()
     try:
         if text.lstrip("+-").isdigit():
             position = int(text)

@@ -34,6 +34,16 @@ def parse_query_time(text: str) -> int:
     return _event_time(text, digits=True)
 
 
+_SPACED_OFFSET = re.compile(r"(.*\d:\d{2}(?::\d{2}(?:[.,]\d+)?)?) (\d{2}(?::?\d{2})?)")
+
+
+def query_text(value: str) -> str:
+    """A time of a query string with the `+` of its offset back, if form decoding took it
+    (`?at=2026-11-20T00:00:00+01:00` sent as is arrives with a space)."""
+    spaced = _SPACED_OFFSET.fullmatch(value.strip())
+    return value if spaced is None else f"{spaced[1]}+{spaced[2]}"
+
+
 def _event_time(value: Any, *, digits: bool) -> int:
     if isinstance(value, bool):
         raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")

@@ -54,6 +54,7 @@ from projections.timeline import (
 )
 from projections.validation import require_time
 from tools import wording
+from tools.service.times import query_text
 from tools.web.source import AuditSource
 from tools.web.verifying import last_verify
 
@@ -81,7 +82,7 @@ def parse_optional_time(name: str, text: str | None) -> int | None:
     if text is None or not text.strip():
         return None
     try:
-        return require_time(name, parse_time(text))
+        return require_time(name, parse_time(query_text(text)))
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
 
@@ -93,7 +94,7 @@ def parse_known_at(journal: JournalLike, text: str | None) -> int:
     if text is None or not text.strip():
         return journal.head()
     try:
-        return recorded_position(journal, text)
+        return recorded_position(journal, query_text(text))
     except ValueError as exc:
         first = 1 if journal.head() else 0
         raise ValueError(f"as_known_at: {exc}; give a position ({first} to "
