@@ -60,6 +60,7 @@ class GrantLineage:
     expired: int = 0  # expired unused (evicted, or expired by `at` and not yet evicted)
     held: list[tuple[str, int]] = field(default_factory=list)  # (job, credits) held now
     remaining: int = 0  # still usable at `at`
+    voided_at: int | None = None  # when a void stopped its unused credits counting
 
     @property
     def used(self) -> int:
@@ -166,7 +167,10 @@ class LineageBuilder:
         if rec.type == "void":  # what the void stopped counts as expired, marked voided
             for e in outcome.expired:
                 if e.voided:
-                    grant(e.grant_id, e.pool).expired += e.amount
+                    voided = grant(e.grant_id, e.pool)
+                    voided.expired += e.amount
+                    if voided.voided_at is None:
+                        voided.voided_at = rec.time
         amount = p.get("amount")
         credit = rec.type == "grant" or (rec.type == "adjust" and isinstance(amount, int)
                                          and amount > 0)
@@ -180,6 +184,7 @@ class LineageBuilder:
                 paid_debt=sum(a for _, a in outcome.paid_debt))
             for e in step.voided_on_arrival:  # voided before it took effect
                 grant(e.grant_id, e.pool).expired += e.amount
+                self.grants[rec.id].voided_at = rec.time
         elif rec.type in ("consume", "adjust"):
             self.spends.append(Spend(rec.time, rec.position, rec.id, rec.type,
                                      abs(int(p["amount"])), outcome.paid_by,

@@ -585,3 +585,14 @@ def test_an_offset_sent_with_a_bare_plus_is_read_as_the_api_reads_it(
         encoded = client.get(f"/accounts/{ACCOUNT}?{query.replace('+', '%2B')}")
         assert plain.status_code == encoded.status_code == 200, plain.text[:300]
         assert cells(plain.text, "ledger-table") == cells(encoded.text, "ledger-table")
+
+
+def test_a_grants_burn_down_ends_at_its_void(tmp_path: Path) -> None:
+    url = _small(tmp_path, [
+        {"type": "grant", "account": "acme", "amount": 100, "time": 0, "id": "g1"},
+        {"type": "consume", "account": "acme", "amount": 30, "time": 2},
+        {"type": "void", "grant": "g1", "time": 5, "reason": "contract cancelled"},
+        {"type": "consume", "account": "acme", "amount": 1, "time": 9}])
+    with TestClient(app_for(url)) as web:
+        (grant,) = web.get("/accounts/acme/timeline.json").json()["grants"]
+    assert grant["steps"] == [[0, 100], [2, 70], [5, 0]]

@@ -438,9 +438,11 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
         for g in history.explanation.grants:
             if g.position is None:
                 continue
+            # A void ends its unused credits as an expiry would.
+            ends = g.expiry if g.voided_at is None else min(
+                g.voided_at, g.voided_at if g.expiry is None else g.expiry)
             steps = grant_burndown(g.amount - g.paid_debt, g.time,
-                                   [(u.time, u.amount) for u in g.uses], g.expiry,
-                                   until=until)
+                                   [(u.time, u.amount) for u in g.uses], ends, until=until)
             grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
                            "steps": [[s.time, s.remaining] for s in steps]})
         # An event without time (an `account` line) is at the start of the timeline:
