@@ -231,7 +231,7 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
         require_name("id", event_id)
     if "time" in record and record["time"] is not None:
         time = require_time("time", record["time"])
-    elif kind == "account":
+    elif kind in _TIMELESS:
         time = TIMELINE_START
     else:
         raise ValueError(f"{kind} event is missing time")
@@ -662,6 +662,28 @@ def _looking_ahead(so_far: _Finder, ahead: Mapping[str, DomainEvent],
     return find
 
 
+def _chains_ahead(stream: IO[bytes], fmt: str, journal: JournalLike,
+                  ahead: dict[str, DomainEvent]) -> None:
+    """Add to `ahead` the events that the corrections in it name, and so on down the
+    chain: a reversal of a void timed before both comes first in an export, then the
+    grant, then the void (and reversals of reversals in any order), so the void's grant
+    is needed before its line. The survey keeps only events named by an earlier line;
+    the file is read again for the rest, once per link (chains are short)."""
+    while True:
+        wanted = {target for event in ahead.values()
+                  if (target := _named_by(event)) is not None and target not in ahead
+                  and journal.get(target) is None}
+        if not wanted:
+            return
+        stream.seek(0)
+        before = len(ahead)
+        for item in _items(stream, fmt):
+            if not isinstance(item, Problem) and item.id in wanted:
+                ahead.setdefault(item.id, item.event)
+        if len(ahead) == before:
+            return  # the rest is nowhere in the file: their own lines say so
+
+
 def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
                          source: str) -> list[str]:
     """A warning when lines without ids match events already recorded under other ids
@@ -974,6 +996,8 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
     size = stream.tell()
     stream.seek(0)
     survey = _survey(stream, fmt, journal, size, checking, allow_far_times)
+    if not survey.problems:
+        _chains_ahead(stream, fmt, journal, survey.ahead)
     problems = survey.problems
     occurrences: dict[str, int] = {}
     with journal.transaction([QUEUE_SHARED]) as tx:  # see `append_plan`
@@ -1025,6 +1049,12 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
 # -- export -------------------------------------------------------------------------------
 
 
+_TIMELESS = ("account", "reverse")
+"""Types whose line may leave out its time: an `account` event then counts from the start
+of the timeline, and so does a reversal (of such an account event: the command line
+records a reversal at its event's time, and the start is no time a line can write)."""
+
+
 def export_record(rec: RecordedEvent, personal: dict[str, Any] | None = None
                   ) -> dict[str, Any]:
     """One recorded event as an import line: type, payload, time (if any) and id.
@@ -1032,7 +1062,7 @@ def export_record(rec: RecordedEvent, personal: dict[str, Any] | None = None
     `personal`: its personal fields still held beside it (`projections.personal`); the
     journal's own keys (a seal) never appear in a line."""
     record: dict[str, Any] = {"type": rec.type, **line_fields(rec, personal)}
-    if not (rec.type == "account" and rec.time == TIMELINE_START):
+    if not (rec.type in _TIMELESS and rec.time == TIMELINE_START):
         record["time"] = rec.time
     record["id"] = rec.id
     return record

@@ -224,3 +224,45 @@ def test_one_id_for_two_users_is_named_as_another_event_however_imported(
     assert _in_memory(journal, _jsonl(lines)) == expected
     assert _streamed(journal, _jsonl(lines)) == expected
     assert journal.head() == 0
+
+
+@pytest.mark.parametrize("records", [
+    # A reversal of a void, timed before both the void and its grant: the export lists
+    # the reversal, then the grant, then the void.
+    [{"type": "grant", "account": "b", "amount": 22, "time": 21, "id": "g3"},
+     {"type": "void", "grant": "g3", "time": 34, "reason": "v", "id": "v32"},
+     {"type": "reverse", "event": "v32", "time": 20, "reason": "r", "id": "r35"}],
+    # Reversals of reversals, each timed before the one it names.
+    [{"type": "account", "account": "a", "id": "acc1"},
+     {"type": "reverse", "event": "acc1", "time": 15, "reason": "r", "id": "r11"},
+     {"type": "reverse", "event": "r11", "time": 43, "reason": "r", "id": "r12"},
+     {"type": "reverse", "event": "r12", "time": 26, "reason": "r", "id": "r13"},
+     {"type": "reverse", "event": "r13", "time": 9, "reason": "r", "id": "r14"}],
+], ids=["reversal-of-a-void-before-its-grant", "reversals-of-reversals"])
+def test_an_export_imports_back_whatever_its_corrections_name_ahead(
+        records: list[Record]) -> None:
+    from projections.importing import export_records
+
+    journal = MemoryJournal()
+    import_stream(journal, io.BytesIO(_jsonl(records)), "first.jsonl")
+    exported = [line for _, line in export_records(journal)]
+    again = MemoryJournal()
+    import_stream(again, io.BytesIO(_jsonl(exported)), "export.jsonl")
+    assert [line for _, line in export_records(again)] == exported
+
+
+def test_a_reversal_of_an_account_event_without_time_exports_and_imports_back() -> None:
+    from projections.corrections import Corrections
+    from projections.importing import export_records
+
+    journal = MemoryJournal()
+    import_stream(journal, io.BytesIO(_jsonl([
+        {"type": "account", "account": "a", "id": "acc-a"},
+        {"type": "grant", "account": "a", "amount": 10, "time": 0, "id": "g1"}])), "a.jsonl")
+    Corrections(journal).reverse("acc-a", "declared by mistake", event_id="r1")
+    exported = [line for _, line in export_records(journal)]
+    assert {"type": "reverse", "event": "acc-a", "reason": "declared by mistake",
+            "id": "r1"} in exported  # no time: the start of the timeline
+    again = MemoryJournal()
+    import_stream(again, io.BytesIO(_jsonl(exported)), "export.jsonl")
+    assert [line for _, line in export_records(again)] == exported
