@@ -201,3 +201,33 @@ def test_tables_and_filters_work_without_javascript(browser: Any, base_url: str)
         assert tab.locator("#verify-status").is_visible()
     finally:
         context.close()
+
+
+def test_long_names_do_not_make_a_page_scroll_sideways(browser: Any, tmp_path: Path) -> None:
+    """Names may be 200 characters without a space: they wrap, at either width."""
+    import json
+
+    from eventstore import Journal
+    from projections.importing import import_file
+    from tools.web.browsing import app_for, serving
+
+    account, job, pool, grant = "A" * 200, "J" * 200, "P" * 200, "G" * 200
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    lines = [{"type": "grant", "account": account, "amount": 100, "time": 1793491200,
+              "expiry": 1793577600, "pool": pool, "id": grant},
+             {"type": "submit", "account": account, "job": job, "cost": 10, "priority": 1,
+              "time": 1793491300, "pool": pool}]
+    with Journal(url) as journal:
+        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "long.jsonl")
+    with serving(app_for(url)) as base:
+        for width in (390, 1280):
+            context = browser.new_context(viewport={"width": width, "height": 900})
+            tab = context.new_page()
+            try:
+                for path in ("/", f"/accounts/{account}", f"/jobs/{job}", "/accounts/nobody",
+                             "/journal", "/events/1"):
+                    tab.goto(base + path, wait_until="networkidle")
+                    wide = tab.evaluate("document.documentElement.scrollWidth")
+                    assert wide <= width, f"{path} is {wide} px wide at {width}"
+            finally:
+                context.close()
