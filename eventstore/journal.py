@@ -821,9 +821,7 @@ class Journal(JournalBase):
              ) -> list[Any]:
         """A compiled query's rows (tuples of its columns), straight from the driver's
         cursor."""
-        args: Any = (
-            tuple(params[k] for k in compiled.positiontup or ()) if compiled.positional else params
-        )
+        args = _driver_args(compiled, params)
         with self._backend.direct(conn):
             cur = dbapi(conn).cursor()
             try:
@@ -1019,11 +1017,10 @@ class Journal(JournalBase):
                 rows = self._fetch(conn, q)
             except JournalError:
                 compiled, params = _compiled(q, conn.dialect)
-                rows = [r for r in _rows_as_bytes(dbapi(conn), compiled.string,
-                                                  tuple(params[k] for k in
-                                                        compiled.positiontup or ()))
+                stored = _rows_as_bytes(dbapi(conn), compiled.string,
+                                        _driver_args(compiled, params))
+                rows = [tuple(_utf8(v) for v in r) for r in stored
                         if all(_utf8(v) is not None for v in r)]
-                rows = [tuple(_utf8(v) for v in r) for r in rows]
             return [_snapshot(r) for r in rows
                     if all(isinstance(v, int) for v in (r[0], r[2], r[3]))]
 
@@ -1117,6 +1114,14 @@ _UNREADABLE: Any = b"\xff"
 # SQLite's message for a TEXT value that is not UTF-8. The journal writes only UTF-8, and
 # PostgreSQL stores nothing else; on SQLite an edit of the file can put any bytes there.
 _NOT_UTF8 = "Could not decode to UTF-8"
+
+
+def _driver_args(compiled: SQLCompiler, params: Mapping[str, Any]) -> Any:
+    """A compiled query's parameters as its driver takes them (a tuple in order, or the
+    mapping)."""
+    if compiled.positional:
+        return tuple(params[k] for k in compiled.positiontup or ())
+    return params
 
 
 def _rows_as_bytes(raw: Any, sql: str, args: Any) -> list[Any]:

@@ -440,8 +440,7 @@ def checkpoint_is_valid_at(journal: JournalLike, position: int, event_time: int)
 
 
 def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: int,
-                      reversals: Mapping[str, str] | None = None
-                      ) -> tuple[tuple[int, int], Ledger] | None:
+                      reversals: Mapping[str, str]) -> tuple[tuple[int, int], Ledger] | None:
     """The newest valid checkpoint whose state lies wholly before `key` = (event time,
     position) on the timeline and covers no position after `max_position`, loaded; None
     if there is none. `reversals`: every reversal known at `max_position` ({reversal id:
@@ -451,8 +450,7 @@ def checkpoint_before(journal: JournalLike, key: tuple[int, int], max_position: 
                   if info.event_time <= key[0] and info.position <= max_position]
     for info, ledger in valid_checkpoints(journal, candidates,
                                           key=lambda s: (s.event_time, s.position, s.id)):
-        if ledger.last < key and (reversals is None or reversals_agree(
-                journal, ledger, info.position, reversals)):
+        if ledger.last < key and reversals_agree(journal, ledger, info.position, reversals):
             return ledger.last, ledger
     return None
 

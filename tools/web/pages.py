@@ -439,8 +439,7 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
             if g.position is None:
                 continue
             # A void ends its unused credits as an expiry would.
-            ends = g.expiry if g.voided_at is None else min(
-                g.voided_at, g.voided_at if g.expiry is None else g.expiry)
+            ends = min((t for t in (g.expiry, g.voided_at) if t is not None), default=None)
             steps = grant_burndown(g.amount - g.paid_debt, g.time,
                                    [(u.time, u.amount) for u in g.uses], ends, until=until)
             grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
