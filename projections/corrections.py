@@ -32,6 +32,7 @@ from projections.events import (
 )
 from projections.importing import far_time_problem
 from projections.outcomes import Outcome
+from projections.placing import try_in_past
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
 from projections.validation import require_int, require_name, require_positive_int
 
@@ -72,10 +73,16 @@ class Corrections(SessionFacade):
         return when
 
     def _decide(self, stream: str, at: int | None, make: Callable[[Draft], DomainEvent],
-                event_id: str | None) -> Outcome:
+                event_id: str | None, *, tried: bool = False) -> Outcome:
+        """Record what `make` builds at `at` (else now). `tried`: a decision that takes
+        credits away, refused if placed in the past where it would invalidate a recorded
+        event (a usage report is a fact and is taken wherever it falls)."""
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
             event = make(draft)
-            return [draft.event(self._time(draft, at), event, stream)]
+            built = [draft.event(self._time(draft, at), event, stream)]
+            if tried:
+                try_in_past(self._session, draft, built)
+            return built
 
         return self._session.decide([stream], build, event_id=event_id).outcome
 
@@ -120,7 +127,7 @@ class Corrections(SessionFacade):
                event_id: str | None = None) -> Outcome:
         """Record a manual credit (amount > 0) or debit (amount < 0) with its reason."""
         event = events.CreditsAdjusted(account, amount, reason, normalise_pool(pool), memo)
-        return self._decide(account, at, lambda _: event, event_id)
+        return self._decide(account, at, lambda _: event, event_id, tried=amount < 0)
 
     def void(self, grant_id: str, *, at: int | None = None, reason: str | None = None,
              memo: str | None = None, event_id: str | None = None) -> Outcome:
@@ -140,7 +147,7 @@ class Corrections(SessionFacade):
                 raise ValueError(f"grant {grant_id!r} is already voided from {voided}")
             return event
 
-        return self._decide(target.stream, at, make, event_id)
+        return self._decide(target.stream, at, make, event_id, tried=True)
 
     def reverse(self, target_id: str, reason: str, *, memo: str | None = None,
                 event_id: str | None = None) -> Outcome:

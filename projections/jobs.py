@@ -13,9 +13,8 @@ takes the later of it and the latest event time, never an earlier one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from eventstore import NewEvent
 from projections.errors import (
@@ -41,7 +40,7 @@ from projections.events import (
     require_non_negative_int,
 )
 from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger, cap_below_running
-from projections.outcomes import Outcome
+from projections.placing import try_in_past
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
 from projections.session import Decision, Draft, LedgerSession, job_key
@@ -66,17 +65,6 @@ class Job:
     priority: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Trial:
-    """An event not yet recorded, as the projector's trial fold reads it."""
-
-    position: int
-    id: str
-    type: str
-    time: int
-    payload: Any
-
-
 def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: bool) -> int:
     """The caller's time, else the live one; `allow_far_times=False` refuses a live time
     after 2200-01-01, which only a far latest event can give (the service's rule; the
@@ -88,35 +76,6 @@ def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: boo
     if why is not None:
         raise ValueError(why)
     return when
-
-
-def _try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[NewEvent, Any]]
-                 ) -> list[Outcome] | None:
-    """For events placed before the latest recorded one: their outcomes on the
-    corrected timeline; raise if any is invalid there or would make a recorded event
-    invalid. None when nothing is in the past, or for a retry.
-
-    A late submit may revise the acceptance of jobs still pending after it (that is what
-    late events do, and the revisions say so); no decision placed in the past may make
-    a recorded event an anomaly (a start, a completion, a cancel). A retry's events
-    were tried when first decided: the timeline now holds them already, so trying them
-    again would find the job submitted, started or settled by themselves."""
-    if draft.replaying or not built or min(new.time for new, _ in built) >= draft.ledger.last[0]:
-        return None
-    head = session.projector.position
-    trial = [_Trial(head + 1 + i, new.id, new.type, new.time, new.payload)
-             for i, (new, _) in enumerate(built)]
-    outcomes, conflicts = session.projector.trial(trial)
-    for outcome in outcomes:
-        if outcome.anomaly:
-            raise InvalidTransition(f"at time {outcome.time}: {outcome.reason}")
-    if conflicts:
-        c = conflicts[0]
-        raise InvalidTransition(
-            f"placing this at time {built[0][0].time} would invalidate the {c.type} "
-            f"{c.event_id!r} recorded at position {c.position} (time {c.time}): "
-            f"{c.reason}; decide it now instead (omit `at`)")
-    return outcomes
 
 
 def job_locks(ledger: Ledger, job_id: str) -> list[str]:
@@ -152,7 +111,7 @@ def open_account(session: LedgerSession, account_id: str, balance: int = 0, *,
             events.append(draft.event(when, CreditsGranted(account_id, balance), account_id))
         # Placed before the latest event, it must also hold where it lands, and leave
         # every recorded start valid (a cap there would make a running job pending).
-        _try_in_past(session, draft, events)
+        try_in_past(session, draft, events)
         return events
 
     return session.decide([account_id], build, event_id=event_id,
@@ -192,7 +151,7 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
         # Placed in the past it may re-decide jobs still pending (a revision), never
         # make a recorded start, completion or cancel invalid: a job handed to a worker
         # would become rejected, its charge vanish, its place go to another job.
-        tried = _try_in_past(session, draft, built)
+        tried = try_in_past(session, draft, built)
         if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
             raise UnknownAccount(f"account {account_id!r} did not exist at time "
                                  f"{built[0][0].time}")
@@ -232,7 +191,7 @@ def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = 
         while (job := view.next_job()) is not None:
             built = [draft.event(when, JobStarted(job.id), job.account)]
             try:
-                _try_in_past(session, draft, built)
+                try_in_past(session, draft, built)
             except InvalidTransition:
                 job.state = CANCELLED  # skip it in the throwaway view
                 draft.discard()  # the next candidate's start takes the decision's id
@@ -276,7 +235,7 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                     "can complete")
         built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, job.account)]
-        _try_in_past(session, draft, built)
+        try_in_past(session, draft, built)
         return built
 
     return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id,
@@ -300,7 +259,7 @@ def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
                                     "can be cancelled")
         when = _event_time(draft, at, clock, allow_far_times)
         built = [draft.event(when, JobCancelled(job_id), job.account)]
-        _try_in_past(session, draft, built)
+        try_in_past(session, draft, built)
         return built
 
     return session.decide(job_locks(session.ledger, job_id), build, event_id=event_id,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from eventstore import MemoryJournal, NewEvent
-from projections import GPUCreditTracker, Scheduler, UnknownAccount
+from projections import GPUCreditTracker, InvalidTransition, Scheduler, UnknownAccount
+from projections.corrections import Corrections
 from projections.events import (
     CreditsAdjusted,
     CreditsGranted,
@@ -145,3 +147,54 @@ def test_credits_of_a_voided_grant_held_by_a_job_stay_with_the_job() -> None:
     assert (book.totals.voided, book.active_total, book.held) == (60, 0, 0)
     assert not ledger.anomalies
 
+
+
+def started_on_a_grant() -> tuple[Corrections, Scheduler]:
+    """Grant g1 of 100 at 0; job j1 (cost 30) submitted at 2 and started at 3."""
+    corrections = Corrections(clock=lambda: 0)
+    corrections.grant("a", 100, at=0, event_id="g1")
+    scheduler = Scheduler(corrections.journal, clock=lambda: 2)
+    assert scheduler.submit("j1", "a", cost=30, priority=1, at=2)
+    started = scheduler.start_next(at=3)
+    assert started is not None and started.id == "j1"
+    return corrections, scheduler
+
+
+@pytest.mark.parametrize("correct", [
+    lambda c: c.void("g1", at=1, reason="backdated"),
+    lambda c: c.adjust("a", -100, "backdated debit", at=1),
+], ids=["void", "debit"])
+def test_a_correction_placed_before_a_started_job_may_not_take_its_credits_back(
+        correct: Callable[[Corrections], object]) -> None:
+    corrections, scheduler = started_on_a_grant()
+    head = corrections.journal.head()
+    with pytest.raises(InvalidTransition, match="would invalidate the start"):
+        correct(corrections)
+    assert corrections.journal.head() == head
+    assert scheduler.ledger().jobs["j1"].state == "running"
+    assert not scheduler.ledger().anomalies
+
+
+def test_the_same_corrections_after_the_start_are_recorded() -> None:
+    corrections, scheduler = started_on_a_grant()
+    corrections.void("g1", at=4, reason="contract cancelled")
+    corrections.adjust("a", -5, "late fee", at=4)
+    assert scheduler.ledger().jobs["j1"].state == "running"
+    assert scheduler.accounts["a"].balance == 30 - 5
+    assert not scheduler.ledger().anomalies
+
+
+def test_a_credit_placed_in_the_past_is_never_refused() -> None:
+    corrections, scheduler = started_on_a_grant()
+    corrections.adjust("a", 10, "goodwill", at=1)
+    assert scheduler.accounts["a"].balance == 110
+
+
+def test_a_void_placed_in_the_past_may_still_re_decide_a_pending_job() -> None:
+    corrections = Corrections(clock=lambda: 0)
+    corrections.grant("a", 100, at=0, event_id="g1")
+    scheduler = Scheduler(corrections.journal, clock=lambda: 2)
+    assert scheduler.submit("j1", "a", cost=30, priority=1, at=2)
+    corrections.void("g1", at=1, reason="backdated")
+    assert scheduler.ledger().jobs["j1"].state == "rejected"
+    assert scheduler.accounts["a"].reserved == 0
