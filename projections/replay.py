@@ -301,15 +301,11 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # at their own times, after every event up to `to_time`, and read back with them.
     far = to_time is not None and next(rows_of_type(
         journal, REVERSE, from_time=to_time + 1, to_position=head), None) is not None
-    projector = Projector(
-        journal_reader(journal, to_time, reversals_after=far) if held is None else held.read,
-        min_snapshot_every=20_000, snapshot_factor=32,
-        # Holding the rows, remember every outcome too: a late event then never folds
-        # the old timeline a second time to learn what was reported.
-        recent_outcomes=REPLAY_REMEMBERS if held is None else max(REPLAY_REMEMBERS, head),
-        remember_once_late=True, snapshot_once_late=True, locate=locator(journal),
-        account_reader=account_reader(journal, to_time, reversals_after=far)
-        if held is None else held.read_stream)
+    # Holding the rows, remember every outcome too: a late event then never folds the
+    # old timeline a second time to learn what was reported.
+    projector = replay_projector(
+        journal, to_time=to_time, reversals_after=far, held=held,
+        recent_outcomes=REPLAY_REMEMBERS if held is None else max(REPLAY_REMEMBERS, head))
     done = 0
     taken = 0  # events up to `to_time`, as `done` counts every event read
     if progress is not None:
@@ -416,6 +412,30 @@ REPLAY_REMEMBERS = 1000
 
 CHECKPOINTS = 4
 """How many checkpoints `replay(checkpoint=True)` leaves: the end and up to 3 before it."""
+
+
+def replay_projector(journal: JournalLike, *, to_time: int | None = None,
+                     reversals_after: bool = False, held: HeldRows | None = None,
+                     recent_outcomes: int = REPLAY_REMEMBERS) -> Projector:
+    """The projector `replay` folds `journal` with (`held`: reading the rows it holds
+    instead of the journal); fed the journal in arrival order, a batch at a time, it finds
+    the revisions `replay` finds.
+
+    A late event is re-projected for its own account alone when nothing reaches across
+    accounts, so a batch with late events of two accounts names, for each revision, the
+    batch's earliest event of the revised event's account: a projector without the
+    per-account reader would refold the whole timeline and name the batch's earliest
+    event of any account. Whoever lists revisions beside `replay` (the web view keeps one
+    of these and catches it up as the journal grows) builds it here, so the two agree.
+    """
+    return Projector(
+        journal_reader(journal, to_time, reversals_after=reversals_after)
+        if held is None else held.read,
+        min_snapshot_every=20_000, snapshot_factor=32,
+        recent_outcomes=recent_outcomes,
+        remember_once_late=True, snapshot_once_late=True, locate=locator(journal),
+        account_reader=account_reader(journal, to_time, reversals_after=reversals_after)
+        if held is None else held.read_stream)
 
 
 def checkpoint_positions(head: int, every: int | None = None) -> frozenset[int]:

@@ -316,16 +316,15 @@ class AuditSource:
         gc.freeze()
 
     def _catch_up_revisions(self) -> list[Revision]:
-        from projections.projector import Projector
-        from projections.replay import REPLAY_REMEMBERS, journal_reader
+        from projections.replay import replay_projector
 
         with self._projector_lock:
             if self._projector is None:
-                # The settings `replay` uses: sparse snapshots until late events show up.
-                self._projector = Projector(journal_reader(self.journal),
-                                            min_snapshot_every=20_000, snapshot_factor=8,
-                                            recent_outcomes=REPLAY_REMEMBERS,
-                                            remember_once_late=True)
+                # The projector `replay` folds with (as `gpu-credits revisions` and
+                # `GET /v1/revisions` do), per-account re-projection included: a batch
+                # with late events of two accounts then names each account's own
+                # earliest event as the cause of its revisions, as they do.
+                self._projector = replay_projector(self.journal)
             projector = self._projector
             position = projector.position
             # Events appended together are one step of knowledge, as `replay` and the

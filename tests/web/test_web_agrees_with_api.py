@@ -1,0 +1,76 @@
+"""The web view answers what the command line and the `/v1/...` API answer, on small
+journals built for the cases where they once disagreed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tools.web.browsing import app_for
+
+
+def cells(html: str, table_id: str) -> list[list[str]]:
+    """The text of each body row's cells of the table with that id."""
+    found = re.search(rf'<table[^>]*id="{table_id}".*?<tbody>(.*?)</tbody>', html, re.S)
+    assert found, f"no table {table_id}"
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
+    return [[re.sub(r"<[^>]+>", "", c).strip()
+             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)] for row in rows]
+
+
+def post_events(web: TestClient, *events: dict[str, Any]) -> None:
+    """Append `events` as one batch (`POST /v1/events`)."""
+    r = web.post("/v1/events", json={"events": list(events)})
+    assert r.status_code == 200, r.text
+
+
+# -- revisions ---------------------------------------------------------------------------
+
+BEFORE = ({"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100},
+          {"type": "grant", "account": "b", "amount": 10, "time": 0, "expiry": 100},
+          {"type": "consume", "account": "a", "amount": 15, "time": 10, "id": "use-a"},
+          {"type": "consume", "account": "b", "amount": 15, "time": 20, "id": "use-b"})
+"""Each account owes 5 after its usage."""
+
+LATE = ({"type": "grant", "account": "a", "amount": 20, "time": 5, "expiry": 100,
+         "id": "late-a"},
+        {"type": "grant", "account": "b", "amount": 20, "time": 15, "expiry": 100,
+         "id": "late-b"})
+"""One batch with a late grant for each account: each pays its own account's debt."""
+
+
+def _causes_on_the_journal_page(web: TestClient) -> list[tuple[str, str]]:
+    rows = cells(web.get("/journal").text, "revisions-table")
+    return [(row[1].split(" ")[0], row[2].split(" ")[0]) for row in rows]
+
+
+def _causes_on_event_pages(web: TestClient, event_id: str) -> list[str]:
+    page = web.get(f"/event?id={event_id}", follow_redirects=True).text
+    found = re.search(r'<ul class="plain" id="revised">(.*?)</ul>', page, re.S)
+    assert found, f"the page of {event_id} lists no revision of it"
+    return re.findall(r'<a href="/events/\d+">([^<]+)</a>', found.group(1))
+
+
+def test_one_batch_of_two_accounts_late_events_names_each_accounts_own_cause(
+        tmp_path: Path) -> None:
+    with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
+        post_events(web, *BEFORE)
+        web.get("/journal")  # the web's revisions are caught up to here, then extended
+        post_events(web, *LATE)
+        api = [(r["late_event_id"], r["event_id"])
+               for r in web.get("/v1/revisions").json()["revisions"]]
+        assert api == [("late-a", "use-a"), ("late-b", "use-b")]
+        assert _causes_on_the_journal_page(web) == api
+        assert _causes_on_event_pages(web, "use-a") == ["late-a"]
+        assert _causes_on_event_pages(web, "use-b") == ["late-b"]
+
+
+def test_revisions_found_in_one_pass_name_the_same_causes(tmp_path: Path) -> None:
+    with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
+        post_events(web, *BEFORE)
+        post_events(web, *LATE)  # no page seen before: the web's first pass holds both
+        assert _causes_on_the_journal_page(web) == [("late-a", "use-a"), ("late-b", "use-b")]
+
