@@ -74,3 +74,43 @@ def test_revisions_found_in_one_pass_name_the_same_causes(tmp_path: Path) -> Non
         post_events(web, *LATE)  # no page seen before: the web's first pass holds both
         assert _causes_on_the_journal_page(web) == [("late-a", "use-a"), ("late-b", "use-b")]
 
+
+# -- an event's line in its account's statement -------------------------------------------
+
+REUSED_JOB_ID = (
+    [{"type": "grant", "account": "a", "amount": 10, "time": 0},
+     {"type": "grant", "account": "b", "amount": 10, "time": 0}],
+    [{"type": "submit", "account": "b", "job": "j", "cost": 50, "priority": 1, "time": 1}],
+    [{"type": "submit", "account": "a", "job": "j", "cost": 5, "priority": 1, "time": 2,
+      "id": "a-reuses-j"}],
+    [{"type": "submit", "account": "a", "job": "k", "cost": 3, "priority": 1, "time": 3,
+      "id": "a-submits-k"}])
+"""b's job j is rejected; a's later submit of j is then an anomaly (job ids are unique
+for the journal's lifetime), which a's stream alone would take as accepted."""
+
+
+def _changed_rows(web: TestClient, event_id: str) -> list[list[str]]:
+    return cells(web.get(f"/event?id={event_id}", follow_redirects=True).text,
+                 "changed-table")
+
+
+def _reserved_after(rows: list[list[str]]) -> int:
+    (own, *_) = rows
+    return int(own[3].replace(",", ""))
+
+
+def test_an_events_reserved_after_is_the_statements_on_a_first_visit_and_after(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with TestClient(app_for(url)) as web:
+        for batch in REUSED_JOB_ID:
+            post_events(web, *batch)
+        lines = web.get("/v1/accounts/a/statement").json()["lines"]
+    statement = {line["position"]: line["reserved"] for line in lines if line["position"]}
+    assert (statement[4], statement[5]) == (0, 3)  # a's j holds nothing; k holds 3
+    for event_id, position in (("a-reuses-j", 4), ("a-submits-k", 5)):
+        with TestClient(app_for(url)) as web:  # a fresh server: a first visit
+            first = _changed_rows(web, event_id)
+            assert _reserved_after(first) == statement[position]
+            web.get("/accounts/a")
+            assert _changed_rows(web, event_id) == first

@@ -328,6 +328,14 @@ def _stream_tells_jobs(source: AuditSource, account: str, events: list[RecordedE
     return own_jobs(source.journal, account, events, position) is not None
 
 
+def stream_tells_jobs(source: AuditSource, stream: str,
+                      events: list[RecordedEvent]) -> bool:
+    """Whether `stream`'s events (all of them, to the head) tell its jobs as the whole
+    journal does: remembered until the head moves, as every event page of the stream asks."""
+    return source.cached(("stream-tells-jobs", stream),
+                         lambda: _stream_tells_jobs(source, stream, events, source.head()))
+
+
 def account_history(source: AuditSource, account: str, position: int) -> AccountHistory:
     """The account's statement, lineage and timeline as known at `position`, from one fold
     of its stream (remembered until the head moves); UnknownAccount for an account the
@@ -579,9 +587,14 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         revised = [r for r in rows if r.revision.event_id == rec.id]
     stream = source.stream_events(rec.stream)
     known = source.peek(("history", rec.stream, journal.head()))
-    if not isinstance(known, AccountHistory) and source.has_fold(rec.stream):
+    if not isinstance(known, AccountHistory) and (
+            source.has_fold(rec.stream)
+            or not stream_tells_jobs(source, rec.stream, stream)):
         # Its account's fold is kept from an earlier page: extending it to the head costs
         # only what the stream gained since, less than folding up to this event again.
+        # Or the stream alone would mislead: one of its submits reuses a job id another
+        # account holds, which the stream's own fold takes as accepted (and counts as
+        # reserved from there on); the account page's history folds the whole journal.
         known = account_history(source, rec.stream, journal.head())
     if isinstance(known, AccountHistory):  # its account page was just seen: no fold at all
         lines = lines_of(known.statement.lines, rec.position)
