@@ -114,3 +114,71 @@ def test_an_events_reserved_after_is_the_statements_on_a_first_visit_and_after(
             assert _reserved_after(first) == statement[position]
             web.get("/accounts/a")
             assert _changed_rows(web, event_id) == first
+
+
+# -- an account's ledger -------------------------------------------------------------------
+
+def _ledger_lines(web: TestClient, account: str, query: str = "") -> list[tuple[int, str]]:
+    rows = cells(web.get(f"/accounts/{account}{query}").text, "ledger-table")
+    return [(int(row[1].replace(",", "")), row[2].split(" ")[0]) for row in rows if row[1]]
+
+
+def _statement_lines(web: TestClient, account: str, query: str = "") -> list[tuple[int, str]]:
+    lines = web.get(f"/v1/accounts/{account}/statement{query}").json()["lines"]
+    return [(line["position"], line["type"]) for line in lines if line["position"]]
+
+
+def _grants(*accounts: str) -> list[dict[str, Any]]:
+    return [{"type": "grant", "account": a, "amount": 10, "time": 0} for a in accounts]
+
+
+def test_a_jobs_start_filed_under_another_account_is_on_its_accounts_ledger(
+        tmp_path: Path) -> None:
+    # b's submit and the start come in one file, so the start goes to b's stream; a's
+    # late submit of the same id then comes first on the timeline: the job, and the
+    # start, are a's.
+    with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
+        post_events(web, *_grants("a", "b"),
+                    {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
+                     "time": 5},
+                    {"type": "start", "job": "j", "time": 6})
+        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
+                          "priority": 1, "time": 1})
+        assert web.get("/v1/journal").json()["events"][3]["type"] == "start"
+        expected = _statement_lines(web, "a")
+        assert (4, "start") in expected
+        assert _ledger_lines(web, "a") == expected
+
+
+def test_a_start_recorded_before_its_submit_is_on_the_accounts_ledger(
+        tmp_path: Path) -> None:
+    # A start nobody had submitted goes to the stream `job:j`; the submit, recorded
+    # later but earlier on the timeline, makes it a's job.
+    with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
+        post_events(web, *_grants("a"), {"type": "start", "job": "j", "time": 6})
+        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
+                          "priority": 1, "time": 1})
+        post_events(web, {"type": "consume", "account": "a", "amount": 1, "time": 7})
+        for query in ("", "?as_known_at=3"):
+            expected = _statement_lines(web, "a", query)
+            assert (2, "start") in expected
+            assert _ledger_lines(web, "a", query) == expected
+
+
+def test_an_event_page_counts_a_cancel_filed_under_another_account(tmp_path: Path) -> None:
+    # As above with a cancel: a's job j holds nothing after it, though a's stream alone
+    # would keep its 3 reserved.
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with TestClient(app_for(url)) as web:
+        post_events(web, *_grants("a", "b"),
+                    {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
+                     "time": 5},
+                    {"type": "cancel", "job": "j", "time": 6})
+        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
+                          "priority": 1, "time": 1})
+        post_events(web, {"type": "consume", "account": "a", "amount": 1, "time": 7,
+                          "id": "use"})
+        lines = web.get("/v1/accounts/a/statement").json()["lines"]
+        assert [line["reserved"] for line in lines if line["position"] == 6] == [0]
+        assert _reserved_after(_changed_rows(web, "use")) == 0
+        assert _ledger_lines(web, "a") == _statement_lines(web, "a")

@@ -18,6 +18,7 @@ from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
 from projections.errors import UnknownJob
 from projections.events import GENERAL, TIMELINE_START
+from projections.jobqueue import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from projections.ledger import PENDING
 from projections.personal import personal_of
 from projections.queries import (
@@ -44,7 +45,7 @@ from projections.queries.history import (
     lines_of,
 )
 from projections.queries.history import account_history as history_of
-from projections.queries.ownjobs import own_jobs, submitted_jobs
+from projections.queries.ownjobs import jobs_differ, own_jobs, submitted_jobs
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
@@ -313,19 +314,55 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | 
     return source.cached(("account-revisions", account), find)
 
 
-def _stream_tells_jobs(source: AuditSource, account: str, events: list[RecordedEvent],
-                       position: int) -> bool:
-    """Whether the account's own events tell its jobs (`own_jobs`): at the head, asked of
-    the source's whole fold (the service's live projection), without a fold of its own."""
+ProjectedJobs = dict[str, tuple[str, int | None]]
+"""Job id -> (state, charge), as the whole journal's projection holds the job."""
+
+
+def _projected_jobs(source: AuditSource, account: str, events: list[RecordedEvent],
+                    position: int) -> ProjectedJobs | None:
+    """The jobs the account's events submit, as the whole journal's projection holds them
+    as known at `position` (`own_jobs`; at the head, asked of the source's whole fold, the
+    service's live projection, without a fold of its own); None when one of those ids is
+    another account's job (a reused id: this submit is an anomaly of the whole fold)."""
     submitted = submitted_jobs(events)
     if not submitted:
-        return True
-    if position == source.head():
-        with source.reading() as ledger:
-            jobs = ledger.jobs
-            return all((job := jobs.get(job_id)) is not None and job.account == account
-                       for job_id in submitted)
-    return own_jobs(source.journal, account, events, position) is not None
+        return {}
+    if position != source.head():
+        return own_jobs(source.journal, account, events, position)
+    with source.reading() as ledger:
+        jobs = ledger.jobs
+        found: ProjectedJobs = {}
+        for job_id in submitted:
+            job = jobs.get(job_id)
+            if job is None or job.account != account:
+                return None
+            found[job_id] = (job.state, job.charge)
+        return found
+
+
+_EVENTS_A_STATE_NEEDS = {RUNNING: ("start",), SUCCEEDED: ("start", "complete"),
+                         FAILED: ("start", "complete"), CANCELLED: ("cancel",)}
+"""The events of a job that must have taken effect for it to be in each state."""
+
+
+def _job_events_elsewhere(events: list[RecordedEvent], jobs: ProjectedJobs) -> bool:
+    """Whether one of these jobs is in a state its events among `events` cannot have put
+    it in: a start, completion or cancellation of it was recorded in another stream (an
+    import files a job's events under the account the projection gave the job then, and
+    a late submit of the same id elsewhere can make the job another account's)."""
+    recorded = {(rec.payload.get("job"), rec.type) for rec in events
+                if rec.type in ("start", "complete", "cancel")}
+    return any((job, kind) not in recorded for job, (state, _) in jobs.items()
+               for kind in _EVENTS_A_STATE_NEEDS.get(state, ()))
+
+
+def _stream_tells_jobs(source: AuditSource, account: str, events: list[RecordedEvent],
+                       position: int) -> bool:
+    """Whether the account's own events tell its jobs as the whole journal does, as far
+    as can be seen without folding them: every job they submit is the account's, and
+    each one's events that took effect are among them."""
+    jobs = _projected_jobs(source, account, events, position)
+    return jobs is not None and not _job_events_elsewhere(events, jobs)
 
 
 def stream_tells_jobs(source: AuditSource, stream: str,
@@ -341,14 +378,19 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
     of its stream (remembered until the head moves); UnknownAccount for an account the
     journal never names."""
 
+    def whole() -> AccountHistory:
+        everything = source.journal.read(to_position=position, order="position")
+        return history_of(everything, account, at=latest_time(source.journal),
+                          as_known_at=position, private=source.journal.private)
+
     def build() -> AccountHistory:
         events = source.stream_events(account, position)
-        if not _stream_tells_jobs(source, account, events, position):
-            # One of its submits reuses a job id another account holds: only the whole
-            # fold sees it as the anomaly it is (as `statement` and `explain` fold).
-            everything = source.journal.read(to_position=position, order="position")
-            return history_of(everything, account, at=latest_time(source.journal),
-                              as_known_at=position, private=source.journal.private)
+        jobs = _projected_jobs(source, account, events, position)
+        if jobs is None or _job_events_elsewhere(events, jobs):
+            # One of its submits reuses a job id another account holds, or an event of
+            # one of its jobs is in another stream: only the whole fold sees them (as
+            # `statement` and `explain` fold).
+            return whole()
         # The fold kept from the account's last page goes on with what the stream gained
         # since, when nothing of it came late (else it is folded anew).
         kept = source.take_fold(account)
@@ -358,6 +400,10 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
         source.keep_fold(account, fold)
         if kept is not None and kept is not fold:  # a view as known earlier: keep both,
             source.keep_fold(account, kept)  # the one that went further stays
+        if jobs and jobs_differ(fold.walk.ledger, jobs):
+            # Its fold leaves a job otherwise than the whole journal does: as `statement`
+            # checks after folding the stream, the whole fold tells.
+            return whole()
         if not found.seen and not exists_later(source.journal, account):
             # Nothing of it as known then, and nothing later makes it an account (a
             # stream of orphan job events, `job:ID`, is none): unknown, as to `statement`.
