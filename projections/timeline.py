@@ -12,13 +12,13 @@ whatever part of the journal they read (as known at a position, up to an event t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import is_, itemgetter
 from typing import ClassVar
 
 from eventstore import RecordedEvent
-from projections.creditbook import Hold
+from projections.creditbook import Batch, Hold
 from projections.events import GENERAL
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
@@ -199,23 +199,24 @@ def grant_burndown(granted: int, time: int, uses: Iterable[tuple[int, int]],
     return steps
 
 
-ExpiringEntry = tuple[int, str, str, str, int]
-"""(expiry, account, pool, grant, credits): one grant's active credits expiring soon.
-Plain tuples, cheaper to make and hold by the thousand than objects (a page shows a few
-of them, unpacking each)."""
+ExpiringEntry = tuple[int, str, str, str, int, int]
+"""(end, account, pool, grant, unused, held): credits of one grant that stop counting
+soon (at its expiry, or its void if that comes first), those still unused and those held
+by pending or running jobs (which lapse if the job releases them after the end), as
+`gpu-credits expiring` lists them. Plain tuples, cheaper to make and hold by the
+thousand than objects (a page shows a few of them, unpacking each)."""
 
 
 def expiring_entries(ledger: Ledger, at: int, until: int) -> list[ExpiringEntry]:
-    """Active credits still valid at `at` whose grant expires by `until` (`at < expiry <=
-    until`), by expiry, account, pool and grant. Held credits are not listed: a job holds
-    them and settles them."""
+    """Credits still counting at `at` that stop counting by `until` (`at < end <= until`),
+    unused or held by a job, by end, account, pool and grant."""
     found = unordered_expiring_entries(ledger, at, until)
     found.sort(key=ENTRY_ORDER)
     return found
 
 
 ENTRY_ORDER = itemgetter(0, 1, 2, 3)
-"""The order of `expiring_entries`: by expiry, account, pool and grant."""
+"""The order of `expiring_entries`: by end, account, pool and grant."""
 
 
 def unordered_expiring_entries(ledger: Ledger, at: int, until: int) -> list[ExpiringEntry]:
@@ -224,23 +225,54 @@ def unordered_expiring_entries(ledger: Ledger, at: int, until: int) -> list[Expi
     `ENTRY_ORDER` as the key gives the first of the sorted list)."""
     found: list[ExpiringEntry] = []
     for name in sorted(ledger.accounts):
-        for heap in ledger.accounts[name].book.heaps.values():
-            # A heap holds one priority's batches ordered by expiry (never-expiring last):
-            # below a batch expiring after `until` nothing expires sooner, so only the
-            # heap's top, up to `until`, is walked, not every batch of every account.
-            stack = [0] if heap else []
-            while stack:
-                i = stack.pop()
-                batch = heap[i]
-                expiry = batch.expiry
-                if expiry is None or expiry > until:
-                    continue
-                if at < expiry and batch.amount > 0:
-                    found.append((expiry, name, batch.pool, batch.grant_id, batch.amount))
-                left = 2 * i + 1
-                if left < len(heap):
-                    stack.append(left)
-                    if left + 1 < len(heap):
-                        stack.append(left + 1)
+        book = ledger.accounts[name].book
+        held = _held_ending(book.holds.values(), at, until)
+        for expiry, batch in _heap_tops_expiring(book.heaps.values(), until):
+            if at < expiry and batch.amount > 0:
+                _, _, holding = held.pop(id(batch), (expiry, batch, 0))
+                found.append((expiry, name, batch.pool, batch.grant_id, batch.amount,
+                              holding))
+        # Batches whose credits left are all held: no heap holds them any more.
+        for end, batch, holding in held.values():
+            found.append((end, name, batch.pool, batch.grant_id, 0, holding))
     return found
 
+
+def _heap_tops_expiring(heaps: Iterable[list[Batch]],
+                        until: int) -> Iterator[tuple[int, Batch]]:
+    """(expiry, batch) of the batches of these heaps that expire by `until`. A heap holds
+    one priority's batches ordered by expiry (never-expiring last): below a batch expiring
+    after `until` nothing expires sooner, so only the heap's top, up to `until`, is
+    walked, not every batch of every account. (A heap's batches are never voided: a void
+    takes its grant's batches out of the heap.)"""
+    for heap in heaps:
+        stack = [0] if heap else []
+        while stack:
+            i = stack.pop()
+            batch = heap[i]
+            expiry = batch.expiry
+            if expiry is None or expiry > until:
+                continue
+            yield expiry, batch
+            left = 2 * i + 1
+            if left < len(heap):
+                stack.append(left)
+                if left + 1 < len(heap):
+                    stack.append(left + 1)
+
+
+def _held_ending(holds: Iterable[Hold], at: int,
+                 until: int) -> dict[int, tuple[int, Batch, int]]:
+    """id(batch) -> (end, batch, credits of it held by jobs), for the batches whose credits
+    stop counting in `(at, until]` (at their expiry, or the void of their grant if that
+    comes first: held credits stay with the job after a void, and lapse on release). Only
+    the holds of pending and running jobs are walked, not every batch."""
+    held: dict[int, tuple[int, Batch, int]] = {}
+    for hold in holds:
+        for batch, amount in hold.portions:
+            ends = [t for t in (batch.expiry, batch.voided) if t is not None]
+            if not amount or not ends or not at < min(ends) <= until:
+                continue
+            _, _, before = held.get(id(batch), (0, batch, 0))
+            held[id(batch)] = (min(ends), batch, before + amount)
+    return held

@@ -182,3 +182,32 @@ def test_an_event_page_counts_a_cancel_filed_under_another_account(tmp_path: Pat
         assert [line["reserved"] for line in lines if line["position"] == 6] == [0]
         assert _reserved_after(_changed_rows(web, "use")) == 0
         assert _ledger_lines(web, "a") == _statement_lines(web, "a")
+
+
+# -- credits expiring ----------------------------------------------------------------------
+
+def test_the_summary_lists_credits_held_by_jobs_apart_as_expiring_does(
+        tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with TestClient(app_for(url)) as web:
+        # The job holds all of g1 that is left and 2 of g2: both expire within the week.
+        post_events(web,
+                    {"type": "grant", "account": "a", "amount": 10, "time": 0,
+                     "expiry": 1000, "id": "g1"},
+                    {"type": "grant", "account": "a", "amount": 5, "time": 0,
+                     "expiry": 2000, "id": "g2"},
+                    {"type": "submit", "account": "a", "job": "j", "cost": 12,
+                     "priority": 1, "time": 1})
+        rows = cells(web.get("/").text, "expiring-table")
+    listed = CliRunner().invoke(cli, ["expiring", "--json", "--db", url])
+    assert listed.exit_code == 0, listed.stderr
+    expected = [[c["grant"], str(c["amount"]), str(c["held"])]
+                for c in json.loads(listed.stdout)["credits"]]
+    assert expected == [["g1", "0", "10"], ["g2", "3", "2"]]
+    assert [row[3:] for row in rows] == expected

@@ -55,7 +55,7 @@ def test_summary_shows_head_expiring_credits_and_verify_state(client: TestClient
     assert "Credits expiring by" in r.text
     expiring = cells(r.text, "expiring-table")
     assert expiring and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row[0])
-                            for row in expiring if len(row) == 5)
+                            for row in expiring if len(row) == 6)
     assert "No verification recorded yet" in r.text or "OK" in r.text
 
 
