@@ -211,3 +211,20 @@ def test_the_summary_lists_credits_held_by_jobs_apart_as_expiring_does(
                 for c in json.loads(listed.stdout)["credits"]]
     assert expected == [["g1", "0", "10"], ["g2", "3", "2"]]
     assert [row[3:] for row in rows] == expected
+
+
+# -- the journal page ----------------------------------------------------------------------
+
+def _events_heading(web: TestClient, query: str = "") -> str:
+    found = re.search(r'<h2 id="events">(.*?)</h2>', web.get(f"/journal{query}").text)
+    assert found
+    return found.group(1)
+
+
+def test_the_journal_page_of_an_empty_journal_says_there_are_no_events(
+        tmp_path: Path) -> None:
+    with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
+        assert _events_heading(web) == "No events yet"
+        post_events(web, *_grants("a", "b"))
+        assert _events_heading(web) == "Events 1 to 2 of 2"
+        assert _events_heading(web, "?after=2") == "No events after #2 of 2"
