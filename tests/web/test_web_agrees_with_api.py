@@ -184,6 +184,28 @@ def test_an_event_page_counts_a_cancel_filed_under_another_account(tmp_path: Pat
         assert _ledger_lines(web, "a") == _statement_lines(web, "a")
 
 
+
+def test_an_event_page_of_a_jobs_step_filed_under_another_account_shows_the_jobs_account(
+        tmp_path: Path) -> None:
+    # The cancel is filed under b's stream, but the job, and so the cancel, are a's: its
+    # page shows a's line (3 released), as a's statement has it, and links to a.
+    with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
+        post_events(web, *_grants("a", "b"),
+                    {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
+                     "time": 5},
+                    {"type": "cancel", "job": "j", "time": 6, "id": "stop"})
+        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
+                          "priority": 1, "time": 1})
+        lines = web.get("/v1/accounts/a/statement").json()["lines"]
+        (cancel,) = [line for line in lines if line["position"] == 4]
+        page = web.get("/event?id=stop", follow_redirects=True).text
+        rows = cells(page, "changed-table")
+    assert 'a step of a job of account <a href="/accounts/a">a</a>' in page
+    assert [row[0].split(" ")[0] for row in rows] == ["cancel"]
+    assert (int(rows[0][2].replace(",", "")), _reserved_after(rows)) == (
+        cancel["balance"], cancel["reserved"])
+    assert 'href="/accounts/a?as_known_at=4"' in page
+
 # -- credits expiring ----------------------------------------------------------------------
 
 def test_the_summary_lists_credits_held_by_jobs_apart_as_expiring_does(

@@ -631,6 +631,17 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
                                        or r.event_id == rec.id])
         caused = [r for r in rows if r.revision.late_position == rec.position]
         revised = [r for r in rows if r.revision.event_id == rec.id]
+    account = _account_of(source, rec)
+    if account != rec.stream:
+        # A job's step filed under another stream than its account's: its line is in
+        # the account's history, which folds the whole journal to place it.
+        lines = lines_of(account_history(source, account, journal.head()).statement.lines,
+                         rec.position)
+        late = any(other.time > rec.time for other in source.stream_events(account)
+                   if other.position < rec.position)
+        return EventPage(rec, account, lines, caused, revised, late,
+                         {k: v for k, v in personal_of(journal, rec).items()
+                          if k not in rec.payload})
     stream = source.stream_events(rec.stream)
     known = source.peek(("history", rec.stream, journal.head()))
     if not isinstance(known, AccountHistory) and (
@@ -652,6 +663,19 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     late = any(other.time > rec.time for other in stream if other.position < rec.position)
     return EventPage(rec, rec.stream, lines, caused, revised, late,
                      {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload})
+
+
+def _account_of(source: AuditSource, rec: RecordedEvent) -> str:
+    """The account whose figures `rec` changes: its stream's, but for a step of a job
+    (start, completion, cancel) that the whole journal gives another account. An import
+    files a job's step under the account the projection gave the job then (or `job:ID`
+    before any submit); a submit of the id placed earlier can make it another's."""
+    job_id = rec.payload.get("job") if rec.type in ("start", "complete", "cancel") else None
+    if not isinstance(job_id, str):
+        return rec.stream
+    with source.reading() as ledger:
+        job = ledger.jobs.get(job_id)
+        return rec.stream if job is None else job.account
 
 
 def event_position(journal: JournalLike, event_id: str) -> int | None:
