@@ -340,6 +340,26 @@ def test_idempotency_survives_a_restart(db_url: str, clock: Clock) -> None:
         assert head(c) == at
 
 
+
+def test_a_batch_under_a_writes_key_holding_that_writes_event_is_a_conflict(
+        db_url: str, clock: Clock) -> None:
+    # The batch's record takes the key as its id and holds what the grant recorded: it
+    # must neither claim the grant's event as appended nor take the grant's key over.
+    grant = {"amount": 100, "time": 1000}
+    record = {"type": "grant", "account": "acme", "amount": 100, "time": 1000}
+    key = {"Idempotency-Key": "inv-1"}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        first = c.post("/v1/accounts/acme/grants", json=grant, headers=key)
+        assert first.status_code == 201, first.text
+        at = head(c)
+        body = problem(c.post("/v1/events", json={"events": [record]}, headers=key), 409)
+        assert "inv-1" in body["detail"] and head(c) == at
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        again = c.post("/v1/accounts/acme/grants", json=grant, headers=key)
+        assert (again.status_code, again.json()) == (201, first.json())
+        problem(c.post("/v1/events", json={"events": [record]}, headers=key), 409)
+        assert head(c) == at
+
 def test_events_all_or_nothing(client: TestClient) -> None:
     bad = client.post("/v1/events", json={"events": [
         {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 10},

@@ -392,12 +392,18 @@ class AppendEvents:
         is free: decide the batch)."""
         if bound is not None:
             return self._answered(bound)
-        if named is not None and all(e.id != self.key for e in self.entries):
-            # A key is an event id: one a single write recorded names that write.
+        if named is not None:
+            # A key is an event id: one a single write recorded names that write, also
+            # when a record of this batch took the key as its id and holds the same
+            # content (the batch would count the write's event as its own, and bind the
+            # key, turning the write's retry into a conflict). A batch that recorded it
+            # would have bound the key with it (unless an erasure dropped the binding,
+            # which a retry must not get round).
             raise ServiceProblem(
                 409, f"Idempotency-Key {self.key!r} names the event recorded at position "
-                f"{named.position} ({named.type} on {named.stream!r}), which is not in "
-                "this batch: use a new key for a new request", slug="idempotency-conflict")
+                f"{named.position} ({named.type} on {named.stream!r}), which another "
+                "request recorded: use a new key for a new request",
+                slug="idempotency-conflict")
         return None
 
     def _ahead(self, service: LedgerService) -> AnswerDict | None:
