@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import ClassVar, Final, TypeVar
+from typing import ClassVar, Final, NamedTuple, TypeVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 from projections.validation import MAX_TIME
@@ -154,6 +154,16 @@ class Expiry:
     expiry: int  # the time they stopped counting: the grant's expiry or its void
     amount: int
     voided: bool = False
+
+
+class Settlement(NamedTuple):
+    """What settling a hold did: the charge's lineage, and what became of the rest."""
+
+    charged: Lineage  # grants that paid the charge
+    expired: list[Expiry]  # released credits whose batch had ended: they lapsed
+    # Released credits pay debt before they become active again (like a grant arriving):
+    paid_debt: tuple[tuple[str, int], ...]  # (pool, credits) of the debt they paid
+    debt_paid_by: Lineage  # (grant, credits): whose released credits paid it
 
 
 @dataclass(slots=True)
@@ -444,10 +454,12 @@ class CreditBook:
         self.held += amount
         return _lineage(taken)
 
-    def settle(self, ref: str, charge: int, time: int) -> tuple[Lineage, list[Expiry]]:
+    def settle(self, ref: str, charge: int, time: int) -> Settlement:
         """Spend `charge` of the hold (earliest expiry first), release the rest.
 
-        Returns (grants that paid the charge, credits that expired on release).
+        The released credits go back to their batches, paying debt first; the settlement
+        says what they paid and whose they were, so a statement and a grant's lineage
+        can trace every credit without working it out again.
         """
         hold = self.holds[ref]
         total = hold.amount
@@ -467,11 +479,19 @@ class CreditBook:
                 released.append((batch, amount - take))
         self.totals.charged_from_credits += charge
         self.totals.charged_jobs += charge
-        return _lineage(charged), self._return(released, time)
+        expired, payments = self._return(released, time)
+        if not payments:  # no debt, the usual case: nothing to merge
+            return Settlement(_lineage(charged), expired, (), ())
+        by_pool, by_grant = _debt_paid(payments)
+        return Settlement(_lineage(charged), expired, by_pool, by_grant)
 
-    def _return(self, portions: list[tuple[Batch, int]], time: int | None) -> list[Expiry]:
-        """Put released credits back into their batches; expired batches expire them."""
+    def _return(self, portions: list[tuple[Batch, int]], time: int | None
+                ) -> tuple[list[Expiry], list[tuple[str, str, int]]]:
+        """Put released credits back into their batches; expired batches expire them.
+
+        Returns (what expired, the debt paid: (grant, pool, credits) per payment)."""
         expired: list[Expiry] = []
+        payments: list[tuple[str, str, int]] = []
         for batch, amount in portions:
             batch.amount += amount
             self.active[batch.pool] = self.active.get(batch.pool, 0) + amount
@@ -484,9 +504,11 @@ class CreditBook:
             if paid_total:
                 batch.amount -= paid_total
                 self.active[batch.pool] -= paid_total
+                for debtor, pay in paid:
+                    payments.append((batch.grant_id, debtor, pay))
             if batch.amount and not batch.in_heap:
                 self._push(batch)
-        return expired
+        return expired, payments
 
 
 _Key = TypeVar("_Key")
@@ -498,6 +520,18 @@ def _amounts(pairs: list[tuple[_Key, int]] | tuple[tuple[_Key, int], ...]) -> in
     for _, amount in pairs:
         total += amount
     return total
+
+
+def _debt_paid(payments: list[tuple[str, str, int]]
+               ) -> tuple[tuple[tuple[str, int], ...], Lineage]:
+    """Debt payments (grant, pool, credits) summed by pool and by grant, each in the
+    order it first paid: (debt paid per pool, whose credits paid it)."""
+    by_pool: dict[str, int] = {}
+    by_grant: dict[str, int] = {}
+    for grant_id, pool, credits in payments:
+        by_pool[pool] = by_pool.get(pool, 0) + credits
+        by_grant[grant_id] = by_grant.get(grant_id, 0) + credits
+    return tuple(by_pool.items()), tuple(by_grant.items())
 
 
 def _lineage(taken: list[tuple[Batch, int]]) -> Lineage:

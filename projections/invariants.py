@@ -238,6 +238,7 @@ def outcome_violations(outcome: Outcome, event: DomainEvent | None = None,
                                                    f"grant {expiry.grant_id!r}"))
     if outcome.anomaly or not outcome.ok:
         return found
+    found.extend(_release_violations(outcome, where))
     if outcome.charge is not None:
         if paid != outcome.charge:
             found.append(Violation(LINEAGE, where, f"charged {outcome.charge}, the grants "
@@ -264,4 +265,21 @@ def outcome_violations(outcome: Outcome, event: DomainEvent | None = None,
         if not 0 <= debt_paid <= event.amount:
             found.append(Violation(LINEAGE, where, f"a grant of {event.amount} paid "
                                                    f"{debt_paid} of debt"))
+    return found
+
+
+def _release_violations(outcome: Outcome, where: str) -> list[Violation]:
+    """The debt a release paid is traced: the grants named as paying it add up to it,
+    and it is paid from what was released, never more."""
+    if outcome.released is None:
+        return []
+    debt_paid = sum(amount for _, amount in outcome.paid_debt)
+    traced = sum(amount for _, amount in outcome.debt_paid_by)
+    found = []
+    if traced != debt_paid:
+        found.append(Violation(LINEAGE, where, f"released credits paid {debt_paid} of "
+                                               f"debt, the grants named paid {traced}"))
+    if not 0 <= debt_paid <= outcome.released:
+        found.append(Violation(LINEAGE, where, f"released {outcome.released} credits that "
+                                               f"paid {debt_paid} of debt"))
     return found

@@ -634,9 +634,9 @@ class Ledger:
             refund = (event.refund_fraction if self.policy is None
                       else self.policy.refund(event.refund_fraction))
             charge = failure_charge(job.cost, refund)
-        lineage, lost = account.book.settle(job.id, charge, time)
-        if lost:
-            expired = (*expired, *lost)
+        settled = account.book.settle(job.id, charge, time)
+        if settled.expired:
+            expired = (*expired, *settled.expired)
         job.state = SUCCEEDED if success else FAILED
         self._finish(job)
         job.charge = charge
@@ -646,8 +646,10 @@ class Ledger:
                                            math.log2(charge) + time / account.half_life)
         self.queue.register(account, self.accounts, self.jobs,
                             force=account.share is not None)
-        return outcome(position, event_id, _COMPLETE, time, job.account, paid_by=lineage,
-                       charge=charge, released=job.cost - charge, expired=expired)
+        return outcome(position, event_id, _COMPLETE, time, job.account,
+                       paid_by=settled.charged, paid_debt=settled.paid_debt,
+                       debt_paid_by=settled.debt_paid_by, charge=charge,
+                       released=job.cost - charge, expired=expired)
 
     def _cancel(self, position: int, event_id: str, time: int, event: JobCancelled) -> Outcome:
         job_id = event.job
@@ -663,14 +665,15 @@ class Ledger:
             return self._anomaly(position, event_id, _CANCEL, time, job.account,
                                  f"cancel of job {job.id!r} which is {job.state}, not pending",
                                  expired=expired)
-        _, lost = account.book.settle(job.id, 0, time)
-        if lost:
-            expired = (*expired, *lost)
+        settled = account.book.settle(job.id, 0, time)
+        if settled.expired:
+            expired = (*expired, *settled.expired)
         job.state = CANCELLED
         self._finish(job)
         # The queue entry stays as a tombstone; it is skipped when it reaches the top.
-        return outcome(position, event_id, _CANCEL, time, job.account, released=job.cost,
-                       expired=expired)
+        return outcome(position, event_id, _CANCEL, time, job.account,
+                       paid_debt=settled.paid_debt, debt_paid_by=settled.debt_paid_by,
+                       released=job.cost, expired=expired)
 
     def _finish(self, job: JobState) -> None:
         del self.live[job.id]

@@ -31,7 +31,10 @@ class Outcome(NamedTuple):
     debt_after: int | None = None  # consume: the account's outstanding debt right after it
     debt_created: int = 0
     paid_by: Lineage = ()  # consume / charge: grants that paid; submit: grants reserved
-    paid_debt: tuple[tuple[str, int], ...] = ()  # grant: (pool, amount) of debt it paid
+    # (pool, amount) of debt the event paid: a grant's or a credit's credits, or the
+    # credits a complete or cancel released (they pay debt before becoming active again)
+    paid_debt: tuple[tuple[str, int], ...] = ()
+    debt_paid_by: Lineage = ()  # complete / cancel: grants whose released credits paid it
     charge: int | None = None  # complete: credits charged
     released: int | None = None  # complete / cancel: credits released
     expired: tuple[Expiry, ...] = ()  # credits that expired before/at this event
@@ -59,7 +62,8 @@ _OUTCOME: Final = Outcome
 def outcome(position: int, event_id: str, type: str, time: int, account: str | None,
             ok: bool = True, reason: str | None = None, debt_after: int | None = None,
             debt_created: int = 0, paid_by: Lineage = (),
-            paid_debt: tuple[tuple[str, int], ...] = (), charge: int | None = None,
+            paid_debt: tuple[tuple[str, int], ...] = (), debt_paid_by: Lineage = (),
+            charge: int | None = None,
             released: int | None = None, expired: tuple[Expiry, ...] = (),
             anomaly: bool = False) -> Outcome:
     """`Outcome(...)`, the same value, built the way the fold can afford once per event.
@@ -69,7 +73,8 @@ def outcome(position: int, event_id: str, type: str, time: int, account: str | N
     (the defaults are Outcome's: a test holds them equal)."""
     made: Outcome = _TUPLE_NEW(_OUTCOME, (position, event_id, type, time, account, ok, reason,
                                           debt_after, debt_created, paid_by, paid_debt,
-                                          charge, released, expired, anomaly))
+                                          debt_paid_by, charge, released, expired,
+                                          anomaly))
     return made
 
 

@@ -14,7 +14,9 @@ from eventstore import MemoryJournal
 from projections import GPUCreditTracker, Scheduler
 from projections.creditbook import Batch, CreditBook, Expiry, Hold
 from projections.events import GENERAL
+from projections.invariants import outcome_violations
 from projections.ledger import Ledger
+from projections.projector import apply_recorded
 
 
 def live(book: CreditBook) -> dict[str, int]:
@@ -111,8 +113,8 @@ def test_held_credits_cannot_expire_while_held(book: CreditBook) -> None:
 
 def test_release_returns_each_credit_to_its_batch(book: CreditBook) -> None:
     book.hold("j", 15, GENERAL)
-    charged, expired = book.settle("j", 0, 10)
-    assert charged == () and expired == []
+    charged, expired, paid_debt, _ = book.settle("j", 0, 10)
+    assert charged == () and expired == [] and paid_debt == ()
     assert live(book) == {"late": 10, "early": 10, "never": 10}
     assert book.held == 0 and book.holds == {}
     assert book.active_total == 30
@@ -127,7 +129,7 @@ def test_released_credit_whose_batch_expired_meanwhile_expires_at_release(
 ) -> None:
     book.hold("j", 15, GENERAL)  # early 10 (exp 20), late 5 (exp 50)
     book.advance(25)
-    charged, expired = book.settle("j", 0, 25)
+    charged, expired, _, _ = book.settle("j", 0, 25)
     assert charged == ()
     assert expired == [Expiry("early", GENERAL, 20, 10)]
     assert live(book) == {"late": 10, "never": 10}
@@ -138,7 +140,7 @@ def test_released_credit_whose_batch_expired_meanwhile_expires_at_release(
 
 def test_settle_charges_earliest_expiry_first_and_releases_the_rest(book: CreditBook) -> None:
     book.hold("j", 15, GENERAL)
-    charged, expired = book.settle("j", 12, 10)
+    charged, expired, _, _ = book.settle("j", 12, 10)
     assert charged == (("early", 10), ("late", 2))
     assert expired == []
     assert live(book) == {"late": 8, "never": 10}
@@ -151,7 +153,7 @@ def test_settle_charges_earliest_expiry_first_and_releases_the_rest(book: Credit
 def test_settle_after_expiry_charges_then_expires_the_released_part(book: CreditBook) -> None:
     book.hold("j", 15, GENERAL)
     book.advance(55)  # both expired; `late`'s unheld 5 expire now
-    charged, expired = book.settle("j", 7, 55)
+    charged, expired, _, _ = book.settle("j", 7, 55)
     assert charged == (("early", 7),)
     assert expired == [Expiry("early", GENERAL, 20, 3), Expiry("late", GENERAL, 50, 5)]
     assert book.totals.expired == 5 + 3 + 5
@@ -165,10 +167,29 @@ def test_released_credits_pay_debt_first() -> None:
     b.hold("j", 10, GENERAL)
     assert b.consume(4, GENERAL) == ((), 4)
     assert b.debt == {GENERAL: 4}
-    b.settle("j", 0, 5)
+    settled = b.settle("j", 0, 5)
     assert b.debt == {}
     assert live(b) == {"g": 6}
     assert b.totals.debt_paid == 4
+    # The settlement says so: which debt the released credits paid, and whose they were.
+    assert settled.paid_debt == ((GENERAL, 4),)
+    assert settled.debt_paid_by == (("g", 4),)
+    check(b)
+
+
+def test_released_credits_name_each_grant_and_pool_whose_debt_they_paid() -> None:
+    b = CreditBook()
+    b.grant("g1", 3, 100, "h100", (0, 1))
+    b.grant("g2", 10, 200, GENERAL, (0, 2))
+    b.hold("j", 13, "h100")  # g1 3, then g2 10
+    assert b.consume(2, "h100") == ((), 2)
+    assert b.consume(5, "a100") == ((), 5)
+    settled = b.settle("j", 0, 5)
+    # g1's h100 credits pay h100's debt; g2's general credits pay what is left of it
+    # (none), then each pool's in pool-name order.
+    assert settled.paid_debt == (("h100", 2), ("a100", 5))
+    assert settled.debt_paid_by == (("g1", 2), ("g2", 5))
+    assert b.debt == {} and live(b) == {"g1": 1, "g2": 5}
     check(b)
 
 
@@ -288,6 +309,32 @@ def test_scheduler_release_pays_debt_a_usage_report_created() -> None:
     assert figures(scheduler) == (6, 0, 6)
     assert book_of(scheduler).debt == {}
     assert_invariants(scheduler.ledger())
+
+
+@pytest.mark.parametrize("finish", ["cancel", "fail", "partial"])
+def test_the_outcome_of_a_release_says_what_debt_it_paid(finish: str) -> None:
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 5)
+    tracker = GPUCreditTracker(journal, account="a")
+    scheduler.open_account("a")
+    tracker.grant(10, 5, 100)
+    assert scheduler.submit("j", "a", 8, 0)
+    assert tracker.consume(5, 5) == 3  # 2 active, then 3 owed
+    if finish == "cancel":
+        scheduler.cancel("j")
+    else:
+        assert scheduler.start_next() is not None
+        scheduler.complete("j", success=False,
+                           refund_fraction=1.0 if finish == "fail" else 0.5)
+    ledger = Ledger()
+    outcomes = [apply_recorded(ledger, rec) for rec in journal.read(order="canonical")]
+    release = outcomes[-1]
+    assert release.type == ("cancel" if finish == "cancel" else "complete")
+    assert release.paid_debt == ((GENERAL, 3),)
+    grant = next(rec.id for rec in journal.read() if rec.type == "grant")
+    assert release.debt_paid_by == ((grant, 3),)
+    assert outcome_violations(release) == []
+    assert ledger.accounts["a"].book.debt == {}
 
 
 def test_a_hold_compares_and_shows_itself_as_a_dataclass_did() -> None:

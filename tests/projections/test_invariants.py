@@ -133,6 +133,17 @@ def test_a_charge_its_grants_do_not_add_up_to_is_a_lineage_violation() -> None:
     assert outcome_violations(outcome._replace(paid_by=(("g1", 3), ("g2", 1)))) == []
 
 
+def test_debt_paid_by_released_credits_must_be_traced_to_grants() -> None:
+    cancel = Outcome(6, "x1", "cancel", 9, "a", paid_debt=(("general", 3),),
+                     debt_paid_by=(("g1", 3),), released=8)
+    assert outcome_violations(cancel) == []
+    untraced = outcome_violations(cancel._replace(debt_paid_by=()))
+    assert [v.rule for v in untraced] == [LINEAGE]
+    assert "the grants named paid 0" in untraced[0].detail
+    too_much = cancel._replace(paid_debt=(("general", 9),), debt_paid_by=(("g1", 9),))
+    assert [v.rule for v in outcome_violations(too_much)] == [LINEAGE]
+
+
 def test_consume_and_submit_lineage() -> None:
     consume = Outcome(2, "u1", "consume", 3, "a", debt_after=2, debt_created=2,
                       paid_by=(("g1", 5),))

@@ -12,7 +12,8 @@ REQUIRED = (3, "e3", "consume", 7, "acct")
 # A value other than the default for every optional field.
 OTHERS: dict[str, Any] = {
     "ok": False, "reason": "why", "debt_after": 4, "debt_created": 2,
-    "paid_by": (("g1", 3),), "paid_debt": (("general", 1),), "charge": 5, "released": 6,
+    "paid_by": (("g1", 3),), "paid_debt": (("general", 1),),
+    "debt_paid_by": (("g2", 1),), "charge": 5, "released": 6,
     "expired": (Expiry("g0", "general", 7, 8),), "anomaly": True,
 }
 
