@@ -84,11 +84,20 @@ def _submit(e: Effect) -> str:
     return f"{head}: reserved from {lineage_text(e.paid_by)}"
 
 
+def _released(e: Effect) -> str:
+    """`released 8; 3 paid debt first (g1 3)`: released credits pay debt before they are
+    usable again, so the words say how much and whose credits they were."""
+    text = f"released {e.released:,}"
+    if e.paid_debt:
+        text += f"; {e.paid_debt:,} paid debt first ({lineage_text(e.debt_paid_by)})"
+    return text
+
+
 def _complete(e: Effect) -> str:
     text = f"job {e.job} {e.state}: charged {e.charge:,}"
     if e.charge:
         text += f" (paid by {lineage_text(e.paid_by)})"
-    return text + (f", released {e.released:,}" if e.released else "")
+    return text + (f", {_released(e)}" if e.released else "")
 
 
 def _expire(e: Effect) -> str:
@@ -119,7 +128,7 @@ _EFFECTS: dict[str, Callable[[Effect], str]] = {
     "start": lambda e: f"job {e.job}",
     "complete": _complete,
     "cancel": lambda e: f"job {e.job}: {e.reason}" if e.reason
-                        else f"job {e.job} cancelled: released {e.released:,}",
+                        else f"job {e.job} cancelled: {_released(e)}",
     EXPIRE: _expire,
     REFILL: lambda e: f"refill of {e.amount} credits accrued",
     OPENING: lambda e: "opening balance",

@@ -44,7 +44,8 @@ class Effect(NamedTuple):
     reason: str | None = None  # the event's (adjust, void, reverse) or the fold's
     #                            (anomaly, rejected submit, a cancel that did nothing)
     paid_by: Lineage = ()  # consume, debit, charge: who paid; submit: reserved from
-    paid_debt: int = 0  # grant, credit: debt paid first
+    paid_debt: int = 0  # grant, credit: debt paid first; complete, cancel: by what it
+    #                     released
     debt_created: int = 0
     debt_after: int = 0  # the account's debt right after a consume or debit
     expiry: int | None = None  # grant: its expiry; expire on release: when the grant ended
@@ -59,6 +60,7 @@ class Effect(NamedTuple):
     max_running: int | None = None  # account: its cap
     voided: bool = False  # expire: the grant's end was a void
     counted: int = 0  # unexplained: the balance the lines add up to
+    debt_paid_by: Lineage = ()  # complete, cancel: grants whose released credits paid debt
 
 
 def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple[Effect, int]:
@@ -104,11 +106,13 @@ def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple[
                       ok=outcome.ok), 0
     if kind == "complete":
         charge = outcome.charge or 0
-        return Effect(kind, paid_by=outcome.paid_by, job=job, state=ledger.jobs[job].state,
-                      charge=charge, released=outcome.released or 0), -charge
+        return Effect(kind, paid_by=outcome.paid_by, paid_debt=paid_debt, job=job,
+                      state=ledger.jobs[job].state, charge=charge,
+                      released=outcome.released or 0,
+                      debt_paid_by=outcome.debt_paid_by), -charge
     if kind == "cancel":
-        return Effect(kind, reason=outcome.reason or None, job=job,
-                      released=outcome.released or 0), 0
+        return Effect(kind, reason=outcome.reason or None, paid_debt=paid_debt, job=job,
+                      released=outcome.released or 0, debt_paid_by=outcome.debt_paid_by), 0
     return Effect(kind, job=job if kind == "start" else None), 0
 
 

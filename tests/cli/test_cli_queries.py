@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import LATE, Run, as_json, db_path, error_lines, tamper
+from cli_helpers import LATE, Run, as_json, db_path, error_lines, imported, tamper
 
 
 def _late(run: Run, tmp_path: Path) -> None:
@@ -199,6 +199,32 @@ def test_statement_from_after_the_last_event_opens_with_the_balance_then(
     rows = list(csv.DictReader(io.StringIO(run("statement", "e", "--from", "2000",
                                                "--csv").stdout)))
     assert [(r["type"], r["balance"]) for r in rows] == [("opening", "0")]
+
+
+# Grant 10, a job holding 8, a usage of 5 (2 from the grant, 3 owed), the job cancelled:
+# its 8 credits come back and pay the 3 owed first.
+RELEASED_IN_DEBT = """\
+{"type": "grant", "account": "d", "amount": 10, "time": 0, "expiry": 1000, "id": "g1"}
+{"type": "submit", "account": "d", "job": "j1", "cost": 8, "priority": 1, "time": 1}
+{"type": "consume", "account": "d", "amount": 5, "time": 2, "id": "u1"}
+{"type": "cancel", "job": "j1", "time": 3, "id": "x1"}
+"""
+
+
+def test_statement_says_the_debt_a_release_paid_in_every_form(run: Run,
+                                                             tmp_path: Path) -> None:
+    imported(run, tmp_path / "debt.jsonl", RELEASED_IN_DEBT)
+    assert _obj(as_json(run("balance", "d", "--json")))["debt"] == 0
+    words = "job j1 cancelled: released 8; 3 paid debt first (g1 3)"
+    lines = _obj(as_json(run("statement", "d", "--json")))["lines"]
+    assert (lines[-1]["event_id"], lines[-1]["debt_paid"], lines[-1]["detail"]) == (
+        "x1", 3, words)
+    assert sum(line["debt_created"] - line["debt_paid"] for line in lines) == 0
+    rows = list(csv.DictReader(io.StringIO(run("statement", "d", "--csv").stdout)))
+    assert (rows[-1]["debt_paid"], rows[-1]["detail"]) == ("3", words)
+    assert words in run("statement", "d").stdout
+    (g1,) = _obj(as_json(run("explain", "d", "--json")))["grants"]
+    assert (g1["paid_debt"], g1["used"], g1["remaining"]) == (3, 2, 5)
 
 
 def test_statement_from_after_to_is_bad_input(run: Run, small: Path) -> None:

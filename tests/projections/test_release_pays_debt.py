@@ -14,6 +14,7 @@ import pytest
 
 from eventstore import MemoryJournal, NewEvent
 from projections.queries import balance, statement
+from tools import wording
 
 
 def _journal(events: list[tuple[str, int, dict[str, Any]]]) -> MemoryJournal:
@@ -49,3 +50,4 @@ def test_the_release_line_says_the_debt_its_credits_paid(finish: str) -> None:
     release = statement(journal, "a").lines[-1]
     assert release.type == ("cancel" if finish == "cancel" else "complete")
     assert release.debt_paid == 3
+    assert wording.text(release.effect).endswith("3 paid debt first (g1 3)")

@@ -132,6 +132,26 @@ def test_an_account_or_job_named_with_a_slash_is_reachable(client: TestClient) -
     assert client.get("/v1/jobs/nobody%2Fthere").status_code == 404
 
 
+def test_a_statements_release_line_says_the_debt_it_paid(client: TestClient) -> None:
+    # A job holds 8 of 10; usage of 5 leaves 3 owed; the cancel's 8 pay them first.
+    base = "/v1/accounts/d"
+    granted = client.post(f"{base}/grants", json={"amount": 10, "time": 1})
+    assert granted.status_code == 201
+    assert client.post("/v1/jobs", json={"job": "j1", "account": "d", "cost": 8,
+                                         "priority": 1, "time": 2}).json()["accepted"]
+    assert client.post(f"{base}/usage", json={"amount": 5, "time": 3}).json()["debt"] == 3
+    assert client.post("/v1/jobs/j1/cancel", json={"time": 4}).status_code == 200
+    assert client.get(f"{base}/balance").json()["debt"] == 0
+    cancel = client.get(f"{base}/statement").json()["lines"][-1]
+    assert (cancel["type"], cancel["debt_paid"]) == ("cancel", 3)
+    grant = granted.json()["id"]
+    assert cancel["detail"] == f"job j1 cancelled: released 8; 3 paid debt first ({grant} 3)"
+    as_csv = client.get(f"{base}/statement", headers={"Accept": "text/csv"}).text
+    header, *_, last = as_csv.splitlines()
+    columns = header.split(",")
+    assert last.split(",")[columns.index("debt_paid")] == "3"
+
+
 def test_a_statement_as_known_at_a_position_is_the_command_lines(db_url: str,
                                                                  client: TestClient) -> None:
     """`?as_known_at=` leaves out the events recorded later, nothing more: the statement
