@@ -408,7 +408,7 @@ def explain_account(ex: AccountExplanation) -> None:
         name = g.grant_id if g.position else f"{g.grant_id} (refill)"
         expiry = format_time(g.expiry) if g.expiry is not None else "never"
         grants.add_row(Text(name), g.pool, expiry, f"{g.amount:,}",
-                       f"{g.paid_debt + g.debt_paid_later:,}",
+                       f"{g.debt_paid:,}",
                        f"{g.used:,}", Text(f"{g.expired:,}", style="yellow" if g.expired else ""),
                        f"{held:,}", f"{g.remaining:,}")
     print_table(grants, out)

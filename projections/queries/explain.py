@@ -37,7 +37,7 @@ class Use:
     time: int
     position: int
     event_id: str
-    kind: str  # "consume" or "job"
+    kind: str  # "consume" or "job"; "release": a job released them and they paid debt
     amount: int
     job: str | None = None
 
@@ -61,6 +61,9 @@ class GrantLineage:
     held: list[tuple[str, int]] = field(default_factory=list)  # (job, credits) held now
     remaining: int = 0  # still usable at `at`
     voided_at: int | None = None  # when a void stopped its unused credits counting
+    # Credits a job held and released back to it that paid debt on the way (released
+    # credits pay debt first), each with the release that paid: as the fold reported it.
+    released_to_debt: list[Use] = field(default_factory=list)
 
     @property
     def used(self) -> int:
@@ -69,10 +72,8 @@ class GrantLineage:
 
     @property
     def debt_paid_later(self) -> int:
-        """Credits released from jobs back to this grant that paid debt (what is left over)."""
-        accounted = (self.paid_debt + self.used + self.expired + self.remaining
-                     + sum(a for _, a in self.held))
-        return max(0, self.amount - accounted)
+        """Credits released from jobs back to this grant that paid debt."""
+        return sum(u.amount for u in self.released_to_debt)
 
     @property
     def debt_paid(self) -> int:
@@ -199,9 +200,20 @@ class LineageBuilder:
             for g, amount_ in outcome.paid_by:
                 grant(g, GENERAL).uses.append(Use(rec.time, rec.position, rec.id, "job",
                                                   amount_, job.id))
+            self._released_to_debt(rec, outcome)
+        elif rec.type == "cancel":
+            self._released_to_debt(rec, outcome)
         elif rec.type == "submit" and not outcome.ok:
             self.rejections.append(Rejection(rec.time, rec.position, str(p["job"]),
                                              outcome.reason or "rejected"))
+
+    def _released_to_debt(self, rec: RecordedEvent, outcome: Outcome) -> None:
+        """Credits a completion or cancel released that paid debt, to the grants they
+        came back to (a refill batch's too, which has no grant event)."""
+        job = str(rec.payload["job"])
+        for g, amount in outcome.debt_paid_by:
+            self._grant(g, GENERAL).released_to_debt.append(
+                Use(rec.time, rec.position, rec.id, "release", amount, job))
 
     def finish(self, at: int, expired: list[Expiry] | None = None) -> AccountExplanation:
         """The explanation at `at` (`expired`: the walk's `expired_by(at)`, when another
@@ -228,7 +240,7 @@ class LineageBuilder:
                     grant(batch.grant_id, batch.pool).held.append((job_id, amount))
             for lineage in self.grants.values():
                 if lineage.position is None:  # a refill batch: its amount is what it accounts for
-                    lineage.amount = (lineage.paid_debt + lineage.used + lineage.expired
+                    lineage.amount = (lineage.debt_paid + lineage.used + lineage.expired
                                       + lineage.remaining + sum(a for _, a in lineage.held))
         debt = dict(sorted(state.debt_at(at).items())) if state is not None else {}
         ordered = sorted(self.grants.values(),

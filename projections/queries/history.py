@@ -143,7 +143,8 @@ class HistoryFold:
                          lineage.anomalies)
         saved_points = (points.points, list(points._expiries))
         lines.lines = list(lines.lines)
-        lineage.grants = {key: dataclasses.replace(g, uses=list(g.uses), held=list(g.held))
+        lineage.grants = {key: dataclasses.replace(g, uses=list(g.uses), held=list(g.held),
+                                                   released_to_debt=list(g.released_to_debt))
                           for key, g in lineage.grants.items()}
         lineage.spends = list(lineage.spends)
         lineage.rejections = list(lineage.rejections)

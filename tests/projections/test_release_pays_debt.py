@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from eventstore import MemoryJournal, NewEvent
-from projections.queries import balance, statement
+from projections.queries import balance, explain_account, statement
 from tools import wording
 
 
@@ -51,3 +51,28 @@ def test_the_release_line_says_the_debt_its_credits_paid(finish: str) -> None:
     assert release.type == ("cancel" if finish == "cancel" else "complete")
     assert release.debt_paid == 3
     assert wording.text(release.effect).endswith("3 paid debt first (g1 3)")
+
+
+@pytest.mark.parametrize("finish", ["cancel", "fail", "partial"])
+def test_the_grant_the_credits_came_back_to_paid_that_debt(finish: str) -> None:
+    (g1,) = explain_account(_released_in_debt(finish), "a").grants
+    assert g1.debt_paid_later == 3 and g1.debt_paid == 3
+    (paid,) = g1.released_to_debt
+    assert (paid.kind, paid.job, paid.amount) == ("release", "j1", 3)
+    assert g1.amount == (g1.debt_paid + g1.used + g1.expired + g1.remaining
+                         + sum(a for _, a in g1.held))
+
+
+def test_a_refill_batch_counts_the_debt_its_released_credits_paid() -> None:
+    # A refill batch has no grant event: its amount is what it accounts for, so what
+    # its released credits paid must be counted in it.
+    journal = _journal([
+        ("account", 0, {"account": "a", "refill_rate": 3600, "refill_cap": 10}),
+        ("submit", 10, {"account": "a", "job": "j1", "cost": 10, "priority": 1}),
+        ("consume", 10, {"account": "a", "amount": 4}),
+        ("cancel", 10, {"job": "j1"}),
+    ])
+    (refill,) = explain_account(journal, "a").grants
+    assert refill.debt_paid == 4
+    assert refill.amount == 10  # what accrued: 4 paid the debt, 6 remain
+    assert statement(journal, "a").lines[-1].debt_paid == 4

@@ -63,7 +63,7 @@ def test_account_page_has_figures_grants_ledger_and_chart_source(client: TestCli
     r = client.get(f"/accounts/{ACCOUNT}")
     assert r.status_code == 200
     grants = cells(r.text, "grants-table")
-    assert grants and all(len(row) == 10 for row in grants)
+    assert grants and all(len(row) == 11 for row in grants)
     ledger = cells(r.text, "ledger-table")
     journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
     assert len(ledger) == len(statement(journal, ACCOUNT).lines)
@@ -596,3 +596,28 @@ def test_a_grants_burn_down_ends_at_its_void(tmp_path: Path) -> None:
     with TestClient(app_for(url)) as web:
         (grant,) = web.get("/accounts/acme/timeline.json").json()["grants"]
     assert grant["steps"] == [[0, 100], [2, 70], [5, 0]]
+
+
+def test_a_grants_row_and_burn_down_count_the_debt_its_released_credits_paid(
+        tmp_path: Path) -> None:
+    # g1's 8 credits held by j1 come back at the cancel and pay the 3 owed first.
+    url = _small(tmp_path, [
+        {"type": "grant", "account": "acme", "amount": 10, "time": 0, "expiry": 1000,
+         "id": "g1"},
+        {"type": "submit", "account": "acme", "job": "j1", "cost": 8, "priority": 1,
+         "time": 1},
+        {"type": "consume", "account": "acme", "amount": 5, "time": 2},
+        {"type": "cancel", "job": "j1", "time": 3}])
+    with TestClient(app_for(url)) as web:
+        page = web.get("/accounts/acme").text
+        (grant,) = web.get("/accounts/acme/timeline.json").json()["grants"]
+    header = re.search(r'id="grants-table".*?<thead>(.*?)</thead>', page, re.S)
+    assert header is not None
+    columns = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<th[^>]*>(.*?)</th>",
+                                                              header.group(1))]
+    (row,) = cells(page, "grants-table")
+    figures = dict(zip(columns, row, strict=True))
+    assert (figures["Amount"], figures["Paid debt"], figures["Used"], figures["Held"],
+            figures["Expired"], figures["Remaining"]) == ("10", "3", "2", "0", "0", "5")
+    assert grant["steps"] == [[0, 10], [2, 8], [3, 5]]  # 3 of the 8 released paid debt
+    assert "released 8; 3 paid debt first (g1 3)" in page

@@ -254,13 +254,15 @@ def ledger_filter(params: dict[str, str]) -> LedgerFilter:
 
 @dataclass(slots=True)
 class GrantRow:
-    """One grant of the account page."""
+    """One grant of the account page: its amount is the debt it paid, what it paid for,
+    what a job holds, what expired and what remains."""
 
     grant_id: str
     position: int | None
     time: int
     pool: str
     amount: int
+    paid_debt: int  # on arrival, and by its credits a job released
     used: int
     held: int
     expired: int
@@ -438,7 +440,8 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
         payload = rec.payload if rec is not None else {}
         priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
         memo = personal_of(journal, rec).get("memo") if rec is not None else None
-        grants.append(GrantRow(g.grant_id, g.position, g.time, g.pool, g.amount, g.used,
+        grants.append(GrantRow(g.grant_id, g.position, g.time, g.pool, g.amount,
+                               g.debt_paid, g.used,
                                sum(a for _, a in g.held), g.expired, g.remaining,
                                priority if isinstance(priority, int) else None, g.expiry,
                                memo if isinstance(memo, str) else None))
@@ -494,8 +497,10 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
                 continue
             # A void ends its unused credits as an expiry would.
             ends = min((t for t in (g.expiry, g.voided_at) if t is not None), default=None)
-            steps = grant_burndown(g.amount - g.paid_debt, g.time,
-                                   [(u.time, u.amount) for u in g.uses], ends, until=until)
+            # Credits a job released back to the grant that paid debt are gone from it
+            # as a use's are, when the release paid.
+            spent = [(u.time, u.amount) for u in (*g.uses, *g.released_to_debt)]
+            steps = grant_burndown(g.amount - g.paid_debt, g.time, spent, ends, until=until)
             grants.append({"grant": g.grant_id, "pool": g.pool, "amount": g.amount,
                            "steps": [[s.time, s.remaining] for s in steps]})
         # An event without time (an `account` line) is at the start of the timeline:
