@@ -130,7 +130,8 @@ _EFFECTS: dict[str, Callable[[Effect], str]] = {
     "cancel": lambda e: f"job {e.job}: {e.reason}" if e.reason
                         else f"job {e.job} cancelled: {_released(e)}",
     EXPIRE: _expire,
-    REFILL: lambda e: f"refill of {e.amount} credits accrued",
+    REFILL: lambda e: f"refill of {e.amount} credits accrued"
+                      + (f"; {e.paid_debt:,} paid debt first" if e.paid_debt else ""),
     OPENING: lambda e: "opening balance",
     UNEXPLAINED: lambda e: f"unexplained change (please report): balance is {e.amount}, "
                            f"the lines above add up to {e.counted}",

@@ -44,8 +44,8 @@ class Effect(NamedTuple):
     reason: str | None = None  # the event's (adjust, void, reverse) or the fold's
     #                            (anomaly, rejected submit, a cancel that did nothing)
     paid_by: Lineage = ()  # consume, debit, charge: who paid; submit: reserved from
-    paid_debt: int = 0  # grant, credit: debt paid first; complete, cancel: by what it
-    #                     released
+    paid_debt: int = 0  # grant, credit, refill: debt paid first; complete, cancel: by what
+    #                     it released
     debt_created: int = 0
     debt_after: int = 0  # the account's debt right after a consume or debit
     expiry: int | None = None  # grant: its expiry; expire on release: when the grant ended

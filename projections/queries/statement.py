@@ -190,6 +190,14 @@ def expiry_line(e: Expiry, time: int, balance_: int, reserved: int,
 
 
 
+def refill_line(time: int, amount: int, debt_paid: int, balance_: int,
+                reserved: int) -> StatementLine:
+    """The line of credits a refill accrued; `debt_paid` of them paid debt first."""
+    return StatementLine(time, None, None, "refill", amount, balance_, reserved,
+                         Effect(REFILL, amount, paid_debt=debt_paid), pool=GENERAL,
+                         debt_paid=debt_paid)
+
+
 class StatementBuilder:
     """Writes the lines of one account as the walk goes.
 
@@ -240,8 +248,8 @@ class StatementBuilder:
             self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
         if step.refill:
             self.balance += step.refill
-            self.add(StatementLine(rec.time, None, None, "refill", step.refill, self.balance,
-                                   self.reserved, Effect(REFILL, step.refill), pool=GENERAL))
+            self.add(refill_line(rec.time, step.refill, step.refill_paid_debt, self.balance,
+                                 self.reserved))
         effect, change = event_effect(rec, outcome, self.walk.ledger)
         state = self.walk.state
         if state is not None:
@@ -301,11 +309,12 @@ class StatementBuilder:
             self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
         state = self.walk.state
         if state is not None and state.refill_rate is not None:
-            add, _ = refill_due(state, to_time)
+            paid, credited = state.refill_settlement(to_time)
+            add = sum(paid.values()) + credited
             if add:
                 self.balance += add
-                self.add(StatementLine(to_time, None, None, "refill", add, self.balance,
-                                       self.reserved, Effect(REFILL, add), pool=GENERAL))
+                self.add(refill_line(to_time, add, sum(paid.values()), self.balance,
+                                     self.reserved))
 
 
 def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
@@ -378,8 +387,12 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         lines = lines[cut:]
         if accrued:
             paid = next(i for i, line in enumerate(lines) if line.type == "refill")
-            rest = lines[paid].change - accrued
+            split = lines[paid]
+            rest = split.change - accrued
+            # The refill pays debt with its first credits, which the opening balance holds.
+            debt_paid = max(0, split.debt_paid - accrued)
             lines[paid:paid + 1] = [dataclasses.replace(
-                lines[paid], change=rest, effect=Effect(REFILL, rest))] if rest else []
+                split, change=rest, effect=Effect(REFILL, rest, paid_debt=debt_paid),
+                debt_paid=debt_paid)] if rest else []
     figures = Figures.of(walk.state, to)
     return Statement(account, from_time, to, opening, lines, figures.balance, position)

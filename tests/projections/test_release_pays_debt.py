@@ -11,9 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from test_queries import journals
 
 from eventstore import MemoryJournal, NewEvent
 from projections.queries import balance, explain_account, statement
+from projections.replay import fold_canonical
 from tools import wording
 
 
@@ -76,3 +79,40 @@ def test_a_refill_batch_counts_the_debt_its_released_credits_paid() -> None:
     assert refill.debt_paid == 4
     assert refill.amount == 10  # what accrued: 4 paid the debt, 6 remain
     assert statement(journal, "a").lines[-1].debt_paid == 4
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(journals())
+def test_statement_lines_trace_every_change_of_balance_and_debt(
+        journal: MemoryJournal) -> None:
+    for name in fold_canonical(journal).accounts:
+        lines = statement(journal, name).lines
+        figures = balance(journal, name).figures
+        assert sum(line.change for line in lines) == figures.balance
+        created = sum(line.debt_created for line in lines if line.status == "ok")
+        paid = sum(line.debt_paid for line in lines if line.status == "ok")
+        assert created - paid == figures.debt, [
+            (line.type, line.change, line.debt_created, line.debt_paid) for line in lines
+            if line.type not in ("grant", "account", "submit", "start", "consume")]
+        explained = explain_account(journal, name)
+        assert sum(g.debt_paid for g in explained.grants) == paid
+
+
+@pytest.mark.parametrize("opening", [0, 10, 29, 30, 45])
+def test_a_refill_line_says_the_debt_it_paid_after_the_opening(opening: int) -> None:
+    # One credit a second; 30 owed from the start; the next event, at 50, brings the
+    # refill's 50 credits: the first 30 pay the debt. A statement opening between them
+    # holds what accrued by then in its opening balance, debt paid first.
+    journal = _journal([
+        ("account", 0, {"account": "a", "refill_rate": 3600, "refill_cap": 100}),
+        ("consume", 0, {"account": "a", "amount": 30}),
+        ("consume", 50, {"account": "a", "amount": 1}),
+    ])
+    whole = statement(journal, "a")
+    (refill,) = [line for line in whole.lines if line.type == "refill"]
+    assert refill.debt_paid == 30
+    assert wording.text(refill.effect) == "refill of 50 credits accrued; 30 paid debt first"
+    part = statement(journal, "a", from_time=opening)
+    owed_at_opening = balance(journal, "a", at=opening).figures.debt
+    assert owed_at_opening == max(0, 30 - opening)
+    assert sum(line.debt_paid for line in part.lines) == owed_at_opening
