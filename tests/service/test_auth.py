@@ -74,6 +74,94 @@ def test_a_tokens_file_without_tokens_is_refused(tmp_path: Any) -> None:
         load_tokens(str(empty), {})
 
 
+SECRET = "the-same-secret-0123"
+
+
+@pytest.mark.parametrize("text", [
+    f"worker:{SECRET}\nfinance:{SECRET}\n",
+    f"# ops\nworker:{SECRET}\n\nfinance:{SECRET}\n",
+])
+def test_one_token_under_two_roles_is_refused(text: str) -> None:
+    """It would act only as the first role: refused, naming both lines, not the secret."""
+    with pytest.raises(ValueError, match="same token") as refused:
+        parse_tokens(text, "f")
+    lines = [n for n, line in enumerate(text.split("\n"), 1) if SECRET in line]
+    assert f"line {lines[0]} (worker)" in str(refused.value)
+    assert f"line {lines[1]} (finance)" in str(refused.value)
+    assert SECRET not in str(refused.value)
+
+
+def test_one_token_under_two_roles_across_file_and_variable(tmp_path: Any) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"worker:{SECRET}\n")
+    with pytest.raises(ValueError, match="same token") as refused:
+        load_tokens(str(tokens), {"GPU_CREDITS_TOKENS": f"finance:{SECRET}"})
+    assert f"{tokens}: line 1 (worker)" in str(refused.value)
+    assert "$GPU_CREDITS_TOKENS: line 1 (finance)" in str(refused.value)
+    assert SECRET not in str(refused.value)
+    with pytest.raises(ValueError, match="same token"):
+        load_tokens(None, {"GPU_CREDITS_TOKENS": f"worker:{SECRET},auditor:{SECRET}"})
+
+
+def test_the_same_token_twice_under_one_role_means_what_it_says() -> None:
+    tokens = parse_tokens(f"worker:{SECRET}\nworker:{SECRET}\n", "f")
+    assert Authority(tokens).role_of(SECRET) == "worker"
+
+
+def test_a_hash_inside_a_token_is_part_of_it() -> None:
+    """Only a line starting with `#` is a comment: a `#` cutting a token short would let
+    its prefix in."""
+    (token,) = parse_tokens("  # a comment\nauditor:abcdefghijklmnopqrs#tuvwxyz\n", "f")
+    authority = Authority([token])
+    assert authority.role_of("abcdefghijklmnopqrs#tuvwxyz") == "auditor"
+    assert authority.role_of("abcdefghijklmnopqrs") is None
+    env = {"GPU_CREDITS_TOKENS": "worker:dddddddddddddddd#1,auditor:cccccccccccccccc"}
+    assert [t.secret for t in load_tokens(None, env)] == [b"dddddddddddddddd#1",
+                                                          b"cccccccccccccccc"]
+    # A comment after a token is not dropped: it is a space in the token, refused.
+    with pytest.raises(ValueError, match=r"line 2 .*without spaces"):
+        parse_tokens("\nworker:dddddddddddddddd # the CI runner\n", "f")
+
+
+@pytest.mark.parametrize("secret", ["t\u00f6k\u00e9n-secret-token-123", "token-with-\x7f-0123456"])
+def test_a_token_beyond_printable_ascii_is_refused(secret: str) -> None:
+    """A header is read as Latin-1: such a token could never match what a client sends."""
+    with pytest.raises(ValueError, match="printable ASCII") as refused:
+        parse_tokens(f"worker:aaaaaaaaaaaaaaaa\nauditor:{secret}\n", "f")
+    assert "line 2 (auditor)" in str(refused.value)
+    with pytest.raises(ValueError, match="printable ASCII"):
+        load_tokens(None, {"GPU_CREDITS_TOKENS": f"auditor:{secret}"})
+
+
+def test_an_entry_without_a_role_does_not_show_the_token() -> None:
+    with pytest.raises(ValueError, match="got no role") as refused:
+        parse_tokens("w0rker-secret-token-1\n", "f")
+    assert "w0rker" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (f"worker:{SECRET}\nfinance:{SECRET}\n".encode(), "line 1 (worker) and "),
+    ("auditor:t\u00f6k\u00e9n-secret-token-123\n".encode(), "printable ASCII"),
+])
+def test_serve_refuses_such_token_files(tmp_path: Any, content: bytes, says: str,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    def started(*_: Any, **__: Any) -> None:
+        raise AssertionError("the service started")
+
+    monkeypatch.setattr("uvicorn.run", started)
+    tokens = tmp_path / "tokens"
+    tokens.write_bytes(content)
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "serve",
+                                      "--tokens", str(tokens)], env={})
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert SECRET not in result.output and "secret-token-123" not in result.output
+
+
 def test_tokens_are_never_logged(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="gpu_credits.access"):
         secured.get("/v1/accounts", headers=bearer("auditor"))

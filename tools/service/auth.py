@@ -7,7 +7,10 @@
 | `auditor` | read only                                                            |
 
 Tokens come from a file (`--tokens FILE`) or the `GPU_CREDITS_TOKENS` environment
-variable, one `ROLE:TOKEN` per line (or comma-separated in the variable). When tokens
+variable, one `ROLE:TOKEN` per line (or comma-separated in the variable); a line whose
+first non-blank character is `#` is a comment. A token is at least 16 printable ASCII
+characters without spaces or commas, and has one role: anything else is refused at
+start-up, as a token that could never match or would not mean what it says. When tokens
 are configured every `/v1` call needs one, reads included (any role): balances are
 confidential. `/healthz`, `/readyz`, `/docs` and `/openapi.json` need none. Without
 tokens the service answers everyone, so it only binds to loopback.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import hmac
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -42,29 +45,62 @@ class Token:
 
     role: str
     secret: bytes
+    where: str = field(default="", compare=False)  # "FILE: line N", for errors
 
     def __repr__(self) -> str:  # never show the secret, even in a traceback
         return f"Token(role={self.role!r}, secret=<{len(self.secret)} bytes>)"
 
 
 def parse_tokens(text: str, source: str) -> list[Token]:
-    """`ROLE:TOKEN` entries, one per line or comma-separated; `#` starts a comment."""
+    """`ROLE:TOKEN` entries, one per line or comma-separated; a line whose first
+    non-blank character is `#` is a comment (elsewhere `#` is part of the token)."""
     tokens: list[Token] = []
-    entries = [e for line in text.splitlines() for e in line.split("#", 1)[0].split(",")]
-    for number, entry in enumerate(entries, start=1):
-        entry = entry.strip()
-        if not entry:
+    for line_number, line in enumerate(text.split("\n"), start=1):
+        # Only a whole line is a comment: a `#` that cut a line short would also cut a
+        # token holding one, and the service would then accept its prefix.
+        if line.lstrip().startswith("#"):
             continue
-        role, sep, secret = entry.partition(":")
-        role, secret = role.strip(), secret.strip()
-        if not sep or role not in ROLES:
-            raise ValueError(f"{source}: entry {number}: expected ROLE:TOKEN with ROLE one of "
-                             f"{', '.join(ROLES)}, got role {role!r}")
-        if len(secret) < MIN_TOKEN_LENGTH or not secret.isprintable() or " " in secret:
-            raise ValueError(f"{source}: entry {number} ({role}): a token is at least "
-                             f"{MIN_TOKEN_LENGTH} printable characters without spaces")
-        tokens.append(Token(role, secret.encode("utf-8")))
+        entries = line.split(",")
+        for index, entry in enumerate(entries, start=1):
+            entry = entry.strip()
+            if not entry:
+                continue
+            where = f"{source}: line {line_number}" + (
+                f", entry {index}" if len(entries) > 1 else "")
+            tokens.append(_entry(entry, where))
+    _refuse_shared(tokens)
     return tokens
+
+
+def _entry(entry: str, where: str) -> Token:
+    role, sep, secret = entry.partition(":")
+    role, secret = role.strip(), secret.strip()
+    if not sep or role not in ROLES:
+        # What stands before the colon is shown only when it is short: without a colon
+        # (or with the role left out) it may be the token itself.
+        shown = f"got role {role!r}" if sep and len(role) < MIN_TOKEN_LENGTH \
+            else "got no role"
+        raise ValueError(f"{where}: expected ROLE:TOKEN with ROLE one of "
+                         f"{', '.join(ROLES)}, {shown}")
+    # A header is read as Latin-1 and a token compared as UTF-8 bytes: a character beyond
+    # ASCII could never match what a client sends. A space would end the header's token.
+    if len(secret) < MIN_TOKEN_LENGTH or not (secret.isascii() and secret.isprintable()) \
+            or " " in secret:
+        raise ValueError(f"{where} ({role}): a token is at least {MIN_TOKEN_LENGTH} "
+                         "printable ASCII characters without spaces or commas")
+    return Token(role, secret.encode("ascii"), where)
+
+
+def _refuse_shared(tokens: list[Token]) -> None:
+    """One secret listed under two roles would act only as the first: refuse it (naming
+    where, never the secret)."""
+    first: dict[bytes, Token] = {}
+    for token in tokens:
+        earlier = first.setdefault(token.secret, token)
+        if earlier.role != token.role:
+            raise ValueError(f"{earlier.where} ({earlier.role}) and {token.where} "
+                             f"({token.role}) hold the same token: a token has one role; "
+                             "give each role its own token")
 
 
 def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list[Token]:
@@ -76,6 +112,9 @@ def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ValueError(f"cannot read tokens file {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"tokens file {path} is not UTF-8 text; a token is printable "
+                             "ASCII") from None
         found = parse_tokens(text, path)
         if not found:
             # Given a file, the operator meant to have tokens: starting without any would
@@ -85,6 +124,7 @@ def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list
         tokens.extend(found)
     if env.get(ENV_TOKENS):
         tokens.extend(parse_tokens(env[ENV_TOKENS], f"${ENV_TOKENS}"))
+    _refuse_shared(tokens)  # the file and the variable together
     return tokens
 
 
