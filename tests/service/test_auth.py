@@ -197,3 +197,128 @@ def test_serve_refuses_a_public_host_without_tokens() -> None:
     assert result.exit_code == 2
     assert "without tokens" in result.output
 
+
+
+# -- who may call is decided before anything reads the request ----------------------------
+
+# Every /v1 operation, with the path filled in, and the roles that may call it.
+V1 = [
+    ("POST", "/v1/accounts", ("finance",)),
+    ("POST", "/v1/accounts/a/grants", ("finance",)),
+    ("POST", "/v1/accounts/a/usage", ("worker",)),
+    ("POST", "/v1/jobs", ("worker",)),
+    ("POST", "/v1/jobs/start-next", ("worker",)),
+    ("POST", "/v1/jobs/j/complete", ("worker",)),
+    ("POST", "/v1/jobs/j/cancel", ("worker",)),
+    ("POST", "/v1/events", ("finance",)),
+    ("GET", "/v1/accounts", tuple(TOKENS)),
+    ("GET", "/v1/accounts/a/balance", tuple(TOKENS)),
+    ("GET", "/v1/accounts/a/statement", tuple(TOKENS)),
+    ("GET", "/v1/jobs/j", tuple(TOKENS)),
+    ("GET", "/v1/revisions", tuple(TOKENS)),
+    ("GET", "/v1/journal", tuple(TOKENS)),
+    ("GET", "/v1/journal/head", tuple(TOKENS)),
+    ("POST", "/v1/journal/verify", tuple(TOKENS)),
+]
+BROKEN = {"Content-Type": "application/json"}
+
+
+def test_the_list_of_operations_is_the_documents(secured: TestClient) -> None:
+    import re
+
+    paths = secured.get("/openapi.json").json()["paths"]
+    documented = {(method.upper(), template) for template, operations in paths.items()
+                  if template.startswith("/v1") for method in operations}
+    listed = {(method, re.sub(r"/a(?=/|$)", "/{account}", re.sub(
+        r"/j(?=/|$)", "/{job}", path))) for method, path, _ in V1}
+    assert listed == documented
+
+
+def _is_problem(answer: Any, status: int, slug: str) -> None:
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["type"].endswith(f"/{slug}")
+
+
+@pytest.mark.parametrize(("method", "path", "roles"), V1)
+def test_no_or_an_unknown_token_is_401_whatever_the_body(
+        secured: TestClient, method: str, path: str, roles: tuple[str, ...]) -> None:
+    for body in (b"{oops", b"[1,", b'{"a": 1, "a": 2}', b"\xff"):
+        answer = secured.request(method, path, content=body, headers=BROKEN)
+        _is_problem(answer, 401, "unauthorized")
+        assert answer.headers["www-authenticate"] == "Bearer"
+        assert "oops" not in answer.text
+        unknown = secured.request(method, path, content=body, headers={
+            **BROKEN, "Authorization": "Bearer not-a-known-token-xx"})
+        _is_problem(unknown, 401, "unauthorized")
+        assert unknown.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+
+
+@pytest.mark.parametrize(("method", "path", "roles"), V1)
+def test_a_role_that_may_not_is_403_whatever_the_body(
+        secured: TestClient, method: str, path: str, roles: tuple[str, ...]) -> None:
+    for role in set(TOKENS) - set(roles):
+        for body in (b"{oops", b'{"amount": NaN}'):
+            answer = secured.request(method, path, content=body,
+                                     headers={**BROKEN, **bearer(role)})
+            _is_problem(answer, 403, "forbidden")
+            assert answer.json()["detail"] == (
+                f"role {role!r} may not do this; it needs {' or '.join(roles)}")
+    for role in roles:  # one that may is told what is wrong with the body
+        answer = secured.request(method, path, content=b"{oops",
+                                 headers={**BROKEN, **bearer(role)})
+        if method == "POST":
+            _is_problem(answer, 422, "invalid")
+
+
+def test_a_bad_path_or_key_without_a_token_is_401(secured: TestClient) -> None:
+    for path in ("/v1/accounts/%ff/balance", "/v1/accounts/%ff/usage",
+                 "/v1/accounts/a%0A/balance", "/v1/jobs/%C3/cancel"):
+        method = "GET" if path.endswith("balance") else "POST"
+        _is_problem(secured.request(method, path, json={}), 401, "unauthorized")
+    twice = secured.post("/v1/accounts/a/usage", json={"amount": 1},
+                         headers=[("Idempotency-Key", "k1"), ("Idempotency-Key", "k2")])
+    _is_problem(twice, 401, "unauthorized")
+    # The role's right is decided before the path and the key are read too.
+    _is_problem(secured.post("/v1/accounts/%ff/grants", json={"amount": 1},
+                             headers=bearer("auditor")), 403, "forbidden")
+    _is_problem(secured.post("/v1/accounts/a/grants", json={"amount": 1},
+                             headers={**bearer("worker"),
+                                      "Idempotency-Key": "caf\u00e9".encode()}),
+                403, "forbidden")
+    # A role that may is told what is wrong with them.
+    _is_problem(secured.get("/v1/accounts/%ff/balance", headers=bearer("auditor")),
+                422, "invalid")
+
+
+def test_every_v1_path_needs_a_token(secured: TestClient) -> None:
+    """Even one no route answers: which paths exist is not for anonymous callers."""
+    _is_problem(secured.get("/v1/no-such-thing"), 401, "unauthorized")
+    _is_problem(secured.delete("/v1/accounts"), 401, "unauthorized")
+    assert secured.get("/v1/no-such-thing", headers=bearer("auditor")).status_code == 404
+    assert secured.delete("/v1/accounts", headers=bearer("auditor")).status_code == 405
+
+
+def test_refusals_before_the_body_are_logged_with_the_role_and_no_token(
+        secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gpu_credits.access"):
+        secured.post("/v1/accounts/a/grants", content=b"{oops",
+                     headers={**BROKEN, **bearer("auditor")})
+        secured.post("/v1/accounts/a/usage", content=b"{oops", headers=BROKEN)
+        secured.post("/v1/events", content=b"[1,", headers={
+            **BROKEN, "Authorization": "Bearer wrong-token-xxxxxxxx"})
+    lines = [r.getMessage() for r in caplog.records]
+    grant, usage, events = (next(line for line in lines if part in line)
+                            for part in ("/grants", "/usage", "/events"))
+    assert '"status": 403' in grant and '"role": "auditor"' in grant
+    assert '"status": 401' in usage and '"role": null' in usage
+    assert '"status": 401' in events and '"role": null' in events
+    text = "\n".join(lines)
+    assert TOKENS["auditor"] not in text and "wrong-token" not in text
+
+
+def test_without_tokens_nothing_changes(client: TestClient) -> None:
+    _is_problem(client.post("/v1/accounts/a/usage", content=b"{oops", headers=BROKEN),
+                422, "invalid")
+    _is_problem(client.get("/v1/accounts/%ff/balance"), 422, "invalid")
+    assert client.get("/v1/no-such-thing").status_code == 404

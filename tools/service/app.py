@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 
 from eventstore import JournalLike
 from tools.service import problems, reads, writes
-from tools.service.auth import Authority, Token
+from tools.service.auth import Authority, Gate, Token
 from tools.service.fast import FastRoutes
 from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
@@ -162,6 +162,10 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         app.add_middleware(FastRoutes, service=service, authority=app.state.authority,
                            event_answers=app.state.event_answers)
     app.add_middleware(StrictRequests)  # outside the fast routes: every request checked
+    if app.state.authority.enabled:
+        # Outside every check that reads the request: who may call is decided first.
+        app.add_middleware(Gate, authority=app.state.authority,
+                           routers=[writes.router, reads.router])
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web

@@ -24,15 +24,19 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Awaitable, Callable, Iterable
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import APIRouter, Depends, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tools.service.problems import ServiceProblem
+from tools.service.problems import ServiceProblem, from_exception
 
 ROLES = ("worker", "finance", "auditor")
 ENV_TOKENS = "GPU_CREDITS_TOKENS"
@@ -152,7 +156,15 @@ class Authority:
         """The caller's role if it is one of `roles`; 401 / 403 problems otherwise."""
         if not self.enabled:
             return None
-        header = request.headers.get("authorization", "")
+        role = self.identify(request.headers.get("authorization", ""))
+        # Known before it is checked: the access log names who tried a forbidden call.
+        request.state.role = role
+        self.permit(role, roles)
+        return role
+
+    def identify(self, header: str) -> str:
+        """The role of an `Authorization` header's bearer token; a 401 problem when there
+        is none or it is not known."""
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
             raise ServiceProblem(401, "this service needs a bearer token: "
@@ -163,13 +175,15 @@ class Authority:
             raise ServiceProblem(401, "the bearer token is not one this service knows",
                                  slug="unauthorized",
                                  headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        # Known before it is checked: the access log names who tried a forbidden call.
-        request.state.role = role
+        return role
+
+    @staticmethod
+    def permit(role: str, roles: Iterable[str]) -> None:
+        """A 403 problem unless `role` is one of `roles`."""
         allowed = tuple(roles)
         if role not in allowed:
             raise ServiceProblem(403, f"role {role!r} may not do this; it needs "
                                  f"{' or '.join(allowed)}", slug="forbidden")
-        return role
 
 
 READ = ROLES
@@ -182,14 +196,87 @@ FINANCE = ("finance",)
 _bearer = HTTPBearer(auto_error=False, description="a token given to `gpu-credits serve`")
 
 
-def needs(roles: tuple[str, ...]) -> Callable[..., Awaitable[None]]:
-    """A FastAPI dependency: the caller holds one of `roles` (when tokens are configured)."""
+class Needs:
+    """A FastAPI dependency: the caller holds one of `roles` (when tokens are configured).
+
+    `Gate` reads `roles` to decide before the request is read; the dependency declares
+    the requirement in the OpenAPI document and checks it again where the route runs."""
+
+    def __init__(self, roles: tuple[str, ...]) -> None:
+        self.roles = roles
 
     # async: a plain `def` dependency would be run on a worker thread, a hop per request
     # for a check of microseconds.
-    async def check(request: Request,
-                    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    async def __call__(self, request: Request,
+                       _: Annotated[HTTPAuthorizationCredentials | None,
+                                    Depends(_bearer)]) -> None:
         authority: Authority = request.app.state.authority
-        authority.require(request, roles)
+        authority.require(request, self.roles)
 
-    return check
+
+def needs(roles: tuple[str, ...]) -> Needs:
+    """The dependency of a route that `roles` may call."""
+    return Needs(roles)
+
+
+PREFIX = "/v1"
+"""Every path under it needs a token when tokens are configured."""
+
+
+class Gate:
+    """ASGI middleware: with tokens configured, answer 401 and 403 for a `/v1` request
+    before anything reads it.
+
+    Why in front of everything: the strict body and path checks (`strict_body.py`), the
+    fast routes and FastAPI's own body parsing all read the request before a route's
+    dependencies run, so a caller without a token (or with one of a role that may not do
+    this) was told what was wrong with their body or path (422) instead of 401 / 403,
+    and was logged without the role that tried. A route class would still run after those
+    middlewares. The roles of each route are the `Needs` it declares, matched here as
+    the router would match them (first route whose path and method fit), so the two
+    cannot disagree; a `/v1` path no route answers needs a token too (401), and with one
+    goes on to its 404 or 405."""
+
+    def __init__(self, app: ASGIApp, authority: Authority,
+                 routers: Iterable[APIRouter]) -> None:
+        self.app = app
+        self.authority = authority
+        self._routes: list[tuple[re.Pattern[str], frozenset[str], list[tuple[str, ...]]]] = []
+        # Per method, the roles every route of it lets in: for those no route is matched
+        # (every read, for any role: most requests).
+        self._everywhere: dict[str, frozenset[str]] = {}
+        for router in routers:
+            for route in router.routes:
+                if not isinstance(route, APIRoute):
+                    continue
+                needed = [d.dependency.roles for d in route.dependencies
+                          if isinstance(d.dependency, Needs)]
+                methods = frozenset(route.methods or ())
+                self._routes.append((route.path_regex, methods, needed))
+                allowed = frozenset(ROLES).intersection(*needed)
+                for method in methods:
+                    self._everywhere[method] = allowed & self._everywhere.get(
+                        method, frozenset(ROLES))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (scope["path"] == PREFIX
+                                        or scope["path"].startswith(PREFIX + "/")):
+            try:
+                self._decide(scope)
+            except ServiceProblem as refused:
+                await from_exception(refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _decide(self, scope: Scope) -> None:
+        role = self.authority.identify(Headers(scope=scope).get("authorization", ""))
+        # Before the role is checked: the access log names who tried a forbidden call.
+        scope.setdefault("state", {})["role"] = role
+        method, path = scope["method"], scope["path"]
+        if role in self._everywhere.get(method, ROLES):
+            return
+        for pattern, methods, needed in self._routes:
+            if method in methods and pattern.match(path):
+                for roles in needed:
+                    self.authority.permit(role, roles)
+                return

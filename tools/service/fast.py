@@ -12,8 +12,9 @@ as FastAPI parses it.)
 
 It only takes the plain case: a request it cannot answer exactly as the route would
 (no or another content type, a body or key the route would refuse, a token that is
-missing, unknown or of another role, a read that would have to wait for the writer or
-look at the journal) goes on to the FastAPI route, which answers as it always does
+missing, unknown or of another role (with tokens configured, `auth.Gate` refuses that
+before this runs), a read that would have to wait for the writer or look at the
+journal) goes on to the FastAPI route, which answers as it always does
 (errors included). The routes stay declared in FastAPI, so the OpenAPI document is
 generated from them as before; the models validate the bodies and build the answers.
 """
