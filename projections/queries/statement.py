@@ -387,6 +387,11 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         lines = lines[cut:]
         if accrued:
             paid = next(i for i, line in enumerate(lines) if line.type == "refill")
+            # The lines before that refill line that no event of the account made (an
+            # expiry, a reversal, a void before its grant) were written on the balance
+            # without the accrual, which the opening now holds: they run on from it.
+            lines[:paid] = [dataclasses.replace(line, balance=line.balance + accrued)
+                            for line in lines[:paid]]
             split = lines[paid]
             rest = split.change - accrued
             # The refill pays debt with its first credits, which the opening balance holds.

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent
 from projections.figures import Figures
+from projections.queries import balance, statement
 from projections.replay import fold_canonical
 
 
@@ -86,3 +88,28 @@ def explain_account_at(journal: MemoryJournal, at: int) -> Any:
         if step is not None:
             builder.take(step)
     return builder.finish(at)
+
+
+@pytest.mark.parametrize(("start", "end"), [(600, 600), (500, 600), (300, 600), (600, 899),
+                                            (100, 100), (50, 120)])
+def test_a_window_of_a_refill_account_runs_on_from_its_opening(start: int, end: int) -> None:
+    # Lines no event of the account makes (the expiry at 600, a reversed usage and its
+    # reversal at 100) come between the opening, which holds the refill accrued by then,
+    # and the refill line: they run on from the opening, and the window closes on what
+    # `balance` says at its end.
+    journal = MemoryJournal()
+    journal.append([
+        _account("open", 0, 3600, 1000),
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 50, "expiry": 600,
+                                          "pool": "h100"}),
+        NewEvent("u1", "a", "consume", 100, {"account": "a", "amount": 7}),
+        NewEvent("r1", "a", "reverse", 100, {"event": "u1", "reason": "oops"}),
+        NewEvent("u2", "a", "consume", 900, {"account": "a", "amount": 1}),
+    ])
+    part = statement(journal, "a", from_time=start, to_time=end)
+    assert part.opening is not None
+    running = part.opening.balance
+    for line in part.lines:
+        running += line.change
+        assert line.balance == running, line
+    assert part.closing.balance == balance(journal, "a", at=end).figures.balance
