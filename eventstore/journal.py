@@ -457,8 +457,8 @@ class Journal(JournalBase):
 
     def append_at(self, events: Sequence[NewEvent], *, at: int,
                   locks: Iterable[str] = (),
-                  requests: Sequence[tuple[str, str, str, Sequence[int]]] = ()
-                  ) -> list[RecordedEvent]:
+                  requests: Sequence[tuple[str, str, str, Sequence[int]]] = (),
+                  unbound: Sequence[str] = ()) -> list[RecordedEvent]:
         """Append every event as new at positions `at`, `at` + 1, ..., in a transaction
         of its own holding `locks` (as `transaction` takes them), and commit: for a
         writer that decided the events before and only needs them written where it
@@ -472,7 +472,12 @@ class Journal(JournalBase):
 
         `requests`: (key, fingerprint, answer, positions) of request keys to bind with the
         events, in the same write (see `bind_request`); a key bound already makes the
-        write fail (the database's IntegrityError), with nothing written."""
+        write fail (the database's IntegrityError), with nothing written.
+
+        `unbound`: request keys the writer found bound to nothing when it decided, before
+        it held `locks`; one bound since (a request that appended nothing, decided by
+        another writer under the same key) raises VersionConflict, writing nothing: the
+        events would record a second answer under that key."""
         keys = [require_text("lock key", k) for k in locks]
         require_int("at", at)
         spans = [(key, fingerprint, answer, *validate_request(key, fingerprint, answer, positions))
@@ -490,7 +495,7 @@ class Journal(JournalBase):
         try:
             with self._new_write(self._backend.own_transaction) as conn:
                 recorded = self._append(conn, batch, None, None, True, at, keys, committed,
-                                        spans)
+                                        spans, unbound)
         except IntegrityError as exc:
             if not self._backend.recorded_id(exc):
                 raise
@@ -535,10 +540,12 @@ class Journal(JournalBase):
         locks: Sequence[str] | None = None,
         committed: list[Callable[[], None]] | None = None,
         requests: Sequence[tuple[str, str, str, int | None, int | None]] = (),
+        unbound: Sequence[str] = (),
     ) -> list[RecordedEvent]:
         """`committed` (`append_at` only): where to leave what to note once the
         transaction has committed; `requests` (`append_at` only): the request keys to
-        bind with the rows (key, fingerprint, answer, first and last position named)."""
+        bind with the rows (key, fingerprint, answer, first and last position named);
+        `unbound` (`append_at` only): request keys that must still be bound to nothing."""
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
@@ -565,6 +572,16 @@ class Journal(JournalBase):
                 f"record is at {probe.last_position}"
                 + (" with another hash" if probe.position == probe.last_position else "")
                 + "; nothing was appended")
+        if unbound:
+            # Asked after the locks and the head's: a binding committed before them is
+            # seen (a statement of its own, a snapshot of its own), and none can come
+            # after, since binding one takes the same locks.
+            taken = [k for chunk in _chunks(sorted(set(unbound)), _CHUNK)
+                     for k in self._backend.bound(conn, chunk)]
+            if taken:
+                raise VersionConflict(
+                    f"request key {taken[0]!r} was bound by another writer after the batch "
+                    f"to be written at {at} was decided; nothing was appended")
         versions = probe.versions
         if len(asked) != len(streams) and probe.position + 1 == at:
             unasked = set(asked)

@@ -38,6 +38,18 @@ def test_an_event_recorded_already_writes_nothing(database_url: str) -> None:
         assert journal.get("b") is None
 
 
+
+def test_a_request_key_bound_since_the_decision_writes_nothing(database_url: str) -> None:
+    """A key the writer found free, bound meanwhile by a request that appended nothing:
+    the events would be a second answer under it."""
+    with Journal(database_url) as journal:
+        journal.append([ev("a")])
+        journal.bind_request("k1", "digest", "204")
+        with pytest.raises(VersionConflict, match="'k1' was bound by another writer"):
+            journal.append_at([ev("k1")], at=2, unbound=["k0", "k1"])
+        assert (journal.head(), journal.get("k1")) == (1, None)
+        assert [r.position for r in journal.append_at([ev("b")], at=2, unbound=["k0"])] == [2]
+
 def test_inside_a_transaction_it_refuses(database_url: str) -> None:
     with Journal(database_url) as journal:
         with pytest.raises(JournalError, match="outside"), journal.transaction():

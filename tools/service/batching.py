@@ -173,6 +173,9 @@ class Deferred:
     first: int  # the position its first event must get
     opened: bool = False  # a decision needed the journal: written and committed already
     requests: list[PendingRequest] = field(default_factory=list)  # bound with the events
+    # The single writes' keys, looked up before the batch held its locks: bound since by
+    # another writer, they fail the write (`Journal.append_at`'s `unbound`).
+    unbound: list[str] = field(default_factory=list)
 
 
 class BatchJournal:
@@ -225,7 +228,7 @@ class BatchJournal:
     @contextmanager
     def ahead(self, locks: Sequence[str], keys: Iterable[str],
               recorded: dict[str, RecordedEvent], base: int,
-              wait: Callable[[], None]) -> Iterator[Deferred]:
+              wait: Callable[[], None], single: Sequence[str] = ()) -> Iterator[Deferred]:
         """A batch decided before its transaction exists (see the module doc), on a
         projection at `base`; `recorded`: what those of its idempotency keys (`keys`)
         that are recorded were recorded as.
@@ -234,7 +237,7 @@ class BatchJournal:
         What the block leaves is in the `Deferred` it got: events to write with
         `written`, or nothing when a decision needed the journal (the transaction was
         opened then, and commits as the block ends)."""
-        deferred = Deferred(set(locks), [], base + 1)
+        deferred = Deferred(set(locks), [], base + 1, unbound=list(single))
         with ExitStack() as stack:
             def opening(batch: _Batch) -> Transaction:
                 wait()
@@ -244,6 +247,11 @@ class BatchJournal:
                 if tx.head() != base:
                     raise PositionsMoved(f"the journal moved past {base} before the batch "
                                          "decided ahead of it was written")
+                if deferred.unbound and self._journal.look_up((), deferred.unbound).bound:
+                    # A key taken meanwhile by a request that appended nothing (as
+                    # `written` checks with `append_at`'s `unbound`).
+                    raise PositionsMoved("a request key of the batch decided ahead was bound "
+                                         "by another writer before it was written")
                 deferred.opened = True
                 return tx
 
@@ -276,7 +284,8 @@ class BatchJournal:
             try:
                 return self._journal.append_at(deferred.events, at=first,
                                                locks=sorted(deferred.locks),
-                                               requests=deferred.requests)
+                                               requests=deferred.requests,
+                                               unbound=deferred.unbound)
             except VersionConflict as exc:
                 raise PositionsMoved(str(exc)) from exc
         with self._journal.transaction(sorted(deferred.locks)) as tx:

@@ -16,6 +16,10 @@ from projections.ledger import Ledger
 from tools.service.groupcommit import Command
 from tools.service.problems import ServiceProblem
 
+REQUEST_LOCK = "request-key:"
+"""Prefix of the lock key every request under an Idempotency-Key holds while its key is
+looked up and recorded or bound in the journal: two writers given one key take turns."""
+
 START_NEXT = "start-next:"
 """How a start-next's fingerprint begins (a batch's is a SHA-256 in hex: never this)."""
 

@@ -24,16 +24,18 @@ from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.session import job_key
-from tools.service.bindings import cancel_fingerprint, key_in_use, start_next_fingerprint
+from tools.service.bindings import (
+    REQUEST_LOCK,
+    cancel_fingerprint,
+    key_in_use,
+    start_next_fingerprint,
+)
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
 # Answers are plain dicts in the shape of the response models; `None` means 204.
 AnswerDict = dict[str, Any]
 
-REQUEST_LOCK = "request-key:"
-"""Prefix of the lock key a keyed batch of events holds while it looks up and binds its
-Idempotency-Key in the journal."""
 
 
 def _recorded(event_id: str, position: int, **answer: Any) -> AnswerDict:

@@ -30,7 +30,7 @@ from eventstore import JournalLike, LookUp
 from projections.ledger import Ledger
 from projections.session import LedgerSession, lock_key, open_journal, with_queue
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
-from tools.service.bindings import Bound, named_by
+from tools.service.bindings import REQUEST_LOCK, Bound, named_by
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
 from tools.service.problems import Unavailable
 
@@ -467,7 +467,8 @@ class LedgerService:
             commands = _answering_bound(commands, found, self.journal)
             with self._committed:
                 self._uncommitted += 1
-            with self.batching.ahead(locks, keys, recorded, position, wait) as deferred:
+            with self.batching.ahead(locks, keys, recorded, position, wait,
+                                     single) as deferred:
                 self._caught_up_at = _time.monotonic()
                 results = run_commands(commands, self)
             if deferred.opened:
@@ -526,6 +527,11 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
     for command in commands:
         # As the session names them: an account called `shared:...` has a key of its own.
         locks.update(map(lock_key, command.locks(ledger)))
+        if command.key is not None:
+            # Two replicas given one key at once take turns: the second finds what the
+            # first recorded or bound under it, even when their other locks are shared
+            # (a cancel that changed nothing and a grant, say).
+            locks.add(REQUEST_LOCK + command.key)
     # Every write holds the queue (`with_queue`): a start_next elsewhere decides on a
     # journal nobody appends to meanwhile.
     ids = [c.key for c in commands if c.key is not None]
@@ -545,9 +551,10 @@ def _answering_bound(commands: Sequence[Command], found: LookUp,
     """The commands, each single write under a key the journal binds to a request (a
     batch of events, a start that found nothing) in its place answered from the binding
     (`bindings.Bound`). Not where an event another request recorded is under the key
-    too: that event is what happened under it (two replicas given the key at once may
-    both commit, one binding it, one recording the event), and the command's own retry
-    rules answer. (An event the bound batch itself recorded, a record that took the key
+    too: that event is what happened under it (two replicas given the key at once take
+    turns on its lock, and a batch decided ahead is not written over a binding made
+    since, so a journal holds both only from before they did), and the command's own
+    retry rules answer. (An event the bound batch itself recorded, a record that took the key
     as its id, leaves the binding to answer.)"""
     if not found.bound:
         return commands
