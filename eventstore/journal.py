@@ -1117,6 +1117,8 @@ def upgrade(url: str | None) -> tuple[str | None, str]:
     Raises SchemaError if the database is newer than this code.
     """
     backend = backend_for(url, 10.0)
+    with translating(backend):
+        backend.prepare()  # a new SQLite file is made 0600, as a journal opened makes it
     engine = backend.create_engine()
     try:
         with translating(backend), backend.guard(), engine.connect() as conn:

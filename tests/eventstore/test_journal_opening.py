@@ -114,6 +114,19 @@ def test_an_existing_journal_opens_with_create_false(tmp_path: Path) -> None:
         assert j.head() == 1
 
 
+def test_a_sqlite_journal_made_by_an_upgrade_is_readable_by_its_owner_only(
+        tmp_path: Path) -> None:
+    from eventstore import upgrade
+
+    path = tmp_path / "upgraded.db"
+    old = os.umask(0o022)
+    try:
+        assert upgrade(sqlite_url(path))[0] is None
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
 def test_a_new_sqlite_journal_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "private.db"
     old = os.umask(0o022)
