@@ -323,37 +323,13 @@ _BOM = codecs.BOM_UTF8
 _CHUNK_BYTES = 1 << 20
 
 
-def _utf8_problem(stream: IO[bytes]) -> Problem | None:
-    """Whether the whole stream is UTF-8 (after an optional BOM), read a chunk at a
-    time; a problem names the byte as `bytes.decode("utf-8-sig")` would."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    head = stream.read(len(_BOM))
-    # Offsets count from after a BOM, as utf-8-sig counts them.
-    chunk = stream.read(_CHUNK_BYTES) if head == _BOM else head
-    offset = 0  # bytes after the BOM before `chunk`
-    while True:
-        final = not chunk
-        buffered = len(decoder.getstate()[0])
-        try:
-            decoder.decode(chunk, final)
-        except UnicodeDecodeError as exc:
-            return Problem(1, f"not UTF-8: {exc.reason} at byte "
-                              f"{offset - buffered + exc.start}")
-        if final:
-            return None
-        offset += len(chunk)
-        chunk = stream.read(_CHUNK_BYTES)
-
-
 def _csv_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
     """Each row of the CSV `export --format csv` writes as an Entry or a Problem: a
     header row, an empty cell = an absent field."""
-    problem = _utf8_problem(stream)
-    if problem is not None:
-        yield problem
-        return
-    stream.seek(0)
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    # A byte that is not UTF-8 is read as a lone surrogate, so the row holding it is
+    # named (and every other bad row too) instead of the file stopping at its first.
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape",
+                            newline="")
     try:
         yield from _csv_rows(csv.reader(text))
     finally:
@@ -363,6 +339,10 @@ def _csv_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
 def _csv_rows(reader: Any) -> Iterator[Entry | Problem]:
     header = next(reader, None)
     if header is None:
+        return
+    bad = _not_utf8(header)
+    if bad is not None:
+        yield Problem(reader.line_num, bad)
         return
     columns = [c.strip() for c in header]
     unknown = [c for c in columns if c not in CSV_COLUMNS and c not in RECORDED]
@@ -386,6 +366,10 @@ def _csv_rows(reader: Any) -> Iterator[Entry | Problem]:
             yield Problem(reader.line_num, f"not valid CSV: {exc}")
             break
         number = reader.line_num
+        bad = _not_utf8(row, columns)
+        if bad is not None:
+            yield Problem(number, bad)
+            continue
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(columns):
@@ -407,6 +391,23 @@ def _csv_rows(reader: Any) -> Iterator[Entry | Problem]:
             yield Problem(number, str(exc))
             continue
         yield Entry(number, event_id, time, event)
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")
+"""A byte that is not UTF-8, as `surrogateescape` reads it."""
+
+
+def _not_utf8(row: list[str], columns: list[str] | None = None) -> str | None:
+    """What is wrong with a row read with `surrogateescape` holding a byte that is not
+    UTF-8 (its value and cell), None when every byte was."""
+    for index, cell in enumerate(row):
+        found = _ESCAPED.search(cell)
+        if found is not None:
+            byte = ord(found.group()) - 0xDC00
+            where = (f"column {columns[index]!r}" if columns is not None and index < len(columns)
+                     else f"cell {index + 1}")
+            return f"not UTF-8: byte 0x{byte:02x} in {where}"
+    return None
 
 
 def _items(stream: IO[bytes], fmt: str) -> Iterator[Entry | Problem]:

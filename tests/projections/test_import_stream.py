@@ -155,19 +155,21 @@ def test_progress_is_reported_in_bytes_then_in_lines() -> None:
     assert [d for d, _ in appended] == sorted(d for d, _ in appended)
 
 
-@pytest.mark.parametrize("data", [
-    b"id,type,time\r\nx,grant,\xff\r\n",
-    b"\xef\xbb\xbfid,type,time\r\nx,grant,1\xe2\x82",
-    b"\xef\xbb\xbf" + b"id,type,account,amount,time\n" + b"a,grant,a,5,1\n" * 300_000
-    + b"\xc3(\n",
+@pytest.mark.parametrize(("data", "expected"), [
+    (b"id,type,time\r\nx,grant,\xff\r\n", [(2, "byte 0xff in column 'time'")]),
+    (b"\xef\xbb\xbfid,type,time\r\nx,grant,1\xe2\x82", [(2, "byte 0xe2 in column 'time'")]),
+    (b"\xef\xbb\xbf" + b"id,type,account,amount,time\n" + b"a,grant,a,5,1\n" * 300_000
+     + b"\xc3(\n", [(300_002, "byte 0xc3 in column 'id'")]),
+    (b"type,time,account,amount\ngrant,0,a,-5\ngrant,2,a\xff,5\ngrant,3,a,0\n",
+     [(2, "amount must be a positive"), (3, "byte 0xff in column 'account'"),
+      (4, "amount must be a positive")]),
+    (b"type,ti\xffme\ngrant,0\n", [(1, "byte 0xff in cell 2")]),
 ])
-def test_csv_that_is_not_utf8_names_the_byte_a_whole_decode_names(data: bytes) -> None:
-    try:
-        data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        expected = f"not UTF-8: {exc.reason} at byte {exc.start}"
-    entries, problems = read_csv(data)
-    assert (entries, [(p.line, p.message) for p in problems]) == ([], [(1, expected)])
+def test_csv_that_is_not_utf8_names_each_line_holding_such_a_byte(
+        data: bytes, expected: list[tuple[int, str]]) -> None:
+    _, problems = read_csv(data)
+    assert [(p.line, p.message.removeprefix("not UTF-8: ")[:len(why)])
+            for p, (_, why) in zip(problems, expected, strict=True)] == expected
 
 
 def test_import_effects_count_only_the_new_events() -> None:
