@@ -47,7 +47,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
-from eventstore import PRIVATE_KEY, IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
+from eventstore import (
+    ERASED_KEY,
+    PRIVATE_KEY,
+    IdempotencyConflict,
+    JournalLike,
+    NewEvent,
+    RecordedEvent,
+)
 from eventstore.hashing import canonical_json
 from projections import csvcells
 from projections.csvcells import unguard
@@ -75,7 +82,7 @@ from projections.personal import (
     same_new_event,
     with_personal,
 )
-from projections.replay import ledger_at
+from projections.replay import ledger_at, rows_of_type
 from projections.session import QUEUE_SHARED
 from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
@@ -852,6 +859,7 @@ class _Appender:
         # Lines with personal fields taken for events whose personal fields were erased:
         # (line, id). Nothing can tell a re-delivery from another user's report then.
         self.erased_matches: list[tuple[int, str]] = []
+        self._erased_ids: frozenset[str] | None = None  # read once, when first needed
 
     def add(self, event: NewEvent, line: int, derived: bool) -> None:
         self.events.append(event)
@@ -903,6 +911,19 @@ class _Appender:
             held = self.journal.private(sealed)
             self.erased_matches += [(line, i) for i, line in sealed.items() if i not in held]
 
+    def _erased_copy(self, old: RecordedEvent, new: NewEvent) -> bool:
+        """Whether `old`, recorded before this import, is an event whose personal fields
+        an erasure named before it was copied here (export, then import): recorded
+        without them and without their seal, it differs from a line that still has them
+        in those fields alone. Where the fields were erased in this journal, the seal
+        tells (`same_event`); in a copy only the `erase` event does."""
+        if (old.position > self.start or PRIVATE_KEY in old.payload or not new.private
+                or not _differs_only_in_person(old, new)):
+            return False
+        if self._erased_ids is None:
+            self._erased_ids = erased_ids(self.journal)
+        return old.id in self._erased_ids
+
     def _without_conflicts(self, events: list[NewEvent], lines: list[int],
                            derived: list[bool]) -> tuple[list[NewEvent], list[int], list[bool]]:
         kept: tuple[list[NewEvent], list[int], list[bool]] = ([], [], [])
@@ -919,6 +940,17 @@ class _Appender:
                     continue
             else:
                 if old is not None and not same_event(self.journal, old, event):
+                    if self._erased_copy(old, event):
+                        # The copy's record of an event whose fields were erased where it
+                        # came from: already present, as in the journal it came from.
+                        self.erased_matches.append((line, event.id))
+                        event = _in_recorded_stream(old, NewEvent(
+                            old.id, old.stream, old.type, old.time, dict(old.payload)))
+                        first[event.id] = (event, line)
+                        kept[0].append(event)
+                        kept[1].append(line)
+                        kept[2].append(is_derived)
+                        continue
                     if old.position > self.start:
                         why = f"is used on line {self.line_of(old.position)} for another event"
                     else:
@@ -974,6 +1006,18 @@ class _Appender:
         if first is None:
             return []
         return [_redelivery_text(source, matches, new, first)]
+
+
+def erased_ids(journal: JournalLike) -> frozenset[str]:
+    """The ids of the events an `erase` event of the journal names."""
+    named: set[str] = set()
+    for row in rows_of_type(journal, "erase"):
+        payload = row[4]
+        if isinstance(payload, str | bytes):
+            payload = json.loads(payload)
+        ids = payload.get(ERASED_KEY) if isinstance(payload, dict) else None
+        named.update(i for i in ids or () if isinstance(i, str))
+    return frozenset(named)
 
 
 def _differs_only_in_person(old: RecordedEvent, new: NewEvent) -> bool:

@@ -225,6 +225,26 @@ def test_a_line_taken_for_an_erased_event_is_warned_about() -> None:
     assert "whose personal fields were erased" in warning and "an id of its own" in warning
 
 
+
+def test_a_copy_of_an_erased_journal_takes_a_re_delivery_as_the_journal_does() -> None:
+    """An export of a journal with erasures imports into a copy whose records carry no
+    trace of the erased fields (nor their seal), only the `erase` event naming them. The
+    file first delivered, sent to the copy again, counts as present, as it does (with
+    the same warning) in the journal it was exported from."""
+    first = [{"type": "account", "account": "lab"},
+             {"type": "consume", "account": "lab", "amount": 1, "time": 1, "user": ALICE},
+             {"type": "consume", "account": "lab", "amount": 2, "time": 2, "user": ALICE,
+              "id": "c2"}]
+    journal = MemoryJournal()
+    import_file(journal, _data(first), "day1")
+    erase_user(journal, ALICE)
+    copy = MemoryJournal()
+    import_file(copy, _data([line for _, line in export_records(journal)]), "export")
+    answers = [import_file(j, _data(first), "again") for j in (journal, copy)]
+    assert [(a.appended, a.already_present) for a in answers] == [(0, 3), (0, 3)]
+    assert answers[0].warnings == answers[1].warnings != ()
+    assert copy.head() == journal.head()
+
 # -- a journal written before personal fields were kept apart ----------------------------
 
 
