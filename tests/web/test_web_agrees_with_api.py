@@ -8,17 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+from pagetext import cells
 
 from tools.web.browsing import app_for
-
-
-def cells(html: str, table_id: str) -> list[list[str]]:
-    """The text of each body row's cells of the table with that id."""
-    found = re.search(rf'<table[^>]*id="{table_id}".*?<tbody>(.*?)</tbody>', html, re.S)
-    assert found, f"no table {table_id}"
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
-    return [[re.sub(r"<[^>]+>", "", c).strip()
-             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)] for row in rows]
 
 
 def post_events(web: TestClient, *events: dict[str, Any]) -> None:
@@ -132,18 +124,21 @@ def _grants(*accounts: str) -> list[dict[str, Any]]:
     return [{"type": "grant", "account": a, "amount": 10, "time": 0} for a in accounts]
 
 
+def _a_job_filed_under_b(web: TestClient, step: dict[str, Any]) -> None:
+    """b submits job j (cost 4, at 5) and `step` of it comes in the same batch, so the
+    step goes to b's stream; a's late submit of the same id (cost 3, at 1) then comes
+    first on the timeline: the job, and the step, are a's."""
+    post_events(web, *_grants("a", "b"),
+                {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
+                 "time": 5}, step)
+    post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
+                      "priority": 1, "time": 1})
+
+
 def test_a_jobs_start_filed_under_another_account_is_on_its_accounts_ledger(
         tmp_path: Path) -> None:
-    # b's submit and the start come in one file, so the start goes to b's stream; a's
-    # late submit of the same id then comes first on the timeline: the job, and the
-    # start, are a's.
     with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
-        post_events(web, *_grants("a", "b"),
-                    {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
-                     "time": 5},
-                    {"type": "start", "job": "j", "time": 6})
-        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
-                          "priority": 1, "time": 1})
+        _a_job_filed_under_b(web, {"type": "start", "job": "j", "time": 6})
         assert web.get("/v1/journal").json()["events"][3]["type"] == "start"
         expected = _statement_lines(web, "a")
         assert (4, "start") in expected
@@ -170,12 +165,7 @@ def test_an_event_page_counts_a_cancel_filed_under_another_account(tmp_path: Pat
     # would keep its 3 reserved.
     url = f"sqlite:///{tmp_path / 'j.db'}"
     with TestClient(app_for(url)) as web:
-        post_events(web, *_grants("a", "b"),
-                    {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
-                     "time": 5},
-                    {"type": "cancel", "job": "j", "time": 6})
-        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
-                          "priority": 1, "time": 1})
+        _a_job_filed_under_b(web, {"type": "cancel", "job": "j", "time": 6})
         post_events(web, {"type": "consume", "account": "a", "amount": 1, "time": 7,
                           "id": "use"})
         lines = web.get("/v1/accounts/a/statement").json()["lines"]
@@ -190,12 +180,7 @@ def test_an_event_page_of_a_jobs_step_filed_under_another_account_shows_the_jobs
     # The cancel is filed under b's stream, but the job, and so the cancel, are a's: its
     # page shows a's line (3 released), as a's statement has it, and links to a.
     with TestClient(app_for(f"sqlite:///{tmp_path / 'j.db'}")) as web:
-        post_events(web, *_grants("a", "b"),
-                    {"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
-                     "time": 5},
-                    {"type": "cancel", "job": "j", "time": 6, "id": "stop"})
-        post_events(web, {"type": "submit", "account": "a", "job": "j", "cost": 3,
-                          "priority": 1, "time": 1})
+        _a_job_filed_under_b(web, {"type": "cancel", "job": "j", "time": 6, "id": "stop"})
         lines = web.get("/v1/accounts/a/statement").json()["lines"]
         (cancel,) = [line for line in lines if line["position"] == 4]
         page = web.get("/event?id=stop", follow_redirects=True).text

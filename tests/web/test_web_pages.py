@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 from fastapi.testclient import TestClient
+from pagetext import cells
 
 from projections.queries import statement, to_dict
 from tools.web.browsing import app_for
@@ -23,15 +24,6 @@ from tools.web.browsing import app_for
 LATE_GRANT = 980
 DEMO_REVISIONS = 18  # what the demo's own summary prints: "revisions by late events 18"
 ACCOUNT = "lumen-health"
-
-
-def cells(html: str, table_id: str) -> list[list[str]]:
-    """The text of each body row's cells of the table with that id."""
-    found = re.search(rf'<table[^>]*id="{table_id}".*?<tbody>(.*?)</tbody>', html, re.S)
-    assert found, f"no table {table_id}"
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
-    return [[re.sub(r"<[^>]+>", "", c).strip()
-             for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)] for row in rows]
 
 
 def test_summary_lists_every_account_with_figures_per_pool(client: TestClient) -> None:
