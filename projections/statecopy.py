@@ -44,16 +44,26 @@ class StateFormatError(ValueError):
 
 
 def _fields(cls: type) -> tuple[str, ...]:
-    # A dataclass's fields, else its __slots__. A class compiled by mypyc (see
-    # projections.native) keeps neither __slots__ nor their order: a plain class then
-    # names its fields, in the order of its __slots__, in STATE_FIELDS. Either way the
-    # order is the same compiled or not, so a tree encoded by one decodes in the other.
+    # A dataclass's fields, else the class's STATE_FIELDS, else its __slots__. A class
+    # compiled by mypyc (see projections.native) keeps no __slots__, so a plain class
+    # names its fields in STATE_FIELDS, and that one declaration is the encoding order
+    # compiled or not: a tree encoded by one build decodes in the other (a checkpoint's
+    # schema is the same). Its __slots__, where the class keeps them, must name the same
+    # fields, in any order.
     if dataclasses.is_dataclass(cls):
         return tuple(f.name for f in dataclasses.fields(cls))
-    slots = cls.__dict__.get("__slots__", cls.__dict__.get("STATE_FIELDS"))
-    if slots is None:
-        raise TypeError(f"{cls.__name__} has no __slots__: its fields cannot be listed")
-    return (slots,) if isinstance(slots, str) else tuple(slots)
+    declared = cls.__dict__.get("STATE_FIELDS")
+    slots = cls.__dict__.get("__slots__")
+    if isinstance(slots, str):
+        slots = (slots,)
+    if declared is None:
+        if slots is None:
+            raise TypeError(f"{cls.__name__} has no __slots__: its fields cannot be listed")
+        return tuple(slots)
+    fields = tuple(declared)
+    if slots is not None and set(slots) != set(fields):
+        raise TypeError(f"{cls.__name__}.STATE_FIELDS names other fields than its __slots__")
+    return fields
 
 
 class StateCodec:

@@ -190,3 +190,91 @@ def test_the_compiled_fold_gives_the_sources_digests_and_revisions() -> None:
     got, expected = json.loads(compiled.stdout), json.loads(pure.stdout)
     assert got["replay"][1] > 0  # the late arrivals did revise something
     assert got == expected
+
+
+# -- checkpoints, whichever build wrote them -------------------------------------------------------
+
+SCHEMA = """
+import json
+from projections.ledger import STATE
+print(json.dumps(STATE.schema()))
+"""
+
+
+def test_the_source_encodes_state_in_the_declared_field_order() -> None:
+    """A plain state class's `STATE_FIELDS` is the order a checkpoint lists its fields in,
+    also where the class keeps its `__slots__` (the source, whose slots may be ordered
+    otherwise): a compiled class keeps no slots, so only that declaration is the same
+    in both builds."""
+    from projections.ledger import STATE_CLASSES
+
+    done = _python(SCHEMA, pure=True)
+    assert done.returncode == 0, done.stderr
+    schema = json.loads(done.stdout)
+    declared = {cls.__name__: list(cls.__dict__["STATE_FIELDS"]) for cls in STATE_CLASSES
+                if "STATE_FIELDS" in cls.__dict__}
+    assert {"JobState", "Batch", "Hold"} <= set(declared)
+    assert {name: schema[name] for name in declared} == declared
+
+
+def test_the_state_schema_is_the_same_compiled_or_not() -> None:
+    _require_build()
+    compiled, pure = _python(SCHEMA, pure=False), _python(SCHEMA, pure=True)
+    assert compiled.returncode == 0, compiled.stderr
+    assert pure.returncode == 0, pure.stderr
+    assert json.loads(compiled.stdout) == json.loads(pure.stdout)
+
+
+CHECKPOINT_STEP = """
+import json
+from eventstore import Journal
+from projections.checkpoint import latest_valid_checkpoint
+from projections.replay import fold_canonical, replay, verify
+journal = Journal({url!r})
+if {save!r}:
+    replay(journal, checkpoint=True)
+report = verify(journal)
+found = latest_valid_checkpoint(journal)
+print(json.dumps([report.ok, report.problem, report.checked_checkpoints,
+                  found is not None and found[1].digest() == fold_canonical(journal).digest()]))
+"""
+
+
+@pytest.mark.parametrize("writer_pure", [True, False], ids=["pure-writes", "compiled-writes"])
+def test_a_checkpoint_written_by_one_build_is_read_by_the_other(
+        tmp_path: Path, writer_pure: bool) -> None:
+    _require_build()
+    from eventstore import Journal, NewEvent
+    from tools.bench.workload import realistic_mix
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    journal = Journal(url)
+    for e in realistic_mix(300, seed=5):
+        journal.append([NewEvent(e.id, e.stream, e.type, e.time, e.fields)])
+    journal.close()
+    wrote = _python(CHECKPOINT_STEP.format(url=url, save=True), pure=writer_pure)
+    assert wrote.returncode == 0, wrote.stderr
+    ok, problem, _, loaded = json.loads(wrote.stdout)
+    assert (ok, problem, loaded) == (True, None, True)
+    read = _python(CHECKPOINT_STEP.format(url=url, save=False), pure=not writer_pure)
+    assert read.returncode == 0, read.stderr
+    ok, problem, checked, loaded = json.loads(read.stdout)
+    assert (ok, problem) == (True, None)
+    assert checked >= 1 and loaded  # read and used, not ignored
+    assert "ignored" not in read.stderr
+
+
+def test_declared_fields_that_are_not_the_slots_are_refused() -> None:
+    from projections.statecopy import StateCodec
+
+    class Listed:
+        __slots__ = ("b", "a")
+        STATE_FIELDS = ("a", "b")
+
+    class Misnamed:
+        __slots__ = ("b", "a")
+        STATE_FIELDS = ("a", "c")
+
+    assert StateCodec([Listed]).schema() == {"Listed": ["a", "b"]}
+    with pytest.raises(TypeError, match="STATE_FIELDS"):
+        StateCodec([Misnamed])
