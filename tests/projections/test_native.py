@@ -268,13 +268,13 @@ def test_declared_fields_that_are_not_the_slots_are_refused() -> None:
     from projections.statecopy import StateCodec
 
     class Listed:
-        __slots__ = ("b", "a")
-        STATE_FIELDS = ("a", "b")
+        __slots__ = ("a", "b")
+        STATE_FIELDS = ("b", "a")
 
     class Misnamed:
-        __slots__ = ("b", "a")
+        __slots__ = ("a", "b")
         STATE_FIELDS = ("a", "c")
 
-    assert StateCodec([Listed]).schema() == {"Listed": ["a", "b"]}
+    assert StateCodec([Listed]).schema() == {"Listed": ["b", "a"]}
     with pytest.raises(TypeError, match="STATE_FIELDS"):
         StateCodec([Misnamed])
