@@ -37,7 +37,10 @@ Loading parses JSON and MessagePack and builds only the known state classes (see
 checkpoint whose hash, format, version, schema or chain hash does not check out (one of
 an older format version among them) is ignored with a one-line warning (the logger
 `projections.checkpoint`) and the state is folded from the journal instead; the next
-`replay` saves fresh ones; `verify` re-derives every checkpoint from the journal.
+`replay` saves fresh ones. `verify` re-derives every checkpoint from the journal, and
+reports one that does not check out as a failure, except one that is only out of date
+(`StaleCheckpoint`: sealed and bound to the chain, but of another version or state
+schema), which it passes over with the same warning.
 """
 
 from __future__ import annotations
@@ -98,6 +101,13 @@ _COL_STR, _COL_TUPLE, _COL_PLAIN = 0, 1, 2
 
 class CheckpointError(ValueError):
     """Checkpoint bytes that are not a valid checkpoint of this journal."""
+
+
+class StaleCheckpoint(CheckpointError):
+    """A checkpoint intact and of this journal's chain (its seal matches its bytes, its
+    chain hash the journal's), saved by code of another format version or with other
+    state fields: a cache out of date, not damage. This code cannot read it; the next
+    `replay` saves one in the current format."""
 
 
 def chain_hash_at(journal: JournalLike, position: int) -> str:
@@ -342,9 +352,12 @@ def open_checkpoint(data: bytes, *, position: int, chain_hash: str) -> Checkpoin
         raise CheckpointError(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict):
         raise CheckpointError("header is not a JSON object")
-    if header.get("format") != FORMAT or header.get("version") != VERSION:
+    if header.get("format") != FORMAT:
         raise CheckpointError(f"format {header.get('format')!r} version "
                               f"{header.get('version')!r}, expected {FORMAT!r} {VERSION}")
+    # The seal and the binding to the chain first, whatever the version (every version
+    # so far seals and binds the same way): bytes altered since they were saved are
+    # refused as such, never passed over as merely out of date.
     body = data[end + 1:]
     claimed = header.pop("sha256", None)
     actual = hashlib.sha256(_header_bytes(header) + b"\n" + body).hexdigest()
@@ -356,8 +369,11 @@ def open_checkpoint(data: bytes, *, position: int, chain_hash: str) -> Checkpoin
     if header.get("chain_hash") != chain_hash:
         raise CheckpointError(f"built from chain hash {str(header.get('chain_hash'))[:16]}…, "
                               f"the journal has {chain_hash[:16]}… at position {position}")
+    if header.get("version") != VERSION:
+        raise StaleCheckpoint(f"format {header.get('format')!r} version "
+                              f"{header.get('version')!r}, expected {FORMAT!r} {VERSION}")
     if header.get("schema") != STATE.schema():
-        raise CheckpointError("saved by a version of the code with other state fields")
+        raise StaleCheckpoint("saved by a version of the code with other state fields")
     last = header.get("last")
     if not isinstance(last, list):
         raise CheckpointError("header has no last event")
@@ -488,7 +504,7 @@ def valid_checkpoints(journal: JournalLike, infos: Iterable[SnapshotInfo],
         try:
             ledger = view.ledger()
         except CheckpointError as exc:
-            _ignored(info, exc)
+            ignored_checkpoint(info, exc)
             continue
         yield info, ledger
 
@@ -503,12 +519,13 @@ def valid_views(journal: JournalLike, infos: Iterable[SnapshotInfo],
         try:
             view = load_view(journal, info)
         except (CheckpointError, KeyError) as exc:
-            _ignored(info, exc)
+            ignored_checkpoint(info, exc)
             continue
         yield info, view
 
 
-def _ignored(info: SnapshotInfo, exc: Exception) -> None:
+def ignored_checkpoint(info: SnapshotInfo, exc: Exception) -> None:
+    """Warn, in one line, that a checkpoint is passed over and why."""
     log.warning("checkpoint %s at position %s ignored (%s): folding from the journal "
                 "instead", info.id, info.position, exc)
 

@@ -799,7 +799,8 @@ def verify(
     if as_json:
         out: dict[str, Any] = {"ok": ok, "first_bad_position": first_bad, "problem": problem,
                                "events": report.checked_events,
-                               "checkpoints": report.checked_checkpoints}
+                               "checkpoints": report.checked_checkpoints,
+                               "stale_checkpoints": list(report.stale_checkpoints)}
         if checks:
             out["anchors"] = [anchors.report_dict(c, a) for a, c in checks]
         render.print_json(out)
@@ -809,10 +810,17 @@ def verify(
             out_.print(
                 f"ok: {report.checked_events} events, hash chain intact, replay reproduces "
                 f"the {report.checked_checkpoints} recorded checkpoint(s)")
-        else:
+        elif not report.stale_checkpoints:
             out_.print(
                 f"ok: {report.checked_events} events, hash chain intact; no checkpoint "
                 "recorded yet to compare replay with (gpu-credits replay records one)")
+        else:
+            out_.print(f"ok: {report.checked_events} events, hash chain intact")
+        if report.stale_checkpoints:
+            out_.print(
+                f"note: {len(report.stale_checkpoints)} checkpoint(s) saved in another "
+                "format not compared (a stale cache, not damage: gpu-credits replay saves "
+                "fresh ones)")
         for anchor_, _ in checks:
             out_.print(f"ok: holds anchor {anchor_} unchanged", soft_wrap=True)
     else:

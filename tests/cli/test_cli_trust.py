@@ -406,3 +406,40 @@ def test_an_export_of_an_altered_private_part_writes_nothing(run: Run, tmp_path:
     result = run("export")
     assert result.exit_code == 1 and result.stdout == ""
     assert "does not match the seal" in result.stderr
+
+
+def test_a_checkpoint_of_an_older_format_is_a_stale_cache_for_verify_too(
+        run: Run, small: Path, db: str) -> None:
+    """A checkpoint that an older gpu-credits saved (its header's version older, sealed
+    as it was then): `balance` folds without it and `verify` passes, warning of it; the
+    next replay saves a fresh one, which verify compares."""
+    import hashlib
+
+    import orjson
+
+    from projections.checkpoint import MAGIC, _header_bytes
+
+    assert run("replay").exit_code == 0
+    ((rid, data),) = _sql(db, "SELECT id, state FROM snapshots WHERE name = 'ledger'")
+    assert isinstance(data, bytes)
+    end = data.find(b"\n", len(MAGIC))
+    header, body = orjson.loads(data[len(MAGIC):end]), data[end + 1:]
+    header.pop("sha256")
+    header["version"] = 1
+    header["sha256"] = hashlib.sha256(_header_bytes(header) + b"\n" + body).hexdigest()
+    old = MAGIC + _header_bytes(header) + b"\n" + body
+    _sql(db, f"UPDATE snapshots SET state = x'{old.hex()}' WHERE id = {rid}")
+    answered = run("balance", "a", "--json")
+    assert answered.exit_code == 0, answered.stderr
+    checked = run("verify")
+    assert checked.exit_code == 0, checked.stdout + checked.stderr
+    assert "1 checkpoint(s) saved in another format" in checked.stdout
+    stale = run("verify", "--json")
+    assert stale.exit_code == 0
+    assert ["version 1" in why for why in json.loads(stale.stdout)["stale_checkpoints"]] \
+        == [True]
+    assert run("replay").exit_code == 0
+    again = run("verify", "--json")
+    assert again.exit_code == 0
+    report = json.loads(again.stdout)
+    assert report["checkpoints"] == 1 and report["stale_checkpoints"] == []

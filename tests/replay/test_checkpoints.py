@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pickle
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,12 @@ from eventstore import Journal, MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.checkpoint import (
     CHECKPOINT,
+    MAGIC,
+    VERSION,
     CheckpointError,
+    StaleCheckpoint,
+    _header_bytes,
+    chain_hash_at,
     decode_checkpoint,
     encode_checkpoint,
     latest_valid_checkpoint,
@@ -127,6 +134,86 @@ def test_a_checkpoint_from_another_history_is_ignored(tmp_path: Path) -> None:
     assert latest_valid_checkpoint(two) is None
     assert GPUCreditTracker(second, account="a").get_balance(100) == 40
     assert not verify(two).ok
+
+
+def _resealed(data: bytes, *, reseal: bool = True, **header_changes: Any) -> bytes:
+    """Checkpoint bytes with header fields changed, sealed again (as the code that wrote
+    such a header would have sealed it) unless `reseal` is false."""
+    end = data.find(b"\n", len(MAGIC))
+    header, body = orjson.loads(data[len(MAGIC):end]), data[end + 1:]
+    claimed = header.pop("sha256")
+    header.update(header_changes)
+    seal = hashlib.sha256(_header_bytes(header) + b"\n" + body).hexdigest()
+    return MAGIC + _header_bytes({**header, "sha256": seal if reseal else claimed}) + \
+        b"\n" + body
+
+
+def _other_schema() -> dict[str, list[str]]:
+    schema = STATE.schema()
+    return {**schema, "JobState": list(reversed(schema["JobState"]))}
+
+
+@pytest.mark.parametrize("changes", [{"version": 1}, {"version": VERSION + 1},
+                                     {"schema": "other"}], ids=["older", "newer", "schema"])
+def test_verify_passes_over_an_intact_checkpoint_of_another_format_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, changes: dict[str, Any]) -> None:
+    """A checkpoint is a cache: one of another format version or state schema, sealed
+    and bound to this chain, is out of date, not damage. Queries ignore it; verify too,
+    with a warning, and `replay` saves a fresh one that verify then compares."""
+    if changes.get("schema") == "other":
+        changes = {"schema": _other_schema()}
+    url = f"sqlite:///{tmp_path / 'stale.db'}"
+    want = _journal_with_history(url).get_balance(100)
+    journal = Journal(url)
+    replay(journal, checkpoint=True)
+    (info,) = journal.snapshots(CHECKPOINT)
+    old = _resealed(journal.load_snapshot(info.id), **changes)
+    journal.drop_snapshots(CHECKPOINT)
+    journal.save_snapshot(CHECKPOINT, info.position, info.event_time, info.digest, old)
+    with pytest.raises(StaleCheckpoint):
+        decode_checkpoint(old, position=info.position,
+                          chain_hash=chain_hash_at(journal, info.position))
+    with caplog.at_level(logging.WARNING, logger="projections.checkpoint"):
+        assert GPUCreditTracker(url, account="a").get_balance(100) == want
+        report = verify(journal)
+    assert report.ok, report.problem
+    assert report.checked_checkpoints == 0 and len(report.stale_checkpoints) == 1
+    assert any("ignored" in r.getMessage() and "\n" not in r.getMessage()
+               for r in caplog.records)
+    replay(journal, checkpoint=True)
+    again = verify(journal)
+    assert again.ok and again.checked_checkpoints >= 1 and again.stale_checkpoints == ()
+
+
+@pytest.mark.parametrize("how", ["version, unsealed", "schema, unsealed",
+                                 "version, other chain", "version, other position"])
+def test_verify_still_fails_a_checkpoint_of_another_format_that_was_altered(
+        tmp_path: Path, how: str) -> None:
+    """Another version or schema is no cover: bytes that no longer match their seal, or a
+    header bound to another chain or position, are damage, reported as before."""
+    url = f"sqlite:///{tmp_path / 'altered.db'}"
+    _journal_with_history(url)
+    journal = Journal(url)
+    replay(journal, checkpoint=True)
+    (info,) = journal.snapshots(CHECKPOINT)
+    data = journal.load_snapshot(info.id)
+    altered = {
+        "version, unsealed": lambda: _resealed(data, reseal=False, version=1),
+        "schema, unsealed": lambda: _resealed(data, reseal=False, schema=_other_schema()),
+        "version, other chain": lambda: _resealed(data, version=1, chain_hash="cd" * 32),
+        "version, other position": lambda: _resealed(data, version=1,
+                                                     position=info.position - 1),
+    }[how]()
+    journal.drop_snapshots(CHECKPOINT)
+    journal.save_snapshot(CHECKPOINT, info.position, info.event_time, info.digest, altered)
+    report = verify(journal)
+    assert not report.ok and report.problem is not None
+    assert report.first_bad_position == info.position and report.stale_checkpoints == ()
+    # A header naming another chain hash is refused before the checkpoints are read: the
+    # journal no longer holds the hash its verified point recorded.
+    expected = {"unsealed": "unreadable: its own hash", "other chain": "re-hashed",
+                "other position": "unreadable: header says position"}[how.split(", ")[1]]
+    assert expected in report.problem
 
 
 def test_upgrading_drops_checkpoints_saved_in_the_old_pickled_format(tmp_path: Path) -> None:
