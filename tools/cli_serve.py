@@ -85,7 +85,9 @@ def serve(
         _say("no tokens configured: serving WITHOUT authentication, on loopback only")
     else:
         roles = sorted({t.role for t in configured})
-        _say(f"{len(configured)} token(s) configured (roles: {', '.join(roles)})")
+        # A token listed twice under its role is one token.
+        count = len({t.secret for t in configured})
+        _say(f"{count} token(s) configured (roles: {', '.join(roles)})")
     where = f"[{host}]" if ":" in host else host
     _say(f"serving {shown} on http://{where}:{port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,

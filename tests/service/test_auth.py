@@ -162,6 +162,20 @@ def test_serve_refuses_such_token_files(tmp_path: Any, content: bytes, says: str
     assert SECRET not in result.output and "secret-token-123" not in result.output
 
 
+def test_serve_counts_a_token_listed_twice_under_its_role_once(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    monkeypatch.setattr("uvicorn.run", lambda *_, **__: None)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"worker:{SECRET}\nworker:{SECRET}\nauditor:{SECRET}-auditor\n")
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "serve",
+                                      "--tokens", str(tokens)], env={})
+    assert result.exit_code == 0, result.output
+    assert "2 token(s) configured (roles: auditor, worker)" in result.output
+
 def test_tokens_are_never_logged(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="gpu_credits.access"):
         secured.get("/v1/accounts", headers=bearer("auditor"))

@@ -7,7 +7,7 @@
 | `auditor` | read only                                                            |
 
 Tokens come from a file (`--tokens FILE`) or the `GPU_CREDITS_TOKENS` environment
-variable, one `ROLE:TOKEN` per line (or comma-separated in the variable); a line whose
+variable, `ROLE:TOKEN` entries one per line or comma-separated on one; a line whose
 first non-blank character is `#` is a comment. A token is at least 16 printable ASCII
 characters without spaces or commas, and has one role: anything else is refused at
 start-up, as a token that could never match or would not mean what it says. When tokens
