@@ -14,6 +14,7 @@ cost more than the database's own work for small events.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
@@ -44,6 +45,13 @@ class Probe:
     # head: an append chains from the head row, so the two must agree.
     last_position: int = 0
     last_hash: str = ""
+    any_bound: bool = False  # whether a request key that must still be free is bound
+
+
+def _chunked(keys: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    """`keys` a few hundred at a time (a statement's parameters are bounded)."""
+    for start in range(0, len(keys), size):
+        yield keys[start:start + size]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +189,15 @@ class Backend:
         return self.begin_write(conn, ())
 
     def begin_lock_and_probe(self, conn: Connection, locks: Sequence[str], ids: Sequence[str],
-                             streams: Sequence[str]) -> Probe:
+                             streams: Sequence[str], unbound: Sequence[str] = ()) -> Probe:
         """In `own_transaction`: take the keys, then lock the head and probe (one round
-        trip where the database allows)."""
+        trip where the database allows); `unbound`: request keys to report as bound
+        (`Probe.any_bound`) if one is."""
         self.lock_more(conn, locks)
-        return self.lock_and_probe(conn, ids, streams)
+        probe = self.lock_and_probe(conn, ids, streams)
+        if unbound and any(self.bound(conn, chunk) for chunk in _chunked(unbound)):
+            return dataclasses.replace(probe, any_bound=True)
+        return probe
 
     def one_statement(self, conn: Connection) -> AbstractContextManager[object]:
         """Around one read statement on conn, outside a transaction; by default in one

@@ -559,7 +559,8 @@ class Journal(JournalBase):
         # writer's usual one, probes none of them.
         probed = ids if committed is None or not self._backend.refuses_recorded_ids else []
         probe = (self._backend.lock_and_probe(conn, probed, asked) if locks is None
-                 else self._backend.begin_lock_and_probe(conn, locks, probed, asked))
+                 else self._backend.begin_lock_and_probe(conn, locks, probed, asked,
+                                                         sorted(set(unbound))))
         if tx is not None:
             tx.holds_head = True
         if (probe.last_position, probe.last_hash or GENESIS_HASH) != (probe.position, probe.hash):
@@ -572,16 +573,15 @@ class Journal(JournalBase):
                 f"record is at {probe.last_position}"
                 + (" with another hash" if probe.position == probe.last_position else "")
                 + "; nothing was appended")
-        if unbound:
-            # Asked after the locks and the head's: a binding committed before them is
-            # seen (a statement of its own, a snapshot of its own), and none can come
-            # after, since binding one takes the same locks.
+        if probe.any_bound:
+            # Asked with the probe, after the locks and the head's: a binding committed
+            # before them is seen (a statement of its own, a snapshot of its own), and
+            # none can come after, since binding one takes the same locks.
             taken = [k for chunk in _chunks(sorted(set(unbound)), _CHUNK)
                      for k in self._backend.bound(conn, chunk)]
-            if taken:
-                raise VersionConflict(
-                    f"request key {taken[0]!r} was bound by another writer after the batch "
-                    f"to be written at {at} was decided; nothing was appended")
+            raise VersionConflict(
+                f"request key {(taken or ['?'])[0]!r} was bound by another writer after the "
+                f"batch to be written at {at} was decided; nothing was appended")
         versions = probe.versions
         if len(asked) != len(streams) and probe.position + 1 == at:
             unasked = set(asked)

@@ -189,7 +189,7 @@ class PostgresBackend(Backend):
                 raw.autocommit = False
 
     def begin_lock_and_probe(self, conn: Connection, locks: Sequence[str], ids: Sequence[str],
-                             streams: Sequence[str]) -> Probe:
+                             streams: Sequence[str], unbound: Sequence[str] = ()) -> Probe:
         """BEGIN, every key tried without waiting and, if all were free, the head locked,
         then the probe: one query string, one round trip (the simple protocol runs each
         statement on a snapshot of its own, so the probe, after the head's lock, sees the
@@ -201,7 +201,8 @@ class PostgresBackend(Backend):
         params = {"keys": "{" + ",".join([str(k) for k, _ in ordered]) + "}",
                   "shared": "{" + ",".join(["t" if shared else "f"
                                             for _, (_, shared) in ordered]) + "}",
-                  "ids": text_array(ids), "streams": text_array(streams)}
+                  "ids": text_array(ids), "streams": text_array(streams),
+                  "unbound": text_array(unbound)}
         self._prepare(conn)
         with self._naming("the journal head row (every append queues there)"), self.direct(conn):
             cur = _kept_cursor(conn, "locks_head_probe", client=True)
@@ -219,13 +220,14 @@ class PostgresBackend(Backend):
             cur.nextset()
             probe = cur.fetchone()
         assert probe is not None  # the probe is one row of aggregates
-        last, last_position, last_hash, any_existing, versions = probe
+        last, last_position, last_hash, any_existing, versions, any_bound = probe
         if head is None:  # a key was held: wait for the keys in order, then the head
             self.lock_more(conn, locks)
-            return self.lock_and_probe(conn, ids, streams)
+            return self.lock_and_probe(conn, ids, streams, unbound)
         return Probe(head[0], head[1], last or 0,
                      {s: v for s, v in zip(streams, versions, strict=True) if v},
-                     bool(any_existing), last_position or 0, last_hash or "")
+                     bool(any_existing), last_position or 0, last_hash or "",
+                     bool(any_bound))
 
     def _prepare(self, conn: Connection, *, again: bool = False) -> None:
         """The append's statements prepared on this connection, once in its life (see
@@ -337,7 +339,8 @@ class PostgresBackend(Backend):
             "retry, or look for a long transaction in pg_stat_activity"
         )
 
-    def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
+    def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str],
+                       unbound: Sequence[str] = ()) -> Probe:
         """Lock the head row FOR UPDATE, then probe: one round trip (a pipeline).
 
         Two statements on purpose: a SELECT ... FOR UPDATE that waited re-reads the
@@ -350,9 +353,11 @@ class PostgresBackend(Backend):
         with self._naming("the journal head row (every append queues there)"), self.direct(conn):
             with raw.pipeline():
                 head = raw.execute(_LOCK_HEAD)
-                probe = raw.execute(_PROBE, (text_array(ids), text_array(streams)))
+                probe = raw.execute(_PROBE, (text_array(ids), text_array(streams),
+                                             text_array(unbound)))
             position, digest = head.fetchone()
-            last, last_position, last_hash, any_existing, versions = probe.fetchone()
+            last, last_position, last_hash, any_existing, versions, any_bound = (
+                probe.fetchone())
         return Probe(
             position,
             digest,
@@ -361,6 +366,7 @@ class PostgresBackend(Backend):
             bool(any_existing),
             last_position or 0,
             last_hash or "",
+            bool(any_bound),
         )
 
     def head_and_existing(self, conn: Connection, ids: Sequence[str]
@@ -643,8 +649,9 @@ _LOCK_HEAD = "SELECT position, hash FROM journal_head WHERE id = 1 FOR UPDATE"
 # it would again answer with a scan).
 _BY_ID = ("unnest(%s::text[]) AS u(id) CROSS JOIN LATERAL "
           "(SELECT {columns} FROM events WHERE event_id = u.id LIMIT 1) AS e")
-# The last recorded_at, whether any id exists, and max(version) per stream (each an
-# index seek on (stream, version)), in the order the streams were given.
+# The last recorded_at, whether any id exists, max(version) per stream (each an index
+# seek on (stream, version)), in the order the streams were given, and whether any of
+# the request keys that must still be free is bound (each a probe of its primary key).
 _PROBE = """
 SELECT
     (SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1),
@@ -655,7 +662,9 @@ SELECT
         SELECT (SELECT max(e.version) FROM events e WHERE e.stream = u.s)
         FROM unnest(%s::text[]) WITH ORDINALITY AS u(s, n)
         ORDER BY u.n
-    )
+    ),
+    EXISTS (SELECT 1 FROM unnest(%s::text[]) AS k(key) CROSS JOIN LATERAL
+            (SELECT 1 FROM request_keys r WHERE r.key = k.key LIMIT 1) AS b)
 """
 # Repeated ids are looked up once (callers pass distinct ids; ANY did that by itself).
 _DISTINCT_BY_ID = _BY_ID.replace("unnest(%s::text[]) AS u(id)",
@@ -701,6 +710,7 @@ WHERE h.id = 1 AND got.n = cardinality(%(keys)s::bigint[])
 FOR UPDATE OF h;"""
     + _PROBE.replace("unnest(%s::text[]) AS u(id)", "unnest(%(ids)s::text[]) AS u(id)")
     .replace("unnest(%s::text[]) WITH ORDINALITY", "unnest(%(streams)s::text[]) WITH ORDINALITY")
+    .replace("unnest(%s::text[]) AS k(key)", "unnest(%(unbound)s::text[]) AS k(key)")
 )
 
 
@@ -712,7 +722,7 @@ FOR UPDATE OF h;"""
 # (The driver's own automatic preparing needs the extended protocol: a message and a
 # sync per statement.) A statement a migration changes under them is planned again by
 # PostgreSQL itself.
-_PREPARED_KEY = "gpu_credits_prepared_v1"
+_PREPARED_KEY = "gpu_credits_prepared_v2"
 
 
 def _numbered(sql: str, names: Sequence[str] = ()) -> str:
@@ -730,12 +740,13 @@ _LOCKS_HEAD = _BEGIN_LOCKS_HEAD_PROBE[len("BEGIN;"):_BEGIN_LOCKS_HEAD_PROBE.inde
 _PREPARED = (
     "PREPARE gpu_credits_locks_head (bigint[], boolean[]) AS "
     + _numbered(_LOCKS_HEAD, ("keys", "shared")),
-    "PREPARE gpu_credits_probe (text[], text[]) AS " + _numbered(_PROBE),
+    "PREPARE gpu_credits_probe (text[], text[], text[]) AS " + _numbered(_PROBE),
     "PREPARE gpu_credits_insert (bigint[], text[], text[], integer[], text[], bigint[], "
     "bigint[], text[], text[]) AS " + _numbered(_INSERT_ARRAYS),
     "PREPARE gpu_credits_move_head (bigint, text) AS " + _numbered(_MOVE_HEAD),
 )
 _EXECUTE_BEGIN_LOCKS_HEAD_PROBE = ("BEGIN;EXECUTE gpu_credits_locks_head(%(keys)s, %(shared)s);"
-                                   "EXECUTE gpu_credits_probe(%(ids)s, %(streams)s)")
+                                   "EXECUTE gpu_credits_probe(%(ids)s, %(streams)s, "
+                                   "%(unbound)s)")
 _EXECUTE_INSERT_ARRAYS = "EXECUTE gpu_credits_insert(" + ", ".join(["%s"] * 9) + ")"
 _EXECUTE_MOVE_HEAD = "EXECUTE gpu_credits_move_head(%s, %s)"

@@ -239,7 +239,7 @@ def test_the_appends_id_lookups_probe_the_index_at_any_size(pg_fresh_url: str) -
         with psycopg.connect(dsn.render_as_string(hide_password=False),
                              autocommit=True) as conn:
             conn.execute("ANALYZE events")
-            for sql, args in [(pg._PROBE, (ids, streams)), (pg._EXISTING, (ids,)),
+            for sql, args in [(pg._PROBE, (ids, streams, ids)), (pg._EXISTING, (ids,)),
                               (pg._HEAD_AND_EXISTING, (ids,))]:
                 plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, args))
                 assert "Seq Scan" not in plan, (sql, plan)
