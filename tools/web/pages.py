@@ -642,11 +642,18 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         # the account's history, which folds the whole journal to place it.
         lines = lines_of(account_history(source, account, journal.head()).statement.lines,
                          rec.position)
-        late = any(other.time > rec.time for other in source.stream_events(account)
-                   if other.position < rec.position)
-        return EventPage(rec, account, lines, caused, revised, late,
-                         {k: v for k, v in personal_of(journal, rec).items()
-                          if k not in rec.payload})
+    else:
+        lines = _own_lines(source, rec)
+    # Late for its account: recorded after an event of its stream with a later time.
+    late = any(other.time > rec.time for other in source.stream_events(account)
+               if other.position < rec.position)
+    return EventPage(rec, account, lines, caused, revised, late,
+                     {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload})
+
+
+def _own_lines(source: AuditSource, rec: RecordedEvent) -> list[StatementLine]:
+    """The lines of `rec` in its stream's account's statement."""
+    journal = source.journal
     stream = source.stream_events(rec.stream)
     known = source.peek(("history", rec.stream, journal.head()))
     if not isinstance(known, AccountHistory) and (
@@ -659,15 +666,12 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
         # reserved from there on); the account page's history folds the whole journal.
         known = account_history(source, rec.stream, journal.head())
     if isinstance(known, AccountHistory):  # its account page was just seen: no fold at all
-        lines = lines_of(known.statement.lines, rec.position)
-    else:  # fold the account's events only up to this one
-        lines = source.cached(("event-lines", rec.position),
-                              lambda: event_lines(stream, rec.stream, rec.position,
-                                                  private=journal.private))
-    # Late for its account: recorded after an event of the same stream with a later time.
-    late = any(other.time > rec.time for other in stream if other.position < rec.position)
-    return EventPage(rec, rec.stream, lines, caused, revised, late,
-                     {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload})
+        return lines_of(known.statement.lines, rec.position)
+    # Fold the account's events only up to this one.
+    lines: list[StatementLine] = source.cached(
+        ("event-lines", rec.position),
+        lambda: event_lines(stream, rec.stream, rec.position, private=journal.private))
+    return lines
 
 
 def _account_of(source: AuditSource, rec: RecordedEvent) -> str:
