@@ -940,32 +940,29 @@ class _Appender:
                     continue
             else:
                 if old is not None and not same_event(self.journal, old, event):
-                    if self._erased_copy(old, event):
-                        # The copy's record of an event whose fields were erased where it
-                        # came from: already present, as in the journal it came from.
-                        self.erased_matches.append((line, event.id))
-                        event = _in_recorded_stream(old, NewEvent(
-                            old.id, old.stream, old.type, old.time, dict(old.payload)))
-                        first[event.id] = (event, line)
-                        kept[0].append(event)
-                        kept[1].append(line)
-                        kept[2].append(is_derived)
+                    if not self._erased_copy(old, event):
+                        self.problems.append(Problem(line, self._conflict(old, event,
+                                                                          is_derived)))
                         continue
-                    if old.position > self.start:
-                        why = f"is used on line {self.line_of(old.position)} for another event"
-                    else:
-                        why = f"is already recorded at position {old.position} as another event"
-                        if is_derived and _differs_only_in_person(old, event):
-                            why += (" (the same event for another user: the id a line "
-                                    "without one gets leaves its user out; give such "
-                                    "lines an id)")
-                    self.problems.append(Problem(line, f"id {event.id!r} {why}"))
-                    continue
+                    # The copy's record of an event whose fields were erased where it
+                    # came from: already present, as in the journal it came from.
+                    self.erased_matches.append((line, event.id))
+                    event = NewEvent(old.id, old.stream, old.type, old.time, dict(old.payload))
                 first[event.id] = (event, line)
             kept[0].append(event)
             kept[1].append(line)
             kept[2].append(is_derived)
         return kept
+
+    def _conflict(self, old: RecordedEvent, event: NewEvent, derived: bool) -> str:
+        """Why a line whose id names `old` is refused."""
+        if old.position > self.start:
+            return f"id {event.id!r} is used on line {self.line_of(old.position)} for another event"
+        why = f"id {event.id!r} is already recorded at position {old.position} as another event"
+        if derived and _differs_only_in_person(old, event):
+            why += (" (the same event for another user: the id a line without one gets "
+                    "leaves its user out; give such lines an id)")
+        return why
 
     def erased_warnings(self, source: str) -> list[str]:
         """A warning for the lines taken as events whose personal fields were erased."""
