@@ -438,6 +438,14 @@ def test_a_checkpoint_of_an_older_format_is_a_stale_cache_for_verify_too(
     assert stale.exit_code == 0
     assert ["version 1" in why for why in json.loads(stale.stdout)["stale_checkpoints"]] \
         == [True]
+    from fastapi.testclient import TestClient
+
+    from tools.service import create_app
+
+    with TestClient(create_app(db, mount_web=False)) as client:
+        answer = client.post("/v1/journal/verify").json()
+    assert answer["ok"] and ["version 1" in why for why in answer["stale_checkpoints"]] \
+        == [True]
     assert run("replay").exit_code == 0
     again = run("verify", "--json")
     assert again.exit_code == 0

@@ -399,6 +399,10 @@ class VerifyAnswer(Answer):
                         "all of them, reversed events and reversals included")
     first_bad_position: int | None = None
     problem: str | None = None
+    stale_checkpoints: list[str] | None = Field(
+        default=None, description="checkpoints saved in another format, not compared: a "
+        "cache out of date, not damage (`gpu-credits replay` saves fresh ones); absent "
+        "when none")
 
 
 class Health(Answer):

@@ -450,6 +450,8 @@ def verify(request: Request, body: VerifyBody | None = None) -> Any:
     if not report.ok:
         answer["first_bad_position"] = report.first_bad_position
         answer["problem"] = report.problem
+    if report.stale_checkpoints:
+        answer["stale_checkpoints"] = list(report.stale_checkpoints)
     return answer
 
 
