@@ -48,10 +48,9 @@ class Probe:
     any_bound: bool = False  # whether a request key that must still be free is bound
 
 
-def _chunked(keys: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
-    """`keys` a few hundred at a time (a statement's parameters are bounded)."""
-    for start in range(0, len(keys), size):
-        yield keys[start:start + size]
+BOUND_CHUNK = 900
+"""Request keys `Backend.bound` asks about in one statement (SQLite's old builds allow
+999 bound parameters)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +194,7 @@ class Backend:
         (`Probe.any_bound`) if one is."""
         self.lock_more(conn, locks)
         probe = self.lock_and_probe(conn, ids, streams)
-        if unbound and any(self.bound(conn, chunk) for chunk in _chunked(unbound)):
+        if unbound and self.bound(conn, unbound):
             return dataclasses.replace(probe, any_bound=True)
         return probe
 
@@ -224,11 +223,14 @@ class Backend:
         return head, rows, self.bound(conn, keys)
 
     def bound(self, conn: Connection, keys: Sequence[str]) -> list[str]:
-        """Which of these request keys are bound (at most a few hundred at a time)."""
-        if not keys:
-            return []
-        found = conn.execute(select(request_keys.c.key).where(request_keys.c.key.in_(keys)))
-        return list(found.scalars())
+        """Which of these request keys are bound (asked `BOUND_CHUNK` at a time: a
+        statement's parameters are bounded)."""
+        found: list[str] = []
+        for start in range(0, len(keys), BOUND_CHUNK):
+            chunk = keys[start:start + BOUND_CHUNK]
+            found += conn.execute(select(request_keys.c.key)
+                                  .where(request_keys.c.key.in_(chunk))).scalars()
+        return found
 
     def lock_and_probe(self, conn: Connection, ids: Sequence[str], streams: Sequence[str]) -> Probe:
         """Lock the head so no other append can interleave, then read what the append needs."""

@@ -495,7 +495,7 @@ class Journal(JournalBase):
         try:
             with self._new_write(self._backend.own_transaction) as conn:
                 recorded = self._append(conn, batch, None, None, True, at, keys, committed,
-                                        spans, unbound)
+                                        spans, sorted(set(unbound)))
         except IntegrityError as exc:
             if not self._backend.recorded_id(exc):
                 raise
@@ -559,8 +559,7 @@ class Journal(JournalBase):
         # writer's usual one, probes none of them.
         probed = ids if committed is None or not self._backend.refuses_recorded_ids else []
         probe = (self._backend.lock_and_probe(conn, probed, asked) if locks is None
-                 else self._backend.begin_lock_and_probe(conn, locks, probed, asked,
-                                                         sorted(set(unbound))))
+                 else self._backend.begin_lock_and_probe(conn, locks, probed, asked, unbound))
         if tx is not None:
             tx.holds_head = True
         if (probe.last_position, probe.last_hash or GENESIS_HASH) != (probe.position, probe.hash):
@@ -577,8 +576,7 @@ class Journal(JournalBase):
             # Asked with the probe, after the locks and the head's: a binding committed
             # before them is seen (a statement of its own, a snapshot of its own), and
             # none can come after, since binding one takes the same locks.
-            taken = [k for chunk in _chunks(sorted(set(unbound)), _CHUNK)
-                     for k in self._backend.bound(conn, chunk)]
+            taken = self._backend.bound(conn, unbound)
             raise VersionConflict(
                 f"request key {(taken or ['?'])[0]!r} was bound by another writer after the "
                 f"batch to be written at {at} was decided; nothing was appended")
@@ -911,8 +909,7 @@ class Journal(JournalBase):
         if len(wanted) > 1000 or len(keys) > _CHUNK:
             head, recorded = self.head_and_get_many(wanted)
             with self._reading() as conn:
-                bound = [k for chunk in _chunks(keys, _CHUNK)
-                         for k in self._backend.bound(conn, chunk)]
+                bound = self._backend.bound(conn, keys)
             return LookUp(head, recorded, frozenset(bound))
         with self._reading(one_statement=True) as conn:
             head, rows, bound = self._backend.head_existing_and_bound(conn, wanted, keys)
