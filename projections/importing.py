@@ -47,14 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
-from eventstore import (
-    ERASED_KEY,
-    PRIVATE_KEY,
-    IdempotencyConflict,
-    JournalLike,
-    NewEvent,
-    RecordedEvent,
-)
+from eventstore import PRIVATE_KEY, IdempotencyConflict, JournalLike, NewEvent, RecordedEvent
 from eventstore.hashing import canonical_json
 from projections import csvcells
 from projections.csvcells import unguard
@@ -77,12 +70,13 @@ from projections.events import (
 )
 from projections.personal import (
     ERASURE_STREAM,
+    erased_ids,
     line_fields,
     same_event,
     same_new_event,
     with_personal,
 )
-from projections.replay import ledger_at, rows_of_type
+from projections.replay import ledger_at
 from projections.session import QUEUE_SHARED
 from projections.timefmt import format_micros
 from projections.validation import loads_strict, require_name, require_time, show
@@ -1003,18 +997,6 @@ class _Appender:
         if first is None:
             return []
         return [_redelivery_text(source, matches, new, first)]
-
-
-def erased_ids(journal: JournalLike) -> frozenset[str]:
-    """The ids of the events an `erase` event of the journal names."""
-    named: set[str] = set()
-    for row in rows_of_type(journal, "erase"):
-        payload = row[4]
-        if isinstance(payload, str | bytes):
-            payload = json.loads(payload)
-        ids = payload.get(ERASED_KEY) if isinstance(payload, dict) else None
-        named.update(i for i in ids or () if isinstance(i, str))
-    return frozenset(named)
 
 
 def _differs_only_in_person(old: RecordedEvent, new: NewEvent) -> bool:

@@ -20,8 +20,9 @@ import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from eventstore import PRIVATE_KEY, Erasure, JournalLike, NewEvent, RecordedEvent
+from eventstore import ERASED_KEY, PRIVATE_KEY, Erasure, JournalLike, NewEvent, RecordedEvent
 from eventstore import appending as _appending
+from eventstore.hashing import load_json
 from projections.events import (
     DomainEvent,
     from_journal_keys,
@@ -30,6 +31,7 @@ from projections.events import (
     split_personal,
     to_payload,
 )
+from projections.replay import rows_of_type
 
 ERASURE_STREAM = "$erasures"
 """The stream erasure events are recorded in (they belong to no account)."""
@@ -115,6 +117,16 @@ def events_of_user(journal: JournalLike, user: str) -> list[str]:
     require_name("user", user)
     return [event_id for _, event_id, fields in journal.private_parts()
             if fields.get("user") == user]
+
+
+def erased_ids(journal: JournalLike) -> frozenset[str]:
+    """The ids of the events the journal's `erase` events name."""
+    named: set[str] = set()
+    for row in rows_of_type(journal, "erase"):
+        payload = load_json(row[4]) if isinstance(row[4], str) else row[4]
+        ids = payload.get(ERASED_KEY) if isinstance(payload, dict) else None
+        named.update(i for i in ids or () if isinstance(i, str))
+    return frozenset(named)
 
 
 def erase_user(journal: JournalLike, user: str, *, reason: str | None = None,
