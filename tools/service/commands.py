@@ -24,12 +24,7 @@ from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.session import job_key
-from tools.service.bindings import (
-    REQUEST_LOCK,
-    cancel_fingerprint,
-    key_in_use,
-    start_next_fingerprint,
-)
+from tools.service.bindings import cancel_fingerprint, key_in_use, start_next_fingerprint
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
@@ -314,9 +309,7 @@ class AppendEvents:
                 state = ledger.jobs.get(job)
                 if state is not None:
                     keys.add(state.account)
-        if self.key is not None and self.fingerprint:
-            # Two replicas given one key at once: the second finds the first's binding.
-            keys.add(REQUEST_LOCK + self.key)
+        # (Its Idempotency-Key's lock the writer adds, as for every keyed command.)
         return sorted(keys)
 
     def run(self, service: LedgerService) -> AnswerDict:

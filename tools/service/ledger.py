@@ -532,8 +532,6 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
             # first recorded or bound under it, even when their other locks are shared
             # (a cancel that changed nothing and a grant, say).
             locks.add(REQUEST_LOCK + command.key)
-    # Every write holds the queue (`with_queue`): a start_next elsewhere decides on a
-    # journal nobody appends to meanwhile.
     ids = [c.key for c in commands if c.key is not None]
     single: list[str] = []
     for command in commands:
@@ -543,6 +541,8 @@ def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
                 single.append(command.key)
         else:
             ids.extend(records)
+    # Every write holds the queue (`with_queue`): a start_next elsewhere decides on a
+    # journal nobody appends to meanwhile.
     return with_queue(locks), ids, single
 
 
