@@ -681,6 +681,30 @@ def test_erasing_a_batch_s_memo_drops_its_key_binding(db_url: str, clock: Clock)
         assert again.json() == {"appended": 0, "already_present": 1, "positions": [1]}
 
 
+def test_a_running_service_forgets_a_batch_answer_once_erasure_drops_its_binding(
+        db_url: str, clock: Clock) -> None:
+    """The answer a process remembers for a keyed batch was the last trace of the erased
+    memo: once the binding is gone, a guess sent under the key is no longer told apart
+    (409) from the memo itself; it is answered as a restarted process answers it."""
+    from eventstore import Journal
+    from projections.personal import erase_events
+    from tools.service import create_app
+
+    grant = {"type": "grant", "account": "a", "amount": 5, "time": 0, "id": "g",
+             "memo": "for Zebulon Quayle"}
+    guess = {**grant, "memo": "for Zebedee Quayle"}
+    key = {"Idempotency-Key": "k"}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        first = c.post("/v1/events", json={"events": [grant]}, headers=key)
+        assert first.json() == {"appended": 1, "already_present": 0, "positions": [1]}
+        assert c.post("/v1/events", json={"events": [guess]}, headers=key).status_code == 409
+        with Journal(db_url) as journal:
+            erase_events(journal, ["g"], reason="asked to")
+        again = c.post("/v1/events", json={"events": [guess]}, headers=key)
+        assert (again.status_code, again.json()) == (
+            200, {"appended": 0, "already_present": 1, "positions": [1]})
+
+
 def test_a_refused_batch_binds_no_key(db_url: str, clock: Clock) -> None:
     """A 422 appended nothing and bound nothing: the key is free for the corrected batch."""
     from tools.service import create_app

@@ -111,6 +111,11 @@ class RememberedAnswers:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def forget(self, key: str) -> None:
+        """Answer `key` from the journal from now on."""
+        with self._lock:
+            self._items.pop(key, None)
+
 
 class LedgerService:
     """One journal, its live projection, and the group-commit writer deciding on it."""

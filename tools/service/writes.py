@@ -186,6 +186,10 @@ class AnswerCache:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
 
 _TIME_FIELDS = ("time", "expiry")
 
@@ -244,6 +248,13 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
         fingerprint = hashlib.sha256(json.dumps(events, sort_keys=True).encode()
                                      ).hexdigest()
         seen = cache.get(key)
+        if seen is not None and await asyncio.to_thread(service.journal.request, key) is None:
+            # The binding was dropped since (an erasure of a record the batch named): the
+            # answer remembered here would still confirm a guess of the erased text, so
+            # the batch is decided from the journal alone, as after a restart.
+            cache.forget(key)
+            service.answers.forget(key)
+            seen = None
         if seen is not None:
             if seen[0] != fingerprint:
                 raise batch_key_conflict(key)
