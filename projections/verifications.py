@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventstore import JournalLike
+
+if TYPE_CHECKING:
+    from projections.replay import VerifyReport
 
 VERIFICATION = "verification"
 """The snapshot name the verdicts are kept under."""
@@ -36,13 +39,27 @@ class Verification:
     problem: str | None = None
     finished_at: float = 0.0  # wall clock, seconds since the epoch
     by: str = "cli"  # "cli", "http" (POST /v1/journal/verify) or "web" (the verify button)
+    # Checkpoints passed over as saved in another format (a stale cache, not a finding):
+    # why, one line each, as `VerifyReport.stale_checkpoints` gives them.
+    stale_checkpoints: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, report: VerifyReport, *, head: int, by: str, finished_at: float,
+           events: int | None = None) -> Verification:
+        """The verdict of `report` (`projections.replay.verify`), as every way of
+        verifying records it; `events`: the events whose chain was checked, when the
+        caller checked the chain itself."""
+        return cls(report.ok, head, report.checked_events if events is None else events,
+                   report.checked_checkpoints, report.first_bad_position, report.problem,
+                   finished_at, by, report.stale_checkpoints)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready record."""
         return {"ok": self.ok, "head": self.head, "events": self.events,
                 "checkpoints": self.checkpoints,
                 "first_bad_position": self.first_bad_position, "problem": self.problem,
-                "finished_at": self.finished_at, "by": self.by}
+                "finished_at": self.finished_at, "by": self.by,
+                "stale_checkpoints": list(self.stale_checkpoints)}
 
     @classmethod
     def from_dict(cls, data: Any) -> Verification:
@@ -55,7 +72,19 @@ class Verification:
                    _typed(data, "first_bad_position", int, optional=True),
                    _typed(data, "problem", str, optional=True),
                    float(_typed(data, "finished_at", float)),
-                   _typed(data, "by", str, optional=True) or "cli")
+                   _typed(data, "by", str, optional=True) or "cli",
+                   _stale(data.get("stale_checkpoints")))
+
+
+def _stale(value: Any) -> tuple[str, ...]:
+    """A record's `stale_checkpoints`: a list of text (missing or null in a record kept
+    before it was one: none); else ValueError."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"verification record: stale_checkpoints is {value!r:.40}, "
+                         "expected a list of text")
+    return tuple(value)
 
 
 def _typed(data: dict[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:

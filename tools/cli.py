@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import IO, Annotated, Any, Protocol, TextIO, cast
@@ -793,9 +794,9 @@ def verify(
     first_bad = report.first_bad_position if not report.ok else (
         failed.first_bad_position if failed else None)
     problem = report.problem if not report.ok else (failed.problem if failed else None)
-    _record_verdict(ctx, db, Verification(ok, head, report.checked_events,
-                                          report.checked_checkpoints, first_bad, problem,
-                                          time.time(), "cli"))
+    verdict = Verification.of(report, head=head, by="cli", finished_at=time.time())
+    _record_verdict(ctx, db, replace(verdict, ok=ok, first_bad_position=first_bad,
+                                     problem=problem))
     if as_json:
         out: dict[str, Any] = {"ok": ok, "first_bad_position": first_bad, "problem": problem,
                                "events": report.checked_events,
@@ -817,10 +818,7 @@ def verify(
         else:
             out_.print(f"ok: {report.checked_events} events, hash chain intact")
         if report.stale_checkpoints:
-            out_.print(
-                f"note: {len(report.stale_checkpoints)} checkpoint(s) saved in another "
-                "format not compared (a stale cache, not damage: gpu-credits replay saves "
-                "fresh ones)")
+            out_.print(f"note: {wording.stale_checkpoints_text(len(report.stale_checkpoints))}")
         for anchor_, _ in checks:
             out_.print(f"ok: holds anchor {anchor_} unchanged", soft_wrap=True)
     else:

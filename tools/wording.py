@@ -197,6 +197,13 @@ def mismatch_text(m: Mismatch) -> str:
                      f"{CLOSING_DIFFERS}")
 
 
+def stale_checkpoints_text(count: int) -> str:
+    """Why a verification passed over `count` checkpoints: what `gpu-credits verify`
+    notes and the web view's verdict shows."""
+    return (f"{count} checkpoint(s) saved in another format not compared (a stale cache, "
+            "not damage: gpu-credits replay saves fresh ones)")
+
+
 WORDS: Words = {Effect: effect_text, Waiting: waiting_text, Note: note_text,
                 Mismatch: mismatch_text}
 """Every worded value type, and its words."""

@@ -55,7 +55,11 @@ def test_a_read_only_journal_keeps_no_verdict_and_says_why(tmp_path: Path) -> No
 @pytest.mark.parametrize("state", [b"not json", b"[1, 2]", b'{"ok": "yes", "head": 1}',
                                    b'{"ok": true, "head": true, "events": 1, '
                                    b'"finished_at": 1}',
-                                   b'{"ok": true, "head": 1, "events": 1}'])
+                                   b'{"ok": true, "head": 1, "events": 1}',
+                                   b'{"ok": true, "head": 1, "events": 1, "finished_at": 1, '
+                                   b'"stale_checkpoints": "checkpoint 1"}',
+                                   b'{"ok": true, "head": 1, "events": 1, "finished_at": 1, '
+                                   b'"stale_checkpoints": [1]}'])
 def test_a_malformed_record_reads_as_none(state: bytes) -> None:
     journal = MemoryJournal()
     journal.save_snapshot(VERIFICATION, 1, 0, "ok", state)
@@ -65,3 +69,11 @@ def test_a_malformed_record_reads_as_none(state: bytes) -> None:
 def test_a_record_reads_back_field_for_field() -> None:
     verdict = Verification(False, 3, 3, 2, 2, "replay differs", 1700000000.25, "web")
     assert Verification.from_dict(verdict.as_dict()) == verdict
+
+
+def test_the_stale_checkpoints_a_verdict_passed_over_are_kept_with_it() -> None:
+    verdict = Verification(True, 3, 3, 0, finished_at=1.0, by="cli",
+                           stale_checkpoints=("checkpoint 1 at position 3: version 1",))
+    assert Verification.from_dict(verdict.as_dict()) == verdict
+    kept_before = {k: v for k, v in verdict.as_dict().items() if k != "stale_checkpoints"}
+    assert Verification.from_dict(kept_before).stale_checkpoints == ()

@@ -361,6 +361,76 @@ def test_verify_counts_every_event_of_the_journal_however_it_ran(tmp_path: Path)
         assert "OK</strong>: 3 events, hash chain intact" in c.get("/").text
 
 
+def _stale_checkpoint(url: str) -> None:
+    """Replace the journal's checkpoint with the same one labelled as an older format
+    (its own hash made to match): intact, of this chain, only out of date."""
+    import hashlib
+
+    import orjson
+
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT, MAGIC
+    from projections.replay import replay
+
+    with Journal(url) as journal:
+        replay(journal, checkpoint=True)
+        (info,) = journal.snapshots(CHECKPOINT)
+        blob = journal.load_snapshot(info.id)
+        end = blob.index(b"\n", len(MAGIC))
+        header, body = orjson.loads(blob[len(MAGIC):end]), blob[end + 1:]
+        header.pop("sha256")
+        header["version"] = 1
+        plain = orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+        header["sha256"] = hashlib.sha256(plain + b"\n" + body).hexdigest()
+        journal.drop_snapshots(CHECKPOINT)
+        journal.save_snapshot(CHECKPOINT, info.position, info.event_time, info.digest,
+                              MAGIC + orjson.dumps(header, option=orjson.OPT_SORT_KEYS)
+                              + b"\n" + body)
+
+
+def test_the_verdict_names_the_stale_checkpoints_however_it_ran(tmp_path: Path) -> None:
+    """A checkpoint saved in an older format is passed over with a note, not a finding:
+    the button's verdict says so in the words `gpu-credits verify` prints, and names it,
+    as does the summary after a verify from the command line or the HTTP API."""
+    from typer.testing import CliRunner
+
+    from tools.cli import app as cli
+
+    url = _cli_journal(tmp_path, ("grant", "a", "100", "--at", "0", "--id", "g1"),
+                       ("consume", "a", "5", "--at", "1", "--id", "c1"))
+    _stale_checkpoint(url)
+    printed = CliRunner().invoke(cli, ["verify", "--db", url])
+    assert printed.exit_code == 0, printed.stdout
+    (note,) = [line for line in printed.stdout.splitlines() if line.startswith("note: ")]
+    assert "1 checkpoint(s) saved in another format" in note
+    with TestClient(app_for(url)) as c:
+        summary = c.get("/").text
+        assert "by gpu-credits verify" in summary and note in summary
+        assert re.search(r"<li>checkpoint \d+ at position 2: [^<]*version 1", summary)
+        assert "no checkpoint recorded yet" not in summary  # one was: it was passed over
+
+        assert c.post("/journal/verify", headers={"HX-Request": "true"}).status_code == 200
+        status = c.app.state.web_source.verifier.wait(60)  # type: ignore[attr-defined]
+        assert (status.state, status.checkpoints, len(status.stale_checkpoints)) \
+            == ("ok", 0, 1)
+        shown = c.get("/journal/verify").text
+        assert "by the journal page" in shown and note in shown
+        assert re.search(r"<li>checkpoint \d+ at position 2: [^<]*version 1", shown)
+
+        assert c.post("/v1/journal/verify", json={}).json()["stale_checkpoints"] \
+            == list(status.stale_checkpoints)
+        summary = c.get("/").text
+        assert "by POST /v1/journal/verify" in summary and note in summary
+
+    replayed = CliRunner().invoke(cli, ["replay", "--db", url])
+    assert replayed.exit_code == 0, replayed.stdout
+    assert CliRunner().invoke(cli, ["verify", "--db", url]).exit_code == 0
+    with TestClient(app_for(url)) as c:  # a fresh checkpoint: nothing passed over
+        summary = c.get("/").text
+        assert "replay reproduces the 1 recorded checkpoint" in summary
+        assert "note: " not in summary and 'id="verify-stale"' not in summary
+
+
 def test_the_summary_and_expiring_list_the_same_window(tmp_path: Path) -> None:
     """Credits count for `time <= t < expiry`: at the latest event time T, a grant expiring
     at T has stopped counting already and one expiring at T + 7 days stops within the

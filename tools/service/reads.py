@@ -442,16 +442,15 @@ def verify(request: Request, body: VerifyBody | None = None) -> Any:
                                       chain.problem, time.time(), "http"))
         return {"ok": False, "events": chain.events,
                 "first_bad_position": chain.first_bad_position, "problem": chain.problem}
-    report = verify_journal(journal)
-    _record(journal, Verification(report.ok, head, chain.events, report.checked_checkpoints,
-                                  report.first_bad_position, report.problem, time.time(),
-                                  "http"))
-    answer: dict[str, Any] = {"ok": report.ok, "events": chain.events}
-    if not report.ok:
-        answer["first_bad_position"] = report.first_bad_position
-        answer["problem"] = report.problem
-    if report.stale_checkpoints:
-        answer["stale_checkpoints"] = list(report.stale_checkpoints)
+    verdict = Verification.of(verify_journal(journal), head=head, by="http",
+                              finished_at=time.time(), events=chain.events)
+    _record(journal, verdict)
+    answer: dict[str, Any] = {"ok": verdict.ok, "events": verdict.events}
+    if not verdict.ok:
+        answer["first_bad_position"] = verdict.first_bad_position
+        answer["problem"] = verdict.problem
+    if verdict.stale_checkpoints:
+        answer["stale_checkpoints"] = list(verdict.stale_checkpoints)
     return answer
 
 

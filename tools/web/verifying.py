@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from eventstore import JournalLike
 from projections.verifications import Verification, last_verification, record_verification
+from tools import wording
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +33,23 @@ class VerifyStatus:
     events: int = 0
     by: str = "web"  # how it ran: "web" (this view), "cli" (gpu-credits verify), "http"
     checkpoints: int = 0
+    stale_checkpoints: tuple[str, ...] = ()  # passed over: saved in another format
 
     @classmethod
-    def of(cls, verdict: Verification) -> VerifyStatus:
-        """A recorded verification, as the pages show one."""
-        return cls("ok" if verdict.ok else "failed", verdict.events, verdict.events, None,
-                   verdict.finished_at, verdict.head, verdict.first_bad_position,
-                   verdict.problem, verdict.events, verdict.by, verdict.checkpoints)
+    def of(cls, verdict: Verification, started_at: float | None = None) -> VerifyStatus:
+        """A finished verification, as the pages show one."""
+        return cls("ok" if verdict.ok else "failed", verdict.events, verdict.events,
+                   started_at, verdict.finished_at, verdict.head, verdict.first_bad_position,
+                   verdict.problem, verdict.events, verdict.by, verdict.checkpoints,
+                   verdict.stale_checkpoints)
+
+    @property
+    def stale_note(self) -> str:
+        """The note on the checkpoints passed over, as `gpu-credits verify` prints it
+        ("" when none was)."""
+        if not self.stale_checkpoints:
+            return ""
+        return f"note: {wording.stale_checkpoints_text(len(self.stale_checkpoints))}"
 
     @property
     def running(self) -> bool:
@@ -102,14 +113,10 @@ class Verifier:
             final = VerifyStatus("error", 0, 0, started, time.time(), head,
                                  problem=f"{type(exc).__name__}: {exc}")
         else:
-            final = VerifyStatus(
-                "ok" if report.ok else "failed", report.checked_events,
-                report.checked_events, started, time.time(), head,
-                report.first_bad_position, report.problem, report.checked_events,
-                checkpoints=report.checked_checkpoints)
-            record_verification(self._journal, Verification(
-                report.ok, head or 0, report.checked_events, report.checked_checkpoints,
-                report.first_bad_position, report.problem, final.finished_at or 0.0, "web"))
+            verdict = Verification.of(report, head=head or 0, by="web",
+                                      finished_at=time.time())
+            final = VerifyStatus.of(verdict, started)
+            record_verification(self._journal, verdict)
         with self._lock:
             self._status = final
 
