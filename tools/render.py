@@ -429,6 +429,12 @@ def explain_account(ex: AccountExplanation) -> None:
                        Text(_lineage(s.paid_by)),
                        Text(f"{s.debt_created:,}", style="red") if s.debt_created else "")
     print_table(spends, out)
+    releases = _released_to_debt(ex)
+    if releases:
+        out.print(Text("Released credits that paid debt (cancels, completions)", style="bold"))
+        for (time, _, event_id, job), paid in releases:
+            out.print(Text(f"  {format_time(time)}  {event_id}  job {job}: "
+                           f"{sum(a for _, a in paid):,} paid debt first ({_lineage(paid)})"))
     if ex.rejections:
         out.print(Text("Rejected submits", style="bold"))
         for r in ex.rejections:
@@ -439,6 +445,18 @@ def explain_account(ex: AccountExplanation) -> None:
             out.print(Text(f"  {format_time(time)}  {event_id}: {why}"))
     if ex.debt:
         out.print(Text(f"Outstanding debt: {_pools_text(ex.debt)}", style="red"))
+
+
+def _released_to_debt(ex: AccountExplanation
+                      ) -> list[tuple[tuple[int, int, str, str | None], Lineage]]:
+    """Each release (a cancel, a completion) whose credits paid debt, in timeline order:
+    (time, position, event id, job), and the grants whose credits paid it."""
+    by_release: dict[tuple[int, int, str, str | None], list[tuple[str, int]]] = {}
+    for g in ex.grants:
+        for use in g.released_to_debt:
+            key = (use.time, use.position, use.event_id, use.job)
+            by_release.setdefault(key, []).append((g.grant_id, use.amount))
+    return [(key, tuple(paid)) for key, paid in sorted(by_release.items())]
 
 
 def explain_job(ex: JobExplanation) -> None:

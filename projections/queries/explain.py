@@ -80,9 +80,12 @@ class GrantLineage:
         """All the debt its credits paid: on arrival and after a release."""
         return self.paid_debt + self.debt_paid_later
 
+    # `paid_debt` is all the debt it paid; `released_to_debt` lists the part released
+    # credits paid, one entry per release (a cancel, a completion charging less than held).
     json_keys: ClassVar[tuple[str, ...]] = (
         "grant=grant_id", "time:time", "position", "pool", "amount", "expiry",
-        "paid_debt=debt_paid", "used", "uses", "expired", "held", "remaining")
+        "paid_debt=debt_paid", "used", "uses", "expired", "held", "remaining",
+        "released_to_debt")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,30 @@ def test_statement_says_the_debt_a_release_paid_in_every_form(run: Run,
     assert words in run("statement", "d").stdout
     (g1,) = _obj(as_json(run("explain", "d", "--json")))["grants"]
     assert (g1["paid_debt"], g1["used"], g1["remaining"]) == (3, 2, 5)
+
+
+def test_explain_lists_each_release_whose_credits_paid_debt(run: Run,
+                                                            tmp_path: Path) -> None:
+    # Beside the grant's total debt paid, the releases that paid it: here the cancel's 3,
+    # and none of the 4 that g2 paid on arrival.
+    imported(run, tmp_path / "debt.jsonl", RELEASED_IN_DEBT + """\
+{"type": "consume", "account": "d", "amount": 9, "time": 4, "id": "u2"}
+{"type": "grant", "account": "d", "amount": 6, "time": 5, "id": "g2"}
+""")
+    ex = _obj(as_json(run("explain", "d", "--json")))
+    g1, g2 = ex["grants"]
+    assert list(g1) == ["grant", "time", "position", "pool", "amount", "expiry",
+                        "paid_debt", "used", "uses", "expired", "held", "remaining",
+                        "released_to_debt"]
+    assert (g1["paid_debt"], g1["used"], g1["remaining"]) == (3, 7, 0)
+    assert [{k: r[k] for k in ("time", "position", "event_id", "kind", "amount", "job")}
+            for r in g1["released_to_debt"]] == [
+        {"time": 3, "position": 4, "event_id": "x1", "kind": "release", "amount": 3,
+         "job": "j1"}]
+    assert (g2["paid_debt"], g2["released_to_debt"]) == (4, [])
+    text = run("explain", "d").stdout
+    assert "Released credits that paid debt" in text
+    assert re.search(r"x1\s+job j1: 3 paid debt first \(g1 3\)", text)
 
 
 def test_statement_from_after_to_is_bad_input(run: Run, small: Path) -> None:
