@@ -7,7 +7,9 @@ heaps together: lowest priority number first, then earliest expiry, pool-specifi
 general on an equal expiry, then grant order. Debt is kept per pool. A hold moves
 credits out of their batches into a reservation that cannot expire; releasing it puts
 each credit back into the batch it came from (or expires it there, if that batch has
-expired or its grant was voided meanwhile).
+expired or its grant was voided meanwhile). Every pool the account was granted, used or
+owed in keeps its key in `active` (at 0 once nothing of it is left): the pools an answer
+lists are those, whichever way a pool came to 0.
 """
 
 from __future__ import annotations
@@ -171,6 +173,8 @@ class CreditBook:
     """One account's credits. Every method takes the event time it happens at."""
 
     heaps: dict[str, list[Batch]] = field(default_factory=dict)
+    # Per pool, the credits of its live batches; a key for every pool the account was
+    # granted, used or owed in (`name_pool`), so a pool stays listed at 0.
     active: dict[str, int] = field(default_factory=dict)
     debt: dict[str, int] = field(default_factory=dict)
     holds: dict[str, Hold] = field(default_factory=dict)
@@ -313,6 +317,13 @@ class CreditBook:
 
     # -- changes -----------------------------------------------------------------------
 
+    def name_pool(self, pool: str) -> None:
+        """List `pool` among the account's pools from now on (at 0 while nothing is in it
+        and nothing owed): every grant, usage and hold names its pool, so a pool used up,
+        paid off by any grant, or used only from general credits stays listed alike."""
+        if pool not in self.active:
+            self.active[pool] = 0
+
     def grant(self, grant_id: str, amount: int, expiry: int | None, pool: str,
               order: tuple[int, int], priority: int = DEFAULT_GRANT_PRIORITY
               ) -> tuple[tuple[tuple[str, int], ...], Batch | None]:
@@ -322,6 +333,7 @@ class CreditBook:
         rest = amount - _amounts(paid)
         if rest == 0:
             # Swallowed whole by debt: it never enters the expiry queue.
+            self.name_pool(pool)
             return paid, None
         batch = Batch(grant_id, pool, expiry, rest, order, priority)
         self._push(batch)
@@ -431,6 +443,7 @@ class CreditBook:
 
     def consume(self, amount: int, pool: str) -> tuple[Lineage, int]:
         """Spend `amount` in `pool`; return (grants that paid, debt created)."""
+        self.name_pool(pool)
         taken = self._draw(pool, amount)
         covered = _amounts(taken)
         short = amount - covered
@@ -450,6 +463,7 @@ class CreditBook:
         if got != amount:
             self._return(taken, time=None)
             raise ValueError(f"hold {ref!r}: {amount} asked, only {got} usable in pool {pool!r}")
+        self.name_pool(pool)
         self.holds[ref] = Hold(pool, taken)
         self.held += amount
         return _lineage(taken)
@@ -509,6 +523,14 @@ class CreditBook:
             if batch.amount and not batch.in_heap:
                 self._push(batch)
         return expired, payments
+
+
+def with_general(pools: dict[str, int]) -> dict[str, int]:
+    """`pools` with "general" among them (at 0 if it was not there), in name order: the
+    pools once a refill, a general grant, has come (the same dict if it was there)."""
+    if GENERAL in pools:
+        return pools
+    return dict(sorted({**pools, GENERAL: 0}.items()))
 
 
 _Key = TypeVar("_Key")

@@ -27,6 +27,7 @@ from projections.creditbook import (
     Totals,
     blank_batch,
     blank_hold,
+    with_general,
 )
 from projections.decoding import FAST_PATHS, NOT_FAST, decode_event
 from projections.digest import canonical, digest
@@ -199,8 +200,10 @@ class AccountState:
         paid, credited = self.refill_settlement(time)
         for pool, amount in paid.items():
             balances[pool] = balances.get(pool, 0) + amount
-        if credited:
-            balances[GENERAL] = balances.get(GENERAL, 0) + credited
+        if paid or credited:
+            # What an event here would leave: the refill a general grant, general listed.
+            balances = with_general(balances)
+            balances[GENERAL] += credited
         return balances
 
     def refill_settlement(self, time: int) -> tuple[dict[str, int], int]:
@@ -464,8 +467,10 @@ class Ledger:
                                  expired=expired)
         voided = self.voids.get(event_id)
         if voided is not None and voided <= time:
-            # Voided before it takes effect: none of it ever counts.
+            # Voided before it takes effect: none of it ever counts (its pool is named all
+            # the same, as a grant used up at once).
             book = account.book
+            book.name_pool(event.pool)
             book.totals.granted += event.amount
             book.totals.expired += event.amount
             book.totals.voided += event.amount

@@ -18,7 +18,7 @@ from operator import is_, itemgetter
 from typing import ClassVar
 
 from eventstore import RecordedEvent
-from projections.creditbook import Batch, Hold
+from projections.creditbook import Batch, Hold, with_general
 from projections.events import GENERAL
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
@@ -117,8 +117,9 @@ class TimelineBuilder:
             for pool, amount in paid.items():
                 pools[pool] += amount
                 owed -= amount
-            if credited:
-                pools[GENERAL] = pools.get(GENERAL, 0) + credited
+            if paid or credited:
+                pools = with_general(pools)
+                pools[GENERAL] += credited
         return TimelinePoint(time, position, pools or {GENERAL: 0}, book.held, owed)
 
     def before(self, time: int, state: AccountState | None, *,

@@ -608,7 +608,7 @@ def balance(
         report = _known(journal, lambda: queries.balance(
             journal, account, at=when, as_known_at=as_known_at, pool=pool))
     if not report.pool_is_known:
-        render.warn(f"account {account!r} has never held or owed credits in pool "
+        render.warn(f"account {account!r} has never had a grant, usage or debt in pool "
                     f"{report.pool!r} (its pools: {', '.join(report.known_pools)}); "
                     "is it a typo?")
     if as_json:

@@ -28,7 +28,7 @@ class BalanceReport:
     as_known_at: int  # the journal position the answer is based on
     figures: Figures
     pool: str | None = None  # the pool asked about, if any
-    known_pools: tuple[str, ...] = (GENERAL,)  # pools the account has ever held or owed in
+    known_pools: tuple[str, ...] = (GENERAL,)  # the pools it lists, and "general"
 
     @property
     def pool_is_known(self) -> bool:
@@ -61,18 +61,11 @@ def balance(journal: JournalLike, account: str, *, at: int | None = None,
     if state is None and not exists_later(journal, account):
         raise unknown_account(account, ledger)
     wanted = None if pool is None else (pool or GENERAL)
-    known = (GENERAL,) if state is None else pools_of(ledger, account)
-    return BalanceReport(account, when, position, Figures.of(state, when), wanted, known)
-
-
-def pools_of(ledger: Ledger, account: str) -> tuple[str, ...]:
-    """Every pool the account has held credits in or owed debt in, "general" included."""
-    state = ledger.accounts.get(account)
-    if state is None:
-        return (GENERAL,)
-    book = state.book
-    found = {GENERAL, *book.heaps, *book.debt, *(h.pool for h in book.holds.values())}
-    return tuple(sorted(found))
+    figures = Figures.of(state, when)
+    # The pools it lists, whatever is left in them, and "general", which any account may
+    # be asked about.
+    known = tuple(sorted({GENERAL, *figures.pools}))
+    return BalanceReport(account, when, position, figures, wanted, known)
 
 
 def account_figures(ledger: Ledger, at: int) -> list[tuple[str, Figures]]:

@@ -68,6 +68,47 @@ def test_balance_of_one_pool(run: Run, small: Path) -> None:
     assert "h100" in text.stdout and "80" in text.stdout
 
 
+POOLS_PAID_OFF = """\
+{"type": "grant", "account": "used-up", "amount": 10, "time": 1, "pool": "h100"}
+{"type": "consume", "account": "used-up", "amount": 10, "time": 2, "pool": "h100"}
+{"type": "consume", "account": "paid-by-general", "amount": 10, "time": 1, "pool": "h100"}
+{"type": "grant", "account": "paid-by-general", "amount": 20, "time": 2}
+{"type": "consume", "account": "paid-by-own", "amount": 10, "time": 1, "pool": "h100"}
+{"type": "grant", "account": "paid-by-own", "amount": 10, "time": 2, "pool": "h100"}
+{"type": "grant", "account": "drawn-from-general", "amount": 20, "time": 1}
+{"type": "consume", "account": "drawn-from-general", "amount": 5, "time": 2, "pool": "h100"}
+"""
+
+
+def test_a_pool_the_account_used_stays_listed_at_zero_however_it_was_paid(
+        run: Run, tmp_path: Path) -> None:
+    """A pool used up, a pool whose debt a general grant or its own grant paid, and a
+    pool used only from general credits: each is listed, at 0, by balance and accounts."""
+    imported(run, tmp_path / "pools.jsonl", POOLS_PAID_OFF)
+    want = {"used-up": {"h100": 0}, "paid-by-general": {"general": 10, "h100": 0},
+            "paid-by-own": {"h100": 0}, "drawn-from-general": {"general": 15, "h100": 0}}
+    for account, pools in want.items():
+        assert _obj(as_json(run("balance", account, "--json")))["pools"] == pools, account
+        one = run("balance", account, "--pool", "h100")
+        assert one.exit_code == 0 and one.stderr == "", account  # no "is it a typo?"
+    rows = _obj(as_json(run("accounts", "--json")))
+    assert {row["account"]: row["pools"] for row in rows["accounts"]} == want
+    assert rows["totals"]["pools"] == {"general": 25, "h100": 0}
+    table = run("accounts").stdout
+    assert "h100" in table and "general" in table
+
+
+def test_a_pool_typo_names_the_pools_as_listed(run: Run, tmp_path: Path) -> None:
+    imported(run, tmp_path / "pools.jsonl", """\
+{"type": "grant", "account": "a", "amount": 10, "time": 1, "pool": "h100", "priority": 10}
+""")
+    result = run("balance", "a", "--pool", "a100")
+    assert result.exit_code == 0
+    assert error_lines(result) == [
+        "gpu-credits: warning: account 'a' has never had a grant, usage or debt in pool "
+        "'a100' (its pools: general, h100); is it a typo?"]
+
+
 def test_balance_human_output_and_iso_times(run: Run, small: Path) -> None:
     result = run("balance", "a", "--at", "9")
     assert result.exit_code == 0

@@ -12,6 +12,8 @@ voids and reversals. No heap, no laziness: every answer re-folds every recorded 
   voided earlier on the timeline adds nothing.
 - A consume or a negative adjustment draws; what is missing becomes P's debt.
 - A void drops what is left of its grant's batch.
+- The pools listed are every pool a grant, consume or adjustment that counts named (a
+  grant voided before it included), whatever is left in it.
 """
 
 from __future__ import annotations
@@ -116,3 +118,10 @@ def fold(events: list[Event], up_to: int | None = None) -> State:
             voided.add(event.target)
             state.batches = [b for b in state.batches if b.grant != event.target]
     return state
+
+
+def pools(events: list[Event], up_to: int | None = None) -> set[str]:
+    """The pools listed after the events that count with time <= up_to (all if None)."""
+    gone = out_of_fold(events)
+    return {e.pool for e in events if e.id not in gone and e.kind in ("grant", "consume", "adjust")
+            and (up_to is None or e.time <= up_to)}

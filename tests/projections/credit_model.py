@@ -9,6 +9,8 @@ sorted by (timestamp, call index), through a plain list of batches scanned linea
   general batches. What is missing becomes debt of P.
 - A grant to P pays P's debt first; a general grant pays general debt, then the pools'
   debts in pool-name order. Only the rest becomes a batch.
+- The pools listed at t are every pool a grant or a consume at or before t named, each
+  with its credits minus its debt (0 once used up or paid, however it was paid).
 """
 
 from __future__ import annotations
@@ -125,6 +127,13 @@ class CreditModel:
 
     def balances(self, timestamp: int) -> dict[str, int]:
         return fold(self.calls, up_to=timestamp).balances(timestamp)
+
+    def pools(self, timestamp: int) -> dict[str, int]:
+        """Every pool a call at or before `timestamp` named, in name order, with its
+        balance."""
+        balances = self.balances(timestamp)
+        named = sorted({c.pool for c in self.calls if c.time <= timestamp})
+        return {pool: balances.get(pool, 0) for pool in named}
 
     def get_balance(self, timestamp: int, pool: str | None = None) -> int:
         balances = self.balances(timestamp)

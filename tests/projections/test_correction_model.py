@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from correction_model import Event, fold
+from correction_model import Event, fold, pools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from projections import GPUCreditTracker
 from projections.replay import fold_canonical, replay
 
 times = st.integers(0, 12)
-pools = st.sampled_from(["general", "general", "h100"])
+pool_names = st.sampled_from(["general", "general", "h100"])
 
 
 @st.composite
@@ -32,14 +32,14 @@ def histories(draw: st.DrawFn) -> list[Event]:
         if kind == "grant":
             expiry = draw(st.sampled_from([None, 6, 12, 20]))
             events.append(Event(event_id, kind, index, time, draw(st.integers(1, 30)),
-                                draw(pools), None if expiry is None else max(expiry, time + 1),
+                                draw(pool_names), None if expiry is None else max(expiry, time + 1),
                                 draw(st.sampled_from([50, 50, 10, 90]))))
         elif kind == "consume":
             events.append(Event(event_id, kind, index, time, draw(st.integers(1, 30)),
-                                draw(pools)))
+                                draw(pool_names)))
         elif kind == "adjust":
             events.append(Event(event_id, kind, index, time,
-                                draw(st.integers(-20, 20).filter(bool)), draw(pools)))
+                                draw(st.integers(-20, 20).filter(bool)), draw(pool_names)))
         elif kind == "void":
             grants = [e.id for e in events if e.kind == "grant"]
             if grants:
@@ -81,8 +81,12 @@ def test_the_fold_agrees_with_the_plain_model(history: list[Event]) -> None:
         for at in (0, 5, 6, 12, 30):
             expected = fold(known, up_to=at).balance(at)
             assert tracker.get_balance(at) == expected, f"after {event}, at {at}"
+            # Every pool used is listed, however it came to 0 ("general" when none is).
+            assert set(tracker.pool_balances(at)) == (pools(known, at) or {"general"}), (
+                f"pools after {event}, at {at}")
     final = fold(history).balance(100)
     for ledger in (replay(journal).ledger, fold_canonical(journal)):
         account = ledger.accounts.get("a")
         got = 0 if account is None else account.pool_balances_at(100)
         assert (got if isinstance(got, int) else sum(got.values())) == final
+        assert (set() if isinstance(got, int) else set(got)) == pools(history)

@@ -4,7 +4,9 @@ Each example drives a `GPUCreditTracker` and `credit_model.CreditModel` with the
 calls. Timestamps are random, so many calls are late: the model simply re-folds every
 call sorted by (timestamp, call index), which is what the tracker must agree with after
 re-projecting. After every step: the consume's return value, the balance at the step's
-time and at the end of the timeline (all pools, and each pool), and `assert_invariants`.
+time and at the end of the timeline (all pools, each pool, and which pools are listed:
+every pool a call up to then named, however its credits or debt came to 0), and
+`assert_invariants`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def check_balances(tracker: GPUCreditTracker, model: CreditModel, t: int) -> Non
         assert tracker.get_balance(t, pool=pool) == model.get_balance(t, pool), (
             f"get_balance({t}, pool={pool!r})"
         )
+    # The pools listed: every one a grant or consume named, in name order ("general" at 0
+    # when nothing was recorded yet).
+    listed = tracker.pool_balances(t)
+    assert list(listed.items()) == list((model.pools(t) or {"general": 0}).items()), (
+        f"pool_balances({t})")
 
 
 def run(ops: list[tuple[Any, ...]], tracker: GPUCreditTracker) -> CreditModel:
