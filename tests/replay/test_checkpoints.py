@@ -185,6 +185,38 @@ def test_verify_passes_over_an_intact_checkpoint_of_another_format_with_a_warnin
     assert again.ok and again.checked_checkpoints >= 1 and again.stale_checkpoints == ()
 
 
+def test_a_checkpoint_of_the_fold_that_dropped_a_paid_off_pool_is_stale(
+        tmp_path: Path) -> None:
+    """Version 2 checkpoints were saved by a fold that dropped a pool once a grant paid
+    its debt: the same digest as the fold now gives, other pools. Read as current, one
+    would answer without the pool; it is passed over as stale, and every answer lists it."""
+    from projections.queries import accounts, balance
+
+    url = f"sqlite:///{tmp_path / 'pools.db'}"
+    t = GPUCreditTracker(url, account="a")
+    t.consume(10, 1, pool="h100")
+    t.grant(20, 2, 100)
+    journal = t.journal
+    ledger = fold_canonical(journal)
+    del ledger.accounts["a"].book.active["h100"]  # what the version 2 fold left
+    assert ledger.digest() == fold_canonical(journal).digest()
+    blob = encode_checkpoint(ledger, 2, chain_hash_at(journal, 2))
+    journal.save_snapshot(CHECKPOINT, 2, 2, ledger.digest(),
+                          _resealed(blob, version=2))
+    want = {"general": 10, "h100": 0}
+    assert balance(journal, "a").figures.pools == want
+    assert [row.figures.pools for row in accounts(journal).rows] == [want]
+    assert GPUCreditTracker(url, account="a").pool_balances(2) == want
+    report = verify(journal)
+    assert report.ok and len(report.stale_checkpoints) == 1
+    # The same state under the current version would pass every check, and be wrong.
+    journal.drop_snapshots(CHECKPOINT)
+    journal.save_snapshot(CHECKPOINT, 2, 2, ledger.digest(), blob)
+    assert verify(journal).stale_checkpoints == ()
+    assert [row.figures.pools for row in accounts(journal).rows] == [{"general": 10}]
+    journal.close()  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("how", ["version, unsealed", "schema, unsealed",
                                  "version, other chain", "version, other position"])
 def test_verify_still_fails_a_checkpoint_of_another_format_that_was_altered(
