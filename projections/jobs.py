@@ -44,6 +44,7 @@ from projections.placing import try_in_past
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
 from projections.session import Decision, Draft, LedgerSession, job_key
+from projections.validation import show_name
 
 Clock = Callable[[], int]
 Built = list[tuple[NewEvent, DomainEvent]]
@@ -145,8 +146,9 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
         account = ledger.accounts.get(account_id)
         if account is None or not account.opened:
             known = sorted(n for n, a in ledger.accounts.items() if a.opened)
+            listed = ", ".join(show_name(n) for n in known[:10]) or "none"
             raise UnknownAccount(f"unknown account {account_id!r}; open it first "
-                                 f"(known: {', '.join(known[:10]) or 'none'})")
+                                 f"(known: {listed})")
         built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, account_id)]
         # Placed in the past it may re-decide jobs still pending (a revision), never
         # make a recorded start, completion or cancel invalid: a job handed to a worker

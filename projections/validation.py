@@ -80,6 +80,15 @@ def show(value: object) -> str:
     return text
 
 
+def show_name(name: str) -> str:
+    """A name as a list of names shows it: as written when that reads unambiguously, else
+    quoted like `show` (an empty name; leading, trailing or doubled spaces; a comma, which
+    separates the list; a leading quote; anything not printable)."""
+    plain = (name != "" and name == name.strip() and name.isprintable() and "  " not in name
+             and "," not in name and name[0] not in "'\"")
+    return name if plain else show(name)
+
+
 def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_INT) -> int:
     """Return `value` if it is an `int` (not a `bool`) with low <= value <= high."""
     if isinstance(value, bool) or not isinstance(value, int):

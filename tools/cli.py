@@ -74,7 +74,7 @@ class CliError(Exception):
 
 
 def _say_error(message: str) -> None:
-    one_line = render.redact(" ".join(str(message).split()))
+    one_line = render.redact(render.one_line(str(message)))
     sys.stderr.write(f"{PROG}: error: {one_line}\n")
     sys.stderr.flush()
 

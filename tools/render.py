@@ -81,6 +81,17 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&\s'\"]*", re.IGNORECASE)
 
 
+_LINE_BREAK = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")
+"""A line break (any that `str.splitlines` breaks at) with the whitespace around it."""
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: each line break, with the indentation around it, becomes one
+    space, and the ends lose their whitespace. Every other character stays as it is, so
+    a value a message quotes (`'team  a'`, `'   '`, `' pad'`) is shown as it was given."""
+    return _LINE_BREAK.sub(" ", text).strip()
+
+
 def redact(text: str) -> str:
     """`text` with the password of every `scheme://user:password@` URL in it replaced by
     `***`: what the command line shows or logs never carries a secret."""
@@ -153,7 +164,7 @@ def print_table(table: Table, out: Console | None = None) -> None:
 
 def warn(message: str) -> None:
     """One warning line on stderr: the answer stands, but something deserves a look."""
-    sys.stderr.write(f"gpu-credits: warning: {' '.join(message.split())}\n")
+    sys.stderr.write(f"gpu-credits: warning: {one_line(message)}\n")
     sys.stderr.flush()
 
 

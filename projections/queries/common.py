@@ -11,6 +11,7 @@ from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.replay import ledger_at, rows_of_type
 from projections.timefmt import format_micros, parse_micros
+from projections.validation import show_name
 
 _KNOWN_SHOWN = 20
 
@@ -114,7 +115,7 @@ def names_text(names: Iterable[str]) -> str:
     ordered = sorted(names)
     if not ordered:
         return "none"
-    shown = ", ".join(ordered[:_KNOWN_SHOWN])
+    shown = ", ".join(show_name(name) for name in ordered[:_KNOWN_SHOWN])
     more = len(ordered) - _KNOWN_SHOWN
     return f"{shown}, and {more} more" if more > 0 else shown
 

@@ -152,3 +152,48 @@ def test_demo_runs_on_an_in_memory_database(url: str) -> None:
     assert result.exit_code == 0, result.stderr
     assert "balance" in result.stdout.lower()
     assert "gone with the command" in result.stdout and "Try:" not in result.stdout
+
+
+ERROR = "gpu-credits: error: "
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    # A name with a doubled inner space is not the known name with one.
+    (["balance", "team  a"], "unknown account 'team  a' (known: ' pad', team a)"),
+    (["balance", "team a  "], "unknown account 'team a  ' (known: ' pad', team a)"),
+    # A known name with a leading space is listed with it, quoted (as is any name a
+    # plain list would make ambiguous).
+    (["balance", "pad"], "unknown account 'pad' (known: ' pad', team a)"),
+    (["adjust", "team a", "5", "--reason", "   "], "got '   '"),
+    (["statement", "team a", "--from", "x  \t y"], "not a time: 'x  \\t y'"),
+    # A value the message does not quote with repr (a path) keeps its tabs and spaces.
+    (["reconcile", "no  such\tfile.csv"], "cannot read no  such\tfile.csv: "),
+])
+def test_an_error_quotes_each_value_as_given(run: Run, tmp_path: Path, argv: list[str],
+                                             expected: str) -> None:
+    assert run("grant", "team a", "5", "--at", "0").exit_code == 0
+    source = tmp_path / "pad.jsonl"
+    source.write_text('{"type": "grant", "account": " pad", "amount": 5, "time": 0}\n')
+    assert run("import", str(source)).exit_code == 0
+    result = run(*argv)
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and lines[0].startswith(ERROR), result.stderr
+    assert expected in lines[0]
+
+
+def test_an_error_spanning_lines_is_one_line_with_its_values_intact(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A library's message may span lines (an SQL error with its statement, indented):
+    # each break and the indentation around it become one space, nothing else changes.
+    from tools.cli import _say_error
+    _say_error("  bad value 'a  b\tc' in\n    [SQL: SELECT  1]\r\n\tdone  ")
+    assert capsys.readouterr().err == (
+        f"{ERROR}bad value 'a  b\tc' in [SQL: SELECT  1] done\n")
+
+
+def test_a_warning_quotes_its_value_as_given(run: Run) -> None:
+    result = run("consume", "new  team", "5", "--at", "0")
+    assert result.exit_code == 0, result.stderr
+    warning, = result.stderr.splitlines()
+    assert warning.startswith("gpu-credits: warning: account 'new  team' had no event")

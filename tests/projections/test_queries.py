@@ -8,6 +8,7 @@ each line's balance is the running sum of the changes, the closing line equals
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from eventstore import MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.errors import UnknownAccount, UnknownJob
+from projections.importing import import_file
 from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.projector import apply_recorded
@@ -191,6 +193,22 @@ def test_as_known_at_shows_the_journal_before_a_late_event() -> None:
         known_position(journal, -1)
     with pytest.raises(ValueError, match="ISO-8601"):
         known_position(journal, "later")
+
+
+def test_the_known_names_an_error_lists_read_unambiguously() -> None:
+    # A name a plain comma-separated list would blur is quoted; the others stay as written.
+    # (Names with surrounding spaces arrive only from files: a live call refuses them.)
+    journal = MemoryJournal()
+    names = ["a", " pad", "team a", "two  spaces", "x, y", "'q", "tail "]
+    lines = [json.dumps({"type": "account", "account": name}) for name in names]
+    import_file(journal, "\n".join(lines).encode(), "names.jsonl")
+    listed = "' pad', \"'q\", a, 'tail ', team a, 'two  spaces', 'x, y'"
+    with pytest.raises(UnknownAccount) as raised:
+        balance(journal, "z")
+    assert str(raised.value) == f"unknown account 'z' (known: {listed})"
+    with pytest.raises(UnknownAccount) as refused:
+        Scheduler(journal, clock=lambda: 1).submit("j1", "z", 1, 1)
+    assert str(refused.value).endswith(f"(known: {listed})")
 
 
 def test_unknown_names() -> None:
