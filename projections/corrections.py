@@ -26,19 +26,25 @@ from projections import events
 from projections.errors import UnknownEvent
 from projections.events import (
     DEFAULT_GRANT_PRIORITY,
+    GENERAL,
     DomainEvent,
     far_live_time_problem,
-    normalise_pool,
 )
 from projections.importing import far_time_problem
 from projections.outcomes import Outcome
 from projections.placing import try_in_past
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
-from projections.validation import require_int, require_name, require_positive_int
+from projections.validation import require_int, require_name
 
 
 def _wall_clock() -> int:
     return int(_time.time())
+
+
+def _pool(pool: str | None) -> str:
+    """The pool an event records: none given is the general pool. Not checked here: the
+    event checks it in its place among its fields, so the first bad field is named."""
+    return GENERAL if pool is None else pool
 
 
 class Corrections(SessionFacade):
@@ -101,8 +107,8 @@ class Corrections(SessionFacade):
               priority: int = DEFAULT_GRANT_PRIORITY, memo: str | None = None,
               event_id: str | None = None) -> Outcome:
         """Record a grant of `amount` (valid until `expiry`, if given)."""
-        require_positive_int("amount", amount)
-        event = events.CreditsGranted(account, amount, expiry, normalise_pool(pool), priority, memo)
+        # The event checks its fields in their declared order (account, then amount, ...).
+        event = events.CreditsGranted(account, amount, expiry, _pool(pool), priority, memo)
 
         def make(draft: Draft) -> DomainEvent:
             when = self._time(draft, at)
@@ -118,15 +124,14 @@ class Corrections(SessionFacade):
                 event_id: str | None = None, user: str | None = None) -> Outcome:
         """Record a usage report; the outcome's `debt_after` is the debt right after it.
         `user` and `memo` are personal: kept apart so that they can be erased."""
-        require_positive_int("amount", amount)
-        event = events.CreditsConsumed(account, amount, normalise_pool(pool), memo, user)
+        event = events.CreditsConsumed(account, amount, _pool(pool), memo, user)
         return self._decide(account, at, lambda _: event, event_id)
 
     def adjust(self, account: str, amount: int, reason: str, *, at: int | None = None,
                pool: str | None = None, memo: str | None = None,
                event_id: str | None = None) -> Outcome:
         """Record a manual credit (amount > 0) or debit (amount < 0) with its reason."""
-        event = events.CreditsAdjusted(account, amount, reason, normalise_pool(pool), memo)
+        event = events.CreditsAdjusted(account, amount, reason, _pool(pool), memo)
         return self._decide(account, at, lambda _: event, event_id, tried=amount < 0)
 
     def void(self, grant_id: str, *, at: int | None = None, reason: str | None = None,

@@ -266,3 +266,29 @@ def test_usage_of_an_account_never_seen_is_recorded_with_a_warning(run: Run) -> 
     for known in (("consume", "acme", "3", "--at", "3"), ("consume", "acmee", "1", "--at", "3")):
         again = run(*known)
         assert again.exit_code == 0 and again.stderr == "", known
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    # Each command builds one event; of several bad fields the first declared is named
+    # (docs/semantics.md): for grant, consume and adjust the account, then the amount.
+    (["consume", "", "0"], "account"),
+    (["grant", "", "0"], "account"),
+    (["adjust", "", "0", "--reason", ""], "account"),
+    (["consume", "a", "0", "--pool", ""], "amount"),
+    (["grant", "a", "0", "--pool", "", "--priority", "500"], "amount"),
+    (["consume", "a", "5", "--pool", "", "--memo", ""], "pool"),
+    (["grant", "a", "5", "--pool", "", "--priority", "500"], "pool"),
+    (["adjust", "", "5", "--reason", "r", "--pool", ""], "account"),
+    # A rule about fields together (an adjustment is not 0) comes after the fields.
+    (["adjust", "a", "0", "--reason", ""], "reason"),
+    (["void", "", "--reason", ""], "grant"),
+    (["reverse", "", "--reason", ""], "event"),
+])
+def test_an_event_with_several_bad_fields_names_the_first_declared(
+        run: Run, db: str, argv: list[str], named: str) -> None:
+    assert run("grant", "a", "5", "--at", "0").exit_code == 0
+    result = run(*argv, "--at", "1") if argv[0] != "reverse" else run(*argv)
+    assert result.exit_code == 2
+    line, = error_lines(result)
+    assert line.startswith(f"gpu-credits: error: {named} must be "), line
+    assert journal_head(db) == 1
