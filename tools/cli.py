@@ -560,17 +560,18 @@ def export(
         "--force", help="Overwrite FILE if it exists (never the journal's own file).")
     ] = False,
     recorded: Annotated[bool, typer.Option(
-        "--recorded", help="Also write each event's position and recorded-at time (UTC), "
-                           "for an audit; import ignores them.")
+        "--recorded", help="Also write each event's recorded-at time (UTC) and, in JSON "
+                           "Lines, its position (CSV always has it), for an audit; import "
+                           "ignores them.")
     ] = False,
     db: DbOption = None,
 ) -> None:
     """Write the journal in canonical order (event time, position), ids included.
 
     The JSON Lines export imports back into an empty database to the same state digest.
-    `--recorded` adds when and where the journal recorded each event (`position`,
-    `recorded_at`). `--out` refuses an existing file unless `--force`, and always the
-    journal's own file.
+    The CSV has each event's `position` always; `--recorded` adds when the journal
+    recorded each event (`recorded_at`), and in JSON Lines its `position` too. `--out`
+    refuses an existing file unless `--force`, and always the journal's own file.
     """
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter(f"expected jsonl or csv, got {fmt!r}", param_hint="--format")

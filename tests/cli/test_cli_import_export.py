@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import typer.main
 from cli_helpers import LATE, SMALL, Run, as_json, error_lines, journal_head, lines_of
 from typer.testing import CliRunner
 
@@ -205,6 +206,28 @@ def test_export_is_canonical_with_ids(run: Run, small: Path, tmp_path: Path) -> 
     ids = [r["id"] for r in records]
     assert ids.index("late-grant") == 4
     assert records[3]["account"] == "b" and ids[3].startswith("import-")
+
+
+def test_recorded_adds_what_export_help_says_for_each_format(run: Run, small: Path) -> None:
+    # What the columns are: a CSV has the position always, --recorded adds recorded_at;
+    # JSON Lines have neither, --recorded adds both.
+    def keys(*extra: str) -> set[str]:
+        result = run("export", *extra)
+        assert result.exit_code == 0, result.stderr
+        if "csv" in extra:
+            return set(result.stdout.splitlines()[0].split(","))
+        return set(json.loads(lines_of(result.stdout)[0]))
+
+    recorded = {"position", "recorded_at"}
+    assert keys("--format", "csv") & recorded == {"position"}
+    assert keys("--format", "csv", "--recorded") & recorded == recorded
+    assert keys() & recorded == set()
+    assert keys("--recorded") & recorded == recorded
+    # And what the help says they are.
+    command = typer.main.get_command(app).commands["export"]  # type: ignore[attr-defined]
+    option, = (p for p in command.params if p.name == "recorded")
+    assert "recorded-at time" in option.help and "position (CSV always has it)" in option.help
+    assert "The CSV has each event's `position` always" in (command.help or "")
 
 
 def _imports_to(export: Path, fresh: str, events: int, digest: str) -> None:
