@@ -276,8 +276,9 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
 
     `checkpoint`: replace the saved checkpoints with fresh ones of the whole journal: the
     end, and up to `CHECKPOINTS - 1` more every `checkpoint_every` events before it
-    (default: a sixteenth of the journal), so facades start from the end and a late event
-    in a fresh process refolds from a recent one, not from the start.
+    (default: the larger of 10,000 and a sixteenth of the journal), so facades start from
+    the end and a late event in a fresh process refolds from a recent one, not from the
+    start.
     """
     head = journal.head() if to_position is None else min(to_position, journal.head())
     saving = checkpoint and to_time is None and to_position is None

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.main import get_command
 from typer.testing import CliRunner
 
 from tests.doc_walkthrough import check_walkthrough, output_lines
@@ -68,3 +69,37 @@ def test_the_walk_through_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         return lambda line: _run(line, env, tmp_path)
 
     check_walkthrough(DOC, BLOCK, runner)
+
+
+SINGLE_EVENT = ("grant", "consume", "adjust", "void", "reverse")
+
+
+def _commands() -> list[tuple[str, list[str]]]:
+    """Every command of the CLI, as typed after `gpu-credits`, with its long options."""
+    found: list[tuple[str, list[str]]] = []
+
+    def walk(group: object, prefix: str) -> None:
+        for name, command in getattr(group, "commands", {}).items():
+            if hasattr(command, "commands"):
+                walk(command, f"{prefix}{name} ")
+                continue
+            options = [o for p in command.params for o in p.opts
+                       if o.startswith("--") and o not in ("--help", "--db")]
+            found.append((f"{prefix}{name}", options))
+
+    walk(get_command(app), "")
+    return found
+
+
+def test_the_reference_names_every_command_and_its_options() -> None:
+    text = DOC.read_text()
+    reference = text[text.index("## Reference"):]
+    rows = [line for line in reference.splitlines() if line.startswith("| `")]
+    # The options every single-event command takes are named once, after the table.
+    shared = reference[reference.index("The single-event commands also take"):]
+    shared = shared[:shared.index("\n\n")]
+    for name, options in _commands():
+        row = [r for r in rows if r.startswith((f"| `{name} ", f"| `{name}`"))]
+        assert row, f"no row for `{name}` in docs/cli.md's reference"
+        named = row[0] + (shared if name in SINGLE_EVENT else "")
+        assert [o for o in options if o not in named] == [], name
