@@ -75,14 +75,18 @@ def expiring(
     ctx: typer.Context,
     within: Annotated[str, typer.Option(
         "--within", metavar="DURATION",
-        help="How far ahead: 7d, 24h, 90m, 3600s or plain seconds.")] = "7d",
+        help="How far ahead: 3600 (seconds), 3600s, 90m, 24h, 7d, 2w, a spelled-out unit "
+             "(12 hours, 7 days) or ISO 8601 (PT12H, P7D).")] = "7d",
     at: AtOption = None,
     as_known_at: AsKnownAtOption = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """Credits that expire soon (default: within 7 days of the latest event time), per
-    grant, account and pool; credits held by jobs are shown apart."""
+    """Credits that expire soon, per grant, account and pool.
+
+    Expiries after the latest event time (or --at) up to --within later (default 7 days);
+    credits held by jobs are shown apart.
+    """
     seconds = _duration(within)
     when = _time_option(at, "--at")
     with open_journal(ctx, db) as journal:

@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 from cli_helpers import Run, as_json, cli, error_lines, imported
+from typer.main import get_command
 
 from eventstore import Journal
+from projections.queries import parse_duration
+from tools.cli import app
 
 # Two accounts with explicit ids, so a charges file can name them.
 MONTH = """\
@@ -112,6 +115,28 @@ def test_expiring_counts_unused_and_held_credits(run: Run, month: Path) -> None:
     assert text.exit_code == 0 and "g2" in text.stdout
     nothing = run("expiring", "--within", "5s")
     assert "nothing expires" in nothing.stdout
+
+
+def test_expiring_help_names_each_kind_of_duration_it_takes() -> None:
+    # Every example in the help is one --within takes, and each kind is there: plain
+    # seconds, a unit letter (weeks too), a spelled-out unit and ISO 8601.
+    command = get_command(app).commands["expiring"]  # type: ignore[attr-defined]
+    option, = (p for p in command.params if p.name == "within")
+    examples = re.findall(r"(?<!ISO )\b\d+(?: [a-z]+\b|[a-z]*)|\bPT?\d+[A-Z]", option.help)
+    assert {"3600", "2w", "12 hours", "P7D", "PT12H"} <= set(examples)
+    assert all(parse_duration(example) > 0 for example in examples)
+
+
+def test_the_command_list_gives_each_command_one_summary_line() -> None:
+    # The top-level help shows each command's first paragraph: a line break in it would
+    # break the summary mid-sentence.
+    def leaves(group: Any) -> list[Any]:
+        return [c for cmd in group.commands.values()
+                for c in (leaves(cmd) if hasattr(cmd, "commands") else [cmd])]
+
+    for command in leaves(get_command(app)):
+        summary = (command.help or "").strip().split("\n\n")[0]
+        assert "\n" not in summary, command.name
 
 
 @pytest.mark.parametrize("bad", ["soon", "0", "-5", "7x", "1.5h", "", "\u0663d", "\uff13\uff16",
