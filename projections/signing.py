@@ -72,7 +72,8 @@ def load_public_key(data: bytes) -> Ed25519PublicKey:
 
 
 def fingerprint(key: Ed25519PublicKey) -> str:
-    """`SHA256:<base64>` of the raw public key, the way OpenSSH names keys."""
+    """`SHA256:` and the unpadded base64 SHA-256 of the raw 32-byte public key (OpenSSH
+    hashes its own encoding of the key instead: `ssh-keygen -l` shows another value)."""
     raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
 

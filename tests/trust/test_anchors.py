@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -115,6 +118,37 @@ def test_keys_load_from_pem_and_openssh() -> None:
     for bad in (b"", b"not a key", _pem_public(_KEY)):
         with pytest.raises(AnchorError):
             load_private_key(bad)
+
+
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def _fingerprint_commands() -> dict[str, str]:
+    """The commands docs/operations.md gives to compute a signer's fingerprint, by the
+    format of signer.pub they read ("PEM", "OpenSSH")."""
+    text = OPERATIONS.read_text()
+    start = text.index("compare it with `signer`")
+    block = text[text.index("```sh\n", start) + 6:]
+    lines = block[:block.index("```")].splitlines()
+    return {("PEM" if "PEM" in comment else "OpenSSH"): command
+            for comment, command in zip(lines[::2], lines[1::2], strict=True)}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_the_documented_commands_compute_the_signer_fingerprint(tmp_path: Path) -> None:
+    public = _KEY.public_key()
+    encodings = {
+        "PEM": _pem_public(_KEY),
+        "OpenSSH": public.public_bytes(serialization.Encoding.OpenSSH,
+                                       serialization.PublicFormat.OpenSSH) + b" me@host\n",
+    }
+    commands = _fingerprint_commands()
+    assert commands.keys() == encodings.keys()
+    for kind, command in commands.items():
+        (tmp_path / "signer.pub").write_bytes(encodings[kind])
+        done = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True,
+                              text=True, check=True)
+        assert f"SHA256:{done.stdout.strip()}" == fingerprint(public), kind
 
 
 def test_a_statement_checked_with_another_key_is_refused() -> None:
