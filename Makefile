@@ -29,17 +29,22 @@ $(BENCH_STAMP): pyproject.toml setup.py $(STAMP)
 
 venv: $(STAMP)
 
+# The demo database, for demo and serve alike: gpu-credits' own default ($$GPU_CREDITS_DB,
+# else ./gpu-credits.db) unless DEMO_DB names another: make demo DEMO_DB=sqlite:///d.db
+DEMO_DB ?=
+DEMO_DB_OPTION = $(if $(DEMO_DB),--db $(DEMO_DB),)
+
 demo: $(STAMP)
-	$(BIN)/gpu-credits demo
+	$(BIN)/gpu-credits $(DEMO_DB_OPTION) demo
 
 # The HTTP service on the demo database (written first if missing; the same seed twice
-# appends nothing). DEMO_DB, HOST and PORT may be overridden: make serve PORT=8080
-DEMO_DB ?= sqlite:///demo.db
+# appends nothing, and a database holding other events is refused: give another DEMO_DB).
+# DEMO_DB, HOST and PORT may be overridden: make serve PORT=8080
 HOST ?= 127.0.0.1
 PORT ?= 8000
 serve: $(STAMP)
-	$(BIN)/gpu-credits --db $(DEMO_DB) demo > /dev/null
-	$(BIN)/gpu-credits --db $(DEMO_DB) serve --host $(HOST) --port $(PORT)
+	$(BIN)/gpu-credits $(DEMO_DB_OPTION) demo > /dev/null
+	$(BIN)/gpu-credits $(DEMO_DB_OPTION) serve --host $(HOST) --port $(PORT)
 
 # The whole suite (on the compiled fold, when it is built), then the fold's own tests
 # (projections, replay) again on its Python source: both must hold. Each run is split

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
+import subprocess
 from collections import Counter
 
 import pytest
-from cli_helpers import as_json, error_lines
+from cli_helpers import ROOT, as_json, error_lines
 from typer.testing import CliRunner
 
 from eventstore import Journal, MemoryJournal
@@ -104,3 +108,19 @@ def test_queries_on_the_demo(demo_db: str) -> None:
     assert isinstance(revisions, list) and revisions
     verify = runner.invoke(app, ["verify", "--db", demo_db])
     assert verify.exit_code == 0, verify.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("extra", [[], ["DEMO_DB=sqlite:///elsewhere.db"]])
+def test_make_serve_serves_the_database_make_demo_writes(extra: list[str]) -> None:
+    # What `make -n` would run (nothing is run): every gpu-credits command of the two
+    # targets names the same database, the CLI's own default when none is given.
+    env = {k: v for k, v in os.environ.items() if k != "GPU_CREDITS_DB"}
+    done = subprocess.run(["make", "-n", "-s", "-C", str(ROOT), "demo", "serve", *extra],
+                          capture_output=True, text=True, env=env, check=True)
+    commands = [shlex.split(line) for line in done.stdout.splitlines()
+                if "bin/gpu-credits " in line]
+    assert [c[-1] for c in commands if "demo" in c] == ["demo", "/dev/null"]
+    assert any("serve" in c for c in commands)
+    databases = {c[c.index("--db") + 1] if "--db" in c else None for c in commands}
+    assert databases == {extra[0].partition("=")[2] if extra else None}
