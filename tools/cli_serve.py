@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import socket
 import sys
 from typing import Annotated
 
@@ -24,6 +26,43 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port` and listening (port 0: any free port), made
+    before anything is announced or started: a port in use, an address this machine does
+    not have or a port it may not bind is a `CliError` naming host:port and why."""
+    name = host.strip("[]")
+    where = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+    try:
+        found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        # A name (localhost) is bound on its IPv4 address when it has one, as uvicorn
+        # binds it; an IPv6 literal on itself.
+        family, kind, proto, _, address = min(
+            found, key=lambda info: info[0] != socket.AF_INET)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot listen on {where}: {exc.strerror} (--host takes an IP "
+                       "address or a name this machine resolves)") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn binds its own: a restart may take the port while connections of
+        # the previous process linger in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        hint = {errno.EADDRINUSE: "another process listens there: stop it, or choose "
+                                  "another --port, or --port 0 for any free one",
+                errno.EACCES: "ports below 1024 need privileges; choose --port 1024 or more",
+                errno.EADDRNOTAVAIL: "this machine has no such address; choose a --host "
+                                     "it has (default 127.0.0.1)"}.get(exc.errno or 0)
+        reason = exc.strerror or str(exc)
+        raise CliError(f"cannot listen on {where}: {reason}" + (f" ({hint})" if hint else "")
+                       ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _say(message: str) -> None:
@@ -79,7 +118,14 @@ def serve(
                        "$GPU_CREDITS_TOKENS), or bind to 127.0.0.1")
     url = database_url(ctx, db)
     shown = make_url(url).render_as_string(hide_password=True)
-    journal = Journal(url)
+    # Bound before anything is said or opened: a port in use is one error line and
+    # nothing started; `--port 0` is announced as the port it got.
+    sock = listening_socket(host, port)
+    try:
+        journal = Journal(url)
+    except BaseException:
+        sock.close()
+        raise
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if not configured:
         _say("no tokens configured: serving WITHOUT authentication, on loopback only")
@@ -88,11 +134,29 @@ def serve(
         # A token listed twice under its role is one token.
         count = len({t.secret for t in configured})
         _say(f"{count} token(s) configured (roles: {', '.join(roles)})")
-    where = f"[{host}]" if ":" in host else host
-    _say(f"serving {shown} on http://{where}:{port} (API docs at /docs)")
+    bound_host, bound_port = sock.getsockname()[:2]
+    where = f"[{bound_host}]" if ":" in bound_host else bound_host
+    _say(f"serving {shown} on http://{where}:{bound_port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True,
                              checkpoint_every=every)
     # An answer's head and body in one write (tools/service/onewrite.py).
-    uvicorn.run(service_app, host=host, port=port, access_log=False, log_level="warning",
-                timeout_graceful_shutdown=30, server_header=False, http=OneWriteProtocol)
+    config = uvicorn.Config(service_app, host=host, port=bound_port, access_log=False,
+                            log_level="warning", timeout_graceful_shutdown=30,
+                            server_header=False, http=OneWriteProtocol)
+    server = uvicorn.Server(config)
+    try:
+        # As `uvicorn.run` does, on the socket bound above: SIGINT and SIGTERM stop it
+        # gracefully (the signal is raised again once stopped, so SIGTERM ends the
+        # process by that signal, and Ctrl-C ends here).
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    except SystemExit:
+        # uvicorn's own exit when the application does not start (it said why above).
+        if server.started:
+            raise
+    finally:
+        sock.close()
+    if not server.started:
+        raise CliError("the service did not start (the messages above say why)")

@@ -152,7 +152,7 @@ def test_serve_refuses_such_token_files(tmp_path: Any, content: bytes, says: str
     def started(*_: Any, **__: Any) -> None:
         raise AssertionError("the service started")
 
-    monkeypatch.setattr("uvicorn.run", started)
+    monkeypatch.setattr("uvicorn.Server.run", started)
     tokens = tmp_path / "tokens"
     tokens.write_bytes(content)
     result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "serve",
@@ -168,7 +168,8 @@ def test_serve_counts_a_token_listed_twice_under_its_role_once(
 
     from tools.cli import app
 
-    monkeypatch.setattr("uvicorn.run", lambda *_, **__: None)
+    monkeypatch.setattr("uvicorn.Server.run",
+                        lambda server, **_: setattr(server, "started", True))
     tokens = tmp_path / "tokens"
     tokens.write_text(f"worker:{SECRET}\nworker:{SECRET}\nauditor:{SECRET}-auditor\n")
     result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "serve",

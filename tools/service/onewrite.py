@@ -110,7 +110,7 @@ class HeldWrites(asyncio.Transport):
 
 
 class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol on `HeldWrites` (`uvicorn.run(..., http=...)`)."""
+    """uvicorn's httptools protocol on `HeldWrites` (`uvicorn.Config(..., http=...)`)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(HeldWrites(transport, self.loop))
