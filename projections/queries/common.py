@@ -29,13 +29,24 @@ class NothingRecorded(LedgerError, ValueError):
 _POSITION = re.compile(r"-?[0-9]{1,19}")
 
 
-def known_position(journal: JournalLike, value: int | str | None) -> int:
+def known_positions(head: int) -> str:
+    """The positions an as-known-at question may name in a journal whose head is `head`,
+    for an error: 1 to the head (0, before the first event, has nothing to answer from),
+    or only 0 while the journal is empty."""
+    if not head:
+        return "the journal is empty: 0 is its only position"
+    return f"known positions are 1 to {head}"
+
+
+def known_position(journal: JournalLike, value: int | str | None, *,
+                   shows_head: str = "gpu-credits head") -> int:
     """A journal position from `--as-known-at`: a position, or an ISO-8601 recorded-at time.
 
     None means the head; 0 means before the first event (a time before the first record
     gives 0 too). ValueError if negative, past the head (never clamped: a script asking
     about position 900 of a 300-event journal has the wrong journal or a typo), or
-    neither an integer nor ISO-8601.
+    neither an integer nor ISO-8601. `shows_head`: what the error names as showing the
+    last position (the command, or the API's route).
     """
     head = journal.head()
     if value is None:
@@ -47,8 +58,8 @@ def known_position(journal: JournalLike, value: int | str | None) -> int:
         elif text.lstrip("+-").isdigit():
             # int() would take "+5", full-width digits and thousands of digits (refused
             # with a message about Python): a position is ASCII digits, as every integer.
-            raise ValueError(f"as known at: not a position: {text[:40]!r} (ASCII digits, "
-                             f"0 to {head})")
+            raise ValueError(f"as known at: not a position: {text[:40]!r} (ASCII digits; "
+                             f"{known_positions(head)})")
         else:
             try:
                 micros = parse_micros(text)
@@ -60,22 +71,24 @@ def known_position(journal: JournalLike, value: int | str | None) -> int:
     if value < 0:
         raise ValueError(f"a position is 0 or more (0: before the first event), got {value}")
     if value > head:
-        raise ValueError(f"position {value} is past the journal's head {head}; known "
-                         f"positions are 1 to {head} (gpu-credits head shows the last one)")
+        shows = f" ({shows_head} shows the last one)" if head else ""
+        raise ValueError(f"position {value} is past the journal's head {head}; "
+                         f"{known_positions(head)}{shows}")
     return value
 
 
-def recorded_position(journal: JournalLike, value: int | str | None) -> int:
+def recorded_position(journal: JournalLike, value: int | str | None, *,
+                      shows_head: str = "gpu-credits head") -> int:
     """`known_position`, for a question that needs something recorded to answer from:
     `NothingRecorded` when the journal holds events but none had been recorded by then
     (position 0, or a time before the first record), rather than an answer of zeros."""
-    position = known_position(journal, value)
+    position = known_position(journal, value, shows_head=shows_head)
     head = journal.head()
     if position == 0 and head > 0:
         shown = str(value).strip()
         if shown.lstrip("+-").isdigit():
             raise NothingRecorded(f"nothing was recorded yet at position 0 (before the "
-                                  f"first event); known positions are 1 to {head}")
+                                  f"first event); {known_positions(head)}")
         raise NothingRecorded(
             f"nothing was recorded yet at {shown}: the first event was recorded at "
             f"{first_recorded(journal)}; ask about a later time, or a position from 1 "

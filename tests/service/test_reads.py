@@ -98,6 +98,44 @@ def test_a_position_past_the_head_is_422_as_on_the_command_line(client: TestClie
         assert "past the journal's head 1" in refused.json()["detail"]
 
 
+@pytest.mark.parametrize("value", ["0", "3", "99", "+1", "2000-01-01T00:00:00Z", "junk"])
+def test_an_as_known_at_refused_says_what_the_command_line_says(
+        db_url: str, client: TestClient, value: str) -> None:
+    """The same refusal as `--as-known-at` (but for where the head is shown), and the
+    positions it calls known are exactly those answered."""
+    import re
+
+    from projections import queries
+
+    for time in (1, 2):
+        assert client.post("/v1/accounts/a/grants",
+                           json={"amount": 5, "time": time}).status_code == 201
+    with Journal(db_url) as journal, pytest.raises(ValueError) as cli:
+        queries.balance(journal, "a", as_known_at=value)
+    said = str(cli.value).removeprefix("as known at: ").replace("gpu-credits head",
+                                                                 "GET /v1/journal/head")
+    for path in ("/v1/accounts/a/balance", "/v1/accounts/a/statement"):
+        refused = client.get(path, params={"as_known_at": value})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == f"as_known_at: {said}"
+        known = re.search(r"known positions are (\d+) to (\d+)", said)
+        if known is not None:
+            first, last = int(known[1]), int(known[2])
+            assert (first, last) == (1, 2)
+            for position in (first, last):
+                assert client.get(path, params={"as_known_at": position}).status_code == 200
+            for position in (first - 1, last + 1):
+                assert client.get(path, params={"as_known_at": position}).status_code == 422
+
+
+def test_an_empty_journal_says_so_of_a_position_past_its_head(client: TestClient) -> None:
+    refused = client.get("/v1/accounts/a/statement", params={"as_known_at": 1})
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == (
+        "as_known_at: position 1 is past the journal's head 0; the journal is empty: 0 is "
+        "its only position")
+
+
 @pytest.mark.parametrize(("accept", "csv"), [
     ("", False), ("*/*", False), ("application/json", False), ("text/csv", True),
     ("text/*", True), ("text/csv, application/json", False),

@@ -29,11 +29,10 @@ from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.personal import with_personal
-from projections.queries.common import exists_later
+from projections.queries.common import exists_later, recorded_position
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
-from projections.timefmt import parse_micros
 from projections.verifications import Verification, record_verification
 from tools import render, wording
 from tools.service.auth import READ, needs
@@ -82,26 +81,21 @@ def _time(name: str, value: str | None) -> int | None:
         raise ServiceProblem(422, f"{name}: {exc}", slug="invalid") from None
 
 
-def _known(journal: JournalLike, head: int, value: str | None) -> int:
-    """A position from `as_known_at`: an integer position or an ISO 8601 recorded-at."""
+def _known(journal: JournalLike, value: str | None) -> int:
+    """A position from `as_known_at`: an integer position or an ISO 8601 recorded-at, read
+    and refused as `--as-known-at` reads them (never clamped to the head: a position the
+    journal has not reached is a typo or another journal's, and a position any answer
+    gave is committed, so every replica's journal holds it), but for a recorded-at
+    without its offset."""
     if value is None:
-        return head
+        return journal.head()
     text = query_text(value).strip()
     try:
-        if text.lstrip("+-").isdigit():
-            position = int(text)
-            if position < 0:
-                raise ValueError(f"a position is 0 or more, got {position}")
-            if position > head:
-                # Never clamped, as on the command line: a position the journal has not
-                # reached is a typo or another journal's (a position any answer gave is
-                # committed, so every replica's journal holds it).
-                raise ValueError(f"position {position} is past the journal's head {head}; "
-                                 f"known positions are 0 to {head} (GET /v1/journal/head)")
-            return position
-        return min(journal.position_at(parse_micros(_with_offset(text))), head)
+        position = text if text.lstrip("+-").isdigit() else _with_offset(text)
+        return recorded_position(journal, position, shows_head="GET /v1/journal/head")
     except ValueError as exc:
-        raise ServiceProblem(422, f"as_known_at: {exc}", slug="invalid") from None
+        said = str(exc).removeprefix("as known at: ")
+        raise ServiceProblem(422, f"as_known_at: {said}", slug="invalid") from None
 
 
 def _with_offset(text: str) -> str:
@@ -230,7 +224,7 @@ def _balance_from_journal(service: LedgerService, account: str,
 
 def _balance_as_known(service: LedgerService, account: str, when: int | None,
                       as_known_at: str) -> dict[str, Any]:
-    position = _known(service.journal, service.journal.head(), as_known_at)
+    position = _known(service.journal, as_known_at)
     return wording.to_dict(queries.balance(service.journal, account, at=when,
                                            as_known_at=position))
 
@@ -297,7 +291,7 @@ def statement(account: str, request: Request,
     if start is not None and end is not None and start > end:
         raise ServiceProblem(422, f"from {start} is after to {end}", slug="invalid")
     journal = service.journal
-    position = _known(journal, journal.head(), as_known_at)
+    position = _known(journal, as_known_at)
     # As `statement --as-known-at`: only the events recorded up to `position`, to the
     # journal's latest event time (the balance's default `at`), an account opened later
     # has no lines yet.
