@@ -1001,3 +1001,37 @@ def test_retries_elsewhere_after_the_jobs_submit_was_reversed_answer_as_told(
         assert [(r.status_code, r.json()) for r in again] == [
             (r.status_code, r.json()) for r in told]
         assert head(c) == at
+
+
+def test_every_route_refuses_a_query_parameter_it_does_not_take(client: TestClient) -> None:
+    """A misspelt parameter is a 422 naming it and those the route takes (the ones the
+    OpenAPI document declares), on every /v1 operation, before anything is decided; a
+    body's unknown field is refused the same way."""
+    setup_account(client)
+    before = head(client)
+    operations = [(method.upper(), path, [p["name"] for p in op.get("parameters", [])
+                                          if p["in"] == "query"])
+                  for path, ops in client.get("/openapi.json").json()["paths"].items()
+                  for method, op in ops.items() if path.startswith("/v1/")]
+    assert len(operations) >= 16
+    for method, template, declared in operations:
+        path = template.replace("{account}", "a").replace("{job}", "j1")
+        route = f"{method} {template}"
+        for query in ({"as_knwon_at": "1"}, {**dict.fromkeys(declared[:1], "1"), "x": ""}):
+            answer = client.request(method, path, params=query, json={"amount": 1})
+            misspelt = next(name for name in query if name not in declared)
+            takes = ", ".join(declared) or "no query parameters"
+            assert problem(answer, 422)["detail"] == (
+                f"unknown query parameter {misspelt!r} for {route}: "
+                f"it takes {takes}"), route
+    assert head(client) == before
+    both = client.get("/v1/accounts/a/balance", params={"at": 1, "x": 1, "y": 2})
+    assert problem(both, 422)["detail"] == (
+        "unknown query parameters 'x', 'y' for GET /v1/accounts/{account}/balance: "
+        "it takes at, as_known_at")
+    # The parameters a route takes still answer, and the paths no route answers are 404.
+    assert client.get("/v1/accounts/a/balance", params={"at": 1,
+                                                         "as_known_at": 2}).status_code == 200
+    assert client.get("/v1/journal", params={"after": 0, "limit": 1}).status_code == 200
+    assert client.get("/v1/nowhere", params={"x": 1}).status_code == 404
+

@@ -301,8 +301,14 @@ def test_a_bad_path_or_key_without_a_token_is_401(secured: TestClient) -> None:
                              headers={**bearer("worker"),
                                       "Idempotency-Key": "caf\u00e9".encode()}),
                 403, "forbidden")
+    # An unknown query parameter too.
+    _is_problem(secured.get("/v1/accounts/a/balance?as_knwon_at=1"), 401, "unauthorized")
+    _is_problem(secured.post("/v1/accounts/a/grants?x=1", json={"amount": 1},
+                             headers=bearer("worker")), 403, "forbidden")
     # A role that may is told what is wrong with them.
     _is_problem(secured.get("/v1/accounts/%ff/balance", headers=bearer("auditor")),
+                422, "invalid")
+    _is_problem(secured.get("/v1/accounts/a/balance?as_knwon_at=1", headers=bearer("auditor")),
                 422, "invalid")
 
 

@@ -262,3 +262,72 @@ def test_a_balance_of_an_account_whose_opening_grant_was_reversed_is_the_command
     unknown = client.get("/v1/accounts/c/balance")
     assert unknown.status_code == 404
     assert unknown.json()["detail"] == "unknown account 'c' (known: a)"
+
+
+# A journal whose as-known-at answers differ: late events (event time before what was
+# recorded earlier), a job holding credits, debt, pools and an account opened later.
+_HISTORY = [
+    {"type": "grant", "account": "a", "amount": 100, "time": 0, "expiry": 30},
+    {"type": "grant", "account": "a", "amount": 20, "time": 5, "pool": "h100"},
+    {"type": "submit", "account": "a", "job": "j1", "cost": 15, "priority": 1, "time": 10},
+    {"type": "consume", "account": "b", "amount": 7, "time": 12},
+    {"type": "grant", "account": "c", "amount": 9, "time": 20},
+    {"type": "grant", "account": "a", "amount": 3, "time": 2},  # late
+    {"type": "consume", "account": "a", "amount": 4, "pool": "h100", "time": 8},  # late
+]
+
+
+def _cli_accounts(db_url: str, *args: str) -> tuple[int, Any]:
+    import json
+
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    result = CliRunner().invoke(app, ["--db", db_url, "accounts", "--json", *args])
+    if result.exit_code != 0:
+        return result.exit_code, result.stderr
+    return 0, json.loads(result.stdout)
+
+
+def test_every_account_at_a_time_as_known_at_a_position_is_the_command_lines(
+        db_url: str, client: TestClient) -> None:
+    """`GET /v1/accounts?at=&as_known_at=` lists the accounts and figures of `accounts
+    --at --as-known-at --json`, each as a balance object."""
+    for event in _HISTORY:
+        answer = client.post("/v1/events", json={"events": [event]})
+        assert answer.status_code == 200, answer.text
+    head = len(_HISTORY)
+    for at in (None, "0", "4", "9", "12", "19", "40", "1970-01-01T00:00:10Z"):
+        for as_known_at in (None, *map(str, range(1, head + 1))):
+            params = {k: v for k, v in (("at", at), ("as_known_at", as_known_at)) if v}
+            args = [arg for k, v in params.items() for arg in (f"--{k.replace('_', '-')}", v)]
+            status, cli = _cli_accounts(db_url, *args)
+            assert status == 0, cli
+            answer = client.get("/v1/accounts", params=params)
+            assert answer.status_code == 200, (params, answer.text)
+            expected = [{"account": row["account"],
+                         **{k: row[k] for k in ("balance", "reserved", "available", "debt",
+                                                "pools")},
+                         "at": cli["at"], "as_known_at": cli["as_known_at"]}
+                        for row in cli["accounts"]]
+            assert answer.json() == expected, params
+
+
+@pytest.mark.parametrize("params", [
+    {"as_known_at": "0"}, {"as_known_at": "8"}, {"as_known_at": "junk"},
+    {"as_known_at": "1970-01-01T00:00:00Z"}, {"at": "junk"}, {"at": "9007199254740992"},
+])
+def test_every_account_refuses_what_the_command_line_refuses(
+        db_url: str, client: TestClient, params: dict[str, str]) -> None:
+    for event in _HISTORY:
+        assert client.post("/v1/events", json={"events": [event]}).status_code == 200
+    (name, value), = params.items()
+    status, said = _cli_accounts(db_url, f"--{name.replace('_', '-')}", value)
+    assert status == 2
+    refused = client.get("/v1/accounts", params=params)
+    assert refused.status_code == 422, refused.text
+    if name == "as_known_at":
+        cli = said.split("error: ", 1)[1].strip().removeprefix("as known at: ")
+        assert refused.json()["detail"] == "as_known_at: " + cli.replace(
+            "gpu-credits head", "GET /v1/journal/head")

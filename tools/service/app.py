@@ -161,7 +161,8 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         # The plain case of the hot routes, answered before FastAPI's routing (see fast.py).
         app.add_middleware(FastRoutes, service=service, authority=app.state.authority,
                            event_answers=app.state.event_answers)
-    app.add_middleware(StrictRequests)  # outside the fast routes: every request checked
+    # Outside the fast routes: every request checked.
+    app.add_middleware(StrictRequests, routers=[writes.router, reads.router])
     if app.state.authority.enabled:
         # Outside every check that reads the request: who may call is decided first.
         app.add_middleware(Gate, authority=app.state.authority,

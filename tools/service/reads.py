@@ -161,9 +161,15 @@ def _figures(account: str, figures: queries.Figures, at: int, position: int) -> 
 
 @router.get("/accounts", response_model=list[BalanceAnswer], responses=_ERRORS,
             summary="Every account's balance")
-async def accounts(request: Request) -> Any:
-    """Every account with its figures at the journal's latest event time."""
+async def accounts(request: Request, at: TimeParam = None,
+                   as_known_at: KnownParam = None) -> Any:
+    """Every account with its figures at event time `at`, as the journal stood at
+    position `as_known_at` (by default: at the journal's latest event time, as it stands):
+    the accounts and figures of `gpu-credits accounts --json`, each as a balance object."""
     service = service_of(request)
+    when = _time("at", at)
+    if when is not None or as_known_at is not None:
+        return await run_in_threadpool(_accounts_as_known, service, when, as_known_at)
 
     def read(_: LedgerSession, ledger: Ledger) -> list[dict[str, Any]] | None:
         at, position = _latest(service, ledger), service.head()
@@ -176,6 +182,17 @@ async def accounts(request: Request) -> Any:
     if answer is None:
         answer = await run_in_threadpool(_read_with_times, service, read)
     return answer
+
+
+def _accounts_as_known(service: LedgerService, when: int | None,
+                       as_known_at: str | None) -> list[dict[str, Any]]:
+    """Every account at `when` as known at a position: from the journal (its checkpoints
+    and events), as `accounts --at --as-known-at` reads it; an account opened after
+    `when`, or recorded after the position, is not listed."""
+    journal = service.journal
+    report = queries.accounts(journal, at=when, as_known_at=_known(journal, as_known_at))
+    return [_figures(row.account, row.figures, report.at, report.as_known_at)
+            for row in report.rows]
 
 
 @router.get("/accounts/{account:path}/balance", response_model=BalanceAnswer, responses=_ERRORS,

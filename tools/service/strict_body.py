@@ -6,14 +6,20 @@ takes the parser's time. This ASGI middleware reads each JSON body first with
 `projections.validation.loads_strict` and answers `422` (a problem) before any route
 sees a body that the importer would refuse; a valid body is passed on unchanged.
 `StrictRequests` refuses, before any route too, a path or an Idempotency-Key the server
-would read otherwise than it was sent.
+would read otherwise than it was sent, and a query parameter the route does not take
+(`?as_knwon_at=5` would otherwise be ignored, and answered as of the head).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes
+
+from fastapi import APIRouter
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 
 from projections.validation import loads_strict
 from tools.service.problems import problem_response
@@ -43,19 +49,65 @@ MAX_BODY = 32 * 1024 * 1024
 """The largest JSON body read (a batch of events); larger is refused with 413."""
 
 
+def _query_names(dependant: Dependant) -> list[str]:
+    """The names of the query parameters a route reads, its dependencies' included."""
+    names = [param.alias for param in dependant.query_params]
+    for sub in dependant.dependencies:
+        names += _query_names(sub)
+    return names
+
+
+class _Queries:
+    """The query parameters each route of some routers declares, matched as the app
+    matches a request (the first route whose path and method fit)."""
+
+    def __init__(self, routers: Iterable[APIRouter]) -> None:
+        self.routes: list[tuple[re.Pattern[str], frozenset[str], str, tuple[str, ...]]] = []
+        for router in routers:
+            for route in router.routes:
+                if isinstance(route, APIRoute):
+                    names = tuple(dict.fromkeys(_query_names(route.dependant)))
+                    shown = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+                    self.routes.append((route.path_regex, frozenset(route.methods or ()),
+                                        f"{sorted(route.methods or ())[0]} {shown}", names))
+
+    def unknown(self, scope: Scope) -> str | None:
+        """Why the request's query names a parameter its route does not take; None when
+        it does not (or no route answers it: that is a 404 or 405)."""
+        names = dict.fromkeys(name for name, _ in parse_qsl(
+            scope["query_string"].decode("latin-1"), keep_blank_values=True))
+        method, path = scope["method"], scope["path"]
+        for pattern, methods, route, known in self.routes:
+            if method in methods and pattern.match(path):
+                unknown = [name for name in names if name not in known]
+                if not unknown:
+                    return None
+                takes = (f"it takes {', '.join(known)}" if known
+                         else "it takes no query parameters")
+                listed = ", ".join(repr(name) for name in unknown)
+                plural = "s" if len(unknown) > 1 else ""
+                return f"unknown query parameter{plural} {listed} for {route}: {takes}"
+        return None
+
+
 class StrictRequests:
     """Refuse what the server would read ambiguously (422): a path whose %-escapes are not
     UTF-8 (decoded with U+FFFD for each bad byte, `caf%E9` and `caf%E8` would name one
-    account, `caf\ufffd`) or decode to a control character, and an Idempotency-Key
+    account, `caf\ufffd`) or decode to a control character, an Idempotency-Key
     sent twice or beyond ASCII (a header is read as Latin-1: a UTF-8 `café` would become
-    the id `cafÃ©`)."""
+    the id `cafÃ©`), and, on the routes of `routers`, a query parameter the route does
+    not declare (a misspelt `as_known_at` would be ignored, as bodies' unknown fields
+    are refused)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, routers: Iterable[APIRouter] = ()) -> None:
         self.app = app
+        self.queries = _Queries(routers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             why = _ambiguous(scope)
+            if why is None and scope.get("query_string"):
+                why = self.queries.unknown(scope)
             if why is not None:
                 await problem_response(422, why, slug="invalid")(scope, receive, send)
                 return
