@@ -1035,3 +1035,28 @@ def test_every_route_refuses_a_query_parameter_it_does_not_take(client: TestClie
     assert client.get("/v1/journal", params={"after": 0, "limit": 1}).status_code == 200
     assert client.get("/v1/nowhere", params={"x": 1}).status_code == 404
 
+
+def test_a_body_over_32_mib_is_413_as_the_document_says(client: TestClient) -> None:
+    """The limits of a batch: a body over 32 MiB is 413 (declared on every operation that
+    takes a body), more than 10,000 events 422; nothing appended either way."""
+    from tools.service.strict_body import MAX_BODY
+
+    doc = client.get("/openapi.json").json()
+    posts = [(path, ops["post"]) for path, ops in doc["paths"].items() if "post" in ops]
+    assert ("/v1/events", doc["paths"]["/v1/events"]["post"]) in posts
+    for path, operation in posts:
+        assert "413" in operation["responses"], path
+    before = head(client)
+    padding = "x" * (MAX_BODY - 10)
+    big = client.post("/v1/events", content=f'{{"events": [{{"memo": "{padding}"}}]}}',
+                      headers={"Content-Type": "application/json"})
+    assert "32 MiB" in problem(big, 413)["detail"]
+    # Between the fast path's limit and 32 MiB, in one message: the route reads it whole.
+    long_memo = {"type": "grant", "account": "a", "amount": 1, "time": 0,
+                 "memo": "x" * (5 * 1024 * 1024)}
+    answer = client.post("/v1/events", json={"events": [long_memo]})
+    assert "memo" in problem(answer, 422)["detail"]
+    many = [{"type": "grant", "account": "a", "amount": 1, "time": 0}] * 10_001
+    assert "at most 10000" in problem(client.post("/v1/events", json={"events": many}),
+                                      422)["detail"]
+    assert head(client) == before

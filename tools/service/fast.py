@@ -186,14 +186,14 @@ class FastRoutes:
         except _Fallback:
             await self.app(scope, receive, send)
             return
-        body, complete = await _read_body(receive)
+        body, complete, rest = await _read_body(receive)
         try:
             if not complete:
                 raise _Fallback
             parsed = _usage_body(body)
             check_far("time", parsed.time, self.service.allow_far_times)
         except (_Fallback, ValueError):
-            await self.app(scope, replaying(body, not complete, receive), send)
+            await self.app(scope, replaying(body, rest, receive), send)
             return
         try:
             answer = await self.service.decide(commands.Usage(
@@ -237,13 +237,13 @@ class FastRoutes:
         except _Fallback:
             await self.app(scope, receive, send)
             return
-        body, complete = await _read_body(receive, MAX_FAST_EVENTS_BODY)
+        body, complete, rest = await _read_body(receive, MAX_FAST_EVENTS_BODY)
         try:
             if not complete:
                 raise _Fallback
             events = _events_body(body)
         except _Fallback:
-            await self.app(scope, replaying(body, not complete, receive), send)
+            await self.app(scope, replaying(body, rest, receive), send)
             return
         try:
             answer = await writes.events_answer(self.service, cache, events, key)
@@ -292,23 +292,25 @@ class FastRoutes:
         return True
 
 
-async def _read_body(receive: Receive, limit: int = MAX_FAST_BODY) -> tuple[bytes, bool]:
-    """The body, and whether it is all of it (the rest is left to the route when it is
-    larger than `limit`, or the client went away)."""
+async def _read_body(receive: Receive,
+                     limit: int = MAX_FAST_BODY) -> tuple[bytes, bool, bool]:
+    """The body read so far; whether it is all of it within `limit` (else the route
+    reads it: larger than `limit`, or the client went away); and whether more of it is
+    still to be received (for the route)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return b"".join(chunks), False
+            return b"".join(chunks), False, True  # the route receives the disconnect
         chunk = message.get("body", b"")
         size += len(chunk)
         chunks.append(chunk)
         more = bool(message.get("more_body", False))
-        if not more:
-            return b"".join(chunks), True
-        if size > limit:
-            return b"".join(chunks), False
+        # Over the limit is the route's, also when it came in one message: the route
+        # reads at most 32 MiB (413 beyond).
+        if size > limit or not more:
+            return b"".join(chunks), size <= limit, more
 
 
 def _usage_body(body: bytes) -> UsageBody:

@@ -433,7 +433,8 @@ def head(request: Request) -> Any:
 
 
 @router.post("/journal/verify", response_model=VerifyAnswer,
-             response_model_exclude_none=True, responses=_ERRORS,
+             response_model_exclude_none=True,
+             responses={**_ERRORS, **documented([(413, "the body is larger than 32 MiB")])},
              summary="Verify the journal")
 def verify(request: Request, body: VerifyBody | None = None) -> Any:
     """Check the hash chain (and, with an anchor `POSITION:HASH`, that the journal still

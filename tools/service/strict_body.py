@@ -163,8 +163,10 @@ class StrictJsonBodies:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > MAX_BODY:
-                await problem_response(413, f"the body is larger than {MAX_BODY} bytes")(
-                    scope, receive, send)
+                await problem_response(
+                    413, f"the body is larger than {MAX_BODY} bytes (32 MiB), the most a "
+                         "request may send: send a long list of events in several batches"
+                )(scope, receive, send)
                 return
             chunks.append(chunk)
             more = bool(message.get("more_body", False))

@@ -58,6 +58,7 @@ _ERRORS = documented([
     (403, "the token's role may not do this"),
     (404, "unknown account or job"),
     (409, "idempotency conflict, or a transition the job's state does not allow"),
+    (413, "the body is larger than 32 MiB; nothing appended"),
     (422, "invalid body, parameters or key; nothing appended"),
     (503, "database unavailable or service starting; retry with the same key"),
 ])
@@ -234,7 +235,8 @@ async def append_events(body: EventsBody, request: Request,
     """Append events in the JSON Lines import format, all or nothing: `422` names each
     bad event by its index. Events without `id` take one from the Idempotency-Key (KEY,
     KEY/2, ...), or without a key the id `import` would give them; events already recorded
-    count as `already_present`."""
+    count as `already_present`. A batch holds 1 to 10,000 events (more is `422`) in a
+    body of at most 32 MiB (more is `413`): send a longer history in several batches."""
     return await events_answer(service_of(request), request.app.state.event_answers,
                                body.events, _key(idempotency_key))
 
