@@ -13,6 +13,7 @@ facades call these functions.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from eventstore import Anchor, ChainBroken, ChainReport, JournalLike
@@ -23,15 +24,29 @@ class AnchorError(ValueError):
     """An anchor, or a signed anchor statement, that cannot be read or does not check out."""
 
 
+_POSITION = re.compile(r"[0-9]{1,19}")
+_HASH = re.compile(r"[0-9a-fA-F]{64}")
+
+ANCHOR_FORMAT = ("a position (0 or more), a colon and a hash of 64 hex digits, as "
+                 "`gpu-credits head` prints it")
+
+
 def parse_anchor(text: str) -> Anchor:
-    """`POSITION:HASH` as `gpu-credits head` prints it; AnchorError naming the format."""
-    try:
-        return Anchor.parse(text.strip().lower() if text.isascii() else text)
-    except ValueError as exc:
-        why = str(exc)
-        if "POSITION:HASH" not in why:
-            why += " (an anchor is POSITION:HASH, as `gpu-credits head` prints it)"
-        raise AnchorError(why) from None
+    """`POSITION:HASH` as `gpu-credits head` prints it, around blanks (as pasted from a
+    file), the hash in either case (as a SHA-256 is written either way; kept lowercase,
+    as the journal stores it); AnchorError naming what is wrong and the format."""
+    position, sep, digest = text.strip().partition(":")
+    if not sep or not _POSITION.fullmatch(position):
+        raise AnchorError(f"anchor {_shown(text)} is not POSITION:HASH: {ANCHOR_FORMAT}")
+    if not _HASH.fullmatch(digest):
+        raise AnchorError(f"anchor hash must be 64 hex digits (a SHA-256), got "
+                          f"{_shown(digest)} (an anchor is POSITION:HASH: {ANCHOR_FORMAT})")
+    return Anchor.of(int(position), digest.lower())
+
+
+def _shown(text: str) -> str:
+    """A value quoted in an error, cut short when long (an anchor is 66 characters or so)."""
+    return repr(text) if len(text) <= 100 else f"{text[:100]!r}... ({len(text)} characters)"
 
 
 def head_anchor(journal: JournalLike) -> Anchor:

@@ -1060,3 +1060,36 @@ def test_a_body_over_32_mib_is_413_as_the_document_says(client: TestClient) -> N
     assert "at most 10000" in problem(client.post("/v1/events", json={"events": many}),
                                       422)["detail"]
     assert head(client) == before
+
+
+@pytest.mark.parametrize("anchor", ["5:abc", "x:y", "", "-1:" + "a" * 64, "1:" + "g" * 64,
+                                    "1:" + "a" * 65, "1" * 30 + ":" + "a" * 64])
+def test_a_malformed_anchor_is_refused_as_the_command_line_refuses_it(
+        client: TestClient, db_url: str, anchor: str) -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    setup_account(client)
+    refused = problem(client.post("/v1/journal/verify", json={"anchor": anchor}), 422)
+    cli = CliRunner().invoke(app, ["--db", db_url, "verify", "--anchor", anchor])
+    assert cli.exit_code == 2
+    assert refused["detail"].startswith("anchor ") and "pattern" not in refused["detail"]
+    assert "64 hex digits" in refused["detail"] and "lowercase" not in refused["detail"]
+    assert refused["detail"] in " ".join(cli.stderr.split())
+
+
+def test_an_anchor_is_read_in_either_case_as_its_message_says(client: TestClient,
+                                                               db_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    setup_account(client)
+    taken = client.get("/v1/journal/head").json()
+    for digest in (taken["hash"], taken["hash"].upper()):
+        anchor = f"{taken['position']}:{digest}"
+        answer = client.post("/v1/journal/verify", json={"anchor": f" {anchor}\n"})
+        assert answer.status_code == 200 and answer.json()["ok"], answer.text
+        cli = CliRunner().invoke(app, ["--db", db_url, "verify", "--anchor", anchor])
+        assert cli.exit_code == 0, cli.stderr

@@ -386,9 +386,12 @@ class Head(Answer):
 class VerifyBody(Body):
     """Optionally, an anchor taken earlier by `GET /v1/journal/head`."""
 
-    anchor: str | None = Field(default=None, pattern=r"^ *[0-9]+:[0-9a-fA-F]{1,128} *$",
+    # The pattern documents the form; `parse_anchor` checks it, with the command line's
+    # message (a pattern in the model would answer with the regular expression).
+    anchor: str | None = Field(default=None, json_schema_extra={
+                                   "pattern": r"^\s*[0-9]{1,19}:[0-9a-fA-F]{64}\s*$"},
                                description="POSITION:HASH, as `GET /v1/journal/head` gives "
-                                           "it (the hash in either case)")
+                                           "it (64 hex digits, in either case)")
 
 
 class VerifyAnswer(Answer):
