@@ -1093,3 +1093,15 @@ def test_an_anchor_is_read_in_either_case_as_its_message_says(client: TestClient
         assert answer.status_code == 200 and answer.json()["ok"], answer.text
         cli = CliRunner().invoke(app, ["--db", db_url, "verify", "--anchor", anchor])
         assert cli.exit_code == 0, cli.stderr
+
+
+def test_problems_quote_values_exactly_as_given(client: TestClient) -> None:
+    """A problem's detail is one line, but the names it quotes keep every space: 'team  a'
+    is not the account 'team a' it lists as known."""
+    setup_account(client, "team a")
+    missing = problem(client.get("/v1/accounts/team  a/balance"), 404)
+    assert missing["detail"] == "unknown account 'team  a' (known: team a)"
+    bad = {"events": [{"type": "void", "grant": "g  1", "time": 0}]}
+    refused = problem(client.post("/v1/events", json=bad), 422)
+    assert refused["errors"] == [{"index": 0, "detail": "void names event 'g  1', which is "
+                                  "neither in the journal nor in the file"}]

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from eventstore import JournalLike
+from tools.render import one_line
 from tools.service import problems, reads, writes
 from tools.service.auth import Authority, Gate, Token
 from tools.service.fast import FastRoutes
@@ -206,7 +207,7 @@ def _start(service: LedgerService, retry_every: float = 2.0) -> None:
         except Exception as exc:
             service.load_error = f"{type(exc).__name__}: {exc}"
             log.warning("cannot load the journal yet (%s: %s); retrying in %g s",
-                        type(exc).__name__, " ".join(str(exc).split())[:200], retry_every)
+                        type(exc).__name__, one_line(str(exc))[:200], retry_every)
             _time.sleep(retry_every)
 
 

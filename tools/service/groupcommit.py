@@ -72,6 +72,7 @@ from eventstore import (
 )
 from projections.errors import LedgerError
 from projections.ledger import Ledger
+from tools.render import one_line
 from tools.service.problems import ServiceProblem, Unavailable
 
 log = logging.getLogger("gpu_credits.service")
@@ -664,7 +665,7 @@ class GroupCommit:
 
     def _recover(self, exc: BaseException) -> None:
         log.warning("batch failed, nothing of it committed: %s: %s", type(exc).__name__,
-                    " ".join(str(exc).split())[:300])
+                    one_line(str(exc))[:300])
         try:
             self._reset()
         except BaseException as again:  # the database may still be away: retry later

@@ -32,6 +32,7 @@ from projections.errors import (
     UnknownAccount,
     UnknownJob,
 )
+from tools.render import one_line
 from tools.service.models import Problem
 
 PROBLEM_JSON = "application/problem+json"
@@ -121,7 +122,7 @@ def detail_of(exc: BaseException) -> str:
     if isinstance(exc, ServiceProblem):
         return exc.detail
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-    return " ".join(text.split()) or type(exc).__name__
+    return one_line(text) or type(exc).__name__
 
 
 def problem_body(status: int, detail: str, slug: str | None = None,

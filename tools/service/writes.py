@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 
 from projections import importing
 from projections.events import require_name
+from tools.render import one_line
 from tools.service import commands
 from tools.service.auth import FINANCE, WORKER, needs
 from tools.service.bindings import batch_key_conflict
@@ -222,7 +223,7 @@ def _checked(records: list[Any], key: str | None, allow_far: bool
             if isinstance(record.get("time"), int):
                 check_far("time", record["time"], allow_far)
         except (ValueError, TypeError) as exc:
-            problems.append((index, " ".join(str(exc).split())))
+            problems.append((index, one_line(str(exc))))
             continue
         out.append(importing.Entry(index + 1, event_id, time, event))
     return out, keyed, problems
