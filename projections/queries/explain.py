@@ -25,7 +25,7 @@ from projections.queries.common import (
     unknown_account,
 )
 from projections.queries.effects import Effect, event_effect
-from projections.queries.ownjobs import jobs_differ, own_jobs, submitted_jobs
+from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
 from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
@@ -378,11 +378,13 @@ def explain_job(journal: JournalLike, job_id: str, *,
     position = recorded_position(journal, as_known_at)
     owner = job_account(journal, job_id, position)
     events = None if owner is None else account_events(journal, owner, to_position=position)
-    if owner is None or events is None or job_id not in submitted_jobs(events) \
-            or own_jobs(journal, owner, events, position) is None:
+    own = None if owner is None or events is None or job_id not in submitted_jobs(events) \
+        else own_jobs(journal, owner, events, position)
+    if own is None or events is None or NOT_HELD in own.values():
         # Only the whole journal tells: the job is named elsewhere too, or its account's
         # events submit another job id an account holds before them (an anomaly their
-        # fold alone would take as accepted, holding credits).
+        # fold alone would take as accepted, holding credits), or one no account holds
+        # (nothing here checks that their fold holds none either).
         return job_explanation(journal.read(to_position=position, order="canonical"), job_id,
                                excluded=excluded_as_known(journal, position))
     # The job's account's own events tell its life: linear in them, not in the journal.

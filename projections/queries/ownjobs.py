@@ -11,6 +11,10 @@ from projections.ledger import Ledger
 from projections.partial import account_jobs_at
 from projections.queries.reports import jobs as jobs_report
 
+NOT_HELD: tuple[str, int | None] = ("", None)
+"""`own_jobs`' entry for a job id the account's events submit that the projection gives
+to no account (every submit of it reversed): its fold must not hold the job either."""
+
 
 def submitted_jobs(events: list[RecordedEvent]) -> set[str]:
     """The job ids these events submit."""
@@ -26,9 +30,11 @@ def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
     (`account_jobs_at`: no other account's state, no refold), or when those cannot say
     (an event elsewhere names the account or its jobs), asked of the jobs report.
 
-    None when the account's events submit a job id the projection gives to another
-    account (submitted there first: this submit is an anomaly of the fold, which the
-    account's events alone would take as accepted), or to none."""
+    A job id the projection gives to no account (its submits reversed) is NOT_HELD: the
+    account's fold tells it as the whole one does when that fold holds no such job either
+    (`jobs_differ`). None when the account's events submit a job id the projection gives
+    to another account (submitted there first: this submit is an anomaly of the fold,
+    which the account's events alone would take as accepted)."""
     submitted = submitted_jobs(events)
     if not submitted:
         return {}
@@ -36,18 +42,27 @@ def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
     if facts is not None:
         own = {job: (state, charge) for job, (owner, state, charge) in facts.items()
                if owner == account}
+        held_elsewhere = (submitted - own.keys()) & facts.keys()
     else:
         try:
             rows = jobs_report(journal, account=account, as_known_at=position).rows
         except LedgerError:  # the projection does not know the account: none is its own
             return None
         own = {row.job: (row.state, row.charge) for row in rows}
-    return own if submitted <= own.keys() else None
+        missing = submitted - own.keys()
+        held_elsewhere = missing and {
+            row.job for row in jobs_report(journal, as_known_at=position).rows
+            if row.job in missing}
+    if held_elsewhere:
+        return None
+    own.update((job, NOT_HELD) for job in submitted - own.keys())
+    return own
 
 
 def jobs_differ(ledger: Ledger, own: dict[str, tuple[str, int | None]]) -> bool:
     """Whether a fold of the account's events leaves any of its jobs otherwise than the
-    projection does."""
+    projection does (a NOT_HELD job held at all)."""
     jobs = ledger.jobs
-    return any((job := jobs.get(job_id)) is None or (job.state, job.charge) != held
+    return any(held != NOT_HELD if (job := jobs.get(job_id)) is None
+               else held == NOT_HELD or (job.state, job.charge) != held
                for job_id, held in own.items())

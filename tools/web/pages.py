@@ -45,7 +45,8 @@ from projections.queries.history import (
     lines_of,
 )
 from projections.queries.history import account_history as history_of
-from projections.queries.ownjobs import jobs_differ, own_jobs, submitted_jobs
+from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
+from projections.queries.walk import own_reversed
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
@@ -324,8 +325,9 @@ def _projected_jobs(source: AuditSource, account: str, events: list[RecordedEven
                     position: int) -> ProjectedJobs | None:
     """The jobs the account's events submit, as the whole journal's projection holds them
     as known at `position` (`own_jobs`; at the head, asked of the source's whole fold, the
-    service's live projection, without a fold of its own); None when one of those ids is
-    another account's job (a reused id: this submit is an anomaly of the whole fold)."""
+    service's live projection, without a fold of its own); NOT_HELD for one no account
+    holds (its submits reversed); None when one of those ids is another account's job (a
+    reused id: this submit is an anomaly of the whole fold)."""
     submitted = submitted_jobs(events)
     if not submitted:
         return {}
@@ -336,9 +338,12 @@ def _projected_jobs(source: AuditSource, account: str, events: list[RecordedEven
         found: ProjectedJobs = {}
         for job_id in submitted:
             job = jobs.get(job_id)
-            if job is None or job.account != account:
+            if job is None:
+                found[job_id] = NOT_HELD
+            elif job.account != account:
                 return None
-            found[job_id] = (job.state, job.charge)
+            else:
+                found[job_id] = (job.state, job.charge)
         return found
 
 
@@ -362,9 +367,19 @@ def _stream_tells_jobs(source: AuditSource, account: str, events: list[RecordedE
                        position: int) -> bool:
     """Whether the account's own events tell its jobs as the whole journal does, as far
     as can be seen without folding them: every job they submit is the account's, and
-    each one's events that took effect are among them."""
+    each one's events that took effect are among them; one no account holds is submitted
+    there only by events the stream itself reverses (so its fold holds none either)."""
     jobs = _projected_jobs(source, account, events, position)
-    return jobs is not None and not _job_events_elsewhere(events, jobs)
+    return jobs is not None and not _job_events_elsewhere(events, jobs) and (
+        NOT_HELD not in jobs.values() or _submits_reversed(events, jobs))
+
+
+def _submits_reversed(events: list[RecordedEvent], jobs: ProjectedJobs) -> bool:
+    """Whether every submit among `events` of a job NOT_HELD is reversed by them."""
+    reversed_here = own_reversed(events)
+    return all(rec.id in reversed_here for rec in events
+               if rec.type == "submit" and isinstance(job := rec.payload.get("job"), str)
+               and jobs.get(job) == NOT_HELD)
 
 
 def stream_tells_jobs(source: AuditSource, stream: str,
