@@ -6,7 +6,6 @@ folding one account's stream, and fold the whole journal when it cannot say."""
 from __future__ import annotations
 
 from eventstore import JournalLike, RecordedEvent
-from projections.errors import LedgerError
 from projections.ledger import Ledger
 from projections.partial import account_jobs_at
 from projections.queries.reports import jobs as jobs_report
@@ -44,15 +43,11 @@ def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
                if owner == account}
         held_elsewhere = (submitted - own.keys()) & facts.keys()
     else:
-        try:
-            rows = jobs_report(journal, account=account, as_known_at=position).rows
-        except LedgerError:  # the projection does not know the account: none is its own
-            return None
-        own = {row.job: (row.state, row.charge) for row in rows}
-        missing = submitted - own.keys()
-        held_elsewhere = missing and {
-            row.job for row in jobs_report(journal, as_known_at=position).rows
-            if row.job in missing}
+        # Every job, not only the account's: one of its ids no row holds is NOT_HELD.
+        rows = jobs_report(journal, as_known_at=position).rows
+        own = {row.job: (row.state, row.charge) for row in rows if row.account == account}
+        held_elsewhere = {row.job for row in rows if row.account != account
+                          and row.job in submitted}
     if held_elsewhere:
         return None
     own.update((job, NOT_HELD) for job in submitted - own.keys())

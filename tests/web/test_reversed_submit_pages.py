@@ -11,9 +11,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from eventstore import MemoryJournal
-from projections.queries import explain_account, statement, to_dict
+from projections.errors import LedgerError
+from projections.queries import to_dict
 from tests.projections.test_reversed_submit_stream import (
     ACCOUNTS,
+    _answers,
     _big,
     _read_counted,
     folding_whole,
@@ -25,14 +27,16 @@ from tools.web.source import AuditSource
 
 
 def _page(journal: MemoryJournal, account: str) -> tuple[Any, ...]:
-    history = account_history(AuditSource(journal), account, journal.head())
+    try:
+        history = account_history(AuditSource(journal), account, journal.head())
+    except LedgerError as exc:
+        return (str(exc),)
     return to_dict(history.statement), to_dict(history.explanation)
 
 
 def _whole(journal: MemoryJournal, account: str) -> tuple[Any, ...]:
     with folding_whole():
-        return (to_dict(statement(journal, account)),
-                to_dict(explain_account(journal, account)))
+        return _answers(journal, account)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +44,8 @@ def _whole(journal: MemoryJournal, account: str) -> tuple[Any, ...]:
 def test_the_account_page_answers_as_the_whole_fold(journal: MemoryJournal) -> None:
     whole = {account: _whole(journal, account) for account in ACCOUNTS}
     # Left out, as for statements: a step filed in another stream the stream can't tell.
-    assume(not steps_elsewhere_unseen(journal, {a: w[0] for a, w in whole.items()}))
+    assume(not steps_elsewhere_unseen(journal, {a: w[0] for a, w in whole.items()
+                                                if len(w) == 2}))
     assert {account: _page(journal, account) for account in ACCOUNTS} == whole
 
 
