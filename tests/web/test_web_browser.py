@@ -231,3 +231,52 @@ def test_long_names_do_not_make_a_page_scroll_sideways(browser: Any, tmp_path: P
                     assert wide <= width, f"{path} is {wide} px wide at {width}"
             finally:
                 context.close()
+
+
+def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_path: Path) -> None:
+    """A memo of one long word (a URL, a hash), a long job, event or grant id and a long
+    account or pool name wrap inside their cells: no table is wider than its box, at
+    1280 px or at 390 px, while numbers and times stay on one line."""
+    import json
+
+    from eventstore import Journal
+    from projections.importing import import_file
+    from tools.web.browsing import app_for, serving
+
+    link = "https://tickets.example.com/finance/approvals/" + "0123456789abcdef" * 12
+    job, account, pool = "job-" + "x" * 196, "L" * 200, "P" * 200
+    url = f"sqlite:///{tmp_path / 'memo.db'}"
+    lines = [{"type": "grant", "account": "a", "amount": 100, "time": 1, "id": "G" * 200,
+              "memo": link},
+             {"type": "consume", "account": "a", "amount": 5, "time": 2, "id": "E" * 200,
+              "memo": "M" * 1000},
+             {"type": "submit", "account": "a", "job": job, "cost": 5, "priority": 1,
+              "time": 3, "id": "s1"},
+             {"type": "grant", "account": account, "amount": 1, "time": 1, "pool": pool,
+              "id": "g2", "memo": "N" * 300}]
+    with Journal(url) as journal:
+        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "memo.jsonl")
+    with serving(app_for(url)) as base:
+        for width in (1280, 390):
+            context = browser.new_context(viewport={"width": width, "height": 900})
+            tab = context.new_page()
+            try:
+                for path in ("/", "/accounts/a", f"/accounts/{account}", f"/jobs/{job}",
+                             "/journal", "/events/1", "/events/2", "/events/3", "/events/4"):
+                    tab.goto(base + path, wait_until="networkidle")
+                    wide = tab.evaluate("""() => [...document.querySelectorAll('table')]
+                        .map(t => [t.id, t.closest('.scroll') || t.parentElement])
+                        .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
+                        .map(([id, box]) => id + ': ' + box.scrollWidth + ' > ' + box.clientWidth)""")
+                    assert wide == [], f"{path} at {width} px: {wide}"
+                    broken = tab.evaluate("""() => [...document.querySelectorAll('td.num, td.time')]
+                        .filter(td => {
+                            const range = document.createRange();
+                            range.selectNodeContents(td);
+                            const tops = [...range.getClientRects()].map(r => Math.round(r.top));
+                            return new Set(tops).size > 1;
+                        })
+                        .map(td => td.textContent.trim())""")
+                    assert broken == [], f"{path} at {width} px: numbers broken over lines {broken}"
+            finally:
+                context.close()
