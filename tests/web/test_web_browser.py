@@ -267,7 +267,7 @@ def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_pa
                     wide = tab.evaluate("""() => [...document.querySelectorAll('table')]
                         .map(t => [t.id, t.closest('.scroll') || t.parentElement])
                         .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
-                        .map(([id, box]) => id + ': ' + box.scrollWidth + ' > ' + box.clientWidth)""")
+                        .map(([id, box]) => `${id}: ${box.scrollWidth} > ${box.clientWidth}`)""")
                     assert wide == [], f"{path} at {width} px: {wide}"
                     broken = tab.evaluate("""() => [...document.querySelectorAll('td.num, td.time')]
                         .filter(td => {
