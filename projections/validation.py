@@ -8,7 +8,9 @@ so that every figure survives a round trip through any JSON reader:
   spreadsheets) reads exactly; a sum of two such values still fits a 64-bit column;
 * amounts are at least 1; costs at least 0; a grant's priority is 0-100;
 * names (accounts, jobs, pools, ids) are non-empty printable text of at most
-  `MAX_NAME_LENGTH` characters: no NUL, no control character, no line break;
+  `MAX_NAME_LENGTH` characters (`str.isprintable`: letters, marks, numbers, punctuation,
+  symbols and the plain space; no control or format character, no space but U+0020, no
+  line break, no private-use, surrogate or unassigned code point);
 * free text (memos, reasons) is printable text of at most `MAX_TEXT_LENGTH` characters;
 * fractions are finite numbers in [0, 1].
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -154,6 +157,30 @@ def require_time(name: str, value: object) -> int:
     return require_int(name, value, MIN_TIME, MAX_TIME)
 
 
+PRINTABLE_RULE = ("printable text: letters, marks, numbers, punctuation, symbols and the "
+                  "plain space U+0020; no control or format character, no other space or "
+                  "line break, no private-use, surrogate or unassigned code point")
+"""What `str.isprintable` accepts, the rule every name, memo and reason is held to, in words."""
+
+_KINDS = {"Cc": "a control character", "Cf": "an invisible format character",
+          "Cs": "a surrogate", "Co": "a private-use character", "Cn": "an unassigned code point",
+          "Zs": "a space other than U+0020", "Zl": "a line separator",
+          "Zp": "a paragraph separator"}
+
+
+def unprintable(value: str) -> str:
+    """The first character of `value` that `str.isprintable` refuses, described: its
+    position (from 1), its code point and name, and what kind of character it is."""
+    for index, char in enumerate(value, 1):
+        if not char.isprintable():
+            category = unicodedata.category(char)
+            kind = "a line break" if char in "\n\r" else _KINDS.get(category, category)
+            label = unicodedata.name(char, "")
+            named = f" {label}" if label else ""
+            return f"character {index} is U+{ord(char):04X}{named}, {kind}"
+    return "every character is printable"
+
+
 def require_name(name: str, value: object) -> str:
     """A name: a non-empty printable string of at most MAX_NAME_LENGTH characters."""
     if not isinstance(value, str) or not value:
@@ -162,16 +189,19 @@ def require_name(name: str, value: object) -> str:
         raise ValueError(f"{name} must be at most {MAX_NAME_LENGTH} characters, "
                          f"got {len(value)}")
     if not value.isprintable():
-        raise ValueError(f"{name} must be printable text (no NUL, control character or "
-                         f"line break), got {show(value)}")
+        raise ValueError(f"{name} must be {PRINTABLE_RULE}; {unprintable(value)}, "
+                         f"got {show(value)}")
     return value
 
 
 def require_text(name: str, value: object) -> str:
     """Free text (a memo, a reason): printable, not blank, at most MAX_TEXT_LENGTH characters."""
-    if not isinstance(value, str) or not value.strip() or not value.isprintable():
-        raise ValueError(f"{name} must be non-empty printable text (no NUL, control character "
-                         f"or line break), got {show(value)}")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be text that is not blank (not empty, not only spaces), "
+                         f"got {show(value)}")
+    if not value.isprintable():
+        raise ValueError(f"{name} must be {PRINTABLE_RULE}; {unprintable(value)}, "
+                         f"got {show(value)}")
     if len(value) > MAX_TEXT_LENGTH:
         raise ValueError(f"{name} must be at most {MAX_TEXT_LENGTH} characters, "
                          f"got {len(value)}")

@@ -63,6 +63,27 @@ def test_names_are_printable_and_bounded() -> None:
         require_text("memo", "a\x00")
 
 
+@pytest.mark.parametrize(("value", "says"), [
+    ("price 5\u00a0EUR", "character 8 is U+00A0 NO-BREAK SPACE, a space other than U+0020"),
+    ("family\U0001F468\u200d\U0001F469",
+     "character 8 is U+200D ZERO WIDTH JOINER, an invisible format character"),
+    ("tab\there", "character 4 is U+0009, a control character"),
+    ("a\nb", "character 2 is U+000A, a line break"),
+    ("a\x00", "character 2 is U+0000, a control character"),
+    ("\ue000", "character 1 is U+E000, a private-use character"),
+])
+def test_refused_text_names_the_rule_and_the_character(value: str, says: str) -> None:
+    """The rule applied is `str.isprintable`; the message states it and names the first
+    character it refuses, so a no-break space is not blamed as a control character."""
+    for check, field in ((require_name, "account"), (require_text, "memo")):
+        with pytest.raises(ValueError) as info:
+            check(field, value)
+        message = str(info.value)
+        assert message.startswith(f"{field} must be printable text: letters, marks, numbers, "
+                                  "punctuation, symbols and the plain space U+0020;")
+        assert f"; {says}, got {value!r}" in message
+
+
 def test_errors_name_the_value_and_stay_short() -> None:
     with pytest.raises(ValueError) as info:
         require_amount("amount", 10**400)
