@@ -683,3 +683,25 @@ def test_a_grants_row_and_burn_down_count_the_debt_its_released_credits_paid(
             figures["Expired"], figures["Remaining"]) == ("10", "3", "2", "0", "0", "5")
     assert grant["steps"] == [[0, 10], [2, 8], [3, 5]]  # 3 of the 8 released paid debt
     assert "released 8; 3 paid debt first (g1 3)" in page
+
+
+def test_a_reversed_submit_links_to_a_job_page_that_shows_it(tmp_path: Path) -> None:
+    """The ledger line of a reversed submit links to its job; the job's page shows what
+    `explain --job` shows (never submitted; the submit, reversed), not a 404 claiming no
+    event names the job. A job no event names is still a 404."""
+    lines = [{"type": "grant", "account": "a", "amount": 100, "time": 1, "id": "g1"},
+             {"type": "submit", "account": "a", "job": "j1", "cost": 5, "priority": 1,
+              "time": 2, "id": "s1"},
+             {"type": "reverse", "event": "s1", "time": 3, "reason": "entered by mistake",
+              "id": "r1"}]
+    (tmp_path / "f.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    url = _cli_journal(tmp_path, ("import", str(tmp_path / "f.jsonl")))
+    with TestClient(app_for(url)) as c:
+        assert 'href="/jobs/j1"' in c.get("/accounts/a").text
+        page = c.get("/jobs/j1")
+        assert page.status_code == 200, page.text
+        assert "never submitted" in page.text
+        rows = re.findall(r"<tr class=\"st-[a-z]+\">(.*?)</tr>", page.text)
+        assert len(rows) == 1 and "submit" in rows[0] and "reversed, no effect" in rows[0]
+        gone = c.get("/jobs/j2")
+        assert gone.status_code == 404 and "no event names it" in gone.text

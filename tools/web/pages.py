@@ -539,8 +539,10 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
         state = ledger.jobs.get(job)
         account = None if state is None else state.account
         # A job the ledger does not know was never submitted: only events refused as
-        # anomalies can name it.
-        refused = [] if state is not None else [event_id for _, event_id, _ in ledger.anomalies]
+        # anomalies, or reversed (a reversed submit), can name it.
+        refused = [] if state is not None else [
+            *(event_id for _, event_id, _ in ledger.anomalies), *ledger.excluded]
+        reversed_ids = ledger.excluded  # every reversal's, wherever it is recorded
     if account is not None:
         streams = [account]  # a job's events are all in its account's stream
     else:
@@ -555,12 +557,19 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
         if last is None:
             raise UnknownJob(f"unknown job {job!r} (no event names it)")
         # Nothing after the job's last event changes what its events did: fold up to it.
-        return job_explanation(ordered[:last + 1], job, excluded=excluded_by(events))
+        return job_explanation(ordered[:last + 1], job,
+                               excluded=excluded_by(events) | reversed_ids)
 
     def explain() -> JobExplanation:
-        found = explain_from([rec for stream in streams
-                              for rec in source.stream_events(stream)])
-        if state is not None and (found.state, found.charge) != (state.state, state.charge):
+        try:
+            found: JobExplanation | None = explain_from(
+                [rec for stream in streams for rec in source.stream_events(stream)])
+        except UnknownJob:
+            if state is None:
+                raise  # no anomaly or reversed event names it: no event does
+            found = None  # the ledger knows it: its events are in other streams
+        if found is None or (state is not None
+                             and (found.state, found.charge) != (state.state, state.charge)):
             # The account's stream is not the whole story (a job id another account
             # submitted first, a job's event recorded in another stream): as
             # `explain --job` does, the whole journal tells.
