@@ -68,6 +68,7 @@ from projections.events import (
     split_personal,
     to_payload,
 )
+from projections.owners import job_stream
 from projections.personal import (
     ERASURE_STREAM,
     erased_ids,
@@ -474,7 +475,7 @@ def _stream(event: DomainEvent, job_accounts: Mapping[str, str]) -> str:
     if isinstance(account, str):
         return account
     job: str = getattr(event, "job")  # noqa: B009 - every other event names a job
-    return job_accounts.get(job, f"job:{job}")
+    return job_accounts.get(job, job_stream(job))
 
 
 _JOB_EVENT_TYPES = frozenset(kind.type for kind in JOB_EVENTS)

@@ -29,6 +29,7 @@ import orjson
 from eventstore import JournalLike, RecordedEvent
 from projections.checkpoint import CheckpointError, CheckpointView, log
 from projections.ledger import Ledger
+from projections.owners import job_stream, submitted_elsewhere
 from projections.replay import lean_rows, rows_of_type, view_at
 
 _JOB_EVENTS = frozenset({"start", "complete", "cancel"})
@@ -70,7 +71,10 @@ def account_jobs_at(journal: JournalLike, account: str, named: Set[str], *,
     its account's job ids are its own. None when that cannot say: no valid checkpoint, a
     reversal after it, or an event after it outside the account's stream that names the
     account or one of those jobs (a job id two accounts submitted, or a job's events
-    recorded in another stream); then only the whole projection tells."""
+    recorded in another stream); then only the whole projection tells. None too when a
+    job named is the account's but another account's stream holds a submit of its id
+    that the fold does not count (`owners.submitted_elsewhere`): events of the job may be
+    filed there."""
     found = view_at(journal, to_position=to_position)
     if found is None:
         return None
@@ -96,6 +100,12 @@ def account_jobs_at(journal: JournalLike, account: str, named: Set[str], *,
                 return None
             held.update((job, (state.account, state.state, state.charge))
                         for job, state in ledger.jobs.items())
+        # A second submit of one of its ids (an anomaly), or a reversed one, in another
+        # account's stream, up to the checkpoint (those after it are found above): a
+        # step of the job recorded while that submit was the known one is filed there.
+        ours = {job for job in named if held.get(job, ("",))[0] == account}
+        if ours and submitted_elsewhere(journal, view.skeleton(), account, ours):
+            return None
     except CheckpointError as exc:
         log.warning("checkpoint at position %s ignored (%s): folding from the journal "
                     "instead", info.position, exc)
@@ -202,7 +212,7 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
 def _job_streams(journal: JournalLike, jobs: Iterable[Any]) -> list[str]:
     """The `job:<id>` streams of these jobs, or [] when none of them has one (one query
     for them all)."""
-    streams = [f"job:{job}" for job in jobs if isinstance(job, str)]
+    streams = [job_stream(job) for job in jobs if isinstance(job, str)]
     return streams if streams and journal.max_time(streams) is not None else []
 
 

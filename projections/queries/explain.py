@@ -17,6 +17,7 @@ from projections.events import GENERAL, TIMELINE_START
 from projections.figures import Figures
 from projections.ledger import PENDING, RUNNING, Ledger, refill_batch_id
 from projections.outcomes import Outcome
+from projections.owners import account_events, duplicate_submit, job_stream
 from projections.projector import apply_recorded
 from projections.queries.common import (
     exists_later,
@@ -26,7 +27,7 @@ from projections.queries.common import (
 )
 from projections.queries.effects import Effect, event_effect
 from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
-from projections.queries.walk import AccountWalk, Step, account_events, own_reversed
+from projections.queries.walk import AccountWalk, Step, own_reversed
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
 
@@ -282,7 +283,7 @@ def explain_account(journal: JournalLike, account: str, *,
 def _lineage(journal: JournalLike, account: str, events: list[RecordedEvent] | None,
              position: int) -> tuple[AccountWalk, LineageBuilder]:
     """The account walked over its own `events`, or over the whole journal (None)."""
-    walk = AccountWalk(account)
+    walk = AccountWalk(account, journal.get)
     builder = LineageBuilder(walk)
     walk.ledger.excluded = (excluded_as_known(journal, position) if events is None
                             else own_reversed(events))
@@ -415,7 +416,7 @@ def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
     owner: str | None = None
     if job_id in ids:
         owner = str(columns["account"][ids.index(job_id)])
-    clash = f"job {job_id!r} was submitted before"
+    clash = duplicate_submit(job_id)
     if any(why.startswith(clash) for _, _, why in anomalies):
         return None
     # Most payloads cannot name the job: its id, quoted, is not in their text (an id
@@ -435,7 +436,7 @@ def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
             if owner is not None or not isinstance(account, str) or account != stream:
                 return None  # a second submit, or one outside its account's stream
             owner = account
-        elif owner is None or stream not in (owner, f"job:{job_id}"):
+        elif owner is None or stream not in (owner, job_stream(job_id)):
             return None
     return owner
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventstore import RecordedEvent
+from projections.owners import Named, named_among
 from projections.queries.explain import AccountExplanation, LineageBuilder
 from projections.queries.statement import Statement, StatementBuilder, StatementLine
 from projections.queries.walk import AccountWalk
@@ -70,7 +71,7 @@ def account_history(events: Iterable[RecordedEvent], account: str, *, at: int,
     `account_timeline`'s, with a point for each void too (it takes credits away).
     """
     given = list(events)
-    fold = HistoryFold(account, excluded_by(given))
+    fold = HistoryFold(account, excluded_by(given), named_among(given))
     fold.extend(canonical(rec for rec in given if rec.time <= at))
     return fold.finish(at, as_known_at=as_known_at, private=private, last=True)
 
@@ -86,10 +87,13 @@ class HistoryFold:
     whole account again, whenever the head moves.
     """
 
-    def __init__(self, account: str, excluded: frozenset[str]) -> None:
+    def __init__(self, account: str, excluded: frozenset[str],
+                 named: Named | None = None) -> None:
         self.account = account
         self.excluded = excluded  # the reversed ids the fold was started with
-        self.walk = AccountWalk(account)
+        # `named`: the events the reversals among those folded name (`named_among`);
+        # a fold is extended only with events that hold no reversal.
+        self.walk = AccountWalk(account, named)
         self.walk.ledger.excluded = excluded  # a reversal counts at every event time
         self._lines = StatementBuilder(account, self.walk)
         self._lineage = LineageBuilder(self.walk)
@@ -198,7 +202,7 @@ def extended_history(fold: HistoryFold | None, events: Sequence[RecordedEvent],
                 fold.extend(added)
                 return fold, fold.finish(at, as_known_at=as_known_at, private=private)
     kept = [rec for rec in events if rec.time <= at]
-    fold = HistoryFold(account, excluded_by(events))
+    fold = HistoryFold(account, excluded_by(events), named_among(events))
     fold.extend(canonical(kept))
     fold.whole = len(kept) == len(events)  # else what it left out may count later
     return fold, fold.finish(at, as_known_at=as_known_at, private=private)
@@ -211,7 +215,7 @@ def event_lines(events: Iterable[RecordedEvent], account: str, position: int, *,
     (in any order) only up to that event; empty when it did not touch the account.
     `private` as for `account_history`."""
     given = list(events)
-    walk = AccountWalk(account)
+    walk = AccountWalk(account, named_among(given))
     walk.ledger.excluded = excluded_by(given)
     builder = StatementBuilder(account, walk)
     for rec in canonical(given):

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from eventstore import JournalLike, RecordedEvent
 from projections.ledger import Ledger
+from projections.owners import submitted_elsewhere
 from projections.partial import account_jobs_at
-from projections.queries.reports import jobs as jobs_report
+from projections.queries.common import fold_as_known
 
 NOT_HELD: tuple[str, int | None] = ("", None)
 """`own_jobs`' entry for a job id the account's events submit that the projection gives
@@ -27,13 +28,16 @@ def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
     account whose events submit jobs; {} for one that submits none. Read from the
     newest valid checkpoint's job index and the account's own events after it
     (`account_jobs_at`: no other account's state, no refold), or when those cannot say
-    (an event elsewhere names the account or its jobs), asked of the jobs report.
+    (an event elsewhere names the account or its jobs), from the projection's fold.
 
     A job id the projection gives to no account (its submits reversed) is NOT_HELD: the
     account's fold tells it as the whole one does when that fold holds no such job either
     (`jobs_differ`). None when the account's events submit a job id the projection gives
     to another account (submitted there first: this submit is an anomaly of the fold,
-    which the account's events alone would take as accepted)."""
+    which the account's events alone would take as accepted); and when another account's
+    stream holds a submit of one of its job ids that the fold does not count (a second
+    submit, or a reversed one), in whose stream events of the job may be filed
+    (`owners.submitted_elsewhere`): only a fold of the whole journal finds those."""
     submitted = submitted_jobs(events)
     if not submitted:
         return {}
@@ -43,11 +47,12 @@ def own_jobs(journal: JournalLike, account: str, events: list[RecordedEvent],
                if owner == account}
         held_elsewhere = (submitted - own.keys()) & facts.keys()
     else:
-        # Every job, not only the account's: one of its ids no row holds is NOT_HELD.
-        rows = jobs_report(journal, as_known_at=position).rows
-        own = {row.job: (row.state, row.charge) for row in rows if row.account == account}
-        held_elsewhere = {row.job for row in rows if row.account != account
-                          and row.job in submitted}
+        ledger = fold_as_known(journal, to_position=position)
+        own = {job.id: (job.state, job.charge) for job in ledger.jobs.values()
+               if job.account == account}
+        held_elsewhere = (submitted - own.keys()) & ledger.jobs.keys()
+        if not held_elsewhere and submitted_elsewhere(journal, ledger, account, submitted):
+            return None
     if held_elsewhere:
         return None
     own.update((job, NOT_HELD) for job in submitted - own.keys())

@@ -12,6 +12,7 @@ from projections.creditbook import Expiry, Lineage
 from projections.events import GENERAL
 from projections.figures import Figures
 from projections.ledger import refill_due
+from projections.owners import account_events
 from projections.queries.common import (
     exists_later,
     fold_as_known,
@@ -28,7 +29,7 @@ from projections.queries.effects import (
     expiry_effect,
 )
 from projections.queries.ownjobs import jobs_differ, own_jobs
-from projections.queries.walk import AccountWalk, Step, account_events
+from projections.queries.walk import AccountWalk, Step
 from projections.replay import excluded_as_known
 from projections.reversals import reversed_ids
 
@@ -328,7 +329,7 @@ def _walked(journal: JournalLike, account: str, events: list[RecordedEvent] | No
     """The account's lines up to event time `to`: from its own events, or (None) from a
     fold of the whole journal as known at `position`; `from_time`: where the statement
     opens."""
-    builder = StatementBuilder(account)
+    builder = StatementBuilder(account, AccountWalk(account, journal.get))
     builder.opening_at = from_time
     if events is not None:
         # A reversal counts at every event time: those after `to` too.

@@ -9,66 +9,20 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from eventstore import JournalLike, RecordedEvent
+from eventstore import RecordedEvent
 from projections.creditbook import Batch, BatchKey, CreditBook, Expiry
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
+from projections.owners import Named, event_account
 from projections.projector import apply_recorded
 from projections.reversals import reversed_ids
 
 
-def target(ledger: Ledger, rec: RecordedEvent) -> str | None:
-    """The account an event touches, as the ledger stands before applying it."""
-    account = rec.payload.get("account")
-    if isinstance(account, str):
-        return account
-    if rec.type in ("void", "reverse"):
-        return rec.stream  # recorded in the stream of the account of the event it names
-    job = ledger.jobs.get(str(rec.payload.get("job")))
-    return None if job is None else job.account
-
-
-
-def account_events(journal: JournalLike, account: str, *,
-                   to_position: int | None = None) -> list[RecordedEvent] | None:
-    """Every event recorded up to `to_position` that decides `account`'s figures, in
-    canonical order: its stream (its own events, its jobs' events, voids of its grants,
-    reversals of any of these), and the events of its jobs recorded before their submit
-    was known (kept in a stream `job:<id>` of their own). None when the stream holds an
-    event that belongs to another account's figures (a job event whose job it never
-    submitted before): then only a fold of the whole journal answers.
-
-    The credit book partitions by account, so these fold to the account's figures
-    without reading the rest of the journal: a statement costs the account's events,
-    not the journal's. What no stream shows is a job id that another account submitted
-    too (the later submit is an anomaly of the fold); the command line and the service
-    refuse a duplicate job id, an imported file can hold one.
-    """
-    own = list(journal.read(stream=account, to_position=to_position, order="canonical"))
-    jobs = {job for rec in own if rec.type == "submit"
-            and isinstance(job := rec.payload.get("job"), str)}
-    early: list[RecordedEvent] = []
-    # One query says whether any of those streams exists (rarely: an import that named a
-    # job before its submit); only then is each read.
-    if jobs and journal.max_time([f"job:{job}" for job in jobs]) is not None:
-        early = [rec for job in sorted(jobs)
-                 for rec in journal.read(stream=f"job:{job}", to_position=to_position,
-                                         order="canonical")]
-    events = own if not early else sorted([*own, *early],
-                                          key=lambda rec: (rec.time, rec.position))
-    submitted: set[str] = set()
-    for rec in events:
-        job = rec.payload.get("job")
-        if rec.type == "submit":
-            if rec.payload.get("account") != account:
-                return None
-            submitted.add(str(job))
-        elif rec.type in ("start", "complete", "cancel"):
-            if job not in submitted:
-                return None
-        elif rec.type not in ("void", "reverse") and rec.payload.get("account") != account:
-            return None
-    return events
+def target(ledger: Ledger, rec: RecordedEvent, named: Named | None = None) -> str | None:
+    """The account an event touches, as the ledger stands before applying it
+    (`owners.event_account`: for a job's step, its job's account, wherever it was filed;
+    for a reversal, that of the event it names, looked up with `named`)."""
+    return event_account(rec, ledger.jobs, named)
 
 
 def own_reversed(events: list[RecordedEvent]) -> frozenset[str]:
@@ -116,8 +70,12 @@ class AccountWalk:
     remembers batches reported but still in the book.
     """
 
-    def __init__(self, account: str) -> None:
+    def __init__(self, account: str, named: Named | None = None) -> None:
         self.account = account
+        # Looks up the event a reversal names: its line is in that event's account's
+        # statement (a reversal is filed in the stream of the event it names, which for a
+        # job's step may be `job:<id>` or another account's).
+        self.named = named
         self.ledger = Ledger()
         self.seen = False  # whether any event touched the account
         self.announced: dict[int, Batch] = {}  # id(batch) -> batch reported as expired
@@ -161,7 +119,7 @@ class AccountWalk:
     def apply(self, rec: RecordedEvent) -> Step | None:
         """Apply `rec`; a `Step` if it touched the account, else None."""
         ledger = self.ledger
-        if target(ledger, rec) != self.account:
+        if target(ledger, rec, self.named) != self.account:
             apply_recorded(ledger, rec)
             return None
         self.seen = True

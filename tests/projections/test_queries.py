@@ -291,7 +291,7 @@ def test_an_event_of_another_account_in_the_stream_means_a_whole_fold() -> None:
                                                      "priority": 1}),
                     # written by hand into a's stream, though job x is b's
                     NewEvent("c1", "a", "cancel", 2, {"job": "x"})])
-    from projections.queries.walk import account_events
+    from projections.owners import account_events
 
     assert account_events(journal, "a") is None
     assert [line.event_id for line in statement(journal, "a").lines] == ["g1"]
