@@ -145,6 +145,15 @@ _MAKES_AN_ACCOUNT = ("account", "grant", "consume", "adjust")
 records for an account that does not exist too, rejected."""
 
 
+def names_account(journal: JournalLike, name: str) -> bool:
+    """Whether the journal records an event that names the account `name` (one that makes
+    it exist, or a submit, which a journal records for an account that does not exist
+    too): what a stream of a job's events recorded before its submit, `job:<id>`, never
+    is."""
+    return exists_later(journal, name) or next(
+        rows_of_type(journal, "submit", stream=name), None) is not None
+
+
 def exists_later(journal: JournalLike, name: str) -> bool:
     """Whether the journal records, at any time, an event that makes the account exist:
     an account named only by rejected submits (and their jobs' events) is unknown."""

@@ -23,13 +23,13 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from eventstore import JournalLike, RecordedEvent
-from projections import importing, queries
+from projections import importing, owners, queries
 from projections.anchors import parse_anchor
 from projections.errors import UnknownAccount, UnknownJob
 from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.personal import with_personal
-from projections.queries.common import exists_later, recorded_position
+from projections.queries.common import exists_later, names_account, recorded_position
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
@@ -337,10 +337,13 @@ def job(job: str, request: Request) -> Any:
                                   "paid_by": [], "reason": None}
         if state.state in ("rejected", "succeeded", "failed"):
             # The outcome says who paid and why a submit was refused: refold only this
-            # job's events, from the projection's snapshots.
-            for rec in service.journal.read(stream=state.account, order="canonical"):
-                if rec.payload.get("job") != job:
-                    continue
+            # job's events, from the projection's snapshots. They are found wherever they
+            # were filed (a completion recorded before its submit is in `job:<id>`, one
+            # recorded while another account's submit of the id was known is in that
+            # account's stream), not only in the job's account's stream.
+            for rec in owners.job_events(service.journal, ledger, job):
+                if rec.id in ledger.excluded:
+                    continue  # reversed: it refused, settled or paid nothing
                 outcome = session.outcome_of(rec)
                 if rec.type == "submit" and not outcome.ok and not outcome.anomaly:
                     answer["reason"] = outcome.reason
@@ -364,14 +367,14 @@ class _RevisionCache:
             if head != self._head:
                 report = replay_journal(journal)
                 rows = queries.revision_rows(journal, report.revisions)
-                streams: dict[str, str | None] = {}
-                out = []
-                for row in rows:
-                    event_id = row.revision.event_id
-                    if event_id not in streams:
-                        rec = journal.get(event_id)
-                        streams[event_id] = None if rec is None else rec.stream
-                    out.append({**wording.to_dict(row), "account": streams[event_id]})
+                # The account of the revised event as the replayed fold holds it, not
+                # the stream it was filed in (`job:<id>` is none; a job's step may lie
+                # in another submitter's stream): the same events give the same
+                # accounts whatever order they arrived in.
+                accounts = owners.revision_accounts(
+                    journal, report.ledger, (r.event_id for r in report.revisions))
+                out = [{**wording.to_dict(row), "account": accounts[row.revision.event_id]}
+                       for row in rows]
                 self._head, self._rows = head, out
             return self._rows
 
@@ -385,9 +388,10 @@ def revisions(request: Request,
               account: Annotated[str | None, Query(max_length=200)] = None) -> Any:
     """Each outcome a late event revised, before and after, in the order they came."""
     service = service_of(request)
-    if account is not None and service.journal.stream_version(account) == 0:
-        # As every route naming an account: a misspelt one must not read as "nothing
-        # was revised".
+    if account is not None and not names_account(service.journal, account):
+        # As every route naming an account: a misspelt one (or a stream of a job's
+        # events, `job:<id>`, which is no account) must not read as "nothing was
+        # revised".
         with service.reading() as ledger:
             raise queries.unknown_account(account, ledger)
     cache: _RevisionCache = request.app.state.revisions

@@ -1,0 +1,98 @@
+"""A job's start, completion or cancel that arrived before its job's submit is filed in the
+stream `job:<id>`, and one that arrived while another account's submit of the same id was
+the one known stays in that account's stream. The reads that group by account find them
+wherever they were filed: a job's payers, the revisions of an account, its statement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.service.test_api import problem
+
+
+def post(client: TestClient, *events: dict[str, Any]) -> None:
+    """Append `events` as one batch, as an import would."""
+    r = client.post("/v1/events", json={"events": list(events)})
+    assert r.status_code == 200, r.text
+
+
+def stream_of(client: TestClient, event_id: str) -> str:
+    """The stream the journal filed the event under (as `GET /v1/journal` cannot say, from
+    the journal itself)."""
+    journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
+    rec = journal.get(event_id)
+    assert rec is not None
+    return str(rec.stream)
+
+
+GRANT_A = {"type": "grant", "account": "a", "amount": 100, "time": 0, "id": "g1"}
+
+
+def test_a_job_charged_by_a_completion_that_came_before_its_submit_names_its_payers(
+        client: TestClient) -> None:
+    # A usage feed faster than the scheduler's: the completion first.
+    post(client, GRANT_A, {"type": "complete", "job": "j1", "success": True, "time": 30,
+                           "id": "c1"})
+    post(client, {"type": "submit", "account": "a", "job": "j1", "cost": 40, "priority": 1,
+                  "time": 10, "id": "s1"},
+         {"type": "start", "job": "j1", "time": 20, "id": "st1"})
+    assert stream_of(client, "c1") == "job:j1"
+    assert client.get("/v1/jobs/j1").json() == {
+        "job": "j1", "account": "a", "state": "succeeded", "cost": 40, "priority": 1,
+        "pool": "general", "charged": 40, "paid_by": [{"grant": "g1", "amount": 40}],
+        "reason": None}
+
+
+def test_a_job_whose_owners_submit_arrived_last_names_its_payers_and_its_revisions(
+        client: TestClient) -> None:
+    post(client, GRANT_A,
+         {"type": "grant", "account": "b", "amount": 100, "time": 0, "id": "gb"},
+         {"type": "submit", "account": "a", "job": "j1", "cost": 40, "priority": 1,
+          "time": 10, "id": "sa"},
+         {"type": "start", "job": "j1", "time": 20, "id": "st1"},
+         {"type": "complete", "job": "j1", "success": True, "time": 30, "id": "c1"})
+    # b's submit of the same id, earlier on the timeline: the job is b's.
+    post(client, {"type": "submit", "account": "b", "job": "j1", "cost": 25, "priority": 1,
+                  "time": 5, "id": "sb"})
+    assert stream_of(client, "c1") == "a"
+    job = client.get("/v1/jobs/j1").json()
+    assert (job["account"], job["charged"], job["paid_by"]) == (
+        "b", 25, [{"grant": "gb", "amount": 25}])
+    revised = {r["event_id"]: r["account"]
+               for r in client.get("/v1/revisions").json()["revisions"]}
+    assert revised == {"sa": "a", "c1": "b"}  # a's submit, b's job's completion
+    assert [r["event_id"] for r in client.get("/v1/revisions?account=b").json()[
+        "revisions"]] == ["c1"]
+    assert [r["event_id"] for r in client.get("/v1/revisions?account=a").json()[
+        "revisions"]] == ["sa"]
+
+
+def test_the_revision_of_a_start_that_came_before_its_submit_is_its_accounts(
+        client: TestClient) -> None:
+    post(client, GRANT_A, {"type": "start", "job": "j1", "time": 20, "id": "st1"})
+    post(client, {"type": "submit", "account": "a", "job": "j1", "cost": 10, "priority": 1,
+                  "time": 10, "id": "s1"})
+    assert stream_of(client, "st1") == "job:j1"
+    (revision,) = client.get("/v1/revisions").json()["revisions"]
+    assert (revision["event_id"], revision["account"]) == ("st1", "a")
+    assert client.get("/v1/revisions?account=a").json()["revisions"] == [revision]
+    # The stream of the job's early events is no account: 404, as for a misspelt name.
+    problem(client.get("/v1/revisions?account=job:j1"), 404)
+    problem(client.get("/v1/revisions?account=nobody"), 404)
+
+
+def test_a_statement_keeps_the_reversal_of_a_start_that_came_before_its_submit(
+        client: TestClient) -> None:
+    post(client, GRANT_A)
+    post(client, {"type": "start", "job": "j1", "time": 20, "id": "st1"})
+    post(client, {"type": "submit", "account": "a", "job": "j1", "cost": 10, "priority": 1,
+                  "time": 10, "id": "s1"})
+    post(client, {"type": "reverse", "event": "st1", "time": 30, "reason": "wrong job",
+                  "id": "r1"})
+    assert stream_of(client, "r1") == "job:j1"  # the stream of the event it names
+    lines = client.get("/v1/accounts/a/statement").json()["lines"]
+    assert [(line["event_id"], line["status"]) for line in lines] == [
+        ("g1", "ok"), ("s1", "ok"), ("st1", "reversed"), ("r1", "ok")]
+
