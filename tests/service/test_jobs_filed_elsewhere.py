@@ -96,3 +96,9 @@ def test_a_statement_keeps_the_reversal_of_a_start_that_came_before_its_submit(
     assert [(line["event_id"], line["status"]) for line in lines] == [
         ("g1", "ok"), ("s1", "ok"), ("st1", "reversed"), ("r1", "ok")]
 
+
+def test_the_statement_answers_in_the_order_of_statement_json(client: TestClient) -> None:
+    post(client, GRANT_A)
+    body = client.get("/v1/accounts/a/statement").json()
+    assert list(body) == ["account", "from", "to", "as_known_at", "opening", "lines",
+                          "closing", "subtotals"]

@@ -319,13 +319,14 @@ class StatementAnswer(Report):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
+    # In the order `statement --json` prints them (`Statement.json_keys`).
     account: str
     from_: int | None = Field(alias="from", serialization_alias="from")
     to: int
+    as_known_at: int
     opening: StatementLineAnswer | None
     lines: list[StatementLineAnswer]
     closing: Closing
-    as_known_at: int
     subtotals: SubtotalsAnswer | None = None
 
 
