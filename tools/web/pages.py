@@ -20,6 +20,13 @@ from projections.errors import UnknownJob
 from projections.events import GENERAL, TIMELINE_START
 from projections.jobqueue import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from projections.ledger import PENDING
+from projections.owners import (
+    event_account,
+    job_stream,
+    job_streams,
+    revision_accounts,
+    submitted_elsewhere,
+)
 from projections.personal import personal_of
 from projections.queries import (
     AccountExplanation,
@@ -304,17 +311,50 @@ def require_account(source: AuditSource, account: str) -> None:
 
 
 def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | None:
-    """Revisions that changed an outcome of one of the account's events; None while the
+    """Revisions that changed an outcome of one of the account's events (the account
+    the whole fold gives the event, `owners.event_account`, wherever it was filed: a
+    job's step may lie in `job:<id>` or in another submitter's stream); None while the
     revisions of a large journal are still being found."""
     revisions = source.revisions()
     if revisions is None:
         return None
 
     def find() -> list[RevisionRow]:
-        mine = {rec.id for rec in source.stream_events(account)}
-        return revision_rows(source.journal, [r for r in revisions if r.event_id in mine])
+        return revision_rows(source.journal, [r for r in revisions
+                                              if revised_accounts()[r.event_id] == account])
+
+    def revised_accounts() -> dict[str, str | None]:
+        def accounts() -> dict[str, str | None]:
+            with source.reading() as ledger:
+                return revision_accounts(source.journal, ledger,
+                                         (r.event_id for r in revisions))
+        return source.cached(("revised-accounts",), accounts)
 
     return source.cached(("account-revisions", account), find)
+
+
+def account_stream_events(source: AuditSource, account: str,
+                   position: int | None = None) -> list[RecordedEvent]:
+    """The events of the account's stream recorded up to `position` (None: the head), in
+    position order, with those of the `job:<id>` streams of the jobs it submits (a job's
+    steps recorded before its submit): the events `owners.account_events` reads for a
+    statement, through the streams the source keeps."""
+    events = source.stream_events(account, position)
+
+    def job_streams() -> list[str]:
+        names = [job_stream(job) for job in sorted(submitted_jobs(source.stream_events(account)))]
+        journal = source.journal
+        # One query says whether any of them exists (rarely: an import that named a job
+        # before its submit); only then is each asked.
+        if not names or journal.max_time(names) is None:
+            return []
+        return [name for name in names if journal.stream_version(name)]
+
+    streams = source.cached(("job-streams", account), job_streams)
+    if not streams:
+        return events
+    return list(heapq.merge(events, *(source.stream_events(s, position) for s in streams),
+                            key=lambda rec: rec.position))
 
 
 ProjectedJobs = dict[str, tuple[str, int | None]]
@@ -327,7 +367,9 @@ def _projected_jobs(source: AuditSource, account: str, events: list[RecordedEven
     as known at `position` (`own_jobs`; at the head, asked of the source's whole fold, the
     service's live projection, without a fold of its own); NOT_HELD for one no account
     holds (its submits reversed); None when one of those ids is another account's job (a
-    reused id: this submit is an anomaly of the whole fold)."""
+    reused id: this submit is an anomaly of the whole fold), or when another account's
+    stream holds a submit of one of them the fold does not count, where events of the
+    job may be filed (`owners.submitted_elsewhere`)."""
     submitted = submitted_jobs(events)
     if not submitted:
         return {}
@@ -344,6 +386,8 @@ def _projected_jobs(source: AuditSource, account: str, events: list[RecordedEven
                 return None
             else:
                 found[job_id] = (job.state, job.charge)
+        if submitted_elsewhere(source.journal, ledger, account, submitted):
+            return None
         return found
 
 
@@ -401,7 +445,7 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
                           as_known_at=position, private=source.journal.private)
 
     def build() -> AccountHistory:
-        events = source.stream_events(account, position)
+        events = account_stream_events(source, account, position)
         jobs = _projected_jobs(source, account, events, position)
         if jobs is None or _job_events_elsewhere(events, jobs):
             # One of its submits reuses a job id another account holds, or an event of
@@ -448,7 +492,8 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     filters = ledger_filter(params)
     history = account_history(source, account, position)
     stmt, expl = history.statement, history.explanation
-    by_id = {rec.id: rec for rec in source.stream_events(account, position)}
+    known = account_stream_events(source, account, position)
+    by_id = {rec.id: rec for rec in known}
     grants = []
     for g in expl.grants:
         rec = by_id.get(g.grant_id) if g.position is not None else None
@@ -466,7 +511,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     head = journal.head()
     recorded_later = 0
     if position < head:
-        recorded_later = len(source.stream_events(account)) - len(by_id)
+        recorded_later = len(account_stream_events(source, account)) - len(known)
     kept = [line for line in stmt.lines if filters.keeps(line)]
     pages_ = max(1, -(-len(kept) // LEDGER_PAGE))
     page = parse_int("page", params.get("page"), pages_, low=1, high=pages_)
@@ -537,15 +582,15 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
     journal = source.journal
     with source.reading() as ledger:
         state = ledger.jobs.get(job)
-        account = None if state is None else state.account
+        # Its account's stream, its own `job:<id>`, and those of the submits of its id
+        # the fold does not count, where steps recorded meanwhile were filed.
+        streams = [] if state is None else job_streams(journal, ledger, job)
         # A job the ledger does not know was never submitted: only events refused as
         # anomalies, or reversed (a reversed submit), can name it.
         refused = [] if state is not None else [
             *(event_id for _, event_id, _ in ledger.anomalies), *ledger.excluded]
         reversed_ids = ledger.excluded  # every reversal's, wherever it is recorded
-    if account is not None:
-        streams = [account]  # a job's events are all in its account's stream
-    else:
+    if state is None:
         named = (journal.get(event_id) for event_id in refused)
         streams = sorted({rec.stream for rec in named
                           if rec is not None and rec.payload.get("job") == job})
@@ -669,7 +714,7 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     else:
         lines = _own_lines(source, rec)
     # Late for its account: recorded after an event of its stream with a later time.
-    late = any(other.time > rec.time for other in source.stream_events(account)
+    late = any(other.time > rec.time for other in account_stream_events(source, account)
                if other.position < rec.position)
     return EventPage(rec, account, lines, caused, revised, late,
                      {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload})
@@ -678,7 +723,7 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
 def _own_lines(source: AuditSource, rec: RecordedEvent) -> list[StatementLine]:
     """The lines of `rec` in its stream's account's statement."""
     journal = source.journal
-    stream = source.stream_events(rec.stream)
+    stream = account_stream_events(source, rec.stream)
     known = source.peek(("history", rec.stream, journal.head()))
     if not isinstance(known, AccountHistory) and (
             source.has_fold(rec.stream)
@@ -699,16 +744,15 @@ def _own_lines(source: AuditSource, rec: RecordedEvent) -> list[StatementLine]:
 
 
 def _account_of(source: AuditSource, rec: RecordedEvent) -> str:
-    """The account whose figures `rec` changes: its stream's, but for a step of a job
-    (start, completion, cancel) that the whole journal gives another account. An import
-    files a job's step under the account the projection gave the job then (or `job:ID`
-    before any submit); a submit of the id placed earlier can make it another's."""
-    job_id = rec.payload.get("job") if rec.type in ("start", "complete", "cancel") else None
-    if not isinstance(job_id, str):
-        return rec.stream
+    """The account whose figures `rec` changes, as the whole journal gives it
+    (`owners.event_account`): its stream's, but for a step of a job (start, completion,
+    cancel), or a reversal of one, that the whole journal gives another account. An
+    import files a job's step under the account the projection gave the job then (or
+    `job:ID` before any submit); a submit of the id placed earlier can make it another's.
+    Its stream for an event of no account (a step of a job nobody submitted)."""
     with source.reading() as ledger:
-        job = ledger.jobs.get(job_id)
-        return rec.stream if job is None else job.account
+        account = event_account(rec, ledger.jobs, source.journal.get)
+    return rec.stream if account is None else account
 
 
 def event_position(journal: JournalLike, event_id: str) -> int | None:

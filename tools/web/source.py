@@ -43,13 +43,14 @@ class JournalView:
     """A read-only view of a journal: only the events recorded at positions <= `position`
     (None: all), and, with `stream`, only that stream's events.
 
-    An account's stream holds every event that decides its figures (its grants, usage,
+    An account's stream holds the events that decide its figures (its grants, usage,
     submits, and its jobs' starts, completions and cancellations: see
     `projections/importing.py` and the facades), so an account's statement or lineage
     read through its stream is the same as through the whole journal, at the cost of its
-    own events instead of everyone's. Event times are the journal's own: `max_time` is the
-    whole journal's latest, so an answer "as known at" a position is about the same moment
-    as the current one.
+    own events instead of everyone's; unless an import filed a step of one of its jobs
+    in another stream (`projections.owners`), which the pages read beside it. Event times
+    are the journal's own: `max_time` is the whole journal's latest, so an answer "as
+    known at" a position is about the same moment as the current one.
     """
 
     def __init__(self, journal: JournalLike, position: int | None = None,
@@ -90,6 +91,11 @@ class JournalView:
         if rec is None or (self.position is not None and rec.position > self.position):
             return None
         return rec
+
+    def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
+        """The events recorded under any of these ids by the view's position."""
+        return {i: rec for i, rec in self._journal.get_many(event_ids).items()
+                if self.position is None or rec.position <= self.position}
 
     def stream_version(self, stream: str) -> int:
         """The stream's version in the whole journal: an account recorded later exists."""
