@@ -5,6 +5,8 @@ and no console errors anywhere."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -203,49 +205,55 @@ def test_tables_and_filters_work_without_javascript(browser: Any, base_url: str)
         context.close()
 
 
-def test_long_names_do_not_make_a_page_scroll_sideways(browser: Any, tmp_path: Path) -> None:
-    """Names may be 200 characters without a space: they wrap, at either width."""
+@contextmanager
+def _tabs_on(browser: Any, tmp_path: Path, lines: list[dict[str, Any]]) -> Iterator[
+        Iterator[tuple[int, str, Any]]]:
+    """A service on a journal of these import lines, and a tab at each width (1280, 390
+    px) in turn: (width, base URL, tab)."""
     import json
 
     from eventstore import Journal
     from projections.importing import import_file
     from tools.web.browsing import app_for, serving
 
+    url = f"sqlite:///{tmp_path / 'lines.db'}"
+    with Journal(url) as journal:
+        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "lines.jsonl")
+
+    def tabs(base: str) -> Iterator[tuple[int, str, Any]]:
+        for width in (1280, 390):
+            context = browser.new_context(viewport={"width": width, "height": 900})
+            try:
+                yield width, base, context.new_page()
+            finally:
+                context.close()
+
+    with serving(app_for(url)) as base:
+        yield tabs(base)
+
+
+def test_long_names_do_not_make_a_page_scroll_sideways(browser: Any, tmp_path: Path) -> None:
+    """Names may be 200 characters without a space: they wrap, at either width."""
     account, job, pool, grant = "A" * 200, "J" * 200, "P" * 200, "G" * 200
-    url = f"sqlite:///{tmp_path / 'long.db'}"
     lines = [{"type": "grant", "account": account, "amount": 100, "time": 1793491200,
               "expiry": 1793577600, "pool": pool, "id": grant},
              {"type": "submit", "account": account, "job": job, "cost": 10, "priority": 1,
               "time": 1793491300, "pool": pool}]
-    with Journal(url) as journal:
-        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "long.jsonl")
-    with serving(app_for(url)) as base:
-        for width in (390, 1280):
-            context = browser.new_context(viewport={"width": width, "height": 900})
-            tab = context.new_page()
-            try:
-                for path in ("/", f"/accounts/{account}", f"/jobs/{job}", "/accounts/nobody",
-                             "/journal", "/events/1"):
-                    tab.goto(base + path, wait_until="networkidle")
-                    wide = tab.evaluate("document.documentElement.scrollWidth")
-                    assert wide <= width, f"{path} is {wide} px wide at {width}"
-            finally:
-                context.close()
+    with _tabs_on(browser, tmp_path, lines) as tabs:
+        for width, base, tab in tabs:
+            for path in ("/", f"/accounts/{account}", f"/jobs/{job}", "/accounts/nobody",
+                         "/journal", "/events/1"):
+                tab.goto(base + path, wait_until="networkidle")
+                wide = tab.evaluate("document.documentElement.scrollWidth")
+                assert wide <= width, f"{path} is {wide} px wide at {width}"
 
 
 def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_path: Path) -> None:
     """A memo of one long word (a URL, a hash), a long job, event or grant id and a long
     account or pool name wrap inside their cells: no table is wider than its box, at
     1280 px or at 390 px, while numbers and times stay on one line."""
-    import json
-
-    from eventstore import Journal
-    from projections.importing import import_file
-    from tools.web.browsing import app_for, serving
-
     link = "https://tickets.example.com/finance/approvals/" + "0123456789abcdef" * 12
     job, account, pool = "job-" + "x" * 196, "L" * 200, "P" * 200
-    url = f"sqlite:///{tmp_path / 'memo.db'}"
     lines = [{"type": "grant", "account": "a", "amount": 100, "time": 1, "id": "G" * 200,
               "memo": link},
              {"type": "consume", "account": "a", "amount": 5, "time": 2, "id": "E" * 200,
@@ -254,29 +262,22 @@ def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_pa
               "time": 3, "id": "s1"},
              {"type": "grant", "account": account, "amount": 1, "time": 1, "pool": pool,
               "id": "g2", "memo": "N" * 300}]
-    with Journal(url) as journal:
-        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "memo.jsonl")
-    with serving(app_for(url)) as base:
-        for width in (1280, 390):
-            context = browser.new_context(viewport={"width": width, "height": 900})
-            tab = context.new_page()
-            try:
-                for path in ("/", "/accounts/a", f"/accounts/{account}", f"/jobs/{job}",
-                             "/journal", "/events/1", "/events/2", "/events/3", "/events/4"):
-                    tab.goto(base + path, wait_until="networkidle")
-                    wide = tab.evaluate("""() => [...document.querySelectorAll('table')]
-                        .map(t => [t.id, t.closest('.scroll') || t.parentElement])
-                        .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
-                        .map(([id, box]) => `${id}: ${box.scrollWidth} > ${box.clientWidth}`)""")
-                    assert wide == [], f"{path} at {width} px: {wide}"
-                    broken = tab.evaluate("""() => [...document.querySelectorAll('td.num, td.time')]
-                        .filter(td => {
-                            const range = document.createRange();
-                            range.selectNodeContents(td);
-                            const tops = [...range.getClientRects()].map(r => Math.round(r.top));
-                            return new Set(tops).size > 1;
-                        })
-                        .map(td => td.textContent.trim())""")
-                    assert broken == [], f"{path} at {width} px: numbers broken over lines {broken}"
-            finally:
-                context.close()
+    with _tabs_on(browser, tmp_path, lines) as tabs:
+        for width, base, tab in tabs:
+            for path in ("/", "/accounts/a", f"/accounts/{account}", f"/jobs/{job}",
+                         "/journal", "/events/1", "/events/2", "/events/3", "/events/4"):
+                tab.goto(base + path, wait_until="networkidle")
+                wide = tab.evaluate("""() => [...document.querySelectorAll('table')]
+                    .map(t => [t.id, t.closest('.scroll') || t.parentElement])
+                    .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
+                    .map(([id, box]) => `${id}: ${box.scrollWidth} > ${box.clientWidth}`)""")
+                assert wide == [], f"{path} at {width} px: {wide}"
+                broken = tab.evaluate("""() => [...document.querySelectorAll('td.num, td.time')]
+                    .filter(td => {
+                        const range = document.createRange();
+                        range.selectNodeContents(td);
+                        const tops = [...range.getClientRects()].map(r => Math.round(r.top));
+                        return new Set(tops).size > 1;
+                    })
+                    .map(td => td.textContent.trim())""")
+                assert broken == [], f"{path} at {width} px: numbers broken over lines {broken}"
