@@ -690,12 +690,18 @@ class LedgerSession:
         # An idempotent retry returned an event recorded before: recompute its outcome.
         return self.outcome_of(rec)
 
+    def remembered_outcome(self, rec: RecordedEvent) -> Outcome | None:
+        """The outcome of an already-recorded event on the current timeline, if the
+        projection remembers it (the recent ones it folded itself); None otherwise."""
+        if rec.position <= self.projector.position:
+            return self.projector.remembered(rec.position)
+        return None
+
     def outcome_of(self, rec: RecordedEvent) -> Outcome:
         """The outcome of an already-recorded event on the current timeline."""
-        if rec.position <= self.projector.position:
-            remembered = self.projector.remembered(rec.position)
-            if remembered is not None:
-                return remembered
+        remembered = self.remembered_outcome(rec)
+        if remembered is not None:
+            return remembered
         ledger = self.projector.state_at(rec.time - 1) if rec.time > -(2**62) else Ledger()
         for later in self.journal.read(after=ledger.last, to_position=self.projector.position,
                                        to_time=rec.time, order="canonical"):

@@ -30,6 +30,7 @@ from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.personal import with_personal
 from projections.queries.common import exists_later, names_account, recorded_position
+from projections.queries.livejob import job_whereabouts, live_job_explanation
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.session import LedgerSession
@@ -335,22 +336,33 @@ def job(job: str, request: Request) -> Any:
                                   "cost": state.cost, "priority": state.priority,
                                   "pool": state.pool, "charged": state.charge,
                                   "paid_by": [], "reason": None}
-        if state.state in ("rejected", "succeeded", "failed"):
-            # The outcome says who paid and why a submit was refused: refold only this
-            # job's events, from the projection's snapshots. They are found wherever they
-            # were filed (a completion recorded before its submit is in `job:<id>`, one
-            # recorded while another account's submit of the id was known is in that
-            # account's stream), not only in the job's account's stream.
-            for rec in owners.job_events(service.journal, ledger, job):
-                if rec.id in ledger.excluded:
-                    continue  # reversed: it refused, settled or paid nothing
-                outcome = session.outcome_of(rec)
-                if rec.type == "submit" and not outcome.ok and not outcome.anomaly:
-                    answer["reason"] = outcome.reason
-                elif rec.type == "complete" and not outcome.anomaly:
-                    answer["paid_by"] = [{"grant": g, "amount": a}
-                                         for g, a in outcome.paid_by]
+        if state.state not in ("rejected", "succeeded", "failed"):
+            return answer
+        # The outcomes say who paid and why a submit was refused. The projection
+        # remembers its recent ones; the job's events are found wherever they were
+        # filed (a completion recorded before its submit is in `job:<id>`, one recorded
+        # while another account's submit of the id was known is in that account's
+        # stream), not only in the job's account's stream.
+        events = [rec for rec in owners.job_events(service.journal, ledger, job)
+                  if rec.id not in ledger.excluded]  # reversed: refused or paid nothing
+        told = [session.remembered_outcome(rec) for rec in events]
+        # Older than the projection remembers (or before the checkpoint it started from):
+        # the job's streams folded, as the web view's job page does, at the cost of its
+        # account's events rather than the timeline's.
+        where = None if None not in told else job_whereabouts(
+            service.journal, ledger, job, position=session.projector.position)
+    if where is None:
+        for rec, outcome in zip(events, told, strict=True):
+            assert outcome is not None
+            if rec.type == "submit" and not outcome.ok and not outcome.anomaly:
+                answer["reason"] = outcome.reason
+            elif rec.type == "complete" and not outcome.anomaly:
+                answer["paid_by"] = [{"grant": g, "amount": a} for g, a in outcome.paid_by]
         return answer
+    explanation = live_job_explanation(service.journal, where)
+    answer["reason"] = explanation.reason
+    answer["paid_by"] = [{"grant": g, "amount": a} for g, a in explanation.paid_by]
+    return answer
 
 
 class _RevisionCache:

@@ -16,14 +16,12 @@ from typing import Any
 
 from eventstore import JournalLike, RecordedEvent
 from projections import csvcells
-from projections.errors import UnknownJob
 from projections.events import GENERAL, TIMELINE_START
 from projections.jobqueue import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from projections.ledger import PENDING
 from projections.owners import (
     event_account,
     job_stream,
-    job_streams,
     revision_accounts,
     submitted_elsewhere,
 )
@@ -42,16 +40,15 @@ from projections.queries import (
     unknown_account,
 )
 from projections.queries.common import exists_later
-from projections.queries.explain import job_explanation, waiting_reason
+from projections.queries.explain import waiting_reason
 from projections.queries.history import (
     AccountHistory,
-    canonical,
     event_lines,
-    excluded_by,
     extended_history,
     lines_of,
 )
 from projections.queries.history import account_history as history_of
+from projections.queries.livejob import job_whereabouts, live_job_explanation
 from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
 from projections.queries.walk import own_reversed
 from projections.timefmt import format_time, parse_time
@@ -581,45 +578,10 @@ def job_page(source: AuditSource, job: str) -> tuple[JobExplanation, dict[str, i
     UnknownJob when no event names it."""
     journal = source.journal
     with source.reading() as ledger:
-        state = ledger.jobs.get(job)
-        # Its account's stream, its own `job:<id>`, and those of the submits of its id
-        # the fold does not count, where steps recorded meanwhile were filed.
-        streams = [] if state is None else job_streams(journal, ledger, job)
-        # A job the ledger does not know was never submitted: only events refused as
-        # anomalies, or reversed (a reversed submit), can name it.
-        refused = [] if state is not None else [
-            *(event_id for _, event_id, _ in ledger.anomalies), *ledger.excluded]
-        reversed_ids = ledger.excluded  # every reversal's, wherever it is recorded
-    if state is None:
-        named = (journal.get(event_id) for event_id in refused)
-        streams = sorted({rec.stream for rec in named
-                          if rec is not None and rec.payload.get("job") == job})
-
-    def explain_from(events: list[RecordedEvent]) -> JobExplanation:
-        ordered = canonical(events)
-        last = max((i for i, rec in enumerate(ordered) if rec.payload.get("job") == job),
-                   default=None)
-        if last is None:
-            raise UnknownJob(f"unknown job {job!r} (no event names it)")
-        # Nothing after the job's last event changes what its events did: fold up to it.
-        return job_explanation(ordered[:last + 1], job,
-                               excluded=excluded_by(events) | reversed_ids)
+        where = job_whereabouts(journal, ledger, job)
 
     def explain() -> JobExplanation:
-        try:
-            found: JobExplanation | None = explain_from(
-                [rec for stream in streams for rec in source.stream_events(stream)])
-        except UnknownJob:
-            if state is None:
-                raise  # no anomaly or reversed event names it: no event does
-            found = None  # the ledger knows it: its events are in other streams
-        if found is None or (state is not None
-                             and (found.state, found.charge) != (state.state, state.charge)):
-            # The account's stream is not the whole story (a job id another account
-            # submitted first, a job's event recorded in another stream): as
-            # `explain --job` does, the whole journal tells.
-            found = explain_from(list(journal.read(order="canonical")))
-        return found
+        return live_job_explanation(journal, where, source.stream_events)
 
     explanation = source.cached(("job", job), explain)
     if explanation.waiting is not None and explanation.state == PENDING:
