@@ -31,8 +31,8 @@ from projections.ledger import Ledger
 from projections.personal import with_personal
 from projections.queries.common import exists_later, names_account, recorded_position
 from projections.queries.livejob import job_whereabouts, live_job_explanation
-from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
+from projections.revisionlog import RevisionLog
 from projections.session import LedgerSession
 from projections.verifications import Verification, record_verification
 from tools import render, wording
@@ -366,28 +366,29 @@ def job(job: str, request: Request) -> Any:
 
 
 class _RevisionCache:
-    """Revisions from one replay of the journal, kept while the journal's head is the same."""
+    """The revisions' JSON rows, made again only when the journal's head moved, from a
+    `RevisionLog` that folds only what was recorded since."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: RevisionLog) -> None:
+        self._log = log
         self._lock = threading.Lock()
         self._head = -1
+        self._made: list[dict[str, Any]] = []  # each row without its account
         self._rows: list[dict[str, Any]] = []
 
     def rows(self, journal: JournalLike) -> list[dict[str, Any]]:
         with self._lock:
             head = journal.head()
             if head != self._head:
-                report = replay_journal(journal)
-                rows = queries.revision_rows(journal, report.revisions)
-                # The account of the revised event as the replayed fold holds it, not
-                # the stream it was filed in (`job:<id>` is none; a job's step may lie
-                # in another submitter's stream): the same events give the same
-                # accounts whatever order they arrived in.
-                accounts = owners.revision_accounts(
-                    journal, report.ledger, (r.event_id for r in report.revisions))
-                out = [{**wording.to_dict(row), "account": accounts[row.revision.event_id]}
-                       for row in rows]
-                self._head, self._rows = head, out
+                rows, accounts = self._log.rows()
+                self._made.extend(wording.to_dict(row) for row in rows[len(self._made):])
+                # The account of the revised event as the fold holds it, not the stream
+                # it was filed in (`job:<id>` is none; a job's step may lie in another
+                # submitter's stream): the same events give the same accounts whatever
+                # order they arrived in.
+                self._rows = [{**made, "account": accounts[row.revision.event_id]}
+                              for made, row in zip(self._made, rows, strict=True)]
+                self._head = head
             return self._rows
 
 
@@ -492,7 +493,9 @@ def _record(journal: Any, verdict: Verification) -> None:
 
 def install(app: Any) -> None:
     """State the read routes need."""
-    app.state.revisions = _RevisionCache()
+    log = RevisionLog(app.state.ledger.journal)
+    app.state.revision_log = log  # the web view, mounted beside, catches up the same one
+    app.state.revisions = _RevisionCache(log)
 
 
 __all__ = ["UnknownAccount", "install", "router"]

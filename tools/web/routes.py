@@ -56,7 +56,8 @@ def source_of(request: Request) -> AuditSource:
         if journal is None:
             raise RuntimeError("the web view needs app.state.ledger (the service's live "
                                "projection), app.state.journal or app.state.web_source")
-        source = AuditSource(journal, live=live if hasattr(live, "reading") else None)
+        source = AuditSource(journal, live=live if hasattr(live, "reading") else None,
+                             revision_log=getattr(state, "revision_log", None))
         source.verifier = Verifier(journal)
         source.warm_up()
         state.web_source = source

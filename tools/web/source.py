@@ -22,6 +22,7 @@ from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
 from projections.queries.history import HistoryFold
+from projections.revisionlog import RevisionLog
 
 T = TypeVar("T")
 
@@ -132,7 +133,8 @@ class JournalView:
 class AuditSource:
     """The journal the pages read, with answers remembered until its head moves."""
 
-    def __init__(self, journal: JournalLike, *, live: Any = None) -> None:
+    def __init__(self, journal: JournalLike, *, live: Any = None,
+                 revision_log: RevisionLog | None = None) -> None:
         self.journal = journal
         self.live = live  # the service's live projection (has `reading()`), if any
         self._lock = threading.Lock()
@@ -140,8 +142,9 @@ class AuditSource:
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self.verifier: Any = None  # the page's background verify (tools.web.verifying)
         self._revisions_lock = threading.Lock()
-        self._projector_lock = threading.Lock()
-        self._projector: Any = None  # a Projector, made on the first revisions() call
+        # Shared with the service's `GET /v1/revisions` when both run in one process: one
+        # projector caught up for both.
+        self.revision_log = revision_log or RevisionLog(journal)
         self._warming: threading.Thread | None = None
         self._streams_lock = threading.Lock()
         # stream -> (position read up to, its events in position order), least recent first
@@ -276,8 +279,9 @@ class AuditSource:
         """What late events changed, in the order they came; None while they are still
         being found.
 
-        A projector of this source's own is fed the journal in arrival order and caught
-        up on each call, so only what was recorded since the last call is folded. (The
+        A `RevisionLog` (the service's, when the view runs in it) is fed the journal in
+        arrival order and caught up on each call, so only what was recorded since the
+        last call is folded. (The
         live projection may have started from a checkpoint and then knows only the
         revisions since; an audit page needs all of them.) The first pass over a large
         journal runs in a background thread (started by `warm_up`, or here), so no page
@@ -286,15 +290,15 @@ class AuditSource:
         with self._revisions_lock:
             if self._warming is not None and self._warming.is_alive():
                 return None
-            if self._projector is None and self.journal.head() > SYNC_REPLAY_LIMIT:
+            if not self.revision_log.started and self.journal.head() > SYNC_REPLAY_LIMIT:
                 self._start_warm_up()
                 return None
-            return self._catch_up_revisions()
+            return self.revision_log.revisions()
 
     def warm_up(self) -> None:
         """Start finding the revisions of a large journal in the background now."""
         with self._revisions_lock:
-            if self._projector is None and self.journal.head() > SYNC_REPLAY_LIMIT:
+            if not self.revision_log.started and self.journal.head() > SYNC_REPLAY_LIMIT:
                 self._start_warm_up()
 
     def wait_for_revisions(self, timeout: float | None = None) -> list[Revision] | None:
@@ -313,32 +317,10 @@ class AuditSource:
     def _warm(self) -> None:
         with self._revisions_lock:
             pass  # the caller holds the lock while starting us; wait for it to let go
-        self._catch_up_revisions()
+        self.revision_log.revisions()
         # The process now holds two folds of a large journal (the live projection and the
         # revisions' own), millions of objects that live as long as it does. A full pass of
         # the cyclic collector walks every one of them, seconds at a time, during whatever
         # page happens to trigger it: leave them out of its passes from now on. (Memory
         # they free by reference counting is still freed.)
         gc.freeze()
-
-    def _catch_up_revisions(self) -> list[Revision]:
-        from projections.replay import replay_projector
-
-        with self._projector_lock:
-            if self._projector is None:
-                # The projector `replay` folds with (as `gpu-credits revisions` and
-                # `GET /v1/revisions` do), per-account re-projection included: a batch
-                # with late events of two accounts then names each account's own
-                # earliest event as the cause of its revisions, as they do.
-                self._projector = replay_projector(self.journal)
-            projector = self._projector
-            position = projector.position
-            # Events appended together are one step of knowledge, as `replay` and the
-            # service's revisions take them: an import's late events revise only what
-            # was known before the import, never each other.
-            recorded = getattr(self.journal, "batches", None)
-            batches = {} if recorded is None else {
-                b.first: b.last for b in recorded(after_position=position)}
-            projector.catch_up(self.journal.read(after_position=position, order="position"),
-                               batches=batches)
-            return list(projector.revisions)

@@ -1,0 +1,81 @@
+"""What late events changed in a journal, kept up to date as it grows.
+
+`gpu-credits revisions` replays the whole journal once. A process that answers again and
+again (the service's `GET /v1/revisions`, the web view's pages) keeps the projector such a
+replay folds with and feeds it only what was recorded since it last asked: after the
+first pass, an answer costs the events recorded since, not the journal.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from eventstore import JournalLike, RecordedEvent
+from projections.outcomes import Revision
+from projections.owners import event_account
+from projections.projector import Projector
+from projections.queries.revisions import RevisionRow, revision_rows
+from projections.replay import replay_projector
+
+
+class RevisionLog:
+    """Every revision of a journal's outcomes, in the order they came, as `replay` finds
+    them; safe to call from several threads (one catches up at a time)."""
+
+    def __init__(self, journal: JournalLike) -> None:
+        self.journal = journal
+        self._lock = threading.Lock()
+        self._projector: Projector | None = None
+        self._rows: list[RevisionRow] = []
+        # The revised events, by id: a recorded event never changes.
+        self._revised: dict[str, RecordedEvent | None] = {}
+
+    @property
+    def started(self) -> bool:
+        """Whether the journal was folded once already (later calls fold what is new)."""
+        return self._projector is not None
+
+    def revisions(self) -> list[Revision]:
+        """Every revision up to the journal's head."""
+        with self._lock:
+            return list(self._caught_up().revisions)
+
+    def rows(self) -> tuple[list[RevisionRow], dict[str, str | None]]:
+        """Every revision with the times of both its events (`revision_rows`), and the
+        account each revised event belongs to by its id (`owners.event_account`, as the
+        fold at the head holds its jobs; None for a step of a job no submit names)."""
+        with self._lock:
+            projector = self._caught_up()
+            revisions = projector.revisions
+            # Rows never change once made (the events they name never do): only the new
+            # revisions' are made.
+            self._rows.extend(revision_rows(self.journal, revisions[len(self._rows):]))
+            wanted = sorted({r.event_id for r in revisions} - self._revised.keys())
+            if wanted:
+                found = self.journal.get_many(wanted)
+                self._revised.update((event_id, found.get(event_id)) for event_id in wanted)
+            # The account is the fold's at the head, asked anew each time: a submit
+            # recorded since may have given a job (and so its steps) to an account.
+            jobs = projector.ledger.jobs
+            accounts = {event_id: None if rec is None
+                        else event_account(rec, jobs, self.journal.get)
+                        for event_id, rec in self._revised.items()}
+            return list(self._rows), accounts
+
+    def _caught_up(self) -> Projector:
+        if self._projector is None:
+            # The projector `replay` folds with, per-account re-projection included: a
+            # batch with late events of two accounts then names each account's own
+            # earliest event as the cause of its revisions, as `replay` does.
+            self._projector = replay_projector(self.journal)
+        projector = self._projector
+        position = projector.position
+        # Events appended together are one step of knowledge, as `replay` takes them: an
+        # import's late events revise only what was known before the import, never
+        # each other.
+        recorded = getattr(self.journal, "batches", None)
+        batches = {} if recorded is None else {
+            b.first: b.last for b in recorded(after_position=position)}
+        projector.catch_up(self.journal.read(after_position=position, order="position"),
+                           batches=batches)
+        return projector
