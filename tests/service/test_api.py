@@ -1036,6 +1036,18 @@ def test_every_route_refuses_a_query_parameter_it_does_not_take(client: TestClie
     assert client.get("/v1/nowhere", params={"x": 1}).status_code == 404
 
 
+def test_a_query_parameter_given_twice_is_refused(client: TestClient) -> None:
+    """Only one of the values would be read: `?at=5&at=900` answers neither silently."""
+    setup_account(client)
+    for path, name in (("/v1/accounts/a/balance", "at"), ("/v1/journal", "after"),
+                       ("/v1/revisions", "limit")):
+        answer = client.get(f"{path}?{name}=1&{name}=2")
+        route = path.replace("/a/", "/{account}/")
+        assert problem(answer, 422)["detail"] == (
+            f"query parameter {name!r} given 2 times for GET {route}: give it once")
+        assert client.get(f"{path}?{name}=1").status_code == 200
+
+
 def test_a_body_over_32_mib_is_413_as_the_document_says(client: TestClient) -> None:
     """The limits of a batch: a body over 32 MiB is 413 (declared on every operation that
     takes a body), more than 10,000 events 422; nothing appended either way."""

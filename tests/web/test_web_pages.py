@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import re
+from html import unescape as html_unescape
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -705,3 +706,36 @@ def test_a_reversed_submit_links_to_a_job_page_that_shows_it(tmp_path: Path) -> 
         assert len(rows) == 1 and "submit" in rows[0] and "reversed, no effect" in rows[0]
         gone = c.get("/jobs/j2")
         assert gone.status_code == 404 and "no event names it" in gone.text
+
+
+def test_every_page_refuses_a_query_parameter_it_does_not_take_or_reads_twice(
+        client: TestClient) -> None:
+    """As on /v1: a misspelt `as_known_at` must not show the head as if it had been read,
+    nor `?page=1&page=9` one of two pages."""
+    html = html_unescape
+    job = "cobalt-0074"
+    takes = {
+        "/": ("q", "page"),
+        f"/accounts/{ACCOUNT}": ("as_known_at", "from", "to", "pool", "kind", "page"),
+        f"/accounts/{ACCOUNT}/ledger.csv": ("as_known_at", "from", "to", "pool", "kind"),
+        f"/accounts/{ACCOUNT}/timeline.json": ("as_known_at",),
+        f"/jobs/{job}": (), "/journal": ("after", "limit"), "/journal/verify": (),
+        "/events/5": (),
+    }
+    for path, known in takes.items():
+        route = path.replace(ACCOUNT, "{account}").replace(job, "{job}").replace(
+            "/5", "/{position}")
+        r = client.get(f"{path}?as_knwon_at=5")
+        said = r.json()["detail"] if path.endswith(".json") else html(r.text)
+        listed = f"it takes {', '.join(known)}" if known else "it takes no query parameters"
+        assert r.status_code == 422, path
+        assert f"unknown query parameter 'as_knwon_at' for GET {route}: {listed}" in said, path
+        if known:
+            name = known[-1]
+            twice = client.get(f"{path}?{name}=1&{name}=2")
+            assert twice.status_code == 422, path
+            assert f"query parameter '{name}' given 2 times" in (
+                twice.json()["detail"] if path.endswith(".json") else html(twice.text)), path
+            assert client.get(f"{path}?{known[0]}=1").status_code == 200, path
+    assert client.get("/event?id=nobody&x=1").status_code == 422
+    assert client.post("/journal/verify?x=1").status_code == 422

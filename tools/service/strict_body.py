@@ -7,13 +7,14 @@ takes the parser's time. This ASGI middleware reads each JSON body first with
 sees a body that the importer would refuse; a valid body is passed on unchanged.
 `StrictRequests` refuses, before any route too, a path or an Idempotency-Key the server
 would read otherwise than it was sent, and a query parameter the route does not take
-(`?as_knwon_at=5` would otherwise be ignored, and answered as of the head).
+(`?as_knwon_at=5` would otherwise be ignored, and answered as of the head) or one it
+would read twice (only the last value would count).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
 
@@ -72,22 +73,31 @@ class _Queries:
                                         f"{sorted(route.methods or ())[0]} {shown}", names))
 
     def unknown(self, scope: Scope) -> str | None:
-        """Why the request's query names a parameter its route does not take; None when
-        it does not (or no route answers it: that is a 404 or 405)."""
-        names = dict.fromkeys(name for name, _ in parse_qsl(
-            scope["query_string"].decode("latin-1"), keep_blank_values=True))
+        """Why the request's query names a parameter its route does not take, or one
+        twice; None when it does not (or no route answers it: that is a 404 or 405)."""
         method, path = scope["method"], scope["path"]
         for pattern, methods, route, known in self.routes:
             if method in methods and pattern.match(path):
-                unknown = [name for name in names if name not in known]
-                if not unknown:
-                    return None
-                takes = (f"it takes {', '.join(known)}" if known
-                         else "it takes no query parameters")
-                listed = ", ".join(repr(name) for name in unknown)
-                plural = "s" if len(unknown) > 1 else ""
-                return f"unknown query parameter{plural} {listed} for {route}: {takes}"
+                return query_refusal(scope["query_string"].decode("latin-1"), known, route)
         return None
+
+
+def query_refusal(query: str, known: Sequence[str], route: str) -> str | None:
+    """Why `query` (a query string) is not one `route` reads unambiguously: a parameter it
+    does not take (a misspelt `as_known_at` would be ignored), or one given twice (only
+    one of the values would be read); None when it is."""
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+    unknown = [name for name in dict.fromkeys(names) if name not in known]
+    if unknown:
+        takes = f"it takes {', '.join(known)}" if known else "it takes no query parameters"
+        listed = ", ".join(repr(name) for name in unknown)
+        plural = "s" if len(unknown) > 1 else ""
+        return f"unknown query parameter{plural} {listed} for {route}: {takes}"
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        return (f"query parameter {twice!r} given {names.count(twice)} times for {route}: "
+                f"give it once")
+    return None
 
 
 class StrictRequests:
@@ -97,7 +107,7 @@ class StrictRequests:
     sent twice or beyond ASCII (a header is read as Latin-1: a UTF-8 `café` would become
     the id `cafÃ©`), and, on the routes of `routers`, a query parameter the route does
     not declare (a misspelt `as_known_at` would be ignored, as bodies' unknown fields
-    are refused)."""
+    are refused) or twice."""
 
     def __init__(self, app: App, routers: Iterable[APIRouter] = ()) -> None:
         self.app = app

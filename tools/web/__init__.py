@@ -18,7 +18,8 @@ def mount(app: Any) -> None:
     """Add the web view's routes and static files to `app` (a FastAPI application)."""
     from fastapi.staticfiles import StaticFiles
 
-    from tools.web.routes import STATIC, router
+    from tools.web.routes import STATIC, BadQuery, bad_query, router
 
     app.include_router(router)
+    app.add_exception_handler(BadQuery, bad_query)
     app.mount(STATIC, StaticFiles(directory=STATIC_DIR), name="web-static")

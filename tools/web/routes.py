@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from projections.errors import UnknownAccount, UnknownJob
+from tools.service.strict_body import query_refusal
 from tools.web import pages
 from tools.web.source import AuditSource
 from tools.web.templating import environment
@@ -32,6 +33,36 @@ def _may_read(request: Request) -> None:
 
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(_may_read)])
+
+ACCOUNT_QUERY = ("as_known_at", "from", "to", "pool", "kind", "page")
+"""What the account page reads from its query string."""
+
+
+class BadQuery(Exception):
+    """A query string a page would read otherwise than it was sent (a parameter it does
+    not take, or one given twice): answered 422 naming it and what the page takes."""
+
+    def __init__(self, detail: str, *, as_json: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.as_json = as_json
+
+
+def takes(*names: str, suffix: str | None = None) -> Any:
+    """A route dependency refusing a query parameter other than `names`, or one given
+    twice: a misspelt `as_known_at` would otherwise show the head as if it had been
+    read, as the /v1 routes refuse it. `suffix`: the route's last segment
+    (`ledger.csv`, `timeline.json`), where an account name ending in it is the
+    account page's (see `_suffix_is_a_route`)."""
+    def check(request: Request) -> None:
+        known, route = names, request.scope["route"].path
+        if suffix is not None and not _suffix_is_a_route(request, suffix):
+            known, route = ACCOUNT_QUERY, "/accounts/{account:path}"
+        why = query_refusal(request.scope.get("query_string", b"").decode("latin-1"),
+                            known, f"{request.method} " + route.replace(":path}", "}"))
+        if why is not None:
+            raise BadQuery(why, as_json=known is names and suffix == "timeline.json")
+    return Depends(check)
 _env = environment()
 _source_lock = threading.Lock()
 
@@ -100,7 +131,7 @@ def _params(request: Request) -> dict[str, str]:
     return dict(request.query_params)
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", response_class=HTMLResponse, dependencies=[takes("q", "page")])
 def summary_page(request: Request) -> HTMLResponse:
     """Every account's figures per pool, credits expiring soon, head, last verify."""
     params = _params(request)
@@ -121,7 +152,8 @@ def _suffix_is_a_route(request: Request, suffix: str) -> bool:
     return unquote(raw.rpartition(b"/")[2].decode("latin-1")) == suffix
 
 
-@router.get("/accounts/{account:path}/ledger.csv", response_model=None)
+@router.get("/accounts/{account:path}/ledger.csv", response_model=None,
+            dependencies=[takes(*ACCOUNT_QUERY[:-1], suffix="ledger.csv")])
 def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
     if not _suffix_is_a_route(request, "ledger.csv"):
@@ -149,7 +181,8 @@ def attachment(name: str) -> str:
     return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(safe, safe='')}"
 
 
-@router.get("/accounts/{account:path}/timeline.json", response_model=None)
+@router.get("/accounts/{account:path}/timeline.json", response_model=None,
+            dependencies=[takes("as_known_at", suffix="timeline.json")])
 def account_timeline(request: Request, account: str) -> Response:
     """The chart's JSON: the account's figures over time and each grant's burn-down."""
     if not _suffix_is_a_route(request, "timeline.json"):
@@ -167,7 +200,8 @@ def account_timeline(request: Request, account: str) -> Response:
 
 # After the account's CSV and JSON: a name may hold "/" (the path converter takes it),
 # so the page's route, matching any path under /accounts/, comes last.
-@router.get("/accounts/{account:path}", response_class=HTMLResponse)
+@router.get("/accounts/{account:path}", response_class=HTMLResponse,
+            dependencies=[takes(*ACCOUNT_QUERY)])
 def account_page(request: Request, account: str) -> HTMLResponse:
     """One account: chart, grants, ledger with filters, as known at a position."""
     params = _params(request)
@@ -187,7 +221,7 @@ def _json_problem(status: int, title: str, detail: str) -> JSONResponse:
                         media_type="application/problem+json", headers=DOWNLOAD_HEADERS)
 
 
-@router.get("/jobs/{job:path}", response_class=HTMLResponse)
+@router.get("/jobs/{job:path}", response_class=HTMLResponse, dependencies=[takes()])
 def job_page(request: Request, job: str) -> HTMLResponse:
     """A job's timeline, who paid its charge, why it was rejected or is waiting."""
     try:
@@ -198,7 +232,8 @@ def job_page(request: Request, job: str) -> HTMLResponse:
                   grant_positions=positions)
 
 
-@router.get("/journal", response_class=HTMLResponse)
+@router.get("/journal", response_class=HTMLResponse,
+            dependencies=[takes("after", "limit")])
 def journal_page(request: Request) -> HTMLResponse:
     """Pages of events in arrival order, the revisions, the head and verification."""
     source = source_of(request)
@@ -220,7 +255,7 @@ def _verifier(source: AuditSource) -> Verifier:
     return verifier
 
 
-@router.post("/journal/verify", response_model=None)
+@router.post("/journal/verify", response_model=None, dependencies=[takes()])
 def start_verify(request: Request) -> Response:
     """Start a verification in the background (unless one runs): the progress fragment
     for htmx, a redirect to the journal page for a plain form."""
@@ -230,14 +265,14 @@ def start_verify(request: Request) -> Response:
     return RedirectResponse("/journal#verify", status_code=303)
 
 
-@router.get("/journal/verify", response_class=HTMLResponse)
+@router.get("/journal/verify", response_class=HTMLResponse, dependencies=[takes()])
 def verify_status(request: Request) -> HTMLResponse:
     """The verification's progress or verdict (polled by the journal page)."""
     source = source_of(request)
     return render(request, "_verify.html", verify=last_verify(source.journal, source.verifier))
 
 
-@router.get("/events/{position}", response_class=HTMLResponse)
+@router.get("/events/{position}", response_class=HTMLResponse, dependencies=[takes()])
 def event_page(request: Request, position: str) -> HTMLResponse:
     """One event by position: fields, recorded time, chain hash, what it changed."""
     source = source_of(request)
@@ -255,7 +290,7 @@ def event_page(request: Request, position: str) -> HTMLResponse:
     return render(request, "event.html", title=f"Event {page.record.id}", page=page)
 
 
-@router.get("/event", response_model=None)
+@router.get("/event", response_model=None, dependencies=[takes("id")])
 def event_by_id(request: Request, id: str = "") -> Response:
     """`/event?id=...`: the page of the event recorded under that id."""
     source = source_of(request)
@@ -263,3 +298,11 @@ def event_by_id(request: Request, id: str = "") -> Response:
     if position is None:
         return problem(request, 404, "No such event", f"no event is recorded under id {id!r}")
     return RedirectResponse(f"/events/{position}", status_code=303)
+
+
+def bad_query(request: Request, exc: Exception) -> Response:
+    """The answer to a `BadQuery`: the error page, or a JSON problem for the chart's JSON."""
+    assert isinstance(exc, BadQuery)
+    if exc.as_json:
+        return _json_problem(422, "Bad parameter", exc.detail)
+    return problem(request, 422, "Bad parameter", exc.detail)
