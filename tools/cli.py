@@ -29,7 +29,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from typer.core import TyperCommand, TyperGroup
 
 from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
-from projections import anchors, importing, queries
+from projections import anchors, importing, owners, queries
 from projections import demo as demo_mod
 from projections.errors import LedgerError
 from projections.replay import replay as replay_journal
@@ -715,8 +715,13 @@ def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = No
         with render.progress_bar("replaying") as progress:
             report = replay_journal(journal, progress=progress)
         rows = queries.revision_rows(journal, report.revisions)
+        # As `GET /v1/revisions`: the account the revised event belongs to as the fold
+        # holds it, not the stream it was filed in.
+        accounts = owners.revision_accounts(journal, report.ledger,
+                                            (r.event_id for r in report.revisions))
     if as_json:
-        render.print_json([wording.to_dict(row) for row in rows])
+        render.print_json([{**wording.to_dict(row), "account": accounts[row.revision.event_id]}
+                           for row in rows])
     elif rows:
         render.print_table(render.revisions_table(rows))
     else:

@@ -106,6 +106,15 @@ def test_queries_on_the_demo(demo_db: str) -> None:
     assert not [line for line in st["lines"] if line["type"] == "adjust"]
     revisions = as_json(runner.invoke(app, ["revisions", "--json", "--db", demo_db]))
     assert isinstance(revisions, list) and revisions
+    # The same rows as the service's, each with the account of the event it revised.
+    from fastapi.testclient import TestClient
+
+    from tools.service.app import create_app
+
+    with TestClient(create_app(demo_db, mount_web=False)) as http:
+        served = http.get("/v1/revisions?limit=1000").json()
+    assert served["next"] is None and served["revisions"] == revisions
+    assert all(isinstance(r["account"], str) for r in revisions)
     verify = runner.invoke(app, ["verify", "--db", demo_db])
     assert verify.exit_code == 0, verify.stdout
 

@@ -369,6 +369,9 @@ def test_revisions_show_what_the_late_event_changed(run: Run, small: Path,
     assert all(r["late_time"] == 1 for r in rows)
     j2 = next(r for r in rows if r["type"] == "submit" and not r["before"]["ok"])
     assert j2["after"]["ok"] is True
+    # Each revised event's account, as `GET /v1/revisions` gives it.
+    assert {(r["type"], r["account"]) for r in rows} >= {("submit", "a")}
+    assert {r["account"] for r in rows} == {"a"}
     assert "Revisions by late events" in run("revisions").stdout
 
 
