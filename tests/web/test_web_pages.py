@@ -716,7 +716,8 @@ def test_every_page_refuses_a_query_parameter_it_does_not_take_or_reads_twice(
     job = "cobalt-0074"
     takes = {
         "/": ("q", "page"),
-        f"/accounts/{ACCOUNT}": ("as_known_at", "from", "to", "pool", "kind", "page"),
+        f"/accounts/{ACCOUNT}": ("as_known_at", "from", "to", "pool", "kind", "page",
+                                 "grants_page", "revisions_page"),
         f"/accounts/{ACCOUNT}/ledger.csv": ("as_known_at", "from", "to", "pool", "kind"),
         f"/accounts/{ACCOUNT}/timeline.json": ("as_known_at",),
         f"/jobs/{job}": (), "/journal": ("after", "limit"), "/journal/verify": (),
@@ -739,3 +740,46 @@ def test_every_page_refuses_a_query_parameter_it_does_not_take_or_reads_twice(
             assert client.get(f"{path}?{known[0]}=1").status_code == 200, path
     assert client.get("/event?id=nobody&x=1").status_code == 422
     assert client.post("/journal/verify?x=1").status_code == 422
+
+
+def test_an_account_with_many_grants_and_revisions_pages_them_latest_first(
+        tmp_path: Path) -> None:
+    """The grants and revisions tables show 100 rows a page, the latest page first, with
+    links to the others that keep the rest of the view; every revised line is still
+    marked on the ledger."""
+    from eventstore import MemoryJournal
+    from tools.service.app import create_app
+
+    journal = MemoryJournal()
+    with TestClient(create_app(journal, clock=lambda: 10**6)) as c:
+        events = [{"type": "grant", "account": "a", "amount": 1, "time": 100 + i,
+                   "id": f"g{i:03}"} for i in range(250)]
+        events += [{"type": "consume", "account": "a", "amount": 1, "time": 1000 + i,
+                    "id": f"u{i:03}"} for i in range(150)]
+        assert c.post("/v1/events", json={"events": events}).status_code == 200
+        late = {"type": "consume", "account": "a", "amount": 300, "time": 50, "id": "late"}
+        assert c.post("/v1/events", json={"events": [late]}).status_code == 200
+        assert len(c.get("/v1/revisions?limit=1000").json()["revisions"]) == 150
+
+        def shown(query: str = "") -> tuple[list[str], list[str], str]:
+            r = c.get(f"/accounts/a{query}")
+            assert r.status_code == 200, r.text
+            grants = [row[0].split()[0] for row in cells(r.text, "grants-table")]
+            revised = [row[2].split()[0] for row in cells(r.text, "revisions-table")]
+            return grants, revised, r.text
+
+        grants, revised, text = shown()
+        assert grants == [f"g{i:03}" for i in range(200, 250)]
+        assert revised == [f"u{i:03}" for i in range(100, 150)]
+        assert "Grants 201 to 250 of 250" in text and "Revisions 101 to 150 of 150" in text
+        assert 'href="/accounts/a?grants_page=2#grants"' in text
+        assert 'href="/accounts/a?revisions_page=1#revisions"' in text
+        usage = c.get("/accounts/a?kind=consume").text  # one ledger page: 151 lines
+        assert usage.count('class="mark" href="#revisions">revised') == 150  # every one
+        grants, revised, text = shown("?grants_page=1&revisions_page=1&kind=grant")
+        assert grants == [f"g{i:03}" for i in range(100)]
+        assert revised == [f"u{i:03}" for i in range(100)]
+        assert 'href="/accounts/a?grants_page=2&amp;revisions_page=1&amp;kind=grant#grants"' \
+            in text
+        r = c.get("/accounts/a?grants_page=4")
+        assert r.status_code == 422 and "grants_page" in r.text

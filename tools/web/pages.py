@@ -298,6 +298,26 @@ class AccountPage:
     first_line: int = 0  # the index of `lines[0]` among those
     ledger_page: int = 1
     ledger_pages: int = 1
+    grants_pager: Pager = field(default_factory=lambda: Pager())
+    revisions_pager: Pager = field(default_factory=lambda: Pager())
+    """The page of `grants` and of `revisions` shown (they hold that page only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pager:
+    """Which page of a table is shown: rows `first` to `first + size` of `total`."""
+
+    page: int = 1
+    pages: int = 1
+    first: int = 0
+    total: int = 0
+
+
+def pager(name: str, raw: str | None, total: int, size: int) -> Pager:
+    """The page a query parameter `name` asks for (default: the last, the latest rows)."""
+    pages_ = max(1, -(-total // size))
+    page = parse_int(name, raw, pages_, low=1, high=pages_)
+    return Pager(page, pages_, (page - 1) * size, total)
 
 
 def require_account(source: AuditSource, account: str) -> None:
@@ -477,6 +497,12 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
 LEDGER_PAGE = 200
 """Ledger lines per page of the account page (the CSV download has them all)."""
 
+GRANTS_PAGE = 100
+"""Grants per page of the account page."""
+
+REVISIONS_PAGE = 100
+"""Revisions per page of the account page."""
+
 
 def account_page(source: AuditSource, account: str, params: dict[str, str], *,
                  paged: bool = True) -> AccountPage:
@@ -491,8 +517,11 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     stmt, expl = history.statement, history.explanation
     known = account_stream_events(source, account, position)
     by_id = {rec.id: rec for rec in known}
+    # A page of the grants: each row looks up its grant's memo, so only the page's rows.
+    grants_pager = pager("grants_page", params.get("grants_page"), len(expl.grants),
+                         GRANTS_PAGE)
     grants = []
-    for g in expl.grants:
+    for g in expl.grants[grants_pager.first:grants_pager.first + GRANTS_PAGE]:
         rec = by_id.get(g.grant_id) if g.position is not None else None
         payload = rec.payload if rec is not None else {}
         priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
@@ -509,16 +538,20 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     recorded_later = 0
     if position < head:
         recorded_later = len(account_stream_events(source, account)) - len(known)
+    revisions_pager = pager("revisions_page", params.get("revisions_page"),
+                            len(revisions or ()), REVISIONS_PAGE)
     kept = [line for line in stmt.lines if filters.keeps(line)]
     pages_ = max(1, -(-len(kept) // LEDGER_PAGE))
     page = parse_int("page", params.get("page"), pages_, low=1, high=pages_)
     first = (page - 1) * LEDGER_PAGE
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
                        kept[first:first + LEDGER_PAGE] if paged else kept, grants, pools,
-                       revisions, later, recorded_later,
+                       None if revisions is None else revisions[
+                           revisions_pager.first:revisions_pager.first + REVISIONS_PAGE],
+                       later, recorded_later,
                        {r.revision.event_id for r in revisions or ()},
                        len(kept), first if paged else 0, page if paged else 1,
-                       pages_ if paged else 1)
+                       pages_ if paged else 1, grants_pager, revisions_pager)
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",

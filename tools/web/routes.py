@@ -34,7 +34,8 @@ def _may_read(request: Request) -> None:
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(_may_read)])
 
-ACCOUNT_QUERY = ("as_known_at", "from", "to", "pool", "kind", "page")
+ACCOUNT_QUERY = ("as_known_at", "from", "to", "pool", "kind", "page", "grants_page",
+                 "revisions_page")
 """What the account page reads from its query string."""
 
 
@@ -153,7 +154,7 @@ def _suffix_is_a_route(request: Request, suffix: str) -> bool:
 
 
 @router.get("/accounts/{account:path}/ledger.csv", response_model=None,
-            dependencies=[takes(*ACCOUNT_QUERY[:-1], suffix="ledger.csv")])
+            dependencies=[takes(*ACCOUNT_QUERY[:5], suffix="ledger.csv")])
 def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
     if not _suffix_is_a_route(request, "ledger.csv"):
