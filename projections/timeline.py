@@ -14,11 +14,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from operator import is_, itemgetter
+from operator import itemgetter
 from typing import ClassVar
 
 from eventstore import RecordedEvent
-from projections.creditbook import Batch, Hold, with_general
+from projections.creditbook import Batch, CreditBook, Hold, with_general
 from projections.events import GENERAL
 from projections.ledger import AccountState, Ledger
 from projections.projector import apply_recorded
@@ -66,6 +66,63 @@ def _target(ledger: Ledger, rec: RecordedEvent) -> str | None:
     return None if job is None else job.account
 
 
+class HeldByPool:
+    """`CreditBook.held_by_pool()` of one account's book, followed hold by hold.
+
+    Summing every hold's portions at each point made a timeline quadratic in the account's
+    pending and running jobs. A hold never changes once made (a job's submit makes it
+    under the job's id, its settlement or cancel drops it), so what the holds add per pool
+    changes only by the hold an event of that job added or dropped: `follow` applies that
+    one change, and is to be told of every event of the account's jobs. `of` answers the
+    sums; it sums every hold anew when the count of holds or what they hold in all is not
+    what the changes followed add up to (as for a book that already held jobs when the
+    following began).
+    """
+
+    def __init__(self) -> None:
+        # The holds followed, by job id (kept alive, so that "the same object" means the
+        # same hold), and per pool what their portions add and how many there are (a pool
+        # is listed while any portion of it is held, as `held_by_pool` lists it).
+        self._holds: dict[str, Hold] = {}
+        self._total = 0
+        self._held: dict[str, int] = {}
+        self._portions: dict[str, int] = {}
+
+    def follow(self, book: CreditBook, ref: str) -> None:
+        """Take in the change an event made to the hold of `ref` (a job id), if any."""
+        mine, theirs = self._holds.get(ref), book.holds.get(ref)
+        if mine is theirs:
+            return
+        if mine is not None:
+            del self._holds[ref]
+            self._count(mine, -1)
+        if theirs is not None:
+            self._holds[ref] = theirs
+            self._count(theirs, 1)
+
+    def _count(self, hold: Hold, sign: int) -> None:
+        held, portions = self._held, self._portions
+        for batch, amount in hold.portions:
+            pool = batch.pool
+            left = portions.get(pool, 0) + sign
+            if left:
+                portions[pool] = left
+                held[pool] = held.get(pool, 0) + sign * amount
+            else:
+                del portions[pool], held[pool]
+            self._total += sign * amount
+
+    def of(self, book: CreditBook) -> dict[str, int]:
+        """Per pool of the batches they came from, credits held for jobs: what
+        `book.held_by_pool()` answers (in another key order). Not to be changed."""
+        holds = book.holds
+        if len(holds) != len(self._holds) or book.held != self._total:
+            self._holds, self._total, self._held, self._portions = {}, 0, {}, {}
+            for ref in holds:
+                self.follow(book, ref)
+        return self._held
+
+
 class TimelineBuilder:
     """Gathers the points of one account's timeline as a fold goes: `before(time, state)`
     ahead of each event (expiries passed since the last one), `after(rec, state)` once an
@@ -74,29 +131,20 @@ class TimelineBuilder:
     def __init__(self) -> None:
         self.points: list[TimelinePoint] = []
         self._expiries: list[int] = []  # expiry times of the account's grants not yet passed
-        # What the account's holds add per pool, and the holds it was summed from (kept
-        # alive, so that "the same objects" means the same holds).
-        self._holds: list[Hold] = []
-        self._held: dict[str, int] = {}
+        self._holds = HeldByPool()
 
     def _point(self, state: AccountState, time: int, position: int | None) -> TimelinePoint:
         """`point_of(state, time, position)`, without summing every hold's portions
         and searching the batches for expired credits at every event.
 
         A point is taken after every event and the account's figures are summed anew
-        each time: what its holds add per pool is summed again only when its holds
-        changed (a hold never changes once made: a job's submit makes it, its settlement
-        drops it), and its batches are searched for expired credits only when one may
-        have expired (none expires before the book's expiry floor).
+        each time: what its holds add per pool is followed hold by hold as jobs are
+        submitted and settled (`HeldByPool`), and its batches are searched for expired
+        credits only when one may have expired (none expires before the book's expiry
+        floor).
         """
         book = state.book
-        holds = book.holds
-        held = self._held
-        if not holds:
-            held = {}
-        elif len(holds) != len(self._holds) or not all(map(is_, holds.values(), self._holds)):
-            self._holds = list(holds.values())
-            held = self._held = book.held_by_pool()
+        held = self._holds.of(book)
         debt = book.debt
         # The pools are those with credits, debt or holds, in name order; what expired
         # counts only in those.
@@ -137,6 +185,9 @@ class TimelineBuilder:
         """The point after an event of the account (`state`: the account once applied)."""
         if state is None:
             return
+        job = rec.payload.get("job")
+        if isinstance(job, str):
+            self._holds.follow(state.book, job)
         self.points.append(self._point(state, rec.time, rec.position))
         expiry = rec.payload.get("expiry")
         if rec.type == "grant" and isinstance(expiry, int) and expiry > rec.time:
