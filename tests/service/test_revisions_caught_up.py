@@ -50,14 +50,16 @@ def test_after_a_write_only_the_new_events_are_folded() -> None:
         assert client.post("/v1/events", json={"events": events}).status_code == 200
         assert client.get("/v1/revisions").json() == {"revisions": [], "next": None}
         froms: list[int] = []
-        read = journal.read
 
-        def spy(**filters: Any) -> Any:
-            if filters.get("stream") is None:
-                froms.append(filters.get("after_position", 0))
-            return read(**filters)
+        def spy(read: Any) -> Any:
+            def reading(**filters: Any) -> Any:
+                if filters.get("stream") is None:
+                    froms.append(filters.get("after_position", 0))
+                return read(**filters)
+            return reading
 
-        journal.read = spy  # type: ignore[method-assign]
+        journal.read = spy(journal.read)  # type: ignore[method-assign]
+        journal.read_lean = spy(journal.read_lean)  # type: ignore[method-assign]
         # Usage earlier on the timeline than the 20 reports: each of them now goes into debt.
         late = [{"type": "consume", "account": "a", "amount": 95, "time": 5, "id": "late"}]
         assert client.post("/v1/events", json={"events": late}).status_code == 200
