@@ -34,9 +34,11 @@ def _may_read(request: Request) -> None:
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(_may_read)])
 
-ACCOUNT_QUERY = ("as_known_at", "from", "to", "pool", "kind", "page", "grants_page",
-                 "revisions_page")
-"""What the account page reads from its query string."""
+LEDGER_QUERY = ("as_known_at", "from", "to", "pool", "kind")
+"""What the ledger's CSV reads from its query string: the view and its filters."""
+
+ACCOUNT_QUERY = (*LEDGER_QUERY, "page", "grants_page", "revisions_page")
+"""What the account page reads: the CSV's, and the page of each table."""
 
 
 class BadQuery(Exception):
@@ -64,6 +66,8 @@ def takes(*names: str, suffix: str | None = None) -> Any:
         if why is not None:
             raise BadQuery(why, as_json=known is names and suffix == "timeline.json")
     return Depends(check)
+
+
 _env = environment()
 _source_lock = threading.Lock()
 
@@ -154,7 +158,7 @@ def _suffix_is_a_route(request: Request, suffix: str) -> bool:
 
 
 @router.get("/accounts/{account:path}/ledger.csv", response_model=None,
-            dependencies=[takes(*ACCOUNT_QUERY[:5], suffix="ledger.csv")])
+            dependencies=[takes(*LEDGER_QUERY, suffix="ledger.csv")])
 def account_csv(request: Request, account: str) -> Response:
     """The account page's ledger, filters applied, as a CSV download."""
     if not _suffix_is_a_route(request, "ledger.csv"):

@@ -281,11 +281,10 @@ class AuditSource:
 
         A `RevisionLog` (the service's, when the view runs in it) is fed the journal in
         arrival order and caught up on each call, so only what was recorded since the
-        last call is folded. (The
-        live projection may have started from a checkpoint and then knows only the
-        revisions since; an audit page needs all of them.) The first pass over a large
-        journal runs in a background thread (started by `warm_up`, or here), so no page
-        waits for a full replay; until it is done this returns None.
+        last call is folded. (The live projection may have started from a checkpoint and
+        then knows only the revisions since; an audit page needs all of them.) The first
+        pass over a large journal runs in a background thread (started by `warm_up`, or
+        here), so no page waits for a full replay; until it is done this returns None.
         """
         with self._revisions_lock:
             if self._warming is not None and self._warming.is_alive():
