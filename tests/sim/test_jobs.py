@@ -145,6 +145,39 @@ def test_a_ctrl_c_stops_every_job_between_ops_once(tmp_path: Path) -> None:
     assert not any(Path(f"/proc/{pid}").exists() for pid in jobs)
 
 
+def test_a_sigterm_to_the_group_forwarded_by_make_stops_between_ops_once(
+        tmp_path: Path) -> None:
+    # `timeout make sim`, or a CI runner cancelling the job, sends SIGTERM to the process
+    # group, and make forwards it to its child: the command line gets it twice, and each
+    # job gets the group's and the command line's. That is one stop, between ops, with
+    # every world removed, not a second signal's stop at once.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tools.sim", "--seeds", "4", "--steps", "100000", "--jobs",
+         "2", "--sqlite", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 60
+        while len(jobs := _children(child.pid)) < 2 or len(
+                list(tmp_path.glob("gpu-credits-sim-*"))) < 2:
+            assert time.monotonic() < deadline, "no two jobs and worlds within 60 s"
+            time.sleep(0.1)
+        time.sleep(1.0)  # into the ops
+        os.killpg(child.pid, signal.SIGTERM)
+        time.sleep(0.2)  # make's forward, once it has been scheduled
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    said = err.decode()
+    assert child.returncode == 128 + signal.SIGTERM, said
+    assert said.count("stopping before the next op") == 1 and "Traceback" not in said
+    assert "the run's worlds were removed" in said
+    assert b"FAILED" not in out, out.decode()
+    assert not list(tmp_path.glob("gpu-credits-sim-*"))  # every world's folder removed
+    assert not any(_alive(pid) for pid in jobs)
+
+
 def test_a_seed_whose_run_raises_fails_with_the_traceback_and_the_others_go_on(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from tools.sim import __main__ as cli

@@ -191,6 +191,38 @@ def test_a_run_stopped_by_a_signal_stops_between_ops_and_drops_its_schemas(
     assert "stopping before the next op" in said and "the run's worlds were removed" in said
 
 
+_WRITERS_OFTEN = ("import sys; import tools.sim.run as r; from tools.sim.actors import Rates; "
+                  "r.Rates = lambda: Rates(killed_writer=0.5); "
+                  "from tools.sim.__main__ import main; sys.exit(main(sys.argv[1:]))")
+
+
+def test_a_signal_to_the_process_group_does_not_kill_a_writer_short_of_its_stop(
+        tmp_path: Path) -> None:
+    # A Ctrl-C, a `timeout` or a cancelled CI job signals the whole process group. A
+    # writer process that got it died before its stop, and the run reported that as a
+    # failure of the op (and kept its world): the run stops between ops instead.
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WRITERS_OFTEN, "--seed", "21", "--steps", "100000",
+         "--sqlite", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"/proc/{child.pid}/task/{child.pid}/children").read_text().split():
+            assert time.monotonic() < deadline, "no writer within 60 s"
+            time.sleep(0.02)
+        time.sleep(0.3)  # the writer starting (it takes about a second)
+        os.killpg(child.pid, signal.SIGTERM)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    said = err.decode()
+    assert child.returncode == 128 + signal.SIGTERM, said
+    assert b"FAILED" not in out, out.decode()
+    assert "the run's worlds were removed" in said
+    assert not list(tmp_path.glob("gpu-credits-sim-*"))
+
+
 def test_the_command_line_refuses_a_postgres_url_it_cannot_use(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--postgres", "sqlite:///x.db", "--steps", "3"]) == 2

@@ -31,6 +31,7 @@ from tools.sim.run import (
     run,
     run_script,
     shrink,
+    stop_at_once,
     write_ops,
     write_reproduction,
 )
@@ -156,10 +157,13 @@ def _stopping_between_ops(received: list[int]) -> Iterator[None]:
     """SIGTERM (`kill`) or Ctrl-C stops the run before its next op, so that no
     transaction, writer process or batch is cut in half and the run removes its worlds'
     files or schemas as it ends (`received` gets the signal). A second one stops at once
-    (KeyboardInterrupt), which may leave them."""
+    (KeyboardInterrupt), which may leave them; one within `SAME_STOP_SECONDS` of the first
+    is the first delivered twice (`stop_at_once`)."""
     def stopping(signum: int, frame: object) -> None:
         if received:
-            raise KeyboardInterrupt
+            if stop_at_once():
+                raise KeyboardInterrupt
+            return  # the first signal again (to the group, and forwarded by make)
         received.append(signum)
         request_stop()
         print(f"tools.sim: {signal.Signals(signum).name}: stopping before the next op "

@@ -53,9 +53,14 @@ def kill_a_writer(world: World, op: Op, proc: Process) -> tuple[list[str], list[
     stop = op["stop"]
     what = f"{_name(op)}: a writer killed {_WHEN[stop]}"
     head = journal.head()
+    # In a session of its own: a signal to the simulator's process group (a Ctrl-C, a
+    # `timeout`, a CI job cancelled) would kill it short of its stop, a failure of the
+    # op the seed never made. The simulator stops between ops; the writer dies by its
+    # SIGKILL, or ends once its stdin closes should the simulator die first.
     child = subprocess.Popen(
         [sys.executable, "-m", "tools.sim.writer", journal.url],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
     assert child.stdin is not None and child.stdout is not None
     said = ""
     try:

@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from tools.sim.run import Stopped, request_stop, stop_requested
+from tools.sim.run import Stopped, request_stop, stop_at_once, stop_requested
 
 POLL_SECONDS = 0.2
 """How often the command line looks at its processes while no seed ends."""
@@ -55,9 +55,13 @@ class SeedDone:
 
 
 def _stopping(signum: int, frame: object) -> None:
-    """A job's SIGTERM: the first stops its run before the next op, a second at once."""
+    """A job's SIGTERM: the first stops its run before the next op, a second at once. A
+    job gets a signal sent to the process group twice, the group's and the command line's
+    forward of it: the second is then the same stop (`stop_at_once`)."""
     if stop_requested():
-        raise KeyboardInterrupt
+        if stop_at_once():
+            raise KeyboardInterrupt
+        return
     request_stop()
 
 
@@ -144,7 +148,11 @@ def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDon
                     os.kill(job.process.pid, signal.SIGTERM)
 
     def send_next(job: _Job) -> None:
-        job.seed = waiting.pop() if waiting and signals == 0 else None
+        # Not once a signal came, also before it is forwarded: a signal to the process
+        # group reaches the jobs as well, and one that stopped may be sent a seed it
+        # will never run (its end then failed the seed).
+        stopping = signals > 0 or stop_requested()
+        job.seed = waiting.pop() if waiting and not stopping else None
         with contextlib.suppress(OSError):  # it ended: its sentinel says so
             job.conn.send(job.seed)
 

@@ -45,15 +45,33 @@ class Stopped(Exception):
 
 
 _stop_requested = threading.Event()
+_stop_requested_at = [0.0]  # time.monotonic() of the request
+
+SAME_STOP_SECONDS = 1.0
+"""A signal this soon after the one that asked a process to stop is the same request
+delivered twice, not a second one: a signal sent to a process group (`timeout`, a CI
+runner cancelling a job, `kill -- -PGID`) also reaches make, which forwards SIGTERM to
+its child, and the command line forwards it to its jobs, which got the group's already.
+Taken as a second request, it stopped the run at once (a traceback, a writer cut short,
+a world left behind) instead of between two ops."""
 
 
 def request_stop(wanted: bool = True) -> None:
     """Ask every run of this process to stop before its next op (`Stopped`); False:
     take the request back (a new command line)."""
     if wanted:
+        if not _stop_requested.is_set():
+            _stop_requested_at[0] = _time.monotonic()
         _stop_requested.set()
     else:
         _stop_requested.clear()
+
+
+def stop_at_once() -> bool:
+    """Whether a signal arriving now, with a stop already requested, asks to stop at once:
+    only once `SAME_STOP_SECONDS` have passed since the request (sooner, it is the same
+    signal delivered twice)."""
+    return _time.monotonic() - _stop_requested_at[0] >= SAME_STOP_SECONDS
 
 
 def stop_requested() -> bool:
