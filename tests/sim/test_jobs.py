@@ -36,7 +36,7 @@ def test_each_seed_runs_in_a_job_as_it_runs_alone(capsys: pytest.CaptureFixture[
 def test_jobs_are_refused_below_one_and_beside_a_replay(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["--jobs", "0", "--steps", "10"]) == 2
-    assert "--jobs >= 1" in capsys.readouterr().err
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
     script = tmp_path / "script.jsonl"
     script.write_text('{"type": "account", "account": "a", "time": 1, "id": "o1"}\n')
     assert main(["--jobs", "2", "--replay", str(script)]) == 2

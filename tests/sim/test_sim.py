@@ -4,6 +4,7 @@ and written out as a file that fails again when replayed."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,6 +308,21 @@ def test_the_command_line_runs_seeds_and_refuses_bad_input(
     out = capsys.readouterr().out
     assert "seed 3: 300 steps" in out and "seed 4: 300 steps" in out
     assert main(["--steps", "-1"]) == 2
+    # Each bad number is named with its value; none runs anything.
+    for argv, said in [
+            (["--seed", "-1"], "--seed must be at least 0, got -1 (a negative seed runs "
+                               "the same ops as seed 1)"),
+            (["--steps", "0"], "--steps must be at least 1, got 0"),
+            (["--seeds", "0"], "--seeds must be at least 1, got 0"),
+            (["--check-every", "0"], "--check-every must be at least 1, got 0"),
+            (["--epoch", "-5"], "--epoch must be at least 1, got -5"),
+            (["--shrink-seconds", "-1"], "--shrink-seconds must be a number of seconds, "
+                                         "0 or more, got -1.0"),
+            (["--shrink-seconds", "nan"], "0 or more, got nan")]:
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2, argv
+        captured = capsys.readouterr()
+        assert said in captured.err and not captured.out, argv
+    assert not (tmp_path / "out").exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "grant", "account": "a", "amount": 1, "id": "g"}\n')
     assert main(["--replay", str(bad)]) == 2
@@ -320,12 +336,18 @@ def test_a_failing_run_reports_seed_step_events_and_a_replay_command(
     assert main(["--seed", "3", "--steps", "500", "--out", str(tmp_path),
                  "--shrink-seconds", "20"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED: seed 3, step" in out
+    assert re.search(r"^FAILED: seed 3, step \d+ of 500$", out, re.M), out
     assert "last events (arrival order):" in out
     assert "reproduce the run: python -m tools.sim --seed 3 --steps" in out
     assert "replay it: python -m tools.sim --replay " in out
     (written,) = tmp_path.glob("seed-3-step-*.jsonl")
     assert replay_file(written) is not None
+    assert "ran out" not in out and "not shrunk" not in out and "stopped by" not in out
+    # A shrink cut short by its time says so: what it wrote depends on the machine.
+    assert main(["--seed", "3", "--steps", "500", "--out", str(tmp_path / "no"),
+                 "--shrink-seconds", "0"]) == 1
+    assert re.search(r"^shrunk to (\d+) of \1 ops \(not shrunk: --shrink-seconds 0\)",
+                     capsys.readouterr().out, re.M)
 
 
 def test_a_journal_that_stores_other_than_it_answers_is_found(

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import shlex
 import signal
 import sys
@@ -42,15 +43,19 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m tools.sim",
         description="Seeded simulation of workers, reporters, finance, importers and "
                     "auditors with faults; checks invariants after every step.")
-    parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
-    parser.add_argument("--seeds", type=int, default=1, help="how many seeds from --seed")
-    parser.add_argument("--steps", type=int, default=10_000, help="ops per run")
+    parser.add_argument("--seed", type=int, default=1, help="first seed, 0 or more "
+                        "(default 1)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="how many seeds from --seed (default 1)")
+    parser.add_argument("--steps", type=int, default=10_000,
+                        help="ops per run (default 10000)")
     parser.add_argument("--check-every", type=int, default=1000, metavar="K",
                         help="whole-journal checks every K ops (default 1000)")
     parser.add_argument("--out", type=Path, default=Path("sim-failures"),
                         help="folder for reproductions of failures (default sim-failures)")
     parser.add_argument("--shrink-seconds", type=float, default=60.0,
-                        help="time allowed to shrink a failure (default 60)")
+                        help="seconds allowed to shrink a failure (default 60; 0: "
+                             "write every op up to it)")
     parser.add_argument("--epoch", type=int, default=EPOCH, metavar="E",
                         help=f"start a new world every E ops (default {EPOCH})")
     parser.add_argument("--one-process", action="store_true",
@@ -91,6 +96,24 @@ def _store(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return {}, ""
 
 
+def _bad_number(args: argparse.Namespace) -> str | None:
+    """What is wrong with the numbers given, the first thing, or None."""
+    if args.seed < 0:
+        # random.Random seeds with the absolute value: -1 would run seed 1 again.
+        return (f"--seed must be at least 0, got {args.seed} (a negative seed runs the "
+                f"same ops as seed {-args.seed})")
+    if args.steps < 1:
+        return f"--steps must be at least 1, got {args.steps} (no op, nothing checked)"
+    for option in ("seeds", "check_every", "epoch", "jobs"):
+        value = getattr(args, option)
+        if value < 1:
+            return f"--{option.replace('_', '-')} must be at least 1, got {value}"
+    if not (math.isfinite(args.shrink_seconds) and args.shrink_seconds >= 0):
+        return (f"--shrink-seconds must be a number of seconds, 0 or more, got "
+                f"{args.shrink_seconds}")
+    return None
+
+
 def _postgres_problem(url: str) -> str | None:
     """Why `--postgres URL` cannot hold the run's journals, or None."""
     from tools.bench.storage import pg_version
@@ -108,8 +131,11 @@ def _postgres_problem(url: str) -> str | None:
 
 def _report_failure(result: RunResult, failure: Failure, out: Path,
                     shrink_seconds: float, epoch: int, store: dict[str, Any],
-                    flag: str) -> None:
-    _say(f"FAILED: seed {result.seed}, step {failure.step} of {result.steps}")
+                    flag: str, asked: int | None = None) -> None:
+    """Say where the run failed and how to run it again, shrink its ops, write them and
+    say how to replay them. `asked`: the steps the run was asked for."""
+    _say(f"FAILED: seed {result.seed}, step {failure.step}"
+         + (f" of {asked}" if asked is not None else ""))
     for problem in failure.problems[:10]:
         _say(f"  {problem}")
     _say("last events (arrival order):")
@@ -121,12 +147,19 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
          + flag)
     if failure.database is not None:
         _say(f"the failing world's journal: {failure.database}")
+    began = time.monotonic()
     smallest = shrink(failure.ops, budget_seconds=shrink_seconds, **store)
+    # The shrink ends when nothing more can go, or when its time is up: then what is
+    # written depends on the machine's speed, and a longer budget may take out more.
+    cut_short = time.monotonic() - began >= shrink_seconds and len(smallest) > 1
     again = run_script(smallest, **store)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"seed-{result.seed}-step-{failure.step}.jsonl"
     write_reproduction(path, reproduction_lines(smallest))
     _say(f"shrunk to {len(smallest)} of {len(failure.ops)} ops"
+         + ("" if not cut_short else " (not shrunk: --shrink-seconds 0)"
+            if shrink_seconds == 0 else f" (stopped by --shrink-seconds {shrink_seconds:g}: "
+            "a longer one may take out more)")
          + (f": {again.problems[0]}" if again is not None else " (no longer failing!)"))
     replayed = replay_file(path, **store)
     _say(f"wrote {path} ({sum(1 for _ in path.open())} lines)")
@@ -195,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     store, flag = _store(args)
-    problem = None if args.postgres is None else _postgres_problem(args.postgres)
+    problem = _bad_number(args)
+    if problem is None and args.postgres is not None:
+        problem = _postgres_problem(args.postgres)
     if problem is not None:
         print(f"tools.sim: error: {problem}", file=sys.stderr)
         return 2
@@ -216,10 +251,6 @@ def _main(argv: list[str] | None) -> int:
         for problem in failure.problems[:10]:
             _say(f"  {problem}")
         return 1
-    if args.steps < 0 or min(args.seeds, args.check_every, args.epoch, args.jobs) < 1:
-        print("tools.sim: error: --steps must be >= 0; --seeds, --check-every, --epoch and "
-              "--jobs >= 1", file=sys.stderr)
-        return 2
     seeds = range(args.seed, args.seed + args.seeds)
 
     def one_seed(seed: int, live: bool = False) -> SeedDone:
@@ -236,7 +267,7 @@ def _main(argv: list[str] | None) -> int:
                  f"{faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
             if result.failure is not None:
                 _report_failure(result, result.failure, args.out, args.shrink_seconds,
-                                args.epoch, store, flag)
+                                args.epoch, store, flag, asked=args.steps)
         return SeedDone(seed, result.steps, result.seconds, result.cpu_seconds, result.ok,
                         said.getvalue())
 
