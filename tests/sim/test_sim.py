@@ -642,6 +642,79 @@ def test_a_reproduction_line_that_is_an_incomplete_op_is_refused(tmp_path: Path)
     assert main(["--replay", str(path)]) == 2
 
 
+_GRANT = '{"type": "grant", "account": "a", "amount": 9, "time": 1, "expiry": 5, "id": "g1"}'
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (_GRANT + "\n{not json\n", "line 2: not JSON: Expecting property name"),
+    (_GRANT[:40], "line 1: not JSON: Unterminated string"),
+    ("", "no line to perform"),
+    ("\n\n", "no line to perform"),
+    ("[1, 2]\n", "line 1: expected a JSON object, got list"),
+    (_GRANT + "\n" + _GRANT.replace('"time": 1', '"time": "noon"'),
+     "line 2: expected a time (an integer), got 'noon'"),
+    (_GRANT.replace('"amount": 9', '"amount": "nine"'), "line 1: amount must be an integer"),
+    (_GRANT.replace('"account": "a", ', ""), "line 1: grant event is missing account"),
+    ('{"type": "cancel", "time": 3, "id": "c1"}', "line 1: cancel event is missing job"),
+    (_GRANT.replace('"grant"', '"refund"'),
+     "line 1: the simulator performs lines of type account, grant"),
+    ('{"account": "a", "amount": 1, "time": 3}', 'line 1: missing "type"'),
+    ('{"step": 1, "actor": "w0", "kind": "submit", "line": {}}',
+     "line 1: expected a time (an integer), got None"),
+    ('{"step": 1, "actor": "w0", "kind": "refund", "line": {"time": 1}}',
+     "line 1: an op's kind is one of account, grant"),
+    ('{"step": 1, "actor": "auditor", "kind": "audit", "account": "a"}',
+     "line 1: an op of kind 'audit' needs 'at'"),
+    ('{"step": 1, "actor": "w0", "kind": "grant", "fault": "killed-writer", "line": '
+     + _GRANT + '}', "line 1: a killed writer stops at one of deciding, appended"),
+], ids=["bad JSON", "cut short", "empty", "blank", "not an object", "bad time",
+        "bad amount", "no account", "no job", "unknown type", "no type", "empty op line",
+        "unknown op", "incomplete audit", "killed writer without its stop"])
+def test_an_edited_or_cut_reproduction_is_bad_input_that_names_its_line(
+        text: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before, such a line was performed and its KeyError or TypeError reported as "the
+    # ledger raised" (exit 1), a JSON error named the column's line within the line,
+    # and an empty file "passed".
+    path = tmp_path / "edited.jsonl"
+    path.write_text(text)
+    assert main(["--replay", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"tools.sim: error: {path}: ")
+    assert captured.err.count("\n") == 1  # one line
+    assert said in captured.err and not captured.out, captured.err
+
+
+def test_what_a_run_writes_is_read_back_by_replay(tmp_path: Path) -> None:
+    # Every line a run's reproduction can hold passes the replay's checks: the events of
+    # every kind of op, and the ops themselves with every fault.
+    rates = Rates(ops=tuple((kind, 0.3 if kind == "batch" else share)
+                            for kind, share in Rates().ops),
+                  restart=0.02, commit_fails=0.1, answers_lost=0.2, killed_writer=0.05)
+    from tools.sim.run import _epoch_ops, _observer, new_world, perform, write_ops
+
+    director = Director(6, rates)
+    director.killed_writers = True
+    director.new_world()
+    world = new_world(None, director.skews)
+    observe = _observer(director, world, {})
+    ops: list[dict[str, Any]] = []
+
+    def keep(op: dict[str, Any]) -> None:
+        observe(op)
+        ops.append(dict(op, skew=world.process(op["actor"]).skew))
+
+    perform(world, _epoch_ops(director, 600), check_every=1000, observe=keep,
+            product_verify=False)
+    assert {op.get("fault") for op in ops} >= {"killed-writer", "lost-answer",
+                                                "answers-lost", "restart"}
+    events = tmp_path / "events.jsonl"
+    write_reproduction(events, reproduction_lines(ops))
+    assert len(file_ops(events.read_text())) > 300
+    written = tmp_path / "ops.jsonl"
+    write_ops(written, ops)
+    assert file_ops(written.read_text()) == ops
+
+
 def test_a_start_that_found_nothing_retries_as_a_new_decision_after_lost_answers() -> None:
     # Found with many lost answers (seed 109 of a heavy-fault mix): a start queued twice
     # in a group found nothing to start the first time (recording nothing) and started

@@ -241,8 +241,12 @@ def _main(argv: list[str] | None) -> int:
             return 2
         try:
             failure = replay_file(args.replay, **store)
-        except (OSError, ValueError) as exc:
-            print(f"tools.sim: error: {exc}", file=sys.stderr)
+        except OSError as exc:
+            print(f"tools.sim: error: cannot read {args.replay}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
+        except ValueError as exc:  # an edited or cut file (UnicodeDecodeError included)
+            print(f"tools.sim: error: {args.replay}: {exc}", file=sys.stderr)
             return 2
         if failure is None:
             _say(f"{args.replay}: every line performed, every check passed")

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from eventstore import JournalLike, MemoryJournal
+from projections.importing import parse_record
 from projections.replay import fold_canonical, verify
 from tools.sim.actors import Director, Rates
 from tools.sim.checks import audit, full_check
 from tools.sim.journals import Journals
+from tools.sim.killed import STOPS
 from tools.sim.world import Op, World
 
 SMALL = 300
@@ -403,38 +405,95 @@ def write_ops(path: Path, ops: list[Op]) -> None:
     write_reproduction(path, [dict(op) for op in ops])
 
 
+PERFORMED = ("account", "grant", "consume", "adjust", "void", "reverse", "submit", "start",
+             "complete", "cancel")
+"""The types of line with an id the simulator performs as a command (a line without one
+is imported, as any line of the import format)."""
+
+_OP_NEEDS: dict[str, tuple[str, ...]] = {
+    "import": ("file", "lines"), "batch": ("time", "lines"),
+    "audit": ("account", "at", "as_known_at")}
+"""What an op of `write_ops` needs beside `step`, `actor` and `kind`; any other kind is
+one of `PERFORMED` and needs its `line`."""
+
+
+def _checked(where: str, line: Any, *, command: bool) -> dict[str, Any]:
+    """A reproduction line checked before anything is performed: one the import format
+    takes (`parse_record`), with a time, and, as a command (`command`: with an id, or a
+    line of an op), of a type the simulator performs. An edited file's mistake is then
+    bad input, not a crash of the ledger."""
+    if not isinstance(line, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(line).__name__}")
+    if not isinstance(line.get("time"), int):
+        raise ValueError(f"{where}: expected a time (an integer), got {line.get('time')!r}")
+    kind = line.get("type")
+    if command and kind not in PERFORMED:
+        raise ValueError(f"{where}: the simulator performs lines of type "
+                         f"{', '.join(PERFORMED)}, got {kind!r}")
+    # A command line asks to start the next job: which, the ledger decides (a file's
+    # line names the one started, for a reader).
+    probe = {**line, "job": "next"} if kind == "start" and line.get("job") is None else line
+    try:
+        parse_record(probe)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if command and kind == "grant" and line.get("expiry") is None:
+        raise ValueError(f"{where}: the simulator performs grants with an expiry")
+    return line
+
+
 def _op_line(number: int, line: dict[str, Any]) -> Op:
     """A line written by `write_ops`, checked enough to say what is wrong with it."""
     kind = line["kind"]
-    needs = {"batch": "lines", "import": "lines", "audit": "account"}.get(kind, "line")
-    if not isinstance(kind, str) or needs not in line:
-        raise ValueError(f"line {number}: an op of kind {kind!r} needs {needs!r}")
+    needs = _OP_NEEDS.get(kind, ("line",)) if isinstance(kind, str) else ("line",)
+    missing = [key for key in needs if key not in line]
+    if not isinstance(kind, str) or (kind not in _OP_NEEDS and kind not in PERFORMED):
+        raise ValueError(f"line {number}: an op's kind is one of "
+                         f"{', '.join((*PERFORMED, *_OP_NEEDS))}, got {kind!r}")
+    if missing:
+        raise ValueError(f"line {number}: an op of kind {kind!r} needs {missing[0]!r}")
+    if not isinstance(line["actor"], str):
+        raise ValueError(f"line {number}: an op's actor is a name, got {line['actor']!r}")
+    if line.get("fault") == "killed-writer" and line.get("stop") not in STOPS:
+        raise ValueError(f"line {number}: a killed writer stops at one of "
+                         f"{', '.join(STOPS)}, got {line.get('stop')!r}")
+    if "line" in needs:
+        _checked(f"line {number}", line["line"], command=True)
+    if "lines" in needs:
+        if not isinstance(line["lines"], list):
+            raise ValueError(f"line {number}: an op's lines are a list")
+        for n, each in enumerate(line["lines"], 1):
+            _checked(f"line {number}, its line {n}", each, command=kind == "batch")
     return dict(line)
 
 
 def file_ops(text: str) -> list[Op]:
     """A reproduction file's lines as ops: a line whose id came before is a retry; a line
     without an id is imported on its own; a line with `step`, `actor` and `kind` is one of
-    the simulator's ops as `write_ops` wrote it."""
+    the simulator's ops as `write_ops` wrote it. ValueError, naming the line, for a line
+    that is not one of these (an edited file), or a file without lines."""
     ops: list[Op] = []
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
-        line = json.loads(raw)
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {number}: not JSON: {exc.msg} (column {exc.colno})"
+                             ) from None
         if isinstance(line, dict) and line.keys() >= OP_KEYS:
             ops.append(_op_line(number, line))
             continue
-        if not isinstance(line, dict) or "time" not in line:
-            raise ValueError(f"line {number}: expected an object with a time")
+        _checked(f"line {number}", line, command=isinstance(line, dict) and "id" in line)
         if "id" not in line:
             # Delivered without an id: imported, known by its content.
             ops.append({"step": number, "actor": "importer", "kind": "import",
                         "file": f"line-{number}", "lines": [line], "fault": None})
             continue
-        if line.get("type") == "grant" and line.get("expiry") is None:
-            raise ValueError(f"line {number}: the simulator performs grants with an expiry")
         ops.append({"step": number, "actor": ACTORS.get(str(line.get("type")), "w0"),
                     "kind": line.get("type"), "line": line, "fault": None})
+    if not ops:
+        raise ValueError("no line to perform (a reproduction has one line or more)")
     return ops
 
 
