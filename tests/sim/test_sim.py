@@ -350,6 +350,32 @@ def test_a_failing_run_reports_seed_step_events_and_a_replay_command(
                      capsys.readouterr().out, re.M)
 
 
+@pytest.mark.pure_python  # a bug planted in the fold's source
+def test_the_command_to_reproduce_a_run_fails_at_the_step_it_names(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # The step a whole-journal check finds a bug at depends on how often they come: the
+    # command left out a --check-every other than the default, and its run failed at
+    # another (earlier) step.
+    BUGS["expiry order reversed"](monkeypatch)
+    out = _run_main(["--seed", "5", "--steps", "3000", "--check-every", "2500", "--out",
+                     str(tmp_path), "--shrink-seconds", "0"], capsys)
+    found = re.search(r"^FAILED: seed 5, step (\d+) of 3000$", out, re.M)
+    command = re.search(r"^reproduce the run: python -m tools.sim (.*)$", out, re.M)
+    assert found is not None and command is not None, out
+    step = found[1]
+    assert command[1] == f"--seed 5 --steps {step} --check-every 2500"
+    again = _run_main([*command[1].split(), "--out", str(tmp_path / "again"),
+                       "--shrink-seconds", "0"], capsys)
+    assert f"FAILED: seed 5, step {step} of {step}\n" in again
+
+
+def _run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `main(argv)` printed, a run that fails."""
+    assert main(argv) == 1
+    return capsys.readouterr().out
+
+
 def test_a_journal_that_stores_other_than_it_answers_is_found(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The step's checks work from what each append answered; what the journal holds is

@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="how many seeds from --seed (default 1)")
     parser.add_argument("--steps", type=int, default=10_000,
                         help="ops per run (default 10000)")
-    parser.add_argument("--check-every", type=int, default=1000, metavar="K",
-                        help="whole-journal checks every K ops (default 1000)")
+    parser.add_argument("--check-every", type=int, default=CHECK_EVERY, metavar="K",
+                        help=f"whole-journal checks every K ops (default {CHECK_EVERY})")
     parser.add_argument("--out", type=Path, default=Path("sim-failures"),
                         help="folder for reproductions of failures (default sim-failures)")
     parser.add_argument("--shrink-seconds", type=float, default=60.0,
@@ -80,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
                              "or the ops a failure that needs its faults wrote; with --sqlite "
                              "or --postgres on that database)")
     return parser
+
+
+CHECK_EVERY = 1000
+"""Ops between whole-journal checks unless `--check-every` says otherwise."""
 
 
 def _say(text: str) -> None:
@@ -131,9 +135,11 @@ def _postgres_problem(url: str) -> str | None:
 
 def _report_failure(result: RunResult, failure: Failure, out: Path,
                     shrink_seconds: float, epoch: int, store: dict[str, Any],
-                    flag: str, asked: int | None = None) -> None:
+                    flag: str, asked: int | None = None,
+                    check_every: int = CHECK_EVERY) -> None:
     """Say where the run failed and how to run it again, shrink its ops, write them and
-    say how to replay them. `asked`: the steps the run was asked for."""
+    say how to replay them. `asked`: the steps the run was asked for; `check_every`: its
+    whole-journal checks' interval, which decides the step a failure is found at."""
     _say(f"FAILED: seed {result.seed}, step {failure.step}"
          + (f" of {asked}" if asked is not None else ""))
     for problem in failure.problems[:10]:
@@ -143,6 +149,7 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
         _say(f"  {json.dumps(event, sort_keys=True)}")
     _say(f"reproduce the run: python -m tools.sim --seed {result.seed} --steps {failure.step}"
          + (f" --epoch {epoch}" if epoch != EPOCH else "")
+         + (f" --check-every {check_every}" if check_every != CHECK_EVERY else "")
          + (" --one-process" if any(op["actor"] == "all" for op in failure.ops) else "")
          + flag)
     if failure.database is not None:
@@ -271,7 +278,8 @@ def _main(argv: list[str] | None) -> int:
                  f"{faults or 'none'}; {'ok' if result.ok else 'FAILED'}")
             if result.failure is not None:
                 _report_failure(result, result.failure, args.out, args.shrink_seconds,
-                                args.epoch, store, flag, asked=args.steps)
+                                args.epoch, store, flag, asked=args.steps,
+                                check_every=args.check_every)
         return SeedDone(seed, result.steps, result.seconds, result.cpu_seconds, result.ok,
                         said.getvalue())
 
