@@ -40,7 +40,14 @@ def test_jobs_are_refused_below_one_and_beside_a_replay(
     script = tmp_path / "script.jsonl"
     script.write_text('{"type": "account", "account": "a", "time": 1, "id": "o1"}\n')
     assert main(["--jobs", "2", "--replay", str(script)]) == 2
-    assert "--jobs 2 runs seeds, --replay performs one file" in capsys.readouterr().err
+    assert ("--jobs 2: an option of a run of seeds, which --replay FILE does not take"
+            in capsys.readouterr().err)
+    # None of a run's options is silently left unused beside a replay.
+    assert main(["--replay", str(script), "--seed", "3", "--steps", "100",
+                 "--one-process"]) == 2
+    captured = capsys.readouterr()
+    assert ("tools.sim: error: --seed 3 --steps 100 --one-process: options of a run of "
+            "seeds, which --replay FILE does not take" in captured.err) and not captured.out
     assert main(["--replay", str(script)]) == 0
 
 

@@ -43,22 +43,22 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m tools.sim",
         description="Seeded simulation of workers, reporters, finance, importers and "
                     "auditors with faults; checks invariants after every step.")
-    parser.add_argument("--seed", type=int, default=1, help="first seed, 0 or more "
+    parser.add_argument("--seed", type=int, help="first seed, 0 or more "
                         "(default 1)")
-    parser.add_argument("--seeds", type=int, default=1,
+    parser.add_argument("--seeds", type=int,
                         help="how many seeds from --seed (default 1)")
-    parser.add_argument("--steps", type=int, default=10_000,
+    parser.add_argument("--steps", type=int,
                         help="ops per run (default 10000)")
-    parser.add_argument("--check-every", type=int, default=CHECK_EVERY, metavar="K",
+    parser.add_argument("--check-every", type=int, metavar="K",
                         help=f"whole-journal checks every K ops (default {CHECK_EVERY})")
-    parser.add_argument("--out", type=Path, default=Path("sim-failures"),
+    parser.add_argument("--out", type=Path,
                         help="folder for reproductions of failures (default sim-failures)")
-    parser.add_argument("--shrink-seconds", type=float, default=60.0,
+    parser.add_argument("--shrink-seconds", type=float,
                         help="seconds allowed to shrink a failure (default 60; 0: "
                              "write every op up to it)")
-    parser.add_argument("--epoch", type=int, default=EPOCH, metavar="E",
+    parser.add_argument("--epoch", type=int, metavar="E",
                         help=f"start a new world every E ops (default {EPOCH})")
-    parser.add_argument("--one-process", action="store_true",
+    parser.add_argument("--one-process", action="store_true", default=None,
                         help="every actor in one process on one projection (faster; no "
                              "clock skew between workers)")
     store = parser.add_mutually_exclusive_group()
@@ -69,21 +69,41 @@ def _parser() -> argparse.ArgumentParser:
                        help="each world's journal in a schema of its own in this PostgreSQL "
                             "database (postgresql+psycopg://...), with writer processes "
                             "killed as with --sqlite; a failing world's schema stays")
-    parser.add_argument("--jobs", type=int, default=1, metavar="J",
+    parser.add_argument("--jobs", type=int, metavar="J",
                         help="run J seeds at once, each in a process of its own (default "
                              "1); each seed's run is the one it makes alone")
-    parser.add_argument("--keep-going", action="store_true",
+    parser.add_argument("--keep-going", action="store_true", default=None,
                         help="after a failing seed, write its reproduction and go on with "
                              "the next (a hunt over many seeds); exit 1 if any failed")
     parser.add_argument("--replay", type=Path, metavar="FILE",
                         help="perform a reproduction file line by line instead (events, "
                              "or the ops a failure that needs its faults wrote; with --sqlite "
-                             "or --postgres on that database)")
+                             "or --postgres on that database; no option of a run)")
     return parser
 
 
 CHECK_EVERY = 1000
 """Ops between whole-journal checks unless `--check-every` says otherwise."""
+
+RUN_DEFAULTS: dict[str, Any] = {
+    "seed": 1, "seeds": 1, "steps": 10_000, "check_every": CHECK_EVERY,
+    "out": Path("sim-failures"), "shrink_seconds": 60.0, "epoch": EPOCH,
+    "one_process": False, "jobs": 1, "keep_going": False}
+"""The options of a run (none of which a replay takes), and their defaults: the parser
+leaves them None, so that one given beside `--replay` is refused, not silently unused."""
+
+
+def _given_for_a_run(args: argparse.Namespace) -> list[str]:
+    """The options of a run given on the command line, as they were given."""
+    given = []
+    for name in RUN_DEFAULTS:
+        value = getattr(args, name)
+        option = f"--{name.replace('_', '-')}"
+        if value is True:
+            given.append(option)
+        elif value is not None:
+            given.append(f"{option} {value}")
+    return given
 
 
 def _say(text: str) -> None:
@@ -234,6 +254,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    given = _given_for_a_run(args)
+    if args.replay is not None and given:
+        print(f"tools.sim: error: {' '.join(given)}: "
+              f"{'an option' if len(given) == 1 else 'options'} of a run of seeds, which "
+              "--replay FILE does not take (it performs the file alone)", file=sys.stderr)
+        return 2
+    for name, default in RUN_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     store, flag = _store(args)
     problem = _bad_number(args)
     if problem is None and args.postgres is not None:
@@ -242,10 +271,6 @@ def _main(argv: list[str] | None) -> int:
         print(f"tools.sim: error: {problem}", file=sys.stderr)
         return 2
     if args.replay is not None:
-        if args.jobs != 1:
-            print(f"tools.sim: error: --jobs {args.jobs} runs seeds, --replay performs one "
-                  "file: give one of them", file=sys.stderr)
-            return 2
         try:
             failure = replay_file(args.replay, **store)
         except OSError as exc:
