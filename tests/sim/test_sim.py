@@ -323,6 +323,15 @@ def test_the_command_line_runs_seeds_and_refuses_bad_input(
         captured = capsys.readouterr()
         assert said in captured.err and not captured.out, argv
     assert not (tmp_path / "out").exists()
+    # A folder the reproduction could not be written to is refused before the run, not
+    # found (with a traceback) once the run and its shrink are done.
+    (tmp_path / "a-file").write_text("")
+    assert main(["--steps", "3", "--out", str(tmp_path / "a-file")]) == 2
+    assert "is not one" in capsys.readouterr().err
+    assert main(["--steps", "3", "--out", str(tmp_path / "a-file" / "below")]) == 2
+    assert "cannot write in" in capsys.readouterr().err
+    assert main(["--steps", "3", "--out", str(tmp_path / "new" / "folder")]) == 0
+    assert not (tmp_path / "new").exists()  # made only for a failure
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "grant", "account": "a", "amount": 1, "id": "g"}\n')
     assert main(["--replay", str(bad)]) == 2

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import shlex
 import signal
 import sys
@@ -135,6 +136,20 @@ def _bad_number(args: argparse.Namespace) -> str | None:
     if not (math.isfinite(args.shrink_seconds) and args.shrink_seconds >= 0):
         return (f"--shrink-seconds must be a number of seconds, 0 or more, got "
                 f"{args.shrink_seconds}")
+    return None
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why a failure's reproduction could not be written in the folder `out`, or None.
+    Asked before the run: found after it, the run and its shrink were for nothing. The
+    folder itself is made only when a failure is written."""
+    if out.exists() and not out.is_dir():
+        return f"--out names a folder for reproductions, and {str(out)!r} is not one"
+    existing = out.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out {str(out)!r}: cannot write in {str(existing)!r}"
     return None
 
 
@@ -265,6 +280,8 @@ def _main(argv: list[str] | None) -> int:
             setattr(args, name, default)
     store, flag = _store(args)
     problem = _bad_number(args)
+    if problem is None and args.replay is None:
+        problem = _out_problem(args.out)
     if problem is None and args.postgres is not None:
         problem = _postgres_problem(args.postgres)
     if problem is not None:
