@@ -318,7 +318,9 @@ def test_the_command_line_runs_seeds_and_refuses_bad_input(
             (["--epoch", "-5"], "--epoch must be at least 1, got -5"),
             (["--shrink-seconds", "-1"], "--shrink-seconds must be a number of seconds, "
                                          "0 or more, got -1.0"),
-            (["--shrink-seconds", "nan"], "0 or more, got nan")]:
+            (["--shrink-seconds", "nan"], "0 or more, got nan"),
+            (["--jobs", "100000", "--seeds", "100000"],
+             f"--jobs must be at most {4 * (os.cpu_count() or 1)} (4 per core")]:
         assert main([*argv, "--out", str(tmp_path / "out")]) == 2, argv
         captured = capsys.readouterr()
         assert said in captured.err and not captured.out, argv

@@ -86,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
 CHECK_EVERY = 1000
 """Ops between whole-journal checks unless `--check-every` says otherwise."""
 
+JOBS_PER_CORE = 4
+"""The most jobs a run takes per core of the machine (a job waiting on its writer
+processes or the disk leaves its core to another)."""
+
 RUN_DEFAULTS: dict[str, Any] = {
     "seed": 1, "seeds": 1, "steps": 10_000, "check_every": CHECK_EVERY,
     "out": Path("sim-failures"), "shrink_seconds": 60.0, "epoch": EPOCH,
@@ -133,6 +137,11 @@ def _bad_number(args: argparse.Namespace) -> str | None:
         value = getattr(args, option)
         if value < 1:
             return f"--{option.replace('_', '-')} must be at least 1, got {value}"
+    cores = os.cpu_count() or 1
+    if args.jobs > JOBS_PER_CORE * cores:
+        # Each job is a forked process: a slip (--jobs for --seeds) forked thousands.
+        return (f"--jobs must be at most {JOBS_PER_CORE * cores} ({JOBS_PER_CORE} per core, "
+                f"{cores} here), got {args.jobs}: more only wait for each other")
     if not (math.isfinite(args.shrink_seconds) and args.shrink_seconds >= 0):
         return (f"--shrink-seconds must be a number of seconds, 0 or more, got "
                 f"{args.shrink_seconds}")
