@@ -376,6 +376,10 @@ def test_the_command_to_reproduce_a_run_fails_at_the_step_it_names(
     assert found is not None and command is not None, out
     step = found[1]
     assert command[1] == f"--seed 5 --steps {step} --check-every 2500"
+    # Ten problems shown, and how many more there are.
+    shown = re.search(r"^FAILED: .*\n((?:  .*\n)*)last events", out, re.M)
+    assert shown is not None and len(shown[1].splitlines()) == 11
+    assert re.search(r"^  \.\.\. and \d+ more$", shown[1], re.M)
     again = _run_main([*command[1].split(), "--out", str(tmp_path / "again"),
                        "--shrink-seconds", "0"], capsys)
     assert f"FAILED: seed 5, step {step} of {step}\n" in again

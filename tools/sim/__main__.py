@@ -115,6 +115,17 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+SHOWN = 10
+"""Problems a failure's report shows (one often breaks many)."""
+
+
+def _say_problems(problems: list[str]) -> None:
+    for problem in problems[:SHOWN]:
+        _say(f"  {problem}")
+    if len(problems) > SHOWN:
+        _say(f"  ... and {len(problems) - SHOWN} more")
+
+
 def _store(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Where the journals go, as keyword arguments of `run` and its kin, and as the
     options that say so on a command line."""
@@ -186,8 +197,7 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
     whole-journal checks' interval, which decides the step a failure is found at."""
     _say(f"FAILED: seed {result.seed}, step {failure.step}"
          + (f" of {asked}" if asked is not None else ""))
-    for problem in failure.problems[:10]:
-        _say(f"  {problem}")
+    _say_problems(failure.problems)
     _say("last events (arrival order):")
     for event in failure.last_events:
         _say(f"  {json.dumps(event, sort_keys=True)}")
@@ -310,8 +320,7 @@ def _main(argv: list[str] | None) -> int:
             _say(f"{args.replay}: every line performed, every check passed")
             return 0
         _say(f"FAILED at line {failure.step} of {args.replay}:")
-        for problem in failure.problems[:10]:
-            _say(f"  {problem}")
+        _say_problems(failure.problems)
         return 1
     seeds = range(args.seed, args.seed + args.seeds)
 
