@@ -391,6 +391,37 @@ def _run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.pure_python  # a bug planted in the fold's source
+@pytest.mark.parametrize("jobs", [1, 2], ids=["alone", "in two jobs"])
+def test_a_stop_while_shrinking_still_reports_and_writes_the_failure(
+        jobs: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # A shrink takes up to a minute; a signal then (or, with --jobs, another seed's
+    # failure) raised out of it: nothing was written, and in a job the failure was not
+    # even said (the job reported its seed stopped).
+    sim_run = sys.modules["tools.sim.run"]  # (tools.sim.run is also the function)
+    BUGS["double release on cancel"](monkeypatch)
+    script = sim_run.run_script
+    calls = [0]
+
+    def stopping_on_the_third(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:
+            sim_run.request_stop()
+        return script(*args, **kwargs)
+
+    monkeypatch.setattr(sim_run, "run_script", stopping_on_the_third)
+    status = main(["--seed", "3", "--seeds", str(jobs), "--jobs", str(jobs), "--steps",
+                   "500", "--out", str(tmp_path), "--shrink-seconds", "30"])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "FAILED: seed 3, step 55 of 500" in out
+    assert "stopped while shrinking, at " in out
+    events, ops = tmp_path / "seed-3-step-55.jsonl", tmp_path / "seed-3-step-55.ops.jsonl"
+    assert f"replay it: python -m tools.sim --replay {events}  (or {ops})" in out
+    assert replay_file(events) is not None and replay_file(ops) is not None
+
+
 def test_a_journal_that_stores_other_than_it_answers_is_found(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The step's checks work from what each append answered; what the journal holds is

@@ -34,6 +34,7 @@ from tools.sim.run import (
     run_script,
     shrink,
     stop_at_once,
+    stop_requested,
     write_ops,
     write_reproduction,
 )
@@ -208,8 +209,23 @@ def _report_failure(result: RunResult, failure: Failure, out: Path,
          + flag)
     if failure.database is not None:
         _say(f"the failing world's journal: {failure.database}")
+    if shrink_seconds > 0:
+        _say(f"shrinking its {len(failure.ops)} ops (at most {shrink_seconds:g} s; a signal "
+             "writes what it has so far)")
     began = time.monotonic()
     smallest = shrink(failure.ops, budget_seconds=shrink_seconds, **store)
+    if stop_requested():
+        # Stopped while shrinking (a signal; with --jobs, another seed's failure): the
+        # ops so far still fail, and this failure is said and written all the same.
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"seed-{result.seed}-step-{failure.step}.jsonl"
+        ops_path = path.with_suffix(".ops.jsonl")
+        write_reproduction(path, reproduction_lines(smallest))
+        write_ops(ops_path, smallest)
+        _say(f"stopped while shrinking, at {len(smallest)} of {len(failure.ops)} ops: wrote "
+             f"{path}, and the ops with their faults to {ops_path} (neither replayed yet)")
+        _say(f"replay it: python -m tools.sim --replay {path}{flag}  (or {ops_path})")
+        return
     # The shrink ends when nothing more can go, or when its time is up: then what is
     # written depends on the machine's speed, and a longer budget may take out more.
     cut_short = time.monotonic() - began >= shrink_seconds and len(smallest) > 1

@@ -321,7 +321,8 @@ def shrink(ops: list[Op], *, budget_seconds: float = 60.0,
            still_fails: Callable[[list[Op]], bool] | None = None,
            sqlite: bool = False, postgres: str | None = None) -> list[Op]:
     """The fewest ops (found within the budget) that still fail: delta debugging, taking
-    out ever smaller chunks while the rest still fails."""
+    out ever smaller chunks while the rest still fails. Asked to stop (`request_stop`),
+    it ends with the fewest found so far."""
     fails = still_fails or (lambda candidate: run_script(candidate, sqlite=sqlite,
                                                          postgres=postgres) is not None)
     deadline = _time.monotonic() + budget_seconds
@@ -332,7 +333,11 @@ def shrink(ops: list[Op], *, budget_seconds: float = 60.0,
             candidate = ops[:start] + ops[start + size:]
             if _time.monotonic() >= deadline:
                 break
-            if fails(candidate):
+            try:
+                failed = fails(candidate)
+            except Stopped:
+                return ops  # they still fail: what the caller writes, rather than nothing
+            if failed:
                 ops = candidate
                 chunks = max(chunks - 1, 2)
                 break
