@@ -308,6 +308,12 @@ def test_the_command_line_runs_seeds_and_refuses_bad_input(
     out = capsys.readouterr().out
     assert "seed 3: 300 steps" in out and "seed 4: 300 steps" in out
     assert main(["--steps", "-1"]) == 2
+    with pytest.raises(SystemExit) as help_exit:
+        main(["--help"])
+    assert help_exit.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 every run passed, 1 a run failed, 2 bad input" in said
+    assert "--out DIR" in said and "--shrink-seconds S" in said
     # Each bad number is named with its value; none runs anything.
     for argv, said in [
             (["--seed", "-1"], "--seed must be at least 0, got -1 (a negative seed runs "

@@ -44,7 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.sim",
         description="Seeded simulation of workers, reporters, finance, importers and "
-                    "auditors with faults; checks invariants after every step.")
+                    "auditors with faults; checks invariants after every step. A seed "
+                    "and a step count reproduce a run exactly.",
+        epilog="A failure prints its seed, step, problems and last events, the command "
+               "that runs it again, and writes the fewest ops that still fail to --out "
+               "with the command that replays them. Exit status: 0 every run passed, 1 "
+               "a run failed, 2 bad input. More: docs/simulation.md.")
     parser.add_argument("--seed", type=int, help="first seed, 0 or more "
                         "(default 1)")
     parser.add_argument("--seeds", type=int,
@@ -53,9 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="ops per run (default 10000)")
     parser.add_argument("--check-every", type=int, metavar="K",
                         help=f"whole-journal checks every K ops (default {CHECK_EVERY})")
-    parser.add_argument("--out", type=Path,
+    parser.add_argument("--out", type=Path, metavar="DIR",
                         help="folder for reproductions of failures (default sim-failures)")
-    parser.add_argument("--shrink-seconds", type=float,
+    parser.add_argument("--shrink-seconds", type=float, metavar="S",
                         help="seconds allowed to shrink a failure (default 60; 0: "
                              "write every op up to it)")
     parser.add_argument("--epoch", type=int, metavar="E",
