@@ -289,3 +289,13 @@ def test_the_journal_size_case_reads_both_services_in_alternating_rounds(
         left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE "
                             "'bench_service_%%_' || %s", (str(os.getpid()),)).fetchone()
     assert left == (0,)
+
+
+def test_the_service_reads_benchmark_runs_and_times_each_read() -> None:
+    from tools.bench.service_reads import run
+
+    result = run(3000, 1)
+    assert set(result["cpu_ms"]) == {"job", "job_before", "revisions_after_write",
+                                     "revisions_before", "first_pass", "replay"}
+    assert all(value > 0 for value in result["cpu_ms"].values())
+    assert result["job"].startswith("job-")
