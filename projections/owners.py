@@ -135,22 +135,23 @@ _RESUBMITTED = " was submitted before"
 
 
 def uncounted_submits(journal: JournalLike, ledger: Ledger,
-                      jobs: Set[str]) -> list[RecordedEvent]:
-    """The submits of these job ids that `ledger` (a fold, or a checkpoint's skeleton: its
-    anomalies and reversals are what is read) does not count: second submits of an id (an
-    anomaly; only an import records one) and submits a reversal names. A step of the job
-    recorded while one of them was the known submit is filed in its stream."""
-    if not jobs:
+                      jobs: Set[str] | None) -> list[RecordedEvent]:
+    """The submits of these job ids (None: of any) that `ledger` (a fold, or a checkpoint's
+    skeleton: its anomalies and reversals are what is read) does not count: second submits
+    of an id (an anomaly; only an import records one) and submits a reversal names. A step
+    of the job recorded while one of them was the known submit is filed in its stream."""
+    if jobs is not None and not jobs:
         return []
-    clashes = {duplicate_submit(job) for job in jobs}
+    clashes = None if jobs is None else {duplicate_submit(job) for job in jobs}
     ids = {event_id for _, event_id, why in ledger.anomalies
-           if (cut := why.find(_RESUBMITTED)) > 0 and why[:cut + len(_RESUBMITTED)] in clashes}
+           if (cut := why.find(_RESUBMITTED)) > 0
+           and (clashes is None or why[:cut + len(_RESUBMITTED)] in clashes)}
     ids.update(ledger.reversals.values())
     if not ids:
         return []
     found = journal.get_many(sorted(ids))
-    return sorted((rec for rec in found.values()
-                   if rec.type == "submit" and rec.payload.get("job") in jobs),
+    return sorted((rec for rec in found.values() if rec.type == "submit"
+                   and (jobs is None or rec.payload.get("job") in jobs)),
                   key=lambda rec: rec.position)
 
 

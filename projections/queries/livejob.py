@@ -3,11 +3,14 @@ hold its events, not from the whole journal.
 
 A process that keeps the whole ledger folded (the service, the web view) knows which
 account holds a job and which streams its events may lie in (`owners.job_streams`).
-Those streams fold to the job's life, at the cost of the job's account's events: the
-credit book partitions by account. What no stream shows is checked, never assumed: when
-their fold leaves the job otherwise than the projection holds it (a job id another
-account submitted first, a step filed in a stream the projection does not name), the
-whole journal is folded, as `explain --job` does without a checkpoint.
+Those streams, with the `job:<id>` streams of the account's other jobs (what they held
+decides which grants the job's hold took, and whether its submit was refused), fold to
+the job's life, at the cost of the job's account's events: the credit book partitions
+by account. What no stream shows is checked, never assumed: when their fold leaves the
+job otherwise than the projection holds it (a job id another account submitted first, a
+step filed in a stream the projection does not name), or a step of another of the
+account's jobs may lie in another account's stream, the whole journal is folded, as
+`explain --job` does without a checkpoint.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from eventstore import JournalLike, RecordedEvent
 from projections.errors import UnknownJob
 from projections.ledger import Ledger
-from projections.owners import job_streams
+from projections.owners import job_stream, job_streams, uncounted_submits
 from projections.queries.explain import JobExplanation, job_explanation
 from projections.queries.history import excluded_by
 
@@ -43,6 +46,10 @@ class JobWhereabouts:
     """Every reversed event's id, wherever its reversal is recorded."""
     position: int | None
     """The position the projection was caught up to (None: the head)."""
+    elsewhere: bool = False
+    """Whether a step of another of the job's account's jobs may lie in another account's
+    stream (a submit of its id the fold does not count is filed there): then only the
+    whole journal tells what the account's other jobs held."""
 
 
 def job_whereabouts(journal: JournalLike, ledger: Ledger, job: str, *,
@@ -52,9 +59,14 @@ def job_whereabouts(journal: JournalLike, ledger: Ledger, job: str, *,
     if state is None:
         refused = (*(event_id for _, event_id, _ in ledger.anomalies), *ledger.excluded)
         return JobWhereabouts(job, None, (), refused, frozenset(ledger.excluded), position)
+    account, jobs = state.account, ledger.jobs
+    elsewhere = any(rec.stream != account
+                    and (other := jobs.get(str(rec.payload.get("job")))) is not None
+                    and other.account == account
+                    for rec in uncounted_submits(journal, ledger, None))
     return JobWhereabouts(job, (state.state, state.charge),
                           tuple(job_streams(journal, ledger, job)), (),
-                          frozenset(ledger.excluded), position)
+                          frozenset(ledger.excluded), position, elsewhere)
 
 
 def read_stream(journal: JournalLike) -> StreamEvents:
@@ -86,14 +98,29 @@ def live_job_explanation(journal: JournalLike, where: JobWhereabouts,
         return job_explanation(ordered[:last + 1], job,
                                excluded=excluded_by(events) | where.reversed_ids)
 
-    found: JobExplanation | None
-    try:
-        found = explain_from([rec for stream in streams
-                              for rec in read(stream, where.position)])
-    except UnknownJob:
-        if where.held is None:
-            raise  # no refused or reversed event names it: no event does
-        found = None  # the projection knows it: its events are in other streams
+    found: JobExplanation | None = None
+    if not where.elsewhere:
+        events = [rec for stream in streams for rec in read(stream, where.position)]
+        if where.held is not None:
+            # The account's other jobs' steps recorded before their submit: they decided
+            # what those jobs held when this one was submitted. One query says whether
+            # any such stream exists (rarely: an import that named a job before its
+            # submit); only then is each read.
+            account = streams[0]
+            others = sorted({name for rec in events if rec.type == "submit"
+                             and rec.stream == account
+                             and isinstance(name := rec.payload.get("job"), str)}
+                            - {job}, key=job_stream)
+            early = [job_stream(name) for name in others
+                     if job_stream(name) not in streams]
+            if early and journal.max_time(early) is not None:
+                events += [rec for stream in early for rec in read(stream, where.position)]
+        try:
+            found = explain_from(events)
+        except UnknownJob:
+            if where.held is None:
+                raise  # no refused or reversed event names it: no event does
+            # the projection knows it: its events are in other streams
     if found is None or (where.held is not None and (found.state, found.charge) != where.held):
         # The streams are not the whole story (a job id another account submitted first,
         # a job's event recorded in another stream): the whole journal tells.
