@@ -72,15 +72,20 @@ class RevisionLog:
             self._projector = replay_projector(self.journal)
         projector = self._projector
         position = projector.position
+        # Up to the head as it is now, batches and rows alike: a batch appended while they
+        # are read is taken whole next time, not an event at a time now.
+        head = self.journal.head()
         # Events appended together are one step of knowledge, as `replay` takes them: an
         # import's late events revise only what was known before the import, never
         # each other.
         recorded = getattr(self.journal, "batches", None)
-        batches = {} if recorded is None else {
-            b.first: b.last for b in recorded(after_position=position)}
+        batches = {} if recorded is None or head <= position else {
+            b.first: min(b.last, head)
+            for b in recorded(after_position=position, to_position=head)}
         # Plain rows, as `replay` hands them over: an in-order batch is folded straight
         # from them until the first late event (half the cost of a first pass).
-        rows = iter(lean_rows(self.journal, after_position=position, order="position"))
+        rows = iter(lean_rows(self.journal, after_position=position, to_position=head,
+                              order="position"))
         with paused_gc():
             for row in rows:
                 first = row[0]
