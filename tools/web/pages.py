@@ -313,8 +313,13 @@ class Pager:
     total: int = 0
 
 
-def pager(name: str, raw: str | None, total: int, size: int) -> Pager:
-    """The page a query parameter `name` asks for (default: the last, the latest rows)."""
+def pager(name: str, raw: str | None, total: int | None, size: int) -> Pager:
+    """The page a query parameter `name` asks for (default: the last, the latest rows).
+    `total` None: the rows are not known yet (the revisions, while the journal is
+    replayed in the background): any page is taken, and none shown."""
+    if total is None:
+        parse_int(name, raw, 1, low=1)
+        return Pager()
     pages_ = max(1, -(-total // size))
     page = parse_int(name, raw, pages_, low=1, high=pages_)
     return Pager(page, pages_, (page - 1) * size, total)
@@ -539,7 +544,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     if position < head:
         recorded_later = len(account_stream_events(source, account)) - len(known)
     revisions_pager = pager("revisions_page", params.get("revisions_page"),
-                            len(revisions or ()), REVISIONS_PAGE)
+                            None if revisions is None else len(revisions), REVISIONS_PAGE)
     kept = [line for line in stmt.lines if filters.keeps(line)]
     pages_ = max(1, -(-len(kept) // LEDGER_PAGE))
     page = parse_int("page", params.get("page"), pages_, low=1, high=pages_)
