@@ -28,14 +28,17 @@ class RevisionLog:
         self.journal = journal
         self._lock = threading.Lock()
         self._projector: Projector | None = None
+        self._started = False  # set once the first pass is done, not when it begins
         self._rows: list[RevisionRow] = []
         # The revised events, by id: a recorded event never changes.
         self._revised: dict[str, RecordedEvent | None] = {}
 
     @property
     def started(self) -> bool:
-        """Whether the journal was folded once already (later calls fold what is new)."""
-        return self._projector is not None
+        """Whether the journal was folded once already (later calls fold what is new).
+        False while a first pass runs: a caller that would not wait for one (the web
+        view's pages) then does not wait for it either."""
+        return self._started
 
     def revisions(self) -> list[Revision]:
         """Every revision up to the journal's head."""
@@ -100,4 +103,5 @@ class RevisionLog:
                     part = list(itertools.islice(rows, min(last - part[-1][0], BATCH_HELD)))
                     if not part:
                         break
+        self._started = True
         return projector

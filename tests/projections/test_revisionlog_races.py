@@ -35,3 +35,43 @@ def test_a_batch_appended_while_the_log_looks_up_the_batches_is_one_step() -> No
 
     journal.batches = racing  # type: ignore[method-assign]
     assert log.revisions() == replay(journal).revisions == []
+
+
+def test_a_page_does_not_wait_for_a_first_pass_another_request_started(
+        monkeypatch: Any) -> None:
+    """The service's `GET /v1/revisions` may make the shared log's first pass; meanwhile
+    the web view's pages say the revisions are still being found, as during their own
+    background pass, instead of waiting for the whole replay."""
+    import threading
+
+    from projections import revisionlog
+    from tools.web import source as source_module
+    from tools.web.source import AuditSource
+
+    journal = MemoryJournal()
+    journal.append([event("a", "grant", i, f"g{i}", amount=1) for i in range(20)])
+    monkeypatch.setattr(source_module, "SYNC_REPLAY_LIMIT", 10)
+    entered, gate = threading.Event(), threading.Event()
+    read = revisionlog.lean_rows  # type: ignore[attr-defined]
+
+    def slow(*args: Any, **query: Any) -> Any:
+        entered.set()
+        gate.wait(30)
+        yield from read(*args, **query)
+
+    monkeypatch.setattr(revisionlog, "lean_rows", slow)
+    log = RevisionLog(journal)
+    api = threading.Thread(target=log.revisions)
+    api.start()
+    try:
+        assert entered.wait(30)
+        source = AuditSource(journal, revision_log=log)
+        answered: list[object] = []
+        page = threading.Thread(target=lambda: answered.append(source.revisions()))
+        page.start()
+        page.join(3)
+        assert not page.is_alive() and answered == [None]
+    finally:
+        gate.set()
+        api.join(30)
+    assert source.wait_for_revisions(30) == replay(journal).revisions
