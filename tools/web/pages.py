@@ -350,9 +350,11 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | 
             with source.reading() as ledger:
                 return revision_accounts(source.journal, ledger,
                                          (r.event_id for r in revisions))
-        return source.cached(("revised-accounts",), accounts)
+        return source.cached(("revised-accounts", len(revisions)), accounts)
 
-    return source.cached(("account-revisions", account), find)
+    # Remembered by how many revisions they were made from, not only until the head
+    # moves: the head may have moved since these were found (revisions only grow).
+    return source.cached(("account-revisions", account, len(revisions)), find)
 
 
 def account_stream_events(source: AuditSource, account: str,
@@ -671,7 +673,7 @@ def recent_revisions(source: AuditSource) -> tuple[list[RevisionRow] | None, int
     revisions = source.revisions()
     if revisions is None:
         return None, 0
-    rows = source.cached(("recent-revisions",),
+    rows = source.cached(("recent-revisions", len(revisions)),
                          lambda: revision_rows(source.journal, revisions[-REVISIONS_SHOWN:]))
     return rows, len(revisions)
 

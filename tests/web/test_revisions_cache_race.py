@@ -1,0 +1,63 @@
+"""An account's revisions on the web view when the journal grows between finding the
+revisions and naming their accounts: the answer remembered for the new head is never
+one made from the revisions found before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventstore import MemoryJournal, NewEvent
+from projections.replay import replay
+from tools.web.pages import account_revisions
+from tools.web.source import AuditSource
+
+
+def event(type_: str, time: int, event_id: str, **payload: Any) -> NewEvent:
+    return NewEvent(stream="a", type=type_, time=time, id=event_id,
+                    payload={"account": "a", **payload})
+
+
+def test_revisions_found_before_a_write_are_not_remembered_for_the_head_after_it() -> None:
+    journal = MemoryJournal()
+    journal.append([event("grant", 0, "g", amount=10),
+                    event("consume", 100, "u1", amount=8)])
+    journal.append([event("consume", 50, "u0", amount=8)])  # late: revises u1
+    source = AuditSource(journal)
+    found = source.revisions
+
+    def then_a_write() -> Any:
+        revisions = found()
+        if journal.head() == 3:  # a late report lands right after they were found
+            journal.append([event("consume", 60, "u00", amount=1)])  # revises u1 again
+        return revisions
+
+    source.revisions = then_a_write  # type: ignore[method-assign]
+    assert [r.revision.late_event_id for r in account_revisions(source, "a") or []] == ["u0"]
+    source.revisions = found  # type: ignore[method-assign]
+    rows = account_revisions(source, "a")
+    assert rows is not None
+    assert [r.revision for r in rows] == replay(journal).revisions
+    assert [r.revision.late_event_id for r in rows] == ["u0", "u00"]
+
+
+def test_the_latest_revisions_are_those_counted() -> None:
+    from tools.web.pages import recent_revisions
+
+    journal = MemoryJournal()
+    journal.append([event("grant", 0, "g", amount=10),
+                    event("consume", 100, "u1", amount=8)])
+    journal.append([event("consume", 50, "u0", amount=8)])
+    source = AuditSource(journal)
+    found = source.revisions
+
+    def then_a_write() -> Any:
+        revisions = found()
+        if journal.head() == 3:
+            journal.append([event("consume", 60, "u00", amount=1)])
+        return revisions
+
+    source.revisions = then_a_write  # type: ignore[method-assign]
+    assert recent_revisions(source)[1] == 1
+    source.revisions = found  # type: ignore[method-assign]
+    rows, total = recent_revisions(source)
+    assert total == 2 and rows is not None and len(rows) == 2
