@@ -47,9 +47,11 @@ class JobWhereabouts:
     position: int | None
     """The position the projection was caught up to (None: the head)."""
     elsewhere: bool = False
-    """Whether a step of another of the job's account's jobs may lie in another account's
-    stream (a submit of its id the fold does not count is filed there): then only the
-    whole journal tells what the account's other jobs held."""
+    """Whether the job's account's streams tell another story of its jobs than the whole
+    fold: a step of one of its jobs may lie in another account's stream (a submit of the
+    id the fold does not count is filed there), or its stream holds a submit of an id
+    another account holds (the fold does not count it; its stream alone would, holding
+    credits). Then only the whole journal tells what the account's jobs held."""
 
 
 def job_whereabouts(journal: JournalLike, ledger: Ledger, job: str, *,
@@ -59,11 +61,15 @@ def job_whereabouts(journal: JournalLike, ledger: Ledger, job: str, *,
     if state is None:
         refused = (*(event_id for _, event_id, _ in ledger.anomalies), *ledger.excluded)
         return JobWhereabouts(job, None, (), refused, frozenset(ledger.excluded), position)
-    account, jobs = state.account, ledger.jobs
-    elsewhere = any(rec.stream != account
-                    and (other := jobs.get(str(rec.payload.get("job")))) is not None
-                    and other.account == account
-                    for rec in uncounted_submits(journal, ledger, None))
+    account, jobs, excluded = state.account, ledger.jobs, ledger.excluded
+    elsewhere = False
+    for rec in uncounted_submits(journal, ledger, None):
+        other = jobs.get(str(rec.payload.get("job")))
+        holder = None if other is None else other.account
+        if (rec.stream != account and holder == account) or (
+                rec.stream == account and holder != account and rec.id not in excluded):
+            elsewhere = True
+            break
     return JobWhereabouts(job, (state.state, state.charge),
                           tuple(job_streams(journal, ledger, job)), (),
                           frozenset(ledger.excluded), position, elsewhere)

@@ -85,3 +85,31 @@ def test_payers_follow_a_cancel_filed_in_another_accounts_stream() -> None:
         paid = page[page.index('id="paid"'):]
         assert ">g1<" in paid[:paid.index("</table>")]
 
+
+
+def test_a_refusal_counts_only_the_holds_the_fold_counts() -> None:
+    """b's stream holds its submit of an id a submitted first: the fold does not count it
+    (an anomaly), so it holds nothing when b's next submit is refused; b's stream alone
+    would take it as accepted."""
+    journal = MemoryJournal()
+    events = [
+        {"type": "grant", "account": "a", "amount": 5, "time": 10, "id": "ga"},
+        {"type": "grant", "account": "b", "amount": 5, "time": 20, "id": "gb"},
+        {"type": "submit", "account": "a", "job": "j1", "cost": 1, "priority": 1,
+         "time": 30, "id": "sa1"},
+        {"type": "submit", "account": "b", "job": "j1", "cost": 1, "priority": 1,
+         "time": 40, "id": "sb1"},
+        {"type": "submit", "account": "b", "job": "j2", "cost": 6, "priority": 1,
+         "time": 50, "id": "sb2"},
+    ]
+    with TestClient(create_app(journal, clock=lambda: 1_000)) as first:
+        for one in events:  # an import each: the duplicate id is taken, as an anomaly
+            assert first.post("/v1/events", json={"events": [one]}).status_code == 200
+        remembered = first.get("/v1/jobs/j2").json()
+    said = explain_job(journal, "j2").reason
+    assert said is not None and "held by 0 jobs" in said
+    assert remembered["reason"] == said
+    with TestClient(create_app(journal, clock=lambda: 1_000)) as resumed:
+        assert resumed.get("/v1/jobs/j2").json() == remembered
+        page = resumed.get("/jobs/j2")
+        assert page.status_code == 200 and "held by 0 jobs" in page.text
