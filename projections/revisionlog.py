@@ -17,7 +17,7 @@ from projections.outcomes import Revision
 from projections.owners import event_account
 from projections.projector import Projector
 from projections.queries.revisions import RevisionRow, revision_rows
-from projections.replay import BATCH_HELD, lean_rows, replay_projector
+from projections.replay import BATCH_HELD, STREAMED, lean_rows, replay_projector
 
 
 class RevisionLog:
@@ -90,18 +90,28 @@ class RevisionLog:
         rows = iter(lean_rows(self.journal, after_position=position, to_position=head,
                               order="position"))
         with paused_gc():
-            for row in rows:
-                first = row[0]
-                last = batches.get(first, first)
-                # A batch too large to hold goes a part at a time, each known with the
-                # parts before it (as `replay` takes an import of millions of lines).
-                part = [row, *itertools.islice(rows, min(last - first, BATCH_HELD - 1))]
+            while (row := next(rows, None)) is not None:
+                begin = row[0]
+                end = batches.get(begin, begin)  # the batch's last position
+                part = [row]
+                # Cut into parts where `replay` cuts it, each known with the parts before
+                # it: STREAMED rows at a time while each folds straight, then the rest a
+                # BATCH_HELD at a time (an import of millions of lines). A late event's
+                # revisions name the part's earliest event: other cuts, other names.
+                size = STREAMED
                 while True:
-                    projector.ingest_rows(part, known_before=first)
-                    if part[-1][0] >= last:
+                    if part[-1][0] < end and len(part) < size:
+                        part += itertools.islice(rows, min(end - part[-1][0],
+                                                           size - len(part)))
+                    if size < BATCH_HELD and part[-1][0] < end:
+                        if not projector.ingest_rows(part, known_before=begin,
+                                                     only_straight=True):
+                            size = BATCH_HELD
+                            continue
+                    else:
+                        projector.ingest_rows(part, known_before=begin)
+                    if part[-1][0] >= end or (row := next(rows, None)) is None:
                         break
-                    part = list(itertools.islice(rows, min(last - part[-1][0], BATCH_HELD)))
-                    if not part:
-                        break
+                    part = [row]
         self._started = True
         return projector

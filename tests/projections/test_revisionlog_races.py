@@ -75,3 +75,29 @@ def test_a_page_does_not_wait_for_a_first_pass_another_request_started(
         gate.set()
         api.join(30)
     assert source.wait_for_revisions(30) == replay(journal).revisions
+
+
+def test_a_batch_larger_than_held_at_once_is_split_where_replay_splits_it(
+        monkeypatch: Any) -> None:
+    """An import larger than `BATCH_HELD` is folded a part at a time, each known with the
+    parts before it: the log cuts it where `replay` does, so each late event names the
+    revisions `gpu-credits revisions` names."""
+    from projections import replay as replay_module
+    from projections import revisionlog
+
+    monkeypatch.setattr(replay_module, "BATCH_HELD", 300)
+    monkeypatch.setattr(revisionlog, "BATCH_HELD", 300)
+    # A journal with a batch that large is too large for `replay` to hold its rows.
+    monkeypatch.setattr(replay_module, "HELD_ROWS", 300)
+    journal = MemoryJournal()
+    journal.append([event("a", "grant", 0, "g", amount=1000),
+                    event("a", "consume", 10_000, "before", amount=1)])
+    log = RevisionLog(journal)
+    assert log.revisions() == []
+    # One import of 700 usage reports in time order but for two, late to what was known
+    # before it (the report at 10,000): the first after 200 lines, the second after 350.
+    lines = [event("a", "consume", 20_000 + i, f"u{i}", amount=1) for i in range(700)]
+    lines[200] = event("a", "consume", 5_000, "late1", amount=900)
+    lines[350] = event("a", "consume", 6_000, "late2", amount=200)
+    journal.append(lines)
+    assert log.revisions() == replay(journal).revisions
