@@ -163,17 +163,20 @@ def submitted_elsewhere(journal: JournalLike, ledger: Ledger, account: str,
     return any(rec.stream != account for rec in uncounted_submits(journal, ledger, jobs))
 
 
-def job_streams(journal: JournalLike, ledger: Ledger, job_id: str) -> list[str]:
+def job_streams(journal: JournalLike, ledger: Ledger, job_id: str, *,
+                uncounted: list[RecordedEvent] | None = None) -> list[str]:
     """The streams that may hold events of `job_id`, as `ledger` (the whole fold) holds
     it: its account's, its own `job:<id>` (when it has one), and the streams of the
-    submits of the id the fold does not count (`uncounted_submits`)."""
+    submits of the id the fold does not count (`uncounted_submits`; `uncounted`: those
+    of every id, when the caller has them already)."""
     job = ledger.jobs.get(job_id)
     streams = [] if job is None else [job.account]
     own = job_stream(job_id)
     if journal.stream_version(own):
         streams.append(own)
-    for rec in uncounted_submits(journal, ledger, {job_id}):
-        if rec.stream not in streams:
+    for rec in (uncounted_submits(journal, ledger, {job_id}) if uncounted is None
+                else uncounted):
+        if rec.payload.get("job") == job_id and rec.stream not in streams:
             streams.append(rec.stream)
     return streams
 

@@ -63,7 +63,10 @@ def job_whereabouts(journal: JournalLike, ledger: Ledger, job: str, *,
         return JobWhereabouts(job, None, (), refused, frozenset(ledger.excluded), position)
     account, jobs, excluded = state.account, ledger.jobs, ledger.excluded
     elsewhere = False
-    for rec in uncounted_submits(journal, ledger, None):
+    # Read once for every id (they are few: only an import records a duplicate id, and
+    # the reversed submits), for this job's streams too.
+    uncounted = uncounted_submits(journal, ledger, None)
+    for rec in uncounted:
         other = jobs.get(str(rec.payload.get("job")))
         holder = None if other is None else other.account
         if (rec.stream != account and holder == account) or (
@@ -71,7 +74,7 @@ def job_whereabouts(journal: JournalLike, ledger: Ledger, job: str, *,
             elsewhere = True
             break
     return JobWhereabouts(job, (state.state, state.charge),
-                          tuple(job_streams(journal, ledger, job)), (),
+                          tuple(job_streams(journal, ledger, job, uncounted=uncounted)), (),
                           frozenset(ledger.excluded), position, elsewhere)
 
 
