@@ -120,3 +120,24 @@ def test_a_page_of_revisions_asked_while_they_are_still_being_found(
             release.set()
     finally:
         release.set()
+
+
+def test_a_view_as_known_at_the_head_pages_on_as_the_journal_stands(
+        client: TestClient) -> None:
+    """`as_known_at` the head is the journal as it stands: every pager leaves it out, as
+    the ledger's always did, so a later page is not pinned to a position the journal
+    has since moved past."""
+    account = f"/accounts/{NAME.replace('/', '%2F')}"
+    head = client.get("/v1/journal/head").json()["position"]
+    r = client.get(f"{account}?as_known_at={head}&page=2")
+    assert r.status_code == 200
+    navs = re.findall(r'<nav class="pager" aria-label="(\w+) pages">(.*?)</nav>', r.text, re.S)
+    assert {name for name, _ in navs} == {"Grant", "Revision", "Ledger"}
+    for name, nav in navs:
+        for href in re.findall(r'href="([^"]*)"', nav):
+            assert "as_known_at" not in html.unescape(href), (name, href)
+    earlier = client.get(f"{account}?as_known_at={head - 1}&page=2")
+    for name, nav in re.findall(r'<nav class="pager" aria-label="(\w+) pages">(.*?)</nav>',
+                                earlier.text, re.S):
+        for href in re.findall(r'href="([^"]*)"', nav):
+            assert f"as_known_at={head - 1}" in html.unescape(href), (name, href)
