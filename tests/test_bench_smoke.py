@@ -252,8 +252,9 @@ def test_the_service_benchmark_clients_count_each_answer_on_either_kind_of_conne
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        plan = [("POST", "/ok", b"{}", {"Content-Type": "application/json"}),
-                ("POST", "/bad", b"{}", {}), ("POST", "/ok", b"{}", {})]
+        plan: list[tuple[str, str, bytes | None, dict[str, str]]] = [
+            ("POST", "/ok", b"{}", {"Content-Type": "application/json"}),
+            ("POST", "/bad", b"{}", {}), ("POST", "/ok", b"{}", {})]
         for new in (False, True):
             peers.clear()
             recv, send = Pipe(duplex=False)
