@@ -55,17 +55,27 @@ class RevisionLog:
             # Rows never change once made (the events they name never do): only the new
             # revisions' are made.
             self._rows.extend(revision_rows(self.journal, revisions[len(self._rows):]))
-            wanted = sorted({r.event_id for r in revisions} - self._revised.keys())
-            if wanted:
-                found = self.journal.get_many(wanted)
-                self._revised.update((event_id, found.get(event_id)) for event_id in wanted)
-            # The account is the fold's at the head, asked anew each time: a submit
-            # recorded since may have given a job (and so its steps) to an account.
-            jobs = projector.ledger.jobs
-            accounts = {event_id: None if rec is None
-                        else event_account(rec, jobs, self.journal.get)
-                        for event_id, rec in self._revised.items()}
-            return list(self._rows), accounts
+            return list(self._rows), self._accounts(projector)
+
+    def accounts(self) -> dict[str, str | None]:
+        """The account of each event a revision found so far revised, by its id, as
+        `rows` gives them, from this log's own fold (as far as the revisions it found,
+        whatever a live projection beside it has read yet), without catching up."""
+        with self._lock:
+            projector = self._projector or self._caught_up()
+            return self._accounts(projector)
+
+    def _accounts(self, projector: Projector) -> dict[str, str | None]:
+        wanted = sorted({r.event_id for r in projector.revisions} - self._revised.keys())
+        if wanted:
+            found = self.journal.get_many(wanted)
+            self._revised.update((event_id, found.get(event_id)) for event_id in wanted)
+        # The account is the fold's at the head, asked anew each time: a submit
+        # recorded since may have given a job (and so its steps) to an account.
+        jobs = projector.ledger.jobs
+        return {event_id: None if rec is None
+                else event_account(rec, jobs, self.journal.get)
+                for event_id, rec in self._revised.items()}
 
     def _caught_up(self) -> Projector:
         if self._projector is None:

@@ -22,7 +22,6 @@ from projections.ledger import PENDING
 from projections.owners import (
     event_account,
     job_stream,
-    revision_accounts,
     submitted_elsewhere,
 )
 from projections.personal import personal_of
@@ -346,11 +345,12 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | 
                                               if revised_accounts()[r.event_id] == account])
 
     def revised_accounts() -> dict[str, str | None]:
-        def accounts() -> dict[str, str | None]:
-            with source.reading() as ledger:
-                return revision_accounts(source.journal, ledger,
-                                         (r.event_id for r in revisions))
-        return source.cached(("revised-accounts", len(revisions)), accounts)
+        # From the fold that found the revisions, not the live projection: on a replica
+        # that has not yet read another writer's latest events, a job's step whose
+        # submit is among them would belong to no account, and its revision would be
+        # left out of a page that claims the head.
+        return source.cached(("revised-accounts", len(revisions)),
+                             source.revision_log.accounts)
 
     # Remembered by how many revisions they were made from, not only until the head
     # moves: the head may have moved since these were found (revisions only grow).
