@@ -102,3 +102,16 @@ def test_the_statement_answers_in_the_order_of_statement_json(client: TestClient
     body = client.get("/v1/accounts/a/statement").json()
     assert list(body) == ["account", "from", "to", "as_known_at", "opening", "lines",
                           "closing", "subtotals"]
+
+
+def test_a_job_whose_submit_was_reversed_is_404_naming_the_reversed_submit(
+        client: TestClient) -> None:
+    post(client, GRANT_A, {"type": "submit", "account": "a", "job": "j1", "cost": 10,
+                           "priority": 1, "time": 10, "id": "s1"})
+    post(client, {"type": "reverse", "event": "s1", "reason": "wrong account", "time": 10,
+                  "id": "r1"})
+    assert problem(client.get("/v1/jobs/j1"), 404)["detail"] == (
+        "unknown job 'j1': its submit 's1' was reversed, so it was never submitted "
+        "(`explain --job` lists its events)")
+    assert problem(client.get("/v1/jobs/j2"), 404)["detail"] == (
+        "unknown job 'j2' (no submit names it)")

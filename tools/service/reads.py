@@ -331,6 +331,15 @@ def job(job: str, request: Request) -> Any:
     with service.reading() as ledger:
         state = ledger.jobs.get(job)
         if state is None:
+            # A reversed submit still names the job: say so, not "no submit names it".
+            taken_out = [rec.id for rec in owners.uncounted_submits(service.journal, ledger,
+                                                                     {job})
+                         if rec.id in ledger.excluded]
+            if taken_out:
+                listed = ", ".join(repr(event_id) for event_id in taken_out)
+                were = "s " + listed + " were" if len(taken_out) > 1 else " " + listed + " was"
+                raise UnknownJob(f"unknown job {job!r}: its submit{were} reversed, so it was "
+                                 "never submitted (`explain --job` lists its events)")
             raise UnknownJob(f"unknown job {job!r} (no submit names it)")
         answer: dict[str, Any] = {"job": job, "account": state.account, "state": state.state,
                                   "cost": state.cost, "priority": state.priority,
