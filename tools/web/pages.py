@@ -202,15 +202,14 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     figures = summary_figures(source)
     wanted = (params.get("q") or "").strip().casefold()
     names = [n for n in figures.names if wanted in n.casefold()] if wanted else figures.names
-    pages_ = max(1, -(-len(names) // ACCOUNTS_PAGE))
-    page = parse_int("page", params.get("page"), 1, low=1, high=pages_)
-    shown = names[(page - 1) * ACCOUNTS_PAGE:page * ACCOUNTS_PAGE]
+    accounts = pager("page", params.get("page"), len(names), ACCOUNTS_PAGE, latest=False)
+    shown = names[accounts.first:accounts.first + ACCOUNTS_PAGE]
     expiring = [e for e in figures.expiring if wanted in e[1].casefold()] if wanted \
         else figures.expiring
     soonest = figures.soonest if not wanted else soonest_expiring(expiring)
     return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
-            "total": len(figures.names), "q": (params.get("q") or "").strip(), "page": page,
-            "pages": pages_, "at": figures.at,
+            "total": len(figures.names), "q": (params.get("q") or "").strip(),
+            "page": accounts.page, "pages": accounts.pages, "at": figures.at,
             "expiring": soonest,
             "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
@@ -312,15 +311,16 @@ class Pager:
     total: int = 0
 
 
-def pager(name: str, raw: str | None, total: int | None, size: int) -> Pager:
-    """The page a query parameter `name` asks for (default: the last, the latest rows).
-    `total` None: the rows are not known yet (the revisions, while the journal is
-    replayed in the background): any page is taken, and none shown."""
+def pager(name: str, raw: str | None, total: int | None, size: int, *,
+          latest: bool = True) -> Pager:
+    """The page a query parameter `name` asks for (default: the last, the latest rows;
+    the first unless `latest`). `total` None: the rows are not known yet (the revisions,
+    while the journal is replayed in the background): any page is taken, and none shown."""
     if total is None:
         parse_int(name, raw, 1, low=1)
         return Pager()
     pages_ = max(1, -(-total // size))
-    page = parse_int(name, raw, pages_, low=1, high=pages_)
+    page = parse_int(name, raw, pages_ if latest else 1, low=1, high=pages_)
     return Pager(page, pages_, (page - 1) * size, total)
 
 
@@ -548,17 +548,17 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     revisions_pager = pager("revisions_page", params.get("revisions_page"),
                             None if revisions is None else len(revisions), REVISIONS_PAGE)
     kept = [line for line in stmt.lines if filters.keeps(line)]
-    pages_ = max(1, -(-len(kept) // LEDGER_PAGE))
-    page = parse_int("page", params.get("page"), pages_, low=1, high=pages_)
-    first = (page - 1) * LEDGER_PAGE
+    ledger_pager = pager("page", params.get("page"), len(kept), LEDGER_PAGE)
+    first = ledger_pager.first
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
                        kept[first:first + LEDGER_PAGE] if paged else kept, grants, pools,
                        None if revisions is None else revisions[
                            revisions_pager.first:revisions_pager.first + REVISIONS_PAGE],
                        later, recorded_later,
                        {r.revision.event_id for r in revisions or ()},
-                       len(kept), first if paged else 0, page if paged else 1,
-                       pages_ if paged else 1, grants_pager, revisions_pager)
+                       len(kept), first if paged else 0,
+                       ledger_pager.page if paged else 1, ledger_pager.pages if paged else 1,
+                       grants_pager, revisions_pager)
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",
