@@ -324,55 +324,36 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                       else set())
     # Plain rows, not `Lean` records: the projector folds an in-order batch of them as
     # they are (`Projector.ingest_rows`).
-    rows: Iterator[LeanRow] = iter(lean_rows(journal, to_position=head, order="position"))
+    rows = lean_rows(journal, to_position=head, order="position")
+
+    def hand_over(part: list[LeanRow], begin: int, more: bool) -> bool:
+        nonlocal taken
+        mine = part if to_time is None else [
+            r for r in part if r[3] <= to_time or (far and r[2] == REVERSE)]
+        if more:
+            # A part of a batch with more to come goes over only if it folds straight
+            # (which reads nothing back: the held rows follow it).
+            if not projector.ingest_rows(mine, known_before=begin, only_straight=True):
+                return False
+            if held is not None:
+                held.add_all(list(map(as_lean, mine)))
+        else:
+            # Held first: re-projecting the batch reads its own rows back.
+            if held is not None:
+                held.add_all(list(map(as_lean, mine)))
+            if mine:
+                projector.ingest_rows(mine, known_before=begin)
+        # A reversal timed after `to_time` is replayed, not counted among its events.
+        taken += len(mine) if to_time is None or not far else sum(
+            1 for r in mine if r[3] <= to_time)
+        return True
+
     with paused_gc():
-        while (rec := next(rows, None)) is not None:
-            begin = rec[0]
-            end = ends.get(begin, begin)  # the batch's last position
-            part = [rec]
-            # A batch is handed over STREAMED rows at a time while each part is one the
-            # projector folds straight (in time order, after everything applied): each
-            # row is folded soon after it is read, while it is still in the processor's
-            # cache (a whole batch of 1,000 read first cost about 0.5 us more per event).
-            # The first part that is not goes over with the rest of the batch, so a
-            # batch out of time order is still re-projected once, not once per part.
-            size = STREAMED if to_time is None else BATCH_HELD
-            while True:
-                if part[-1][0] < end and len(part) < size:
-                    # The batch's other rows taken at once, not a Python step per row. A
-                    # batch larger than BATCH_HELD (a whole import of millions of lines)
-                    # is taken a part at a time, each part known with the ones before it.
-                    part += itertools.islice(rows, min(end - part[-1][0], size - len(part)))
-                    if part[-1][0] > end:
-                        # Positions with a gap: the rows past the batch's end come next.
-                        cut = bisect.bisect_right(part, end, key=_position)
-                        rows = itertools.chain(part[cut:], rows)
-                        del part[cut:]
-                mine = part if to_time is None else [
-                    r for r in part if r[3] <= to_time or (far and r[2] == REVERSE)]
-                if size < BATCH_HELD and part[-1][0] < end:
-                    # A part of a batch with more to come goes over only if it folds
-                    # straight (which reads nothing back: the held rows follow it).
-                    if not projector.ingest_rows(mine, known_before=begin,
-                                                 only_straight=True):
-                        size = BATCH_HELD
-                        continue
-                    if held is not None:
-                        held.add_all(list(map(as_lean, mine)))
-                else:
-                    # Held first: re-projecting the batch reads its own rows back.
-                    if held is not None:
-                        held.add_all(list(map(as_lean, mine)))
-                    if mine:
-                        projector.ingest_rows(mine, known_before=begin)
-                last = part[-1][0]
-                done += len(part)
-                # A reversal timed after `to_time` is replayed, not counted among its events.
-                taken += len(mine) if to_time is None or not far else sum(
-                    1 for r in mine if r[3] <= to_time)
-                if last >= end or (rec := next(rows, None)) is None:
-                    break
-                part = [rec]
+        # Cut into parts as every fold of the journal cuts it; with a time bound, each
+        # batch whole (its rows are filtered, so parts could not be checked as straight).
+        for begin, last, count in batch_parts(
+                rows, ends, hand_over, size=STREAMED if to_time is None else BATCH_HELD):
+            done += count
             if restarts and last >= restarts[0]:
                 del restarts[:bisect.bisect_right(restarts, last)]
                 if not projector.late_times:  # else it takes snapshots of its own
@@ -393,6 +374,54 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # fold applied: "replayed 1 event" of a journal of three was a puzzle to an auditor).
     return ReplayReport(taken, list(projector.revisions), list(ledger.anomalies),
                         ledger, head)
+
+
+def batch_parts(rows: Iterable[LeanRow], ends: dict[int, int],
+                hand_over: Callable[[list[LeanRow], int, bool], bool], *,
+                size: int = STREAMED) -> Iterator[tuple[int, int, int]]:
+    """Hand `rows` (in position order) over batch by batch, cut into parts where every
+    fold of a journal cuts them, and yield (first position, last position, rows) of each
+    batch once it is handed over; `ends` maps a batch's first position to its last.
+
+    `hand_over(part, first, more)` takes a part of the batch starting at `first`. While
+    `more` rows of the batch follow, it may refuse the part (False: it would not fold
+    straight), which then goes over again with the rest of the batch, `BATCH_HELD` rows
+    at a time. A late event's revisions name its part's earliest event: folds that cut
+    elsewhere would name other causes, so `replay` and the revision log share this.
+    """
+    rows = iter(rows)
+    while (rec := next(rows, None)) is not None:
+        begin = rec[0]
+        end = ends.get(begin, begin)  # the batch's last position
+        part = [rec]
+        # `size` rows at a time while each part folds straight (STREAMED: each row is
+        # folded soon after it is read, while it is still in the processor's cache; a
+        # whole batch of 1,000 read first cost about 0.5 us more per event). The first
+        # part that does not goes over with the rest of the batch, so a batch out of time
+        # order is still re-projected once, not once per part.
+        cap = size
+        count = 0
+        while True:
+            if part[-1][0] < end and len(part) < cap:
+                # The batch's other rows taken at once, not a Python step per row. A
+                # batch larger than BATCH_HELD (a whole import of millions of lines) is
+                # taken a part at a time, each part known with the ones before it.
+                part += itertools.islice(rows, min(end - part[-1][0], cap - len(part)))
+                if part[-1][0] > end:
+                    # Positions with a gap: the rows past the batch's end come next.
+                    cut = bisect.bisect_right(part, end, key=_position)
+                    rows = itertools.chain(part[cut:], rows)
+                    del part[cut:]
+            more = cap < BATCH_HELD and part[-1][0] < end
+            if not hand_over(part, begin, more) and more:
+                cap = BATCH_HELD
+                continue
+            count += len(part)
+            last = part[-1][0]
+            if last >= end or (rec := next(rows, None)) is None:
+                break
+            part = [rec]
+        yield begin, last, count
 
 
 def batches_of(journal: JournalLike, to_position: int) -> list[Batch]:

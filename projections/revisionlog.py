@@ -8,7 +8,6 @@ first pass, an answer costs the events recorded since, not the journal.
 
 from __future__ import annotations
 
-import itertools
 import threading
 
 from eventstore import JournalLike, RecordedEvent
@@ -17,7 +16,7 @@ from projections.outcomes import Revision
 from projections.owners import event_account
 from projections.projector import Projector
 from projections.queries.revisions import RevisionRow, revision_rows
-from projections.replay import BATCH_HELD, STREAMED, lean_rows, replay_projector
+from projections.replay import batch_parts, lean_rows, replay_projector
 
 
 class RevisionLog:
@@ -97,31 +96,13 @@ class RevisionLog:
             for b in recorded(after_position=position, to_position=head)}
         # Plain rows, as `replay` hands them over: an in-order batch is folded straight
         # from them until the first late event (half the cost of a first pass).
-        rows = iter(lean_rows(self.journal, after_position=position, to_position=head,
-                              order="position"))
+        rows = lean_rows(self.journal, after_position=position, to_position=head,
+                         order="position")
         with paused_gc():
-            while (row := next(rows, None)) is not None:
-                begin = row[0]
-                end = batches.get(begin, begin)  # the batch's last position
-                part = [row]
-                # Cut into parts where `replay` cuts it, each known with the parts before
-                # it: STREAMED rows at a time while each folds straight, then the rest a
-                # BATCH_HELD at a time (an import of millions of lines). A late event's
-                # revisions name the part's earliest event: other cuts, other names.
-                size = STREAMED
-                while True:
-                    if part[-1][0] < end and len(part) < size:
-                        part += itertools.islice(rows, min(end - part[-1][0],
-                                                           size - len(part)))
-                    if size < BATCH_HELD and part[-1][0] < end:
-                        if not projector.ingest_rows(part, known_before=begin,
-                                                     only_straight=True):
-                            size = BATCH_HELD
-                            continue
-                    else:
-                        projector.ingest_rows(part, known_before=begin)
-                    if part[-1][0] >= end or (row := next(rows, None)) is None:
-                        break
-                    part = [row]
+            # Cut where `replay` cuts: a late event's revisions name its part's earliest
+            # event, so other cuts would name other causes.
+            for _ in batch_parts(rows, batches, lambda part, begin, more: projector.ingest_rows(
+                    part, known_before=begin, only_straight=more)):
+                pass
         self._started = True
         return projector

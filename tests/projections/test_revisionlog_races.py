@@ -83,10 +83,9 @@ def test_a_batch_larger_than_held_at_once_is_split_where_replay_splits_it(
     parts before it: the log cuts it where `replay` does, so each late event names the
     revisions `gpu-credits revisions` names."""
     from projections import replay as replay_module
-    from projections import revisionlog
 
+    # One constant for both: they cut with the one function.
     monkeypatch.setattr(replay_module, "BATCH_HELD", 300)
-    monkeypatch.setattr(revisionlog, "BATCH_HELD", 300)
     # A journal with a batch that large is too large for `replay` to hold its rows.
     monkeypatch.setattr(replay_module, "HELD_ROWS", 300)
     journal = MemoryJournal()
