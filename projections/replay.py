@@ -420,6 +420,10 @@ def batch_parts(rows: Iterable[LeanRow], ends: dict[int, int],
             last = part[-1][0]
             if last >= end or (rec := next(rows, None)) is None:
                 break
+            if rec[0] > end:
+                # A gap at the batch's end: this row begins the next batch.
+                rows = itertools.chain((rec,), rows)
+                break
             part = [rec]
         yield begin, last, count
 
