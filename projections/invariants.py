@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from projections.creditbook import heap_name
+from projections.creditbook import CreditBook, heap_name
 from projections.events import (
     GENERAL,
     CreditsAdjusted,
@@ -81,69 +81,94 @@ def violations(ledger: Ledger, *, accounts: Iterable[str] | None = None,
 def account_violations(ledger: Ledger, account: AccountState, live_jobs: Iterable[str],
                        *, strict_reserve: bool = False) -> list[Violation]:
     """The invariants of one account; `live_jobs`: ids of its pending and running jobs."""
-    found: list[Violation] = []
-    where = f"account {account.name!r}"
-
-    def bad(rule: str, detail: str) -> None:
-        found.append(Violation(rule, where, detail))
-
     book = account.book
-    # Active credits are the live batches, none below zero, each in the heap of its own
-    # pool and priority (`heap_name`).
+    broken = [*_credit_violations(book), *_debt_violations(book), *_hold_violations(book),
+              *_reserve_violations(ledger, account, set(live_jobs), strict_reserve),
+              *_conservation_violations(book)]
+    where = f"account {account.name!r}"
+    return [Violation(rule, where, detail) for rule, detail in broken]
+
+
+Broken = list[tuple[str, str]]
+"""Broken rules of one account: (rule, the figures)."""
+
+
+def _credit_violations(book: CreditBook) -> Broken:
+    """Active credits are the live batches, none below zero, each in the heap of its own
+    pool and priority (`heap_name`)."""
+    found: Broken = []
     held_per_pool: dict[str, int] = {}
     for name, heap in book.heaps.items():
         for i, batch in enumerate(heap):
             held_per_pool[batch.pool] = held_per_pool.get(batch.pool, 0) + batch.amount
             if batch.amount < 0:
-                bad(CREDITS, f"batch of grant {batch.grant_id!r} holds {batch.amount} < 0")
+                found.append((CREDITS, f"batch of grant {batch.grant_id!r} holds "
+                                       f"{batch.amount} < 0"))
             if heap_name(batch.pool, batch.key[0]) != name or not batch.in_heap:
-                bad(CREDITS, f"batch of grant {batch.grant_id!r} (pool {batch.pool!r}) "
-                             f"misplaced in the {name!r} heap")
+                found.append((CREDITS, f"batch of grant {batch.grant_id!r} (pool "
+                                       f"{batch.pool!r}) misplaced in the {name!r} heap"))
             if i and heap[i] < heap[(i - 1) // 2]:
-                bad(CREDITS, f"expiry order broken in heap {name!r} at batch "
-                             f"{batch.grant_id!r}")
+                found.append((CREDITS, f"expiry order broken in heap {name!r} at batch "
+                                       f"{batch.grant_id!r}"))
     for pool in sorted(set(held_per_pool) | set(book.active)):
         total = held_per_pool.get(pool, 0)
         if total != book.active.get(pool, 0):
-            bad(CREDITS, f"active[{pool!r}] = {book.active.get(pool, 0)}, its batches "
-                         f"hold {total}")
+            found.append((CREDITS, f"active[{pool!r}] = {book.active.get(pool, 0)}, its "
+                                   f"batches hold {total}"))
     for pool, active in book.active.items():
         if active < 0:
-            bad(CREDITS, f"active[{pool!r}] = {active} < 0")
+            found.append((CREDITS, f"active[{pool!r}] = {active} < 0"))
         elif active and pool not in held_per_pool:
-            bad(CREDITS, f"active[{pool!r}] = {active} without batches")
+            found.append((CREDITS, f"active[{pool!r}] = {active} without batches"))
+    return found
 
-    # Debt: never negative, and only where no credit usable by that pool is active.
+
+def _debt_violations(book: CreditBook) -> Broken:
+    """Debt: never negative, and only where no credit usable by that pool is active."""
+    found: Broken = []
     for pool, debt in book.debt.items():
         if debt < 0:
-            bad(DEBT, f"debt[{pool!r}] = {debt} < 0")
+            found.append((DEBT, f"debt[{pool!r}] = {debt} < 0"))
         elif debt and book.usable(pool):
-            bad(DEBT, f"debt {debt} in pool {pool!r} beside {book.usable(pool)} usable "
-                      "credits (credits pay debt first)")
+            found.append((DEBT, f"debt {debt} in pool {pool!r} beside {book.usable(pool)} "
+                                "usable credits (credits pay debt first)"))
+    return found
 
-    # Holds: the reservation is what the holds carry, each taken from a usable pool.
+
+def _hold_violations(book: CreditBook) -> Broken:
+    """Holds: the reservation is what the holds carry, each taken from a usable pool."""
+    found: Broken = []
     carried = 0
     for ref, hold in book.holds.items():
         for batch, amount in hold.portions:
             carried += amount
             if amount <= 0:
-                bad(HOLDS, f"hold {ref!r} has a portion of {amount}")
+                found.append((HOLDS, f"hold {ref!r} has a portion of {amount}"))
             if batch.pool not in (hold.pool, GENERAL):
-                bad(HOLDS, f"hold {ref!r} in pool {hold.pool!r} took from pool {batch.pool!r}")
+                found.append((HOLDS, f"hold {ref!r} in pool {hold.pool!r} took from pool "
+                                     f"{batch.pool!r}"))
     if book.held != carried:
-        bad(HOLDS, f"held = {book.held}, its holds carry {carried}")
+        found.append((HOLDS, f"held = {book.held}, its holds carry {carried}"))
+    return found
 
-    # Reserve: balance >= reserved >= 0; reserved = the costs of pending and running jobs.
+
+def _reserve_violations(ledger: Ledger, account: AccountState, live: set[str],
+                        strict_reserve: bool) -> Broken:
+    """Reserve: balance >= reserved >= 0; reserved = the costs of pending and running
+    jobs, each held whole; running and queued jobs as the account counts them."""
+    found: Broken = []
+    book = account.book
     reserved = account.reserved
     if reserved < 0:
-        bad(RESERVE, f"reserved = {reserved} < 0")
+        found.append((RESERVE, f"reserved = {reserved} < 0"))
     if strict_reserve and account.opened and account.balance < reserved:
-        bad(RESERVE, f"balance {account.balance} < reserved {reserved}")
+        found.append((RESERVE, f"balance {account.balance} < reserved {reserved}"))
     elif account.balance < reserved and not book.debt_total:
-        bad(RESERVE, f"balance {account.balance} < reserved {reserved} without any debt")
-    live = set(live_jobs)
+        found.append((RESERVE, f"balance {account.balance} < reserved {reserved} without "
+                               "any debt"))
     if set(book.holds) != live:
-        bad(RESERVE, f"holds {sorted(book.holds)} != pending and running jobs {sorted(live)}")
+        found.append((RESERVE, f"holds {sorted(book.holds)} != pending and running jobs "
+                               f"{sorted(live)}"))
     running = 0
     costs = 0
     for job_id in live:
@@ -154,34 +179,42 @@ def account_violations(ledger: Ledger, account: AccountState, live_jobs: Iterabl
         running += job.state == RUNNING
         held_for = book.holds.get(job_id)
         if held_for is not None and held_for.amount != job.cost:
-            bad(LINEAGE, f"job {job_id!r} costs {job.cost}, its hold carries "
-                         f"{held_for.amount}")
+            found.append((LINEAGE, f"job {job_id!r} costs {job.cost}, its hold carries "
+                                   f"{held_for.amount}"))
     if reserved != costs:
-        bad(RESERVE, f"reserved = {reserved}, pending and running jobs cost {costs}")
+        found.append((RESERVE, f"reserved = {reserved}, pending and running jobs cost "
+                               f"{costs}"))
     if account.running != running:
-        bad(JOBS, f"running = {account.running}, {running} jobs are running")
+        found.append((JOBS, f"running = {account.running}, {running} jobs are running"))
     if account.max_running is not None and running > account.max_running:
-        bad(JOBS, f"{running} jobs running, max {account.max_running}")
+        found.append((JOBS, f"{running} jobs running, max {account.max_running}"))
     queued = {entry[3] for entry in account.queue}
     missing = sorted(j for j in live if j not in queued
                      and (job := ledger.jobs.get(j)) is not None and job.state == PENDING)
     if missing:
-        bad(JOBS, f"pending jobs {missing} are not in the queue")
+        found.append((JOBS, f"pending jobs {missing} are not in the queue"))
+    return found
 
-    # Conservation: every credit granted is somewhere, every credit spent came from
-    # somewhere, and the debt outstanding is what was created minus what was paid.
+
+def _conservation_violations(book: CreditBook) -> Broken:
+    """Conservation: every credit granted is somewhere, every credit spent came from
+    somewhere, and the debt outstanding is what was created minus what was paid."""
+    found: Broken = []
     t = book.totals
     active = book.active_total
     if t.granted != active + book.held + t.charged_from_credits + t.expired + t.debt_paid:
-        bad(CONSERVATION, f"granted {t.granted} != active {active} + held {book.held} + "
-                          f"charged from credits {t.charged_from_credits} + expired "
-                          f"{t.expired} + paid debt {t.debt_paid}")
+        found.append((CONSERVATION, f"granted {t.granted} != active {active} + held "
+                                    f"{book.held} + charged from credits "
+                                    f"{t.charged_from_credits} + expired {t.expired} + "
+                                    f"paid debt {t.debt_paid}"))
     if t.consumed + t.charged_jobs != t.charged_from_credits + t.debt_created:
-        bad(CONSERVATION, f"consumed {t.consumed} + charged to jobs {t.charged_jobs} != "
-                          f"charged from credits {t.charged_from_credits} + debt created "
-                          f"{t.debt_created}")
+        found.append((CONSERVATION, f"consumed {t.consumed} + charged to jobs "
+                                    f"{t.charged_jobs} != charged from credits "
+                                    f"{t.charged_from_credits} + debt created "
+                                    f"{t.debt_created}"))
     if book.debt_total != t.debt_created - t.debt_paid:
-        bad(DEBT, f"debt {book.debt_total} != created {t.debt_created} - paid {t.debt_paid}")
+        found.append((DEBT, f"debt {book.debt_total} != created {t.debt_created} - paid "
+                            f"{t.debt_paid}"))
     return found
 
 
