@@ -32,6 +32,7 @@ from tools.sim.run import (
     request_stop,
     run,
     run_script,
+    same_stop_left,
     shrink,
     stop_at_once,
     stop_requested,
@@ -292,6 +293,11 @@ def _stopping_between_ops(received: list[int]) -> Iterator[None]:
     try:
         yield
     finally:
+        if received:
+            # A copy of the signal may still be on its way (make forwards the group's to
+            # its child, late on a busy machine): it is the same stop, and must find this
+            # handler, not the default one that would kill the process as it ends.
+            time.sleep(same_stop_left())
         for signum, handler in before.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         request_stop(False)

@@ -81,6 +81,14 @@ def stop_requested() -> bool:
     return _stop_requested.is_set()
 
 
+def same_stop_left() -> float:
+    """Seconds during which a signal is still the stop already requested (0 when none
+    was, or once `SAME_STOP_SECONDS` have passed)."""
+    if not _stop_requested.is_set():
+        return 0.0
+    return max(0.0, SAME_STOP_SECONDS - (_time.monotonic() - _stop_requested_at[0]))
+
+
 @dataclass
 class Failure:
     """Where a run went wrong: the op, its problems, and the ops performed up to it."""
