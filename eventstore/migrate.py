@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 #: Lock key serialising concurrent upgrades of one PostgreSQL database.
 MIGRATION_LOCK = "eventstore:migrations"
 
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The newest revision in `migrations/` (a test checks it against Alembic's own head).
 
 Opening a journal whose database is already there needs nothing more: Alembic (a tenth
