@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from cli_helpers import as_json
 from contract.kit import cli_runner
 from sqlalchemy import create_engine
 
 from eventstore import Journal
 from eventstore.migrate import code_head
+from eventstore.schema import metadata
 
 OLD = Path(__file__).parent / "old_journals"
 
@@ -142,3 +145,12 @@ def test_request_keys_bound_before_their_span_was_kept_answer_and_are_erased(
         assert journal.request("key-with-ids") is None
         assert journal.request("key-new") is not None  # its span holds no erased record
     assert ok_json(run("verify", "--json"))["ok"]
+
+
+@pytest.mark.parametrize("name", sorted(RELEASES))
+def test_an_upgraded_old_journal_has_exactly_today_s_schema(database_url: str,
+                                                            name: str) -> None:
+    _load(database_url, name)
+    with Journal(database_url) as journal, journal._engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, metadata) == []
