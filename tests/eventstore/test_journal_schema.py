@@ -6,6 +6,8 @@ each give one clear error.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,3 +150,28 @@ def test_positions_recorded_before_batches_existed_are_each_a_batch_of_their_own
         journal.append([ev("c", 0), ev("d", 0)])
         assert journal.batches() == [Batch(3, 4)]
         assert journal.verify_chain(anchor=anchor).ok and journal.verify() is None
+
+
+def _offline_script(url: str, revisions: str) -> str:
+    """The SQL `alembic upgrade REVISIONS --sql` writes for `url`'s dialect."""
+    out = io.StringIO()
+    cfg = alembic_config()
+    cfg.stdout = out
+    cfg.set_main_option("sqlalchemy.url", url)
+    with contextlib.redirect_stdout(out):
+        command.upgrade(cfg, revisions, sql=True)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("revisions", ["head", "0005:head"])
+def test_a_postgresql_upgrade_can_be_written_as_a_script(revisions: str) -> None:
+    # For a DBA to run later: no database is asked anything while it is written.
+    script = _offline_script("postgresql+psycopg://nobody@127.0.0.1:1/none", revisions)
+    assert f"version_num='{code_head()}'" in script
+    assert "ADD COLUMN first_position" in script
+
+
+def test_a_sqlite_script_is_written_from_empty_and_refused_where_it_cannot_know() -> None:
+    assert f"version_num='{code_head()}'" in _offline_script("sqlite:///never.db", "head")
+    with pytest.raises(RuntimeError, match="gpu-credits db upgrade"):
+        _offline_script("sqlite:///never.db", "0005:head")
