@@ -6,8 +6,12 @@ each give one clear error.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import hashlib
+import importlib
 import io
+import pkgutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,3 +179,37 @@ def test_a_sqlite_script_is_written_from_empty_and_refused_where_it_cannot_know(
     assert f"version_num='{code_head()}'" in _offline_script("sqlite:///never.db", "head")
     with pytest.raises(RuntimeError, match="gpu-credits db upgrade"):
         _offline_script("sqlite:///never.db", "0005:head")
+
+
+#: Each released revision's code (its module without docstring and comments), hashed. A
+#: journal already at a revision never runs it again, so editing a released one changes
+#: nothing on the journals that need it (revision 0005 once gained two columns that way):
+#: a change to the schema is a new revision. Add a row here with each new one.
+RELEASED_MIGRATIONS = {
+    "0001": "15b63a8fe612dff9",
+    "0002": "a9c6b90df8a45fbd",
+    "0003": "00a175bcfab9b69e",
+    "0004": "6bd1a4ea367ace6e",
+    "0005": "a45b150909e5a770",
+    "0006": "6fd54860cc02a32c",
+}
+
+
+def _code_digest(source: str) -> str:
+    body = [node for node in ast.parse(source).body
+            if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str))]
+    dumped = ast.dump(ast.Module(body=body, type_ignores=[]))
+    return hashlib.sha256(dumped.encode()).hexdigest()[:16]
+
+
+def test_released_migrations_are_never_edited() -> None:
+    import migrations.versions
+
+    found = {}
+    for info in pkgutil.iter_modules(migrations.versions.__path__):
+        module = importlib.import_module(f"migrations.versions.{info.name}")
+        found[module.revision] = _code_digest(Path(str(module.__file__)).read_text())
+    assert found == RELEASED_MIGRATIONS, (
+        "a released migration changed, or a new one has no row: change the schema with a "
+        "new revision, and pin it here")
