@@ -531,7 +531,8 @@ def valid_views(journal: JournalLike, infos: Iterable[SnapshotInfo],
 def ignored_checkpoint(info: SnapshotInfo, exc: Exception) -> None:
     """Warn, in one line, that a checkpoint is passed over and why."""
     log.warning("checkpoint %s at position %s ignored (%s): folding from the journal "
-                "instead", info.id, info.position, exc)
+                "instead (gpu-credits replay saves fresh checkpoints)", info.id,
+                info.position, exc)
 
 
 def invalidate_after(journal: JournalLike, late_time: int) -> int:

@@ -8,6 +8,7 @@ failed (`verify`), 2 bad input. Every error is one line on stderr:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -335,6 +336,27 @@ def _root(ctx: typer.Context, db: DbOption = None) -> None:
     else $GPU_CREDITS_DB, else sqlite:///gpu-credits.db here.
     """
     ctx.obj = None if db is None else _given_db(db)
+    # A command may fold twice (from a checkpoint, then from the journal): a checkpoint
+    # passed over is worth one warning per command, not one per fold.
+    said_once = _SaidOnce()
+    checkpoint_log = logging.getLogger("projections.checkpoint")
+    checkpoint_log.addFilter(said_once)
+    ctx.call_on_close(lambda: checkpoint_log.removeFilter(said_once))
+
+
+class _SaidOnce(logging.Filter):
+    """Lets each message through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text in self._said:
+            return False
+        self._said.add(text)
+        return True
 
 
 @db_app.callback()

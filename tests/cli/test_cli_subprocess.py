@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from cli_helpers import SMALL, cli, tamper
@@ -56,3 +57,28 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
         assert done.returncode == 2, argv
         assert len(done.stderr.splitlines()) == 1, done.stderr
         assert done.stderr.startswith("gpu-credits: error: ")
+
+
+def test_a_checkpoint_passed_over_is_said_once_per_command_with_the_way_out(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    (tmp_path / "small.jsonl").write_text(SMALL)
+    assert cli("import", "small.jsonl", "--db", url, cwd=tmp_path).returncode == 0
+    assert cli("replay", "--db", url, cwd=tmp_path).returncode == 0  # saves a checkpoint
+    # Its bytes altered: it no longer checks out, and each command folds the journal.
+    conn = sqlite3.connect(tmp_path / "p.db")
+    with conn:
+        (state,) = conn.execute("SELECT state FROM snapshots WHERE name = 'ledger'").fetchone()
+        altered = bytes(state).replace(b'"position":12', b'"position":11', 1)
+        assert altered != state
+        conn.execute("UPDATE snapshots SET state = ? WHERE name = 'ledger'", (altered,))
+    conn.close()
+    for command in (("accounts",), ("jobs",), ("expiring",), ("balance", "a")):
+        done = cli(*command, "--db", url, cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        assert done.stderr.splitlines() == [
+            "checkpoint 2 at position 12 ignored (its own hash does not match its bytes): "
+            "folding from the journal instead (gpu-credits replay saves fresh "
+            "checkpoints)"], command
+    assert cli("replay", "--db", url, cwd=tmp_path).returncode == 0
+    assert cli("accounts", "--db", url, cwd=tmp_path).stderr == ""
