@@ -191,11 +191,29 @@ def job_events(journal: JournalLike, ledger: Ledger, job_id: str, *,
     wherever it was filed (`job_streams`; `ledger` is the fold as known at `to_position`):
     the job's submit, its steps and the other submits of its id. Reads those streams only,
     never the whole journal."""
-    found = [[rec for rec in journal.read(stream=stream, to_position=to_position,
-                                          order="canonical")
-              if _names_job(rec.payload, job_id)]
+    found = [stream_job_events(journal, stream, job_id, to_position=to_position)
              for stream in job_streams(journal, ledger, job_id)]
     return list(heapq.merge(*found, key=lambda rec: (rec.time, rec.position)))
+
+
+def stream_job_events(journal: JournalLike, stream: str, job_id: str, *,
+                      to_position: int | None = None) -> list[RecordedEvent]:
+    """The events of `stream` naming `job_id` recorded up to `to_position`, in canonical
+    order."""
+    return [rec for rec in journal.read(stream=stream, to_position=to_position,
+                                        order="canonical")
+            if _names_job(rec.payload, job_id)]
+
+
+def job_events_since(journal: JournalLike, streams: Iterable[str], job_id: str,
+                     after_position: int, to_position: int) -> list[RecordedEvent]:
+    """The events of `streams` naming `job_id` recorded after `after_position` up to
+    `to_position`, in arrival order: read along positions (the primary key), so it
+    costs what was recorded meanwhile, not the streams' length."""
+    wanted = set(streams)
+    return [rec for rec in journal.read(after_position=after_position,
+                                        to_position=to_position, order="position")
+            if rec.stream in wanted and _names_job(rec.payload, job_id)]
 
 
 def revision_accounts(journal: JournalLike, ledger: Ledger,

@@ -327,39 +327,49 @@ def statement(account: str, request: Request,
 def job(job: str, request: Request) -> Any:
     """A job's state, cost, charge, the grants that paid it, and why it was rejected."""
     service = service_of(request)
+    with service.reading() as ledger:
+        answer = _job_state(service, ledger, job)
+        if answer["state"] not in _FINISHED:
+            return answer
+        streams = owners.job_streams(service.journal, ledger, job)
+        read_to = service.session.projector.position
+    # The job's streams are read up to that position without the projection's lock: an
+    # account with a long history would otherwise hold every decision of the service
+    # for the whole read. Only what was recorded meanwhile is read under the lock below,
+    # so the answer is the projection's at one position.
+    early = {stream: owners.stream_job_events(service.journal, stream, job,
+                                              to_position=read_to) for stream in streams}
     session = service.session
     with service.reading() as ledger:
-        state = ledger.jobs.get(job)
-        if state is None:
-            # A reversed submit still names the job: say so, not "no submit names it".
-            taken_out = [rec.id for rec in owners.uncounted_submits(service.journal, ledger,
-                                                                     {job})
-                         if rec.id in ledger.excluded]
-            if taken_out:
-                listed = ", ".join(repr(event_id) for event_id in taken_out)
-                were = "s " + listed + " were" if len(taken_out) > 1 else " " + listed + " was"
-                raise UnknownJob(f"unknown job {job!r}: its submit{were} reversed, so it was "
-                                 "never submitted (`explain --job` lists its events)")
-            raise UnknownJob(f"unknown job {job!r} (no submit names it)")
-        answer: dict[str, Any] = {"job": job, "account": state.account, "state": state.state,
-                                  "cost": state.cost, "priority": state.priority,
-                                  "pool": state.pool, "charged": state.charge,
-                                  "paid_by": [], "reason": None}
-        if state.state not in ("rejected", "succeeded", "failed"):
+        answer = _job_state(service, ledger, job)
+        if answer["state"] not in _FINISHED:
             return answer
+        position = session.projector.position
+        found: list[RecordedEvent] = []
+        streams = owners.job_streams(service.journal, ledger, job)
+        for stream in streams:
+            if stream in early and read_to <= position:
+                found.extend(early[stream])
+            else:  # a stream that holds the job's events only since (or a rebuild)
+                found.extend(owners.stream_job_events(service.journal, stream, job,
+                                                      to_position=position))
+        if read_to < position:
+            found.extend(owners.job_events_since(
+                service.journal, [s for s in streams if s in early], job, read_to, position))
+        found.sort(key=lambda rec: (rec.time, rec.position))
+        events = [rec for rec in found
+                  if rec.id not in ledger.excluded]  # reversed: refused or paid nothing
         # The outcomes say who paid and why a submit was refused. The projection
         # remembers its recent ones; the job's events are found wherever they were
         # filed (a completion recorded before its submit is in `job:<id>`, one recorded
         # while another account's submit of the id was known is in that account's
         # stream), not only in the job's account's stream.
-        events = [rec for rec in owners.job_events(service.journal, ledger, job)
-                  if rec.id not in ledger.excluded]  # reversed: refused or paid nothing
         told = [session.remembered_outcome(rec) for rec in events]
         # Older than the projection remembers (or before the checkpoint it started from):
         # the job's streams folded, as the web view's job page does, at the cost of its
         # account's events rather than the timeline's.
         where = None if None not in told else job_whereabouts(
-            service.journal, ledger, job, position=session.projector.position)
+            service.journal, ledger, job, position=position)
     if where is None:
         for rec, outcome in zip(events, told, strict=True):
             assert outcome is not None
@@ -372,6 +382,30 @@ def job(job: str, request: Request) -> Any:
     answer["reason"] = explanation.reason
     answer["paid_by"] = [{"grant": g, "amount": a} for g, a in explanation.paid_by]
     return answer
+
+
+_FINISHED = ("rejected", "succeeded", "failed")
+"""The states whose answer names who paid or why the submit was refused."""
+
+
+def _job_state(service: LedgerService, ledger: Ledger, job: str) -> dict[str, Any]:
+    """The job's answer from the projection, without who paid and why it was refused
+    (read under `reading()`); UnknownJob naming a reversed submit when one names it."""
+    state = ledger.jobs.get(job)
+    if state is None:
+        # A reversed submit still names the job: say so, not "no submit names it".
+        taken_out = [rec.id for rec in owners.uncounted_submits(service.journal, ledger,
+                                                                 {job})
+                     if rec.id in ledger.excluded]
+        if taken_out:
+            listed = ", ".join(repr(event_id) for event_id in taken_out)
+            were = "s " + listed + " were" if len(taken_out) > 1 else " " + listed + " was"
+            raise UnknownJob(f"unknown job {job!r}: its submit{were} reversed, so it was "
+                             "never submitted (`explain --job` lists its events)")
+        raise UnknownJob(f"unknown job {job!r} (no submit names it)")
+    return {"job": job, "account": state.account, "state": state.state, "cost": state.cost,
+            "priority": state.priority, "pool": state.pool, "charged": state.charge,
+            "paid_by": [], "reason": None}
 
 
 class _RevisionCache:
