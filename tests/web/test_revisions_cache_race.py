@@ -61,3 +61,33 @@ def test_the_latest_revisions_are_those_counted() -> None:
     source.revisions = found  # type: ignore[method-assign]
     rows, total = recent_revisions(source)
     assert total == 2 and rows is not None and len(rows) == 2
+
+
+def _head_calls_for_a_page(revising: int) -> int:
+    """How often the journal's head is asked while an account's revisions are found, with
+    `revising` late reports each revising the account's usage."""
+    journal = MemoryJournal()
+    journal.append([event("grant", 0, "g", amount=8),
+                    event("consume", 100, "u1", amount=8)])
+    for i in range(revising):
+        journal.append([event("consume", 99 - i, f"late-{i}", amount=1)])
+    source = AuditSource(journal)
+    assert len(source.revisions() or []) >= revising
+    asked = 0
+    head = journal.head
+
+    def counting() -> int:
+        nonlocal asked
+        asked += 1
+        return head()
+
+    journal.head = counting  # type: ignore[method-assign]
+    rows = account_revisions(source, "a")
+    assert rows is not None and len(rows) >= revising
+    return asked
+
+
+def test_an_accounts_revisions_ask_the_head_as_often_however_many_there_are() -> None:
+    # Each ask is a round trip to the database, and an account page of a service that
+    # has run for a while lists thousands of revisions.
+    assert _head_calls_for_a_page(40) == _head_calls_for_a_page(2)

@@ -341,8 +341,11 @@ def account_revisions(source: AuditSource, account: str) -> list[RevisionRow] | 
         return None
 
     def find() -> list[RevisionRow]:
+        # Asked once: each ask looks at the journal's head (a round trip), and a page of
+        # a service that has run a while lists thousands of revisions.
+        accounts = revised_accounts()
         return revision_rows(source.journal, [r for r in revisions
-                                              if revised_accounts()[r.event_id] == account])
+                                              if accounts[r.event_id] == account])
 
     def revised_accounts() -> dict[str, str | None]:
         # From the fold that found the revisions, not the live projection: on a replica
