@@ -401,3 +401,51 @@ def test_the_writer_and_the_committer_hold_the_context_while_they_run() -> None:
     assert sum(1 for i in writer._queue.items if i is groupcommit._WOKEN) == 1
     assert sorted(held) == [("in", "group-commit"), ("in", "group-commit-write"),
                             ("out", "group-commit"), ("out", "group-commit-write")]
+
+
+def test_a_reader_waiting_for_a_rebuild_does_not_rebuild_again(
+        service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from tools.service import ledger as ledger_module
+
+    built: list[object] = []
+    building, finish = threading.Event(), threading.Event()
+    waiting_for_it = threading.Event()
+    plain = ledger_module.LedgerSession
+
+    def session(*args: Any, **kwargs: Any) -> Any:
+        built.append(object())
+        if len(built) == 1:
+            building.set()
+            finish.wait()
+        return plain(*args, **kwargs)
+
+    class Signalling:
+        """The load lock, saying when a second thread waits for it."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            if self.lock.locked():
+                waiting_for_it.set()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    monkeypatch.setattr(ledger_module, "LedgerSession", session)
+    service._load_lock = Signalling()
+    rebuilder = threading.Thread(target=service.reset)  # as after a failed batch
+    rebuilder.start()
+    building.wait()
+    reader = threading.Thread(target=lambda: service.session)  # a read meanwhile
+    reader.start()
+    waiting_for_it.wait()
+    finish.set()
+    rebuilder.join()
+    reader.join()
+    assert len(built) == 1
+    with service.reading() as ledger:
+        assert ledger.digest() == fold_canonical(service.journal).digest()

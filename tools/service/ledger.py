@@ -249,8 +249,13 @@ class LedgerService:
         """Release the database connections."""
         self.journal.close()
 
-    def _load(self) -> None:
+    def _load(self, *, only_if_stale: bool = False) -> None:
         with self._load_lock:
+            if only_if_stale and not self._stale:
+                # Rebuilt by another thread while this one waited: a second rebuild would
+                # fold the journal's tail again for nothing (and replace the projection
+                # the writer is deciding on).
+                return
             replaced = self._session is not None
             # Opening a session resumes from the newest valid checkpoint and catches up.
             self._session = LedgerSession(self.batching)  # type: ignore[arg-type,unused-ignore]
@@ -276,7 +281,7 @@ class LedgerService:
             self._committed.notify_all()
         self._ahead_base = -1
         self._stale = True
-        self._load()
+        self._load(only_if_stale=True)
 
     def _starting(self) -> str:
         """Why nothing is served yet: the projection is loading, and why the last load
@@ -294,7 +299,7 @@ class LedgerService:
             raise Unavailable(self._starting())
         if self._stale:
             try:
-                self._load()
+                self._load(only_if_stale=True)
             except Exception as exc:
                 raise Unavailable(f"the journal cannot be read: {type(exc).__name__}") from exc
             session = self._session
@@ -442,10 +447,12 @@ class LedgerService:
             # Under the keys, on the journal: everything decided before must be in it.
             wait()
             return self._decide_batch(commands, defer)
-        except PositionsMoved:
+        except PositionsMoved as exc:
             # Nothing of the attempt committed, but the projection applied it: rebuild
             # it (once the batch ahead, if any, committed), then decide the batch again
             # under its keys with one append per decision.
+            log.info("batch decided ahead not written (%s): the projection is rebuilt "
+                     "from the newest checkpoint", exc)
             wait()
             self._defer_after = _time.monotonic() + DEFER_PAUSE
             self.reset()
