@@ -449,3 +449,21 @@ def test_a_reader_waiting_for_a_rebuild_does_not_rebuild_again(
     assert len(built) == 1
     with service.reading() as ledger:
         assert ledger.digest() == fold_canonical(service.journal).digest()
+
+
+def test_decisions_after_a_batch_of_events_with_a_reversal_commit_without_a_rebuild(
+        service: Any) -> None:
+    # The batch of events goes first in the group and appends at once (a reversal needs
+    # the journal); the decisions after it are deferred, and must follow its event.
+    service.decide_now(commands.Usage("u0", "a", 1, None, None, 5))
+    projection = service.session
+    items = [_Item(commands.AppendEvents.of_records("fix", [
+                 {"type": "reverse", "event": "u0", "time": 10, "reason": "twice",
+                  "id": "r1"}])),
+             _Item(commands.Usage("u1", "a", 7, None, None, None)),
+             _Item(commands.Usage("u2", "a", 3, None, None, None))]
+    service.writer._commit(items)
+    assert [item.future.result()["position"] for item in items[1:]] == [4, 5]
+    assert service.session is projection  # no rebuild from the newest checkpoint
+    with service.reading() as ledger:
+        assert ledger.digest() == fold_canonical(service.journal).digest()

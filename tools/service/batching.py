@@ -106,9 +106,14 @@ def _flush(batch: _Batch) -> None:
         if [r.position for r in recorded] != list(range(first, first + len(events))):
             raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                                  f"expected {first}..")
-        batch.base = None
     elif batch.tx is None:
         return  # decided ahead, no transaction yet: its keys go with its write
+    # The transaction is open: a flush comes before an append that is not deferred (a
+    # batch of events with a reversal, say), so the next deferred events follow the
+    # transaction's head, not the head the batch was decided from. (Kept, that one put
+    # them where the direct append had landed: the write failed and the projection
+    # was rebuilt from the newest checkpoint.)
+    batch.base = None
     # In the batch's transaction, with its events (or alone: a start that found nothing).
     requests, batch.pending_requests = batch.pending_requests, []
     for request in requests:
