@@ -1,9 +1,20 @@
-// Draws the account page's charts with uPlot from the same JSON the page links to.
-// Everything else on the pages works without this script.
+// Draws the account page's charts with uPlot from the same JSON the page links to, each
+// with its figures as a table beside it; keeps the verification's live region busy while
+// it runs. Everything else on the pages works without this script.
 (function () {
   "use strict";
   var COLORS = ["#1f5fbf", "#d9822b", "#2e9c5b", "#8e44ad", "#c0392b", "#16a085",
                 "#7f8c8d", "#b7950b", "#2c3e50", "#e84393", "#0984e3", "#6c5ce7"];
+  // Each pool's or grant's line has a dash pattern as well as a colour: series are told
+  // apart without colour too (a printout in grey, a reader who does not see the hues).
+  var DASHES = [null, [10, 4], [3, 3], [12, 3, 3, 3], [6, 6], [3, 7], [16, 6], [8, 3, 3, 3, 3, 3]];
+  function dashOf(i) { return DASHES[i % DASHES.length] || undefined; }
+  // The legend's marker of each line drawn as that line is: solid, dashed or dotted.
+  function markerDash(u, i) {
+    var d = u.series[i].dash;
+    return !d || !d.length ? "solid" : d[0] <= 3 ? "dotted" : "dashed";
+  }
+  var legend = { markers: { dash: markerDash } };
 
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
   // Times as the tables show them: ISO 8601 in UTC (uPlot's own are M/D, local style).
@@ -23,11 +34,11 @@
     var stepped = uPlot.paths.stepped({ align: 1 });
     data.pools.forEach(function (pool, i) {
       series.push({ label: "balance " + pool, stroke: COLORS[i % COLORS.length], width: 2,
-                    paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
+                    dash: dashOf(i), paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
     });
     series.push({ label: "available (all)", stroke: "#111", width: 1.5, dash: [6, 4],
                   paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
-    series.push({ label: "held", stroke: "#8a5a00", width: 1.5, paths: stepped, points: { show: false },
+    series.push({ label: "held", stroke: "#8a5a00", width: 2, dash: [3, 2], paths: stepped, points: { show: false },
                   value: function (u, v) { return fmt(v); } });
     series.push({ label: "debt", stroke: "#b3261e", width: 1.5, paths: stepped, points: { show: false },
                   fill: "rgba(179,38,30,0.08)", value: function (u, v) { return fmt(v); } });
@@ -39,7 +50,7 @@
       var n = data.pools.length;
       cols[n].push(p.available); cols[n + 1].push(p.held); cols[n + 2].push(p.debt);
     });
-    return { opts: { width: widthOf(el), height: 300, tzDate: utc, padding: [null, 40, null, null], series: series,
+    return { opts: { width: widthOf(el), height: 300, tzDate: utc, padding: [null, 40, null, null], series: series, legend: legend,
                      axes: [timeAxis, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
              data: [xs].concat(cols) };
   }
@@ -54,7 +65,7 @@
     var stepped = uPlot.paths.stepped({ align: 1 });
     grants.forEach(function (g, i) {
       series.push({ label: g.grant + " (" + g.pool + ")", stroke: COLORS[i % COLORS.length],
-                    width: 1.5, paths: stepped, points: { show: false }, spanGaps: false, points: { show: false },
+                    width: 1.5, dash: dashOf(i), paths: stepped, points: { show: false }, spanGaps: false, points: { show: false },
                     value: function (u, v) { return fmt(v); } });
       var col = [], k = 0, cur = null, first = g.steps.length ? g.steps[0][0] : Infinity;
       var last = g.steps.length ? g.steps[g.steps.length - 1] : null;
@@ -65,9 +76,65 @@
       });
       cols.push(col);
     });
-    return { opts: { width: widthOf(el), height: 260, tzDate: utc, padding: [null, 40, null, null], series: series,
+    return { opts: { width: widthOf(el), height: 260, tzDate: utc, padding: [null, 40, null, null], series: series, legend: legend,
                      axes: [timeAxis, { values: function (u, vs) { return vs.map(fmt); }, size: 70 }] },
              data: [xs].concat(cols) };
+  }
+
+  // The chart's figures as a table (a time column, then one per line drawn), in a
+  // collapsed <details> after the chart: what a screen reader reads instead of the
+  // picture, and the exact values at every step where the chart shows only a shape.
+  function figuresTable(el, built) {
+    var old = document.getElementById(el.id + "-figures");
+    if (old) { old.remove(); }
+    var details = document.createElement("details");
+    details.className = "chart-figures";
+    details.id = el.id + "-figures";
+    var summary = document.createElement("summary");
+    summary.textContent = "The figures of this chart as a table (" + built.data[0].length.toLocaleString("en-US") +
+      " time" + (built.data[0].length === 1 ? "" : "s") + ")";
+    details.appendChild(summary);
+    var box = document.createElement("div");
+    box.className = "scroll";
+    box.tabIndex = 0;
+    box.setAttribute("role", "region");
+    box.setAttribute("aria-label", el.getAttribute("aria-label") + ": figures");
+    var table = document.createElement("table");
+    table.className = "data stack";  // one block per time on a narrow screen
+    var caption = document.createElement("caption");
+    caption.className = "sr-only";
+    caption.textContent = el.getAttribute("aria-label");
+    table.appendChild(caption);
+    var head = table.createTHead().insertRow();
+    var names = built.opts.series.map(function (s, i) { return i === 0 ? "Time (UTC)" : s.label; });
+    names.forEach(function (name, i) {
+      var th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = name;
+      if (i > 0) { th.className = "num"; }
+      head.appendChild(th);
+    });
+    var body = table.createTBody();
+    built.data[0].forEach(function (t, row) {
+      var tr = body.insertRow();
+      var th = document.createElement("th");
+      th.scope = "row";
+      th.className = "time";
+      th.textContent = iso(t);
+      th.dataset.label = names[0];
+      tr.appendChild(th);
+      for (var c = 1; c < built.data.length; c++) {
+        var td = tr.insertCell();
+        td.className = "num";
+        td.dataset.label = names[c];
+        var v = built.data[c][row];
+        td.textContent = v == null ? "" : fmt(v);
+      }
+    });
+    box.appendChild(table);
+    details.appendChild(box);
+    var figure = el.closest("figure") || el.parentNode;
+    figure.appendChild(details);
   }
 
   function draw(el, json) {
@@ -75,6 +142,7 @@
     var built = el.dataset.kind === "burndown" ? burndownOpts(json, el) : timelineOpts(json, el);
     if (!built.data[0].length) { el.textContent = "Nothing to draw yet."; el.dataset.drawn = "empty"; return; }
     var plot = new uPlot(built.opts, built.data, el);
+    figuresTable(el, built);
     el.dataset.drawn = "yes";
     var resize = function () { plot.setSize({ width: widthOf(el), height: built.opts.height }); };
     window.addEventListener("resize", resize);
@@ -99,6 +167,15 @@
       });
     });
   }
+
+  // A verification's status is swapped whole each second while it runs; the live region
+  // around it stays busy until the verdict comes, which is then announced once.
+  document.addEventListener("htmx:afterSettle", function () {
+    var live = document.getElementById("verify-live");
+    if (!live) { return; }
+    var running = live.querySelector("#verify-status[data-running]") !== null;
+    live.setAttribute("aria-busy", running ? "true" : "false");
+  });
 
   if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", init); }
   else { init(); }

@@ -1,0 +1,214 @@
+"""The web view for auditors who use a keyboard or a screen reader, zoom the page, or print
+it for a file: axe-core on every kind of page, the skip link and the focus indicator, the
+verification's live region, the charts' figures as tables, reflow at 320 px and the print
+stylesheet. In Debian's Chromium through Playwright, over the demo month."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.request import urlopen
+
+import pytest
+from verdicts import start_and_wait_for_verdict
+
+ACCOUNT = "lumen-health"
+Page = tuple[Any, Any]
+
+PAGES = (
+    "/",
+    f"/accounts/{ACCOUNT}",
+    f"/accounts/{ACCOUNT}?as_known_at=979",
+    "/jobs/lumen-0191",
+    "/jobs/cobalt-0074",
+    "/events/980",
+    "/journal",
+    "/accounts/nobody",
+    "/journal?after=x",
+)
+"""A page of each kind: the summary, an account (now and as known earlier), a job (paid,
+rejected), an event, the journal, a 404 and a 422."""
+
+SERIOUS = {"serious", "critical"}
+
+
+def opened(tab: Any, url: str) -> int:
+    """Open `url` and wait for its charts, if any, to be drawn; the page's status."""
+    response = tab.goto(url, wait_until="networkidle")
+    if tab.locator(".chart[data-src]").count():
+        tab.wait_for_selector(".chart[data-drawn]", timeout=20_000)
+    status: int = response.status
+    return status
+
+
+def serious_violations(tab: Any) -> list[str]:
+    """axe-core's serious and critical violations on the page as it stands, one line each."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(tab)
+    return [f"{v['id']} ({v['impact']}): {v['help']}: "
+            + "; ".join(str(n["target"]) for n in v["nodes"][:5])
+            for v in results.response["violations"] if v["impact"] in SERIOUS]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_axe_finds_no_serious_violation(page: Page, base_url: str, path: str) -> None:
+    tab, log = page
+    status = opened(tab, base_url + path)
+    # The charts' tables too, opened as a reader would.
+    for summary in tab.locator("details.chart-figures > summary").all():
+        summary.click()
+    assert serious_violations(tab) == []
+    # An error page's own status is logged as a failed load: nothing else may be.
+    expected = [f"console: Failed to load resource: the server responded with a status of {status}"]
+    assert [e.split(" (")[0] for e in log.errors] == (expected if status >= 400 else [])
+
+
+@pytest.mark.parametrize("path", ("/", f"/accounts/{ACCOUNT}", "/jobs/lumen-0191",
+                                  "/events/980", "/journal"))
+def test_reflows_at_320_px(browser: Any, base_url: str, path: str) -> None:
+    """At 320 px (1280 px zoomed to 400 %) nothing scrolls sideways but a table in its own
+    box, and axe finds nothing serious (the stacked tables' labels, the wrapped header)."""
+    context = browser.new_context(viewport={"width": 320, "height": 700})
+    try:
+        tab = context.new_page()
+        opened(tab, base_url + path)
+        outside = tab.evaluate("""() => {
+            const width = document.documentElement.clientWidth, out = [];
+            if (document.documentElement.scrollWidth > width) out.push('the page');
+            for (const el of document.querySelectorAll('body *')) {
+                if (el.closest('.scroll, .sr-only, .skip')) continue;
+                if (el.getBoundingClientRect().right > width + 1)
+                    out.push(el.outerHTML.slice(0, 80));
+            }
+            return out;
+        }""")
+        assert outside == []
+        assert serious_violations(tab) == []
+    finally:
+        context.close()
+
+
+def test_every_table_is_named_by_its_heading(page: Page, base_url: str) -> None:
+    """A screen reader's list of tables names each, as its region is named."""
+    tab, _ = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    for name in ("Grants", "Revisions", "Ledger"):
+        assert tab.get_by_role("table", name=name, exact=True).count() == 1, name
+    tab.goto(base_url + "/jobs/lumen-0191")
+    unnamed = tab.evaluate("""() => [...document.querySelectorAll('table.data')]
+        .filter(t => !(t.getAttribute('aria-labelledby') || '').split(' ')
+            .map(id => document.getElementById(id)).some(h => h && h.textContent.trim()))
+        .map(t => t.id)""")
+    assert unnamed == []
+
+
+def test_skip_link_is_the_first_stop_and_leads_into_main(page: Page, base_url: str) -> None:
+    tab, log = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    tab.keyboard.press("Tab")
+    skip = tab.evaluate("""() => {
+        const a = document.activeElement, r = a.getBoundingClientRect(), s = getComputedStyle(a);
+        return [a.textContent, r.left >= 0 && r.top >= 0 && r.width > 0,
+                s.outlineStyle, s.outlineWidth]; }""")
+    assert skip == ["Skip to content", True, "solid", "3px"]
+    tab.keyboard.press("Enter")
+    tab.keyboard.press("Tab")
+    assert tab.evaluate("() => document.activeElement.closest('main') !== null")
+    assert log.errors == []
+
+
+FOCUSABLE = (".top nav a", ".top .brand", "#as_known_at", "#f-kind", "button[type=submit]",
+             "#csv-link", "#ledger-table a", ".scroll", "details.chart-figures > summary")
+"""A control of every kind on the account page."""
+
+
+def test_every_kind_of_control_shows_where_focus_is(page: Page, base_url: str) -> None:
+    tab, _ = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    tab.keyboard.press("Tab")  # a keyboard user: focus from here on is shown
+    for selector in FOCUSABLE:
+        tab.locator(selector).first.focus()
+        style = tab.evaluate("() => { const s = getComputedStyle(document.activeElement);"
+                             " return [s.outlineStyle, s.outlineWidth]; }")
+        assert style == ["solid", "3px"], selector
+
+
+def test_verification_is_announced_and_keeps_the_focus(page: Page, base_url: str) -> None:
+    """Started from the keyboard; the verdict lands in the live region that was there
+    before it (a region added by a swap is not announced), no longer busy, and the focus
+    stays on the button."""
+    tab, log = page
+    opened(tab, base_url + "/journal")
+    tab.evaluate("() => { window.liveBefore = document.getElementById('verify-live'); }")
+    tab.locator("#verify-button").focus()
+    start_and_wait_for_verdict(tab, lambda: tab.keyboard.press("Enter"))
+    assert tab.locator("#verify-status.verify-ok").count() == 1
+    live = tab.evaluate("""() => { const live = document.getElementById('verify-live');
+        return [live === window.liveBefore, live.getAttribute('role'),
+                live.getAttribute('aria-live'), live.getAttribute('aria-busy'),
+                live.contains(document.getElementById('verify-status')),
+                document.querySelectorAll('[aria-live]').length,
+                document.activeElement.id]; }""")
+    assert live == [True, "status", "polite", "false", True, 1, "verify-button"]
+    assert log.errors == []
+
+
+def test_charts_have_their_figures_as_tables_and_lines_told_apart_without_colour(
+        page: Page, base_url: str) -> None:
+    tab, log = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    src = tab.locator("#timeline-chart").get_attribute("data-src")
+    with urlopen(base_url + src) as r:
+        data = json.load(r)
+    points = [p for p in data["points"] if p["time"] is not None]
+    pools = data["pools"]
+
+    figures = tab.locator("#timeline-chart-figures")
+    figures.locator("summary").click()
+    table = figures.get_by_role("table")
+    headers = table.locator("thead th").all_inner_texts()
+    assert headers == (["Time (UTC)"] + [f"balance {p}" for p in pools]
+                       + ["available (all)", "held", "debt"])
+    rows = table.locator("tbody tr")
+    assert rows.count() == len(points)
+    last = rows.nth(len(points) - 1).locator("th, td").all_inner_texts()
+    final = points[-1]
+    assert last[1:] == [f"{final['pools'].get(p, 0):,}" for p in pools] + [
+        f"{final['available']:,}", f"{final['held']:,}", f"{final['debt']:,}"]
+
+    burn = tab.locator("#burndown-chart-figures table thead th").all_text_contents()
+    assert burn == ["Time (UTC)"] + [f"{g['grant']} ({g['pool']})" for g in data["grants"]]
+
+    # Each pool's line has its own dash, and the legend's marker shows it.
+    styles = tab.locator("#timeline-chart .u-legend .u-marker").evaluate_all(
+        "ms => ms.map(m => m.style.borderStyle).filter(s => s)")
+    assert len(pools) >= 2 and len(set(styles[:2])) == 2, styles
+    assert log.errors == []
+
+
+@pytest.mark.parametrize("path", ("/", f"/accounts/{ACCOUNT}", "/jobs/lumen-0191",
+                                  "/events/980", "/journal"))
+def test_printed_pages_hold_tables_whole_without_navigation(
+        browser: Any, base_url: str, path: str) -> None:
+    """As printed on A4 (about 700 CSS px between the margins): no navigation, form or
+    pager; no table cut off by its scrolling box; each table's header repeated per sheet."""
+    context = browser.new_context(viewport={"width": 700, "height": 1000})
+    try:
+        tab = context.new_page()
+        opened(tab, base_url + path)
+        tab.emulate_media(media="print")
+        shown = tab.evaluate("""() => [...document.querySelectorAll('.skip, nav, form, .pager')]
+            .filter(el => getComputedStyle(el).display !== 'none')
+            .map(el => el.outerHTML.slice(0, 60))""")
+        assert shown == []
+        cut = tab.evaluate("""() => [...document.querySelectorAll('.scroll')]
+            .filter(s => s.offsetParent !== null && s.scrollWidth > s.clientWidth + 1)
+            .map(s => s.firstElementChild.id + ' ' + s.scrollWidth + '/' + s.clientWidth)""")
+        assert cut == []
+        assert tab.evaluate("() => document.documentElement.scrollWidth") <= 700
+        heads = tab.locator("table.data thead").evaluate_all(
+            "hs => hs.map(h => getComputedStyle(h).display)")
+        assert heads and set(heads) == {"table-header-group"}
+    finally:
+        context.close()
