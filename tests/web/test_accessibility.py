@@ -24,10 +24,11 @@ PAGES = (
     "/events/980",
     "/journal",
     "/accounts/nobody",
+    "/acounts/lumen-health",
     "/journal?after=x",
 )
 """A page of each kind: the summary, an account (now and as known earlier), a job (paid,
-rejected), an event, the journal, a 404 and a 422."""
+rejected), an event, the journal, a 404 (an unknown account, a mistyped path) and a 422."""
 
 SERIOUS = {"serious", "critical"}
 

@@ -241,6 +241,42 @@ def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> No
         assert c.get("/static/web/web.css").status_code == 200  # no figures in static files
 
 
+BROWSER = {"accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+"""What a browser asks for when it follows a link."""
+
+
+def test_a_browsers_mistyped_path_is_a_page_the_apis_stays_a_problem(client: TestClient) -> None:
+    """A path no route answers is the view's error page for a browser (a language, a title,
+    landmarks, the pages named), and the API's problem for anything else."""
+    r = client.get("/acounts/lumen-health", headers=BROWSER)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert '<html lang="en">' in r.text and "<title>No such page" in r.text
+    assert "/acounts/lumen-health" in r.text and "/accounts/{account}" in r.text
+    assert r.headers["content-security-policy"].startswith("default-src 'self'")
+    for path, headers in (("/acounts/x", {}), ("/v1/nope", BROWSER),
+                          ("/static/web/nope.js", BROWSER)):
+        r = client.get(path, headers=headers)
+        assert r.status_code == 404, path
+        assert r.headers["content-type"] == "application/problem+json", path
+    r = client.post("/journal", headers=BROWSER)
+    assert r.status_code == 405 and r.headers["content-type"] == "application/problem+json"
+
+
+def test_a_mistyped_path_shows_no_page_without_a_read_token(demo_db: str) -> None:
+    """The error page shows the journal's head: on a service with tokens, a browser
+    without one gets the API's answer, as before."""
+    from tools.service.app import create_app
+    from tools.service.auth import Token
+
+    with TestClient(create_app(demo_db, tokens=[Token("auditor", b"s3cret")])) as c:
+        r = c.get("/acounts/x", headers=BROWSER)
+        assert r.status_code == 404
+        assert r.headers["content-type"] == "application/problem+json"
+        assert "head" not in r.text
+        ok = c.get("/acounts/x", headers={**BROWSER, "Authorization": "Bearer s3cret"})
+        assert ok.status_code == 404 and "<title>No such page" in ok.text
+
+
 def test_an_accounts_stream_answers_as_the_whole_journal_does(demo_db: str) -> None:
     """The pages read an account's figures from one fold of its stream alone: the same
     statement and lineage as a fold of the whole journal, now and as known at earlier

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from projections.errors import UnknownAccount, UnknownJob
+from tools.service.problems import ServiceProblem
 from tools.service.strict_body import query_refusal
 from tools.web import pages
 from tools.web.source import AuditSource
@@ -303,6 +304,29 @@ def event_by_id(request: Request, id: str = "") -> Response:
     if position is None:
         return problem(request, 404, "No such event", f"no event is recorded under id {id!r}")
     return RedirectResponse(f"/events/{position}", status_code=303)
+
+
+PAGES = "/, /accounts/{account}, /jobs/{job}, /journal, /events/{position}"
+"""The view's pages, as an unknown path's error page names them."""
+
+
+def unknown_path_page(request: Request, status: int) -> HTMLResponse | None:
+    """The view's error page for a browser's GET of a path that no route answers (a
+    mistyped link): a page, with its language, title and landmarks, where the API's
+    `404` problem would be bare JSON. None for anything else: the API's paths, the static
+    files, a client that does not ask for HTML, and, on a service with bearer tokens, a
+    request without a read role (the page shows the journal's head)."""
+    path = request.url.path
+    if (status != 404 or request.method not in ("GET", "HEAD")
+            or path.startswith(("/v1/", STATIC + "/")) or path == "/v1"
+            or "text/html" not in request.headers.get("accept", "")):
+        return None
+    try:
+        _may_read(request)
+    except ServiceProblem:  # refused (401, 403): the API's answer stands
+        return None
+    return problem(request, 404, "No such page",
+                   f"no page at {path!r}: the pages are {PAGES}")
 
 
 def bad_query(request: Request, exc: Exception) -> Response:
