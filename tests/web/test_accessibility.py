@@ -129,15 +129,32 @@ FOCUSABLE = (".top nav a", ".top .brand", "#as_known_at", "#f-kind", "button[typ
 """A control of every kind on the account page."""
 
 
+OUTLINE = """() => {
+    const rgb = c => c.match(/[\\d.]+/g).map(Number);
+    const lum = c => { const [r, g, b] = rgb(c).slice(0, 3).map(v => v / 255)
+        .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+    const el = document.activeElement, s = getComputedStyle(el);
+    let bg = el.parentElement;  // the outline is drawn beside the element, on its parent
+    while (bg && (rgb(getComputedStyle(bg).backgroundColor)[3] === 0)) bg = bg.parentElement;
+    const back = bg ? getComputedStyle(bg).backgroundColor : 'rgb(255, 255, 255)';
+    const [hi, lo] = [lum(s.outlineColor), lum(back)].sort((a, b) => b - a);
+    return [s.outlineStyle, s.outlineWidth, Math.round((hi + 0.05) / (lo + 0.05) * 100) / 100];
+}"""
+"""The focused element's outline style, width, and its contrast with the background
+around it."""
+
+
 def test_every_kind_of_control_shows_where_focus_is(page: Page, base_url: str) -> None:
+    """A 3 px outline, at least 3:1 against the background it is drawn on (WCAG 1.4.11)."""
     tab, _ = page
     opened(tab, f"{base_url}/accounts/{ACCOUNT}")
     tab.keyboard.press("Tab")  # a keyboard user: focus from here on is shown
     for selector in FOCUSABLE:
         tab.locator(selector).first.focus()
-        style = tab.evaluate("() => { const s = getComputedStyle(document.activeElement);"
-                             " return [s.outlineStyle, s.outlineWidth]; }")
-        assert style == ["solid", "3px"], selector
+        style, width, contrast = tab.evaluate(OUTLINE)
+        assert (style, width) == ("solid", "3px"), selector
+        assert contrast >= 3, f"{selector}: outline contrast {contrast}"
 
 
 def test_verification_is_announced_and_keeps_the_focus(page: Page, base_url: str) -> None:
