@@ -262,3 +262,41 @@ def test_a_projection_opened_on_a_stored_journal_takes_each_batch_as_replay_does
             if part > len(late):
                 assert [(r.event_id, r.late_event_id)
                         for r in session.projector.revisions] == want
+
+
+@pytest.mark.parametrize("where", ["file", "in-memory"])
+def test_a_decision_catching_up_on_another_process_import_takes_it_as_one_batch(
+        tmp_path: Any, where: str) -> None:
+    """A facade whose projection is behind an import of late events another process
+    recorded catches up on it, under its write lock, as one step of knowledge (as a
+    replay, or a facade opening the journal, takes it): the revisions a replay reports,
+    none of a late line by the next one. Event by event, a decision behind an import of
+    30,000 late lines held SQLite's one write lock for minutes."""
+    from eventstore import Journal
+    from projections.corrections import Corrections
+    from projections.replay import fold_canonical, replay
+    from projections.session import LedgerSession
+
+    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
+                           "id": "g"}]
+    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
+             for i in range(5)]
+    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
+                           "id": f"l{i}"} for i in range(5)]  # each before the one before
+    url = f"sqlite:///{tmp_path / 'j.db'}" if where == "file" else "sqlite://"
+    with Journal(url) as journal:
+        import_file(journal, jsonl(base), "base")
+        session = LedgerSession(journal)  # its projection: the base alone
+        finance = Corrections(session)
+        # Another process's import (on an in-memory database, the same journal).
+        other = Journal(url) if where == "file" else journal
+        try:
+            import_file(other, jsonl(late), "late")
+        finally:
+            if other is not journal:
+                other.close()
+        finance.consume("a", 1, at=200, event_id="after")
+        want = [(r.event_id, r.late_event_id) for r in replay(journal).revisions]
+        assert {event_id for event_id, _ in want} <= {f"c{i}" for i in range(5)}
+        assert [(r.event_id, r.late_event_id) for r in session.projector.revisions] == want
+        assert session.digest() == fold_canonical(journal).digest()
