@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from typer.core import TyperCommand, TyperGroup
 
-from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
+from eventstore import ChainBroken, Journal, JournalError, JournalLike, LockTimeout, upgrade
 from projections import anchors, importing, owners, queries
 from projections import demo as demo_mod
 from projections.errors import LedgerError
@@ -284,9 +284,23 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
         if write and check_chain:
             # Checked up to here, this command's own events included: the next command
             # checks only what comes after.
-            anchors.advance_verified(journal)
+            _advance_verified(journal)
     finally:
         journal.close()
+
+
+def _advance_verified(journal: JournalLike) -> None:
+    """Record the verified mark at the head; a warning, not a failure, when another
+    writer holds the lock past lock_timeout: what the command recorded is committed by
+    now (an import that said `error` after appending 30,000 lines was retried as if
+    nothing had happened), and the mark is a cache the next command does without."""
+    try:
+        anchors.advance_verified(journal)
+    except LockTimeout as exc:
+        sys.stderr.write(
+            f"{PROG}: warning: what this command recorded is committed, but the journal's "
+            f"verified mark was not moved to its head ({exc}); the next command checks the "
+            "chain from the previous mark\n")
 
 
 def refuse_journal_file(out: Path, url: str) -> None:

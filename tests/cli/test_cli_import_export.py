@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+import pytest
 import typer.main
 from cli_helpers import LATE, SMALL, Run, as_json, error_lines, journal_head, lines_of
 from typer.testing import CliRunner
@@ -319,3 +321,47 @@ def test_the_summary_counts_bad_lines_not_problems(run: Run, db: str, tmp_path: 
     assert [e.split(":")[1] for e in errors[:-1]] == ["1", "1"]  # two problems, one line
     assert errors[-1] == f"gpu-credits: error: 1 invalid line(s) in {bad}; nothing appended"
     assert journal_head(db) == 0
+
+
+def test_a_write_committed_while_another_writer_holds_the_lock_says_so(
+        run: Run, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command whose events are committed when another writer (a service, a long
+    import) takes SQLite's write lock for longer than lock_timeout, just before the
+    command records the journal's verified mark, succeeds with a warning: its events are
+    recorded, so an `error` (exit 2) would be untrue; its retry appends nothing."""
+    import functools
+    import sqlite3
+
+    from projections import anchors
+    from tools import cli
+
+    monkeypatch.setattr(cli, "Journal", functools.partial(Journal, lock_timeout=0.2))
+    advance = anchors.advance_verified
+    path = db.removeprefix("sqlite:///")
+
+    def another_writer_first(journal: Any) -> Any:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            return advance(journal)
+        finally:
+            other.rollback()
+            other.close()
+
+    monkeypatch.setattr(anchors, "advance_verified", another_writer_first)
+    source = tmp_path / "small.jsonl"
+    source.write_text(SMALL)
+    first = run("import", str(source))
+    assert first.exit_code == 0, first.stderr
+    assert "appended 12 events" in first.stdout
+    assert "warning: what this command recorded is committed" in first.stderr
+    assert "stayed locked by another writer" in first.stderr
+    grant = run("grant", "b", "5", "--id", "more")
+    assert grant.exit_code == 0, grant.stderr
+    monkeypatch.setattr(anchors, "advance_verified", advance)
+    again = run("import", str(source))
+    assert again.exit_code == 0, again.stderr
+    assert "appended 0 events, 12 already present" in again.stdout
+    with Journal(db) as journal:
+        assert journal.head() == 13
+        assert journal.verify() is None
