@@ -171,8 +171,10 @@ class JournalLike(Protocol):
         """The state bytes of one snapshot; KeyError if there is none with that id."""
         ...
 
-    def drop_snapshots(self, name: str, *, from_time: int | None = None) -> int:
-        """Drop snapshots with event_time >= from_time (all if None); return how many."""
+    def drop_snapshots(self, name: str, *, from_time: int | None = None,
+                       before_position: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time and position < before_position
+        (each bound: none if None); return how many."""
         ...
 
     def close(self) -> None:

@@ -1051,11 +1051,16 @@ class Journal(JournalBase):
             raise KeyError(f"no snapshot with id {snapshot_id}")
         return bytes(state)
 
-    def drop_snapshots(self, name: str, *, from_time: int | None = None) -> int:
-        """Drop snapshots with event_time >= from_time (all if None); return how many."""
+    def drop_snapshots(self, name: str, *, from_time: int | None = None,
+                       before_position: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time and position < before_position
+        (each bound: none if None); return how many."""
         stmt = delete(snapshots).where(snapshots.c.name == name)
         if from_time is not None:
             stmt = stmt.where(snapshots.c.event_time >= require_int("from_time", from_time))
+        if before_position is not None:
+            stmt = stmt.where(
+                snapshots.c.position < require_int("before_position", before_position))
         with self._writing() as conn:
             return int(conn.execute(stmt).rowcount)
 

@@ -540,13 +540,17 @@ class MemoryJournal(JournalBase):
             raise KeyError(f"no snapshot with id {snapshot_id}")
         return snap.state
 
-    def drop_snapshots(self, name: str, *, from_time: int | None = None) -> int:
-        """Drop snapshots with event_time >= from_time (all if None); return how many."""
+    def drop_snapshots(self, name: str, *, from_time: int | None = None,
+                       before_position: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time and position < before_position
+        (each bound: none if None); return how many."""
         with self._lock:
             doomed = [
                 k
                 for k, s in self._snapshots.items()
-                if s.info.name == name and (from_time is None or s.info.event_time >= from_time)
+                if s.info.name == name
+                and (from_time is None or s.info.event_time >= from_time)
+                and (before_position is None or s.info.position < before_position)
             ]
             for k in doomed:
                 del self._snapshots[k]

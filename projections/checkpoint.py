@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import msgspec
 import orjson
 
-from eventstore import JournalLike, SnapshotInfo
+from eventstore import JournalLike, LockTimeout, SnapshotInfo
 from projections.bulk import paused_gc
 from projections.copying import SCALARS
 from projections.figures import Ending, Figures, ending_credits
@@ -536,5 +536,28 @@ def ignored_checkpoint(info: SnapshotInfo, exc: Exception) -> None:
 
 
 def invalidate_after(journal: JournalLike, late_time: int) -> int:
-    """A late event at `late_time` makes every checkpoint after that time stale."""
-    return journal.drop_snapshots(CHECKPOINT, from_time=late_time + 1)
+    """Drop the checkpoints a late event at `late_time` made stale; return how many.
+
+    Those after that time that an event recorded after them lands before: one saved
+    after the late event was recorded holds it and stays. Every process that learns of
+    a late event calls this, the one that recorded it and each other one as it catches
+    up (a service, a command line's decision): a `replay` run in between saved fresh
+    checkpoints that a later learner dropped whole, so the next process to start folded
+    the journal from its first event. Nothing stale: nothing is written (no write lock
+    is waited for). A stale one left behind is refused as it loads all the same
+    (`checkpoint_is_valid`): this is tidying, never what keeps answers right."""
+    stale = [info for info in journal.snapshots(CHECKPOINT)
+             if info.event_time > late_time and not checkpoint_is_valid(journal, info)]
+    dropped = 0
+    try:
+        # Each with those at or before its position and at or after its time: stale too
+        # (the event after it that lands before it lands before them): no valid one goes.
+        for info in sorted(stale, key=lambda i: (i.event_time, -i.position)):
+            dropped += journal.drop_snapshots(CHECKPOINT, from_time=info.event_time,
+                                              before_position=info.position + 1)
+    except LockTimeout:
+        # Called once the decision that learned of the late event is committed: another
+        # writer holding the lock (a long import on SQLite) must not turn it into an
+        # error. The next learner, or a replay, tidies.
+        pass
+    return dropped

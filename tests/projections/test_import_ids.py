@@ -300,3 +300,42 @@ def test_a_decision_catching_up_on_another_process_import_takes_it_as_one_batch(
         assert {event_id for event_id, _ in want} <= {f"c{i}" for i in range(5)}
         assert [(r.event_id, r.late_event_id) for r in session.projector.revisions] == want
         assert session.digest() == fold_canonical(journal).digest()
+
+
+def test_a_checkpoint_saved_after_a_late_import_outlives_a_process_learning_of_it_later(
+        tmp_path: Any) -> None:
+    """The checkpoints `replay` saves after an import of late events hold that import:
+    a decision by another process that only now catches up on the import leaves them
+    (it dropped every checkpoint after the import's earliest time, and the next process
+    to start folded the journal from its first event); one saved before the import is
+    stale, and goes."""
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT, checkpoint_is_valid
+    from projections.corrections import Corrections
+    from projections.replay import replay
+    from projections.session import LedgerSession
+
+    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
+                           "id": "g"}]
+    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
+             for i in range(5)]
+    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
+                           "id": f"l{i}"} for i in range(5)]
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with Journal(url) as journal:
+        import_file(journal, jsonl(base), "base")
+        replay(journal, checkpoint=True)
+        (before,) = journal.snapshots(CHECKPOINT)
+        finance = Corrections(LedgerSession(journal))  # its projection: the base alone
+        with Journal(url) as other:  # another process: an import, then a replay
+            import_file(other, jsonl(late), "late")
+            assert not checkpoint_is_valid(other, before)
+            replay(other, checkpoint=True)
+            fresh = other.snapshots(CHECKPOINT)
+            assert fresh and all(checkpoint_is_valid(other, info) for info in fresh)
+            # The replay replaced them all: put the stale one back beside the fresh ones.
+            other.save_snapshot(CHECKPOINT, before.position, before.event_time,
+                                before.digest, b"stale")
+        finance.consume("a", 1, at=200, event_id="after")
+        assert [info.id for info in journal.snapshots(CHECKPOINT)] == [
+            info.id for info in fresh]
