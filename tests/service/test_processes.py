@@ -1,6 +1,9 @@
 """Real `gpu-credits serve` processes driven over loopback by several client processes.
 
 - one service on SQLite, several clients;
+- two services on one SQLite file (a rolling restart's overlap), with the command line
+  writing on the same file (an import of late events, finance's grants and usage
+  reports, a replay saving checkpoints) while clients pick a service at random;
 - two replicas on one PostgreSQL journal, clients picking a replica at random: afterwards
   an independent model (the concurrency tests' `check_linearizable`) re-decides every
   command in canonical order and compares it with the fold and with what each client was
@@ -13,8 +16,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -76,6 +82,75 @@ def test_one_service_on_sqlite_many_clients(tmp_path: Path) -> None:
     _check(url, results)
     log = (tmp_path / "serve.log").read_text()
     assert '"path": "/v1/jobs"' in log  # structured access logs
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([server.GPU_CREDITS, "--db", url, *args], capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, env=dict(os.environ),
+                          timeout=300)
+
+
+def _late_file(path: Path, lines: int) -> Path:
+    """Grants, then usage reports, on accounts of their own, all timed a month before
+    now: each one late, placed before everything the services recorded."""
+    start = int(time.time()) - 30 * 86400
+    accounts = [f"imported-{i}" for i in range(10)]
+    rows = [{"type": "grant", "account": a, "amount": 10**6, "time": start} for a in accounts]
+    rows += [{"type": "consume", "account": accounts[k % 10], "amount": 1 + k % 3,
+              "time": start + 1 + k} for k in range(lines - len(rows))]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_two_services_and_the_command_line_on_one_sqlite_file(tmp_path: Path) -> None:
+    """Two `serve` processes on one SQLite file (a rolling restart's overlap, or two left
+    running), the command line writing beside them: every decision is as if each had
+    taken its turn, no client is answered 5xx, every command succeeds, and the services,
+    caught up, answer what a fresh command reads; `verify` passes, the replay's
+    checkpoint among what it checks. (What a command deciding behind another process's
+    import holds the lock for, and what it says when it cannot record the verified mark,
+    is tested on its own: tests/projections/test_import_ids.py,
+    tests/cli/test_cli_import_export.py; here the timing is the processes'.)"""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with server.running(url, tmp_path / "a.log") as a, \
+            server.running(url, tmp_path / "b.log") as b:
+        http_kit.open_accounts(a.base)
+        imported = _cli(url, "import", str(_late_file(tmp_path / "late.jsonl", 3000)))
+        assert imported.returncode == 0, imported.stderr
+        assert "3,000 late" in imported.stdout
+        for i, base in enumerate((a.base, b.base)):  # no read in between: a write first
+            status, answer = http_kit.call(base, "POST", "/v1/accounts/acct-a/usage",
+                                           {"amount": 1}, key=f"after-import-{i}")
+            assert status == 201, answer
+        finance: list[subprocess.CompletedProcess[str]] = []
+
+        def finance_at_work() -> None:
+            finance.append(_cli(url, "grant", "finance", "500", "--id", "fin-open"))
+            for n in range(4):
+                finance.append(_cli(url, "consume", "finance", "7", "--id", f"fin-c{n}"))
+            finance.append(_cli(url, "replay"))
+            finance.append(_cli(url, "grant", "finance", "5", "--id", "fin-more"))
+
+        worker = threading.Thread(target=finance_at_work)
+        worker.start()
+        results = _run_clients([a.base, b.base], tmp_path)
+        worker.join()
+        for done in finance:
+            assert done.returncode == 0, (done.args, done.stderr)
+        listed = _cli(url, "accounts", "--json")
+        assert listed.returncode == 0, listed.stderr
+        time.sleep(0.2)  # a read looks at the journal again after 50 ms
+        for row in json.loads(listed.stdout)["accounts"]:
+            path = f"/v1/accounts/{row['account']}/balance"
+            for base in (a.base, b.base):
+                status, answer = http_kit.call(base, "GET", path)
+                assert status == 200, answer
+                assert (answer["balance"], answer["reserved"], answer["debt"]) == (
+                    row["balance"], row["reserved"], row["debt"]), (base, row)
+    _check(url, results)
+    verified = _cli(url, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "replay reproduces" in verified.stdout
 
 
 @pytest.mark.postgres
