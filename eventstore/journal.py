@@ -1052,15 +1052,18 @@ class Journal(JournalBase):
         return bytes(state)
 
     def drop_snapshots(self, name: str, *, from_time: int | None = None,
-                       before_position: int | None = None) -> int:
-        """Drop snapshots with event_time >= from_time and position < before_position
-        (each bound: none if None); return how many."""
+                       before_position: int | None = None,
+                       through_id: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time, position < before_position and
+        id <= through_id (each bound: none if None); return how many."""
         stmt = delete(snapshots).where(snapshots.c.name == name)
         if from_time is not None:
             stmt = stmt.where(snapshots.c.event_time >= require_int("from_time", from_time))
         if before_position is not None:
             stmt = stmt.where(
                 snapshots.c.position < require_int("before_position", before_position))
+        if through_id is not None:
+            stmt = stmt.where(snapshots.c.id <= require_int("through_id", through_id))
         with self._writing() as conn:
             return int(conn.execute(stmt).rowcount)
 

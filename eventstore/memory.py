@@ -541,9 +541,10 @@ class MemoryJournal(JournalBase):
         return snap.state
 
     def drop_snapshots(self, name: str, *, from_time: int | None = None,
-                       before_position: int | None = None) -> int:
-        """Drop snapshots with event_time >= from_time and position < before_position
-        (each bound: none if None); return how many."""
+                       before_position: int | None = None,
+                       through_id: int | None = None) -> int:
+        """Drop snapshots with event_time >= from_time, position < before_position and
+        id <= through_id (each bound: none if None); return how many."""
         with self._lock:
             doomed = [
                 k
@@ -551,6 +552,7 @@ class MemoryJournal(JournalBase):
                 if s.info.name == name
                 and (from_time is None or s.info.event_time >= from_time)
                 and (before_position is None or s.info.position < before_position)
+                and (through_id is None or s.info.id <= through_id)
             ]
             for k in doomed:
                 del self._snapshots[k]

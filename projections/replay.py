@@ -283,8 +283,10 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     head = journal.head() if to_position is None else min(to_position, journal.head())
     saving = checkpoint and to_time is None and to_position is None
     at = checkpoint_positions(head, checkpoint_every) if saving else frozenset()
-    if saving:
-        journal.drop_snapshots(CHECKPOINT)
+    # The checkpoints saved before go once the fresh ones are: a replay cut short (Ctrl-C,
+    # another writer holding the lock past its timeout) leaves them, not none.
+    replaced = max((info.id for info in journal.snapshots(CHECKPOINT)), default=None) \
+        if saving else None
     # A replay needs snapshots only for late events: none is taken before the first one
     # (copying the whole state every few tens of thousands of events was a sixth of a
     # replay of an in-order journal), sparse ones after it (denser as late events show
@@ -369,6 +371,8 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                 shown = done
     if progress is not None:
         progress(done, head)
+    if replaced is not None:
+        journal.drop_snapshots(CHECKPOINT, through_id=replaced)
     ledger = projector.ledger
     # Every event read, reversed ones and reversals too (`ledger.applied` counts what the
     # fold applied: "replayed 1 event" of a journal of three was a puzzle to an auditor).

@@ -456,6 +456,11 @@ class AppendReadContract(_OnABackend):
         assert journal.snapshots("ledger") == [] and len(journal.snapshots("other")) == 1
         s5 = journal.save_snapshot("ledger", 1, 1, "d5", b"y")
         assert s5.id not in (s1.id, s2.id, s3.id)  # ids are never reused
+        # Later saves get larger ids: `through_id` drops those saved up to one.
+        s6 = journal.save_snapshot("ledger", 2, 2, "d6", b"z")
+        assert s6.id > s5.id
+        assert journal.drop_snapshots("ledger", through_id=s5.id) == 1
+        assert journal.snapshots("ledger") == [s6]
         with pytest.raises(ValueError):
             journal.save_snapshot("ledger", 1, 1, "d", "not bytes")  # type: ignore[arg-type]
 

@@ -279,6 +279,46 @@ def test_a_checkpoint_after_replay_resumes_to_the_same_digest(tmp_path: Path) ->
     assert verify(journal).ok
 
 
+def test_a_replay_cut_short_keeps_the_checkpoints_it_would_have_replaced(
+        tmp_path: Path) -> None:
+    """Saving fresh checkpoints replaces the old ones once they are saved: a replay
+    stopped on the way (Ctrl-C, another writer holding the lock) left none, and the next
+    process to start folded the whole journal."""
+    url = f"sqlite:///{tmp_path / 'cut.db'}"
+    _journal_with_history(url)
+    journal = Journal(url)
+    replay(journal, checkpoint=True, checkpoint_every=10)
+    before = journal.snapshots(CHECKPOINT)
+    assert len(before) > 1
+
+    from eventstore import LockTimeout
+    from projections import replay as replay_module
+
+    saved: list[int] = []
+    save = replay_module.save_checkpoint
+
+    def held_elsewhere(journal: Any, ledger: Ledger, position: int) -> Any:
+        if saved:
+            raise LockTimeout("stayed locked by another writer")
+        saved.append(position)
+        return save(journal, ledger, position)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay_module, "save_checkpoint", held_elsewhere)
+        with pytest.raises(LockTimeout):
+            replay(journal, checkpoint=True, checkpoint_every=10)
+    assert saved
+    assert set(before) <= set(journal.snapshots(CHECKPOINT))
+    # Run whole, it leaves only its own.
+    report = replay(journal, checkpoint=True, checkpoint_every=10)
+    after = journal.snapshots(CHECKPOINT)
+    assert after and not set(before) & set(after)
+    assert {info.position for info in after} == {
+        info.position for info in before} and report.position == journal.head()
+    assert verify(journal).ok
+    journal.close()
+
+
 @settings(max_examples=80, deadline=None)
 @given(histories(), st.data())
 def test_ledger_at_from_checkpoints_equals_a_fold_at_every_position_and_time(
