@@ -81,6 +81,9 @@ def test_the_revision_of_a_start_that_came_before_its_submit_is_its_accounts(
     # The stream of the job's early events is no account: 404, as for a misspelt name.
     problem(client.get("/v1/revisions?account=job:j1"), 404)
     problem(client.get("/v1/revisions?account=nobody"), 404)
+    # A blank name is a bad parameter, in the API's words (not the journal's "stream").
+    blank = problem(client.get("/v1/revisions?account="), 422)
+    assert blank["detail"].startswith("query.account:") and "stream" not in blank["detail"]
 
 
 def test_a_statement_keeps_the_reversal_of_a_start_that_came_before_its_submit(

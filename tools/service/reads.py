@@ -441,7 +441,8 @@ def revisions(request: Request,
               after: Annotated[int, Query(ge=0, description="revisions already seen (the "
                                                             "`next` of the last page)")] = 0,
               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-              account: Annotated[str | None, Query(max_length=200)] = None) -> Any:
+              account: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+              ) -> Any:
     """Each outcome a late event revised, before and after, in the order they came."""
     service = service_of(request)
     if account is not None and not names_account(service.journal, account):
