@@ -8,7 +8,10 @@ late event and once without, so every outcome the late event changed is found an
 recorded as a `Revision`. The cost grows with the events after the late one, not with the
 journal; memory holds the state and a bounded set of snapshots, never the journal.
 
-Snapshots are a cache, never truth: a late event drops every snapshot after its time.
+Snapshots are a cache, never truth: a late event refolded on the whole timeline drops
+every snapshot after its time. One re-projected for its account alone leaves them, marked
+stale for that account (they hold it as it was, and every other account as it is): a later
+refold of another account may start there, a whole-ledger use never does.
 
 Given an `account_reader`, a late event is re-projected for its own account only: that
 account's state at the snapshot before it, and that account's events after it
@@ -303,6 +306,11 @@ class Projector:
         self._max_snapshots = max_snapshots
         self._snap_keys: list[tuple[int, int]] = []
         self._snap_states: list[Saved] = []
+        # Per snapshot, the accounts it holds as they were before a late event of theirs
+        # re-projected alone (the rest of it is right): kept, a snapshot taken at the head
+        # serves the other accounts' late events, where dropping it (as a whole-timeline
+        # refold does) left nearly every late refold to start from the empty ledger.
+        self._snap_stale: list[frozenset[str]] = []
         self._since_snapshot = 0
         # Snapshots once late: the first one as soon as a late event has been seen. Late
         # events come in runs, and the ones after the first then refold from there, not
@@ -343,27 +351,48 @@ class Projector:
         self._next_snapshot = self._interval(ledger)
         self._snap_keys.append(ledger.last)
         self._snap_states.append(snapshot(ledger))
+        self._snap_stale.append(frozenset())
         if len(self._snap_keys) > self._max_snapshots:
             # Thin out the older half so late events far back still find a snapshot.
             half = len(self._snap_keys) // 2
-            keep = list(range(0, half, 2)) + list(range(half, len(self._snap_keys)))
-            self._snap_keys = [self._snap_keys[i] for i in keep]
-            self._snap_states = [self._snap_states[i] for i in keep]
+            self._keep_snapshots(list(range(0, half, 2)) + list(range(half, len(self._snap_keys))))
 
-    def _snapshot_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Saved | None]:
-        """The newest snapshot strictly before `key` (None: start from an empty ledger)."""
+    def _keep_snapshots(self, keep: Sequence[int]) -> None:
+        """Keep only the snapshots at the indexes `keep` (in increasing order)."""
+        self._snap_keys = [self._snap_keys[i] for i in keep]
+        self._snap_states = [self._snap_states[i] for i in keep]
+        self._snap_stale = [self._snap_stale[i] for i in keep]
+
+    def _drop_snapshots_from(self, key: tuple[int, int]) -> None:
+        """Drop the snapshots at or after `key`."""
         i = bisect.bisect_left(self._snap_keys, key)
-        if i == 0:
-            found = self._older(key) if self._older is not None else None
-            if found is None:
-                return MIN_KEY, None
-            # Older than every snapshot held: it goes first, and stays for the next time.
-            start, ledger = found
-            saved = snapshot(ledger)
-            self._snap_keys.insert(0, start)
-            self._snap_states.insert(0, saved)
-            return start, saved
-        return self._snap_keys[i - 1], self._snap_states[i - 1]
+        del self._snap_keys[i:]
+        del self._snap_states[i:]
+        del self._snap_stale[i:]
+
+    def _snapshot_before(self, key: tuple[int, int], account: str | None = None
+                         ) -> tuple[tuple[int, int], Saved | None]:
+        """The newest snapshot strictly before `key` that holds `account` as it stands
+        (None: one that holds every account so, for a whole-ledger use); (MIN_KEY, None):
+        start from an empty ledger."""
+        keys, stale = self._snap_keys, self._snap_stale
+        i = bisect.bisect_left(keys, key)
+        for j in range(i - 1, -1, -1):
+            held = stale[j]
+            if not held or (account is not None and account not in held):
+                return keys[j], self._snap_states[j]
+        found = self._older(key) if self._older is not None else None
+        if found is None:
+            return MIN_KEY, None
+        # Older than every usable snapshot held (a saved checkpoint, checked as it loads):
+        # it takes its place among them, and stays for the next time.
+        start, ledger = found
+        saved = snapshot(ledger)
+        at = bisect.bisect_left(keys, start)
+        keys.insert(at, start)
+        self._snap_states.insert(at, saved)
+        stale.insert(at, frozenset())
+        return start, saved
 
     def _restore_before(self, key: tuple[int, int]) -> tuple[tuple[int, int], Ledger]:
         """The newest snapshot strictly before `key`, restored, or an empty ledger."""
@@ -374,7 +403,8 @@ class Projector:
         """A restored copy of `saved` (or an empty ledger) skipping the reversed events.
 
         A snapshot may predate a reversal; it is still right up to its own key, since a
-        reversal drops every snapshot from the reversed event's place on.
+        reversal drops every snapshot from the reversed event's place on (or, re-projected
+        for its account alone, marks them stale for that account).
         """
         ledger = restore(saved) if saved is not None else Ledger()
         ledger.excluded = self.excluded
@@ -393,19 +423,24 @@ class Projector:
         if self._older is not None:
             # The saved state can be loaded again by `older` the day a late event needs
             # it: copying it now would double the cost of every start-up for a rare case.
-            self._snap_keys, self._snap_states = [], []
+            self._snap_keys, self._snap_states, self._snap_stale = [], [], []
             return
         self._snap_keys = [ledger.last]
         self._snap_states = [snapshot(ledger)]
+        self._snap_stale = [frozenset()]
 
     def keep_restart_point(self) -> None:
         """Snapshot the ledger as it stands, whatever the policy: a place for a late event
         still to come to refold from (with `snapshot_once_late`, the caller's choice of
         where the first one may refold from, before any late event was seen)."""
-        if self._snap_keys and self._snap_keys[-1] >= self.ledger.last:
+        if (self._snap_keys and self._snap_keys[-1] >= self.ledger.last
+                and not self._snap_stale[-1]):
             return
+        # One there but stale for an account serves no whole-ledger refold: replaced.
+        self._drop_snapshots_from(self.ledger.last)
         self._snap_keys.append(self.ledger.last)
         self._snap_states.append(snapshot(self.ledger))
+        self._snap_stale.append(frozenset())
 
     def snapshot_count(self) -> int:
         return len(self._snap_keys)
@@ -536,7 +571,7 @@ class Projector:
         named: set[str] = set()  # jobs the late accounts' stretches name
         for account in sorted(late):
             cause = late[account]
-            start, saved = self._snapshot_before((cause.time, cause.position))
+            start, saved = self._snapshot_before((cause.time, cause.position), account)
             if not self._apart_after(start, streams):
                 return None
             stretch = list(self._account_reader(account, start, last))
@@ -569,7 +604,8 @@ class Projector:
             outcomes[rec.position] = self._ingest(rec, None)
         # Nothing was changed for the late accounts until here: splice them in.
         earliest = min(late.values(), key=lambda r: (r.time, r.position))
-        self._refolded_alone((earliest.time, earliest.position), len(refolds))
+        self._refolded_alone((earliest.time, earliest.position),
+                             {account: (rec.time, rec.position) for account, rec in late.items()})
         recent = self._recent
         newest = self.ledger.last
         for done in refolds:
@@ -702,6 +738,7 @@ class Projector:
         revisions: list[Revision] = []
         outcomes: list[Outcome] = []
         snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
+        snap_stale = list(self._snap_stale)
         for rec in self._reader(start, last, None):
             place = (rec.time, rec.position)
             if fold_old and old is None and place >= pivot:
@@ -725,6 +762,7 @@ class Projector:
                 before = self._recent.get(rec.position)
                 if before is None:
                     self._snap_keys, self._snap_states = snap_keys, snap_states
+                    self._snap_stale = snap_stale
                     return None
             assert before is not None
             if rec.position >= known:
@@ -936,7 +974,7 @@ class Projector:
         last = self.ledger.last
         if any(places[event_id] == last for event_id in places.keys() & excluded):
             return None
-        start, saved = self._snapshot_before(pivot)
+        start, saved = self._snapshot_before(pivot, account)
         if not self._apart_after(start, (account,)):
             return None
         stretch = list(self._account_reader(account, start, rec.position))
@@ -974,7 +1012,7 @@ class Projector:
         if account in old.accounts and account not in new.accounts:
             return None  # the account itself goes: rare, and the whole path drops it
         # Nothing was changed until here: from now on the re-projection is committed.
-        self._refolded_alone(pivot, 1)
+        self._refolded_alone(pivot, {account: pivot})
         ledger = self.ledger
         ledger.reversals.update(named)
         # An event put back may lie past everything applied; none taken out was last.
@@ -1014,13 +1052,15 @@ class Projector:
                                       tuple[Ledger, _T, list[Revision], list[Outcome]] | None]
                      ) -> _T:
         """Fold again from `key` with `refold(start, ledger at start, fold_old)`: drop the
-        snapshots from `key` on, start from the one before, and take the result (its
-        ledger, revisions and outcomes); return what `refold` says of the late events."""
+        snapshots from `key` on, and those stale for an account, start from the one
+        before, and take the result (its ledger, revisions and outcomes); return what
+        `refold` says of the late events."""
         self.late_times.append(key[0])
         self._late += 1
-        i = bisect.bisect_left(self._snap_keys, key)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
+        self._drop_snapshots_from(key)
+        # Those stale for an account too: sound to keep for the other accounts, but this
+        # rare path then meets only snapshots right for every account, as it always did.
+        self._keep_snapshots([i for i, held in enumerate(self._snap_stale) if not held])
         start, saved = self._snapshot_before(key)
         with paused_gc():
             found = None
@@ -1047,7 +1087,7 @@ class Projector:
                 or account in self._mixed or self.ledger.policy is not None):
             return None
         key = (late.time, late.position)
-        start, saved = self._snapshot_before(key)
+        start, saved = self._snapshot_before(key, account)
         if not self._apart_after(start, (account,)):
             return None
         stretch = list(self._account_reader(account, start, late.position))
@@ -1094,7 +1134,7 @@ class Projector:
         if late_outcome is None:
             raise RuntimeError(f"late event at position {late.position} not found on re-read")
         # Nothing was changed until here: from now on the refold is committed.
-        self._refolded_alone(key, 1)
+        self._refolded_alone(key, {account: key})
         # The stretch is the same events plus the late one.
         splice(self.ledger, new, account, candidates, folded, had_anomalies,
                late_applied, new.rejected - old_rejected)
@@ -1114,16 +1154,26 @@ class Projector:
         self._next_snapshot = min(self._next_snapshot, self._interval(self.ledger))
         return late_outcome
 
-    def _refolded_alone(self, key: tuple[int, int], accounts: int) -> None:
-        """Count a re-projection of `accounts` accounts alone from `key` on, and drop the
-        snapshots from there (they hold the accounts as they were)."""
+    def _refolded_alone(self, key: tuple[int, int],
+                        accounts: Mapping[str, tuple[int, int]]) -> None:
+        """Count a re-projection of `accounts` alone from `key` (the earliest of their
+        places) on, and mark the snapshots from each account's place on stale for it
+        (they hold it as it was); drop those stale for every account they hold."""
         self.refolded_by_account += 1
-        self._account_refolds += accounts
+        self._account_refolds += len(accounts)
         self.late_times.append(key[0])
         self._late += 1
-        i = bisect.bisect_left(self._snap_keys, key)
-        del self._snap_keys[i:]
-        del self._snap_states[i:]
+        keys, stale = self._snap_keys, self._snap_stale
+        for account, place in accounts.items():
+            for i in range(bisect.bisect_left(keys, place), len(keys)):
+                stale[i] = stale[i] | {account}
+        # One stale for every account it holds serves only accounts opened after it,
+        # which an older snapshot (or the empty ledger) serves as well.
+        useless = [i for i, held in enumerate(stale)
+                   if held and held.issuperset(self._snap_states[i][0].accounts)]
+        if useless:
+            gone = set(useless)
+            self._keep_snapshots([i for i in range(len(keys)) if i not in gone])
 
     def _confined(self, account: str, stretch: Sequence[Recorded],
                   saved: Saved | None) -> bool:
