@@ -229,6 +229,18 @@ def test_a_batch_appended_together_is_one_step_of_knowledge_in_a_live_projection
     assert {r.event_id for r in again.revisions} <= {"c0", "c1", "c2", "c3", "c4"}
 
 
+def _in_time_then_late() -> tuple[list[Record], list[Record]]:
+    """A grant and five usage reports in time order, and five reports each before the one
+    before and all before the first five (an import of late events)."""
+    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
+                           "id": "g"}]
+    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
+             for i in range(5)]
+    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
+                           "id": f"l{i}"} for i in range(5)]
+    return base, late
+
+
 def test_a_projection_opened_on_a_stored_journal_takes_each_batch_as_replay_does(
         tmp_path: Any) -> None:
     """A facade opening a journal that holds an import of late events folds that import
@@ -240,12 +252,7 @@ def test_a_projection_opened_on_a_stored_journal_takes_each_batch_as_replay_does
     from projections.replay import fold_canonical, replay
     from projections.session import LedgerSession
 
-    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
-                           "id": "g"}]
-    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
-             for i in range(5)]
-    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
-                           "id": f"l{i}"} for i in range(5)]
+    base, late = _in_time_then_late()
     with Journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
         import_file(journal, jsonl(base), "base")
         import_file(journal, jsonl(late), "late")
@@ -277,12 +284,7 @@ def test_a_decision_catching_up_on_another_process_import_takes_it_as_one_batch(
     from projections.replay import fold_canonical, replay
     from projections.session import LedgerSession
 
-    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
-                           "id": "g"}]
-    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
-             for i in range(5)]
-    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
-                           "id": f"l{i}"} for i in range(5)]  # each before the one before
+    base, late = _in_time_then_late()
     url = f"sqlite:///{tmp_path / 'j.db'}" if where == "file" else "sqlite://"
     with Journal(url) as journal:
         import_file(journal, jsonl(base), "base")
@@ -315,12 +317,7 @@ def test_a_checkpoint_saved_after_a_late_import_outlives_a_process_learning_of_i
     from projections.replay import replay
     from projections.session import LedgerSession
 
-    base: list[Record] = [{"type": "grant", "account": "a", "amount": 10, "time": 0,
-                           "id": "g"}]
-    base += [{"type": "consume", "account": "a", "amount": 3, "time": 100 + i, "id": f"c{i}"}
-             for i in range(5)]
-    late: list[Record] = [{"type": "consume", "account": "a", "amount": 4, "time": 50 - i,
-                           "id": f"l{i}"} for i in range(5)]
+    base, late = _in_time_then_late()
     url = f"sqlite:///{tmp_path / 'j.db'}"
     with Journal(url) as journal:
         import_file(journal, jsonl(base), "base")
