@@ -65,7 +65,7 @@
     var stepped = uPlot.paths.stepped({ align: 1 });
     grants.forEach(function (g, i) {
       series.push({ label: g.grant + " (" + g.pool + ")", stroke: COLORS[i % COLORS.length],
-                    width: 1.5, dash: dashOf(i), paths: stepped, points: { show: false }, spanGaps: false, points: { show: false },
+                    width: 1.5, dash: dashOf(i), paths: stepped, points: { show: false }, spanGaps: false,
                     value: function (u, v) { return fmt(v); } });
       var col = [], k = 0, cur = null, first = g.steps.length ? g.steps[0][0] : Infinity;
       var last = g.steps.length ? g.steps[g.steps.length - 1] : null;
