@@ -25,7 +25,7 @@ from tools.service.auth import Authority, Gate, Token
 from tools.service.fast import FastRoutes
 from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
-from tools.service.strict_body import StrictJsonBodies, StrictRequests
+from tools.service.strict_body import BodyLimits, StrictJsonBodies, StrictRequests
 
 access_log = logging.getLogger("gpu_credits.access")
 log = logging.getLogger("gpu_credits.service")
@@ -164,6 +164,8 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
                            event_answers=app.state.event_answers)
     # Outside the fast routes: every request checked.
     app.add_middleware(StrictRequests, routers=[writes.router, reads.router])
+    # Outside everything that reads a body, on every path: the size each request may send.
+    app.add_middleware(BodyLimits)
     if app.state.authority.enabled:
         # Outside every check that reads the request: who may call is decided first.
         app.add_middleware(Gate, authority=app.state.authority,

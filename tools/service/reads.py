@@ -495,7 +495,7 @@ def head(request: Request) -> Any:
 
 @router.post("/journal/verify", response_model=VerifyAnswer,
              response_model_exclude_none=True,
-             responses={**_ERRORS, **documented([(413, "the body is larger than 32 MiB")])},
+             responses={**_ERRORS, **documented([(413, "the body is larger than 64 KiB")])},
              summary="Verify the journal")
 def verify(request: Request, body: VerifyBody | None = None) -> Any:
     """Check the hash chain (and, with an anchor `POSITION:HASH`, that the journal still

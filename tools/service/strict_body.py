@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 from fastapi import APIRouter
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 
 from projections.validation import loads_strict
 from tools.service.problems import problem_response
@@ -47,7 +48,88 @@ def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 32 * 1024 * 1024
-"""The largest JSON body read (a batch of events); larger is refused with 413."""
+"""The largest body `POST /v1/events` takes (a batch of events); larger is refused with 413."""
+
+MAX_SMALL_BODY = 64 * 1024
+"""The largest body any other request may send (413 beyond): a single write's body is a
+few hundred bytes (a memo has at most 1,000 characters), and nothing else takes one."""
+
+LARGE_BODIES = frozenset({("POST", "/v1/events")})
+"""The requests that may send up to `MAX_BODY`."""
+
+PARSE_ASIDE = 1024 * 1024
+"""A JSON body larger than this is parsed on a worker thread (see `StrictJsonBodies`)."""
+
+
+def body_limit(scope: Scope) -> tuple[int, str]:
+    """The most bytes the request's body may hold, and how a refusal says so."""
+    if (scope.get("method"), scope.get("path")) in LARGE_BODIES:
+        return MAX_BODY, ("32 MiB), the most POST /v1/events takes: send a long list of "
+                          "events in several batches")
+    return MAX_SMALL_BODY, ("64 KiB), the most a request other than POST /v1/events may "
+                            "send (a write's body is a few hundred bytes)")
+
+
+def _too_large(limit: int, why: str) -> Any:
+    # Closed after the answer: the rest of the body is not read, so the connection
+    # could not carry another request.
+    return problem_response(413, f"the body is larger than {limit} bytes ({why}",
+                            slug="too-large", headers={"Connection": "close"})
+
+
+class BodyLimits:
+    """Refuse (413) a body larger than its request may send, whatever its content type,
+    before anything reads it: a declared `Content-Length` over the limit at once, a
+    chunked body once it passes the limit (read to that point and no further).
+
+    Why: the limit was `StrictJsonBodies`'s, so it held only for a JSON content type on
+    a POST, and only `POST /v1/events` needs a large body. Any request, to any path,
+    could send 32 MiB of JSON that was parsed strictly before the route (or its 404) was
+    known, without a token on a path outside `/v1`: one such request held the event
+    loop, and every other client, for about 17 seconds on the development machine. A
+    `text/plain` body of any size was read whole by the route."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared: bytes | None = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
+        if declared is None and not chunked:
+            await self.app(scope, receive, send)  # no body (HTTP/1.1)
+            return
+        limit, why = body_limit(scope)
+        if declared is not None:
+            # The HTTP parser refused a length that is not digits, or sent twice, and
+            # never delivers more than it declares.
+            if int(declared) > limit:
+                await _too_large(limit, why)(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _too_large(limit, why)(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        await self.app(scope, replaying(b"".join(chunks), False, receive), send)
 
 
 def _query_names(dependant: Dependant) -> list[str]:
@@ -148,6 +230,10 @@ def _ambiguous(scope: Scope) -> str | None:
     return None
 
 
+def _parse(body: bytes) -> None:
+    loads_strict(body.decode("utf-8"))
+
+
 class StrictJsonBodies:
     """Refuse a JSON body with repeated keys, NaN, Infinity or huge integers (422)."""
 
@@ -164,26 +250,23 @@ class StrictJsonBodies:
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
-        size = 0
         more = True
-        while more:
+        while more:  # at most the request's limit: `BodyLimits` runs first
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_BODY:
-                await problem_response(
-                    413, f"the body is larger than {MAX_BODY} bytes (32 MiB), the most a "
-                         "request may send: send a long list of events in several batches"
-                )(scope, receive, send)
-                return
-            chunks.append(chunk)
+            chunks.append(message.get("body", b""))
             more = bool(message.get("more_body", False))
         body = b"".join(chunks)
         if body.strip():
             try:
-                loads_strict(body.decode("utf-8"))
+                if len(body) > PARSE_ASIDE:
+                    # A batch of events up to 32 MiB takes seconds to parse strictly
+                    # (its hooks are Python): on a thread, the event loop keeps
+                    # answering the other clients meanwhile.
+                    await run_in_threadpool(_parse, body)
+                else:
+                    _parse(body)
             except (ValueError, UnicodeDecodeError) as exc:
                 await problem_response(422, f"invalid JSON body: {exc}", slug="invalid")(
                     scope, receive, send)

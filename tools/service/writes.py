@@ -59,7 +59,7 @@ _ERRORS = documented([
     (403, "the token's role may not do this"),
     (404, "unknown account or job"),
     (409, "idempotency conflict, or a transition the job's state does not allow"),
-    (413, "the body is larger than 32 MiB; nothing appended"),
+    (413, "the body is larger than 64 KiB (32 MiB for `POST /v1/events`); nothing appended"),
     (422, "invalid body, parameters or key; nothing appended"),
     (503, "database unavailable or service starting; retry with the same key"),
 ])
