@@ -103,8 +103,8 @@ def serve(
     from eventstore import Journal
     from tools.service import create_app
     from tools.service.auth import load_tokens
+    from tools.service.connections import GuardedProtocol
     from tools.service.ledger import CHECKPOINT_EVERY
-    from tools.service.onewrite import OneWriteProtocol
 
     every = CHECKPOINT_EVERY if checkpoint_every is None else (checkpoint_every or None)
 
@@ -140,10 +140,11 @@ def serve(
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True,
                              checkpoint_every=every)
-    # An answer's head and body in one write (tools/service/onewrite.py).
+    # An answer's head and body in one write (tools/service/onewrite.py), with bounds on
+    # what a connection may send and how slowly (tools/service/connections.py).
     config = uvicorn.Config(service_app, host=host, port=bound_port, access_log=False,
                             log_level="warning", timeout_graceful_shutdown=30,
-                            server_header=False, http=OneWriteProtocol)
+                            server_header=False, http=GuardedProtocol)
     server = uvicorn.Server(config)
     try:
         # As `uvicorn.run` does, on the socket bound above: SIGINT and SIGTERM stop it

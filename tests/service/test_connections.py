@@ -1,0 +1,187 @@
+"""`GuardedProtocol`: what one connection may send, and how slowly, before it is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools.loopback import free_port
+from tools.service.connections import MAX_HEAD, GuardedProtocol
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Reads the body, answers its length."""
+    if scope["type"] != "http":
+        return
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        size += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = str(size).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Quick(GuardedProtocol):
+    """The bounds, with timeouts short enough for a test to wait them out."""
+
+    head_timeout = 0.5
+    body_grace = 0.5
+
+
+@contextmanager
+def serving(http: Any = Quick) -> Iterator[int]:
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=http, lifespan="off", log_level="warning",
+        date_header=False, server_header=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _until_closed(conn: socket.socket) -> bytes:
+    received = b""
+    try:
+        while chunk := conn.recv(65536):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def _exchange(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        # Refused before all of it was read: the answer is still there.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.sendall(data)
+        return _until_closed(conn)
+
+
+def _problem(answer: bytes, status: int, slug: str) -> dict[str, Any]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith(f"HTTP/1.1 {status} "), answer[:300]
+    assert "content-type: application/problem+json" in lines
+    assert "connection: close" in lines
+    problem: dict[str, Any] = json.loads(body)
+    assert set(problem) == {"type", "title", "status", "detail"}
+    assert problem["status"] == status and problem["type"].endswith("/" + slug)
+    return problem
+
+
+def _get(path: bytes = b"/", headers: bytes = b"") -> bytes:
+    return b"GET " + path + b" HTTP/1.1\r\nHost: h\r\n" + headers + b"Connection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize("pieces", [1, 3000])
+def test_headers_over_the_limit_are_431_and_not_read(pieces: int) -> None:
+    """In one read or many, a head of more than 64 KiB is refused at 64 KiB."""
+    junk = b"X-Junk: " + b"j" * (MAX_HEAD) + b"\r\n"
+    request = _get(headers=junk)
+    with serving() as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        step = -(-len(request) // pieces)
+        try:
+            for start in range(0, len(request), step):
+                conn.sendall(request[start:start + step])
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        problem = _problem(_until_closed(conn), 431, "headers-too-large")
+    assert f"larger than {MAX_HEAD} bytes" in problem["detail"]
+
+
+def test_a_request_line_over_the_limit_is_414() -> None:
+    with serving() as port:
+        problem = _problem(_exchange(port, _get(b"/" + b"a" * MAX_HEAD)), 414, "uri-too-long")
+    assert f"longer than {MAX_HEAD} bytes" in problem["detail"]
+
+
+def test_a_head_at_the_limit_is_answered_and_so_is_its_body() -> None:
+    fill = b"X-Fill: "
+    base = len(_get(headers=fill + b"\r\n"))
+    exact = _get(headers=fill + b"f" * (MAX_HEAD - base) + b"\r\n")
+    assert len(exact) == MAX_HEAD
+    body = b"b" * 100_000
+    post = (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n"
+            b"Connection: close\r\n\r\n" + body)
+    with serving() as port:
+        assert _exchange(port, exact).startswith(b"HTTP/1.1 200 ")
+        # A head and a long body in one read: only the head counts.
+        assert _exchange(port, post).endswith(b"\r\n\r\n100000")
+        # Several requests on one connection, each within the limit.
+        many = _get(headers=fill + b"f" * 40_000 + b"\r\n").replace(b"Connection: close\r\n", b"")
+        answered = _exchange(port, many * 3 + _get())
+    assert answered.count(b"HTTP/1.1 200 ") == 4
+
+
+def test_a_head_that_dribbles_is_408_and_closed() -> None:
+    with serving() as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nX-Slow: ")
+        received = b""
+        for _ in range(300):  # a byte now and then, until the server gives up
+            try:
+                conn.sendall(b"s")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            conn.settimeout(0.05)
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            received += chunk
+            if not chunk:
+                break
+        conn.settimeout(30)
+        received += _until_closed(conn)
+    problem = _problem(received, 408, "request-timeout")
+    assert "did not arrive within 0.5 seconds" in problem["detail"]
+
+
+def test_a_connection_that_sends_nothing_is_closed() -> None:
+    with serving() as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        assert _until_closed(conn) == b""
+
+
+def test_a_body_that_stops_arriving_is_abandoned() -> None:
+    with serving() as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n12345")
+        assert _until_closed(conn) == b""
+    with serving() as port:  # one that arrives is read whole
+        answer = _exchange(port, b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n"
+                                 b"Connection: close\r\n\r\n1234567890")
+    assert answer.endswith(b"\r\n\r\n10")
+
+
+def test_serve_runs_the_guarded_protocol(tmp_path: Path) -> None:
+    from tests.service.server import running
+
+    with running(f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path / "serve.log") as server:
+        port = int(server.base.rpartition(":")[2])
+        _problem(_exchange(port, _get(headers=b"X-Junk: " + b"j" * MAX_HEAD + b"\r\n")),
+                 431, "headers-too-large")
+        assert _exchange(port, _get(b"/healthz")).startswith(b"HTTP/1.1 200 ")
+    assert '"status": 431' in (tmp_path / "serve.log").read_text()
