@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from eventstore import JournalLike
 from tools.render import one_line
 from tools.service import problems, reads, writes
-from tools.service.auth import Authority, Gate, Token
+from tools.service.auth import PREFIX, Authority, Gate, Token
 from tools.service.fast import FastRoutes
 from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
@@ -80,6 +80,36 @@ class AccessLog:
                     "client": client[0] if client else None,
                     "role": state.get("role") if isinstance(state, dict) else None,
                 }), (), None))
+
+
+API_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"))
+"""Sent with every `/v1` answer: no copy of a balance (or of a refusal) in a browser's
+or a proxy's cache, and a body read as the type it is sent as, never sniffed."""
+
+
+class ApiHeaders:
+    """Adds `API_HEADERS` to every answer under `/v1`, the fast routes' and the refusals
+    of the middlewares in front of the routes included (the web view's pages carry their
+    own, `tools/web/routes.py`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not (path == PREFIX or path.startswith(PREFIX + "/")):
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or ())
+                present = {name.lower() for name, _ in headers}
+                headers += [item for item in API_HEADERS if item[0] not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
@@ -170,6 +200,7 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         # Outside every check that reads the request: who may call is decided first.
         app.add_middleware(Gate, authority=app.state.authority,
                            routers=[writes.router, reads.router])
+    app.add_middleware(ApiHeaders)
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web
