@@ -102,7 +102,7 @@ def serve(
 
     from eventstore import Journal
     from tools.service import create_app
-    from tools.service.auth import load_tokens
+    from tools.service.auth import exposure, load_tokens
     from tools.service.connections import GuardedProtocol
     from tools.service.ledger import CHECKPOINT_EVERY
 
@@ -130,6 +130,9 @@ def serve(
     if not configured:
         _say("no tokens configured: serving WITHOUT authentication, on loopback only")
     else:
+        exposed = exposure(tokens) if tokens is not None else None
+        if exposed is not None:
+            _say(f"warning: {exposed}")
         roles = sorted({t.role for t in configured})
         # A token listed twice under its role is one token.
         count = len({t.secret for t in configured})

@@ -177,6 +177,34 @@ def test_serve_counts_a_token_listed_twice_under_its_role_once(
     assert result.exit_code == 0, result.output
     assert "2 token(s) configured (roles: auditor, worker)" in result.output
 
+@pytest.mark.parametrize(("mode", "says"), [
+    (0o600, None), (0o640, None), (0o400, None),
+    (0o644, "may be read by any user (mode 0644)"),
+    (0o620, "may be written by its group (mode 0620)"),
+    (0o666, "may be read by any user and written by any user and written by its group"),
+])
+def test_serve_warns_of_a_tokens_file_others_may_read_or_write(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mode: int, says: str | None) -> None:
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    monkeypatch.setattr("uvicorn.Server.run",
+                        lambda server, **_: setattr(server, "started", True))
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"worker:{SECRET}\n")
+    tokens.chmod(mode)
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "serve",
+                                      "--tokens", str(tokens)], env={})
+    assert result.exit_code == 0, result.output  # a warning, not a refusal
+    if says is None:
+        assert "warning" not in result.output
+    else:
+        assert f"gpu-credits: warning: tokens file {tokens} {says}" in result.output
+        assert f"chmod 600 {tokens}" in result.output
+    assert SECRET not in result.output
+
+
 def test_tokens_are_never_logged(secured: TestClient, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="gpu_credits.access"):
         secured.get("/v1/accounts", headers=bearer("auditor"))

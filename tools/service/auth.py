@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,25 @@ def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list
         tokens.extend(parse_tokens(env[ENV_TOKENS], f"${ENV_TOKENS}"))
     _refuse_shared(tokens)  # the file and the variable together
     return tokens
+
+
+def exposure(path: str) -> str | None:
+    """Why the tokens file at `path` is open to other users of the machine (read or
+    written by its group or by anyone), or None: a warning at start-up, not a refusal,
+    since a deployment may mean it (a file shared by a service group)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # reading it says why
+    who = [name for bit, name in ((stat.S_IROTH, "read by any user"),
+                                  (stat.S_IWOTH, "written by any user"),
+                                  (stat.S_IWGRP, "written by its group"))
+           if mode & bit]
+    if not who:
+        return None
+    return (f"tokens file {path} may be {' and '.join(who)} (mode "
+            f"{stat.S_IMODE(mode):04o}): anyone who reads it holds every role, anyone who "
+            f"writes it can add one; chmod 600 {path}")
 
 
 class Authority:
