@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import msgspec
 import orjson
 
-from eventstore import JournalLike, LockTimeout, SnapshotInfo
+from eventstore import JournalError, JournalLike, SnapshotInfo
 from projections.bulk import paused_gc
 from projections.copying import SCALARS
 from projections.figures import Ending, Figures, ending_credits
@@ -555,9 +555,10 @@ def invalidate_after(journal: JournalLike, late_time: int) -> int:
         for info in sorted(stale, key=lambda i: (i.event_time, -i.position)):
             dropped += journal.drop_snapshots(CHECKPOINT, from_time=info.event_time,
                                               before_position=info.position + 1)
-    except LockTimeout:
+    except JournalError:
         # Called once the decision that learned of the late event is committed: another
-        # writer holding the lock (a long import on SQLite) must not turn it into an
-        # error. The next learner, or a replay, tidies.
+        # writer holding the lock (a long import on SQLite), a full disk or a file
+        # turned read-only must not turn it into an error (its user would record it
+        # again). The next learner, or a replay, tidies.
         pass
     return dropped

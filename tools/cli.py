@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from typer.core import TyperCommand, TyperGroup
 
-from eventstore import ChainBroken, Journal, JournalError, JournalLike, LockTimeout, upgrade
+from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
 from projections import anchors, importing, owners, queries
 from projections import demo as demo_mod
 from projections.errors import LedgerError
@@ -290,17 +290,22 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
 
 
 def _advance_verified(journal: JournalLike) -> None:
-    """Record the verified mark at the head; a warning, not a failure, when another
-    writer holds the lock past lock_timeout: what the command recorded is committed by
-    now (an import that said `error` after appending 30,000 lines was retried as if
-    nothing had happened), and the mark is a cache the next command does without."""
+    """Record the verified mark at the head; a warning, not a failure, when it cannot be
+    written (another writer holds the lock past lock_timeout, the disk filled up, the
+    file turned read-only): what the command recorded is committed by now (an import
+    that said `error` after appending 30,000 lines was retried as if nothing had
+    happened; a `grant` that said the disk was full had recorded its grant, and its
+    retry recorded a second), and the mark is a cache the next command does without.
+    A chain found broken is still an error."""
     try:
         anchors.advance_verified(journal)
-    except LockTimeout as exc:
+    except ChainBroken:
+        raise
+    except JournalError as exc:
         sys.stderr.write(
-            f"{PROG}: warning: what this command recorded is committed, but the journal's "
-            f"verified mark was not moved to its head ({exc}); the next command checks the "
-            "chain from the previous mark\n")
+            f"{PROG}: warning: what this command recorded is committed (do not run it "
+            "again), but the journal's verified mark (a cache) was not moved to its head "
+            f"({exc}); the next command checks the chain from the previous mark\n")
 
 
 def refuse_journal_file(out: Path, url: str) -> None:
