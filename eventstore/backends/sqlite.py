@@ -15,7 +15,11 @@
   is nobody else's to read. SQLite gives its -wal and -shm files the database
   file's mode.
 - read_only: connections are opened with the `mode=ro` URI, so SQLite itself refuses
-  every write and never creates the file.
+  every write and never creates the file. A WAL database needs its -shm file to be read
+  (SQLite creates it beside the file): on a read-only file system without one, and
+  with no -wal file holding commits, the file is opened `immutable=1` (nobody can
+  write there, so no lock or -shm is needed); with a -wal file holding commits it
+  cannot be read there at all, and the message says what to do.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class SQLiteBackend(Backend):
         # threads: sqlite3 cannot run two transactions on one connection, so the
         # journal holds this lock around each use (a transaction: for its duration).
         self._shared = threading.RLock() if self.in_memory else None
+        # The query string of a read-only connection's URI (see `_read_only_query`).
+        self._ro_query = "mode=ro"
 
     def create_engine(self) -> Engine:
         """An engine with the pragmas set on every new connection."""
@@ -85,7 +91,7 @@ class SQLiteBackend(Backend):
             engine = create_engine("sqlite://", connect_args=connect_args, poolclass=StaticPool)
         elif self.read_only:
             assert self.path is not None
-            uri = self.path.absolute().as_uri() + "?mode=ro"
+            uri = f"{self.path.absolute().as_uri()}?{self._ro_query}"
             engine = create_engine(
                 "sqlite://",
                 creator=lambda: sqlite3.connect(uri, uri=True, **connect_args),
@@ -130,8 +136,11 @@ class SQLiteBackend(Backend):
             )
         # Look before the engine's first connection, which sets WAL mode (a write):
         # a file that holds no journal must be left exactly as it was.
+        query = self._read_only_query()
+        if self.read_only:
+            self._ro_query = query
         try:
-            ro = sqlite3.connect(self.path.absolute().as_uri() + "?mode=ro", uri=True)
+            ro = sqlite3.connect(f"{self.path.absolute().as_uri()}?{query}", uri=True)
             try:
                 found = ro.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
@@ -139,14 +148,62 @@ class SQLiteBackend(Backend):
             finally:
                 ro.close()
         except sqlite3.DatabaseError as exc:
-            raise ConnectionProblem(
-                f"{self.path} is not a SQLite database ({exc}); check the path"
-            ) from None
+            if "not a database" in str(exc):
+                raise ConnectionProblem(
+                    f"{self.path} is not a SQLite database ({exc}); check the path"
+                ) from None
+            raise ConnectionProblem(f"cannot read SQLite database {self.path}: "
+                                    f"{_io_problem(exc, self.path)}") from None
         if found is None:
             raise JournalNotFound(
                 f"SQLite database {self.path} holds no journal (no schema was written); "
                 "check the path, or create one with `gpu-credits db upgrade`"
             )
+
+    def _read_only_query(self) -> str:
+        """`mode=ro`, or `mode=ro&immutable=1` for a file SQLite cannot open read-only
+        because its WAL index (the -shm file) is missing and cannot be created beside
+        it; ConnectionProblem when the file cannot be read there at all.
+
+        immutable=1 makes SQLite read the file alone, without locks, -shm or -wal: right
+        only where no one can write it (a read-only file system) and where no -wal file
+        holds commits it would then leave out."""
+        assert self.path is not None
+        try:
+            # The file opens lazily: the first read is what needs the -shm file.
+            probe = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True)
+            try:
+                probe.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            finally:
+                probe.close()
+            return "mode=ro"
+        except sqlite3.DatabaseError as exc:
+            if "unable to open" not in str(exc):
+                return "mode=ro"  # the caller's own look reports it
+        if not os.access(self.path, os.R_OK):
+            raise ConnectionProblem(
+                f"cannot read SQLite database {self.path}: permission denied; give this "
+                "user read access to it")
+        folder = self.path.absolute().parent
+        wal = Path(f"{self.path}-wal")
+        shm = Path(f"{self.path}-shm")
+        commits = wal.is_file() and wal.stat().st_size > 0
+        read_only_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        if read_only_fs and not commits:
+            return "mode=ro&immutable=1"
+        if commits:
+            raise ConnectionProblem(
+                f"cannot read SQLite database {self.path}: its write-ahead log {wal} holds "
+                f"commits, and SQLite needs the index {shm} beside it to read them, which "
+                f"it cannot create in {folder} (read-only); copy {self.path.name} with its "
+                "-wal file into a folder you can write, or have the journal's owner run "
+                f"`sqlite3 {self.path.name} \"PRAGMA wal_checkpoint(TRUNCATE)\"` (which "
+                "folds the log into the file) before handing it over")
+        raise ConnectionProblem(
+            f"cannot read SQLite database {self.path}: SQLite needs to create its index "
+            f"{shm} beside it, and cannot write in {folder}; give this user write access "
+            f"to {folder}, or copy {self.path.name} into a folder it can write (on a "
+            "read-only file system it is read as it stands)")
 
     def prepare(self) -> None:
         """Create a missing database file empty and 0600, before SQLite makes it 0644."""
@@ -267,15 +324,39 @@ class SQLiteBackend(Backend):
                 "folder exists and is writable"
             )
         if "disk is full" in text:
+            where = f" holding {self.path.absolute().parent}" if self.path is not None else ""
             return JournalError(
-                f"SQLite database {self.describe()}: the disk is full ({text}); nothing of "
-                "the failed transaction was stored: free space and retry"
+                f"SQLite database {self.describe()}: the disk{where} is full ({text}); "
+                "nothing of the failed transaction was stored: free space and retry"
             )
+        if "disk I/O error" in text and self.path is not None:
+            return JournalError(
+                f"SQLite database {self.describe()}: {_io_problem(exc.orig or exc, self.path)}")
         if isinstance(exc.orig, sqlite3.DatabaseError) and "not a database" in text:
             return ConnectionProblem(
                 f"{self.describe()} is not a SQLite database ({text}); check the path"
             )
         return None
+
+
+def _io_problem(exc: BaseException, path: Path) -> str:
+    """What a SQLite error opening or reading `path` means, and what to do.
+
+    A full disk shows as a disk I/O error when SQLite cannot grow the -shm file of a
+    WAL database (which even a read needs), not as "database or disk is full"."""
+    name = getattr(exc, "sqlite_errorname", "")
+    folder = path.absolute().parent
+    if name.startswith("SQLITE_IOERR_SHM"):
+        return (f"disk I/O error ({name}): SQLite could not make the -shm file beside it, "
+                f"which even a read needs; the disk holding {folder} is probably full: "
+                "free space there and retry (nothing was written)")
+    if "disk I/O error" in str(exc):
+        # A write may fail at its commit's sync: whether the commit stands is unknown.
+        return (f"disk I/O error ({name or exc}) on the file or the -wal and -shm files "
+                f"beside it; check the disk holding {folder} (full? failing?); a write "
+                "that failed so may or may not be stored: look with `gpu-credits head`, "
+                "and retry with the same event ids")
+    return f"{exc}; check the path and that this user may read it"
 
 
 _HEAD = "SELECT position, hash FROM journal_head WHERE id = 1"
