@@ -93,3 +93,35 @@ def test_who_may_call_is_still_decided_before_the_size(web: TestClient) -> None:
     big = _json_of(MAX_SMALL_BODY + 1)
     assert web.post("/v1/accounts", content=big).status_code == 401
     assert web.post("/v1/accounts", content=big, headers=bearer("worker")).status_code == 403
+
+
+def test_too_many_events_are_counted_without_parsing_the_batch_again(
+        web: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 1 MiB a batch is read strictly on a thread; the route's own read (FastAPI's
+    JSON, in the event loop) and the fast path's strict read in the loop are never
+    reached for it: they held the loop seconds for a batch of millions of small values."""
+    from pydantic import ValidationError
+    from starlette.requests import Request
+
+    from tools.service import fast
+    from tools.service.models import MAX_EVENTS, EventsBody
+    from tools.service.strict_body import PARSE_ASIDE
+
+    async def in_the_loop(_: Any) -> Any:
+        raise AssertionError("the batch was parsed again in the event loop")
+
+    strict_in_the_loop = []
+    monkeypatch.setattr(Request, "json", in_the_loop)
+    monkeypatch.setattr(fast, "loads_strict", lambda text: strict_in_the_loop.append(1))
+    count = PARSE_ASIDE // 2
+    many = b'{"events": [' + b",".join([b"{}"] * count) + b"]}"
+    assert len(many) > PARSE_ASIDE
+    answer = web.post("/v1/events", content=many,
+                      headers={**bearer("finance"), "Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    with pytest.raises(ValidationError) as refused:  # the route's own words
+        EventsBody.model_validate({"events": [{}] * count})
+    error = refused.value.errors()[0]
+    assert answer.json()["detail"] == f"events: {error['msg']}"
+    assert str(MAX_EVENTS) in answer.json()["detail"]
+    assert strict_in_the_loop == []

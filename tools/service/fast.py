@@ -39,7 +39,7 @@ from tools.service.auth import FINANCE, READ, WORKER, Authority
 from tools.service.ledger import STALE, Busy, LedgerService
 from tools.service.models import BalanceAnswer, EventsAnswer, EventsBody, UsageAnswer, UsageBody
 from tools.service.problems import from_exception
-from tools.service.strict_body import Receive, Scope, Send, replaying
+from tools.service.strict_body import PARSE_ASIDE, Receive, Scope, Send, replaying
 from tools.service.times import check_far
 from tools.service.writes import AnswerCache
 
@@ -331,6 +331,10 @@ def _events_body(body: bytes) -> list[Any]:
     events = _plain_events(body)
     if events is not None:
         return events
+    if len(body) > PARSE_ASIDE:
+        # The route reads it strictly on a thread: here it would hold the event loop
+        # (a second of it for a megabyte of small values).
+        raise _Fallback
     try:
         data = loads_strict(body.decode("utf-8"))
         return EventsBody.model_validate(data).events

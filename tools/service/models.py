@@ -74,6 +74,10 @@ class Problem(Answer):
 # -- writes ---------------------------------------------------------------------------------
 
 
+MAX_EVENTS = 10_000
+"""The most events one `POST /v1/events` takes."""
+
+
 class EventsBody(Body):
     """Events in the JSON Lines import format, one object per event."""
 
@@ -88,7 +92,7 @@ class EventsBody(Body):
     # every bad event is); the schema asks for objects.
     events: list[Annotated[Any, WithJsonSchema({"type": "object",
                                                 "additionalProperties": True})]] = Field(
-        min_length=1, max_length=10_000,
+        min_length=1, max_length=MAX_EVENTS,
         description="events as in `gpu-credits import` (type, fields, time, optional id)")
 
 

@@ -24,6 +24,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from projections.validation import loads_strict
+from tools.service.models import MAX_EVENTS
 from tools.service.problems import problem_response
 
 Scope = MutableMapping[str, Any]
@@ -230,8 +231,23 @@ def _ambiguous(scope: Scope) -> str | None:
     return None
 
 
-def _parse(body: bytes) -> None:
-    loads_strict(body.decode("utf-8"))
+def _parse(body: bytes) -> Any:
+    return loads_strict(body.decode("utf-8"))
+
+
+def too_many_events(scope: Scope, data: Any) -> str | None:
+    """Why a batch of events holds more events than the route takes, as the route
+    would say it (pydantic's words), or None: said here, right after the strict read,
+    the route does not parse the body again in the event loop (FastAPI reads JSON
+    there) only to count them."""
+    if (scope.get("method"), scope.get("path")) not in LARGE_BODIES or \
+            type(data) is not dict or len(data) != 1 or type(data.get("events")) is not list:
+        return None
+    count = len(data["events"])
+    if count <= MAX_EVENTS:
+        return None
+    return (f"events: List should have at most {MAX_EVENTS} items after validation, "
+            f"not {count}")
 
 
 class StrictJsonBodies:
@@ -264,11 +280,15 @@ class StrictJsonBodies:
                     # A batch of events up to 32 MiB takes seconds to parse strictly
                     # (its hooks are Python): on a thread, the event loop keeps
                     # answering the other clients meanwhile.
-                    await run_in_threadpool(_parse, body)
+                    data = await run_in_threadpool(_parse, body)
                 else:
-                    _parse(body)
+                    data = _parse(body)
             except (ValueError, UnicodeDecodeError) as exc:
                 await problem_response(422, f"invalid JSON body: {exc}", slug="invalid")(
                     scope, receive, send)
+                return
+            why = too_many_events(scope, data)
+            if why is not None:
+                await problem_response(422, why, slug="invalid")(scope, receive, send)
                 return
         await self.app(scope, replaying(body, False, receive), send)
