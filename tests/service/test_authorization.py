@@ -173,9 +173,10 @@ def test_each_caller_gets_what_the_rule_says(app_client: TestClient, method: str
                                          if rule != OPEN}))
 def test_other_methods_and_a_trailing_slash_show_nothing_without_a_token(
         app_client: TestClient, path: str) -> None:
-    """HEAD, OPTIONS and the path with a "/" after it: never an answer with content."""
+    """OPTIONS, other methods and the path with a "/" after it: never an answer with
+    content."""
     concrete = _concrete(path)
-    for method in ("HEAD", "OPTIONS", "PUT", "DELETE"):
+    for method in ("OPTIONS", "PUT", "DELETE"):
         answer = app_client.request(method, concrete)
         if path.startswith("/v1"):
             _refused(answer, 401, None)  # decided before the method is looked at
@@ -215,3 +216,22 @@ def test_no_answer_under_v1_is_kept_in_a_cache(app_client: TestClient, method: s
     fast = app_client.get("/v1/accounts/nobody/balance", headers={"Authorization":
                                                                    GOOD["auditor"]})
     assert fast.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize("path", sorted(path for method, path in RULES if method == "GET"))
+def test_head_answers_as_get_without_a_body(app_client: TestClient, path: str) -> None:
+    """Wherever GET answers, HEAD answers the same status and headers, with no body, to
+    the same callers: a health checker's `HEAD /healthz` included."""
+    rule = RULES[("GET", path)]
+    callers = [None, GOOD["auditor"], GOOD["worker"]]
+    for header in callers:
+        got = _call(app_client, "GET", path, header)
+        head = _call(app_client, "HEAD", path, header)
+        assert head.status_code == got.status_code, (header, head.status_code, got.text)
+        assert head.content == b""
+        same = ("content-type", "content-length", "cache-control", "www-authenticate",
+                "content-security-policy")
+        assert {k: head.headers.get(k) for k in same} == {k: got.headers.get(k)
+                                                          for k in same}
+        if rule != OPEN and header is None:
+            _refused(head, 401, None)

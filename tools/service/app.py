@@ -82,6 +82,32 @@ class AccessLog:
                 }), (), None))
 
 
+class HeadAsGet:
+    """Answers `HEAD` as `GET` wherever `GET` is answered, with the same status and
+    headers and no body (RFC 9110 says a server that answers GET answers HEAD).
+
+    Why: FastAPI's routes take only the methods they declare, so `HEAD /healthz` (what
+    some health checkers and link checkers send) was `405`, and so was `HEAD` of every
+    read and page, while FastAPI's own `/docs` and the static files answered it. Who may
+    call is decided as for the `GET` (the request goes on as one)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                message = {**message, "body": b""}
+            await send(message)
+
+        # A copy: the access log and the server still see the HEAD they were sent.
+        await self.app({**scope, "method": "GET"}, receive, sending)
+
+
 API_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"))
 """Sent with every `/v1` answer: no copy of a balance (or of a refusal) in a browser's
 or a proxy's cache, and a body read as the type it is sent as, never sniffed."""
@@ -201,6 +227,7 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         app.add_middleware(Gate, authority=app.state.authority,
                            routers=[writes.router, reads.router])
     app.add_middleware(ApiHeaders)
+    app.add_middleware(HeadAsGet)
     app.add_middleware(AccessLog)
     if mount_web:
         from tools import web
