@@ -1,0 +1,82 @@
+"""What a user who installs the package, rather than cloning the repository, receives.
+
+A wheel packs setuptools' build folder, so `setup.py build` into a temporary folder shows
+what a wheel built from this checkout would hold, without the wheel machinery. The fast
+tests build as plain Python with no C compiler; the slow one builds the real wheel, with
+the compiled fold, the way `pip install` does.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from projections import native
+
+ROOT = Path(__file__).resolve().parent.parent
+TOP_LEVEL = ("eventstore", "projections", "tools", "migrations")
+"""The distribution's top-level packages (CONTRACT.md, "Layout")."""
+
+SO = importlib.machinery.EXTENSION_SUFFIXES[0]
+BUILT = ("__pycache__", "*.pyc", "*.so", "*.pyd", native.BUILD_RECORD)
+
+
+def _source(tmp_path: Path) -> Path:
+    """A copy of what the distribution is built from, without the build products a
+    working checkout has beside its sources (and so without touching this checkout)."""
+    src = tmp_path / "src"
+    for top in TOP_LEVEL:
+        shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns(*BUILT))
+    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, src / name)
+    return src
+
+
+def _package_files(src: Path) -> set[str]:
+    """Every file of the four packages: modules, templates, static files, migrations."""
+    return {p.relative_to(src).as_posix() for top in TOP_LEVEL
+            for p in (src / top).rglob("*") if p.is_file()}
+
+
+def _setup(src: Path, *args: str) -> None:
+    # No C compiler (the accelerators are optional) and the fold as plain Python: seconds.
+    env = {**os.environ, native.PURE_ENV: "1", "CC": "/bin/false", "LDSHARED": "/bin/false"}
+    done = subprocess.run([sys.executable, "setup.py", *args], cwd=src, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _tree(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_the_build_holds_every_package_whole_and_nothing_else(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    _setup(src, "-q", "build_py", "--build-lib", "out")
+    built = _tree(src / "out")
+    assert built == _package_files(src)
+    # what the command line, the service and the web view read at run time
+    assert {"projections/queries/__init__.py", "tools/sim/__main__.py",
+            "tools/web/templates/base.html", "tools/web/static/web.css",
+            "tools/web/static/vendor/htmx/htmx.min.js",
+            "tools/web/static/vendor/uplot/uPlot.iife.min.js",
+            "migrations/alembic.ini", "migrations/script.py.mako",
+            "migrations/versions/0001_journal.py"} <= built
+
+
+def test_the_sdist_holds_the_packages_and_no_part_of_the_test_suite(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    (src / "tests").mkdir()
+    (src / "tests" / "test_probe.py").write_text("def test_probe() -> None: ...\n")
+    _setup(src, "-q", "sdist", "--formats", "gztar", "--dist-dir", "dist")
+    (archive,) = (src / "dist").glob("*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = {n.partition("/")[2] for n in tar.getnames()}
+    assert not {n for n in names if n.startswith("tests")}
+    assert _package_files(src) <= names
+    assert {"setup.py", "pyproject.toml", "README.md"} <= names
