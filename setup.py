@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 from setuptools.errors import CCompilerError
 
 ROOT = Path(__file__).resolve().parent
@@ -107,13 +109,18 @@ class OptionalBuildExt(build_ext):
     def run(self) -> None:
         record = self._record_path()
         record.unlink(missing_ok=True)  # until every module is built again
+        fold = [e for e in self.extensions if e.name in FOLD_NAMES]
+        if not fold:  # a plain-Python build: no compiled module of an earlier one stays
+            for name in FOLD_NAMES:
+                Path(self.get_ext_fullpath(name)).unlink(missing_ok=True)
         try:
             super().run()
         except Exception as exc:
             _say(f"building the compiled fold failed ({exc}); it runs as plain Python")
             return
-        if all(Path(self.get_ext_fullpath(e.name)).exists()
-               for e in self.extensions if e.name in FOLD_NAMES):
+        # Recorded only when the fold was compiled now: a record written beside compiled
+        # modules of an earlier build would vouch for sources they were not built from.
+        if fold and all(Path(self.get_ext_fullpath(e.name)).exists() for e in fold):
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps({m: NATIVE.source_hash(NATIVE.source_path(
                 m, ROOT / "projections")) for m in NATIVE.COMPILED}, indent=1) + "\n")
@@ -137,4 +144,22 @@ class OptionalBuildExt(build_ext):
         return Path(self.get_ext_fullpath("projections.ledger")).parent / NATIVE.BUILD_RECORD
 
 
-setup(ext_modules=[CHAIN, EVENTBUILD, *fold_extensions()], cmdclass={"build_ext": OptionalBuildExt})
+class FreshBuildPy(build_py):
+    """build_py into a build folder emptied of this distribution's packages first.
+
+    A wheel packs the whole build folder, which setuptools only ever adds to: a module
+    deleted or renamed since an earlier build in the same checkout, or the compiled fold
+    of a build before a plain-Python one, would ship with it (and an extension module is
+    imported ahead of the source beside it). build_ext runs after this, so what the
+    wheel holds is what this build made. An editable install builds in a folder of its
+    own and is left alone."""
+
+    def run(self) -> None:
+        if not getattr(self, "editable_mode", False):
+            for top in sorted({name.partition(".")[0] for name in self.packages or ()}):
+                shutil.rmtree(Path(self.build_lib) / top, ignore_errors=True)
+        super().run()
+
+
+setup(ext_modules=[CHAIN, EVENTBUILD, *fold_extensions()],
+      cmdclass={"build_ext": OptionalBuildExt, "build_py": FreshBuildPy})

@@ -9,12 +9,16 @@ the compiled fold, the way `pip install` does.
 from __future__ import annotations
 
 import importlib.machinery
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
+
+import pytest
 
 from projections import native
 
@@ -69,6 +73,32 @@ def test_the_build_holds_every_package_whole_and_nothing_else(tmp_path: Path) ->
             "migrations/versions/0001_journal.py"} <= built
 
 
+def test_a_build_leaves_nothing_of_an_earlier_one_in_the_build_folder(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    lib = src / "build" / "lib"
+    # an earlier build: the compiled fold with its record, and a module deleted since
+    stale = ["projections/gone.py", f"projections/ledger{SO}", f"projections/fold__mypyc{SO}",
+             f"projections/{native.BUILD_RECORD}", "tools/old/__init__.py"]
+    for name in stale:
+        (lib / name).parent.mkdir(parents=True, exist_ok=True)
+        (lib / name).write_text("earlier build\n")
+    _setup(src, "-q", "build", "--build-lib", "build/lib")
+    assert _tree(lib) == _package_files(src)
+
+
+def test_a_plain_python_build_in_place_leaves_no_compiled_fold_to_vouch_for(
+        tmp_path: Path) -> None:
+    """An editable install rebuilt as plain Python after a source edit: the compiled
+    modules of the earlier build must not stay beside the sources with a record that
+    names the edited ones (they would run, taken for a build of those sources)."""
+    src = _source(tmp_path)
+    for module in (*native.COMPILED, "projections.fold__mypyc"):
+        (src / "projections" / (module.rpartition(".")[2] + SO)).write_text("earlier build\n")
+    _setup(src, "-q", "build_ext", "--inplace")
+    assert native.stale_modules(src / "projections") is None
+    assert not (src / "projections" / native.BUILD_RECORD).exists()
+
+
 def test_the_sdist_holds_the_packages_and_no_part_of_the_test_suite(tmp_path: Path) -> None:
     src = _source(tmp_path)
     (src / "tests").mkdir()
@@ -80,3 +110,36 @@ def test_the_sdist_holds_the_packages_and_no_part_of_the_test_suite(tmp_path: Pa
     assert not {n for n in names if n.startswith("tests")}
     assert _package_files(src) <= names
     assert {"setup.py", "pyproject.toml", "README.md"} <= names
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_its_compiled_fold_away_from_the_source(tmp_path: Path) -> None:
+    """The real wheel, as `pip install` builds it (its build requirements come from the
+    package index), unpacked in a folder of its own and imported from there alone."""
+    src = _source(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, "PYTHONPATH")}
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                           "-w", str(tmp_path / "dist"), str(src)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        zf.extractall(site)
+    compiled = {f"projections/{m.rpartition('.')[2]}{SO}" for m in native.COMPILED}
+    extensions = {*compiled, f"projections/fold__mypyc{SO}", f"eventstore/_chain{SO}",
+                  f"projections/_eventbuild{SO}"}
+    assert {n for n in names if ".dist-info/" not in n} == (
+        _package_files(src) | extensions | {f"projections/{native.BUILD_RECORD}"})
+    record = json.loads((site / "projections" / native.BUILD_RECORD).read_text())
+    assert record == {m: native.source_hash(native.source_path(m, src / "projections"))
+                      for m in native.COMPILED}
+    dist_info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "gpu-credits = tools.cli:main" in (site / dist_info).read_text()
+    probe = ("import projections.native as n, tools.cli, projections.queries, tools.sim; "
+             "print(n.in_use(), n.stale_modules(), tools.cli.__file__)")
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={
+        **env, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["True", "[]", str(site / "tools" / "cli.py")]
