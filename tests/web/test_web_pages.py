@@ -545,6 +545,11 @@ def test_every_page_forbids_framing_caching_and_scripts_from_elsewhere(
         assert download.headers["Cache-Control"] == "no-store", path
         assert download.headers["X-Content-Type-Options"] == "nosniff", path
     assert "frame-ancestors 'none'" in PAGE_HEADERS["Content-Security-Policy"]
+    # No inline script or style: an injected `<style>` or `style=` could not apply
+    # (tests/web/test_web_browser.py loads every page under this policy in Chromium and
+    # finds no violation).
+    assert "unsafe-inline" not in PAGE_HEADERS["Content-Security-Policy"]
+    assert "unsafe-eval" not in PAGE_HEADERS["Content-Security-Policy"]
 
 
 def test_pages_of_an_account_and_a_job_named_with_a_slash(tmp_path: Path) -> None:
