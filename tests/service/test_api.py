@@ -868,10 +868,11 @@ def test_a_retry_answered_in_this_process_rebuilds_nothing(client: TestClient,
 
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [
-    ("DELETE", "/v1/accounts", "GET, POST"),
-    ("PUT", "/v1/journal/head", "GET"),
+    # HEAD with GET: it is answered wherever GET is.
+    ("DELETE", "/v1/accounts", "GET, HEAD, POST"),
+    ("PUT", "/v1/journal/head", "GET, HEAD"),
     ("GET", "/v1/journal/verify", "POST"),
-    ("DELETE", "/v1/accounts/a/balance", "GET"),
+    ("DELETE", "/v1/accounts/a/balance", "GET, HEAD"),
     # Not the GET of a job so named: the path's own methods.
     ("OPTIONS", "/v1/jobs/start-next", "POST"),
     ("PUT", "/v1/jobs/j-1/complete", "POST"),

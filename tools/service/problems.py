@@ -174,9 +174,17 @@ _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 def _allowed(request: Request) -> list[str]:
-    """The methods of this request's path: those the OpenAPI document gives the most
-    specific of its paths that matches (`/v1/jobs/start-next`, not `/v1/jobs/{job}` with
-    a job so named), else every method some route answers (the web view's pages)."""
+    """The methods of this request's path, HEAD with GET (the app answers HEAD wherever
+    it answers GET: `app.HeadAsGet`)."""
+    methods = _declared(request)
+    return sorted({*methods, "HEAD"}) if "GET" in methods else methods
+
+
+def _declared(request: Request) -> list[str]:
+    """The methods the routes declare for this request's path: those the OpenAPI
+    document gives the most specific of its paths that matches (`/v1/jobs/start-next`,
+    not `/v1/jobs/{job}` with a job so named), else every method some route answers
+    (the web view's pages)."""
     path = request.scope["path"]
     best: tuple[int, list[str]] | None = None
     for template, operations in request.app.openapi().get("paths", {}).items():
