@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
+import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -304,3 +306,27 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if outcome != "passed":
         pytest.fail(f"in the pure-Python child ({outcome}):\n{text}", pytrace=False)
     return True
+
+
+@pytest.fixture
+def read_only_mount() -> Iterator[Any]:
+    """make_read_only(folder): mount the folder read-only onto itself until the test
+    ends (an auditor's copy on a read-only medium); skips the test where mounting is not
+    allowed (not root, no mount(8), a container without the capability)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a read-only folder needs root and mount(8)")
+    mounted: list[Path] = []
+
+    def mount(*args: str) -> bool:
+        return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+    def make_read_only(folder: Path) -> None:
+        if not mount("--bind", str(folder), str(folder)):
+            pytest.skip("bind mounts are not allowed here")
+        mounted.append(folder)
+        if not mount("-o", "remount,ro,bind", str(folder)):
+            pytest.skip("read-only remounts are not allowed here")
+
+    yield make_read_only
+    for folder in reversed(mounted):
+        subprocess.run(["umount", str(folder)], capture_output=True, check=True)

@@ -783,11 +783,20 @@ def replay(
     until = _time_option(to, "--to")
     # Not read-only: a full replay records a checkpoint. Never creates a database.
     # Every event's chain checked, not only beyond the last checkpoint: the checkpoints
-    # this replay saves will vouch for all of them.
-    with open_journal(ctx, db, write=True, create=False, full_check=True) as journal, \
+    # this replay saves will vouch for all of them. A file this process may not write (an
+    # auditor's copy, a read-only mount) is replayed all the same, without saving one:
+    # the digest is the answer, the checkpoint a cache.
+    path = sqlite_path(database_url(ctx, db))
+    read_only = path is not None and path.is_file() and not os.access(path, os.W_OK)
+    with open_journal(ctx, db, write=not read_only, create=False,
+                      full_check=True) as journal, \
             render.progress_bar("replaying") as progress:
         report = replay_journal(journal, to_time=until, progress=progress,
-                                checkpoint=until is None)
+                                checkpoint=until is None and not read_only)
+    if read_only and until is None:
+        sys.stderr.write(f"{PROG}: warning: {path} is read-only here: no checkpoint was "
+                         "saved (reads fold the journal from its newest saved one); run "
+                         "replay where the file can be written to save one\n")
     summary = {"digest": report.digest, "events": report.events, "position": report.position,
                "to": until, "revisions": len(report.revisions),
                "anomalies": len(report.anomalies)}

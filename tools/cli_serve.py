@@ -91,6 +91,10 @@ def serve(
         "--checkpoint-every", metavar="N", min=0, show_default="100000",
         help="Write a checkpoint once N events (and an eighth of the journal) were "
              "committed after the newest; 0: only at shutdown.")] = None,
+    read_only: Annotated[bool, typer.Option(
+        "--read-only", help="Open the journal read-only (an auditor's copy, a read-only "
+                            "mount): reads and the web view answer, writes get 503.")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """The HTTP service and the web audit view: JSON API under /v1, docs at /docs.
@@ -122,11 +126,14 @@ def serve(
     # nothing started; `--port 0` is announced as the port it got.
     sock = listening_socket(host, port)
     try:
-        journal = Journal(url)
+        journal = Journal(url, read_only=True) if read_only else Journal(url)
     except BaseException:
         sock.close()
         raise
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if read_only:
+        _say("the journal is open read-only: reads and the web view answer, every write "
+             "gets 503")
     if not configured:
         _say("no tokens configured: serving WITHOUT authentication, on loopback only")
     else:

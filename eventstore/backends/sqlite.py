@@ -188,8 +188,7 @@ class SQLiteBackend(Backend):
         wal = Path(f"{self.path}-wal")
         shm = Path(f"{self.path}-shm")
         commits = wal.is_file() and wal.stat().st_size > 0
-        read_only_fs = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-        if read_only_fs and not commits:
+        if _read_only_fs(self.path) and not commits:
             return "mode=ro&immutable=1"
         if commits:
             raise ConnectionProblem(
@@ -307,6 +306,14 @@ class SQLiteBackend(Backend):
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """'database is locked' -> LockTimeout; cannot open -> ConnectionProblem."""
         text = str(exc.orig)
+        read_only_fs = self.path is not None and _read_only_fs(self.path)
+        if read_only_fs and ("readonly database" in text or
+                             "unable to open database file" in text):
+            assert self.path is not None
+            return ReadOnlyJournal(
+                f"SQLite database {self.describe()}: {self.path.absolute().parent} is on "
+                "a read-only file system: nothing can be written there, and nothing "
+                "was (commands that only read still answer)")
         if "readonly database" in text:
             return ReadOnlyJournal(
                 f"SQLite database {self.describe()} is open read-only (or its file is not "
@@ -337,6 +344,14 @@ class SQLiteBackend(Backend):
                 f"{self.describe()} is not a SQLite database ({text}); check the path"
             )
         return None
+
+
+def _read_only_fs(path: Path) -> bool:
+    """Whether the folder of `path` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path.absolute().parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _io_problem(exc: BaseException, path: Path) -> str:

@@ -9,12 +9,14 @@ where a real full disk raised it on a small tmpfs.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from cli_helpers import Run, journal_head
+from cli_helpers import SMALL, Run, imported, journal_head
+from contract.kit import cli_runner
 from sqlalchemy.exc import OperationalError
 
 from eventstore import Journal, JournalError
@@ -73,3 +75,38 @@ def test_a_late_usage_report_committed_before_the_disk_filled_up_is_not_reported
     monkeypatch.setattr(Journal, "drop_snapshots", drop)
     # The stale checkpoint left behind is passed over, never used.
     assert run("verify").exit_code == 0
+
+
+def test_an_auditors_read_only_copy_answers_every_reading_command(
+        tmp_path: Path, read_only_mount: Any) -> None:
+    """A journal handed over on a read-only medium: every command that only reads
+    answers as it does on the original, `replay` prints the digest and says it saved no
+    checkpoint, and a write is refused saying the file system is read-only.
+
+    Every one of them said `... is not a SQLite database (unable to open database
+    file)`, and `replay` (which saves a checkpoint) could not run at all."""
+    original = cli_runner(f"sqlite:///{tmp_path / 'ledger.db'}")
+    imported(original, tmp_path / "small.jsonl", SMALL)
+    assert original("grant", "b", "5", "--at", "20").exit_code == 0
+    reads = [("balance", "a", "--at", "4"), ("balance", "a", "--at", "4", "--as-known-at", "5"),
+             ("statement", "a"), ("explain", "a"), ("verify",), ("export",),
+             ("revisions",), ("accounts",), ("head",), ("jobs",)]
+    digest = original("replay", "--json")
+    assert digest.exit_code == 0, digest.stderr
+    before = {args: original(*args) for args in reads}
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    shutil.copyfile(tmp_path / "ledger.db", folder / "ledger.db")  # closed: no -wal
+    read_only_mount(folder)
+    run = cli_runner(f"sqlite:///{folder / 'ledger.db'}")
+    for args, answer in before.items():
+        result = run(*args)
+        assert (result.exit_code, result.stdout) == (answer.exit_code, answer.stdout), args
+    replayed = run("replay", "--json")
+    assert replayed.exit_code == 0, replayed.stderr
+    assert replayed.stdout == digest.stdout
+    assert "is read-only here: no checkpoint was saved" in replayed.stderr
+    write = run("grant", "b", "5")
+    assert write.exit_code == 2
+    assert "is on a read-only file system: nothing can be written there" in write.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["ledger.db"]

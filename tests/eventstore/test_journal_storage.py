@@ -11,7 +11,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,26 +59,6 @@ def _can_mount() -> bool:
 
 def _mount(*args: str) -> bool:
     return subprocess.run(["mount", *args], capture_output=True).returncode == 0
-
-
-@pytest.fixture
-def read_only_mount() -> Iterator[Any]:
-    """make_read_only(folder): mount the folder read-only onto itself (until the test
-    ends); skips the test where that is not allowed."""
-    if not _can_mount():
-        pytest.skip("mounting a read-only folder needs root and mount(8)")
-    mounted: list[Path] = []
-
-    def make_read_only(folder: Path) -> None:
-        if not _mount("--bind", str(folder), str(folder)):
-            pytest.skip("bind mounts are not allowed here")
-        mounted.append(folder)
-        if not _mount("-o", "remount,ro,bind", str(folder)):
-            pytest.skip("read-only remounts are not allowed here")
-
-    yield make_read_only
-    for folder in reversed(mounted):
-        subprocess.run(["umount", str(folder)], capture_output=True, check=True)
 
 
 def _journal_in(folder: Path, events: int = 30) -> Path:
