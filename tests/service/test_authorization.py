@@ -235,3 +235,14 @@ def test_head_answers_as_get_without_a_body(app_client: TestClient, path: str) -
                                                           for k in same}
         if rule != OPEN and header is None:
             _refused(head, 401, None)
+
+
+def test_a_405_names_the_methods_the_path_takes_static_files_too(
+        app_client: TestClient) -> None:
+    for method, path, allowed in (("OPTIONS", "/static/web/web.css", "GET, HEAD"),
+                                  ("POST", "/static/web/web.css", "GET, HEAD"),
+                                  ("PUT", "/journal", "GET, HEAD"),
+                                  ("DELETE", "/journal/verify", "GET, HEAD, POST")):
+        answer = app_client.request(method, path, headers={"Authorization": GOOD["auditor"]})
+        assert answer.status_code == 405
+        assert answer.headers["allow"] == allowed, (method, path)

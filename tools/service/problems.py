@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from eventstore import IdempotencyConflict, JournalError
 from projections.errors import (
@@ -197,9 +197,15 @@ def _declared(request: Request) -> list[str]:
     if best is not None:
         return best[1]
     # An included router is one route holding many, and names no methods of its own:
-    # each method is asked of every route.
+    # each method is asked of every route. Matched from the app's root: inside a mount
+    # (the static files) the scope's root is the mount's, and no route matched, so the
+    # Allow of a static file's 405 was empty. A mount takes any method; its files
+    # answer GET.
+    scope = {**request.scope, "root_path": request.scope.get(
+        "app_root_path", request.scope.get("root_path", ""))}
     return [method for method in _METHODS
-            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+            if any(route.matches({**scope, "method": method})[0] == Match.FULL
+                   and (method == "GET" or not isinstance(route, Mount))
                    for route in request.app.routes)]
 
 
