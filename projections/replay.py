@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventstore import Batch, ChainBroken, JournalLike, SnapshotInfo
+from eventstore import Batch, ChainBroken, JournalError, JournalLike, SnapshotInfo
 from eventstore.hashing import load_json
 from projections.bulk import paused_gc
 
@@ -60,6 +60,9 @@ class ReplayReport:
     ledger: Ledger = field(repr=False)
     position: int = 0
     _digest: str | None = field(default=None, repr=False)
+    # Why the checkpoints asked for were not all saved (a full disk, a read-only file):
+    # the replay stands, and the checkpoints saved before it are kept.
+    checkpoint_problem: str | None = None
 
     @property
     def digest(self) -> str:
@@ -283,10 +286,12 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     head = journal.head() if to_position is None else min(to_position, journal.head())
     saving = checkpoint and to_time is None and to_position is None
     at = checkpoint_positions(head, checkpoint_every) if saving else frozenset()
-    # The checkpoints saved before go once the fresh ones are: a replay cut short (Ctrl-C,
-    # another writer holding the lock past its timeout) leaves them, not none.
+    # The checkpoints saved before go once the fresh ones are: a replay cut short (Ctrl-C)
+    # or unable to save one (another writer holding the lock past its timeout, a full
+    # disk) leaves them, not none.
     replaced = max((info.id for info in journal.snapshots(CHECKPOINT)), default=None) \
         if saving else None
+    unsaved: str | None = None
     # A replay needs snapshots only for late events: none is taken before the first one
     # (copying the whole state every few tens of thousands of events was a sixth of a
     # replay of an in-order journal), sparse ones after it (denser as late events show
@@ -362,22 +367,26 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
                     projector.keep_restart_point()
             # A checkpoint due inside a batch is saved at its end: the projected state
             # holds a whole batch or none of it.
-            if any(begin <= p <= last for p in at) and (
+            if unsaved is None and any(begin <= p <= last for p in at) and (
                     last == head or checkpoint_is_valid_at(
                         journal, last, projector.ledger.last[0])):
-                save_checkpoint(journal, projector.ledger, last)
+                try:
+                    save_checkpoint(journal, projector.ledger, last)
+                except JournalError as exc:
+                    # A cache: the digest and the revisions are the replay's answer.
+                    unsaved = str(exc)
             if progress is not None and done - shown >= 5000:
                 progress(done, head)
                 shown = done
     if progress is not None:
         progress(done, head)
-    if replaced is not None:
+    if replaced is not None and unsaved is None:
         journal.drop_snapshots(CHECKPOINT, through_id=replaced)
     ledger = projector.ledger
     # Every event read, reversed ones and reversals too (`ledger.applied` counts what the
     # fold applied: "replayed 1 event" of a journal of three was a puzzle to an auditor).
     return ReplayReport(taken, list(projector.revisions), list(ledger.anomalies),
-                        ledger, head)
+                        ledger, head, checkpoint_problem=unsaved)
 
 
 def batch_parts(rows: Iterable[LeanRow], ends: dict[int, int],

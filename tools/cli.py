@@ -793,6 +793,10 @@ def replay(
             render.progress_bar("replaying") as progress:
         report = replay_journal(journal, to_time=until, progress=progress,
                                 checkpoint=until is None and not read_only)
+    if report.checkpoint_problem is not None:
+        sys.stderr.write(f"{PROG}: warning: the replay stands, but no fresh checkpoint was "
+                         f"saved ({report.checkpoint_problem}); the checkpoints saved "
+                         "before are kept\n")
     if read_only and until is None:
         sys.stderr.write(f"{PROG}: warning: {path} is read-only here: no checkpoint was "
                          "saved (reads fold the journal from its newest saved one); run "

@@ -110,3 +110,31 @@ def test_an_auditors_read_only_copy_answers_every_reading_command(
     assert write.exit_code == 2
     assert "is on a read-only file system: nothing can be written there" in write.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["ledger.db"]
+
+
+def test_a_replay_that_cannot_save_its_checkpoint_still_answers(
+        run: Run, small: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a full disk `replay` folded the whole journal, failed to save the checkpoint
+    (a cache) and printed only `error: ... the disk is full`: the digest, its answer, was
+    lost. It prints the digest and warns, and keeps the checkpoints saved before."""
+    from projections import replay as replay_module
+
+    first = run("replay", "--json")
+    assert first.exit_code == 0, first.stderr
+    with Journal(db) as journal:
+        saved = [info.id for info in journal.snapshots(CHECKPOINT)]
+    assert run("grant", "b", "5", "--at", "20").exit_code == 0
+    with Journal(db) as journal:
+        expected = journal.head()
+
+    def full(journal: Any, *args: Any) -> NoReturn:
+        raise _disk_full(journal)
+
+    monkeypatch.setattr(replay_module, "save_checkpoint", full)
+    result = run("replay", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert f'"position": {expected}' in result.stdout
+    assert "warning: the replay stands, but no fresh checkpoint was saved" in result.stderr
+    assert "is full" in result.stderr
+    with Journal(db) as journal:
+        assert [info.id for info in journal.snapshots(CHECKPOINT)] == saved
