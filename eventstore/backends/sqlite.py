@@ -178,7 +178,10 @@ class SQLiteBackend(Backend):
                 probe.close()
             return "mode=ro"
         except sqlite3.DatabaseError as exc:
-            if "unable to open" not in str(exc):
+            # As root on a read-only file system: "unable to open database file"; as a
+            # user who may not write in the folder: SQLITE_READONLY_DIRECTORY.
+            name = getattr(exc, "sqlite_errorname", "")
+            if "unable to open" not in str(exc) and name not in _NO_INDEX:
                 return "mode=ro"  # the caller's own look reports it
         if not os.access(self.path, os.R_OK):
             raise ConnectionProblem(
@@ -344,6 +347,10 @@ class SQLiteBackend(Backend):
                 f"{self.describe()} is not a SQLite database ({text}); check the path"
             )
         return None
+
+
+# SQLite's errors for a WAL index (-shm file) it may not create beside the database.
+_NO_INDEX = ("SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_CANTOPEN")
 
 
 def _read_only_fs(path: Path) -> bool:

@@ -148,3 +148,30 @@ def test_a_journal_on_a_full_disk_says_the_disk_is_full(tmp_path: Path) -> None:
             assert journal.head() == 30
     finally:
         subprocess.run(["umount", str(folder)], capture_output=True, check=True)
+
+
+def test_a_folder_this_user_may_not_write_is_named_with_what_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user other than root given a journal in a folder they may not write: SQLite
+    cannot create the -shm file and says SQLITE_READONLY_DIRECTORY ("attempt to write a
+    readonly database"), which was passed on as `cannot read ...: attempt to write a
+    readonly database; check the path`. (Root may write anywhere: the error is SQLite's
+    own, raised here where it raises it.)"""
+    from eventstore.backends import sqlite as backend
+
+    path = _journal_in(tmp_path)
+    connect = sqlite3.connect
+
+    def no_index(database: str, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        if "mode=ro" in database and "immutable" not in database:
+            exc = sqlite3.OperationalError("attempt to write a readonly database")
+            exc.sqlite_errorname = "SQLITE_READONLY_DIRECTORY"
+            raise exc
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(backend.sqlite3, "connect", no_index)
+    with pytest.raises(ConnectionProblem) as caught:
+        Journal(f"sqlite:///{path}", read_only=True)
+    message = str(caught.value)
+    assert f"cannot write in {tmp_path}; give this user write access" in message
+    assert "or copy ledger.db into a folder it can write" in message
