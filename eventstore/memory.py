@@ -254,9 +254,19 @@ class MemoryJournal(JournalBase):
         require_int("after_position", after_position)
         if to_position is not None:
             require_int("to_position", to_position)
+        found: list[Batch] = []
         with self._lock:
-            return [Batch(first, last) for first, last in sorted(self._batches.items())
-                    if last > after_position and (to_position is None or first <= to_position)]
+            # Batches are recorded in position order and never overlap (a rollback cuts
+            # only the newest), so the dict's order is theirs: walked back from the
+            # newest, only the batches asked for are looked at (a catch-up asks after
+            # its own position, near the head).
+            for first, last in reversed(self._batches.items()):
+                if last <= after_position:
+                    break
+                if to_position is None or first <= to_position:
+                    found.append(Batch(first, last))
+        found.reverse()
+        return found
 
     def transaction(self, locks: Iterable[str] = ()) -> _Transaction:
         """Hold the journal's lock for a read-decide-append; undo appends on exception.

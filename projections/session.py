@@ -379,7 +379,11 @@ class LedgerSession:
             position = self.projector.position
             events = self._read_checked(position)
             if self._in_memory:
-                return self.projector.catch_up(events, keep)
+                # Only this process appends: events it did not ingest as it appended
+                # them came from another facade on the journal, an import among them.
+                batches = self._batches_after(position) if (
+                    self.journal.head() > position + 1) else None
+                return self.projector.catch_up(events, keep, batches)
             first = next(iter(events), None)
             if first is None:
                 return {}

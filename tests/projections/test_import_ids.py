@@ -304,6 +304,29 @@ def test_a_decision_catching_up_on_another_process_import_takes_it_as_one_batch(
         assert session.digest() == fold_canonical(journal).digest()
 
 
+def test_a_facade_on_a_journal_in_memory_takes_another_facade_import_as_one_batch(
+        ) -> None:
+    """Two facades on one journal in memory: the import of late events one records, the
+    other catches up on as one step of knowledge, as on a database: the revisions a
+    replay reports. It took them one event at a time, and reported each late line's
+    revisions of the lines before it."""
+    from eventstore import MemoryJournal
+    from projections.replay import fold_canonical, replay
+    from projections.session import LedgerSession
+
+    base, late = _in_time_then_late()
+    journal = MemoryJournal()
+    import_file(journal, jsonl(base), "base")
+    session = LedgerSession(journal)  # its projection: the base alone
+    import_file(journal, jsonl(late), "late")
+    with session.reading():
+        pass
+    want = [(r.event_id, r.late_event_id) for r in replay(journal).revisions]
+    assert want
+    assert [(r.event_id, r.late_event_id) for r in session.projector.revisions] == want
+    assert session.digest() == fold_canonical(journal).digest()
+
+
 def test_a_checkpoint_saved_after_a_late_import_outlives_a_process_learning_of_it_later(
         tmp_path: Any) -> None:
     """The checkpoints `replay` saves after an import of late events hold that import:
