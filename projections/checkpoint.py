@@ -499,12 +499,28 @@ def latest_valid_checkpoint(journal: JournalLike) -> tuple[SnapshotInfo, Ledger]
     return None
 
 
+def resume_point(journal: JournalLike) -> tuple[SnapshotInfo, Ledger] | None:
+    """The newest checkpoint that checks out, loaded, for a live projection to resume
+    from, whether or not events recorded after it land before it.
+
+    A projection takes the events recorded after its starting point in arrival order and
+    puts a late one in its place as it comes (`Projector`), so a state of every event
+    up to a position is a right start even when later arrivals land before its end:
+    passing it over (as a query, which folds in canonical order, must) left a service
+    restarted under a steady stream of late usage reports to fold its whole journal."""
+    for found in valid_checkpoints(journal, journal.snapshots(CHECKPOINT),
+                                   key=lambda s: (s.position, s.id), timely=False):
+        return found
+    return None
+
+
 def valid_checkpoints(journal: JournalLike, infos: Iterable[SnapshotInfo],
-                      key: Callable[[SnapshotInfo], tuple[int, ...]]
-                      ) -> Iterator[tuple[SnapshotInfo, Ledger]]:
+                      key: Callable[[SnapshotInfo], tuple[int, ...]], *,
+                      timely: bool = True) -> Iterator[tuple[SnapshotInfo, Ledger]]:
     """The valid ones among `infos`, newest (by `key`) first, each loaded when reached;
-    one that does not check out is skipped with a warning."""
-    for info, view in valid_views(journal, infos, key):
+    one that does not check out is skipped with a warning. `timely=False`: one that
+    events recorded after it land before counts too (see `resume_point`)."""
+    for info, view in valid_views(journal, infos, key, timely=timely):
         try:
             ledger = view.ledger()
         except CheckpointError as exc:
@@ -514,11 +530,11 @@ def valid_checkpoints(journal: JournalLike, infos: Iterable[SnapshotInfo],
 
 
 def valid_views(journal: JournalLike, infos: Iterable[SnapshotInfo],
-                key: Callable[[SnapshotInfo], tuple[int, ...]]
-                ) -> Iterator[tuple[SnapshotInfo, CheckpointView]]:
+                key: Callable[[SnapshotInfo], tuple[int, ...]], *,
+                timely: bool = True) -> Iterator[tuple[SnapshotInfo, CheckpointView]]:
     """`valid_checkpoints`, each opened (checked) but not decoded."""
     for info in sorted(infos, key=key, reverse=True):
-        if not checkpoint_is_valid(journal, info):
+        if timely and not checkpoint_is_valid(journal, info):
             continue
         try:
             view = load_view(journal, info)
@@ -545,16 +561,26 @@ def invalidate_after(journal: JournalLike, late_time: int) -> int:
     checkpoints that a later learner dropped whole, so the next process to start folded
     the journal from its first event. Nothing stale: nothing is written (no write lock
     is waited for). A stale one left behind is refused as it loads all the same
-    (`checkpoint_is_valid`): this is tidying, never what keeps answers right."""
-    stale = [info for info in journal.snapshots(CHECKPOINT)
+    (`checkpoint_is_valid`): this is tidying, never what keeps answers right.
+
+    The newest checkpoint stays, stale or not: a live projection resumes from it all the
+    same (`resume_point`), and under a steady stream of late events every checkpoint is
+    soon stale, so dropping them left a restarted service nothing to start from."""
+    saved = journal.snapshots(CHECKPOINT)
+    if not saved:
+        return 0
+    newest = max(info.position for info in saved)
+    stale = [info for info in saved
              if info.event_time > late_time and not checkpoint_is_valid(journal, info)]
     dropped = 0
     try:
         # Each with those at or before its position and at or after its time: stale too
         # (the event after it that lands before it lands before them): no valid one goes.
         for info in sorted(stale, key=lambda i: (i.event_time, -i.position)):
-            dropped += journal.drop_snapshots(CHECKPOINT, from_time=info.event_time,
-                                              before_position=info.position + 1)
+            if info.position < newest:
+                dropped += journal.drop_snapshots(CHECKPOINT, from_time=info.event_time,
+                                                  before_position=min(info.position + 1,
+                                                                      newest))
     except JournalError:
         # Called once the decision that learned of the late event is committed: another
         # writer holding the lock (a long import on SQLite), a full disk or a file

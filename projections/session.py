@@ -276,13 +276,14 @@ class LedgerSession:
         # A journal in memory too: one a simulator's processes share holds checkpoints
         # its service saved, and a restart opens from them as it would from a database.
         self._resume_from_checkpoint()
-        self.catch_up()
+        self._open()
 
     def _resume_from_checkpoint(self) -> None:
-        # A large journal opens from its newest valid checkpoint instead of a full replay.
-        from projections.checkpoint import latest_valid_checkpoint
+        # A large journal opens from its newest checkpoint instead of a full replay; the
+        # catch-up puts the events recorded after it in their places, late ones too.
+        from projections.checkpoint import resume_point
 
-        found = latest_valid_checkpoint(self.journal)
+        found = resume_point(self.journal)
         if found is not None:
             info, ledger = found
             self.projector.start_from(ledger, info.position)
@@ -392,6 +393,29 @@ class LedgerSession:
             # journal of 2,100 late events took 74 s event by event, a replay 0.13 s).
             return self.projector.catch_up(itertools.chain((first,), events), keep,
                                            self._batches_after(position))
+
+    def _open(self) -> None:
+        """The first look, from the starting point (a checkpoint, or the journal's start):
+        everything recorded after it is taken as one step of knowledge, as one batch.
+
+        Late events among it take their places at once, as in a fold. Taken a recorded
+        batch at a time, each batch of late events re-projected its accounts as it did
+        when it arrived: 17.8 s to open 60,000 events with one in twenty late, against
+        1 s for a fold. What those re-projections revised was reported to whoever read
+        the journal then; this session has reported nothing yet, so its `revisions` start
+        empty, whatever checkpoint it started from (a replay lists the journal's)."""
+        with self.lock:
+            position = self.projector.position
+            events = iter(self._read_checked(position))
+            first = next(events, None)
+            if first is None:
+                return
+            # Events recorded after this head (by another writer, meanwhile) are taken
+            # one at a time: what they revise is still cleared below, being part of the
+            # same first look.
+            self.projector.catch_up(itertools.chain((first,), events), (),
+                                    {first.position: self.journal.head()})
+            self.projector.revisions.clear()
 
     def ingest_appended(self, recorded: Sequence[RecordedEvent],
                         events: Sequence[DomainEvent] | None = None) -> bool:

@@ -241,34 +241,38 @@ def _in_time_then_late() -> tuple[list[Record], list[Record]]:
     return base, late
 
 
-def test_a_projection_opened_on_a_stored_journal_takes_each_batch_as_replay_does(
+def test_a_projection_catching_up_on_a_stored_journal_takes_each_batch_as_replay_does(
         tmp_path: Any) -> None:
-    """A facade opening a journal that holds an import of late events folds that import
-    as one step of knowledge (re-projected once, not once per event): the state of a
-    fresh fold and the revisions of a replay; read a part at a time (a batch too large
-    to hold), the same state."""
+    """A facade catching up on an import of late events folds it as one step of
+    knowledge (re-projected once, not once per event): the state of a fresh fold and the
+    revisions of a replay; read a part at a time (a batch too large to hold), the same
+    state. Opened on the journal afterwards, it takes everything as one step: the same
+    state, and no revisions of its own (it had reported nothing)."""
     from eventstore import Journal
     from projections import projector
     from projections.replay import fold_canonical, replay
     from projections.session import LedgerSession
 
     base, late = _in_time_then_late()
-    with Journal(f"sqlite:///{tmp_path / 'j.db'}") as journal:
-        import_file(journal, jsonl(base), "base")
-        import_file(journal, jsonl(late), "late")
-        import_file(journal, jsonl([{"type": "grant", "account": "a", "amount": 1,
-                                     "time": 1, "id": "alone"}]), "one")
-        want = [(r.event_id, r.late_event_id) for r in replay(journal).revisions]
-        assert want and all(late_id in ("l0", "l1", "l2", "l3", "l4", "alone")
-                            for _, late_id in want)
-        for part in (50_000, 2):
+    for part in (50_000, 2):
+        with Journal(f"sqlite:///{tmp_path / f'j{part}.db'}") as journal:
+            import_file(journal, jsonl(base), "base")
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(projector, "_CATCH_UP_PART", part)
                 session = LedgerSession(journal)
-            assert session.digest() == fold_canonical(journal).digest()
+                import_file(journal, jsonl(late), "late")
+                import_file(journal, jsonl([{"type": "grant", "account": "a", "amount": 1,
+                                             "time": 1, "id": "alone"}]), "one")
+                assert session.digest() == fold_canonical(journal).digest()
+                opened = LedgerSession(journal)
+            want = [(r.event_id, r.late_event_id) for r in replay(journal).revisions]
+            assert want and all(late_id in ("l0", "l1", "l2", "l3", "l4", "alone")
+                                for _, late_id in want)
             if part > len(late):
                 assert [(r.event_id, r.late_event_id)
                         for r in session.projector.revisions] == want
+            assert opened.digest() == fold_canonical(journal).digest()
+            assert opened.revisions == []
 
 
 @pytest.mark.parametrize("where", ["file", "in-memory"])

@@ -31,6 +31,7 @@ from projections.checkpoint import (
 )
 from projections.ledger import STATE, Ledger
 from projections.replay import fold_canonical, ledger_at, replay, verify
+from projections.session import LedgerSession
 from projections.statecopy import StateFormatError
 from tests.replay.test_replay import cut_timelines, fold_on, folded_to_cut, histories
 
@@ -377,3 +378,51 @@ def test_a_session_opened_from_a_checkpoint_refolds_a_late_submit_of_an_earlier_
     with session.reading() as ledger:
         assert ledger.jobs["j"].state == "running"
         assert ledger.digest() == fold_canonical(journal).digest()
+
+
+def _append_in_batches(journal: Any, events: list[Any], data: st.DataObject) -> None:
+    """Append `events` in arrival order, in batches of sizes hypothesis draws."""
+    from tests.replay.test_replay import _stream
+
+    i = 0
+    while i < len(events):
+        size = data.draw(st.integers(1, 3), label="batch size")
+        journal.append([NewEvent(event_id, _stream(payload), kind, time, payload)
+                        for event_id, kind, time, payload in events[i:i + size]])
+        i += size
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+@settings(max_examples=60, deadline=None)
+@given(events=histories(), data=st.data())
+def test_a_session_resumes_from_the_newest_checkpoint_though_late_events_land_before_it(
+        where: str, events: list[Any], data: st.DataObject,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A checkpoint that events recorded after it land before is passed over by a query,
+    but it is still the state of every event up to its position: a session resumes from
+    it and puts those events in their places. Against a fold: the same state on opening
+    and after later arrivals; no revisions on opening (it reported nothing), and after
+    it the revisions a replay reports for the events recorded since."""
+    order = data.draw(st.permutations(events), label="arrival order")
+    cut = data.draw(st.integers(0, len(order)), label="checkpointed prefix")
+    opened_at = data.draw(st.integers(cut, len(order)), label="opened after")
+    if where == "memory":
+        journal: Any = MemoryJournal()
+    else:
+        journal = Journal(f"sqlite:///{tmp_path_factory.mktemp('resume') / 'j.db'}")
+    try:
+        _append_in_batches(journal, list(order[:cut]), data)
+        replay(journal, checkpoint=True, checkpoint_every=data.draw(st.integers(1, 5)))
+        _append_in_batches(journal, list(order[cut:opened_at]), data)
+        newest = max((info.position for info in journal.snapshots(CHECKPOINT)), default=0)
+        session = LedgerSession(journal)
+        assert session.projector._started_at == newest
+        assert session.digest() == fold_canonical(journal).digest()
+        assert session.revisions == []
+        head = journal.head()
+        _append_in_batches(journal, list(order[opened_at:]), data)
+        assert session.digest() == fold_canonical(journal).digest()
+        assert session.revisions == [r for r in replay(journal).revisions
+                                     if r.late_position > head]
+    finally:
+        journal.close()

@@ -14,7 +14,7 @@ from projections import GPUCreditTracker, Scheduler
 from projections.events import from_payload, to_payload
 from projections.ledger import Ledger
 from projections.projector import Projector
-from projections.replay import fold_canonical, journal_reader, replay, verify
+from projections.replay import fold_canonical, journal_reader, ledger_at, replay, verify
 from projections.session import LedgerSession
 
 ACCOUNTS = ("a", "b")
@@ -242,7 +242,8 @@ def test_replay_of_the_same_journal_is_the_same_on_every_backend(journal_url: st
     assert replay(journal).revisions == replay(memory).revisions
 
 
-def test_checkpoint_resumes_a_facade_and_is_dropped_by_a_late_event(tmp_path: Any) -> None:
+def test_checkpoint_resumes_a_facade_even_once_a_late_event_lands_before_it(
+        tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'cp.db'}"
     t = GPUCreditTracker(url, account="a")
     for i in range(50):
@@ -258,8 +259,16 @@ def test_checkpoint_resumes_a_facade_and_is_dropped_by_a_late_event(tmp_path: An
     assert reopened.get_balance(100) == t.get_balance(100)
     assert verify(journal).ok
     reopened.consume(3, timestamp=50)  # late: the checkpoint covers up to time 99
-    assert journal.snapshots("ledger") == []
-    assert GPUCreditTracker(url, account="a").get_balance(100) == reopened.get_balance(100)
+    # Stale for a query (which folds in canonical order and passes over it), still the
+    # state of every event up to its position: the next facade resumes from it and puts
+    # the late consume in its place.
+    assert [info.position for info in journal.snapshots("ledger")] == [100]
+    third = GPUCreditTracker(url, account="a")
+    assert third._session.projector._started_at == 100
+    assert third.get_balance(100) == reopened.get_balance(100)
+    assert third.state_digest() == fold_canonical(journal).digest()
+    assert ledger_at(journal).digest() == fold_canonical(journal).digest()
+    assert verify(journal).ok
 
 
 def test_a_retried_call_with_the_same_event_id_is_recorded_once() -> None:
@@ -356,10 +365,13 @@ def test_interval_checkpoints_let_a_fresh_facade_refold_a_late_event_from_a_rece
     # Refolded from the checkpoint at position 120 (time 119), not from the start: the
     # events at times 120..199 and the late one.
     assert folded and min(folded) > 120 and len(set(folded)) == 81
-    # The late consume made the two later checkpoints stale; the earlier ones stay.
-    assert [info.position for info in journal.snapshots("ledger")] == [80, 120]
+    # The late consume made the two later checkpoints stale: the earlier ones stay, and
+    # so does the newest, which a facade still resumes from.
+    assert [info.position for info in journal.snapshots("ledger")] == [80, 120, 200]
     want = fold_canonical(journal).digest()
-    assert reopened.state_digest() == want == GPUCreditTracker(url, account="a").state_digest()
+    third = GPUCreditTracker(url, account="a")
+    assert third._session.projector._started_at == 200
+    assert reopened.state_digest() == want == third.state_digest()
     assert verify(journal).ok
 
 
