@@ -95,6 +95,10 @@ def serve(
         "--read-only", help="Open the journal read-only (an auditor's copy, a read-only "
                             "mount): reads and the web view answer, writes get 503.")
     ] = False,
+    lock_timeout: Annotated[float, typer.Option(
+        "--lock-timeout", metavar="SECONDS", min=0.01, max=3600,
+        help="How long a write waits for another writer's lock (an import, a command) "
+             "before it is answered 503.")] = 10.0,
     db: DbOption = None,
 ) -> None:
     """The HTTP service and the web audit view: JSON API under /v1, docs at /docs.
@@ -126,7 +130,7 @@ def serve(
     # nothing started; `--port 0` is announced as the port it got.
     sock = listening_socket(host, port)
     try:
-        journal = Journal(url, read_only=True) if read_only else Journal(url)
+        journal = Journal(url, read_only=read_only, lock_timeout=lock_timeout)
     except BaseException:
         sock.close()
         raise

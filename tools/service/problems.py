@@ -9,6 +9,11 @@
 
 A 4xx always means nothing was appended: commands validate before they append, and a
 batch that fails to commit answers no decision of it as a success.
+
+A 503 that a retry may soon get past says when to retry (`Retry-After`, in seconds): the
+service starting or stopping and another writer holding the lock, after 1; the database
+out of reach, after 5. One that no retry gets past (a journal open read-only, a schema
+to upgrade) says nothing of the kind.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from eventstore import IdempotencyConflict, JournalError
+from eventstore import ConnectionProblem, IdempotencyConflict, JournalError, LockTimeout
 from projections.errors import (
     AccountExists,
     DuplicateJob,
@@ -151,15 +156,28 @@ def problem_response(status: int, detail: str, *, slug: str | None = None,
                         media_type=PROBLEM_JSON, headers=headers)
 
 
+def retry_after(exc: BaseException) -> str | None:
+    """Seconds after which a retry of what `exc` refused may succeed, for `Retry-After`;
+    None when waiting does not help."""
+    if isinstance(exc, Unavailable | LockTimeout):
+        return "1"
+    if isinstance(exc, ConnectionProblem):
+        return "5"
+    return None
+
+
 def from_exception(exc: BaseException) -> JSONResponse:
     """The problem answer of an exception, by its type."""
     status = status_of(exc)
     if status == 500:
         return problem_response(500, f"internal error: {type(exc).__name__}")
     errors = exc.errors if isinstance(exc, ServiceProblem) else ()
-    headers = exc.headers if isinstance(exc, ServiceProblem) else None
+    headers = dict(exc.headers) if isinstance(exc, ServiceProblem) else {}
+    wait = retry_after(exc) if status == 503 else None
+    if wait is not None:
+        headers.setdefault("Retry-After", wait)
     return problem_response(status, detail_of(exc), slug=_slug(exc, status), errors=errors,
-                            headers=headers)
+                            headers=headers or None)
 
 
 def _validation_detail(exc: RequestValidationError) -> str:

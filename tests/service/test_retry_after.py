@@ -1,0 +1,105 @@
+"""A 503 says when a retry may get past it (`Retry-After`), and only then."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from eventstore import (
+    ConnectionProblem,
+    Journal,
+    JournalError,
+    LockTimeout,
+    ReadOnlyJournal,
+    SchemaError,
+)
+from tools.service import create_app
+from tools.service.problems import Unavailable, from_exception, retry_after
+
+
+def test_only_a_503_that_waiting_can_get_past_names_a_wait() -> None:
+    assert retry_after(LockTimeout("held")) == "1"
+    assert retry_after(Unavailable("the service is starting")) == "1"
+    assert retry_after(ConnectionProblem("refused")) == "5"
+    for lasting in (ReadOnlyJournal("read-only"), SchemaError("behind"),
+                    JournalError("the disk is full")):
+        assert retry_after(lasting) is None
+        assert "retry-after" not in from_exception(lasting).headers
+    assert from_exception(LockTimeout("held")).headers["retry-after"] == "1"
+    # Not on an answer other than a 503, whatever the exception carries.
+    assert "retry-after" not in from_exception(ValueError("bad")).headers
+
+
+def test_a_write_behind_another_writer_s_lock_is_told_to_retry_in_a_second(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    journal = Journal(url, lock_timeout=0.2)
+    with TestClient(create_app(journal, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts", json={"account": "a"}).status_code == 201
+        other = sqlite3.connect(tmp_path / "j.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            refused = client.post("/v1/accounts/a/grants", json={"amount": 5},
+                                  headers={"Idempotency-Key": "g-1"})
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["retry-after"] == "1"
+        assert refused.headers["content-type"] == "application/problem+json"
+        # Retried as told, with the same key: recorded once.
+        again = client.post("/v1/accounts/a/grants", json={"amount": 5},
+                            headers={"Idempotency-Key": "g-1"})
+        assert again.status_code == 201
+        assert client.get("/v1/accounts/a/balance").json()["balance"] == 5
+
+
+def test_a_write_to_a_journal_open_read_only_names_no_wait(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts", json={"account": "a"}).status_code == 201
+    read_only = Journal(url, read_only=True)
+    with TestClient(create_app(read_only, clock=lambda: 100, mount_web=False)) as client:
+        refused = client.post("/v1/accounts/a/grants", json={"amount": 5})
+        assert refused.status_code == 503
+        assert "retry-after" not in refused.headers
+
+
+def test_serve_waits_for_another_writer_s_lock_as_long_as_told(tmp_path: Path) -> None:
+    """`serve --lock-timeout`: how long a write waits behind another writer (an import
+    of millions of lines may want more than the 10 s default), said in the 503."""
+    import httpx
+
+    from tests.service import server
+
+    path = tmp_path / "j.db"
+    Journal(f"sqlite:///{path}").close()
+    with server.running(f"sqlite:///{path}", tmp_path / "serve.log",
+                        "--lock-timeout", "0.5") as svc:
+        assert httpx.post(f"{svc.base}/v1/accounts", json={"account": "a"}).status_code == 201
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            refused = httpx.post(f"{svc.base}/v1/accounts/a/grants", json={"amount": 5},
+                                 headers={"Idempotency-Key": "g-1"}, timeout=60)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert refused.status_code == 503, refused.text
+        assert "for 0.5 s" in refused.json()["detail"]
+        assert refused.headers["retry-after"] == "1"
+
+
+def test_serve_refuses_a_lock_timeout_that_is_no_wait(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.service.server import GPU_CREDITS
+
+    done = subprocess.run([GPU_CREDITS, "--db", f"sqlite:///{tmp_path / 'j.db'}", "serve",
+                           "--lock-timeout", "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "--lock-timeout" in done.stderr and "0.01" in done.stderr
+    assert not (tmp_path / "j.db").exists()
