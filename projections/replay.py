@@ -218,6 +218,57 @@ class HeldRows:
         return _after(keys, rows, after, to_position, None)
 
 
+class HeldWhileSmall:
+    """A projector's readers over a journal folded a batch at a time for as long as the
+    process lives (the revision log's): the rows read so far held (`HeldRows`) while
+    there are up to `HELD_ROWS` of them, the journal queried once there are more.
+
+    A late batch read each late account's stretch back from the journal, a query of a
+    few milliseconds per account: half of a first pass over a journal where many events
+    arrive slightly late (the first `GET /v1/revisions` after a restart). Held, it costs
+    no query, as in `replay`; past the bound, memory stays bounded as it was.
+    """
+
+    def __init__(self, journal: JournalLike) -> None:
+        self._limit = HELD_ROWS  # as it was when the fold began
+        self._held: HeldRows | None = HeldRows() if journal.head() <= self._limit else None
+        self._count = 0
+        self._through = 0  # the last position held
+        self._read = journal_reader(journal)
+        self._read_stream = account_reader(journal)
+
+    def add_all(self, recs: Sequence[Lean]) -> None:
+        """Hold `recs`, read after every row held so far, before the projector reads
+        them back; past `HELD_ROWS` rows in all, drop every row held."""
+        if self._held is None or not recs:
+            return
+        if recs[0].position <= self._through:
+            # Held already: a catch-up cut short by an error reads them again.
+            recs = [rec for rec in recs if rec.position > self._through]
+            if not recs:
+                return
+        self._count += len(recs)
+        if self._count > self._limit:
+            self._held = None
+            return
+        self._through = recs[-1].position
+        self._held.add_all(recs)
+
+    def read(self, after: tuple[int, int], to_position: int,
+             limit: int | None) -> Iterable[Lean]:
+        held = self._held
+        if held is None:
+            return self._read(after, to_position, limit)
+        return held.read(after, to_position, limit)
+
+    def read_stream(self, stream: str, after: tuple[int, int],
+                    to_position: int) -> Iterable[Lean]:
+        held = self._held
+        if held is None:
+            return self._read_stream(stream, after, to_position)
+        return held.read_stream(stream, after, to_position)
+
+
 def _insert(keys: list[tuple[int, int]], rows: list[Lean], key: tuple[int, int],
             rec: Lean) -> None:
     if not keys or key > keys[-1]:
@@ -467,7 +518,8 @@ CHECKPOINTS = 4
 
 
 def replay_projector(journal: JournalLike, *, to_time: int | None = None,
-                     reversals_after: bool = False, held: HeldRows | None = None,
+                     reversals_after: bool = False,
+                     held: HeldRows | HeldWhileSmall | None = None,
                      recent_outcomes: int = REPLAY_REMEMBERS) -> Projector:
     """The projector `replay` folds `journal` with (`held`: reading the rows it holds
     instead of the journal); fed the journal in arrival order, a batch at a time, it finds

@@ -14,9 +14,9 @@ from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
 from projections.outcomes import Revision
 from projections.owners import event_account
-from projections.projector import Projector
+from projections.projector import LeanRow, Projector, as_lean
 from projections.queries.revisions import RevisionRow, revision_rows
-from projections.replay import batch_parts, lean_rows, replay_projector
+from projections.replay import HeldWhileSmall, batch_parts, lean_rows, replay_projector
 
 
 class RevisionLog:
@@ -27,6 +27,9 @@ class RevisionLog:
         self.journal = journal
         self._lock = threading.Lock()
         self._projector: Projector | None = None
+        # The rows the projector reads back for late events, held while the journal is
+        # small (`HeldWhileSmall`): set with the projector.
+        self._held: HeldWhileSmall | None = None
         self._started = False  # set once the first pass is done, not when it begins
         self._rows: list[RevisionRow] = []
         # The revised events, by id: a recorded event never changes.
@@ -81,8 +84,11 @@ class RevisionLog:
             # The projector `replay` folds with, per-account re-projection included: a
             # batch with late events of two accounts then names each account's own
             # earliest event as the cause of its revisions, as `replay` does.
-            self._projector = replay_projector(self.journal)
+            self._held = HeldWhileSmall(self.journal)
+            self._projector = replay_projector(self.journal, held=self._held)
         projector = self._projector
+        held = self._held
+        assert held is not None  # set with the projector
         position = projector.position
         # Up to the head as it is now, batches and rows alike: a batch appended while they
         # are read is taken whole next time, not an event at a time now.
@@ -98,11 +104,22 @@ class RevisionLog:
         # from them until the first late event (half the cost of a first pass).
         rows = lean_rows(self.journal, after_position=position, to_position=head,
                          order="position")
+
+        def hand_over(part: list[LeanRow], begin: int, more: bool) -> bool:
+            # Held before a part that may read its own rows back (as `replay` holds them);
+            # a part that folds straight reads nothing, and is held once it has.
+            if more:
+                if not projector.ingest_rows(part, known_before=begin, only_straight=True):
+                    return False
+                held.add_all(list(map(as_lean, part)))
+                return True
+            held.add_all(list(map(as_lean, part)))
+            return projector.ingest_rows(part, known_before=begin)
+
         with paused_gc():
             # Cut where `replay` cuts: a late event's revisions name its part's earliest
             # event, so other cuts would name other causes.
-            for _ in batch_parts(rows, batches, lambda part, begin, more: projector.ingest_rows(
-                    part, known_before=begin, only_straight=more)):
+            for _ in batch_parts(rows, batches, hand_over):
                 pass
         self._started = True
         return projector
