@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tools.bench.workload import MixEvent, append_mix, realistic_mix, with_late_arrivals
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     trees = {"this": str(Path.cwd()), "other": str(Path(args.other).resolve())}
-    results: dict[tuple[str, str, str], list[dict[str, object]]] = {}
+    results: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for name in args.journal:
         path = work / f"{name}.db"
         _journal(path, name)
