@@ -25,7 +25,7 @@ from tools.service.auth import PREFIX, Authority, Gate, Token
 from tools.service.fast import FastRoutes
 from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
-from tools.service.strict_body import BodyLimits, StrictJsonBodies, StrictRequests
+from tools.service.strict_body import StrictJsonBodies, StrictRequests
 
 access_log = logging.getLogger("gpu_credits.access")
 log = logging.getLogger("gpu_credits.service")
@@ -45,8 +45,29 @@ them. Every write is an event in an append-only journal; answers come from the f
 """
 
 
-class AccessLog:
-    """Structured access logs: one JSON object per request (never a header or token)."""
+API_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"))
+"""Sent with every `/v1` answer: no copy of a balance (or of a refusal) in a browser's
+or a proxy's cache, and a body read as the type it is sent as, never sniffed."""
+
+_API_NAMES = frozenset(name for name, _ in API_HEADERS)
+_API_PATHS = PREFIX + "/"
+
+
+class Edge:
+    """What every request passes through first, in one layer:
+
+    * its access log: one JSON object per request (never a header or token);
+    * `HEAD` answered as `GET` wherever `GET` is answered, with the same status and
+      headers and no body (RFC 9110 says a server that answers GET answers HEAD). FastAPI's
+      routes take only the methods they declare, so `HEAD /healthz` (what some health
+      checkers and link checkers send) was `405`, and so was `HEAD` of every read and
+      page. Who may call is decided as for the `GET` (the request goes on as one);
+    * `API_HEADERS` added to every answer under `/v1`, the fast routes' and the refusals
+      of the middlewares in front of the routes included (the web view's pages carry
+      their own, `tools/web/routes.py`).
+
+    One layer, not three: each pure-ASGI layer costs every request a coroutine and a
+    wrapped `send`, and these three wrapped the same `send`."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -56,15 +77,34 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         start = _time.perf_counter()
-        status = [500]
+        status = 500
+        head = scope["method"] == "HEAD"
+        path = scope["path"]
+        api = path == PREFIX or path.startswith(_API_PATHS)
 
         async def sending(message: dict[str, Any]) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
+                status = message["status"]
+                if api:
+                    headers = message.get("headers") or ()
+                    for name, _ in headers:  # names are lower case in ASGI
+                        if name in _API_NAMES:
+                            present = {name for name, _ in headers}
+                            added = [item for item in API_HEADERS if item[0] not in present]
+                            break
+                    else:
+                        added = API_HEADERS
+                    # A new list (the message's may be a response's own), set in place as
+                    # Starlette's own middlewares do: the message is built for this send.
+                    message["headers"] = [*headers, *added]
+            elif head and message.get("body"):
+                message = {**message, "body": b""}
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            # A copy for HEAD: the access log and the server still see the HEAD sent.
+            await self.app({**scope, "method": "GET"} if head else scope, receive, sending)
         finally:
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
@@ -75,67 +115,11 @@ class AccessLog:
                 access_log.handle(access_log.makeRecord(
                     access_log.name, logging.INFO, __file__, 0, json.dumps({
                     "ts": round(_time.time(), 3), "method": scope.get("method"),
-                    "path": scope.get("path"), "status": status[0],
+                    "path": path, "status": status,
                     "ms": round((_time.perf_counter() - start) * 1000, 2),
                     "client": client[0] if client else None,
                     "role": state.get("role") if isinstance(state, dict) else None,
                 }), (), None))
-
-
-class HeadAsGet:
-    """Answers `HEAD` as `GET` wherever `GET` is answered, with the same status and
-    headers and no body (RFC 9110 says a server that answers GET answers HEAD).
-
-    Why: FastAPI's routes take only the methods they declare, so `HEAD /healthz` (what
-    some health checkers and link checkers send) was `405`, and so was `HEAD` of every
-    read and page, while FastAPI's own `/docs` and the static files answered it. Who may
-    call is decided as for the `GET` (the request goes on as one)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "HEAD":
-            await self.app(scope, receive, send)
-            return
-
-        async def sending(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                message = {**message, "body": b""}
-            await send(message)
-
-        # A copy: the access log and the server still see the HEAD they were sent.
-        await self.app({**scope, "method": "GET"}, receive, sending)
-
-
-API_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"))
-"""Sent with every `/v1` answer: no copy of a balance (or of a refusal) in a browser's
-or a proxy's cache, and a body read as the type it is sent as, never sniffed."""
-
-
-class ApiHeaders:
-    """Adds `API_HEADERS` to every answer under `/v1`, the fast routes' and the refusals
-    of the middlewares in front of the routes included (the web view's pages carry their
-    own, `tools/web/routes.py`)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if not (path == PREFIX or path.startswith(PREFIX + "/")):
-            await self.app(scope, receive, send)
-            return
-
-        async def sending(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or ())
-                present = {name.lower() for name, _ in headers}
-                headers += [item for item in API_HEADERS if item[0] not in present]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, sending)
 
 
 def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (),
@@ -218,17 +202,14 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         # The plain case of the hot routes, answered before FastAPI's routing (see fast.py).
         app.add_middleware(FastRoutes, service=service, authority=app.state.authority,
                            event_answers=app.state.event_answers)
-    # Outside the fast routes: every request checked.
+    # Outside the fast routes and everything else that reads a body: every request
+    # checked, its body's size first.
     app.add_middleware(StrictRequests, routers=[writes.router, reads.router])
-    # Outside everything that reads a body, on every path: the size each request may send.
-    app.add_middleware(BodyLimits)
     if app.state.authority.enabled:
         # Outside every check that reads the request: who may call is decided first.
         app.add_middleware(Gate, authority=app.state.authority,
                            routers=[writes.router, reads.router])
-    app.add_middleware(ApiHeaders)
-    app.add_middleware(HeadAsGet)
-    app.add_middleware(AccessLog)
+    app.add_middleware(Edge)
     if mount_web:
         from tools import web
 

@@ -173,7 +173,7 @@ class GuardedProtocol(OneWriteProtocol):
         self.transport.close()
 
     def _log(self, status: int) -> None:
-        # As `AccessLog` writes a request's line; nothing of the request was read.
+        # As `app.Edge` writes a request's line; nothing of the request was read.
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(json.dumps({
                 "ts": round(time.time(), 3), "method": None, "path": None, "status": status,

@@ -193,7 +193,7 @@ _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 def _allowed(request: Request) -> list[str]:
     """The methods of this request's path, HEAD with GET (the app answers HEAD wherever
-    it answers GET: `app.HeadAsGet`)."""
+    it answers GET: `app.Edge`)."""
     methods = _declared(request)
     return sorted({*methods, "HEAD"}) if "GET" in methods else methods
 

@@ -78,61 +78,6 @@ def _too_large(limit: int, why: str) -> Any:
                             slug="too-large", headers={"Connection": "close"})
 
 
-class BodyLimits:
-    """Refuse (413) a body larger than its request may send, whatever its content type,
-    before anything reads it: a declared `Content-Length` over the limit at once, a
-    chunked body once it passes the limit (read to that point and no further).
-
-    Why: the limit was `StrictJsonBodies`'s, so it held only for a JSON content type on
-    a POST, and only `POST /v1/events` needs a large body. Any request, to any path,
-    could send 32 MiB of JSON that was parsed strictly before the route (or its 404) was
-    known, without a token on a path outside `/v1`: one such request held the event
-    loop, and every other client, for about 17 seconds on the development machine. A
-    `text/plain` body of any size was read whole by the route."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared: bytes | None = None
-        chunked = False
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                declared = value
-            elif name == b"transfer-encoding":
-                chunked = True
-        if declared is None and not chunked:
-            await self.app(scope, receive, send)  # no body (HTTP/1.1)
-            return
-        limit, why = body_limit(scope)
-        if declared is not None:
-            # The HTTP parser refused a length that is not digits, or sent twice, and
-            # never delivers more than it declares.
-            if int(declared) > limit:
-                await _too_large(limit, why)(scope, receive, send)
-                return
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await _too_large(limit, why)(scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = bool(message.get("more_body", False))
-        await self.app(scope, replaying(b"".join(chunks), False, receive), send)
-
-
 def _query_names(dependant: Dependant) -> list[str]:
     """The names of the query parameters a route reads, its dependencies' included."""
     names = [param.alias for param in dependant.query_params]
@@ -184,30 +129,90 @@ def query_refusal(query: str, known: Sequence[str], route: str) -> str | None:
 
 
 class StrictRequests:
-    """Refuse what the server would read ambiguously (422): a path whose %-escapes are not
-    UTF-8 (decoded with U+FFFD for each bad byte, `caf%E9` and `caf%E8` would name one
-    account, `caf\ufffd`) or decode to a control character, an Idempotency-Key
+    """Refuse a body larger than its request may send (413, `body_limit`), whatever its
+    content type, before anything reads it: a declared `Content-Length` over the limit
+    at once, a chunked body once it passes the limit (read to that point and no further).
+    Then refuse what the server would read ambiguously (422): a path whose %-escapes are
+    not UTF-8 (decoded with U+FFFD for each bad byte, `caf%E9` and `caf%E8` would name
+    one account, `caf\ufffd`) or decode to a control character, an Idempotency-Key
     sent twice or beyond ASCII (a header is read as Latin-1: a UTF-8 `café` would become
     the id `cafÃ©`), and, on the routes of `routers`, a query parameter the route does
     not declare (a misspelt `as_known_at` would be ignored, as bodies' unknown fields
-    are refused) or twice."""
+    are refused) or twice.
+
+    Why the size first, on every path: the limit was `StrictJsonBodies`'s, so it held
+    only for a JSON content type on a POST, and only `POST /v1/events` needs a large
+    body. Any request, to any path, could send 32 MiB of JSON that was parsed strictly
+    before the route (or its 404) was known, without a token on a path outside `/v1`: one
+    such request held the event loop, and every other client, for about 17 seconds on
+    the development machine. A `text/plain` body of any size was read whole by the
+    route. (One layer for both: a layer of its own cost every request a coroutine.)"""
 
     def __init__(self, app: App, routers: Iterable[APIRouter] = ()) -> None:
         self.app = app
         self.queries = _Queries(routers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            why = _ambiguous(scope)
-            if why is None and scope.get("query_string"):
-                why = self.queries.unknown(scope)
-            if why is not None:
-                await problem_response(422, why, slug="invalid")(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared: bytes | None = None
+        chunked = False
+        keys: list[bytes] = []
+        for name, value in scope["headers"]:  # one pass for all three
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"idempotency-key":
+                keys.append(value)
+        if declared is not None or chunked:  # else no body (HTTP/1.1)
+            limit = MAX_BODY if (scope["method"], scope["path"]) in LARGE_BODIES \
+                else MAX_SMALL_BODY
+            # The HTTP parser refused a length that is not digits, or sent twice, and
+            # never delivers more than it declares.
+            if declared is not None and int(declared) > limit:
+                await _too_large(*body_limit(scope))(scope, receive, send)
                 return
+            if declared is None:
+                body = await _read_within(receive, limit)
+                if body is None:
+                    return  # the client has gone
+                if len(body) > limit:
+                    await _too_large(*body_limit(scope))(scope, receive, send)
+                    return
+                receive = replaying(body, False, receive)
+        why = _ambiguous(scope, keys)
+        if why is None and scope.get("query_string"):
+            why = self.queries.unknown(scope)
+        if why is not None:
+            await problem_response(422, why, slug="invalid")(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
-def _ambiguous(scope: Scope) -> str | None:
+async def _read_within(receive: Receive, limit: int) -> bytes | None:
+    """A chunked body, read until it ends or passes `limit` bytes (then what was read,
+    longer than `limit`); None when the client disconnects first."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        chunks.append(chunk)
+        if size > limit:
+            break
+        more = bool(message.get("more_body", False))
+    return b"".join(chunks)
+
+
+def _ambiguous(scope: Scope, keys: list[bytes]) -> str | None:
+    """Why the request's path or `keys` (its Idempotency-Key headers) would be read
+    ambiguously, or None."""
     raw = scope.get("raw_path")
     if isinstance(raw, bytes) and b"%" in raw:
         try:
@@ -221,7 +226,6 @@ def _ambiguous(scope: Scope) -> str | None:
         if bad is not None:
             return (f"the path {raw.decode('latin-1')!r} holds a control character "
                     f"(U+{ord(bad):04X}) once its %-escapes are decoded: no name holds one")
-    keys = [value for name, value in scope.get("headers") or () if name == b"idempotency-key"]
     if len(keys) > 1:
         return (f"Idempotency-Key was sent {len(keys)} times: send one key, which becomes "
                 "the event id")
@@ -267,7 +271,7 @@ class StrictJsonBodies:
             return
         chunks: list[bytes] = []
         more = True
-        while more:  # at most the request's limit: `BodyLimits` runs first
+        while more:  # at most the request's limit: `StrictRequests` runs first
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
