@@ -91,7 +91,8 @@ class Edge:
                     for name, _ in headers:  # names are lower case in ASGI
                         if name in _API_NAMES:
                             present = {name for name, _ in headers}
-                            added = [item for item in API_HEADERS if item[0] not in present]
+                            added = tuple(item for item in API_HEADERS
+                                          if item[0] not in present)
                             break
                     else:
                         added = API_HEADERS
