@@ -161,6 +161,32 @@ def test_a_head_that_dribbles_is_408_and_closed() -> None:
     assert "did not arrive within 0.5 seconds" in problem["detail"]
 
 
+class LongBodies(Quick):
+    """A body's bound far beyond the head's."""
+
+    body_grace = 60.0
+
+
+def test_a_kept_alive_connection_times_each_head_whatever_came_before() -> None:
+    """After a request whose body was bounded for a minute (and outlasted the head's
+    bound while it arrived), the next head on the same connection still has only the
+    head's half second."""
+    with serving(LongBodies) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\na")
+        time.sleep(1.0)  # longer than the head's bound: its timer has come and gone
+        conn.sendall(b"bc")
+        first = b""
+        while not first.endswith(b"\r\n\r\n3"):
+            chunk = conn.recv(65536)
+            assert chunk, first
+            first += chunk
+        conn.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nX-Never-Ends: ")
+        received = _until_closed(conn)  # within the socket's 30 s, not the body's 60
+    problem = _problem(received, 408, "request-timeout")
+    assert "did not arrive within 0.5 seconds" in problem["detail"]
+
+
 def test_a_connection_that_sends_nothing_is_closed() -> None:
     with serving() as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
         assert _until_closed(conn) == b""

@@ -62,7 +62,9 @@ class GuardedProtocol(OneWriteProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._guard: asyncio.TimerHandle | None = None
+        self._guard: asyncio.TimerHandle | None = None  # the one timer, when scheduled
+        self._deadline: float | None = None  # when the bound armed now runs out (loop time)
+        self._late: Any = None  # what to do then
         self._in_body = False  # between a request's headers and its end
         self._head_bytes = 0  # of the request's head received so far
         self._tail = b""  # its last 3 bytes: the head's end may straddle two reads
@@ -70,15 +72,36 @@ class GuardedProtocol(OneWriteProtocol):
         self._began = 0.0
 
     # -- timers ---------------------------------------------------------------------------
+    #
+    # One timer per connection, moved lazily: arming sets a deadline, disarming clears it,
+    # and the timer, when it fires, acts on the deadline it then finds or schedules itself
+    # again. Scheduling and cancelling a timer for each bound cost a kept-alive connection
+    # two of each per request, about as much CPU as the rest of these bounds together.
+    # The timer is never scheduled later than `head_timeout` ahead, so no deadline armed
+    # afterwards (at least `head_timeout` ahead) comes before it.
 
     def _arm(self, seconds: float, handler: Any) -> None:
-        self._disarm()
-        self._guard = self.loop.call_later(seconds, handler)
+        now = self.loop.time()
+        self._deadline = now + seconds
+        self._late = handler
+        if self._guard is None:
+            self._guard = self.loop.call_at(min(self._deadline, now + self.head_timeout),
+                                            self._check)
 
     def _disarm(self) -> None:
-        if self._guard is not None:
-            self._guard.cancel()
-            self._guard = None
+        self._deadline = None
+
+    def _check(self) -> None:
+        self._guard = None
+        if self._deadline is None:
+            return
+        now = self.loop.time()
+        if now < self._deadline:
+            self._guard = self.loop.call_at(min(self._deadline, now + self.head_timeout),
+                                            self._check)
+            return
+        self._deadline = None
+        self._late()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -87,12 +110,15 @@ class GuardedProtocol(OneWriteProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._guard is not None:
+            self._guard.cancel()
+            self._guard = None
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_body = False
-        if self._guard is None:  # the connection's first request is timed from its start
+        if self._deadline is None:  # the connection's first request is timed from its start
             self._began = time.perf_counter()
             self._arm(self.head_timeout, self._head_late)
 
@@ -114,7 +140,6 @@ class GuardedProtocol(OneWriteProtocol):
         super().on_message_complete()
 
     def _head_late(self) -> None:
-        self._guard = None
         if self.transport.is_closing():
             return
         if self._head_bytes == 0 and self.cycle is None:
@@ -124,7 +149,6 @@ class GuardedProtocol(OneWriteProtocol):
                           f"{self.head_timeout:g} seconds", "request-timeout")
 
     def _body_late(self) -> None:
-        self._guard = None
         # The app may be answering: nothing can be written in its stead. Closing tells it
         # the client has gone (its next receive is a disconnect).
         self.transport.close()
