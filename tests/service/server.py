@@ -7,9 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tools.loopback import free_port, wait_ready
 
@@ -63,3 +66,26 @@ def running(db_url: str, log: Path, *args: str,
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait()
+
+
+@contextlib.contextmanager
+def in_thread(app: Any, **config: Any) -> Iterator[int]:
+    """`app` served by uvicorn on a free loopback port, in a thread of this process, for
+    the duration of the block (its port): for tests of the HTTP protocol itself."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
+        date_header=False, server_header=False, **config))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools.loopback import free_port
+from tests.service.server import in_thread
 from tools.service.connections import MAX_HEAD, GuardedProtocol
 
 
@@ -43,25 +40,8 @@ class Quick(GuardedProtocol):
     body_grace = 0.5
 
 
-@contextmanager
-def serving(http: Any = Quick) -> Iterator[int]:
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=http, lifespan="off", log_level="warning",
-        date_header=False, server_header=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(10)
+def serving(http: Any = Quick) -> contextlib.AbstractContextManager[int]:
+    return in_thread(app, http=http)
 
 
 def _until_closed(conn: socket.socket) -> bytes:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
 
-from tools.loopback import free_port
+from tests.service.server import in_thread
 from tools.service.onewrite import HeldWrites, OneWriteProtocol
 
 # -- the transport ------------------------------------------------------------------------
@@ -151,25 +148,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-@contextmanager
-def serving(http: Any) -> Iterator[int]:
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=http, loop="uvloop", lifespan="off",
-        log_level="warning", date_header=False, server_header=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(10)
+def serving(http: Any) -> AbstractContextManager[int]:
+    return in_thread(app, http=http, loop="uvloop")
 
 
 def _exchange(port: int, parts: list[bytes]) -> bytes:
