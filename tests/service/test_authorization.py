@@ -237,6 +237,39 @@ def test_head_answers_as_get_without_a_body(app_client: TestClient, path: str) -
             _refused(head, 401, None)
 
 
+def test_head_sends_the_get_s_head_and_no_body_on_the_wire() -> None:
+    """What `Edge` sends the server for a HEAD: the GET's status and headers (its
+    Content-Length too), every body empty. (A test client drops a HEAD's body itself, so
+    only the messages show it.)"""
+    import asyncio
+
+    from tools.service.app import Edge
+
+    seen: list[str] = []
+
+    async def get_answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope["method"])
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"10")]})
+        await send({"type": "http.response.body", "body": b"hello", "more_body": True})
+        await send({"type": "http.response.body", "body": b"world"})
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "method": "HEAD", "path": "/healthz", "headers": []}
+    asyncio.run(Edge(get_answer)(scope, receive, send))
+    assert seen == ["GET"] and scope["method"] == "HEAD"
+    assert sent[0]["status"] == 200 and (b"content-length", b"10") in sent[0]["headers"]
+    assert [m["body"] for m in sent[1:]] == [b"", b""]
+    assert [m.get("more_body", False) for m in sent[1:]] == [True, False]
+
+
 def test_a_405_names_the_methods_the_path_takes_static_files_too(
         app_client: TestClient) -> None:
     for method, path, allowed in (("OPTIONS", "/static/web/web.css", "GET, HEAD"),
