@@ -6,6 +6,7 @@ Writes the demo month into a temporary database, serves the web view over it, an
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -95,8 +96,14 @@ def shoot(base: str, out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """Write the screenshots; print each file."""
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else Path("docs/screenshots")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.web.screenshots",
+        description="Screenshots of every page of the web view at 1280 and 390 px, of "
+                    "the demo month.")
+    parser.add_argument("folder", nargs="?", default="docs/screenshots", type=Path,
+                        help="where the PNG files go (default: docs/screenshots)")
+    # Parsed, not taken as it comes: `--help` was a folder, and got 28 screenshots.
+    out: Path = parser.parse_args(sys.argv[1:] if argv is None else argv).folder
     with tempfile.TemporaryDirectory() as tmp:
         url = demo_url(Path(tmp))
         verified(url)
