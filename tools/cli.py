@@ -347,8 +347,39 @@ def output_file(out: Path, *, force: bool) -> Iterator[TextIO]:
         raise
 
 
+def version_text() -> str:
+    """What `--version` prints: the release, which build of the fold runs, the schema
+    revision this release migrates journals to, and the Python it runs on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from eventstore.migrate import HEAD_REVISION
+    from projections import native
+
+    try:
+        release = version(PROG)
+    except PackageNotFoundError:  # a source tree that was never installed
+        release = "(not installed)"
+    native.choose()
+    build = "compiled" if native.in_use() else "Python source"
+    return (f"{PROG} {release} (fold: {build}; journal schema {HEAD_REVISION}; "
+            f"Python {sys.version.split()[0]})")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option("--version", is_eager=True, callback=_print_version,
+                 help="Print the release, the fold's build and the schema revision, and exit."),
+]
+
+
 @app.callback()
-def _root(ctx: typer.Context, db: DbOption = None) -> None:
+def _root(ctx: typer.Context, db: DbOption = None, _version: VersionOption = False) -> None:
     """An event-sourced ledger for expiring GPU credits and the jobs that spend them.
 
     Every command reads or writes one journal: --db URL (before or after the command),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,23 @@ def test_a_warning_quotes_its_value_as_given(run: Run) -> None:
     assert result.exit_code == 0, result.stderr
     warning, = result.stderr.splitlines()
     assert warning.startswith("gpu-credits: warning: account 'new  team' had no event")
+
+
+def test_version_names_the_release_the_build_and_the_schema(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    from eventstore.migrate import HEAD_REVISION, code_head
+    from projections import native
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    build = "compiled" if native.in_use() else "Python source"
+    assert result.stdout == (f"gpu-credits {version('gpu-credits')} (fold: {build}; "
+                             f"journal schema {code_head()}; Python "
+                             f"{sys.version.split()[0]})\n")
+    assert code_head() == HEAD_REVISION
+    # Eager: it answers before any command or database is looked at, and creates none.
+    db = tmp_path / "never.db"
+    again = CliRunner().invoke(app, ["--db", f"sqlite:///{db}", "--version", "balance"])
+    assert again.exit_code == 0 and again.stdout == result.stdout
+    assert not db.exists()
