@@ -65,6 +65,10 @@ def test_a_write_to_a_journal_open_read_only_names_no_wait(tmp_path: Path) -> No
         refused = client.post("/v1/accounts/a/grants", json={"amount": 5})
         assert refused.status_code == 503
         assert "retry-after" not in refused.headers
+        # Said to an HTTP client, which has no read_only=True to change.
+        detail = refused.json()["detail"]
+        assert "read-only" in detail and "read_only=True" not in detail
+        assert "nothing was written" in detail
 
 
 def test_serve_waits_for_another_writer_s_lock_as_long_as_told(tmp_path: Path) -> None:

@@ -29,7 +29,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from eventstore import ConnectionProblem, IdempotencyConflict, JournalError, LockTimeout
+from eventstore import (
+    ConnectionProblem,
+    IdempotencyConflict,
+    JournalError,
+    LockTimeout,
+    ReadOnlyJournal,
+)
 from projections.errors import (
     AccountExists,
     DuplicateJob,
@@ -122,10 +128,20 @@ def _slug(exc: BaseException, status: int) -> str:
     return _SLUGS.get(status, "error")
 
 
+READ_ONLY_DETAIL = (
+    "this service opened its journal read-only (an auditor's copy, a read-only mount, or "
+    "serve --read-only): reads answer, writes are refused and nothing was written; send "
+    "writes to a service that opens the journal for writing")
+"""A write's 503 on a read-only journal. The journal's own words tell a Python caller to
+open it without read_only=True; an HTTP client cannot, and retrying here never helps."""
+
+
 def detail_of(exc: BaseException) -> str:
     """One line saying what was wrong (never a traceback)."""
     if isinstance(exc, ServiceProblem):
         return exc.detail
+    if isinstance(exc, ReadOnlyJournal):
+        return READ_ONLY_DETAIL
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     return one_line(text) or type(exc).__name__
 
