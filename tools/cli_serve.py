@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import logging
 import socket
 import sys
@@ -13,19 +12,10 @@ import typer
 from sqlalchemy.engine import make_url
 
 from tools.cli import CliError, DbOption, app, database_url
+from tools.loopback import is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` only ever answers this machine (127.0.0.0/8, ::1, localhost)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -153,7 +143,7 @@ def serve(
     _say(f"serving {shown} on http://{where}:{bound_port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True,
-                             checkpoint_every=every)
+                             checkpoint_every=every, loopback_hosts_only=not configured)
     # An answer's head and body in one write (tools/service/onewrite.py), with bounds on
     # what a connection may send and how slowly (tools/service/connections.py).
     config = uvicorn.Config(service_app, host=host, port=bound_port, access_log=False,

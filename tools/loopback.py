@@ -1,13 +1,26 @@
-"""Servers on the loopback interface, for tests, benchmarks and screenshots: a free port,
-and waiting until a server process started on it answers."""
+"""Servers on the loopback interface: which names only ever reach this machine, and, for
+tests, benchmarks and screenshots, a free port and waiting until a server started on it
+answers."""
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name, or an address with or without IPv6 brackets) only ever
+    answers this machine: 127.0.0.0/8, ::1, localhost."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def free_port() -> int:

@@ -23,6 +23,7 @@ from tools.render import one_line
 from tools.service import problems, reads, writes
 from tools.service.auth import PREFIX, Authority, Gate, Token
 from tools.service.fast import FastRoutes
+from tools.service.hosts import LoopbackHosts
 from tools.service.ledger import CHECKPOINT_EVERY, LedgerService
 from tools.service.models import Health
 from tools.service.strict_body import StrictJsonBodies, StrictRequests
@@ -128,14 +129,17 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
                max_batch: int = 512, load_in_background: bool = False,
                mount_web: bool = True, manage_ledger: bool = True,
                fast_routes: bool = True,
-               checkpoint_every: int | None = CHECKPOINT_EVERY) -> FastAPI:
+               checkpoint_every: int | None = CHECKPOINT_EVERY,
+               loopback_hosts_only: bool = False) -> FastAPI:
     """The service on `journal` (a URL or a journal). `load_in_background`: answer
     /healthz at once and /readyz (and everything else) once the projection is caught up.
     `manage_ledger=False`: the caller starts and stops `app.state.ledger` itself (an app
     embedded somewhere that runs the lifespan more than once). `fast_routes=False`: every
     request goes through FastAPI's routing (the fast path's answers are compared with
     those). `checkpoint_every`: events committed after the newest checkpoint before the
-    service writes another as it runs (None: only at shutdown)."""
+    service writes another as it runs (None: only at shutdown). `loopback_hosts_only`:
+    answer only requests addressed to a loopback name (`hosts.py`: what `serve` without
+    tokens asks for)."""
     service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
                             max_batch=max_batch, checkpoint_every=checkpoint_every)
 
@@ -210,6 +214,9 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         # Outside every check that reads the request: who may call is decided first.
         app.add_middleware(Gate, authority=app.state.authority,
                            routers=[writes.router, reads.router])
+    if loopback_hosts_only:
+        # Before anything reads the request, inside the access log.
+        app.add_middleware(LoopbackHosts)
     app.add_middleware(Edge)
     if mount_web:
         from tools import web

@@ -1,0 +1,63 @@
+"""A service without tokens answers only requests addressed to this machine by name.
+
+Without tokens, `serve` binds to loopback, so only programs on this machine reach it. A
+web page in the operator's browser is such a program: through DNS rebinding (a name of the
+page's own site that resolves first to its server, then to 127.0.0.1), the browser takes
+the page and the service for one origin, and the page's script may read every balance
+and post grants. Its requests carry the site's name in `Host`, never a loopback name, so a
+service that answers only `localhost`, `127.x.x.x` or `[::1]` (any port) refuses them. A
+request without `Host` (HTTP/1.0) is not a browser's and goes on. With tokens the check
+is not needed: such a page has no token.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tools.loopback import is_loopback
+from tools.service.problems import PROBLEM_JSON, problem_body
+
+LOOPBACK_NAMES = "localhost, 127.0.0.1 (any of 127.0.0.0/8) or [::1]"
+
+
+def host_name(value: str) -> str:
+    """The name or address of a `Host` header's value, its port dropped (`[::1]:80` is
+    `[::1]`, `localhost.` is `localhost`)."""
+    if value.startswith("["):
+        end = value.find("]")
+        return value[:end + 1] if end > 0 else value
+    name = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+    return name.rstrip(".") or name
+
+
+class LoopbackHosts:
+    """ASGI middleware: a request whose `Host` is not a loopback name is answered `400`,
+    before anything reads it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"host":
+                    given = value.decode("latin-1")
+                    if not is_loopback(host_name(given)):
+                        await _refuse(send, given)
+                        return
+                    break
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Any, given: str) -> None:
+    body = json.dumps(problem_body(400, (
+        f"this service has no tokens, so it answers only requests addressed to {LOOPBACK_NAMES}, "
+        f"and this one was addressed to {given[:200]!r} (a web page reaching it through "
+        "another name would read and write the ledger as you): use one of those names, or "
+        "give serve --tokens FILE to reach it by any name"), "misdirected")).encode()
+    await send({"type": "http.response.start", "status": 400,
+                "headers": [(b"content-type", PROBLEM_JSON.encode()),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})
