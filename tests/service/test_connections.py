@@ -75,7 +75,8 @@ def _problem(answer: bytes, status: int, slug: str) -> dict[str, Any]:
 
 
 def _get(path: bytes = b"/", headers: bytes = b"") -> bytes:
-    return b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"Connection: close\r\n\r\n"
+    return (b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers
+            + b"Connection: close\r\n\r\n")
 
 
 @pytest.mark.parametrize("pieces", [1, 3000])

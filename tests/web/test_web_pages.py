@@ -211,6 +211,26 @@ def test_verify_runs_in_the_background_and_reports(client: TestClient) -> None:
     assert "OK" in client.get("/").text
 
 
+def test_another_site_s_page_cannot_start_a_verification(demo_db: str) -> None:
+    cross = ({"Origin": "https://evil.example"}, {"Origin": "null"},
+             {"Origin": "http://testserver:8000"},  # another port is another origin
+             {"Sec-Fetch-Site": "cross-site"},
+             {"Sec-Fetch-Site": "same-site", "Origin": "http://testserver"})
+    with TestClient(app_for(demo_db)) as own:
+        for headers in cross:
+            refused = own.post("/journal/verify", headers=headers, follow_redirects=False)
+            assert refused.status_code == 403, headers
+            assert "nothing was started" in html_unescape(refused.text)
+        verifier = own.app.state.web_source.verifier  # type: ignore[attr-defined]
+        assert verifier.status().state == "never"
+        # This view's own page (same origin) and a client that is no browser may.
+        same = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+        for allowed in (same, {}):
+            assert own.post("/journal/verify", headers=allowed,
+                            follow_redirects=False).status_code == 303
+        assert verifier.wait(60).state == "ok"
+
+
 def test_markup_in_names_is_escaped(tmp_path: object) -> None:
     from pathlib import Path
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -265,11 +265,33 @@ def _verifier(source: AuditSource) -> Verifier:
 @router.post("/journal/verify", response_model=None, dependencies=[takes()])
 def start_verify(request: Request) -> Response:
     """Start a verification in the background (unless one runs): the progress fragment
-    for htmx, a redirect to the journal page for a plain form."""
+    for htmx, a redirect to the journal page for a plain form. Refused (`403`) when
+    another site's page posts it: `_from_another_site`."""
+    elsewhere = _from_another_site(request)
+    if elsewhere is not None:
+        return problem(request, 403, "Not from this site",
+                       f"a verification is started from this view's journal page, and this "
+                       f"request came from {elsewhere}: nothing was started")
     status = _verifier(source_of(request)).start()
     if request.headers.get("HX-Request"):
         return render(request, "_verify.html", verify=status)
     return RedirectResponse("/journal#verify", status_code=303)
+
+
+def _from_another_site(request: Request) -> str | None:
+    """Where a POST came from, when that is another site's page (None: this view's, or no
+    browser's). A form on any site may post here without a token when the service has
+    none, and each post starts a verification: a whole journal read."""
+    site = request.headers.get("sec-fetch-site")
+    if site in ("cross-site", "same-site"):
+        return f"a page of a {site.replace('-', ' ')} origin (Sec-Fetch-Site: {site})"
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    host = request.headers.get("host", "").lower()
+    if origin == "null" or urlsplit(origin).netloc.lower() != host:
+        return f"{origin[:200]!r} (Origin), not {host[:200]!r}"
+    return None
 
 
 @router.get("/journal/verify", response_class=HTMLResponse, dependencies=[takes()])
