@@ -10,33 +10,105 @@ from projections.errors import UnknownAccount, UnknownJob
 from projections.events import DEFAULT_HALF_LIFE
 from projections.figures import Figures
 from projections.jobs import QUEUE, QUEUE_SHARED, Job, wall_clock
-from projections.ledger import JobState, Ledger
+from projections.ledger import AccountState, JobState, Ledger
 from projections.session import JournalArg, LedgerSession, SessionFacade
 
 __all__ = ["QUEUE", "QUEUE_SHARED", "AccountView", "AccountsView", "Job", "Scheduler"]
 
 
-@dataclass(frozen=True, slots=True)
 class AccountView:
-    """An account's figures at the moment it was read (a copy: changing it changes nothing)."""
+    """A read-only, live view of one account: every attribute reads the account's figures
+    as they stand when it is read, so a view kept across calls follows them, as a view of
+    a mapping does. Nothing can be set through it; to keep figures that do not move, copy
+    the values out (`view.balance`, ...)."""
 
-    id: str
-    balance: int  # active + held - debt
-    reserved: int  # held for pending and running jobs
-    available: int  # balance - reserved
+    __slots__ = ("_id", "_scheduler")
+
+    _scheduler: Scheduler
+    _id: str
+
+    def __init__(self, scheduler: Scheduler, account_id: str) -> None:
+        object.__setattr__(self, "_scheduler", scheduler)
+        object.__setattr__(self, "_id", account_id)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"account figures are read-only; cannot set {name!r}: "
+                             "change the account through the scheduler's calls")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"account figures are read-only; cannot delete {name!r}")
+
+    def _now(self) -> _Reading:
+        return self._scheduler._reading(self._id)
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def balance(self) -> int:
+        """Active + held - debt."""
+        return self._now().figures.balance
+
+    @property
+    def reserved(self) -> int:
+        """Held for pending and running jobs."""
+        return self._now().figures.reserved
+
+    @property
+    def available(self) -> int:
+        """Balance - reserved."""
+        return self._now().figures.available
+
+    @property
+    def running(self) -> int:
+        return self._now().running
+
+    @property
+    def max_running(self) -> int | None:
+        return self._now().max_running
+
+    @property
+    def pools(self) -> Mapping[str, int]:
+        return self._now().figures.pools
+
+    def _values(self) -> tuple[object, ...]:
+        now = self._now()
+        f = now.figures
+        return (self._id, f.balance, f.reserved, f.available, now.running, now.max_running,
+                f.pools)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AccountView):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # its figures move: not a dict key
+
+    def __repr__(self) -> str:
+        names = ("id", "balance", "reserved", "available", "running", "max_running", "pools")
+        fields = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._values(), strict=True))
+        return f"AccountView({fields})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """One account's figures and job counts, read once."""
+
+    figures: Figures
     running: int
     max_running: int | None
-    pools: Mapping[str, int]
 
 
 class AccountsView(Mapping[str, AccountView]):
-    """Read-only mapping of account id to its current figures."""
+    """Read-only mapping of account id to a live view of its figures."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
 
     def __getitem__(self, account_id: str) -> AccountView:
-        return self._scheduler._view(account_id)
+        self._scheduler._opened(account_id)  # an unknown account is a KeyError here
+        return AccountView(self._scheduler, account_id)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._scheduler._account_names())
@@ -65,15 +137,24 @@ class Scheduler(SessionFacade):
         with self._session.reading() as ledger:
             return sorted(n for n, a in ledger.accounts.items() if a.opened)
 
-    def _view(self, account_id: str) -> AccountView:
+    @staticmethod
+    def _opened_in(ledger: Ledger, account_id: str) -> AccountState:
+        account = ledger.accounts.get(account_id)
+        if account is None or not account.opened:
+            raise UnknownAccount(f"unknown account {account_id!r}")
+        return account
+
+    def _opened(self, account_id: str) -> None:
+        """Raise `UnknownAccount` unless the account is open (without asking the clock)."""
+        with self._session.reading() as ledger:
+            self._opened_in(ledger, account_id)
+
+    def _reading(self, account_id: str) -> _Reading:
         session = self._session
         with session.reading() as ledger:
-            account = ledger.accounts.get(account_id)
-            if account is None or not account.opened:
-                raise UnknownAccount(f"unknown account {account_id!r}")
+            account = self._opened_in(ledger, account_id)
             f = Figures.of(account, session.now(self._clock()))
-            return AccountView(account_id, f.balance, f.reserved, f.available,
-                               account.running, account.max_running, f.pools)
+            return _Reading(f, account.running, account.max_running)
 
     def job_state(self, job_id: str, *, as_known_at: int | None = None) -> str:
         """pending, running, succeeded, failed, cancelled or rejected (as known at a position)."""

@@ -380,6 +380,19 @@ def test_accounts_is_a_read_only_view() -> None:
     assert s.accounts["a"].balance == 10
 
 
+def test_an_account_view_kept_across_calls_follows_the_account() -> None:
+    s, _ = make(a=10)
+    view = s.accounts["a"]
+    assert s.submit("j", "a", 4, 1)
+    assert (view.balance, view.reserved, view.available, view.running) == (10, 4, 6, 0)
+    assert s.start_next() is not None and view.running == 1
+    s.complete("j", success=True)
+    assert (view.balance, view.reserved, view.available, view.running) == (6, 0, 6, 0)
+    assert view == s.accounts["a"] and view.id == "a"
+    with pytest.raises(AttributeError):
+        view.id = "b"  # type: ignore[misc]
+
+
 def test_open_account_after_a_grant_adds_the_balance_and_the_cap() -> None:
     from projections import GPUCreditTracker
 
