@@ -77,6 +77,7 @@ _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
 _DEADLOCK_DETECTED = "40P01"
 _READ_ONLY_TRANSACTION = "25006"
+_DISK_FULL = "53100"
 _UNIQUE_VIOLATION = "23505"
 _UNIQUE_EVENT_ID = "uq_events_event_id"  # schema.py's naming convention
 #: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
@@ -476,7 +477,8 @@ class PostgresBackend(Backend):
                 and orig.diag.constraint_name == _UNIQUE_EVENT_ID)
 
     def translate(self, exc: DBAPIError) -> JournalError | None:
-        """Lock waits -> LockTimeout; unreachable server or lost connection -> ConnectionProblem."""
+        """Lock waits -> LockTimeout; unreachable server or lost connection ->
+        ConnectionProblem; a full disk -> JournalError saying so."""
         orig = exc.orig
         state = getattr(orig, "sqlstate", None)
         if state in (_LOCK_NOT_AVAILABLE, _QUERY_CANCELED):
@@ -490,6 +492,12 @@ class PostgresBackend(Backend):
             return ReadOnlyJournal(
                 f"PostgreSQL {self.describe()} is open read-only: nothing was written"
             )
+        if state == _DISK_FULL:
+            said = str(orig).strip().splitlines()[0] if str(orig).strip() else "disk full"
+            return JournalError(
+                f"PostgreSQL {self.describe()}: the disk holding the server's data is full "
+                f"({said}); nothing of the failed transaction was stored: free space on the "
+                "database server, then retry with the same event ids")
         gone = state is not None and state.startswith(_CONNECTION_GONE)
         if exc.connection_invalidated or gone or (
             isinstance(orig, psycopg.OperationalError) and state is None

@@ -22,6 +22,7 @@ from eventstore import (
     ConnectionProblem,
     IdempotencyConflict,
     Journal,
+    JournalError,
     LockOrderConflict,
     LockTimeout,
     VersionConflict,
@@ -566,3 +567,33 @@ def test_an_emptied_journal_keeps_nothing_a_later_example_trips_over(
             j.append([ev(i)])
         assert [r.id for r in j.read(order="position")] == ["a", "b", "c"]
         assert j.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_full_disk_on_the_server_is_said_so_and_stores_nothing(pg_fresh_url: str) -> None:
+    """PostgreSQL's disk_full (53100), raised by the server itself, through the journal's
+    own write path: named as a full disk with what to do, nothing of the batch stored."""
+    journal = Journal(pg_fresh_url)
+    try:
+        journal.append([ev("e1"), ev("e2")])
+        with journal._engine.begin() as conn:
+            conn.execute(text(
+                "CREATE FUNCTION no_space() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "RAISE EXCEPTION 'could not extend file \"base/1/2\": No space left on "
+                "device' USING ERRCODE = 'disk_full'; END $$"))
+            conn.execute(text("CREATE TRIGGER full_disk BEFORE INSERT ON events "
+                              "FOR EACH ROW EXECUTE FUNCTION no_space()"))
+        with pytest.raises(JournalError) as caught:
+            journal.append([ev("e3"), ev("e4")])
+        message = str(caught.value)
+        assert "the disk holding the server's data is full" in message
+        assert "could not extend file" in message
+        assert "nothing of the failed transaction was stored" in message
+        assert "retry with the same event ids" in message
+        assert journal.head() == 2
+        with journal._engine.begin() as conn:
+            conn.execute(text("DROP TRIGGER full_disk ON events"))
+        journal.append([ev("e3"), ev("e4")])  # space freed: the same batch, whole
+        assert journal.head() == 4 and journal.verify() is None
+    finally:
+        journal.close()
