@@ -107,3 +107,31 @@ def test_serve_refuses_a_lock_timeout_that_is_no_wait(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--lock-timeout" in done.stderr and "0.01" in done.stderr
     assert not (tmp_path / "j.db").exists()
+
+
+def test_a_projection_that_cannot_be_reloaded_says_why_and_when_to_retry(
+        tmp_path: Path) -> None:
+    """After a batch that did not commit, the projection is rebuilt from the journal on
+    the next request; if the database is out of reach then, the 503 names the server and
+    says to retry in 5 s, as any other request's does (it said only the exception's class
+    name, and 1 s)."""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    app = create_app(url, clock=lambda: 100, mount_web=False)
+    with TestClient(app) as client:
+        assert client.post("/v1/accounts", json={"account": "a"}).status_code == 201
+        service = app.state.ledger
+        reload = service._load
+        causes = [ConnectionProblem("cannot reach PostgreSQL at db:5432: refused"),
+                  SchemaError("the journal's schema is behind: run gpu-credits db upgrade")]
+        for cause in causes:
+            def unreachable(*, only_if_stale: bool = False, cause: Exception = cause) -> None:
+                raise cause
+
+            service._load = unreachable
+            service._stale = True
+            refused = client.get("/v1/accounts/a/balance", params={"at": 100})
+            assert refused.status_code == 503, refused.text
+            assert str(cause) in refused.json()["detail"]
+            assert refused.headers.get("retry-after") == retry_after(cause)
+        service._load = reload
+        assert client.get("/v1/accounts/a/balance").status_code == 200

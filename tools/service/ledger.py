@@ -32,7 +32,7 @@ from projections.session import LedgerSession, lock_key, open_journal, with_queu
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
 from tools.service.bindings import REQUEST_LOCK, Bound, named_by
 from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
-from tools.service.problems import Unavailable
+from tools.service.problems import Unavailable, detail_of
 
 
 def wall_clock() -> int:
@@ -301,7 +301,9 @@ class LedgerService:
             try:
                 self._load(only_if_stale=True)
             except Exception as exc:
-                raise Unavailable(f"the journal cannot be read: {type(exc).__name__}") from exc
+                # The cause's own words (a server out of reach, a schema to upgrade), and
+                # its Retry-After: `problems.retry_after` reads the cause.
+                raise Unavailable(f"the journal cannot be read: {detail_of(exc)}") from exc
             session = self._session
             assert session is not None
         return session

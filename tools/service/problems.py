@@ -175,6 +175,9 @@ def problem_response(status: int, detail: str, *, slug: str | None = None,
 def retry_after(exc: BaseException) -> str | None:
     """Seconds after which a retry of what `exc` refused may succeed, for `Retry-After`;
     None when waiting does not help."""
+    if isinstance(exc, Unavailable) and isinstance(exc.__cause__, JournalError):
+        # A projection that could not be reloaded: as long as what stopped the reload.
+        return retry_after(exc.__cause__)
     if isinstance(exc, Unavailable | LockTimeout):
         return "1"
     if isinstance(exc, ConnectionProblem):
