@@ -34,7 +34,7 @@ from projections.importing import far_time_problem
 from projections.outcomes import Outcome
 from projections.placing import try_in_past
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
-from projections.validation import require_int, require_name
+from projections.validation import clock_time, require_int, require_name
 
 
 def _wall_clock() -> int:
@@ -69,7 +69,7 @@ class Corrections(SessionFacade):
         if at is not None:
             when = given = require_int("at", at)
         else:
-            given = require_int("clock()", self._clock())
+            given = clock_time(self._clock)
             when = draft.now(given)
         why = None if self.allow_far_times else (
             far_time_problem("time", when) if when == given

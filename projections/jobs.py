@@ -44,7 +44,7 @@ from projections.placing import try_in_past
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
 from projections.session import Decision, Draft, LedgerSession, job_key
-from projections.validation import show_name
+from projections.validation import clock_time, show_name
 
 Clock = Callable[[], int]
 Built = list[tuple[NewEvent, DomainEvent]]
@@ -72,7 +72,7 @@ def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: boo
     facade has always taken it)."""
     if at is not None:
         return require_int("at", at)
-    when = draft.now(require_int("clock()", clock()))
+    when = draft.now(clock_time(clock))
     why = None if allow_far_times else far_live_time_problem(when, draft.ledger.last[1])
     if why is not None:
         raise ValueError(why)

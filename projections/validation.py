@@ -104,6 +104,18 @@ def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_IN
     return value
 
 
+def clock_time(clock: Callable[[], object]) -> int:
+    """What `clock()` returns, which must be an integer event time (`require_int`): a
+    clock of `time.time`, the first one many would pass, is refused saying how to give
+    whole seconds instead."""
+    value = clock()
+    if isinstance(value, float):
+        raise ValueError(f"clock() must return an integer event time, got {show(value)} "
+                         "(float): for the wall clock in whole seconds pass "
+                         "clock=lambda: int(time.time()), or no clock")
+    return require_int("clock()", value)
+
+
 def _at_least(low: int, high: int) -> str:
     if low == 1:
         return "a positive integer"

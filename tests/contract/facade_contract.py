@@ -283,6 +283,15 @@ class SchedulerContract(_OnOneJournal):
         scheduler.open_account("a", 5)
         assert max(r.time for r in journal.read()) == 42
 
+    def test_a_clock_of_fractional_seconds_is_refused_saying_what_to_pass(
+            self, journal: JournalLike, scheduler: Scheduler, clock: Clock) -> None:
+        scheduler.open_account("a", 5)
+        head = journal.head()
+        clock.now = 43.5  # type: ignore[assignment]  # what time.time returns
+        with pytest.raises(ValueError, match=r"got 43\.5 \(float\).*int\(time\.time\(\)\)"):
+            scheduler.submit("j", "a", 1, 1)
+        assert journal.head() == head
+
 
 class FacadeContract(TrackerContract, SchedulerContract):
     """Both facades, and what they promise together: one set of accounts per journal."""
