@@ -1118,3 +1118,26 @@ def test_problems_quote_values_exactly_as_given(client: TestClient) -> None:
     refused = problem(client.post("/v1/events", json=bad), 422)
     assert refused["errors"] == [{"index": 0, "detail": "void names event 'g  1', which is "
                                   "neither in the journal nor in the file"}]
+
+
+def test_a_body_sent_without_a_content_type_is_read_as_json(client: TestClient) -> None:
+    """Every /v1 body is JSON: one sent raw (urllib, httpx's `content=`) without saying so
+    is read as JSON, as strictly as any other, where it was refused as "not a valid
+    dictionary" though it was one; one sent as another type is told to say JSON."""
+    raw = b'{"amount": 5, "time": 1}'
+    grant = client.post("/v1/accounts/a/grants", content=raw)
+    assert grant.status_code == 201, grant.text
+    first = client.post("/v1/accounts/a/usage", content=raw,
+                        headers={"Idempotency-Key": "u-raw"})
+    assert first.status_code == 201, first.text
+    again = client.post("/v1/accounts/a/usage", content=raw,
+                        headers={"Idempotency-Key": "u-raw"})
+    assert (again.status_code, again.content) == (first.status_code, first.content)
+    before = head(client)
+    repeated = client.post("/v1/accounts/a/usage", content=b'{"amount": 5, "amount": 6}')
+    assert "more than once" in problem(repeated, 422)["detail"]
+    for route in ("/v1/accounts/a/usage", "/v1/accounts/a/grants"):
+        typed = client.post(route, content=raw, headers={"Content-Type": "text/plain"})
+        detail = problem(typed, 422)["detail"]
+        assert "'text/plain'" in detail and "Content-Type: application/json" in detail
+    assert head(client) == before

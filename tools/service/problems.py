@@ -199,6 +199,19 @@ def from_exception(exc: BaseException) -> JSONResponse:
                             headers=headers or None)
 
 
+def _not_json(request: Request, exc: RequestValidationError) -> str | None:
+    """Why the body was refused when it was sent as something else than JSON (FastAPI
+    then says only that it is not an object, of a body that may well be one)."""
+    sent = request.headers.get("content-type")
+    media = (sent or "").split(";")[0].strip().lower()
+    if sent is None or media == "application/json" or media.endswith("+json"):
+        return None
+    if not any(tuple(err.get("loc", ()))[:1] == ("body",) for err in exc.errors()):
+        return None
+    return (f"the body was sent as {media or sent!r}: send it as JSON, with "
+            "Content-Type: application/json")
+
+
 def _validation_detail(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:10]:
@@ -249,9 +262,10 @@ def _declared(request: Request) -> list[str]:
 def install(app: FastAPI) -> None:
     """Answer every error of `app` as a problem."""
 
-    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return problem_response(422, _validation_detail(exc), slug="invalid")
+        detail = _not_json(request, exc) or _validation_detail(exc)
+        return problem_response(422, detail, slug="invalid")
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
