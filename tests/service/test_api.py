@@ -1120,24 +1120,26 @@ def test_problems_quote_values_exactly_as_given(client: TestClient) -> None:
                                   "neither in the journal nor in the file"}]
 
 
-def test_a_body_sent_without_a_content_type_is_read_as_json(client: TestClient) -> None:
-    """Every /v1 body is JSON: one sent raw (urllib, httpx's `content=`) without saying so
-    is read as JSON, as strictly as any other, where it was refused as "not a valid
-    dictionary" though it was one; one sent as another type is told to say JSON."""
-    raw = b'{"amount": 5, "time": 1}'
-    grant = client.post("/v1/accounts/a/grants", content=raw)
-    assert grant.status_code == 201, grant.text
-    first = client.post("/v1/accounts/a/usage", content=raw,
-                        headers={"Idempotency-Key": "u-raw"})
-    assert first.status_code == 201, first.text
-    again = client.post("/v1/accounts/a/usage", content=raw,
-                        headers={"Idempotency-Key": "u-raw"})
-    assert (again.status_code, again.content) == (first.status_code, first.content)
+def test_a_body_not_sent_as_json_is_told_to_be(client: TestClient) -> None:
+    """A body sent without a Content-Type (urllib's `data=`, httpx's `content=`) or as
+    another type (urllib's and `curl -d`'s form) is refused, saying to send JSON: FastAPI
+    said it was "not a valid dictionary" of a body that was one. Not read as JSON anyway:
+    a web page can make a browser post those cross-origin without a CORS preflight."""
+    assert client.post("/v1/accounts/a/grants", json={"amount": 5, "time": 1}).status_code \
+        == 201
     before = head(client)
-    repeated = client.post("/v1/accounts/a/usage", content=b'{"amount": 5, "amount": 6}')
-    assert "more than once" in problem(repeated, 422)["detail"]
-    for route in ("/v1/accounts/a/usage", "/v1/accounts/a/grants"):
-        typed = client.post(route, content=raw, headers={"Content-Type": "text/plain"})
-        detail = problem(typed, 422)["detail"]
-        assert "'text/plain'" in detail and "Content-Type: application/json" in detail
+    raw = b'{"amount": 5, "time": 1}'
+    for route in ("/v1/accounts/a/usage", "/v1/accounts/a/grants", "/v1/jobs/start-next"):
+        for headers, said in (({}, "without a Content-Type"),
+                              ({"Content-Type": "text/plain"}, "as 'text/plain'"),
+                              ({"Content-Type": "application/x-www-form-urlencoded"},
+                               "as 'application/x-www-form-urlencoded'")):
+            refused = client.post(route, content=raw, headers=headers)
+            detail = problem(refused, 422)["detail"]
+            assert said in detail and "Content-Type: application/json" in detail, detail
+    # Not said of a JSON body that is not an object, nor of a missing body.
+    listed = client.post("/v1/accounts/a/usage", json=[1])
+    assert "Content-Type" not in problem(listed, 422)["detail"]
+    missing = client.post("/v1/accounts/a/usage")
+    assert "Content-Type" not in problem(missing, 422)["detail"]
     assert head(client) == before

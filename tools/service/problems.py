@@ -200,16 +200,21 @@ def from_exception(exc: BaseException) -> JSONResponse:
 
 
 def _not_json(request: Request, exc: RequestValidationError) -> str | None:
-    """Why the body was refused when it was sent as something else than JSON (FastAPI
-    then says only that it is not an object, of a body that may well be one)."""
+    """Why a body was not read, when it was sent as something else than JSON or without
+    a Content-Type (FastAPI then says only that it is not an object, of a body that may
+    well be one)."""
     sent = request.headers.get("content-type")
     media = (sent or "").split(";")[0].strip().lower()
-    if sent is None or media == "application/json" or media.endswith("+json"):
+    if media == "application/json" or media.endswith("+json"):
         return None
-    if not any(tuple(err.get("loc", ()))[:1] == ("body",) for err in exc.errors()):
+    if not any(tuple(err.get("loc", ()))[:1] == ("body",) and err.get("type") != "missing"
+               for err in exc.errors()):
         return None
-    return (f"the body was sent as {media or sent!r}: send it as JSON, with "
-            "Content-Type: application/json")
+    how = "without a Content-Type" if sent is None else f"as {media or sent!r}"
+    # Not read as JSON on purpose: any web page can make its visitors' browsers post a
+    # form, text or an untyped body here without a CORS preflight, but not JSON; so no
+    # page can write to a service on their loopback.
+    return f"the body was sent {how}: send it as JSON, with Content-Type: application/json"
 
 
 def _validation_detail(exc: RequestValidationError) -> str:

@@ -56,9 +56,6 @@ MAX_SMALL_BODY = 64 * 1024
 few hundred bytes (a memo has at most 1,000 characters), and nothing else takes one."""
 
 LARGE_BODIES = frozenset({("POST", "/v1/events")})
-
-_JSON_TYPE = (b"content-type", b"application/json")
-"""What a /v1 body sent without a Content-Type is read as."""
 """The requests that may send up to `MAX_BODY`."""
 
 PARSE_ASIDE = 1024 * 1024
@@ -161,23 +158,15 @@ class StrictRequests:
             return
         declared: bytes | None = None
         chunked = False
-        typed = False
         keys: list[bytes] = []
-        for name, value in scope["headers"]:  # one pass for all four
+        for name, value in scope["headers"]:  # one pass for all three
             if name == b"content-length":
                 declared = value
             elif name == b"transfer-encoding":
                 chunked = True
             elif name == b"idempotency-key":
                 keys.append(value)
-            elif name == b"content-type":
-                typed = True
         if declared is not None or chunked:  # else no body (HTTP/1.1)
-            if not typed and scope["path"].startswith("/v1/"):
-                # Every /v1 body is JSON: one sent without saying so (`urllib`, a raw
-                # `content=`) is read as JSON, where FastAPI would refuse it as "not a
-                # valid dictionary". It is then read as strictly as any JSON body.
-                scope = {**scope, "headers": [*scope["headers"], _JSON_TYPE]}
             limit = MAX_BODY if (scope["method"], scope["path"]) in LARGE_BODIES \
                 else MAX_SMALL_BODY
             # The HTTP parser refused a length that is not digits, or sent twice, and
