@@ -156,6 +156,15 @@ def grant(
             pool=pool or "general", priority=rank, paid_debt=paid)
 
 
+def _warn_new_account(account: str, what: str, event_id: str) -> None:
+    """Warn that a usage or debit names an account with no event before it."""
+    # Recorded, as the tracker records it (the debt is real), but a misspelt name would
+    # otherwise open a second account silently.
+    render.warn(f"account {account!r} had no event before this one (no grant, no "
+                f"account event): its {what} is its debt; if the name is misspelt, "
+                f"gpu-credits reverse {event_id} --reason ... takes it out")
+
+
 @_recording()
 def consume(
     rec: Recording,
@@ -175,11 +184,7 @@ def consume(
         outcome = writer.consume(account, credits, at=_time_option(at, "--at"), pool=pool,
                                  memo=rec.memo, event_id=rec.event_id, user=user)
     if unknown:
-        # Recorded, as the tracker records it (the debt is real), but a misspelt name
-        # would otherwise open a second account silently.
-        render.warn(f"account {account!r} had no event before this one (no grant, no "
-                    f"account event): its usage is its debt; if the name is misspelt, "
-                    f"gpu-credits reverse {outcome.event_id} --reason ... takes it out")
+        _warn_new_account(account, "usage", outcome.event_id)
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
     rec.say(outcome, f"recorded usage {outcome.event_id}: {credits:,} credits of {account} "
@@ -206,8 +211,12 @@ def adjust(
     credits = int_option(amount, "AMOUNT", "a whole number of credits other than 0: a "
                          "credit (> 0) or a debit (< 0, e.g. -25)")
     with rec.writer() as writer:
+        # A credit opens the account, as a grant does; a debit only owes, as usage does.
+        unknown = credits < 0 and writer.journal.stream_version(account) == 0
         outcome = writer.adjust(account, credits, reason, at=_time_option(at, "--at"),
                                 pool=pool, memo=rec.memo, event_id=rec.event_id)
+    if unknown:
+        _warn_new_account(account, "debit", outcome.event_id)
     debt = outcome.debt_after
     kind = "credit" if credits > 0 else "debit"
     text = (f"recorded {kind} {outcome.event_id}: {credits:+,} credits for {account} at "

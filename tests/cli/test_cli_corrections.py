@@ -268,6 +268,20 @@ def test_usage_of_an_account_never_seen_is_recorded_with_a_warning(run: Run) -> 
         assert again.exit_code == 0 and again.stderr == "", known
 
 
+def test_a_debit_of_an_account_never_seen_warns_as_usage_does(run: Run) -> None:
+    assert run("grant", "acme", "10", "--at", "1").exit_code == 0
+    typo = run("adjust", "acmee", "-25", "--reason", "run 17 billed twice", "--at", "2")
+    assert typo.exit_code == 0 and "debt after it: 25" in typo.stdout
+    (warning,) = [line for line in typo.stderr.splitlines() if line]
+    assert "warning: account 'acmee' had no event before this one" in warning
+    assert "its debit is its debt" in warning and "gpu-credits reverse" in warning
+    # A credit opens an account, as a grant does; a known account's debit is no news.
+    for quiet in (("adjust", "newco", "5", "--reason", "goodwill", "--at", "3"),
+                  ("adjust", "acme", "-1", "--reason", "fix", "--at", "3")):
+        done = run(*quiet)
+        assert done.exit_code == 0 and done.stderr == "", quiet
+
+
 @pytest.mark.parametrize(("argv", "named"), [
     # Each command builds one event; of several bad fields the first declared is named
     # (docs/semantics.md): for grant, consume and adjust the account, then the amount.
