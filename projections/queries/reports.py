@@ -16,6 +16,7 @@ from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
     fold_as_known,
     latest_time,
+    names_account,
     recorded_position,
     unknown_account,
 )
@@ -318,14 +319,21 @@ def jobs(journal: JournalLike, *, account: str | None = None, state: str | None 
             # Rows straight from the columns: no job object is built.
             if account is not None and account not in view.names and (
                     account not in columns["account"]):
-                raise unknown_account(account, view.names)
+                _check_named(journal, account, view.names)
             return JobsReport(position, account, state, _column_rows(columns, account, state))
     ledger = fold_as_known(journal, to_position=position)
     if account is not None and account not in ledger.accounts and not any(
             j.account == account for j in ledger.jobs.values()):
-        raise unknown_account(account, ledger)
+        _check_named(journal, account, ledger.accounts)
     rows = job_rows(ledger.jobs.values(), account, state)
     return JobsReport(position, account, state, rows)
+
+
+def _check_named(journal: JournalLike, account: str, known: Iterable[str]) -> None:
+    """UnknownAccount unless the journal names `account` at some position: one it records
+    only after the position asked had no jobs yet, as `balance` has no credits yet."""
+    if not names_account(journal, account):
+        raise unknown_account(account, known)
 
 
 def _column_rows(columns: dict[str, list[Any]], account: str | None,

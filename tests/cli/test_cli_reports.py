@@ -228,6 +228,20 @@ def test_jobs_as_known_at(run: Run, month: Path) -> None:
     assert [(j["job"], j["state"]) for j in early["jobs"]] == [("j1", "running")]
 
 
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_jobs_as_known_before_an_account_was_recorded_has_none_yet(run: Run,
+                                                                   checkpointed: bool) -> None:
+    # As `balance` and `explain` answer it then: the account is in the journal, only later.
+    assert run("grant", "a", "10", "--at", "5").exit_code == 0
+    if checkpointed:  # the answer then comes from the checkpoint at position 1
+        assert run("replay").exit_code == 0
+    assert run("grant", "b", "10", "--at", "6").exit_code == 0
+    early = _obj(as_json(run("jobs", "--account", "b", "--as-known-at", "1", "--json")))
+    assert (early["account"], early["jobs"]) == ("b", [])
+    unknown = run("jobs", "--account", "nobody", "--as-known-at", "1")
+    assert unknown.exit_code == 2 and "unknown account 'nobody'" in unknown.stderr
+
+
 def test_jobs_errors(run: Run, month: Path) -> None:
     bad = run("jobs", "--state", "done")
     assert bad.exit_code == 2 and len(error_lines(bad)) == 1
