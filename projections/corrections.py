@@ -159,6 +159,15 @@ class Corrections(SessionFacade):
         """Take the recorded event `target_id` out of every fold (a reversal of a reversal
         puts its event back). Recorded at the reversed event's time."""
         target = self._recorded(target_id, "event")
+        if target.type == events.PersonalDataErased.type:
+            # It changes no figure, and what it deleted is gone: a reversal would say the
+            # erasure no longer counts while the fields stay erased. (A file may still
+            # carry one: import takes it, so every export imports back.)
+            raise ValueError(
+                f"event {target_id!r} is an erasure, which cannot be reversed: the fields it "
+                "erased are deleted from the journal and no reversal brings them back (it "
+                "changes no figure either); record them again in a new event if they were "
+                "erased by mistake")
         event = events.EventReversed(target_id, reason, memo)
 
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:

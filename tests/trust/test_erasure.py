@@ -317,6 +317,30 @@ def test_erase_command(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and not (tmp_path / "none.db").exists()
 
 
+def test_an_erasure_cannot_be_reversed_live_and_a_file_s_reversal_of_one_still_imports(
+        tmp_path: Path) -> None:
+    """A reversal would say the erasure no longer counts while the fields stay deleted:
+    the command refuses it, appending nothing. An exported journal that holds one (from
+    before this refusal) still imports."""
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    data = tmp_path / "lines.jsonl"
+    data.write_bytes(_data(LINES))
+    assert _cli("import", str(data), "--db", db).exit_code == 0
+    erased = json.loads(_cli("erase", "--user", ALICE, "--json", "--db", db).stdout)
+    head = _cli("head", "--db", db).stdout
+    refused = _cli("reverse", erased["erasure"], "--reason", "undo", "--db", db)
+    assert refused.exit_code == 2
+    assert "is an erasure, which cannot be reversed" in refused.stderr
+    assert _cli("head", "--db", db).stdout == head
+    lines = _cli("export", "--db", db).stdout
+    reversal = {"type": "reverse", "event": erased["erasure"], "time": 0, "reason": "old",
+                "id": "r-old"}
+    exported = tmp_path / "with-reversal.jsonl"
+    exported.write_text(lines + json.dumps(reversal) + "\n")
+    copy = f"sqlite:///{tmp_path / 'copy.db'}"
+    assert _cli("import", str(exported), "--db", copy).exit_code == 0, "file refused"
+
+
 # -- the HTTP service ---------------------------------------------------------------------
 
 
