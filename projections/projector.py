@@ -353,9 +353,12 @@ class Projector:
         self._snap_states.append(snapshot(ledger))
         self._snap_stale.append(frozenset())
         if len(self._snap_keys) > self._max_snapshots:
-            # Thin out the older half so late events far back still find a snapshot.
-            half = len(self._snap_keys) // 2
-            self._keep_snapshots(list(range(0, half, 2)) + list(range(half, len(self._snap_keys))))
+            self._thin_snapshots()
+
+    def _thin_snapshots(self) -> None:
+        # Thin out the older half so late events far back still find a snapshot.
+        half = len(self._snap_keys) // 2
+        self._keep_snapshots(list(range(0, half, 2)) + list(range(half, len(self._snap_keys))))
 
     def _keep_snapshots(self, keep: Sequence[int]) -> None:
         """Keep only the snapshots at the indexes `keep` (in increasing order)."""
@@ -1308,9 +1311,30 @@ class Projector:
         if time >= self.ledger.last[0]:
             return restore(snapshot(self.ledger))
         start, ledger = self._restore_before((time + 1, 0))
+        folded = 0
         for rec in self._reader(start, self.position, time):
             apply_recorded(ledger, rec)
+            folded += 1
+        if folded >= self._min_every:
+            self._keep_state_at(ledger)
         return ledger
+
+    def _keep_state_at(self, ledger: Ledger) -> None:
+        """Keep a state `state_at` folded far to make, as a snapshot at its last event:
+        the snapshots are dense only near the head (the older half is thinned), so an
+        auditor's questions about the past each refolded tens of thousands of events,
+        and the next question near this time now starts here. Like every snapshot it is
+        dropped, or marked stale for an account, when a late event lands before it."""
+        key = ledger.last
+        keys = self._snap_keys
+        at = bisect.bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
+            return
+        keys.insert(at, key)
+        self._snap_states.insert(at, snapshot(ledger))
+        self._snap_stale.insert(at, frozenset())
+        if len(keys) > self._max_snapshots:
+            self._thin_snapshots()
 
 
 def fold(events: Iterable[Recorded]) -> Iterator[tuple[Recorded, Outcome, Ledger]]:

@@ -300,3 +300,16 @@ def test_the_service_reads_benchmark_runs_and_times_each_read() -> None:
                                      "revisions_before", "first_pass", "replay"}
     assert all(value > 0 for value in result["cpu_ms"].values())
     assert result["job"].startswith("job-")
+
+
+def test_the_past_questions_benchmark_compares_two_trees_by_their_answers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.bench import past
+
+    root = Path(past.__file__).resolve().parents[2]
+    past.main(["--other", str(root), "--calls", "400", "--questions", "30", "--rounds", "1"])
+    out = capsys.readouterr().out
+    mine, other = (line for line in out.splitlines() if "; answers " in line)
+    # The same code twice: the same answers, by their hash.
+    assert mine.rsplit("answers ", 1)[1] == other.rsplit("answers ", 1)[1]
+    assert "other / this tree:" in out

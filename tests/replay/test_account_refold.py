@@ -525,3 +525,28 @@ def test_late_usage_of_many_accounts_refolds_from_a_snapshot_not_the_empty_ledge
     from_empty = sum(after == MIN_KEY for after in second_half)
     assert from_empty < len(second_half) // 5, f"{from_empty} of {len(second_half)}"
     assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories(), st.randoms(use_true_random=False), st.sampled_from([1, 2, 5]),
+       st.booleans())
+def test_states_of_the_past_kept_as_snapshots_stay_right_under_later_late_events(
+        events: list[Event], rnd: random.Random, snapshot_every: int,
+        by_account: bool) -> None:
+    """`state_at` keeps what it folded far to make as a snapshot: questions about the past
+    asked between arrivals (late ones among them) answer as a fold of what was known,
+    then and after, and the live state stays a cold fold's."""
+    from projections.replay import ledger_at
+
+    rnd.shuffle(events)
+    journal = _journal(events)
+    projector = _projector(journal, by_account=by_account, snapshot_every=snapshot_every)
+    times = sorted({time for _, _, _, time, _ in events})
+    for rec in journal.read(order="position"):
+        projector.ingest(rec)
+        for _ in range(2):
+            when = rnd.choice(times) - rnd.choice([0, 1])
+            past = projector.state_at(when)
+            expected = ledger_at(journal, to_position=rec.position, to_time=when)
+            assert past.digest() == expected.digest(), (rec.position, when)
+        assert_equals_a_cold_fold(projector.ledger, journal, rec.position)
