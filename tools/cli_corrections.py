@@ -13,11 +13,12 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import typer
 
+from eventstore import MemoryJournal
 from projections.corrections import Corrections
 from projections.outcomes import Outcome
 from projections.timefmt import format_time
@@ -30,8 +31,10 @@ from tools.cli import (
     NumbersCommand,
     _time_option,
     app,
+    database_url,
     int_option,
     open_journal,
+    sqlite_path,
 )
 
 AtOption = Annotated[str | None, typer.Option(
@@ -66,7 +69,8 @@ _SHARED = tuple(inspect.signature(_shared_options, eval_str=True).parameters.val
 @dataclass(frozen=True, slots=True)
 class Recording:
     """One recording command's shared options: where to write, the event's id and memo,
-    and how to answer."""
+    and how to answer. `rehearsal`: the command runs on an empty journal in memory and
+    says nothing (`_rehearse_on_a_new_file`)."""
 
     ctx: typer.Context
     memo: str | None
@@ -74,6 +78,7 @@ class Recording:
     db: str | None
     as_json: bool
     allow_far_times: bool = False
+    rehearsal: bool = False
 
     @contextmanager
     def writer(self) -> Iterator[Corrections]:
@@ -83,11 +88,26 @@ class Recording:
                 require_name("an event id", self.event_id)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc), param_hint="--id") from None
+        if self.rehearsal:
+            yield Corrections(MemoryJournal(), allow_far_times=self.allow_far_times)
+            return
         with open_journal(self.ctx, self.db, write=True) as journal:
             yield Corrections(journal, allow_far_times=self.allow_far_times)
 
+    def creates_a_file(self) -> bool:
+        """Whether the journal is a SQLite file that does not exist yet."""
+        path = sqlite_path(database_url(self.ctx, self.db))
+        return path is not None and not path.exists()
+
+    def warn(self, text: str) -> None:
+        """A warning on stderr (none in a rehearsal)."""
+        if not self.rehearsal:
+            render.warn(text)
+
     def say(self, outcome: Outcome, text: str, **fields: Any) -> None:
         """Print what was recorded: `text`, or with --json the event and `fields`."""
+        if self.rehearsal:
+            return
         if not self.as_json:
             render.console().print(text, markup=False)
             return
@@ -110,7 +130,10 @@ def _recording(*, far_times: bool = True, **settings: Any) -> Callable[[_Body], 
         @functools.wraps(body)
         def command(ctx: typer.Context, **values: Any) -> None:
             options = {p.name: values.pop(p.name) for p in shared}
-            body(Recording(ctx, **options), **values)
+            rec = Recording(ctx, **options)
+            if rec.creates_a_file():
+                _rehearse_on_a_new_file(body, rec, values)
+            body(rec, **values)
 
         ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                 annotation=typer.Context)
@@ -156,11 +179,19 @@ def grant(
             pool=pool or "general", priority=rank, paid_debt=paid)
 
 
-def _warn_new_account(account: str, what: str, event_id: str) -> None:
+def _rehearse_on_a_new_file(body: _Body, rec: Recording, values: dict[str, Any]) -> None:
+    """Run the command first on an empty journal in memory, which is what a database file
+    that does not exist yet holds: a command refused there (an amount of 0, an unknown
+    grant or event id) is refused before the file is created, so a failed command leaves
+    no empty database behind. What passes runs again on the file, which decides."""
+    body(replace(rec, rehearsal=True), **values)
+
+
+def _warn_new_account(rec: Recording, account: str, what: str, event_id: str) -> None:
     """Warn that a usage or debit names an account with no event before it."""
     # Recorded, as the tracker records it (the debt is real), but a misspelt name would
     # otherwise open a second account silently.
-    render.warn(f"account {account!r} had no event before this one (no grant, no "
+    rec.warn(f"account {account!r} had no event before this one (no grant, no "
                 f"account event): its {what} is its debt; if the name is misspelt, "
                 f"gpu-credits reverse {event_id} --reason ... takes it out")
 
@@ -184,7 +215,7 @@ def consume(
         outcome = writer.consume(account, credits, at=_time_option(at, "--at"), pool=pool,
                                  memo=rec.memo, event_id=rec.event_id, user=user)
     if unknown:
-        _warn_new_account(account, "usage", outcome.event_id)
+        _warn_new_account(rec, account, "usage", outcome.event_id)
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
     rec.say(outcome, f"recorded usage {outcome.event_id}: {credits:,} credits of {account} "
@@ -216,7 +247,7 @@ def adjust(
         outcome = writer.adjust(account, credits, reason, at=_time_option(at, "--at"),
                                 pool=pool, memo=rec.memo, event_id=rec.event_id)
     if unknown:
-        _warn_new_account(account, "debit", outcome.event_id)
+        _warn_new_account(rec, account, "debit", outcome.event_id)
     debt = outcome.debt_after
     kind = "credit" if credits > 0 else "debit"
     text = (f"recorded {kind} {outcome.event_id}: {credits:+,} credits for {account} at "

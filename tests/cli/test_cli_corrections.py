@@ -306,3 +306,32 @@ def test_an_event_with_several_bad_fields_names_the_first_declared(
     line, = error_lines(result)
     assert line.startswith(f"gpu-credits: error: {named} must be "), line
     assert journal_head(db) == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["grant", "acme", "0"],
+    ["grant", "acme", "5", "--at", "10", "--expiry", "3"],
+    ["consume", "acme", "-1"],
+    ["adjust", "acme", "0", "--reason", "nothing"],
+    ["void", "g-none"],
+    ["reverse", "e-none", "--reason", "typo"],
+])
+def test_a_refused_first_command_leaves_no_database_file(run: Run, db: str,
+                                                          argv: list[str]) -> None:
+    """A failed command changes nothing: not even an empty database where none was."""
+    from tools.cli import sqlite_path
+
+    result = run(*argv)
+    assert result.exit_code == 2 and len(error_lines(result)) == 1, result.stderr
+    path = sqlite_path(db)
+    assert path is not None and not path.exists()
+    assert list(path.parent.iterdir()) == []
+
+
+def test_a_first_command_on_a_new_file_records_once_and_warns_once(run: Run,
+                                                                   db: str) -> None:
+    result = run("consume", "acme", "5", "--at", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("had no event before this one") == 1
+    assert _json(run, "head")["position"] == 1
+    assert journal_head(db) == 1
