@@ -742,14 +742,18 @@ class Projector:
         outcomes: list[Outcome] = []
         snap_keys, snap_states = list(self._snap_keys), list(self._snap_states)
         snap_stale = list(self._snap_stale)
+        apply, track = new.apply_recorded, self._track
         for rec in self._reader(start, last, None):
             place = (rec.time, rec.position)
             if fold_old and old is None and place >= pivot:
                 old = restore(snapshot(new))
                 if old_excluded is not None:
                     old.excluded = old_excluded
-            after = apply_recorded(new, rec)
-            self._track(rec, after, new)
+            after = apply(rec.position, rec.id, rec.type, rec.time, rec.payload)
+            account = after.account
+            # `_track` notes nothing of an event about its own stream's account but a void.
+            if account is None or account != getattr(rec, "stream", None) or rec.type == VOID:
+                track(rec, after, new)
             self._maybe_snapshot(new)
             outcomes.append(after)
             if rec.position >= first:
@@ -921,6 +925,17 @@ class Projector:
             self._recent = dict(itertools.islice(recent.items(), len(recent) - self._recent_limit,
                                                  None))
 
+    def _remember_all(self, outcomes: Iterable[Outcome]) -> None:
+        """`_remember` each of `outcomes` in turn, without a call per outcome."""
+        if not self._recent_limit or (self._remember_once_late and not self._late):
+            return
+        recent, bound = self._recent, 2 * self._recent_limit
+        for outcome in outcomes:
+            recent[outcome.position] = outcome
+            if len(recent) > bound:
+                self._recent = recent = dict(itertools.islice(
+                    recent.items(), len(recent) - self._recent_limit, None))
+
     def _ingest_reversal(self, rec: Recorded) -> Outcome:
         """Fold a reversal (by itself it changes nothing), then, if it changes which events
         are reversed, re-project from the earliest of them, like a late event there: for
@@ -1077,8 +1092,7 @@ class Projector:
         # Late events are more frequent than assumed so far: snapshot sooner.
         self._next_snapshot = min(self._next_snapshot, self._interval(ledger))
         self.revisions.extend(revisions)
-        for outcome in outcomes:
-            self._remember(outcome)
+        self._remember_all(outcomes)
         self.ledger = ledger
         return late
 
@@ -1087,7 +1101,12 @@ class Projector:
         nothing) when something in the way reaches across accounts."""
         account = getattr(late, "stream", None)
         if (self._account_reader is None or self._unpartitioned or account is None
-                or account in self._mixed or self.ledger.policy is not None):
+                or account in self._mixed or self.ledger.policy is not None
+                or self.ledger.accounts.keys() <= {account}):
+            # Alone on the ledger, its stretch is the whole timeline: the whole-timeline
+            # refold folds no more, and lays down snapshots as it goes, where this path
+            # leaves every later one stale for the only account they hold (dropped), so
+            # each next late event refolded from further back, at last from the start.
             return None
         key = (late.time, late.position)
         start, saved = self._snapshot_before(key, account)

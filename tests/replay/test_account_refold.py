@@ -205,6 +205,40 @@ def test_a_late_usage_report_refolds_only_its_own_account() -> None:
     assert projector.ledger.digest() == fold_canonical(journal).digest()
 
 
+def test_late_usage_reports_of_the_only_account_refold_from_the_snapshots_laid_down() -> None:
+    # Alone on the ledger, its stretch is the whole timeline. Refolded alone, it left every
+    # later snapshot stale for the only account each held (dropped), so the second late
+    # event refolded from before the first, and in a long history at last from the start.
+    journal = MemoryJournal()
+    for i in range(2_000):
+        kind = "grant" if i % 2 == 0 else "consume"
+        journal.append([NewEvent(f"e{i}", "a", kind, i, {"account": "a", "amount": 5})])
+    by_account, read_alone = counting_account_reader(journal)
+    read_whole: list[str] = []
+    reader = journal_reader(journal)
+
+    def counting(*args: Any) -> Any:
+        for rec in reader(*args):
+            read_whole.append(rec.id)
+            yield rec
+
+    projector = Projector(counting, min_snapshot_every=50, locate=locator(journal),
+                          account_reader=by_account)
+    whole = _projector(journal, by_account=False, snapshot_every=50)
+    for rec in journal.read(order="position"):
+        projector.ingest(rec)
+        whole.ingest(rec)
+    for t in (500, 1_500):
+        (late,) = journal.append([NewEvent(f"late{t}", "a", "consume", t,
+                                           {"account": "a", "amount": 3})])
+        read_alone.clear()
+        read_whole.clear()
+        assert projector.ingest(late) == whole.ingest(late)
+    assert len(read_alone) + len(read_whole) < 700  # from near 1,500, not from before 500
+    assert [repr(r) for r in projector.revisions] == [repr(r) for r in whole.revisions]
+    assert projector.ledger.digest() == fold_canonical(journal).digest()
+
+
 def test_a_job_id_used_by_two_accounts_falls_back_to_the_whole_timeline() -> None:
     journal = MemoryJournal()
     journal.append([NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 10}),
@@ -238,7 +272,9 @@ def test_late_events_read_as_stored_text_refold_their_own_account() -> None:
     projector = _projector(journal, by_account=True, snapshot_every=20)
     late = 0
     for rec in lean_records(journal, order="position"):
-        late += (rec.time, rec.position) < projector.ledger.last
+        if (rec.time, rec.position) < projector.ledger.last:
+            # Not while its account is alone on the ledger: its timeline is the whole one.
+            late += bool(projector.ledger.accounts.keys() - {rec.stream})
         projector.ingest(rec)
     assert late > 100
     assert projector.refolded_by_account == late
