@@ -313,3 +313,16 @@ def test_the_past_questions_benchmark_compares_two_trees_by_their_answers(
     # The same code twice: the same answers, by their hash.
     assert mine.rsplit("answers ", 1)[1] == other.rsplit("answers ", 1)[1]
     assert "other / this tree:" in out
+
+
+def test_the_late_tracker_benchmark_compares_two_trees_by_their_answers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.bench import late_tracker
+
+    root = Path(late_tracker.__file__).resolve().parents[2]
+    late_tracker.main(["--other", str(root), "--calls", "400", "--late", "5", "--rounds", "1"])
+    out = capsys.readouterr().out
+    mine, other = (line for line in out.splitlines() if "; answers " in line)
+    # The same code twice: the same answers, by their hash.
+    assert mine.rsplit("answers ", 1)[1] == other.rsplit("answers ", 1)[1]
+    assert "other / this tree:" in out
