@@ -153,7 +153,7 @@ class Scheduler(SessionFacade):
         session = self._session
         with session.reading() as ledger:
             account = self._opened_in(ledger, account_id)
-            f = Figures.of(account, session.now(self._clock()))
+            f = session.figures(account, session.now(self._clock()))
             return _Reading(f, account.running, account.max_running)
 
     def job_state(self, job_id: str, *, as_known_at: int | None = None) -> str:

@@ -60,6 +60,7 @@ from projections.bulk import paused_gc
 from projections.errors import LedgerError
 from projections.events import DomainEvent, require_name, require_non_negative_int
 from projections.exactnames import check_event_id, check_event_names
+from projections.figures import Figures, HeadFigures
 from projections.ledger import AccountState, JobState, Ledger
 from projections.outcomes import Outcome, Revision
 from projections.personal import journal_event
@@ -252,6 +253,7 @@ class LedgerSession:
 
     def __init__(self, journal: JournalArg) -> None:
         self.journal = open_journal(journal)
+        self._head_figures = HeadFigures()
         # Only this process writes an in-memory journal, so its head tells all.
         self._in_memory = self.journal.url is None
         self.projector = Projector(self._read_canonical, older=self._checkpoint_before,
@@ -319,6 +321,15 @@ class LedgerSession:
     def ledger(self) -> Ledger:
         """The projection as it stands, NOT caught up: read through `reading()` instead."""
         return self.projector.ledger
+
+    def figures(self, account: AccountState | None, time: int) -> Figures:
+        """`Figures.of(account, time)`, read inside `reading()`. For an account of the
+        projection as it stands, what expired since its last event is kept while nothing
+        changes: a read at a time after many batches expired walked them all, each time."""
+        ledger = self.projector.ledger
+        if account is None or ledger.accounts.get(account.name) is not account:
+            return Figures.of(account, time)
+        return self._head_figures.of(account, time, (id(ledger), self.projector.position))
 
     @contextmanager
     def reading(self) -> Iterator[Ledger]:

@@ -10,7 +10,6 @@ from projections.events import (
     require_int,
     require_name,
 )
-from projections.figures import Figures
 from projections.session import JournalArg, LedgerSession, SessionFacade
 
 
@@ -75,7 +74,7 @@ class GPUCreditTracker(SessionFacade):
             else:
                 known = session.ledger_as_known(as_known_at, timestamp)
                 account = known.accounts.get(self.account)
-            figures = Figures.of(account, timestamp)
+            figures = session.figures(account, timestamp)
         if wanted is None:
             return figures.balance
         return figures.pools.get(wanted, 0)
@@ -85,5 +84,5 @@ class GPUCreditTracker(SessionFacade):
         require_int("timestamp", timestamp)
         with self._session.reading():
             account = self._session.account_at(self.account, timestamp)
-            return Figures.of(account, timestamp).pools
+            return self._session.figures(account, timestamp).pools
 
