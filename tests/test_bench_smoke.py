@@ -302,25 +302,18 @@ def test_the_service_reads_benchmark_runs_and_times_each_read() -> None:
     assert result["job"].startswith("job-")
 
 
-def test_the_past_questions_benchmark_compares_two_trees_by_their_answers(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from tools.bench import past
+@pytest.mark.parametrize(("name", "argv"), [
+    ("past", ["--calls", "400", "--questions", "30"]),
+    ("late_tracker", ["--calls", "400", "--late", "5"]),
+])
+def test_the_two_tree_benchmarks_compare_trees_by_their_answers(
+        capsys: pytest.CaptureFixture[str], name: str, argv: list[str]) -> None:
+    import importlib
 
-    root = Path(past.__file__).resolve().parents[2]
-    past.main(["--other", str(root), "--calls", "400", "--questions", "30", "--rounds", "1"])
-    out = capsys.readouterr().out
-    mine, other = (line for line in out.splitlines() if "; answers " in line)
-    # The same code twice: the same answers, by their hash.
-    assert mine.rsplit("answers ", 1)[1] == other.rsplit("answers ", 1)[1]
-    assert "other / this tree:" in out
+    from tools.bench.alternating import HERE
 
-
-def test_the_late_tracker_benchmark_compares_two_trees_by_their_answers(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from tools.bench import late_tracker
-
-    root = Path(late_tracker.__file__).resolve().parents[2]
-    late_tracker.main(["--other", str(root), "--calls", "400", "--late", "5", "--rounds", "1"])
+    bench = importlib.import_module(f"tools.bench.{name}")
+    bench.main(["--other", str(HERE), *argv, "--rounds", "1"])
     out = capsys.readouterr().out
     mine, other = (line for line in out.splitlines() if "; answers " in line)
     # The same code twice: the same answers, by their hash.

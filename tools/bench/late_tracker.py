@@ -12,12 +12,7 @@ same on both trees. Not the digest: it holds the event ids, random per session.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
-import sys
-from pathlib import Path
+from tools.bench.alternating import arguments, compare
 
 _CASE = """
 import hashlib, json, random, re, sys, time
@@ -43,41 +38,11 @@ print(json.dumps({"cpu": cpu, "found": found, "revisions": len(tracker.revisions
 """
 
 
-def _run(tree: Path, calls: int, late: int) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", _CASE, str(calls), str(late)],
-                         cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, check=True)
-    answer: dict[str, object] = json.loads(out.stdout.splitlines()[-1])
-    return answer
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.late_tracker")
-    parser.add_argument("--other", help="the tree to compare with (none: this tree alone)")
-    parser.add_argument("--calls", type=int, default=100_000)
-    parser.add_argument("--late", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
-    here = Path(__file__).resolve().parents[2]
-    trees = {"this tree": here}
-    if args.other:
-        trees["other"] = Path(args.other).resolve()
-    per: dict[str, list[float]] = {name: [] for name in trees}
-    found: dict[str, set[object]] = {name: set() for name in trees}
-    for _ in range(args.rounds):
-        for name, tree in trees.items():
-            answer = _run(tree, args.calls, args.late)
-            per[name].append(float(str(answer["cpu"])) / args.late)
-            found[name].add(f"{answer['found']} ({answer['revisions']:,} revisions)")
-    print(f"consume at {args.late:,} random earlier times after {args.calls:,} calls, CPU s "
-          f"per late call (median of {args.rounds}; each round):")
-    for name in trees:
-        each = ", ".join(f"{v:.3f}" for v in per[name])
-        print(f"  {name}: {statistics.median(per[name]):.3f} ({each}); answers "
-              f"{', '.join(sorted(str(f) for f in found[name]))}")
-    if args.other:
-        ratio = statistics.median(per["other"]) / statistics.median(per["this tree"])
-        print(f"  other / this tree: {ratio:.1f}x")
+    args = arguments("tools.bench.late_tracker", argv, calls=100_000, late=20)
+    compare(_CASE, (args.calls, args.late), other=args.other, rounds=args.rounds,
+            per_unit=args.late, unit="CPU s per late call",
+            title=f"consume at {args.late:,} random earlier times after {args.calls:,} calls")
 
 
 if __name__ == "__main__":
