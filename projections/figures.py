@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from projections.creditbook import NEVER, CreditBook
+from projections.creditbook import CreditBook
 from projections.events import GENERAL
 from projections.ledger import AccountState
 
@@ -90,43 +90,22 @@ def ending_credits(account: AccountState,
 
 
 class _Expired:
-    """The batches of one account's book that have expired by a time after its last event
-    (not evicted yet: no event of the account came after), per pool, sorted by expiry with
-    running sums; `until`: the earliest expiry of every other batch (None: there is none).
-    Any time before `until` finds exactly these expired by then, so reads at many times
-    take a bisection each, not a walk of every batch expired by then."""
+    """Every batch of one account's book that has an expiry (none evicted since its last
+    event), per pool, sorted by expiry with running sums: what has expired by any time
+    after that event takes a bisection, not a walk of every batch expired by then."""
 
-    __slots__ = ("pools", "until")
+    __slots__ = ("pools",)
 
-    def __init__(self, book: CreditBook, time: int) -> None:
+    def __init__(self, book: CreditBook) -> None:
         # Lists of ints, not a tuple per batch: tuples are tracked by the garbage
-        # collector, whose passes over a large state made the walk several times slower.
+        # collector, whose passes over a large state made the build several times slower.
         expiries: dict[str, list[int]] = {}
         amounts: dict[str, list[int]] = {}
-        until: int | None = None
         for heap in book.heaps.values():
-            # The book's own walk (`expiring_by`): a batch's children expire no earlier.
-            size = len(heap)
-            stack = [0] if heap else []
-            while stack:
-                i = stack.pop()
-                batch = heap[i]
-                expiry = batch.expiry
-                if expiry is None or expiry > time:
-                    if expiry is not None and (until is None or expiry < until):
-                        until = expiry
-                    continue
-                pool = batch.pool
-                if pool not in expiries:
-                    expiries[pool], amounts[pool] = [], []
-                expiries[pool].append(expiry)
-                amounts[pool].append(batch.amount)
-                child = 2 * i + 1
-                if child < size:
-                    stack.append(child)
-                    if child + 1 < size:
-                        stack.append(child + 1)
-        self.until = until
+            for batch in heap:
+                if batch.expiry is not None:
+                    expiries.setdefault(batch.pool, []).append(batch.expiry)
+                    amounts.setdefault(batch.pool, []).append(batch.amount)
         self.pools: dict[str, tuple[list[int], list[int]]] = {}
         for pool, times in expiries.items():
             order = sorted(range(len(times)), key=times.__getitem__)
@@ -135,7 +114,7 @@ class _Expired:
             self.pools[pool] = ([times[k] for k in order], sums)
 
     def by(self, time: int) -> dict[str, int]:
-        """`CreditBook.expiring_by(time)`, for a time before `until` (if any)."""
+        """`CreditBook.expiring_by(time)`."""
         out: dict[str, int] = {}
         for pool, (expiries, sums) in self.pools.items():
             total = sums[bisect.bisect_right(expiries, time)]
@@ -150,8 +129,7 @@ class HeadFigures:
 
     `version` names the state: it must change whenever any account of it changes. The
     first reads of a version take the book's own walk (compiled, it is quicker than one
-    build); the third builds `_Expired`, and one past its `until` builds it for every
-    batch with an expiry, so reads at ever later times rebuild at most once per version.
+    build); the third builds `_Expired`, which every later read of the version bisects.
     """
 
     WALKS = 2
@@ -178,9 +156,7 @@ class HeadFigures:
             self._kept[account.name] = (key, reads, None)
             return Figures.of(account, at)
         if expired is None:
-            expired = _Expired(book, at)
-        elif expired.until is not None and at >= expired.until:
-            expired = _Expired(book, max(at, NEVER))
+            expired = _Expired(book)
         self._kept[account.name] = (key, reads, expired)
         gone = expired.by(at)
         held = book.held_by_pool() if book.holds else {}
