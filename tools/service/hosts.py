@@ -12,11 +12,10 @@ is not needed: such a page has no token.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tools.loopback import is_loopback
-from tools.service.problems import PROBLEM_JSON, problem_body
+from tools.service.problems import problem_response
 
 LOOPBACK_NAMES = "localhost, 127.0.0.1 (any of 127.0.0.0/8) or [::1]"
 
@@ -44,20 +43,17 @@ class LoopbackHosts:
                 if name == b"host":
                     given = value.decode("latin-1")
                     if not is_loopback(host_name(given)):
-                        await _refuse(send, given)
+                        await _refuse(scope, receive, send, given)
                         return
                     break
         await self.app(scope, receive, send)
 
 
-async def _refuse(send: Any, given: str) -> None:
-    body = json.dumps(problem_body(400, (
+async def _refuse(scope: dict[str, Any], receive: Any, send: Any, given: str) -> None:
+    answer = problem_response(400, (
         f"this service has no tokens, so it answers only requests addressed to {LOOPBACK_NAMES}, "
         f"and this one was addressed to {given[:200]!r} (a web page reaching it through "
         "another name would read and write the ledger as you): use one of those names, or "
-        "give serve --tokens FILE to reach it by any name"), "misdirected")).encode()
-    await send({"type": "http.response.start", "status": 400,
-                "headers": [(b"content-type", PROBLEM_JSON.encode()),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"cache-control", b"no-store")]})
-    await send({"type": "http.response.body", "body": body})
+        "give serve --tokens FILE to reach it by any name"), slug="misdirected",
+        headers={"Cache-Control": "no-store"})
+    await answer(scope, receive, send)
