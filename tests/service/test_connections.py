@@ -120,6 +120,23 @@ def test_a_head_at_the_limit_is_answered_and_so_is_its_body() -> None:
 
 
 def test_a_head_that_dribbles_is_408_and_closed() -> None:
+    # A byte sent just after the server answered and closed makes the client's kernel
+    # take a reset, which may discard the unread answer: that try says nothing, and the
+    # exchange is tried again on a new connection.
+    for _ in range(3):
+        try:
+            received = _dribble_until_answered()
+            break
+        except ConnectionResetError:
+            continue
+    else:
+        pytest.fail("every try was reset before its answer could be read")
+    problem = _problem(received, 408, "request-timeout")
+    assert "did not arrive within 0.5 seconds" in problem["detail"]
+
+
+def _dribble_until_answered() -> bytes:
+    """Send a head a byte now and then until the server answers; what it sent."""
     with serving() as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
         conn.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nX-Slow: ")
         received = b""
@@ -137,9 +154,7 @@ def test_a_head_that_dribbles_is_408_and_closed() -> None:
             if not chunk:
                 break
         conn.settimeout(30)
-        received += _until_closed(conn)
-    problem = _problem(received, 408, "request-timeout")
-    assert "did not arrive within 0.5 seconds" in problem["detail"]
+        return received + _until_closed(conn)
 
 
 class LongBodies(Quick):
