@@ -36,6 +36,7 @@ from tools.cli import (
     open_journal,
     sqlite_path,
 )
+from tools.wording import credit_word, credits_text
 
 AtOption = Annotated[str | None, typer.Option(
     "--at", metavar="T", show_default=False,
@@ -170,7 +171,7 @@ def grant(
                                pool=pool, priority=rank, memo=rec.memo,
                                event_id=rec.event_id)
     paid = sum(a for _, a in outcome.paid_debt)
-    text = (f"recorded grant {outcome.event_id}: {credits:,} credits to {account} at "
+    text = (f"recorded grant {outcome.event_id}: {credits_text(credits)} to {account} at "
             f"{format_time(outcome.time)}")
     text += f", expires {format_time(until)}" if until is not None else ", no expiry"
     if paid:
@@ -218,7 +219,7 @@ def consume(
         _warn_new_account(rec, account, "usage", outcome.event_id)
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
-    rec.say(outcome, f"recorded usage {outcome.event_id}: {credits:,} credits of {account} "
+    rec.say(outcome, f"recorded usage {outcome.event_id}: {credits_text(credits)} of {account} "
                      f"at {format_time(outcome.time)}; debt after it: {debt:,}",
             account=account, amount=credits, pool=pool or "general", debt=debt, **extra)
 
@@ -250,8 +251,8 @@ def adjust(
         _warn_new_account(rec, account, "debit", outcome.event_id)
     debt = outcome.debt_after
     kind = "credit" if credits > 0 else "debit"
-    text = (f"recorded {kind} {outcome.event_id}: {credits:+,} credits for {account} at "
-            f"{format_time(outcome.time)} ({reason})")
+    text = (f"recorded {kind} {outcome.event_id}: {credits_text(credits, signed=True)} for "
+            f"{account} at {format_time(outcome.time)} ({reason})")
     if debt is not None:
         text += f"; debt after it: {debt:,}"
     rec.say(outcome, text, account=account, amount=credits, pool=pool or "general",
@@ -276,12 +277,12 @@ def void(
                               memo=rec.memo, event_id=rec.event_id)
         grant = writer.journal.get(grant_id)
     lapsed = sum(e.amount for e in outcome.expired if e.voided)
-    what = f"{lapsed:,} unused credits stop counting"
+    what = f"{lapsed:,} unused {credit_word(lapsed)} stop counting"
     if grant is not None and grant.time > outcome.time:
         # The grant comes later on the timeline: it arrives voided, all of it.
         lapsed = int(grant.payload["amount"])
         what = (f"the grant takes effect later, at {format_time(grant.time)}: none of its "
-                f"{lapsed:,} credits will count")
+                f"{credits_text(lapsed)} will count")
     rec.say(outcome, f"recorded void {outcome.event_id}: grant {grant_id} from "
                      f"{format_time(outcome.time)}; {what}",
             grant=grant_id, voided=lapsed, reason=reason)

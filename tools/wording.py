@@ -36,6 +36,17 @@ def pool_text(pool: object) -> str:
     return "" if pool in (None, GENERAL) else f" {pool}"
 
 
+def credits_text(amount: int, pool: object = None, *, signed: bool = False) -> str:
+    """`5 h100 credits`, `1 credit`, `+1 credit`: an amount in words, singular for one."""
+    number = f"{amount:+,}" if signed else f"{amount:,}"
+    return f"{number}{pool_text(pool)} {credit_word(amount)}"
+
+
+def credit_word(amount: int) -> str:
+    """`credit` for one (or minus one), `credits` for any other amount."""
+    return "credit" if abs(amount) == 1 else "credits"
+
+
 def lineage_text(lineage: Lineage) -> str:
     """`g1 50, g2 20`: which grants gave how many credits."""
     return ", ".join(f"{grant} {amount:,}" for grant, amount in lineage) or "nothing"
@@ -63,14 +74,14 @@ def _debt(e: Effect) -> str:
 
 
 def _adjust(e: Effect) -> str:
-    text = f"adjustment of {e.amount:+,}{pool_text(e.pool)} credits: {e.reason}"
+    text = f"adjustment of {credits_text(e.amount, e.pool, signed=True)}: {e.reason}"
     if e.amount < 0:
         return text + f"; paid by {lineage_text(e.paid_by)}" + _debt(e)
     return text + (f"; {e.paid_debt:,} paid debt first" if e.paid_debt else "")
 
 
 def _grant(e: Effect) -> str:
-    text = f"grant of {e.amount:,}{pool_text(e.pool)} credits"
+    text = f"grant of {credits_text(e.amount, e.pool)}"
     text += f", expires {format_time(e.expiry)}" if e.expiry is not None else ", no expiry"
     return text + (f"; {e.paid_debt:,} paid debt first" if e.paid_debt else "")
 
@@ -116,8 +127,8 @@ _EFFECTS: dict[str, Callable[[Effect], str]] = {
     REVERSED: lambda e: "reversed, no effect",
     ANOMALY: lambda e: f"anomaly, no effect: {e.reason}",
     "adjust": _adjust,
-    "void": lambda e: f"grant {e.ref} voided, {e.amount:,} unused credits stop counting"
-                      + (f": {e.reason}" if e.reason else ""),
+    "void": lambda e: f"grant {e.ref} voided, {e.amount:,} unused {credit_word(e.amount)} "
+                      f"stop counting" + (f": {e.reason}" if e.reason else ""),
     "reverse": lambda e: f"reversal of event {e.ref}: {e.reason}",
     "account": lambda e: "account opened"
                          + (f" (at most {e.max_running} running)" if e.max_running else ""),
@@ -130,7 +141,7 @@ _EFFECTS: dict[str, Callable[[Effect], str]] = {
     "cancel": lambda e: f"job {e.job}: {e.reason}" if e.reason
                         else f"job {e.job} cancelled: {_released(e)}",
     EXPIRE: _expire,
-    REFILL: lambda e: f"refill of {e.amount} credits accrued"
+    REFILL: lambda e: f"refill of {credits_text(e.amount)} accrued"
                       + (f"; {e.paid_debt:,} paid debt first" if e.paid_debt else ""),
     OPENING: lambda e: "opening balance",
     UNEXPLAINED: lambda e: f"unexplained change (please report): balance is {e.amount}, "
@@ -162,7 +173,7 @@ def waiting_text(w: Waiting) -> str:
     if w.code == NEXT:
         return "first in line: the next start_next starts it"
     if w.code == RUNNING_HELD:
-        return f"running; {w.held} credits held until it completes"
+        return f"running; {credits_text(w.held)} held until it completes"
     raise ValueError(f"unknown waiting code {w.code!r}; expected {BLOCKED}, {BEHIND}, "
                      f"{NEXT} or {RUNNING_HELD}")
 

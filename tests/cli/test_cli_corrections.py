@@ -335,3 +335,21 @@ def test_a_first_command_on_a_new_file_records_once_and_warns_once(run: Run,
     assert result.stderr.count("had no event before this one") == 1
     assert _json(run, "head")["position"] == 1
     assert journal_head(db) == 1
+
+
+def test_one_credit_is_said_in_the_singular(run: Run) -> None:
+    granted = run("grant", "acme", "1", "--at", "1", "--expiry", "9", "--id", "g1")
+    assert "recorded grant g1: 1 credit to acme" in granted.stdout
+    used = run("consume", "acme", "1", "--at", "2", "--id", "u1")
+    assert "recorded usage u1: 1 credit of acme" in used.stdout
+    debit = run("adjust", "acme", "-1", "--reason", "typo", "--at", "3", "--id", "d1")
+    assert "recorded debit d1: -1 credit for acme" in debit.stdout
+    run("grant", "acme", "2", "--at", "4", "--id", "g2")  # pays the debit's 1 first
+    voided = run("void", "g2", "--at", "6")
+    assert "; 1 unused credit stop counting" in voided.stdout
+    details = [line["detail"] for line in _json(run, "statement", "acme")["lines"]]
+    assert "grant of 1 credit, expires" in details[0]
+    assert any("adjustment of -1 credit: typo" in d for d in details)
+    assert any("voided, 1 unused credit stop counting" in d for d in details)
+    many = run("grant", "acme", "12", "--at", "7", "--id", "g3")
+    assert "12 credits to acme" in many.stdout
