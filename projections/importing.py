@@ -767,9 +767,10 @@ APPEND_CHUNK = 5000
 
 
 @dataclass(slots=True)
-class _Survey:
+class Survey:
     """What the first pass over a file learns: its problems, and what the events of the
-    second pass need from the whole file."""
+    second pass need from the whole file. It needs no journal (`survey_stream`), and
+    one import uses it once (`import_stream` adds the journal's job accounts to it)."""
 
     problems: list[Problem] = field(default_factory=list)
     lines: int = 0  # lines holding an event (valid or not)
@@ -778,12 +779,26 @@ class _Survey:
     # The events a void or a reversal names by id, when they come after it: rare (an
     # export lists a correction timed before its event first), so kept whole.
     ahead: dict[str, DomainEvent] = field(default_factory=dict)
+    # Jobs whose events come before any submit of theirs in the file: their accounts are
+    # looked up in the journal.
+    orphans: set[str] = field(default_factory=set)
 
 
-def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
-            progress: Progress | None, allow_far_times: bool) -> _Survey:
+def survey_stream(stream: IO[bytes], *, fmt: str = "jsonl",
+                  progress: Progress | None = None, allow_far_times: bool = False) -> Survey:
+    """The first pass of `import_stream` on its own: every line checked, nothing read from
+    a journal nor written (the command line runs it before it creates a database file, so
+    a file of bad lines leaves none behind). Its problems are in `problems`."""
+    stream.seek(0, io.SEEK_END)
+    size = stream.tell()
+    stream.seek(0)
+    return _survey(stream, fmt, size, progress, allow_far_times)
+
+
+def _survey(stream: IO[bytes], fmt: str, size: int,
+            progress: Progress | None, allow_far_times: bool) -> Survey:
     """Check every line; learn the accounts of jobs and which contents repeat."""
-    found = _Survey()
+    found = Survey()
     accounts: dict[str, str] = {}  # one string per account, however many jobs name it
     early: set[str] = set()  # jobs named by a job event before any submit of theirs
     submitted_at: dict[str, int] = {}  # job -> time of its first submit on the timeline
@@ -821,9 +836,7 @@ def _survey(stream: IO[bytes], fmt: str, journal: JournalLike, size: int,
     del hashes
     found.repeated = {a for a, b in itertools.pairwise(ordered) if a == b}
     del ordered
-    orphans = {job for job in early if job not in found.job_accounts}
-    if not found.problems:
-        found.job_accounts.update(_job_accounts_in_journal(journal, orphans))
+    found.orphans = {job for job in early if job not in found.job_accounts}
     return found
 
 
@@ -1010,18 +1023,21 @@ def _differs_only_in_person(old: RecordedEvent, new: NewEvent) -> bool:
 def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
                   fmt: str = "jsonl", checking: Progress | None = None,
                   appending: Progress | None = None,
-                  allow_far_times: bool = False) -> ImportResult:
+                  allow_far_times: bool = False,
+                  survey: Survey | None = None) -> ImportResult:
     """Validate then append a file read from a seekable binary `stream`, all or nothing,
     in memory that does not grow with the file (see the module doc).
 
     `checking(done, total)` follows the first pass in bytes, `appending(done, total)` the
-    second in lines. ImportRejected names every bad line; then nothing was appended.
+    second in lines; `survey`: the first pass, already made by `survey_stream` on this
+    stream with the same format and far-time rule (it is not made again). ImportRejected
+    names every bad line; then nothing was appended.
     """
-    stream.seek(0, io.SEEK_END)
-    size = stream.tell()
-    stream.seek(0)
-    survey = _survey(stream, fmt, journal, size, checking, allow_far_times)
+    if survey is None:
+        survey = survey_stream(stream, fmt=fmt, progress=checking,
+                               allow_far_times=allow_far_times)
     if not survey.problems:
+        survey.job_accounts.update(_job_accounts_in_journal(journal, survey.orphans))
         _chains_ahead(stream, fmt, journal, survey.ahead)
     problems = survey.problems
     occurrences: dict[str, int] = {}

@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from typer.core import TyperCommand, TyperGroup
 
-from eventstore import ChainBroken, Journal, JournalError, JournalLike, upgrade
+from eventstore import ChainBroken, Journal, JournalError, JournalLike, MemoryJournal, upgrade
 from projections import anchors, importing, owners, queries
 from projections import demo as demo_mod
 from projections.errors import LedgerError
@@ -570,12 +570,14 @@ def import_(
             raise CliError(f"{source} looks like CSV (its first line is "
                            f"{_first_line(stream)!r}), not JSON Lines; import it with "
                            f"--format csv")
+        survey = _checked_before_a_new_file(ctx, db, stream, source, kind, allow_far_times)
         with open_journal(ctx, db, write=True) as journal:
             with render.progress_bar(f"checking {source}") as checking, \
                     render.progress_bar(f"appending {source}") as appending:
                 result = importing.import_stream(journal, stream, source, fmt=kind,
                                                  checking=checking, appending=appending,
-                                                 allow_far_times=allow_far_times)
+                                                 allow_far_times=allow_far_times,
+                                                 survey=survey)
             with render.progress_bar("projecting the new events") as progress:
                 effects = queries.import_effects(
                     journal, after=result.after, latest_before=result.latest_before,
@@ -583,6 +585,27 @@ def import_(
     for warning in result.warnings:
         sys.stderr.write(f"{PROG}: warning: {warning}\n")
     render.import_summary(source, result.appended, result.already_present, effects)
+
+
+def _checked_before_a_new_file(ctx: typer.Context, db: str | None, stream: IO[bytes],
+                               source: str, kind: str,
+                               allow_far_times: bool) -> importing.Survey | None:
+    """On a SQLite file that does not exist yet, the import's first pass (every line
+    checked, see `importing.survey_stream`), made before the file is created: a file with
+    bad lines is refused without leaving an empty database behind, and the import then
+    takes this pass instead of making it again. None on any other database."""
+    path = sqlite_path(database_url(ctx, db))
+    if path is None or path.exists():
+        return None
+    with render.progress_bar(f"checking {source}") as checking:
+        survey = importing.survey_stream(stream, fmt=kind, progress=checking,
+                                         allow_far_times=allow_far_times)
+    if survey.problems:
+        # The whole report, lines the second pass refuses included, from what a new file
+        # holds: an empty journal, here in memory. It raises ImportRejected.
+        importing.import_stream(MemoryJournal(), stream, source, fmt=kind,
+                                allow_far_times=allow_far_times, survey=survey)
+    return survey
 
 
 @contextmanager

@@ -365,3 +365,48 @@ def test_a_write_committed_while_another_writer_holds_the_lock_says_so(
     with Journal(db) as journal:
         assert journal.head() == 13
         assert journal.verify() is None
+
+
+def test_a_refused_first_import_leaves_no_database_file_and_reports_every_line(
+        run: Run, tmp_path: Path, db: str) -> None:
+    """Bad lines of the first pass and lines only the second pass refuses (a void of a
+    grant nowhere) are all named, as on an empty database, and no file is created."""
+    from tools.cli import sqlite_path
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"type": "grant", "account": "a", "amount": 5, "time": 1, "id": "g1"}\n'
+        '{"type": "void", "grant": "g-nowhere", "time": 2}\n'
+        '{"type": "grant", "account": "a", "amount": 0, "time": 3}\n'
+        '{"type": "grant", "account": "a", "amount": 5, "time": 4, "id": "g1"}\n')
+    path = sqlite_path(db)
+    assert path is not None
+    result = run("import", str(bad))
+    assert result.exit_code == 2
+    assert list(path.parent.glob(path.name + "*")) == [], result.stderr
+    on_empty = tmp_path / "empty.db"
+    Journal(f"sqlite:///{on_empty}").close()
+    existing = run("import", str(bad), "--db", f"sqlite:///{on_empty}", use_db=False)
+    assert existing.exit_code == 2
+    assert error_lines(result) == error_lines(existing)
+    assert [e.split(":")[1] for e in error_lines(result)[:-1]] == ["2", "3", "4"]
+
+
+def test_a_first_import_into_a_new_file_checks_its_lines_once(
+        run: Run, tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections import importing
+
+    passes: list[int] = []
+    survey = importing.survey_stream
+
+    def counted(*args: Any, **kwargs: Any) -> importing.Survey:
+        passes.append(1)
+        return survey(*args, **kwargs)
+
+    monkeypatch.setattr(importing, "survey_stream", counted)
+    good = tmp_path / "good.jsonl"
+    good.write_text(CONTRACT_EXAMPLE)
+    assert run("import", str(good)).exit_code == 0
+    assert len(passes) == 1 and journal_head(db) == 7
+    assert run("import", str(good)).exit_code == 0
+    assert len(passes) == 2 and journal_head(db) == 7
