@@ -25,10 +25,10 @@ RULES: dict[tuple[str, str], Any] = {
     # The API's description, its docs and the process's health: no token.
     ("GET", "/openapi.json"): OPEN, ("HEAD", "/openapi.json"): OPEN,
     ("GET", "/docs"): OPEN, ("HEAD", "/docs"): OPEN,
-    ("GET", "/docs/oauth2-redirect"): OPEN, ("HEAD", "/docs/oauth2-redirect"): OPEN,
-    ("GET", "/redoc"): OPEN, ("HEAD", "/redoc"): OPEN,
+    # Swagger UI's files for /docs, and the web view's stylesheet and scripts: no token
+    # (they hold no figures).
+    ("GET", "/static/docs/{path}"): OPEN,
     ("GET", "/healthz"): OPEN, ("GET", "/readyz"): OPEN,
-    # The web view's stylesheet and scripts: no token (they hold no figures).
     ("GET", "/static/web/{path}"): OPEN,
     # Decisions.
     ("POST", "/v1/accounts"): ("finance",),

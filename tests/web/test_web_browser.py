@@ -284,3 +284,26 @@ def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_pa
                     })
                     .map(td => td.textContent.trim())""")
                 assert broken == [], f"{path} at {width} px: numbers broken over lines {broken}"
+
+
+def test_the_api_docs_render_from_this_origin_alone(page: Page, base_url: str) -> None:
+    """Swagger UI draws every operation under the page's policy, with no request to any
+    other site and no console error (a script the policy blocked would log one)."""
+    tab, log = page
+    elsewhere: list[str] = []
+    refused: list[str] = []
+    tab.on("request", lambda r: None if r.url.startswith(base_url) else elsewhere.append(r.url))
+    tab.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status >= 400
+           else None)
+    tab.goto(f"{base_url}/docs")
+    tab.wait_for_selector(".swagger-ui .info .title", timeout=20_000)
+    assert "gpu-credits" in tab.inner_text(".swagger-ui .info .title")
+    tab.wait_for_selector(".opblock-summary-path[data-path='/v1/jobs/start-next']")
+    assert tab.locator(".opblock").count() >= 16
+    tab.click(".opblock-summary-path[data-path='/v1/journal/head']")
+    tab.click("button.try-out__btn")
+    tab.click("button.execute")
+    status = ".live-responses-table tr.response .response-col_status"
+    tab.wait_for_selector(status)
+    assert tab.inner_text(status).strip().startswith("200")
+    assert elsewhere == [] and refused == [] and log.errors == []

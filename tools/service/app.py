@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 
 from eventstore import JournalLike
 from tools.render import one_line
-from tools.service import problems, reads, writes
+from tools.service import apidocs, problems, reads, writes
 from tools.service.auth import PREFIX, Authority, Gate, Token
 from tools.service.fast import FastRoutes
 from tools.service.hosts import LoopbackHosts
@@ -169,8 +169,11 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
             log.info("stopped: %d decisions committed in %d batches", writer.committed,
                      writer.batches)
 
+    # Swagger UI from the service's own files (`apidocs`); no ReDoc page, which would
+    # load its script from a CDN.
     app = FastAPI(title="gpu-credits", version="1.0", description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
+    apidocs.install(app)
     app.state.ledger = service
     app.state.authority = Authority(tokens)
     problems.install(app)
