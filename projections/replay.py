@@ -40,7 +40,7 @@ from projections.checkpoint import save_checkpoint as save_checkpoint
 from projections.decoding import decode_event
 from projections.events import EventReversed
 from projections.invariants import violations
-from projections.ledger import Ledger
+from projections.ledger import Ledger, restore, snapshot
 from projections.outcomes import Revision
 from projections.projector import REVERSE, Projector, as_lean
 from projections.projector import Lean as Lean
@@ -625,6 +625,47 @@ def fold_canonical(journal: JournalLike, *, to_position: int | None = None,
                  reversed_ids(_known_reversals(journal, to_position, to_time)))
 
 
+def canonical_folds(journal: JournalLike, positions: Sequence[int]) -> Iterator[Ledger]:
+    """`fold_canonical(journal, to_position=p)` for each of `positions` (ascending), in
+    turn, sharing the fold of what they have in common (`verify`'s checkpoints: a few
+    positions near the head, each once a whole fold).
+
+    The events after the first position up to the last reach back on the timeline no
+    further than the earliest time among them, T: every state's events before T are the
+    first state's, in the same order. So the first state is folded up to T and kept
+    there (a snapshot), then folded on; each later one is that snapshot folded on with
+    its own events from T. A reversal among those events changes which events every
+    state leaves out from the start: then each state is folded whole, as before. A
+    state yielded is the caller's until the next is asked for."""
+    ordered = list(positions)
+    if any(a > b for a, b in itertools.pairwise(ordered)):
+        raise ValueError(f"positions must be ascending, got {ordered}")
+    if not ordered:
+        return
+    first, last = ordered[0], ordered[-1]
+    later = [row[3] for row in lean_rows(journal, after_position=first, to_position=last,
+                                         order="position")]
+    if not later or any(True for _ in rows_of_type(journal, "reverse", after_position=first,
+                                                   to_position=last)):
+        for position in ordered:
+            yield fold_canonical(journal, to_position=position)
+        return
+    since = min(later)
+    excluded = reversed_ids(_known_reversals(journal, first, None))
+    ledger = Ledger(excluded=excluded)
+    with paused_gc():
+        ledger.apply_rows(lean_rows(journal, to_position=first, to_time=since - 1,
+                                    order="canonical"))
+    kept = snapshot(ledger)
+    for position in ordered:
+        if position != first:
+            ledger = restore(kept)
+        with paused_gc():
+            ledger.apply_rows(lean_rows(journal, to_position=position, from_time=since,
+                                        order="canonical"))
+        yield ledger
+
+
 def _known_reversals(journal: JournalLike, to_position: int | None,
                      to_time: int | None) -> dict[str, str]:
     """{reversal id: target id} of the reversals recorded up to `to_position`: those up to
@@ -714,6 +755,11 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
     except ChainBroken as exc:
         return VerifyReport(False, exc.position, str(exc), events)
     checkpoints = sorted(journal.snapshots(CHECKPOINT), key=lambda s: (s.position, s.id))
+    # One fold for all of them, as far as they share it; a state only when asked for.
+    positions = sorted({info.position for info in checkpoints})
+    digests = zip(positions, (ledger.digest() for ledger in canonical_folds(journal, positions)),
+                  strict=True)
+    folded: tuple[int, str] | None = None  # (position, digest) of the last state asked for
     checked = 0
     stale: list[str] = []
     if checkpoints and stage is not None:
@@ -735,11 +781,13 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
             return VerifyReport(False, info.position,
                                 f"checkpoint {info.id} state does not match its recorded "
                                 "digest", events, checked)
-        rebuilt = fold_canonical(journal, to_position=info.position)
-        if rebuilt.digest() != info.digest:
+        while folded is None or folded[0] < info.position:
+            folded = next(digests)  # in order: a position only a stale checkpoint had is passed
+        rebuilt = folded[1]
+        if rebuilt != info.digest:
             return VerifyReport(False, info.position,
                                 f"replay to position {info.position} gives digest "
-                                f"{rebuilt.digest()[:16]}…, checkpoint {info.id} recorded "
+                                f"{rebuilt[:16]}…, checkpoint {info.id} recorded "
                                 f"{info.digest[:16]}…", events, checked)
         checked += 1
     if stage is not None:

@@ -305,14 +305,18 @@ def test_the_service_reads_benchmark_runs_and_times_each_read() -> None:
 @pytest.mark.parametrize(("name", "argv"), [
     ("past", ["--calls", "400", "--questions", "30"]),
     ("late_tracker", ["--calls", "400", "--late", "5"]),
+    ("verify", ["--events", "3000"]),
 ])
 def test_the_two_tree_benchmarks_compare_trees_by_their_answers(
-        capsys: pytest.CaptureFixture[str], name: str, argv: list[str]) -> None:
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str,
+        argv: list[str]) -> None:
     import importlib
 
     from tools.bench.alternating import HERE
 
     bench = importlib.import_module(f"tools.bench.{name}")
+    if name == "verify":
+        argv = [*argv, "--journal", str(tmp_path / "verify.db")]
     bench.main(["--other", str(HERE), *argv, "--rounds", "1"])
     out = capsys.readouterr().out
     mine, other = (line for line in out.splitlines() if "; answers " in line)
