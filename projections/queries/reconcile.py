@@ -6,10 +6,11 @@ optionally `time` (integer or ISO-8601). Amounts are what the other system charg
 usage report of 70 is a charge of 70, a manual debit (adjustment of -25) a charge of 25.
 
 Every row is `matched`, `amount_differs`, `missing_from_ledger` or `duplicate` (the same
-job or id twice in the file); every charge in the ledger that the file lacks, for the
-accounts the file names and the time range it covers, is `missing_from_file`. A reversed
-event is no charge (as if it had never happened): a row naming a reversed usage report is
-missing from the ledger, and a job whose completion was reversed is not charged.
+job or id under the same account as an earlier row); every charge in the ledger that the
+file lacks, for the accounts the file names and the time range it covers, is
+`missing_from_file`. A reversed event is no charge (as if it had never happened): a row
+naming a reversed usage report is missing from the ledger, and a job whose completion was
+reversed is not charged.
 """
 
 from __future__ import annotations
@@ -334,16 +335,21 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
                     event_id=None if r.event_id is None else _as_known(r.event_id, events))
             for r in rows]
     out.accounts = sorted({r.account for r in rows})
-    seen: set[tuple[str, str]] = set()
+    # A duplicate repeats an earlier row: the same job or id under the same account. A
+    # row under an account the ledger does not charge it to claims no charge, and must
+    # not make the row under the right one (before it or after it) a duplicate.
+    rows_seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str]] = set()  # named by a row, under whichever account
     job_charge, findings = charges.job, out.findings
     for row in rows:
         ledger_amount: int | None = None
         note = Note()
         key = row.key
-        if key in seen:
+        if (row.account, *key) in rows_seen:
             status = DUPLICATE
             note = Note("duplicate", key[1], kind=key[0])
         else:
+            rows_seen.add((row.account, *key))
             seen.add(key)
             if row.job is not None:
                 charged = job_charge(row.job)

@@ -137,10 +137,11 @@ def reconciled(jobs: dict[str, Any], events: dict[str, Any],
     """The reference verdicts: every row against every charge, then the charges of the
     file's accounts and time range that it lacks."""
     out: list[tuple[Any, ...]] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str]] = set()  # what the rows name, under any account
+    rows_seen: set[tuple[str, str, str]] = set()  # a duplicate: the same account too
     for row in rows:
         charge = jobs.get(row.job) if row.job is not None else events.get(row.event_id or "")
-        if row.key in seen:
+        if (row.account, *row.key) in rows_seen:
             status, ledger = "duplicate", None
         elif charge is None or charge[0] != row.account:
             status, ledger = "missing_from_ledger", None
@@ -148,6 +149,7 @@ def reconciled(jobs: dict[str, Any], events: dict[str, Any],
             status = "matched" if charge[1] == row.amount else "amount_differs"
             ledger = charge[1]
         seen.add(row.key)
+        rows_seen.add((row.account, *row.key))
         out.append((status, row.line, row.account, row.job, row.event_id, row.amount, ledger,
                     row.time))
     times = [r.time for r in rows if r.time is not None]
@@ -242,3 +244,42 @@ def test_names_in_the_file_are_exact_and_a_stray_space_is_forgiven_only_when_unk
     # A name the ledger knows in neither form stays as written, and is reported so.
     assert verdicts('account,id,amount\n" pad"," u9",3\n')[0] == (
         MISSING_FROM_LEDGER, " pad", " u9")
+
+
+def test_a_row_under_another_account_does_not_make_the_right_row_a_duplicate() -> None:
+    """A duplicate repeats an earlier row's charge: the same job or id under the same
+    account. A row naming a job under an account the ledger does not charge it to claims
+    no charge, so the row naming it under the right account is compared as any other
+    (in either order); a row repeating either one is a duplicate of it."""
+    from projections.queries.reconcile import (
+        DUPLICATE,
+        MATCHED,
+        MISSING_FROM_LEDGER,
+        parse_charges,
+    )
+
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 100}),
+        NewEvent("g2", "b", "grant", 1, {"account": "b", "amount": 100}),
+        NewEvent("s1", "a", "submit", 2, {"account": "a", "job": "j", "cost": 30,
+                                          "priority": 1}),
+        NewEvent("st", "a", "start", 3, {"job": "j"}),
+        NewEvent("c1", "a", "complete", 4, {"job": "j", "success": True}),
+        NewEvent("u1", "a", "consume", 5, {"account": "a", "amount": 7})])
+
+    def verdicts(text: str) -> list[tuple[str, str, str | None]]:
+        found = reconcile(journal, parse_charges(text, "f.csv")).findings
+        return [(f.status, f.account, f.job or f.event_id) for f in found]
+
+    assert verdicts("account,job,id,amount\nb,j,,30\na,j,,30\na,,u1,7\n") == [
+        (MISSING_FROM_LEDGER, "b", "j"), (MATCHED, "a", "j"), (MATCHED, "a", "u1")]
+    assert verdicts("account,job,id,amount\nb,,u1,7\na,,u1,7\na,j,,30\n") == [
+        (MISSING_FROM_LEDGER, "b", "u1"), (MATCHED, "a", "u1"), (MATCHED, "a", "j")]
+    assert verdicts("account,job,id,amount\na,j,,30\nb,j,,30\nb,j,,30\na,j,,30\n"
+                    "a,,u1,7\n") == [
+        (MATCHED, "a", "j"), (MISSING_FROM_LEDGER, "b", "j"), (DUPLICATE, "b", "j"),
+        (DUPLICATE, "a", "j"), (MATCHED, "a", "u1")]
+    # Named by the file, if only under another account, a charge is not missing from it.
+    assert verdicts("account,job,id,amount\nb,j,,30\na,,u1,7\n") == [
+        (MISSING_FROM_LEDGER, "b", "j"), (MATCHED, "a", "u1")]
