@@ -73,7 +73,10 @@ def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: boo
     if at is not None:
         return require_int("at", at)
     when = draft.now(clock_time(clock))
-    why = None if allow_far_times else far_live_time_problem(when, draft.ledger.last[1])
+    # A retry rebuilds a decision the journal holds at the time it was taken: the rule is
+    # for new decisions (the caller that took this one may have allowed far times).
+    why = (None if allow_far_times or draft.replaying
+           else far_live_time_problem(when, draft.ledger.last[1]))
     if why is not None:
         raise ValueError(why)
     return when

@@ -25,6 +25,7 @@ from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.session import job_key
 from tools.service.bindings import cancel_fingerprint, key_in_use, start_next_fingerprint
+from tools.service.groupcommit import Command
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
@@ -256,6 +257,40 @@ class Cancel:
         return {"job": self.job, "state": "cancelled"}
 
 
+@dataclass(frozen=True, slots=True)
+class UnlessRetry:
+    """A keyed single write whose event time is refused as far (`refusal`: why, the
+    `422`'s detail), unless its key names a decision already recorded or bound: then it is
+    a retry, looked up as every keyed write is (its original answer, or `409` for another
+    request). A write a service started with `--allow-far-times` took keeps its answer
+    when the service runs without it since; only a new key is held to the rule."""
+
+    command: Command
+    refusal: str
+
+    @property
+    def key(self) -> str | None:
+        return self.command.key
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return self.command.locks(ledger)
+
+    def run(self, service: LedgerService) -> Any:
+        # A key bound to a request that recorded nothing (or to a batch) never gets here:
+        # the writer answers it from the binding (`replay`).
+        key = self.key
+        if key is None or service.session.journal.get(key) is None:
+            raise ServiceProblem(422, self.refusal, slug="invalid")
+        return self.command.run(service)
+
+    def replay(self, binding: RequestKey) -> Any:
+        """As the write itself answers a key bound to a request (see `bindings.Bound`)."""
+        replay = getattr(self.command, "replay", None)
+        if replay is None:
+            raise key_in_use(self.key, binding)
+        return replay(binding)
+
+
 class EventsRejected(ServiceProblem):
     """A batch of events with bad ones: each named by its index; nothing appended."""
 
@@ -283,6 +318,10 @@ class AppendEvents:
     # The request's digest under its key (see `writes.events_answer`): the key is bound
     # to it and to the answer in the journal, with the events. "": no binding.
     fingerprint: str = ""
+    # The records (index, why) refused only for their far event time, under a key: the
+    # batch is refused once its key is found free (a retry of a batch taken while far
+    # times were allowed is answered as it was). `entries` holds the other records.
+    far: tuple[tuple[int, str], ...] = ()
 
     @classmethod
     def of_records(cls, key: str | None, records: Sequence[Mapping[str, Any]]
@@ -325,6 +364,8 @@ class AppendEvents:
             known = self._looked_up(journal.request(self.key), journal.get(self.key))
             if known is not None:
                 return known
+        if self.far:
+            raise EventsRejected(every_problem(service, list(self.entries), list(self.far)))
         plan = importing.plan_entries(self.entries, "request", journal,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
@@ -407,7 +448,7 @@ class AppendEvents:
         batch's transaction: its events deferred like a decision's. None: not plain."""
         entries = self.entries
         ids = [e.id for e in entries]
-        if (any(i is None for i in ids) or len(set(ids)) != len(ids) or any(
+        if self.far or (any(i is None for i in ids) or len(set(ids)) != len(ids) or any(
                 isinstance(e.event, _LOOKS_UP) or getattr(e.event, "job", None) is not None
                 for e in entries)):
             return None
@@ -445,6 +486,18 @@ class AppendEvents:
                 invalidate_after(service.journal, min(late))
             late.clear()
         return answer
+
+
+def every_problem(service: LedgerService, entries: list[importing.Entry],
+                  problems: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The records that did not parse (`problems`), with what planning the others
+    (`entries`) finds (a reversal of an event that is nowhere, say): every bad event
+    named at once, as `import` names every bad line. Only for a refusal: nothing is
+    appended either way."""
+    plan = importing.plan_entries(
+        entries, "request", service.journal, allow_far_times=service.allow_far_times,
+        problems=[importing.Problem(index + 1, why) for index, why in problems])
+    return sorted(((p.line - 1, p.message) for p in plan.problems), key=lambda p: p[0])
 
 
 # Records whose stream or validity depends on events already recorded.

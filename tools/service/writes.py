@@ -74,20 +74,24 @@ def _key(value: str | None) -> str | None:
         raise ServiceProblem(422, str(exc), slug="invalid") from None
 
 
-def _far(service: LedgerService, **times: int | None) -> None:
-    for name, value in times.items():
-        try:
-            check_far(name, value, service.allow_far_times)
-        except ValueError as exc:
-            raise ServiceProblem(422, str(exc), slug="invalid") from None
-
-
 async def _decide(request: Request, time: int | None, idempotency_key: str | None,
                   command: Callable[[str | None], Command]) -> Any:
     """Every single-decision write: refuse a far event time, then a bad key, then hand the
-    command, built with the key as its event id, to the writer."""
+    command, built with the key as its event id, to the writer. A far time under a valid
+    key is refused by the writer, once it found the key free: a retry of a write taken
+    while far times were allowed gets its answer (or 409), as every retry does."""
     service = service_of(request)
-    _far(service, time=time)
+    try:
+        check_far("time", time, service.allow_far_times)
+    except ValueError as exc:
+        far = ServiceProblem(422, str(exc), slug="invalid")
+        if idempotency_key is None:
+            raise far from None
+        try:
+            key = _key(idempotency_key)
+        except ServiceProblem:
+            raise far from None
+        return await service.decide(commands.UnlessRetry(command(key), str(exc)))
     return await service.decide(command(_key(idempotency_key)))
 
 
@@ -196,10 +200,13 @@ class AnswerCache:
 _TIME_FIELDS = ("time", "expiry")
 
 
-def _checked(records: list[Any], key: str | None, allow_far: bool
+def _checked(records: list[Any], key: str | None, allow_far: bool, *,
+             far: list[tuple[int, str]] | None = None
              ) -> tuple[list[importing.Entry], bool, list[tuple[int, str]]]:
     """Each record validated as `import` validates a line (parsed once: the entries go to
-    the writer as they are); ids from the key where missing."""
+    the writer as they are); ids from the key where missing. `far`: where the records
+    refused only for a far event time go, apart from the other problems (default: with
+    them)."""
     out: list[importing.Entry] = []
     problems: list[tuple[int, str]] = []
     keyed = False
@@ -220,10 +227,14 @@ def _checked(records: list[Any], key: str | None, allow_far: bool
                     record["id"] = key if index == 0 else f"{key}/{index + 1}"
                     keyed = True
             event_id, time, event = importing.parse_record(record)
-            if isinstance(record.get("time"), int):
-                check_far("time", record["time"], allow_far)
         except (ValueError, TypeError) as exc:
             problems.append((index, one_line(str(exc))))
+            continue
+        try:
+            if isinstance(record.get("time"), int):
+                check_far("time", record["time"], allow_far)
+        except ValueError as exc:
+            (problems if far is None else far).append((index, one_line(str(exc))))
             continue
         out.append(importing.Entry(index + 1, event_id, time, event))
     return out, keyed, problems
@@ -262,26 +273,20 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
             if seen[0] != fingerprint:
                 raise batch_key_conflict(key)
             return seen[1]
-    entries, keyed, problems = _checked(events, key, service.allow_far_times)
+    # Under a key, a batch refused only for far event times goes to the writer, which
+    # refuses it once it found the key free: the retry of a batch taken while far times
+    # were allowed gets its answer (or 409), as every retry does.
+    far: list[tuple[int, str]] = []
+    entries, keyed, problems = _checked(events, key, service.allow_far_times,
+                                        far=None if key is None else far)
     if problems:
         raise commands.EventsRejected(await asyncio.to_thread(
-            _every_problem, service, entries, problems))
+            commands.every_problem, service, entries, sorted(problems + far)))
     answer = await service.decide(commands.AppendEvents(key, tuple(entries), keyed,
-                                                        fingerprint))
+                                                        fingerprint, tuple(far)))
     if key is not None:
         cache.put(key, fingerprint, answer)
     return answer
-
-
-def _every_problem(service: LedgerService, entries: list[importing.Entry],
-                   problems: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The records that did not parse, with what planning the others finds (a reversal
-    of an event that is nowhere, say): every bad event named at once, as `import` names
-    every bad line. Only for a refusal: nothing is appended either way."""
-    plan = importing.plan_entries(
-        entries, "request", service.journal, allow_far_times=service.allow_far_times,
-        problems=[importing.Problem(index + 1, why) for index, why in problems])
-    return sorted(((p.line - 1, p.message) for p in plan.problems), key=lambda p: p[0])
 
 
 def install(app: Any) -> None:
