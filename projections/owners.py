@@ -44,13 +44,15 @@ def job_stream(job_id: str) -> str:
 
 
 def event_account(rec: RecordedEvent, jobs: Mapping[str, JobState],
-                  named: Named | None = None) -> str | None:
+                  named: Named | None = None,
+                  former: Callable[[str], str | None] | None = None) -> str | None:
     """The account whose figures `rec` belongs to, as a fold whose jobs are `jobs` holds it
     (a `Ledger`'s, as it stands where the event lands, or at the head): the account its
     payload names; for a step of a job, the job's account (None while the fold knows no
-    such job: no account's figures); for a void, the account of its grant (its stream);
-    for a reversal, the account of the event it names, looked up with `named` (down a
-    chain of reversals of reversals), or its stream without one."""
+    such job: no account's figures; `former`, given one, then names the account the job
+    had before its submit was taken out, `former_job_account`); for a void, the account
+    of its grant (its stream); for a reversal, the account of the event it names, looked
+    up with `named` (down a chain of reversals of reversals), or its stream without one."""
     seen: set[str] = set()
     while rec.type == "reverse":
         target = rec.payload.get("event")
@@ -66,8 +68,31 @@ def event_account(rec: RecordedEvent, jobs: Mapping[str, JobState],
     if rec.type == "void":
         return rec.stream  # recorded in the stream of its grant's account
     job = rec.payload.get("job")
-    state = jobs.get(job) if isinstance(job, str) else None
-    return None if state is None else state.account
+    if not isinstance(job, str):
+        return None
+    state = jobs.get(job)
+    if state is not None:
+        return state.account
+    return None if former is None or rec.type not in JOB_STEPS else former(job)
+
+
+def former_job_account(journal: JournalLike, ledger: Ledger) -> Callable[[str], str | None]:
+    """For a job `ledger` (the fold at the head) does not hold: the account of its submit
+    the fold does not count (`uncounted_submits`: one a reversal took out), the first on
+    the timeline if several, which the fold gave the job while it stood; None when no
+    submit names the job at all (its steps were never any account's). Asked once per
+    job."""
+    found: dict[str, str | None] = {}
+
+    def account(job: str) -> str | None:
+        if job not in found:
+            submits = sorted(uncounted_submits(journal, ledger, {job}),
+                             key=lambda rec: (rec.time, rec.position))
+            owner = submits[0].payload.get("account") if submits else None
+            found[job] = owner if isinstance(owner, str) else None
+        return found[job]
+
+    return account
 
 
 def named_among(events: Iterable[RecordedEvent]) -> Named:
@@ -219,12 +244,15 @@ def job_events_since(journal: JournalLike, streams: Iterable[str], job_id: str,
 def revision_accounts(journal: JournalLike, ledger: Ledger,
                       event_ids: Iterable[str]) -> dict[str, str | None]:
     """The account each revised event belongs to (`event_account`, as `ledger`, the fold
-    at the head, holds its jobs), by event id: what groups revisions by account. None for
-    an event no account's figures hold (a step of a job no submit names) or not found."""
+    at the head, holds its jobs), by event id: what groups revisions by account. A step
+    of a job whose submit was reversed is that submit's account's (`former_job_account`:
+    the reversal revised what it had done there). None for a step of a job no submit
+    names (no account's figures ever held it) or an event not found."""
     wanted = sorted(set(event_ids))
     if not wanted:
         return {}
     recs = journal.get_many(wanted)
+    former = former_job_account(journal, ledger)
     return {event_id: None if (rec := recs.get(event_id)) is None
-            else event_account(rec, ledger.jobs, journal.get)
+            else event_account(rec, ledger.jobs, journal.get, former)
             for event_id in wanted}

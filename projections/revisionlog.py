@@ -13,7 +13,7 @@ import threading
 from eventstore import JournalLike, RecordedEvent
 from projections.bulk import paused_gc
 from projections.outcomes import Revision
-from projections.owners import event_account
+from projections.owners import event_account, former_job_account
 from projections.projector import LeanRow, Projector, as_lean
 from projections.queries.revisions import RevisionRow, revision_rows
 from projections.replay import HeldWhileSmall, batch_parts, lean_rows, replay_projector
@@ -49,8 +49,8 @@ class RevisionLog:
 
     def rows(self) -> tuple[list[RevisionRow], dict[str, str | None]]:
         """Every revision with the times of both its events (`revision_rows`), and the
-        account each revised event belongs to by its id (`owners.event_account`, as the
-        fold at the head holds its jobs; None for a step of a job no submit names)."""
+        account each revised event belongs to by its id (`owners.revision_accounts`
+        says which)."""
         with self._lock:
             projector = self._caught_up()
             revisions = projector.revisions
@@ -75,8 +75,9 @@ class RevisionLog:
         # The account is the fold's at the head, asked anew each time: a submit
         # recorded since may have given a job (and so its steps) to an account.
         jobs = projector.ledger.jobs
+        former = former_job_account(self.journal, projector.ledger)
         return {event_id: None if rec is None
-                else event_account(rec, jobs, self.journal.get)
+                else event_account(rec, jobs, self.journal.get, former)
                 for event_id, rec in self._revised.items()}
 
     def _caught_up(self) -> Projector:

@@ -118,3 +118,34 @@ def test_a_job_whose_submit_was_reversed_is_404_naming_the_reversed_submit(
         "(`explain --job` lists its events)")
     assert problem(client.get("/v1/jobs/j2"), 404)["detail"] == (
         "unknown job 'j2' (no submit names it)")
+
+
+def test_the_revisions_of_the_steps_of_a_job_whose_submit_was_reversed_are_its_accounts(
+        client: TestClient) -> None:
+    """The reversal of a submit revises what the job's start and completion did for the
+    submit's account (the charge is gone): those revisions are that account's, in
+    `GET /v1/revisions` and `gpu-credits revisions` alike, though the fold at the head no
+    longer holds the job. A step no submit ever named stays no account's."""
+    from projections import owners
+    from projections.replay import replay
+
+    post(client, GRANT_A, {"type": "grant", "account": "b", "amount": 100, "time": 0,
+                           "id": "g2"},
+         {"type": "submit", "account": "a", "job": "j1", "cost": 10, "priority": 1,
+          "time": 10, "id": "s1"},
+         {"type": "start", "job": "j1", "time": 20, "id": "st1"},
+         {"type": "complete", "job": "j1", "success": True, "time": 30, "id": "c1"},
+         {"type": "start", "job": "j9", "time": 25, "id": "st9"})
+    post(client, {"type": "reverse", "event": "s1", "reason": "wrong account", "time": 40,
+                  "id": "r1"})
+    revised = {r["event_id"]: r["account"]
+               for r in client.get("/v1/revisions").json()["revisions"]}
+    assert revised == {"s1": "a", "st1": "a", "c1": "a"}
+    listed = client.get("/v1/revisions?account=a").json()["revisions"]
+    assert [r["event_id"] for r in listed] == ["s1", "st1", "c1"]
+    journal = client.app.state.ledger.journal  # type: ignore[attr-defined]
+    report = replay(journal)
+    assert owners.revision_accounts(journal, report.ledger,
+                                    [r.event_id for r in report.revisions]) == revised
+    # The step of a job no submit names: no account's figures hold it, then or now.
+    assert owners.revision_accounts(journal, report.ledger, ["st9"]) == {"st9": None}
