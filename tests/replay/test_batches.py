@@ -111,6 +111,48 @@ def test_every_batch_leaves_the_state_of_a_full_fold_and_revises_only_what_was_k
             assert all(first <= r.late_position <= last and r.position < first for r in new)
 
 
+@settings(max_examples=200, deadline=None)
+@given(batched(), st.sampled_from([1, 2, 5, 1000]))
+def test_both_refold_paths_revise_the_same_events_and_name_the_documented_cause(
+        batches: list[list[Event]], snapshot_every: int) -> None:
+    """Re-projected by account or on the whole timeline, a batch revises the same events
+    (job steps included) the same way. The cause differs only as docs/semantics.md says:
+    by account, the batch's earliest event in the revised event's account; on the whole
+    timeline (also where a batch reaches across accounts), the batch's earliest event."""
+    journal = _journal(batches)
+    paths = []
+    for by_account in (True, False):
+        projector = Projector(journal_reader(journal), min_snapshot_every=snapshot_every,
+                              max_snapshots=3, locate=locator(journal),
+                              account_reader=account_reader(journal) if by_account
+                              else None)
+        for batch in _by_batch(journal):
+            projector.ingest_batch(batch, known_before=batch[0].position)
+        paths.append(projector.revisions)
+    alone, whole = paths
+    batch_of = {rec.position: batch for batch in _by_batch(journal) for rec in batch}
+
+    def by_batch(revisions: list[Any]) -> dict[tuple[int, int], Any]:
+        """Each revision by (the first position of the batch that made it, the revised
+        event's position): one per revised event per batch."""
+        keyed = {(batch_of[r.late_position][0].position, r.position): r for r in revisions}
+        assert len(keyed) == len(revisions)
+        return keyed
+
+    mine, theirs = by_batch(alone), by_batch(whole)
+    assert {k: (repr(r.before), repr(r.after)) for k, r in mine.items()} == {
+        k: (repr(r.before), repr(r.after)) for k, r in theirs.items()}
+    streams = {rec.position: rec.stream for rec in journal.read(order="position")}
+    for (first, position), r in mine.items():
+        cause = theirs[(first, position)].late_position
+        if r.late_position == cause:
+            continue
+        on_timeline = sorted(batch_of[first], key=lambda e: (e.time, e.position))
+        assert cause == on_timeline[0].position
+        own = [e.position for e in on_timeline if e.stream == streams[position]]
+        assert own and own[0] == r.late_position
+
+
 @settings(max_examples=100, deadline=None)
 @given(batched())
 def test_replay_of_a_journal_appended_in_batches_equals_a_full_fold(
