@@ -42,6 +42,23 @@ def test_a_retry_with_the_same_id_appends_nothing(run: Run, db: str) -> None:
     assert journal_head(db) == 1
 
 
+def test_a_retry_of_a_far_event_taken_with_allow_far_times_needs_it_no_more(
+        run: Run, db: str) -> None:
+    """The far-time rule is for new events: the retry of one recorded with the flag
+    prints what the first call printed, and the id with another event is refused."""
+    far = "1796083200000"
+    first = run("consume", "acme", "1", "--at", far, "--allow-far-times", "--id", "u-ms",
+                "--json")
+    assert first.exit_code == 0, first.stderr
+    again = run("consume", "acme", "1", "--at", far, "--id", "u-ms", "--json")
+    assert (again.exit_code, again.stdout) == (0, first.stdout), again.stderr
+    other = run("consume", "acme", "2", "--at", far, "--id", "u-ms")
+    assert other.exit_code == 2 and "u-ms" in other.stderr
+    new = run("consume", "acme", "1", "--at", far, "--id", "u-new")
+    assert new.exit_code == 2 and "2200-01-01" in new.stderr
+    assert journal_head(db) == 1
+
+
 def test_a_time_without_at_is_never_before_the_latest_event(run: Run) -> None:
     run("grant", "acme", "100", "--at", "4000000000")
     used = _json(run, "consume", "acme", "10")
