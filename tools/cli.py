@@ -108,6 +108,7 @@ class _Group(TyperGroup):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
+        render.tolerant_streams()
         code = self._run(args, prog_name or PROG, complete_var, windows_expand_args, extra)
         if standalone_mode:
             sys.exit(code)
@@ -678,7 +679,7 @@ def export(
     with open_journal(ctx, db, full_check=True) as journal:
         records = importing.export_records(journal)
         if out is None:
-            write(records, sys.stdout, recorded=recorded)
+            write(records, render.script_stdout(), recorded=recorded)
             return
         with output_file(out, force=force) as handle:
             count = write(records, handle, recorded=recorded)
@@ -756,7 +757,7 @@ def statement(
     if as_json:
         render.print_json(wording.to_dict(st))
     elif as_csv:
-        render.statement_csv(st, sys.stdout)
+        render.statement_csv(st, render.script_stdout())
     else:
         render.print_table(render.statement_table(st))
         render.print_table(render.subtotals_table(st.subtotals))

@@ -165,7 +165,7 @@ def reconcile(
     if as_json:
         render.print_json(wording.to_dict(result))
     elif as_csv:
-        render.reconcile_csv(result, sys.stdout)
+        render.reconcile_csv(result, render.script_stdout())
     else:
         if not result.ok:
             render.print_table(render.reconcile_table(result))

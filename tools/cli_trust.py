@@ -54,7 +54,7 @@ def head(
     if key is not None:
         text = signing.dump_statement(signing.sign_anchor(anchor, key))
         if out is None:
-            sys.stdout.write(text)
+            render.script_stdout().write(text)
         else:
             with output_file(out, force=force) as handle:
                 handle.write(text)

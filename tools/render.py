@@ -7,6 +7,8 @@ they look like epoch seconds); JSON keeps them as integers.
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 import os
 import re
@@ -168,9 +170,34 @@ def warn(message: str) -> None:
     sys.stderr.flush()
 
 
+def script_stdout() -> TextIO:
+    """stdout for what scripts read (JSON, CSV, JSON Lines): UTF-8 whatever the locale or
+    $PYTHONIOENCODING says, so a name or memo in any script is written, never refused by an
+    ASCII or Latin-1 stdout, and the bytes are those `export --out` writes on any machine."""
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and codecs.lookup(out.encoding).name != "utf-8":
+        out.flush()
+        out.reconfigure(encoding="utf-8", errors="strict")
+    return out
+
+
+def tolerant_streams() -> None:
+    """Let stdout and stderr show, not refuse, what their encoding lacks.
+
+    Under an ASCII or Latin-1 locale (or $PYTHONIOENCODING) a table or message naming an
+    account `Ünïcödé 🚀` would stop half-printed at its first such character; the
+    character is written as its escape (`\\U0001f680`) instead. UTF-8 streams are left
+    as they are; what scripts read goes through `script_stdout`.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and \
+                codecs.lookup(stream.encoding).name != "utf-8":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def print_json(value: Any) -> None:
-    """One JSON document on stdout."""
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    """One JSON document on stdout, in UTF-8 (see `script_stdout`)."""
+    script_stdout().write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
 def _progress(show: bool) -> Progress:
