@@ -181,14 +181,33 @@ def script_stdout() -> TextIO:
     return out
 
 
+class _ClosedStdout(io.TextIOBase):
+    """stdout of a process started without one (`gpu-credits export >&-`): writing the
+    answer is an error the user can act on (exit 2, one line), as `ls >&-` reports it,
+    not an internal error on `None`."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError("cannot write the answer: stdout is closed (give the command a "
+                      "stdout, e.g. > FILE or > /dev/null)")
+
+
 def tolerant_streams() -> None:
     """Let stdout and stderr show, not refuse, what their encoding lacks.
 
     Under an ASCII or Latin-1 locale (or $PYTHONIOENCODING) a table or message naming an
     account `Ünïcödé 🚀` would stop half-printed at its first such character; the
     character is written as its escape (`\\U0001f680`) instead. UTF-8 streams are left
-    as they are; what scripts read goes through `script_stdout`.
+    as they are; what scripts read goes through `script_stdout`. A closed stdout refuses
+    every write with an error; a closed stderr swallows what is said there (the exit
+    status still tells).
     """
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - until exit
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper) and \
                 codecs.lookup(stream.encoding).name != "utf-8":

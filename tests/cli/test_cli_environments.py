@@ -88,8 +88,10 @@ def _command() -> list[str]:
 
 
 def gpu_credits(args: Sequence[str], *, env: dict[str, str], cwd: Path,
-                home: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    """One run of the console script with only `env` (and PATH, PYTHONPATH) set; bytes out."""
+                home: Path | None = None,
+                closed_stdout: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """One run of the console script with only `env` (and PATH, PYTHONPATH) set; bytes out
+    (`closed_stdout`: started without a stdout, as `>&-` starts it)."""
     full = {k: os.environ[k] for k in _KEPT if k in os.environ}
     # This checkout's code, not the one the console script was installed from.
     full["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full.get("PYTHONPATH")) if p)
@@ -97,7 +99,8 @@ def gpu_credits(args: Sequence[str], *, env: dict[str, str], cwd: Path,
         full["HOME"] = str(home)
     full.update(env)
     return subprocess.run([*_command(), *args], cwd=cwd, env=full, capture_output=True,
-                          timeout=120, check=False)
+                          timeout=120, check=False,
+                          preexec_fn=(lambda: os.close(1)) if closed_stdout else None)
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +170,17 @@ def test_an_error_naming_what_the_terminal_cannot_show_is_one_line(ledger: Path)
     assert done.returncode == 2
     assert done.stdout == b""
     assert done.stderr.count(b"\n") == 1 and b"\\U0001f680" in done.stderr
+
+
+@pytest.mark.parametrize("args", [("export",), ("accounts",)], ids=["export", "table"])
+def test_without_a_stdout_the_answer_is_refused_in_one_line(
+        args: tuple[str, ...], ledger: Path) -> None:
+    done = gpu_credits(["--db", f"sqlite:///{ledger}", *args], env=BASELINE,
+                       cwd=ledger.parent, closed_stdout=True)
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "gpu-credits: error: cannot write the answer: stdout is closed (give the command a "
+        "stdout, e.g. > FILE or > /dev/null)"]
 
 
 def test_default_database_in_an_odd_folder_without_home_under_umask_000(
