@@ -139,6 +139,7 @@ def fit(table: Table, out: Console) -> int:
 def print_table(table: Table, out: Console | None = None) -> None:
     """Print a table that never crops a number (see `fit`)."""
     out = out or console()
+    _encodable(table, out.encoding)
     simple = tables.layout(table, out)
     if simple is not None:  # nothing wraps: the same text without Rich's per-cell work
         lines, width = simple
@@ -162,6 +163,29 @@ def print_table(table: Table, out: Console | None = None) -> None:
     text = "\n".join(line.rstrip() for line in captured.get().splitlines())
     out.file.write(text + "\n")
     out.file.flush()
+
+
+def _encodable(table: Table, encoding: str) -> None:
+    """Write each character of the table's text cells that `encoding` lacks as its escape
+    (`\\U0001f680`) before the columns are measured: the stream would escape it anyway
+    (`tolerant_streams`), and escaped after the layout a row would stand out of line.
+    A cell so escaped keeps its style, not the styles of its parts."""
+    if encoding.startswith("utf"):
+        return
+
+    def escaped(value: Any) -> Any:
+        plain = value if isinstance(value, str) else value.plain \
+            if isinstance(value, Text) else None
+        if plain is None:
+            return value
+        text = plain.encode(encoding, "backslashreplace").decode(encoding)
+        if text == plain:
+            return value
+        return text if isinstance(value, str) else Text(text, style=value.style)
+
+    for column in table.columns:
+        column.header = escaped(column.header)
+        column._cells = [escaped(cell) for cell in column._cells]
 
 
 def warn(message: str) -> None:

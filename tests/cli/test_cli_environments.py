@@ -161,6 +161,9 @@ def test_a_table_naming_what_the_terminal_cannot_show_is_printed_whole(
     # Each character the stream lacks is its escape; every row is there, the total too.
     assert "\\xdcn\\xefc\\xf6d\\xe9 \\U0001f680" in text
     assert "\\u0130stanbul-\\u0131i" in text and "total" in text
+    # Escaped before the columns are measured: the table's edges stay in line.
+    drawn = [line for line in text.splitlines() if line[:1] in "|+"]
+    assert len(drawn) == 9 and len({len(line) for line in drawn}) == 1, text
 
 
 def test_an_error_naming_what_the_terminal_cannot_show_is_one_line(ledger: Path) -> None:
