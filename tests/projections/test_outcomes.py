@@ -1,4 +1,5 @@
-"""`outcome`, the fold's constructor of outcomes, gives exactly `Outcome(...)`."""
+"""`outcome`, the fold's constructor of outcomes, gives exactly `Outcome(...)`; what an
+outcome reports to its caller (what a revision compares)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,23 @@ def test_every_field_lands_where_the_named_tuple_puts_it() -> None:
     for name, value in OTHERS.items():
         assert outcome(*REQUIRED, **{name: value}) == Outcome(*REQUIRED, **{name: value})
     assert outcome(*REQUIRED, **OTHERS) == Outcome(*REQUIRED, **OTHERS)
+
+
+def test_an_accepted_events_reason_is_not_part_of_what_its_caller_was_told() -> None:
+    """Outcomes that are ok may carry a reason ("already cancelled", "voided at 3"): it
+    explains, it was never an answer, so only a refusal's reason is reported."""
+    assert outcome(*REQUIRED, reason="already cancelled").reported() == {"ok": True}
+    assert outcome(*REQUIRED, ok=False, reason="why").reported() == {"ok": False,
+                                                                       "reason": "why"}
+
+
+def test_a_void_placed_before_its_grant_revises_nothing() -> None:
+    """The grant's outcome gains the reason "voided at 1" when the void lands before it,
+    but a grant has no reported outcome to revise (docs/semantics.md, "Late events")."""
+    from projections.corrections import Corrections
+
+    c = Corrections(clock=lambda: 0)
+    c.grant("a", 10, at=5, event_id="g")
+    c.void("g", at=1, reason="entered by mistake")
+    assert c.ledger().accounts["a"].balance == 0
+    assert c.revisions == []
