@@ -51,3 +51,13 @@ def test_a_void_placed_before_its_grant_revises_nothing() -> None:
     c.void("g", at=1, reason="entered by mistake")
     assert c.ledger().accounts["a"].balance == 0
     assert c.revisions == []
+
+
+def test_what_each_kind_of_outcome_reports() -> None:
+    """A consume: its debt and who paid; a completion: its charge and who paid; nothing
+    the event did not decide (no charge of a consume, no debt of a completion)."""
+    consume = outcome(*REQUIRED, debt_after=4, debt_created=2, paid_by=(("g1", 3),))
+    assert consume.reported() == {"ok": True, "debt_after": 4, "paid_by": [["g1", 3]]}
+    complete = outcome(4, "e4", "complete", 9, "acct", charge=5, paid_by=(("g1", 5),),
+                       released=1)
+    assert complete.reported() == {"ok": True, "paid_by": [["g1", 5]], "charge": 5}
