@@ -95,6 +95,26 @@ def test_hold_in_general_never_takes_pool_credits_and_a_failed_hold_changes_noth
     check(b)
 
 
+def test_what_a_draw_may_use_in_a_pool_the_book_has_never_seen() -> None:
+    """A pool nothing named yet has no credits of its own, but every general credit is
+    usable in it; a book of pool credits only has nothing usable without a pool."""
+    general_only = CreditBook()
+    general_only.grant("g", 10, None, GENERAL, (0, 1))
+    assert (general_only.usable("l40s"), general_only.usable(GENERAL)) == (10, 10)
+    h100_only = CreditBook()
+    h100_only.grant("h", 10, None, "h100", (0, 1))
+    assert (h100_only.usable(GENERAL), h100_only.usable("a100")) == (0, 0)
+
+
+def test_a_job_in_a_new_pool_may_reserve_every_general_credit() -> None:
+    """The submit is decided on what is usable in its pool: the 10 general credits, all of
+    them (one fewer would reject it)."""
+    s = Scheduler(clock=lambda: 1)
+    s.open_account("a", 10)
+    assert s.submit("j1", "a", cost=10, priority=1, pool="l40s")
+    assert s.accounts["a"].available == 0
+
+
 def test_duplicate_hold_ref_is_refused(book: CreditBook) -> None:
     book.hold("j", 1, GENERAL)
     with pytest.raises(ValueError):
