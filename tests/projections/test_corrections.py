@@ -122,6 +122,15 @@ def test_a_void_stops_the_unused_rest_from_counting_and_keeps_what_it_paid() -> 
     assert (totals.voided, totals.expired, totals.consumed) == (70, 70, 35)
 
 
+def test_usage_after_a_void_is_paid_by_the_other_grants_alone() -> None:
+    """The voided grant is out of the draw: it is not named as a payer of nothing."""
+    c = Corrections(clock=lambda: 0)
+    c.grant("a", 10, at=0, expiry=100, event_id="g1")  # drawn first: earlier expiry
+    c.grant("a", 10, at=0, expiry=200, event_id="g2")
+    c.void("g1", at=2)
+    assert c.consume("a", 5, at=3).paid_by == (("g2", 5),)
+
+
 def test_a_void_before_its_grant_on_the_timeline_voids_all_of_it() -> None:
     journal = journal_of(
         ("v1", "void", 1, {"grant": "g1"}),
