@@ -73,3 +73,11 @@ def test_figures_at_an_accounts_last_event_are_the_folds_running_figures(
         assert (figures.balance, figures.reserved, figures.available) == (
             state.balance, state.reserved, state.available), (kind, payload)
         assert figures.available == figures.balance - figures.reserved
+
+
+def test_an_account_with_nothing_recorded_has_every_figure_at_zero() -> None:
+    """Nothing yet: balance, reserved, available and debt 0, and `general` listed at 0
+    (docs/semantics.md, "Pools"), as a whole and pool by pool."""
+    nothing = Figures(balance=0, reserved=0, available=0, debt=0, pools={"general": 0})
+    assert Figures.of(None, 5) == nothing
+    assert Figures.by_pool(None, 5) == {"general": nothing}
