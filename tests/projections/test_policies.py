@@ -48,6 +48,40 @@ def test_fair_share_prefers_the_account_with_least_decayed_usage_per_share() -> 
     assert [j.id for j in order if j is not None] == ["a2", "c1", "b1", "a1"]
 
 
+def _charged(s: Scheduler, account: str, *costs: int) -> None:
+    """Run one job per cost on `account` to success: each charges its cost."""
+    for n, cost in enumerate(costs):
+        job = f"{account}-used-{n}"
+        assert s.submit(job, account, cost, priority=0)
+        started = s.start_next()
+        assert started is not None and started.id == job
+        s.complete(job, True)
+
+
+def test_fair_share_divides_usage_by_the_share() -> None:
+    _now, s = _clock()
+    s.open_account("a", 10_000, share=4)
+    s.open_account("b", 10_000, share=1)
+    _charged(s, "a", 300)                # 300 / 4 = 75 per share
+    _charged(s, "b", 100)                # 100 / 1 = 100 per share
+    assert s.submit("b1", "b", 1, priority=0)
+    assert s.submit("a1", "a", 1, priority=0)
+    first = s.start_next()
+    assert first is not None and first.id == "a1"   # 75 < 100, though b1 is older
+
+
+def test_fair_share_counts_every_charge_of_an_account() -> None:
+    _now, s = _clock()
+    s.open_account("a", 10_000, share=1)
+    s.open_account("b", 10_000, share=1)
+    _charged(s, "a", 100, 100)           # 200 in all (at the same time: no decay between)
+    _charged(s, "b", 150)
+    assert s.submit("a1", "a", 1, priority=0)
+    assert s.submit("b1", "b", 1, priority=0)
+    first = s.start_next()
+    assert first is not None and first.id == "b1"   # 150 < 200, though a1 is older
+
+
 def test_fair_share_usage_decays_with_the_half_life() -> None:
     now, s = _clock()
     s.open_account("a", 10_000, share=1, half_life=DAY)
