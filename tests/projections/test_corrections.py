@@ -158,6 +158,20 @@ def test_credits_of_a_voided_grant_held_by_a_job_stay_with_the_job() -> None:
 
 
 
+
+def test_held_credits_of_a_grant_voided_at_its_expiry_expired_not_voided() -> None:
+    """At its expiry the grant's credits had already stopped counting (valid for
+    t < expiry): released later, the job's 10 lapse as expired at 10, not as voided."""
+    journal = journal_of(
+        ("g1", "grant", 0, {"account": "a", "amount": 10, "expiry": 10}),
+        ("s1", "submit", 1, {"account": "a", "job": "j1", "cost": 10, "priority": 1}),
+        ("v1", "void", 10, {"grant": "g1"}),
+        ("c1", "cancel", 12, {"job": "j1"}),
+    )
+    ledger = fold_canonical(journal)
+    book = ledger.accounts["a"].book
+    assert (book.totals.expired, book.totals.voided, book.active_total) == (10, 0, 0)
+
 def started_on_a_grant() -> tuple[Corrections, Scheduler]:
     """Grant g1 of 100 at 0; job j1 (cost 30) submitted at 2 and started at 3."""
     corrections = Corrections(clock=lambda: 0)
