@@ -37,6 +37,17 @@ def test_a_submit_decision_names_its_event_and_outcome() -> None:
         accepted.replayed = True  # type: ignore[misc]
 
 
+def test_a_live_decision_among_negative_times_is_placed_at_the_latest_one() -> None:
+    """Event times may be negative: a worker whose clock lags is still placed at the
+    latest event time applied (-100), not at its own -200, nor at any floor above it."""
+    from eventstore import MemoryJournal
+
+    journal = MemoryJournal()
+    Scheduler(journal, clock=lambda: -100).open_account("a", 10)
+    assert Scheduler(journal, clock=lambda: -200).submit("j1", "a", 10, 0)
+    assert [e.time for e in journal.read(order="position")][-1] == -100
+
+
 def test_a_retry_returns_the_original_decision_and_appends_nothing() -> None:
     session = session_of(_scheduler())
     first = jobs.submit(session, "j1", "a", 6, 0, clock=lambda: 100, event_id="s1")
