@@ -91,3 +91,17 @@ def test_plain_rows_refuse_a_batch_out_of_position_order() -> None:
     with pytest.raises(ValueError, match="not in increasing position order"):
         projector.ingest_rows(rows[::-1])
     assert projector.position == 0 and projector.ledger.applied == 0
+
+
+def test_the_same_event_applied_twice_is_refused() -> None:
+    """(time, position) must move forward: the event at the last applied place again
+    would count its credits twice."""
+    from projections.events import CreditsGranted
+    from projections.ledger import Ledger
+
+    ledger = Ledger()
+    grant = CreditsGranted("a", 10, None)
+    ledger.apply(1, "g1", 5, grant)
+    with pytest.raises(ValueError, match=r"applied after \(5, 1\): not in canonical order"):
+        ledger.apply(1, "g1", 5, grant)
+    assert ledger.accounts["a"].balance == 10
