@@ -92,3 +92,19 @@ def test_a_job_compares_and_shows_itself_as_a_dataclass_did() -> None:
     assert job != ("j", "a", 5, 1, "general", "pending", (10, 3), None)
     assert repr(job) == ("JobState(id='j', account='a', cost=5, priority=1, pool='general', "
                          "state='pending', order=(10, 3), charge=None)")
+
+
+def test_the_heads_heap_stays_as_small_as_the_accounts_whatever_the_queue() -> None:
+    """Each submit of a higher priority than the account's head makes it the new head
+    and leaves the old entry stale: however many there were, the heap is compacted to
+    about two entries an account (plus a constant), and still picks the right job right
+    after a compaction."""
+    for submits in range(60, 140):
+        ledger = Ledger()
+        ledger.apply(1, "open", 1000, AccountOpened("a"))
+        ledger.apply(2, "grant", 1000, CreditsGranted("a", 10_000))
+        for i in range(submits):
+            ledger.apply(3 + i, f"s{i}", 1000, JobSubmitted("a", f"j{i}", 1, i))
+        assert len(ledger.heads) <= 2 * len(ledger.accounts) + 64 + 1, submits
+        job = ledger.next_job()
+        assert job is not None and job.id == f"j{submits - 1}", submits
