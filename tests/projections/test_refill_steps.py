@@ -59,6 +59,16 @@ def test_no_refill_accrues_while_it_is_off() -> None:
     assert _figures(events, 39_600)[0] == 2
 
 
+def test_turning_the_refill_off_drops_the_part_of_a_credit_accrued() -> None:
+    # One credit an hour: half an hour accrued (1,800 credit-seconds), then off. Turned on
+    # again, it accrues from that event's time: another half hour is half a credit, not
+    # the whole one the two halves would make.
+    events = [_account("on", 0, 1, 100), _account("off", 1800, None, None),
+              _account("again", 36_000, 1, 100)]
+    assert _figures(events, 36_000 + 1800)[0] == 0
+    assert _figures(events, 36_000 + 3600)[0] == 1
+
+
 def test_explain_names_the_refill_as_what_paid_a_debt() -> None:
     # 60 credits an hour, cap 10: the first ten minutes' 10 pay the debt of 4 and leave 6.
     events = [_account("open", 0, 60, 10),
