@@ -255,9 +255,12 @@ def test_audit_totals() -> None:
     tracker.consume(30, 5)
     scheduler = Scheduler(journal, clock=lambda: 6)
     assert not scheduler.submit("big", "a", 500, 1)
+    # An imported submit naming an account that does not exist is rejected too.
+    journal.append([NewEvent("ghost-1", "ghost", "submit", 7,
+                             {"account": "ghost", "job": "g1", "cost": 1, "priority": 0})])
     report = replay(journal)
     totals = audit(report.ledger, events=report.events, revisions=0, at=20)
-    assert (totals.granted, totals.expired, totals.debt, totals.rejected) == (100, 70, 0, 1)
+    assert (totals.granted, totals.expired, totals.debt, totals.rejected) == (100, 70, 0, 2)
     assert totals.digest == report.digest
 
 
