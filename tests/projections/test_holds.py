@@ -115,6 +115,23 @@ def test_a_job_in_a_new_pool_may_reserve_every_general_credit() -> None:
     assert s.accounts["a"].available == 0
 
 
+def test_a_rejected_submit_says_what_its_pool_could_use() -> None:
+    """An account of h100 credits only: a job with no pool may use none of them (the
+    rejection says so, docs/semantics.md "Pools"); one in h100 is told what h100 holds."""
+    from projections.events import AccountOpened, CreditsGranted, JobSubmitted
+
+    ledger = Ledger()
+    ledger.apply(1, "open", 0, AccountOpened("a"))
+    ledger.apply(2, "g", 0, CreditsGranted("a", 10, None, "h100"))
+    general = ledger.apply(3, "s1", 1, JobSubmitted("a", "j1", 5, 0)).reason
+    assert general is not None and general.startswith("job 'j1' costs 5, only 0 available (")
+    assert "0 of them general credits: a job without a pool cannot use pool credits" in general
+    h100 = ledger.apply(4, "s2", 1, JobSubmitted("a", "j2", 50, 0, "h100")).reason
+    assert h100 is not None
+    assert h100.startswith("job 'j2' costs 50, only 10 available in pool 'h100' (")
+    assert "10 of them usable in 'h100'" in h100
+
+
 def test_duplicate_hold_ref_is_refused(book: CreditBook) -> None:
     book.hold("j", 1, GENERAL)
     with pytest.raises(ValueError):
