@@ -463,3 +463,20 @@ def test_submit_at_a_time_before_the_account_existed_is_an_unknown_account() -> 
     with pytest.raises(KeyError):
         s.submit("early", "a", 1, 0, at=50)  # a was opened at 100
     assert journal.head() == head
+
+
+def test_steps_of_a_job_rejected_for_its_unknown_account_are_anomalies() -> None:
+    """A journal may hold a submit naming no account (rejected: no account is made for
+    it); a start, completion or cancel of that job is kept as an anomaly naming no
+    account, and changes nothing."""
+    from projections.events import JobCancelled, JobCompleted, JobStarted, JobSubmitted
+    from projections.ledger import Ledger
+
+    ledger = Ledger()
+    assert not ledger.apply(1, "s", 0, JobSubmitted("ghost", "j1", 5, 0)).ok
+    steps = [JobStarted("j1"), JobCompleted("j1", True), JobCancelled("j1")]
+    outcomes = [ledger.apply(2 + n, f"e{n}", 1, step) for n, step in enumerate(steps)]
+    assert [(o.ok, o.anomaly, o.account, o.reason) for o in outcomes] == [
+        (False, True, None, f"{kind} of job 'j1' which is rejected")
+        for kind in ("start", "complete", "cancel")]
+    assert ledger.accounts == {} and ledger.jobs["j1"].state == "rejected"
