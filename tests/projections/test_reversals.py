@@ -295,3 +295,16 @@ def test_replay_to_a_time_leaves_out_events_reversed_by_reversals_timed_after_it
     note(repr([(r.position, r.id, r.type, r.time, r.payload) for r in journal.read()]))
     assert replay(journal, to_time=to_time).ledger.digest() == fold_canonical(
         journal, to_time=to_time).digest()
+
+
+def test_a_reversed_event_that_is_not_a_valid_event_is_no_longer_an_anomaly() -> None:
+    """A hand-made journal's grant of -5 is kept as an anomaly; reversed, it takes no part
+    in the fold at all, as if it had never been recorded."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 10}),
+                    NewEvent("bad", "a", "grant", 2, {"account": "a", "amount": -5})])
+    assert [a[1] for a in replay(journal).ledger.anomalies] == ["bad"]
+    journal.append([NewEvent("r", "a", "reverse", 2, {"event": "bad", "reason": "typo"})])
+    report = replay(journal)
+    assert report.ledger.anomalies == []
+    assert report.ledger.accounts["a"].balance == 10
