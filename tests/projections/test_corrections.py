@@ -137,6 +137,21 @@ def test_a_void_before_its_grant_on_the_timeline_voids_all_of_it() -> None:
         ("g1", "grant", 3, {"account": "a", "amount": 100}),
     )
     assert balance(journal, 5) == 0
+    totals = fold_canonical(journal).accounts["a"].book.totals
+    assert (totals.granted, totals.voided, totals.expired) == (100, 100, 100)
+
+
+def test_a_void_of_a_grant_a_job_holds_all_of_lapses_what_the_job_gives_back() -> None:
+    """Nothing of it is unused, yet the void finds it: cancelled, the job's 30 lapse."""
+    journal = journal_of(
+        ("g1", "grant", 0, {"account": "a", "amount": 30}),
+        ("s1", "submit", 1, {"account": "a", "job": "j1", "cost": 30, "priority": 1}),
+        ("v1", "void", 2, {"grant": "g1"}),
+        ("c1", "cancel", 3, {"job": "j1"}),
+    )
+    book = fold_canonical(journal).accounts["a"].book
+    assert (book.totals.voided, book.active_total, book.held) == (30, 0, 0)
+    assert balance(journal, 3) == 0
 
 
 def test_credits_of_a_voided_grant_held_by_a_job_stay_with_the_job() -> None:
@@ -221,3 +236,33 @@ def test_a_void_placed_in_the_past_may_still_re_decide_a_pending_job() -> None:
     corrections.void("g1", at=1, reason="backdated")
     assert scheduler.ledger().jobs["j1"].state == "rejected"
     assert scheduler.accounts["a"].reserved == 0
+
+
+def test_an_erasure_changes_no_figure_and_is_no_anomaly() -> None:
+    journal = journal_of(
+        ("u1", "consume", 1, {"account": "a", "amount": 3, "user": "alice"}),
+        ("e1", "erase", 2, {"events": ["u1"], "reason": "request"}),
+    )
+    ledger = fold_canonical(journal)
+    assert ledger.anomalies == [] and balance(journal, 2) == -3
+
+
+def test_a_grant_dead_on_arrival_is_an_anomaly_that_adds_nothing() -> None:
+    """Only an import can record a grant whose expiry is not after its time."""
+    journal = journal_of(("g1", "grant", 5, {"account": "a", "amount": 10, "expiry": 5}))
+    ledger = fold_canonical(journal)
+    assert [a[2] for a in ledger.anomalies] == ["grant expires at 5, not after its time 5"]
+    assert balance(journal, 5) == 0
+
+
+def test_cancelling_a_cancelled_job_again_is_a_no_op_not_an_anomaly() -> None:
+    """The contract: "Cancelling an already cancelled job is a no-op"."""
+    journal = journal_of(
+        ("g1", "grant", 0, {"account": "a", "amount": 30}),
+        ("s1", "submit", 1, {"account": "a", "job": "j1", "cost": 10, "priority": 1}),
+        ("c1", "cancel", 2, {"job": "j1"}),
+        ("c2", "cancel", 3, {"job": "j1"}),
+    )
+    ledger = fold_canonical(journal)
+    assert ledger.anomalies == [] and ledger.jobs["j1"].state == "cancelled"
+    assert balance(journal, 3) == 30
