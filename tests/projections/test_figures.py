@@ -81,3 +81,15 @@ def test_an_account_with_nothing_recorded_has_every_figure_at_zero() -> None:
     nothing = Figures(balance=0, reserved=0, available=0, debt=0, pools={"general": 0})
     assert Figures.of(None, 5) == nothing
     assert Figures.by_pool(None, 5) == {"general": nothing}
+
+
+def test_credits_a_job_holds_all_of_end_as_held_none_unused() -> None:
+    """A grant of 10 ending at 100 that a pending job holds whole: 0 unused, 10 held."""
+    from projections.events import AccountOpened, CreditsGranted, JobSubmitted
+    from projections.figures import ending_credits
+
+    ledger = Ledger()
+    ledger.apply(1, "open", 0, AccountOpened("a"))
+    ledger.apply(2, "g1", 0, CreditsGranted("a", 10, 100))
+    assert ledger.apply(3, "s1", 1, JobSubmitted("a", "j1", 10, 0)).ok
+    assert ending_credits(ledger.accounts["a"]) == [("general", "g1", 100, 0, 10, False)]
