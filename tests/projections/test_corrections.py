@@ -131,6 +131,27 @@ def test_usage_after_a_void_is_paid_by_the_other_grants_alone() -> None:
     assert c.consume("a", 5, at=3).paid_by == (("g2", 5),)
 
 
+def test_a_void_takes_only_its_own_grant_out_wherever_the_grant_sorts() -> None:
+    """g2 is not the next to be drawn (g1 expires first): voided, g2 lapses and g1 stays,
+    unused credits and held ones alike."""
+    c = Corrections(clock=lambda: 0)
+    c.grant("a", 10, at=0, expiry=100, event_id="g1")
+    c.grant("a", 10, at=0, expiry=200, event_id="g2")
+    c.void("g2", at=2)
+    assert c.consume("a", 5, at=3).paid_by == (("g1", 5),)
+    assert c.ledger().accounts["a"].balance == 5
+
+    held = Corrections(clock=lambda: 0)
+    held.grant("a", 10, at=0, expiry=100, event_id="g1")
+    held.grant("a", 10, at=0, expiry=200, event_id="g2")
+    s = Scheduler(held.journal, clock=lambda: 1)
+    assert s.submit("j1", "a", cost=15, priority=1)  # holds g1's 10, then 5 of g2
+    held.void("g2", at=2)
+    s.cancel("j1", at=3)  # g1's 10 come back; g2's 5 lapse
+    book = held.ledger().accounts["a"].book
+    assert (book.active_total, book.totals.voided) == (10, 10)
+
+
 def test_a_void_before_its_grant_on_the_timeline_voids_all_of_it() -> None:
     journal = journal_of(
         ("v1", "void", 1, {"grant": "g1"}),
