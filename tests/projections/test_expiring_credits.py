@@ -509,3 +509,15 @@ def test_a_journal_that_is_none_of_the_three_kinds_is_refused_by_name(bad: objec
         GPUCreditTracker(bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=re.escape(repr(bad))):
         Scheduler(bad)  # type: ignore[arg-type]
+
+
+def test_a_second_expiry_with_no_grant_between_still_ends_its_credits() -> None:
+    """Credits are valid for t < expiry, batch after batch: the consume at 12 finds A
+    expired (at 10), the one at 25 finds B expired too (at 20), though no grant came
+    between the two to bring the book's next expiry back into view."""
+    t = GPUCreditTracker()
+    t.grant(10, timestamp=0, expiry=10)   # A
+    t.grant(10, timestamp=0, expiry=20)   # B
+    assert t.consume(1, timestamp=12) == 0  # from B; A expired unused
+    assert t.consume(5, timestamp=25) == 5  # B's 9 expired at 20: all of it is debt
+    assert t.get_balance(25) == -5
