@@ -419,3 +419,17 @@ def test_held_by_pool_of_a_one_pool_book_does_not_sum_its_holds(book: CreditBook
 
     book.holds = Unread(book.holds)
     assert book.held_by_pool() == {GENERAL: 15}
+
+
+def test_released_credits_that_expired_meanwhile_pay_no_debt() -> None:
+    """Credits released after their batch expired lapse: they are not there to pay the
+    debt a usage report made meanwhile (10 held from a grant ending at 10, 5 owed)."""
+    s = Scheduler(clock=lambda: 1)
+    t = GPUCreditTracker(s.journal, account="a")
+    t.grant(10, timestamp=0, expiry=10)
+    assert s.submit("j1", "a", cost=10, priority=1)
+    assert t.consume(5, timestamp=2) == 5
+    s.cancel("j1", at=12)
+    assert t.get_balance(12) == -5
+    book = s.ledger().accounts["a"].book
+    assert (book.debt_total, book.totals.expired, book.totals.debt_paid) == (5, 10, 0)
