@@ -150,6 +150,20 @@ def test_fast_hash_equals_the_reference(
     assert fast == reference
 
 
+@pytest.mark.parametrize("change", ["missing", "extra"])
+def test_the_reference_hash_takes_exactly_the_record_fields(change: str) -> None:
+    """A field left out or one too many would hash other bytes than every journal
+    hashes: refused, naming the fields it takes."""
+    fields: dict[str, Any] = {"position": 1, "id": "e", "stream": "s", "version": 1,
+                              "type": "t", "time": 0, "recorded_at": 0, "payload": {}}
+    if change == "missing":
+        del fields["recorded_at"]
+    else:
+        fields["hash"] = GENESIS_HASH
+    with pytest.raises(TypeError, match="record_hash takes the fields .*recorded_at"):
+        record_hash(GENESIS_HASH, **fields)
+
+
 def test_canonical_json_is_the_documented_dumps() -> None:
     import json
 
