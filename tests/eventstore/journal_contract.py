@@ -215,6 +215,16 @@ class AppendReadContract(_OnABackend):
         with pytest.raises(ValueError):
             journal.append([ev("g")], expected_versions={"x": -1})
 
+    @pytest.mark.parametrize("expected", [
+        [("x", 0)], {"": 0}, {"x\x00": 0}, {1: 0}, {"x": True}, {"x": "0"}, {"x": 2**63},
+    ])
+    def test_malformed_expected_versions_are_refused_and_append_nothing(
+            self, journal: JournalLike, expected: object) -> None:
+        journal.append([ev("a", stream="x")])
+        with pytest.raises(ValueError, match="expected"):
+            journal.append([ev("b", stream="x")], expected_versions=expected)  # type: ignore[arg-type]
+        assert journal.head() == 1 and journal.get("b") is None
+
     def test_repeat_of_a_recorded_batch_is_not_a_version_conflict(
         self, journal: JournalLike
     ) -> None:
