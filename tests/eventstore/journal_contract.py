@@ -181,6 +181,8 @@ class AppendReadContract(_OnABackend):
             NewEvent("x", "s", "t", 1, {"o": object()}),
             NewEvent("x", "s", "t", 1, {1: "int key"}),  # type: ignore[dict-item]
             NewEvent(7, "s", "t", 1, {}),  # type: ignore[arg-type]
+            NewEvent("x", 7, "t", 1, {}),  # type: ignore[arg-type]
+            NewEvent("x", "s", 7, 1, {}),  # type: ignore[arg-type]
         ],
     )
     def test_one_invalid_event_appends_nothing(self, journal: JournalLike, bad: NewEvent) -> None:
