@@ -95,3 +95,20 @@ def test_erasing_a_record_drops_the_bindings_of_the_requests_that_named_it(
     # Nothing left to erase: nothing else goes.
     journal.erase(["p1", "plain"], NewEvent("erase-2", "$journal", "erase", 9, {}))
     assert journal.request("plain-only") is not None and journal.verify() is None
+
+
+def test_erasing_drops_a_binding_whose_span_starts_or_ends_at_the_record(
+        journal: JournalLike) -> None:
+    """The span's ends are the request's own positions: a record at either end was named
+    by the request, and its binding goes; spans that stop short of it stay."""
+    def private(id: str, time: int) -> NewEvent:
+        return NewEvent(id, "s", "t", time, {"n": 1}, {"user": "Zebulon Quayle"})
+
+    journal.append([ev("a", 1), ev("b", 2), private("p", 3), ev("c", 4), ev("d", 5)])
+    for key, positions in [("ends-at", [2, 3]), ("starts-at", [3, 4]), ("only", [3]),
+                           ("before", [1, 2]), ("after", [4, 5])]:
+        journal.bind_request(key, "f", "{}", positions)
+    journal.erase(["p"], NewEvent("erase-1", "$journal", "erase", 9, {}))
+    assert [k for k in ("ends-at", "starts-at", "only", "before", "after")
+            if journal.request(k) is not None] == ["before", "after"]
+    assert journal.verify() is None
