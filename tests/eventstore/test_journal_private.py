@@ -196,8 +196,8 @@ def test_a_private_part_added_behind_the_journal_is_found(journal: JournalLike) 
     _sql_only(journal)
     journal.append([ev("a"), ev("b"), private_ev("c")])
     _run(journal, "INSERT INTO private_parts (position, salt, data) VALUES (1, 'ab', '{}')")
-    assert_broken_at(journal.verify_chain(), 1)
-    with pytest.raises(ChainBroken):
+    assert_broken_at(journal.verify_chain(), 1, "no seal in its payload")
+    with pytest.raises(ChainBroken, match="no seal in its payload"):
         journal.private(["a"])
 
 
