@@ -158,6 +158,19 @@ def test_stored_text_that_is_not_utf8_is_found_at_its_position(
     assert _check(url, anchor) == (False, position)
 
 
+@pytest.mark.parametrize("value", ["CAST(x'7b22ff227d' AS TEXT)", "x'ab'"])
+def test_a_head_anchor_is_refused_from_a_last_hash_that_is_not_text(
+        url: str, db: Engine, value: str) -> None:
+    """An anchor is kept outside the database to be compared later: one made of bytes
+    written behind the journal's back would be no anchor at all."""
+    _sqlite_only(url)
+    _sql(db, f"UPDATE events SET hash = {value} WHERE position = :p", p=EVENTS)
+    with pytest.raises(ChainBroken, match="not text") as caught:
+        _anchor(url)
+    assert caught.value.position == EVENTS
+    assert _first_bad(url) == EVENTS
+
+
 def test_a_payload_nested_too_deep_to_decode_is_found(url: str, db: Engine) -> None:
     nested = '{"a":' + "[" * 5000 + "]" * 5000 + "}"
     _sql(db, "UPDATE events SET payload = :t WHERE position = 6", t=nested)
