@@ -284,6 +284,12 @@ class AppendReadContract(_OnABackend):
             {"after": (1,)},
             {"to_time": 1.0},
             {"stream": ""},
+            {"to_position": "1"},
+            {"to_position": 2.0},
+            {"from_time": 1.5},
+            {"type": ""},
+            {"after": [1, 2]},
+            {"after": (1, "2")},
         ]:
             with pytest.raises(ValueError):
                 journal.read(**kw)
