@@ -160,7 +160,7 @@ def test_the_reference_hash_takes_exactly_the_record_fields(change: str) -> None
         del fields["recorded_at"]
     else:
         fields["hash"] = GENESIS_HASH
-    with pytest.raises(TypeError, match="record_hash takes the fields .*recorded_at"):
+    with pytest.raises(TypeError, match=r"record_hash takes the fields .*recorded_at"):
         record_hash(GENESIS_HASH, **fields)
 
 
