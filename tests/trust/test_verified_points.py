@@ -158,3 +158,18 @@ def test_unreadable_checkpoint_bytes_are_no_verified_point(journal: Journal) -> 
     journal.save_snapshot(CHECKPOINT, EVENTS, 100, "x", b"not a checkpoint")
     assert verified_checkpoint(journal) is None
     assert check_chain(journal) == EVENTS
+
+
+def test_a_verified_point_lost_to_an_edit_names_the_first_altered_position(
+        journal: Journal) -> None:
+    """A tail cut below the verified point, with a record before it edited too: the
+    finding is the first position the chain shows altered, not the verified point's."""
+    advance_verified(journal)
+    previous = next(r.hash for r in journal.read(order="position") if r.position == EVENTS - 2)
+    _sql(journal, "UPDATE events SET payload = replace(payload, '10', '90') WHERE position = 3")
+    _sql(journal, "DELETE FROM events WHERE position > :p", p=EVENTS - 2)
+    _sql(journal, "UPDATE journal_head SET position = :p, hash = :h", p=EVENTS - 2,
+         h=previous)
+    with pytest.raises(ChainBroken) as caught:
+        check_chain(journal)
+    assert caught.value.position == 3
