@@ -63,6 +63,15 @@ def test_a_private_part_is_sealed_into_the_chain_and_kept_beside_it(journal: Jou
     assert journal.verify_chain().ok
 
 
+def test_each_private_part_has_a_fresh_128_bit_salt(journal: JournalLike) -> None:
+    """The salt is what keeps a seal of a guessable part from being confirmed by hashing
+    guesses once the part is erased (docs/operations.md: a random 128-bit salt)."""
+    journal.append([private_ev("b"), private_ev("c")])
+    salts = [salt for salt, _ in _private_store(journal).values()]
+    assert len(salts) == 2 and salts[0] != salts[1]
+    assert all(len(salt) == 32 and set(salt) <= set("0123456789abcdef") for salt in salts)
+
+
 def test_records_without_a_private_part_hash_as_before(journal: JournalLike) -> None:
     (rec,) = journal.append([ev("a", 3, n=1, memo="kept in the payload")])
     assert rec.hash == record_hash(
