@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -18,6 +19,7 @@ from projections import GPUCreditTracker
 from projections.anchors import (
     AnchorError,
     check_anchor,
+    hash_at,
     head_anchor,
     parse_anchor,
     report_dict,
@@ -61,6 +63,32 @@ def test_head_anchor_is_the_last_record() -> None:
     last = list(journal.read(order="position"))[-1]
     assert head_anchor(journal) == Anchor(2, last.hash)
     assert head_anchor(MemoryJournal()) == Anchor(0, GENESIS_HASH)
+
+
+class _ReadOnly:
+    """A journal seen only through `read` (no `stored_hash`), as a view of one is."""
+
+    def __init__(self, journal: MemoryJournal) -> None:
+        self.read = journal.read
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_hash_at_is_the_stored_hash_there(view: bool) -> None:
+    journal = _journal()
+    hashes = [r.hash for r in journal.read(order="position")]
+    seen: Any = _ReadOnly(journal) if view else journal
+    assert [hash_at(seen, p) for p in (0, 1, 2)] == [GENESIS_HASH, *hashes]
+    with pytest.raises(KeyError, match="no record at position 3"):
+        hash_at(seen, 3)
+
+
+def test_hash_at_an_edited_record_is_its_stored_hash() -> None:
+    """As stored, not checked: a verified point at an edited record still names the state
+    folded before the edit (whatever reads the record refuses it)."""
+    journal = _journal()
+    row = journal._stored[1]
+    journal._stored[1] = (*row[:7], row[7].replace("3", "4"), row[8])
+    assert hash_at(journal, 2) == row[8]
 
 
 def test_check_anchor() -> None:
