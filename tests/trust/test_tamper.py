@@ -178,19 +178,20 @@ def test_a_payload_nested_too_deep_to_decode_is_found(url: str, db: Engine) -> N
     assert "not canonical JSON" in str(_problem(url))
 
 
-@pytest.mark.parametrize("edit", [
-    "DELETE FROM journal_head",
-    "UPDATE journal_head SET position = 'abc'",
-    "UPDATE journal_head SET hash = CAST(x'ff' AS TEXT)",
+@pytest.mark.parametrize(("edit", "says"), [
+    ("DELETE FROM journal_head", "is missing (its row was deleted)"),
+    ("UPDATE journal_head SET position = 'abc'", "is damaged (position 'abc', hash "),
+    ("UPDATE journal_head SET hash = CAST(x'ff' AS TEXT)",
+     f"is damaged (position {EVENTS}, hash not text)"),
 ])
 def test_a_head_row_deleted_or_not_of_its_type_is_found(url: str, db: Engine,
-                                                         edit: str) -> None:
+                                                         edit: str, says: str) -> None:
     if "DELETE" not in edit:
         _sqlite_only(url)
     anchor = _anchor(url)
     _sql(db, edit)
     assert _first_bad(url) == EVENTS
-    assert "the journal's head marker is " in str(_problem(url))
+    assert f"the journal's head marker {says}" in str(_problem(url))
     assert _check(url, anchor)[0] is False
     assert _anchor(url) == anchor  # the last record still says where the chain ends
 
