@@ -316,6 +316,9 @@ class AppendReadContract(_OnABackend):
         assert journal.position_at(100) == 1
         assert journal.position_at(399) == 5
         assert journal.position_at(400) == 6
+        for bad in ("400", 400.0, True):
+            with pytest.raises(ValueError, match="recorded_at"):
+                journal.position_at(bad)  # type: ignore[arg-type]
         got = journal.get("a")
         assert got is not None and got.payload == {"n": 1} and got.position == 1
         assert journal.get("nobody") is None
@@ -385,6 +388,8 @@ class AppendReadContract(_OnABackend):
         assert journal.verify() is None
         tamper_payload(journal, 2, lambda s: s.replace(":", ": "))  # same value, other bytes
         assert journal.verify() == 2
+        assert "position 2 has a payload that is not canonical JSON" in str(
+            journal.verify_chain().problem)
 
     def test_same_events_give_the_same_hashes_on_every_backend(self, journal: JournalLike) -> None:
         batch = [ev("a", 3, "x", v=1.5), ev("b", 1, "y", s="é")]
