@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from eventstore import Anchor, MemoryJournal
@@ -177,6 +178,35 @@ def test_the_documented_commands_compute_the_signer_fingerprint(tmp_path: Path) 
         done = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True,
                               text=True, check=True)
         assert f"SHA256:{done.stdout.strip()}" == fingerprint(public), kind
+
+
+def test_keys_of_another_kind_are_refused_as_not_ed25519() -> None:
+    other = ec.generate_private_key(ec.SECP256R1())
+    private = other.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption())
+    public = other.public_key().public_bytes(serialization.Encoding.PEM,
+                                             serialization.PublicFormat.SubjectPublicKeyInfo)
+    with pytest.raises(AnchorError, match="signing key must be Ed25519, got ECPrivateKey"):
+        load_private_key(private)
+    with pytest.raises(AnchorError, match="must be Ed25519, got ECPublicKey"):
+        load_public_key(public)
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("format", "gpu-credits-anchor/2", "not a signed anchor statement"),
+    ("position", True, "signed anchor statement: "),
+    ("hash", "xyz", "signed anchor statement: "),
+])
+def test_a_statement_is_refused_for_what_is_wrong_before_its_signature(
+        field: str, value: object, says: str) -> None:
+    """A field that makes no anchor or another format is named, not reported as a
+    signature mismatch."""
+    statement = json.loads(_statement())
+    statement[field] = value
+    with pytest.raises(AnchorError, match=says) as caught:
+        read_statement(json.dumps(statement).encode(), load_public_key(_pem_public(_KEY)))
+    assert "signature does not match" not in str(caught.value)
 
 
 def test_a_statement_checked_with_another_key_is_refused() -> None:
