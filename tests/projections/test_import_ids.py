@@ -49,6 +49,20 @@ def test_a_grown_file_appends_only_its_new_lines(records: list[Record],
 
 @settings(max_examples=60, deadline=None)
 @given(records=records)
+def test_a_plan_gives_each_line_the_id_an_import_records(records: list[Record]) -> None:
+    # The service's batches are planned (`plan_entries`), files are streamed
+    # (`import_stream`): one line must get one id either way, identical lines included.
+    data = jsonl(records)
+    planned = [event.id for event in plan_import(data, "bill.jsonl", MemoryJournal()).events]
+    journal = MemoryJournal()
+    import_file(journal, data, "bill.jsonl")
+    # The journal keeps them in time order, not the file's.
+    assert sorted(planned) == sorted(rec.id for rec in journal.read())
+    assert len(set(planned)) == len(records)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records)
 def test_crlf_spacing_and_key_order_append_nothing(records: list[Record]) -> None:
     journal = MemoryJournal()
     import_file(journal, jsonl(records), "bill.jsonl")
