@@ -119,6 +119,18 @@ def test_conflicting_id_in_the_journal_is_reported_by_line() -> None:
     assert journal.head() == 1
 
 
+def test_a_conflict_among_new_lines_is_reported_at_its_line_alone() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 5})])
+    data = _lines({"type": "grant", "account": "a", "amount": 3, "time": 1},
+                  {"type": "consume", "account": "a", "amount": 1, "time": 2, "id": "c"},
+                  {"type": "grant", "account": "a", "amount": 6, "time": 1, "id": "g"})
+    with pytest.raises(ImportRejected) as caught:
+        append_plan(journal, plan_import(data, "f", journal))
+    assert [p.line for p in caught.value.problems] == [3]
+    assert journal.head() == 1
+
+
 def test_job_streams() -> None:
     journal = MemoryJournal()
     Scheduler(journal, clock=lambda: 0).open_account("acct", 10)
