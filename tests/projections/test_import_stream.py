@@ -153,6 +153,11 @@ def test_progress_is_reported_in_bytes_then_in_lines() -> None:
     assert checked[-1] == (len(data), len(data))
     assert appended[-1] == (2500, 2500)
     assert [d for d, _ in appended] == sorted(d for d, _ in appended)
+    # Lines are reported along the way, not only once done, always out of the file's.
+    assert appended[0][0] < 2500 and {t for _, t in appended} == {2500}
+    # ... and an import that follows nothing (`import_file` follows the first pass
+    # alone) still goes through a file that long.
+    assert import_file(MemoryJournal(), data, "f").appended == 2500
 
 
 @pytest.mark.parametrize(("data", "expected"), [
