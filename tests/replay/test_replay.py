@@ -154,6 +154,22 @@ def test_as_known_at_equals_a_replay_of_the_truncated_journal(
     assert fold_canonical(journal, to_position=cut).digest() == replay(truncated).digest
 
 
+def test_a_late_event_refolds_events_at_the_earliest_time_a_journal_holds() -> None:
+    # Times reach down to -2**63: a refold from the start must not begin after them.
+    first = -(2**63)
+    events = [("g", "grant", first + 1, {"account": "a", "amount": 10, "pool": None,
+                                         "expiry": None}),
+              ("c", "consume", first + 2, {"account": "a", "amount": 4, "pool": None}),
+              ("late", "consume", first, {"account": "a", "amount": 3, "pool": None})]
+    journal = _journal([(i, kind, time, to_payload(from_payload(kind, payload)))
+                        for i, kind, time, payload in events])
+    projector = Projector(journal_reader(journal), min_snapshot_every=1, max_snapshots=3)
+    for rec in journal.read(order="position"):
+        projector.ingest(rec)
+        assert_equals_a_cold_fold(projector.ledger, journal, rec.position)
+    assert projector.ledger.accounts["a"].balance == 3
+
+
 def test_late_grant_and_late_consume_revise_exactly_the_affected_events() -> None:
     journal = MemoryJournal()
     s = Scheduler(journal, clock=lambda: 100)
