@@ -1143,3 +1143,29 @@ def test_a_body_not_sent_as_json_is_told_to_be(client: TestClient) -> None:
     missing = client.post("/v1/accounts/a/usage")
     assert "Content-Type" not in problem(missing, 422)["detail"]
     assert head(client) == before
+
+
+def test_a_completions_retry_after_a_restart_answers_the_charge_told_once_reversed(
+        db_url: str, clock: Clock) -> None:
+    """A keyed completion retried after a restart, once the completion itself has been
+    reversed (the job is running again, it holds no charge): the same answer as first
+    told, the charge included, not the job's charge as it stands; nothing appended."""
+    complete = ("/v1/jobs/j1/complete", {"success": False, "refund_fraction": 0.5,
+                                         "time": 12})
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        setup_account(c)
+        assert c.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 9,
+                                        "priority": 1, "time": 10}).status_code == 201
+        assert c.post("/v1/jobs/start-next", json={"time": 11}).status_code == 200
+        told = c.post(complete[0], json=complete[1], headers={"Idempotency-Key": "done-1"})
+        assert (told.status_code, told.json()) == (
+            200, {"job": "j1", "state": "failed", "charged": 4})
+        assert c.post("/v1/events", json={"events": [
+            {"type": "reverse", "event": "done-1", "time": 13, "reason": "twice"}]}
+        ).status_code == 200
+        assert c.get("/v1/jobs/j1").json()["state"] == "running"
+        at = head(c)
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        again = c.post(complete[0], json=complete[1], headers={"Idempotency-Key": "done-1"})
+        assert (again.status_code, again.json()) == (told.status_code, told.json())
+        assert head(c) == at
