@@ -99,6 +99,16 @@ def test_the_timeline_is_account_timeline_with_a_point_for_each_void(
         assert [p for p in points if p.position not in voids] == alone
 
 
+def test_the_chart_ends_with_the_expiries_up_to_its_end_and_at_it_none_later() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent(f"g{expiry}", "a", "grant", 1,
+                             {"account": "a", "amount": 10, "expiry": expiry})
+                    for expiry in (5, 9, 12)])
+    points = account_timeline(journal.read(), "a", until=9)
+    assert [(p.time, p.position, p.balance) for p in points[3:]] == [
+        (5, None, 20), (9, None, 10)]
+
+
 def test_a_reversed_usage_is_not_on_the_chart() -> None:
     journal = MemoryJournal()
     journal.append([NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 100}),
