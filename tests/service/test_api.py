@@ -1169,3 +1169,21 @@ def test_a_completions_retry_after_a_restart_answers_the_charge_told_once_revers
         again = c.post(complete[0], json=complete[1], headers={"Idempotency-Key": "done-1"})
         assert (again.status_code, again.json()) == (told.status_code, told.json())
         assert head(c) == at
+
+
+def test_the_batch_answer_cache_keeps_the_most_recent_answers_up_to_its_size() -> None:
+    """A process remembers the answers of its most recent keyed batches, as many as its
+    size (10,000 by default): a new one pushes out the oldest, and a forgotten key is
+    looked up in the journal again."""
+    from tools.service.writes import AnswerCache
+
+    assert AnswerCache()._size == 10_000
+    cache = AnswerCache(size=2)
+    for key in ("k1", "k2", "k3"):
+        cache.put(key, f"fp-{key}", {"appended": int(key[1])})
+    assert cache.get("k1") is None
+    assert cache.get("k2") == ("fp-k2", {"appended": 2})
+    assert cache.get("k3") == ("fp-k3", {"appended": 3})
+    cache.forget("k3")
+    cache.forget("k3")  # forgetting a key not held is no error
+    assert cache.get("k3") is None and cache.get("k2") is not None
