@@ -121,6 +121,8 @@ def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) ->
         assert all(line.time >= middle for line in part.lines)
         assert part.closing == st_.closing
         assert part.opening.balance + sum(line.change for line in part.lines) == running
+        assert st_.subtotals.consistent, st_.subtotals.problems
+        assert part.subtotals.consistent, part.subtotals.problems
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -319,6 +321,21 @@ def test_expiries_are_listed_when_they_lapse_whatever_the_grants_priorities() ->
     assert part.opening is not None and part.opening.balance == 50
     assert balance(journal, "a", at=59).figures.balance == 50
     assert part.subtotals.expired == 50  # the 43 that lapsed at 50 is before it
+
+
+@pytest.mark.parametrize("void_at", [0, 3])
+def test_voided_credits_are_their_own_subtotal_and_the_subtotals_add_up(void_at: int) -> None:
+    # A void after the grant takes its unused 70; one before it on the timeline takes
+    # all 100 (docs/semantics.md "Void"), and the usage then is debt.
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 100}),
+        NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 30}),
+        NewEvent("v", "a", "void", void_at, {"grant": "g"})])
+    totals = statement(journal, "a").subtotals
+    assert (totals.granted, totals.used, totals.voided) == (
+        100, 30, 70 if void_at == 3 else 100)
+    assert totals.consistent, totals.problems
 
 
 @pytest.mark.parametrize("opening", [5, 10, 15, 20, 25, 30, 40])
