@@ -1187,3 +1187,34 @@ def test_the_batch_answer_cache_keeps_the_most_recent_answers_up_to_its_size() -
     cache.forget("k3")
     cache.forget("k3")  # forgetting a key not held is no error
     assert cache.get("k3") is None and cache.get("k2") is not None
+
+
+@pytest.mark.parametrize("bad", [20, 21])
+def test_a_refused_batch_names_twenty_bad_events_and_counts_the_rest(
+        client: TestClient, bad: int) -> None:
+    """The detail of a batch refused for its bad events names up to 20 of them one by one
+    and says how many more there are only when there are more; `errors` names each."""
+    body = problem(client.post("/v1/events", json={"events": [7] * bad}), 422)
+    named = "; ".join(f"event {i}: expected a JSON object, got int" for i in range(20))
+    more = "" if bad == 20 else "; and 1 more"
+    assert body["detail"] == f"{bad} invalid event(s), nothing appended; {named}{more}"
+    assert [error["index"] for error in body["errors"]] == list(range(bad))
+    assert head(client) == 0
+
+
+def test_a_far_write_under_a_key_a_start_next_bound_is_a_conflict(client: TestClient) -> None:
+    """A write with a far event time sent under the key of a start-next that found
+    nothing is another request, not a retry: 409 naming that start-next, nothing
+    appended (a write that cannot answer from the binding does not fail instead)."""
+    from tools.service.times import FAR_TIME
+
+    setup_account(client)
+    assert client.post("/v1/jobs/start-next", json={"time": 5},
+                       headers={"Idempotency-Key": "k"}).status_code == 204
+    at = head(client)
+    for path, body in [("/v1/accounts/a/grants", {"amount": 1, "time": FAR_TIME + 1}),
+                       ("/v1/accounts/a/usage", {"amount": 1, "time": FAR_TIME + 1})]:
+        detail = problem(client.post(path, json=body, headers={"Idempotency-Key": "k"}),
+                         409)["detail"]
+        assert "a start-next that found no job to start" in detail, detail
+    assert head(client) == at
