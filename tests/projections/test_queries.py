@@ -323,6 +323,27 @@ def test_expiries_are_listed_when_they_lapse_whatever_the_grants_priorities() ->
     assert part.subtotals.expired == 50  # the 43 that lapsed at 50 is before it
 
 
+def test_a_job_charged_nothing_counts_its_full_cost_as_used_and_refunded() -> None:
+    # A failure refunded in full and a job that cost nothing are charged 0: `used`
+    # still counts each one's cost, `refunded` what it was not charged.
+    journal = MemoryJournal()
+    s = Scheduler(journal, clock=lambda: 100)
+    s.open_account("a", 50, at=0)
+    assert s.submit("fails", "a", 10, 1, at=1)
+    assert s.submit("free", "a", 0, 1, at=1)
+    s.start_next(at=2)
+    s.start_next(at=2)
+    s.complete("fails", False, refund_fraction=1.0, at=3)
+    s.complete("free", True, at=3)
+    st_ = statement(journal, "a")
+    completes = [(line.job, line.cost, line.released) for line in st_.lines
+                 if line.type == "complete"]
+    assert sorted(completes) == [("fails", 10, 10), ("free", 0, 0)]
+    totals = st_.subtotals
+    assert (totals.used, totals.refunded, totals.closing) == (10, 10, 50)
+    assert totals.consistent, totals.problems
+
+
 @pytest.mark.parametrize("void_at", [0, 3])
 def test_voided_credits_are_their_own_subtotal_and_the_subtotals_add_up(void_at: int) -> None:
     # A void after the grant takes its unused 70; one before it on the timeline takes
