@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal
+from eventstore import MemoryJournal, NewEvent
 from projections.ledger import Ledger
 from projections.queries.reports import expiring_credits
 from projections.replay import fold_canonical
@@ -28,3 +28,17 @@ def test_the_heap_walk_finds_what_a_full_scan_finds(journal: MemoryJournal, at: 
                                                      span: int) -> None:
     ledger = fold_canonical(journal)
     assert expiring_entries(ledger, at, at + span) == scanned(ledger, at, at + span)
+
+
+def test_the_soonest_end_comes_first_whatever_the_account_or_priority() -> None:
+    # Accounts are walked by name and a heap by priority first: neither is the order.
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("a-late", "a", "grant", 0, {"account": "a", "amount": 5, "expiry": 10,
+                                             "priority": 0}),
+        NewEvent("a-soon", "a", "grant", 0, {"account": "a", "amount": 5, "expiry": 7,
+                                             "priority": 90}),
+        NewEvent("b-soonest", "b", "grant", 0, {"account": "b", "amount": 5, "expiry": 5})])
+    entries = expiring_entries(fold_canonical(journal), 0, 20)
+    assert [(end, grant) for end, _, _, grant, _, _ in entries] == [
+        (5, "b-soonest"), (7, "a-soon"), (10, "a-late")]
