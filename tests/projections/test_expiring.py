@@ -4,10 +4,12 @@ batch, held credits included."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent
+from projections import GPUCreditTracker, Scheduler
 from projections.ledger import Ledger
 from projections.queries.reports import expiring_credits
 from projections.replay import fold_canonical
@@ -42,3 +44,30 @@ def test_the_soonest_end_comes_first_whatever_the_account_or_priority() -> None:
     entries = expiring_entries(fold_canonical(journal), 0, 20)
     assert [(end, grant) for end, _, _, grant, _, _ in entries] == [
         (5, "b-soonest"), (7, "a-soon"), (10, "a-late")]
+
+
+@pytest.mark.parametrize("grants", [2, 3, 4, 7])
+def test_every_batch_of_one_priority_ending_in_the_window_is_found(grants: int) -> None:
+    # One heap of many batches: the walk goes down both children of each one it keeps.
+    journal = MemoryJournal()
+    journal.append([NewEvent(f"g{i}", "a", "grant", 0, {"account": "a", "amount": 5,
+                                                       "expiry": 10 + i})
+                    for i in range(grants)])
+    ledger = fold_canonical(journal)
+    entries = expiring_entries(ledger, 0, 100)
+    assert [grant for _, _, _, grant, _, _ in entries] == [f"g{i}" for i in range(grants)]
+    assert entries == scanned(ledger, 0, 100)
+
+
+def test_held_credits_ending_at_the_window_end_are_in_it() -> None:
+    # The window is (at, until]: credits a pending job holds that expire at `until` lapse
+    # within it, held ones as well as unused ones.
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 1)
+    GPUCreditTracker(journal, account="a").grant(10, timestamp=0, expiry=20)
+    scheduler.open_account("a", 0, at=0)
+    assert scheduler.submit("j", "a", 4, 1, at=1)
+    grant = next(rec.id for rec in journal.read() if rec.type == "grant")
+    ledger = fold_canonical(journal)
+    assert expiring_entries(ledger, 1, 20) == [(20, "a", "general", grant, 6, 4)]
+    assert expiring_entries(ledger, 1, 19) == []
