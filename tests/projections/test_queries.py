@@ -345,6 +345,22 @@ def test_a_job_charged_nothing_counts_its_full_cost_as_used_and_refunded() -> No
 
 
 @pytest.mark.parametrize("void_at", [0, 3])
+def test_explain_counts_a_voided_grants_unused_credits_as_expired_at_the_void(
+        void_at: int) -> None:
+    # docs/semantics.md "Void": what a void stopped counting shows in `explain` as expired,
+    # marked voided (from the void on, or from the grant when the void came first).
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 100}),
+        NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 30}),
+        NewEvent("v", "a", "void", void_at, {"grant": "g"})])
+    (grant,) = explain_account(journal, "a").grants
+    assert (grant.used, grant.expired, grant.remaining) == (
+        (30, 70, 0) if void_at == 3 else (0, 100, 0))
+    assert grant.voided_at == (3 if void_at == 3 else 1)
+
+
+@pytest.mark.parametrize("void_at", [0, 3])
 def test_voided_credits_are_their_own_subtotal_and_the_subtotals_add_up(void_at: int) -> None:
     # A void after the grant takes its unused 70; one before it on the timeline takes
     # all 100 (docs/semantics.md "Void"), and the usage then is debt.

@@ -86,6 +86,18 @@ def test_explain_names_the_refill_as_what_paid_a_debt() -> None:
         assert sum(explained.debt.values()) == 0
 
 
+def test_explain_counts_refill_credits_a_job_holds_in_the_refill_batch() -> None:
+    # 60 credits an hour, cap 10: ten minutes accrue 10, then a job holds 4 of them.
+    events = [_account("open", 0, 60, 10),
+              NewEvent("s", "a", "submit", 600, {"account": "a", "job": "j", "cost": 4,
+                                                 "priority": 1})]
+    journal = MemoryJournal()
+    journal.append(events)
+    refill = next(g for g in explain_account_at(journal, 600).grants
+                  if g.grant_id == "refill:a")
+    assert (refill.held, refill.remaining, refill.amount) == ([("j", 4)], 6, 10)
+
+
 def explain_account_at(journal: MemoryJournal, at: int) -> Any:
     """`explain_account`, asked at `at` rather than the latest event time."""
     from projections.queries.explain import LineageBuilder
