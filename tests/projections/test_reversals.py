@@ -264,6 +264,25 @@ def test_revisions_name_the_reversal_of_a_batch_that_reaches_furthest_back() -> 
     assert causes == {"unrev-a"}
 
 
+def test_a_reversal_of_a_late_timed_reversal_reaches_back_to_the_event_it_puts_back() -> None:
+    """The reach of a reversal of a reversal is the earliest of its chain: here the event
+    put back (at 5), not the reversal it undoes, timed long after it (at 80)."""
+    journal = journal_of([("g-a", "grant", 0, {"account": "a", "amount": 100}),
+                          ("u-a", "consume", 5, {"account": "a", "amount": 10}),
+                          ("g-b", "grant", 0, {"account": "b", "amount": 100}),
+                          ("u-b", "consume", 50, {"account": "b", "amount": 10}),
+                          ("late", "consume", 60, {"account": "a", "amount": 95})])
+    journal.append([
+        NewEvent("rev-a", "a", "reverse", 80, {"event": "u-a", "reason": "wrong account"}),
+        NewEvent("rev-b", "b", "reverse", 50, {"event": "u-b", "reason": "duplicate"})])
+    journal.append([
+        NewEvent("unrev-b", "b", "reverse", 90, {"event": "rev-b", "reason": "it was right"}),
+        NewEvent("unrev-a", "a", "reverse", 90, {"event": "rev-a", "reason": "it was right"}),
+    ])
+    causes = {r.late_event_id for r in replay(journal).revisions if r.late_position > 7}
+    assert causes == {"unrev-a"}
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(events=journals().filter(bool), data=st.data())
