@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 
+from eventstore import IdempotencyConflict, VersionConflict
+from projections.errors import UnknownAccount
 from projections.ledger import Ledger
 from projections.replay import fold_canonical
 from tools.service import commands
 from tools.service.groupcommit import _Item
 from tools.service.ledger import LedgerService
+from tools.service.problems import ServiceProblem
 
 
 @dataclass(frozen=True)
@@ -467,3 +470,63 @@ def test_decisions_after_a_batch_of_events_with_a_reversal_commit_without_a_rebu
     assert service.session is projection  # no rebuild from the newest checkpoint
     with service.reading() as ledger:
         assert ledger.digest() == fold_canonical(service.journal).digest()
+
+
+@dataclass(frozen=True)
+class Raises:
+    """A command that raises `error` before it appends anything."""
+
+    key: str | None
+    error: BaseException
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return ["a"]
+
+    def run(self, service: LedgerService) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [
+    IdempotencyConflict("key 'k' holds another event"),
+    ServiceProblem(422, "bad events", slug="invalid-events"),
+    ServiceProblem(499, "a 4xx"),
+    UnknownAccount("unknown account 'z'"),
+    KeyError("z"),
+], ids=["idempotency", "422", "499", "ledger", "key"])
+def test_a_refusal_is_its_commands_answer_and_the_batch_commits(
+        service: Any, error: BaseException) -> None:
+    """A command that refuses (a 4xx, a ledger error, a key in use) leaves the transaction
+    intact: the batch commits once with its other decisions, the refusal as its answer."""
+    good = _Item(commands.Usage("u1", "a", 7, None, None, 10))
+    refused = _Item(Raises(None, error))
+    other = _Item(commands.Usage("u2", "a", 3, None, None, 10))
+    before = service.writer.batches
+    service.writer._commit([good, refused, other])
+    while service.writer._ahead is not None:
+        service.writer._settle_ahead()
+    assert service.writer.batches == before + 1
+    assert refused.future.exception() is error
+    assert [good.future.result()["id"], other.future.result()["id"]] == ["u1", "u2"]
+
+
+@pytest.mark.parametrize("error", [
+    ServiceProblem(500, "the database is away"),
+    ServiceProblem(503, "unavailable"),
+    VersionConflict("the stream moved"),
+    RuntimeError("a bug"),
+], ids=["500", "503", "journal", "bug"])
+def test_a_failure_fails_the_batch_and_each_decision_is_decided_alone(
+        service: Any, error: BaseException) -> None:
+    """A command failing with a 5xx or a journal error (not a refusal) fails its batch's
+    transaction: nothing of the batch commits together; each decision is then decided
+    alone, the good ones committed one by one."""
+    good = _Item(commands.Usage("u1", "a", 7, None, None, 10))
+    failing = _Item(Raises(None, error))
+    other = _Item(commands.Usage("u2", "a", 3, None, None, 10))
+    before = service.writer.batches
+    service.writer._commit([good, failing, other])
+    while service.writer._ahead is not None:
+        service.writer._settle_ahead()
+    assert service.writer.batches == before + 2  # each good decision alone
+    assert failing.future.exception() is error
+    assert [good.future.result()["id"], other.future.result()["id"]] == ["u1", "u2"]
