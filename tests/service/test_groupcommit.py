@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import SQLAlchemyError
 
 from eventstore import IdempotencyConflict, VersionConflict
 from projections.errors import UnknownAccount
@@ -513,8 +514,9 @@ def test_a_refusal_is_its_commands_answer_and_the_batch_commits(
     ServiceProblem(500, "the database is away"),
     ServiceProblem(503, "unavailable"),
     VersionConflict("the stream moved"),
+    SQLAlchemyError("a constraint failed"),
     RuntimeError("a bug"),
-], ids=["500", "503", "journal", "bug"])
+], ids=["500", "503", "journal", "sql", "bug"])
 def test_a_failure_fails_the_batch_and_each_decision_is_decided_alone(
         service: Any, error: BaseException) -> None:
     """A command failing with a 5xx or a journal error (not a refusal) fails its batch's
@@ -530,3 +532,25 @@ def test_a_failure_fails_the_batch_and_each_decision_is_decided_alone(
     assert service.writer.batches == before + 2  # each good decision alone
     assert failing.future.exception() is error
     assert [good.future.result()["id"], other.future.result()["id"]] == ["u1", "u2"]
+
+
+def test_a_batch_holds_at_most_max_batch_decisions_and_one_per_key(tmp_path: Path) -> None:
+    """The writer puts at most `max_batch` decisions in one transaction, and a decision
+    whose key a decision of the batch already has waits for the next batch (the retry
+    must find its first attempt recorded), the others keeping their order."""
+    svc = LedgerService(f"sqlite:///{tmp_path / 'mb.db'}", clock=lambda: 10, max_batch=2)
+    svc.reset()
+    svc.ready.set()
+    try:
+        grant = commands.Grant("g0", "a", 100, None, None, None, None, 1)
+        uses = [commands.Usage(f"u{i}", "a", 1, None, None, 10) for i in range(5)]
+        _, groups = svc.writer.commit_in_turn([grant, *uses])
+        assert groups == [[0, 1], [2, 3], [4, 5]]
+        svc.writer.max_batch = 512
+        same = [commands.Usage(key, "a", 1, None, None, 10) for key in ("k", "k", "m")]
+        futures, groups = svc.writer.commit_in_turn(same)
+        assert groups == [[0, 2], [1]]
+        assert [f.result()["id"] for f in futures] == ["k", "k", "m"]
+    finally:
+        svc.writer.stop()
+        svc.close()
