@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal, NewEvent
+from eventstore import Journal, MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.errors import UnknownAccount, UnknownJob
 from projections.importing import import_file
@@ -33,6 +33,7 @@ from projections.queries import (
     statement,
     to_dict,
 )
+from projections.queries.explain import job_account, job_explanation
 from projections.replay import fold_canonical, replay
 from tools import wording
 
@@ -532,3 +533,36 @@ def test_a_submit_refused_in_debt_says_the_available_figure_balance_says() -> No
     reason = explain_job(journal, "free-probe").reason
     assert reason is not None and "costs 0, only -15 available" in reason
     assert balance(journal, "a", at=2).figures.available == -15
+
+
+def _checkpointed(url: str, before: list[NewEvent], after: list[NewEvent]) -> Journal:
+    journal = Journal(url)
+    journal.append(before)
+    replay(journal, checkpoint=True)
+    journal.append(after)
+    return journal
+
+
+GRANTS = [NewEvent(f"g-{name}", name, "grant", 0, {"account": name, "amount": 100})
+          for name in ("a", "b")]
+
+
+def _submit(event_id: str, account: str, time: int) -> NewEvent:
+    return NewEvent(event_id, account, "submit", time,
+                    {"account": account, "job": "j", "cost": 5, "priority": 1})
+
+
+@pytest.mark.parametrize(("before", "after", "owner"), [
+    # Submitted and started in its account's stream after the checkpoint: that account.
+    ([], [_submit("s1", "a", 1), NewEvent("st", "a", "start", 2, {"job": "j"})], "a"),
+    # Submitted again, by another account, after the checkpoint that indexes it.
+    ([_submit("s1", "a", 1)], [_submit("s2", "b", 2)], None),
+    # A step of it in another account's stream.
+    ([_submit("s1", "a", 1)], [NewEvent("st", "b", "start", 2, {"job": "j"})], None),
+], ids=["own stream", "submitted twice", "step elsewhere"])
+def test_a_jobs_account_is_the_one_whose_events_alone_tell_its_life(
+        db: str, before: list[NewEvent], after: list[NewEvent], owner: str | None) -> None:
+    with _checkpointed(db, GRANTS + before, after) as journal:
+        assert job_account(journal, "j", journal.head()) == owner
+        assert to_dict(explain_job(journal, "j")) == to_dict(
+            job_explanation(journal.read(order="canonical"), "j"))
