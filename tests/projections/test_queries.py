@@ -33,7 +33,7 @@ from projections.queries import (
     statement,
     to_dict,
 )
-from projections.queries.explain import job_account, job_explanation
+from projections.queries.explain import RUNNING_HELD, Waiting, job_account, job_explanation
 from projections.replay import fold_canonical, replay
 from tools import wording
 
@@ -343,6 +343,19 @@ def test_a_job_charged_nothing_counts_its_full_cost_as_used_and_refunded() -> No
     totals = st_.subtotals
     assert (totals.used, totals.refunded, totals.closing) == (10, 10, 50)
     assert totals.consistent, totals.problems
+
+
+def test_explain_job_says_a_running_job_holds_its_cost_until_it_completes() -> None:
+    journal = MemoryJournal()
+    s = Scheduler(journal, clock=lambda: 100)
+    s.open_account("a", 50, at=0)
+    assert s.submit("j", "a", 12, 1, at=1)
+    s.start_next(at=2)
+    explained = explain_job(journal, "j")
+    assert explained.state == "running"
+    assert explained.waiting == Waiting(RUNNING_HELD, held=12)
+    s.complete("j", True, at=3)
+    assert explain_job(journal, "j").waiting is None
 
 
 @pytest.mark.parametrize("void_at", [0, 3])
