@@ -572,7 +572,11 @@ def _submit(event_id: str, account: str, time: int) -> NewEvent:
     ([_submit("s1", "a", 1)], [_submit("s2", "b", 2)], None),
     # A step of it in another account's stream.
     ([_submit("s1", "a", 1)], [NewEvent("st", "b", "start", 2, {"job": "j"})], None),
-], ids=["own stream", "submitted twice", "step elsewhere"])
+    # Pending behind another account's job: its place is the whole queue's.
+    ([NewEvent("k", "b", "submit", 0, {"account": "b", "job": "k", "cost": 5,
+                                       "priority": 2})],
+     [_submit("s1", "a", 1)], "a"),
+], ids=["own stream", "submitted twice", "step elsewhere", "behind another account"])
 def test_a_jobs_account_is_the_one_whose_events_alone_tell_its_life(
         db: str, before: list[NewEvent], after: list[NewEvent], owner: str | None) -> None:
     with _checkpointed(db, GRANTS + before, after) as journal:
