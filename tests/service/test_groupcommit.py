@@ -4,6 +4,8 @@ projection equal to the journal, and does not take its neighbours down with it."
 from __future__ import annotations
 
 import queue
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from projections.errors import UnknownAccount
 from projections.ledger import Ledger
 from projections.replay import fold_canonical
 from tools.service import commands
-from tools.service.groupcommit import _Item
+from tools.service.groupcommit import GroupCommit, _Item
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 
@@ -554,3 +556,71 @@ def test_a_batch_holds_at_most_max_batch_decisions_and_one_per_key(tmp_path: Pat
     finally:
         svc.writer.stop()
         svc.close()
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A command the fake batch runner below answers with its own key."""
+
+    key: str | None
+
+    def locks(self, ledger: Ledger) -> list[str]:
+        return []
+
+    def run(self, service: Any) -> Any:  # pragma: no cover - the fake runner answers
+        return self.key
+
+
+def _held_writer() -> tuple[GroupCommit, list[list[str | None]], threading.Event]:
+    """A writer whose batch runner records each batch and holds the first one until the
+    event is set (meanwhile callers queue)."""
+    batches: list[list[str | None]] = []
+    release = threading.Event()
+
+    def run_batch(cmds: Any, wait: Any) -> list[Any]:
+        if not batches:
+            release.wait(10)
+        batches.append([c.key for c in cmds])
+        return [c.key for c in cmds]
+
+    writer = GroupCommit(run_batch, lambda: None)
+    writer.start()
+    return writer, batches, release
+
+
+def test_a_call_queued_among_decisions_runs_after_their_batch() -> None:
+    """`call(fn)` runs between two batches: queued among decisions, it runs once the batch
+    that takes them (one batch: the call does not split it) committed."""
+    writer, batches, release = _held_writer()
+    try:
+        first = writer.submit(Keyed("first"))
+        while not writer._queue.empty():
+            time.sleep(0.001)  # the writer holds the first batch
+        a = writer.submit(Keyed("a"))
+        called = writer.call(lambda: [list(b) for b in batches])
+        b = writer.submit(Keyed("b"))
+        release.set()
+        assert [f.result(5) for f in (first, a, b)] == ["first", "a", "b"]
+        assert called.result(5) == [["first"], ["a", "b"]]
+    finally:
+        release.set()
+        writer.stop(5)
+
+
+def test_a_stop_queued_behind_decisions_answers_them_first() -> None:
+    """`stop()` decides what was queued before it, then ends the writer."""
+    writer, batches, release = _held_writer()
+    first = writer.submit(Keyed("first"))
+    while not writer._queue.empty():
+        time.sleep(0.001)
+    a = writer.submit(Keyed("a"))
+    thread = writer._thread
+    stopping = threading.Thread(target=writer.stop, args=(5,))
+    stopping.start()
+    while writer._thread is not None:
+        time.sleep(0.001)
+    release.set()
+    stopping.join(10)
+    assert [first.result(5), a.result(5)] == ["first", "a"]
+    assert batches == [["first"], ["a"]]
+    assert thread is not None and not thread.is_alive()
