@@ -1218,3 +1218,15 @@ def test_a_far_write_under_a_key_a_start_next_bound_is_a_conflict(client: TestCl
                          409)["detail"]
         assert "a start-next that found no job to start" in detail, detail
     assert head(client) == at
+
+
+def test_the_bindings_of_requests_that_record_nothing_keep_their_stored_form() -> None:
+    """The fingerprint a start-next or a cancel that recorded nothing binds its key to is
+    kept in the journal as long as the journal: its form (the job's name as written, not
+    escaped) must stay what earlier bindings hold, or their retries become conflicts."""
+    from tools.service.bindings import cancel_fingerprint, start_next_fingerprint
+
+    assert start_next_fingerprint(None) == "start-next:"
+    assert start_next_fingerprint(12) == "start-next:12"
+    assert cancel_fingerprint("café", None) == 'cancel:["café", null]'
+    assert cancel_fingerprint("j1", 7) == 'cancel:["j1", 7]'
