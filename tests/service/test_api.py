@@ -1230,3 +1230,24 @@ def test_the_bindings_of_requests_that_record_nothing_keep_their_stored_form() -
     assert start_next_fingerprint(12) == "start-next:12"
     assert cancel_fingerprint("café", None) == 'cancel:["café", null]'
     assert cancel_fingerprint("j1", 7) == 'cancel:["j1", 7]'
+
+
+def test_a_batch_takes_iso_times_each_on_its_own(client: TestClient) -> None:
+    """An event of a batch may give its `time` or its `expiry` as ISO 8601 text with an
+    offset, either one alone, with or without a key: each is read as the seconds it
+    names."""
+    events = [
+        {"type": "grant", "account": "a", "amount": 5, "time": "1970-01-01T00:01:40Z",
+         "id": "g1"},
+        {"type": "grant", "account": "a", "amount": 5, "time": 100,
+         "expiry": "1970-01-01T00:16:40Z", "id": "g2"},
+        {"type": "consume", "account": "a", "amount": 1, "time": "1970-01-01T00:02:00Z"}]
+    sent = client.post("/v1/events", json={"events": events})
+    assert sent.status_code == 200, sent.text
+    keyed = client.post("/v1/events", json={"events": [
+        {"type": "consume", "account": "a", "amount": 1, "time": "1970-01-01T00:03:00Z"}]},
+        headers={"Idempotency-Key": "use-2"})
+    assert keyed.status_code == 200, keyed.text
+    recorded = client.get("/v1/journal").json()["events"]
+    assert [(e["time"], e.get("expiry")) for e in recorded] == [
+        (100, None), (100, 1000), (120, None), (180, None)]
