@@ -240,15 +240,20 @@ def test_a_reversed_submit_keeps_its_job_id_taken() -> None:
     assert scheduler.submit("j0b", "a", 50, 1, at=2)
 
 
+def _two_accounts_used() -> MemoryJournal:
+    """a and b granted 100 at 0; a uses 10 at 5 and 95 at 60, b 10 at 50."""
+    return journal_of([("g-a", "grant", 0, {"account": "a", "amount": 100}),
+                       ("u-a", "consume", 5, {"account": "a", "amount": 10}),
+                       ("g-b", "grant", 0, {"account": "b", "amount": 100}),
+                       ("u-b", "consume", 50, {"account": "b", "amount": 10}),
+                       ("late", "consume", 60, {"account": "a", "amount": 95})])
+
+
 def test_revisions_name_the_reversal_of_a_batch_that_reaches_furthest_back() -> None:
     """Two reversals appended together: the revisions they cause name the one whose event
     lies earliest on the timeline (the batch reaches across accounts, so one cause serves
     every revision), not whichever came first in the batch."""
-    journal = journal_of([("g-a", "grant", 0, {"account": "a", "amount": 100}),
-                          ("u-a", "consume", 5, {"account": "a", "amount": 10}),
-                          ("g-b", "grant", 0, {"account": "b", "amount": 100}),
-                          ("u-b", "consume", 50, {"account": "b", "amount": 10}),
-                          ("late", "consume", 60, {"account": "a", "amount": 95})])
+    journal = _two_accounts_used()
     journal.append([
         NewEvent("rev-b", "b", "reverse", 50, {"event": "u-b", "reason": "duplicate"}),
         NewEvent("rev-a", "a", "reverse", 5, {"event": "u-a", "reason": "wrong account"}),
@@ -267,11 +272,7 @@ def test_revisions_name_the_reversal_of_a_batch_that_reaches_furthest_back() -> 
 def test_a_reversal_of_a_late_timed_reversal_reaches_back_to_the_event_it_puts_back() -> None:
     """The reach of a reversal of a reversal is the earliest of its chain: here the event
     put back (at 5), not the reversal it undoes, timed long after it (at 80)."""
-    journal = journal_of([("g-a", "grant", 0, {"account": "a", "amount": 100}),
-                          ("u-a", "consume", 5, {"account": "a", "amount": 10}),
-                          ("g-b", "grant", 0, {"account": "b", "amount": 100}),
-                          ("u-b", "consume", 50, {"account": "b", "amount": 10}),
-                          ("late", "consume", 60, {"account": "a", "amount": 95})])
+    journal = _two_accounts_used()
     journal.append([
         NewEvent("rev-a", "a", "reverse", 80, {"event": "u-a", "reason": "wrong account"}),
         NewEvent("rev-b", "b", "reverse", 50, {"event": "u-b", "reason": "duplicate"})])

@@ -489,6 +489,23 @@ class Raises:
         raise self.error
 
 
+def _between_two_usages(service: Any, error: BaseException) -> int:
+    """Commit a command raising `error` between two good usage reports, in one call of the
+    writer: the transactions it took. The command's answer is the error, the usage
+    reports' their own ids, whatever became of the batch."""
+    good = _Item(commands.Usage("u1", "a", 7, None, None, 10))
+    raising = _Item(Raises(None, error))
+    other = _Item(commands.Usage("u2", "a", 3, None, None, 10))
+    before = service.writer.batches
+    service.writer._commit([good, raising, other])
+    while service.writer._ahead is not None:
+        service.writer._settle_ahead()
+    assert raising.future.exception() is error
+    assert [good.future.result()["id"], other.future.result()["id"]] == ["u1", "u2"]
+    batches: int = service.writer.batches - before
+    return batches
+
+
 @pytest.mark.parametrize("error", [
     IdempotencyConflict("key 'k' holds another event"),
     ServiceProblem(422, "bad events", slug="invalid-events"),
@@ -500,16 +517,7 @@ def test_a_refusal_is_its_commands_answer_and_the_batch_commits(
         service: Any, error: BaseException) -> None:
     """A command that refuses (a 4xx, a ledger error, a key in use) leaves the transaction
     intact: the batch commits once with its other decisions, the refusal as its answer."""
-    good = _Item(commands.Usage("u1", "a", 7, None, None, 10))
-    refused = _Item(Raises(None, error))
-    other = _Item(commands.Usage("u2", "a", 3, None, None, 10))
-    before = service.writer.batches
-    service.writer._commit([good, refused, other])
-    while service.writer._ahead is not None:
-        service.writer._settle_ahead()
-    assert service.writer.batches == before + 1
-    assert refused.future.exception() is error
-    assert [good.future.result()["id"], other.future.result()["id"]] == ["u1", "u2"]
+    assert _between_two_usages(service, error) == 1
 
 
 @pytest.mark.parametrize("error", [
@@ -524,16 +532,7 @@ def test_a_failure_fails_the_batch_and_each_decision_is_decided_alone(
     """A command failing with a 5xx or a journal error (not a refusal) fails its batch's
     transaction: nothing of the batch commits together; each decision is then decided
     alone, the good ones committed one by one."""
-    good = _Item(commands.Usage("u1", "a", 7, None, None, 10))
-    failing = _Item(Raises(None, error))
-    other = _Item(commands.Usage("u2", "a", 3, None, None, 10))
-    before = service.writer.batches
-    service.writer._commit([good, failing, other])
-    while service.writer._ahead is not None:
-        service.writer._settle_ahead()
-    assert service.writer.batches == before + 2  # each good decision alone
-    assert failing.future.exception() is error
-    assert [good.future.result()["id"], other.future.result()["id"]] == ["u1", "u2"]
+    assert _between_two_usages(service, error) == 2  # each good decision alone
 
 
 def test_a_batch_holds_at_most_max_batch_decisions_and_one_per_key(tmp_path: Path) -> None:
