@@ -89,7 +89,13 @@ class Bound:
         return self.command.locks(ledger)
 
     def run(self, service: Any) -> Any:
-        replay = getattr(self.command, "replay", None)
-        if replay is None:
-            raise key_in_use(self.key, self.binding)
-        return replay(self.binding)
+        return answer_from_binding(self.command, self.binding)
+
+
+def answer_from_binding(command: Command, binding: RequestKey) -> Any:
+    """What `command` answers under a key bound to a request: `command.replay(binding)`
+    where the command has it, else `409` naming what the key was used for."""
+    replay = getattr(command, "replay", None)
+    if replay is None:
+        raise key_in_use(command.key, binding)
+    return replay(binding)

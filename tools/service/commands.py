@@ -24,7 +24,12 @@ from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.session import job_key
-from tools.service.bindings import cancel_fingerprint, key_in_use, start_next_fingerprint
+from tools.service.bindings import (
+    answer_from_binding,
+    cancel_fingerprint,
+    key_in_use,
+    start_next_fingerprint,
+)
 from tools.service.groupcommit import Command
 from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
@@ -285,10 +290,7 @@ class UnlessRetry:
 
     def replay(self, binding: RequestKey) -> Any:
         """As the write itself answers a key bound to a request (see `bindings.Bound`)."""
-        replay = getattr(self.command, "replay", None)
-        if replay is None:
-            raise key_in_use(self.key, binding)
-        return replay(binding)
+        return answer_from_binding(self.command, binding)
 
 
 class EventsRejected(ServiceProblem):
