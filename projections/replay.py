@@ -643,14 +643,13 @@ def canonical_folds(journal: JournalLike, positions: Sequence[int]) -> Iterator[
     if not ordered:
         return
     first, last = ordered[0], ordered[-1]
-    later = [row[3] for row in lean_rows(journal, after_position=first, to_position=last,
-                                         order="position")]
-    if not later or any(True for _ in rows_of_type(journal, "reverse", after_position=first,
-                                                   to_position=last)):
+    between = [(row[2], row[3]) for row in lean_rows(
+        journal, after_position=first, to_position=last, order="position")]
+    if not between or any(kind == "reverse" for kind, _ in between):
         for position in ordered:
             yield fold_canonical(journal, to_position=position)
         return
-    since = min(later)
+    since = min(time for _, time in between)
     excluded = reversed_ids(_known_reversals(journal, first, None))
     ledger = Ledger(excluded=excluded)
     with paused_gc():
