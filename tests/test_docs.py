@@ -66,3 +66,21 @@ def test_each_package_table_lists_every_module_and_only_those(package: str) -> N
     required = {m for m in modules if not m.endswith("/__init__.py")}
     assert required - listed == set(), "modules no table describes"
     assert listed - modules == set(), "modules described that do not exist"
+
+
+OPERATIONS = DOCS / "operations.md"
+VARIABLE = re.compile(r"\bGPU_CREDITS_[A-Z][A-Z_]*\b")
+
+
+def test_every_environment_variable_the_code_reads_has_its_row_and_only_those() -> None:
+    """docs/operations.md, "Environment variables": what an operator may set is where
+    they look, and no row names a variable nothing reads any more."""
+    sources = [ROOT / "setup.py", ROOT / "Makefile"]
+    for package in ("eventstore", "projections", "tools", "migrations", "tests"):
+        sources += (ROOT / package).rglob("*.py")
+    read = {name for path in sources for name in VARIABLE.findall(path.read_text())}
+    rows = _first_table(OPERATIONS.read_text(), "## Environment variables")
+    documented = {name for row in rows for name in VARIABLE.findall(row.split("|")[1])}
+    assert read - documented == set(), "variables the code reads that no row describes"
+    assert documented - read == set(), "rows naming variables nothing reads"
+
