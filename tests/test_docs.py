@@ -84,3 +84,37 @@ def test_every_environment_variable_the_code_reads_has_its_row_and_only_those() 
     assert read - documented == set(), "variables the code reads that no row describes"
     assert documented - read == set(), "rows naming variables nothing reads"
 
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#+ (.*)$", re.MULTILINE)
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def _anchors(page: Path) -> set[str]:
+    """The fragments a link may name on `page`: GitHub's slug of each heading (a repeated
+    one numbered), and every explicit `<a id=...>`."""
+    text = page.read_text()
+    found: set[str] = set(re.findall(r'<a id="([^"]+)"', text))
+    seen: dict[str, int] = {}
+    for heading in HEADING.findall(FENCE.sub("", text)):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))],
+                         ids=lambda page: page.name)
+def test_every_relative_link_names_a_file_and_a_heading_that_exist(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, fragment = target.partition("#")
+        linked = (page.parent / path) if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and linked.suffix == ".md" and fragment not in _anchors(linked):
+            broken.append(f"{target}: no such heading")
+    assert broken == []
