@@ -118,3 +118,13 @@ def test_every_relative_link_names_a_file_and_a_heading_that_exist(page: Path) -
         elif fragment and linked.suffix == ".md" and fragment not in _anchors(linked):
             broken.append(f"{target}: no such heading")
     assert broken == []
+
+
+def test_a_quoted_schema_refusal_names_the_revision_this_code_needs() -> None:
+    """A SchemaError quoted in the docs says what an operator sees today: the revision
+    the code migrates to, not the one it needed when the page was written."""
+    from eventstore.migrate import HEAD_REVISION
+
+    quoted = {(page.name, revision) for page in sorted(DOCS.glob("*.md"))
+              for revision in re.findall(r"this code needs revision '(\w+)'", page.read_text())}
+    assert quoted and {revision for _, revision in quoted} == {HEAD_REVISION}, quoted
