@@ -180,7 +180,8 @@ def waiting_text(w: Waiting) -> str:
 
 _NOTES: dict[str, Callable[[Note], str]] = {
     "": lambda n: "",
-    "duplicate": lambda n: f"{n.kind} {n.ref} appears earlier in the file",
+    "duplicate": lambda n: (f"{n.kind} {n.ref} appears earlier in the file under account "
+                           f"{n.account!r}"),
     "no_job": lambda n: f"no job {n.ref!r} in the ledger",
     "job_not_charged": lambda n: f"job {n.ref!r} is {n.state}: not charged",
     "reversed": lambda n: f"event {n.ref!r} was reversed: not a charge",

@@ -88,10 +88,10 @@ class Note:
     """Why a finding has its verdict: a code and the values behind it.
 
     Codes: "" (nothing to add: a match, an amount that differs); "duplicate" (`kind`
-    "job" or "id" `ref` is on an earlier row); "no_job", "job_not_charged" (`state`),
-    "reversed", "no_event": why the ledger has no charge for `ref`; "other_account": the
-    ledger charges `ref` to `account`; "job", "consume", "adjust": the kind of a ledger
-    charge missing from the file.
+    "job" or "id" `ref` is on an earlier row under `account`); "no_job",
+    "job_not_charged" (`state`), "reversed", "no_event": why the ledger has no charge for
+    `ref`; "other_account": the ledger charges `ref` to `account`; "job", "consume",
+    "adjust": the kind of a ledger charge missing from the file.
     """
 
     code: str = ""
@@ -347,7 +347,7 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
         key = row.key
         if (row.account, *key) in rows_seen:
             status = DUPLICATE
-            note = Note("duplicate", key[1], kind=key[0])
+            note = Note("duplicate", key[1], kind=key[0], account=row.account)
         else:
             rows_seen.add((row.account, *key))
             seen.add(key)

@@ -339,6 +339,9 @@ def test_reconcile_lists_every_difference(run: Run, month: Path, tmp_path: Path)
     assert statuses == [("amount_differs", "j1"), ("missing_from_ledger", "j9"),
                         ("missing_from_ledger", "j2"), ("duplicate", "j1")]
     assert report["findings"][0]["difference"] == 2
+    # A duplicate is one under the same account: its note says which.
+    assert report["findings"][3]["note"] == (
+        "job j1 appears earlier in the file under account 'a'")
     wide = _charges(tmp_path, "account,job,amount,time\na,j1,10,0\nb,j3,0,9\n", "wide.csv")
     extra = json.loads(run("reconcile", wide, "--json").stdout)
     assert [(f["status"], f["job"] or f["id"], f["ledger_amount"])
