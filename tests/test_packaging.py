@@ -138,6 +138,27 @@ def test_no_dependency_is_declared_older_than_the_package_runs_on() -> None:
     assert {name: declared[name] for name in FLOORS if declared[name] < FLOORS[name]} == {}
 
 
+def _padded(version: tuple[int, ...]) -> tuple[int, ...]:
+    return version + (0,) * (3 - len(version))
+
+
+def test_the_floors_the_docs_say_were_run_are_the_declared_ones() -> None:
+    """docs/operations.md, "Dependency floors", names the version of each dependency the
+    installed package was run on; pyproject.toml must declare exactly that one, not an
+    older one nobody ran (psycopg was declared >=3.1 where 3.1.8 was what ran)."""
+    declared = dict(_floor(r) for r in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    text = (ROOT / "docs" / "operations.md").read_text()
+    listed = re.search(r"pinning each dependency to its floor \((.*?), the others at",
+                       text, re.DOTALL)
+    assert listed, "the floors' sentence of docs/operations.md moved"
+    run = {name.lower(): tuple(int(part) for part in version.split("."))
+           for name, version in re.findall(r"([A-Za-z]+) ([0-9.]+)", listed[1])}
+    assert len(run) >= 7
+    assert {name: version for name, version in run.items()
+            if _padded(declared.get(name, ())) != _padded(version)} == {}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("GPU_CREDITS_BUILD_WHEEL"),
                     reason="builds the real wheel, compiling the fold (over a minute of "
