@@ -38,7 +38,7 @@ PACKAGES = {
     "tools/sim": "### Inside `tools.sim`",
     "tools/bench": "### Inside `tools.bench`",
 }
-MODULE = re.compile(r"`([\w/]+\.py)`")
+MODULE = re.compile(r"`([\w/]+\.(?:py|c))`")
 
 
 def _first_table(text: str, heading: str) -> list[str]:
@@ -59,7 +59,8 @@ def test_each_package_table_lists_every_module_and_only_those(package: str) -> N
     listed = {f"{package}/{name}" for row in _first_table(text, PACKAGES[package])
               for name in MODULE.findall(row.split("|")[1])}
     here = ROOT / package
-    modules = {str(p.relative_to(ROOT)) for p in here.rglob("*.py")
+    # The C accelerators too: a module of a package whichever language it is written in.
+    modules = {str(p.relative_to(ROOT)) for pattern in ("*.py", "*.c") for p in here.rglob(pattern)
                if p.parent == here or not (p.parent / "__init__.py").exists()
                or str(p.parent.relative_to(ROOT)) not in PACKAGES}
     modules = {m for m in modules if "__pycache__" not in m}
