@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,50 @@ def test_a_quoted_schema_refusal_names_the_revision_this_code_needs() -> None:
     quoted = {(page.name, revision) for page in sorted(DOCS.glob("*.md"))
               for revision in re.findall(r"this code needs revision '(\w+)'", page.read_text())}
     assert quoted and {revision for _, revision in quoted} == {HEAD_REVISION}, quoted
+
+
+def _shown_code(text: str) -> list[str]:
+    """Every inline code span of a page and every line of its fenced blocks."""
+    blocks = FENCE.findall(text)
+    lines = [line for block in blocks for line in block.splitlines()[1:]]
+    return re.findall(r"`([^`]+)`", FENCE.sub("", text)) + lines
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))],
+                         ids=lambda page: page.name)
+def test_every_command_line_the_docs_show_names_commands_and_options_it_has(
+        page: Path) -> None:
+    """A `gpu-credits ...` in prose (the walk-throughs run theirs; prose is not run) names
+    a command there is, with options that command takes: a renamed option or command
+    shows here instead of in a user's shell."""
+    import typer.main
+
+    from tools.cli import app
+
+    root: Any = typer.main.get_command(app)
+
+    def options(command: Any) -> set[str]:
+        return {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+
+    wrong = []
+    for span in _shown_code(page.read_text()):
+        for shown in re.finditer(r"(?:^|[\s/$])gpu-credits((?: [^\s`|;&)#]+)*)", span):
+            words = shown[1].split()
+            at = 0
+            while at < len(words) and words[at].startswith("-"):
+                at += 2 if words[at] == "--db" else 1
+            command = root
+            while at < len(words) and hasattr(command, "commands"):
+                if words[at] not in command.commands:
+                    wrong.append(f"{span.strip()}: no command {words[at]!r}")
+                    break
+                command = command.commands[words[at]]
+                at += 1
+            known = options(command) | options(root)
+            for word in words[at:]:
+                if word == "--":
+                    break
+                option = word.split("=")[0]
+                if re.fullmatch(r"--[a-z][\w-]*", option) and option not in known:
+                    wrong.append(f"{span.strip()}: {command.name} takes no {option}")
+    assert wrong == []
