@@ -177,3 +177,22 @@ def test_every_command_line_the_docs_show_names_commands_and_options_it_has(
                 if re.fullmatch(r"--[a-z][\w-]*", option) and option not in known:
                     wrong.append(f"{span.strip()}: {command.name} takes no {option}")
     assert wrong == []
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))],
+                         ids=lambda page: page.name)
+def test_every_repository_path_the_docs_name_exists(page: Path) -> None:
+    """A file or folder named in code (`tests/...`, `tools/...`) is where a reader will
+    look: one renamed or deleted since must not send them nowhere. Build products (the
+    compiled modules and their record) exist only once built."""
+    from projections import native
+
+    built = ("*.so", f"*/{native.BUILD_RECORD}")
+    missing = []
+    for named in re.findall(r"`([^`\s]+)`", page.read_text()):
+        named = named.rstrip("/.,:")
+        if (re.fullmatch(r"(eventstore|projections|tools|tests|migrations|docs)/[\w./*-]+",
+                         named) and not any(Path(named).match(b) for b in built)
+                and not list(ROOT.glob(named))):
+            missing.append(named)
+    assert missing == []
