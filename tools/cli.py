@@ -455,7 +455,51 @@ def int_option(value: str, option: str, expected: str) -> int:
     return int(text)
 
 
-class NumbersCommand(TyperCommand):
+# The metavars of the str parameters that name a file or a database, not ledger text.
+_PATH_METAVARS = frozenset({"FILE", "URL"})
+
+
+def _undecoded(value: str) -> bool:
+    """Whether `value` holds bytes the locale's encoding could not read: Python keeps
+    each such byte of the command line as a lone surrogate U+DC80..U+DCFF."""
+    return any("\udc80" <= c <= "\udcff" for c in value)
+
+
+class TextCommand(TyperCommand):
+    """A command that refuses, before it does anything, a word of ledger text (a name,
+    an id, a memo, a time) the locale could not decode.
+
+    Under an ASCII locale with Python's UTF-8 mode off, `café` arrives as `caf` and two
+    escaped bytes, which no account is named and no journal can store: every read and
+    write would end on an encoding error far from the word. Guessing that the bytes are
+    UTF-8 could record a name other than the one typed (Latin-1 `Ã©` is UTF-8 `é`), so
+    the word is refused with what to change. A file or database path keeps its bytes:
+    the file system takes them back as they came.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        for param in self.get_params(ctx):
+            value = ctx.params.get(param.name)
+            words = value if isinstance(value, list | tuple) else [value]
+            if param.metavar in _PATH_METAVARS:
+                continue
+            for word in words:
+                if isinstance(word, str) and _undecoded(word):
+                    raise CliError(_undecoded_text(param, word))
+        return rest
+
+
+def _undecoded_text(param: Any, word: str) -> str:
+    name = param.opts[0] if param.param_type_name == "option" else (
+        param.metavar or param.name.upper())
+    raw = os.fsencode(word)
+    return (f"{name} {str(raw)[1:]} cannot be read as text: the locale's encoding "
+            f"({sys.getfilesystemencoding()}) lacks its bytes; set a UTF-8 locale "
+            "(e.g. LANG=C.UTF-8) or PYTHONUTF8=1 and run the command again")
+
+
+class NumbersCommand(TextCommand):
     """A command whose arguments may be negative numbers (`adjust acme -25`).
 
     Click reads every word that starts with `-` as an option ("No such option: -25").
@@ -969,6 +1013,12 @@ def db_upgrade(ctx: typer.Context, db: DbOption = None) -> None:
 
 # Commands grouped by area live in their own modules and register themselves on `app`.
 from tools import cli_corrections, cli_reports, cli_serve, cli_trust  # noqa: E402, F401
+
+# Every command refuses an undecodable word of text (`TextCommand`), those registered
+# without a class of their own (Typer's default) too.
+for _info in [*app.registered_commands, *db_app.registered_commands]:
+    if _info.cls in (None, TyperCommand):
+        _info.cls = TextCommand
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import ROOT
@@ -73,7 +74,7 @@ ENVIRONMENTS: dict[str, dict[str, str]] = {
 }
 
 # Under the ASCII locale the command line's own arguments arrive as bytes Python cannot
-# decode, so a non-ASCII account typed there is not the journal's (docs/cli.md).
+# decode, so a non-ASCII account typed there is refused (docs/cli.md).
 NOT_IN = {"ascii-locale": {"balance-json"}}
 
 # What a run takes from the test's own environment; everything else (locale, time zone,
@@ -173,6 +174,65 @@ def test_an_error_naming_what_the_terminal_cannot_show_is_one_line(ledger: Path)
     assert done.returncode == 2
     assert done.stdout == b""
     assert done.stderr.count(b"\n") == 1 and b"\\U0001f680" in done.stderr
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (("balance", UNICODE_ACCOUNT, "--json"), "ACCOUNT"),
+    (("statement", "ali", "--from", "2025-11-02\u00b7"), "--from"),
+    (("grant", "ali", "5", "--memo", "caf\u00e9"), "--memo"),
+    (("grant", "caf\u00e9", "5"), "ACCOUNT"),
+], ids=["read", "time", "memo", "write"])
+def test_a_word_the_ascii_locale_cannot_decode_is_refused_in_one_line(
+        args: tuple[str, ...], named: str, ledger: Path) -> None:
+    before = ledger.read_bytes()
+    done = gpu_credits(["--db", f"sqlite:///{ledger}", *args],
+                       env=ENVIRONMENTS["ascii-locale"], cwd=ledger.parent, home=ledger.parent)
+    assert (done.returncode, done.stdout) == (2, b"")
+    lines = done.stderr.decode("ascii").splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"gpu-credits: error: {named} '")
+    assert "cannot be read as text" in lines[0]
+    assert "LANG=C.UTF-8" in lines[0] and "PYTHONUTF8=1" in lines[0]
+    assert ledger.read_bytes() == before
+
+
+def test_every_command_refuses_an_undecodable_word() -> None:
+    """The check is the commands' class: one registered without it would take the word
+    to the journal and end on an encoding error."""
+    import typer
+
+    from tools.cli import TextCommand, app
+
+    def leaves(group: Any) -> list[tuple[str, object]]:
+        found = []
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):  # a group (`db`)
+                found += leaves(command)
+            else:
+                found.append((name, command))
+        return found
+
+    commands = leaves(typer.main.get_command(app))
+    assert len(commands) > 20
+    assert [n for n, c in commands if not isinstance(c, TextCommand)] == []
+
+
+def test_under_the_ascii_locale_a_new_database_is_not_created_for_an_undecodable_name(
+        tmp_path: Path) -> None:
+    done = gpu_credits(["--db", f"sqlite:///{tmp_path}/new.db", "grant", "caf\u00e9", "5"],
+                       env=ENVIRONMENTS["ascii-locale"], cwd=tmp_path)
+    assert done.returncode == 2 and b"ACCOUNT 'caf\\xc3\\xa9'" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_under_the_ascii_locale_a_file_name_keeps_its_bytes(tmp_path: Path) -> None:
+    """A path is not ledger text: the file system takes its bytes back as they came."""
+    (tmp_path / "\u00e9v\u00e9nements.jsonl").write_text(EVENTS, encoding="utf-8")
+    done = gpu_credits(["--db", f"sqlite:///{tmp_path}/l\u00e9dger.db", "import",
+                        "\u00e9v\u00e9nements.jsonl"],
+                       env=ENVIRONMENTS["ascii-locale"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "l\u00e9dger.db").exists()
 
 
 @pytest.mark.parametrize("args", [("export",), ("accounts",)], ids=["export", "table"])
