@@ -1,0 +1,98 @@
+"""Each of the simulator's checks finds what it is there to find: fed a state or an
+answer that is wrong in one way, it says so. A check that passes whatever it is given
+would let a run of the simulator pass over the bug it was written for."""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any
+
+import pytest
+
+from projections.ledger import Ledger
+from tools.sim import model, run_script
+from tools.sim.checks import _compare, full_check
+from tools.sim.run import new_world
+from tools.sim.world import SimulatedCrash, World
+
+
+def _op(actor: str, line: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"actor": actor, "kind": line["type"], "line": line, "fault": None, "skew": 0,
+            **more}
+
+
+OPS = [
+    _op("w0", {"type": "account", "account": "a", "time": 1, "id": "o1"}),
+    _op("finance", {"type": "grant", "account": "a", "amount": 100, "time": 1,
+                    "expiry": 500, "id": "g1"}),
+    _op("w0", {"type": "submit", "job": "j1", "account": "a", "cost": 30, "priority": 5,
+               "time": 2, "id": "s1"}),
+    _op("w0", {"type": "start", "time": 3, "id": "st1"}),
+    _op("reporter", {"type": "consume", "account": "a", "amount": 20, "time": 4,
+                     "id": "u1"}),
+    _op("w0", {"type": "complete", "job": "j1", "success": False, "refund_fraction": 0.5,
+               "time": 5, "id": "c1"}),
+    _op("reporter", {"type": "consume", "account": "a", "amount": 200, "time": 6,
+                     "id": "u2"}),
+]
+"""A month in small: a grant, a job that runs and fails with half refunded, usage, debt."""
+
+
+def _world() -> World:
+    world = new_world()
+    for op in OPS:
+        assert world.execute(dict(op)) == []
+    assert full_check(world) == []
+    return world
+
+
+def _folded(world: World) -> tuple[Ledger, model.Model, dict[str, Any]]:
+    """A fresh fold of the world's journal, the reference model of it, and each event's
+    outcome in the fold."""
+    records = sorted(world.learn(), key=attrgetter("time", "position"))
+    ledger = Ledger()
+    outcomes = {rec.id: ledger.apply_recorded(rec.position, rec.id, rec.type, rec.time,
+                                              rec.payload) for rec in records}
+    return ledger, model.fold(records), outcomes
+
+
+@pytest.mark.parametrize(("eid", "field", "said"), [
+    ("u2", "debt_after", "the fold decided 136, the reference model 135"),
+    ("s1", "ok", "the fold decided False, the reference model True"),
+    ("c1", "charge", "the fold decided 16, the reference model 15"),
+])
+def test_the_fold_s_decision_of_each_event_is_held_to_the_reference_model(
+        eid: str, field: str, said: str) -> None:
+    ledger, reference, outcomes = _folded(_world())
+    assert _compare(ledger, reference, outcomes) == []
+    outcome = outcomes[eid]
+    wrong = not getattr(outcome, field) if field == "ok" else getattr(outcome, field) + 1
+    outcomes[eid] = outcome._replace(**{field: wrong})
+    problems = _compare(ledger, reference, outcomes)
+    assert any(p.startswith(f"event {eid!r}") and said in p for p in problems), problems
+
+
+def test_a_decision_recorded_though_it_crashed_before_its_commit_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process that dies in the middle of its decision's transaction, appended but not
+    # committed, on a journal that keeps what the transaction appended.
+    from eventstore import MemoryJournal
+
+    def after_append(self: World) -> Any:
+        journal = self.journal
+        append = journal.append
+
+        def append_then_die(*args: Any, **kwargs: Any) -> Any:
+            append(*args, **kwargs)
+            raise SimulatedCrash("the process died before committing")
+
+        journal.append = append_then_die  # type: ignore[method-assign]
+        return lambda: setattr(journal, "append", append)
+
+    crashed = {**OPS[4], "fault": "crash-before-commit", "retry": True}
+    assert run_script([*OPS[:4], crashed]) is None
+    monkeypatch.setattr(World, "_arm_crash", after_append)
+    monkeypatch.setattr(MemoryJournal, "_rollback", lambda self, *args: None)
+    failure = run_script([*OPS[:4], crashed])
+    assert failure is not None
+    assert "u1: a decision that crashed before its commit was recorded" in failure.problems
