@@ -96,3 +96,33 @@ def test_a_decision_recorded_though_it_crashed_before_its_commit_is_found(
     failure = run_script([*OPS[:4], crashed])
     assert failure is not None
     assert "u1: a decision that crashed before its commit was recorded" in failure.problems
+
+
+def test_an_event_s_own_reversal_does_not_excuse_its_answer_but_a_late_event_does() -> None:
+    # The answers compared with the reference model are those no later arrival could
+    # have revised. Taking an event out (and putting it back) leaves its own outcome as
+    # it was; an event that lands before it on the timeline may change it.
+    from eventstore import MemoryJournal, NewEvent
+    from tools.sim.world import revisable
+
+    journal = MemoryJournal()
+    grant = {"account": "a", "amount": 5, "expiry": 99}
+    [use] = journal.append([NewEvent("u", "a", "consume", 10, {"account": "a",
+                                                                  "amount": 3})])
+    [out] = journal.append([NewEvent("r1", "a", "reverse", 20, {"event": "u"})])
+    [back] = journal.append([NewEvent("r2", "a", "reverse", 21, {"event": "r1"})])
+    assert revisable([use, out]) == set()
+    assert "u" not in revisable([use, out, back])
+    [late] = journal.append([NewEvent("g", "a", "grant", 5, grant)])
+    assert revisable([use, out, back, late]) == {"u", "r1", "r2"}
+
+
+def test_a_failure_s_report_shows_its_first_problems_and_counts_the_rest(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.sim.__main__ import SHOWN, _say_problems
+
+    _say_problems([f"problem {n}" for n in range(SHOWN + 3)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [*(f"  problem {n}" for n in range(SHOWN)), "  ... and 3 more"]
+    _say_problems([f"problem {n}" for n in range(SHOWN)])
+    assert "more" not in capsys.readouterr().out
