@@ -126,3 +126,17 @@ def test_a_failure_s_report_shows_its_first_problems_and_counts_the_rest(
     assert lines == [*(f"  problem {n}" for n in range(SHOWN)), "  ... and 3 more"]
     _say_problems([f"problem {n}" for n in range(SHOWN)])
     assert "more" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("needed", [{3}, {0, 9}, {2, 3, 4, 11}, set(range(12))])
+def test_a_shrink_keeps_only_the_ops_the_failure_needs(needed: set[int]) -> None:
+    # Delta debugging down to chunks of one op: every op left is needed (taking any one
+    # out makes the failure go), and what is left still fails.
+    from tools.sim import shrink
+
+    ops = [{"step": n} for n in range(12)]
+
+    def still_fails(candidate: list[dict[str, Any]]) -> bool:
+        return needed <= {op["step"] for op in candidate}
+
+    assert [op["step"] for op in shrink(ops, still_fails=still_fails)] == sorted(needed)
