@@ -20,6 +20,16 @@ def test_help_lists_every_command() -> None:
         assert command in result.stdout
 
 
+@pytest.mark.parametrize(("argv", "lists"), [([], "balance"), (["db"], "upgrade")])
+def test_a_group_without_a_command_prints_its_help_and_exits_0(argv: list[str],
+                                                                lists: str) -> None:
+    # Its help is the answer to "what can I run?", not a usage error.
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.stderr
+    assert "Usage:" in result.stdout and lists in result.stdout
+    assert result.stderr == ""
+
+
 @pytest.mark.parametrize("argv", [
     ["bogus"],
     ["balance"],
