@@ -317,6 +317,27 @@ def test_erase_command(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and not (tmp_path / "none.db").exists()
 
 
+def test_erase_says_what_it_erased_and_answers_json_when_nothing_is_held(
+        tmp_path: Path) -> None:
+    """The sentence names the user as given (a bracket in a name is text, not console
+    markup), the count and the erasure; erasing again answers JSON with no erasure."""
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    user = "ann[b]x"
+    assert _cli("consume", "lab", "3", "--at", "20", "--user", user, "--db", db).exit_code == 0
+    result = _cli("erase", "--user", user, "--db", db)
+    assert result.exit_code == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert said.startswith(f"erased the personal fields of 1 event(s) of user {user!r}: "
+                           "erasure "), said
+    assert said.endswith("at position 2; every figure, the hash chain and every anchor "
+                         "are unchanged"), said
+    again = _cli("erase", "--user", user, "--json", "--db", db)
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout) == {"erased": 0, "events": [], "erasure": None,
+                                        "position": None}
+    assert "nothing to erase" in again.stderr
+
+
 def test_an_erasure_cannot_be_reversed_live_and_a_file_s_reversal_of_one_still_imports(
         tmp_path: Path) -> None:
     """A reversal would say the erasure no longer counts while the fields stay deleted:
