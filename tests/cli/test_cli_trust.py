@@ -156,6 +156,9 @@ def test_signed_anchor_round_trip(run: Run, small: Path, tmp_path: Path, db: str
     assert stat.S_IMODE(os.stat(statement).st_mode) == 0o600
     content = json.loads(statement.read_text())
     assert content["position"] == 12
+    # What was written is said on stderr: stdout stays empty for a script.
+    assert result.stdout == ""
+    assert f"wrote a signed anchor of 12:{content['hash']} to" in result.stderr
     assert f"{content['position']}:{content['hash']}" == _head(run)
     ok = run("verify", "--anchor-file", str(statement), "--public-key", str(public))
     assert ok.exit_code == 0, ok.stderr
