@@ -116,7 +116,11 @@ class _Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            # A short answer still sits in stdout's buffer: flushed here, a reader gone
+            # is answered below, not by the interpreter's last flush (exit 120).
+            sys.stdout.flush()
+            return result
         except BrokenPipeError:
             # The reader went away (`| head`): it has what it wanted; nothing to report.
             _silence_stdout()

@@ -63,6 +63,18 @@ MIN_TEXT_WIDTH = 8
 """The narrowest a text column gets when a table must fit the screen."""
 
 
+class _Console(Console):
+    """A Rich console whose broken pipe is the command line's to answer, as any other's.
+
+    Rich's own answer to a reader gone (`balance acme | head -0`) is to point stdout at
+    /dev/null and exit 1, where the same command with `--json` exits 0: the command line
+    answers every broken stdout pipe the same way (`tools.cli._Group.invoke`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("the reader of stdout went away")
+
+
 def console(*, stderr: bool = False) -> Console:
     """A console on stdout (or stderr) for this call: plain when not a terminal.
 
@@ -70,9 +82,9 @@ def console(*, stderr: bool = False) -> Console:
     read from the journal (an account `team[/red]`, a pool `[bold]h100`) can neither
     crash a command nor restyle its output. Style goes through `Text` and `style=`.
     """
-    made = Console(stderr=stderr, highlight=False, markup=False, emoji=False)
+    made = _Console(stderr=stderr, highlight=False, markup=False, emoji=False)
     if not made.is_terminal and "COLUMNS" not in os.environ:
-        made = Console(stderr=stderr, highlight=False, markup=False, emoji=False,
+        made = _Console(stderr=stderr, highlight=False, markup=False, emoji=False,
                        width=PIPE_WIDTH)
     return made
 
@@ -218,6 +230,62 @@ class _ClosedStdout(io.TextIOBase):
                       "stdout, e.g. > FILE or > /dev/null)")
 
 
+class _DroppingStderr(io.TextIOBase):
+    """The process's stderr, which drops what is said there once it cannot take it (its
+    reader gone, `2> >(head -0)`; a full disk), as a closed stderr does: the answer on
+    stdout and the exit status stand. Left to raise, a warning's BrokenPipeError would
+    read as stdout's reader gone (the answer dropped, exit 0), and an error's would end
+    the process with exit 1 instead of the error's status."""
+
+    def __init__(self, inner: TextIO) -> None:
+        super().__init__()
+        self._inner = inner
+        self._dropping = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # the stream's, read-only
+        return self._inner.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._inner.errors
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return not self._dropping and self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def write(self, text: str) -> int:
+        if not self._dropping:
+            try:
+                self._inner.write(text)
+            except OSError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._dropping:
+            try:
+                self._inner.flush()
+            except OSError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self._dropping = True
+        # What the stream still buffers goes to /dev/null when the interpreter flushes it
+        # at exit, not to an error that would change the exit status.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._inner.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
 def tolerant_streams() -> None:
     """Let stdout and stderr show, not refuse, what their encoding lacks.
 
@@ -225,8 +293,8 @@ def tolerant_streams() -> None:
     account `Ünïcödé 🚀` would stop half-printed at its first such character; the
     character is written as its escape (`\\U0001f680`) instead. UTF-8 streams are left
     as they are; what scripts read goes through `script_stdout`. A closed stdout refuses
-    every write with an error; a closed stderr swallows what is said there (the exit
-    status still tells).
+    every write with an error; a closed stderr, or one that stops taking what is said
+    there (`_DroppingStderr`), swallows it (the exit status still tells).
     """
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
@@ -236,6 +304,9 @@ def tolerant_streams() -> None:
         if isinstance(stream, io.TextIOWrapper) and \
                 codecs.lookup(stream.encoding).name != "utf-8":
             stream.reconfigure(errors="backslashreplace")
+    own = sys.__stderr__
+    if own is not None and sys.stderr is own:  # the process's own, not a test's capture
+        sys.stderr = _DroppingStderr(own)
 
 
 def print_json(value: Any) -> None:

@@ -89,19 +89,24 @@ def _command() -> list[str]:
 
 
 def gpu_credits(args: Sequence[str], *, env: dict[str, str], cwd: Path,
-                home: Path | None = None,
-                closed_stdout: bool = False) -> subprocess.CompletedProcess[bytes]:
+                home: Path | None = None, closed_stdout: bool = False,
+                closed_stderr: bool = False, stdout: int | None = None,
+                stderr: int | None = None) -> subprocess.CompletedProcess[bytes]:
     """One run of the console script with only `env` (and PATH, PYTHONPATH) set; bytes out
-    (`closed_stdout`: started without a stdout, as `>&-` starts it)."""
+    (`closed_stdout`, `closed_stderr`: started without one, as `>&-` starts it; `stdout`,
+    `stderr`: a file descriptor to write to instead of one the test reads)."""
     full = {k: os.environ[k] for k in _KEPT if k in os.environ}
     # This checkout's code, not the one the console script was installed from.
     full["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full.get("PYTHONPATH")) if p)
     if home is not None:
         full["HOME"] = str(home)
     full.update(env)
-    return subprocess.run([*_command(), *args], cwd=cwd, env=full, capture_output=True,
-                          timeout=120, check=False,
-                          preexec_fn=(lambda: os.close(1)) if closed_stdout else None)
+    closed = [fd for fd, shut in ((1, closed_stdout), (2, closed_stderr)) if shut]
+    return subprocess.run([*_command(), *args], cwd=cwd, env=full, timeout=120, check=False,
+                          stdout=subprocess.PIPE if stdout is None else stdout,
+                          stderr=subprocess.PIPE if stderr is None else stderr,
+                          preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed
+                          else None)
 
 
 @pytest.fixture(scope="module")
@@ -244,6 +249,55 @@ def test_without_a_stdout_the_answer_is_refused_in_one_line(
     assert done.stderr.decode().splitlines() == [
         "gpu-credits: error: cannot write the answer: stdout is closed (give the command a "
         "stdout, e.g. > FILE or > /dev/null)"]
+
+
+def _gone_reader() -> int:
+    """The writing end of a pipe whose reader went away (`| head -0`); the caller closes it."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+# `balance --pool` of a pool the account never had warns on stderr, then answers.
+WARNS = ("balance", "ali", "--pool", "h10", "--at", "2025-12-02")
+
+
+@pytest.mark.parametrize("where", ["gone-reader", "full-disk"])
+def test_a_stderr_that_takes_nothing_loses_no_answer_and_no_exit_status(
+        where: str, ledger: Path) -> None:
+    """What is said on such a stderr is dropped, as on a closed one: the answer on stdout
+    is whole and the exit status is the command's."""
+    sink = _gone_reader() if where == "gone-reader" else os.open("/dev/full", os.O_WRONLY)
+    try:
+        runs = {name: gpu_credits(["--db", f"sqlite:///{ledger}", *args], env=BASELINE,
+                                  cwd=ledger.parent, stderr=sink)
+                for name, args in (("warns", WARNS), ("fails", ("balance", "nobody")))}
+    finally:
+        os.close(sink)
+    plain = gpu_credits(["--db", f"sqlite:///{ledger}", *WARNS], env=BASELINE,
+                        cwd=ledger.parent)
+    assert b"warning" in plain.stderr and plain.returncode == 0
+    assert (runs["warns"].returncode, runs["warns"].stdout) == (0, plain.stdout)
+    assert (runs["fails"].returncode, runs["fails"].stdout) == (2, b"")
+
+
+@pytest.mark.parametrize("closed_stderr", [False, True], ids=["stderr", "no-stderr"])
+@pytest.mark.parametrize("args", [("balance", "ali"), ("balance", "ali", "--json"), WARNS,
+                                  ("balance", "nobody")],
+                         ids=["table", "json", "warning", "error"])
+def test_a_stdout_reader_gone_is_answered_alike_by_every_output(
+        args: tuple[str, ...], closed_stderr: bool, ledger: Path) -> None:
+    """`| head -0`: the reader has what it wanted, exit 0, a table as JSON; an error is
+    still its status."""
+    sink = _gone_reader()
+    try:
+        done = gpu_credits(["--db", f"sqlite:///{ledger}", *args], env=BASELINE,
+                           cwd=ledger.parent, stdout=sink, closed_stderr=closed_stderr)
+    finally:
+        os.close(sink)
+    assert done.returncode == (2 if "nobody" in args else 0), done.stderr
+    if not closed_stderr:
+        assert b"Traceback" not in done.stderr and b"internal error" not in done.stderr
 
 
 def test_default_database_in_an_odd_folder_without_home_under_umask_000(
