@@ -4,6 +4,7 @@ would let a run of the simulator pass over the bug it was written for."""
 
 from __future__ import annotations
 
+import sys
 from operator import attrgetter
 from typing import Any
 
@@ -140,3 +141,122 @@ def test_a_shrink_keeps_only_the_ops_the_failure_needs(needed: set[int]) -> None
         return needed <= {op["step"] for op in candidate}
 
     assert [op["step"] for op in shrink(ops, still_fails=still_fails)] == sorted(needed)
+
+
+def test_a_decision_recorded_under_another_id_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Accepted and appended, but not under the id the caller gave: its retry could not
+    # find it.
+    from projections.session import LedgerSession
+
+    build = LedgerSession._build
+
+    def renamed(self: LedgerSession, decide: Any, event_id: str | None, *rest: Any,
+                **options: Any) -> Any:
+        if event_id is not None and self.journal.get(event_id) is None:
+            event_id += "~"
+        return build(self, decide, event_id, *rest, **options)
+
+    monkeypatch.setattr(LedgerSession, "_build", renamed)
+    failure = run_script(OPS[:2])
+    assert failure is not None
+    assert "o1: acknowledged but not recorded at position 1" in failure.problems
+
+
+def test_a_retry_after_a_lost_answer_that_answers_otherwise_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections import GPUCreditTracker
+
+    lost = {**OPS[4], "fault": "lost-answer"}
+    assert run_script([*OPS[:4], lost]) is None
+    consume = GPUCreditTracker.consume
+    answered: set[str | None] = set()
+
+    def forgetful(self: GPUCreditTracker, *args: Any, **options: Any) -> int:
+        debt = consume(self, *args, **options)
+        again = options.get("event_id") in answered
+        answered.add(options.get("event_id"))
+        return debt + 1 if again else debt
+
+    monkeypatch.setattr(GPUCreditTracker, "consume", forgetful)
+    failure = run_script([*OPS[:4], lost])
+    assert failure is not None
+    assert "u1: the retry answered 1, the first attempt 0" in failure.problems
+
+
+def test_a_service_projection_other_than_the_journal_after_a_failed_commit_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # At the journal's head, yet not its state: a failed commit's decisions left in it.
+    world = _world()
+    service = world.service(world.process("service"))
+    service.session.catch_up()
+    assert world._rolled_back(service, []) == []
+    monkeypatch.setattr(type(service.session), "digest", lambda self: "0" * 64)
+    assert world._rolled_back(service, []) == [
+        "after a failed commit the service's projection differs from the journal's "
+        "state (a replay of the journal)"]
+
+
+def test_verify_carried_on_finds_a_replay_that_breaks_an_invariant(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections.projector import Projector
+    from tools.sim.checks import Verification
+
+    world = _world()
+    ingest = Projector.ingest_batch
+
+    def unsound(self: Projector, batch: Any, **options: Any) -> Any:
+        done = ingest(self, batch, **options)
+        book = self.ledger.accounts["a"].book
+        book.active["general"] = book.active.get("general", 0) + 1  # counted, in no batch
+        return done
+
+    monkeypatch.setattr(Projector, "ingest_batch", unsound)
+    problems = Verification(world.journal).since_last(world.digest)
+    assert any(p.startswith(f"verify: replay to position {world.journal.head()} breaks "
+                            "an invariant: ") for p in problems), problems
+
+
+def test_a_submit_answered_otherwise_than_the_job_it_left_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections import Scheduler
+
+    submit = Scheduler.submit
+    monkeypatch.setattr(Scheduler, "submit",
+                        lambda self, *args, **options: not submit(self, *args, **options))
+    failure = run_script(OPS[:3])
+    assert failure is not None
+    assert "s1: submit answered False, the job is pending" in failure.problems
+
+
+@pytest.mark.parametrize(("wrong", "said"), [
+    ("balance", "account 'a' at time 6: the fold says {'pools': {'general': -135}, "
+                "'reserved': 0, 'running': 0}, the reference model {'pools': "
+                "{'general': -134}, 'reserved': 0, 'running': 0}"),
+    ("running", "account 'a' at time 6: the fold says {'pools': {'general': -135}, "
+                "'reserved': 0, 'running': 0}, the reference model {'pools': "
+                "{'general': -135}, 'reserved': 0, 'running': 1}"),
+    ("job", "job 'j1': the fold says (state, charge) ('failed', 15), the reference model "
+            "('failed', 16)"),
+])
+def test_the_fold_s_figures_are_held_to_the_reference_model(wrong: str, said: str) -> None:
+    ledger, reference, outcomes = _folded(_world())
+    account = reference.accounts["a"]
+    if wrong == "balance":
+        account.debt["general"] -= 1
+    elif wrong == "running":
+        account.running += 1
+    else:
+        reference.jobs["j1"].charge = 16
+    assert _compare(ledger, reference, outcomes) == [said]
+
+
+def test_a_run_whose_journal_verify_refuses_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The product's own verdict on the last world, as `gpu-credits verify` gives it.
+    from projections.replay import VerifyReport
+
+    monkeypatch.setattr(sys.modules["tools.sim.run"], "verify", lambda journal: VerifyReport(
+        False, first_bad_position=3, problem="a planted refusal"))
+    failure = run_script(OPS)
+    assert failure is not None
+    assert failure.problems == ["verify failed at position 3: a planted refusal"]
