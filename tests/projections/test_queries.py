@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from eventstore import Journal, MemoryJournal, NewEvent
@@ -45,13 +45,18 @@ JOBS = ("j1", "j2", "j3", "j4")
 ACCOUNT_JOBS = tuple(f"{a}-{j}" for a in ACCOUNTS for j in JOBS)
 
 
-def _event(draw: st.DrawFn, n: int, owners: dict[str, str]) -> NewEvent:
+def _event(draw: st.DrawFn, n: int, owners: dict[str, str],
+           grants: dict[str, str]) -> NewEvent:
     """One event, in the stream the journal's writers put it: its account's, a job event
-    its job's account's (as submitted so far), or `job:<id>` before any submit of it."""
+    its job's account's (as submitted so far), a void its grant's account's, or
+    `job:<id>` before any submit of it. `owners` and `grants` map the jobs and the grants
+    drawn so far to their accounts."""
     kind = draw(st.sampled_from(["grant", "grant", "consume", "submit", "start", "complete",
-                                 "cancel", "account"]))
+                                 "cancel", "account", "adjust", "void"]))
     time = draw(st.integers(0, 40))
     account = draw(st.sampled_from(ACCOUNTS))
+    if kind == "void" and not grants:
+        kind = "adjust"
     payload: dict[str, Any]
     if kind == "grant":
         payload = {"account": account, "amount": draw(st.integers(1, 60))}
@@ -60,8 +65,16 @@ def _event(draw: st.DrawFn, n: int, owners: dict[str, str]) -> NewEvent:
         if draw(st.booleans()):
             # Priorities order what a draw takes, never when credits expire.
             payload["priority"] = draw(st.sampled_from([0, 10, 50, 90]))
+        grants[f"e{n}"] = account
     elif kind == "consume":
         payload = {"account": account, "amount": draw(st.integers(1, 60))}
+    elif kind == "adjust":  # a credit (+) or a debit (-), in a pool or not
+        payload = {"account": account, "amount": draw(st.integers(-40, 40).filter(bool)),
+                   "reason": "correction"}
+    elif kind == "void":  # of a grant, before or after it (by time) as a late void is
+        grant = draw(st.sampled_from(sorted(grants)))
+        payload = {"grant": grant}
+        account = grants[grant]
     elif kind == "submit":
         job = f"{account}-{draw(st.sampled_from(JOBS))}"
         payload = {"account": account, "job": job,
@@ -80,10 +93,11 @@ def _event(draw: st.DrawFn, n: int, owners: dict[str, str]) -> NewEvent:
             payload["success"] = draw(st.booleans())
             payload["refund_fraction"] = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
     pool = draw(st.sampled_from(POOLS))
-    if pool is not None and kind in ("grant", "consume", "submit"):
+    if pool is not None and kind in ("grant", "consume", "adjust", "submit"):
         payload["pool"] = pool
     job = payload.get("job")
-    stream = payload.get("account") or owners.get(str(job)) or f"job:{job}"
+    stream = (payload.get("account") or (account if kind == "void" else None)
+              or owners.get(str(job)) or f"job:{job}")
     return NewEvent(f"e{n}", str(stream), kind, time, payload)
 
 
@@ -92,9 +106,29 @@ def journals(draw: st.DrawFn) -> MemoryJournal:
     journal = MemoryJournal()
     count = draw(st.integers(1, 30))
     owners: dict[str, str] = {}
+    grants: dict[str, str] = {}
     for n in range(count):
-        journal.append([_event(draw, n, owners)])
+        journal.append([_event(draw, n, owners, grants)])
     return journal
+
+
+def test_the_generated_journals_hold_credit_and_debit_adjustments_and_voids() -> None:
+    """What the properties below are drawn over: adjustments either way and voids, late
+    ones (a void recorded before its grant's time) included."""
+    def kinds(journal: MemoryJournal) -> set[str]:
+        recs = list(journal.read(order="position"))
+        found = {r.type for r in recs if r.type == "void"}
+        found |= {"credit" if r.payload["amount"] > 0 else "debit"
+                  for r in recs if r.type == "adjust"}
+        times = {r.id: r.time for r in recs}
+        if any(r.type == "void" and r.time < times[r.payload["grant"]] for r in recs):
+            found.add("late void")
+        return found
+
+    wanted = {"void", "credit", "debit", "late void"}
+    found = find(journals(), lambda j: kinds(j) >= wanted,
+                 settings=settings(max_examples=300, database=None, phases=[Phase.generate]))
+    assert kinds(found) >= wanted
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -106,7 +140,6 @@ def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) ->
         st_ = statement(journal, name, to_time=to)
         running = 0
         for line in st_.lines:
-            assert line.type != "adjust", line
             running += line.change
             assert line.balance == running, line
         figures = balance(journal, name, at=to).figures
