@@ -260,3 +260,60 @@ def test_a_run_whose_journal_verify_refuses_fails(monkeypatch: pytest.MonkeyPatc
     failure = run_script(OPS)
     assert failure is not None
     assert failure.problems == ["verify failed at position 3: a planted refusal"]
+
+
+def test_a_retry_after_a_lost_answer_that_appends_again_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from planted import retry_appended_twice
+
+    retry_appended_twice(monkeypatch)
+    failure = run_script([*OPS[:4], {**OPS[4], "fault": "lost-answer"}])
+    assert failure is not None
+    assert "u1: a retry with the same id appended 1 more event(s)" in failure.problems
+
+
+def test_a_batch_retried_after_its_answers_were_lost_that_appends_again_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from planted import retry_appended_twice
+
+    batch = {"actor": "service", "kind": "batch", "time": 4, "skew": 0,
+             "lines": [OPS[4]["line"]], "fault": "answers-lost"}
+    assert run_script([*OPS[:4], batch]) is None
+    retry_appended_twice(monkeypatch)
+    failure = run_script([*OPS[:4], batch])
+    assert failure is not None
+    assert "answers-lost: the retries appended 1 more event(s)" in failure.problems
+
+
+def test_an_answer_without_its_event_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections import GPUCreditTracker
+
+    monkeypatch.setattr(GPUCreditTracker, "consume", lambda self, *args, **options: 0)
+    failure = run_script(OPS[:5])
+    assert failure is not None
+    assert "u1: consume answered 0, appended 0 event(s), expected 1" in failure.problems
+
+
+def test_an_answer_other_than_the_recorded_decision_is_found_at_the_next_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The usage is recorded as decided, and its caller told one credit more of debt.
+    from projections import GPUCreditTracker
+
+    consume = GPUCreditTracker.consume
+    monkeypatch.setattr(GPUCreditTracker, "consume",
+                        lambda self, *args, **options: consume(self, *args, **options) + 1)
+    failure = run_script(OPS)
+    assert failure is not None
+    assert failure.step == 5
+    assert failure.problems == ["event 'u1': the caller was told 1, the reference model says 0"]
+
+
+def test_the_whole_journal_check_carries_verify_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections.projector import Projector
+
+    world = _world()
+    world.verification = None  # a replay from the first event at the next check
+    monkeypatch.setattr(Projector, "ingest_batch", lambda self, batch, **_: {})
+    problems = full_check(world)
+    assert any(p.startswith("verify: replay to position 7 gives digest ")
+               for p in problems), problems
