@@ -9,6 +9,7 @@ import pytest
 from cli_helpers import SMALL, Run, as_json, error_lines
 from typer.testing import CliRunner
 
+from projections import queries
 from tools.cli import app
 
 
@@ -228,3 +229,19 @@ def test_version_names_the_release_the_build_and_the_schema(tmp_path: Path) -> N
     again = CliRunner().invoke(app, ["--db", f"sqlite:///{db}", "--version", "balance"])
     assert again.exit_code == 0 and again.stdout == result.stdout
     assert not db.exists()
+
+
+@pytest.mark.parametrize(("raised", "code", "said"), [
+    (KeyboardInterrupt, 130, []),  # Ctrl-C: the shell's status for SIGINT, quietly
+    (EOFError, 1, ["gpu-credits: error: aborted"]),  # click's Abort
+])
+def test_an_interrupted_command_exits_without_a_traceback(
+        run: Run, small: Path, monkeypatch: pytest.MonkeyPatch, raised: type[BaseException],
+        code: int, said: list[str]) -> None:
+    def interrupted(*_: object, **__: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(queries, "accounts", interrupted)
+    result = run("accounts")
+    assert (result.exit_code, result.stdout) == (code, "")
+    assert [line for line in error_lines(result) if line] == said
