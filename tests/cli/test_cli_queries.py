@@ -347,6 +347,13 @@ def test_explain_pending_job_says_why(run: Run, tmp_path: Path) -> None:
     assert "already runs 1 of at most 1" in c3["waiting"]
     c1 = _obj(as_json(run("explain", "--job", "c1", "--json")))
     assert c1["state"] == "running" and c1["held_from"]
+    assert c1["waiting"] == "running; 10 credits held until it completes"
+    # As known before its start, c1 was next.
+    before = _obj(as_json(run("explain", "--job", "c1", "--as-known-at", "3", "--json")))
+    assert before["state"] == "pending"
+    assert before["waiting"] == "first in line: the next start_next starts it"
+    assert "running; 10 credits held until it completes" in run("explain", "--job",
+                                                               "c1").stdout
 
 
 def test_explain_unknown_job(run: Run, small: Path) -> None:
