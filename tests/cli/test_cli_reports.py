@@ -462,6 +462,11 @@ def test_whatif_max_running_and_grant_order(run: Run, month: Path, tmp_path: Pat
     same = _obj(as_json(run("whatif", "--policy", _policy(
         tmp_path, {"grant_order": "expiry", "max_running": {"b": 1}}), "--json")))
     assert same["changed"] is False
+    # A cap on an account the journal does not hold is likely a typo: said, not refused.
+    typo = run("whatif", "--policy", _policy(tmp_path, {"max_running": {"bb": 1}}))
+    assert typo.exit_code == 0, typo.stderr
+    assert "caps account 'bb', which the journal does not hold: is it a typo?" in " ".join(
+        typo.stderr.split())
 
 
 @pytest.mark.parametrize(("policy", "message"), [
