@@ -317,3 +317,52 @@ def test_the_whole_journal_check_carries_verify_on(monkeypatch: pytest.MonkeyPat
     problems = full_check(world)
     assert any(p.startswith("verify: replay to position 7 gives digest ")
                for p in problems), problems
+
+
+def test_the_whole_journal_check_judges_each_outcome_s_lineage_on_a_fresh_fold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The completion's paying grants add up to a credit more than it charged, in a fold
+    # made after the live projections had folded it right.
+    world = _world()
+    apply = Ledger.apply
+
+    def overpaid(self: Ledger, position: int, event_id: str, time: int, event: Any) -> Any:
+        outcome = apply(self, position, event_id, time, event)
+        if outcome.type == "complete" and outcome.paid_by:
+            (grant, amount), *rest = outcome.paid_by
+            outcome = outcome._replace(paid_by=((grant, amount + 1), *rest))
+        return outcome
+
+    monkeypatch.setattr(Ledger, "apply", overpaid)
+    problems = full_check(world)
+    assert any(p.startswith("fresh fold: lineage") for p in problems), problems
+
+
+def test_an_event_in_the_journal_that_no_caller_was_answered_is_found() -> None:
+    from eventstore import NewEvent
+
+    world = _world()
+    world.journal.append([NewEvent("stray", "a", "consume", 7, {"account": "a",
+                                                                 "amount": 1})])
+    problems = full_check(world)
+    assert "the journal holds 8 events; not acknowledged: ['stray']; acknowledged but " \
+           "missing: []" in problems, problems
+
+
+def test_a_checkpoint_that_is_not_the_state_at_its_position_is_found() -> None:
+    from projections.checkpoint import CHECKPOINT, save_checkpoint
+    from projections.replay import fold_canonical
+    from tools.sim.checks import Verification
+
+    world = _world()
+    verification = Verification(world.journal)
+    assert verification.since_last(world.digest) == []
+    info = save_checkpoint(world.journal, fold_canonical(world.journal, to_position=4), 5)
+    assert info is not None
+    (problem,) = verification.since_last(world.digest)
+    assert problem.startswith(f"verify: checkpoint {info.id} at position 5 records digest ")
+    assert verification.since_last(world.digest) == []  # each judged once
+    garbled = world.journal.save_snapshot(CHECKPOINT, 6, 6, world.digest, b"not a ledger")
+    (problem,) = verification.since_last(world.digest)
+    assert problem.startswith(f"verify: checkpoint {garbled.id} at position 6 is "
+                              "unreadable: ")
