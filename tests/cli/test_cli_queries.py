@@ -217,6 +217,13 @@ def test_statement_table(run: Run, small: Path) -> None:
     result = run("statement", "a")
     assert result.exit_code == 0
     assert "Statement of a" in result.stdout and "closing" in result.stdout
+    # The subtotals say how they add up: each kind's sign, then the closing balance.
+    subtotals = [line.split() for line in result.stdout.split("Subtotals")[1].splitlines()
+                 if line.strip()]
+    assert subtotals == [
+        ["opening", "balance", "0"], ["granted", "+", "150"], ["used", "-", "78"],
+        ["refunded", "+", "4"], ["expired", "unused", "-", "76"], ["adjusted", "+", "0"],
+        ["voided", "-", "0"], ["closing", "balance", "=", "0"]]
 
 
 def test_statement_shows_memos_in_table_and_csv(run: Run, tmp_path: Path) -> None:
@@ -294,7 +301,11 @@ def test_explain_lists_each_release_whose_credits_paid_debt(run: Run,
 
 
 def test_statement_from_after_to_is_bad_input(run: Run, small: Path) -> None:
-    assert run("statement", "a", "--from", "9", "--to", "5").exit_code == 2
+    result = run("statement", "a", "--from", "9", "--to", "5")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--from 9 is after --to 5" in result.stderr and len(error_lines(result)) == 1
+    # One instant is a range: its opening balance and what happened then.
+    assert run("statement", "a", "--from", "5", "--to", "5").exit_code == 0
 
 
 # -- explain -------------------------------------------------------------------------------
