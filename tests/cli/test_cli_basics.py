@@ -245,3 +245,14 @@ def test_an_interrupted_command_exits_without_a_traceback(
     result = run("accounts")
     assert (result.exit_code, result.stdout) == (code, "")
     assert [line for line in error_lines(result) if line] == said
+
+
+def test_the_app_called_in_process_returns_the_exit_status(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # standalone_mode=False: the status is returned, not exited with (the benchmarks run
+    # `import` this way and check it).
+    db = f"sqlite:///{tmp_path / 'none.db'}"
+    assert app(["--db", db, "balance", "a"], standalone_mode=False) == 2
+    assert capsys.readouterr().err.startswith("gpu-credits: error: no database file")
+    assert app(["--db", db, "bogus"], standalone_mode=False) == 2
+    assert app(["--version"], standalone_mode=False) == 0
