@@ -366,3 +366,19 @@ def test_a_checkpoint_that_is_not_the_state_at_its_position_is_found() -> None:
     (problem,) = verification.since_last(world.digest)
     assert problem.startswith(f"verify: checkpoint {garbled.id} at position 6 is "
                               "unreadable: ")
+
+
+def test_the_whole_journal_check_holds_the_fold_to_the_reference_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    world = _world()
+    fold = model.fold
+
+    def one_more_running(records: Any) -> model.Model:
+        reference = fold(records)
+        reference.accounts["a"].running += 1
+        return reference
+
+    monkeypatch.setattr(model, "fold", one_more_running)
+    problems = full_check(world)
+    assert any(p.startswith("account 'a' at time 6: the fold says ") for p in problems), \
+        problems

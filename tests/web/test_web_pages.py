@@ -13,6 +13,7 @@ import json
 import re
 from html import unescape as html_unescape
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote
 
 import pytest
@@ -844,3 +845,30 @@ def test_an_account_with_many_grants_and_revisions_pages_them_latest_first(
             in text
         r = c.get("/accounts/a?grants_page=4")
         assert r.status_code == 422 and "grants_page" in r.text
+
+
+def test_the_ledger_shows_each_change_signed_and_figures_with_thousands_separators() -> None:
+    from eventstore import MemoryJournal
+    from tools.service.app import create_app
+
+    with TestClient(create_app(MemoryJournal(), clock=lambda: 10**6)) as c:
+        events = [{"type": "account", "account": "a", "id": "o"},
+                  {"type": "grant", "account": "a", "amount": 1234, "time": 100, "id": "g"},
+                  {"type": "consume", "account": "a", "amount": 250, "time": 200, "id": "u"}]
+        assert c.post("/v1/events", json={"events": events}).status_code == 200
+        rows = cells(c.get("/accounts/a").text, "ledger-table")
+    # Kind, change, balance of each line.
+    assert [(row[2], row[4], row[5]) for row in rows] == [
+        ("account", "0", "0"), ("grant", "+1,234", "1,234"), ("consume", "-250", "984")]
+
+
+@pytest.mark.parametrize(("status", "percent"), [
+    (("running",), 0), (("running", 5, 10), 50), (("running", 10, 10), 100),
+    (("ok",), 100), (("never",), 100), (("ok", 7, 7), 100)])
+def test_a_verification_s_progress_is_in_whole_percent(status: tuple[Any, ...],
+                                                        percent: int) -> None:
+    # Before the first progress report a running verification has nothing done; one
+    # that ended (or never ran) over an empty journal has nothing left.
+    from tools.web.verifying import VerifyStatus
+
+    assert VerifyStatus(*status).percent == percent
