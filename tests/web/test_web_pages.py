@@ -872,3 +872,13 @@ def test_a_verification_s_progress_is_in_whole_percent(status: tuple[Any, ...],
     from tools.web.verifying import VerifyStatus
 
     assert VerifyStatus(*status).percent == percent
+
+
+def test_a_verification_of_an_empty_journal_passes_at_its_head_0() -> None:
+    from eventstore import MemoryJournal
+    from tools.web.verifying import Verifier
+
+    verifier = Verifier(MemoryJournal())
+    verifier.start()
+    status = verifier.wait(30)
+    assert (status.state, status.head, status.events, status.percent) == ("ok", 0, 0, 100)
