@@ -382,3 +382,47 @@ def test_the_whole_journal_check_holds_the_fold_to_the_reference_model(
     problems = full_check(world)
     assert any(p.startswith("account 'a' at time 6: the fold says ") for p in problems), \
         problems
+
+
+def test_the_whole_journal_check_holds_a_fresh_fold_to_every_invariant(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    world = _world()
+    apply = Ledger.apply
+
+    def unsound(self: Ledger, position: int, event_id: str, time: int, event: Any) -> Any:
+        outcome = apply(self, position, event_id, time, event)
+        book = self.accounts["a"].book
+        book.active["general"] = book.active.get("general", 0) + 1  # counted, in no batch
+        return outcome
+
+    monkeypatch.setattr(Ledger, "apply", unsound)
+    problems = full_check(world)
+    assert any(p.startswith("fresh fold: invariant broken: ") for p in problems), problems
+
+
+def test_the_reference_model_draws_a_pool_s_job_only_from_that_pool_and_general() -> None:
+    from types import SimpleNamespace
+
+    def rec(position: int, kind: str, **payload: Any) -> Any:
+        return SimpleNamespace(position=position, id=f"e{position}", type=kind,
+                               time=position, payload={"account": "a", **payload})
+
+    granted = [rec(1, "account"), rec(2, "grant", amount=10, pool="a100")]
+    folded = model.fold([*granted, rec(3, "submit", job="j", cost=5, priority=1,
+                                         pool="h100")])
+    assert folded.told["e3"] is False and folded.jobs["j"].state == "rejected"
+    folded = model.fold([*granted, rec(3, "grant", amount=3),
+                         rec(4, "submit", job="j", cost=3, priority=1, pool="h100")])
+    assert folded.told["e4"] is True
+    assert folded.balances("a", 4) == {"a100": 10, "general": 3}
+
+
+def test_a_live_projection_other_than_a_fresh_fold_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections.session import LedgerSession
+
+    world = _world()
+    monkeypatch.setattr(LedgerSession, "digest", lambda self: "0" * 64)
+    problems = full_check(world)
+    assert any(p.startswith("the live projection of ") and " has digest 0000000000000000…, "
+               "a fresh fold of the journal " in p for p in problems), problems
