@@ -191,7 +191,10 @@ def test_event_page_shows_fields_hash_and_what_it_changed(client: TestClient) ->
     assert cells(r.text, "changed-table")
     assert 'id="caused"' in r.text  # the outcomes it revised
     assert '<span class="mark">late</span>' in r.text
-    assert '<span class="mark">late</span>' not in client.get("/events/1").text
+    first = client.get("/events/1")
+    assert first.status_code == 200 and cells(first.text, "changed-table")
+    assert '<span class="mark">late</span>' not in first.text
+    assert client.get("/events/0").status_code == 422
     assert client.get("/events/999999").status_code == 404
     assert client.get("/events/abc").status_code == 422
     assert client.get("/events/%20").status_code == 422
