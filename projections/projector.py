@@ -356,9 +356,23 @@ class Projector:
             self._thin_snapshots()
 
     def _thin_snapshots(self) -> None:
-        # Thin out the older half so late events far back still find a snapshot.
-        half = len(self._snap_keys) // 2
-        self._keep_snapshots(list(range(0, half, 2)) + list(range(half, len(self._snap_keys))))
+        """Drop snapshots down to `max_snapshots`, keeping the oldest (a late event far
+        back still finds one) and the newest, and the rest spread so that each gap is
+        about the same fraction of its distance from the newest (counted in events
+        applied): a late event d events back refolds about a constant times d events,
+        and one near the head little. Each time, the snapshot whose two gaps together
+        are the smallest such fraction goes. (Halving the older half at each overflow
+        kept only the oldest and a run near the head: a late event a few dozen spacings
+        back refolded from the oldest, the whole history.)"""
+        states = self._snap_states
+        while len(states) > max(self._max_snapshots, 2):
+            applied = [saved[0].applied for saved in states]
+            newest = applied[-1]
+            drop = min(range(1, len(applied) - 1),
+                       key=lambda i: (applied[i + 1] - applied[i - 1])
+                       / max(1, newest - applied[i - 1]))
+            self._keep_snapshots([j for j in range(len(states)) if j != drop])
+            states = self._snap_states
 
     def _keep_snapshots(self, keep: Sequence[int]) -> None:
         """Keep only the snapshots at the indexes `keep` (in increasing order)."""
@@ -1340,7 +1354,7 @@ class Projector:
 
     def _keep_state_at(self, ledger: Ledger) -> None:
         """Keep a state `state_at` folded far to make, as a snapshot at its last event:
-        the snapshots are dense only near the head (the older half is thinned), so an
+        the snapshots are dense only near the head (they thin out into the past), so an
         auditor's questions about the past each refolded tens of thousands of events,
         and the next question near this time now starts here. Like every snapshot it is
         dropped, or marked stale for an account, when a late event lands before it."""
