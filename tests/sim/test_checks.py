@@ -426,3 +426,27 @@ def test_a_live_projection_other_than_a_fresh_fold_is_found(
     problems = full_check(world)
     assert any(p.startswith("the live projection of ") and " has digest 0000000000000000…, "
                "a fresh fold of the journal " in p for p in problems), problems
+
+
+def test_a_command_queued_twice_that_answers_otherwise_the_second_time_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.service import commands
+
+    twice = {"actor": "service", "kind": "batch", "time": 4, "skew": 0,
+             "lines": [OPS[4]["line"], OPS[4]["line"]], "fault": None}
+    assert run_script([*OPS[:4], twice]) is None
+    run = commands.Usage.run
+    keys: set[str] = set()
+
+    def forgetful(self: commands.Usage, service: Any) -> Any:
+        answer = run(self, service)
+        if self.key in keys:
+            answer = {**answer, "debt": answer["debt"] + 1}
+        keys.add(str(self.key))
+        return answer
+
+    monkeypatch.setattr(commands.Usage, "run", forgetful)
+    failure = run_script([*OPS[:4], twice])
+    assert failure is not None
+    assert any(p.startswith("u1: asked 2 times, answered ") for p in failure.problems), \
+        failure.problems
