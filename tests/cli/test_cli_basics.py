@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from cli_helpers import SMALL, Run, as_json, error_lines
 from typer.testing import CliRunner
 
 from projections import queries
-from tools.cli import app
+from tools.cli import app, program_path
 
 
 def test_help_lists_every_command() -> None:
@@ -256,3 +257,28 @@ def test_the_app_called_in_process_returns_the_exit_status(
     assert capsys.readouterr().err.startswith("gpu-credits: error: no database file")
     assert app(["--db", db, "bogus"], standalone_mode=False) == 2
     assert app(["--version"], standalone_mode=False) == 0
+
+
+def test_the_demo_s_hints_run_this_program_as_the_user_would_type_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "gpu-credits"
+    script.write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    # The name on $PATH is this program: its name.
+    monkeypatch.setattr(shutil, "which", lambda name: str(script))
+    assert program_path() == "gpu-credits"
+    # Another program by that name on $PATH (or none): this one's path, from here.
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert program_path() == "venv/bin/gpu-credits"
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert program_path() == str(script.resolve())
+    # Started another way (python -m tools.cli): the name when $PATH has it, else how.
+    monkeypatch.setattr(sys, "argv", ["/somewhere/tools/cli.py"])
+    assert program_path() == f"{sys.executable} -m tools.cli"
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/gpu-credits")
+    assert program_path() == "gpu-credits"
