@@ -11,6 +11,8 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from html import unescape as html_unescape
 from pathlib import Path
 from typing import Any
@@ -879,9 +881,75 @@ def test_a_verification_s_progress_is_in_whole_percent(status: tuple[Any, ...],
 
 def test_a_verification_of_an_empty_journal_passes_at_its_head_0() -> None:
     from eventstore import MemoryJournal
+    from projections.verifications import last_verification
     from tools.web.verifying import Verifier
 
     verifier = Verifier(MemoryJournal())
     verifier.start()
     status = verifier.wait(30)
     assert (status.state, status.head, status.events, status.percent) == ("ok", 0, 0, 100)
+    recorded = last_verification(verifier._journal)  # beside the journal, for every reader
+    assert recorded is not None and (recorded.ok, recorded.head, recorded.by) == (True, 0,
+                                                                                "web")
+
+
+@contextmanager
+def _small_view(events: list[dict[str, Any]]) -> Iterator[TestClient]:
+    """The service with its web view over a journal in memory holding `events`."""
+    from eventstore import MemoryJournal
+    from tools.service.app import create_app
+
+    with TestClient(create_app(MemoryJournal(), clock=lambda: 10**6)) as client:
+        assert client.post("/v1/events", json={"events": events}).status_code == 200
+        yield client
+
+
+def test_a_ledger_filter_from_a_time_to_the_same_time_keeps_that_time_s_lines() -> None:
+    with _small_view([{"type": "grant", "account": "a", "amount": 5, "time": 100, "id": "g"},
+                     {"type": "consume", "account": "a", "amount": 1, "time": 200,
+                      "id": "u"}]) as c:
+        r = c.get("/accounts/a?from=200&to=200")
+        assert r.status_code == 200, r.text
+        assert [row[2] for row in cells(r.text, "ledger-table")] == ["consume"]
+        assert c.get("/accounts/a?from=201&to=200").status_code == 422
+
+
+def test_a_grant_s_memo_is_shown_beside_it() -> None:
+    with _small_view([{"type": "grant", "account": "a", "amount": 5, "time": 100, "id": "g",
+                      "memo": "PO-1234"}]) as c:
+        (row,) = cells(c.get("/accounts/a").text, "grants-table")
+        assert row[0] == "g PO-1234"
+
+
+def test_the_summary_counts_the_expiring_credits_it_does_not_list() -> None:
+    week = [{"type": "grant", "account": "a", "amount": 1, "time": 100, "id": f"g{i}",
+             "expiry": 1000 + i} for i in range(203)]
+    with _small_view(week[:3]) as c:
+        few = c.get("/").text
+    assert len(cells(few, "expiring-table")) == 3 and "more expiring later" not in few
+    with _small_view(week) as c:
+        many = c.get("/").text
+    assert len(cells(many, "expiring-table")) == 200
+    assert "And 3 more expiring later in the week" in many
+
+
+def test_a_pending_job_s_page_counts_the_jobs_of_every_account_ahead_of_it() -> None:
+    with _small_view([
+        {"type": "grant", "account": "a", "amount": 50, "time": 100, "id": "ga"},
+        {"type": "grant", "account": "b", "amount": 50, "time": 100, "id": "gb"},
+        {"type": "submit", "account": "a", "job": "first", "cost": 5, "priority": 90,
+         "time": 110, "id": "s1"},
+        {"type": "submit", "account": "b", "job": "second", "cost": 5, "priority": 10,
+         "time": 120, "id": "s2"}]) as c:
+        text = c.get("/jobs/second").text
+        assert "Waiting: 1 pending job(s) ahead of it" in html_unescape(text), text
+
+
+def test_an_account_as_known_earlier_counts_its_events_recorded_since() -> None:
+    with _small_view([{"type": "grant", "account": "a", "amount": 5, "time": 100, "id": "g"},
+                     {"type": "consume", "account": "a", "amount": 1, "time": 200,
+                      "id": "u1"},
+                     {"type": "consume", "account": "a", "amount": 1, "time": 300,
+                      "id": "u2"}]) as c:
+        text = re.sub(r"\s+", " ", c.get("/accounts/a?as_known_at=1").text)
+        assert "2 later events of this account and" in text, text
