@@ -456,6 +456,19 @@ def test_whatif_reads_its_policy_file_strictly(run: Run, month: Path, tmp_path: 
     assert len(error_lines(result)) == 1 and named in result.stderr, result.stderr
 
 
+def test_whatif_names_a_policy_file_it_cannot_read(run: Run, month: Path,
+                                                   tmp_path: Path) -> None:
+    missing = run("whatif", "--policy", str(tmp_path / "nope.json"))
+    assert missing.exit_code == 2 and missing.stdout == ""
+    assert error_lines(missing) == [
+        f"gpu-credits: error: cannot read {tmp_path / 'nope.json'}: No such file or directory"]
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"grant_order": "pri\xf6rity"}')
+    result = run("whatif", "--policy", str(latin))
+    assert result.exit_code == 2 and len(error_lines(result)) == 1
+    assert f"{latin}: not UTF-8 (invalid start byte at byte 20)" in result.stderr
+
+
 def test_whatif_max_running_and_grant_order(run: Run, month: Path, tmp_path: Path) -> None:
     # One more job on b would start; a cap of 1 on b changes nothing here, and ignoring
     # priorities changes nothing when every grant has the default priority.
