@@ -34,6 +34,11 @@ def test_grant_and_consume_record_one_event_each(run: Run, db: str) -> None:
     assert exported[0]["memo"] == "PO 4411" and exported[0]["priority"] == 10
     statement = _json(run, "statement", "acme")
     assert [line["memo"] for line in statement["lines"]][:2] == ["PO 4411", "run 17"]
+    # A grant to an account in debt pays the debt first, and says how much.
+    paying = run("grant", "acme", "50", "--at", "4", "--id", "g2")
+    assert paying.exit_code == 0, paying.stderr
+    assert paying.stdout.endswith(", no expiry; 35 paid debt first\n"), paying.stdout
+    assert "paid debt first" not in run("grant", "acme", "1", "--at", "5").stdout
 
 
 def test_a_retry_with_the_same_id_appends_nothing(run: Run, db: str) -> None:
