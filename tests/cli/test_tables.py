@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from projections.queries import Figures
 from tools import render, tables
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -144,3 +145,16 @@ def test_rows_added_in_bulk_are_the_rows_add_row_adds() -> None:
     with pytest.raises(ValueError, match="a row of 1 cells for a table of 2 columns"):
         tables.add_rows(bulk, [["j3"]])
     assert len(bulk.rows) == 2  # a bad row adds nothing
+
+
+def test_the_balances_table_totals_each_column() -> None:
+    # The demo's first table: its total row adds up every account's figures per column.
+    rows = [("a", Figures(100, 10, 90, 0, {"general": 60, "h100": 40})),
+            ("b", Figures(-5, 0, -5, 5, {"general": -5}))]
+    out = io.StringIO()
+    render.print_table(render.balances_table(rows, 7),
+                       Console(file=out, width=200, color_system=None))
+    lines = [line.split() for line in out.getvalue().splitlines()]
+    assert lines[2] == ["account", "h100", "general", "balance", "reserved", "available",
+                        "debt"]
+    assert ["total", "40", "55", "95", "10", "85", "5"] in lines
