@@ -919,6 +919,9 @@ def test_a_grant_s_memo_is_shown_beside_it() -> None:
                       "memo": "PO-1234"}]) as c:
         (row,) = cells(c.get("/accounts/a").text, "grants-table")
         assert row[0] == "g PO-1234"
+        # On its event's page, among its fields, as kept apart from the record.
+        fields = cells(c.get("/events/1").text, "fields-table")
+        assert ["memo", "PO-1234 (kept beside the record: erasable)"] in fields, fields
 
 
 def test_the_summary_counts_the_expiring_credits_it_does_not_list() -> None:
@@ -953,3 +956,38 @@ def test_an_account_as_known_earlier_counts_its_events_recorded_since() -> None:
                       "id": "u2"}]) as c:
         text = re.sub(r"\s+", " ", c.get("/accounts/a?as_known_at=1").text)
         assert "2 later events of this account and" in text, text
+
+
+def test_the_chart_s_json_refuses_a_bad_position_as_a_json_problem() -> None:
+    with _small_view([{"type": "grant", "account": "a", "amount": 5, "time": 100,
+                       "id": "g"}]) as c:
+        r = c.get("/accounts/a/timeline.json?as_known_at=nonsense")
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["status"] == 422 and r.json()["detail"].startswith("as_known_at: ")
+
+
+def test_a_verification_under_way_is_the_one_the_pages_show() -> None:
+    from eventstore import MemoryJournal
+    from projections.verifications import Verification, record_verification
+    from tools.web.verifying import Verifier, VerifyStatus, last_verify
+
+    journal = MemoryJournal()
+    record_verification(journal, Verification(ok=True, head=0, events=0, by="cli",
+                                              finished_at=1.0))
+    verifier = Verifier(journal)
+    assert last_verify(journal, verifier).by == "cli"
+    verifier._status = VerifyStatus("running", 3, 10, head=0)
+    assert last_verify(journal, verifier) == VerifyStatus("running", 3, 10, head=0)
+
+
+def test_the_ledger_opens_on_its_latest_page_and_says_which_it_is() -> None:
+    uses = [{"type": "consume", "account": "a", "amount": 1, "time": 200 + i, "id": f"u{i}"}
+            for i in range(250)]
+    with _small_view([{"type": "grant", "account": "a", "amount": 500, "time": 100,
+                       "id": "g"}, *uses]) as c:
+        latest, first = c.get("/accounts/a").text, c.get("/accounts/a?page=1").text
+    assert "<span>page 2 of 2</span>" in latest
+    assert 'href="/accounts/a?page=1#ledger">← Earlier lines</a>' in latest
+    assert "Later lines" not in latest
+    assert "<span>page 1 of 2</span>" in first
+    assert 'href="/accounts/a?page=2#ledger">Later lines →</a>' in first
