@@ -987,7 +987,20 @@ def test_the_ledger_opens_on_its_latest_page_and_says_which_it_is() -> None:
                        "id": "g"}, *uses]) as c:
         latest, first = c.get("/accounts/a").text, c.get("/accounts/a?page=1").text
     assert "<span>page 2 of 2</span>" in latest
+    assert "Lines 201 to 251 of 251 matching" in latest
+    assert "Lines 1 to 200 of 251 matching" in first
     assert 'href="/accounts/a?page=1#ledger">← Earlier lines</a>' in latest
     assert "Later lines" not in latest
     assert "<span>page 1 of 2</span>" in first
     assert 'href="/accounts/a?page=2#ledger">Later lines →</a>' in first
+
+
+def test_the_journal_pages_link_to_the_pages_before_and_after() -> None:
+    uses = [{"type": "consume", "account": "a", "amount": 1, "time": 200 + i, "id": f"u{i}"}
+            for i in range(30)]
+    with _small_view(uses) as c:
+        middle = c.get("/journal?after=10&limit=7").text
+        first = c.get("/journal?after=3&limit=7").text
+    assert 'href="/journal?after=3&amp;limit=7">← Earlier</a>' in middle
+    assert 'href="/journal?after=17&amp;limit=7">Later →</a>' in middle
+    assert 'href="/journal?after=0&amp;limit=7">← Earlier</a>' in first
