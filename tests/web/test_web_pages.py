@@ -869,7 +869,7 @@ def test_the_ledger_shows_each_change_signed_and_figures_with_thousands_separato
 
 @pytest.mark.parametrize(("status", "percent"), [
     (("running",), 0), (("running", 5, 10), 50), (("running", 10, 10), 100),
-    (("ok",), 100), (("never",), 100), (("ok", 7, 7), 100)])
+    (("running", 1, 1), 100), (("ok",), 100), (("never",), 100), (("ok", 7, 7), 100)])
 def test_a_verification_s_progress_is_in_whole_percent(status: tuple[Any, ...],
                                                         percent: int) -> None:
     # Before the first progress report a running verification has nothing done; one
@@ -885,7 +885,8 @@ def test_a_verification_of_an_empty_journal_passes_at_its_head_0() -> None:
     from tools.web.verifying import Verifier
 
     verifier = Verifier(MemoryJournal())
-    verifier.start()
+    started = verifier.start()
+    assert (started.state, started.done, started.head) == ("running", 0, 0)
     status = verifier.wait(30)
     assert (status.state, status.head, status.events, status.percent) == ("ok", 0, 0, 100)
     recorded = last_verification(verifier._journal)  # beside the journal, for every reader
@@ -1004,3 +1005,20 @@ def test_the_journal_pages_link_to_the_pages_before_and_after() -> None:
     assert 'href="/journal?after=3&amp;limit=7">← Earlier</a>' in middle
     assert 'href="/journal?after=17&amp;limit=7">Later →</a>' in middle
     assert 'href="/journal?after=0&amp;limit=7">← Earlier</a>' in first
+
+
+def test_a_verification_s_progress_counts_against_what_it_has_to_check() -> None:
+    from eventstore import MemoryJournal
+    from tools.web.verifying import Verifier
+
+    verifier = Verifier(MemoryJournal())
+    verifier._progress(5, 10)
+    assert verifier.status().percent == 50
+    verifier._progress(0, 0)  # nothing to check yet: none done
+    assert (verifier.status().total, verifier.status().percent) == (1, 0)
+
+
+def test_an_event_id_nothing_was_recorded_under_has_no_page(client: TestClient) -> None:
+    r = client.get("/event?id=nobody", follow_redirects=False)
+    assert r.status_code == 404
+    assert "no event is recorded under id 'nobody'" in html_unescape(r.text)
