@@ -391,6 +391,11 @@ def test_revisions_show_what_the_late_event_changed(run: Run, small: Path,
     assert {(r["type"], r["account"]) for r in rows} >= {("submit", "a")}
     assert {r["account"] for r in rows} == {"a"}
     assert "Revisions by late events" in run("revisions").stdout
+    # Each outcome before and after, in words: the debt, the charge, the reason refused.
+    text = " ".join(run("revisions").stdout.split())
+    assert "#5 consume" in text and "ok; debt 0; paid by" in text
+    assert "ok; charged 4; paid by" in text
+    assert "rejected; job 'j2' costs 5, only 0 available" in text
 
 
 def test_replay_digest_and_to(run: Run, small: Path) -> None:
