@@ -491,9 +491,11 @@ def test_whatif_max_running_and_grant_order(run: Run, month: Path, tmp_path: Pat
 ])
 def test_whatif_rejects_a_bad_policy(run: Run, month: Path, tmp_path: Path, policy: object,
                                      message: str) -> None:
-    result = run("whatif", "--policy", _policy(tmp_path, policy))
+    path = _policy(tmp_path, policy)
+    result = run("whatif", "--policy", path)
     assert result.exit_code == 2
     assert len(error_lines(result)) == 1
+    assert result.stderr.startswith(f"gpu-credits: error: {path}: ")  # the file named
     assert message in result.stderr
 
 
