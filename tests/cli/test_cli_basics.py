@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -165,6 +166,10 @@ def test_demo_runs_on_an_in_memory_database(url: str) -> None:
     assert result.exit_code == 0, result.stderr
     assert "balance" in result.stdout.lower()
     assert "gone with the command" in result.stdout and "Try:" not in result.stdout
+    # The audit summary counts what the month sent: appended, duplicates, late events.
+    audit = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    for row in ("events appended", "duplicates sent", "late events"):
+        assert any(re.match(rf"{row} [0-9,]+ ", line) for line in audit), row
 
 
 ERROR = "gpu-credits: error: "
