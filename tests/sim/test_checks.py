@@ -451,3 +451,30 @@ def test_a_command_queued_twice_that_answers_otherwise_the_second_time_is_found(
     assert failure is not None
     assert any(p.startswith("u1: asked 2 times, answered ") for p in failure.problems), \
         failure.problems
+
+
+def test_a_run_whose_journal_stops_chaining_reports_the_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A journal that alters an event it recorded refuses to read it back: the run fails
+    # with what its checks found, its last events as the checks knew them, rather than
+    # raising from its own report.
+    from eventstore import MemoryJournal
+    from tools.sim import run
+
+    append = MemoryJournal._append_new
+    appends = [0]
+
+    def altering(self: MemoryJournal, events: Any) -> Any:
+        recorded = append(self, events)
+        appends[0] += 1
+        if appends[0] == 150 and self._stored:
+            row = self._stored[-1]
+            self._stored[-1] = (*row[:7], row[7] + " ", row[8])
+        return recorded
+
+    monkeypatch.setattr(MemoryJournal, "_append_new", altering)
+    result = run(1, 300, check_every=100, one_process=True)
+    assert result.failure is not None and result.digest == ""
+    assert any("ChainBroken" in p or "hash chain is broken" in p
+               for p in result.failure.problems), result.failure.problems
+    assert len(result.failure.last_events) == 8

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eventstore import JournalLike, MemoryJournal
+from eventstore import ChainBroken, JournalLike, MemoryJournal
 from projections.importing import parse_record
 from projections.replay import fold_canonical, verify
 from tools.sim.actors import Director, Rates
@@ -199,10 +199,15 @@ def _raised(exc: Exception) -> str:
 def last_events(world: World, count: int = 8) -> list[dict[str, Any]]:
     """The journal's last events in arrival order, as export lines with their position."""
     head = world.journal.head()
+    try:
+        records = list(world.journal.read(after_position=max(0, head - count),
+                                          order="position"))
+    except ChainBroken:
+        # The journal refuses to read an event that no longer chains, often the failure
+        # being reported: the events as the checks worked from them instead.
+        records = world.log[-count:]
     return [{"position": rec.position, "id": rec.id, "type": rec.type, "time": rec.time,
-             **rec.payload}
-            for rec in world.journal.read(after_position=max(0, head - count),
-                                          order="position")]
+             **rec.payload} for rec in records]
 
 
 EPOCH = 5000
@@ -278,12 +283,21 @@ def run(seed: int, steps: int, *, check_every: int = 1000, rates: Rates | None =
         if collecting:
             gc.enable()
     seconds, cpu = _time.perf_counter() - began, _time.process_time() - cpu
-    digest = world.digest if failure is None else fold_canonical(world.journal).digest()
+    digest = world.digest if failure is None else _digest_of(world.journal)
     world.close()
     kept = journals.close(keep_last=failure is not None)
     if failure is not None:
         failure.database = kept
     return RunResult(seed, done, seconds, failure, faults, events, digest, cpu)
+
+
+def _digest_of(journal: JournalLike) -> str:
+    """A fresh fold's digest of a failing world's journal; empty when the journal no
+    longer chains (it refuses to be read, and that is the failure reported)."""
+    try:
+        return fold_canonical(journal).digest()
+    except ChainBroken:
+        return ""
 
 
 def _epoch_ops(director: Director, length: int) -> Iterator[Op]:
