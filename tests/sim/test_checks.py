@@ -478,3 +478,11 @@ def test_a_run_whose_journal_stops_chaining_reports_the_failure(
     assert any("ChainBroken" in p or "hash chain is broken" in p
                for p in result.failure.problems), result.failure.problems
     assert len(result.failure.last_events) == 8
+
+
+def test_the_end_of_a_world_reads_the_journal_whole_against_what_the_checks_read() -> None:
+    world = _world()
+    assert world.as_learned() == []
+    world.log[1] = world.log[1]._replace(time=world.log[1].time + 1)
+    assert world.as_learned() == [
+        "the journal's event at position 2 (g1) is not the one it recorded there"]
