@@ -162,6 +162,8 @@ def test_signed_anchor_round_trip(run: Run, small: Path, tmp_path: Path, db: str
     assert f"{content['position']}:{content['hash']}" == _head(run)
     ok = run("verify", "--anchor-file", str(statement), "--public-key", str(public))
     assert ok.exit_code == 0, ok.stderr
+    # The anchor it attests is checked, not only its signature.
+    assert f"ok: holds anchor 12:{content['hash']} unchanged" in ok.stdout
     # The wrong key: refused, a failed check.
     wrong = run("verify", "--anchor-file", str(statement), "--public-key", str(other))
     assert wrong.exit_code == 1 and "signed by" in wrong.stderr
