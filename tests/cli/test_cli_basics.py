@@ -42,6 +42,7 @@ def test_a_group_without_a_command_prints_its_help_and_exits_0(argv: list[str],
     ["balance", "a", "--at", "9007199254740992"],
     ["accounts", "--at", "-9007199254740992"],
     ["expiring", "--within", "99999999999999999999d"],
+    ["expiring", "--within", "0"],  # a window of no time
     ["export", "--format", "xml"],
     ["statement", "a", "--csv", "--json"],
     ["explain"],
