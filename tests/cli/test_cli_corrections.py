@@ -97,6 +97,23 @@ def test_void_stops_the_rest_of_a_grant(run: Run, db: str) -> None:
     assert journal_head(db) == 3
 
 
+def test_credits_a_job_releases_after_its_grant_was_voided_lapse_and_say_so(
+        run: Run) -> None:
+    jobs = ('{"type": "grant", "account": "acme", "amount": 100, "time": 0, "id": "g1"}\n'
+            '{"type": "submit", "account": "acme", "job": "j1", "cost": 40, "priority": 1, '
+            '"time": 1}\n'
+            '{"type": "start", "job": "j1", "time": 2}\n')
+    assert run("import", "-", input=jobs).exit_code == 0
+    assert run("void", "g1", "--at", "5").exit_code == 0
+    failed = ('{"type": "complete", "job": "j1", "success": false, "time": 6, '
+              '"refund_fraction": 1}\n')
+    assert run("import", "-", input=failed).exit_code == 0
+    details = [line["detail"] for line in _json(run, "statement", "acme")["lines"]
+               if line["time"] == 6]
+    assert any("released by job j1 after the grant was voided at" in d for d in details), (
+        details)
+
+
 def test_a_void_timed_before_its_grant_voids_all_of_it_and_says_so(run: Run) -> None:
     run("grant", "acme", "100", "--at", "50", "--id", "g1")
     run("grant", "acme", "30", "--at", "0", "--id", "g0")
