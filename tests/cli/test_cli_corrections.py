@@ -78,6 +78,10 @@ def test_adjust_takes_a_negative_amount_and_requires_a_reason(run: Run, db: str)
     credit = _json(run, "adjust", "acme", "40", "--reason", "goodwill", "--at", "3")
     assert credit["amount"] == 40
     assert _balance(run, "acme") == 25
+    # The credit paid the debit's debt first, and its statement line says so.
+    (line,) = [line for line in _json(run, "statement", "acme")["lines"]
+               if line["time"] == 3]
+    assert line["detail"] == "adjustment of +40 credits: goodwill; 15 paid debt first", line
     missing = run("adjust", "acme", "-5")
     assert missing.exit_code == 2 and "--reason" in missing.stderr
     zero = run("adjust", "acme", "0", "--reason", "nothing")
