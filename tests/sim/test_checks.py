@@ -486,3 +486,33 @@ def test_the_end_of_a_world_reads_the_journal_whole_against_what_the_checks_read
     world.log[1] = world.log[1]._replace(time=world.log[1].time + 1)
     assert world.as_learned() == [
         "the journal's event at position 2 (g1) is not the one it recorded there"]
+
+
+def test_a_cancel_that_leaves_its_pending_job_unrecorded_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections import Scheduler
+
+    cancel = _op("w0", {"type": "cancel", "job": "j1", "time": 3, "id": "x1"})
+    assert run_script([*OPS[:3], cancel]) is None
+    monkeypatch.setattr(Scheduler, "cancel", lambda self, *args, **options: None)
+    failure = run_script([*OPS[:3], cancel])
+    assert failure is not None
+    assert "x1: cancel of a pending job appended nothing" in failure.problems
+
+
+def test_an_import_that_reports_other_than_it_appended_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from tools.sim import world as worlds
+
+    lines = [{"type": "grant", "account": "a", "amount": 5, "time": 1, "expiry": 50}]
+    delivery = {"actor": "importer", "kind": "import", "file": "f", "lines": lines,
+                "fault": None, "skew": 0}
+    assert run_script([delivery]) is None
+    import_file = worlds.import_file
+    monkeypatch.setattr(worlds, "import_file", lambda *args: dataclasses.replace(
+        import_file(*args), appended=2))
+    failure = run_script([delivery])
+    assert failure is not None
+    assert "f: delivery of 1 lines (1 new) appended 1 (reported 2)" in failure.problems
