@@ -31,18 +31,22 @@ from tools.service.app import create_app
 def owners(events: list[Event]) -> dict[str, str | None]:
     """The model: the account each event belongs to. A job is the account's whose submit
     comes first on the timeline among those no reversal took out (a rejected one too:
-    it holds the id); a job's step is its job's account's, or none's; a reversal is the
-    account's of the event it names."""
+    it holds the id), else, when every submit of it was taken out, the account's of the
+    first of those (what the reversal revised was that account's); a job's step is its
+    job's account's, or none's when no submit names the job; a reversal is the account's
+    of the event it names."""
     by_id = {e["id"]: e for e in events}
     reversals = [e for e in events if e["type"] == "reverse"]
 
     def out(event_id: str) -> bool:
         return any(r["event"] == event_id and not out(r["id"]) for r in reversals)
 
-    submits = sorted((e for e in events if e["type"] == "submit" and not out(e["id"])),
-                     key=lambda e: e["time"])
+    submits = sorted((e for e in events if e["type"] == "submit"), key=lambda e: e["time"])
     job_account: dict[str, str] = {}
     for submit in submits:
+        if not out(submit["id"]):
+            job_account.setdefault(submit["job"], submit["account"])
+    for submit in submits:  # jobs whose every submit was taken out
         job_account.setdefault(submit["job"], submit["account"])
 
     def owner(event: Event) -> str | None:
