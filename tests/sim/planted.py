@@ -91,6 +91,24 @@ def late_event_not_reprojected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(projector.Projector, "_reproject", on_top)
 
 
+def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A completion names grants that paid one credit more than it charged (its outcome
+    changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
+    compiled build's too: no `pure_python` mark needed). Not in `BUGS`: the lineage
+    checks, after each op and on the whole journal, are tested on it directly."""
+    apply = ledger.Ledger.apply
+
+    def overpaid(self: ledger.Ledger, position: int, event_id: str, time: int,
+                 event: Any) -> Any:
+        outcome = apply(self, position, event_id, time, event)
+        if outcome.type == "complete" and outcome.paid_by:
+            (grant, amount), *rest = outcome.paid_by
+            outcome = outcome._replace(paid_by=((grant, amount + 1), *rest))
+        return outcome
+
+    monkeypatch.setattr(ledger.Ledger, "apply", overpaid)
+
+
 BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "expiry order reversed": expiry_order_reversed,
     "off by one at expiry": off_by_one_at_expiry,

@@ -8,6 +8,7 @@ import sys
 from operator import attrgetter
 from typing import Any
 
+import planted
 import pytest
 
 from projections.ledger import Ledger
@@ -324,16 +325,7 @@ def test_the_whole_journal_check_judges_each_outcome_s_lineage_on_a_fresh_fold(
     # The completion's paying grants add up to a credit more than it charged, in a fold
     # made after the live projections had folded it right.
     world = _world()
-    apply = Ledger.apply
-
-    def overpaid(self: Ledger, position: int, event_id: str, time: int, event: Any) -> Any:
-        outcome = apply(self, position, event_id, time, event)
-        if outcome.type == "complete" and outcome.paid_by:
-            (grant, amount), *rest = outcome.paid_by
-            outcome = outcome._replace(paid_by=((grant, amount + 1), *rest))
-        return outcome
-
-    monkeypatch.setattr(Ledger, "apply", overpaid)
+    planted.lineage_overpaid(monkeypatch)
     problems = full_check(world)
     assert any(p.startswith("fresh fold: lineage") for p in problems), problems
 

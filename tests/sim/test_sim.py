@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import planted
 import pytest
 from planted import BUGS
 
@@ -454,18 +455,7 @@ def test_a_charge_whose_lineage_does_not_add_up_is_found_at_its_step(
     # The grants a completion names as paying add up to one credit more than it charged.
     # The whole-journal checks are kept away (K beyond the run): the step's own check
     # must find it, on the projection that folded it.
-    from projections.ledger import Ledger
-
-    apply = Ledger.apply
-
-    def overpaid(self: Ledger, position: int, event_id: str, time: int, event: Any) -> Any:
-        outcome = apply(self, position, event_id, time, event)
-        if outcome.type == "complete" and outcome.paid_by:
-            (grant, amount), *rest = outcome.paid_by
-            outcome = outcome._replace(paid_by=((grant, amount + 1), *rest))
-        return outcome
-
-    monkeypatch.setattr(Ledger, "apply", overpaid)
+    planted.lineage_overpaid(monkeypatch)
     result = run(1, 1500, check_every=10**6, one_process=True)
     assert result.failure is not None
     assert any("invariant broken: lineage" in p for p in result.failure.problems), \
