@@ -195,6 +195,31 @@ def test_a_rebuilt_projection_frees_the_one_it_replaced(tmp_path: Path) -> None:
         svc.close()
 
 
+def test_a_rebuild_thaws_only_what_its_own_service_froze(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service whose writer never started (the simulator's, a test's) did not freeze its
+    # projection: its rebuild must not thaw and collect what another froze, a full pass
+    # over everything in the process at every rebuild (seconds, once the process is large).
+    import gc
+
+    from tools.sim.service import commit_in_turn, open_service
+
+    svc = open_service(f"sqlite:///{tmp_path / 'unstarted.db'}", lambda: 10)
+    gc.freeze()  # as another service in the process did at its start
+    thawed: list[bool] = []
+    monkeypatch.setattr(gc, "unfreeze", lambda: thawed.append(True))
+    try:
+        commit_in_turn(svc, [commands.Grant("g0", "a", 100, None, None, None, None, 1)])
+        svc.reset()  # as after a batch that did not commit
+        assert thawed == []
+        with svc.reading() as ledger:
+            assert ledger.accounts["a"].balance == 100
+    finally:
+        monkeypatch.undo()
+        gc.unfreeze()
+        svc.close()
+
+
 @pytest.mark.parametrize("every", [0, -5, 2.5, True, "10"])
 def test_checkpoint_every_is_a_positive_integer_or_none(every: Any) -> None:
     with pytest.raises(ValueError, match="checkpoint_every must be a positive integer"):

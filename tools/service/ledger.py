@@ -142,6 +142,7 @@ class LedgerService:
         self.allow_far_times = allow_far_times
         self._session: LedgerSession | None = None
         self._stale = False
+        self._froze = False  # `start` froze the projection out of the collector's passes
         self._caught_up_at = -1.0
         self._load_lock = threading.Lock()
         # Why the last load failed, while it is retried (a broken chain names its
@@ -185,6 +186,7 @@ class LedgerService:
         # reference counting is still freed.) What the load left behind goes first.
         gc.collect()
         gc.freeze()
+        self._froze = True
         self.writer.start()
         self.ready.set()
 
@@ -260,10 +262,14 @@ class LedgerService:
             # Opening a session resumes from the newest valid checkpoint and catches up.
             self._session = LedgerSession(self.batching)  # type: ignore[arg-type,unused-ignore]
             self._stale = False
-            if replaced and gc.get_freeze_count():
+            if replaced and self._froze:
                 # The projection replaced was frozen out of the collector's passes (see
                 # `start`), and a session holds reference cycles: frozen, it would never
-                # be freed, and each rebuild would keep a whole projection alive.
+                # be freed, and each rebuild would keep a whole projection alive. Only a
+                # service that froze its own does this: a full pass over everything in
+                # the process (and `gc.get_freeze_count`, a walk of what is frozen) is
+                # seconds for a large one, and a projection another froze is not ours
+                # to thaw (the simulator's services, and tests, share a process).
                 gc.unfreeze()
                 gc.collect()
                 gc.freeze()
