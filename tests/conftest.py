@@ -19,6 +19,7 @@ are skipped, except under CI=true, where they fail: CI must not pass by skipping
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -28,12 +29,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer.main
+import typer.testing
 
 from eventstore.testing import open_journal
 
 __all__ = ["open_journal"]
 
 PG_ENV = "GPU_CREDITS_TEST_PG"
+
+# Typer's test runner builds the click command again from every command's signature on
+# each invoke: 23 ms, more than most commands take to answer, over thousands of invokes.
+# A built click command keeps no state between invocations (click's own runner reuses
+# one), so it is built once per app. Production builds it once per process anyway.
+typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
 def _pg_base() -> str:
