@@ -298,6 +298,20 @@ def _logical_lines(stream: IO[bytes]) -> Iterator[bytes]:
         yield from physical.splitlines()
 
 
+def not_utf8_at(exc: UnicodeDecodeError) -> tuple[int, int, str]:
+    """Where a UTF-8 decode stopped, as an editor finds it: (line, column, what), the line
+    and column from 1, the column in characters as JSON's errors count it, and what names
+    the byte's value and why it is not UTF-8 (a byte offset alone leaves a reader counting
+    from 0 or from 1)."""
+    data = bytes(exc.object)
+    start = exc.start
+    line_start = data.rfind(b"\n", 0, start) + 1
+    line = data.count(b"\n", 0, start) + 1
+    # Every byte before the bad one decoded, so this counts characters, not bytes.
+    column = len(data[line_start:start].decode("utf-8", errors="replace")) + 1
+    return line, column, f"byte 0x{data[start]:02x} ({exc.reason})"
+
+
 def _jsonl_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
     """Each line of a JSON Lines stream as an Entry, or the Problem that stops it; blank
     lines are skipped."""
@@ -309,7 +323,8 @@ def _jsonl_items(stream: IO[bytes]) -> Iterator[Entry | Problem]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            yield Problem(number, f"not UTF-8: {exc.reason} at byte {exc.start}")
+            _, column, what = not_utf8_at(exc)
+            yield Problem(number, f"not UTF-8: {what} at column {column}")
             continue
         if not text.strip():
             continue

@@ -15,6 +15,7 @@ import typer
 
 from projections import queries
 from projections.events import TIMELINE_START
+from projections.importing import not_utf8_at
 from projections.ledger import JOB_STATES
 from projections.policy import Policy
 from projections.timefmt import format_time
@@ -158,7 +159,9 @@ def reconcile(
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CliError(f"{source} is not UTF-8 text (byte {exc.start}); expected CSV") from None
+        line, column, what = not_utf8_at(exc)
+        raise CliError(f"{source} is not UTF-8 text: {what} at line {line}, column {column}; "
+                       "expected CSV") from None
     rows = queries.parse_charges(text, source)
     with open_journal(ctx, db) as journal:
         result = queries.reconcile(journal, rows, source=source, as_known_at=as_known_at)
@@ -192,7 +195,9 @@ def whatif(
     except OSError as exc:
         raise CliError(f"cannot read {policy_file}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise CliError(f"{policy_file}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        line, column, what = not_utf8_at(exc)
+        raise CliError(f"{policy_file}: not UTF-8: {what} at line {line}, column {column}"
+                       ) from None
     try:
         json.loads(raw)  # for where a syntax error is: line and column
     except json.JSONDecodeError as exc:

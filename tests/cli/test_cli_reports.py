@@ -380,6 +380,17 @@ def test_reconcile_rejects_a_bad_file(run: Run, month: Path, tmp_path: Path, tex
     assert message in result.stderr
 
 
+def test_reconcile_names_the_line_and_column_of_a_byte_that_is_not_utf8(
+        run: Run, month: Path, tmp_path: Path) -> None:
+    path = tmp_path / "latin.csv"
+    path.write_bytes(b"\xef\xbb\xbfaccount,job,amount\nb\xc3\xa9,j\xe91,10\n")
+    result = run("reconcile", str(path))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert error_lines(result) == [
+        f"gpu-credits: error: {path} is not UTF-8 text: byte 0xe9 (invalid continuation "
+        "byte) at line 2, column 5; expected CSV"]
+
+
 def test_reconcile_missing_file(run: Run, month: Path, tmp_path: Path) -> None:
     result = run("reconcile", str(tmp_path / "nope.csv"))
     assert result.exit_code == 2 and "cannot read" in result.stderr
@@ -466,7 +477,8 @@ def test_whatif_names_a_policy_file_it_cannot_read(run: Run, month: Path,
     latin.write_bytes(b'{"grant_order": "pri\xf6rity"}')
     result = run("whatif", "--policy", str(latin))
     assert result.exit_code == 2 and len(error_lines(result)) == 1
-    assert f"{latin}: not UTF-8 (invalid start byte at byte 20)" in result.stderr
+    assert (f"{latin}: not UTF-8: byte 0xf6 (invalid start byte) at line 1, column 21"
+            in result.stderr)
 
 
 def test_whatif_max_running_and_grant_order(run: Run, month: Path, tmp_path: Path) -> None:

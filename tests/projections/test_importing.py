@@ -23,6 +23,7 @@ from projections.importing import (
     export_records,
     import_file,
     import_stream,
+    not_utf8_at,
     parse_record,
     plan_import,
     read_jsonl,
@@ -76,6 +77,20 @@ def test_problems_name_their_lines_and_blank_lines_are_skipped() -> None:
     assert [(p.line, p.message.split(":")[0]) for p in problems] == [
         (4, "not valid JSON"), (5, "not UTF-8")]
     assert problems[0].render("f.jsonl").startswith("f.jsonl:4: ")
+    assert problems[1].message == "not UTF-8: byte 0xff (invalid start byte) at column 1"
+
+
+@given(st.text(), st.data())
+def test_a_byte_that_is_not_utf8_is_found_at_its_line_and_column_counted_in_characters(
+        text: str, data: st.DataObject) -> None:
+    cut = data.draw(st.integers(0, len(text)), label="cut")
+    bad = data.draw(st.sampled_from([b"\xff", b"\x80", b"\xc3"]), label="bad")
+    before = text[:cut]
+    with pytest.raises(UnicodeDecodeError) as caught:
+        (before.encode() + bad + b"!" + text[cut:].encode()).decode("utf-8")
+    assert not_utf8_at(caught.value) == (
+        before.count("\n") + 1, len(before.rsplit("\n", 1)[-1]) + 1,
+        f"byte 0x{bad[0]:02x} ({caught.value.reason})")
 
 
 def test_ids_come_from_content_and_occurrence() -> None:
