@@ -61,6 +61,23 @@ def epoch_seconds(moment: datetime) -> int:
     return (moment - _EPOCH) // _SECOND
 
 
+_COMPACT_DATE = re.compile(r"(19[7-9][0-9]|2[01][0-9][0-9])([0-9]{2})([0-9]{2})")
+
+
+def spelled_date(text: str) -> str | None:
+    """The ISO date that `text` spells as YYYYMMDD (years 1970-2199), None when it spells
+    none. Such an integer is an event time in August or September 1970; a person typing
+    `20261203` most likely meant the day, which `2026-12-03` says."""
+    found = _COMPACT_DATE.fullmatch(text.strip())
+    if found is None:
+        return None
+    try:
+        day = datetime(int(found[1]), int(found[2]), int(found[3]), tzinfo=UTC)
+    except ValueError:  # no such month or day: not a date
+        return None
+    return day.strftime("%Y-%m-%d")
+
+
 def iso(value: int) -> str:
     """ISO-8601 UTC spelling of epoch seconds: `2026-11-03T12:00:00Z`."""
     return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -35,7 +35,7 @@ from projections import demo as demo_mod
 from projections.errors import LedgerError
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
-from projections.timefmt import format_time, parse_time
+from projections.timefmt import format_time, iso, parse_time, spelled_date
 from projections.validation import require_time
 from projections.verifications import Verification, record_verification
 from tools import render, wording
@@ -543,9 +543,17 @@ def _time_option(value: str | None, option: str) -> int | None:
         return None
     try:
         # Within +-(2**53 - 1), as every time is (docs/semantics.md, "Limits").
-        return require_time("the time", parse_time(value))
+        when = require_time("the time", parse_time(value))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
+    day = spelled_date(value)
+    if day is not None:
+        # An integer is an event time, as the journal's times are; one that spells a date
+        # is read so, and the reader told how to write the day, before it gets an answer
+        # (or a recorded event) from 1970.
+        render.warn(f"{option} {value.strip()} is read as event time {when} ({iso(when)}); "
+                    f"for the day {day}, write {option} {day}")
+    return when
 
 
 # -- commands -------------------------------------------------------------------------------

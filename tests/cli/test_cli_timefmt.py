@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+from cli_helpers import Run, error_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.events import TIMELINE_START
-from projections.timefmt import format_time, parse_micros, parse_time
+from projections.timefmt import format_time, parse_micros, parse_time, spelled_date
 from tools.service.times import parse_event_time, parse_query_time
 
 
@@ -71,3 +73,32 @@ def test_a_date_without_an_offset_is_told_a_spelling_that_parses() -> None:
         parse_event_time("2026-11-01")
     suggested = str(refused.value).split("write it as ")[1].split(" ")[0]
     assert parse_event_time(suggested) == parse_time("2026-11-01")
+
+
+@pytest.mark.parametrize(("text", "day"), [
+    ("20261203", "2026-12-03"), (" 19700101", "1970-01-01"), ("21991231", "2199-12-31"),
+    ("20240229", "2024-02-29"), ("20230229", None), ("20261301", None), ("20261200", None),
+    ("19691231", None), ("22000101", None), ("2026120", None), ("202612031", None),
+    ("-20261203", None), ("12", None), ("1793491200", None), ("2026-12-03", None),
+])
+def test_an_integer_spells_a_date_only_as_a_real_yyyymmdd_day(text: str,
+                                                              day: str | None) -> None:
+    assert spelled_date(text) == day
+
+
+def test_an_integer_that_spells_a_date_is_read_as_a_time_and_the_day_s_spelling_told(
+        run: Run, small: Path) -> None:
+    """The integer keeps its meaning (an event time, as the journal's are); the warning
+    says which moment that is and how to write the day meant, and the answer stands."""
+    spelled = run("balance", "a", "--at", "20261203", "--json")
+    assert spelled.exit_code == 0
+    assert error_lines(spelled) == [
+        "gpu-credits: warning: --at 20261203 is read as event time 20261203 "
+        "(1970-08-23T12:06:43Z); for the day 2026-12-03, write --at 2026-12-03"]
+    plain = run("balance", "a", "--at", "1970-08-23T12:06:43Z", "--json")
+    assert spelled.stdout == plain.stdout and plain.stderr == ""
+    moved = run("balance", "a", "--at", "2026-12-03", "--json")
+    assert moved.stderr == "" and moved.stdout == spelled.stdout.replace(
+        '"at": 20261203', f'"at": {parse_time("2026-12-03")}')
+    assert run("statement", "a", "--to", "20261340").stderr == ""
+    assert "write --from 2026-01-01" in run("statement", "a", "--from", "20260101").stderr
