@@ -129,7 +129,13 @@ class Scheduler(SessionFacade):
                  clock: Callable[[], int] | None = None) -> None:
         self._session = LedgerSession(journal)
         self._clock = clock or wall_clock
-        self.accounts: Mapping[str, AccountView] = AccountsView(self)
+        self._accounts = AccountsView(self)
+
+    @property
+    def accounts(self) -> Mapping[str, AccountView]:
+        """Read-only view: account id to its live figures (`.balance` `.reserved`
+        `.available` `.running`); a property, so the view itself cannot be replaced."""
+        return self._accounts
 
     # -- reading ---------------------------------------------------------------------------
 

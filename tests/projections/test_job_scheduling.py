@@ -378,6 +378,11 @@ def test_accounts_is_a_read_only_view() -> None:
         s.accounts["zz"]
     assert "a" in s.accounts and "zz" not in s.accounts
     assert s.accounts["a"].balance == 10
+    with pytest.raises(AttributeError):
+        s.accounts = {}  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del s.accounts
+    assert list(s.accounts) == ["a"] and s.accounts["a"].balance == 10
 
 
 def test_an_account_view_kept_across_calls_follows_the_account() -> None:
