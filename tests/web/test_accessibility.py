@@ -12,6 +12,8 @@ from urllib.request import urlopen
 import pytest
 from verdicts import start_and_wait_for_verdict
 
+from tools.web.browsing import open_settled
+
 ACCOUNT = "lumen-health"
 Page = tuple[Any, Any]
 
@@ -35,10 +37,7 @@ SERIOUS = {"serious", "critical"}
 
 def opened(tab: Any, url: str) -> int:
     """Open `url` and wait for its charts, if any, to be drawn; the page's status."""
-    response = tab.goto(url, wait_until="networkidle")
-    if tab.locator(".chart[data-src]").count():
-        tab.wait_for_selector(".chart[data-drawn]", timeout=20_000)
-    status: int = response.status
+    status: int = open_settled(tab, url).status
     return status
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from verdicts import start_and_wait_for_verdict
 
+from tools.web.browsing import open_settled
+
 ACCOUNT = "lumen-health"
 LATE_GRANT = 980
 
@@ -155,9 +157,7 @@ def test_no_console_errors_on_any_page_at_either_width(browser: Any, base_url: s
         try:
             for path in EVERY_PAGE:
                 errors.clear()
-                answer = tab.goto(base_url + path, wait_until="networkidle")
-                if tab.locator(".chart[data-src]").count():
-                    tab.wait_for_selector(".chart[data-drawn]", timeout=20_000)
+                answer = open_settled(tab, base_url + path)
                 if answer is not None and answer.status >= 400:
                     # The browser logs an error page's own status; nothing else may be logged.
                     own = f"the server responded with a status of {answer.status}"
@@ -246,7 +246,7 @@ def test_long_names_do_not_make_a_page_scroll_sideways(browser: Any, tmp_path: P
         for width, base, tab in tabs:
             for path in ("/", f"/accounts/{account}", f"/jobs/{job}", "/accounts/nobody",
                          "/journal", "/events/1"):
-                tab.goto(base + path, wait_until="networkidle")
+                open_settled(tab, base + path)
                 wide = tab.evaluate("document.documentElement.scrollWidth")
                 assert wide <= width, f"{path} is {wide} px wide at {width}"
 
@@ -269,7 +269,7 @@ def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_pa
         for width, base, tab in tabs:
             for path in ("/", "/accounts/a", f"/accounts/{account}", f"/jobs/{job}",
                          "/journal", "/events/1", "/events/2", "/events/3", "/events/4"):
-                tab.goto(base + path, wait_until="networkidle")
+                open_settled(tab, base + path)
                 wide = tab.evaluate("""() => [...document.querySelectorAll('table')]
                     .map(t => [t.id, t.closest('.scroll') || t.parentElement])
                     .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)

@@ -71,3 +71,25 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+CHARTS_SETTLED = ("() => [...document.querySelectorAll('.chart[data-src]')]"
+                  ".every(chart => chart.dataset.drawn)")
+"""True once every chart on the page is drawn, empty or failed: its data fetched and
+handled."""
+
+TWO_FRAMES = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+"""Resolves two frames on: what the drawing queued has run."""
+
+
+def open_settled(page: Any, url: str, timeout_ms: float = 20_000) -> Any:
+    """Open `url` in `page` (Playwright `Page`) and wait until it has done what it does
+    by itself: loaded (styles, deferred scripts run), every chart's data fetched and
+    handled, and two frames drawn since. Returns the navigation's response.
+
+    Playwright's "networkidle" waits the same out and then 500 ms more of silence, on
+    every page: that wait, not the pages, was most of a browser test's time."""
+    response = page.goto(url, wait_until="load")
+    page.wait_for_function(CHARTS_SETTLED, timeout=timeout_ms)
+    page.evaluate(TWO_FRAMES)
+    return response

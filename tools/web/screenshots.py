@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.web.browsing import app_for, launch, serving
+from tools.web.browsing import app_for, launch, open_settled, serving
 
 WIDTHS = (1280, 390)
 
@@ -82,9 +82,7 @@ def shoot(base: str, out: Path) -> list[Path]:
             for width in WIDTHS:
                 page = browser.new_page(viewport={"width": width, "height": 900})
                 for name, path in PAGES:
-                    page.goto(base + path, wait_until="networkidle")
-                    if page.locator(".chart[data-src]").count():
-                        page.wait_for_selector(".chart[data-drawn]", timeout=15_000)
+                    open_settled(page, base + path, timeout_ms=15_000)
                     target = out / f"{name}-{width}.png"
                     page.screenshot(path=str(target), full_page=False)
                     written.append(target)
