@@ -21,6 +21,15 @@ from tests.projections.draws import add_event, other_event
 ACCOUNTS = ("a", "b")
 POOLS = (None, "general", "h100", "a100")
 
+# The draws' fixed choices, made once: a strategy built inside a draw is built, validated
+# and labelled again at every event of every example, which took most of these tests' time.
+HISTORY_KINDS = st.sampled_from(["account", "grant", "grant", "consume", "adjust", "void",
+                                 "submit", "submit", "start", "complete", "cancel"])
+REFILL_RATES = st.sampled_from([3600, 7200, 900])
+PRIORITIES = st.sampled_from([10, 90])
+CROWD_KINDS = st.sampled_from(["submit"] * 5 + ["start", "complete", "cancel"] * 2
+                              + ["grant", "grant", "consume", "void"])
+
 
 class Plain(TimelineBuilder):
     """The same points, each summed from the account's state alone."""
@@ -40,22 +49,21 @@ def histories(draw: st.DrawFn) -> MemoryJournal:
     time = 0
     for n in range(draw(st.integers(1, 30))):
         time += draw(st.integers(0, 4))
-        kind = draw(st.sampled_from(["account", "grant", "grant", "consume", "adjust", "void",
-                                     "submit", "submit", "start", "complete", "cancel"]))
+        kind = draw(HISTORY_KINDS)
         account = draw(st.sampled_from(ACCOUNTS))
         pool = draw(st.sampled_from(POOLS))
         payload: dict[str, Any]
         if kind == "account":
             payload = {"account": account}
             if draw(st.booleans()):
-                payload |= {"refill_rate": draw(st.sampled_from([3600, 7200, 900])),
+                payload |= {"refill_rate": draw(REFILL_RATES),
                             "refill_cap": draw(st.integers(1, 20))}
         elif kind == "grant":
             payload = {"account": account, "amount": draw(st.integers(1, 40))}
             if draw(st.booleans()):
                 payload["expiry"] = time + draw(st.integers(1, 12))
             if draw(st.booleans()):
-                payload["priority"] = draw(st.sampled_from([10, 90]))
+                payload["priority"] = draw(PRIORITIES)
             grants.append(f"e{n}")
         else:
             drawn = other_event(draw, kind, n, account, grants, jobs, most_used=50)
@@ -90,8 +98,7 @@ def crowds(draw: st.DrawFn) -> MemoryJournal:
     time = 0
     for n in range(draw(st.integers(20, 150))):
         time += draw(st.integers(0, 2))
-        kind = draw(st.sampled_from(["submit"] * 5 + ["start", "complete", "cancel"] * 2
-                                    + ["grant", "grant", "consume", "void"]))
+        kind = draw(CROWD_KINDS)
         account = draw(st.sampled_from(ACCOUNTS))
         pool = draw(st.sampled_from(POOLS))
         if kind == "grant":
