@@ -9,7 +9,9 @@ Run on SQLite and on PostgreSQL (the memory journal has no storage to tamper wit
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -28,11 +30,9 @@ EVENTS = 12
 """The size of the tampered journal: grants and usage reports of two accounts."""
 
 
-@pytest.fixture
-def url(database_url: str) -> str:
-    """A journal URL holding EVENTS events, on SQLite or PostgreSQL."""
-    made = database_url
-    journal = Journal(made)
+def _fill(url: str) -> None:
+    """Record EVENTS events at `url`: three grants and three usage reports per account."""
+    journal = Journal(url)
     try:
         for account in ("a", "b"):
             tracker = GPUCreditTracker(journal, account=account)
@@ -42,7 +42,28 @@ def url(database_url: str) -> str:
         assert journal.head() == EVENTS
     finally:
         journal.close()
-    return made
+
+
+@pytest.fixture(scope="module")
+def sqlite_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SQLite journal of EVENTS events, written once for the module: each test
+    tampers with a copy (writing it, migrations first, was most of a test's time)."""
+    path = tmp_path_factory.mktemp("tamper") / "journal.db"
+    _fill(f"sqlite:///{path}")
+    left = [p.name for p in path.parent.iterdir() if p != path]
+    assert not left, f"the closed journal left {left} beside its file"
+    return path
+
+
+@pytest.fixture
+def url(database_url: str, request: pytest.FixtureRequest) -> str:
+    """A journal URL holding EVENTS events, on SQLite or PostgreSQL."""
+    if database_url.startswith("sqlite:///"):
+        template: Path = request.getfixturevalue("sqlite_journal")
+        shutil.copyfile(template, database_url.removeprefix("sqlite:///"))
+    else:
+        _fill(database_url)
+    return database_url
 
 
 @pytest.fixture
