@@ -259,9 +259,6 @@ class LedgerSession:
         self.projector = Projector(self._read_canonical, older=self._checkpoint_before,
                                    locate=self._locate, account_reader=self._read_account)
         self.lock = threading.RLock()
-        # Event ids: unique per session without a random draw per call.
-        self._ids = itertools.count(1)
-        self._id_prefix = os.urandom(8).hex()
         # (position, chain hash) of the last event known to chain from the start or from
         # a checkpoint: reads go on from there, checked (a stored journal only).
         self._verified: tuple[int, str] = (0, GENESIS_HASH)
@@ -379,8 +376,15 @@ class LedgerSession:
         return self._reversed_submits.get(job_id)
 
     def new_id(self) -> str:
-        """A fresh event id, unique to this session."""
-        return f"{self._id_prefix}-{next(self._ids)}"
+        """A fresh event id that no one can foresee.
+
+        An event id is an idempotency key: a caller who knew the id of a decision not made
+        yet (a session prefix and a counter, seen in an earlier answer) could record an
+        event under it first, and the decision would then be a conflict its caller never
+        caused or, with the same content, a retry that appends nothing. 128 random bits
+        per id: 2 us a draw on the development machine (the counter took 0.5), nothing
+        beside a decision."""
+        return os.urandom(16).hex()
 
     def catch_up(self, keep: Container[int] = frozenset()) -> dict[int, Outcome]:
         """Ingest everything recorded since the last look (other writers included); the

@@ -30,12 +30,12 @@ def outcomes(tracker: GPUCreditTracker) -> list[Outcome]:
 
 
 def batches(tracker: GPUCreditTracker) -> list[tuple[str, int | None, int]]:
-    """(grant id, expiry, amount) of every batch in the book's heaps, in expiry order."""
+    """(grant id, expiry, amount) of every batch in the book's heaps, in expiry order, then
+    in the order they are drawn (grant order on an equal expiry: ids are random)."""
     book = tracker.ledger().accounts[tracker.account].book
-    return sorted(
-        ((b.grant_id, b.expiry, b.amount) for heap in book.heaps.values() for b in heap),
-        key=lambda x: (x[1] if x[1] is not None else 2**64, x[0]),
-    )
+    held = sorted((b for heap in book.heaps.values() for b in heap),
+                  key=lambda b: (b.expiry if b.expiry is not None else 2**64, b.key))
+    return [(b.grant_id, b.expiry, b.amount) for b in held]
 
 
 # -- the design note's worked examples, exactly -------------------------------------------
@@ -160,8 +160,7 @@ def test_same_expiry_grant_order_is_timeline_order_for_a_late_grant() -> None:
     g_at5, g_at1 = grant_ids(tracker)
     (consume,) = [o for o in outcomes(tracker) if o.type == "consume"]
     assert consume.paid_by == ((g_at1, 4),)
-    assert batches(tracker) == sorted([(g_at5, 50, 10), (g_at1, 50, 6)],
-                                      key=lambda b: b[0])
+    assert batches(tracker) == [(g_at1, 50, 6), (g_at5, 50, 10)]  # drawn first: g_at1
 
 
 def test_a_far_expiry_is_still_consumed_before_credits_that_never_expire() -> None:

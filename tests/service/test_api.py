@@ -3,6 +3,8 @@ problems, idempotency; and that a refused request appends nothing."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,6 +182,42 @@ def test_idempotent_retries_answer_the_same_and_append_once(client: TestClient,
     two = client.post("/v1/jobs", json=body, headers=sub)
     assert (one.status_code, one.json()) == (two.status_code, two.json())
     assert head(client) == at + 1
+
+
+def test_a_write_without_a_key_is_recorded_whatever_ids_others_took(
+        db_url: str, clock: Clock, tmp_path: Path) -> None:
+    # The id the service gives a write without a key is the event's idempotency key:
+    # had a client (or another writer) already taken it, the write would be a 409 its
+    # sender never asked for, or, with the same content, a retry that appends nothing.
+    # So it must not be one a client can foresee from the ids earlier answers showed.
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as client:
+        given = client.post("/v1/accounts/a/grants", json={"amount": 100}).json()["id"]
+        stem, _, number = given.rpartition("-")
+        foreseen = [f"{stem}-{int(number) + n}" for n in range(1, 7)] if number.isdigit() \
+            else [f"{given}-{n}" for n in range(1, 7)]
+        # Another writer's import of the very reports the next keyless writes will make,
+        # under the first three; a worker's usage reports under the last three.
+        lines = tmp_path / "other.jsonl"
+        lines.write_text("".join(
+            json.dumps({"type": "consume", "account": "a", "amount": 2, "time": clock.now,
+                        "id": key}) + "\n" for key in foreseen[:3]))
+        imported = CliRunner().invoke(app, ["--db", db_url, "import", str(lines)])
+        assert imported.exit_code == 0, imported.stderr
+        for key in foreseen[3:]:
+            r = client.post("/v1/accounts/a/usage", json={"amount": 1},
+                            headers={"Idempotency-Key": key})
+            assert r.status_code == 201, r.text
+        for amount in (2, 2, 2, 5, 5, 5):
+            at = head(client)
+            r = client.post("/v1/accounts/a/usage", json={"amount": amount})
+            assert r.status_code == 201, r.text
+            assert r.json()["id"] not in foreseen and r.json()["position"] == at + 1
+        # 100 granted, 3 x 2 and 3 x 1 reported by the others, 3 x 2 and 3 x 5 here.
+        assert client.get("/v1/accounts/a/balance").json()["balance"] == 100 - 9 - 21
 
 
 def test_a_start_under_a_used_key_answers_as_it_first_did(client: TestClient,
