@@ -184,6 +184,33 @@ def test_idempotent_retries_answer_the_same_and_append_once(client: TestClient,
     assert head(client) == at + 1
 
 
+def test_a_retry_that_spells_out_a_default_is_the_same_request_with_the_same_answer(
+        db_url: str, clock: Clock) -> None:
+    """A body that records the same event as the first (a default written out, a time as
+    ISO-8601 text) is that request's retry, in this process and after a restart alike:
+    the same status and body, nothing appended. Another event under the key is 409."""
+    key = {"Idempotency-Key": "inv-1"}
+    first_body = {"amount": 5, "time": 10, "expiry": 40}
+    spelled = [{**first_body, "priority": 50}, {**first_body, "pool": "general"},
+               {**first_body, "time": "1970-01-01T00:00:10Z"},
+               {**first_body, "priority": 50, "pool": "general", "memo": None}]
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        first = c.post("/v1/accounts/a/grants", json=first_body, headers=key)
+        assert first.status_code == 201 and first.json()["priority"] == 50
+        at = head(c)
+        for body in spelled:
+            again = c.post("/v1/accounts/a/grants", json=body, headers=key)
+            assert (again.status_code, again.json()) == (201, first.json()), body
+        problem(c.post("/v1/accounts/a/grants", json={**first_body, "priority": 49},
+                       headers=key), 409)
+        assert head(c) == at
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        for body in [first_body, *spelled]:
+            again = c.post("/v1/accounts/a/grants", json=body, headers=key)
+            assert (again.status_code, again.json()) == (201, first.json()), body
+        assert head(c) == at
+
+
 def test_a_write_without_a_key_is_recorded_whatever_ids_others_took(
         db_url: str, clock: Clock, tmp_path: Path) -> None:
     # The id the service gives a write without a key is the event's idempotency key:

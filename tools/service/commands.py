@@ -95,7 +95,9 @@ class Grant:
             priority=priority, memo=self.memo, event_id=self.key)
         event_pool = self.pool if self.pool is not None else "general"
         return {"id": outcome.event_id, "account": self.account, "amount": self.amount,
-                "expiry": self.expiry, "pool": event_pool, "priority": self.priority,
+                # The priority in force, said or not: a retry that spells out the default
+                # is the same grant, and gets the same answer.
+                "expiry": self.expiry, "pool": event_pool, "priority": priority,
                 "memo": self.memo, "time": outcome.time, "position": outcome.position}
 
 

@@ -143,7 +143,7 @@ class GrantAnswer(Answer):
     amount: int
     expiry: int | None = Field(default=None, description="absent: never expires")
     pool: str
-    priority: int | None = None
+    priority: int = Field(description="lower is used first: the grant's, else the default 50")
     memo: str | None = None
     time: int
     position: int
