@@ -7,26 +7,23 @@ The facades answer them in tests/projections; a user who records the same histor
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from cli_helpers import as_json, imported, journal_head
-from contract.kit import Run
+from contract.kit import Run, balance_json, last_number
 
 
 def balance_at(run: Run, account: str, t: int) -> int:
-    answer = as_json(run("balance", account, "--at", str(t), "--json"))
-    assert isinstance(answer, dict)
-    balance = answer["balance"]
+    balance = balance_json(run, account, "--at", str(t))["balance"]
     assert isinstance(balance, int)
     return balance
 
 
 def debt_printed(run: Run, *args: str) -> int:
-    """The debt `gpu-credits consume` prints: the last number of its line."""
+    """The debt `gpu-credits consume` prints after it."""
     result = run("consume", *args)
     assert result.exit_code == 0, result.stderr
-    return int(re.findall(r"\d+", result.stdout)[-1])
+    return last_number(result.stdout)
 
 
 def test_earliest_expiry_first_then_debt_then_a_grant_pays_it_through_commands(run: Run) -> None:

@@ -1,7 +1,10 @@
-"""Helpers of the contract suite: the CLI runner and a skip for missing commands."""
+"""Helpers of the contract suite: the CLI runner, readers of its answers, and a skip for
+missing commands."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -42,3 +45,19 @@ def needs(*names: str) -> pytest.MarkDecorator:
     """Skip until every named command exists."""
     missing = [n for n in names if not has_command(n)]
     return pytest.mark.skipif(bool(missing), reason=f"commands not registered: {missing}")
+
+
+def last_number(text: str) -> int:
+    """The last integer `text` prints: where `consume` puts the debt after it."""
+    numbers = re.findall(r"-?\d+", text)
+    assert numbers, text
+    return int(numbers[-1])
+
+
+def balance_json(cli: Run, account: str, *extra: str) -> dict[str, object]:
+    """`gpu-credits balance ACCOUNT --json EXTRA...`, which must succeed, as an object."""
+    result = cli("balance", account, "--json", *extra)
+    assert result.exit_code == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert isinstance(answer, dict)
+    return answer

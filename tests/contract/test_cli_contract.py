@@ -5,12 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from contract.kit import Run, needs
+from contract.kit import Run, balance_json, last_number, needs
 
 EVENTS = [
     {"type": "account", "account": "a", "max_running": 2},
@@ -36,21 +35,6 @@ def loaded(cli: Run, tmp_path: Path) -> Path:
     result = cli("import", str(path))
     assert result.exit_code == 0, result.stderr
     return path
-
-
-def last_number(text: str) -> int:
-    """The last integer `text` prints: where `consume` puts the debt after it."""
-    numbers = re.findall(r"-?\d+", text)
-    assert numbers, text
-    return int(numbers[-1])
-
-
-def balance_json(cli: Run, account: str, *extra: str) -> dict[str, object]:
-    result = cli("balance", account, "--json", *extra)
-    assert result.exit_code == 0, result.stderr
-    answer = json.loads(result.stdout)
-    assert isinstance(answer, dict)
-    return answer
 
 
 def test_balance_json_has_the_contract_keys(cli: Run, loaded: Path) -> None:
