@@ -34,7 +34,12 @@ from projections.importing import far_time_problem
 from projections.outcomes import Outcome
 from projections.placing import try_in_past
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
-from projections.validation import clock_time, require_int, require_name
+from projections.validation import (
+    clock_time,
+    require_expiry_after,
+    require_int,
+    require_name,
+)
 
 
 def _wall_clock() -> int:
@@ -114,9 +119,8 @@ class Corrections(SessionFacade):
 
         def make(draft: Draft) -> DomainEvent:
             when = self._time(draft, at)
-            if expiry is not None and expiry <= when:
-                raise ValueError(f"expiry must be after the grant's time: expiry {expiry} <= "
-                                 f"time {when}")
+            if expiry is not None:
+                require_expiry_after(expiry, when)
             return event
 
         return self._decide(account, at, make, event_id)

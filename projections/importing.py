@@ -80,7 +80,13 @@ from projections.personal import (
 from projections.replay import ledger_at
 from projections.session import QUEUE_SHARED
 from projections.timefmt import format_micros
-from projections.validation import loads_strict, require_name, require_time, show
+from projections.validation import (
+    loads_strict,
+    require_expiry_after,
+    require_name,
+    require_time,
+    show,
+)
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called now and then while a long file is read."""
@@ -241,8 +247,7 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
     event = from_payload(kind, payload)
     if isinstance(event, CreditsGranted) and event.expiry is not None:
         require_time("expiry", event.expiry)
-        if event.expiry <= time:
-            raise ValueError(f"grant expiry {event.expiry} must be after its time {time}")
+        require_expiry_after(event.expiry, time)
     return event_id, time, event
 
 

@@ -11,6 +11,7 @@ from projections.events import (
     require_name,
 )
 from projections.session import JournalArg, LedgerSession, SessionFacade
+from projections.validation import require_expiry_after
 
 
 class GPUCreditTracker(SessionFacade):
@@ -36,9 +37,7 @@ class GPUCreditTracker(SessionFacade):
         require_int("expiry", expiry)  # the event takes None (no expiry); this call does not
         event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
                                memo)
-        if expiry <= timestamp:
-            raise ValueError(f"expiry must be after timestamp: expiry {expiry} <= "
-                             f"timestamp {timestamp}")
+        require_expiry_after(expiry, timestamp, "timestamp")
         self._session.decide(
             [self.account], lambda draft: [draft.event(timestamp, event, self.account)],
             event_id=event_id, reads_state=False)

@@ -169,6 +169,14 @@ def require_time(name: str, value: object) -> int:
     return require_int(name, value, MIN_TIME, MAX_TIME)
 
 
+def require_expiry_after(expiry: int, time: int, time_name: str = "time") -> None:
+    """A grant's expiry after its time: one wording wherever a grant is made."""
+    if expiry <= time:
+        raise ValueError(f"grant expiry {expiry} must be after its {time_name} {time}: "
+                         "credits count from the grant's time up to, not including, "
+                         "their expiry")
+
+
 PRINTABLE_RULE = ("printable text: letters, marks, numbers, punctuation, symbols and the "
                   "plain space U+0020; no control or format character, no other space or "
                   "line break, no private-use, surrogate or unassigned code point")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from eventstore import MemoryJournal
 from projections import GPUCreditTracker, Scheduler
+from projections.corrections import Corrections
 from projections.events import TIMELINE_START
 from projections.importing import ImportRejected, import_file, parse_record, read_csv, read_jsonl
 from projections.validation import (
@@ -131,6 +132,23 @@ def test_facade_and_import_agree_on_grants(amount: int, time: int, expiry: int) 
     record = {"type": "grant", "account": "a", "amount": amount, "time": time,
               "expiry": expiry}
     assert _tracker_grant(amount, time, expiry) == _import_one(record)
+
+
+@pytest.mark.parametrize(("time", "expiry"), [(5, 5), (5, 4), (0, -3)])
+def test_an_expiry_not_after_its_grant_is_worded_alike_everywhere(time: int,
+                                                                   expiry: int) -> None:
+    rule = "credits count from the grant's time up to, not including, their expiry"
+    with pytest.raises(ValueError) as tracker:
+        GPUCreditTracker(account="a").grant(5, time, expiry)
+    with pytest.raises(ValueError) as corrections:
+        Corrections().grant("a", 5, at=time, expiry=expiry)
+    with pytest.raises(ImportRejected) as imported:
+        import_file(MemoryJournal(), json.dumps(
+            {"type": "grant", "account": "a", "amount": 5, "time": time,
+             "expiry": expiry}).encode() + b"\n", "x.jsonl")
+    assert str(tracker.value) == f"grant expiry {expiry} must be after its timestamp {time}: {rule}"
+    assert str(corrections.value) == f"grant expiry {expiry} must be after its time {time}: {rule}"
+    assert [p.message for p in imported.value.problems] == [str(corrections.value)]
 
 
 @pytest.mark.parametrize("time", OUTSIDE_TIMES)
