@@ -509,7 +509,7 @@ class Ledger:
             if not _has_batch(account, event.grant):
                 continue
             expired = self._touch(account, time)
-            _, lapsed = account.book.void(event.grant, time)
+            _, lapsed = account.book.void(event.grant, time, account.refill_batch)
             return outcome(position, event_id, event.type, time, name,
                            expired=(*expired, *lapsed))
         # Used up, swallowed by debt, or later on the timeline (then it arrives voided).
@@ -750,15 +750,19 @@ class Ledger:
 
 
 def _has_batch(account: AccountState, grant_id: str) -> bool:
-    """Whether the account holds credits of `grant_id` (in its heaps or its holds)."""
+    """Whether the account holds credits of grant `grant_id` (in its heaps or its holds).
+
+    Never of its refill bucket: that batch is no grant's, and its id (`refill:ACCOUNT`)
+    may be a grant event's too (event ids are the caller's), which a void then names."""
     book = account.book
+    bucket = account.refill_batch
     for heap in book.heaps.values():
         for batch in heap:
-            if batch.grant_id == grant_id:
+            if batch.grant_id == grant_id and batch is not bucket:
                 return True
     for hold in book.holds.values():
         for batch, _ in hold.portions:
-            if batch.grant_id == grant_id:
+            if batch.grant_id == grant_id and batch is not bucket:
                 return True
     return False
 

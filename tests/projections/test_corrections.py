@@ -152,6 +152,28 @@ def test_a_void_takes_only_its_own_grant_out_wherever_the_grant_sorts() -> None:
     assert (book.active_total, book.totals.voided) == (10, 10)
 
 
+@pytest.mark.parametrize("holder", ["x", "b"])
+def test_a_void_of_a_grant_whose_id_is_a_refill_buckets_takes_out_that_grant(
+        holder: str) -> None:
+    """Event ids are the caller's, so a grant may carry the id the fold gives account
+    b's refill bucket (`refill:b`). Voided, that grant lapses, in its own account or in
+    b; b's bucket, unused and held credits alike, is no grant's and stays."""
+    journal = journal_of(
+        ("open", "account", 0, {"account": "b", "refill_rate": 3600, "refill_cap": 1000}),
+        ("refill:b", "grant", 1, {"account": holder, "amount": 5, "expiry": 1000,
+                                  "pool": "h100"}),
+        ("s1", "submit", 10, {"account": "b", "job": "j1", "cost": 4, "priority": 1}),
+        ("v1", "void", 20, {"grant": "refill:b"}),
+        ("c1", "cancel", 30, {"job": "j1"}),  # the 4 held go back to the bucket
+    )
+    accounts = fold_canonical(journal).accounts
+    assert accounts[holder].book.totals.voided == 5
+    assert accounts["b"].refill_batch is not None
+    assert accounts["b"].refill_batch.amount == 30  # a credit a second from 0 to 30
+    assert balance(journal, 30, "b") == 30
+    assert balance(journal, 30, holder) == (30 if holder == "b" else 0)
+
+
 def test_a_void_before_its_grant_on_the_timeline_voids_all_of_it() -> None:
     journal = journal_of(
         ("v1", "void", 1, {"grant": "g1"}),
