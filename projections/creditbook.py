@@ -292,28 +292,24 @@ class CreditBook:
         assert batch.expiry is not None
         return Expiry(batch.grant_id, batch.pool, batch.expiry, amount)
 
-    def void(self, grant_id: str, time: int, spare: Batch | None = None
-             ) -> tuple[bool, list[Expiry]]:
-        """The unused credits of `grant_id` stop counting at `time`.
+    def void(self, grant_id: str, time: int, spare: Batch | None = None) -> list[Expiry]:
+        """The unused credits of `grant_id` stop counting at `time`; return what lapsed now.
 
-        Returns (whether this book holds a batch of that grant, what lapsed now). Credits
+        The caller asked first whether the book holds credits of the grant. Credits
         of it held for a pending or running job stay with the job: a charge still takes
         them, and whatever the job releases lapses on release. `spare` is a batch no void
         reaches whatever its id: the refill bucket's, whose id (`refill:ACCOUNT`) a
         grant event may carry too, as event ids are the caller's.
         """
-        found = False
         lapsed: list[Expiry] = []
         for hold in self.holds.values():
             for batch, _ in hold.portions:
                 if batch.grant_id == grant_id and batch.voided is None and batch is not spare:
                     batch.voided = time
-                    found = True
         for heap in self.heaps.values():
             for i, batch in enumerate(heap):
                 if batch.grant_id != grant_id or batch is spare:
                     continue
-                found = True
                 if batch.voided is None:
                     batch.voided = time
                 del heap[i]
@@ -322,7 +318,7 @@ class CreditBook:
                 if batch.amount:
                     lapsed.append(self._expire(batch, batch.amount))
                 break
-        return found, lapsed
+        return lapsed
 
     # -- changes -----------------------------------------------------------------------
 

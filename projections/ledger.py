@@ -509,7 +509,7 @@ class Ledger:
             if not _has_batch(account, event.grant):
                 continue
             expired = self._touch(account, time)
-            _, lapsed = account.book.void(event.grant, time, account.refill_batch)
+            lapsed = account.book.void(event.grant, time, account.refill_batch)
             return outcome(position, event_id, event.type, time, name,
                            expired=(*expired, *lapsed))
         # Used up, swallowed by debt, or later on the timeline (then it arrives voided).
