@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from journal_testkit import (
     assert_broken_at,
+    delete_head_marker,
     ev,
     pin_clock,
     rehash,
@@ -568,6 +569,39 @@ class ChainContract(_OnABackend):
         filled(journal)
         replace_rows(journal, stored_rows(journal)[:7], move_head=False)
         assert_broken_at(journal.verify_chain(), 8)
+
+    @pytest.mark.parametrize(("marked", "position"), [(7, 8), (12, 11)])
+    def test_verify_finds_a_head_marker_naming_another_position(
+        self,
+        journal: JournalLike,
+        marked: int,
+        position: int,
+    ) -> None:
+        """Only the marker's position edited, its hash still the last record's: the
+        records and the hashes agree, so the position alone must be compared (the marker
+        pointed back is where a tail cut starts; pointed past, where records would be
+        missing), and the first position it disowns is the one named."""
+        if isinstance(journal, MemoryJournal):
+            pytest.skip("the memory journal has no head marker apart from its records")
+        assert isinstance(journal, Journal)
+        filled(journal)
+        set_head_marker(journal, marked, stored_rows(journal)[-1][8])
+        assert_broken_at(journal.verify_chain(), position,
+                         f"head marker names position {marked}, the last record is at 10")
+        assert journal.verify() == position
+
+    def test_verify_finds_the_head_marker_of_an_empty_journal_deleted(
+        self,
+        journal: JournalLike,
+    ) -> None:
+        """Named at position 1, not 0: `verify()` returns the first bad position, and a
+        caller testing it for truth would take a 0 for a whole chain."""
+        if isinstance(journal, MemoryJournal):
+            pytest.skip("the memory journal has no head marker apart from its records")
+        assert isinstance(journal, Journal)
+        delete_head_marker(journal)
+        assert_broken_at(journal.verify_chain(), 1, "head marker is missing")
+        assert journal.verify() == 1
 
     @pytest.mark.parametrize("edit", ["raised", "lowered", "rehashed"])
     def test_an_append_refuses_a_head_marker_that_does_not_name_the_last_record(

@@ -102,6 +102,12 @@ def set_head_marker(journal: Journal, position: int, hash: str) -> None:
                      {"p": position, "h": hash})
 
 
+def delete_head_marker(journal: Journal) -> None:
+    """Delete a SQL journal's head marker row behind its back."""
+    with journal._engine.begin() as conn:
+        conn.execute(text("DELETE FROM journal_head"))
+
+
 def empty_the_journal(journal: Journal) -> None:
     """Take everything out of a journal's tables behind its back (the schema stays), so a
     schema shared by a session's examples starts each one empty: rows of another table
