@@ -5,6 +5,7 @@ or deletion of a private part behind the journal's back is found at its position
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -66,10 +67,15 @@ def test_a_private_part_is_sealed_into_the_chain_and_kept_beside_it(journal: Jou
 def test_each_private_part_has_a_fresh_128_bit_salt(journal: JournalLike) -> None:
     """The salt is what keeps a seal of a guessable part from being confirmed by hashing
     guesses once the part is erased (docs/operations.md: a random 128-bit salt)."""
-    journal.append([private_ev("b"), private_ev("c")])
+    b, c = journal.append([private_ev("b"), private_ev("c")])
     salts = [salt for salt, _ in _private_store(journal).values()]
     assert len(salts) == 2 and salts[0] != salts[1]
     assert all(len(salt) == 32 and set(salt) <= set("0123456789abcdef") for salt in salts)
+    # The same part under two salts: two seals, neither the hash of the part alone.
+    part = canonical_json({"user": SECRET}).encode()
+    assert b.payload[PRIVATE_KEY] != c.payload[PRIVATE_KEY]
+    assert hashlib.sha256(part).hexdigest() not in (b.payload[PRIVATE_KEY],
+                                                    c.payload[PRIVATE_KEY])
 
 
 def test_records_without_a_private_part_hash_as_before(journal: JournalLike) -> None:
@@ -187,6 +193,19 @@ def test_an_altered_private_part_is_found_at_its_position(journal: JournalLike) 
     journal.append([ev("a"), private_ev("b"), private_ev("c")])
     _run(journal, "UPDATE private_parts SET data = :d WHERE position = 2",
          d=canonical_json({"user": "forged"}))
+    assert_broken_at(journal.verify_chain(), 2, "does not match the seal")
+    with pytest.raises(ChainBroken) as caught:
+        journal.private(["b"])
+    assert caught.value.position == 2
+    assert journal.private(["c"]) == {"c": {"user": SECRET}}
+
+
+def test_an_altered_salt_is_found_at_its_position(journal: JournalLike) -> None:
+    """The seal covers the salt too: a part kept but its salt changed no longer matches,
+    so a stored salt cannot be swapped for one an attacker chose."""
+    _sql_only(journal)
+    journal.append([ev("a"), private_ev("b"), private_ev("c")])
+    _run(journal, "UPDATE private_parts SET salt = :s WHERE position = 2", s="0" * 32)
     assert_broken_at(journal.verify_chain(), 2, "does not match the seal")
     with pytest.raises(ChainBroken) as caught:
         journal.private(["b"])
