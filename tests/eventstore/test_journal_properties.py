@@ -258,6 +258,47 @@ def test_the_chain_check_hashes_the_reference_bytes(rows: list[Any], data: st.Da
     assert caught.value.position == bad and seen == stored[: bad - 1]
 
 
+def _chain_of(specs: list[tuple[int, str]]) -> list[Any]:
+    """Stored rows (position, id), each hashed from the row before it in the list: every
+    link holds, whatever the positions say."""
+    rows: list[Any] = []
+    prev = GENESIS_HASH
+    for position, id in specs:
+        digest = record_hash(prev, position=position, id=id, stream="s", version=1, type="t",
+                             time=position, recorded_at=0, payload={})
+        rows.append((position, id, "s", 1, "t", position, 0, "{}", digest))
+        prev = digest
+    return rows
+
+
+@pytest.mark.parametrize(("specs", "position", "passed", "says"), [
+    pytest.param([(1, "a"), (3, "c"), (4, "d")], 2, 1,
+                 "it is missing (the next record read is at position 3)", id="gap"),
+    pytest.param([(1, "a"), (2, "b"), (2, "b2"), (3, "c")], 3, 2,
+                 "it is repeated or out of order (the next record read is at position 2)",
+                 id="repeated"),
+    pytest.param([(1, "a"), (3, "c"), (2, "b")], 2, 1,
+                 "it is missing (the next record read is at position 3)", id="swapped"),
+    pytest.param([(2, "b"), (3, "c")], 1, 0,
+                 "it is missing (the next record read is at position 2)", id="first cut"),
+])
+def test_the_chain_check_refuses_a_row_out_of_place_even_when_its_hash_links(
+        specs: list[tuple[int, str]], position: int, passed: int, says: str) -> None:
+    """Each row below is hashed from the one before it, as a forger re-hashing the chain
+    would: only the positions give it away. The check names the position where a record
+    is missing or a repeated one comes, and yields nothing from there."""
+    from eventstore import ChainBroken
+    from eventstore.hashing import chained, chained_python
+
+    rows = _chain_of(specs)
+    for check in {chained, chained_python}:
+        seen: list[Any] = []
+        with pytest.raises(ChainBroken) as caught:
+            seen.extend(check(rows, GENESIS_HASH, 0))
+        assert caught.value.position == position and says in str(caught.value)
+        assert seen == rows[:passed]
+
+
 def test_an_append_returns_wide_ints_as_ints(journal: JournalLike) -> None:
     """The records an append returns carry the payload as stored: an int past 64 bits
     stays an int (orjson, which reads the journal's own texts, would make it a float)."""
