@@ -590,6 +590,27 @@ class ChainContract(_OnABackend):
                          f"head marker names position {marked}, the last record is at 10")
         assert journal.verify() == position
 
+    def test_verify_names_records_removed_while_it_reads(
+        self,
+        journal: JournalLike,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The tail cut (and the head marker moved with it) after verify read where the
+        journal ends: the first record it was told of and did not find is named, not the
+        end it was told of."""
+        filled(journal)
+        rows = stored_rows(journal)
+        ends = journal._ends  # type: ignore[attr-defined]
+
+        def ends_then_cut() -> Any:
+            found = ends()
+            replace_rows(journal, rows[:7])
+            return found
+
+        monkeypatch.setattr(journal, "_ends", ends_then_cut)
+        assert_broken_at(journal.verify_chain(), 8,
+                         "journal chain broken at position 8: the record is missing")
+
     def test_verify_finds_the_head_marker_of_an_empty_journal_deleted(
         self,
         journal: JournalLike,
