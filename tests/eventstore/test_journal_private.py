@@ -220,6 +220,20 @@ def test_a_private_part_deleted_without_an_erasure_is_found(journal: JournalLike
     assert_broken_at(journal.verify_chain(), 3, "no erasure record names it")
 
 
+@pytest.mark.parametrize("named", [
+    pytest.param("b", id="text"), pytest.param({"b": True}, id="object"),
+    pytest.param([["b"]], id="nested list")])
+def test_only_a_list_of_ids_names_erased_parts(journal: JournalLike, named: object) -> None:
+    """A record may carry the erasure key with any value (an append takes any payload),
+    but only a list of ids is what an erasure writes: a text holding the id (read as its
+    characters it would name a one-letter id), or the id inside something else, excuses
+    no part deleted behind the journal's back."""
+    _sql_only(journal)
+    journal.append([private_ev("b"), NewEvent("x", "s", "t", 1, {ERASED_KEY: named})])
+    _run(journal, "DELETE FROM private_parts WHERE position = 1")
+    assert_broken_at(journal.verify_chain(), 1, "no erasure record names it")
+
+
 def test_a_private_part_added_behind_the_journal_is_found(journal: JournalLike) -> None:
     _sql_only(journal)
     journal.append([ev("a"), ev("b"), private_ev("c")])
