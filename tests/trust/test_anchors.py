@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -37,18 +38,38 @@ from projections.signing import (
 HASH = "ab" * 32
 
 
-@pytest.mark.parametrize("text", [f"12:{HASH}", f" 12:{HASH.upper()} ", f"0:{GENESIS_HASH}"])
+# A position runs to 19 digits: a 20th is no anchor, not one past the end of every journal.
+ANCHORS = [f"12:{HASH}", f" 12:{HASH.upper()} ", f"0:{GENESIS_HASH}", f"{'9' * 19}:{HASH}"]
+NOT_ANCHORS = ["", "12", f"12:{HASH[:-1]}", f"-1:{HASH}", f"x:{HASH}", f"12:{HASH}g",
+               f"12;{HASH}", f"1_2:{HASH}", f"\u0661:{HASH}", f"12:{HASH}:3",
+               f"{'1' * 20}:{HASH}"]
+
+
+@pytest.mark.parametrize("text", ANCHORS)
 def test_anchor_syntax(text: str) -> None:
     anchor = parse_anchor(text)
     assert str(anchor) == text.strip().lower()
 
 
-@pytest.mark.parametrize("text", ["", "12", f"12:{HASH[:-1]}", f"-1:{HASH}", f"x:{HASH}",
-                                  f"12:{HASH}g", f"12;{HASH}", f"1_2:{HASH}",
-                                  f"\u0661:{HASH}", f"12:{HASH}:3"])
+@pytest.mark.parametrize("text", NOT_ANCHORS)
 def test_bad_anchor_syntax(text: str) -> None:
     with pytest.raises(AnchorError, match="anchor"):
         parse_anchor(text)
+
+
+def test_the_service_schema_publishes_the_form_parse_anchor_reads() -> None:
+    """`POST /v1/journal/verify` documents the anchor's form as a pattern and checks it
+    with `parse_anchor`: a client validating against the schema must accept and refuse
+    exactly what the service does."""
+    from tools.service.models import VerifyBody
+
+    extra = VerifyBody.model_fields["anchor"].json_schema_extra
+    assert isinstance(extra, dict)
+    pattern = re.compile(str(extra["pattern"]))
+    for text in ANCHORS:
+        assert pattern.fullmatch(text), text
+    for text in NOT_ANCHORS:
+        assert not pattern.fullmatch(text), text
 
 
 def _journal() -> MemoryJournal:
