@@ -173,3 +173,34 @@ def test_a_verified_point_lost_to_an_edit_names_the_first_altered_position(
     with pytest.raises(ChainBroken) as caught:
         check_chain(journal)
     assert caught.value.position == 3
+
+
+def test_a_rewrite_behind_the_newest_verified_point_is_refused_though_older_ones_hold(
+        journal: Journal) -> None:
+    """Checkpoints before the re-hashed record still match the journal: the newest point
+    is the one asked, else a command would check from an older one, through a rewrite
+    that is consistent from there on."""
+    replay(journal, checkpoint=True, checkpoint_every=5)
+    held = sorted(info.position for info in journal.snapshots(CHECKPOINT))
+    assert held[0] < 12 < EVENTS == held[-1]
+    _more(journal, 3)
+    advance_verified(journal)
+    _rehash_from(journal, 12)
+    with pytest.raises(ChainBroken) as caught:
+        check_chain(journal)
+    assert caught.value.position == EVENTS + 3
+    assert "re-hashed" in str(caught.value)
+
+
+def test_a_checkpoint_pointed_at_another_position_is_no_verified_point(
+        journal: Journal) -> None:
+    """Its header still names the position it was built at: read as a claim on the one
+    it was moved to, it would call an untouched journal rewritten. Such a checkpoint is
+    `verify`'s finding (docs/operations.md); a command checks as if it were absent."""
+    replay(journal, checkpoint=True)
+    _sql(journal, "UPDATE snapshots SET position = :p WHERE name = :n", p=EVENTS - 5,
+         n=CHECKPOINT)
+    assert verified_checkpoint(journal) is None
+    assert check_chain(journal) == EVENTS
+    report = verify(journal)
+    assert not report.ok and report.first_bad_position == EVENTS - 5
