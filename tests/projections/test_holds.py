@@ -200,6 +200,21 @@ def test_settle_after_expiry_charges_then_expires_the_released_part(book: Credit
     check(book)
 
 
+@pytest.mark.parametrize(("charge", "lapsed"), [
+    (10, [Expiry("late", GENERAL, 50, 5)]),  # early's portion charged whole
+    (15, []),  # every portion charged whole: nothing comes back to lapse
+])
+def test_settle_after_expiry_expires_only_what_it_releases(
+        book: CreditBook, charge: int, lapsed: list[Expiry]) -> None:
+    """A portion the charge takes whole releases nothing: its expired batch gets no
+    expiry of 0 credits (a statement would show it as a line of credits that lapsed)."""
+    book.hold("j", 15, GENERAL)  # early 10 (exp 20), late 5 (exp 50)
+    book.advance(55)
+    _, expired, _, _ = book.settle("j", charge, 55)
+    assert expired == lapsed
+    check(book)
+
+
 def test_released_credits_pay_debt_first() -> None:
     b = CreditBook()
     b.grant("g", 10, 100, GENERAL, (0, 1))
