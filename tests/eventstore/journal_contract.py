@@ -392,6 +392,20 @@ class AppendReadContract(_OnABackend):
         assert "position 2 has a payload that is not canonical JSON" in str(
             journal.verify_chain().problem)
 
+    @pytest.mark.parametrize("payload", ["[1]", "1", '"text"', "null"])
+    def test_verify_finds_a_payload_that_is_not_an_object_though_rehashed(
+        self, journal: JournalLike, payload: str
+    ) -> None:
+        """Canonical JSON, but no payload the journal writes (every one is an object):
+        found at its position even with the chain re-hashed over it."""
+        journal.append([ev(f"e{i}", i, amount=i) for i in range(1, 6)])
+        rows = stored_rows(journal)
+        rows[2] = (*rows[2][:7], payload, rows[2][8])
+        replace_rows(journal, rehash(rows))
+        assert journal.verify() == 3
+        assert "position 3 has a payload that is not canonical JSON" in str(
+            journal.verify_chain().problem)
+
     def test_same_events_give_the_same_hashes_on_every_backend(self, journal: JournalLike) -> None:
         batch = [ev("a", 3, "x", v=1.5), ev("b", 1, "y", s="é")]
         pin_clock(journal, lambda: 1_700_000_000_000_000)
