@@ -17,7 +17,7 @@ def test_an_anchor_reads_and_prints_as_position_colon_hash() -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "12", "12:", ":" + "a" * 64, "-1:" + "a" * 64, "1:" + "A" * 64, "1:" + "a" * 63,
-     "x:" + "a" * 64, "١:" + "a" * 64],
+     "1:" + "a" * 65, "x:" + "a" * 64, "١:" + "a" * 64],
 )
 def test_a_malformed_anchor_is_refused_with_the_expected_format(text: str) -> None:
     with pytest.raises(ValueError, match="anchor"):
