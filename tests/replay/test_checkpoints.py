@@ -426,3 +426,32 @@ def test_a_session_resumes_from_the_newest_checkpoint_though_late_events_land_be
                                      if r.late_position > head]
     finally:
         journal.close()
+
+
+@pytest.mark.parametrize("recorded", ["its own state's", "the journal's"])
+def test_verify_fails_a_checkpoint_whose_state_is_not_the_journal_s(
+        tmp_path: Path, recorded: str) -> None:
+    """Bytes sealed and bound to this chain at this position, but holding the state of
+    another history (a grant of 9, not 10): with its own state's digest recorded, replay
+    does not reproduce it; with the journal's, the state does not match it. Either way
+    `verify` fails at the checkpoint's position, for that reason."""
+    url = f"sqlite:///{tmp_path / 'forged.db'}"
+    _journal_with_history(url)
+    journal = Journal(url)
+    other = MemoryJournal()
+    t = GPUCreditTracker(other, account="a")
+    for i in range(20):
+        t.grant(9 if i == 0 else 10, timestamp=2 * i, expiry=2 * i + 30)
+        t.consume(7, timestamp=2 * i + 1)
+    forged, real = fold_canonical(other), fold_canonical(journal)
+    assert forged.digest() != real.digest()
+    head = journal.head()
+    blob = encode_checkpoint(forged, head, chain_hash_at(journal, head))
+    digest = forged.digest() if recorded == "its own state's" else real.digest()
+    journal.save_snapshot(CHECKPOINT, head, 2 * 19 + 1, digest, blob)
+    report = verify(journal)
+    assert not report.ok and report.first_bad_position == head
+    says = {"its own state's": f"replay to position {head} gives digest",
+            "the journal's": "state does not match its recorded digest"}[recorded]
+    assert report.problem is not None and says in report.problem
+    journal.close()
