@@ -9,6 +9,7 @@ each line's balance is the running sum of the changes, the closing line equals
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -533,8 +534,13 @@ def test_jobs_ahead_of_a_pending_job_are_those_start_next_starts_before_it(
     """`explain --job` counts the jobs that start before a pending one: start_next called
     until it starts it, nothing ending meanwhile. A job ahead of it in the queue whose
     account reached its cap waits, and does not count, unless it is of the job's own
-    account (which starts its jobs in order whenever it has room)."""
+    account (which starts its jobs in order whenever it has room). Some accounts take
+    part in fair share, with usage from a job run first: among equal priorities, the
+    lower usage per share starts first."""
     caps = data.draw(st.lists(st.sampled_from([None, 1, 2]), min_size=1, max_size=3))
+    shares = data.draw(st.lists(st.sampled_from([None, 1, 3]), min_size=len(caps),
+                                max_size=len(caps)))
+    used = data.draw(st.lists(st.integers(0, 6), min_size=len(caps), max_size=len(caps)))
     submits = data.draw(st.lists(st.tuples(st.integers(0, len(caps) - 1), st.integers(0, 3)),
                                  min_size=1, max_size=9))
     starts = data.draw(st.integers(0, len(submits)))
@@ -543,7 +549,11 @@ def test_jobs_ahead_of_a_pending_job_are_those_start_next_starts_before_it(
         journal = MemoryJournal()
         s = Scheduler(journal, clock=lambda: 10)
         for i, cap in enumerate(caps):
-            s.open_account(f"a{i}", 100, max_running=cap)
+            s.open_account(f"a{i}", 100, max_running=cap, share=shares[i])
+            if used[i]:  # usage, under the account's share if it has one
+                assert s.submit(f"used{i}", f"a{i}", used[i], 0)
+                assert s.start_next() is not None
+                s.complete(f"used{i}", success=True)
         for n, (account, priority) in enumerate(submits):
             assert s.submit(f"j{n}", f"a{account}", 1, priority)
         for _ in range(starts):
@@ -561,8 +571,13 @@ def test_jobs_ahead_of_a_pending_job_are_those_start_next_starts_before_it(
         if picked is not None:  # it starts, after those
             assert ahead == len(started), (job, caps, submits, starts)
         else:  # its account filled up: the jobs started before it, and its account's rest
-            def key(j: str) -> tuple[int, int]:
-                return (-submits[int(j[1:])][1], int(j[1:]))
+            def key(j: str) -> tuple[int, float, int]:
+                # The queue's order: priority, then usage per share (all charged at one
+                # time: no decay between them; none counted without a share), then age.
+                account, priority = submits[int(j[1:])]
+                share = shares[account]
+                fair = used[account] / share if share and used[account] else -math.inf
+                return (-priority, fair, int(j[1:]))
 
             own = submits[int(job[1:])][0]
             rest = [j for j in pending if j not in started and j != job
