@@ -56,6 +56,18 @@ def test_priority_then_age() -> None:
     assert [j.id for j in started if j is not None] == ["high1", "high2", "low"]
 
 
+def test_age_is_the_submits_event_time_not_when_it_was_recorded() -> None:
+    """"Oldest submit" is canonical order: a submit recorded later but placed earlier on
+    the timeline (`at=`) is the older one, in its own account and across accounts."""
+    s, _ = make(a=100, b=100)
+    s.submit("recorded-first", "a", 1, priority=1, at=50)
+    s.submit("placed-first", "a", 1, priority=1, at=40)
+    s.submit("b-placed-first", "b", 1, priority=1, at=45)
+    started = [s.start_next() for _ in range(3)]
+    assert [j.id for j in started if j is not None] == [
+        "placed-first", "b-placed-first", "recorded-first"]
+
+
 def test_failure_refunds_reservation() -> None:
     s, _ = make(a=10)
     s.submit("j", "a", 7, 1)

@@ -59,12 +59,13 @@ def _charged(s: Scheduler, account: str, *costs: int) -> None:
 
 
 def test_fair_share_divides_usage_by_the_share() -> None:
-    _now, s = _clock()
+    now, s = _clock()
     s.open_account("a", 10_000, share=4)
     s.open_account("b", 10_000, share=1)
     _charged(s, "a", 300)                # 300 / 4 = 75 per share
     _charged(s, "b", 100)                # 100 / 1 = 100 per share
     assert s.submit("b1", "b", 1, priority=0)
+    now[0] += 60                         # a1 a minute younger: usage decays alike for both
     assert s.submit("a1", "a", 1, priority=0)
     first = s.start_next()
     assert first is not None and first.id == "a1"   # 75 < 100, though b1 is older
