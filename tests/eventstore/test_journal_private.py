@@ -213,6 +213,27 @@ def test_an_altered_salt_is_found_at_its_position(journal: JournalLike) -> None:
     assert journal.private(["c"]) == {"c": {"user": SECRET}}
 
 
+def test_an_erasure_made_while_verify_reads_is_no_finding(
+        journal: JournalLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Erased after verify learned where the journal ends: the part is gone from what it
+    reads, the erasure record lies past its end; it is looked for there, so a concurrent
+    erasure is not reported as a part deleted behind the journal's back."""
+    journal.append([ev("a"), private_ev("b"), private_ev("c")])
+    ends = journal._ends  # type: ignore[attr-defined]
+    erased: list[object] = []
+
+    def ends_then_erase() -> object:
+        found = ends()
+        if not erased:
+            erased.append(journal.erase(["b"], _erasure()))
+        return found
+
+    monkeypatch.setattr(journal, "_ends", ends_then_erase)
+    report = journal.verify_chain()
+    assert erased and report.ok and report.events == 3, report
+    assert journal.private(["b", "c"]) == {"c": {"user": SECRET}}
+
+
 def test_a_private_part_deleted_without_an_erasure_is_found(journal: JournalLike) -> None:
     _sql_only(journal)
     journal.append([ev("a"), private_ev("b"), private_ev("c")])
