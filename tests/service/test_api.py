@@ -1158,7 +1158,7 @@ def test_a_malformed_anchor_is_refused_as_the_command_line_refuses_it(
 
 
 def test_an_anchor_is_read_in_either_case_as_its_message_says(client: TestClient,
-                                                               db_url: str) -> None:
+                                                            db_url: str) -> None:
     from typer.testing import CliRunner
 
     from tools.cli import app
@@ -1316,3 +1316,22 @@ def test_a_batch_takes_iso_times_each_on_its_own(client: TestClient) -> None:
     recorded = client.get("/v1/journal").json()["events"]
     assert [(e["time"], e.get("expiry")) for e in recorded] == [
         (100, None), (100, 1000), (120, None), (180, None)]
+
+
+def test_verify_answers_a_checkpoint_that_does_not_check_out(client: TestClient,
+                                                            db_url: str) -> None:
+    """The chain intact, a checkpoint's recorded digest not its state's: the endpoint
+    answers what `gpu-credits verify` does, not the chain's verdict alone."""
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT, chain_hash_at, encode_checkpoint
+    from projections.replay import fold_canonical
+
+    setup_account(client, "a")
+    with Journal(db_url) as journal:
+        at = journal.head()
+        blob = encode_checkpoint(fold_canonical(journal), at, chain_hash_at(journal, at))
+        ends_at = max(event.time for event in journal.read())
+        journal.save_snapshot(CHECKPOINT, at, ends_at, "0" * 64, blob)
+    answer = client.post("/v1/journal/verify").json()
+    assert answer["ok"] is False and answer["first_bad_position"] == at
+    assert "does not match its recorded digest" in answer["problem"]
