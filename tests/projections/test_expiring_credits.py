@@ -180,6 +180,17 @@ def test_a_far_expiry_is_still_consumed_before_credits_that_never_expire() -> No
     assert tracker.get_balance(2**64) == 10  # the never-expiring 10 are what is left
 
 
+def test_an_expiry_at_time_0_is_earlier_than_one_at_1() -> None:
+    """Times may be negative, so 0 is an expiry like any other: the grant expiring at 0
+    goes first though it was granted second (the draw key writes a missing expiry as 0
+    beside a flag, and must not mistake a real 0 for it)."""
+    tracker = GPUCreditTracker()
+    tracker.grant(10, -10, 1)
+    tracker.grant(10, -10, 0)
+    assert tracker.consume(10, -5) == 0
+    assert tracker.get_balance(0) == 10  # the 10 expiring at 1 are left
+
+
 def test_pool_credit_before_general_on_equal_expiry() -> None:
     tracker = GPUCreditTracker()
     tracker.grant(10, 0, 8)
