@@ -23,11 +23,8 @@ from typing import Any
 import orjson
 
 from .errors import ChainBroken
+from .records import GENESIS_HASH as GENESIS_HASH  # the chain's start, kept with Anchor
 from .records import PinnedRow, StoredRow, hashed_fields
-
-#: The "previous hash" of position 1.
-GENESIS_HASH = "0" * 64
-
 
 # One encoder for the process: json.dumps with options builds a new one per call.
 _ENCODER = json.JSONEncoder(

@@ -97,6 +97,10 @@ class Batch(NamedTuple):
     last: int
 
 
+#: The "previous hash" of position 1: the empty journal's chain hash.
+GENESIS_HASH = "0" * 64
+
+
 class Anchor(NamedTuple):
     """A journal position and the chain hash there: what to keep outside the database.
 
@@ -132,6 +136,13 @@ class Anchor(NamedTuple):
         if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
             raise ValueError(
                 f"anchor hash must be 64 lowercase hex digits (a SHA-256), got {digest!r}"
+            )
+        if position == 0 and digest != GENESIS_HASH:
+            # No journal has another hash there: such an anchor can only be mistyped, and
+            # taken as a failed check it named position 0, which reads as false.
+            raise ValueError(
+                f"an anchor at position 0 is the empty journal, whose hash is "
+                f"{GENESIS_HASH}; got {digest!r}"
             )
         return cls(position, digest)
 

@@ -41,7 +41,10 @@ def parse_anchor(text: str) -> Anchor:
     if not _HASH.fullmatch(digest):
         raise AnchorError(f"anchor hash must be 64 hex digits (a SHA-256), got "
                           f"{_shown(digest)} (an anchor is POSITION:HASH: {ANCHOR_FORMAT})")
-    return Anchor.of(int(position), digest.lower())
+    try:
+        return Anchor.of(int(position), digest.lower())
+    except ValueError as exc:  # position 0 with another hash than the empty journal's
+        raise AnchorError(str(exc)) from None
 
 
 def _shown(text: str) -> str:

@@ -57,6 +57,15 @@ def test_bad_anchor_syntax(text: str) -> None:
         parse_anchor(text)
 
 
+@pytest.mark.parametrize("text", [f"0:{HASH}", f"000:{GENESIS_HASH[:-1]}1"])
+def test_an_anchor_at_position_0_is_the_empty_journal(text: str) -> None:
+    """Well formed, but no journal has another hash at position 0 than the genesis hash:
+    refused as mistyped (the schema's pattern, which only documents the form, admits it)."""
+    with pytest.raises(AnchorError, match=f"position 0 is the empty journal, whose hash is "
+                                          f"{GENESIS_HASH}"):
+        parse_anchor(text)
+
+
 def test_the_service_schema_publishes_the_form_parse_anchor_reads() -> None:
     """`POST /v1/journal/verify` documents the anchor's form as a pattern and checks it
     with `parse_anchor`: a client validating against the schema must accept and refuse
@@ -126,7 +135,12 @@ def test_check_anchor() -> None:
     assert report_dict(beyond)["first_bad_position"] == 3
     assert report_dict(check_anchor(journal, anchor), anchor) == {
         "ok": True, "events": 2, "anchor": str(anchor)}
-    assert not check_anchor(journal, Anchor(0, HASH)).ok
+    # Position 0 is the empty journal, whose hash no journal can differ from: such an
+    # anchor is mistyped (as a failed check it named position 0, which reads as false).
+    with pytest.raises(ValueError, match="position 0 is the empty journal"):
+        check_anchor(journal, Anchor(0, HASH))
+    with pytest.raises(ValueError, match="position 0 is the empty journal"):
+        journal.verify(anchor=(0, HASH))
 
 
 # -- signed anchors -----------------------------------------------------------------------
