@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -411,3 +412,173 @@ def test_balance_answer_is_the_same_object_as_the_cli_prints(tmp_path: Path) -> 
     printed = CliRunner().invoke(app, ["balance", "a", "--at", "2", "--json", "--db", url])
     assert printed.exit_code == 0, printed.stderr
     assert json.loads(printed.stdout) == served
+
+
+def test_journal_events_give_recorded_at_as_iso_8601_with_an_offset(
+        http: TestClient) -> None:
+    opened(http)
+    events = http.get("/v1/journal").json()["events"]
+    assert events
+    for event in events:
+        assert isinstance(event["position"], int)
+        assert isinstance(event["time"], int)
+        # Like every time the service gives or takes: text that names its offset.
+        recorded = datetime.fromisoformat(event["recorded_at"])
+        assert recorded.utcoffset() is not None, event["recorded_at"]
+
+
+def _revised_three_times(http: TestClient) -> None:
+    """Account a: three usage reports, each leaving a debt, then a late grant before
+    them that pays for all three (revising each); account b: the same with one report."""
+    for account, reports in (("a", 3), ("b", 1)):
+        assert http.post("/v1/accounts", json={"account": account, "time": 0}
+                         ).status_code == 201
+        for t in range(10, 10 + reports):
+            http.post(f"/v1/accounts/{account}/usage", json={"amount": 5, "time": t})
+        http.post(f"/v1/accounts/{account}/grants", json={"amount": 20, "time": 5})
+
+
+def _follow(http: TestClient, **params: Any) -> list[Any]:
+    """Every revision, a page of one at a time, following `next` until it is null."""
+    seen: list[Any] = []
+    after = 0
+    for _ in range(100):
+        page = http.get("/v1/revisions", params={**params, "after": after, "limit": 1})
+        assert page.status_code == 200, page.text
+        seen.extend(page.json()["revisions"])
+        if page.json()["next"] is None:
+            return seen
+        after = page.json()["next"]
+    raise AssertionError("next never became null")
+
+
+def test_revision_pages_following_next_give_every_revision_once(http: TestClient) -> None:
+    _revised_three_times(http)
+    everything = http.get("/v1/revisions").json()
+    assert everything["next"] is None
+    revisions = everything["revisions"]
+    assert len(revisions) >= 3
+    assert _follow(http) == revisions
+    assert _follow(http, account="b") == [r for r in revisions if r["account"] == "b"]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/accounts", {"account": "c"}),
+    ("/v1/accounts/a/grants", {"amount": 5}),
+    ("/v1/accounts/a/usage", {"amount": 1}),
+    ("/v1/jobs", {"job": "k", "account": "a", "cost": 1, "priority": 1}),
+    ("/v1/jobs/start-next", {}),
+    ("/v1/jobs/run/complete", {"success": True}),
+    ("/v1/jobs/wait/cancel", {}),
+])
+def test_every_write_without_time_is_never_earlier_than_the_latest_event(
+        http: TestClient, path: str, body: dict[str, Any]) -> None:
+    opened(http)  # the clock says 100; the journal's latest event will be at 500
+    http.post("/v1/jobs", json={"job": "run", "account": "a", "cost": 1, "priority": 9,
+                                "time": 1})
+    http.post("/v1/jobs/start-next", json={"time": 2})
+    http.post("/v1/jobs", json={"job": "wait", "account": "a", "cost": 1, "priority": 0,
+                                "time": 3})
+    http.post("/v1/accounts/a/grants", json={"amount": 5, "time": 500})
+    before = head(http)
+    r = http.post(path, json=body)
+    assert r.status_code in (200, 201), r.text
+    appended = http.get("/v1/journal", params={"after": before}).json()["events"]
+    assert appended
+    assert [e["time"] for e in appended] == [500] * len(appended)
+
+
+def test_times_are_taken_as_iso_8601_with_an_offset_in_every_body_and_query(
+        http: TestClient) -> None:
+    def at(seconds: int) -> str:  # the same instant, written one hour east of UTC
+        return (datetime(1970, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+                + timedelta(seconds=seconds)).isoformat()
+
+    assert http.post("/v1/accounts", json={"account": "a", "time": at(0)}).status_code == 201
+    r = http.post("/v1/accounts/a/grants", json={"amount": 50, "time": at(1),
+                                                 "expiry": at(40)})
+    assert r.status_code == 201, r.text
+    assert (r.json()["time"], r.json()["expiry"]) == (1, 40)
+    assert http.post("/v1/accounts/a/usage", json={"amount": 5, "time": at(2)}).json()[
+        "debt"] == 0
+    assert http.post("/v1/jobs", json={"job": "j", "account": "a", "cost": 10, "priority": 1,
+                                       "time": at(3)}).json()["accepted"] is True
+    assert http.post("/v1/jobs", json={"job": "k", "account": "a", "cost": 1, "priority": 0,
+                                       "time": at(3)}).status_code == 201
+    assert http.post("/v1/jobs/start-next", json={"time": at(4)}).json()["job"] == "j"
+    assert http.post("/v1/jobs/k/cancel", json={"time": at(5)}).status_code == 200
+    done = http.post("/v1/jobs/j/complete", json={"success": True, "time": at(6)})
+    assert done.status_code == 200, done.text
+    times = [e["time"] for e in http.get("/v1/journal").json()["events"]]
+    assert times == [0, 1, 2, 3, 3, 4, 5, 6]
+    assert http.get("/v1/accounts/a/balance", params={"at": at(39)}).json()[
+        "balance"] == 35
+    assert http.get("/v1/accounts/a/balance", params={"at": at(40)}).json()[
+        "balance"] == 0
+    lines = http.get("/v1/accounts/a/statement",
+                     params={"from": at(2), "to": at(3)}).json()["lines"]
+    assert sorted({line["time"] for line in lines}) == [2, 3]
+    # Without its offset, the same text could mean any of 25 hours: refused.
+    before = head(http)
+    is_problem(http.post("/v1/accounts/a/usage",
+                         json={"amount": 1, "time": "1970-01-01T00:00:07"}), 422)
+    is_problem(http.get("/v1/accounts/a/balance", params={"at": "1970-01-01T00:00:07"}),
+               422)
+    assert head(http) == before
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/accounts/a/grants", {"amount": True, "time": 1}),
+    ("/v1/accounts/a/grants", {"amount": 5, "time": 10, "expiry": 10}),
+    ("/v1/accounts/a/grants", {"amount": 5, "time": 10, "expiry": 9}),
+    ("/v1/accounts/a/usage", {"amount": True, "time": 1}),
+    ("/v1/jobs", {"job": "j", "account": "a", "cost": True, "priority": 1}),
+    ("/v1/jobs", {"job": "j", "account": "a", "cost": 1, "priority": 1, "time": 1.5}),
+    ("/v1/jobs/start-next", {"time": True}),
+    ("/v1/events", {"events": [{"type": "grant", "account": "a", "amount": True,
+                                "time": 1}]}),
+])
+def test_bools_for_numbers_and_expiries_not_after_their_time_are_422(
+        http: TestClient, path: str, body: dict[str, Any]) -> None:
+    opened(http)
+    before = head(http)
+    is_problem(http.post(path, json=body), 422)
+    assert head(http) == before
+
+
+def test_transitions_the_job_state_does_not_allow_are_409_and_append_nothing(
+        http: TestClient) -> None:
+    opened(http)
+    http.post("/v1/jobs", json={"job": "j", "account": "a", "cost": 1, "priority": 1,
+                                "time": 1})
+    http.post("/v1/jobs/start-next", json={"time": 2})
+    before = head(http)
+    is_problem(http.post("/v1/jobs/j/cancel", json={"time": 3}), 409)  # running
+    assert http.post("/v1/jobs/j/complete", json={"success": True, "time": 3}
+                     ).status_code == 200
+    before = head(http)
+    is_problem(http.post("/v1/jobs/j/cancel", json={"time": 4}), 409)  # finished
+    is_problem(http.post("/v1/jobs/j/complete", json={"success": True, "time": 4}), 409)
+    assert head(http) == before
+
+
+def test_retries_of_the_other_writes_answer_the_same_status_and_body(
+        http: TestClient) -> None:
+    def twice(path: str, body: dict[str, Any], key: str) -> Any:
+        first = http.post(path, json=body, headers={"Idempotency-Key": key})
+        before = head(http)
+        again = http.post(path, json=body, headers={"Idempotency-Key": key})
+        assert (again.status_code, again.content) == (first.status_code, first.content)
+        assert head(http) == before
+        return first
+
+    assert twice("/v1/accounts", {"account": "a", "time": 0}, "open-a").status_code == 201
+    events = {"events": [{"type": "grant", "account": "a", "amount": 10, "time": 0}]}
+    assert twice("/v1/events", events, "batch-1").json()["appended"] == 1
+    assert twice("/v1/jobs/start-next", {"time": 1}, "start-none").status_code == 204
+    http.post("/v1/jobs", json={"job": "j", "account": "a", "cost": 1, "priority": 1,
+                                "time": 2})
+    assert twice("/v1/jobs/j/cancel", {"time": 3}, "cancel-j").json() == {
+        "job": "j", "state": "cancelled"}
+    # The key of a cancel that recorded nothing (the job was cancelled already) too.
+    assert twice("/v1/jobs/j/cancel", {"time": 4}, "cancel-j-again").status_code == 200
