@@ -65,6 +65,24 @@ class _OnOneJournal:
 class TrackerContract(_OnOneJournal):
     """`GPUCreditTracker`: grant, consume, get_balance."""
 
+    def test_the_seeds_worked_examples(self, journal: JournalLike,
+                                       tracker: GPUCreditTracker) -> None:
+        # Example 1, word for word.
+        tracker.grant(amount=100, timestamp=0, expiry=10)
+        tracker.grant(amount=50, timestamp=2, expiry=5)
+        assert tracker.consume(amount=70, timestamp=3) == 0
+        assert tracker.get_balance(timestamp=4) == 80
+        assert tracker.consume(amount=90, timestamp=8) == 10
+        assert tracker.get_balance(timestamp=8) == -10
+        tracker.grant(amount=30, timestamp=12, expiry=20)
+        assert tracker.get_balance(timestamp=12) == 20
+        # Example 2 (expiration), on an account of its own.
+        other = GPUCreditTracker(journal, account="example-2")
+        other.grant(amount=50, timestamp=0, expiry=5)
+        assert other.get_balance(timestamp=5) == 0
+        assert other.consume(amount=20, timestamp=6) == 20
+        assert other.get_balance(timestamp=6) == -20
+
     def test_credits_are_valid_from_timestamp_until_just_before_expiry(
             self, tracker: GPUCreditTracker) -> None:
         assert tracker.grant(100, 5, 10) is None  # type: ignore[func-returns-value]
@@ -157,6 +175,32 @@ class TrackerContract(_OnOneJournal):
 
 class SchedulerContract(_OnOneJournal):
     """`Scheduler`: accounts, submit, start_next, complete, cancel."""
+
+    def test_the_seeds_tests_through_open_account(self, scheduler: Scheduler) -> None:
+        s = scheduler  # each case on an account of its own, leaving nothing pending
+        s.open_account("reject", 10)
+        assert s.submit("j1", "reject", cost=8, priority=1)
+        assert not s.submit("j2", "reject", cost=5, priority=9)  # 8 reserved, 2 available
+        s.cancel("j1")
+        s.open_account("order", 100)
+        s.submit("low", "order", 1, priority=1)
+        s.submit("high1", "order", 1, priority=5)
+        s.submit("high2", "order", 1, priority=5)
+        assert [getattr(s.start_next(), "id", None) for _ in range(3)] == [
+            "high1", "high2", "low"]
+        s.open_account("refund", 10)
+        s.submit("j", "refund", 7, 1)
+        assert getattr(s.start_next(), "id", None) == "j"
+        s.complete("j", success=False)
+        assert (s.accounts["refund"].available, s.accounts["refund"].balance) == (10, 10)
+        s.open_account("skip", 10)
+        s.submit("c1", "skip", 3, 1)
+        s.submit("c2", "skip", 3, 1)
+        s.cancel("c1")
+        assert s.accounts["skip"].available == 7
+        s.cancel("c1")
+        assert s.accounts["skip"].available == 7
+        assert getattr(s.start_next(), "id", None) == "c2"
 
     def test_open_account_and_read_only_view(self, scheduler: Scheduler) -> None:
         assert scheduler.open_account(  # type: ignore[func-returns-value]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+from pathlib import Path
+
 import pytest
 
 from eventstore import IdempotencyConflict, Journal, NewEvent
@@ -35,3 +38,22 @@ def test_positions_are_gapless_from_one() -> None:
     j = Journal()
     recs = j.append([NewEvent(f"e{i}", "s", "t", 5 - i, {}) for i in range(3)])
     assert [r.position for r in recs] == [1, 2, 3]
+
+
+def test_journal_of_none_is_a_memory_journal_of_its_own() -> None:
+    first, second = Journal(None), Journal(None)
+    assert first.url is None
+    first.append([NewEvent("e1", "s", "t", 1, {})])
+    assert (first.head(), second.head()) == (1, 0)
+
+
+def test_same_id_on_a_database_file_is_idempotent_across_openings(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    event = NewEvent("e1", "s", "t", 1, {"x": 1})
+    with closing(Journal(url)) as first:
+        first.append([event])
+    with closing(Journal(url)) as again:
+        assert [r.position for r in again.append([event])] == [1]
+        with pytest.raises(IdempotencyConflict):
+            again.append([NewEvent("e1", "s", "t", 1, {"x": 2})])
+        assert again.head() == 1
