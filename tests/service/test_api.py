@@ -153,6 +153,23 @@ def test_job_life(client: TestClient) -> None:
                                                       "refund_fraction": 2}), 422)
 
 
+def test_a_job_s_answer_gives_every_key_null_where_it_does_not_apply(
+        client: TestClient) -> None:
+    setup_account(client)
+    for job, cost in (("waits", 1), ("runs", 1), ("dropped", 1), ("poor", 10_000)):
+        client.post("/v1/jobs", json={"job": job, "account": "a", "cost": cost,
+                                      "priority": 1 if job == "runs" else 0})
+    client.post("/v1/jobs/start-next", json={})
+    client.post("/v1/jobs/dropped/cancel", json={})
+    answers = {job: client.get(f"/v1/jobs/{job}").json()
+               for job in ("waits", "runs", "dropped", "poor")}
+    assert {job: (a["state"], a["charged"]) for job, a in answers.items()} == {
+        "waits": ("pending", None), "runs": ("running", None),
+        "dropped": ("cancelled", None), "poor": ("rejected", None)}
+    assert [job for job, a in answers.items() if a["reason"] is not None] == ["poor"]
+    assert len({frozenset(a) for a in answers.values()}) == 1
+
+
 def test_cancel(client: TestClient) -> None:
     setup_account(client)
     client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 30, "priority": 1})
