@@ -228,6 +228,35 @@ def test_a_retry_that_spells_out_a_default_is_the_same_request_with_the_same_ans
         assert head(c) == at
 
 
+def test_a_retry_without_time_is_the_same_request_whatever_time_its_event_holds(
+        db_url: str, clock: Clock) -> None:
+    """A live write's retry comes after the clock moved on: without `time` it matches
+    the recorded event at any time, also one first sent with a time; a retry naming
+    another time than the event's is another request (409)."""
+    live, given = {"Idempotency-Key": "use-live"}, {"Idempotency-Key": "use-given"}
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        c.post("/v1/accounts/a/grants", json={"amount": 5, "time": 0})
+        first_live = c.post("/v1/accounts/a/usage", json={"amount": 1}, headers=live)
+        assert first_live.status_code == 201 and first_live.json()["time"] == 100
+        first_given = c.post("/v1/accounts/a/usage", json={"amount": 1, "time": 7},
+                             headers=given)
+        at = head(c)
+        clock.now = 200
+        for body, key, first in (({"amount": 1}, live, first_live),
+                                 ({"amount": 1, "time": 100}, live, first_live),
+                                 ({"amount": 1}, given, first_given)):
+            again = c.post("/v1/accounts/a/usage", json=body, headers=key)
+            assert (again.status_code, again.json()) == (201, first.json()), body
+        problem(c.post("/v1/accounts/a/usage", json={"amount": 1, "time": 200},
+                       headers=live), 409)
+        assert head(c) == at
+    with TestClient(create_app(db_url, clock=clock, mount_web=False)) as c:
+        for key, first in ((live, first_live), (given, first_given)):
+            again = c.post("/v1/accounts/a/usage", json={"amount": 1}, headers=key)
+            assert (again.status_code, again.json()) == (201, first.json())
+        assert head(c) == at
+
+
 def test_a_write_without_a_key_is_recorded_whatever_ids_others_took(
         db_url: str, clock: Clock, tmp_path: Path) -> None:
     # The id the service gives a write without a key is the event's idempotency key:
