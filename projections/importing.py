@@ -710,7 +710,7 @@ def _chains_ahead(stream: IO[bytes], fmt: str, journal: JournalLike,
 def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
                          source: str) -> list[str]:
     """A warning when lines without ids match events already recorded under other ids
-    (same account, type, amount and time): the file may be a re-delivery of events
+    (same account, type, amount or job, and time): the file may be a re-delivery of events
     imported before (under ids given then, or derived another way)."""
     new = [e for e in derived if journal.get(e.id) is None]
     if not new:
@@ -730,16 +730,25 @@ def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
 
 def _redelivery_key(stream: str, kind: str, time: int,
                     payload: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (payload.get("account", stream), kind, payload.get("amount"), time)
+    # A job's events carry no amount: without their job, every submit (or start) of an
+    # account in the same second would look like a re-delivery of another job's.
+    return (payload.get("account", stream), kind, payload.get("amount"), payload.get("job"),
+            time)
 
 
 def _redelivery_text(source: str, matches: int, new: int,
                      first: NewEvent | RecordedEvent) -> str:
     return (f"{source}: {matches} of {new} new line(s) without an id match events "
-            "already in the journal under other ids (same account, type, amount and time; "
-            f"first: {first.type} of {first.payload.get('amount')} for "
+            "already in the journal under other ids (same account, type, amount or job, and "
+            f"time; first: {first.type} of {_what(first.payload)} for "
             f"{first.payload.get('account', first.stream)} at {first.time}): is this file a "
             "re-delivery? They were appended; reverse them if they are duplicates")
+
+
+def _what(payload: Mapping[str, Any]) -> str:
+    """What a re-delivered event was about: its amount, or its job for a job's event."""
+    job = payload.get("job")
+    return f"job {job!r}" if job is not None else str(payload.get("amount"))
 
 
 def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:

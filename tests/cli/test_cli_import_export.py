@@ -410,3 +410,41 @@ def test_a_first_import_into_a_new_file_checks_its_lines_once(
     assert len(passes) == 1 and journal_head(db) == 7
     assert run("import", str(good)).exit_code == 0
     assert len(passes) == 2 and journal_head(db) == 7
+
+
+def test_other_jobs_at_the_same_time_are_no_redelivery(run: Run, tmp_path: Path) -> None:
+    # Job events carry no amount: matched on account, type and time alone, a second file's
+    # submit (or start) of another job in the same second was warned about as a possible
+    # re-delivery, and the warning read "submit of None".
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text(_lines({"type": "grant", "account": "a", "amount": 50, "time": 0},
+                            {"type": "submit", "account": "a", "job": "j1", "cost": 5,
+                             "priority": 1, "time": 4},
+                            {"type": "start", "job": "j1", "time": 5}))
+    second.write_text(_lines({"type": "submit", "account": "a", "job": "j2", "cost": 5,
+                              "priority": 1, "time": 4},
+                             {"type": "start", "job": "j2", "time": 5}))
+    assert run("import", str(first)).exit_code == 0
+    result = run("import", str(second))
+    assert result.exit_code == 0, result.stderr
+    assert "appended 2 events" in result.stdout
+    assert "re-delivery" not in result.stderr
+
+
+def test_a_redelivered_job_under_other_ids_is_warned_about_by_its_job(
+        run: Run, tmp_path: Path) -> None:
+    with_ids, without = tmp_path / "with-ids.jsonl", tmp_path / "without.jsonl"
+    submit = {"type": "submit", "account": "a", "job": "j1", "cost": 5, "priority": 1,
+              "time": 4}
+    with_ids.write_text(_lines({"type": "grant", "account": "a", "amount": 50, "time": 0},
+                               {**submit, "id": "s-1"}))
+    without.write_text(_lines(submit))
+    assert run("import", str(with_ids)).exit_code == 0
+    result = run("import", str(without))
+    assert result.exit_code == 0, result.stderr
+    (warning,) = result.stderr.strip().splitlines()
+    assert "re-delivery" in warning and "submit of job 'j1' for a at 4" in warning
+
+
+def _lines(*events: dict[str, Any]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)
