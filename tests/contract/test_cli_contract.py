@@ -420,3 +420,120 @@ def test_default_database_is_gpu_credits_db_here(cli: Run, tmp_path: Path,
     assert (tmp_path / "gpu-credits.db").exists()
     result = cli("balance", "z", "--json", use_db=False)
     assert json.loads(result.stdout)["balance"] == 3
+
+
+@needs("grant", "consume")
+def test_far_times_start_after_the_first_second_of_2200(cli: Run, tmp_path: Path) -> None:
+    # "after 2200-01-01T00:00Z (7258118400)": that second itself is an ordinary time.
+    path = tmp_path / "edge.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1,
+                            "time": 7_258_118_400}]))
+    assert cli("import", str(path)).exit_code == 0
+    path.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1,
+                            "time": 7_258_118_401}]))
+    assert cli("import", str(path)).exit_code == 2
+    assert cli("grant", "a", "1", "--at", "2200-01-01T00:00:00Z").exit_code == 0
+    for command in (("grant", "a", "1"), ("consume", "a", "1")):
+        result = cli(*command, "--at", "2200-01-01T00:00:01Z")
+        assert result.exit_code == 2
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert cli("consume", "a", "1", "--at", "7258118400").exit_code == 0
+    assert balance_json(cli, "a", "--at", "7258118400")["balance"] == 1
+
+
+@needs("grant", "consume")
+def test_grant_priority_is_0_to_100_and_lower_numbers_are_used_first(cli: Run) -> None:
+    for priority in ("-1", "101"):
+        result = cli("grant", "a", "1", "--at", "0", "--priority", priority)
+        assert result.exit_code == 2
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert cli("export").stdout.strip() == ""
+    # Expiring soonest, but priority 100: used last. Priority 0 first, whatever its expiry;
+    # between equal priorities, the earlier expiry.
+    assert cli("grant", "a", "10", "--at", "0", "--expiry", "5", "--priority", "100",
+               "--id", "last").exit_code == 0
+    assert cli("grant", "a", "10", "--at", "0", "--expiry", "300", "--id",
+               "default-later").exit_code == 0
+    assert cli("grant", "a", "10", "--at", "0", "--expiry", "200", "--id",
+               "default-sooner").exit_code == 0
+    assert cli("grant", "a", "10", "--at", "0", "--expiry", "900", "--priority", "0",
+               "--id", "first").exit_code == 0
+    assert cli("consume", "a", "25", "--at", "1").exit_code == 0
+    # first (10) and default-sooner (10) are spent, 5 of default-later: "last" expires
+    # whole at 5, then default-later's 5 at 300.
+    assert balance_json(cli, "a", "--at", "4")["balance"] == 15
+    assert balance_json(cli, "a", "--at", "5")["balance"] == 5
+    assert balance_json(cli, "a", "--at", "300")["balance"] == 0
+
+
+@needs("consume", "adjust")
+def test_a_credit_adjustment_pays_debt_first_and_never_expires(cli: Run) -> None:
+    assert last_number(cli("consume", "a", "30", "--at", "1").stdout) == 30
+    assert cli("adjust", "a", "20", "--reason", "goodwill", "--at", "2").exit_code == 0
+    b = balance_json(cli, "a", "--at", "2")
+    assert (b["balance"], b["debt"]) == (-10, 10)
+    assert cli("adjust", "a", "25", "--reason", "goodwill", "--at", "3").exit_code == 0
+    assert balance_json(cli, "a", "--at", "1000000000")["balance"] == 15
+    assert cli("adjust", "a", "-20", "--reason", "fee", "--at", "4").exit_code == 0
+    b = balance_json(cli, "a", "--at", "4")
+    assert (b["balance"], b["debt"]) == (-5, 5)
+
+
+@needs("grant", "consume", "reverse")
+def test_reverse_command_on_a_reversal_restores_the_event(cli: Run) -> None:
+    assert cli("grant", "a", "100", "--at", "0", "--id", "g").exit_code == 0
+    assert cli("consume", "a", "30", "--at", "1", "--id", "u").exit_code == 0
+    assert cli("reverse", "u", "--reason", "wrong", "--id", "r1").exit_code == 0
+    assert balance_json(cli, "a")["balance"] == 100
+    assert cli("reverse", "r1", "--reason", "it was right", "--id", "r2").exit_code == 0
+    assert balance_json(cli, "a")["balance"] == 70
+    assert cli("reverse", "r2", "--reason", "no, wrong", "--id", "r3").exit_code == 0
+    assert balance_json(cli, "a")["balance"] == 100
+    # Both stay in the journal; as known before each reversal, the answer stood.
+    assert len(cli("export").stdout.splitlines()) == 5
+    assert balance_json(cli, "a", "--as-known-at", "2")["balance"] == 70
+    assert balance_json(cli, "a", "--as-known-at", "4")["balance"] == 70
+
+
+def test_the_same_file_with_crlf_line_endings_appends_nothing(
+        cli: Run, loaded: Path, tmp_path: Path) -> None:
+    before = cli("export").stdout
+    crlf = tmp_path / "crlf.jsonl"
+    crlf.write_bytes(jsonl(EVENTS, end="\r\n").encode())
+    result = cli("import", str(crlf))
+    assert result.exit_code == 0, result.stderr
+    assert cli("export").stdout == before
+
+
+@needs("reconcile")
+def test_reconcile_exit_1_when_the_file_lacks_a_ledger_charge(
+        cli: Run, loaded: Path, tmp_path: Path) -> None:
+    # Every row matches, but the ledger holds a charge of the same account the file lacks.
+    lacking = tmp_path / "lacking.csv"
+    lacking.write_text("account,amount,job\na,8,j1\n")
+    result = cli("reconcile", str(lacking), "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    result = cli("reconcile", str(lacking), "--csv")
+    assert result.exit_code == 1
+    statuses = {row["status"] for row in csv.DictReader(io.StringIO(result.stdout))}
+    assert statuses == {"matched", "missing_from_file"}
+
+
+@needs("whatif")
+def test_whatif_appends_nothing_with_the_database_before_the_command(
+        cli: Run, loaded: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"refund_fraction": 0.0}))
+    head = cli("head", "--json").stdout
+    result = cli("whatif", "--policy", str(policy), db_first=True)
+    assert result.exit_code == 0, result.stderr
+    assert cli("head", "--json").stdout == head
+
+
+@needs("grant")
+def test_writes_take_the_database_from_the_environment(cli: Run, db: str) -> None:
+    result = cli("grant", "a", "5", "--at", "0", use_db=False, env={"GPU_CREDITS_DB": db})
+    assert result.exit_code == 0, result.stderr
+    assert balance_json(cli, "a")["balance"] == 5
