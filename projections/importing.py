@@ -710,8 +710,9 @@ def _chains_ahead(stream: IO[bytes], fmt: str, journal: JournalLike,
 def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
                          source: str) -> list[str]:
     """A warning when lines without ids match events already recorded under other ids
-    (same account, type, amount or job, and time): the file may be a re-delivery of events
-    imported before (under ids given then, or derived another way)."""
+    (same account, type, amount and time; an event without an amount, the same content
+    and time): the file may be a re-delivery of events imported before (under ids given
+    then, or derived another way)."""
     new = [e for e in derived if journal.get(e.id) is None]
     if not new:
         return []
@@ -730,25 +731,39 @@ def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
 
 def _redelivery_key(stream: str, kind: str, time: int,
                     payload: Mapping[str, Any]) -> tuple[Any, ...]:
-    # A job's events carry no amount: without their job, every submit (or start) of an
-    # account in the same second would look like a re-delivery of another job's.
-    return (payload.get("account", stream), kind, payload.get("amount"), payload.get("job"),
-            time)
+    account = payload.get("account", stream)
+    if "amount" in payload:
+        return (account, kind, payload["amount"], time)
+    # An event without an amount (a job's, an account's settings, a void, a reversal)
+    # matches by all it says: keyed on its account, type and time alone, another job
+    # submitted, another grant voided or a new cap in the same second passed for a copy.
+    # (Keys under "$" are the journal's own: a private part's seal differs per event.)
+    said = {key: value for key, value in payload.items() if not key.startswith("$")}
+    return (account, kind, canonical_json(said), time)
 
 
 def _redelivery_text(source: str, matches: int, new: int,
                      first: NewEvent | RecordedEvent) -> str:
+    payload = first.payload
+    when = ("from the start of the timeline" if first.time == TIMELINE_START
+            else f"at {first.time}")
     return (f"{source}: {matches} of {new} new line(s) without an id match events "
-            "already in the journal under other ids (same account, type, amount or job, and "
-            f"time; first: {first.type} of {_what(first.payload)} for "
-            f"{first.payload.get('account', first.stream)} at {first.time}): is this file a "
-            "re-delivery? They were appended; reverse them if they are duplicates")
+            "already in the journal under other ids (same account, type, amount and time; "
+            "without an amount, the same content and time; first: "
+            f"{first.type}{_what(payload)} for {payload.get('account', first.stream)} "
+            f"{when}): is this file a re-delivery? They were appended; reverse them if "
+            "they are duplicates")
 
 
 def _what(payload: Mapping[str, Any]) -> str:
-    """What a re-delivered event was about: its amount, or its job for a job's event."""
-    job = payload.get("job")
-    return f"job {job!r}" if job is not None else str(payload.get("amount"))
+    """What a possibly re-delivered event was about, after its type: its amount, or what
+    it names."""
+    if "amount" in payload:
+        return f" of {payload['amount']}"
+    for name in ("job", "grant", "event"):
+        if name in payload:
+            return f" of {name} {payload[name]!r}"
+    return ""
 
 
 def _conflicts(journal: JournalLike, plan: ImportPlan) -> list[Problem]:

@@ -412,27 +412,44 @@ def test_a_first_import_into_a_new_file_checks_its_lines_once(
     assert len(passes) == 2 and journal_head(db) == 7
 
 
-def test_other_jobs_at_the_same_time_are_no_redelivery(run: Run, tmp_path: Path) -> None:
-    # Job events carry no amount: matched on account, type and time alone, a second file's
-    # submit (or start) of another job in the same second was warned about as a possible
-    # re-delivery, and the warning read "submit of None".
+_BEFORE = [
+    {"type": "grant", "id": "g1", "account": "a", "amount": 50, "time": 0},
+    {"type": "grant", "id": "g2", "account": "a", "amount": 50, "time": 0},
+    {"type": "consume", "id": "u1", "account": "a", "amount": 1, "time": 1},
+    {"type": "consume", "id": "u2", "account": "a", "amount": 2, "time": 1},
+    {"type": "account", "account": "a", "max_running": 2},
+    {"type": "submit", "account": "a", "job": "j1", "cost": 5, "priority": 1, "time": 4},
+    {"type": "start", "job": "j1", "time": 5},
+    {"type": "void", "grant": "g1", "time": 8, "reason": "cancelled"},
+    {"type": "reverse", "event": "u1", "time": 9, "reason": "wrong"},
+]
+
+
+@pytest.mark.parametrize("other", [
+    [{"type": "submit", "account": "a", "job": "j2", "cost": 5, "priority": 1, "time": 4},
+     {"type": "start", "job": "j2", "time": 5}],
+    [{"type": "void", "grant": "g2", "time": 8, "reason": "cancelled"}],
+    [{"type": "reverse", "event": "u2", "time": 9, "reason": "wrong"}],
+    [{"type": "account", "account": "a", "max_running": 3}],
+], ids=["other-job", "other-grant-voided", "other-event-reversed", "new-cap"])
+def test_other_events_without_an_amount_at_the_same_time_are_no_redelivery(
+        run: Run, tmp_path: Path, other: list[dict[str, Any]]) -> None:
+    # Events without an amount were matched on account, type and time alone: a second
+    # file's submit of another job in the same second, a void of another grant, a new
+    # cap, was warned about as a possible re-delivery (and the warning read "of None").
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
-    first.write_text(_lines({"type": "grant", "account": "a", "amount": 50, "time": 0},
-                            {"type": "submit", "account": "a", "job": "j1", "cost": 5,
-                             "priority": 1, "time": 4},
-                            {"type": "start", "job": "j1", "time": 5}))
-    second.write_text(_lines({"type": "submit", "account": "a", "job": "j2", "cost": 5,
-                              "priority": 1, "time": 4},
-                             {"type": "start", "job": "j2", "time": 5}))
+    first.write_text(_lines(*_BEFORE))
+    second.write_text(_lines(*other))
     assert run("import", str(first)).exit_code == 0
     result = run("import", str(second))
     assert result.exit_code == 0, result.stderr
-    assert "appended 2 events" in result.stdout
+    assert f"appended {len(other)} event" in result.stdout
     assert "re-delivery" not in result.stderr
 
 
 def test_a_redelivered_job_under_other_ids_is_warned_about_by_its_job(
         run: Run, tmp_path: Path) -> None:
+    # A re-delivery is still told, for events without an amount too.
     with_ids, without = tmp_path / "with-ids.jsonl", tmp_path / "without.jsonl"
     submit = {"type": "submit", "account": "a", "job": "j1", "cost": 5, "priority": 1,
               "time": 4}
@@ -448,3 +465,16 @@ def test_a_redelivered_job_under_other_ids_is_warned_about_by_its_job(
 
 def _lines(*events: dict[str, Any]) -> str:
     return "".join(json.dumps(e) + "\n" for e in events)
+
+
+def test_a_redelivered_cap_is_warned_about_from_the_start_of_the_timeline(
+        run: Run, tmp_path: Path) -> None:
+    with_ids, without = tmp_path / "with-ids.jsonl", tmp_path / "without.jsonl"
+    cap = {"type": "account", "account": "a", "max_running": 2}
+    with_ids.write_text(_lines({**cap, "id": "cap-1"}))
+    without.write_text(_lines(cap))
+    assert run("import", str(with_ids)).exit_code == 0
+    result = run("import", str(without))
+    assert result.exit_code == 0, result.stderr
+    (warning,) = result.stderr.strip().splitlines()
+    assert "first: account for a from the start of the timeline)" in warning
