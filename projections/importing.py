@@ -826,13 +826,18 @@ class Survey:
     # Jobs whose events come before any submit of theirs in the file: their accounts are
     # looked up in the journal.
     orphans: set[str] = field(default_factory=set)
+    # Lines at far event times (without --allow-far-times): refused by the second pass
+    # unless their event is recorded already, since the rule is for new events (a file
+    # imported with the flag may be imported again without it, and appends nothing).
+    far: list[Problem] = field(default_factory=list)
 
 
 def survey_stream(stream: IO[bytes], *, fmt: str = "jsonl",
                   progress: Progress | None = None, allow_far_times: bool = False) -> Survey:
     """The first pass of `import_stream` on its own: every line checked, nothing read from
     a journal nor written (the command line runs it before it creates a database file, so
-    a file of bad lines leaves none behind). Its problems are in `problems`."""
+    a file of bad lines leaves none behind). Its problems are in `problems`, and in `far`
+    the lines at far event times (every one new to a new file)."""
     stream.seek(0, io.SEEK_END)
     size = stream.tell()
     stream.seek(0)
@@ -865,7 +870,7 @@ def _survey(stream: IO[bytes], fmt: str, size: int,
         if not allow_far_times:
             why = far_time_problem("time", item.time)
             if why is not None:
-                found.problems.append(Problem(item.line, why))
+                found.far.append(Problem(item.line, why))
         event = item.event
         if isinstance(event, JobSubmitted):
             _note_submit(event, item.time, found.job_accounts, submitted_at, accounts)
@@ -1108,6 +1113,10 @@ def import_stream(journal: JournalLike, stream: IO[bytes], source: str, *,
                     occurrence = occurrences.get(content, 0)
                     occurrences[content] = occurrence + 1
                 event_id = content_id(content, occurrence)
+            if not allow_far_times and (why := far_time_problem("time", item.time)):
+                old = journal.get(event_id)
+                if old is None or old.position > writer.start:
+                    problems.append(Problem(item.line, why))  # (the rest of it checked on)
             try:
                 stream_name = _correction_stream(item.event, find)
             except ValueError as exc:

@@ -657,7 +657,7 @@ def _checked_before_a_new_file(ctx: typer.Context, db: str | None, stream: IO[by
     with render.progress_bar(f"checking {source}") as checking:
         survey = importing.survey_stream(stream, fmt=kind, progress=checking,
                                          allow_far_times=allow_far_times)
-    if survey.problems:
+    if survey.problems or survey.far:
         # The whole report, lines the second pass refuses included, from what a new file
         # holds: an empty journal, here in memory. It raises ImportRejected.
         importing.import_stream(MemoryJournal(), stream, source, fmt=kind,

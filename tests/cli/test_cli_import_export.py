@@ -478,3 +478,37 @@ def test_a_redelivered_cap_is_warned_about_from_the_start_of_the_timeline(
     assert result.exit_code == 0, result.stderr
     (warning,) = result.stderr.strip().splitlines()
     assert "first: account for a from the start of the timeline)" in warning
+
+
+def test_a_file_imported_with_far_times_imports_again_without_the_flag(
+        run: Run, tmp_path: Path, db: str) -> None:
+    # The far-time rule is for new events, as for a single-event command's retry: a file
+    # imported once with --allow-far-times was refused when imported again without it,
+    # though every line was already recorded and nothing would be appended.
+    far = {"type": "grant", "account": "a", "amount": 5, "time": 7_258_118_401}
+    path = tmp_path / "far.jsonl"
+    path.write_text(_lines(far, {"type": "grant", "account": "a", "amount": 1, "time": 1}))
+    assert run("import", str(path), "--allow-far-times").exit_code == 0
+    again = run("import", str(path))
+    assert again.exit_code == 0, again.stderr
+    assert "appended 0 events, 2 already present" in again.stdout
+    # A new far line still needs the flag, whatever else the file holds.
+    path.write_text(_lines(far, {"type": "grant", "account": "a", "amount": 1, "time": 1},
+                           {"type": "consume", "account": "a", "amount": 1,
+                            "time": 7_258_118_402},
+                           {"type": "consume", "account": "a", "amount": 2, "time": 2}))
+    grown = run("import", str(path))
+    assert grown.exit_code == 2
+    assert error_lines(grown)[0].startswith(f"{path}:3: time 7258118402 is after 2200-01-01")
+    assert journal_head(db) == 2
+
+
+def test_far_times_into_a_new_file_leave_no_file(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "far.jsonl"
+    path.write_text(_lines({"type": "grant", "account": "a", "amount": 5,
+                            "time": 7_258_118_401}))
+    target = tmp_path / "new.db"
+    result = run("import", str(path), "--db", f"sqlite:///{target}", use_db=False)
+    assert result.exit_code == 2
+    assert "probably milliseconds" in result.stderr
+    assert not target.exists()
