@@ -124,6 +124,8 @@ def account_events(journal: JournalLike, account: str, *,
     the projection about the account's jobs (`queries.ownjobs.own_jobs`, which asks
     `submitted_elsewhere`) and folds the whole journal when they tell another story.
     """
+    if not account:
+        return []  # no account has an empty name (and the journal has no such stream)
     own = list(journal.read(stream=account, to_position=to_position, order="canonical"))
     jobs = {job for rec in own if rec.type == "submit"
             and isinstance(job := rec.payload.get("job"), str)}

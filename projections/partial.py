@@ -44,6 +44,8 @@ def account_ledger_at(journal: JournalLike, account: str, *, to_position: int,
     `to_position`, as `ledger_at` would hold it (with the account's jobs when an event
     after the checkpoint needs them; its queue is not kept); None when a checkpoint and
     the account's own events cannot say (see the module's docstring)."""
+    if not account:
+        return None  # no account has an empty name: the fold says it is unknown
     found = view_at(journal, to_position=to_position, to_time=to_time)
     if found is None:
         return None
@@ -75,6 +77,8 @@ def account_jobs_at(journal: JournalLike, account: str, named: Set[str], *,
     job named is the account's but another account's stream holds a submit of its id
     that the fold does not count (`owners.submitted_elsewhere`): events of the job may be
     filed there."""
+    if not account:
+        return None  # no account has an empty name: the fold says it is unknown
     found = view_at(journal, to_position=to_position)
     if found is None:
         return None

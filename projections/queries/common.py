@@ -150,6 +150,8 @@ def names_account(journal: JournalLike, name: str) -> bool:
     it exist, or a submit, which a journal records for an account that does not exist
     too): what a stream of a job's events recorded before its submit, `job:<id>`, never
     is."""
+    if not name:
+        return False  # no account has an empty name (and the journal has no such stream)
     return exists_later(journal, name) or next(
         rows_of_type(journal, "submit", stream=name), None) is not None
 
@@ -157,7 +159,7 @@ def names_account(journal: JournalLike, name: str) -> bool:
 def exists_later(journal: JournalLike, name: str) -> bool:
     """Whether the journal records, at any time, an event that makes the account exist:
     an account named only by rejected submits (and their jobs' events) is unknown."""
-    if journal.stream_version(name) == 0:
+    if not name or journal.stream_version(name) == 0:
         return False
     return any(next(rows_of_type(journal, kind, stream=name), None) is not None
                for kind in _MAKES_AN_ACCOUNT)

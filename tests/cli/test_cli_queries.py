@@ -122,6 +122,20 @@ def test_unknown_account_names_the_known_ones(run: Run, small: Path) -> None:
         assert error_lines(result) == ["gpu-credits: error: unknown account 'x' (known: a, b)"]
 
 
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["folded", "from-a-checkpoint"])
+def test_an_empty_account_name_is_an_unknown_account(run: Run, small: Path,
+                                                    checkpoint: bool) -> None:
+    # statement, explain and jobs --account passed the empty name to the journal, whose
+    # refusal ("stream must be a non-empty str") named a word no user gave.
+    if checkpoint:
+        assert run("replay").exit_code == 0
+    for command in (["balance", ""], ["statement", ""], ["explain", ""],
+                    ["jobs", "--account", ""]):
+        result = run(*command)
+        assert result.exit_code == 2
+        assert error_lines(result) == ["gpu-credits: error: unknown account '' (known: a, b)"]
+
+
 def test_an_account_named_only_by_rejected_submits_has_no_balance(run: Run,
                                                                  tmp_path: Path) -> None:
     """A submit naming an account that does not exist is rejected, and makes none:
