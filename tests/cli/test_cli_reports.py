@@ -56,7 +56,9 @@ def test_accounts_lists_every_account_with_its_figures(run: Run, month: Path) ->
     assert (a["balance"], a["reserved"], a["available"], a["debt"]) == (120, 5, 115, 0)
     assert a["pools"] == {"general": 80, "h100": 40}
     assert (b["balance"], b["debt"], b["pools"]) == (-20, 20, {"general": -20})
-    assert report["totals"]["balance"] == 100
+    # The totals add every figure and every pool up over the accounts.
+    assert report["totals"] == {"balance": 100, "reserved": 5, "available": 95, "debt": 20,
+                                "pools": {"general": 60, "h100": 40}}
     # The same figures as balance --json, key for key.
     bal = _obj(as_json(run("balance", "a", "--json")))
     for key in ("balance", "reserved", "available", "debt", "pools"):
@@ -111,6 +113,9 @@ def test_expiring_counts_unused_and_held_credits(run: Run, month: Path) -> None:
         "a", "general", 100, 75, 5)
     assert {(t["account"], t["pool"]) for t in report["totals"]} == {
         ("a", "general"), ("a", "h100")}
+    # Per account and pool, unused and held credits are summed apart.
+    general = next(t for t in report["totals"] if t["pool"] == "general")
+    assert (general["amount"], general["held"]) == (75, 5)
     text = run("expiring", "--within", "3600")
     assert text.exit_code == 0 and "g2" in text.stdout
     nothing = run("expiring", "--within", "5s")
@@ -139,8 +144,17 @@ def test_the_command_list_gives_each_command_one_summary_line() -> None:
         assert "\n" not in summary, command.name
 
 
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("3600", 3600), ("90m", 5400), ("24h", 86_400), ("2w", 1_209_600), ("7 days", 604_800),
+    ("12 hours", 43_200), ("P7D", 604_800), ("PT12H", 43_200), ("P1W", 604_800),
+    ("P1DT6H", 108_000), ("PT1M30S", 90),
+])
+def test_a_duration_is_read_in_seconds(text: str, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
 @pytest.mark.parametrize("bad", ["soon", "0", "-5", "7x", "1.5h", "", "\u0663d", "\uff13\uff16",
-                                 "\u00b9h", "P\u0663D"])
+                                 "\u00b9h", "P\u0663D", "P1DT", "PT"])
 def test_expiring_rejects_a_bad_duration(run: Run, month: Path, bad: str) -> None:
     result = run("expiring", "--within", bad)
     assert result.exit_code == 2

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from eventstore import MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.ledger import Ledger
-from projections.queries.reports import expiring_credits
+from projections.queries.reports import expiring, expiring_credits
 from projections.replay import fold_canonical
 from projections.timeline import ExpiringEntry, expiring_entries
 from tests.projections.test_history import arrivals
@@ -111,3 +111,38 @@ def test_held_credits_ending_at_the_window_end_are_in_it() -> None:
     ledger = fold_canonical(journal)
     assert expiring_entries(ledger, 1, 20) == [(20, "a", "general", grant, 6, 4)]
     assert expiring_entries(ledger, 1, 19) == []
+
+
+def test_a_grant_voided_twice_ahead_ends_at_the_earlier_void() -> None:
+    # From the first void on its credits no longer count: the second stops nothing.
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100}),
+        NewEvent("u", "a", "consume", 5, {"account": "a", "amount": 10}),
+        NewEvent("v2", "a", "void", 1500, {"grant": "g"}),
+        NewEvent("v1", "a", "void", 1000, {"grant": "g"})])
+    report = expiring(journal, at=5, within=1995)
+    assert [(c.grant, c.ends, c.amount, c.voided) for c in report.credits] == [
+        ("g", 1000, 90, True)]
+
+
+@pytest.mark.parametrize("within", [0, -1])
+def test_an_empty_or_negative_window_is_refused(within: int) -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1,
+                                                    "expiry": 0})])
+    with pytest.raises(ValueError, match="the window must be positive"):
+        expiring(journal, within=within)
+
+
+def test_the_default_window_is_seven_days() -> None:
+    week = 7 * 86_400
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("in", "a", "grant", 0, {"account": "a", "amount": 1, "expiry": 10 + week}),
+        NewEvent("out", "a", "grant", 0, {"account": "a", "amount": 1,
+                                          "expiry": 11 + week}),
+        NewEvent("u", "b", "grant", 10, {"account": "b", "amount": 1})])
+    report = expiring(journal)
+    assert (report.at, report.within, report.until) == (10, week, 10 + week)
+    assert [c.grant for c in report.credits] == ["in"]

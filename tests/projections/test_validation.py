@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal
+from eventstore import MemoryJournal, NewEvent
 from projections import GPUCreditTracker, Scheduler
 from projections.corrections import Corrections
 from projections.events import TIMELINE_START
 from projections.importing import ImportRejected, import_file, parse_record, read_csv, read_jsonl
+from projections.queries import jobs
 from projections.validation import (
     MAX_AMOUNT,
     MAX_NAME_LENGTH,
@@ -274,3 +275,12 @@ def test_import_is_all_or_nothing_on_any_lines(lines: list[str]) -> None:
         timed = {} if rec.time == TIMELINE_START else {"time": rec.time}
         record = {"type": rec.type, **timed, **rec.payload}
         parse_record(record)  # what was appended is valid by the same rules
+
+
+def test_the_job_list_refuses_a_state_no_job_can_be_in() -> None:
+    # Not an empty list: "done" is no state, and no job would ever match it.
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1})])
+    with pytest.raises(ValueError, match="unknown job state 'done'"):
+        jobs(journal, state="done")
+    assert jobs(journal, state="pending").rows == []
