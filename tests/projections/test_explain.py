@@ -1,0 +1,46 @@
+"""`explain`: the lineage of each grant and a job's life, case by case, where the
+generated journals rarely go."""
+
+from __future__ import annotations
+
+from eventstore import MemoryJournal, NewEvent
+from projections.queries import explain_account
+
+
+def _journal(*events: NewEvent) -> MemoryJournal:
+    journal = MemoryJournal()
+    journal.append(list(events))
+    return journal
+
+
+def _submit(event_id: str, job: str, time: int, cost: int) -> NewEvent:
+    return NewEvent(event_id, "a", "submit", time, {"account": "a", "job": job, "cost": cost,
+                                                    "priority": 1})
+
+
+def test_credits_released_after_their_grants_expiry_count_as_expired() -> None:
+    # The job holds 10 of a grant expiring at 20 and is cancelled at 30: the credits it
+    # releases lapse as they are released, expired unused, never remaining.
+    journal = _journal(
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 50, "expiry": 20}),
+        _submit("s", "j", 1, 10),
+        NewEvent("c", "job:j", "cancel", 30, {"job": "j"}))
+    (grant,) = explain_account(journal, "a").grants
+    assert (grant.used, grant.expired, grant.remaining, grant.held) == (0, 50, 0, [])
+
+
+def test_reversed_grants_and_consumes_have_no_lineage() -> None:
+    journal = _journal(
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
+        NewEvent("g2", "a", "grant", 1, {"account": "a", "amount": 40, "priority": 1}),
+        NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 30}),
+        NewEvent("r1", "a", "reverse", 3, {"event": "g2", "reason": "wrong account"}),
+        NewEvent("r2", "a", "reverse", 4, {"event": "u", "reason": "billed twice"}))
+    explained = explain_account(journal, "a")
+    assert [(g.grant_id, g.used, g.remaining) for g in explained.grants] == [("g1", 0, 100)]
+    assert explained.spends == []
+    # As known before the reversals, g2 (priority 1) paid the consume.
+    before = explain_account(journal, "a", as_known_at=3)
+    assert [(g.grant_id, g.used, g.remaining) for g in before.grants] == [
+        ("g1", 0, 100), ("g2", 30, 10)]
+    assert [(s.event_id, s.paid_by) for s in before.spends] == [("u", (("g2", 30),))]
