@@ -4,7 +4,7 @@ generated journals rarely go."""
 from __future__ import annotations
 
 from eventstore import MemoryJournal, NewEvent
-from projections.queries import explain_account
+from projections.queries import explain_account, explain_job
 
 
 def _journal(*events: NewEvent) -> MemoryJournal:
@@ -44,3 +44,26 @@ def test_reversed_grants_and_consumes_have_no_lineage() -> None:
     assert [(g.grant_id, g.used, g.remaining) for g in before.grants] == [
         ("g1", 0, 100), ("g2", 30, 10)]
     assert [(s.event_id, s.paid_by) for s in before.spends] == [("u", (("g2", 30),))]
+
+
+def test_a_spend_names_the_pool_it_drew_in() -> None:
+    journal = _journal(
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 50, "pool": "h100"}),
+        NewEvent("u", "a", "consume", 1, {"account": "a", "amount": 30, "pool": "h100"}),
+        NewEvent("d", "a", "adjust", 2, {"account": "a", "amount": -5, "pool": "h100",
+                                         "reason": "billed twice"}),
+        NewEvent("w", "a", "consume", 3, {"account": "a", "amount": 4}))
+    spends = explain_account(journal, "a").spends
+    assert [(s.event_id, s.kind, s.amount, s.pool, s.debt_created) for s in spends] == [
+        ("u", "consume", 30, "h100", 0), ("d", "adjust", 5, "h100", 0),
+        ("w", "consume", 4, "general", 4)]
+
+
+def test_an_accounts_rejection_gives_the_folds_reason() -> None:
+    journal = _journal(
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 10}),
+        _submit("s", "big", 1, 50))
+    (rejection,) = explain_account(journal, "a").rejections
+    job = explain_job(journal, "big")
+    assert job.accepted is False and job.reason
+    assert (rejection.job, rejection.time, rejection.reason) == ("big", 1, job.reason)
