@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import MemoryJournal, NewEvent
 from projections.ledger import Ledger
 from projections.projector import apply_recorded
-from projections.queries.reconcile import FileCharge, ledger_charges, reconcile
+from projections.queries.reconcile import (
+    FileCharge,
+    ReconcileFileError,
+    ledger_charges,
+    parse_charges,
+    reconcile,
+)
 from projections.replay import replay
 from projections.reversals import reversed_ids
 from tests.projections.draws import job_event
@@ -283,3 +290,122 @@ def test_a_row_under_another_account_does_not_make_the_right_row_a_duplicate() -
     # Named by the file, if only under another account, a charge is not missing from it.
     assert verdicts("account,job,id,amount\nb,j,,30\na,,u1,7\n") == [
         (MISSING_FROM_LEDGER, "b", "j"), (MATCHED, "a", "u1")]
+
+
+def _finance_journal() -> MemoryJournal:
+    """Account a's charges at known times: usage at 2, 3 and 3, a job charged 30 at 4
+    (and one charged nothing), a usage report the fold kept as an anomaly at 5, debits
+    of 10 and 1 at 6, a credit of 3 at 8, and the last event recorded, usage at 9."""
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 200}),
+        NewEvent("g2", "b", "grant", 1, {"account": "b", "amount": 200}),
+        NewEvent("u1", "a", "consume", 2, {"account": "a", "amount": 5}),
+        NewEvent("u2", "a", "consume", 3, {"account": "a", "amount": 6}),
+        NewEvent("u4", "a", "consume", 3, {"account": "a", "amount": 2}),
+        NewEvent("s1", "a", "submit", 3, {"account": "a", "job": "j", "cost": 30,
+                                          "priority": 1}),
+        NewEvent("st", "a", "start", 3, {"job": "j"}),
+        NewEvent("c1", "a", "complete", 4, {"job": "j", "success": True}),
+        NewEvent("s0", "a", "submit", 4, {"account": "a", "job": "j0", "cost": 0,
+                                          "priority": 1}),
+        NewEvent("st0", "a", "start", 4, {"job": "j0"}),
+        NewEvent("c0", "a", "complete", 4, {"job": "j0", "success": True}),
+        NewEvent("bad", "a", "consume", 5, {"account": "a", "amount": -5}),
+        NewEvent("x1", "a", "adjust", 6, {"account": "a", "amount": -10, "reason": "fix"}),
+        NewEvent("x3", "a", "adjust", 6, {"account": "a", "amount": -1, "reason": "fix"}),
+        NewEvent("x2", "a", "adjust", 8, {"account": "a", "amount": 3, "reason": "fix"}),
+        NewEvent("u3", "a", "consume", 9, {"account": "a", "amount": 4})])
+    return journal
+
+
+def _verdicts(journal: MemoryJournal, text: str, as_known_at: int | None = None
+              ) -> list[tuple[str, str | None, int | None, int | None, str]]:
+    found = reconcile(journal, parse_charges(text, "f.csv"), as_known_at=as_known_at)
+    return [(f.status, f.job or f.event_id, f.file_amount, f.ledger_amount, f.note.code)
+            for f in found.findings]
+
+
+def test_the_charges_missing_from_a_file_are_those_of_its_whole_time_range_in_time_order(
+        ) -> None:
+    """The range is inclusive at both ends: a charge at the file's first or last time
+    that the file lacks is missing from it. Those charges come in event-time order,
+    whatever their kind (a usage report at 3 before a job charged at 4). A job charged
+    nothing, and a usage report the fold kept as an anomaly, are no charge."""
+    journal = _finance_journal()
+    assert _verdicts(journal, "account,id,amount,time\na,u2,6,3\na,x1,10,6\n") == [
+        ("matched", "u2", 6, 6, ""), ("matched", "x1", 10, 10, ""),
+        ("missing_from_file", "u4", None, 2, "consume"),
+        ("missing_from_file", "j", None, 30, "job"),
+        ("missing_from_file", "x3", None, 1, "adjust")]
+
+
+def test_a_row_is_compared_with_the_charge_it_names_wherever_it_lies() -> None:
+    """Outside the file's time range an event is found by its id (trimmed of a stray
+    space when only that names it, the last event recorded included); a job by its id
+    trimmed as well. A completion's id names no usage report or adjustment, and neither
+    does a usage report the fold kept as an anomaly. A charge's sign counts: the credit
+    x2 is a charge of -3, not 3."""
+    journal = _finance_journal()
+    text = ("account,job,id,amount,time\n"
+            "a,,u2,6,3\n"
+            "a,,x1,10,6\n"
+            "a,,x2,3,\n"
+            "a,, u3,4,\n"
+            "a, j,,30,\n"
+            "a,,c1,30,\n"
+            "a,,bad,-5,\n")
+    assert _verdicts(journal, text) == [
+        ("matched", "u2", 6, 6, ""), ("matched", "x1", 10, 10, ""),
+        ("amount_differs", "x2", 3, -3, ""), ("matched", "u3", 4, 4, ""),
+        ("matched", "j", 30, 30, ""), ("missing_from_ledger", "c1", 30, None, "no_event"),
+        ("missing_from_ledger", "bad", -5, None, "no_event"),
+        ("missing_from_file", "u4", None, 2, "consume"),
+        ("missing_from_file", "x3", None, 1, "adjust")]
+    # As known before the last event was recorded, the row naming it finds nothing (and
+    # keeps the name as written).
+    before = _verdicts(journal, text, as_known_at=journal.head() - 1)
+    assert before[3] == ("missing_from_ledger", " u3", 4, None, "no_event")
+
+
+def test_a_duplicate_row_is_a_difference_and_the_accounts_are_listed_in_order() -> None:
+    """A file whose rows all match but one repeats another is not ok (the command exits
+    1): the other system charged it twice. The accounts the file covers are sorted."""
+    journal = _finance_journal()
+    twice = reconcile(journal, parse_charges(
+        "account,id,amount,time\na,u1,5,2\na,u1,5,2\n", "f.csv"))
+    assert twice.counts()["matched"] == twice.counts()["duplicate"] == 1
+    assert twice.ok is False
+    once = reconcile(journal, parse_charges("account,id,amount,time\na,u1,5,2\n", "f.csv"))
+    assert once.ok is True
+    names = ["zed", "b", "mid", "a", "q", "c"]
+    several = reconcile(journal, parse_charges(
+        "account,id,amount\n" + "".join(f"{name},u1,5\n" for name in names), "f.csv"))
+    assert several.accounts == sorted(names)
+
+
+def test_a_file_is_read_as_a_spreadsheet_writes_it() -> None:
+    """Column names in any case and with spaces around them; a blank line, one of
+    empty cells or a short one of nothing but spaces, skipped; a job or id cell of
+    spaces is an empty cell; an account of spaces is no account."""
+    rows = parse_charges(" Account , AMOUNT,Job,Id\n,,,\n\n , \na,10,  ,u1\nb,3,j1, \n",
+                         "f.csv")
+    assert [(r.line, r.account, r.amount, r.job, r.event_id) for r in rows] == [
+        (5, "a", 10, None, "u1"), (6, "b", 3, "j1", None)]
+    with pytest.raises(ReconcileFileError) as caught:
+        parse_charges("account,amount,id\n  ,10,u1\n", "f.csv")
+    assert caught.value.problems == ["line 2: no account"]
+
+
+def test_a_bad_file_names_its_first_five_problems_and_counts_the_rest() -> None:
+    def message(bad_lines: int) -> str:
+        with pytest.raises(ReconcileFileError) as caught:
+            parse_charges("account,amount,id\n" + "a,x,u1\n" * bad_lines, "f.csv")
+        assert len(caught.value.problems) == bad_lines
+        return str(caught.value)
+
+    five = message(5)
+    assert five.startswith("f.csv: 5 problem(s): line 2: amount 'x'")
+    assert "line 6:" in five and "more" not in five
+    six = message(6)
+    assert "line 6:" in six and "line 7:" not in six and six.endswith(" (and 1 more)")
