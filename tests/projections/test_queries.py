@@ -8,6 +8,7 @@ each line's balance is the running sum of the changes, the closing line equals
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -35,6 +36,12 @@ from projections.queries import (
     to_dict,
 )
 from projections.queries.explain import RUNNING_HELD, Waiting, job_account, job_explanation
+from projections.queries.statement import (
+    CLOSING_DIFFERS,
+    SUBTOTALS_DIFFER,
+    Mismatch,
+    Subtotals,
+)
 from projections.replay import fold_canonical, replay
 from tools import wording
 
@@ -631,3 +638,78 @@ def test_a_jobs_account_is_the_one_whose_events_alone_tell_its_life(
         assert job_account(journal, "j", journal.head()) == owner
         assert to_dict(explain_job(journal, "j")) == to_dict(
             job_explanation(journal.read(order="canonical"), "j"))
+
+
+def test_subtotals_that_do_not_add_up_name_both_figures() -> None:
+    """The check every statement carries (`statement` warns and exits 1 on it): subtotals
+    that do not add up to the closing balance, and a closing balance other than the
+    account's, each named with the figure found and the one expected."""
+    good = Subtotals(opening=10, granted=5, used=3, refunded=1, expired=2, adjusted=-1,
+                     voided=0, closing=10, balance=10)
+    assert good.consistent and good.problems == []
+    assert dataclasses.replace(good, balance=9).problems == [
+        Mismatch(CLOSING_DIFFERS, 10, 9)]
+    off = dataclasses.replace(good, closing=11, balance=12)
+    assert off.problems == [Mismatch(SUBTOTALS_DIFFER, 10, 11),
+                            Mismatch(CLOSING_DIFFERS, 11, 12)]
+    assert not off.consistent
+
+
+def test_a_statement_line_carries_the_pool_memo_and_refund_of_its_event() -> None:
+    """An adjustment's line names its pool as a grant's and a usage report's do (general
+    when it names none); a memo in the event is on its line; only a completion refunds:
+    a cancel gives back a reservation that was never charged, so the lines' `released`
+    add up to the statement's refunded subtotal."""
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "a", "grant", 1, {"account": "a", "amount": 100, "memo": "PO 7"}),
+        NewEvent("x1", "a", "adjust", 2, {"account": "a", "amount": -5, "reason": "fix",
+                                          "pool": "h100"}),
+        NewEvent("x2", "a", "adjust", 2, {"account": "a", "amount": 5, "reason": "fix"}),
+        NewEvent("s1", "a", "submit", 3, {"account": "a", "job": "j", "cost": 30,
+                                          "priority": 1}),
+        NewEvent("cx", "a", "cancel", 4, {"job": "j"}),
+        NewEvent("s2", "a", "submit", 5, {"account": "a", "job": "k", "cost": 20,
+                                          "priority": 1}),
+        NewEvent("st", "a", "start", 5, {"job": "k"}),
+        NewEvent("ck", "a", "complete", 6, {"job": "k", "success": False,
+                                            "refund_fraction": 0.5})])
+    st_ = statement(journal, "a")
+    assert [(line.event_id, line.pool, line.memo, line.released) for line in st_.lines] == [
+        ("g1", "general", "PO 7", 0), ("x1", "h100", None, 0), ("x2", "general", None, 0),
+        ("s1", None, None, 0), ("cx", None, None, 0), ("s2", None, None, 0),
+        ("st", None, None, 0), ("ck", None, None, 10)]
+    assert st_.subtotals.refunded == sum(line.released for line in st_.lines) == 10
+
+
+def test_refill_paid_before_the_opening_leaves_no_empty_line_and_is_general() -> None:
+    """A bucket full by the opening: the refill the next event would pay is all in the
+    opening balance, so the statement shows no refill line of 0. Refilled credits are
+    general credits, and their lines say so."""
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "a", "account", 0, {"account": "a", "refill_rate": 3600,
+                                             "refill_cap": 10}),
+        NewEvent("u1", "a", "consume", 100, {"account": "a", "amount": 4})])
+    whole = statement(journal, "a", to_time=120)
+    assert [(line.time, line.type, line.change, line.pool) for line in whole.lines] == [
+        (0, "account", 0, None), (100, "refill", 10, "general"),
+        (100, "consume", -4, "general"), (120, "refill", 4, "general")]
+    part = statement(journal, "a", from_time=50, to_time=120)
+    assert part.opening is not None and part.opening.balance == 10
+    assert [(line.type, line.change) for line in part.lines] == [("consume", -4),
+                                                                  ("refill", 4)]
+
+
+def test_an_account_recorded_only_later_has_a_statement_of_nothing_yet() -> None:
+    """Before its first event (in event time, or as known at an earlier position) an
+    account has a statement of zeros and no lines; a name never recorded is unknown."""
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "a", "grant", 10, {"account": "a", "amount": 5}),
+        NewEvent("g2", "b", "grant", 50, {"account": "b", "amount": 7})])
+    for early in (statement(journal, "b", to_time=40), statement(journal, "b", as_known_at=1)):
+        assert early.lines == [] and early.closing == (0, 0)
+        assert early.subtotals.consistent
+    with pytest.raises(UnknownAccount):
+        statement(journal, "c")
