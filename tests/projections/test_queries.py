@@ -25,10 +25,12 @@ from projections.invariants import violations
 from projections.ledger import Ledger
 from projections.projector import apply_recorded
 from projections.queries import (
+    NothingRecorded,
     audit,
     balance,
     explain_account,
     explain_job,
+    jobs,
     known_position,
     latest_time,
     revision_rows,
@@ -703,13 +705,56 @@ def test_refill_paid_before_the_opening_leaves_no_empty_line_and_is_general() ->
 
 def test_an_account_recorded_only_later_has_a_statement_of_nothing_yet() -> None:
     """Before its first event (in event time, or as known at an earlier position) an
-    account has a statement of zeros and no lines; a name never recorded is unknown."""
+    account has a statement of zeros and no lines; a name never recorded is unknown.
+    An adjustment or a usage report makes an account as a grant does."""
     journal = MemoryJournal()
     journal.append([
         NewEvent("g1", "a", "grant", 10, {"account": "a", "amount": 5}),
-        NewEvent("g2", "b", "grant", 50, {"account": "b", "amount": 7})])
-    for early in (statement(journal, "b", to_time=40), statement(journal, "b", as_known_at=1)):
+        NewEvent("g2", "b", "grant", 50, {"account": "b", "amount": 7}),
+        NewEvent("x1", "d", "adjust", 60, {"account": "d", "amount": -3, "reason": "fix"}),
+        NewEvent("u1", "e", "consume", 60, {"account": "e", "amount": 2})])
+    for early in (statement(journal, "b", to_time=40), statement(journal, "b", as_known_at=1),
+                  statement(journal, "d", to_time=40), statement(journal, "e", to_time=40)):
         assert early.lines == [] and early.closing == (0, 0)
         assert early.subtotals.consistent
     with pytest.raises(UnknownAccount):
         statement(journal, "c")
+
+
+def test_a_question_as_known_before_anything_was_recorded_is_refused() -> None:
+    """Position 0 of a journal that holds events is before the first one: there is
+    nothing to answer from, said as a position; a negative one is no position at all."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1})])
+    with pytest.raises(NothingRecorded,
+                       match=r"^nothing was recorded yet at position 0 \(before the first "
+                             r"event\); known positions are 1 to 1$"):
+        statement(journal, "a", as_known_at="0")
+    with pytest.raises(ValueError, match="a position is 0 or more"):
+        known_position(journal, "-1")
+
+
+@pytest.mark.parametrize("count", [20, 21])
+def test_an_unknown_name_lists_the_first_twenty_known_and_counts_the_rest(
+        count: int) -> None:
+    journal = MemoryJournal()
+    names = [f"acct{n:02}" for n in range(count)]
+    journal.append([NewEvent(f"g{n}", name, "grant", 0, {"account": name, "amount": 1})
+                    for n, name in enumerate(names)])
+    with pytest.raises(UnknownAccount) as raised:
+        statement(journal, "z")
+    shown = ", ".join(names[:20])
+    assert str(raised.value) == "unknown account 'z' (known: " + (
+        f"{shown})" if count == 20 else f"{shown}, and 1 more)")
+
+
+def test_an_unknown_name_in_an_empty_journal_lists_none() -> None:
+    with pytest.raises(UnknownAccount, match=r"^unknown account 'z' \(known: none\)$"):
+        balance(MemoryJournal(), "z")
+
+
+def test_jobs_of_an_unknown_account_name_the_known_ones() -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1})])
+    with pytest.raises(UnknownAccount, match=r"^unknown account 'z' \(known: a\)$"):
+        jobs(journal, account="z")
