@@ -26,8 +26,10 @@ from projections.ledger import Ledger
 from projections.projector import apply_recorded
 from projections.queries import (
     NothingRecorded,
+    accounts,
     audit,
     balance,
+    expiring,
     explain_account,
     explain_job,
     jobs,
@@ -758,3 +760,12 @@ def test_jobs_of_an_unknown_account_name_the_known_ones() -> None:
     journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1})])
     with pytest.raises(UnknownAccount, match=r"^unknown account 'z' \(known: a\)$"):
         jobs(journal, account="z")
+
+
+def test_reports_of_an_empty_journal_name_no_time() -> None:
+    """An empty journal has no latest event time: its reports say none, never a time 0
+    that a script would read as a real one."""
+    empty = MemoryJournal()
+    assert to_dict(accounts(empty))["at"] is None
+    window = to_dict(expiring(empty))
+    assert (window["at"], window["until"]) == (None, None)
