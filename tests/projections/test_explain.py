@@ -3,7 +3,10 @@ generated journals rarely go."""
 
 from __future__ import annotations
 
+import pytest
+
 from eventstore import MemoryJournal, NewEvent
+from projections.errors import UnknownAccount
 from projections.queries import explain_account, explain_job
 
 
@@ -67,3 +70,31 @@ def test_an_accounts_rejection_gives_the_folds_reason() -> None:
     job = explain_job(journal, "big")
     assert job.accepted is False and job.reason
     assert (rejection.job, rejection.time, rejection.reason) == ("big", 1, job.reason)
+
+
+def test_jobs_holding_a_grant_are_listed_by_job_id() -> None:
+    journal = _journal(
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 50}),
+        _submit("s1", "zeta", 1, 10),
+        _submit("s2", "alpha", 2, 5))
+    (grant,) = explain_account(journal, "a").grants
+    assert grant.held == [("alpha", 5), ("zeta", 10)]
+    assert grant.remaining == 35
+
+
+def test_grants_at_one_time_are_listed_in_the_order_recorded() -> None:
+    journal = _journal(
+        NewEvent("z", "a", "grant", 0, {"account": "a", "amount": 1}),
+        NewEvent("b", "a", "grant", 0, {"account": "a", "amount": 2}))
+    assert [g.grant_id for g in explain_account(journal, "a").grants] == ["z", "b"]
+
+
+def test_an_account_recorded_only_later_has_nothing_yet_as_known_before() -> None:
+    # As `balance` answers zeros then; a name the journal never records is unknown.
+    journal = _journal(
+        NewEvent("ga", "a", "grant", 0, {"account": "a", "amount": 1}),
+        NewEvent("gb", "b", "grant", 0, {"account": "b", "amount": 2}))
+    early = explain_account(journal, "b", as_known_at=1)
+    assert (early.grants, early.spends, early.figures.balance) == ([], [], 0)
+    with pytest.raises(UnknownAccount):
+        explain_account(journal, "nobody", as_known_at=1)
