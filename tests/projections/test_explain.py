@@ -98,3 +98,30 @@ def test_an_account_recorded_only_later_has_nothing_yet_as_known_before() -> Non
     assert (early.grants, early.spends, early.figures.balance) == ([], [], 0)
     with pytest.raises(UnknownAccount):
         explain_account(journal, "nobody", as_known_at=1)
+
+
+def test_a_repeated_completion_changes_nothing_the_first_settled() -> None:
+    # The second completion is an anomaly (the job is no longer running): the job was
+    # paid for and released what the first said.
+    journal = _journal(
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 50}),
+        _submit("s", "j", 1, 10),
+        NewEvent("t", "job:j", "start", 2, {"job": "j"}),
+        NewEvent("c1", "job:j", "complete", 3, {"job": "j", "success": False,
+                                                "refund_fraction": 0.5}),
+        NewEvent("c2", "job:j", "complete", 4, {"job": "j", "success": True}))
+    job = explain_job(journal, "j")
+    assert (job.state, job.charge, job.paid_by, job.released) == (
+        "failed", 5, (("g", 5),), 5)
+    assert [(e.event_id, e.ok) for e in job.events] == [
+        ("s", True), ("t", True), ("c1", True), ("c2", False)]
+
+
+def test_a_repeated_cancel_keeps_what_the_first_released() -> None:
+    journal = _journal(
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 50}),
+        _submit("s", "j", 1, 10),
+        NewEvent("c1", "job:j", "cancel", 2, {"job": "j"}),
+        NewEvent("c2", "job:j", "cancel", 3, {"job": "j"}))
+    job = explain_job(journal, "j")
+    assert (job.state, job.released) == ("cancelled", 10)

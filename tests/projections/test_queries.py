@@ -635,7 +635,17 @@ def _submit(event_id: str, account: str, time: int) -> NewEvent:
     ([NewEvent("k", "b", "submit", 0, {"account": "b", "job": "k", "cost": 5,
                                        "priority": 2})],
      [_submit("s1", "a", 1)], "a"),
-], ids=["own stream", "submitted twice", "step elsewhere", "behind another account"])
+    # Submitted twice before the checkpoint: its anomalies name the clash.
+    ([_submit("s1", "a", 1), _submit("s2", "b", 2)], [], None),
+    # Submitted after the checkpoint in a stream not its account's.
+    ([], [NewEvent("s1", "b", "submit", 1, {"account": "a", "job": "j", "cost": 5,
+                                            "priority": 1})], None),
+    # A step in the job's own stream: still its account's.
+    ([_submit("s1", "a", 1)], [NewEvent("st", "job:j", "start", 2, {"job": "j"})], "a"),
+    # A step before any submit, even in the job's own stream: only the whole fold tells.
+    ([], [NewEvent("st", "job:j", "start", 1, {"job": "j"}), _submit("s1", "a", 2)], None),
+], ids=["own stream", "submitted twice", "step elsewhere", "behind another account",
+        "submitted twice before", "submit elsewhere", "step in its stream", "step first"])
 def test_a_jobs_account_is_the_one_whose_events_alone_tell_its_life(
         db: str, before: list[NewEvent], after: list[NewEvent], owner: str | None) -> None:
     with _checkpointed(db, GRANTS + before, after) as journal:
