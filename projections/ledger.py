@@ -91,6 +91,10 @@ _FAST_PATHS: Final[dict[str, tuple[Callable[[str | bytes], Any],
                                    Callable[[Any], DomainEvent]]]] = dict(FAST_PATHS)
 
 
+_FAIR_GRAIN: Final = 2.0 ** 32
+"""Fair-share keys are rounded to multiples of 1 / _FAIR_GRAIN (see `fair_key`)."""
+
+
 def _log2_add(a: float, b: float) -> float:
     """log2(2**a + 2**b) without overflow."""
     if a == -math.inf:
@@ -188,10 +192,15 @@ class AccountState:
     refill_batch: Batch | None = None
 
     def fair_key(self) -> float:
-        """Decayed usage / share on a log scale; -inf (first) without a share or usage."""
+        """Decayed usage / share on a log scale, to a grain of 2**-32; -inf (first)
+        without a share or usage."""
         if self.share is None or self.usage_log2 == -math.inf:
             return -math.inf
-        return self.usage_log2 - math.log2(self.share)
+        # Equal usage per share must tie (the older submit first), but the logarithms
+        # of equal ratios can differ in their last bits (log2(6) - log2(3) is not exactly
+        # 1): keys within a grain are one key. A grain of 2**-32 in log2 is a relative
+        # difference of 1.6e-10 in usage per share (one credit in six billion).
+        return round((self.usage_log2 - math.log2(self.share)) * _FAIR_GRAIN) / _FAIR_GRAIN
 
     def pool_balances_at(self, time: int) -> dict[str, int]:
         """Per pool, credits minus debt at `time` (>= this account's last event), counting

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from eventstore import MemoryJournal, NewEvent
 from projections import Scheduler
 from projections.ledger import refill_due
@@ -144,3 +146,21 @@ def test_balance_between_events_counts_what_the_bucket_has_accrued() -> None:
 
     t = GPUCreditTracker(s._session.journal, account="a")
     assert t.get_balance(45 * 60) == 45
+
+
+@pytest.mark.parametrize(("first", "second"), [((6, 3), (2, 1)), ((2, 2), (1, 1)),
+                                               ((3, 3), (1, 1)), ((4, 4), (1, 1))])
+@pytest.mark.parametrize("older", ["first", "second"])
+def test_fair_share_equal_usage_per_share_starts_the_older_submit(
+        first: tuple[int, int], second: tuple[int, int], older: str) -> None:
+    # Each pair is one usage per share (6/3 = 2/1), but the logarithms of equal ratios can
+    # differ in their last bits, one way or the other: rounding, not age, chose the job.
+    _now, s = _clock()
+    for name, (used, share) in (("first", first), ("second", second)):
+        s.open_account(name, 10_000, share=share)
+        _charged(s, name, used)
+    younger = "second" if older == "first" else "first"
+    assert s.submit(f"{older}-job", older, 1, priority=0)
+    assert s.submit(f"{younger}-job", younger, 1, priority=0)
+    started = s.start_next()
+    assert started is not None and started.id == f"{older}-job"
