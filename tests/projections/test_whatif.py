@@ -24,11 +24,8 @@ def test_a_policy_capping_a_name_no_account_can_have_is_refused(name: str) -> No
         Policy.from_json({"max_running": {name: 1}})
 
 
-def test_an_account_whose_reserved_credits_alone_differ_is_listed() -> None:
-    # Under a cap of one running job the second start is an anomaly, so the job is still
-    # pending when the cancel comes and the cancel releases its credits; as recorded the
-    # job runs and the cancel is the anomaly. The balance, debt and pools agree both
-    # ways (held credits count in the balance): only reserved and available differ.
+def _two_jobs_started(*more: NewEvent) -> MemoryJournal:
+    """Account a with 100 credits starts j0 (cost 10), then j1 (cost 30), then `more`."""
     journal = MemoryJournal()
     journal.append([
         NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100}),
@@ -38,7 +35,16 @@ def test_an_account_whose_reserved_credits_alone_differ_is_listed() -> None:
         NewEvent("s1", "a", "submit", 3, {"account": "a", "job": "j1", "cost": 30,
                                           "priority": 1}),
         NewEvent("t1", "job:j1", "start", 4, {"job": "j1"}),
-        NewEvent("c1", "job:j1", "cancel", 5, {"job": "j1"})])
+        *more])
+    return journal
+
+
+def test_an_account_whose_reserved_credits_alone_differ_is_listed() -> None:
+    # Under a cap of one running job the second start is an anomaly, so the job is still
+    # pending when the cancel comes and the cancel releases its credits; as recorded the
+    # job runs and the cancel is the anomaly. The balance, debt and pools agree both
+    # ways (held credits count in the balance): only reserved and available differ.
+    journal = _two_jobs_started(NewEvent("c1", "job:j1", "cancel", 5, {"job": "j1"}))
     result = whatif(journal, Policy.from_json({"max_running": {"a": 1}}))
     (change,) = result.accounts
     assert change.account == "a" and change.pools() == []
@@ -129,15 +135,7 @@ def test_the_totals_count_both_folds() -> None:
 def test_a_job_that_alone_differs_is_a_change() -> None:
     # Capped at one running job, the second start is an anomaly: the job stays pending,
     # holding what it held running, so no account's figures differ.
-    journal = MemoryJournal()
-    journal.append([
-        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100}),
-        NewEvent("s0", "a", "submit", 1, {"account": "a", "job": "j0", "cost": 10,
-                                          "priority": 1}),
-        NewEvent("t0", "job:j0", "start", 2, {"job": "j0"}),
-        NewEvent("s1", "a", "submit", 3, {"account": "a", "job": "j1", "cost": 30,
-                                          "priority": 1}),
-        NewEvent("t1", "job:j1", "start", 4, {"job": "j1"})])
+    journal = _two_jobs_started()
     result = whatif(journal, Policy.from_json({"max_running": {"a": 1}}))
     assert result.accounts == []
     assert [(j.job, j.actual_state, j.whatif_state) for j in result.jobs] == [
