@@ -10,8 +10,7 @@ from projections.queries import whatif
 
 
 def test_a_policy_capping_an_account_the_journal_lacks_names_it() -> None:
-    journal = MemoryJournal()
-    journal.append([NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 10})])
+    journal = _journal(NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 10}))
     result = whatif(journal, Policy.from_json({"max_running": {"a": 1, "nobody": 1}}))
     assert result.unknown_accounts == ["nobody"]
     assert not result.changed
@@ -24,10 +23,16 @@ def test_a_policy_capping_a_name_no_account_can_have_is_refused(name: str) -> No
         Policy.from_json({"max_running": {name: 1}})
 
 
+def _journal(*events: NewEvent) -> MemoryJournal:
+    """A memory journal holding `events`, appended together."""
+    journal = MemoryJournal()
+    journal.append(list(events))
+    return journal
+
+
 def _two_jobs_started(*more: NewEvent) -> MemoryJournal:
     """Account a with 100 credits starts j0 (cost 10), then j1 (cost 30), then `more`."""
-    journal = MemoryJournal()
-    journal.append([
+    return _journal(
         NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100}),
         NewEvent("s0", "a", "submit", 1, {"account": "a", "job": "j0", "cost": 10,
                                           "priority": 1}),
@@ -35,8 +40,7 @@ def _two_jobs_started(*more: NewEvent) -> MemoryJournal:
         NewEvent("s1", "a", "submit", 3, {"account": "a", "job": "j1", "cost": 30,
                                           "priority": 1}),
         NewEvent("t1", "job:j1", "start", 4, {"job": "j1"}),
-        *more])
-    return journal
+        *more)
 
 
 def test_an_account_whose_reserved_credits_alone_differ_is_listed() -> None:
@@ -57,12 +61,11 @@ def test_an_account_whose_pools_alone_differ_is_listed() -> None:
     # A consume in h100 draws the general grant first by its priority; ignoring
     # priorities, the h100 grant first (pool credits before general on an equal expiry).
     # The balance is 70 both ways; only the pools say where the credits are.
-    journal = MemoryJournal()
-    journal.append([
+    journal = _journal(
         NewEvent("gp", "a", "grant", 0, {"account": "a", "amount": 50, "pool": "h100",
                                          "priority": 90}),
         NewEvent("gg", "a", "grant", 0, {"account": "a", "amount": 50, "priority": 10}),
-        NewEvent("u", "a", "consume", 1, {"account": "a", "amount": 30, "pool": "h100"})])
+        NewEvent("u", "a", "consume", 1, {"account": "a", "amount": 30, "pool": "h100"}))
     result = whatif(journal, Policy.from_json({"grant_order": "expiry"}))
     (change,) = result.accounts
     assert change.difference == {"balance": 0, "reserved": 0, "available": 0, "debt": 0}
@@ -73,11 +76,10 @@ def test_an_account_whose_pools_alone_differ_is_listed() -> None:
 
 
 def test_a_reversed_event_takes_no_part_in_the_policy_fold_either() -> None:
-    journal = MemoryJournal()
-    journal.append([
+    journal = _journal(
         NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100}),
         NewEvent("u", "a", "consume", 1, {"account": "a", "amount": 30}),
-        NewEvent("r", "a", "reverse", 2, {"event": "u", "reason": "billed twice"})])
+        NewEvent("r", "a", "reverse", 2, {"event": "u", "reason": "billed twice"}))
     result = whatif(journal, Policy.from_json({"refund_fraction": 0}))
     assert not result.changed
     assert result.totals["balance"] == (100, 100)
@@ -90,14 +92,13 @@ def test_an_account_whose_debt_alone_differs_is_listed() -> None:
     # The h100 job holds the general grant by its priority, the h100 grant ignoring
     # priorities; a general consume then owes 15 in the one fold, 5 in the other. The
     # pools (credits, held ones too, minus debt), the balance and reserved agree.
-    journal = MemoryJournal()
-    journal.append([
+    journal = _journal(
         NewEvent("gh", "a", "grant", 0, {"account": "a", "amount": 10, "pool": "h100",
                                          "priority": 90}),
         NewEvent("gg", "a", "grant", 0, {"account": "a", "amount": 10, "priority": 10}),
         NewEvent("s", "a", "submit", 1, {"account": "a", "job": "j", "cost": 10,
                                          "priority": 1, "pool": "h100"}),
-        NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 15})])
+        NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 15}))
     result = whatif(journal, Policy.from_json({"grant_order": "expiry"}))
     (change,) = result.accounts
     assert change.pools() == []
@@ -108,8 +109,7 @@ def test_an_account_whose_debt_alone_differs_is_listed() -> None:
 def test_the_totals_count_both_folds() -> None:
     # Charged in full under the policy, the failed job leaves too little for the next
     # submit: rejected, its start an anomaly, and the consume owes more.
-    journal = MemoryJournal()
-    journal.append([
+    journal = _journal(
         NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 100}),
         NewEvent("s1", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 60,
                                           "priority": 1}),
@@ -119,7 +119,7 @@ def test_the_totals_count_both_folds() -> None:
         NewEvent("s2", "a", "submit", 4, {"account": "a", "job": "j2", "cost": 50,
                                           "priority": 1}),
         NewEvent("t2", "job:j2", "start", 5, {"job": "j2"}),
-        NewEvent("u", "a", "consume", 6, {"account": "a", "amount": 70})])
+        NewEvent("u", "a", "consume", 6, {"account": "a", "amount": 70}))
     result = whatif(journal, Policy.from_json({"refund_fraction": 0}))
     assert result.total_changes == {
         "balance": {"actual": 30, "whatif": -30, "difference": -60},
@@ -153,8 +153,7 @@ def test_figures_compare_at_the_journals_latest_event_time() -> None:
         NewEvent("gN", "a", "grant", 0, {"account": "a", "amount": 50, "priority": 10}),
         NewEvent("u", "a", "consume", 1, {"account": "a", "amount": 50})]
     policy = Policy.from_json({"grant_order": "expiry"})
-    journal = MemoryJournal()
-    journal.append(events)
+    journal = _journal(*events)
     early = whatif(journal, policy)
     assert early.at == 1 and not early.changed
     journal.append([NewEvent("gb", "b", "grant", 20, {"account": "b", "amount": 1})])
