@@ -18,6 +18,7 @@ from eventstore import IdempotencyConflict, Journal, JournalLike, MemoryJournal
 from projections.errors import UnknownAccount
 from tools.service import commands, writes
 from tools.service.groupcommit import Command
+from tools.service.ledger import LedgerService
 from tools.service.problems import ServiceProblem
 from tools.sim.service import commit_in_turn, failing_commit, failure_of, open_service
 
@@ -75,12 +76,26 @@ def test_every_key_answers_as_it_first_did_on_sqlite(
 
 
 def _check(journal: JournalLike, steps: list[tuple[int, int, str]]) -> None:
-    service = open_service(journal, lambda: 100)
+    # Each service's writer keeps a committer thread (and on SQLite one of the journal's
+    # connections) until it is stopped: stopped at the end, not left to the test process
+    # (a hundred examples left a hundred threads in the worker).
+    services = [open_service(journal, lambda: 100)]
+    try:
+        _check_with(journal, steps, services)
+    finally:
+        for service in services:
+            service.writer.stop()
+
+
+def _check_with(journal: JournalLike, steps: list[tuple[int, int, str]],
+                services: list[LedgerService]) -> None:
+    service = services[0]
     first: dict[str, tuple[int, Any]] = {}  # key -> (request, answer)
     for key_index, request_index, fault in steps:
         key, request = f"k{key_index}", _REQUESTS[request_index]
         if fault == "restart":
             service = open_service(journal, lambda: 100)  # what it remembered is gone
+            services.append(service)
         command = _command(key, request)
         head = journal.head()
         if fault in ("commit-fails", "commit-lost"):
