@@ -254,3 +254,29 @@ def test_a_stop_by_signal_keeps_its_handler_while_a_copy_of_the_signal_may_still
     assert time.monotonic() - asked >= 0.5
     assert signal.getsignal(signal.SIGTERM) is before
     assert not stop_requested()
+
+
+def test_a_job_that_does_not_end_when_told_to_is_killed_and_the_run_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A forked job can hang on its way out (a lock another thread of the parent held at
+    # the fork): with every seed answered, the run must not wait for it for ever.
+    from tools.sim import parallel
+
+    work = parallel._work
+
+    def hanging_on_the_way_out(*args: Any) -> None:
+        work(*args)
+        time.sleep(3600)
+
+    monkeypatch.setattr(parallel, "_work", hanging_on_the_way_out)
+    monkeypatch.setattr(parallel, "JOIN_SECONDS", 0.5)
+    began = time.monotonic()
+    done = list(parallel.run_seeds([1, 2, 3], 2, _quick_seed, stop_at_failure=True))
+    assert sorted(d.seed for d in done) == [1, 2, 3] and all(d.ok for d in done)
+    assert time.monotonic() - began < 60
+
+
+def _quick_seed(seed: int) -> Any:
+    from tools.sim.parallel import SeedDone
+
+    return SeedDone(seed, 1, 0.0, 0.0, True, f"seed {seed}: ok\n")

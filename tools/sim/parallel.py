@@ -39,7 +39,8 @@ POLL_SECONDS = 0.2
 """How often the command line looks at its processes while no seed ends."""
 
 JOIN_SECONDS = 60.0
-"""How long a process stopped between ops may take to remove its worlds and end."""
+"""How long a process stopped between ops may take to remove its worlds and end, and one
+told to end (no seed left) may take to end; then it is killed."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class _Job:
     conn: Connection
     seed: int | None = None
     ended: bool = False
+    told_to_end: float | None = None  # when it was sent None (time.monotonic())
 
 
 def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDone], *,
@@ -153,8 +155,21 @@ def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDon
         # will never run (its end then failed the seed).
         stopping = signals > 0 or stop_requested()
         job.seed = waiting.pop() if waiting and not stopping else None
+        if job.seed is None:
+            job.told_to_end = time.monotonic()
         with contextlib.suppress(OSError):  # it ended: its sentinel says so
             job.conn.send(job.seed)
+
+    def kill_lingering() -> None:
+        # A job holds no seed once told to end, so nothing is lost by killing one that
+        # has not ended JOIN_SECONDS later: a forked copy of a process whose other
+        # threads held a lock at the fork can hang on its way out, and the run would
+        # wait for it for ever.
+        for job in running:
+            if (not job.ended and job.told_to_end is not None
+                    and time.monotonic() - job.told_to_end > JOIN_SECONDS):
+                with contextlib.suppress(ProcessLookupError):
+                    job.process.kill()
 
     def judged(done: SeedDone) -> SeedDone:
         nonlocal failed
@@ -170,6 +185,7 @@ def run_seeds(seeds: Sequence[int], jobs: int, one_seed: Callable[[int], SeedDon
         while not all(job.ended for job in running):
             if stop_requested() and signals == 0:
                 forward()
+            kill_lingering()
             live = [job for job in running if not job.ended]
             ready = set(wait([*(j.conn for j in live), *(j.process.sentinel for j in live)],
                              timeout=POLL_SECONDS))
