@@ -248,8 +248,11 @@ def _run_pure(items: list[pytest.Item], rootdir: Path) -> dict[str, tuple[str, s
 
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "pure.xml"
+        # Each of the child's tests has half the time a test has here: one that hangs
+        # fails there, with its stacks, before the test waiting for the child does.
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "-o", f"timeout={_child_timeout(items[0].config)}",
              f"--junitxml={report}", *[item.nodeid for item in items]],
             cwd=rootdir, env={**_without_xdist(os.environ), PURE_ENV: "1"},
             capture_output=True, text=True)
@@ -268,6 +271,17 @@ def _run_pure(items: list[pytest.Item], rootdir: Path) -> dict[str, tuple[str, s
             "error", f"no result from the child pytest (exit {done.returncode}):\n"
                      f"{done.stdout[-3000:]}{done.stderr[-3000:]}"))
     return results
+
+
+def _child_timeout(config: pytest.Config) -> float:
+    """Half this run's per-test timeout (pytest-timeout's `--timeout`, else its ini
+    value), 0 (none) when it has none."""
+    given = config.getoption("timeout", default=None)
+    try:
+        timeout = float(given if given is not None else config.getini("timeout") or 0)
+    except ValueError:
+        return 0.0
+    return timeout / 2
 
 
 def _without_xdist(env: Mapping[str, str]) -> dict[str, str]:
