@@ -648,3 +648,56 @@ def test_a_stop_queued_behind_decisions_answers_them_first() -> None:
     assert [first.result(5), a.result(5)] == ["first", "a"]
     assert batches == [["first"], ["a"]]
     assert thread is not None and not thread.is_alive()
+
+
+def test_a_writer_stopped_by_a_bug_answers_every_waiting_and_later_decision_503() -> None:
+    """A bug outside the handling of refusals and failed commits ends the writer's thread:
+    nobody is left waiting for ever. The batch it held, what was queued and what comes
+    after are each answered 503 naming the error, and the error is kept."""
+    writer, batches, release = _held_writer()
+
+    def a_bug(items: Any, results: Any) -> None:
+        raise RuntimeError("a bug in delivering the answers")
+
+    writer._committed = a_bug  # type: ignore[method-assign]
+    first = writer.submit(Keyed("first"))
+    while not writer._queue.empty():
+        time.sleep(0.001)  # the writer holds the first batch
+    queued = [writer.submit(Keyed("a")), writer.submit(Keyed("b"))]
+    called = writer.call(lambda: "never run")
+    release.set()
+    try:
+        for future in (first, *queued, called):
+            problem = future.exception(10)
+            assert isinstance(problem, ServiceProblem) and problem.status == 503, problem
+            assert "RuntimeError" in problem.detail and "restart" in problem.detail
+        assert isinstance(writer.failure, RuntimeError)
+        later = writer.submit(Keyed("later")).exception(1)
+        assert isinstance(later, ServiceProblem) and "RuntimeError" in later.detail
+        assert batches == [["first"]]
+    finally:
+        writer.stop(5)
+
+
+def test_a_service_whose_writer_stopped_on_a_bug_says_failed_and_answers_503(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from eventstore import MemoryJournal
+    from tools.service import create_app
+
+    def a_bug(self: GroupCommit, items: Any, results: Any) -> None:
+        raise RuntimeError("a bug in delivering the answers")
+
+    with TestClient(create_app(MemoryJournal(), clock=lambda: 10, mount_web=False)) as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.post("/v1/accounts", json={"account": "a"}).status_code == 201
+        monkeypatch.setattr(GroupCommit, "_committed", a_bug)
+        answer = http.post("/v1/accounts/a/grants", json={"amount": 5})
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        for path in ("/healthz", "/readyz"):
+            health = http.get(path)
+            assert (health.status_code, health.json()) == (503, {"status": "failed"})
+        again = http.post("/v1/accounts/a/usage", json={"amount": 1})
+        assert again.status_code == 503 and "RuntimeError" in again.json()["detail"]

@@ -181,16 +181,24 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     writes.install(app)
 
     @app.get("/healthz", response_model=Health, response_model_exclude_none=True,
-             tags=["operations"], summary="Liveness")
+             tags=["operations"], summary="Liveness",
+             responses={503: {"model": Health, "description": "the writer stopped on an "
+                                                             "error: restart the process"}})
     def healthz() -> Any:
-        """The process answers (whether or not it is caught up yet)."""
+        """The process answers (whether or not it is caught up yet); 503 `failed` once
+        its writer stopped on an error (restart it)."""
+        if service.writer.failure is not None:
+            return JSONResponse({"status": "failed"}, status_code=503)
         return {"status": "stopping" if service.stopping else "ok"}
 
     @app.get("/readyz", response_model=Health, response_model_exclude_none=True,
              tags=["operations"], summary="Readiness",
-             responses={503: {"model": Health, "description": "not caught up yet"}})
+             responses={503: {"model": Health, "description": "not caught up yet, "
+                                                             "stopping, or failed"}})
     def readyz() -> Any:
         """Ready once the projection has caught up with the journal."""
+        if service.writer.failure is not None:
+            return JSONResponse({"status": "failed"}, status_code=503)
         if not service.ready.is_set() or service.stopping:
             return JSONResponse({"status": "stopping" if service.stopping else "starting"},
                                 status_code=503)

@@ -209,6 +209,11 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
         _settle(waiter, outcome)
 
 
+def _fail_call(call: _Call, problem: BaseException) -> None:
+    if not call.future.done():
+        call.future.set_exception(problem)
+
+
 def _deliver(items: Sequence[_Item], outcomes: Sequence[Any]) -> None:
     """Each item's answer (or exception) to its caller. Callers on an event loop get
     theirs in one call per loop and batch: one wake-up of the loop, not one per item."""
@@ -298,6 +303,10 @@ class GroupCommit:
         self._thread: threading.Thread | None = None
         self._deferred: list[_Item] = []
         self._calls: list[_Call] = []
+        self._batch: list[_Item] = []  # the batch being decided (see `_fail_waiting`)
+        #: What stopped the writer's thread, if an error did (a bug): every decision
+        #: waiting then, and every one submitted after, is answered `Unavailable`.
+        self.failure: BaseException | None = None
         self._last_size = 0
         self._last_seconds = 0.0
         self.batches = 0
@@ -325,9 +334,11 @@ class GroupCommit:
         """Queue a command; its future holds the answer once its batch committed."""
         future: Future[Any] = Future()
         if self._thread is None or not self._thread.is_alive():
-            future.set_exception(Unavailable("the service is stopping"))
+            future.set_exception(self._refusal())
             return future
         self._queue.put(_Item(command, future, seq=next(self._numbers)))
+        if self.failure is not None:
+            self._fail_queued()  # the writer may have stopped before it took it
         return future
 
     def submit_async(self, command: Command) -> asyncio.Future[Any]:
@@ -335,9 +346,11 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[Any] = loop.create_future()
         if self._thread is None or not self._thread.is_alive():
-            waiter.set_exception(Unavailable("the service is stopping"))
+            waiter.set_exception(self._refusal())
             return waiter
         self._queue.put(_Item(command, None, loop, waiter, seq=next(self._numbers)))
+        if self.failure is not None:
+            self._fail_queued()
         return waiter
 
     def call(self, fn: Callable[[], Any]) -> Future[Any]:
@@ -345,9 +358,11 @@ class GroupCommit:
         its future holds what it returned."""
         call = _Call(fn)
         if self._thread is None or not self._thread.is_alive():
-            call.future.set_exception(Unavailable("the service is stopping"))
+            call.future.set_exception(self._refusal())
             return call.future
         self._queue.put(call)
+        if self.failure is not None:
+            self._fail_queued()
         return call.future
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -486,8 +501,66 @@ class GroupCommit:
         return [f for f in futures if f is not None], groups
 
     def _run(self) -> None:
-        with self._context():
-            self._loop()
+        try:
+            with self._context():
+                self._loop()
+        except BaseException as exc:
+            # A bug, not a refused decision or a failed commit (those are answered and the
+            # loop goes on). Its callers must not wait for ever: each waiting decision is
+            # answered 503 (a retry under the same key is safe: it answers the decision
+            # if it was committed, and decides it again if not), and so is every later
+            # one; /healthz says so, for the process to be restarted.
+            self.failure = exc
+            log.critical("the writer stopped on an error; decisions are refused until "
+                         "the service is restarted", exc_info=exc)
+            self._fail_waiting()
+
+    def _refusal(self) -> Unavailable:
+        """What a decision submitted to a writer that is not running is answered."""
+        if self.failure is not None:
+            return self._unavailable()
+        return Unavailable("the service is stopping")
+
+    def _unavailable(self) -> Unavailable:
+        failure = self.failure
+        return Unavailable(f"the service's writer stopped on an error "
+                           f"({type(failure).__name__}); restart the service, then retry "
+                           "with the same Idempotency-Key")
+
+    def _fail_waiting(self) -> None:
+        """Answer `Unavailable` to every decision the stopped writer holds or has queued."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            # Being written by the committer: answered by it if it commits.
+            futures.wait([ahead.future], timeout=60)
+            if ahead.future.done() and ahead.future.exception() is None:
+                ahead.delivered.wait(60)
+            else:
+                self._fail(ahead.items)
+        batch, self._batch = self._batch, []
+        deferred, self._deferred = self._deferred, []
+        self._fail([*batch, *deferred])
+        for call in self._calls:
+            _fail_call(call, self._unavailable())
+        self._calls = []
+        self._fail_queued()
+
+    def _fail_queued(self) -> None:
+        """Answer `Unavailable` to everything queued (the writer is gone)."""
+        while True:
+            try:
+                got = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(got, _Item):
+                self._fail([got])
+            elif isinstance(got, _Call):
+                _fail_call(got, self._unavailable())
+
+    def _fail(self, items: Sequence[_Item]) -> None:
+        waiting = [i for i in items if not (i.future.done() if i.future is not None
+                                            else i.waiter is None or i.waiter.done())]
+        _deliver(waiting, [self._unavailable()] * len(waiting))
 
     def _loop(self) -> None:
         stopping = False
@@ -537,7 +610,9 @@ class GroupCommit:
             items, stop = self._next_batch(first)
             stopping = stopping or stop
             began = self._began = time.perf_counter()
+            self._batch = items
             self._commit(items)
+            self._batch = []
             self._last_size = len(items)
             if self._ahead is None:  # else the committer says how long it took
                 self._last_seconds = time.perf_counter() - began
