@@ -518,10 +518,11 @@ class GroupCommit:
     def _refusal(self) -> Unavailable:
         """What a decision submitted to a writer that is not running is answered."""
         if self.failure is not None:
-            return self._unavailable()
+            return self.unavailable()
         return Unavailable("the service is stopping")
 
-    def _unavailable(self) -> Unavailable:
+    def unavailable(self) -> Unavailable:
+        """The answer to a decision (or a read) once the writer stopped on an error."""
         failure = self.failure
         return Unavailable(f"the service's writer stopped on an error "
                            f"({type(failure).__name__}); restart the service, then retry "
@@ -541,7 +542,7 @@ class GroupCommit:
         deferred, self._deferred = self._deferred, []
         self._fail([*batch, *deferred])
         for call in self._calls:
-            _fail_call(call, self._unavailable())
+            _fail_call(call, self.unavailable())
         self._calls = []
         self._fail_queued()
 
@@ -555,12 +556,12 @@ class GroupCommit:
             if isinstance(got, _Item):
                 self._fail([got])
             elif isinstance(got, _Call):
-                _fail_call(got, self._unavailable())
+                _fail_call(got, self.unavailable())
 
     def _fail(self, items: Sequence[_Item]) -> None:
         waiting = [i for i in items if not (i.future.done() if i.future is not None
                                             else i.waiter is None or i.waiter.done())]
-        _deliver(waiting, [self._unavailable()] * len(waiting))
+        _deliver(waiting, [self.unavailable()] * len(waiting))
 
     def _loop(self) -> None:
         stopping = False

@@ -201,8 +201,8 @@ class LedgerService:
         """Save the projection as a checkpoint unless the newest one is as recent; only
         between batches (nothing decided that is not committed)."""
         session = self._session
-        if session is None or self._stale:
-            return
+        if session is None or self._stale or self.writer.failure is not None:
+            return  # (a stopped writer may have left decisions it never committed)
         from projections.checkpoint import CHECKPOINT, save_checkpoint
 
         try:
@@ -352,7 +352,10 @@ class LedgerService:
                 session.lock.release()
                 with self._committed:
                     while self._uncommitted:
-                        self._committed.wait()
+                        if self.writer.failure is not None:
+                            # Decided, never to be committed or undone by this writer.
+                            raise self.writer.unavailable()
+                        self._committed.wait(1.0)
         finally:
             with self._committed:
                 self._readers -= 1
