@@ -463,7 +463,9 @@ class CommitCutter:
         self.armed = threading.Event()
         self.cuts = 0
         self._closing = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._sockets: list[socket.socket] = []  # every forwarded connection's two ends
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
 
     def _accept(self) -> None:
         while not self._closing:
@@ -472,10 +474,14 @@ class CommitCutter:
             except OSError:
                 return
             server = socket.create_connection(self.upstream)
+            self._sockets += [client, server]
             state = {"commit_sent": False}
-            threading.Thread(target=self._up, args=(client, server, state), daemon=True).start()
-            threading.Thread(target=self._down, args=(server, client, state),
-                             daemon=True).start()
+            for thread in (
+                    threading.Thread(target=self._up, args=(client, server, state), daemon=True),
+                    threading.Thread(target=self._down, args=(server, client, state),
+                                     daemon=True)):
+                thread.start()
+                self._threads.append(thread)
 
     def _up(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
         for data in _chunks(client):
@@ -504,8 +510,17 @@ class CommitCutter:
         _close(client)
 
     def close(self) -> None:
+        """Stop accepting, cut every connection forwarded, and end the threads: a
+        listener closed alone leaves its thread blocked in accept() for the rest of the
+        test process, and each forwarded connection's two threads with it."""
         self._closing = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
         self.listener.close()
+        for sock in self._sockets:
+            _close(sock)
+        for thread in self._threads:
+            thread.join(10)
 
 
 def _chunks(sock: socket.socket) -> Iterator[bytes]:
