@@ -54,7 +54,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
@@ -548,15 +548,19 @@ class GroupCommit:
 
     def _fail_queued(self) -> None:
         """Answer `Unavailable` to everything queued (the writer is gone)."""
-        while True:
-            try:
-                got = self._queue.get_nowait()
-            except queue.Empty:
-                return
+        for got in self._drained():
             if isinstance(got, _Item):
                 self._fail([got])
             elif isinstance(got, _Call):
                 _fail_call(got, self.unavailable())
+
+    def _drained(self) -> Iterator[Any]:
+        """What is queued now, each taken off the queue as it is given."""
+        while True:
+            try:
+                yield self._queue.get_nowait()
+            except queue.Empty:
+                return
 
     def _fail(self, items: Sequence[_Item]) -> None:
         waiting = [i for i in items if not (i.future.done() if i.future is not None
@@ -586,11 +590,7 @@ class GroupCommit:
                     stopping = True
                     self._settle_ahead()
                     # Finish whatever was queued before the stop.
-                    while True:
-                        try:
-                            more = self._queue.get_nowait()
-                        except queue.Empty:
-                            break
+                    for more in self._drained():
                         if isinstance(more, _Call):
                             more.run()
                         elif more is not _STOP and more is not _WOKEN:
