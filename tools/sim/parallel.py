@@ -16,7 +16,8 @@ ignore SIGINT, so a Ctrl-C at a terminal, which reaches all of them, is taken on
 sends each process SIGTERM, which stops its run between two ops and removes its worlds,
 as a signal stops a run without `--jobs`; a second signal sends a second SIGTERM, which
 stops them at once. A process that ends without a word (killed, out of memory) fails the
-seed it was running, and says so.
+seed it was running, and says so; one told to end (no seed left) that has not ended
+`JOIN_SECONDS` later is killed.
 """
 
 from __future__ import annotations
