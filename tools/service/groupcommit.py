@@ -532,12 +532,14 @@ class GroupCommit:
         """Answer `Unavailable` to every decision the stopped writer holds or has queued."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            # Being written by the committer: answered by it if it commits.
+            # Being written by the committer: answered by its callback if it commits;
+            # what that did not answer (it failed, or the bug was in the answering) is
+            # answered here. (An answer already on its way to an event loop is settled
+            # there first: the later one finds the caller's future done.)
             futures.wait([ahead.future], timeout=60)
-            if ahead.future.done() and ahead.future.exception() is None:
+            if ahead.future.done():
                 ahead.delivered.wait(60)
-            else:
-                self._fail(ahead.items)
+            self._fail(ahead.items)
         batch, self._batch = self._batch, []
         deferred, self._deferred = self._deferred, []
         self._fail([*batch, *deferred])
