@@ -739,3 +739,50 @@ def test_a_read_waiting_for_a_batch_the_stopped_writer_decided_is_answered_503(
     finally:
         again.stop()
         again.close()
+
+
+def test_a_writer_stopped_while_a_batch_is_written_answers_what_that_left_unanswered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer stops on a bug while the committer is writing the batch before: that
+    batch commits, and if answering it fails too, its callers are still answered (503)
+    rather than left waiting."""
+    writing = threading.Event()
+    release = threading.Event()
+    write_ahead = LedgerService._write_ahead
+
+    def slow_write(self: LedgerService, deferred: Any) -> None:
+        writing.set()
+        release.wait(30)
+        write_ahead(self, deferred)
+
+    next_batch = GroupCommit._next_batch
+    calls = [0]
+
+    def second_batch_fails(self: GroupCommit, first: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            threading.Timer(0.5, release.set).start()  # the write ahead goes on
+            raise RuntimeError("a bug in forming a batch")
+        return next_batch(self, first)
+
+    def answering_fails(self: GroupCommit, items: Any, results: Any) -> None:
+        raise RuntimeError("a bug in answering")
+
+    svc = LedgerService(f"sqlite:///{tmp_path / 'gc.db'}", clock=lambda: 10)
+    svc.start()
+    try:
+        svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+        monkeypatch.setattr(LedgerService, "_write_ahead", slow_write)
+        monkeypatch.setattr(GroupCommit, "_next_batch", second_batch_fails)
+        monkeypatch.setattr(GroupCommit, "_committed", answering_fails)
+        first = svc.writer.submit(commands.Usage("u1", "a", 7, None, None, 10))
+        assert writing.wait(10)  # decided, handed to the committer, held there
+        second = svc.writer.submit(commands.Usage("u2", "a", 3, None, None, 10))
+        for future in (first, second):
+            problem = future.exception(20)
+            assert isinstance(problem, ServiceProblem) and problem.status == 503, problem
+        assert svc.journal.get("u1") is not None and svc.journal.get("u2") is None
+    finally:
+        release.set()
+        svc.stop()
+        svc.close()

@@ -432,8 +432,10 @@ class GroupCommit:
         keys: set[str] = set()
         stop = False
         later: list[_Item] = []
+        # `_deferred` and `_batch` keep what this takes until it returns (see
+        # `_fail_waiting`): nothing taken is only in a local should this raise.
         candidates = [*self._deferred, first]
-        self._deferred = []
+        self._batch = [first]
         while True:
             for item in candidates:
                 key = item.command.key
@@ -461,6 +463,7 @@ class GroupCommit:
                 candidates = []
                 continue
             candidates = [nxt]
+            self._batch.append(nxt)
         self._deferred = later
         return items, stop
 
@@ -542,7 +545,7 @@ class GroupCommit:
             self._fail(ahead.items)
         batch, self._batch = self._batch, []
         deferred, self._deferred = self._deferred, []
-        self._fail([*batch, *deferred])
+        self._fail(list({id(i): i for i in [*batch, *deferred]}.values()))  # each once
         for call in self._calls:
             _fail_call(call, self.unavailable())
         self._calls = []
@@ -599,6 +602,7 @@ class GroupCommit:
                             self._deferred.append(more)
                     continue
                 first = got
+            self._batch = [first]  # taken: answered by `_fail_waiting` should this fail
             ahead = self._ahead
             if ahead is not None and ahead.future.done():
                 self._settle_ahead()  # written while the writer waited (see `_write`)
