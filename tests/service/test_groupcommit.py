@@ -6,6 +6,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -712,10 +714,7 @@ def test_a_read_waiting_for_a_batch_the_stopped_writer_decided_is_answered_503(
     def a_bug(self: GroupCommit, items: Any, prepared: Any) -> None:
         raise RuntimeError("a bug in handing the batch over")
 
-    svc = LedgerService(f"sqlite:///{tmp_path / 'gc.db'}", clock=lambda: 10)
-    svc.start()
-    try:
-        svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+    with _granted_service(tmp_path) as svc:
         monkeypatch.setattr(GroupCommit, "_write", a_bug)
         decided = svc.writer.submit(commands.Usage("u1", "a", 7, None, None, 10))
         problem = decided.exception(10)
@@ -723,9 +722,6 @@ def test_a_read_waiting_for_a_batch_the_stopped_writer_decided_is_answered_503(
         assert svc._uncommitted == 1  # decided ahead, never written
         with pytest.raises(ServiceProblem, match="RuntimeError"), svc.reading():
             pass
-    finally:
-        svc.stop()
-        svc.close()
     # Nor does the projection holding it try to leave a checkpoint at shutdown (refused
     # only because the journal has no event at its position); the next start knows only
     # what the journal holds.
@@ -768,21 +764,31 @@ def test_a_writer_stopped_while_a_batch_is_written_answers_what_that_left_unansw
     def answering_fails(self: GroupCommit, items: Any, results: Any) -> None:
         raise RuntimeError("a bug in answering")
 
+    with _granted_service(tmp_path) as svc:
+        try:
+            monkeypatch.setattr(LedgerService, "_write_ahead", slow_write)
+            monkeypatch.setattr(GroupCommit, "_next_batch", second_batch_fails)
+            monkeypatch.setattr(GroupCommit, "_committed", answering_fails)
+            first = svc.writer.submit(commands.Usage("u1", "a", 7, None, None, 10))
+            assert writing.wait(10)  # decided, handed to the committer, held there
+            second = svc.writer.submit(commands.Usage("u2", "a", 3, None, None, 10))
+            for future in (first, second):
+                problem = future.exception(20)
+                assert isinstance(problem, ServiceProblem) and problem.status == 503, problem
+            assert svc.journal.get("u1") is not None and svc.journal.get("u2") is None
+        finally:
+            release.set()  # before the stop, which finishes the write
+
+
+@contextmanager
+def _granted_service(tmp_path: Path) -> Iterator[LedgerService]:
+    """A started service on a SQLite file in `tmp_path`, account `a` granted 100;
+    stopped and closed after the block."""
     svc = LedgerService(f"sqlite:///{tmp_path / 'gc.db'}", clock=lambda: 10)
     svc.start()
     try:
         svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
-        monkeypatch.setattr(LedgerService, "_write_ahead", slow_write)
-        monkeypatch.setattr(GroupCommit, "_next_batch", second_batch_fails)
-        monkeypatch.setattr(GroupCommit, "_committed", answering_fails)
-        first = svc.writer.submit(commands.Usage("u1", "a", 7, None, None, 10))
-        assert writing.wait(10)  # decided, handed to the committer, held there
-        second = svc.writer.submit(commands.Usage("u2", "a", 3, None, None, 10))
-        for future in (first, second):
-            problem = future.exception(20)
-            assert isinstance(problem, ServiceProblem) and problem.status == 503, problem
-        assert svc.journal.get("u1") is not None and svc.journal.get("u2") is None
+        yield svc
     finally:
-        release.set()
         svc.stop()
         svc.close()
