@@ -277,11 +277,7 @@ def _child_timeout(config: pytest.Config) -> float:
     """Half this run's per-test timeout (pytest-timeout's `--timeout`, else its ini
     value), 0 (none) when it has none."""
     given = config.getoption("timeout", default=None)
-    try:
-        timeout = float(given if given is not None else config.getini("timeout") or 0)
-    except ValueError:
-        return 0.0
-    return timeout / 2
+    return float(given if given is not None else config.getini("timeout") or 0) / 2
 
 
 def _without_xdist(env: Mapping[str, str]) -> dict[str, str]:

@@ -209,11 +209,6 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
         _settle(waiter, outcome)
 
 
-def _fail_call(call: _Call, problem: BaseException) -> None:
-    if not call.future.done():
-        call.future.set_exception(problem)
-
-
 def _deliver(items: Sequence[_Item], outcomes: Sequence[Any]) -> None:
     """Each item's answer (or exception) to its caller. Callers on an event loop get
     theirs in one call per loop and batch: one wake-up of the loop, not one per item."""
@@ -243,6 +238,11 @@ class _Call:
             self.future.set_result(self.fn())
         except BaseException as exc:
             self.future.set_exception(exc)
+
+    def fail(self, problem: BaseException) -> None:
+        """Answer `problem` instead of running (unless answered already)."""
+        if not self.future.done():
+            self.future.set_exception(problem)
 
 
 _STOP = object()
@@ -432,10 +432,11 @@ class GroupCommit:
         keys: set[str] = set()
         stop = False
         later: list[_Item] = []
-        # `_deferred` and `_batch` keep what this takes until it returns (see
-        # `_fail_waiting`): nothing taken is only in a local should this raise.
+        # `_batch` holds all this takes (the deferred, `first`, what it pulls) until the
+        # batch is committed: none is only in a local should the writer fail meanwhile
+        # (see `_fail_waiting`).
         candidates = [*self._deferred, first]
-        self._batch = [first]
+        self._batch = list(candidates)
         while True:
             for item in candidates:
                 key = item.command.key
@@ -547,7 +548,7 @@ class GroupCommit:
         deferred, self._deferred = self._deferred, []
         self._fail(list({id(i): i for i in [*batch, *deferred]}.values()))  # each once
         for call in self._calls:
-            _fail_call(call, self.unavailable())
+            call.fail(self.unavailable())
         self._calls = []
         self._fail_queued()
 
@@ -557,7 +558,7 @@ class GroupCommit:
             if isinstance(got, _Item):
                 self._fail([got])
             elif isinstance(got, _Call):
-                _fail_call(got, self.unavailable())
+                got.fail(self.unavailable())
 
     def _drained(self) -> Iterator[Any]:
         """What is queued now, each taken off the queue as it is given."""
@@ -617,8 +618,7 @@ class GroupCommit:
             items, stop = self._next_batch(first)
             stopping = stopping or stop
             began = self._began = time.perf_counter()
-            self._batch = items
-            self._commit(items)
+            self._commit(items)  # (`_batch` holds them, from `_next_batch`)
             self._batch = []
             self._last_size = len(items)
             if self._ahead is None:  # else the committer says how long it took
