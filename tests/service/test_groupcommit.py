@@ -792,3 +792,29 @@ def _granted_service(tmp_path: Path) -> Iterator[LedgerService]:
     finally:
         svc.stop()
         svc.close()
+
+
+def test_a_waiter_going_away_does_not_cancel_a_look_others_share(tmp_path: Path) -> None:
+    """Reads that find the projection stale share one look at the journal; a reader
+    whose request is cancelled (its client went away) must not cancel it for the rest."""
+    import asyncio
+
+    with _granted_service(tmp_path) as svc:
+        gate = threading.Event()
+        svc.writer.call(gate.wait)  # the writer busy: the look below stays queued
+        shared = svc.writer.call(lambda: "looked")
+
+        async def both() -> str:
+            gone = asyncio.ensure_future(asyncio.wrap_future(shared))
+            staying = asyncio.ensure_future(asyncio.wrap_future(shared))
+            await asyncio.sleep(0)
+            gone.cancel()
+            await asyncio.sleep(0.05)
+            gate.set()
+            return await asyncio.wait_for(staying, 10)
+
+        assert asyncio.run(both()) == "looked"
+        assert shared.result(timeout=10) == "looked"
+        # The writer answered the look and goes on deciding.
+        assert svc.writer.failure is None
+        assert svc.decide_now(commands.Usage("u1", "a", 7, None, None, 10))["debt"] == 0

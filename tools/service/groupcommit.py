@@ -116,10 +116,20 @@ class Phases:
     write: float
 
 
+def _taken() -> Future[Any]:
+    """A future for something handed to the writer: it cannot be cancelled. What the
+    writer took it answers; a waiter that goes away (a cancelled request awaiting it
+    through `asyncio.wrap_future`, which cancels what it wraps) must neither take the
+    answer from others sharing it nor make the answering raise on the writer's thread."""
+    future: Future[Any] = Future()
+    future.set_running_or_notify_cancel()
+    return future
+
+
 @dataclass(slots=True)
 class _Item:
     command: Command
-    future: Future[Any] | None = field(default_factory=Future)
+    future: Future[Any] | None = field(default_factory=_taken)
     # Or, for a caller on an event loop: the loop and the future it awaits there.
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[Any] | None = None
@@ -231,7 +241,7 @@ class _Call:
     """Something to run on the writer thread between two batches."""
 
     fn: Callable[[], Any]
-    future: Future[Any] = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=_taken)
 
     def run(self) -> None:
         try:
@@ -332,7 +342,7 @@ class GroupCommit:
 
     def submit(self, command: Command) -> Future[Any]:
         """Queue a command; its future holds the answer once its batch committed."""
-        future: Future[Any] = Future()
+        future = _taken()
         if self._thread is None or not self._thread.is_alive():
             future.set_exception(self._refusal())
             return future
