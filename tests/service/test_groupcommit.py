@@ -22,7 +22,7 @@ from projections.replay import fold_canonical
 from tools.service import commands
 from tools.service.groupcommit import GroupCommit, _Item
 from tools.service.ledger import LedgerService
-from tools.service.problems import ServiceProblem
+from tools.service.problems import ServiceProblem, from_exception
 
 
 @dataclass(frozen=True)
@@ -740,8 +740,8 @@ def test_a_read_waiting_for_a_batch_the_stopped_writer_decided_is_answered_503(
 def test_a_writer_stopped_while_a_batch_is_written_answers_what_that_left_unanswered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer stops on a bug while the committer is writing the batch before: that
-    batch commits, and if answering it fails too, its callers are still answered (503)
-    rather than left waiting."""
+    batch commits, and if answering it fails too, its callers are still answered (500,
+    saying it committed) rather than left waiting."""
     writing = threading.Event()
     release = threading.Event()
     write_ahead = LedgerService._write_ahead
@@ -772,9 +772,12 @@ def test_a_writer_stopped_while_a_batch_is_written_answers_what_that_left_unansw
             first = svc.writer.submit(commands.Usage("u1", "a", 7, None, None, 10))
             assert writing.wait(10)  # decided, handed to the committer, held there
             second = svc.writer.submit(commands.Usage("u2", "a", 3, None, None, 10))
-            for future in (first, second):
+            # The batch ahead committed: its callers are told so; the one the stopped
+            # writer held was never written.
+            for future, status in ((first, 500), (second, 503)):
                 problem = future.exception(20)
-                assert isinstance(problem, ServiceProblem) and problem.status == 503, problem
+                assert isinstance(problem, ServiceProblem) and problem.status == status, (
+                    problem)
             assert svc.journal.get("u1") is not None and svc.journal.get("u2") is None
         finally:
             release.set()  # before the stop, which finishes the write
@@ -818,3 +821,33 @@ def test_a_waiter_going_away_does_not_cancel_a_look_others_share(tmp_path: Path)
         # The writer answered the look and goes on deciding.
         assert svc.writer.failure is None
         assert svc.decide_now(commands.Usage("u1", "a", 7, None, None, 10))["debt"] == 0
+
+
+def test_a_committed_batch_whose_answering_fails_is_answered_500_and_the_writer_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committer answers the batch it wrote; should that raise (a bug, on a thread
+    where nothing else catches it), the batch's callers are told it committed instead of
+    waiting for ever, a retry under the key answers it, and later decisions go on."""
+    committed = GroupCommit._committed
+    failures = [1]
+
+    def answering_fails_once(self: GroupCommit, items: Any, results: Any) -> None:
+        if failures and threading.current_thread().name == "group-commit-write":
+            failures.pop()
+            raise RuntimeError("a bug in answering")
+        committed(self, items, results)
+
+    with _granted_service(tmp_path) as svc:
+        monkeypatch.setattr(GroupCommit, "_committed", answering_fails_once)
+        usage = commands.Usage("u1", "a", 7, None, None, 10)
+        problem = svc.writer.submit(usage).exception(20)
+        assert not failures, "the batch was not answered by the committer"
+        assert isinstance(problem, ServiceProblem) and problem.status == 500, problem
+        assert "committed" in problem.detail and "RuntimeError" in problem.detail
+        answer = from_exception(problem)  # what the HTTP caller reads: the detail, told
+        assert answer.status_code == 500 and b"was committed" in answer.body
+        assert svc.journal.get("u1") is not None
+        assert svc.writer.failure is None
+        assert svc.decide_now(usage)["debt"] == 0  # the retry: the original answer
+        assert svc.decide_now(commands.Usage("u2", "a", 3, None, None, 10))["debt"] == 0
+        assert len([e for e in svc.journal.read() if e.id in ("u1", "u2")]) == 2

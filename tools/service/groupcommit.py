@@ -205,6 +205,21 @@ class _Committer:
                     future.set_result(result)
 
 
+def _answering_failed(items: Sequence[_Item], exc: BaseException) -> None:
+    """A committed batch whose answering raised (a bug, on the committer's thread, where
+    nothing else would catch it): each decision not answered yet is answered 500 saying
+    it committed, rather than left waiting for ever. The writer goes on."""
+    log.critical("a committed batch's answers failed; its callers are answered 500",
+                 exc_info=exc)
+    waiting = [i for i in items if not (i.future.done() if i.future is not None
+                                        else i.waiter is None or i.waiter.done())]
+    problem = ServiceProblem(500, f"the decision was committed, but answering it failed "
+                                  f"({type(exc).__name__}): a retry with the same "
+                                  "Idempotency-Key answers it; do not retry it without one")
+    with contextlib.suppress(BaseException):  # the answering itself may be what broke
+        _deliver(waiting, [problem] * len(waiting))
+
+
 def _settle(waiter: asyncio.Future[Any], outcome: Any) -> None:
     if waiter.done():  # the caller went away (cancelled)
         return
@@ -715,7 +730,10 @@ class GroupCommit:
             try:
                 failed = done.exception() is not None
                 if not failed:
-                    self._committed(ahead.items, ahead.results)
+                    try:
+                        self._committed(ahead.items, ahead.results)
+                    except BaseException as exc:
+                        _answering_failed(ahead.items, exc)
                 self._last_seconds = time.perf_counter() - ahead.began
                 if failed:
                     # Only a failure needs the writer now (to rebuild and retry); a

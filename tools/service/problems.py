@@ -188,7 +188,7 @@ def retry_after(exc: BaseException) -> str | None:
 def from_exception(exc: BaseException) -> JSONResponse:
     """The problem answer of an exception, by its type."""
     status = status_of(exc)
-    if status == 500:
+    if status == 500 and not isinstance(exc, ServiceProblem):  # a bug: named, not told
         return problem_response(500, f"internal error: {type(exc).__name__}")
     errors = exc.errors if isinstance(exc, ServiceProblem) else ()
     headers = dict(exc.headers) if isinstance(exc, ServiceProblem) else {}
