@@ -205,14 +205,19 @@ class _Committer:
                     future.set_result(result)
 
 
+def _unanswered(items: Sequence[_Item]) -> list[_Item]:
+    """Those of `items` whose caller has no answer yet (and still waits for one)."""
+    return [i for i in items if not (i.future.done() if i.future is not None
+                                     else i.waiter is None or i.waiter.done())]
+
+
 def _answering_failed(items: Sequence[_Item], exc: BaseException) -> None:
     """A committed batch whose answering raised (a bug, on the committer's thread, where
     nothing else would catch it): each decision not answered yet is answered 500 saying
     it committed, rather than left waiting for ever. The writer goes on."""
     log.critical("a committed batch's answers failed; its callers are answered 500",
                  exc_info=exc)
-    waiting = [i for i in items if not (i.future.done() if i.future is not None
-                                        else i.waiter is None or i.waiter.done())]
+    waiting = _unanswered(items)
     problem = ServiceProblem(500, f"the decision was committed, but answering it failed "
                                   f"({type(exc).__name__}): a retry with the same "
                                   "Idempotency-Key answers it; do not retry it without one")
@@ -594,8 +599,7 @@ class GroupCommit:
                 return
 
     def _fail(self, items: Sequence[_Item]) -> None:
-        waiting = [i for i in items if not (i.future.done() if i.future is not None
-                                            else i.waiter is None or i.waiter.done())]
+        waiting = _unanswered(items)
         _deliver(waiting, [self.unavailable()] * len(waiting))
 
     def _loop(self) -> None:
