@@ -1256,6 +1256,20 @@ def test_a_body_not_sent_as_json_is_told_to_be(client: TestClient) -> None:
     assert head(client) == before
 
 
+def test_a_content_type_sent_twice_is_422_and_appends_nothing(client: TestClient) -> None:
+    """The strict reader took the last Content-Type, FastAPI the first: JSON then text
+    let a body with a repeated key past the strict reader, and `json.loads` let the last
+    `amount` win (a grant of 700 recorded for a body that also said 5)."""
+    at = head(client)
+    for types in (("application/json", "text/plain"), ("text/plain", "application/json"),
+                  ("application/json", "application/json")):
+        refused = client.post("/v1/accounts/a/grants",
+                              content=b'{"amount": 5, "amount": 700, "time": 1}',
+                              headers=[("Content-Type", kind) for kind in types])
+        assert "Content-Type was sent 2 times" in problem(refused, 422)["detail"]
+    assert head(client) == at
+
+
 def test_a_completions_retry_after_a_restart_answers_the_charge_told_once_reversed(
         db_url: str, clock: Clock) -> None:
     """A keyed completion retried after a restart, once the completion itself has been

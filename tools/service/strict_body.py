@@ -134,7 +134,8 @@ class StrictRequests:
     at once, a chunked body once it passes the limit (read to that point and no further).
     Then refuse what the server would read ambiguously (422): a path whose %-escapes are
     not UTF-8 (decoded with U+FFFD for each bad byte, `caf%E9` and `caf%E8` would name
-    one account, `caf\ufffd`) or decode to a control character, an Idempotency-Key
+    one account, `caf\ufffd`) or decode to a control character, a Content-Type sent
+    twice (the strict reader and FastAPI's would read different ones), an Idempotency-Key
     sent twice or beyond ASCII (a header is read as Latin-1: a UTF-8 `café` would become
     the id `cafÃ©`), and, on the routes of `routers`, a query parameter the route does
     not declare (a misspelt `as_known_at` would be ignored, as bodies' unknown fields
@@ -159,13 +160,16 @@ class StrictRequests:
         declared: bytes | None = None
         chunked = False
         keys: list[bytes] = []
-        for name, value in scope["headers"]:  # one pass for all three
+        types = 0
+        for name, value in scope["headers"]:  # one pass for all four
             if name == b"content-length":
                 declared = value
             elif name == b"transfer-encoding":
                 chunked = True
             elif name == b"idempotency-key":
                 keys.append(value)
+            elif name == b"content-type":
+                types += 1
         if declared is not None or chunked:  # else no body (HTTP/1.1)
             limit = MAX_BODY if (scope["method"], scope["path"]) in LARGE_BODIES \
                 else MAX_SMALL_BODY
@@ -182,7 +186,7 @@ class StrictRequests:
                     await _too_large(*body_limit(scope))(scope, receive, send)
                     return
                 receive = replaying(body, False, receive)
-        why = _ambiguous(scope, keys)
+        why = _ambiguous(scope, keys, types)
         if why is None and scope.get("query_string"):
             why = self.queries.unknown(scope)
         if why is not None:
@@ -210,9 +214,9 @@ async def _read_within(receive: Receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _ambiguous(scope: Scope, keys: list[bytes]) -> str | None:
-    """Why the request's path or `keys` (its Idempotency-Key headers) would be read
-    ambiguously, or None."""
+def _ambiguous(scope: Scope, keys: list[bytes], types: int) -> str | None:
+    """Why the request's path, `keys` (its Idempotency-Key headers) or its `types`
+    Content-Type headers would be read ambiguously, or None."""
     raw = scope.get("raw_path")
     if isinstance(raw, bytes) and b"%" in raw:
         try:
@@ -226,6 +230,11 @@ def _ambiguous(scope: Scope, keys: list[bytes]) -> str | None:
         if bad is not None:
             return (f"the path {raw.decode('latin-1')!r} holds a control character "
                     f"(U+{ord(bad):04X}) once its %-escapes are decoded: no name holds one")
+    if types > 1:
+        # `StrictJsonBodies` reads the last, FastAPI the first: JSON then text was not
+        # read strictly, and a repeated key's last value won.
+        return (f"Content-Type was sent {types} times: send one, "
+                "Content-Type: application/json")
     if len(keys) > 1:
         return (f"Idempotency-Key was sent {len(keys)} times: send one key, which becomes "
                 "the event id")
