@@ -1270,6 +1270,39 @@ def test_a_content_type_sent_twice_is_422_and_appends_nothing(client: TestClient
     assert head(client) == at
 
 
+@pytest.mark.parametrize("sent", [b"application/json\xa0", b"application/json\x85",
+                                  b"\xa0application/json; charset=utf-8"])
+def test_a_body_fastapi_reads_as_json_is_read_strictly_first(db_url: str,
+                                                             sent: bytes) -> None:
+    """FastAPI strips a Content-Type with `str.strip`, which takes the Latin-1 bytes
+    0x85 and 0xA0 for spaces; the strict reader stripped bytes, and so skipped a body
+    FastAPI then read with `json.loads`, where a repeated key's last value won. Sent
+    over a socket: the test client would re-encode those bytes."""
+    import socket
+
+    from tests.service.server import in_thread
+    from tools.service.connections import GuardedProtocol
+
+    app = create_app(db_url, mount_web=False)
+    app.state.ledger.start()
+    body = b'{"amount": 5, "amount": 700, "time": 1}'
+    try:
+        with in_thread(app, http=GuardedProtocol) as port, \
+                socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            conn.sendall(b"POST /v1/accounts/a/grants HTTP/1.1\r\nHost: localhost\r\n"
+                         b"Connection: close\r\nContent-Type: " + sent + b"\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 422 "), answer
+        assert b"appears more than once" in answer
+        assert app.state.ledger.journal.head() == 0
+    finally:
+        app.state.ledger.stop()
+        app.state.ledger.close()
+
+
 def test_a_completions_retry_after_a_restart_answers_the_charge_told_once_reversed(
         db_url: str, clock: Clock) -> None:
     """A keyed completion retried after a restart, once the completion itself has been
