@@ -851,3 +851,46 @@ def test_a_committed_batch_whose_answering_fails_is_answered_500_and_the_writer_
         assert svc.decide_now(usage)["debt"] == 0  # the retry: the original answer
         assert svc.decide_now(commands.Usage("u2", "a", 3, None, None, 10))["debt"] == 0
         assert len([e for e in svc.journal.read() if e.id in ("u1", "u2")]) == 2
+
+
+def test_a_read_waiting_for_a_batch_that_fails_to_commit_never_sees_its_decisions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read waits while a batch decided ahead is being written; if that write fails,
+    the read answers from the journal's state (the rebuilt projection), never from the
+    projection that held the batch's decisions."""
+    from sqlalchemy.exc import OperationalError
+
+    writing = threading.Event()
+    release = threading.Event()
+
+    def failing_write(self: LedgerService, deferred: Any) -> None:
+        writing.set()
+        release.wait(30)
+        raise OperationalError("INSERT", {}, Exception("the disk went away"))
+
+    with _granted_service(tmp_path) as svc:
+        journal_state = fold_canonical(svc.journal).digest()
+        monkeypatch.setattr(LedgerService, "_write_ahead", failing_write)
+        decided = svc.writer.submit(commands.Usage("u1", "a", 7, None, None, 10))
+        assert writing.wait(10)  # decided on the projection, its write held
+        seen: list[str] = []
+
+        def read() -> None:
+            with svc.reading() as ledger:
+                seen.append(ledger.digest())
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        deadline = time.monotonic() + 10
+        while svc._readers == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert svc._readers == 1  # waiting for the batch's commit
+        monkeypatch.undo()  # the decision's retry alone writes normally
+        release.set()
+        reader.join(20)
+        assert not reader.is_alive()
+        assert isinstance(decided.exception(20), OperationalError)
+        assert svc.journal.get("u1") is None
+        assert seen == [journal_state]  # not the projection holding u1
+        with svc.reading() as ledger:
+            assert ledger.digest() == fold_canonical(svc.journal).digest()

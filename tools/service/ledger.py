@@ -282,11 +282,13 @@ class LedgerService:
     def reset(self) -> None:
         """Rebuild the projection from the journal: after a batch that did not commit, it
         holds decisions the journal does not. Until this succeeds, nothing is served."""
+        # Stale first: a read woken below must find this projection stale, not read the
+        # decisions it holds that never committed.
+        self._stale = True
         with self._committed:
             self._uncommitted = 0  # what was decided ahead is gone with the projection
             self._committed.notify_all()
         self._ahead_base = -1
-        self._stale = True
         self._load(only_if_stale=True)
 
     def _starting(self) -> str:
@@ -332,22 +334,24 @@ class LedgerService:
             # The head is asked without the lock, so reads answering at once from the
             # event loop (read_at_once) do not find it taken for a round trip.
             if self.journal.head() != session.projector.position:
-                with self._waiting_read(session):
+                with self._waiting_read(session) as session:
                     session.catch_up()
             self._caught_up_at = now
-        with self._waiting_read(session):
-            yield session.ledger
+        with self._waiting_read(session) as held:
+            yield held.ledger
 
     @contextmanager
-    def _waiting_read(self, session: LedgerSession) -> Iterator[None]:
+    def _waiting_read(self, session: LedgerSession) -> Iterator[LedgerSession]:
         """The projection's lock, once it holds no decision before its commit; while a
-        read waits for that, the writer lets the batch being written finish first."""
+        read waits for that, the writer lets the batch being written finish first. If
+        that batch failed to commit, the projection holding it was replaced: the lock
+        held, and the session given, are then the rebuilt projection's."""
         with self._committed:
             self._readers += 1
         try:
             while True:
                 session.lock.acquire()
-                if not self._uncommitted:
+                if not self._uncommitted and self._current(session):
                     break
                 session.lock.release()
                 with self._committed:
@@ -356,13 +360,20 @@ class LedgerService:
                             # Decided, never to be committed or undone by this writer.
                             raise self.writer.unavailable()
                         self._committed.wait(1.0)
+                if not self._current(session):
+                    session = self.session  # rebuilt (by this thread, if not yet)
         finally:
             with self._committed:
                 self._readers -= 1
         try:
-            yield
+            yield session
         finally:
             session.lock.release()
+
+    def _current(self, session: LedgerSession) -> bool:
+        """Whether `session` is the live projection (not one a failed commit left stale
+        or that a rebuild replaced)."""
+        return session is self._session and not self._stale
 
     def _reads_wait(self) -> bool:
         return self._readers > 0
@@ -388,8 +399,8 @@ class LedgerService:
         if not session.lock.acquire(blocking=False):
             return BUSY
         try:
-            if self._uncommitted:
-                return BUSY  # decided ahead, not committed yet
+            if self._uncommitted or not self._current(session):
+                return BUSY  # decided ahead, not committed yet (or never to be)
             return read(session, session.ledger)
         finally:
             session.lock.release()
