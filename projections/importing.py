@@ -244,6 +244,13 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
     else:
         raise ValueError(f"{kind} event is missing time")
     payload = {k: v for k, v in record.items() if k not in ENVELOPE and k not in RECORDED}
+    # `from_payload` also reads stored payloads, and drops the journal's own keys there
+    # (a seal; an erasure's ids it maps to `events`). No line carries one (an export never
+    # writes them), so here such a key is unknown, not silently dropped.
+    own = sorted(k for k in payload if k.startswith("$"))
+    if own:
+        raise ValueError(f"{kind} event has unknown field(s) {', '.join(own)} (a key "
+                         "starting with $ is the journal's own, never a line's)")
     event = from_payload(kind, payload)
     if isinstance(event, CreditsGranted) and event.expiry is not None:
         require_time("expiry", event.expiry)

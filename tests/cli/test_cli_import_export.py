@@ -157,6 +157,31 @@ def test_a_null_optional_field_is_its_default(run: Run, tmp_path: Path, db: str)
     assert as_json(run("balance", "a", "--json"))["balance"] == 10  # type: ignore[index]
 
 
+def test_a_key_of_the_journal_own_is_an_unknown_field(run: Run, tmp_path: Path,
+                                                     db: str) -> None:
+    """`$private` (a seal) and `$erased` are keys of the stored payload, never of a line:
+    an export writes neither, so a line holding one is refused like any unknown field,
+    not read with the key dropped (or, on an erasure, taken for its `events`)."""
+    path = tmp_path / "dollar.jsonl"
+    path.write_text(
+        '{"type": "grant", "account": "a", "amount": 5, "time": 0}\n'
+        '{"type": "grant", "account": "a", "amount": 5, "time": 1, "$private": "ab"}\n'
+        '{"type": "consume", "account": "a", "amount": 1, "time": 2, "$x": 1}\n'
+        '{"type": "erase", "$erased": ["g"], "time": 3}\n')
+    result = run("import", str(path))
+    assert result.exit_code == 2
+    errors = error_lines(result)
+    assert errors[:3] == [
+        f"{path}:2: grant event has unknown field(s) $private (a key starting with $ is "
+        "the journal's own, never a line's)",
+        f"{path}:3: consume event has unknown field(s) $x (a key starting with $ is "
+        "the journal's own, never a line's)",
+        f"{path}:4: erase event has unknown field(s) $erased (a key starting with $ is "
+        "the journal's own, never a line's)",
+    ]
+    assert journal_head(db) == 0
+
+
 def test_import_from_stdin(run: Run) -> None:
     result = run("import", "-", input=SMALL)
     assert result.exit_code == 0, result.stderr
