@@ -26,6 +26,7 @@ from projections.validation import (
     Text,
     UnitFraction,
     show,
+    show_keys,
 )
 
 # The checks live in one module shared by every entry point; re-exported here because
@@ -417,7 +418,8 @@ def from_payload(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
         raise ValueError(f"{event_type} event is missing {', '.join(missing)}")
     unknown = sorted(set(payload) - set(required) - set(optional))
     if unknown:
-        raise ValueError(f"{event_type} event has unknown field(s) {', '.join(unknown)}")
+        # A field name is the input's own text, line breaks and all (`show_keys`).
+        raise ValueError(f"{event_type} event has unknown field(s) {show_keys(unknown)}")
     kwargs = {name: payload[name] for name in required}
     for name, default in optional.items():
         value = payload.get(name, default)

@@ -86,6 +86,7 @@ from projections.validation import (
     require_name,
     require_time,
     show,
+    show_keys,
 )
 
 Progress = Callable[[int, int], None]
@@ -233,7 +234,7 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
     if kind is None:
         raise ValueError(f"missing \"type\"; expected one of {', '.join(EVENT_TYPES)}")
     if not isinstance(kind, str) or kind not in EVENT_TYPES:
-        raise ValueError(f"unknown type {kind!r}; expected one of {', '.join(EVENT_TYPES)}")
+        raise ValueError(f"unknown type {show(kind)}; expected one of {', '.join(EVENT_TYPES)}")
     event_id = record.get("id")
     if event_id is not None:
         require_name("id", event_id)
@@ -249,7 +250,7 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
     # writes them), so here such a key is unknown, not silently dropped.
     own = sorted(k for k in payload if k.startswith("$"))
     if own:
-        raise ValueError(f"{kind} event has unknown field(s) {', '.join(own)} (a key "
+        raise ValueError(f"{kind} event has unknown field(s) {show_keys(own)} (a key "
                          "starting with $ is the journal's own, never a line's)")
     event = from_payload(kind, payload)
     if isinstance(event, CreditsGranted) and event.expiry is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 import msgspec
@@ -90,6 +90,14 @@ def show_name(name: str) -> str:
     plain = (name != "" and name == name.strip() and name.isprintable() and "  " not in name
              and "," not in name and name[0] not in "'\"")
     return name if plain else show(name)
+
+
+def show_keys(keys: Iterable[str]) -> str:
+    """Keys of a JSON object as an error lists them (unknown fields): each like
+    `show_name`, and one longer than `show` keeps shortened like `show`. A key is the
+    input's own text: a line break or thousands of characters in it must not break the
+    error's one line."""
+    return ", ".join(show_name(k) if len(k) <= _SHOWN_DIGITS * 2 else show(k) for k in keys)
 
 
 def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_INT) -> int:

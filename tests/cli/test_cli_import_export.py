@@ -182,6 +182,29 @@ def test_a_key_of_the_journal_own_is_an_unknown_field(run: Run, tmp_path: Path,
     assert journal_head(db) == 0
 
 
+def test_a_field_name_or_type_of_any_text_is_named_on_one_short_line(
+        run: Run, tmp_path: Path, db: str) -> None:
+    """A field name or a type is the line's own text: with a line break, or thousands of
+    characters long, it is still named on one line of stderr, shown as a value."""
+    path = tmp_path / "names.jsonl"
+    grant = {"type": "grant", "account": "a", "amount": 5, "time": 0}
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {**grant, "a\nb": 1},
+        {**grant, "\x1b[31mred": 1, "x" * 3000: 1},
+        {"type": "y" * 5000, "time": 0},
+    ]) + "\n")
+    result = run("import", str(path))
+    assert result.exit_code == 2
+    errors = error_lines(result)
+    assert len(errors) == 4
+    assert errors[0] == f"{path}:1: grant event has unknown field(s) 'a\\nb'"
+    assert errors[1].startswith(f"{path}:2: grant event has unknown field(s) '\\x1b[31mred', "
+                                "'xxxx")
+    assert errors[2].startswith(f"{path}:3: unknown type 'yyyy")
+    assert all(len(e) < 400 for e in errors)
+    assert journal_head(db) == 0
+
+
 def test_import_from_stdin(run: Run) -> None:
     result = run("import", "-", input=SMALL)
     assert result.exit_code == 0, result.stderr
