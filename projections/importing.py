@@ -838,6 +838,10 @@ class Survey:
     # unless their event is recorded already, since the rule is for new events (a file
     # imported with the flag may be imported again without it, and appends nothing).
     far: list[Problem] = field(default_factory=list)
+    # What only the second pass can refuse, against the journal: (id named, by a void?)
+    # of every void and reversal, and whether an `id` is given on more than one line.
+    targets: set[tuple[str, bool]] = field(default_factory=set)
+    ids_repeat: bool = False
 
 
 def survey_stream(stream: IO[bytes], *, fmt: str = "jsonl",
@@ -863,6 +867,7 @@ def _survey(stream: IO[bytes], fmt: str, size: int,
     # comes back are counted exactly in the second pass, to number identical lines.
     hashes = array("q")
     named: set[str] = set()  # the ids voids and reversals name
+    ids = array("q")  # a hash per line with an id: one on two lines may be two events
     for item in _items(stream, fmt):
         found.lines += 1
         if progress is not None and found.lines % _PROGRESS_EVERY == 0:
@@ -875,6 +880,9 @@ def _survey(stream: IO[bytes], fmt: str, size: int,
         target = _named_by(item.event)
         if target is not None:
             named.add(target)
+            found.targets.add((target, isinstance(item.event, GrantVoided)))
+        if item.id is not None:
+            ids.append(hash(item.id))
         if not allow_far_times:
             why = far_time_problem("time", item.time)
             if why is not None:
@@ -893,8 +901,43 @@ def _survey(stream: IO[bytes], fmt: str, size: int,
     del hashes
     found.repeated = {a for a, b in itertools.pairwise(ordered) if a == b}
     del ordered
+    found.ids_repeat = any(a == b for a, b in itertools.pairwise(sorted(ids)))
     found.orphans = {job for job in early if job not in found.job_accounts}
     return found
+
+
+def may_refuse_on_empty(stream: IO[bytes], fmt: str, survey: Survey) -> bool:
+    """Whether the second pass of an import into an empty journal may refuse a line of a
+    file whose first pass (`survey`) found nothing: a void or a reversal naming no event
+    of the file (a void, none that is a grant; reversals naming each other in a ring), or
+    an `id` on two lines, which may be two events. The file is read once more when it
+    holds corrections, keeping the events they name (one per correction). It errs on the
+    side of True (an id the file only derives, a hash that collides): the caller then
+    makes the second pass on an empty journal in memory to know."""
+    if survey.ids_repeat:
+        return True
+    if not survey.targets:
+        return False
+    wanted = {target for target, _ in survey.targets}
+    named: dict[str, DomainEvent] = {}  # id -> the event of its first line
+    stream.seek(0)
+    for item in _items(stream, fmt):
+        if not isinstance(item, Problem) and item.id in wanted:
+            named.setdefault(item.id, item.event)
+    stream.seek(0)
+
+    def resolves(target: str, by_void: bool, seen: frozenset[str]) -> bool:
+        event = named.get(target)
+        if event is None or target in seen:
+            return False
+        if by_void:
+            return isinstance(event, CreditsGranted)
+        inner = _named_by(event)  # a reversal of a correction: that one must resolve too
+        return inner is None or resolves(inner, isinstance(event, GrantVoided),
+                                         seen | {target})
+
+    return not all(resolves(target, by_void, frozenset())
+                   for target, by_void in survey.targets)
 
 
 def _named_by(event: DomainEvent) -> str | None:

@@ -649,17 +649,19 @@ def _checked_before_a_new_file(ctx: typer.Context, db: str | None, stream: IO[by
                                allow_far_times: bool) -> importing.Survey | None:
     """On a SQLite file that does not exist yet, the import's first pass (every line
     checked, see `importing.survey_stream`), made before the file is created: a file with
-    bad lines is refused without leaving an empty database behind, and the import then
-    takes this pass instead of making it again. None on any other database."""
+    bad lines, those only the second pass refuses included (`importing.may_refuse_on_empty`),
+    is refused without leaving an empty database behind, and the import then takes this
+    pass instead of making it again. None on any other database."""
     path = sqlite_path(database_url(ctx, db))
     if path is None or path.exists():
         return None
     with render.progress_bar(f"checking {source}") as checking:
         survey = importing.survey_stream(stream, fmt=kind, progress=checking,
                                          allow_far_times=allow_far_times)
-    if survey.problems or survey.far:
+    if survey.problems or survey.far or importing.may_refuse_on_empty(stream, kind, survey):
         # The whole report, lines the second pass refuses included, from what a new file
-        # holds: an empty journal, here in memory. It raises ImportRejected.
+        # holds: an empty journal, here in memory. It raises ImportRejected, unless
+        # `may_refuse_on_empty` erred on the side of caution; then the import goes on.
         importing.import_stream(MemoryJournal(), stream, source, fmt=kind,
                                 allow_far_times=allow_far_times, survey=survey)
     return survey

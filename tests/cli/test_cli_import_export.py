@@ -440,6 +440,46 @@ def test_a_refused_first_import_leaves_no_database_file_and_reports_every_line(
     assert [e.split(":")[1] for e in error_lines(result)[:-1]] == ["2", "3", "4"]
 
 
+@pytest.mark.parametrize("lines", [
+    ['{"type": "void", "grant": "g-nowhere", "time": 2}'],
+    ['{"type": "grant", "account": "a", "amount": 5, "time": 1, "id": "g1"}',
+     '{"type": "grant", "account": "a", "amount": 6, "time": 1, "id": "g1"}'],
+    ['{"type": "consume", "account": "a", "amount": 5, "time": 1, "id": "u1"}',
+     '{"type": "void", "grant": "u1", "time": 2}'],
+    ['{"type": "reverse", "event": "r2", "time": 1, "reason": "x", "id": "r1"}',
+     '{"type": "reverse", "event": "r1", "time": 2, "reason": "x", "id": "r2"}'],
+], ids=["void-of-nothing", "one-id-two-events", "void-of-no-grant", "reversals-in-a-ring"])
+def test_a_file_only_the_second_pass_refuses_leaves_no_database_file(
+        run: Run, tmp_path: Path, db: str, lines: list[str]) -> None:
+    """Every line parses, so the first pass finds nothing; the lines are refused only by
+    what the second pass resolves against the journal (here empty). No file either."""
+    from tools.cli import sqlite_path
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    path = sqlite_path(db)
+    assert path is not None
+    result = run("import", str(bad))
+    assert result.exit_code == 2
+    assert "nothing appended" in error_lines(result)[-1]
+    assert list(path.parent.glob(path.name + "*")) == [], result.stderr
+
+
+def test_a_first_import_with_corrections_that_resolve_appends_them(
+        run: Run, tmp_path: Path, db: str) -> None:
+    """The check above lets through what the second pass takes: a void and a reversal
+    of a reversal, timed before what they name (as an export lists them)."""
+    good = tmp_path / "good.jsonl"
+    good.write_text(
+        '{"type": "reverse", "event": "r1", "time": 0, "reason": "x", "id": "r2"}\n'
+        '{"type": "void", "grant": "g1", "time": 1, "id": "v1"}\n'
+        '{"type": "reverse", "event": "v1", "time": 1, "reason": "x", "id": "r1"}\n'
+        '{"type": "grant", "account": "a", "amount": 5, "time": 2, "id": "g1"}\n')
+    result = run("import", str(good))
+    assert result.exit_code == 0, result.stderr
+    assert journal_head(db) == 4
+
+
 def test_a_first_import_into_a_new_file_checks_its_lines_once(
         run: Run, tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from projections import importing
