@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import projections.replay as replay_module
 from eventstore import Journal, MemoryJournal, NewEvent
+from projections import Scheduler
+from projections.corrections import Corrections
 from projections.ledger import Ledger
 from projections.projector import Projector
 from projections.replay import (
@@ -272,3 +274,16 @@ def test_a_batch_handed_over_in_parts_makes_what_the_whole_batch_makes(
     assert parts.digest == whole.digest == fold_canonical(journal).digest()
     assert [repr(r) for r in parts.revisions] == [repr(r) for r in whole.revisions]
     assert parts.anomalies == whole.anomalies
+
+
+def test_a_decision_of_several_events_is_one_step_of_knowledge_for_its_own_facade() -> None:
+    # open_account with a balance appends the account and its grant together: the facade
+    # that decided it names the revisions it causes as replay and GET /v1/revisions do,
+    # after the batch's earliest event on the timeline (the account, not the grant).
+    journal = MemoryJournal()
+    Corrections(journal, clock=lambda: 0).consume("a", 1, at=5)   # 1 owed
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    scheduler.open_account("a", 3, at=2)                        # positions 2 and 3, at 2
+    assert [(r.late_position, r.position, r.after["debt_after"])
+            for r in scheduler.revisions] == [(2, 1, 0)]
+    assert [(r.late_position, r.position) for r in replay(journal).revisions] == [(2, 1)]
