@@ -10,7 +10,8 @@ from typing import Any, ClassVar, NamedTuple
 from eventstore import JournalLike
 from eventstore.hashing import load_json
 from projections.checkpoint import CheckpointError, log
-from projections.events import TIMELINE_START
+from projections.decoding import decode_event
+from projections.events import TIMELINE_START, JobSubmitted
 from projections.figures import Ending, Figures, ending_credits
 from projections.ledger import JOB_STATES, JobState, Ledger
 from projections.queries.common import (
@@ -20,7 +21,7 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
-from projections.replay import exact_view, excluded_as_known, rows_of_type
+from projections.replay import exact_view, excluded_as_known, rows_of_type, view_at
 
 DEFAULT_WITHIN = 7 * 86_400
 """`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
@@ -320,13 +321,43 @@ def jobs(journal: JournalLike, *, account: str | None = None, state: str | None 
             if account is not None and account not in view.names and (
                     account not in columns["account"]):
                 _check_named(journal, account, view.names)
-            return JobsReport(position, account, state, _column_rows(columns, account, state))
+            rows = _column_rows(columns, account, state)
+            return JobsReport(position, account, state,
+                              _in_submit_order(journal, rows, position))
     ledger = fold_as_known(journal, to_position=position)
     if account is not None and account not in ledger.accounts and not any(
             j.account == account for j in ledger.jobs.values()):
         _check_named(journal, account, ledger.accounts)
     rows = job_rows(ledger.jobs.values(), account, state)
+    if view_at(journal, to_position=position) is not None:
+        rows = _in_submit_order(journal, rows, position)
     return JobsReport(position, account, state, rows)
+
+
+def _in_submit_order(journal: JournalLike, rows: list[JobRow],
+                     position: int) -> list[JobRow]:
+    """`rows` of jobs read from a checkpoint (or folded on from one) in submit order: a
+    fold's index holds its jobs in the order their submits lie on the timeline, but a
+    projection re-projecting a late batch for one account puts a job it submits after
+    the jobs it already held, and its checkpoints keep that order. The submits tell
+    (the first of each job id the fold applies, as known at `position`), at one read of
+    the submits, only when the jobs came from a checkpoint."""
+    if len(rows) < 2:
+        return rows
+    excluded = excluded_as_known(journal, position)
+    places: dict[str, int] = {}
+    for _, event_id, kind, _, payload, _ in rows_of_type(journal, "submit",
+                                                          to_position=position,
+                                                          order="canonical"):
+        if event_id in excluded:
+            continue
+        try:
+            event = decode_event(kind, payload)
+        except (ValueError, TypeError):
+            continue  # an anomaly of the fold: it submits no job
+        if isinstance(event, JobSubmitted):
+            places.setdefault(event.job, len(places))
+    return sorted(rows, key=lambda row: places.get(row.job, len(places)))
 
 
 def _check_named(journal: JournalLike, account: str, known: Iterable[str]) -> None:

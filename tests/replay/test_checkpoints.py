@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from eventstore import Journal, MemoryJournal, NewEvent
-from projections import GPUCreditTracker, Scheduler
+from projections import GPUCreditTracker, Scheduler, queries
 from projections.checkpoint import (
     CHECKPOINT,
     MAGIC,
@@ -455,3 +455,24 @@ def test_verify_fails_a_checkpoint_whose_state_is_not_the_journal_s(
             "the journal's": "state does not match its recorded digest"}[recorded]
     assert report.problem is not None and says in report.problem
     journal.close()
+
+
+def test_jobs_are_listed_in_submit_order_from_a_checkpoint_as_from_a_fold() -> None:
+    # A batch whose submit lands before a job known already is re-projected for its
+    # account alone, which puts the new job after the known one in the projection's
+    # index: a checkpoint of that projection must not make `jobs` list them in that order.
+    def submit(event_id: str, job: str, time: int) -> NewEvent:
+        return NewEvent(event_id, "a", "submit", time,
+                        {"account": "a", "job": job, "cost": 0, "priority": 0})
+
+    journal = MemoryJournal()
+    journal.append([submit("s1", "recorded-first", 1)])
+    journal.append([NewEvent("o", "a", "account", 0, {"account": "a"}),
+                    submit("s2", "submitted-first", 0)])
+    folded = [row.job for row in queries.jobs(journal).rows]
+    assert folded == ["submitted-first", "recorded-first"]
+    replay(journal, checkpoint=True)
+    assert [row.job for row in queries.jobs(journal).rows] == folded  # the checkpoint's
+    journal.append([NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 1})])
+    assert [row.job for row in queries.jobs(journal).rows] == folded  # folded on from it
+    assert [row.job for row in queries.jobs(journal, as_known_at=3).rows] == folded
