@@ -237,6 +237,14 @@ def _with_early_job_events(journal: JournalLike, stretch: list[RecordedEvent],
     streams = _job_streams(journal, jobs)
     if not streams:
         return stretch
+    if to_time is not None and any(next(rows_of_type(
+            journal, "reverse", stream=stream, after_position=after,
+            to_position=to_position, from_time=to_time + 1), None) is not None
+            for stream in streams):
+        # A reversal of a step filed there (it lies in its event's stream), timed after
+        # `to_time`, still takes the step out, as one in the account's own stream does
+        # (see `_account_ledger`): the reads below stop at `to_time` and would miss it.
+        return None
     early = [rec for stream in sorted(streams)
              for rec in journal.read(stream=stream, after_position=after,
                                      to_position=to_position, to_time=to_time,

@@ -190,3 +190,25 @@ def test_a_checkpoint_of_an_older_format_version_is_ignored_with_a_warning(
         assert queries.balance(journal, "a").figures.balance == 2
     assert any("ignored" in r.getMessage() and "version 1" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("checkpoint_after", [2, 4])
+def test_a_reversal_in_a_jobs_own_stream_timed_after_the_time_asked_is_not_missed(
+        checkpoint_after: int) -> None:
+    # The job's steps sit in a stream of their own (`job:j1`, as an import files steps
+    # whose submit it does not know), and so does the reversal of its completion, timed
+    # after the time asked: the completion is out at every time, so nothing is charged.
+    events = [NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 10}),
+              NewEvent("s", "a", "submit", 1, {"account": "a", "job": "j1", "cost": 5,
+                                               "priority": 0}),
+              NewEvent("st", "job:j1", "start", 2, {"job": "j1"}),
+              NewEvent("c", "job:j1", "complete", 3, {"job": "j1", "success": True}),
+              NewEvent("r", "job:j1", "reverse", 10, {"event": "c", "reason": "wrong"})]
+    journal = MemoryJournal()
+    for n, event in enumerate(events, start=1):
+        journal.append([event])
+        if n == checkpoint_after:
+            replay(journal, checkpoint=True)
+    want = Figures.of(fold_canonical(journal, to_time=5).accounts["a"], 5)
+    assert (want.balance, want.reserved) == (10, 5)  # running, holding its cost
+    assert queries.balance(journal, "a", at=5).figures == want
