@@ -195,6 +195,12 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
                 return None
         elif not isinstance(payload, dict) or payload.get("account") != account:
             return None
+    if submitted and _named_elsewhere(journal, account, submitted, after, to_position):
+        # An id it submitted since may be another account's too, submitted since in that
+        # account's stream (and first on the timeline: the account's submit is then an
+        # anomaly that holds nothing), or a reversal may bring such a submit back: the
+        # checkpoint's job index, read above, knows neither.
+        return None
     events = _with_early_job_events(journal, stretch, own_ids | submitted, after,
                                     to_position, to_time)
     if events is None:

@@ -212,3 +212,20 @@ def test_a_reversal_in_a_jobs_own_stream_timed_after_the_time_asked_is_not_misse
     want = Figures.of(fold_canonical(journal, to_time=5).accounts["a"], 5)
     assert (want.balance, want.reserved) == (10, 5)  # running, holding its cost
     assert queries.balance(journal, "a", at=5).figures == want
+
+
+def test_a_job_id_another_account_submitted_first_since_the_checkpoint_is_not_the_accounts(
+        ) -> None:
+    # b submits j1 after the checkpoint, then a submits j1 later on the timeline: a's is
+    # a second submit of the id (an anomaly), which holds none of a's credits.
+    journal = MemoryJournal()
+    journal.append([NewEvent("ga", "a", "grant", 0, {"account": "a", "amount": 10}),
+                    NewEvent("gb", "b", "grant", 0, {"account": "b", "amount": 10})])
+    replay(journal, checkpoint=True)
+    journal.append([NewEvent("sb", "b", "submit", 1, {"account": "b", "job": "j1", "cost": 3,
+                                                      "priority": 0})])
+    journal.append([NewEvent("sa", "a", "submit", 2, {"account": "a", "job": "j1", "cost": 5,
+                                                      "priority": 0})])
+    want = Figures.of(fold_canonical(journal).accounts["a"], 2)
+    assert (want.balance, want.reserved) == (10, 0)
+    assert queries.balance(journal, "a", at=2).figures == want
