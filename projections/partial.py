@@ -152,11 +152,14 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
                                 order="canonical"))
     if any(rec.type in _CROSSING for rec in stretch):
         return None
-    if to_time is not None and next(rows_of_type(
-            journal, "reverse", stream=account, after_position=after,
-            to_position=to_position, from_time=to_time + 1), None) is not None:
-        # A reversal takes its event out at every time, one timed after `to_time` too
-        # (it lies in the stream of the event it names): only the whole fold tells.
+    if next(rows_of_type(journal, "reverse", after_position=after,
+                         to_position=to_position), None) is not None:
+        # A reversal recorded since, in any stream and at any time (it takes its event
+        # out at every time, one timed after `to_time` too), may take out or bring back
+        # an event the account's figures depend on outside its own stream: a step of its
+        # job filed in `job:<id>`, another account's submit of one of its job ids (which
+        # then comes first on the timeline). Rare: the whole fold tells, as `ledger_at`
+        # does for a reversal since its checkpoint.
         return None
     if all(rec.type in _CREDITS for rec in stretch) and not _has_job_streams(
             journal, account, after):
@@ -198,8 +201,8 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
     if submitted and _named_elsewhere(journal, account, submitted, after, to_position):
         # An id it submitted since may be another account's too, submitted since in that
         # account's stream (and first on the timeline: the account's submit is then an
-        # anomaly that holds nothing), or a reversal may bring such a submit back: the
-        # checkpoint's job index, read above, knows neither.
+        # anomaly that holds nothing): the checkpoint's job index, read above, does not
+        # know it.
         return None
     events = _with_early_job_events(journal, stretch, own_ids | submitted, after,
                                     to_position, to_time)
@@ -243,14 +246,6 @@ def _with_early_job_events(journal: JournalLike, stretch: list[RecordedEvent],
     streams = _job_streams(journal, jobs)
     if not streams:
         return stretch
-    if to_time is not None and any(next(rows_of_type(
-            journal, "reverse", stream=stream, after_position=after,
-            to_position=to_position, from_time=to_time + 1), None) is not None
-            for stream in streams):
-        # A reversal of a step filed there (it lies in its event's stream), timed after
-        # `to_time`, still takes the step out, as one in the account's own stream does
-        # (see `_account_ledger`): the reads below stop at `to_time` and would miss it.
-        return None
     early = [rec for stream in sorted(streams)
              for rec in journal.read(stream=stream, after_position=after,
                                      to_position=to_position, to_time=to_time,

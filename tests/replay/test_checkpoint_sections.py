@@ -229,3 +229,24 @@ def test_a_job_id_another_account_submitted_first_since_the_checkpoint_is_not_th
     want = Figures.of(fold_canonical(journal).accounts["a"], 2)
     assert (want.balance, want.reserved) == (10, 0)
     assert queries.balance(journal, "a", at=2).figures == want
+
+
+@pytest.mark.parametrize("timed", [1, 5])
+def test_a_reversal_since_the_checkpoint_bringing_back_another_accounts_submit_of_the_id_is_seen(
+        timed: int) -> None:
+    # b's submit of j1 was reversed before a submitted j1; after the checkpoint, the
+    # reversal is reversed (in b's stream): b's submit is back, first on the timeline,
+    # and a's is a second submit of the id, which holds nothing (at any reversal time).
+    journal = MemoryJournal()
+    journal.append([NewEvent("ga", "a", "grant", 0, {"account": "a", "amount": 10}),
+                    NewEvent("gb", "b", "grant", 0, {"account": "b", "amount": 10})])
+    journal.append([NewEvent("sb", "b", "submit", 1, {"account": "b", "job": "j1", "cost": 3,
+                                                      "priority": 0})])
+    journal.append([NewEvent("r1", "b", "reverse", 1, {"event": "sb", "reason": "wrong"})])
+    journal.append([NewEvent("sa", "a", "submit", 2, {"account": "a", "job": "j1", "cost": 5,
+                                                      "priority": 0})])
+    replay(journal, checkpoint=True)
+    journal.append([NewEvent("r2", "b", "reverse", timed, {"event": "r1", "reason": "right"})])
+    want = Figures.of(fold_canonical(journal, to_time=9).accounts["a"], 9)
+    assert (want.balance, want.reserved) == (10, 0)
+    assert queries.balance(journal, "a", at=9).figures == want
