@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import projections.replay as replay_module
 from eventstore import Journal, MemoryJournal, NewEvent
-from projections import Scheduler
+from projections import GPUCreditTracker, Scheduler
 from projections.corrections import Corrections
 from projections.ledger import Ledger
 from projections.projector import Projector
@@ -33,6 +33,7 @@ from projections.replay import (
     replay,
     verify,
 )
+from projections.revisionlog import RevisionLog
 from tests.replay.test_account_refold import Event, counting_account_reader, histories
 from tests.replay.test_replay import assert_equals_a_cold_fold
 
@@ -287,3 +288,24 @@ def test_a_decision_of_several_events_is_one_step_of_knowledge_for_its_own_facad
     assert [(r.late_position, r.position, r.after["debt_after"])
             for r in scheduler.revisions] == [(2, 1, 0)]
     assert [(r.late_position, r.position) for r in replay(journal).revisions] == [(2, 1)]
+
+
+def test_a_void_recorded_before_its_grant_leaves_replay_naming_the_causes_live_facades_name(
+        ) -> None:
+    # The void is recorded (on the grant's stream) before its grant, as an import of an
+    # export does. A later batch of a grant of a's and a usage report of b's revises a's
+    # consume: its cause is the batch's earliest event of a's, g2, for a replay and the
+    # revision log as for a live facade (the replay named b's usage report).
+    batches = [[NewEvent("v", "a", "void", 0, {"grant": "g"})],
+               [NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 1})],
+               [NewEvent("u", "a", "consume", 2, {"account": "a", "amount": 2})],
+               [NewEvent("g2", "a", "grant", 1, {"account": "a", "amount": 1}),
+                NewEvent("ub", "b", "consume", 0, {"account": "b", "amount": 1})]]
+    journal = MemoryJournal()
+    tracker = GPUCreditTracker(journal, "a")
+    for batch in batches:
+        journal.append(batch)
+    live = [(r.late_event_id, r.event_id) for r in tracker.revisions]
+    assert live == [("g2", "u")]
+    assert [(r.late_event_id, r.event_id) for r in replay(journal).revisions] == live
+    assert [(r.late_event_id, r.event_id) for r in RevisionLog(journal).revisions()] == live
