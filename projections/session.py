@@ -545,22 +545,22 @@ class LedgerSession:
                 self._remember_decision(event_id, command, built)
             fresh = [rec.position for rec in recorded]
             start = self.projector.position
-            if fresh == list(range(start + 1, start + 1 + len(recorded))) and len(
-                    recorded) > 1 and not _in_order_after(recorded, self.projector.ledger.last):
-                # Appended together and landing before what is applied (an account opened
-                # in the past with its balance): one step of knowledge, as a replay and
-                # the revision log take the batch, so the revisions it causes name the
-                # batch's earliest event on the timeline, not whichever one came last.
-                with paused_gc():
-                    outcomes = self.projector.ingest_batch(recorded)
-                if recorded and self._verified[0] == start and len(recorded[-1].hash) == 64:
-                    self._verified = (recorded[-1].position, recorded[-1].hash)
-            elif fresh == list(range(start + 1, start + 1 + len(recorded))):
+            if fresh == list(range(start + 1, start + 1 + len(recorded))):
                 # Nobody wrote in between: apply the events we hold, without re-reading.
-                outcomes = {
-                    rec.position: self.projector.ingest(rec, event)
-                    for rec, (_, event) in zip(recorded, built, strict=True)
-                }
+                if len(recorded) > 1 and not _in_order_after(recorded,
+                                                             self.projector.ledger.last):
+                    # Appended together and landing before what is applied (an account
+                    # opened in the past with its balance): one step of knowledge, as a
+                    # replay and the revision log take the batch, so the revisions it
+                    # causes name the batch's earliest event on the timeline, not
+                    # whichever one came last.
+                    with paused_gc():
+                        outcomes = self.projector.ingest_batch(recorded)
+                else:
+                    outcomes = {
+                        rec.position: self.projector.ingest(rec, event)
+                        for rec, (_, event) in zip(recorded, built, strict=True)
+                    }
                 if recorded and self._verified[0] == start and len(recorded[-1].hash) == 64:
                     # The journal hashed these from the verified head: they chain. (A
                     # group commit answers before hashing: then the next read checks.)
