@@ -13,9 +13,11 @@ valid checkpoint, a reversal or a void after it, a job event whose job the accou
 not submit, a submit whose job id another account used first. The account's events are
 found the way `statement` finds them (`projections.queries.walk.account_events`: its
 stream, and the streams of its jobs' events recorded before their submit); an event of
-the account recorded in another account's stream is not seen, as there, except by
-`account_jobs_at`, which looks for one (it answers whether the account's job ids are
-its own, which is the question such events change).
+the account recorded in another account's stream is not seen, as there, so both look
+for one after the checkpoint naming a job it could change: `account_jobs_at` (it
+answers whether the account's job ids are its own, which is the question such events
+change), and `account_ledger_at` for the jobs it submitted since or that hold its
+credits at the checkpoint.
 """
 
 from __future__ import annotations
@@ -161,10 +163,17 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
         # then comes first on the timeline). Rare: the whole fold tells, as `ledger_at`
         # does for a reversal since its checkpoint.
         return None
+    state = view.account(account)
+    # Its jobs holding credits at the checkpoint: a step of one may be filed in another
+    # account's stream since (an import files it with another account's submit of the id
+    # in the same file, docs/semantics.md "Import ids"), where its own events miss it.
+    held = set(state.book.holds) if state is not None else set()
     if all(rec.type in _CREDITS for rec in stretch) and not _has_job_streams(
             journal, account, after):
         if any(not isinstance(rec.payload, dict) or rec.payload.get("account") != account
                for rec in stretch):
+            return None
+        if held and _named_elsewhere(journal, account, held, after, to_position):
             return None
         # Nothing after the checkpoint reaches a job or the queue (the usual case: a
         # checkpoint at the head): the account's section is all it takes. No event of
@@ -173,7 +182,6 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
         # any time): else the path below reads them.
         ledger = view.skeleton()
         ledger.queue.clear()
-        state = view.account(account)
         if state is not None:
             state.head_key = None  # the queue needs the jobs: it is not read here
             ledger.accounts[account] = state
@@ -198,11 +206,12 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
                 return None
         elif not isinstance(payload, dict) or payload.get("account") != account:
             return None
-    if submitted and _named_elsewhere(journal, account, submitted, after, to_position):
+    if (submitted or held) and _named_elsewhere(journal, account, submitted | held, after,
+                                                to_position):
         # An id it submitted since may be another account's too, submitted since in that
         # account's stream (and first on the timeline: the account's submit is then an
         # anomaly that holds nothing): the checkpoint's job index, read above, does not
-        # know it.
+        # know it. A step of a job holding its credits may be filed there too (above).
         return None
     events = _with_early_job_events(journal, stretch, own_ids | submitted, after,
                                     to_position, to_time)
@@ -210,7 +219,6 @@ def _account_ledger(journal: JournalLike, view: CheckpointView, account: str,
         return None
     ledger = view.skeleton()
     ledger.queue.clear()
-    state = view.account(account)
     if state is not None:
         state.head_key = None
         ledger.accounts[account] = state

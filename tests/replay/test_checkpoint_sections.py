@@ -250,3 +250,36 @@ def test_a_reversal_since_the_checkpoint_bringing_back_another_accounts_submit_o
     want = Figures.of(fold_canonical(journal, to_time=9).accounts["a"], 9)
     assert (want.balance, want.reserved) == (10, 0)
     assert queries.balance(journal, "a", at=9).figures == want
+
+
+@pytest.mark.parametrize(("since", "reserved"), [
+    (None, 0),
+    ({"type": "consume", "account": "a", "amount": 1, "time": 4}, 0),
+    ({"type": "submit", "account": "a", "job": "k", "cost": 2, "priority": 1, "time": 4}, 2),
+], ids=["nothing of its own since", "a usage report since", "a submit since"])
+def test_a_step_of_the_accounts_job_filed_in_another_accounts_stream_is_seen(
+        since: dict[str, Any] | None, reserved: int) -> None:
+    # a's job j holds 3 at the checkpoint. A file brings b's submit of j (a second submit
+    # of the id, an anomaly) and a cancel of j: an import files the cancel with the submit
+    # it holds, in b's stream (docs/semantics.md, "Import ids"), yet it is a's job's and
+    # releases a's 3. (`since`: what a's own stream gains after it.)
+    from projections.importing import import_file
+
+    def imported(*lines: dict[str, Any]) -> None:
+        import_file(journal, b"\n".join(orjson.dumps(line) for line in lines), "f.jsonl")
+
+    journal = MemoryJournal()
+    imported({"type": "grant", "account": "a", "amount": 10, "time": 0},
+             {"type": "grant", "account": "b", "amount": 10, "time": 0},
+             {"type": "submit", "account": "a", "job": "j", "cost": 3, "priority": 1,
+              "time": 1})
+    replay(journal, checkpoint=True)
+    imported({"type": "submit", "account": "b", "job": "j", "cost": 4, "priority": 1,
+              "time": 2},
+             {"type": "cancel", "job": "j", "time": 3, "id": "stop"})
+    if since is not None:
+        imported(since)
+    assert journal.get("stop").stream == "b"
+    want = Figures.of(fold_canonical(journal).accounts["a"], 4)
+    assert want.reserved == reserved
+    assert queries.balance(journal, "a", at=4).figures == want
