@@ -30,6 +30,8 @@ from projections.partial import account_ledger_at
 from projections.queries import to_dict
 from projections.queries.explain import job_explanation
 from projections.replay import excluded_as_known, fold_canonical, replay
+from tests.arrivals import arrival
+from tests.arrivals import histories as histories_in_files
 from tests.replay.test_replay import ACCOUNTS, _journal, _stream, fold_on, histories
 
 HASH = "ab" * 32
@@ -283,3 +285,27 @@ def test_a_step_of_the_accounts_job_filed_in_another_accounts_stream_is_seen(
     want = Figures.of(fold_canonical(journal).accounts["a"], 4)
     assert want.reserved == reserved
     assert queries.balance(journal, "a", at=4).figures == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories_in_files(), st.data())
+def test_one_accounts_balance_from_a_checkpoint_is_its_row_of_accounts(
+        events: list[dict[str, Any]], data: st.DataObject) -> None:
+    """Imported in batches, as the ledger files them (both accounts often submit one job
+    id, a job's steps filed with whichever submit was known), with a checkpoint after
+    a drawn batch: each account's balance, read from its checkpoint section and its own
+    events, is its row of `accounts` and its statement's closing figures."""
+    from projections.importing import import_file
+
+    batches = arrival(events, data, "files")
+    journal = MemoryJournal()
+    cut = data.draw(st.integers(1, len(batches)), label="checkpoint after batch")
+    for n, batch in enumerate(batches, start=1):
+        import_file(journal, b"\n".join(orjson.dumps(line) for line in batch), "f.jsonl")
+        if n == cut:
+            replay(journal, checkpoint=True)
+    for row in queries.accounts(journal).rows:
+        figures = queries.balance(journal, row.account).figures
+        assert figures == row.figures, row.account
+        assert (figures.balance, figures.reserved) == queries.statement(
+            journal, row.account).closing
