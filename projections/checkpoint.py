@@ -57,6 +57,7 @@ from eventstore import JournalError, JournalLike, SnapshotInfo
 from projections.bulk import paused_gc
 from projections.copying import SCALARS
 from projections.figures import Ending, Figures, ending_credits
+from projections.jobqueue import PENDING
 from projections.ledger import STATE, AccountState, JobState, Ledger
 from projections.reversals import reversed_ids
 from projections.statecopy import StateFormatError
@@ -325,6 +326,67 @@ class CheckpointView:
         ledger.accounts = self.accounts()
         ledger.jobs, ledger.live = self.jobs()
         return ledger
+
+
+def disagreement(view: CheckpointView, ledger: Ledger, folded: Ledger) -> str | None:
+    """What a checkpoint (`view`, and `ledger` decoded from it) holds otherwise than
+    `folded`, the fold of the journal up to its position; None when it holds the same.
+
+    The state digest covers what decides a figure now, not all that answers read: a
+    refill rate, a grant's priority, a job's times, the summary `accounts` and `expiring`
+    read. Its seal is a plain hash that whoever can write the database can redo, so a
+    checkpoint re-sealed with an account's refill rate or summary row changed matched
+    its recorded digest and the fold's, and `balance --at` or `accounts` answered from
+    it while `verify` passed. So every account and job is compared whole, and the
+    summary with the fold's own. Not compared: the order of dicts and the lazy entries
+    of the queues (`_comparable`), which differ with the order events arrived in and
+    change no answer.
+    """
+    skeleton = view.skeleton()
+    for name in ("last", "applied", "rejected", "excluded", "reversals", "voids", "policy"):
+        if getattr(skeleton, name) != getattr(folded, name):
+            return f"its ledger's {name} is not the fold's"
+    if sorted(skeleton.anomalies) != sorted(folded.anomalies):
+        return "its anomalies are not the fold's"
+    if ledger.accounts.keys() != folded.accounts.keys():
+        return "it holds other accounts than the fold"
+    for name, state in folded.accounts.items():
+        if _comparable(ledger.accounts[name], ledger.live) != _comparable(state, folded.live):
+            return f"account {name!r} is not the fold's"
+    if ledger.jobs.keys() != folded.jobs.keys() or ledger.live.keys() != folded.live.keys():
+        return "it holds other jobs than the fold"
+    for job_id, job in folded.jobs.items():
+        if STATE.encode(ledger.jobs[job_id]) != STATE.encode(job):
+            return f"job {job_id!r} is not the fold's"
+    summary = view.summary()
+    for name, state in folded.accounts.items():
+        figures = Figures.of(state, folded.last[0])
+        row = (figures, state.opened, state.running, state.max_running)
+        if summary.accounts[name] != row:
+            return f"its summary of account {name!r} is not the fold's"
+        if sorted(summary.endings[name]) != sorted(ending_credits(state)):
+            return f"its summary of account {name!r}'s ending credits is not the fold's"
+    return None
+
+
+def _comparable(account: AccountState, live: Mapping[str, JobState]) -> Any:
+    """The encoded state of `account` with its queue as the entries that still count:
+    sorted, each naming a job pending in `live` with the entry's priority and submit
+    (the rest are lazy leftovers, which a live projection and a fold hold differently),
+    and no registered head (derived from the queue)."""
+    queue, head_key = account.queue, account.head_key
+    account.queue = sorted(entry for entry in queue if _pending(entry, live))
+    account.head_key = None
+    try:
+        return STATE.encode(account)
+    finally:
+        account.queue, account.head_key = queue, head_key
+
+
+def _pending(entry: tuple[int, int, int, str], live: Mapping[str, JobState]) -> bool:
+    job = live.get(entry[3])
+    return (job is not None and job.state == PENDING and -job.priority == entry[0]
+            and job.order == (entry[1], entry[2]))
 
 
 def _make_jobs(values: list[list[Any]]) -> list[JobState]:

@@ -29,8 +29,9 @@ from projections.checkpoint import (
     CheckpointView,
     StaleCheckpoint,
     checkpoint_is_valid_at,
+    disagreement,
     ignored_checkpoint,
-    load_checkpoint,
+    load_view,
     log,
     valid_views,
 )
@@ -756,9 +757,8 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
     checkpoints = sorted(journal.snapshots(CHECKPOINT), key=lambda s: (s.position, s.id))
     # One fold for all of them, as far as they share it; a state only when asked for.
     positions = sorted({info.position for info in checkpoints})
-    digests = zip(positions, (ledger.digest() for ledger in canonical_folds(journal, positions)),
-                  strict=True)
-    folded: tuple[int, str] | None = None  # (position, digest) of the last state asked for
+    states = zip(positions, canonical_folds(journal, positions), strict=True)
+    folded: tuple[int, Ledger, str] | None = None  # the last state asked for, its digest
     checked = 0
     stale: list[str] = []
     if checkpoints and stage is not None:
@@ -767,7 +767,9 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
         if progress is not None:
             progress(checked, len(checkpoints))
         try:
-            stored_digest = load_checkpoint(journal, info).digest()
+            view = load_view(journal, info)
+            stored = view.ledger()
+            stored_digest = stored.digest()
         except StaleCheckpoint as exc:  # intact, of this chain, only in another format
             ignored_checkpoint(info, exc)
             stale.append(f"checkpoint {info.id} at position {info.position}: {exc}")
@@ -781,13 +783,25 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
                                 f"checkpoint {info.id} state does not match its recorded "
                                 "digest", events, checked)
         while folded is None or folded[0] < info.position:
-            folded = next(digests)  # in order: a position only a stale checkpoint had is passed
-        rebuilt = folded[1]
+            # In order: a position only a stale checkpoint had is passed.
+            position, state = next(states)
+            folded = (position, state, state.digest())
+        rebuilt = folded[2]
         if rebuilt != info.digest:
             return VerifyReport(False, info.position,
                                 f"replay to position {info.position} gives digest "
                                 f"{rebuilt[:16]}…, checkpoint {info.id} recorded "
                                 f"{info.digest[:16]}…", events, checked)
+        try:
+            # The digest leaves out some of what answers read (`disagreement`).
+            differs = disagreement(view, stored, folded[1])
+        except CheckpointError as exc:
+            differs = str(exc)
+        if differs is not None:
+            return VerifyReport(False, info.position,
+                                f"checkpoint {info.id} at position {info.position} does "
+                                f"not hold what replay to it gives: {differs}", events,
+                                checked)
         checked += 1
     if stage is not None:
         stage(VERIFY_STAGES[2])
