@@ -682,6 +682,19 @@ def test_a_stream_of_orphan_job_events_is_no_account(tmp_path: Path) -> None:
         assert web.get("/accounts/acme").status_code == 200
 
 
+def test_an_orphan_job_steps_page_answers_after_its_stream_was_asked_for() -> None:
+    """`/accounts/job:ID` is a 404; asking it once must not leave a fold of that stream
+    behind, which the event page of the step then took for its account's and failed on
+    (the API's 404 problem instead of the page)."""
+    with _small_view([{"type": "grant", "account": "acme", "amount": 100, "time": 0},
+                      {"type": "start", "job": "orphan", "time": 7, "id": "o1"}]) as web:
+        assert web.get("/events/2").status_code == 200
+        assert web.get("/accounts/job%3Aorphan").status_code == 404
+        r = web.get("/events/2")
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("text/html")
+
+
 def test_the_summary_before_any_timed_event_names_no_week(tmp_path: Path) -> None:
     url = _small(tmp_path, [{"type": "account", "account": "acme", "max_running": 2}])
     with TestClient(app_for(url)) as web:
@@ -1022,3 +1035,4 @@ def test_an_event_id_nothing_was_recorded_under_has_no_page(client: TestClient) 
     r = client.get("/event?id=nobody", follow_redirects=False)
     assert r.status_code == 404
     assert "no event is recorded under id 'nobody'" in html_unescape(r.text)
+

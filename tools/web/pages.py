@@ -485,6 +485,14 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
         fold, found = extended_history(kept, events, account,
                                        at=latest_time(source.journal), as_known_at=position,
                                        private=source.journal.private)
+        if not found.seen and not exists_later(source.journal, account):
+            # Nothing of it as known then, and nothing later makes it an account (a
+            # stream of orphan job events, `job:ID`, is none): unknown, as to `statement`.
+            # No fold of it is kept: an event page takes a kept fold for its account's.
+            if kept is not None:
+                source.keep_fold(account, kept)
+            with source.reading() as ledger:
+                raise unknown_account(account, ledger)
         source.keep_fold(account, fold)
         if kept is not None and kept is not fold:  # a view as known earlier: keep both,
             source.keep_fold(account, kept)  # the one that went further stays
@@ -492,11 +500,6 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
             # Its fold leaves a job otherwise than the whole journal does: as `statement`
             # checks after folding the stream, the whole fold tells.
             return whole()
-        if not found.seen and not exists_later(source.journal, account):
-            # Nothing of it as known then, and nothing later makes it an account (a
-            # stream of orphan job events, `job:ID`, is none): unknown, as to `statement`.
-            with source.reading() as ledger:
-                raise unknown_account(account, ledger)
         # An account recorded only after `position` has an empty history: as known
         # then, an account with nothing yet.
         return found
