@@ -38,7 +38,7 @@ from projections.queries import (
     revision_rows,
     unknown_account,
 )
-from projections.queries.common import exists_later
+from projections.queries.common import exists_later, names_account
 from projections.queries.explain import waiting_reason
 from projections.queries.history import (
     AccountHistory,
@@ -654,6 +654,16 @@ class JournalPage:
     head: int
     previous: int | None
     next: int | None
+    accounts: frozenset[str] = frozenset()  # the streams of `events` that are accounts
+
+
+def is_account(source: AuditSource, name: str) -> bool:
+    """Whether the journal names the account `name` (its page answers): a stream of a
+    job's steps filed before its submit, `job:<id>`, is none."""
+    with source.reading() as ledger:
+        if name in ledger.accounts:
+            return True
+    return names_account(source.journal, name)
 
 
 def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
@@ -666,7 +676,8 @@ def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
                                order="position"))
     previous = max(0, after - limit) if after > 0 else None
     following = after + limit if after + limit < head else None
-    return JournalPage(events, after, limit, head, previous, following)
+    accounts = frozenset(s for s in {rec.stream for rec in events} if is_account(source, s))
+    return JournalPage(events, after, limit, head, previous, following, accounts)
 
 
 REVISIONS_SHOWN = 100
@@ -697,6 +708,9 @@ class EventPage:
     late: bool  # recorded after events of its stream with a later event time
     # Its personal fields (user, memo), kept beside the record; {} once erased.
     personal: dict[str, Any] = field(default_factory=dict)
+    # Whether `account` is one (has a page): not for a step of a job no account holds,
+    # whose `account` is its stream, `job:<id>`.
+    is_account: bool = True
 
 
 def event_page(source: AuditSource, position: int) -> EventPage | None:
@@ -725,7 +739,8 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     late = any(other.time > rec.time for other in account_stream_events(source, account)
                if other.position < rec.position)
     return EventPage(rec, account, lines, caused, revised, late,
-                     {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload})
+                     {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload},
+                     account != rec.stream or is_account(source, account))
 
 
 def _own_lines(source: AuditSource, rec: RecordedEvent) -> list[StatementLine]:
