@@ -1081,3 +1081,20 @@ def test_every_link_of_a_journal_with_awkward_names_answers() -> None:
                 queue += [link for link in _links(r.text) if link not in seen]
     assert not bad, bad
     assert "/jobs/orphan%2F1" in seen and len(seen) > 200
+
+
+def test_an_event_page_links_to_its_account_before_it_only_where_that_answers() -> None:
+    """An account named only by rejected submits is unknown before its first one (as to
+    `statement --as-known-at`): that submit's page offers the account right after it,
+    not a "right before" that answers 404; a later submit offers both."""
+    with _small_view([{"type": "grant", "account": "acme", "amount": 100, "time": 0},
+                      {"type": "submit", "account": "ghost", "job": "j1", "cost": 5,
+                       "priority": 1, "time": 1},
+                      {"type": "submit", "account": "ghost", "job": "j2", "cost": 5,
+                       "priority": 1, "time": 2}]) as web:
+        first, second = web.get("/events/2").text, web.get("/events/3").text
+        assert web.get("/accounts/ghost?as_known_at=1").status_code == 404
+        assert web.get("/accounts/ghost?as_known_at=2").status_code == 200
+    assert 'href="/accounts/ghost?as_known_at=2"' in first
+    assert 'href="/accounts/ghost?as_known_at=1"' not in first
+    assert 'href="/accounts/ghost?as_known_at=2">and right before' in second

@@ -711,6 +711,9 @@ class EventPage:
     # Whether `account` is one (has a page): not for a step of a job no account holds,
     # whose `account` is its stream, `job:<id>`.
     is_account: bool = True
+    # Whether the account's page answers as known right before it: not before the first
+    # event of an account named only by rejected submits (unknown then, as to `statement`).
+    known_before: bool = True
 
 
 def event_page(source: AuditSource, position: int) -> EventPage | None:
@@ -736,11 +739,14 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     else:
         lines = _own_lines(source, rec)
     # Late for its account: recorded after an event of its stream with a later time.
-    late = any(other.time > rec.time for other in account_stream_events(source, account)
-               if other.position < rec.position)
+    earlier = [other for other in account_stream_events(source, account)
+               if other.position < rec.position]
+    late = any(other.time > rec.time for other in earlier)
     return EventPage(rec, account, lines, caused, revised, late,
                      {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload},
-                     account != rec.stream or is_account(source, account))
+                     account != rec.stream or is_account(source, account),
+                     any(other.stream == account for other in earlier)
+                     or exists_later(journal, account))
 
 
 def _own_lines(source: AuditSource, rec: RecordedEvent) -> list[StatementLine]:
