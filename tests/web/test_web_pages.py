@@ -1098,3 +1098,9 @@ def test_an_event_page_links_to_its_account_before_it_only_where_that_answers() 
     assert 'href="/accounts/ghost?as_known_at=2"' in first
     assert 'href="/accounts/ghost?as_known_at=1"' not in first
     assert 'href="/accounts/ghost?as_known_at=2">and right before' in second
+
+
+def test_a_position_out_of_range_says_what_would_be_valid(client: TestClient) -> None:
+    r = client.get("/events/0")
+    assert r.status_code == 422
+    assert "position: 0 is out of range; expected 1 or more" in html_unescape(r.text)

@@ -121,8 +121,8 @@ def parse_int(name: str, text: str | None, default: int, *, low: int = 0,
         raise ValueError(f"{name}: not a whole number: {text[:40]!r}")
     value = int(text)
     if value < low or (high is not None and value > high):
-        upper = "" if high is None else f" and {high:,}"
-        raise ValueError(f"{name}: {value} is out of range; expected between {low:,}{upper}")
+        valid = f"{low:,} or more" if high is None else f"between {low:,} and {high:,}"
+        raise ValueError(f"{name}: {value} is out of range; expected {valid}")
     return value
 
 
