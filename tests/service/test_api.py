@@ -830,6 +830,51 @@ def test_a_refused_batch_binds_no_key(db_url: str, clock: Clock) -> None:
         assert fixed.json() == {"appended": 1, "already_present": 0, "positions": [1]}
 
 
+@pytest.mark.parametrize("fast_routes", [True, False], ids=["fast", "fastapi"])
+def test_a_batch_binding_edited_behind_the_journal_s_back_is_not_answered(
+        tmp_path: Path, clock: Clock, fast_routes: bool) -> None:
+    """`request_keys` is outside the hash chain, but the positions a batch's answer
+    names are in it: a retry after a restart is answered from the binding only when those
+    positions hold the batch's records. An answer edited to name other positions, or a
+    row forged for a batch never sent, is a 500 naming the key and the mismatch, never an
+    answer (a forged "appended" would tell a client its events are recorded)."""
+    import hashlib
+    import sqlite3
+
+    path = tmp_path / "journal.db"
+    url = f"sqlite:///{path}"
+    keyed = {"events": [{"type": "grant", "account": "c", "amount": 3, "time": 80},
+                        {"type": "consume", "account": "c", "amount": 1, "time": 81}]}
+    own = {"events": [{"type": "grant", "account": "c", "amount": 2, "time": 82, "id": "own"}]}
+    never = {"events": [{"type": "grant", "account": "c", "amount": 9, "time": 85,
+                         "id": "never-sent"}]}
+    with TestClient(create_app(url, clock=clock, mount_web=False,
+                               fast_routes=fast_routes)) as c:
+        assert c.post("/v1/events", json=keyed, headers={"Idempotency-Key": "b1"}).json() == {
+            "appended": 2, "already_present": 0, "positions": [1, 2]}
+        assert c.post("/v1/events", json=own, headers={"Idempotency-Key": "b2"}).json() == {
+            "appended": 1, "already_present": 0, "positions": [3]}
+    digest = hashlib.sha256(json.dumps(never["events"], sort_keys=True).encode()).hexdigest()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE request_keys SET answer = ? WHERE key = 'b1'",
+                   ('{"already_present":0,"appended":2,"positions":[7,8]}',))
+        db.execute("UPDATE request_keys SET answer = ? WHERE key = 'b2'",
+                   ('{"already_present":0,"appended":1,"positions":[2]}',))
+        db.execute("INSERT INTO request_keys (key, fingerprint, answer, position, recorded_at,"
+                   " first_position, last_position) VALUES ('b3', ?, ?, 3, 0, 1, 3)",
+                   (digest, '{"already_present":0,"appended":1,"positions":[3]}'))
+    db.close()
+    with TestClient(create_app(url, clock=clock, mount_web=False,
+                               fast_routes=fast_routes)) as c:
+        for key, body, named in (("b1", keyed, "[7, 8]"), ("b2", own, "[2]"),
+                                 ("b3", never, "[3]")):
+            refused = problem(c.post("/v1/events", json=body, headers={"Idempotency-Key": key}),
+                              500)
+            assert f"Idempotency-Key {key!r}" in refused["detail"], refused
+            assert named in refused["detail"] and "request_keys" in refused["detail"], refused
+        assert head(c) == 3
+
+
 def test_a_retry_is_answered_as_the_request_was_even_once_a_late_event_revised_it(
         db_url: str, clock: Clock) -> None:
     """The same key and body answer the same body; the revision is listed apart. A

@@ -10,7 +10,7 @@ Idempotency-Key, even after a restart, answers the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -365,7 +365,8 @@ class AppendEvents:
         journal, session = service.journal, service.session
         service.batching.flush()  # the batch's deferred decisions go first
         if self.key is not None and self.fingerprint:
-            known = self._looked_up(journal.request(self.key), journal.get(self.key))
+            known = self._looked_up(journal.request(self.key), journal.get(self.key),
+                                    journal.get_many)
             if known is not None:
                 return known
         if self.far:
@@ -418,20 +419,46 @@ class AppendEvents:
         return {"appended": appended, "already_present": len(recorded) - appended,
                 "positions": [r.position for r in recorded]}
 
-    def _answered(self, bound: RequestKey) -> AnswerDict:
-        """The answer the request bound to this key got; 409 for another request."""
+    def _answered(self, bound: RequestKey,
+                  recorded: Callable[[list[str]], Mapping[str, RecordedEvent]]
+                  ) -> AnswerDict:
+        """The answer the request bound to this key got; 409 for another request. The
+        binding is outside the hash chain, the positions it names are not: it answers
+        only when each of them holds the record of the batch at its place (`recorded`:
+        the journal's events by id), else 500, since a row edited or forged in
+        `request_keys` would tell the client its events are recorded when they are not."""
         if bound.fingerprint != self.fingerprint:
             raise key_in_use(self.key, bound)
         answer: AnswerDict = json.loads(bound.answer)
+        # Under a key every record has an id (its own, or KEY, KEY/2...). A record held
+        # back for its far time (`far`) is not among the entries: its place goes unchecked.
+        found = recorded([e.id for e in self.entries if e.id is not None])
+        positions = answer.get("positions") if isinstance(answer, dict) else None
+        held = {e.line - 1: found[e.id].position if e.id in found else None
+                for e in self.entries if e.id is not None}
+        counts = [n for n in (answer.get("appended"), answer.get("already_present"))
+                  if isinstance(n, int) and n >= 0] if isinstance(answer, dict) else []
+        size = len(self.entries) + len(self.far)
+        if not (isinstance(positions, list) and len(positions) == size
+                and len(held) == len(self.entries)
+                and all(positions[index] == at for index, at in held.items())
+                and len(counts) == 2 and sum(counts) == size):
+            raise ServiceProblem(
+                500, f"Idempotency-Key {self.key!r} is bound in request_keys to the answer "
+                f"{bound.answer}, but the batch's records are at positions "
+                f"{[held.get(i) for i in range(size)]} ({positions} named; None: not "
+                "recorded or not checked): the row was changed outside the service, and is "
+                "not answered; restore request_keys from a backup")
         return answer
 
-    def _looked_up(self, bound: RequestKey | None, named: RecordedEvent | None
+    def _looked_up(self, bound: RequestKey | None, named: RecordedEvent | None,
+                   recorded: Callable[[list[str]], Mapping[str, RecordedEvent]]
                    ) -> AnswerDict | None:
         """What the key's look-up decides: the answer it is bound to (or 409 for another
         batch), 409 when it names an event another request recorded, else None (the key
-        is free: decide the batch)."""
+        is free: decide the batch). `recorded`: the journal's events by id."""
         if bound is not None:
-            return self._answered(bound)
+            return self._answered(bound, recorded)
         if named is not None:
             # A key is an event id: one a single write recorded names that write, also
             # when a record of this batch took the key as its id and holds the same
@@ -459,7 +486,8 @@ class AppendEvents:
         binding = self.key is not None and bool(self.fingerprint)
         if binding and self.key is not None:
             known = self._looked_up(service.batching.request_ahead(self.key),
-                                    service.batching.recorded_ahead([self.key]).get(self.key))
+                                    service.batching.recorded_ahead([self.key]).get(self.key),
+                                    service.batching.recorded_ahead)
             if known is not None:
                 return known
         plan = importing.plan_entries(entries, "request", service.batching,
