@@ -816,6 +816,57 @@ def test_a_running_service_forgets_a_batch_answer_once_erasure_drops_its_binding
             200, {"appended": 0, "already_present": 1, "positions": [1]})
 
 
+@pytest.mark.parametrize("unbound_by", ["export and import", "erasure"])
+def test_a_batch_retried_where_its_binding_is_gone_is_decided_from_the_journal(
+        tmp_path: Path, clock: Clock, unbound_by: str) -> None:
+    """An export does not carry `request_keys`, and an erasure drops the binding of a
+    batch that named an erased record. A batch whose records carry their own ids then
+    counts them as already present; one whose records took their ids from the key (KEY,
+    KEY/2...) is 409, since the journal no longer tells its record under the key from a
+    single write's event (whose retry must keep its key); its detail says so, and nothing
+    is appended either way."""
+    from typer.testing import CliRunner
+
+    from eventstore import Journal
+    from projections.personal import erase_events
+    from tools.cli import app
+
+    first, other = f"sqlite:///{tmp_path / 'first.db'}", f"sqlite:///{tmp_path / 'other.db'}"
+    keyed = {"events": [{"type": "grant", "account": "a", "amount": 5, "time": 0,
+                         "memo": "for Zebulon Quayle"},
+                        {"type": "consume", "account": "a", "amount": 1, "time": 1}]}
+    own = {"events": [{"type": "grant", "account": "a", "amount": 2, "time": 2, "id": "own",
+                       "memo": "for Zebulon Quayle"}]}
+    with TestClient(create_app(first, clock=clock, mount_web=False)) as c:
+        assert c.post("/v1/events", json=keyed, headers={"Idempotency-Key": "k"}).json() == {
+            "appended": 2, "already_present": 0, "positions": [1, 2]}
+        assert c.post("/v1/events", json=own, headers={"Idempotency-Key": "o"}).json() == {
+            "appended": 1, "already_present": 0, "positions": [3]}
+    if unbound_by == "erasure":
+        with Journal(first) as journal:
+            erase_events(journal, ["k", "own"], reason="asked to")
+            assert journal.request("k") is None and journal.request("o") is None
+        url = first
+    else:
+        exported = CliRunner().invoke(app, ["--db", first, "export"])
+        assert exported.exit_code == 0, exported.output
+        (tmp_path / "journal.jsonl").write_text(exported.stdout)
+        imported = CliRunner().invoke(app, ["--db", other, "import",
+                                            str(tmp_path / "journal.jsonl")])
+        assert imported.exit_code == 0, imported.output
+        url = other
+    with TestClient(create_app(url, clock=clock, mount_web=False)) as c:
+        at = head(c)
+        again = c.post("/v1/events", json=own, headers={"Idempotency-Key": "o"})
+        assert (again.status_code, again.json()) == (
+            200, {"appended": 0, "already_present": 1, "positions": [3]})
+        refused = problem(c.post("/v1/events", json=keyed, headers={"Idempotency-Key": "k"}),
+                          409)
+        assert "position 1" in refused["detail"], refused
+        assert "binding" in refused["detail"], refused
+        assert head(c) == at
+
+
 def test_a_refused_batch_binds_no_key(db_url: str, clock: Clock) -> None:
     """A 422 appended nothing and bound nothing: the key is free for the corrected batch."""
     from tools.service import create_app

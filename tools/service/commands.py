@@ -466,10 +466,14 @@ class AppendEvents:
             # key, turning the write's retry into a conflict). A batch that recorded it
             # would have bound the key with it (unless an erasure dropped the binding,
             # which a retry must not get round).
+            # Also where an erasure dropped the binding, or an import left it behind: the
+            # detail says so, for the client whose own batch's retry it is.
             raise ServiceProblem(
                 409, f"Idempotency-Key {self.key!r} names the event recorded at position "
                 f"{named.position} ({named.type} on {named.stream!r}), which another "
-                "request recorded: use a new key for a new request",
+                "request recorded (or a batch of events whose binding to the key was "
+                "dropped by an erasure, or not imported with the journal: then its events "
+                "are recorded): use a new key for a new request",
                 slug="idempotency-conflict")
         return None
 
