@@ -228,6 +228,58 @@ def test_a_retry_that_spells_out_a_default_is_the_same_request_with_the_same_ans
         assert head(c) == at
 
 
+@pytest.mark.parametrize("fast_routes", [True, False], ids=["fast", "fastapi"])
+def test_a_batch_that_spells_out_a_default_is_the_same_batch_with_the_same_answer(
+        tmp_path: Path, clock: Clock, fast_routes: bool) -> None:
+    """As for a single write: a batch whose records would record the same events (a
+    default written out, a time as ISO-8601 text, the id the key would give written out)
+    is the first batch's retry under its key, in this process and after a restart; a
+    record that would record another event is 409. A binding made by an earlier release,
+    whose digest is of the body as sent, still answers the body it was made from."""
+    import hashlib
+    import sqlite3
+
+    path = tmp_path / "journal.db"
+    url = f"sqlite:///{path}"
+    grant = {"type": "grant", "account": "a", "amount": 5, "time": 80}
+    consume = {"type": "consume", "account": "a", "amount": 1, "time": 81, "id": "own"}
+    first_body = {"events": [grant, consume]}
+    spelled = [{"events": [{**grant, "pool": "general", "priority": 50, "expiry": None,
+                            "memo": None}, consume]},
+               {"events": [{**grant, "time": "1970-01-01T00:01:20Z"}, consume]},
+               {"events": [{**grant, "id": "k"}, {**consume, "pool": "general"}]}]
+    other = {"events": [{**grant, "priority": 49}, consume]}
+    key = {"Idempotency-Key": "k"}
+
+    def start() -> TestClient:
+        return TestClient(create_app(url, clock=clock, mount_web=False,
+                                     fast_routes=fast_routes))
+
+    with start() as c:
+        first = c.post("/v1/events", json=first_body, headers=key)
+        assert first.json() == {"appended": 2, "already_present": 0, "positions": [1, 2]}
+        for body in spelled:
+            again = c.post("/v1/events", json=body, headers=key)
+            assert (again.status_code, again.json()) == (200, first.json()), body
+        problem(c.post("/v1/events", json=other, headers=key), 409)
+    with start() as c:
+        for body in [first_body, *spelled]:
+            again = c.post("/v1/events", json=body, headers=key)
+            assert (again.status_code, again.json()) == (200, first.json()), body
+        problem(c.post("/v1/events", json=other, headers=key), 409)
+        assert head(c) == 2
+    legacy = hashlib.sha256(json.dumps(first_body["events"], sort_keys=True).encode()
+                            ).hexdigest()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE request_keys SET fingerprint = ? WHERE key = 'k'", (legacy,))
+    db.close()
+    with start() as c:
+        again = c.post("/v1/events", json=first_body, headers=key)
+        assert (again.status_code, again.json()) == (200, first.json())
+        problem(c.post("/v1/events", json=other, headers=key), 409)
+        assert head(c) == 2
+
+
 def test_a_retry_without_time_is_the_same_request_whatever_time_its_event_holds(
         db_url: str, clock: Clock) -> None:
     """A live write's retry comes after the clock moved on: without `time` it matches

@@ -326,6 +326,9 @@ class AppendEvents:
     # batch is refused once its key is found free (a retry of a batch taken while far
     # times were allowed is answered as it was). `entries` holds the other records.
     far: tuple[tuple[int, str], ...] = ()
+    # The digest a binding made by an earlier release holds for this request (of the body
+    # as sent): such a binding answers its request's retry too. "": none.
+    legacy: str = ""
 
     @classmethod
     def of_records(cls, key: str | None, records: Sequence[Mapping[str, Any]]
@@ -427,7 +430,8 @@ class AppendEvents:
         only when each of them holds the record of the batch at its place (`recorded`:
         the journal's events by id), else 500, since a row edited or forged in
         `request_keys` would tell the client its events are recorded when they are not."""
-        if bound.fingerprint != self.fingerprint:
+        if bound.fingerprint != self.fingerprint and (
+                not self.legacy or bound.fingerprint != self.legacy):
             raise key_in_use(self.key, bound)
         answer: AnswerDict = json.loads(bound.answer)
         # Under a key every record has an id (its own, or KEY, KEY/2...). A record held

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 
+from eventstore import canonical_json
 from projections import importing
 from projections.events import require_name
 from tools.render import one_line
@@ -201,12 +202,13 @@ _TIME_FIELDS = ("time", "expiry")
 
 
 def _checked(records: list[Any], key: str | None, allow_far: bool, *,
-             far: list[tuple[int, str]] | None = None
+             far: list[tuple[int, str]] | None = None, recorded: list[Any] | None = None
              ) -> tuple[list[importing.Entry], bool, list[tuple[int, str]]]:
     """Each record validated as `import` validates a line (parsed once: the entries go to
     the writer as they are); ids from the key where missing. `far`: where the records
     refused only for a far event time go, apart from the other problems (default: with
-    them)."""
+    them). `recorded`: gets each parsed record's id and event, far ones included, as the
+    journal would record them (`Entry.whole`): what the batch's digest is made of."""
     out: list[importing.Entry] = []
     problems: list[tuple[int, str]] = []
     keyed = False
@@ -230,13 +232,16 @@ def _checked(records: list[Any], key: str | None, allow_far: bool, *,
         except (ValueError, TypeError) as exc:
             problems.append((index, one_line(str(exc))))
             continue
+        entry = importing.Entry(index + 1, event_id, time, event)
+        if recorded is not None:
+            recorded.append([event_id, entry.whole])
         try:
             if isinstance(record.get("time"), int):
                 check_far("time", record["time"], allow_far)
         except ValueError as exc:
             (problems if far is None else far).append((index, one_line(str(exc))))
             continue
-        out.append(importing.Entry(index + 1, event_id, time, event))
+        out.append(entry)
     return out, keyed, problems
 
 
@@ -257,10 +262,24 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
                         events: list[Any], key: str | None) -> Any:
     """What `POST /v1/events` answers for these events (the body's, validated) under
     `key` (a valid Idempotency-Key, or None); a refusal raises (`ServiceProblem`)."""
-    fingerprint = ""  # only a keyed batch is remembered
+    fingerprint = legacy = ""  # only a keyed batch is remembered
+    # Under a key, a batch refused only for far event times goes to the writer, which
+    # refuses it once it found the key free: the retry of a batch taken while far times
+    # were allowed gets its answer (or 409), as every retry does.
+    far: list[tuple[int, str]] = []
+    recorded: list[Any] = []
+    entries, keyed, problems = _checked(events, key, service.allow_far_times,
+                                        far=None if key is None else far, recorded=recorded)
+    if problems:
+        raise commands.EventsRejected(await asyncio.to_thread(
+            commands.every_problem, service, entries, sorted(problems + far)))
     if key is not None:
-        fingerprint = hashlib.sha256(json.dumps(events, sort_keys=True).encode()
-                                     ).hexdigest()
+        # The digest of the events the batch would record, each with its id: a retry
+        # that writes out a default, gives a time as ISO-8601 text or spells out the id
+        # the key gives is the same batch, as for a single write. `legacy`: the digest
+        # of the body as sent, which bindings made before were made of.
+        fingerprint = hashlib.sha256(canonical_json(recorded).encode()).hexdigest()
+        legacy = hashlib.sha256(json.dumps(events, sort_keys=True).encode()).hexdigest()
         seen = cache.get(key)
         if seen is not None and await asyncio.to_thread(service.journal.request, key) is None:
             # The binding was dropped since (an erasure of a record the batch named): the
@@ -273,17 +292,8 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
             if seen[0] != fingerprint:
                 raise batch_key_conflict(key)
             return seen[1]
-    # Under a key, a batch refused only for far event times goes to the writer, which
-    # refuses it once it found the key free: the retry of a batch taken while far times
-    # were allowed gets its answer (or 409), as every retry does.
-    far: list[tuple[int, str]] = []
-    entries, keyed, problems = _checked(events, key, service.allow_far_times,
-                                        far=None if key is None else far)
-    if problems:
-        raise commands.EventsRejected(await asyncio.to_thread(
-            commands.every_problem, service, entries, sorted(problems + far)))
     answer = await service.decide(commands.AppendEvents(key, tuple(entries), keyed,
-                                                        fingerprint, tuple(far)))
+                                                        fingerprint, tuple(far), legacy))
     if key is not None:
         cache.put(key, fingerprint, answer)
     return answer
