@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -161,8 +161,14 @@ class Reconciliation:
 
 def parse_charges(text: str, source: str) -> list[FileCharge]:
     """The rows of a reconciliation file; `ReconcileFileError` listing every problem."""
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    # newline="": the csv module splits the lines itself (a CR alone ends one too, as
+    # `import` reads a CSV), and a quoted cell keeps its line break.
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise ReconcileFileError(source, [f"line {reader.line_num}: not valid CSV: {exc}"]) \
+            from None
     if header is None:
         raise ReconcileFileError(source, ["the file is empty; expected a header such as "
                                           "account,job,amount,time"])
@@ -184,7 +190,7 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
     width = len(columns)
     at_account, at_amount = index["account"], index["amount"]
     at_job, at_id, at_time = index.get("job"), index.get("id"), index.get("time")
-    for number, cells in enumerate(reader, start=2):
+    for number, cells in _numbered(reader, problems):
         if len(cells) != width:
             if cells and any(c.strip() for c in cells):
                 problems.append(f"line {number}: {len(cells)} cells, the header has {width}")
@@ -221,6 +227,23 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
     if problems:
         raise ReconcileFileError(source, problems)
     return rows
+
+
+def _numbered(reader: Any, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(line, cells) of each row after the header; a row the csv module cannot read (an
+    oversized cell) is the last one read, added to `problems`: the reader cannot
+    resynchronise, and the file is refused anyway."""
+    number = 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            problems.append(f"line {number + 1}: not valid CSV: {exc}")
+            return
+        number += 1
+        yield number, cells
 
 
 class LedgerCharges:

@@ -394,6 +394,30 @@ def test_reconcile_rejects_a_bad_file(run: Run, month: Path, tmp_path: Path, tex
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    # An oversized cell: the csv module's own limit, an error to report, not a crash
+    # (exit 1 would read as "the file differs from the ledger").
+    ("account,job,amount\na," + "j" * 200_000 + ",10\n", "line 2: not valid CSV: field larger"),
+])
+def test_reconcile_names_a_row_the_csv_reader_cannot_read(run: Run, month: Path,
+                                                           tmp_path: Path, text: str,
+                                                           message: str) -> None:
+    result = run("reconcile", _charges(tmp_path, text))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert len(error_lines(result)) == 1
+    assert message in result.stderr
+
+
+def test_reconcile_reads_a_file_with_old_mac_line_endings(run: Run, month: Path,
+                                                          tmp_path: Path) -> None:
+    # CR alone ends a line, as Excel's "CSV (Macintosh)" writes and `import` reads.
+    path = tmp_path / "mac.csv"
+    path.write_bytes(b"account,job,id,amount\ra,j1,,10\ra,,u1,10\rb,,u2,50\r")
+    result = run("reconcile", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert "3 matched" in result.stdout
+
+
 def test_reconcile_names_the_line_and_column_of_a_byte_that_is_not_utf8(
         run: Run, month: Path, tmp_path: Path) -> None:
     path = tmp_path / "latin.csv"
