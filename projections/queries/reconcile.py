@@ -184,8 +184,13 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
     unknown = [c for c in columns if c not in ("account", "amount", "job", "id", "time")]
     if unknown:
         raise ReconcileFileError(source, [
-            f"line 1: unknown column(s) {', '.join(unknown)}; expected account, amount, "
-            "job or id, and optionally time"])
+            f"line 1: unknown column(s) {', '.join(map(repr, unknown))}; expected account, "
+            "amount, job or id, and optionally time"])
+    repeated = sorted({c for c in columns if columns.count(c) > 1})
+    if repeated:
+        # Which of two `amount` columns is the charge? Neither is guessed (as `import`).
+        raise ReconcileFileError(source, [
+            f"line 1: column(s) {', '.join(map(repr, repeated))} appear more than once"])
     rows: list[FileCharge] = []
     width = len(columns)
     at_account, at_amount = index["account"], index["amount"]

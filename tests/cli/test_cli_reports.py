@@ -385,6 +385,11 @@ def test_reconcile_without_times_covers_the_whole_ledger(run: Run, month: Path,
     ("account,job,amount\na,j1,ten\n", "line 2: amount 'ten'"),
     ("account,job,id,amount\na,j1,u1,10\n", "exactly one"),
     ("account,job,amount,time\na,j1,10,yesterday\n", "line 2"),
+    # Two columns of one name: which one holds the amount? Neither is guessed.
+    ("account,job,amount,amount\na,j1,10,999\n", "column(s) 'amount' appear more than once"),
+    ("account,job,id,job,amount\na,j1,,j9,10\n", "column(s) 'job' appear more than once"),
+    # A spreadsheet's trailing comma: an unnamed column, named so that it shows.
+    ("account,job,amount,\na,j1,10,\n", "unknown column(s) ''"),
 ])
 def test_reconcile_rejects_a_bad_file(run: Run, month: Path, tmp_path: Path, text: str,
                                       message: str) -> None:
