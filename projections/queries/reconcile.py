@@ -55,7 +55,7 @@ class ReconcileFileError(ValueError):
 class FileCharge:
     """One row of the file."""
 
-    line: int  # in the file, the header being line 1
+    line: int  # in the file, the header being line 1 (a row's last line)
     account: str
     amount: int
     job: str | None
@@ -235,20 +235,19 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
 
 
 def _numbered(reader: Any, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
-    """(line, cells) of each row after the header; a row the csv module cannot read (an
-    oversized cell) is the last one read, added to `problems`: the reader cannot
-    resynchronise, and the file is refused anyway."""
-    number = 1
+    """(line, cells) of each row after the header, the line being the file's (a quoted
+    cell may hold a line break: the last line of the row, as `import` counts); a row the
+    csv module cannot read (an oversized cell) is the last one read, added to
+    `problems`: the reader cannot resynchronise, and the file is refused anyway."""
     while True:
         try:
             cells = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            problems.append(f"line {number + 1}: not valid CSV: {exc}")
+            problems.append(f"line {reader.line_num}: not valid CSV: {exc}")
             return
-        number += 1
-        yield number, cells
+        yield reader.line_num, cells
 
 
 class LedgerCharges:

@@ -413,6 +413,20 @@ def test_reconcile_names_a_row_the_csv_reader_cannot_read(run: Run, month: Path,
     assert message in result.stderr
 
 
+def test_reconcile_counts_lines_of_the_file_not_rows(run: Run, month: Path,
+                                                     tmp_path: Path) -> None:
+    # A quoted cell with a line break spans two lines: the rows after it are named by
+    # the line they are on in the file, as `import` names a CSV's lines.
+    path = _charges(tmp_path, 'account,job,amount\n"a\nb",j1,10\na,j1,ten\n')
+    result = run("reconcile", path)
+    assert result.exit_code == 2
+    assert "line 4: amount 'ten'" in result.stderr
+    listed = _charges(tmp_path, 'account,job,amount\n"a\nb",j9,10\na,j1,12\n', "ok.csv")
+    report = json.loads(run("reconcile", listed, "--json").stdout)
+    assert [(f["line"], f["job"]) for f in report["findings"]
+            if f["line"] is not None] == [(3, "j9"), (4, "j1")]
+
+
 def test_reconcile_reads_a_file_with_old_mac_line_endings(run: Run, month: Path,
                                                           tmp_path: Path) -> None:
     # CR alone ends a line, as Excel's "CSV (Macintosh)" writes and `import` reads.
