@@ -64,12 +64,12 @@ def known_position(journal: JournalLike, value: int | str | None, *,
             try:
                 micros = parse_micros(text)
             except ValueError:
-                raise ValueError(f"as known at: expected a journal position (0 or more) or "
-                                 f"an ISO-8601 recorded-at time such as 2026-11-03T12:00Z, "
-                                 f"got {value!r}") from None
+                raise ValueError(f"as known at: expected a journal position "
+                                 f"({known_positions(head)}) or an ISO-8601 recorded-at "
+                                 f"time such as 2026-11-03T12:00Z, got {value!r}") from None
             return journal.position_at(micros)
     if value < 0:
-        raise ValueError(f"a position is 0 or more (0: before the first event), got {value}")
+        raise ValueError(f"a position is not negative, got {value}; {known_positions(head)}")
     if value > head:
         shows = f" ({shows_head} shows the last one)" if head else ""
         raise ValueError(f"position {value} is past the journal's head {head}; "

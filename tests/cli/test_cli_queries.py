@@ -163,6 +163,18 @@ def test_bad_as_known_at(run: Run, small: Path) -> None:
         assert word in result.stderr, result.stderr
 
 
+
+@pytest.mark.parametrize("bad", ["-1", "soon"])
+def test_a_bad_as_known_at_names_the_positions_that_answer(run: Run, small: Path,
+                                                           bad: str) -> None:
+    # Position 0 is refused on a journal that holds events (nothing was recorded yet):
+    # the error for another bad word must not offer it as valid.
+    result = run("balance", "a", "--as-known-at", bad)
+    assert result.exit_code == 2 and len(error_lines(result)) == 1
+    assert "known positions are 1 to 12" in result.stderr, result.stderr
+    assert "0 or more" not in result.stderr
+
+
 # -- statement -----------------------------------------------------------------------------
 
 

@@ -761,7 +761,8 @@ def test_a_question_as_known_before_anything_was_recorded_is_refused() -> None:
                        match=r"^nothing was recorded yet at position 0 \(before the first "
                              r"event\); known positions are 1 to 1$"):
         statement(journal, "a", as_known_at="0")
-    with pytest.raises(ValueError, match="a position is 0 or more"):
+    with pytest.raises(ValueError, match=r"^a position is not negative, got -1; known "
+                                         r"positions are 1 to 1$"):
         known_position(journal, "-1")
 
 
