@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore import IdempotencyConflict, RecordedEvent, RequestKey, canonical_json
@@ -327,8 +327,10 @@ class AppendEvents:
     # times were allowed is answered as it was). `entries` holds the other records.
     far: tuple[tuple[int, str], ...] = ()
     # The digest a binding made by an earlier release holds for this request (of the body
-    # as sent): such a binding answers its request's retry too. "": none.
-    legacy: str = ""
+    # as sent): such a binding answers its request's retry too. Made only when a binding
+    # differs from `fingerprint` (a batch's digest costs a tenth of a millisecond);
+    # None: none. Not part of the command's identity: `fingerprint` is.
+    legacy: Callable[[], str] | None = field(default=None, compare=False)
 
     @classmethod
     def of_records(cls, key: str | None, records: Sequence[Mapping[str, Any]]
@@ -431,7 +433,7 @@ class AppendEvents:
         the journal's events by id), else 500, since a row edited or forged in
         `request_keys` would tell the client its events are recorded when they are not."""
         if bound.fingerprint != self.fingerprint and (
-                not self.legacy or bound.fingerprint != self.legacy):
+                self.legacy is None or bound.fingerprint != self.legacy()):
             raise key_in_use(self.key, bound)
         answer: AnswerDict = json.loads(bound.answer)
         # Under a key every record has an id (its own, or KEY, KEY/2...). A record held

@@ -15,6 +15,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -258,18 +259,26 @@ async def append_events(body: EventsBody, request: Request,
                                body.events, _key(idempotency_key))
 
 
+def _body_digest(events: list[Any]) -> str:
+    """The digest of a batch's events as sent: what bindings made by earlier releases
+    hold."""
+    return hashlib.sha256(json.dumps(events, sort_keys=True).encode()).hexdigest()
+
+
 async def events_answer(service: LedgerService, cache: AnswerCache,
                         events: list[Any], key: str | None) -> Any:
     """What `POST /v1/events` answers for these events (the body's, validated) under
     `key` (a valid Idempotency-Key, or None); a refusal raises (`ServiceProblem`)."""
-    fingerprint = legacy = ""  # only a keyed batch is remembered
+    fingerprint = ""  # only a keyed batch is remembered
+    legacy: Callable[[], str] | None = None
     # Under a key, a batch refused only for far event times goes to the writer, which
     # refuses it once it found the key free: the retry of a batch taken while far times
     # were allowed gets its answer (or 409), as every retry does.
     far: list[tuple[int, str]] = []
     recorded: list[Any] = []
     entries, keyed, problems = _checked(events, key, service.allow_far_times,
-                                        far=None if key is None else far, recorded=recorded)
+                                        far=None if key is None else far,
+                                        recorded=None if key is None else recorded)
     if problems:
         raise commands.EventsRejected(await asyncio.to_thread(
             commands.every_problem, service, entries, sorted(problems + far)))
@@ -279,7 +288,7 @@ async def events_answer(service: LedgerService, cache: AnswerCache,
         # the key gives is the same batch, as for a single write. `legacy`: the digest
         # of the body as sent, which bindings made before were made of.
         fingerprint = hashlib.sha256(canonical_json(recorded).encode()).hexdigest()
-        legacy = hashlib.sha256(json.dumps(events, sort_keys=True).encode()).hexdigest()
+        legacy = partial(_body_digest, events)
         seen = cache.get(key)
         if seen is not None and await asyncio.to_thread(service.journal.request, key) is None:
             # The binding was dropped since (an erasure of a record the batch named): the
