@@ -8,12 +8,13 @@ planting fails loudly where the compiled fold runs.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from projections import creditbook, ledger, native, projector, session
+from projections import creditbook, jobqueue, ledger, native, projector, session
 from projections.events import JobCancelled
 
 
@@ -91,6 +92,21 @@ def late_event_not_reprojected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(projector.Projector, "_reproject", on_top)
 
 
+def newest_started_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """start_next starts the newest pending job at equal priority, not the oldest (a
+    queue keyed by the submit's time and position negated)."""
+    _in_source()
+
+    def newest_first(self: jobqueue.JobQueue, account: ledger.AccountState, priority: int,
+                     time: int, position: int, job_id: str,
+                     accounts: dict[str, ledger.AccountState],
+                     jobs: dict[str, ledger.JobState]) -> None:
+        heapq.heappush(account.queue, (-priority, -time, -position, job_id))
+        self.register(account, accounts, jobs)
+
+    monkeypatch.setattr(jobqueue.JobQueue, "enqueue", newest_first)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -115,4 +131,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "double release on cancel": double_release_on_cancel,
     "retry appended twice": retry_appended_twice,
     "late event not re-projected": late_event_not_reprojected,
+    "newest started first": newest_started_first,
 }

@@ -161,6 +161,22 @@ def _told(world: World, by_position: list[Any], reference: model.Model) -> list[
         if isinstance(said, (bool, int)) and reference.told[eid] != said:
             problems.append(f"event {eid!r}: the caller was told {said!r}, the reference "
                             f"model says {reference.told[eid]!r}")
+    # Which job each start started: the one the model picks (highest priority, then the
+    # oldest submit, among accounts below their cap), for a start decided at the head of
+    # the timeline (none recorded before it is later on it: a start placed in the past
+    # skips a job whose start there would invalidate what came after) that no later
+    # arrival revised.
+    latest = -(2**63)
+    picked = reference.picked
+    for rec in by_position:
+        if rec.type == "start" and rec.time >= latest and rec.id in picked \
+                and rec.id not in later_revised and rec.payload["job"] != picked[rec.id]:
+            problems.append(f"start {rec.id!r} started {rec.payload['job']!r}, the reference "
+                            f"model starts {picked[rec.id]!r} there")
+            if len(problems) > 10:
+                break
+        if rec.time > latest:
+            latest = rec.time
     return problems
 
 

@@ -10,7 +10,9 @@ general on an equal expiry, then grant order; a general draw takes only general 
 What a draw cannot cover is P's debt. A grant to P pays P's debt; a general grant pays
 general debt, then each pool's debt in pool-name order; only the rest is a batch. A hold
 takes credits out of their batches; releasing returns them there (expired at once if the
-batch has expired, else paying debt first like a grant of that batch's pool).
+batch has expired, else paying debt first like a grant of that batch's pool). A start
+starts the pending job of highest priority, then the oldest submit, among the accounts
+below their cap: the model notes which (`Model.picked`).
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class Job:
     pool: str
     state: str
     charge: int | None = None
+    order: tuple[int, int] = (0, 0)  # (time, position) of its submit: older starts first
 
 
 @dataclass
@@ -131,6 +134,8 @@ class Model:
     told: dict[str, Any] = field(default_factory=dict)  # event id -> what it reported
     grants: dict[str, tuple[str, Batch | None]] = field(default_factory=dict)  # id -> batch
     voids: dict[str, int] = field(default_factory=dict)  # grant id -> time voided
+    queue: list[str] = field(default_factory=list)  # pending jobs, in submit order
+    picked: dict[str, str | None] = field(default_factory=dict)  # start id -> job it should
     last_time: int = -NEVER
 
     def balances(self, name: str, time: int) -> dict[str, int]:
@@ -191,6 +196,8 @@ def _apply(model: Model, rec: Any) -> None:
         account.expire(rec.time)
         _credit_event(model, account, rec)
         return
+    if rec.type == "start":
+        model.picked[rec.id] = _next_job(model)
     job = model.jobs.get(p["job"])
     if job is not None:
         account = model.accounts[job.account]
@@ -247,10 +254,11 @@ def _credit_event(model: Model, account: Account, rec: Any) -> None:
         cost = p["cost"]
         ok = account.opened and cost <= min(account.usable(pool), available)
         model.jobs[name] = Job(p["account"], cost, p["priority"], pool,
-                               "pending" if ok else "rejected")
+                               "pending" if ok else "rejected", order=(t, rec.position))
         model.told[rec.id] = ok
         if ok:
             account.holds[name] = account.draw(pool, cost)
+            model.queue.append(name)
 
 
 def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
@@ -260,6 +268,7 @@ def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
         if job.state == "pending" and not capped:
             job.state = "running"
             account.running += 1
+            model.queue.remove(p["job"])
     elif kind == "complete" and job.state == "running":
         if p["success"]:
             charge = job.cost
@@ -282,3 +291,19 @@ def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
     elif kind == "cancel" and job.state == "pending":
         account.release(account.holds.pop(p["job"]), t)
         job.state = "cancelled"
+        model.queue.remove(p["job"])
+
+
+def _next_job(model: Model) -> str | None:
+    """The job a start would start now: the highest priority, then the oldest submit,
+    among pending jobs whose account is below its cap (no account has a fair share)."""
+    best, best_key = None, None
+    for name in model.queue:
+        job = model.jobs[name]
+        account = model.accounts[job.account]
+        if account.max_running is not None and account.running >= account.max_running:
+            continue
+        key = (-job.priority, job.order)
+        if best_key is None or key < best_key:
+            best, best_key = name, key
+    return best
