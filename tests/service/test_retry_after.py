@@ -135,3 +135,31 @@ def test_a_projection_that_cannot_be_reloaded_says_why_and_when_to_retry(
             assert refused.headers.get("retry-after") == retry_after(cause)
         service._load = reload
         assert client.get("/v1/accounts/a/balance").status_code == 200
+
+
+def test_a_start_up_that_cannot_load_says_when_to_retry_as_its_cause_does(
+        tmp_path: Path) -> None:
+    """While the start-up load fails and is retried, a request's 503 names the cause and
+    its Retry-After: none for a journal whose chain is broken (no wait mends it), 5 s for
+    a database out of reach. (It said 1 s whatever the cause: a client told so retried a
+    broken journal every second, forever.)"""
+    import time
+
+    path = tmp_path / "j.db"
+    url = f"sqlite:///{path}"
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        for n in range(3):  # the checkpoint at shutdown verifies position 3
+            assert client.post("/v1/accounts", json={"account": f"a{n}"}).status_code == 201
+    with sqlite3.connect(path) as db:  # the tail cut behind the journal's back
+        db.execute("DELETE FROM events WHERE position = 3")
+    app = create_app(url, clock=lambda: 100, mount_web=False, load_in_background=True)
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 30
+        while app.state.ledger.load_error is None:
+            assert time.monotonic() < deadline, "the load did not fail"
+            time.sleep(0.02)
+        refused = client.get("/v1/accounts")
+        assert refused.status_code == 503, refused.text
+        assert "ChainBroken" in refused.json()["detail"]
+        assert "retry-after" not in refused.headers
+        assert client.get("/readyz").status_code == 503

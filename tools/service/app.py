@@ -265,7 +265,7 @@ def _start(service: LedgerService, retry_every: float = 2.0) -> None:
             service.start()
             return
         except Exception as exc:
-            service.load_error = f"{type(exc).__name__}: {exc}"
+            service.load_error = exc
             log.warning("cannot load the journal yet (%s: %s); retrying in %g s",
                         type(exc).__name__, one_line(str(exc))[:200], retry_every)
             _time.sleep(retry_every)

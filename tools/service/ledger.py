@@ -146,8 +146,9 @@ class LedgerService:
         self._caught_up_at = -1.0
         self._load_lock = threading.Lock()
         # Why the last load failed, while it is retried (a broken chain names its
-        # position): what a request answered 503 meanwhile is told.
-        self.load_error: str | None = None
+        # position): what a request answered 503 meanwhile is told, with the Retry-After
+        # of that cause (`problems.retry_after` reads it).
+        self.load_error: BaseException | None = None
         self.ready = threading.Event()
         self.stopping = False
         self._refreshing: Future[None] | None = None
@@ -291,12 +292,18 @@ class LedgerService:
         self._ahead_base = -1
         self._load(only_if_stale=True)
 
-    def _starting(self) -> str:
+    def _starting(self) -> Unavailable:
         """Why nothing is served yet: the projection is loading, and why the last load
-        failed if it did."""
+        failed if it did, as the 503's cause: its Retry-After is the cause's (none for a
+        broken chain, which no wait mends; 5 s for a server out of reach), not 1 s."""
         why = "the service is starting: the projection is not caught up yet"
         failed = self.load_error
-        return why if failed is None else f"{why} (the last load failed: {failed})"
+        if failed is None:
+            return Unavailable(why)
+        unavailable = Unavailable(f"{why} (the last load failed: "
+                                  f"{type(failed).__name__}: {failed})")
+        unavailable.__cause__ = failed
+        return unavailable
 
     @property
     def session(self) -> LedgerSession:
@@ -304,7 +311,7 @@ class LedgerService:
         usable)."""
         session = self._session
         if session is None or not self.ready.is_set():
-            raise Unavailable(self._starting())
+            raise self._starting()
         if self._stale:
             try:
                 self._load(only_if_stale=True)
@@ -445,7 +452,7 @@ class LedgerService:
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")
         if not self.ready.is_set():
-            raise Unavailable(self._starting())
+            raise self._starting()
         answer = await self.writer.submit_async(command)
         if key is not None and (answer is None or isinstance(answer, dict)):
             # Remembered even if a late event (this decision, or one after it in its
