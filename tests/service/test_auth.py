@@ -133,6 +133,20 @@ def test_a_token_beyond_printable_ascii_is_refused(secret: str) -> None:
         load_tokens(None, {"GPU_CREDITS_TOKENS": f"auditor:{secret}"})
 
 
+def test_a_token_too_long_to_send_is_refused() -> None:
+    """A request's line and headers together hold at most 64 KiB (`connections.MAX_HEAD`):
+    a token of 70,000 characters was accepted, and every request bearing it was `431`."""
+    with pytest.raises(ValueError, match="at most") as refused:
+        parse_tokens(f"worker:aaaaaaaaaaaaaaaa\nauditor:{'a' * 70_000}\n", "f")
+    assert "line 2 (auditor)" in str(refused.value)
+    assert "aaaaaaaaaaaaaaaaa" not in str(refused.value)
+    from tools.service.auth import MAX_TOKEN_LENGTH
+
+    assert parse_tokens(f"worker:{'w' * MAX_TOKEN_LENGTH}\n", "f")
+    with pytest.raises(ValueError, match=f"at most {MAX_TOKEN_LENGTH:,}"):
+        load_tokens(None, {"GPU_CREDITS_TOKENS": f"worker:{'w' * (MAX_TOKEN_LENGTH + 1)}"})
+
+
 def test_an_entry_without_a_role_does_not_show_the_token() -> None:
     with pytest.raises(ValueError, match="got no role") as refused:
         parse_tokens("w0rker-secret-token-1\n", "f")

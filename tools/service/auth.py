@@ -8,7 +8,7 @@
 
 Tokens come from a file (`--tokens FILE`) or the `GPU_CREDITS_TOKENS` environment
 variable, `ROLE:TOKEN` entries one per line or comma-separated on one; a line whose
-first non-blank character is `#` is a comment. A token is at least 16 printable ASCII
+first non-blank character is `#` is a comment. A token is 16 to 32,768 printable ASCII
 characters without spaces or commas, and has one role: anything else is refused at
 start-up, as a token that could never match or would not mean what it says. When tokens
 are configured every `/v1` call needs one, reads included (any role): balances are
@@ -37,11 +37,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tools.service.connections import MAX_HEAD
 from tools.service.problems import ServiceProblem, from_exception
 
 ROLES = ("worker", "finance", "auditor")
 ENV_TOKENS = "GPU_CREDITS_TOKENS"
 MIN_TOKEN_LENGTH = 16
+MAX_TOKEN_LENGTH = MAX_HEAD // 2
+"""A request's line and headers together hold at most `MAX_HEAD` bytes (64 KiB; beyond,
+`431`): a longer token could never be sent, and one near that bound leaves a client no
+room for the rest of its request. Half of it is far beyond any token made to be used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,10 @@ def _entry(entry: str, where: str) -> Token:
             or " " in secret:
         raise ValueError(f"{where} ({role}): a token is at least {MIN_TOKEN_LENGTH} "
                          "printable ASCII characters without spaces or commas")
+    if len(secret) > MAX_TOKEN_LENGTH:
+        raise ValueError(f"{where} ({role}): a token is at most {MAX_TOKEN_LENGTH:,} "
+                         f"characters, got {len(secret):,}: a request's line and headers "
+                         f"hold at most {MAX_HEAD:,} bytes")
     return Token(role, secret.encode("ascii"), where)
 
 
