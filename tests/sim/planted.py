@@ -107,6 +107,19 @@ def newest_started_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jobqueue.JobQueue, "enqueue", newest_first)
 
 
+def grant_priority_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches are drawn by expiry alone: a grant's priority is not looked at."""
+    _in_source()
+    init = creditbook.Batch.__init__
+
+    def by_expiry(self: creditbook.Batch, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        _, never, expiry, general, order = self.key
+        self.key = (creditbook.DEFAULT_GRANT_PRIORITY, never, expiry, general, order)
+
+    monkeypatch.setattr(creditbook.Batch, "__init__", by_expiry)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -132,4 +145,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "retry appended twice": retry_appended_twice,
     "late event not re-projected": late_event_not_reprojected,
     "newest started first": newest_started_first,
+    "grant priority ignored": grant_priority_ignored,
 }

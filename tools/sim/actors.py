@@ -20,6 +20,8 @@ from tools.sim.world import Op, World
 
 ACCOUNTS = ("acme", "bio", "cern", "dyn")
 POOLS = (None, None, None, "h100")
+GRANT_PRIORITIES = (None, None, None, None, 10, 50, 90)
+"""A grant's priority: none (the default, 50) most often, else one of three levels."""
 WORKERS = ("w0", "w1")
 START_TIME = 1_000
 MAX_SKEW = 5
@@ -90,6 +92,7 @@ class Director:
     seed: int
     rates: Rates = field(default_factory=Rates)
     rng: random.Random = field(init=False)
+    priority_rng: random.Random = field(init=False)  # grants' priorities, apart
     now: int = START_TIME
     step: int = 0
     accounts: list[str] = field(default_factory=list)
@@ -107,6 +110,7 @@ class Director:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.priority_rng = random.Random(f"grant priorities {self.seed}")
         self.content_ids = content_ids_by_line()
         self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
@@ -332,6 +336,12 @@ class Director:
         pool = self.rng.choice(POOLS)
         if pool:
             line["pool"] = pool
+        # Now and then a priority (lower numbers are drawn first, whatever the expiry),
+        # drawn from a source of its own: the seeded stream of everything else stays as
+        # it was.
+        priority = self.priority_rng.choice(GRANT_PRIORITIES)
+        if priority is not None:
+            line["priority"] = priority
         line = self._id(line)
         self.grants.append(line["id"])
         del self.grants[:-40]

@@ -5,8 +5,9 @@ Every question re-folds the records it is given, sorted by (time, position), thr
 lists scanned linearly. It knows only the event types the simulator writes.
 
 Rules (docs/semantics.md): credits are valid for time < expiry; a draw in pool P takes
-P's batches and general ones, earliest expiry first (never-expiring last), P's before
-general on an equal expiry, then grant order; a general draw takes only general batches.
+P's batches and general ones, lowest grant priority number first, then earliest expiry
+(never-expiring last), P's before general on an equal expiry, then grant order; a
+general draw takes only general batches.
 What a draw cannot cover is P's debt. A grant to P pays P's debt; a general grant pays
 general debt, then each pool's debt in pool-name order; only the rest is a batch. A hold
 takes credits out of their batches; releasing returns them there (expired at once if the
@@ -26,6 +27,7 @@ from typing import Any
 
 GENERAL = "general"
 NEVER = 2**63
+DEFAULT_PRIORITY = 50  # a grant's, when it names none
 
 
 @dataclass
@@ -36,12 +38,14 @@ class Batch:
     amount: int
     order: tuple[int, int]
     voided: bool = False  # its unused credits stopped counting; held ones lapse on release
-    # The draw order: earliest expiry first, a pool's batch before a general one on an
-    # equal expiry, then grant order. None of these change, so it is taken once.
-    draw_key: tuple[int, bool, tuple[int, int]] = field(init=False)
+    priority: int = DEFAULT_PRIORITY  # lower numbers are drawn first
+    # The draw order: lowest priority number first, then earliest expiry, a pool's batch
+    # before a general one on an equal expiry, then grant order. None of these change,
+    # so it is taken once.
+    draw_key: tuple[int, int, bool, tuple[int, int]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.draw_key = (self.expiry, self.pool == GENERAL, self.order)
+        self.draw_key = (self.priority, self.expiry, self.pool == GENERAL, self.order)
 
 
 @dataclass
@@ -234,7 +238,9 @@ def _credit_event(model: Model, account: Account, rec: Any) -> None:
             return
         pool = p.get("pool", GENERAL)
         rest = account.pay_debt(pool, p["amount"])
-        batch = Batch(rec.id, pool, expiry, rest, (t, rec.position)) if rest else None
+        priority = p.get("priority", DEFAULT_PRIORITY)
+        batch = (Batch(rec.id, pool, expiry, rest, (t, rec.position), priority=priority)
+                 if rest else None)
         if batch is not None:
             account.batches.append(batch)
         model.grants[rec.id] = (p["account"], batch)

@@ -83,7 +83,7 @@ def command_of(line: dict[str, Any]) -> Command:
                               line["time"])
     if kind == "grant":
         return commands.Grant(key, line["account"], line["amount"], line["expiry"],
-                              line.get("pool"), None, None, line["time"])
+                              line.get("pool"), line.get("priority"), None, line["time"])
     raise ValueError(f"the simulated service cannot perform a {kind!r} line")
 
 

@@ -31,7 +31,7 @@ from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections import GPUCreditTracker, LedgerError, Scheduler
 from projections.decoding import decode_event
-from projections.events import from_payload, to_payload
+from projections.events import DEFAULT_GRANT_PRIORITY, from_payload, to_payload
 from projections.importing import import_file
 from projections.invariants import Violation, outcome_violations, violations
 from projections.ledger import CANCELLED, PENDING, Ledger
@@ -409,7 +409,8 @@ class World:
             tracker = self.tracker(proc, line["account"])
             if kind == "grant":
                 return lambda: tracker.grant(line["amount"], line["time"], line["expiry"],
-                                             pool=line.get("pool"), event_id=eid)
+                                             pool=line.get("pool"), event_id=eid,
+                                             priority=line.get("priority", DEFAULT_GRANT_PRIORITY))
             return lambda: tracker.consume(line["amount"], line["time"], pool=line.get("pool"),
                                            event_id=eid)
         if kind in ("adjust", "void", "reverse"):
