@@ -65,6 +65,14 @@ def test_token_files() -> None:
     assert authority.role_of("") is None
 
 
+def test_a_tokens_file_saved_with_a_byte_order_mark_is_read(tmp_path: Any) -> None:
+    """Editors on Windows save UTF-8 with a byte order mark: its first role was read as
+    '\ufeffworker', an unknown role."""
+    path = tmp_path / "tokens"
+    path.write_bytes(b"\xef\xbb\xbfworker:aaaaaaaaaaaaaaaa\r\nfinance:bbbbbbbbbbbbbbbb\r\n")
+    assert [t.role for t in load_tokens(str(path), {})] == ["worker", "finance"]
+
+
 def test_a_tokens_file_without_tokens_is_refused(tmp_path: Any) -> None:
     """Given a file, the operator meant tokens: none is an error, not a service that
     answers everyone."""

@@ -123,7 +123,8 @@ def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list
     tokens: list[Token] = []
     if path is not None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            # "-sig": a byte order mark, as editors on Windows write, is no part of a role.
+            text = Path(path).read_text(encoding="utf-8-sig")
         except OSError as exc:
             raise ValueError(f"cannot read tokens file {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
