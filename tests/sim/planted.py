@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from projections import creditbook, jobqueue, ledger, native, projector, session
+from projections import creditbook, jobqueue, jobs, ledger, native, projector, session
 from projections.events import JobCancelled
 
 
@@ -120,6 +120,43 @@ def grant_priority_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(creditbook.Batch, "__init__", by_expiry)
 
 
+def running_job_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running job can be cancelled, as a pending one: the decision accepts it and the
+    fold cancels it, releasing what it still holds."""
+    _in_source()
+    cancel = ledger.Ledger._cancel
+
+    def as_pending(self: ledger.Ledger, position: int, event_id: str, time: int,
+                   event: JobCancelled) -> Any:
+        job = self.jobs.get(event.job)
+        if job is not None and job.state == ledger.RUNNING:
+            job.state = ledger.PENDING
+            self.accounts[job.account].running -= 1
+        return cancel(self, position, event_id, time, event)
+
+    def decide(session: session.LedgerSession, job_id: str, *, at: int | None = None,
+               clock: Any = jobs.wall_clock, event_id: str | None = None,
+               allow_far_times: bool = True) -> Any:
+        def build(draft: Any) -> Any:
+            job = draft.ledger.jobs.get(job_id)
+            if job is None:
+                raise jobs.UnknownJob(f"unknown job {job_id!r}")
+            if job.state == ledger.CANCELLED:
+                return []
+            if job.state not in (ledger.PENDING, ledger.RUNNING):
+                raise jobs.InvalidTransition(f"job {job_id!r} is {job.state}")
+            when = jobs._event_time(draft, at, clock, allow_far_times)
+            built = [draft.event(when, JobCancelled(job_id), job.account)]
+            jobs.try_in_past(session, draft, built)
+            return built
+
+        return session.decide(jobs.job_locks(session.ledger, job_id), build,
+                              event_id=event_id, command=("cancel", job_id, at))
+
+    monkeypatch.setattr(ledger.Ledger, "_cancel", as_pending)
+    monkeypatch.setattr(jobs, "cancel", decide)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -146,4 +183,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "late event not re-projected": late_event_not_reprojected,
     "newest started first": newest_started_first,
     "grant priority ignored": grant_priority_ignored,
+    "running job cancelled": running_job_cancelled,
 }

@@ -93,6 +93,7 @@ class Director:
     rates: Rates = field(default_factory=Rates)
     rng: random.Random = field(init=False)
     priority_rng: random.Random = field(init=False)  # grants' priorities, apart
+    cancel_rng: random.Random = field(init=False)  # which running job a cancel names
     now: int = START_TIME
     step: int = 0
     accounts: list[str] = field(default_factory=list)
@@ -111,6 +112,7 @@ class Director:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.priority_rng = random.Random(f"grant priorities {self.seed}")
+        self.cancel_rng = random.Random(f"cancels of running jobs {self.seed}")
         self.content_ids = content_ids_by_line()
         self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
@@ -184,6 +186,11 @@ class Director:
             return worker, self._stamp(line)
         if kind == "cancel":
             job = self._pick(self.pending, self.running + self.finished)
+            if job not in self.pending and self.running:
+                # A cancel in the wrong state names a running job when there is one (the
+                # one a mistaken rule would let go), drawn from a source of its own: the
+                # seeded stream of everything else stays as it was.
+                job = self.cancel_rng.choice(self.running)
             return worker, self._stamp({"type": "cancel", "job": job})
         if kind == "consume":
             line = {"type": "consume", "account": self._account(),
