@@ -108,7 +108,8 @@ def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_IN
     if value < low:
         raise ValueError(f"{name} must be {_at_least(low, high)}, got {show(value)}")
     if value > high:
-        raise ValueError(f"{name} must be at most {high}, got {show(value)}")
+        within = f"an integer in {low}..{high}" if high < MAX_INT else f"at most {high}"
+        raise ValueError(f"{name} must be {within}, got {show(value)}")
     return value
 
 
@@ -125,6 +126,8 @@ def clock_time(clock: Callable[[], object]) -> int:
 
 
 def _at_least(low: int, high: int) -> str:
+    if high < MAX_INT:  # a bound of its own (a priority's 100): both ends are news
+        return f"an integer in {low}..{high}"
     if low == 1:
         return "a positive integer"
     if low == 0:

@@ -68,3 +68,11 @@ def test_checks_that_normalise_keep_what_they_return() -> None:
     assert type(done.refund_fraction) is float  # type: ignore[union-attr]
     erase = from_payload("erase", {"events": ["e1", "e2"]})
     assert erase.events == ("e1", "e2")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("priority", [-1, 101])
+def test_a_grant_priority_out_of_range_names_both_ends(priority: int) -> None:
+    # Said "a non-negative integer" for -1, which 101 is too.
+    with pytest.raises(ValueError, match=rf"^priority must be an integer in 0\.\.100, got "
+                                         rf"{priority}$"):
+        from_payload("grant", {"account": "a", "amount": 5, "priority": priority})
