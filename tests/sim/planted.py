@@ -157,6 +157,28 @@ def running_job_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jobs, "cancel", decide)
 
 
+class _Forgotten(list[Any]):
+    """A list that keeps nothing added to it."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+
+def revisions_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A late event's revisions are not recorded: what it changed of the outcomes
+    already reported is lost (`Projector.revisions` keeps nothing)."""
+    init = projector.Projector.__init__
+
+    def forgetting(self: projector.Projector, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.revisions = _Forgotten()
+
+    monkeypatch.setattr(projector.Projector, "__init__", forgetting)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -184,4 +206,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "newest started first": newest_started_first,
     "grant priority ignored": grant_priority_ignored,
     "running job cancelled": running_job_cancelled,
+    "revisions not recorded": revisions_not_recorded,
 }

@@ -72,11 +72,13 @@ def full_check(world: World) -> list[str]:
             break
     reference = model.fold(records)
     problems += _compare(ledger, reference, outcomes)
-    problems += _told(world, log, reference)
+    later_revised = revisable(log)
+    problems += _told(world, log, reference, later_revised)
     problems += _chain_since_last_check(world, log)
     if world.verification is None:
         world.verification = Verification(world.journal)
     problems += world.verification.since_last(digest)
+    problems += _revisions(world, reference, later_revised)
     ids = {rec.id for rec in records}
     if ids != world.recorded or len(records) != len(ids):
         extra = sorted(ids - world.recorded)[:5]
@@ -149,11 +151,12 @@ def _compare(ledger: Ledger, reference: model.Model, outcomes: dict[str, Any]) -
     return problems
 
 
-def _told(world: World, by_position: list[Any], reference: model.Model) -> list[str]:
+def _told(world: World, by_position: list[Any], reference: model.Model,
+          later_revised: set[str]) -> list[str]:
     """Answers given live agree with the final timeline, unless a later arrival landed
     before them on it (a late event may revise an answer: that is what it is for).
-    `by_position`: the records in arrival order."""
-    later_revised = revisable(by_position)
+    `by_position`: the records in arrival order; `later_revised`: the ids among them a
+    later one may have revised (`revisable`)."""
     problems = []
     for eid, said in world.told.items():
         if eid in later_revised or eid not in reference.told or said is None:
@@ -178,6 +181,23 @@ def _told(world: World, by_position: list[Any], reference: model.Model) -> list[
         if rec.time > latest:
             latest = rec.time
     return problems
+
+
+def _revisions(world: World, reference: model.Model, later_revised: set[str]) -> list[str]:
+    """An answer a caller was told that the timeline now has otherwise, because a later
+    arrival landed before it (`later_revised`; an answer wrong from the start is
+    `_told`'s), is among the revisions the replay found (`Projector.revisions`, of the
+    verification carried on from check to check, as a fresh projection finds them)."""
+    assert world.verification is not None
+    listed = {r.event_id for r in world.verification.projector.revisions}
+    told, answers = reference.told, world.told
+    unlisted = []
+    for eid in later_revised - listed:
+        said = answers.get(eid)
+        if isinstance(said, (bool, int)) and told.get(eid, said) != said:
+            unlisted.append(eid)
+    return [f"event {eid!r}: the caller was told {answers[eid]!r}, the timeline now says "
+            f"{told[eid]!r}, and no revision of it is listed" for eid in sorted(unlisted)[:10]]
 
 
 def audit(world: World, op: Op) -> list[str]:
