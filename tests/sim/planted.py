@@ -179,6 +179,17 @@ def revisions_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(projector.Projector, "__init__", forgetting)
 
 
+def known_one_position_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A question as known at a position is answered from the events before it: the
+    event recorded at that position is left out."""
+    as_known = session.LedgerSession.ledger_as_known
+
+    def one_early(self: session.LedgerSession, as_known_at: int, time: int | None) -> Any:
+        return as_known(self, max(0, as_known_at - 1), time)
+
+    monkeypatch.setattr(session.LedgerSession, "ledger_as_known", one_early)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -207,4 +218,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "grant priority ignored": grant_priority_ignored,
     "running job cancelled": running_job_cancelled,
     "revisions not recorded": revisions_not_recorded,
+    "as known one position early": known_one_position_early,
 }

@@ -221,6 +221,39 @@ def audit(world: World, op: Op) -> list[str]:
     return []
 
 
+KNOWN_AROUND_SPACING = 4
+"""A late usage report is asked about as known around it when its position is at least
+this many times the last one asked about in its world (each question folds the journal
+up to it: asked at spacings growing like this, a world's questions cost about what
+one fold of the whole of it costs, 1/(1 - 1/4) twice over)."""
+
+
+def known_around(world: World, op: Op) -> list[str]:
+    """A late usage report (recorded after an event later on the timeline): its
+    account's balance at its time as known right after it is the balance as known right
+    before it, less its amount (whatever the batches, its debt makes up the rest). Asked
+    of the first late report of a world and then at spacings (`KNOWN_AROUND_SPACING`):
+    `as_known_at` off by one position answers something else."""
+    line = op["line"]
+    rec = world.journal.get(line["id"])
+    if rec is None:
+        return []
+    position = rec.position
+    log = world.learn()
+    if position < 2 or position > len(log) or log[position - 2].time <= rec.time \
+            or position < KNOWN_AROUND_SPACING * world.known_around:
+        return []
+    world.known_around = position
+    tracker = world.tracker(world.process(op["actor"]), line["account"])
+    before = tracker.get_balance(rec.time, as_known_at=position - 1)
+    after = tracker.get_balance(rec.time, as_known_at=position)
+    if after != before - line["amount"]:
+        return [f"{rec.id}: usage of {line['amount']} at time {rec.time} (position "
+                f"{position}): get_balance as known at {position - 1} says {before}, as "
+                f"known at {position} says {after}"]
+    return []
+
+
 class Verification:
     """`projections.replay.verify` carried on from where it last stopped, so checking
     it every K steps costs in proportion to the events since, not to the journal.

@@ -23,7 +23,7 @@ from eventstore import ChainBroken, JournalLike, MemoryJournal
 from projections.importing import parse_record
 from projections.replay import fold_canonical, verify
 from tools.sim.actors import Director, Rates
-from tools.sim.checks import audit, full_check
+from tools.sim.checks import audit, full_check, known_around
 from tools.sim.journals import Journals
 from tools.sim.killed import STOPS
 from tools.sim.world import Op, World
@@ -152,6 +152,8 @@ def perform(world: World, ops: Iterable[Op], *, check_every: int,
             problems = world.execute(op)
             if op["kind"] == "audit":
                 problems += audit(world, op)
+            elif op["kind"] == "consume" and not problems:
+                problems += known_around(world, op)
             if observe is not None:
                 observe(op)
             if not problems and len(done) == due:

@@ -124,6 +124,9 @@ class World:
     # event id.
     decoded: dict[str, Any] = field(default_factory=dict)
     sound_lineage: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
+    # The position of the last late usage report whose balance was asked as known right
+    # before and right after it (`tools.sim.checks.known_around`; 0: none yet).
+    known_around: int = 0
 
     def __post_init__(self) -> None:
         self._note_answers()
