@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 
-from projections import creditbook, jobqueue, jobs, ledger, native, projector, session
+from projections import (
+    checkpoint,
+    creditbook,
+    jobqueue,
+    jobs,
+    ledger,
+    native,
+    projector,
+    replay,
+    session,
+)
 from projections.events import JobCancelled
 
 
@@ -190,6 +200,17 @@ def known_one_position_early(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session.LedgerSession, "ledger_as_known", one_early)
 
 
+def reversal_of_reversal_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reversal of a reversal does not put its event back: every event any reversal
+    names stays out of the fold."""
+
+    def every_target(reversals: Any) -> frozenset[str]:
+        return frozenset(reversals.values())
+
+    for module in (projector, replay, checkpoint):
+        monkeypatch.setattr(module, "reversed_ids", every_target)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -219,4 +240,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "running job cancelled": running_job_cancelled,
     "revisions not recorded": revisions_not_recorded,
     "as known one position early": known_one_position_early,
+    "reversal of a reversal ignored": reversal_of_reversal_ignored,
 }

@@ -94,6 +94,7 @@ class Director:
     rng: random.Random = field(init=False)
     priority_rng: random.Random = field(init=False)  # grants' priorities, apart
     cancel_rng: random.Random = field(init=False)  # which running job a cancel names
+    reversal_rng: random.Random = field(init=False)  # which reversal a reversal names
     now: int = START_TIME
     step: int = 0
     accounts: list[str] = field(default_factory=list)
@@ -106,6 +107,7 @@ class Director:
     content_ids: bool = False  # lines without an id are known by their own content
     reversals: bool = False  # the fold takes reversed events out
     reversible: list[str] = field(default_factory=list)  # recent usage, grants, corrections
+    reversed_by: list[str] = field(default_factory=list)  # recent reversals
     killed_writers: bool = False  # on a database: writers in processes of their own die
     _suffix: str = ""  # of the ids of the lines of one batch op
 
@@ -113,6 +115,7 @@ class Director:
         self.rng = random.Random(self.seed)
         self.priority_rng = random.Random(f"grant priorities {self.seed}")
         self.cancel_rng = random.Random(f"cancels of running jobs {self.seed}")
+        self.reversal_rng = random.Random(f"reversals of reversals {self.seed}")
         self.content_ids = content_ids_by_line()
         self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
@@ -121,7 +124,7 @@ class Director:
     def new_world(self) -> None:
         """Forget what the actors knew of the previous world (the clock goes on)."""
         self.accounts, self.pending, self.running, self.finished = [], [], [], []
-        self.files, self.grants, self.reversible = {}, [], []
+        self.files, self.grants, self.reversible, self.reversed_by = {}, [], [], []
 
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
@@ -213,12 +216,20 @@ class Director:
         if kind == "reverse" and self.reversible and self.reversals:
             # Usage, grants and corrections; now and then a reversal, to put one back.
             target = rng.choice(self.reversible)
+            # Half the time, when there is one, a reversal (to put its event back), drawn
+            # from a source of its own: the seeded stream of everything else stays as it
+            # was. (Drawn among all reversible events, one rarely named a reversal.)
+            reversal_rng = self.reversal_rng
+            if self.reversed_by and reversal_rng.random() < 0.5:
+                target = reversal_rng.choice(self.reversed_by)
             reverse: dict[str, Any] = {"type": "reverse", "event": target,
                                        "time": self._report_time(),
                                        "reason": "simulated mistake"}
             line = self._id(reverse)
             self.reversible.append(str(line["id"]))
             del self.reversible[:-40]
+            self.reversed_by.append(str(line["id"]))
+            del self.reversed_by[:-10]
             return "finance", line
         if kind == "open":
             name = f"new{self.step}"
