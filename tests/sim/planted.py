@@ -211,6 +211,37 @@ def reversal_of_reversal_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "reversed_ids", every_target)
 
 
+def void_takes_used_credits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A void takes back the grant's credits already used as well as its unused ones:
+    what usage drew from it becomes debt again."""
+    _in_source()
+    # (book, batch, credits drawn from it) by (id(book), id(batch)): both kept alive, so
+    # neither id is reused while the bug is planted.
+    used: dict[tuple[int, int], tuple[Any, creditbook.Batch, int]] = {}
+    take_head = creditbook.CreditBook._take_head
+    void = creditbook.CreditBook.void
+
+    def noting(self: creditbook.CreditBook, heap: list[creditbook.Batch],
+               amount: int) -> tuple[creditbook.Batch, int]:
+        batch, take = take_head(self, heap, amount)
+        key = (id(self), id(batch))
+        drawn = used[key][2] if key in used else 0
+        used[key] = (self, batch, drawn + take)
+        return batch, take
+
+    def taking_back(self: creditbook.CreditBook, grant_id: str, time: int,
+                    spare: creditbook.Batch | None = None) -> Any:
+        lapsed = void(self, grant_id, time, spare)
+        for key, (book, batch, drawn) in list(used.items()):
+            if book is self and batch.grant_id == grant_id and batch is not spare:
+                del used[key]
+                self.debt[batch.pool] = self.debt.get(batch.pool, 0) + drawn
+        return lapsed
+
+    monkeypatch.setattr(creditbook.CreditBook, "_take_head", noting)
+    monkeypatch.setattr(creditbook.CreditBook, "void", taking_back)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -241,4 +272,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "revisions not recorded": revisions_not_recorded,
     "as known one position early": known_one_position_early,
     "reversal of a reversal ignored": reversal_of_reversal_ignored,
+    "void takes used credits": void_takes_used_credits,
 }

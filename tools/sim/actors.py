@@ -95,6 +95,7 @@ class Director:
     priority_rng: random.Random = field(init=False)  # grants' priorities, apart
     cancel_rng: random.Random = field(init=False)  # which running job a cancel names
     reversal_rng: random.Random = field(init=False)  # which reversal a reversal names
+    void_rng: random.Random = field(init=False)  # which grant a void names
     now: int = START_TIME
     step: int = 0
     accounts: list[str] = field(default_factory=list)
@@ -103,6 +104,7 @@ class Director:
     finished: list[str] = field(default_factory=list)
     files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     grants: list[str] = field(default_factory=list)  # ids of grants made, for voids
+    expiries: dict[str, int] = field(default_factory=dict)  # of those grants, by id
     skews: dict[str, int] = field(default_factory=dict)
     content_ids: bool = False  # lines without an id are known by their own content
     reversals: bool = False  # the fold takes reversed events out
@@ -116,6 +118,7 @@ class Director:
         self.priority_rng = random.Random(f"grant priorities {self.seed}")
         self.cancel_rng = random.Random(f"cancels of running jobs {self.seed}")
         self.reversal_rng = random.Random(f"reversals of reversals {self.seed}")
+        self.void_rng = random.Random(f"voids of used grants {self.seed}")
         self.content_ids = content_ids_by_line()
         self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
@@ -125,6 +128,7 @@ class Director:
         """Forget what the actors knew of the previous world (the clock goes on)."""
         self.accounts, self.pending, self.running, self.finished = [], [], [], []
         self.files, self.grants, self.reversible, self.reversed_by = {}, [], [], []
+        self.expiries = {}
 
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
@@ -210,7 +214,15 @@ class Director:
                     "time": self._report_time(), "reason": "simulated correction"}
             return "finance", self._id(line)
         if kind == "void" and self.grants:
-            line = {"type": "void", "grant": rng.choice(self.grants),
+            grant = rng.choice(self.grants)
+            # Half the time one of the oldest grants not yet expired: the likeliest to
+            # have paid for usage already (drawn from a source of its own: the seeded
+            # stream of everything else stays as it was).
+            if self.void_rng.random() < 0.5:
+                live = [g for g in self.grants if self.expiries.get(g, 0) > self.now]
+                if live:
+                    grant = self.void_rng.choice(live[:3])
+            line = {"type": "void", "grant": grant,
                     "time": self._report_time(), "reason": "simulated contract change"}
             return "finance", self._id(line)
         if kind == "reverse" and self.reversible and self.reversals:
@@ -362,6 +374,9 @@ class Director:
             line["priority"] = priority
         line = self._id(line)
         self.grants.append(line["id"])
+        self.expiries[line["id"]] = line["expiry"]
+        for old in self.grants[:-40]:
+            self.expiries.pop(old, None)
         del self.grants[:-40]
         return line
 
