@@ -233,7 +233,7 @@ class Director:
             # was. (Drawn among all reversible events, one rarely named a reversal.)
             reversal_rng = self.reversal_rng
             if self.reversed_by and reversal_rng.random() < 0.5:
-                target = reversal_rng.choice(self.reversed_by)
+                target = reversal_rng.choice(self.reversed_by[-3:])
             reverse: dict[str, Any] = {"type": "reverse", "event": target,
                                        "time": self._report_time(),
                                        "reason": "simulated mistake"}
