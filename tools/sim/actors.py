@@ -228,11 +228,11 @@ class Director:
         if kind == "reverse" and self.reversible and self.reversals:
             # Usage, grants and corrections; now and then a reversal, to put one back.
             target = rng.choice(self.reversible)
-            # Half the time, when there is one, a reversal (to put its event back), drawn
+            # A quarter of the time, when there is one, a reversal (to put its event back), drawn
             # from a source of its own: the seeded stream of everything else stays as it
             # was. (Drawn among all reversible events, one rarely named a reversal.)
             reversal_rng = self.reversal_rng
-            if self.reversed_by and reversal_rng.random() < 0.5:
+            if self.reversed_by and reversal_rng.random() < 0.25:
                 target = reversal_rng.choice(self.reversed_by[-3:])
             reverse: dict[str, Any] = {"type": "reverse", "event": target,
                                        "time": self._report_time(),
