@@ -4,9 +4,11 @@ orders of them cut into import batches."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
+
+T = TypeVar("T")
 
 ACCOUNTS = ("a", "b")
 JOBS = ("j1", "j2")  # few ids: both accounts often submit one
@@ -57,9 +59,14 @@ def arrival(events: list[Event], data: st.DataObject, label: str) -> list[list[E
         order.append(waiting.pop(i))
     sizes = data.draw(st.lists(st.integers(1, 3), min_size=len(order), max_size=len(order)),
                       label=f"{label}: batches")
+    return in_batches(order, sizes)
+
+
+def in_batches(items: list[T], sizes: list[int]) -> list[list[T]]:
+    """`items` cut into consecutive batches of `sizes` (sizes past the end unused)."""
     batches, i = [], 0
     for size in sizes:
-        if i < len(order):
-            batches.append(order[i:i + size])
+        if i < len(items):
+            batches.append(items[i:i + size])
             i += size
     return batches

@@ -42,6 +42,7 @@ from projections.queries import (
 from projections.replay import fold_canonical, ledger_at, replay, save_checkpoint
 from projections.revisionlog import RevisionLog
 from projections.session import session_of
+from tests.arrivals import in_batches
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "h100")
@@ -121,12 +122,7 @@ def recorded(draw: st.DrawFn, *, batched: bool = True) -> list[list[Row]]:
         rows.append((f"e{i}", kind, time, to_payload(from_payload(kind, payload)), stream))
     sizes = draw(st.lists(st.sampled_from([1, 1, 1, 2, 3] if batched else [1]),
                           min_size=len(rows), max_size=len(rows)))
-    batches, i = [], 0
-    for size in sizes:
-        if i < len(rows):
-            batches.append(rows[i:i + size])
-            i += size
-    return batches
+    return in_batches(rows, sizes)
 
 
 def append(journal: JournalLike, batches: list[list[Row]]) -> JournalLike:
