@@ -657,13 +657,14 @@ class JournalPage:
     accounts: frozenset[str] = frozenset()  # the streams of `events` that are accounts
 
 
-def is_account(source: AuditSource, name: str) -> bool:
-    """Whether the journal names the account `name` (its page answers): a stream of a
-    job's steps filed before its submit, `job:<id>`, is none."""
+def accounts_among(source: AuditSource, names: set[str]) -> frozenset[str]:
+    """Those of `names` the journal names as accounts (their pages answer): a stream of
+    a job's steps filed before its submit, `job:<id>`, is none. One look at the
+    projection for all of them; the journal is asked only about the others."""
     with source.reading() as ledger:
-        if name in ledger.accounts:
-            return True
-    return names_account(source.journal, name)
+        known = {name for name in names if name in ledger.accounts}
+    return frozenset(known | {name for name in names - known
+                              if names_account(source.journal, name)})
 
 
 def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
@@ -676,7 +677,7 @@ def journal_page(source: AuditSource, params: dict[str, str]) -> JournalPage:
                                order="position"))
     previous = max(0, after - limit) if after > 0 else None
     following = after + limit if after + limit < head else None
-    accounts = frozenset(s for s in {rec.stream for rec in events} if is_account(source, s))
+    accounts = accounts_among(source, {rec.stream for rec in events})
     return JournalPage(events, after, limit, head, previous, following, accounts)
 
 
@@ -744,7 +745,7 @@ def event_page(source: AuditSource, position: int) -> EventPage | None:
     late = any(other.time > rec.time for other in earlier)
     return EventPage(rec, account, lines, caused, revised, late,
                      {k: v for k, v in personal_of(journal, rec).items() if k not in rec.payload},
-                     account != rec.stream or is_account(source, account),
+                     account != rec.stream or bool(accounts_among(source, {account})),
                      any(other.stream == account for other in earlier)
                      or exists_later(journal, account))
 
