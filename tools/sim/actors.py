@@ -103,8 +103,8 @@ class Director:
     running: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    grants: list[str] = field(default_factory=list)  # ids of grants made, for voids
-    expiries: dict[str, int] = field(default_factory=dict)  # of those grants, by id
+    # (id, expiry) of the last grants made, for voids
+    grants: list[tuple[str, int]] = field(default_factory=list)
     skews: dict[str, int] = field(default_factory=dict)
     content_ids: bool = False  # lines without an id are known by their own content
     reversals: bool = False  # the fold takes reversed events out
@@ -128,7 +128,6 @@ class Director:
         """Forget what the actors knew of the previous world (the clock goes on)."""
         self.accounts, self.pending, self.running, self.finished = [], [], [], []
         self.files, self.grants, self.reversible, self.reversed_by = {}, [], [], []
-        self.expiries = {}
 
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
@@ -214,12 +213,12 @@ class Director:
                     "time": self._report_time(), "reason": "simulated correction"}
             return "finance", self._id(line)
         if kind == "void" and self.grants:
-            grant = rng.choice(self.grants)
+            grant = rng.choice(self.grants)[0]
             # Half the time one of the oldest grants not yet expired: the likeliest to
             # have paid for usage already (drawn from a source of its own: the seeded
             # stream of everything else stays as it was).
             if self.void_rng.random() < 0.5:
-                live = [g for g in self.grants if self.expiries.get(g, 0) > self.now]
+                live = [g for g, expiry in self.grants if expiry > self.now]
                 if live:
                     grant = self.void_rng.choice(live[:3])
             line = {"type": "void", "grant": grant,
@@ -373,10 +372,7 @@ class Director:
         if priority is not None:
             line["priority"] = priority
         line = self._id(line)
-        self.grants.append(line["id"])
-        self.expiries[line["id"]] = line["expiry"]
-        for old in self.grants[:-40]:
-            self.expiries.pop(old, None)
+        self.grants.append((line["id"], line["expiry"]))
         del self.grants[:-40]
         return line
 
