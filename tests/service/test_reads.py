@@ -331,3 +331,48 @@ def test_every_account_refuses_what_the_command_line_refuses(
         cli = said.split("error: ", 1)[1].strip().removeprefix("as known at: ")
         assert refused.json()["detail"] == "as_known_at: " + cli.replace(
             "gpu-credits head", "GET /v1/journal/head")
+
+
+def test_a_read_on_a_worker_thread_keeps_the_projection_it_locked_across_a_rebuild(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failed commit's rebuild can land while a read holds the old projection's lock.
+    # The read must go on with the projection it holds: the rebuilt one is not locked
+    # by it, and the writer may already be deciding on it.
+    import asyncio
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+
+    from tools.service import reads
+
+    monkeypatch.setattr(service_ledger, "READ_FRESHNESS", 3600.0)
+    service = LedgerService(f"sqlite:///{tmp_path / 'r.db'}", clock=lambda: 10)
+    service.start()
+    applied, go = threading.Event(), threading.Event()
+    pending = None
+    try:
+        service.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+        waiting_read = service._waiting_read
+
+        @contextmanager
+        def rebuilt_meanwhile(session: LedgerSession) -> Iterator[LedgerSession]:
+            nonlocal pending
+            with waiting_read(session) as held:
+                service.reset()
+                # The writer decides on the rebuilt projection, not committed yet.
+                pending = service.writer.submit(GrantsThenWaits("g1", applied, go, True))
+                assert applied.wait(30)
+                yield held
+
+        monkeypatch.setattr(service, "_waiting_read", rebuilt_meanwhile)
+        monkeypatch.setattr(service, "read_at_once", lambda read, asked_at=None: BUSY)
+        seen = asyncio.run(reads._from_projection(
+            service, lambda session, ledger: (_balance(session, ledger),
+                                              _balance(session, session.ledger))))
+        assert seen == (100, 100)
+    finally:
+        go.set()
+        if pending is not None:
+            with pytest.raises(RuntimeError):
+                pending.result(30)
+        service.stop()
+        service.close()

@@ -335,6 +335,15 @@ class LedgerService:
         read looks at the journal only when the last look is older than that, so reads
         answer from memory under load. Every decision batch catches up first, whatever
         its age, so decisions never work from a stale view."""
+        with self.reading_session() as held:
+            yield held.ledger
+
+    @contextmanager
+    def reading_session(self) -> Iterator[LedgerSession]:
+        """As `reading()`, giving the session whose projection the block holds: a read
+        that needs the session too (its position, its journal) takes it from here, not
+        from `session`, which a failed commit's rebuild may replace meanwhile with one
+        this block does not lock."""
         session = self.session
         now = _time.monotonic()
         if now - self._caught_up_at > READ_FRESHNESS:
@@ -345,7 +354,7 @@ class LedgerService:
                     session.catch_up()
             self._caught_up_at = now
         with self._waiting_read(session) as held:
-            yield held.ledger
+            yield held
 
     @contextmanager
     def _waiting_read(self, session: LedgerSession) -> Iterator[LedgerSession]:

@@ -151,9 +151,10 @@ def _latest(service: LedgerService, ledger: Ledger) -> int | None:
 
 def _read_with_times(service: LedgerService, read: Callable[[LedgerSession, Ledger], T]) -> T:
     """`read` on a worker thread, once the times `_latest` needs are loaded."""
-    with service.reading() as ledger:
+    with service.reading_session() as session:
+        ledger = session.ledger
         _REVERSAL_TIMES.setdefault(service, _ReversalTimes()).load(service.journal, ledger)
-        return read(service.session, ledger)
+        return read(session, ledger)
 
 
 def _figures(account: str, figures: queries.Figures, at: int, position: int) -> dict[str, Any]:
@@ -262,8 +263,8 @@ async def _from_projection(service: LedgerService,
         return answer
 
     def waiting() -> T:
-        with service.reading():
-            return read(service.session, service.session.ledger)
+        with service.reading_session() as session:
+            return read(session, session.ledger)
 
     return await run_in_threadpool(waiting)
 
@@ -327,20 +328,21 @@ def statement(account: str, request: Request,
 def job(job: str, request: Request) -> Any:
     """A job's state, cost, charge, the grants that paid it, and why it was rejected."""
     service = service_of(request)
-    with service.reading() as ledger:
+    with service.reading_session() as session:
+        ledger = session.ledger
         answer = _job_state(service, ledger, job)
         if answer["state"] not in _FINISHED:
             return answer
         streams = owners.job_streams(service.journal, ledger, job)
-        read_to = service.session.projector.position
+        read_to = session.projector.position
     # The job's streams are read up to that position without the projection's lock: an
     # account with a long history would otherwise hold every decision of the service
     # for the whole read. Only what was recorded meanwhile is read under the lock below,
     # so the answer is the projection's at one position.
     early = {stream: owners.stream_job_events(service.journal, stream, job,
                                               to_position=read_to) for stream in streams}
-    session = service.session
-    with service.reading() as ledger:
+    with service.reading_session() as session:
+        ledger = session.ledger
         answer = _job_state(service, ledger, job)
         if answer["state"] not in _FINISHED:
             return answer
