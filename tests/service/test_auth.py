@@ -82,6 +82,15 @@ def test_a_tokens_file_without_tokens_is_refused(tmp_path: Any) -> None:
         load_tokens(str(empty), {})
 
 
+@pytest.mark.parametrize("value", [" ", ",", " , ,", "# worker:to be filled in"])
+def test_a_tokens_variable_set_without_tokens_is_refused(value: str) -> None:
+    """Set to something, the variable was meant to hold tokens: a typo that leaves none
+    must not start a service that answers everyone. Empty, it is as if unset."""
+    with pytest.raises(ValueError, match=r"\$GPU_CREDITS_TOKENS holds no tokens"):
+        load_tokens(None, {"GPU_CREDITS_TOKENS": value})
+    assert load_tokens(None, {"GPU_CREDITS_TOKENS": ""}) == []
+
+
 SECRET = "the-same-secret-0123"
 
 

@@ -138,7 +138,14 @@ def load_tokens(path: str | None, environ: dict[str, str] | None = None) -> list
                              f"ROLE:TOKEN with ROLE one of {', '.join(ROLES)}")
         tokens.extend(found)
     if env.get(ENV_TOKENS):
-        tokens.extend(parse_tokens(env[ENV_TOKENS], f"${ENV_TOKENS}"))
+        found = parse_tokens(env[ENV_TOKENS], f"${ENV_TOKENS}")
+        if not found:
+            # Set to something, it was meant to hold tokens (as a file given): only an
+            # empty variable means none.
+            raise ValueError(f"${ENV_TOKENS} holds no tokens; expected ROLE:TOKEN entries "
+                             f"with ROLE one of {', '.join(ROLES)}, comma-separated "
+                             "(empty or unset: no tokens)")
+        tokens.extend(found)
     _refuse_shared(tokens)  # the file and the variable together
     return tokens
 
