@@ -12,6 +12,7 @@ installed.
 
 from __future__ import annotations
 
+import csv
 import os
 from collections import deque
 from pathlib import Path
@@ -323,3 +324,26 @@ def test_the_two_tree_benchmarks_compare_trees_by_their_answers(
     # The same code twice: the same answers, by their hash.
     assert mine.rsplit("answers ", 1)[1] == other.rsplit("answers ", 1)[1]
     assert "other / this tree:" in out
+
+
+def test_the_reports_setup_runs_in_a_workdir_kept_from_a_run_of_another_size(
+        tmp_path: Path) -> None:
+    from eventstore import Journal
+    from projections.queries.reconcile import ledger_charges
+    from tools.bench import reports
+    from tools.bench.runner import TOY, Config, Timing, run_in_process
+    from tools.bench.storage import sqlite_url
+
+    workdir = str(tmp_path)
+    reports.build_reports_journal(Timing(), workdir, 60)  # what a smaller run left
+    cfg = Config(sizes=TOY, runs=1, workdir=workdir, pg_url=None, have_es=False)
+    for call in reports.scenario(cfg).prepare:
+        done = run_in_process(call.fn, call.params, 1)
+        assert "error" not in done, done["error"]
+    with Journal(sqlite_url(reports.reports_path(workdir, TOY.reports))) as journal:
+        jobs, events, _ = ledger_charges(journal, journal.head())
+    with open(reports.charges_path(workdir, TOY.reconcile_rows), encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    charges = sorted((*jobs.values(), *events.values()), key=lambda c: (c.time, c.position))
+    assert [(r["account"], r["job"] or r["id"]) for r in rows] == [
+        (c.account, c.ref) for c in charges[:TOY.reconcile_rows]]

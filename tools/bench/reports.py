@@ -115,17 +115,14 @@ def build_late_journal(t: Timing, workdir: str, n: int) -> None:
         journal.close()
 
 
-def build_reconcile_files(t: Timing, workdir: str, rows: int) -> None:
-    """The charges file for the reports journal (built first, in the same workdir): its
-    first `rows` charges in canonical order (account, job or id, amount, time), every
-    1,000th amount off by one."""
+def build_reconcile_files(t: Timing, workdir: str, n: int, rows: int) -> None:
+    """The charges file for the reports journal of n events (built first, in the same
+    workdir, which may keep other sizes' from earlier runs): its first `rows` charges in
+    canonical order (account, job or id, amount, time), every 1,000th amount off by one."""
     from eventstore import Journal
     from projections.queries.reconcile import ledger_charges
 
-    found = sorted(Path(workdir).glob("reports-mix-*.db"))
-    if len(found) != 1:
-        raise RuntimeError(f"expected one reports journal in {workdir}, found {found}")
-    journal = Journal(sqlite_url(str(found[0])))
+    journal = Journal(sqlite_url(reports_path(workdir, n)), create=False)
     try:
         jobs, events, _ = ledger_charges(journal, journal.head())
     finally:
@@ -246,6 +243,6 @@ def scenario(cfg: Config) -> Scenario:
             Call(f"a copy of the {n:,}-event mix with one late event",
                  "reports:build_late_journal", {"workdir": wd, "n": n}),
             Call(f"write a journal and a {rows:,}-row charges file for reconcile",
-                 "reports:build_reconcile_files", {"workdir": wd, "rows": rows}),
+                 "reports:build_reconcile_files", {"workdir": wd, "n": n, "rows": rows}),
         ],
     )
