@@ -1477,6 +1477,32 @@ def test_a_completions_retry_after_a_restart_answers_the_charge_told_once_revers
         assert head(c) == at
 
 
+def test_a_completions_retry_on_a_replica_answers_as_told_once_the_job_completed_again(
+        database_url: str, clock: Clock) -> None:
+    """A keyed completion whose event was reversed, the job then completed again the
+    other way: its retry on another replica of the journal is told what it was told
+    (failed), not the state the second completion left the job in."""
+    complete = ("/v1/jobs/j1/complete", {"success": False, "time": 12})
+    with (TestClient(create_app(database_url, clock=clock, mount_web=False)) as one,
+          TestClient(create_app(database_url, clock=clock, mount_web=False)) as two):
+        setup_account(one)
+        assert one.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 9,
+                                          "priority": 1, "time": 10}).status_code == 201
+        assert one.post("/v1/jobs/start-next", json={"time": 11}).status_code == 200
+        told = one.post(complete[0], json=complete[1], headers={"Idempotency-Key": "done-1"})
+        assert (told.status_code, told.json()) == (
+            200, {"job": "j1", "state": "failed", "charged": 0})
+        assert one.post("/v1/events", json={"events": [
+            {"type": "reverse", "event": "done-1", "time": 13, "reason": "wrong run"}]}
+        ).status_code == 200
+        assert one.post("/v1/jobs/j1/complete", json={"success": True, "time": 14}
+                        ).json()["state"] == "succeeded"
+        at = head(one)
+        again = two.post(complete[0], json=complete[1], headers={"Idempotency-Key": "done-1"})
+        assert (again.status_code, again.json()) == (told.status_code, told.json())
+        assert head(two) == at
+
+
 def test_the_batch_answer_cache_keeps_the_most_recent_answers_up_to_its_size() -> None:
     """A process remembers the answers of its most recent keyed batches, as many as its
     size (10,000 by default): a new one pushes out the oldest, and a forgotten key is

@@ -214,10 +214,15 @@ class Complete:
                                  clock=service.clock, event_id=self.key,
                                  allow_far_times=service.allow_far_times)
         job = session.ledger.jobs.get(self.job)
-        if job is None and decision.replayed and decision.outcomes and decision.outcome.ok:
-            # A retry whose job's submit a reversal took out since: as it was told.
+        if decision.outcomes and decision.outcome.ok:
+            # What the completion did, as it was told: a retry's answer too, once its
+            # job's submit was reversed since, or the completion itself and the job then
+            # completed again the other way (the job's state now is that completion's).
+            charged = decision.outcome.charge
+            if charged is None and job is not None:
+                charged = job.charge
             return {"job": self.job, "state": "succeeded" if self.success else "failed",
-                    "charged": decision.outcome.charge}
+                    "charged": charged}
         if job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
         charged = decision.outcome.charge if decision.outcome.charge is not None \
