@@ -73,7 +73,16 @@ class SQLiteBackend(Backend):
 
     def __init__(self, url: str, lock_timeout: float, *, read_only: bool = False) -> None:
         super().__init__(url, lock_timeout, read_only=read_only)
-        database = make_url(url).database
+        parsed = make_url(url)
+        if parsed.query:
+            # The file is opened with the journal's own settings (read-only where only
+            # reading), so an option would be dropped without a word: `?mode=ro` would
+            # still write.
+            options = url[url.index("?"):]
+            raise ValueError(f"a SQLite journal URL takes no options, got {options!r} in "
+                             f"{url!r}: give the file alone, sqlite:///path.db (a journal "
+                             "is opened read-only by the commands that only read)")
+        database = parsed.database
         self.in_memory = database in (None, "", ":memory:")
         self.path = None if self.in_memory or database is None else Path(database)
         # An in-memory database lives in one connection (StaticPool) shared by all

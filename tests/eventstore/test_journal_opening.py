@@ -218,3 +218,21 @@ def test_postgres_url_naming_a_schema_that_does_not_exist_is_one_clear_error(
     with pytest.raises(SchemaError, match="no schema to create the journal in") as err:
         Journal(url)
     assert "\n" not in str(err.value) and "CREATE SCHEMA" in str(err.value)
+
+
+@pytest.mark.parametrize("query", ["mode=ro", "uri=true&mode=ro", "cache=shared",
+                                   "timeout=abc"])
+def test_a_sqlite_url_with_options_is_refused_and_nothing_is_written(
+        tmp_path: Path, query: str) -> None:
+    # The journal opens the file itself, so options were silently dropped: an auditor's
+    # `?mode=ro` still let a grant be written.
+    path = tmp_path / "j.db"
+    Journal(sqlite_url(path)).close()
+    before = path.read_bytes()
+    with pytest.raises(ValueError) as refused:
+        Journal(f"{sqlite_url(path)}?{query}")
+    message = str(refused.value)
+    assert f"?{query}" in message and "sqlite:///" in message and "\n" not in message
+    assert path.read_bytes() == before
+    with pytest.raises(ValueError, match=r"\?mode=ro"):
+        Journal("sqlite://?mode=ro")
