@@ -375,3 +375,33 @@ def open_service_on(url: str) -> LedgerService:
     service.reset()
     service.ready.set()
     return service
+
+
+@pytest.mark.parametrize("late", [
+    commands.StartNext("e1", None),  # would find nothing to start
+    commands.Cancel("e1", "j1", None),  # of a job cancelled before
+])
+def test_a_key_the_batch_being_written_records_is_no_free_key_for_the_next(
+        service: LedgerService, late: Any) -> None:
+    """A request that records nothing, under a key that a record of the batch being
+    written takes as its id, is another request (409), as it is once that batch is
+    written: not a 204 bound to a key that names an event, which its own retry then
+    finds a conflict."""
+    service.decide_now(commands.Submit("s1", "j1", "a", 1, 0, None, 10))
+    service.decide_now(commands.Cancel("c1", "j1", 10))
+    held = HeldWrites(service)
+    (gate,) = held.plan(False)
+    first = service.writer.submit(_events(
+        {"type": "grant", "account": "b", "amount": 7, "time": 10, "id": "e1"}))
+    assert held.started.acquire(timeout=30)
+    second = service.writer.submit(late)
+    time.sleep(0.3)  # the writer takes it while the first is written
+    gate.set()
+    assert first.result(30)["positions"] == [4]
+    refused = second.exception(30)
+    assert refused is not None and getattr(refused, "status", 409) == 409, refused
+    assert service.journal.request("e1") is None
+    with pytest.raises(Exception) as again:
+        service.decide_now(late)
+    assert str(again.value) == str(refused)
+    _agrees(service)

@@ -144,6 +144,9 @@ class Prepared:
 
     results: list[Any]
     write: Callable[[], Any]
+    # The ids of the events it writes: a key among them is not free for the next batch,
+    # which must not be decided before they are recorded (see `_commit`).
+    ids: frozenset[str] = frozenset()
 
 
 class PipelineBroken(Exception):
@@ -156,7 +159,7 @@ class _Ahead:
 
     items: list[_Item]
     results: list[Any]
-    keys: frozenset[str]
+    keys: frozenset[str]  # its commands' keys and its events' ids
     future: Future[Any]
     began: float  # when the writer began deciding it
     # Set once the write's callback has run (answers delivered, or the writer woken):
@@ -661,8 +664,12 @@ class GroupCommit:
     def _commit(self, items: list[_Item]) -> None:
         ahead = self._ahead
         if ahead is not None and any(
-                i.command.key in ahead.keys for i in items if i.command.key is not None):
-            self._settle_ahead()  # a retry must find its first attempt recorded
+                key in ahead.keys for i in items for key in _ids_of(i.command)):
+            # A retry must find its first attempt recorded; a key (or a record's id) that
+            # an event of the batch being written takes must be found taken. Decided
+            # ahead, the journal's look-up would miss them: a request that records
+            # nothing would bind a key an event holds, and answer 204 for a 409.
+            self._settle_ahead()
         if self._pause():
             # A read waits until nothing decided is uncommitted: let it in first.
             self._settle_ahead()
@@ -726,7 +733,8 @@ class GroupCommit:
         """Hand a prepared batch to the committer; its answers go out once it committed."""
         if self._committer is None:
             self._committer = _Committer(self._context)
-        keys = frozenset(i.command.key for i in items if i.command.key is not None)
+        keys = frozenset(i.command.key for i in items if i.command.key is not None
+                         ) | prepared.ids
         future = self._committer.submit(prepared.write)
         ahead = self._ahead = _Ahead(items, prepared.results, keys, future, self._began)
 
@@ -784,6 +792,13 @@ class GroupCommit:
             self._reset()
         except BaseException as again:  # the database may still be away: retry later
             log.warning("projection reset failed: %s", type(again).__name__)
+
+
+def _ids_of(command: Command) -> list[str]:
+    """The event ids `command` looks up: its key, and a batch of events' own ids."""
+    ids = [] if command.key is None else [command.key]
+    ids.extend(getattr(command, "event_ids", ()))
+    return ids
 
 
 def run_commands(commands: Sequence[Command], service: Any) -> list[Any]:

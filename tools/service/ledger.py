@@ -527,7 +527,8 @@ class LedgerService:
         # Even a batch that appends nothing answers only once the batch ahead committed:
         # its refusals were decided on it.
         self._ahead_base = position
-        return Prepared(results, partial(self._write_ahead, deferred))
+        return Prepared(results, partial(self._write_ahead, deferred),
+                        frozenset(e.id for e in deferred.events))
 
     def _settled(self) -> None:
         """A batch decided ahead committed: its decisions are the journal's now."""
