@@ -275,7 +275,7 @@ class JournalBase(Reader):
         match (altered beside the chain) raises ChainBroken at the record's position, so
         nothing altered is ever shown.
         """
-        wanted = sorted({i for i in ids if isinstance(i, str) and appending.NUL not in i})
+        wanted = sorted({i for i in ids if isinstance(i, str) and appending.storable(i)})
         found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(wanted), _PRIVATE_BATCH):
             for row, salt, text in self._private_of(wanted[start:start + _PRIVATE_BATCH]):

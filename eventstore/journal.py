@@ -36,10 +36,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from . import appending, migrate
 from .appending import (
-    NUL,
     bound_already,
     require_int,
     require_text,
+    storable,
     validate_request,
     validate_snapshot,
     wall_clock_us,
@@ -867,7 +867,7 @@ class Journal(JournalBase):
     def get(self, event_id: str) -> RecordedEvent | None:
         """The event recorded under this id, or None; checked as `read` checks each event
         (ChainBroken at its position when its stored hash does not match)."""
-        if not isinstance(event_id, str) or NUL in event_id:
+        if not isinstance(event_id, str) or not storable(event_id):
             return None  # no such id can be recorded (and PostgreSQL could not compare it)
         with self._reading() as conn:
             compiled = _compiled_fixed(_GET_BY_ID, conn.dialect)
@@ -876,7 +876,7 @@ class Journal(JournalBase):
 
     def get_many(self, event_ids: Iterable[str]) -> dict[str, RecordedEvent]:
         """The events recorded under any of these ids, by id: one query per 1,000 ids."""
-        wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
+        wanted = sorted({i for i in event_ids if isinstance(i, str) and storable(i)})
         found: dict[str, RecordedEvent] = {}
         with self._reading(one_statement=len(wanted) <= 1000) as conn:
             for chunk in _chunks(wanted, 1000):
@@ -892,7 +892,7 @@ class Journal(JournalBase):
         """`head()` and `get_many(event_ids)`: one query, so as of one moment, for up to
         1,000 ids (a group commit asks both before every batch); beyond, one query after
         the other."""
-        wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
+        wanted = sorted({i for i in event_ids if isinstance(i, str) and storable(i)})
         if len(wanted) > 1000:
             return self.head(), self.get_many(wanted)
         with self._reading(one_statement=True) as conn:
@@ -904,8 +904,8 @@ class Journal(JournalBase):
         query, so as of one moment, for up to 1,000 ids and `_CHUNK` keys (a group
         commit of single writes asks all three before every batch); beyond, one query
         after the other."""
-        wanted = sorted({i for i in event_ids if isinstance(i, str) and NUL not in i})
-        keys = sorted({k for k in request_keys if isinstance(k, str) and NUL not in k})
+        wanted = sorted({i for i in event_ids if isinstance(i, str) and storable(i)})
+        keys = sorted({k for k in request_keys if isinstance(k, str) and storable(k)})
         if len(wanted) > 1000 or len(keys) > _CHUNK:
             head, recorded = self.head_and_get_many(wanted)
             with self._reading() as conn:
@@ -917,7 +917,7 @@ class Journal(JournalBase):
 
     def stream_version(self, stream: str) -> int:
         """The stream's current version, 0 when it has no event."""
-        if not isinstance(stream, str) or NUL in stream:
+        if not isinstance(stream, str) or not storable(stream):
             return 0  # no such stream can be recorded
         with self._reading() as conn:
             v = conn.execute(select(func.max(events.c.version)).where(events.c.stream == stream))
@@ -930,8 +930,9 @@ class Journal(JournalBase):
                 t0: int | None = conn.execute(select(func.max(events.c.event_time))).scalar_one()
                 return t0
             best: int | None = None
-            # A name with NUL cannot be recorded (nor compared by PostgreSQL): skip it.
-            names = sorted({s for s in streams if isinstance(s, str) and NUL not in s})
+            # A name with NUL or a lone surrogate cannot be recorded (nor compared by
+            # PostgreSQL): skip it.
+            names = sorted({s for s in streams if isinstance(s, str) and storable(s)})
             for chunk in _chunks(names, _CHUNK):
                 # Walk the (event_time, position) index back from the end until a
                 # row of these streams: quick when they are active, no extra index.

@@ -17,9 +17,10 @@ from . import appending
 from .appending import (
     INT64_MAX,
     INT64_MIN,
-    NUL,
+    encodes,
     require_int,
     require_text,
+    storable,
     validate_snapshot,
     wall_clock_us,
 )
@@ -170,7 +171,8 @@ class MemoryJournal(JournalBase):
                 text = canonical_json(payload)
             except ValueError:  # NaN or an infinity: the planned path explains
                 return None
-            if NUL in eid or NUL in stream or NUL in kind or "\\u0000" in text:
+            if not (storable(eid) and storable(stream) and storable(kind)
+                    and "\\u0000" not in text and encodes(text)):
                 return None
             ids.add(eid)
             texts.append(text)

@@ -746,6 +746,67 @@ class NulContract(_OnABackend):
             journal.save_snapshot("n\x00", 1, 0, "d", b"")
 
 
+
+class SurrogateContract(_OnABackend):
+    """A lone surrogate (text no UTF-8 can encode) is refused as NUL is, on every backend
+    alike: an event holding one is a ValueError naming where, and a look-up by one finds
+    nothing."""
+
+    @pytest.mark.parametrize(
+        ("event", "where"),
+        [
+            (NewEvent("a\ud800b", "s", "t", 1, {}), "id"),
+            (NewEvent("a", "s\udfff", "t", 1, {}), "stream"),
+            (NewEvent("a", "s", "\ud800t", 1, {}), "type"),
+            (NewEvent("a", "s", "t", 1, {"memo": "x\udc00y"}), "memo"),
+            (NewEvent("a", "s", "t", 1, {"deep": [{"k": ["ok", "no\ud800"]}]}), "deep"),
+            (NewEvent("a", "s", "t", 1, {"key\ud800": 1}), "key"),
+            (NewEvent("a", "s", "t", 1, {}, {"email": "\udfff"}), "email"),
+        ],
+        ids=["id", "stream", "type", "payload-value", "payload-deep", "payload-key",
+             "private"],
+    )
+    def test_a_lone_surrogate_anywhere_in_an_event_is_refused_and_nothing_is_appended(
+        self, journal: JournalLike, event: NewEvent, where: str
+    ) -> None:
+        journal.append([ev("before")])
+        with pytest.raises(ValueError, match="surrogate") as caught:
+            journal.append([ev("fine"), event])
+        assert where in str(caught.value)
+        assert journal.head() == 1
+        with pytest.raises(ValueError, match="surrogate"):
+            journal.append([ev("fine")], expected_versions={"s\ud800": 0})
+        assert journal.head() == 1
+
+    def test_lookups_with_a_lone_surrogate_find_nothing_instead_of_failing(
+        self, journal: JournalLike
+    ) -> None:
+        journal.append([ev("a", stream="s")])
+        journal.bind_request("k", "f", "answer")
+        lone = "\ud800"
+        assert journal.get("a" + lone) is None
+        assert set(journal.get_many(["a", lone])) == {"a"}
+        assert set(journal.head_and_get_many(["a", lone])[1]) == {"a"}
+        found = journal.look_up(["a", lone], ["k", lone])
+        assert set(found.recorded) == {"a"} and found.bound == {"k"}
+        assert journal.private(["a", lone]) == {}
+        assert journal.stream_version("s" + lone) == 0
+        assert journal.max_time(["s" + lone]) is None
+        assert journal.max_time(["s" + lone, "s"]) == 0
+        with pytest.raises(ValueError, match="surrogate"):
+            list(journal.read(stream="s" + lone))
+        with pytest.raises(ValueError, match="surrogate"):
+            journal.request(lone)
+        with pytest.raises(ValueError, match="surrogate"), journal.transaction(["k" + lone]):
+            pass
+        with pytest.raises(ValueError, match="surrogate"):
+            journal.save_snapshot("n" + lone, 1, 0, "d", b"")
+        for key, fingerprint, answer in ((lone, "f", "x"), ("k2", lone, "x"),
+                                         ("k2", "f", lone)):
+            with pytest.raises(ValueError, match="surrogate"):
+                journal.bind_request(key, fingerprint, answer)
+        assert journal.request("k2") is None
+
 class BatchContract(_OnABackend):
     """Which positions were appended together: one append, or one transaction."""
 
@@ -801,5 +862,6 @@ class BatchContract(_OnABackend):
             again.close()
 
 
-class JournalContract(AppendReadContract, ChainContract, NulContract, BatchContract):
+class JournalContract(AppendReadContract, ChainContract, NulContract, SurrogateContract,
+                      BatchContract):
     """The whole journal contract: subclass it with a `journal_url` fixture."""
