@@ -347,3 +347,60 @@ def test_the_reports_setup_runs_in_a_workdir_kept_from_a_run_of_another_size(
     charges = sorted((*jobs.values(), *events.values()), key=lambda c: (c.time, c.position))
     assert [(r["account"], r["job"] or r["id"]) for r in rows] == [
         (c.account, c.ref) for c in charges[:TOY.reconcile_rows]]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("pg", marks=pytest.mark.postgres)])
+def test_the_raw_read_baselines_time_the_read_not_the_driver_s_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    # Our side is timed once its journal is open (driver imported, connected); a raw read
+    # timed from before its connection would be charged what ours is not.
+    import sqlite3
+    import time
+    from collections.abc import Callable, Iterator
+    from contextlib import contextmanager
+    from typing import Any
+
+    import psycopg
+
+    from tools.bench import cpu, rawdb, replay
+    from tools.bench.runner import Timing
+    from tools.bench.storage import create_schema, drop_schema, libpq_dsn, pg_base_url
+
+    workdir, n = str(tmp_path), 40
+    path, schema = cpu._paths(workdir, n)
+    steps: list[str] = []
+
+    def noted(step: str, then: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            steps.append(step)
+            return then(*args, **kwargs)
+        return call
+
+    if kind == "sqlite":
+        rawdb.sqlite_connect(path, create=True).close()
+        monkeypatch.setattr(sqlite3, "connect", noted("connect", sqlite3.connect))
+    else:
+        pg = pg_base_url()
+        create_schema(pg, schema)
+        rawdb.pg_connect(libpq_dsn(pg), schema, create=True).close()
+        monkeypatch.setattr(psycopg, "connect", noted("connect", psycopg.connect))
+
+    class Watched(Timing):
+        @contextmanager
+        def measure(self, section: str = "main") -> Iterator[None]:
+            steps.append("timed")
+            yield
+
+    try:
+        if kind == "sqlite":
+            replay.raw_sqlite_read(Watched(), path)
+        else:
+            replay.raw_pg_read(Watched(), pg, schema)
+        assert steps == ["connect", "timed"]
+        steps.clear()
+        monkeypatch.setattr(time, "process_time", noted("timed", time.process_time))
+        cpu.one("raw", kind, workdir, n, pg_base_url() if kind == "pg" else None)
+        assert steps[:2] == ["connect", "timed"]
+    finally:
+        if kind == "pg":
+            drop_schema(pg_base_url(), schema)

@@ -110,17 +110,15 @@ def sqlite_executemany(conn: sqlite3.Connection, events: Sequence[MixEvent],
         conn.execute("COMMIT")
 
 
-def sqlite_read_decode(path: str) -> int:
-    """Every row in canonical order, payload JSON-decoded; how many."""
-    conn = sqlite3.connect(path)
+def sqlite_read_decode(conn: sqlite3.Connection) -> int:
+    """Every row in canonical order, payload JSON-decoded; how many. The connection is
+    opened before (`sqlite3.connect(path)`), as our side's journal is opened before its
+    timed read."""
     n = 0
     loads = json.loads
-    try:
-        for row in conn.execute(SELECT_CANONICAL):
-            loads(row[7])
-            n += 1
-    finally:
-        conn.close()
+    for row in conn.execute(SELECT_CANONICAL):
+        loads(row[7])
+        n += 1
     return n
 
 
@@ -162,19 +160,17 @@ def pg_copy(conn: Any, events: Sequence[MixEvent], batch: int) -> None:
         conn.commit()
 
 
-def pg_read_decode(dsn: str, schema: str, itersize: int = 5000) -> int:
-    """Every row in canonical order through a server-side cursor, payload decoded."""
-    conn = pg_connect(dsn, schema, create=False)
+def pg_read_decode(conn: Any, itersize: int = 5000) -> int:
+    """Every row in canonical order through a server-side cursor, payload decoded. The
+    connection is opened before (`pg_connect`, which imports the driver), as our side's
+    journal is opened before its timed read."""
     n = 0
     loads = json.loads
-    try:
-        with conn.cursor(name="bench_read") as cur:
-            cur.itersize = itersize
-            cur.execute(SELECT_CANONICAL)
-            for row in cur:
-                loads(row[7])
-                n += 1
-        conn.commit()
-    finally:
-        conn.close()
+    with conn.cursor(name="bench_read") as cur:
+        cur.itersize = itersize
+        cur.execute(SELECT_CANONICAL)
+        for row in cur:
+            loads(row[7])
+            n += 1
+    conn.commit()
     return n
