@@ -405,3 +405,37 @@ def test_a_key_the_batch_being_written_records_is_no_free_key_for_the_next(
         service.decide_now(late)
     assert str(again.value) == str(refused)
     _agrees(service)
+
+
+def test_deferred_events_the_journal_refuses_are_not_a_later_decisions_refusal(
+        database_url: str) -> None:
+    """A batch of events whose record takes the id of a grant decided before it in the
+    batch (deferred, both, as the batch is decided ahead) is refused when the two are
+    written. When a later decision of the batch (a retry, which reads the journal) is
+    what writes them, that refusal is not its own: the batch is decided again, and
+    answers as the same commands one at a time do (the grant recorded, the batch of
+    events 409, the retry its first answer), with nothing answered that was not
+    written."""
+    service = LedgerService(database_url, clock=lambda: 10)
+    service.reset()
+    service.ready.set()
+    try:
+        retried = commands.Usage("u0", "a", 1, None, None, 5)
+        futures, _ = service.writer.commit_in_turn(
+            [commands.Grant("g0", "a", 10, None, None, None, None, 1), retried])
+        first = futures[1].result()
+        batch = [commands.Grant("x", "a", 5, None, None, None, None, 6),
+                 _events({"type": "grant", "account": "a", "amount": 6, "time": 6,
+                          "id": "x"}),
+                 retried]
+        futures, groups = service.writer.commit_in_turn(batch)
+        assert groups == [[0, 1, 2]]
+        assert futures[0].result()["position"] == 3
+        conflict = futures[1].exception()
+        assert conflict is not None and "'x'" in str(conflict)
+        assert futures[2].result() == first
+        assert [r.id for r in service.journal.read(order="position")] == ["g0", "u0", "x"]
+        _agrees(service)
+    finally:
+        service.writer.stop()
+        service.close()

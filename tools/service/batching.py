@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore import (
+    IdempotencyConflict,
     JournalLike,
     LookUp,
     NewEvent,
@@ -102,7 +103,15 @@ def _flush(batch: _Batch) -> None:
     if batch.pending:
         events, first = batch.pending, (batch.base or 0) + 1
         batch.pending, batch.pending_ids = [], {}
-        recorded = _tx(batch).append(events)
+        try:
+            recorded = _tx(batch).append(events)
+        except (IdempotencyConflict, ValueError) as exc:
+            # The deferred events of several decisions refused together (two of them
+            # under one id, say): no refusal of the decision that happens to write them
+            # (a later one's read or retry), which would commit the batch without them
+            # while their own decisions answered success. Decided again, one append per
+            # decision, each decision meets its own refusal.
+            raise PositionsMoved(f"the deferred events were refused: {exc}") from exc
         if [r.position for r in recorded] != list(range(first, first + len(events))):
             raise PositionsMoved(f"deferred events landed at {recorded[0].position}.., "
                                  f"expected {first}..")
