@@ -152,6 +152,7 @@ def validate_request(key: object, fingerprint: object, answer: object,
     for position in positions:
         if type(position) is not int or position < 1:
             raise ValueError(f"a request's positions must be positive ints, got {position!r}")
+        require_int("a request's position", position)
     return (min(positions), max(positions)) if positions else (None, None)
 
 
@@ -198,6 +199,32 @@ def _refuse_nul(event_id: str, obj: object, where: str = "payload") -> None:
     elif isinstance(obj, list | tuple):
         for i, item in enumerate(obj):
             _refuse_nul(event_id, item, f"{where}[{i}]")
+
+
+def snapshot_bounds(from_time: int | None, before_position: int | None,
+                    through_id: int | None) -> None:
+    """Raise ValueError unless drop_snapshots' bounds are each None or a 64-bit int."""
+    for name, bound in (("from_time", from_time), ("before_position", before_position),
+                        ("through_id", through_id)):
+        if bound is not None:
+            require_int(name, bound)
+
+
+def snapshot_id(value: object) -> int | None:
+    """`value` as a snapshot id, None when no snapshot can have it (not an int, or past
+    64 bits): load_snapshot's KeyError, on every backend alike."""
+    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+        return None
+    return value
+
+
+def private_bounds(after_position: object, to_position: object, batch_size: object) -> None:
+    """Raise ValueError unless private_parts' bounds are as `read`'s are."""
+    require_int("after_position", after_position)
+    if to_position is not None:
+        require_int("to_position", to_position)
+    if require_int("batch_size", batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
 
 def validate_snapshot(name: object, position: object, event_time: object, digest: object,

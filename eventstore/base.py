@@ -290,6 +290,7 @@ class JournalBase(Reader):
         For finding what to erase; not checked against the seals (`private` and
         `verify_chain` do that).
         """
+        appending.private_bounds(after_position, to_position, batch_size)
         for position, event_id, _salt, text in self._private_rows(
                 after_position, to_position, batch_size):
             yield position, event_id, load_json(text)

@@ -1041,12 +1041,15 @@ class Journal(JournalBase):
 
     def load_snapshot(self, snapshot_id: int) -> bytes:
         """The state bytes of one snapshot; KeyError if there is none with that id."""
+        found = appending.snapshot_id(snapshot_id)
+        if found is None:
+            raise KeyError(f"no snapshot with id {snapshot_id!r}")
         with self._reading() as conn:
             # As bytes whatever was stored: SQLite keeps text in a BLOB column (and would
             # fail to decode text that is not UTF-8); the checkpoint's reader then finds
             # it damaged.
             state = conn.execute(
-                select(cast(snapshots.c.state, LargeBinary)).where(snapshots.c.id == snapshot_id)
+                select(cast(snapshots.c.state, LargeBinary)).where(snapshots.c.id == found)
             ).scalar_one_or_none()
         if state is None:
             raise KeyError(f"no snapshot with id {snapshot_id}")
@@ -1057,14 +1060,14 @@ class Journal(JournalBase):
                        through_id: int | None = None) -> int:
         """Drop snapshots with event_time >= from_time, position < before_position and
         id <= through_id (each bound: none if None); return how many."""
+        appending.snapshot_bounds(from_time, before_position, through_id)
         stmt = delete(snapshots).where(snapshots.c.name == name)
         if from_time is not None:
-            stmt = stmt.where(snapshots.c.event_time >= require_int("from_time", from_time))
+            stmt = stmt.where(snapshots.c.event_time >= from_time)
         if before_position is not None:
-            stmt = stmt.where(
-                snapshots.c.position < require_int("before_position", before_position))
+            stmt = stmt.where(snapshots.c.position < before_position)
         if through_id is not None:
-            stmt = stmt.where(snapshots.c.id <= require_int("through_id", through_id))
+            stmt = stmt.where(snapshots.c.id <= through_id)
         with self._writing() as conn:
             return int(conn.execute(stmt).rowcount)
 

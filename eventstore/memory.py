@@ -546,8 +546,9 @@ class MemoryJournal(JournalBase):
 
     def load_snapshot(self, snapshot_id: int) -> bytes:
         """The state bytes of one snapshot; KeyError if there is none with that id."""
+        found = appending.snapshot_id(snapshot_id)
         with self._lock:
-            snap = self._snapshots.get(snapshot_id)
+            snap = None if found is None else self._snapshots.get(found)
         if snap is None:
             raise KeyError(f"no snapshot with id {snapshot_id}")
         return snap.state
@@ -557,6 +558,7 @@ class MemoryJournal(JournalBase):
                        through_id: int | None = None) -> int:
         """Drop snapshots with event_time >= from_time, position < before_position and
         id <= through_id (each bound: none if None); return how many."""
+        appending.snapshot_bounds(from_time, before_position, through_id)
         with self._lock:
             doomed = [
                 k

@@ -502,6 +502,31 @@ class AppendReadContract(_OnABackend):
         with pytest.raises(ValueError):
             journal.save_snapshot("ledger", 1, 1, "d", "not bytes")  # type: ignore[arg-type]
 
+    def test_numbers_no_record_can_hold_are_refused_or_find_nothing_alike(
+        self, journal: JournalLike
+    ) -> None:
+        # Every integer the journal stores fits a signed 64-bit column: past it, the SQL
+        # backends' drivers raise their own errors where the memory journal went on.
+        journal.append([ev("a")])
+        kept = journal.save_snapshot("ledger", 1, 1, "d", b"x")
+        wide = 2**63
+        with pytest.raises(ValueError, match="64 bits"):
+            journal.bind_request("k", "f", "answer", [1, wide])
+        assert journal.request("k") is None
+        for bound in ("from_time", "before_position", "through_id"):
+            with pytest.raises(ValueError, match="64 bits"):
+                journal.drop_snapshots("ledger", **{bound: wide})
+            with pytest.raises(ValueError):
+                journal.drop_snapshots("ledger", **{bound: "1"})  # type: ignore[arg-type]
+        assert journal.snapshots("ledger") == [kept]
+        for missing in (wide, -wide - 1, True, "1"):
+            with pytest.raises(KeyError):
+                journal.load_snapshot(missing)  # type: ignore[arg-type]
+        for bounds in ({"after_position": wide}, {"to_position": wide},
+                       {"after_position": "0"}, {"batch_size": 0}):
+            with pytest.raises(ValueError):
+                list(journal.private_parts(**bounds))  # type: ignore[arg-type]
+
     def test_closed_journal_refuses_work(self, journal_url: str) -> None:
         j = self.open_journal(journal_url)
         j.close()
