@@ -50,6 +50,7 @@ from .base import JournalBase, Reader, to_event
 from .errors import (
     ChainBroken,
     JournalError,
+    JournalNotFound,
     LockOrderConflict,
     ReadOnlyJournal,
     VersionConflict,
@@ -257,8 +258,16 @@ class Journal(JournalBase):
         self._clock: Callable[[], int] = wall_clock_us
         # The stream versions `append_at` left, so the next one asks only for new streams.
         self._versions = KnownVersions()
-        if create:
+        if create and upgrade:
             self._backend.prepare()
+        elif create:
+            # Refused unless at this code's revision: a database not there yet, or one
+            # without a journal, is refused before its first connection writes (creates
+            # the SQLite file, sets its WAL mode).
+            try:
+                self._backend.require_existing()
+            except JournalNotFound:
+                raise migrate.not_upgraded(self._backend, None) from None
         else:
             self._backend.require_existing()
         self._engine = self._backend.create_engine()

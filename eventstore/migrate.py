@@ -119,11 +119,17 @@ def check(backend: Backend, conn: Connection) -> None:
         return
     refuse_unknown(backend, current)
     if current != code_head():
-        state = "has no journal schema" if current is None else f"is at revision {current!r}"
-        raise SchemaError(
-            f"{backend.name} database {backend.describe()} {state}; this code needs "
-            f"revision {code_head()!r}: run `gpu-credits db upgrade`"
-        )
+        raise not_upgraded(backend, current)
+
+
+def not_upgraded(backend: Backend, current: str | None) -> SchemaError:
+    """What `check` raises for a database at `current` (None: no journal schema), which
+    `gpu-credits db upgrade` brings to this code's revision."""
+    state = "has no journal schema" if current is None else f"is at revision {current!r}"
+    return SchemaError(
+        f"{backend.name} database {backend.describe()} {state}; this code needs "
+        f"revision {code_head()!r}: run `gpu-credits db upgrade`"
+    )
 
 
 def upgrade(backend: Backend, conn: Connection) -> tuple[str | None, str]:

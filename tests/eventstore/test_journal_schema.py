@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import io
 import pkgutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +78,22 @@ def test_never_upgraded_database_names_the_command(database_url: str) -> None:
         Journal(database_url, upgrade=False)
     with pytest.raises(SchemaError, match="gpu-credits db upgrade"):
         Journal(None, upgrade=False)
+
+
+def test_a_refusal_to_upgrade_creates_and_writes_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    with pytest.raises(SchemaError, match="gpu-credits db upgrade"):
+        Journal(f"sqlite:///{missing}", upgrade=False)
+    assert not missing.exists()
+    other = tmp_path / "app.db"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+        conn.commit()
+    before = other.read_bytes()
+    with pytest.raises(SchemaError, match="has no journal schema"):
+        Journal(f"sqlite:///{other}", upgrade=False)
+    assert other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
 
 
 def test_migrations_do_not_depend_on_the_current_folder(
