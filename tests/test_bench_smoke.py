@@ -404,3 +404,16 @@ def test_the_raw_read_baselines_time_the_read_not_the_driver_s_start(
     finally:
         if kind == "pg":
             drop_schema(pg_base_url(), schema)
+
+
+def test_a_case_s_peak_rss_counts_the_processes_it_ran() -> None:
+    # The report commands run `gpu-credits` in a process of their own: the peak RSS in
+    # their rows must be that command's, not only the case's process that waited for it.
+    import subprocess
+    import sys
+
+    from tools.bench.runner import _peak_rss_mb
+
+    beyond = _peak_rss_mb() + 100
+    subprocess.run([sys.executable, "-c", f"b = b'x' * {int(beyond * 2**20)}"], check=True)
+    assert _peak_rss_mb() >= beyond

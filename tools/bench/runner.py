@@ -275,21 +275,27 @@ def resolve(path: str) -> CaseFn:
 
 
 def _peak_rss_mb() -> float:
-    """This process's peak resident set size, in MB.
+    """The peak resident set size, in MB, of this process or of the largest process it
+    ran and waited for (a case that runs `gpu-credits` as a user does, in a process of its
+    own, measures that command: its own process only waits).
 
-    On Linux, VmHWM from /proc/self/status: it belongs to the address space, which exec
-    replaces, so a spawned child does not inherit its parent's peak (ru_maxrss does: it
-    survives the fork + exec that start the child). Elsewhere ru_maxrss (macOS: bytes).
+    This process's: on Linux, VmHWM from /proc/self/status: it belongs to the address
+    space, which exec replaces, so a spawned child does not inherit its parent's peak
+    (ru_maxrss does: it survives the fork + exec that start the child). Elsewhere
+    ru_maxrss (macOS: bytes). Its children's: their ru_maxrss, which is at most this
+    process's peak where a child's own was smaller (what it inherited at the fork), so
+    the larger of the two is the largest process's peak either way.
     """
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale
     try:
         with open("/proc/self/status") as status:
             for line in status:
                 if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
+                    return max(int(line.split()[1]) / 1024, children)
     except OSError:
         pass
-    raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return raw / (1024 * 1024) if sys.platform == "darwin" else raw / 1024
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale, children)
 
 
 def _child(path: str, params: dict[str, Any], runs: int, profile: bool,
