@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -65,6 +66,26 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_other_than_a_file(path: Path) -> None:
+    """JournalNotFound when `path` names something that is there but is no file (a
+    directory, a device): SQLite would fail on it later with a misleading reason, a
+    disk I/O error on /dev/null."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing (created, or refused, later), or unreadable (reported later)
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    raise JournalNotFound(f"no journal at {path}: it is {kind}, not a file (nothing was "
+                          "written); give the path of a SQLite file, sqlite:///path.db")
+
+
 class SQLiteBackend(Backend):
     """A SQLite file shared by any number of processes, or one in-memory database."""
 
@@ -85,6 +106,8 @@ class SQLiteBackend(Backend):
         database = parsed.database
         self.in_memory = database in (None, "", ":memory:")
         self.path = None if self.in_memory or database is None else Path(database)
+        if self.path is not None:
+            _refuse_other_than_a_file(self.path)
         # An in-memory database lives in one connection (StaticPool) shared by all
         # threads: sqlite3 cannot run two transactions on one connection, so the
         # journal holds this lock around each use (a transaction: for its duration).
@@ -137,11 +160,10 @@ class SQLiteBackend(Backend):
                 "an in-memory SQLite database never exists before it is opened: "
                 "give a file, sqlite:///path.db"
             )
-        if not self.path.is_file():
-            what = "is not a file" if self.path.exists() else "does not exist"
+        if not self.path.is_file():  # (anything but a file was refused on opening)
             raise JournalNotFound(
-                f"no journal at {self.path}: the file {what} (nothing was created); "
-                "check the path, or create it with `gpu-credits db upgrade`"
+                f"no journal at {self.path}: the file does not exist (nothing was "
+                "created); check the path, or create it with `gpu-credits db upgrade`"
             )
         # Look before the engine's first connection, which sets WAL mode (a write):
         # a file that holds no journal must be left exactly as it was.

@@ -236,3 +236,20 @@ def test_a_sqlite_url_with_options_is_refused_and_nothing_is_written(
     assert path.read_bytes() == before
     with pytest.raises(ValueError, match=r"\?mode=ro"):
         Journal("sqlite://?mode=ro")
+
+
+@pytest.mark.parametrize("mode", [{}, {"create": False}, {"read_only": True}])
+def test_a_device_is_not_a_journal_whatever_the_mode(mode: dict[str, bool]) -> None:
+    # A write to /dev/null used to fail as a disk I/O error "check the disk holding
+    # /dev", and a read offered `db upgrade`, which cannot make a device a journal.
+    with pytest.raises(JournalNotFound) as refused:
+        Journal("sqlite:////dev/null", **mode)
+    message = str(refused.value)
+    assert "/dev/null" in message and "a character device" in message
+    assert "db upgrade" not in message and "\n" not in message
+
+
+def test_a_directory_is_not_a_journal_to_write_either(tmp_path: Path) -> None:
+    with pytest.raises(JournalNotFound, match="a directory, not a file"):
+        Journal(sqlite_url(tmp_path))
+    assert list(tmp_path.iterdir()) == []
