@@ -22,6 +22,7 @@ from projections.queries.common import (
     unknown_account,
 )
 from projections.replay import exact_view, excluded_as_known, rows_of_type, view_at
+from projections.validation import MAX_TIME
 
 DEFAULT_WITHIN = 7 * 86_400
 """`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
@@ -135,9 +136,9 @@ class PoolTotal(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ExpiringReport:
-    """Credits that stop counting in `(at, at + within]`, soonest first: those ending at
-    `at` have stopped already (credits count for `time <= t < end`), and those ending at
-    `at + within` stop within the window."""
+    """Credits that stop counting in `(at, until]`, soonest first: those ending at `at`
+    have stopped already (credits count for `time <= t < end`), and those ending at
+    `until` stop within the window."""
 
     at: int
     within: int
@@ -146,9 +147,10 @@ class ExpiringReport:
 
     @property
     def until(self) -> int:
-        """The end of the window (included): the start of the timeline, as `at`, when
-        no event has a time yet (nothing can expire then)."""
-        return self.at if self.at == TIMELINE_START else self.at + self.within
+        """The end of the window (included): `at + within`, or the last valid time if
+        that is earlier (no expiry lies beyond it); the start of the timeline, as `at`,
+        when no event has a time yet (nothing can expire then)."""
+        return self.at if self.at == TIMELINE_START else window_end(self.at, self.within)
 
     def totals(self) -> list[PoolTotal]:
         """(account, pool, amount, held) per account and pool, sorted."""
@@ -161,6 +163,11 @@ class ExpiringReport:
 
     json_keys: ClassVar[tuple[str, ...]] = ("at:time", "within", "until:time", "as_known_at",
                                             "credits", "totals")
+
+
+def window_end(at: int, within: int) -> int:
+    """`at + within`, or the last valid time when that lies beyond it."""
+    return min(at + within, MAX_TIME)
 
 
 def expiring_credits(ledger: Ledger, at: int, until: int,
@@ -206,7 +213,8 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
         raise ValueError(f"the window must be positive, got {within} seconds")
     when = latest_time(journal) if at is None else at
     position = recorded_position(journal, as_known_at)
-    ahead = voids_ahead(journal, when, when + within, position)
+    until = window_end(when, within)
+    ahead = voids_ahead(journal, when, until, position)
     view = None if ahead else exact_view(journal, to_position=position, to_time=when)
     if view is not None:
         # Nothing changes the state after the checkpoint, so what ends when is its own:
@@ -218,11 +226,10 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
             log.warning("checkpoint at position %s ignored (%s): folding from the "
                         "journal instead", view.position, exc)
         else:
-            return ExpiringReport(when, within, position,
-                                  _window(endings, when, when + within))
+            return ExpiringReport(when, within, position, _window(endings, when, until))
     ledger = fold_as_known(journal, to_time=when, to_position=position)
     return ExpiringReport(when, within, position,
-                          expiring_credits(ledger, when, when + within, ahead))
+                          expiring_credits(ledger, when, until, ahead))
 
 
 def parse_duration(text: str) -> int:

@@ -220,6 +220,23 @@ def test_expiring_lists_credits_a_void_ahead_stops_within_the_window(
     assert [c["grant"] for c in short["credits"]] == ["g1"]
 
 
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_expiring_near_the_end_of_time_ends_its_window_at_the_last_valid_time(
+        run: Run, checkpointed: bool) -> None:
+    """No time lies after 2**53 - 1 (nothing can expire there): a window reaching past it
+    ends there instead of naming an `until` no event time could hold."""
+    last = 2**53 - 1
+    for args in (("grant", "a", "5", "--at", str(last - 10), "--expiry", str(last),
+                  "--id", "g1", "--allow-far-times"),):
+        assert run(*args).exit_code == 0, args
+    if checkpointed:
+        assert run("replay").exit_code == 0
+    report = _obj(as_json(run("expiring", "--at", str(last - 5), "--within", "2w",
+                              "--json")))
+    assert (report["until"], report["within"]) == (last, 14 * 86400)
+    assert [(c["grant"], c["expiry"]) for c in report["credits"]] == [("g1", last)]
+
+
 # -- jobs ------------------------------------------------------------------------------------
 
 

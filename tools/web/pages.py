@@ -49,6 +49,7 @@ from projections.queries.history import (
 from projections.queries.history import account_history as history_of
 from projections.queries.livejob import job_whereabouts, live_job_explanation
 from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
+from projections.queries.reports import window_end
 from projections.queries.walk import own_reversed
 from projections.timefmt import format_time, parse_time
 from projections.timeline import (
@@ -174,8 +175,9 @@ def summary_figures(source: AuditSource) -> Summary:
         at = latest_time(source.journal)
         with source.reading() as ledger:  # copy out what the page shows: it holds a lock
             names = sorted(ledger.accounts)
-            expiring = unordered_expiring_entries(ledger, at, at + EXPIRING_WINDOW)
-        return Summary(at, names, expiring, at + EXPIRING_WINDOW, soonest_expiring(expiring))
+            expiring = unordered_expiring_entries(ledger, at, window_end(at, EXPIRING_WINDOW))
+        return Summary(at, names, expiring, window_end(at, EXPIRING_WINDOW),
+                       soonest_expiring(expiring))
 
     return source.cached(("summary",), build)
 
