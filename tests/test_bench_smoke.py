@@ -412,8 +412,28 @@ def test_a_case_s_peak_rss_counts_the_processes_it_ran() -> None:
     import subprocess
     import sys
 
-    from tools.bench.runner import _peak_rss_mb
+    from tools.bench.runner import peak_rss_mb
 
-    beyond = _peak_rss_mb() + 100
+    beyond = peak_rss_mb() + 100
     subprocess.run([sys.executable, "-c", f"b = b'x' * {int(beyond * 2**20)}"], check=True)
-    assert _peak_rss_mb() >= beyond
+    assert peak_rss_mb() >= beyond
+
+
+def test_the_cpu_cases_report_their_own_peak_rss_not_their_parent_s(tmp_path: Path) -> None:
+    # Each case runs in a process this one starts: ru_maxrss would carry over the
+    # starting process's peak (it survives the fork and exec), whatever the case used.
+    import json
+    import subprocess
+    import sys
+
+    from tools.bench import cpu, rawdb
+    from tools.bench.runner import peak_rss_mb
+
+    path, _ = cpu._paths(str(tmp_path), 10)
+    rawdb.sqlite_connect(path, create=True).close()
+    ballast = b"x" * (300 * 2**20)  # the starting process, larger than any case here
+    assert peak_rss_mb() >= 300
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.bench.cpu", "--events", "10", "--workdir",
+         str(tmp_path), "--one", "raw", "sqlite"], capture_output=True, text=True, check=True)
+    assert len(ballast) and json.loads(done.stdout.splitlines()[-1])["rss"] < 200

@@ -274,7 +274,7 @@ def resolve(path: str) -> CaseFn:
     return fn
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     """The peak resident set size, in MB, of this process or of the largest process it
     ran and waited for (a case that runs `gpu-credits` as a user does, in a process of its
     own, measures that command: its own process only waits).
@@ -312,7 +312,7 @@ def _child(path: str, params: dict[str, Any], runs: int, profile: bool,
             for k, v in t.seconds.items():
                 seconds.setdefault(k, []).append(v)
             notes.update(t.notes)
-        out: dict[str, Any] = {"seconds": seconds, "notes": notes, "rss_mb": _peak_rss_mb()}
+        out: dict[str, Any] = {"seconds": seconds, "notes": notes, "rss_mb": peak_rss_mb()}
         if prof is not None:
             wall = sum(v for k, vs in seconds.items() for v in vs
                        if profile_only is None or k == profile_only)
@@ -365,7 +365,7 @@ def run_in_process(path: str, params: Mapping[str, Any], runs: int) -> dict[str,
             notes.update(t.notes)
     except Exception:
         return {"error": traceback.format_exc()}
-    return {"seconds": seconds, "notes": notes, "rss_mb": _peak_rss_mb()}
+    return {"seconds": seconds, "notes": notes, "rss_mb": peak_rss_mb()}
 
 
 def measure(case: Case, runs: int, *, isolated: bool = True) -> Measured:
