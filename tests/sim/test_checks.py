@@ -508,3 +508,50 @@ def test_an_import_that_reports_other_than_it_appended_is_found(
     failure = run_script([delivery])
     assert failure is not None
     assert "f: delivery of 1 lines (1 new) appended 1 (reported 2)" in failure.problems
+
+
+def test_the_reference_model_refills_by_the_rules_of_the_token_bucket() -> None:
+    """Hand-worked from docs/semantics.md, "Refill (token bucket)": the model is the
+    oracle the ledger's refill is held to, so its own rules are pinned here."""
+    from types import SimpleNamespace
+
+    def rec(time: int, kind: str, **payload: Any) -> Any:
+        return SimpleNamespace(position=time, id=f"e{time}", type=kind, time=time,
+                               payload={"account": "a", **payload})
+
+    def general(records: list[Any], time: int) -> int:
+        return model.fold(records).balances("a", time).get("general", 0)
+
+    # Half a credit a second, up to 10: 1,800 credit-seconds a second, 3,600 a credit.
+    events = [rec(1, "account", refill_rate=1800, refill_cap=10)]
+    # Every event a second apart adds less than a credit: the remainder carries.
+    events += [rec(t, "submit", job=f"j{t}", cost=0, priority=0) for t in range(2, 8)]
+    assert general(events, 7) == 3
+    # Refill pays debt first: 3 in the bucket, 5 drawn, 2 owed; 4 more by time 16 pay
+    # them and leave 2 (and half a credit carried).
+    events.append(rec(8, "consume", amount=5))
+    assert model.fold(events).told["e8"] == 2
+    assert general(events, 16) == 2
+    assert general(events, 17) == 3
+    # A full bucket accrues nothing and drops its remainder.
+    assert general(events, 10_000) == 10
+    events.append(rec(100, "submit", job="big", cost=6, priority=0))
+    # The bucket fills again while the job holds 6 of it; given back, they go in above
+    # the cap (the 14 drawn below leave 2 of them, not a debt of 4).
+    events.append(rec(100_000, "start", job="big"))
+    assert general(events, 100_000) == 16
+    events.append(rec(100_020, "complete", job="big", success=False, refund_fraction=1.0))
+    assert general(events, 200_000) == 16
+    # A lower cap keeps what is in the bucket, which accrues again once below it.
+    events.append(rec(200_000, "account", refill_rate=1800, refill_cap=3))
+    events.append(rec(200_001, "consume", amount=14))
+    assert general(events, 200_001) == 2
+    assert general(events, 200_003) == 3
+    assert general(events, 300_000) == 3
+    # Off, nothing accrues; on again, from that event's time.
+    events.append(rec(300_001, "account"))
+    events.append(rec(300_002, "consume", amount=3))
+    assert general(events, 400_000) == 0
+    events.append(rec(400_000, "account", refill_rate=3600, refill_cap=5))
+    assert general(events, 400_002) == 2
+    assert general(events, 500_000) == 5

@@ -14,6 +14,14 @@ takes credits out of their batches; releasing returns them there (expired at onc
 batch has expired, else paying debt first like a grant of that batch's pool). A start
 starts the pending job of highest priority, then the oldest submit, among the accounts
 below their cap: the model notes which (`Model.picked`).
+Refill: from an `account` event with a rate, every event of the account first adds rate x
+seconds since the last one to a remainder in credit-seconds; each 3,600 is a credit, which
+pays debt as a general grant does, the rest going into the one refill bucket (a general,
+never-expiring batch at priority 50, in grant order as of the first credit it took) up to
+the cap: a bucket that fills drops the remainder. Credits a job gives back go back into
+it above the cap. An `account` event without a rate turns refill off (the remainder
+dropped); one with a rate turns it on from its time. A balance between events is what an
+event at that time would leave.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 GENERAL = "general"
 NEVER = 2**63
 DEFAULT_PRIORITY = 50  # a grant's, when it names none
+CREDIT = 3600  # credit-seconds: a rate is in credits per hour, times in seconds
 
 
 @dataclass
@@ -56,6 +65,45 @@ class Account:
     debt: dict[str, int] = field(default_factory=dict)
     holds: dict[str, list[tuple[Batch, int]]] = field(default_factory=dict)
     running: int = 0
+    refill_rate: int | None = None  # credits per hour; None: no refill
+    refill_cap: int = 0
+    refill_since: int = 0  # when refill last accrued
+    remainder: int = 0  # credit-seconds not yet a whole credit
+    bucket: Batch | None = None  # made when refill first puts a credit in it
+
+    def advance(self, time: int) -> None:
+        """Time passes to `time`: what expired goes, refill accrues."""
+        self.expire(time)
+        paid, added, self.remainder = self.refill_due(time)
+        self.refill_since = time
+        for pool, amount in paid.items():
+            self.debt[pool] -= amount
+            if not self.debt[pool]:
+                del self.debt[pool]
+        if added:
+            if self.bucket is None:
+                self.bucket = Batch("refill", GENERAL, NEVER, 0, (time, 0))
+            if self.bucket not in self.batches:
+                self.batches.append(self.bucket)
+            self.bucket.amount += added
+
+    def refill_due(self, time: int) -> tuple[dict[str, int], int, int]:
+        """What refill accrued by `time` does: (debt paid per pool, credits into the
+        bucket, the remainder carried), without changing anything."""
+        if self.refill_rate is None:
+            return {}, 0, 0
+        credits, remainder = divmod(
+            self.remainder + self.refill_rate * (time - self.refill_since), CREDIT)
+        paid: dict[str, int] = {}
+        for pool in [GENERAL, *sorted(p for p in self.debt if p != GENERAL)]:
+            pay = min(self.debt.get(pool, 0), credits)
+            if pay:
+                paid[pool] = pay
+                credits -= pay
+        room = max(0, self.refill_cap - (self.bucket.amount if self.bucket else 0))
+        if credits >= room:
+            credits, remainder = room, 0
+        return paid, credits, remainder
 
     def expire(self, time: int) -> None:
         if self.batches:
@@ -101,8 +149,12 @@ class Account:
                 b.amount += rest
 
     def balances(self, time: int) -> dict[str, int]:
-        """Per pool, live credits at `time` plus held minus debt (zero pools left out)."""
-        out: dict[str, int] = {}
+        """Per pool, live credits at `time` plus held minus debt (zero pools left out),
+        with the refill an event at `time` would accrue."""
+        paid, added, _ = self.refill_due(time)
+        out: dict[str, int] = {GENERAL: added}
+        for pool, amount in paid.items():
+            out[pool] = out.get(pool, 0) + amount
         for b in self.batches:
             if b.expiry > time and b.amount:
                 out[b.pool] = out.get(b.pool, 0) + b.amount
@@ -197,7 +249,7 @@ def _apply(model: Model, rec: Any) -> None:
         account = model.accounts.get(p["account"])
         if account is None:
             account = model.accounts[p["account"]] = Account()
-        account.expire(rec.time)
+        account.advance(rec.time)
         _credit_event(model, account, rec)
         return
     if rec.type == "start":
@@ -205,7 +257,7 @@ def _apply(model: Model, rec: Any) -> None:
     job = model.jobs.get(p["job"])
     if job is not None:
         account = model.accounts[job.account]
-        account.expire(rec.time)
+        account.advance(rec.time)
         _job_event(model, account, job, rec)
 
 
@@ -215,7 +267,7 @@ def _void(model: Model, grant: str, time: int) -> None:
     model.voids[grant] = min(time, model.voids.get(grant, time))
     name, batch = model.grants.get(grant, ("", None))
     if batch is not None:
-        model.accounts[name].expire(time)
+        model.accounts[name].advance(time)
         batch.voided = True
         batch.amount = 0
 
@@ -228,6 +280,11 @@ def _credit_event(model: Model, account: Account, rec: Any) -> None:
             return  # a cap below the jobs running: an anomaly, nothing changes
         account.opened = True
         account.max_running = cap
+        account.refill_rate = p.get("refill_rate")
+        account.refill_cap = p.get("refill_cap") or 0
+        account.refill_since = t
+        if account.refill_rate is None:
+            account.remainder = 0
     elif kind == "grant" or (kind == "adjust" and p["amount"] > 0):
         # A credit adjustment is a grant without expiry.
         account.opened = True
