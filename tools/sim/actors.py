@@ -22,6 +22,13 @@ ACCOUNTS = ("acme", "bio", "cern", "dyn")
 POOLS = (None, None, None, "h100")
 GRANT_PRIORITIES = (None, None, None, None, 10, 50, 90)
 """A grant's priority: none (the default, 50) most often, else one of three levels."""
+REFILL_RATES = (500, 700, 1800, 3600, 7000)
+"""Credits per hour: from one credit in several of an account's events (most rates are
+no multiple of 3,600 per hour, so the remainder carried matters) to about two a second,
+as much as an account's grants bring."""
+REFILL_CAPS = (5, 20, 60, 300)
+"""From a bucket that fills between two events (its remainder dropped) to one that a
+long quiet spell does not fill."""
 WORKERS = ("w0", "w1")
 START_TIME = 1_000
 MAX_SKEW = 5
@@ -96,6 +103,7 @@ class Director:
     cancel_rng: random.Random = field(init=False)  # which running job a cancel names
     reversal_rng: random.Random = field(init=False)  # which reversal a reversal names
     void_rng: random.Random = field(init=False)  # which grant a void names
+    refill_rng: random.Random = field(init=False)  # accounts' refills, apart
     now: int = START_TIME
     step: int = 0
     accounts: list[str] = field(default_factory=list)
@@ -119,6 +127,7 @@ class Director:
         self.cancel_rng = random.Random(f"cancels of running jobs {self.seed}")
         self.reversal_rng = random.Random(f"reversals of reversals {self.seed}")
         self.void_rng = random.Random(f"voids of used grants {self.seed}")
+        self.refill_rng = random.Random(f"refills {self.seed}")
         self.content_ids = content_ids_by_line()
         self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
@@ -138,6 +147,7 @@ class Director:
                                     "id": f"open-{name}"}
             if cap is not None:
                 line["max_running"] = cap
+            self._refill(line, 0.5)
             ops.append(self._op("w0", line))
             ops.append(self._op("finance", self._grant(name, self.now, 60, 400)))
         return ops
@@ -245,7 +255,7 @@ class Director:
         if kind == "open":
             name = f"new{self.step}"
             self.accounts.append(name)
-            return "w0", self._stamp({"type": "account", "account": name})
+            return "w0", self._stamp(self._refill({"type": "account", "account": name}, 0.5))
         return None
 
     def observe(self, op: Op, world: World) -> None:
@@ -376,6 +386,31 @@ class Director:
         del self.grants[:-40]
         return line
 
+    def _refill(self, line: dict[str, Any], chance: float) -> dict[str, Any]:
+        """`line`, an `account` event, with a refill `chance` of the time (drawn from a
+        source of its own: the seeded stream of everything else stays as it was); an
+        account declared again without one has its refill turned off."""
+        if self.refill_rng.random() < chance:
+            line["refill_rate"] = self.refill_rng.choice(REFILL_RATES)
+            line["refill_cap"] = self.refill_rng.choice(REFILL_CAPS)
+        return line
+
+    def _declared_again(self, file: str, number: int, time: int) -> dict[str, Any]:
+        """An account declared again in a delivered file, its refill changed, turned on
+        or off (and its cap on running jobs with it), drawn wholly from the refills'
+        own source: a file's other lines stay as they were."""
+        rng = self.refill_rng
+        line: dict[str, Any] = {"type": "account",
+                                "account": rng.choice(self.accounts or list(ACCOUNTS)),
+                                "time": time}
+        cap = rng.choice((None, 1, 2, 3))
+        if cap is not None:
+            line["max_running"] = cap
+        self._refill(line, 0.7)
+        if not self.content_ids or rng.random() < 0.5:
+            line["id"] = f"{file}:{number}"
+        return line
+
     def _pick(self, right: list[str], wrong: list[str]) -> str:
         rng = self.rng
         if right and (not wrong or rng.random() >= self.rates.invalid):
@@ -409,11 +444,14 @@ class Director:
                 else:
                     # An account declared again with another cap (only a file can): below
                     # the jobs it runs where it lands, it is an anomaly.
-                    line = {"type": "account", "account": self._account(), "time": time,
-                            "max_running": rng.choice((1, 2, 3))}
+                    line = self._refill({"type": "account", "account": self._account(),
+                                         "time": time, "max_running": rng.choice((1, 2, 3))},
+                                        0.5)
                 if not self.content_ids or rng.random() < 0.5:
                     line["id"] = f"{name}:{len(lines) + 1}"
                 lines.append(line)
+                if self.refill_rng.random() < 0.04:
+                    lines.append(self._declared_again(name, len(lines) + 1, time))
         op: Op = {"step": step, "actor": "importer", "kind": "import", "file": name,
                   "lines": list(lines), "fault": None}
         x = rng.random()

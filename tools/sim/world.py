@@ -421,7 +421,9 @@ class World:
         s = self.scheduler(proc)
         if kind == "account":
             return lambda: s.open_account(line["account"], 0,
-                                          max_running=line.get("max_running"), event_id=eid)
+                                          max_running=line.get("max_running"),
+                                          refill_rate=line.get("refill_rate"),
+                                          refill_cap=line.get("refill_cap"), event_id=eid)
         if kind == "submit":
             return lambda: s.submit(line["job"], line["account"], line["cost"],
                                     line["priority"], pool=line.get("pool"), event_id=eid)
