@@ -242,6 +242,20 @@ def void_takes_used_credits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(creditbook.CreditBook, "void", taking_back)
 
 
+def refill_remainder_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refill accrues whole credits only: the credit-seconds short of the next credit are
+    dropped at every event instead of carried, so a slow refill touched often never
+    accrues at all."""
+    _in_source()
+    due = ledger.refill_due
+
+    def forgetful(account: ledger.AccountState, time: int) -> tuple[int, int]:
+        add, _carry = due(account, time)
+        return add, 0
+
+    monkeypatch.setattr(ledger, "refill_due", forgetful)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -273,4 +287,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "as known one position early": known_one_position_early,
     "reversal of a reversal ignored": reversal_of_reversal_ignored,
     "void takes used credits": void_takes_used_credits,
+    "refill remainder dropped": refill_remainder_dropped,
 }
