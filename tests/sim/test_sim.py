@@ -642,6 +642,27 @@ def test_a_retry_answers_as_told_though_a_late_event_of_its_own_batch_revised_it
     assert run_script(ops) is None
 
 
+def test_a_late_line_of_a_batch_may_revise_an_answer_of_that_batch_unlisted() -> None:
+    # A usage report answered a debt of 9 (7 of them in h100), then a grant of h100
+    # credits queued with it, placed before it on the timeline, paid those 7. Both were
+    # appended as one batch, which a replay knew at once: it lists no revision inside a
+    # batch (docs/architecture.md), and the check wanted one.
+    grant = {"account": "new777", "amount": 16, "expiry": 2641, "id": "g1148",
+             "priority": 10, "time": 2631, "type": "grant"}
+    usage = {"account": "new777", "amount": 23, "id": "c1150", "pool": "h100",
+             "time": 2635, "type": "consume"}
+    answered = {"account": "new777", "amount": 2, "id": "c1338-0", "time": 2898,
+                "type": "consume"}
+    late = {"account": "new777", "amount": 55, "expiry": 2888, "id": "g1338-1",
+            "pool": "h100", "priority": 90, "time": 2868, "type": "grant"}
+    ops: list[dict[str, Any]] = [
+        {"step": 1, "actor": "finance", "kind": "grant", "line": grant, "fault": None},
+        {"step": 2, "actor": "reporter", "kind": "consume", "line": usage, "fault": None},
+        {"step": 3, "actor": "service", "kind": "batch", "time": 2893,
+         "lines": [answered, late], "fault": None}]
+    assert run_script(ops) is None
+
+
 def test_a_cancel_queued_twice_answers_cancelled_though_a_late_usage_rejected_its_job(
         ) -> None:
     # Found by seed 7011 at step 6983: a batch cancels a pending job, then a usage report

@@ -78,7 +78,7 @@ def full_check(world: World) -> list[str]:
     if world.verification is None:
         world.verification = Verification(world.journal)
     problems += world.verification.since_last(digest)
-    problems += _revisions(world, reference, later_revised)
+    problems += _revisions(world, reference, log)
     ids = {rec.id for rec in records}
     if ids != world.recorded or len(records) != len(ids):
         extra = sorted(ids - world.recorded)[:5]
@@ -183,19 +183,33 @@ def _told(world: World, by_position: list[Any], reference: model.Model,
     return problems
 
 
-def _revisions(world: World, reference: model.Model, later_revised: set[str]) -> list[str]:
+def _revisions(world: World, reference: model.Model, log: list[RecordedEvent]) -> list[str]:
     """An answer a caller was told that the timeline now has otherwise, because a later
-    arrival landed before it (`later_revised`; an answer wrong from the start is
-    `_told`'s), is among the revisions the replay found (`Projector.revisions`, of the
-    verification carried on from check to check, as a fresh projection finds them)."""
+    arrival landed before it (an answer wrong from the start is `_told`'s), is among the
+    revisions the replay found (`Projector.revisions`, of the verification carried on
+    from check to check, as a fresh projection finds them).
+
+    The service appends a group of callers' decisions as one batch, which a replay knows
+    at once: it lists no revision inside a batch (docs/architecture.md), so a late line
+    of the group may change what an earlier one was told unlisted. What a later batch
+    must list is a change from the answer as its own batch left it."""
     assert world.verification is not None
     listed = {r.event_id for r in world.verification.projector.revisions}
+    head = log[-1].position if log else 0
+    spans = batches_of(world.journal, head)
     told, answers = reference.told, world.told
     unlisted = []
-    for eid in later_revised - listed:
+    for eid in revisable(log, spans) - listed:
         said = answers.get(eid)
-        if isinstance(said, (bool, int)) and told.get(eid, said) != said:
-            unlisted.append(eid)
+        if not isinstance(said, (bool, int)) or told.get(eid, said) == said:
+            continue
+        position = next(rec.position for rec in log if rec.id == eid)
+        last = next((b.last for b in spans if b.first <= position <= b.last), None)
+        if last is not None:
+            left = model.fold([rec for rec in log if rec.position <= last]).told.get(eid)
+            if left == told[eid]:
+                continue
+        unlisted.append(eid)
     return [f"event {eid!r}: the caller was told {answers[eid]!r}, the timeline now says "
             f"{told[eid]!r}, and no revision of it is listed" for eid in sorted(unlisted)[:10]]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -784,17 +784,26 @@ def timeline_places(records: list[RecordedEvent]) -> dict[str, tuple[int, int]]:
     return places
 
 
-def revisable(records: list[RecordedEvent]) -> set[str]:
+def revisable(records: list[RecordedEvent],
+              batches: Iterable[tuple[int, int]] = ()) -> set[str]:
     """The ids among `records` (in arrival order, from the first) whose outcome a later
     one of them may have revised: one that changes the timeline from an earlier place
-    (see `timeline_places`)."""
+    (see `timeline_places`). `batches`: (first, last) positions appended together, which
+    a reader knew at once, so none of them revises another (a replay lists a revision
+    only of an event known before the batch: docs/architecture.md)."""
     places = timeline_places(records)
+    first_of = {position: first for first, last in batches
+                for position in range(first, last + 1)}
     found: set[str] = set()
-    earliest_after = (2**62, 0)
+    earliest_after = in_batch = (2**62, 0)
+    batch = None
     for rec in reversed(records):
+        first = first_of.get(rec.position, rec.position)
+        if first != batch:
+            batch, earliest_after, in_batch = first, min(earliest_after, in_batch), (2**62, 0)
         if earliest_after < (rec.time, rec.position):
             found.add(rec.id)
-        earliest_after = min(earliest_after, places[rec.id])
+        in_batch = min(in_batch, places[rec.id])
     return found
 
 
