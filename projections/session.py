@@ -74,7 +74,9 @@ QUEUE = "*scheduler-queue*"
 """Lock key of the job queue: start_next holds it alone; every other decision, and every
 import, holds it shared (with its accounts' keys), so decisions on different accounts run
 side by side, and start_next picks on a journal that nobody appends to meanwhile: a
-late grant or usage report to any account can re-decide which jobs are pending."""
+late grant or usage report to any account can re-decide which jobs are pending. Its name
+begins with `*`: the journal takes such a key before every other, shared or whole, so a
+holder of the whole queue never holds another key a sharer of it waits for."""
 QUEUE_SHARED = f"{SHARED}{QUEUE}"
 _QUEUE_KEYS = frozenset({QUEUE, QUEUE_SHARED})
 

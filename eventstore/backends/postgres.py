@@ -245,7 +245,8 @@ class PostgresBackend(Backend):
 
     def _ordered(self, conn: Connection, locks: Sequence[str]) -> _Ordered:
         """The keys' lock numbers, each with its name and whether it is shared, in the
-        global order every writer takes them in (shared keys first, then by number)."""
+        global order every writer takes them in (shared keys and keys named `*...` first,
+        then by number)."""
         # Advisory locks are database-wide, journals are per schema: two journals in one
         # database must not lock each other out, so the schema is part of every key.
         return _ordered_keys(self._namespace(conn), tuple(locks))
@@ -529,6 +530,12 @@ class PostgresBackend(Backend):
 
 _Ordered = tuple[tuple[int, tuple[str, bool]], ...]
 
+FIRST = "*"
+"""A key whose name begins with this comes first in the lock order, with the keys taken
+shared, whether this transaction takes it shared or whole: a key that some transactions
+share and others take whole (the scheduler's queue) must be so named, so that it stands
+at one place in every transaction's order."""
+
 
 @lru_cache(maxsize=1024)
 def _ordered_keys(namespace: str, locks: tuple[str, ...]) -> _Ordered:
@@ -541,9 +548,15 @@ def _ordered_keys(namespace: str, locks: tuple[str, ...]) -> _Ordered:
         k = lock_key(f"{namespace}:{name}")
         # Asked for both ways in one transaction: the exclusive lock covers both.
         wanted[k] = (name, shared and wanted.get(k, (name, True))[1])
-    # Shared keys first: a key some take shared (the queue) is then always taken
-    # before any plain key, by everyone, which keeps the global lock order total.
-    return tuple(sorted(wanted.items(), key=lambda kv: (not kv[1][1], kv[0])))
+    # One order for every transaction, which the key alone decides, not the mode this
+    # transaction takes it in: keys taken shared, and every key named `*...` (the queue:
+    # decisions share it, one takes it whole), come first, then by number. Ordered by
+    # mode, a transaction taking the queue whole beside another key (a start-next
+    # batched with a usage report) took that key first when its number was lower, and
+    # waited for the queue holding it, while a sharer of the queue waited for that key:
+    # a deadlock, one of the two failed after the database's deadlock_timeout.
+    return tuple(sorted(wanted.items(),
+                        key=lambda kv: (not (kv[1][1] or kv[1][0].startswith(FIRST)), kv[0])))
 
 
 def _columns(rows: Sequence[Sequence[Any]], types: Sequence[str]) -> list[str]:

@@ -73,6 +73,47 @@ def test_same_key_serialises_decisions(pg_fresh_url: str) -> None:
 
 
 @pytest.mark.postgres
+def test_a_key_some_share_is_taken_first_also_by_one_taking_it_whole_with_others(
+        pg_fresh_url: str) -> None:
+    """A queue that decisions share and one takes whole, beside another key (a start of
+    the next job batched with a usage report): waiting for the queue, the whole taker
+    must hold nothing a sharer may ask for next, whatever the keys' numbers. Else the
+    two wait for each other until the database breaks the deadlock by failing one."""
+    from eventstore.backend import lock_key
+
+    schema = re.search(r"search_path%3D(\w+)", pg_fresh_url)
+    assert schema is not None
+    queue = "*queue"
+    # A key numbered before the queue's: taken in the order of numbers, it came first.
+    other = next(name for name in (f"account:{i}" for i in range(100))
+                 if lock_key(f"{schema[1]}:{name}") < lock_key(f"{schema[1]}:{queue}"))
+    sharer, whole = (Journal(pg_fresh_url, lock_timeout=5), Journal(pg_fresh_url,
+                                                                     lock_timeout=5))
+    failed: list[BaseException] = []
+
+    def take_it_whole() -> None:
+        try:
+            with whole.transaction([queue, other]) as tx:
+                tx.append([ev("whole", stream="x")])
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        with sharer.transaction([f"shared:{queue}"]) as tx:
+            waiter = threading.Thread(target=take_it_whole)
+            waiter.start()
+            time.sleep(0.3)  # the whole taker is waiting for the queue
+            with sharer.transaction([other]):  # joins: takes the key
+                tx.append([ev("shared", stream="x")])
+        waiter.join(10)
+        assert failed == []
+        assert [e.id for e in sharer.read(order="position")] == ["shared", "whole"]
+    finally:
+        sharer.close()
+        whole.close()
+
+
+@pytest.mark.postgres
 def test_head_lock_wait_is_bounded(pg_fresh_url: str) -> None:
     a, b = Journal(pg_fresh_url), Journal(pg_fresh_url, lock_timeout=0.3)
     try:
