@@ -256,6 +256,21 @@ def refill_remainder_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ledger, "refill_due", forgetful)
 
 
+def refill_accrued_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event accrues its account's refill twice over the same span: the span's start
+    is kept for the second accrual, as if two paths each brought the account up to time."""
+    _in_source()
+    refill = ledger.Ledger._refill
+
+    def twice(self: ledger.Ledger, account: ledger.AccountState, time: int) -> None:
+        since = account.refill_anchor
+        refill(self, account, time)
+        account.refill_anchor = since
+        refill(self, account, time)
+
+    monkeypatch.setattr(ledger.Ledger, "_refill", twice)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -288,4 +303,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "reversal of a reversal ignored": reversal_of_reversal_ignored,
     "void takes used credits": void_takes_used_credits,
     "refill remainder dropped": refill_remainder_dropped,
+    "refill accrued twice": refill_accrued_twice,
 }
