@@ -8,9 +8,12 @@ append them in the same transaction, then ingest them. The fold decides their ou
 Why this is linearizable per account, on every backend (docs/operations.md has the
 long version): the lock is taken first, inside the transaction, and only then is the
 journal read, so the read sees every decision committed before ours on the accounts we
-hold; nobody else can append to them until we commit. On PostgreSQL the locks are
-`pg_advisory_xact_lock` per account (different accounts never wait for each other, only
-for the short append on the journal head row); on SQLite `BEGIN IMMEDIATE` (one writer).
+hold; no other decision can append to them until we commit (an import, which holds
+the queue and the head but not the accounts' keys, can: a decision whose append lands
+after events of its accounts it did not read rolls back and is made again). On
+PostgreSQL the locks are `pg_advisory_xact_lock` per account (different accounts never
+wait for each other, only for the short append on the journal head row); on SQLite
+`BEGIN IMMEDIATE` (one writer).
 `decide` also refuses to append to an account it does not hold: if `build` produces an
 event for an account outside `locks` (a caller whose lock list came from a stale
 projection), that lock is taken and the decision is made again on the fresh state.
@@ -47,6 +50,7 @@ from typing import Any, NoReturn
 from eventstore import (
     IdempotencyConflict,
     JournalLike,
+    LockOrderConflict,
     MemoryJournal,
     NewEvent,
     RecordedEvent,
@@ -118,6 +122,11 @@ _MAX_RETRY_STREAMS = 32
 _MAX_REVERSAL_LOOKUPS = 256
 # Decisions a session remembers for retries (at least this many, at most twice as many).
 _REMEMBERED_DECISIONS = 1024
+
+
+class _Overtaken(Exception):
+    """A decision's append found events of its accounts that it had not read (see
+    `LedgerSession._not_overtaken`): its transaction rolls back."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -514,35 +523,24 @@ class LedgerSession:
             if event_id is not None:
                 require_name("event_id", event_id)
             held = with_queue(locks)
-            with self.journal.transaction([lock_key(k) for k in held]) as tx:
-                self._catch_up_in(tx)
-                draft, built = self._build(build, event_id, live, held, reads_state,
-                                           command)
-                for _ in range(_MAX_LOCK_ROUNDS):
-                    # Only ever append to accounts we hold: a lock list computed from a
-                    # stale projection (or one that covers the decision but not the
-                    # accounts it writes to) is completed here; if anything was recorded
-                    # meanwhile, the decision is made again on the state as it stands
-                    # under the full set of locks.
-                    missing = sorted({new.stream for new, _ in built} - set(held))
-                    if not missing:
-                        break
-                    # Joins ours: takes the keys.
-                    with self.journal.transaction([lock_key(k) for k in missing]):
-                        held.extend(missing)
-                    if self._catch_up_in(tx):
-                        draft, built = self._build(build, event_id, live, held,
-                                                   reads_state, command)
-                else:
-                    raise RuntimeError(f"decision kept naming accounts it does not hold "
-                                       f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
-                if not built:
-                    if draft.replaying:
-                        assert event_id is not None
-                        self._recorded_otherwise(event_id, "records nothing")
-                    return Decision((), (), replayed=draft.replaying)
-                built = self._after_latest(built, draft.now_used)
-                recorded = tx.append([new for new, _ in built])
+            nested = getattr(self.journal, "_current", lambda: None)() is not None
+            for attempt in range(_MAX_LOCK_ROUNDS):
+                try:
+                    outcome = self._decide_in(held, build, event_id, live, reads_state,
+                                              command)
+                except _Overtaken as exc:
+                    if nested or attempt == _MAX_LOCK_ROUNDS - 1:
+                        # Not ours to roll back and run again (a batch of the service's
+                        # holds the transaction: it decides the batch again) or again
+                        # and again overtaken: nothing of it is written.
+                        raise LockOrderConflict(str(exc)) from None
+                    continue
+                if isinstance(outcome, Decision):
+                    return outcome
+                draft, built, recorded = outcome
+                break
+            else:  # pragma: no cover - the loop returns, breaks or raises
+                raise AssertionError("unreachable")
             if command is not None and event_id is not None and not draft.replaying:
                 self._remember_decision(event_id, command, built)
             fresh = [rec.position for rec in recorded]
@@ -574,6 +572,70 @@ class LedgerSession:
             return Decision(tuple(event for _, event in built),
                             told or tuple(self._outcome(rec, outcomes) for rec in recorded),
                             replayed=draft.replaying)
+
+    def _decide_in(self, held: list[str], build: Build, event_id: str | None, live: bool,
+                   reads_state: bool, command: Hashable | None
+                   ) -> Decision | tuple[Draft, Built, list[RecordedEvent]]:
+        """One attempt of `decide` in a transaction of its own: the decision that recorded
+        nothing, or what it built and recorded. `_Overtaken` (the transaction rolled
+        back) when a writer that holds none of its keys appended to its accounts between
+        its catch-up and its append."""
+        with self.journal.transaction([lock_key(k) for k in held]) as tx:
+            self._catch_up_in(tx)
+            draft, built = self._build(build, event_id, live, held, reads_state,
+                                       command)
+            for _ in range(_MAX_LOCK_ROUNDS):
+                # Only ever append to accounts we hold: a lock list computed from a
+                # stale projection (or one that covers the decision but not the
+                # accounts it writes to) is completed here; if anything was recorded
+                # meanwhile, the decision is made again on the state as it stands
+                # under the full set of locks.
+                missing = sorted({new.stream for new, _ in built} - set(held))
+                if not missing:
+                    break
+                # Joins ours: takes the keys.
+                with self.journal.transaction([lock_key(k) for k in missing]):
+                    held.extend(missing)
+                if self._catch_up_in(tx):
+                    draft, built = self._build(build, event_id, live, held,
+                                               reads_state, command)
+            else:
+                raise RuntimeError(f"decision kept naming accounts it does not hold "
+                                   f"after {_MAX_LOCK_ROUNDS} rounds: {held}")
+            if not built:
+                if draft.replaying:
+                    assert event_id is not None
+                    self._recorded_otherwise(event_id, "records nothing")
+                return Decision((), (), replayed=draft.replaying)
+            built = self._after_latest(built, draft.now_used)
+            recorded = tx.append([new for new, _ in built])
+            if not draft.replaying:
+                self._not_overtaken(tx, recorded, held)
+        return draft, built, recorded
+
+    def _not_overtaken(self, tx: Transaction, recorded: Sequence[RecordedEvent],
+                       held: Sequence[str]) -> None:
+        """Raise `_Overtaken` if events recorded between the catch-up and this append
+        (which holds the journal's head now) belong to an account the decision holds,
+        or to a job's own stream. Decisions on those accounts wait for the decision's
+        keys, but an import holds none of them (only the queue, shared, and the head):
+        its events landed unseen, and what was decided without them may not hold (a
+        completion of a job the import completed, told success and recorded as an
+        anomaly)."""
+        if self._in_memory or not recorded:
+            return
+        start = self.projector.position
+        first = recorded[0].position
+        if first <= start + 1:
+            return
+        streams = set(held)
+        for rec in tx.read(after_position=start, to_position=first - 1, order="position"):
+            if rec.stream in streams or rec.stream.startswith("job:"):
+                raise _Overtaken(
+                    f"event {rec.id!r} at position {rec.position} ({rec.type} on "
+                    f"{rec.stream!r}) was recorded, by a writer that holds none of this "
+                    "decision's keys (an import), after the decision read its accounts: "
+                    "nothing of it was written; run it again")
 
     def _recorded_otherwise(self, event_id: str, outcome: str) -> NoReturn:
         """Raise for a call under an id already recorded that, decided as the recorded

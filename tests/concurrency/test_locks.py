@@ -381,3 +381,41 @@ def test_start_next_returns_the_job_it_recorded(pg_fresh_url: str) -> None:
     assert started == ["running", "routine"]
     (job,) = got
     assert getattr(job, "id", None) == "routine"
+
+
+def test_a_decision_does_not_stand_on_what_an_import_recorded_meanwhile(
+        pg_fresh_url: str) -> None:
+    """An import holds the queue (shared) and the journal's head, not the keys of the
+    accounts it writes: its events can land between a decision's read of its account and
+    its append. Such a decision is made again on them: a completion of a job the import
+    completed meanwhile is refused, and records nothing, as it would have been after
+    the import."""
+    from projections.events import JobCompleted
+    from projections.personal import journal_event
+    from projections.session import QUEUE_SHARED
+
+    scheduler = Scheduler(pg_fresh_url, clock=lambda: 10)
+    scheduler.open_account("a", 100, at=1)
+    assert scheduler.submit("j", "a", 10, 1, at=2)
+    assert scheduler.start_next(at=3) is not None
+    importer = Journal(pg_fresh_url)
+    holding = threading.Event()
+
+    def an_import() -> None:
+        with importer.transaction([QUEUE_SHARED]) as tx:
+            tx.hold_head()
+            tx.append([journal_event("imported", "a", 4, JobCompleted("j", True, 1.0))])
+            holding.set()
+            time.sleep(0.5)  # the decision reads, decides and queues for the head
+
+    thread = threading.Thread(target=an_import)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(InvalidTransition, match="succeeded"):
+            scheduler.complete("j", False, at=5)
+    finally:
+        thread.join(10)
+        importer.close()
+    assert [r.id for r in scheduler.journal.read(order="position")][-1] == "imported"
+    assert scheduler.job_state("j") == "succeeded"
