@@ -105,6 +105,12 @@ _HEAD = "SELECT coalesce(max(position), 0) FROM events"
 SHARED = "shared:"
 """Prefix of a lock key taken in shared mode (see PostgresBackend.lock_more)."""
 
+FIRST = "*"
+"""A lock key whose name begins with this comes first in the lock order, with the keys
+taken shared, whether a transaction takes it shared or whole: a key that some
+transactions share and others take whole (the scheduler's queue) must be so named, so
+that it stands at one place in every transaction's order."""
+
 
 @lru_cache(maxsize=65_536)
 def lock_key(key: str) -> int:

@@ -57,7 +57,7 @@ from eventstore import (
     Transaction,
 )
 from eventstore.appending import describe
-from eventstore.backend import SHARED
+from eventstore.backend import FIRST, SHARED
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
@@ -104,10 +104,13 @@ def with_queue(locks: Iterable[str]) -> list[str]:
 def lock_key(name: str) -> str:
     """The journal's lock key for what a decision holds: the queue's keys as they are, an
     account's name as it is, unless the journal would read the name as a key in shared
-    mode (`shared:NAME` locks NAME, shared): such an account takes its name behind a
-    prefix, so that it holds a lock of its own, exclusively, and never another
-    account's."""
-    if name in _QUEUE_KEYS or not name.startswith(SHARED):
+    mode (`shared:NAME` locks NAME, shared) or take it first, as it takes the queue's
+    (`*...`): such an account takes its name behind a prefix, so that it holds a lock of
+    its own, exclusively, and never another account's, and comes after the queue in
+    every transaction's order (start_next takes the picked job's account after the
+    queue; a decision on the account that held it while waiting for the queue would
+    deadlock with it)."""
+    if name in _QUEUE_KEYS or not name.startswith((SHARED, FIRST)):
         return name
     return f"account:{name}"
 

@@ -53,6 +53,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from ..backend import (
+    FIRST,
     SHARED,
     Backend,
     BatchRow,
@@ -529,12 +530,6 @@ class PostgresBackend(Backend):
 
 
 _Ordered = tuple[tuple[int, tuple[str, bool]], ...]
-
-FIRST = "*"
-"""A key whose name begins with this comes first in the lock order, with the keys taken
-shared, whether this transaction takes it shared or whole: a key that some transactions
-share and others take whole (the scheduler's queue) must be so named, so that it stands
-at one place in every transaction's order."""
 
 
 @lru_cache(maxsize=1024)

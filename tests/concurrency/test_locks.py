@@ -141,6 +141,46 @@ def test_an_account_named_like_a_shared_lock_key_takes_turns_on_its_own_lock(
 
 
 @pytest.mark.postgres
+def test_an_account_named_like_the_queue_s_key_is_locked_after_the_queue(
+        pg_fresh_url: str) -> None:
+    """The journal takes keys named `*...` (the queue's) before every other. An account
+    so named must still come after the queue: a start_next holding the queue whole then
+    takes the account of the job it picks, while a decision on that account holds the
+    queue shared before the account, never the account while it waits for the queue."""
+    import re
+
+    from eventstore.backend import lock_key
+    from projections.session import QUEUE
+    from projections.session import lock_key as session_key
+
+    schema = re.search(r"search_path%3D(\w+)", pg_fresh_url)
+    assert schema is not None
+    # A name numbered before the queue: ordered among `*...` keys, it came first.
+    name = next(n for n in (f"*team-{i}" for i in range(100))
+                if lock_key(f"{schema[1]}:{n}") < lock_key(f"{schema[1]}:{QUEUE}"))
+    Scheduler(pg_fresh_url).open_account(name, 100)
+    worker = Scheduler(Journal(pg_fresh_url, lock_timeout=5), clock=lambda: 1000)
+    failed: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            worker.submit("j1", name, 5, 0)
+        except BaseException as exc:
+            failed.append(exc)
+
+    with Journal(pg_fresh_url, lock_timeout=5) as picker:
+        with picker.transaction([QUEUE]):  # a start_next, picking
+            thread = threading.Thread(target=submit)
+            thread.start()
+            time.sleep(0.3)  # the submit waits for the queue
+            with picker.transaction([session_key(name)]):  # the picked job's account
+                pass
+        thread.join(10)
+    assert failed == []
+    assert worker.job_state("j1") == "pending"
+
+
+@pytest.mark.postgres
 @pytest.mark.parametrize("defer", [True, False], ids=["one-append", "append-per-decision"])
 def test_the_service_locks_an_account_named_like_a_shared_key_on_its_own(
         pg_fresh_url: str, defer: bool) -> None:

@@ -23,7 +23,7 @@ from projections.events import DEFAULT_GRANT_PRIORITY, EventReversed, GrantVoide
 from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
-from projections.session import job_key
+from projections.session import job_key, lock_key
 from tools.service.bindings import (
     answer_from_binding,
     cancel_fingerprint,
@@ -388,7 +388,7 @@ class AppendEvents:
         before = journal.head()
         # Hold the key of every stream written, as the import resolved them (a job event
         # goes to its job's account, found only now); already held keys cost nothing.
-        with service.batching.transaction(sorted({e.stream for e in plan.events})):
+        with service.batching.transaction(sorted({lock_key(e.stream) for e in plan.events})):
             recorded = journal.append(plan.events)
             answer = self._answer(recorded, before)
             if self.key is not None and self.fingerprint:
@@ -514,7 +514,7 @@ class AppendEvents:
         if service.batching.recorded_ahead([e.id for e in plan.events]):
             return None  # a retry, or an import run twice: the journal answers it
         session = service.session
-        with service.batching.transaction(sorted({e.stream for e in plan.events})) as tx:
+        with service.batching.transaction(sorted({lock_key(e.stream) for e in plan.events})) as tx:
             recorded = tx.append(plan.events)
             answer: AnswerDict = {"appended": len(recorded), "already_present": 0,
                                   "positions": [r.position for r in recorded]}
