@@ -555,3 +555,76 @@ def test_the_reference_model_refills_by_the_rules_of_the_token_bucket() -> None:
     events.append(rec(400_000, "account", refill_rate=3600, refill_cap=5))
     assert general(events, 400_002) == 2
     assert general(events, 500_000) == 5
+
+
+def test_the_reference_model_starts_jobs_by_fair_share() -> None:
+    """Hand-worked from docs/semantics.md, "Fair share (off by default)": the model's
+    pick is the oracle the ledger's heads heap is held to, so its rules are pinned here."""
+    from types import SimpleNamespace
+
+    events: list[Any] = []
+
+    def add(time: int, kind: str, **payload: Any) -> str:
+        eid = f"e{len(events)}"
+        events.append(SimpleNamespace(position=len(events), id=eid, type=kind, time=time,
+                                      payload=payload))
+        return eid
+
+    def opened(time: int, name: str, **fair: Any) -> None:
+        add(time, "account", account=name, **fair)
+        add(time, "grant", account=name, amount=10_000)
+
+    def charged(time: int, name: str, cost: int) -> None:
+        job = f"{name}-used-{len(events)}"
+        add(time, "submit", account=name, job=job, cost=cost, priority=0)
+        add(time, "start", job=job)
+        add(time, "complete", job=job, success=True)
+
+    def first(time: int, *names: str) -> str | None:
+        """Each of `names` submits a job in that order; the job the next start picks."""
+        jobs = [f"{name}-{len(events) + i}" for i, name in enumerate(names)]
+        for name, job in zip(names, jobs, strict=True):
+            add(time, "submit", account=name, job=job, cost=1, priority=0)
+        start = add(time, "start", job="?")
+        picked = model.fold(events).picked[start]
+        for job in jobs:  # none waits on into the next question
+            add(time, "cancel", job=job)
+        return picked and picked.split("-")[0]
+
+    opened(1, "a", share=1, half_life=60)
+    opened(1, "b", share=2, half_life=60)
+    opened(1, "c")
+    charged(100, "a", 40)
+    charged(160, "b", 60)
+    # c has no share: first. Then by 200, a's 40 has halved 100/60 times: 12.6 per share,
+    # b's 60 40/60 times, 37.8 on a share of 2: 18.9 (without decay a would be 40 > 30).
+    assert first(200, "b", "a", "c") == "c"
+    assert first(200, "b", "a") == "a"
+    # Equal usage per share (6 on a share of 3, 2 on 1, at one time): the older submit.
+    opened(300, "x", share=3, half_life=60)
+    opened(300, "y", share=1, half_life=60)
+    charged(300, "x", 6)
+    charged(300, "y", 2)
+    assert first(300, "x", "y") == "x"
+    assert first(300, "y", "x") == "y"
+    # An account declared again without a share sorts first; its usage is kept for when
+    # a share comes back.
+    charged(400, "a", 100)
+    assert first(400, "a", "b") == "b"
+    add(400, "account", account="a")
+    assert first(400, "b", "a") == "a"
+    add(401, "account", account="a", share=1, half_life=60)
+    assert first(401, "a", "b") == "b"
+    # A charge made before the account had a share is no usage.
+    opened(500, "z")
+    charged(500, "z", 500)
+    add(510, "account", account="z", share=1, half_life=60)
+    assert first(510, "b", "z") == "z"
+    # Different half-lives: usage extrapolated to time 0, as the heads heap keeps it.
+    # At 6,000, e's 1,000 on a half-life of 600 is 1,000 * 2**10 at time 0, f's 1 on a
+    # half-life of 60 is 2**100 there: e first, though f has used far less by now.
+    opened(6000, "e", share=1, half_life=600)
+    opened(6000, "f", share=1, half_life=60)
+    charged(6000, "e", 1000)
+    charged(6000, "f", 1)
+    assert first(6000, "f", "e") == "e"

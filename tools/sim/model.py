@@ -37,6 +37,8 @@ GENERAL = "general"
 NEVER = 2**63
 DEFAULT_PRIORITY = 50  # a grant's, when it names none
 CREDIT = 3600  # credit-seconds: a rate is in credits per hour, times in seconds
+DEFAULT_HALF_LIFE = 604_800  # an account's, when it names none
+FAIR_GRAIN = 2.0 ** 32  # fair-share keys are rounded to multiples of its inverse
 
 
 @dataclass
@@ -70,6 +72,21 @@ class Account:
     refill_since: int = 0  # when refill last accrued
     remainder: int = 0  # credit-seconds not yet a whole credit
     bucket: Batch | None = None  # made when refill first puts a credit in it
+    share: int | None = None  # fair-share weight; None: fair share off
+    half_life: int = DEFAULT_HALF_LIFE
+    usage: list[tuple[int, int]] = field(default_factory=list)  # (charge, time)
+
+    def fair_key(self) -> float:
+        """Decayed usage / share on a log scale, from every charge, without the -now / H
+        all accounts share: -inf (first) without a share or usage."""
+        if self.share is None or not self.usage:
+            return -math.inf
+        # Summed relative to the largest exponent: 2 ** (time / H) alone overflows a
+        # float once time passes 1,024 half-lives.
+        exponents = [math.log2(charge) + time / self.half_life for charge, time in self.usage]
+        top = max(exponents)
+        total = top + math.log2(math.fsum(2.0 ** (e - top) for e in exponents))
+        return round((total - math.log2(self.share)) * FAIR_GRAIN) / FAIR_GRAIN
 
     def advance(self, time: int) -> None:
         """Time passes to `time`: what expired goes, refill accrues."""
@@ -285,6 +302,8 @@ def _credit_event(model: Model, account: Account, rec: Any) -> None:
         account.refill_since = t
         if account.refill_rate is None:
             account.remainder = 0
+        account.share = p.get("share")
+        account.half_life = p.get("half_life") or DEFAULT_HALF_LIFE
     elif kind == "grant" or (kind == "adjust" and p["amount"] > 0):
         # A credit adjustment is a grant without expiry.
         account.opened = True
@@ -351,6 +370,8 @@ def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
         job.state = "succeeded" if p["success"] else "failed"
         job.charge = charge
         model.told[rec.id] = charge
+        if charge and account.share is not None:
+            account.usage.append((charge, t))
     elif kind == "cancel" and job.state == "pending":
         account.release(account.holds.pop(p["job"]), t)
         job.state = "cancelled"
@@ -358,15 +379,19 @@ def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
 
 
 def _next_job(model: Model) -> str | None:
-    """The job a start would start now: the highest priority, then the oldest submit,
-    among pending jobs whose account is below its cap (no account has a fair share)."""
+    """The job a start would start now: the highest priority, then the lowest fair-share
+    key, then the oldest submit, among pending jobs whose account is below its cap."""
     best, best_key = None, None
+    keys: dict[str, float] = {}  # per account: its usage does not change within a pick
     for name in model.queue:
         job = model.jobs[name]
         account = model.accounts[job.account]
         if account.max_running is not None and account.running >= account.max_running:
             continue
-        key = (-job.priority, job.order)
+        fair = keys.get(job.account)
+        if fair is None:
+            fair = keys[job.account] = account.fair_key()
+        key = (-job.priority, fair, job.order)
         if best_key is None or key < best_key:
             best, best_key = name, key
     return best
