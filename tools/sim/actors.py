@@ -29,6 +29,15 @@ as much as an account's grants bring."""
 REFILL_CAPS = (5, 20, 60, 300)
 """From a bucket that fills between two events (its remainder dropped) to one that a
 long quiet spell does not fill."""
+SHARES = (1, 1, 2, 3, 4)
+"""Fair-share weights: equal ones most often, so equal usage per share ties too."""
+HALF_LIVES = (30, 60, 120)
+"""Seconds: a run spans thousands, so charges halve many times over it and an account
+that used much a few minutes ago goes before one that used less just now. The keys of
+accounts of different half-lives are far apart (each account's usage extrapolated to time
+0), so most accounts of a world share one half-life, where usage per share decides."""
+OTHER_HALF_LIVES = (10, 600, None)
+"""An account's own half-life, one in five: None is the default (a week)."""
 WORKERS = ("w0", "w1")
 START_TIME = 1_000
 MAX_SKEW = 5
@@ -104,6 +113,7 @@ class Director:
     reversal_rng: random.Random = field(init=False)  # which reversal a reversal names
     void_rng: random.Random = field(init=False)  # which grant a void names
     refill_rng: random.Random = field(init=False)  # accounts' refills, apart
+    fair_rng: random.Random = field(init=False)  # accounts' fair shares, apart
     now: int = START_TIME
     step: int = 0
     accounts: list[str] = field(default_factory=list)
@@ -113,6 +123,8 @@ class Director:
     files: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # (id, expiry) of the last grants made, for voids
     grants: list[tuple[str, int]] = field(default_factory=list)
+    half_life: int | None = None  # most accounts' in this world
+    half_lives: dict[str, int | None] = field(default_factory=dict)  # each account's
     skews: dict[str, int] = field(default_factory=dict)
     content_ids: bool = False  # lines without an id are known by their own content
     reversals: bool = False  # the fold takes reversed events out
@@ -128,6 +140,8 @@ class Director:
         self.reversal_rng = random.Random(f"reversals of reversals {self.seed}")
         self.void_rng = random.Random(f"voids of used grants {self.seed}")
         self.refill_rng = random.Random(f"refills {self.seed}")
+        self.fair_rng = random.Random(f"fair shares {self.seed}")
+        self.half_life = self.fair_rng.choice(HALF_LIVES)
         self.content_ids = content_ids_by_line()
         self.reversals = reversals_fold()
         # Clocks disagree between workers: live decisions must still keep the timeline.
@@ -137,6 +151,7 @@ class Director:
         """Forget what the actors knew of the previous world (the clock goes on)."""
         self.accounts, self.pending, self.running, self.finished = [], [], [], []
         self.files, self.grants, self.reversible, self.reversed_by = {}, [], [], []
+        self.half_life, self.half_lives = self.fair_rng.choice(HALF_LIVES), {}
 
     def opening(self) -> list[Op]:
         """The first ops: every account opened, with a cap on running jobs for some."""
@@ -148,6 +163,7 @@ class Director:
             if cap is not None:
                 line["max_running"] = cap
             self._refill(line, 0.5)
+            self._fair(line, 0.9)
             ops.append(self._op("w0", line))
             ops.append(self._op("finance", self._grant(name, self.now, 60, 400)))
         return ops
@@ -191,6 +207,12 @@ class Director:
             pool = rng.choice(POOLS)
             if pool:
                 line["pool"] = pool
+            # Fair share orders only jobs of equal priority, and few jobs wait at once:
+            # most submits take one priority, so that accounts' usage decides among
+            # them (drawn from the fair shares' source: the seeded stream of everything
+            # else stays as it was).
+            if self.fair_rng.random() < 0.65:
+                line["priority"] = 1
             return worker, self._stamp(line)
         if kind == "start":
             return worker, self._stamp({"type": "start"})
@@ -255,7 +277,8 @@ class Director:
         if kind == "open":
             name = f"new{self.step}"
             self.accounts.append(name)
-            return "w0", self._stamp(self._refill({"type": "account", "account": name}, 0.5))
+            line = self._refill({"type": "account", "account": name}, 0.5)
+            return "w0", self._stamp(self._fair(line, 0.9))
         return None
 
     def observe(self, op: Op, world: World) -> None:
@@ -395,10 +418,30 @@ class Director:
             line["refill_cap"] = self.refill_rng.choice(REFILL_CAPS)
         return line
 
+    def _fair(self, line: dict[str, Any], chance: float) -> dict[str, Any]:
+        """`line`, an `account` event, with a share `chance` of the time (drawn from a
+        source of its own: the seeded stream of everything else stays as it was); an
+        account declared again without one has fair share turned off. An account keeps
+        its half-life: what a new one does to usage charged under the old is not
+        specified (docs/semantics.md)."""
+        rng = self.fair_rng
+        if rng.random() < chance:
+            line["share"] = rng.choice(SHARES)
+            name = line["account"]
+            if name not in self.half_lives:
+                own = rng.random() < 0.2
+                self.half_lives[name] = (rng.choice(OTHER_HALF_LIVES) if own
+                                         else self.half_life)
+            half_life = self.half_lives[name]
+            if half_life is not None:
+                line["half_life"] = half_life
+        return line
+
     def _declared_again(self, file: str, number: int, time: int) -> dict[str, Any]:
         """An account declared again in a delivered file, its refill changed, turned on
         or off (and its cap on running jobs with it), drawn wholly from the refills'
-        own source: a file's other lines stay as they were."""
+        own source, its share from the fair shares': a file's other lines stay as they
+        were."""
         rng = self.refill_rng
         line: dict[str, Any] = {"type": "account",
                                 "account": rng.choice(self.accounts or list(ACCOUNTS)),
@@ -407,6 +450,7 @@ class Director:
         if cap is not None:
             line["max_running"] = cap
         self._refill(line, 0.7)
+        self._fair(line, 0.85)
         if not self.content_ids or rng.random() < 0.5:
             line["id"] = f"{file}:{number}"
         return line
@@ -447,6 +491,7 @@ class Director:
                     line = self._refill({"type": "account", "account": self._account(),
                                          "time": time, "max_running": rng.choice((1, 2, 3))},
                                         0.5)
+                    self._fair(line, 0.85)
                 if not self.content_ids or rng.random() < 0.5:
                     line["id"] = f"{name}:{len(lines) + 1}"
                 lines.append(line)

@@ -31,7 +31,12 @@ from eventstore import JournalLike, MemoryJournal, NewEvent, RecordedEvent
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections import GPUCreditTracker, LedgerError, Scheduler
 from projections.decoding import decode_event
-from projections.events import DEFAULT_GRANT_PRIORITY, from_payload, to_payload
+from projections.events import (
+    DEFAULT_GRANT_PRIORITY,
+    DEFAULT_HALF_LIFE,
+    from_payload,
+    to_payload,
+)
 from projections.importing import import_file
 from projections.invariants import Violation, outcome_violations, violations
 from projections.ledger import CANCELLED, PENDING, Ledger
@@ -423,7 +428,10 @@ class World:
             return lambda: s.open_account(line["account"], 0,
                                           max_running=line.get("max_running"),
                                           refill_rate=line.get("refill_rate"),
-                                          refill_cap=line.get("refill_cap"), event_id=eid)
+                                          refill_cap=line.get("refill_cap"),
+                                          share=line.get("share"),
+                                          half_life=line.get("half_life", DEFAULT_HALF_LIFE),
+                                          event_id=eid)
         if kind == "submit":
             return lambda: s.submit(line["job"], line["account"], line["cost"],
                                     line["priority"], pool=line.get("pool"), event_id=eid)
