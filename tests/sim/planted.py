@@ -9,6 +9,7 @@ planting fails loudly where the compiled fold runs.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ from projections import (
     replay,
     session,
 )
-from projections.events import JobCancelled
+from projections.events import JobCancelled, JobCompleted
 
 
 def _in_source() -> None:
@@ -271,6 +272,27 @@ def refill_accrued_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ledger.Ledger, "_refill", twice)
 
 
+def usage_without_decay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fair-share usage never decays: a completion adds its charge as it is, not weighted
+    by 2 ** (time / half-life), so an account that used much long ago stays behind one
+    that used less just now."""
+    _in_source()
+    complete = ledger.Ledger._complete
+
+    def undecayed(self: ledger.Ledger, position: int, event_id: str, time: int,
+                  event: JobCompleted) -> Any:
+        job = ledger._job(self.jobs, event.job)
+        account = None if job is None else self.accounts.get(job.account)
+        before = None if account is None else account.usage_log2
+        done = complete(self, position, event_id, time, event)
+        if account is not None and before is not None and account.usage_log2 != before:
+            account.usage_log2 = ledger._log2_add(before, math.log2(done.charge))
+            self.queue.register(account, self.accounts, self.jobs, force=True)
+        return done
+
+    monkeypatch.setattr(ledger.Ledger, "_complete", undecayed)
+
+
 def lineage_overpaid(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion names grants that paid one credit more than it charged (its outcome
     changed as `Ledger.apply` returns it, where every caller of the fold reads it, the
@@ -304,4 +326,5 @@ BUGS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "void takes used credits": void_takes_used_credits,
     "refill remainder dropped": refill_remainder_dropped,
     "refill accrued twice": refill_accrued_twice,
+    "fair-share usage without decay": usage_without_decay,
 }
