@@ -3,13 +3,13 @@
 A checkpoint is a cache of a fold: a facade opening a large journal starts from the
 newest valid one instead of folding every event, and a query reads from it only what its
 question needs (one account, every account's figures, the job list). Its bytes are
-(format version 3):
+(format version 4):
 
     b"gpu-credits checkpoint\\n"
     header: one line of JSON (sorted keys), then b"\\n"
     body: MessagePack, an array of five sections (below)
 
-The header holds `format` ("gpu-credits-checkpoint"), `version` (3), `position` (the
+The header holds `format` ("gpu-credits-checkpoint"), `version` (4), `position` (the
 highest journal position the state covers), `chain_hash` (the journal's hash at that
 position: the state belongs to that exact history), `last` (the (event time, position)
 of the last event folded), `schema` (each state class and its fields, in the order the
@@ -69,11 +69,15 @@ CHECKPOINT = "ledger"
 """Snapshot name under which the ledger's checkpoints are saved."""
 
 FORMAT = "gpu-credits-checkpoint"
-VERSION = 3
-"""The format version. 3: the bytes of 2, but the state keeps every pool an account was
-granted, used or owed in (its key in `CreditBook.active`, at 0), which a fold before it
-dropped once the pool's debt was paid; the digest does not cover those keys, so a version
-2 checkpoint would pass every check and answer without the pool: it is stale instead."""
+VERSION = 4
+"""The format version. 4: the bytes of 3, but an account whose half-life changed while it
+had fair-share usage holds that usage re-expressed under the new half-life, where a fold
+before it kept it as under the old one (scaled out of all proportion): a version 3
+checkpoint of such an account would answer otherwise than the fold, so it is stale.
+3: the bytes of 2, but the state keeps every pool an account was granted, used or owed in
+(its key in `CreditBook.active`, at 0), which a fold before it dropped once the pool's
+debt was paid; the digest does not cover those keys, so a version 2 checkpoint would pass
+every check and answer without the pool: it is stale instead."""
 MAGIC = b"gpu-credits checkpoint\n"
 
 log = logging.getLogger(__name__)

@@ -454,6 +454,11 @@ class Ledger:
         account.declared = True
         account.max_running = cap
         account.share = event.share
+        if event.half_life != account.half_life and account.usage_log2 != -math.inf:
+            # Usage is kept as log2(sum(charge * 2**(t / H))): under another H it must be
+            # re-expressed as what it is at `time`, to decay from there at the new rate
+            # (read as it was, 400 charged a minute ago counted as about 2**16,000).
+            account.usage_log2 += time / event.half_life - time / account.half_life
         account.half_life = event.half_life
         account.refill_rate = event.refill_rate
         account.refill_cap = event.refill_cap

@@ -164,3 +164,28 @@ def test_fair_share_equal_usage_per_share_starts_the_older_submit(
     assert s.submit(f"{younger}-job", younger, 1, priority=0)
     started = s.start_next()
     assert started is not None and started.id == f"{older}-job"
+
+
+def test_a_new_half_life_keeps_the_usage_so_far_and_decays_it_from_then_on() -> None:
+    # Usage is kept as log2 of sum(charge * 2**(t/H)): read under another H it was scaled
+    # out of all proportion (400 charged a minute before read as about 2**16,000).
+    now, s = _clock(1_000_000)
+    s.open_account("a", 10_000, share=1, half_life=60)
+    _charged(s, "a", 400)
+    now[0] += 60                                         # one half-life: 200 left
+    s.journal.append([NewEvent("a-again", "a", "account", now[0],  # as an import does
+                               {"account": "a", "share": 1, "half_life": DAY})])
+    assert round(s.ledger().accounts["a"].decayed_usage(now[0])) == 200
+    now[0] += DAY
+    assert round(s.ledger().accounts["a"].decayed_usage(now[0])) == 100
+    assert s.submit("a-more", "a", 50, priority=0)
+    assert s.start_next() is not None
+    s.complete("a-more", True)
+    assert round(s.ledger().accounts["a"].decayed_usage(now[0])) == 150
+    # And the queue orders by it: b has used 120 under the default half-life (a week).
+    s.open_account("b", 10_000, share=1)
+    _charged(s, "b", 120)
+    assert s.submit("a1", "a", 1, priority=0)
+    assert s.submit("b1", "b", 1, priority=0)
+    first = s.start_next()
+    assert first is not None and first.id == "b1"        # 120 < 150, though a1 is older
