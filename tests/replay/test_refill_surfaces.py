@@ -2,11 +2,13 @@
 fold of the journal (`fold_canonical`, `Figures.of`), between events too, where the
 bucket has accrued without an event to show it.
 
-The journals drawn open accounts with a refill (or turn it off, or change its rate and
+The journals drawn open accounts with a refill (some untimed, full from the start; some
+turning it off, or changing its rate and
 cap), run them into debt (general and per pool), hold and release credits in jobs above
 a lowered cap, and record most events late and some reversed or voided, with times wide
 enough for a bucket to fill. Surfaces: `statement` (its lines, the opening of a
-statement from a time, debt created less paid), the web view's one-fold history (the
+statement from a time, debt created less paid), the explanation (each grant's credits,
+the bucket's included, accounted for), the web view's one-fold history (the
 statement, the explanation and the timeline, kept and extended as the head moves, and an
 event's own lines), export and import in both formats, `whatif`, answers after a
 checkpoint, and answers as known at a position.
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 from eventstore import MemoryJournal, NewEvent
 from eventstore.interface import JournalLike
 from projections import importing
-from projections.events import from_payload, to_payload
+from projections.events import TIMELINE_START, from_payload, to_payload
 from projections.figures import Figures
 from projections.policy import Policy
 from projections.queries import (
@@ -45,6 +47,7 @@ ACCOUNTS = ("a", "b")
 POOLS = (None, "h100")
 RATES = (1000, 1800, 3600, 7200)  # credits per hour: a credit every 3.6 s to two a second
 Row = tuple[str, str, int, dict[str, Any], str]  # id, type, time, payload, stream
+UNTIMED = TIMELINE_START  # an `account` line without a time
 
 # Lines no event of the account writes (or whose event did not touch it): the refill
 # accrued by their time shows on the account's next event's line, not on theirs.
@@ -61,7 +64,7 @@ def recorded(draw: st.DrawFn, *, elsewhere: bool = False) -> list[list[Row]]:
     jobs_: list[tuple[str, str]] = []
     for account in ACCOUNTS:
         if draw(st.booleans()):
-            rows.append((f"o{account}", "account", draw(st.integers(0, 20)),
+            rows.append((f"o{account}", "account", draw(st.sampled_from([UNTIMED, 0, 7, 20])),
                          {"account": account, "refill_rate": draw(st.sampled_from(RATES)),
                           "refill_cap": draw(st.integers(1, 15))}, account))
     for i in range(draw(st.integers(1, 20))):
@@ -74,6 +77,8 @@ def recorded(draw: st.DrawFn, *, elsewhere: bool = False) -> list[list[Row]]:
         stream = account
         payload: dict[str, Any]
         if kind == "account":
+            if draw(st.integers(0, 3)) == 0:
+                time = UNTIMED  # a refill full from the start
             payload = {"account": account, "max_running": draw(st.sampled_from([None, 1]))}
             if draw(st.integers(0, 3)):
                 payload |= {"refill_rate": draw(st.sampled_from(RATES)),
@@ -204,7 +209,7 @@ def test_history_explanation_and_timeline_are_the_folds(batches: list[list[Row]]
                 bucket = state.refill_batch.amount if state.refill_batch is not None else 0
                 assert g.remaining == bucket + credited, g
             if g.voided_at is None:
-                assert g.amount == g.paid_debt + g.used + g.expired + sum(
+                assert g.amount == g.debt_paid + g.used + g.expired + sum(
                     held for _, held in g.held) + g.remaining, g
         # The web view's fold of the stream, kept from an earlier head and extended.
         stream = [rec for rec in journal.read(order="position") if rec.stream == account]
