@@ -3,15 +3,14 @@ fold of the journal (`fold_canonical`, `Figures.of`), between events too, where 
 bucket has accrued without an event to show it.
 
 The journals drawn open accounts with a refill (some untimed, full from the start; some
-turning it off, or changing its rate and
-cap), run them into debt (general and per pool), hold and release credits in jobs above
-a lowered cap, and record most events late and some reversed or voided, with times wide
-enough for a bucket to fill. Surfaces: `statement` (its lines, the opening of a
-statement from a time, debt created less paid), the explanation (each grant's credits,
-the bucket's included, accounted for), the web view's one-fold history (the
-statement, the explanation and the timeline, kept and extended as the head moves, and an
-event's own lines), export and import in both formats, `whatif`, answers after a
-checkpoint, and answers as known at a position.
+turning it off, or changing its rate and cap), run them into debt (general and per
+pool), hold and release credits in jobs above a lowered cap, and record most events late
+and some reversed or voided, with times wide enough for a bucket to fill. Surfaces:
+`statement` (its lines, the opening of a statement from a time, debt created less paid),
+the explanation (each grant's credits, the bucket's included, accounted for), the web
+view's one-fold history (the statement, the explanation and the timeline, kept and
+extended as the head moves, and an event's own lines), export and import in both
+formats, `whatif`, answers after a checkpoint, and answers as known at a position.
 """
 
 from __future__ import annotations
