@@ -143,17 +143,18 @@ def prefix(batches: list[list[Row]], position: int) -> list[list[Row]]:
     return out
 
 
-def _without_recorded_at(value: Any) -> Any:
+def without_recorded_at(value: Any) -> Any:
+    """An answer as a plain value, without the recorded-at times a fresh journal has its own of."""
     if isinstance(value, dict):
-        return {k: _without_recorded_at(v) for k, v in value.items() if k != "recorded_at"}
+        return {k: without_recorded_at(v) for k, v in value.items() if k != "recorded_at"}
     if isinstance(value, list):
-        return [_without_recorded_at(v) for v in value]
+        return [without_recorded_at(v) for v in value]
     return value
 
 
 def _asked(ask: Any) -> Any:
     try:
-        return _without_recorded_at(to_dict(ask()))
+        return without_recorded_at(to_dict(ask()))
     except (UnknownAccount, UnknownJob) as exc:
         return type(exc).__name__
 

@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal, NewEvent
+from eventstore import MemoryJournal
 from eventstore.interface import JournalLike
 from projections import importing
 from projections.events import TIMELINE_START, from_payload, to_payload
@@ -40,12 +40,16 @@ from projections.queries.history import account_history, event_lines, extended_h
 from projections.queries.whatif import fold_under, whatif
 from projections.replay import fold_canonical, replay
 from tests.arrivals import in_batches
-from tests.replay.test_known_at_differential import assert_agrees
+from tests.replay.test_known_at_differential import (
+    Row,
+    append,
+    assert_agrees,
+    without_recorded_at,
+)
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "h100")
 RATES = (1000, 1800, 3600, 7200)  # credits per hour: a credit every 3.6 s to two a second
-Row = tuple[str, str, int, dict[str, Any], str]  # id, type, time, payload, stream
 UNTIMED = TIMELINE_START  # an `account` line without a time
 
 # Lines no event of the account writes (or whose event did not touch it): the refill
@@ -124,23 +128,8 @@ def recorded(draw: st.DrawFn, *, elsewhere: bool = False) -> list[list[Row]]:
     return in_batches(rows, sizes)
 
 
-def append(journal: JournalLike, batches: list[list[Row]]) -> JournalLike:
-    for batch in batches:
-        journal.append([NewEvent(event_id, stream, kind, time, payload)
-                        for event_id, kind, time, payload, stream in batch])
-    return journal
-
-
-def _without_recorded_at(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_recorded_at(v) for k, v in value.items() if k != "recorded_at"}
-    if isinstance(value, list):
-        return [_without_recorded_at(v) for v in value]
-    return value
-
-
 def _plain(answer: Any) -> Any:
-    return _without_recorded_at(to_dict(answer))
+    return without_recorded_at(to_dict(answer))
 
 
 def _figures(journal: JournalLike, account: str, at: int, *, before: bool = False) -> Figures:
