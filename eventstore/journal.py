@@ -345,6 +345,11 @@ class Journal(JournalBase):
         tx: SqlTransaction | None = getattr(self._local, "tx", None)
         return tx
 
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside a transaction of this journal (one that a new
+        `transaction()` would join, and whose rollback is its owner's)."""
+        return self._current() is not None
+
     def _check_open(self) -> None:
         if self._closed:
             raise JournalError(f"this journal ({self._backend.describe()}) is closed")

@@ -526,7 +526,8 @@ class LedgerSession:
             if event_id is not None:
                 require_name("event_id", event_id)
             held = with_queue(locks)
-            nested = getattr(self.journal, "_current", lambda: None)() is not None
+            # Inside another's transaction (a service batch's), a rollback is not ours.
+            nested = getattr(self.journal, "in_transaction", lambda: False)()
             for attempt in range(_MAX_LOCK_ROUNDS):
                 try:
                     outcome = self._decide_in(held, build, event_id, live, reads_state,

@@ -218,6 +218,11 @@ class BatchJournal:
             return batch
         return None
 
+    def in_transaction(self) -> bool:
+        """Whether this thread is deciding a batch (whose transaction may not be open
+        yet, decided ahead): a decision inside it is the batch's to roll back."""
+        return self._current() is not None
+
     @contextmanager
     def batch(self, locks: Sequence[str], ids: Iterable[str] = (),
               request_keys: Iterable[str] = ()) -> Iterator[LookUp]:
