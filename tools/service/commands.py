@@ -214,21 +214,18 @@ class Complete:
                                  clock=service.clock, event_id=self.key,
                                  allow_far_times=service.allow_far_times)
         job = session.ledger.jobs.get(self.job)
-        if decision.outcomes and decision.outcome.ok:
-            # What the completion did, as it was told: a retry's answer too, once its
-            # job's submit was reversed since, or the completion itself and the job then
-            # completed again the other way (the job's state now is that completion's).
-            charged = decision.outcome.charge
-            if charged is None and job is not None:
-                charged = job.charge
-            return {"job": self.job, "state": "succeeded" if self.success else "failed",
-                    "charged": charged}
-        if job is None:
+        # A completion that took effect answers as it was told: a retry's answer too, once
+        # its job's submit was reversed since, or the completion itself and the job then
+        # completed again the other way (the job's state now is that completion's).
+        told = bool(decision.outcomes) and decision.outcome.ok
+        if not told and job is None:
             raise UnknownJob(f"unknown job {self.job!r}")
-        charged = decision.outcome.charge if decision.outcome.charge is not None \
-            else job.charge
-        state = job.state if job.state in ("succeeded", "failed") else (
-            "succeeded" if self.success else "failed")
+        charged = decision.outcome.charge
+        if charged is None and job is not None:
+            charged = job.charge
+        state = job.state if not told and job is not None \
+            and job.state in ("succeeded", "failed") else (
+                "succeeded" if self.success else "failed")
         return {"job": self.job, "state": state, "charged": charged}
 
 
