@@ -584,6 +584,31 @@ def test_a_batch_holds_at_most_max_batch_decisions_and_one_per_key(tmp_path: Pat
         svc.close()
 
 
+def test_a_key_that_a_record_of_the_batch_takes_as_its_id_waits_for_the_next_batch(
+        tmp_path: Path) -> None:
+    """A single write under a key that a record queued before it in the batch takes as
+    its id is decided once that record is written, as one at a time: the key names an
+    event, whatever binding it also has. In one batch its look-up missed the record: a
+    key bound to a start that found nothing answered 409 for that start instead."""
+    svc = LedgerService(f"sqlite:///{tmp_path / 'ids.db'}", clock=lambda: 10)
+    svc.reset()
+    svc.ready.set()
+    try:
+        nothing = commands.StartNext("k0", 10)
+        svc.writer.commit_in_turn([nothing])
+        grant = commands.Grant("g0", "a", 100, None, None, None, None, 1)
+        record = commands.AppendEvents.of_records(
+            None, [{"type": "consume", "account": "a", "amount": 1, "time": 10, "id": "k0"}])
+        keyed = commands.Grant("k0", "a", 1, None, None, None, None, 10)
+        futures, groups = svc.writer.commit_in_turn([grant, record, keyed])
+        assert groups == [[0, 1], [2]]
+        with pytest.raises(IdempotencyConflict, match="'k0' is already recorded"):
+            futures[2].result()
+    finally:
+        svc.writer.stop()
+        svc.close()
+
+
 @dataclass(frozen=True)
 class Keyed:
     """A command the fake batch runner below answers with its own key."""

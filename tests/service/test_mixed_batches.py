@@ -23,7 +23,7 @@ from projections import GPUCreditTracker
 from projections.replay import fold_canonical
 from projections.session import LedgerSession
 from tools.service import commands, writes
-from tools.service.groupcommit import Command, GroupCommit, _Item
+from tools.service.groupcommit import Command, GroupCommit, _Item, ids_named
 from tools.service.ledger import LedgerService
 
 _CLOCK = 15
@@ -289,17 +289,17 @@ def _batched(journal: JournalLike, groups: Sequence[Sequence[Command]],
 
 
 def _groups(batch: list[Command], cuts: list[int]) -> list[list[Command]]:
-    """`batch` cut into consecutive groups, never two commands with one key in a group
-    (the writer never batches them together)."""
+    """`batch` cut into consecutive groups, never two commands naming one key or record
+    id in a group (the writer never batches them together)."""
     groups: list[list[Command]] = [[]]
     keys: set[str] = set()
     for index, command in enumerate(batch):
-        if groups[-1] and (index in cuts or command.key in keys):
+        ids = ids_named(command)
+        if groups[-1] and (index in cuts or any(i in keys for i in ids)):
             groups.append([])
             keys = set()
         groups[-1].append(command)
-        if command.key is not None:
-            keys.add(command.key)
+        keys.update(ids)
     return groups
 
 

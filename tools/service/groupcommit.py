@@ -472,12 +472,14 @@ class GroupCommit:
         self._batch = list(candidates)
         while True:
             for item in candidates:
-                key = item.command.key
-                if (key is not None and key in keys) or len(items) >= self.max_batch:
+                # A key, or a record's id, that an earlier command of the batch also
+                # names waits for the next batch: its look-up must find that command's
+                # events recorded, as it would one command at a time.
+                ids = ids_named(item.command)
+                if any(i in keys for i in ids) or len(items) >= self.max_batch:
                     later.append(item)
                     continue
-                if key is not None:
-                    keys.add(key)
+                keys.update(ids)
                 items.append(item)
             if stop or len(items) + len(later) >= self.max_batch:
                 break
@@ -664,7 +666,7 @@ class GroupCommit:
     def _commit(self, items: list[_Item]) -> None:
         ahead = self._ahead
         if ahead is not None and any(
-                key in ahead.keys for i in items for key in _ids_of(i.command)):
+                key in ahead.keys for i in items for key in ids_named(i.command)):
             # A retry must find its first attempt recorded; a key (or a record's id) that
             # an event of the batch being written takes must be found taken. Decided
             # ahead, the journal's look-up would miss them: a request that records
@@ -794,7 +796,7 @@ class GroupCommit:
             log.warning("projection reset failed: %s", type(again).__name__)
 
 
-def _ids_of(command: Command) -> list[str]:
+def ids_named(command: Command) -> list[str]:
     """The event ids `command` looks up: its key, and a batch of events' own ids."""
     ids = [] if command.key is None else [command.key]
     ids.extend(getattr(command, "event_ids", ()))
