@@ -111,10 +111,10 @@ def delete_head_marker(journal: Journal) -> None:
 def empty_the_journal(journal: Journal) -> None:
     """Take everything out of a journal's tables behind its back (the schema stays), so a
     schema shared by a session's examples starts each one empty: rows of another table
-    left from an example before (a private part, a batch) would describe positions this
-    one appends anew."""
+    left from an example before (a private part, a batch, a request key) would describe
+    positions this one appends anew."""
     with journal._engine.begin() as conn:
-        for table in ("private_parts", "batches", "snapshots", "events"):
+        for table in ("private_parts", "batches", "snapshots", "request_keys", "events"):
             conn.execute(text(f"DELETE FROM {table}"))
         conn.execute(text("UPDATE journal_head SET position = 0, hash = :h"),
                      {"h": GENESIS_HASH})

@@ -6,7 +6,7 @@ chain is not touched."""
 from __future__ import annotations
 
 import pytest
-from journal_testkit import ev
+from journal_testkit import empty_the_journal, ev
 
 from eventstore import IdempotencyConflict, Journal, JournalLike, NewEvent, RequestKey
 from eventstore.testing import write_at_revision
@@ -112,3 +112,15 @@ def test_erasing_drops_a_binding_whose_span_starts_or_ends_at_the_record(
     assert [k for k in ("ends-at", "starts-at", "only", "before", "after")
             if journal.request(k) is not None] == ["before", "after"]
     assert journal.verify() is None
+
+
+def test_emptying_a_shared_schema_unbinds_its_keys(database_url: str) -> None:
+    # A key left bound from an earlier example would answer a request of the next one,
+    # whose positions it does not describe.
+    with Journal(database_url) as journal:
+        with journal.transaction(["s"]):
+            journal.append([ev("a", 1)])
+            journal.bind_request("batch-1", "f1", '{"appended": 1}')
+        empty_the_journal(journal)
+        assert journal.head() == 0 and journal.request("batch-1") is None
+        assert journal.bind_request("batch-1", "f2", "{}").fingerprint == "f2"
