@@ -82,6 +82,7 @@ from projections.session import QUEUE_SHARED
 from projections.timefmt import format_micros
 from projections.validation import (
     loads_strict,
+    read_float,
     require_expiry_after,
     require_name,
     require_time,
@@ -284,7 +285,7 @@ def _csv_value(column: str, text: str) -> object:
         if not _DECIMAL.fullmatch(text):
             raise ValueError(f"refund_fraction must be a decimal number such as 0.5, "
                              f"got {show(text)}")
-        return float(text)
+        return read_float(text)
     # int() would also take "1_000", "+5", " 5", Arabic-Indic or full-width digits: a
     # ledger reads plain ASCII digits only.
     if not _INTEGER.fullmatch(text):

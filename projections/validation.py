@@ -103,8 +103,8 @@ def show_keys(keys: Iterable[str]) -> str:
 def require_int(name: str, value: object, low: int = MIN_INT, high: int = MAX_INT) -> int:
     """Return `value` if it is an `int` (not a `bool`) with low <= value <= high."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {show(value)} "
-                         f"({type(value).__name__})")
+        kind = "float" if isinstance(value, float) else type(value).__name__
+        raise ValueError(f"{name} must be an integer, got {show(value)} ({kind})")
     if value < low:
         raise ValueError(f"{name} must be {_at_least(low, high)}, got {show(value)}")
     if value > high:
@@ -308,8 +308,34 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+class WrittenFloat(float):
+    """A number a double cannot hold (`1e400` reads as inf): the float it reads as, which
+    remembers how it was written, so a check that refuses it shows what the input said
+    rather than `inf`. Every check refuses it (no field takes an infinite number)."""
+
+    __slots__ = ("written",)
+    written: str
+
+    def __new__(cls, written: str) -> WrittenFloat:
+        number = super().__new__(cls, written)
+        number.written = written
+        return number
+
+    def __repr__(self) -> str:
+        return self.written
+
+    __str__ = __repr__
+
+
+def read_float(text: str) -> float:
+    """`float(text)` for text already known to spell a number (JSON's, a CSV fraction's),
+    but one that overflows to an infinity keeps its spelling for the error that refuses it."""
+    number = float(text)
+    return number if math.isfinite(number) else WrittenFloat(text)
+
+
 _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant,
-                                parse_int=_bounded_int)
+                                parse_int=_bounded_int, parse_float=read_float)
 
 
 def loads_strict(text: str) -> Any:

@@ -528,6 +528,7 @@ def test_whatif_without_changes(run: Run, month: Path, tmp_path: Path) -> None:
     ('{"refund_fraction": 0, "refund_fraction": 1}', "'refund_fraction' appears more than once"),
     ('{"max_running": {"b": 1, "b": 5}}', "'b' appears more than once"),
     ('{"refund_fraction": NaN}', "NaN"),
+    ('{"refund_fraction": 1e400}', "refund_fraction must be in [0, 1], got 1e400"),
     ('{\n  "refund_fraction": 0,\n  oops\n}', "line 3"),
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
 ])

@@ -206,6 +206,22 @@ def test_json_lines_are_read_strictly(line: str, message: str) -> None:
     assert message in problems[0].message
 
 
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"type": "complete", "job": "j", "success": false, "time": 1, "refund_fraction": 1e400}',
+     "refund_fraction must be in [0, 1], got 1e400"),
+    ('{"type": "complete", "job": "j", "success": false, "time": 1, "refund_fraction": -1E+400}',
+     "refund_fraction must be in [0, 1], got -1E+400"),
+    ('{"type": "account", "account": "a", "max_running": 1e400}',
+     "max_running must be an integer, got 1e400 (float)"),
+    ('{"type": "grant", "account": "a", "amount": 5, "time": -1.5e999}',
+     "time must be an integer, got -1.5e999 (float)"),
+])
+def test_a_number_too_large_for_a_float_is_shown_as_written(line: str, message: str) -> None:
+    # A double reads 1e400 as inf: "got inf" would name a value nobody wrote.
+    entries, problems = read_jsonl(f"{line}\n".encode())
+    assert not entries and [p.message for p in problems] == [message]
+
+
 # -- strict CSV ---------------------------------------------------------------------------
 
 
@@ -229,6 +245,9 @@ def test_csv_reads_plain_integers_and_fractions() -> None:
     for fraction in ["nan", "inf", "1_0", "\u0660.5", "+0.5"]:
         bad = f"type,job,success,time,refund_fraction\ncomplete,j,false,1,{fraction}\n"
         assert read_csv(bad.encode())[1], fraction
+    huge = b"type,job,success,time,refund_fraction\ncomplete,j,false,1,1e400\n"
+    assert [p.message for p in read_csv(huge)[1]] == [
+        "refund_fraction must be in [0, 1], got 1e400"]
 
 
 @pytest.mark.parametrize("size", [70_000, 131_073, 300_000])

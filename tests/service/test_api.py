@@ -625,6 +625,18 @@ def test_a_refused_batch_names_every_bad_event_whatever_is_wrong_with_it(
     assert head(client) == 0
 
 
+def test_a_refused_batch_shows_a_number_too_large_for_a_float_as_written(
+        client: TestClient) -> None:
+    # The body's 1e400 is read as an infinite float: the problem names what was sent.
+    bad = client.post("/v1/events", headers={"Content-Type": "application/json"},
+                      content=b'{"events": [{"type": "account", "account": "a", '
+                              b'"max_running": 1e400}]}')
+    body = problem(bad, 422)
+    assert body["errors"] == [{"index": 0,
+                               "detail": "max_running must be an integer, got 1e400 (float)"}]
+    assert head(client) == 0
+
+
 def test_a_record_repeated_in_a_batch_is_appended_once_and_counted_once(
         client: TestClient) -> None:
     """Two equal records with one id are one event, as `import` counts them: the
