@@ -254,7 +254,8 @@ def ledger_filter(params: dict[str, str]) -> LedgerFilter:
     end = parse_optional_time("to", params.get("to"))
     if start is not None and end is not None and start > end:
         raise ValueError(f"from {format_time(start)} is after to {format_time(end)}")
-    return LedgerFilter(start, end, (params.get("pool") or "").strip() or None, kind)
+    # A pool is named exactly (a file may bring in "h100 " beside "h100"): not stripped.
+    return LedgerFilter(start, end, params.get("pool") or None, kind)
 
 
 @dataclass(slots=True)
