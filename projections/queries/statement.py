@@ -216,6 +216,11 @@ class StatementBuilder:
         # last event before it: the next touch pays it in one line that spans the time.
         self.opening_at: int | None = None
         self.accrued_at_opening = 0
+        # Refill shown on lines of events the fold did not bring the account to (a void of
+        # credits already gone, a duplicate submit, a reversed event): (credits, of them
+        # debt paid). The fold accrues it at the account's next touch, whose refill line
+        # then shows only the rest.
+        self.shown_refill = (0, 0)
 
     def add(self, line: StatementLine) -> None:
         self.lines.append(line)
@@ -247,12 +252,22 @@ class StatementBuilder:
         for e in step.expired:
             self.balance -= e.amount
             self.add(expiry_line(e, e.expiry, self.balance, self.reserved))
-        if step.refill:
-            self.balance += step.refill
-            self.add(refill_line(rec.time, step.refill, step.refill_paid_debt, self.balance,
-                                 self.reserved))
-        effect, change = event_effect(rec, outcome, self.walk.ledger)
         state = self.walk.state
+        shown, shown_debt = self.shown_refill
+        if state is not None and state.refill_rate is not None \
+                and state.refill_anchor is not None and state.refill_anchor < rec.time:
+            # An event the fold did not bring the account forward for (a void of credits
+            # already gone, a duplicate submit, a reversed event): its line still says the
+            # balance at its time, as `balance --at` does, so it holds the refill accrued
+            # since the fold last did.
+            paid, credited = state.refill_settlement(rec.time)
+            debt_paid = sum(paid.values())
+            self.shown_refill = (debt_paid + credited, debt_paid)
+            self._add_refill(rec.time, debt_paid + credited - shown, debt_paid - shown_debt)
+        else:
+            self.shown_refill = (0, 0)
+            self._add_refill(rec.time, step.refill - shown, step.refill_paid_debt - shown_debt)
+        effect, change = event_effect(rec, outcome, self.walk.ledger)
         if state is not None:
             self.reserved = state.book.held
         self.balance += change
@@ -285,19 +300,26 @@ class StatementBuilder:
                                    pool=e.pool, grants=((e.grant_id, e.amount),)))
         if state is not None:
             book = state.book
-            actual = book.active_total + book.held - book.debt_total - self.walk.unevicted()
+            actual = (book.active_total + book.held - book.debt_total - self.walk.unevicted()
+                      + self.shown_refill[0])
             if actual != self.balance:  # never expected: shown rather than hidden
                 self.add(StatementLine(rec.time, None, None, "unexplained",
                                        actual - self.balance, actual, self.reserved,
                                        Effect(UNEXPLAINED, actual, counted=self.balance)))
                 self.balance = actual
 
+    def _add_refill(self, time: int, amount: int, debt_paid: int) -> None:
+        if amount:
+            self.balance += amount
+            self.add(refill_line(time, amount, debt_paid, self.balance, self.reserved))
+
     def _accrue_to_opening(self) -> None:
-        """Note the refill accrued by the opening time, as the walk stands before it."""
+        """Note the refill accrued by the opening time, as the walk stands before it (less
+        what lines before the opening showed already)."""
         state, at = self.walk.state, self.opening_at
         self.opening_at = None
         if state is not None and state.refill_rate is not None and at is not None:
-            self.accrued_at_opening = refill_due(state, at)[0]
+            self.accrued_at_opening = refill_due(state, at)[0] - self.shown_refill[0]
 
     def finish(self, to_time: int, expired: list[Expiry] | None = None) -> None:
         """Expiries and refill accrued after the account's last event, up to `to_time`
@@ -311,11 +333,9 @@ class StatementBuilder:
         state = self.walk.state
         if state is not None and state.refill_rate is not None:
             paid, credited = state.refill_settlement(to_time)
-            add = sum(paid.values()) + credited
-            if add:
-                self.balance += add
-                self.add(refill_line(to_time, add, sum(paid.values()), self.balance,
-                                     self.reserved))
+            shown, shown_debt = self.shown_refill
+            self._add_refill(to_time, sum(paid.values()) + credited - shown,
+                             sum(paid.values()) - shown_debt)
 
 
 def _memos_kept_apart(journal: JournalLike, builder: StatementBuilder) -> None:
@@ -388,9 +408,9 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         lines = lines[cut:]
         if accrued:
             paid = next(i for i, line in enumerate(lines) if line.type == "refill")
-            # The lines before that refill line that no event of the account made (an
-            # expiry, a reversal, a void before its grant) were written on the balance
-            # without the accrual, which the opening now holds: they run on from it.
+            # The lines before that refill line (an expiry's, which no event of the account
+            # made) were written on the balance without the accrual, which the opening now
+            # holds: they run on from it.
             lines[:paid] = [dataclasses.replace(line, balance=line.balance + accrued)
                             for line in lines[:paid]]
             split = lines[paid]

@@ -135,3 +135,36 @@ def test_a_window_of_a_refill_account_runs_on_from_its_opening(start: int, end: 
         running += line.change
         assert line.balance == running, line
     assert part.closing.balance == balance(journal, "a", at=end).figures.balance
+
+
+
+@pytest.mark.parametrize("start", [None, 2, 7, 12, 16])
+def test_a_line_of_an_event_that_changes_nothing_shows_the_balance_at_its_time(
+        start: int | None) -> None:
+    # The second void finds nothing left to void, and a reversed usage report is as if it
+    # had never happened, so the fold does not bring the account to their times; their
+    # lines (and the reversal's) still say what `balance --at` says there, the refill
+    # accrued since the account's last event included, and no credit is counted twice.
+    journal = MemoryJournal()
+    journal.append([
+        _account("open", 0, 3600, 1000),
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 10, "expiry": 50}),
+        NewEvent("v1", "a", "void", 5, {"grant": "g1", "reason": "contract cancelled"}),
+        NewEvent("v2", "a", "void", 10, {"grant": "g1", "reason": "cancelled again"}),
+        NewEvent("u1", "a", "consume", 14, {"account": "a", "amount": 3}),
+        NewEvent("r1", "a", "reverse", 15, {"event": "u1", "reason": "not ours"}),
+        NewEvent("u2", "a", "consume", 20, {"account": "a", "amount": 1}),
+    ])
+    part = statement(journal, "a", from_time=start, to_time=30)
+    shown = {line.event_id: line.balance for line in part.lines if line.position}
+    for event_id, time in (("v2", 10), ("u1", 14), ("r1", 15)):
+        if start is None or time >= start:
+            assert shown[event_id] == balance(journal, "a", at=time).figures.balance, event_id
+    running = 0 if part.opening is None else part.opening.balance
+    for line in part.lines:
+        running += line.change
+        assert line.balance == running, line
+    assert part.closing.balance == balance(journal, "a", at=30).figures.balance
+    # Every credit the refill accrued is on one line: 30 seconds at one a second.
+    accrued = sum(line.change for line in part.lines if line.type == "refill")
+    assert accrued == 30 - (start or 0)
