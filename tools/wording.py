@@ -123,6 +123,20 @@ def _expire(e: Effect) -> str:
         f"{format_time(e.expiry)}"
 
 
+def _account(e: Effect) -> str:
+    if not e.again:
+        return "account opened" + (f" (at most {e.max_running} running)"
+                                   if e.max_running else "")
+    if not e.changed:
+        return "account declared again, nothing changed"
+    return "account changed: " + ", ".join(
+        f"{name} {_setting(before)} -> {_setting(after)}" for name, before, after in e.changed)
+
+
+def _setting(value: int | None) -> str:
+    return "none" if value is None else str(value)
+
+
 _EFFECTS: dict[str, Callable[[Effect], str]] = {
     REVERSED: lambda e: "reversed, no effect",
     ANOMALY: lambda e: f"anomaly, no effect: {e.reason}",
@@ -130,8 +144,7 @@ _EFFECTS: dict[str, Callable[[Effect], str]] = {
     "void": lambda e: f"grant {e.ref} voided, {e.amount:,} unused {credit_word(e.amount)} "
                       f"stop counting" + (f": {e.reason}" if e.reason else ""),
     "reverse": lambda e: f"reversal of event {e.ref}: {e.reason}",
-    "account": lambda e: "account opened"
-                         + (f" (at most {e.max_running} running)" if e.max_running else ""),
+    "account": _account,
     "grant": _grant,
     "consume": lambda e: f"consumed {e.amount:,}{pool_text(e.pool)}, paid by "
                          f"{lineage_text(e.paid_by)}" + _debt(e),

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from eventstore import RecordedEvent
 from projections.creditbook import Expiry, Lineage
-from projections.ledger import Ledger
+from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
 
 REVERSED = "reversed"
@@ -26,6 +26,18 @@ REFILL = "refill"
 OPENING = "opening"
 UNEXPLAINED = "unexplained"
 """The account's balance differs from what the lines add up to (never expected)."""
+
+ACCOUNT_SETTINGS = ("max_running", "share", "half_life", "refill_rate", "refill_cap")
+"""What an `account` event sets, in the order its words list what changed."""
+
+Settings = tuple[int | None, ...]
+"""An account's values of ACCOUNT_SETTINGS."""
+
+
+def account_settings(state: AccountState) -> Settings:
+    """The account's ACCOUNT_SETTINGS as the fold holds them."""
+    return (state.max_running, state.share, state.half_life, state.refill_rate,
+            state.refill_cap)
 
 
 class Effect(NamedTuple):
@@ -61,10 +73,17 @@ class Effect(NamedTuple):
     voided: bool = False  # expire: the grant's end was a void
     counted: int = 0  # unexplained: the balance the lines add up to
     debt_paid_by: Lineage = ()  # complete, cancel: grants whose released credits paid debt
+    again: bool = False  # account: declared before, by an earlier `account` event
+    changed: tuple[tuple[str, int | None, int | None], ...] = ()  # account declared again:
+    #                  (setting, before, after) of each setting it changed
 
 
-def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple[Effect, int]:
-    """(what the event did, its change to the balance)."""
+def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger,
+                 declared_before: Settings | None = None) -> tuple[Effect, int]:
+    """(what the event did, its change to the balance). `declared_before`: for an
+    `account` event of an account an earlier one declared, its settings before this one
+    (a re-declaration changes them, it opens nothing)."""
+
     p = rec.payload
     if rec.id in ledger.excluded:
         return Effect(REVERSED), 0
@@ -86,7 +105,14 @@ def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger) -> tuple[
         return Effect(kind, reason=str(p["reason"]), ref=str(p["event"])), 0
     if kind == "account":
         cap = p.get("max_running")
-        return Effect(kind, max_running=cap if isinstance(cap, int) else None), 0
+        cap = cap if isinstance(cap, int) else None
+        state = ledger.accounts.get(str(p["account"]))
+        if declared_before is None or state is None:
+            return Effect(kind, max_running=cap), 0
+        changed = tuple((name, old, new) for name, old, new in zip(
+            ACCOUNT_SETTINGS, declared_before, account_settings(state), strict=True)
+            if old != new)
+        return Effect(kind, max_running=cap, again=True, changed=changed), 0
     if kind == "grant":
         amount = int(p["amount"])
         expiry = p.get("expiry")

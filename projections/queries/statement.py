@@ -267,7 +267,7 @@ class StatementBuilder:
         else:
             self.shown_refill = (0, 0)
             self._add_refill(rec.time, step.refill - shown, step.refill_paid_debt - shown_debt)
-        effect, change = event_effect(rec, outcome, self.walk.ledger)
+        effect, change = event_effect(rec, outcome, self.walk.ledger, step.declared_before)
         if state is not None:
             self.reserved = state.book.held
         self.balance += change

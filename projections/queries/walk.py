@@ -15,6 +15,7 @@ from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
 from projections.owners import Named, event_account
 from projections.projector import apply_recorded
+from projections.queries.effects import Settings, account_settings
 from projections.reversals import reversed_ids
 
 
@@ -59,6 +60,8 @@ class Step:
     # of them ever counts (a void timed before its grant).
     voided_on_arrival: list[Expiry] = field(default_factory=list)
     refill_paid_debt: int = 0  # of `refill`, what paid debt (it pays debt first)
+    # An `account` event of an account an earlier one declared: the settings it found.
+    declared_before: Settings | None = None
 
 
 class AccountWalk:
@@ -128,6 +131,8 @@ class AccountWalk:
         in_heap = [(b, b.amount) for b in self.announced.values() if b.in_heap]
         granted = state.book.totals.granted if state is not None else 0
         owed = state.book.debt_total if state is not None else 0
+        declared_before = account_settings(state) if rec.type == "account" \
+            and state is not None and state.declared else None
         outcome = apply_recorded(ledger, rec)
         # What advance() evicted now is at the head of outcome.expired; the rest expired
         # when a settlement released credits into a batch already expired.
@@ -161,7 +166,7 @@ class AccountWalk:
         # A refill is added as the event touches the account, before the event's own
         # change, and pays debt first: of every pool (general credits).
         return Step(rec, outcome, expired, refill, on_release, on_arrival,
-                    refill_paid_debt=min(refill, owed))
+                    refill_paid_debt=min(refill, owed), declared_before=declared_before)
 
     def _learn_batches(self, state: AccountState) -> None:
         """Index the batches the last event created. A new batch is pushed onto its pool's

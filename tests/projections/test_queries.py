@@ -799,3 +799,30 @@ def test_reports_of_an_empty_journal_name_no_time() -> None:
     assert to_dict(accounts(empty))["at"] is None
     window = to_dict(expiring(empty))
     assert (window["at"], window["until"]) == (None, None)
+
+
+def test_an_account_declared_again_says_what_it_changed_not_that_it_opened() -> None:
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "a", "account", 0, {"account": "a", "max_running": 2}),
+        NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 10}),
+        NewEvent("more", "a", "account", 10, {"account": "a", "max_running": 3, "share": 2,
+                                              "refill_rate": 60, "refill_cap": 100}),
+        NewEvent("same", "a", "account", 20, {"account": "a", "max_running": 3, "share": 2,
+                                              "refill_rate": 60, "refill_cap": 100}),
+        NewEvent("less", "a", "account", 30, {"account": "a", "half_life": 3600}),
+        NewEvent("b", "b", "grant", 0, {"account": "b", "amount": 10}),
+        NewEvent("open-b", "b", "account", 5, {"account": "b"}),  # opened by a grant first
+    ])
+    said = {line.event_id: wording.text(line.effect)
+            for account in ("a", "b") for line in statement(journal, account).lines
+            if line.type == "account"}
+    assert said == {
+        "open": "account opened (at most 2 running)",
+        "more": "account changed: max_running 2 -> 3, share none -> 2, refill_rate none -> 60, "
+                "refill_cap none -> 100",
+        "same": "account declared again, nothing changed",
+        "less": "account changed: max_running 3 -> none, share 2 -> none, half_life 604800 -> "
+                "3600, refill_rate 60 -> none, refill_cap 100 -> none",
+        "open-b": "account opened",
+    }
