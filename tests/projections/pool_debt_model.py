@@ -75,14 +75,25 @@ class Account:
 
 def fold(events: list[Event], at: int) -> dict[str, Account]:
     """Every account named at or before `at`, at `at`."""
+    return _fold(events, at)[0]
+
+
+def debt_after(events: list[Event]) -> dict[str, int]:
+    """Per usage report or debit (by id), its account's debt right after it: what the
+    fold reports it left owing."""
+    return _fold(events, None)[1]
+
+
+def _fold(events: list[Event], at: int | None) -> tuple[dict[str, Account], dict[str, int]]:
     out_ = excluded(events)
     timeline = sorted(
         ((time, position, event_id, kind, payload)
          for position, (event_id, kind, time, payload) in enumerate(events, start=1)
-         if event_id not in out_ and time <= at),
+         if event_id not in out_ and (at is None or time <= at)),
         key=lambda e: (e[0], e[1]))
     batches: list[_Batch] = []
     debt: dict[str, dict[str, int]] = {}
+    reported: dict[str, int] = {}
     named: dict[str, set[str]] = {}
     voided_at: dict[str, int] = {}  # grant -> the time of its first void in
     grants = {event_id for event_id, kind, _, _ in events if kind == "grant"}
@@ -141,6 +152,9 @@ def fold(events: list[Event], at: int) -> dict[str, Account]:
             credit(account, event_id, pool, amount, None, DEFAULT_PRIORITY, (time, position))
         else:
             draw(account, pool, abs(amount), time)
+            reported[event_id] = sum(debt.get(account, {}).values())
+    if at is None:
+        return {}, reported
     answer: dict[str, Account] = {}
     for account, pools in named.items():
         listed = dict.fromkeys(sorted(pools), 0)
@@ -151,4 +165,4 @@ def fold(events: list[Event], at: int) -> dict[str, Account]:
         for pool, amount in owed.items():
             listed[pool] -= amount
         answer[account] = Account(listed or {GENERAL: 0}, dict(owed))
-    return answer
+    return answer, reported

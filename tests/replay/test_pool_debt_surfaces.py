@@ -346,3 +346,30 @@ def test_live_projections_with_jobs_in_pools_are_the_fold(batches: list[list[Row
         digest = fold_canonical(journal).digest()
         for tracker in (live["a"], *([resumed["a"]] if resumed else [])):
             assert tracker._session.digest() == digest, i
+
+
+@settings(max_examples=80, deadline=None)
+@given(recorded().filter(bool))
+def test_revisions_of_debt_are_what_each_batch_changed_in_the_model(
+        batches: list[list[Row]]) -> None:
+    """A late batch revises the debt a usage report or a debit was reported to leave
+    exactly where the model's debt right after it changed (a reversed one reports
+    none), whether the debt was made or paid in its own pool or another."""
+    note(f"batches: {batches!r}")
+    journal = append(MemoryJournal(), batches)
+    want: set[tuple[int, str, int | None, int | None]] = set()
+    batch_of: dict[int, int] = {}
+    end = 0
+    before = model.debt_after([])
+    for n, batch in enumerate(batches):
+        known = [event_id for event_id, _, _, _ in _events(batches, end)]
+        batch_of.update(dict.fromkeys(range(end + 1, end + len(batch) + 1), n))
+        end += len(batch)
+        after = model.debt_after(_events(batches, end))
+        want |= {(n, event_id, before.get(event_id), after.get(event_id)) for event_id in known
+                 if before.get(event_id) != after.get(event_id)}
+        before = after
+    got = {(batch_of[r.late_position], r.event_id, r.before.get("debt_after"),
+            r.after.get("debt_after")) for r in replay(journal).revisions
+           if r.before.get("debt_after") != r.after.get("debt_after")}
+    assert got == want

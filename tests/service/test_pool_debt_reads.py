@@ -2,7 +2,7 @@
 (`tests.projections.pool_debt_model`): balances per pool at the latest time and at
 earlier ones, every account, and as known at a position, while batches of events arrive
 late over the HTTP API, then again from a service restarted on a checkpoint saved
-mid-history with more late events recorded after it."""
+mid-history with more late events recorded after it, and restarted once more."""
 
 from __future__ import annotations
 
@@ -77,4 +77,8 @@ def test_the_services_pools_and_debt_are_the_models(tmp_path_factory: Any,
             got = client.post("/v1/events", json={"events": [_line(row) for row in batch]})
             assert got.status_code == 200, got.json()
             head += len(batch)
+        _assert_model(client, batches, head, times)
+    # Restarted again: its newest checkpoint is one the events recorded since land
+    # before, which a live projection resumes from all the same.
+    with TestClient(create_app(url, clock=lambda: 20, mount_web=False)) as client:
         _assert_model(client, batches, head, times)
