@@ -557,7 +557,7 @@ def explain_account(ex: AccountExplanation) -> None:
         _number_column(grants, name)
     for g in ex.grants:
         held = sum(a for _, a in g.held)
-        name = g.grant_id if g.position else f"{g.grant_id} (refill)"
+        name = f"{g.grant_id} (refill)" if g.refill else g.grant_id
         expiry = format_time(g.expiry) if g.expiry is not None else "never"
         grants.add_row(Text(name), g.pool, expiry, f"{g.amount:,}",
                        f"{g.debt_paid:,}",

@@ -13,7 +13,7 @@ from eventstore import JournalLike, RecordedEvent
 from projections.checkpoint import CheckpointError
 from projections.creditbook import Expiry, Lineage
 from projections.errors import UnknownJob
-from projections.events import GENERAL, TIMELINE_START
+from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL, TIMELINE_START
 from projections.figures import Figures
 from projections.ledger import PENDING, RUNNING, Ledger, refill_batch_id
 from projections.outcomes import Outcome
@@ -65,6 +65,11 @@ class GrantLineage:
     # Credits a job held and released back to it that paid debt on the way (released
     # credits pay debt first), each with the release that paid: as the fold reported it.
     released_to_debt: list[Use] = field(default_factory=list)
+    priority: int = DEFAULT_GRANT_PRIORITY  # lower is used first
+    # The account's refill bucket, which no grant event makes: `time` is when the refill
+    # first put credits in it (where the fold places it among the batches), `position`
+    # None, and `amount` what it accounts for.
+    refill: bool = False
 
     @property
     def used(self) -> int:
@@ -86,7 +91,7 @@ class GrantLineage:
     json_keys: ClassVar[tuple[str, ...]] = (
         "grant=grant_id", "time:time", "position", "pool", "amount", "expiry",
         "paid_debt=debt_paid", "used", "uses", "expired", "held", "remaining",
-        "released_to_debt")
+        "released_to_debt", "priority", "refill")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +157,16 @@ class LineageBuilder:
 
     def _grant(self, grant_id: str, pool: str) -> GrantLineage:
         found = self.grants.get(grant_id)
-        if found is None:  # a refill batch: no grant event of its own
-            found = self.grants[grant_id] = GrantLineage(grant_id, TIMELINE_START, None, pool,
-                                                         0, None)
+        if found is None:  # a refill batch met before any refill (never expected): no time
+            found = self._refill(grant_id, TIMELINE_START)
+        return found
+
+    def _refill(self, grant_id: str, time: int) -> GrantLineage:
+        """The refill bucket's lineage, made at `time` if it has none yet."""
+        found = self.grants.get(grant_id)
+        if found is None:
+            found = self.grants[grant_id] = GrantLineage(grant_id, time, None, GENERAL, 0,
+                                                         None, refill=True)
         return found
 
     def take(self, step: Step) -> None:
@@ -165,8 +177,9 @@ class LineageBuilder:
         p = rec.payload
         for e in (*step.expired, *step.on_release):
             grant(e.grant_id, e.pool).expired += e.amount
-        if step.refill_paid_debt:
-            grant(refill_batch_id(self.walk.account), GENERAL).paid_debt += step.refill_paid_debt
+        if step.refill:
+            refill = self._refill(refill_batch_id(self.walk.account), rec.time)
+            refill.paid_debt += step.refill_paid_debt
         if rec.id in ledger.excluded:
             return  # reversed: as if it had never happened
         if rec.type == "void":  # what the void stopped counts as expired, marked voided
@@ -183,10 +196,12 @@ class LineageBuilder:
             self.anomalies.append((rec.time, rec.id, outcome.reason or ""))
         elif credit:
             expiry = p.get("expiry")
+            priority = p.get("priority", DEFAULT_GRANT_PRIORITY)
             self.grants[rec.id] = GrantLineage(
                 rec.id, rec.time, rec.position, str(p.get("pool", GENERAL)), int(p["amount"]),
                 expiry if isinstance(expiry, int) else None,
-                paid_debt=sum(a for _, a in outcome.paid_debt))
+                paid_debt=sum(a for _, a in outcome.paid_debt),
+                priority=priority if isinstance(priority, int) else DEFAULT_GRANT_PRIORITY)
             for e in step.voided_on_arrival:  # voided before it took effect
                 grant(e.grant_id, e.pool).expired += e.amount
                 self.grants[rec.id].voided_at = rec.time
@@ -231,8 +246,8 @@ class LineageBuilder:
             # What the refill accrued since the last event, as an event at `at` would
             # settle it (the figures count it too).
             paid, credited = state.refill_settlement(at)
-            if paid or credited:
-                refill = grant(refill_batch_id(walk.account), GENERAL)
+            if paid or credited:  # made now, if nothing touched the account since it accrued
+                refill = self._refill(refill_batch_id(walk.account), at)
                 refill.paid_debt += sum(paid.values())
                 refill.remaining += credited
             book = state.book
@@ -243,7 +258,7 @@ class LineageBuilder:
                 for batch, amount in book.holds[job_id].portions:
                     grant(batch.grant_id, batch.pool).held.append((job_id, amount))
             for lineage in self.grants.values():
-                if lineage.position is None:  # a refill batch: its amount is what it accounts for
+                if lineage.refill:  # its amount is what it accounts for
                     lineage.amount = (lineage.debt_paid + lineage.used + lineage.expired
                                       + lineage.remaining + sum(a for _, a in lineage.held))
         debt = dict(sorted(state.debt_at(at).items())) if state is not None else {}

@@ -314,7 +314,7 @@ def test_explain_lists_each_release_whose_credits_paid_debt(run: Run,
     g1, g2 = ex["grants"]
     assert list(g1) == ["grant", "time", "position", "pool", "amount", "expiry",
                         "paid_debt", "used", "uses", "expired", "held", "remaining",
-                        "released_to_debt"]
+                        "released_to_debt", "priority", "refill"]
     assert (g1["paid_debt"], g1["used"], g1["remaining"]) == (3, 7, 0)
     assert [{k: r[k] for k in ("time", "position", "event_id", "kind", "amount", "job")}
             for r in g1["released_to_debt"]] == [

@@ -168,3 +168,27 @@ def test_a_line_of_an_event_that_changes_nothing_shows_the_balance_at_its_time(
     # Every credit the refill accrued is on one line: 30 seconds at one a second.
     accrued = sum(line.change for line in part.lines if line.type == "refill")
     assert accrued == 30 - (start or 0)
+
+
+def test_explain_says_when_the_refill_bucket_was_made_and_its_priority() -> None:
+    # 60 credits an hour, cap 10: the grant at 600 is the account's first touch since it
+    # opened, and the refill puts credits in its bucket there (after paying the debt).
+    from tools import wording
+
+    events = [_account("open", 0, 60, 10),
+              NewEvent("u0", "a", "consume", 0, {"account": "a", "amount": 4}),
+              NewEvent("g", "a", "grant", 600, {"account": "a", "amount": 3, "expiry": 5000,
+                                                "priority": 10}),
+              NewEvent("u1", "a", "consume", 1200, {"account": "a", "amount": 6})]
+    journal = MemoryJournal()
+    journal.append(events)
+    explained = explain_account_at(journal, 1200)
+    said = [(g["grant"], g["time"], g["priority"], g["refill"])
+            for g in wording.to_dict(explained)["grants"]]
+    assert said == [("refill:a", 600, 50, True), ("g", 600, 10, False)]
+    # A bucket only the time since the last event filled: made where an event would be.
+    quiet = MemoryJournal()
+    quiet.append([_account("open", 0, 60, 10)])
+    (bucket,) = explain_account_at(quiet, 900).grants
+    assert (bucket.grant_id, bucket.time, bucket.priority, bucket.refill) == (
+        "refill:a", 900, 50, True)

@@ -77,9 +77,6 @@ LINE_KINDS = ("account", "grant", "consume", "adjust", "void", "reverse", "submi
               "complete", "cancel", "expire", "refill")
 """Kinds of statement line the ledger filter offers."""
 
-DEFAULT_PRIORITY = 50
-
-
 # -- query strings -----------------------------------------------------------------------
 
 
@@ -273,9 +270,10 @@ class GrantRow:
     held: int
     expired: int
     remaining: int
-    priority: int | None
+    priority: int
     expiry: int | None
     memo: str | None = None
+    refill: bool = False  # the account's refill bucket, which no grant event makes
 
 
 @dataclass(slots=True)
@@ -539,14 +537,12 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     grants = []
     for g in expl.grants[grants_pager.first:grants_pager.first + GRANTS_PAGE]:
         rec = by_id.get(g.grant_id) if g.position is not None else None
-        payload = rec.payload if rec is not None else {}
-        priority = payload.get("priority", DEFAULT_PRIORITY) if rec is not None else None
         memo = personal_of(journal, rec).get("memo") if rec is not None else None
         grants.append(GrantRow(g.grant_id, g.position, g.time, g.pool, g.amount,
                                g.debt_paid, g.used,
                                sum(a for _, a in g.held), g.expired, g.remaining,
-                               priority if isinstance(priority, int) else None, g.expiry,
-                               memo if isinstance(memo, str) else None))
+                               g.priority, g.expiry,
+                               memo if isinstance(memo, str) else None, g.refill))
     pools = sorted({line.pool for line in stmt.lines if line.pool} | set(expl.figures.pools))
     revisions = account_revisions(source, account)
     later = [r for r in revisions or () if r.revision.late_position > position]
