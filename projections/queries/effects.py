@@ -83,7 +83,6 @@ def event_effect(rec: RecordedEvent, outcome: Outcome, ledger: Ledger,
     """(what the event did, its change to the balance). `declared_before`: for an
     `account` event of an account an earlier one declared, its settings before this one
     (a re-declaration changes them, it opens nothing)."""
-
     p = rec.payload
     if rec.id in ledger.excluded:
         return Effect(REVERSED), 0
