@@ -1,18 +1,28 @@
 """Jobs and the queue across accounts: each job's state, and which pending job starts next.
 
 Each account keeps its pending jobs in a heap of its own (`AccountState.queue`, keyed
-`(-priority, submit time, submit position, job id)`); `JobQueue` keeps a heap of the
+`(-priority, submit time, submit position, job id)`); `JobQueue` keeps heaps of the
 accounts' heads, keyed by `HeadKey`, so the next job to start is found in O(log accounts)
-however many jobs wait. Both heaps are lazy: a job that stopped being pending (started,
-cancelled) stays in its account's heap until it surfaces, and a head that changed stays in
-the heads heap until it surfaces or the heap is compacted. The fold (`projections.ledger`)
-registers an account's head after every change to its queue, cap or fair-share usage.
+however many jobs wait. Both kinds of heap are lazy: a job that stopped being pending
+(started, cancelled) stays in its account's heap until it surfaces, and a head that changed
+stays in the heads heap until it surfaces or the heap is compacted. The fold
+(`projections.ledger`) registers an account's head after every change to its queue, cap,
+half-life or fair-share usage.
+
+There is one heads heap per fair-share half-life. An account's stored fair-share key is its
+usage projected back to time 0 under its own half-life H: now, at time t, its usage per
+share is that key minus t / H. Between accounts of one half-life the t / H is the same, so
+the stored keys keep their order as time passes and one heap serves; between half-lives
+the order changes with t, so `next_job` compares the heaps' tops at the pick's time, the
+key minus t / H computed exactly (`key_at`).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, ClassVar, Final, final
 
 if TYPE_CHECKING:  # the ledger module builds on this one: no import back at run time
@@ -83,7 +93,27 @@ _heappop: Final = heapq.heappop
 _heapify: Final = heapq.heapify
 
 HeadKey = tuple[int, float, int, int, str]
-"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first."""
+"""(-priority, fair-share key, submit time, submit position, job id): smaller starts first
+among accounts of one half-life (see `key_at` for accounts of several)."""
+
+Heads = dict[int, list[tuple[HeadKey, str]]]
+"""Per half-life (seconds), the heap of (head key, account) of the accounts of that half-life."""
+
+
+def fair_key_at(fair_key: float, half_life: int, time: int) -> float | Fraction:
+    """A stored fair-share key (usage per share projected to time 0, log2) as it is at
+    `time`: the key minus time / half_life, exactly, so that keys of one half-life keep
+    their order and their ties whatever the time. -inf (no share or no usage) stays."""
+    if fair_key == -math.inf:
+        return fair_key
+    return Fraction(fair_key) - Fraction(time, half_life)
+
+
+def key_at(key: HeadKey, half_life: int, time: int
+           ) -> tuple[int, float | Fraction, int, int, str]:
+    """A head key comparable at `time` with those of accounts of other half-lives."""
+    neg_priority, fair, submitted, position, job_id = key
+    return (neg_priority, fair_key_at(fair, half_life, time), submitted, position, job_id)
 
 
 def _clean_top(account: AccountState, jobs: dict[str, JobState]) -> None:
@@ -100,7 +130,8 @@ def _head_key(account: AccountState) -> HeadKey:
 
 @final
 class JobQueue:
-    """The heads heap: each account's next pending job, keyed by `HeadKey`.
+    """The heads heaps: each account's next pending job, keyed by `HeadKey`, in the heap of
+    the account's half-life.
 
     Its one field, `heads`, is the state snapshots copy and checkpoints encode (as the
     ledger's `heads`); the accounts and jobs it orders are the ledger's, passed in.
@@ -108,14 +139,16 @@ class JobQueue:
 
     __slots__ = ("heads",)
 
-    def __init__(self, heads: list[tuple[HeadKey, str]] | None = None) -> None:
-        self.heads: list[tuple[HeadKey, str]] = [] if heads is None else heads
+    def __init__(self, heads: Heads | None = None) -> None:
+        self.heads: Heads = {} if heads is None else heads
 
     def register(self, account: AccountState, accounts: dict[str, AccountState],
                  jobs: dict[str, JobState], *, force: bool = False) -> None:
-        """Make sure the account's current head is in the heads heap, if it may start.
+        """Make sure the account's current head is in its half-life's heads heap, if it
+        may start.
 
-        `force`: the fair-share key may have changed, so register even the same job again.
+        `force`: the fair-share key or the half-life may have changed, so register even
+        the same job again.
         """
         _clean_top(account, jobs)
         if not account.queue or account.blocked:
@@ -131,7 +164,9 @@ class JobQueue:
         key = _head_key(account)
         if force or registered != key:
             account.head_key = key
-            heads = self.heads
+            heads = self.heads.get(account.half_life)
+            if heads is None:
+                heads = self.heads[account.half_life] = []
             _heappush(heads, (key, account.name))
             if len(heads) > 2 * len(accounts) + 64:
                 self.compact(accounts)
@@ -152,23 +187,50 @@ class JobQueue:
     def compact(self, accounts: dict[str, AccountState]) -> None:
         """Drop stale entries: they are skipped lazily, but would otherwise pile up with
         every submit and start (memory growing with the journal, not with the queue)."""
-        heads = [(a.head_key, name) for name, a in accounts.items() if a.head_key is not None]
-        _heapify(heads)
-        self.heads = heads
+        grouped: Heads = {}
+        for name, a in accounts.items():
+            if a.head_key is not None:
+                entries = grouped.get(a.half_life)
+                if entries is None:
+                    entries = grouped[a.half_life] = []
+                entries.append((a.head_key, name))
+        for entries in grouped.values():
+            _heapify(entries)
+        # In the order of the half-lives, whatever the accounts' order: the state one
+        # fold reaches is the same however its heaps were last compacted.
+        self.heads = {half_life: grouped[half_life] for half_life in sorted(grouped)}
 
     def clear(self) -> None:
         """Forget every head (a partial ledger that reads no queue)."""
-        self.heads = []
+        self.heads = {}
 
-    def next_job(self, accounts: dict[str, AccountState],
-                 jobs: dict[str, JobState]) -> JobState | None:
-        """The job `start_next` would start: highest priority, then oldest, among accounts
-        below their cap. Stale head entries are dropped as they surface: O(log accounts)."""
-        heads = self.heads
-        while heads:
+    def next_job(self, accounts: dict[str, AccountState], jobs: dict[str, JobState],
+                 time: int) -> JobState | None:
+        """The job `start_next` at `time` would start: highest priority, then the least
+        fair-share usage per share at `time`, then oldest, among accounts below their
+        cap. Stale head entries are dropped as they surface: O(log accounts) for each
+        half-life in use."""
+        best: tuple[HeadKey, str] | None = None
+        best_half_life = 0
+        for half_life in list(self.heads):
+            top = self._top(half_life, accounts, jobs)
+            if top is None:
+                continue
+            if best is None or (key_at(top[0], half_life, time)
+                                < key_at(best[0], best_half_life, time)):
+                best, best_half_life = top, half_life
+        return None if best is None else jobs[best[0][4]]
+
+    def _top(self, half_life: int, accounts: dict[str, AccountState],
+             jobs: dict[str, JobState]) -> tuple[HeadKey, str] | None:
+        """The valid top of the heads heap of `half_life`, stale entries above it dropped."""
+        while True:
+            heads = self.heads.get(half_life)
+            if not heads:
+                return None
             key, name = heads[0]
             account = accounts[name]
-            if account.head_key != key:
+            if account.head_key != key or account.half_life != half_life:
                 _heappop(heads)
                 continue
             _clean_top(account, jobs)
@@ -180,20 +242,21 @@ class JobQueue:
                 _heappop(heads)
                 self.register(account, accounts, jobs)
                 continue
-            return jobs[key[4]]
-        return None
+            return heads[0]
 
 
 def pending_ahead(job: JobState, accounts: Mapping[str, AccountState],
-                  live: Mapping[str, JobState]) -> int:
+                  live: Mapping[str, JobState], time: int) -> int:
     """How many pending jobs start before `job`: those of its own account ahead of it in
     the queue's order (whenever the account has room, they go first), and those of other
-    accounts ahead of it that start as things stand (`start_next` called again and again,
-    nothing ending meanwhile): one whose account is at its `max_running` cap by its turn
-    waits, and is not counted. O(n log n): for explanations only."""
-    def key(j: JobState) -> tuple[int, float, int, int]:
+    accounts ahead of it that start as things stand (`start_next` called again and again
+    at `time`, nothing ending meanwhile): one whose account is at its `max_running` cap by
+    its turn waits, and is not counted. O(n log n): for explanations only."""
+    def key(j: JobState) -> tuple[int, float | Fraction, int, int]:
         assert j.order is not None, f"job {j.id!r} is {j.state}: it has no queue place"
-        return (-j.priority, accounts[j.account].fair_key(), *j.order)
+        account = accounts[j.account]
+        return (-j.priority, fair_key_at(account.fair_key(), account.half_life, time),
+                *j.order)
 
     mine = key(job)
     before = sorted((key(other), other.account) for other in live.values()

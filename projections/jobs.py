@@ -186,14 +186,14 @@ def start_next(session: LedgerSession, *, at: int | None = None, clock: Clock = 
             if job is not None and job.state == PENDING:
                 return [draft.event(when, JobStarted(job.id), job.account)]
         if when >= ledger.last[0]:
-            job = ledger.next_job()
+            job = ledger.next_job(when)
             if job is None:
                 return []
             return [draft.event(when, JobStarted(job.id), job.account)]
         # In the past: the first job startable then whose start would not invalidate
         # anything recorded since (the view is a throwaway copy).
         view = session.projector.state_at(when)
-        while (job := view.next_job()) is not None:
+        while (job := view.next_job(when)) is not None:
             built = [draft.event(when, JobStarted(job.id), job.account)]
             try:
                 try_in_past(session, draft, built)

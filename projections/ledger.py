@@ -58,7 +58,7 @@ from projections.jobqueue import REJECTED as REJECTED
 from projections.jobqueue import RUNNING as RUNNING
 from projections.jobqueue import SUCCEEDED as SUCCEEDED
 from projections.jobqueue import HeadKey as HeadKey
-from projections.jobqueue import JobQueue, blank_job, pending_ahead
+from projections.jobqueue import Heads, JobQueue, blank_job, pending_ahead
 from projections.jobqueue import JobState as JobState
 from projections.outcomes import Outcome, outcome
 from projections.policy import Policy
@@ -180,7 +180,7 @@ class AccountState:
     running: int = 0
     last_time: int = -(2**63)  # event time of the latest event touching this account
     queue: list[tuple[int, int, int, str]] = field(default_factory=list)
-    head_key: HeadKey | None = None  # the key registered in the heads heap
+    head_key: HeadKey | None = None  # the key registered in its half-life's heads heap
     # Fair share: log2 of the usage decayed to time 0 (see `usage_key`); -inf: no usage.
     half_life: int = DEFAULT_HALF_LIFE
     usage_log2: float = -math.inf
@@ -727,30 +727,31 @@ class Ledger:
     # -- the queue (`projections.jobqueue`) --------------------------------------------
 
     @property
-    def heads(self) -> list[tuple[HeadKey, str]]:
-        """The queue's heap of account heads: what snapshots copy and checkpoints encode
-        as the ledger's `heads`, as they did before the queue had a class of its own."""
+    def heads(self) -> Heads:
+        """The queue's heaps of account heads, per half-life: what snapshots copy and
+        checkpoints encode as the ledger's `heads`."""
         return self.queue.heads
 
     @heads.setter
-    def heads(self, heads: list[tuple[HeadKey, str]]) -> None:
+    def heads(self, heads: Heads) -> None:
         self.queue.heads = heads
 
     def requeue(self, name: str) -> None:
         """Register account `name`'s queue head afresh, after its state was replaced."""
         self.queue.requeue(self.accounts[name], self.accounts, self.jobs)
 
-    def next_job(self) -> JobState | None:
-        """The job `start_next` would start: highest priority, then oldest, among accounts
-        below their cap (`JobQueue.next_job`)."""
-        return self.queue.next_job(self.accounts, self.jobs)
+    def next_job(self, time: int) -> JobState | None:
+        """The job `start_next` at `time` would start: highest priority, then the least
+        fair-share usage per share, then oldest, among accounts below their cap
+        (`JobQueue.next_job`)."""
+        return self.queue.next_job(self.accounts, self.jobs, time)
 
     # -- reading ---------------------------------------------------------------------------
 
-    def pending_ahead(self, job: JobState) -> int:
-        """How many pending jobs would start before `job` as things stand (for explanations
-        only: `jobqueue.pending_ahead`)."""
-        return pending_ahead(job, self.accounts, self.live)
+    def pending_ahead(self, job: JobState, time: int) -> int:
+        """How many pending jobs would start before `job` as things stand, starts called
+        at `time` (for explanations only: `jobqueue.pending_ahead`)."""
+        return pending_ahead(job, self.accounts, self.live, time)
 
     def canonical(self) -> dict[str, Any]:
         """A canonical, JSON-ready view of the whole state (`projections.digest`)."""

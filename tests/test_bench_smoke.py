@@ -164,7 +164,7 @@ def test_plain_scheduler_picks_like_the_fold() -> None:
             plain.submit(job, account, cost, priority)
             apply(JobSubmitted(account, job, cost, priority))
         elif op == START:
-            mine, theirs = ledger.next_job(), plain.start_next()
+            mine, theirs = ledger.next_job(ledger.last[0]), plain.start_next()
             assert mine is not None and theirs is not None and mine.id == theirs.id
             apply(JobStarted(mine.id))
             running.append(mine.id)

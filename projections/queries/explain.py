@@ -377,10 +377,11 @@ class JobExplanation:
 
 def waiting_reason(ledger: Ledger, job_id: str) -> tuple[Waiting, int]:
     """Why the pending job `job_id` has not started in `ledger`, and how many pending
-    jobs start before it (what `explain_job` reports as `waiting` and `ahead`)."""
+    jobs start before it (what `explain_job` reports as `waiting` and `ahead`): starts
+    called at the time of the last event `ledger` holds, as things stand then."""
     job = ledger.jobs[job_id]
     account = ledger.accounts[job.account]
-    ahead = ledger.pending_ahead(job)
+    ahead = ledger.pending_ahead(job, ledger.last[0])
     if account.blocked:
         return Waiting(BLOCKED, ahead, job.account, account.running, account.max_running), \
             ahead

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.events import (
+    DEFAULT_HALF_LIFE,
     AccountOpened,
     CreditsGranted,
     DomainEvent,
@@ -25,14 +26,16 @@ SAVED_LEDGER_FIELDS = ["accounts", "jobs", "live", "heads", "last", "applied", "
 ACCOUNTS = ("a", "b", "c")
 
 
-def test_the_ledger_is_encoded_with_its_queue_as_the_heap_of_heads() -> None:
+def test_the_ledger_is_encoded_with_its_queue_as_the_heaps_of_heads() -> None:
     assert STATE.schema()["Ledger"] == SAVED_LEDGER_FIELDS
     assert "JobQueue" not in STATE.schema()
     ledger = _ledger([(0, 5, 1, True), (1, 7, 2, False)])
     tree = STATE.encode(ledger)
-    # The tree holds the heads heap where `heads` was: a plain list of (key, account).
+    # The tree holds the heads where `heads` was: a dict of half-life to a plain list of
+    # (key, account), here the default half-life's alone.
     heads = tree[2 + SAVED_LEDGER_FIELDS.index("heads")]
-    assert heads[0] == 0 and len(heads) == 1 + len(ledger.heads)
+    assert heads[:2] == [2, DEFAULT_HALF_LIFE] and len(heads) == 3
+    assert heads[2][0] == 0 and len(heads[2]) == 1 + len(ledger.heads[DEFAULT_HALF_LIFE])
 
 
 @settings(max_examples=60, deadline=None)
@@ -67,7 +70,7 @@ def _ledger(steps: list[tuple[int, int, int, bool]]) -> Ledger:
     for i, (account, cost, priority, start) in enumerate(steps):
         apply(JobSubmitted(ACCOUNTS[account], f"j{i}", cost, priority))
         if start:
-            job = ledger.next_job()
+            job = ledger.next_job(1000 + position)
             if job is not None:
                 apply(JobStarted(job.id))
     return ledger
@@ -77,7 +80,7 @@ def _picks(ledger: Ledger) -> list[str]:
     """The jobs the queue starts, one after another, until none can (on this ledger)."""
     picked = []
     position, time = ledger.last[1], ledger.last[0]
-    while (job := ledger.next_job()) is not None:
+    while (job := ledger.next_job(time + 1)) is not None:
         position += 1
         time += 1
         ledger.apply(position, f"s{position}", time, JobStarted(job.id))
@@ -105,6 +108,7 @@ def test_the_heads_heap_stays_as_small_as_the_accounts_whatever_the_queue() -> N
         ledger.apply(2, "grant", 1000, CreditsGranted("a", 10_000))
         for i in range(submits):
             ledger.apply(3 + i, f"s{i}", 1000, JobSubmitted("a", f"j{i}", 1, i))
-        assert len(ledger.heads) <= 2 * len(ledger.accounts) + 64 + 1, submits
-        job = ledger.next_job()
+        assert sum(map(len, ledger.heads.values())) <= 2 * len(ledger.accounts) + 64 + 1, \
+            submits
+        job = ledger.next_job(1000)
         assert job is not None and job.id == f"j{submits - 1}", submits

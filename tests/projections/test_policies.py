@@ -7,6 +7,7 @@ import pytest
 from eventstore import MemoryJournal, NewEvent
 from projections import Scheduler
 from projections.ledger import refill_due
+from projections.queries import explain_job
 from projections.replay import replay
 
 HOUR = 3600
@@ -189,3 +190,41 @@ def test_a_new_half_life_keeps_the_usage_so_far_and_decays_it_from_then_on() -> 
     assert s.submit("b1", "b", 1, priority=0)
     first = s.start_next()
     assert first is not None and first.id == "b1"        # 120 < 150, though a1 is older
+
+
+def test_accounts_of_different_half_lives_compare_their_usage_now() -> None:
+    # Unix-scale times: projected back to time 0, as each account's key is kept, an
+    # hour's half-life scales usage by 2**472,222 and a day's by 2**19,675, so a queue
+    # comparing those keys put every job of a after b's, whatever a had used.
+    now, s = _clock(1_700_000_000)
+    s.open_account("a", 10_000, share=1, half_life=HOUR)
+    s.open_account("b", 10_000, share=1, half_life=DAY)
+    _charged(s, "a", 10)
+    _charged(s, "b", 1000)
+
+    def first(*jobs: tuple[str, str]) -> str:
+        for job, account in jobs:
+            assert s.submit(job, account, 1, priority=0)
+        # `explain` counts the jobs ahead by the same order, at the last event's time.
+        ahead = {job: explain_job(s.journal, job).ahead for job, _ in jobs}
+        started = s.start_next()
+        assert started is not None
+        for job, _ in jobs:
+            if job != started.id:
+                s.cancel(job)
+        s.complete(started.id, True)
+        assert ahead == {job: int(job != started.id) for job, _ in jobs}
+        return started.id
+
+    assert first(("b1", "b"), ("a1", "a")) == "a1"       # 10 < 1,000, though b1 is older
+    # a is now at 11, b at 1,000: a charge of 2,000 puts a ahead, but the same time
+    # decays it 32-fold in five hours, b's not even 1.2-fold: the order turns with time.
+    assert s.submit("a-big", "a", 2000, priority=0)
+    assert s.start_next() is not None
+    s.complete("a-big", True)
+    assert first(("a2", "a"), ("b2", "b")) == "b2"       # 2,011 > 1,000
+    now[0] += 5 * HOUR
+    assert first(("b3", "b"), ("a3", "a")) == "a3"       # about 63 < 867
+    explained = s.ledger()
+    assert round(explained.accounts["a"].decayed_usage(now[0])) == 64
+    assert round(explained.accounts["b"].decayed_usage(now[0])) == 866

@@ -189,7 +189,7 @@ def counting_account_reader(journal: JournalLike) -> tuple[Callable[..., Any], l
 
 
 def _next_job(ledger: Ledger) -> str | None:
-    job = ledger.next_job()
+    job = ledger.next_job(ledger.last[0])
     return None if job is None else job.id
 
 

@@ -620,11 +620,29 @@ def test_the_reference_model_starts_jobs_by_fair_share() -> None:
     charged(500, "z", 500)
     add(510, "account", account="z", share=1, half_life=60)
     assert first(510, "b", "z") == "z"
-    # Different half-lives: usage extrapolated to time 0, as the heads heap keeps it.
-    # At 6,000, e's 1,000 on a half-life of 600 is 1,000 * 2**10 at time 0, f's 1 on a
-    # half-life of 60 is 2**100 there: e first, though f has used far less by now.
+    # Different half-lives: usage now, each decayed at its own rate. At 6,000, e has
+    # used 1,000 (half-life 600) and f 1 (half-life 60): f first, though projected back to
+    # time 0 f's 1 is 2**100 and e's 1,000 only 1,000 * 2**10.
     opened(6000, "e", share=1, half_life=600)
     opened(6000, "f", share=1, half_life=60)
     charged(6000, "e", 1000)
     charged(6000, "f", 1)
-    assert first(6000, "f", "e") == "e"
+    assert first(6000, "e", "f") == "f"
+    # The order of two half-lives changes with time alone: g's 5,000 (half-life 60)
+    # is more than e's 1,000 at 6,000, but by 6,600 it is 5,000 / 2**10, about 4.9,
+    # and e's 500.
+    opened(6000, "g", share=1, half_life=60)
+    charged(6000, "g", 5_000)
+    assert first(6000, "g", "e") == "e"
+    assert first(6600, "e", "g") == "g"
+    # Declared again without a share, an account's half-life is the default week until
+    # a share comes back: its usage is kept as it is then and barely decays meanwhile.
+    # h's 1,000 is about 999 by 7,600 (decayed at 60 s all along it would be 1); k's 50
+    # charged at 7,500 on a half-life of 60, about 16.
+    opened(7000, "h", share=1, half_life=60)
+    opened(7000, "k", share=1, half_life=60)
+    charged(7000, "h", 1000)
+    add(7000, "account", account="h")
+    charged(7500, "k", 50)
+    add(7600, "account", account="h", share=1, half_life=60)
+    assert first(7600, "h", "k") == "k"

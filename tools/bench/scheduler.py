@@ -82,7 +82,7 @@ def fold(t: Timing, n: int) -> None:
             if op == SUBMIT:
                 apply(pos, ids[pos], pos, submits[arg])
             elif op == START:
-                picked = next_job()
+                picked = next_job(pos)
                 assert picked is not None
                 apply(pos, ids[pos], pos, JobStarted(picked.id))
                 running.append(picked.id)
@@ -148,7 +148,7 @@ def blocked_fold(t: Timing, blocked: int, picks: int) -> None:
         with t.measure(section):
             for _ in range(count):
                 pos += 1
-                job = next_job()
+                job = next_job(pos)
                 assert job is not None and job.account == "free", job
                 apply(pos, f"p{pos}", pos, JobStarted(job.id))
 

@@ -33,9 +33,9 @@ SHARES = (1, 1, 2, 3, 4)
 """Fair-share weights: equal ones most often, so equal usage per share ties too."""
 HALF_LIVES = (30, 60, 120)
 """Seconds: a run spans thousands, so charges halve many times over it and an account
-that used much a few minutes ago goes before one that used less just now. The keys of
-accounts of different half-lives are far apart (each account's usage extrapolated to time
-0), so most accounts of a world share one half-life, where usage per share decides."""
+that used much a few minutes ago goes before one that used less just now. Most accounts
+of a world share one half-life, so that equal usage per share ties (it ties only within
+one half-life); accounts of other half-lives compare their usage at the start's time."""
 OTHER_HALF_LIVES = (10, 600, None)
 """An account's own half-life, one in five: None is the default (a week)."""
 WORKERS = ("w0", "w1")
@@ -421,9 +421,9 @@ class Director:
     def _fair(self, line: dict[str, Any], chance: float) -> dict[str, Any]:
         """`line`, an `account` event, with a share `chance` of the time (drawn from a
         source of its own: the seeded stream of everything else stays as it was); an
-        account declared again without one has fair share turned off. An account keeps
-        its half-life: what a new one does to usage charged under the old is not
-        specified (docs/semantics.md)."""
+        account declared again without one has fair share turned off, and its half-life
+        is the default again until a share comes back with its own (the usage so far
+        kept as it is then: docs/semantics.md)."""
         rng = self.fair_rng
         if rng.random() < chance:
             line["share"] = rng.choice(SHARES)

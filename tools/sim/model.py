@@ -74,19 +74,32 @@ class Account:
     bucket: Batch | None = None  # made when refill first puts a credit in it
     share: int | None = None  # fair-share weight; None: fair share off
     half_life: int = DEFAULT_HALF_LIFE
-    usage: list[tuple[int, int]] = field(default_factory=list)  # (charge, time)
+    # (log2 of a charge, its time); a change of half-life leaves one, of the usage then.
+    usage: list[tuple[float, int]] = field(default_factory=list)
 
     def fair_key(self) -> float:
-        """Decayed usage / share on a log scale, from every charge, without the -now / H
-        all accounts share: -inf (first) without a share or usage."""
+        """Decayed usage / share on a log scale, from every charge, projected to time 0
+        (without the -now / H that `fair_key_at` subtracts): -inf (first) without a share
+        or usage."""
         if self.share is None or not self.usage:
             return -math.inf
+        total = self.usage_log2(0)
+        return round((total - math.log2(self.share)) * FAIR_GRAIN) / FAIR_GRAIN
+
+    def usage_log2(self, at: int) -> float:
+        """log2 of the usage decayed to `at` (which may be before the charges: time 0)."""
         # Summed relative to the largest exponent: 2 ** (time / H) alone overflows a
         # float once time passes 1,024 half-lives.
-        exponents = [math.log2(charge) + time / self.half_life for charge, time in self.usage]
+        exponents = [log2_charge + (time - at) / self.half_life
+                     for log2_charge, time in self.usage]
         top = max(exponents)
-        total = top + math.log2(math.fsum(2.0 ** (e - top) for e in exponents))
-        return round((total - math.log2(self.share)) * FAIR_GRAIN) / FAIR_GRAIN
+        return top + math.log2(math.fsum(2.0 ** (e - top) for e in exponents))
+
+    def fair_key_at(self, time: int) -> float | Fraction:
+        """Usage / share at `time` on a log scale: the key projected to time 0 less
+        time / H, exactly (so keys of one half-life tie as they did at time 0)."""
+        key = self.fair_key()
+        return key if key == -math.inf else Fraction(key) - Fraction(time, self.half_life)
 
     def advance(self, time: int) -> None:
         """Time passes to `time`: what expired goes, refill accrues."""
@@ -270,7 +283,7 @@ def _apply(model: Model, rec: Any) -> None:
         _credit_event(model, account, rec)
         return
     if rec.type == "start":
-        model.picked[rec.id] = _next_job(model)
+        model.picked[rec.id] = _next_job(model, rec.time)
     job = model.jobs.get(p["job"])
     if job is not None:
         account = model.accounts[job.account]
@@ -303,7 +316,12 @@ def _credit_event(model: Model, account: Account, rec: Any) -> None:
         if account.refill_rate is None:
             account.remainder = 0
         account.share = p.get("share")
-        account.half_life = p.get("half_life") or DEFAULT_HALF_LIFE
+        half_life = p.get("half_life") or DEFAULT_HALF_LIFE
+        if half_life != account.half_life and account.usage:
+            # The usage so far is kept as it is now, one charge of U(t) at t, to decay
+            # from here at the new rate.
+            account.usage = [(account.usage_log2(t), t)]
+        account.half_life = half_life
     elif kind == "grant" or (kind == "adjust" and p["amount"] > 0):
         # A credit adjustment is a grant without expiry.
         account.opened = True
@@ -371,18 +389,20 @@ def _job_event(model: Model, account: Account, job: Job, rec: Any) -> None:
         job.charge = charge
         model.told[rec.id] = charge
         if charge and account.share is not None:
-            account.usage.append((charge, t))
+            account.usage.append((math.log2(charge), t))
     elif kind == "cancel" and job.state == "pending":
         account.release(account.holds.pop(p["job"]), t)
         job.state = "cancelled"
         model.queue.remove(p["job"])
 
 
-def _next_job(model: Model) -> str | None:
-    """The job a start would start now: the highest priority, then the lowest fair-share
-    key, then the oldest submit, among pending jobs whose account is below its cap."""
+def _next_job(model: Model, time: int) -> str | None:
+    """The job a start at `time` would start: the highest priority, then the least usage
+    per share at `time`, then the oldest submit, among pending jobs whose account is
+    below its cap. Every candidate is compared with every other, each key computed afresh
+    from its account's charges: no heap, nothing carried between picks."""
     best, best_key = None, None
-    keys: dict[str, float] = {}  # per account: its usage does not change within a pick
+    keys: dict[str, float | Fraction] = {}  # per account: its usage is one within a pick
     for name in model.queue:
         job = model.jobs[name]
         account = model.accounts[job.account]
@@ -390,7 +410,7 @@ def _next_job(model: Model) -> str | None:
             continue
         fair = keys.get(job.account)
         if fair is None:
-            fair = keys[job.account] = account.fair_key()
+            fair = keys[job.account] = account.fair_key_at(time)
         key = (-job.priority, fair, job.order)
         if best_key is None or key < best_key:
             best, best_key = name, key
