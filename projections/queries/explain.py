@@ -261,7 +261,10 @@ class LineageBuilder:
                 if lineage.refill:  # its amount is what it accounts for
                     lineage.amount = (lineage.debt_paid + lineage.used + lineage.expired
                                       + lineage.remaining + sum(a for _, a in lineage.held))
-        debt = dict(sorted(state.debt_at(at).items())) if state is not None else {}
+        # Only the pools that still owe: one whose debt the refill accrued by `at` paid
+        # off is no more listed than one an event paid off (the book drops those).
+        debt = {pool: owed for pool, owed in sorted(state.debt_at(at).items()) if owed} \
+            if state is not None else {}
         ordered = sorted(self.grants.values(),
                          key=lambda g: (g.time, g.position or 0, g.grant_id))
         return AccountExplanation(walk.account, at, Figures.of(state, at), ordered,

@@ -125,3 +125,19 @@ def test_a_repeated_cancel_keeps_what_the_first_released() -> None:
         NewEvent("c2", "job:j", "cancel", 3, {"job": "j"}))
     job = explain_job(journal, "j")
     assert (job.state, job.released) == ("cancelled", 10)
+
+
+def test_debt_a_refill_paid_off_between_events_is_no_longer_owed() -> None:
+    # 5 owed in h100 at 0; the bucket accrues a credit a second and has paid it by 20,
+    # the latest time (another account's event): no pool owes anything then, as after an
+    # event of the account at 20, which would settle the refill the same way.
+    journal = _journal(
+        NewEvent("o", "a", "account", 0, {"account": "a", "refill_rate": 3600,
+                                          "refill_cap": 10}),
+        NewEvent("u", "a", "consume", 0, {"account": "a", "amount": 5, "pool": "h100"}),
+        NewEvent("g", "b", "grant", 20, {"account": "b", "amount": 1}))
+    explanation = explain_account(journal, "a")
+    assert explanation.figures.debt == 0
+    assert explanation.debt == {}
+    journal.append([NewEvent("u2", "a", "consume", 20, {"account": "a", "amount": 1})])
+    assert explain_account(journal, "a").debt == {}
