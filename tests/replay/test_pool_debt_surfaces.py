@@ -44,7 +44,8 @@ JOB_KINDS = ("account", "submit", "submit", "start", "start", "complete", "cance
 def recorded(draw: st.DrawFn, *, jobs: bool = False) -> list[list[Row]]:
     """Grants, usage, adjustments, voids and reversals in arrival order, cut into the
     batches they were appended in; times in a small range, so most arrive late. `jobs`:
-    jobs in every pool too (holding credits, giving them back to pay debt), and caps."""
+    jobs in every pool too (holding credits, giving them back to pay debt), caps and
+    refills."""
     rows: list[Row] = []
     grants: list[tuple[str, str]] = []
     submitted: list[tuple[str, str]] = []
@@ -73,6 +74,10 @@ def recorded(draw: st.DrawFn, *, jobs: bool = False) -> list[list[Row]]:
             payload = {"grant": grant}
         elif kind == "account":
             payload = {"account": account, "max_running": draw(st.sampled_from([None, 1]))}
+            if draw(st.booleans()):
+                # A refill: it pays debt between events, general first, then each pool's.
+                payload |= {"refill_rate": draw(st.sampled_from([1800, 3600, 7200])),
+                            "refill_cap": draw(st.integers(1, 12))}
         elif kind == "submit":
             submitted.append((f"j{i}", account))
             payload = {"account": account, "job": f"j{i}", "cost": draw(st.integers(0, 15)),
@@ -255,12 +260,16 @@ def test_jobs_in_pools_every_surface_is_the_fold(batches: list[list[Row]],
         assert sum(f.debt for f in by_pool.values()) == figures.debt
         explanation = explain_account(journal, account)
         assert explanation.figures == figures, account
-        assert explanation.debt == {p: d for p, d in sorted(state.debt_at(latest).items())}
+        assert explanation.debt == {p: d for p, d in sorted(state.debt_at(latest).items())
+                                    if d}
         for g in explanation.grants:
             if g.voided_at is None:
                 assert g.amount == g.debt_paid + g.used + g.expired + sum(
                     held for _, held in g.held) + g.remaining, g
-        assert sum(g.debt_paid for g in explanation.grants) == state.book.totals.debt_paid
+        # What the refill accrued since the account's last event pays as well, by then.
+        accrued, _ = state.refill_settlement(latest)
+        assert sum(g.debt_paid for g in explanation.grants) == \
+            state.book.totals.debt_paid + sum(accrued.values())
         lines = statement(journal, account).lines
         assert sum(line.debt_created - line.debt_paid for line in lines) == figures.debt
         for line in _last_of_each_time(lines):
