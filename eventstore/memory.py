@@ -56,7 +56,7 @@ class _Transaction:
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._journal = journal
-        self._mark: tuple[int, dict[str, int], dict[str, int], int, int] | None = None
+        self._mark: tuple[int, dict[str, int], dict[str, int], int, int, int] | None = None
 
     def __enter__(self) -> MemoryJournal:
         journal = self._journal
@@ -67,7 +67,8 @@ class _Transaction:
             journal._lock.release()
             raise
         self._mark = (len(journal._stored), dict(journal._versions), dict(journal._max_time),
-                      journal._last_recorded_at, len(journal._requests))
+                      journal._last_recorded_at, len(journal._requests),
+                      len(journal._snapshot_undo))
         journal._tx_depth += 1
         # The journal itself is the transaction: under the RLock nobody else sees the
         # appends until the block ends.
@@ -82,6 +83,7 @@ class _Transaction:
             journal._tx_depth -= 1
             if not journal._tx_depth:
                 journal._tx_first = None
+                journal._snapshot_undo.clear()
             journal._lock.release()
 
 
@@ -117,6 +119,10 @@ class MemoryJournal(JournalBase):
         self._last_recorded_at = 0
         self._snapshots: dict[int, _Snapshot] = {}
         self._next_snapshot_id = 1
+        # While a transaction is open, how to undo its snapshot changes: (id, the
+        # snapshot it replaced or None), in the order made. A rollback undoes them as
+        # SQL's does the rows (a checkpoint saved in a block that failed is not kept).
+        self._snapshot_undo: list[tuple[int, _Snapshot | None]] = []
         self._closed = False
         # Batches of two events or more, first position -> last (see `batches`); and,
         # while a transaction is open, how deep and the first position it appended.
@@ -282,8 +288,15 @@ class MemoryJournal(JournalBase):
 
     def _rollback(
         self, length: int, versions: dict[str, int], max_time: dict[str, int], last: int,
-        requests: int,
+        requests: int, snapshot_undo: int,
     ) -> None:
+        undo = self._snapshot_undo
+        for snapshot_id, before in reversed(undo[snapshot_undo:]):
+            if before is None:
+                self._snapshots.pop(snapshot_id, None)
+            else:
+                self._snapshots[snapshot_id] = before
+        del undo[snapshot_undo:]  # ids stay taken: a snapshot's id is never reused
         for key in list(self._requests)[requests:]:
             del self._requests[key]
         for row in self._stored[length:]:
@@ -536,6 +549,8 @@ class MemoryJournal(JournalBase):
             info = SnapshotInfo(self._next_snapshot_id, name, position, event_time, digest)
             self._snapshots[info.id] = _Snapshot(info, bytes(state))
             self._next_snapshot_id += 1
+            if self._tx_depth:
+                self._snapshot_undo.append((info.id, None))
             return info
 
     def snapshots(self, name: str) -> list[SnapshotInfo]:
@@ -569,6 +584,8 @@ class MemoryJournal(JournalBase):
                 and (through_id is None or s.info.id <= through_id)
             ]
             for k in doomed:
+                if self._tx_depth:
+                    self._snapshot_undo.append((k, self._snapshots[k]))
                 del self._snapshots[k]
             return len(doomed)
 

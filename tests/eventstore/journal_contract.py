@@ -502,6 +502,26 @@ class AppendReadContract(_OnABackend):
         with pytest.raises(ValueError):
             journal.save_snapshot("ledger", 1, 1, "d", "not bytes")  # type: ignore[arg-type]
 
+    def test_a_rolled_back_transaction_keeps_no_snapshot_change(
+        self, journal: JournalLike
+    ) -> None:
+        # A checkpoint saved in a block that then fails may hold what the block decided:
+        # it goes with the block's rows, and what the block dropped comes back.
+        kept = journal.save_snapshot("ledger", 1, 1, "d1", b"kept")
+        with pytest.raises(KeyError), journal.transaction(["a"]):
+            journal.append([ev("x")])
+            journal.save_snapshot("ledger", 2, 2, "d2", b"rolled back")
+            assert journal.drop_snapshots("ledger", through_id=kept.id) == 1
+            raise KeyError("abandon")
+        assert journal.snapshots("ledger") == [kept]
+        assert journal.load_snapshot(kept.id) == b"kept"
+        later = journal.save_snapshot("ledger", 3, 3, "d3", b"later")
+        assert later.id > kept.id
+        with journal.transaction(["a"]):
+            journal.save_snapshot("ledger", 4, 4, "d4", b"committed")
+            journal.drop_snapshots("ledger", through_id=kept.id)
+        assert [s.digest for s in journal.snapshots("ledger")] == ["d3", "d4"]
+
     def test_numbers_no_record_can_hold_are_refused_or_find_nothing_alike(
         self, journal: JournalLike
     ) -> None:
