@@ -719,8 +719,8 @@ def _chains_ahead(stream: IO[bytes], fmt: str, journal: JournalLike,
 def _redelivery_warnings(journal: JournalLike, derived: Sequence[NewEvent],
                          source: str) -> list[str]:
     """A warning when lines without ids match events already recorded under other ids
-    (same account, type, amount and time; an event without an amount, the same content
-    and time): the file may be a re-delivery of events imported before (under ids given
+    (same account, type, amount, pool and time; an event without an amount, the same
+    content and time): the file may be a re-delivery of events imported before (under ids given
     then, or derived another way)."""
     new = [e for e in derived if journal.get(e.id) is None]
     if not new:
@@ -742,7 +742,9 @@ def _redelivery_key(stream: str, kind: str, time: int,
                     payload: Mapping[str, Any]) -> tuple[Any, ...]:
     account = payload.get("account", stream)
     if "amount" in payload:
-        return (account, kind, payload["amount"], time)
+        # The pool too: usage of the same amount in the same second in another pool is
+        # another report (a re-delivery names the pool its report named).
+        return (account, kind, payload["amount"], payload.get("pool"), time)
     # An event without an amount (a job's, an account's settings, a void, a reversal)
     # matches by all it says: keyed on its account, type and time alone, another job
     # submitted, another grant voided or a new cap in the same second passed for a copy.
@@ -757,8 +759,8 @@ def _redelivery_text(source: str, matches: int, new: int,
     when = ("from the start of the timeline" if first.time == TIMELINE_START
             else f"at {first.time}")
     return (f"{source}: {matches} of {new} new line(s) without an id match events "
-            "already in the journal under other ids (same account, type, amount and time; "
-            "without an amount, the same content and time; first: "
+            "already in the journal under other ids (same account, type, amount, pool and "
+            "time; without an amount, the same content and time; first: "
             f"{first.type}{_what(payload)} for {payload.get('account', first.stream)} "
             f"{when}): is this file a re-delivery? They were appended; reverse them if "
             "they are duplicates")
@@ -768,7 +770,8 @@ def _what(payload: Mapping[str, Any]) -> str:
     """What a possibly re-delivered event was about, after its type: its amount, or what
     it names."""
     if "amount" in payload:
-        return f" of {payload['amount']}"
+        pool = payload.get("pool")
+        return f" of {payload['amount']}" + (f" in pool {pool!r}" if pool else "")
     for name in ("job", "grant", "event"):
         if name in payload:
             return f" of {name} {payload[name]!r}"

@@ -114,6 +114,20 @@ def test_a_redelivery_under_other_ids_is_warned_about_not_refused() -> None:
     assert "re-delivery" in warning and "1 of 1" in warning
 
 
+def test_usage_in_another_pool_at_the_same_time_is_no_redelivery() -> None:
+    # h100 and a100 usage of the same amount in the same hour are two reports, not one
+    # delivered twice: a re-delivery names the pool its report named.
+    journal = MemoryJournal()
+    line: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1, "pool": "h100"}
+    import_file(journal, jsonl([{**line, "id": "u-1"}]), "h100.jsonl")
+    other = import_file(journal, jsonl([{**line, "pool": "a100"}, {**line, "pool": None}]),
+                        "others.jsonl")
+    assert (other.appended, other.warnings) == (2, ())
+    again = import_file(journal, jsonl([line]), "h100-again.jsonl")
+    (warning,) = again.warnings
+    assert "re-delivery" in warning and "consume of 5 in pool 'h100' for a at 1" in warning
+
+
 def test_far_times_are_refused_unless_allowed() -> None:
     journal = MemoryJournal()
     millis: Record = {"type": "consume", "account": "a", "amount": 5, "time": 1796083200000}
