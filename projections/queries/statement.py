@@ -280,8 +280,7 @@ class StatementBuilder:
         self.add(StatementLine(
             rec.time, rec.position, rec.id, rec.type, change, self.balance, self.reserved,
             effect, status, job if isinstance(job, str) else None,
-            rec.payload.get("pool", GENERAL) if rec.type in ("grant", "consume", "adjust")
-            else None,
+            self._pool_of(rec, job),
             outcome.paid_by, sum(a for _, a in outcome.paid_debt), outcome.debt_created,
             released=(outcome.released or 0) if rec.type == "complete" else 0,
             cost=(outcome.charge or 0) + (outcome.released or 0)
@@ -307,6 +306,19 @@ class StatementBuilder:
                                        actual - self.balance, actual, self.reserved,
                                        Effect(UNEXPLAINED, actual, counted=self.balance)))
                 self.balance = actual
+
+    def _pool_of(self, rec: RecordedEvent, job: object) -> str | None:
+        """The pool a line is in: the event's own for credits and usage and for a submit
+        (what it asked for, accepted or not), the job's for its start, completion and
+        cancel, so that a pool's lines hold the jobs charged to it."""
+        if rec.type in ("grant", "consume", "adjust", "submit"):
+            pool = rec.payload.get("pool", GENERAL)
+            return pool if isinstance(pool, str) else None
+        if isinstance(job, str):
+            known = self.walk.ledger.jobs.get(job)
+            if known is not None:
+                return known.pool
+        return None
 
     def _add_refill(self, time: int, amount: int, debt_paid: int) -> None:
         if amount:

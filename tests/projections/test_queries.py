@@ -690,7 +690,8 @@ def test_subtotals_that_do_not_add_up_name_both_figures() -> None:
 
 def test_a_statement_line_carries_the_pool_memo_and_refund_of_its_event() -> None:
     """An adjustment's line names its pool as a grant's and a usage report's do (general
-    when it names none); a memo in the event is on its line; only a completion refunds:
+    when it names none); a job's lines name the job's pool, so that a pool's lines hold
+    the jobs charged in it; a memo in the event is on its line; only a completion refunds:
     a cancel gives back a reservation that was never charged, so the lines' `released`
     add up to the statement's refunded subtotal."""
     journal = MemoryJournal()
@@ -703,15 +704,15 @@ def test_a_statement_line_carries_the_pool_memo_and_refund_of_its_event() -> Non
                                           "priority": 1}),
         NewEvent("cx", "a", "cancel", 4, {"job": "j"}),
         NewEvent("s2", "a", "submit", 5, {"account": "a", "job": "k", "cost": 20,
-                                          "priority": 1}),
+                                          "priority": 1, "pool": "h100"}),
         NewEvent("st", "a", "start", 5, {"job": "k"}),
         NewEvent("ck", "a", "complete", 6, {"job": "k", "success": False,
                                             "refund_fraction": 0.5})])
     st_ = statement(journal, "a")
     assert [(line.event_id, line.pool, line.memo, line.released) for line in st_.lines] == [
         ("g1", "general", "PO 7", 0), ("x1", "h100", None, 0), ("x2", "general", None, 0),
-        ("s1", None, None, 0), ("cx", None, None, 0), ("s2", None, None, 0),
-        ("st", None, None, 0), ("ck", None, None, 10)]
+        ("s1", "general", None, 0), ("cx", "general", None, 0), ("s2", "h100", None, 0),
+        ("st", "h100", None, 0), ("ck", "h100", None, 10)]
     assert st_.subtotals.refunded == sum(line.released for line in st_.lines) == 10
 
 

@@ -38,3 +38,29 @@ def test_a_pool_named_with_spaces_filters_its_own_lines(tmp_path: Path) -> None:
         assert len(plain) == 2, plain
         csv_text = client.get("/accounts/a/ledger.csv", params={"pool": "h100 "}).text
         assert len(csv_text.strip().splitlines()) == 2, csv_text
+
+
+def test_a_pool_filter_keeps_the_lines_of_the_jobs_in_that_pool(tmp_path: Path) -> None:
+    """A job charges the pool it was submitted in: its submit, start and completion are
+    that pool's lines (they named no pool, and every pool filter dropped them)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    journal = Journal(url)
+    lines = [{"type": "grant", "account": "a", "amount": 50, "time": 0, "pool": "h100"},
+             {"type": "grant", "account": "a", "amount": 50, "time": 0},
+             {"type": "submit", "account": "a", "job": "train", "cost": 20, "priority": 1,
+              "pool": "h100", "time": 1},
+             {"type": "start", "job": "train", "time": 2},
+             {"type": "complete", "job": "train", "success": True, "time": 3},
+             {"type": "submit", "account": "a", "job": "eval", "cost": 5, "priority": 1,
+              "time": 4}]
+    import_file(journal, "\n".join(json.dumps(line) for line in lines).encode(), "f.jsonl")
+    journal.close()
+    with TestClient(app_for(url)) as client:
+        h100 = cells(client.get("/accounts/a", params={"pool": "h100"}).text, "ledger-table")
+        kinds = [row[2].split()[0] for row in h100]
+        assert sorted(kinds) == ["complete", "grant", "start", "submit"], h100
+        general = cells(client.get("/accounts/a", params={"pool": "general"}).text,
+                        "ledger-table")
+        assert sorted(row[2].split()[0] for row in general) == ["grant", "submit"], general
+        csv_rows = client.get("/accounts/a/ledger.csv", params={"pool": "h100"}).text
+        assert len(csv_rows.strip().splitlines()) == 1 + 4, csv_rows
