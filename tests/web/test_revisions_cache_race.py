@@ -91,3 +91,31 @@ def test_an_accounts_revisions_ask_the_head_as_often_however_many_there_are() ->
     # Each ask is a round trip to the database, and an account page of a service that
     # has run for a while lists thousands of revisions.
     assert _head_calls_for_a_page(40) == _head_calls_for_a_page(2)
+
+
+def test_the_summary_shows_its_figures_at_a_time_the_ledger_has_reached() -> None:
+    """The summary's time is read (and remembered) before its accounts' figures are: an
+    event appended in between is in the figures, so the page says their later time, not
+    a time before the account's last event (a balance that counted usage made after it)."""
+    from tools.web import pages
+
+    journal = MemoryJournal()
+    journal.append([event("grant", 0, "g", amount=10, expiry=150),
+                    event("consume", 100, "u1", amount=3)])
+    source = AuditSource(journal)
+    figures = pages.summary_figures
+
+    def then_a_write(source: AuditSource) -> Any:
+        found = figures(source)
+        if journal.head() == 2:  # past the grant's expiry: 7 expire, 2 become debt
+            journal.append([event("consume", 200, "u2", amount=2)])
+        return found
+
+    pages.summary_figures = then_a_write  # type: ignore[assignment]
+    try:
+        page = pages.summary(source, {})
+    finally:
+        pages.summary_figures = figures  # type: ignore[assignment]
+    (row,) = page["accounts"]
+    assert page["at"] == 200
+    assert (row.figures.balance, row.figures.debt) == (-2, 2)

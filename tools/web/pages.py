@@ -179,13 +179,17 @@ def summary_figures(source: AuditSource) -> Summary:
     return source.cached(("summary",), build)
 
 
-def account_rows(source: AuditSource, names: list[str], at: int) -> list[AccountRow]:
+def account_rows(source: AuditSource, names: list[str], at: int
+                 ) -> tuple[list[AccountRow], int]:
     """The figures of these accounts at `at`, in total and per pool, from the live
-    ledger."""
+    ledger, and the time they are at: later than `at` if the ledger has events past it
+    (appended since `at` was read), as figures are never of a time before an account's
+    last event."""
     with source.reading() as ledger:
+        at = max(at, ledger.last[0])
         states = [(name, ledger.accounts.get(name)) for name in names]
         return [AccountRow(name, Figures.of(state, at), Figures.by_pool(state, at))
-                for name, state in states]
+                for name, state in states], at
 
 
 EXPIRING_SHOWN = 200
@@ -206,14 +210,15 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     expiring = [e for e in figures.expiring if wanted in e[1].casefold()] if wanted \
         else figures.expiring
     soonest = figures.soonest if not wanted else soonest_expiring(expiring)
-    return {"accounts": account_rows(source, shown, figures.at), "matching": len(names),
+    rows, at = account_rows(source, shown, figures.at)
+    return {"accounts": rows, "matching": len(names),
             "total": len(figures.names), "q": (params.get("q") or "").strip(),
-            "page": accounts.page, "pages": accounts.pages, "at": figures.at,
+            "page": accounts.page, "pages": accounts.pages, "at": at,
             "expiring": soonest,
             "expiring_more": max(0, len(expiring) - EXPIRING_SHOWN),
             "expiring_until": figures.expiring_until,
             # Before any timed event the timeline has no time to count a week from.
-            "timed": figures.at != TIMELINE_START,
+            "timed": at != TIMELINE_START,
             "head": head_record(source.journal),
             "verify": last_verify(source.journal, source.verifier)}
 
