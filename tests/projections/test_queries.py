@@ -331,6 +331,20 @@ def test_audit_totals() -> None:
     assert totals.digest == report.digest
 
 
+def test_audit_debt_is_what_balance_says_after_the_refill_accrued_since() -> None:
+    """An account refilled a credit a minute, 30 in debt at 0: by 20 minutes the refill
+    has paid 20 of it, though no event has brought the account there."""
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("open", "r", "account", 0, {"account": "r", "refill_rate": 60,
+                                             "refill_cap": 100}),
+        NewEvent("u", "r", "consume", 0, {"account": "r", "amount": 30}),
+        NewEvent("g", "other", "grant", 1200, {"account": "other", "amount": 5})])
+    report = replay(journal)
+    totals = audit(report.ledger, events=report.events, revisions=0, at=1200)
+    assert totals.debt == -GPUCreditTracker(journal, account="r").get_balance(1200) == 10
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals(), st.integers(0, 60), st.data())
 def test_a_statement_from_the_account_stream_is_the_one_from_the_whole_journal(
