@@ -12,6 +12,7 @@ from projections.replay import replay
 
 HOUR = 3600
 DAY = 24 * HOUR
+WEEK = 7 * DAY
 
 
 def _clock(start: int = 1_000) -> tuple[list[int], Scheduler]:
@@ -165,6 +166,47 @@ def test_fair_share_equal_usage_per_share_starts_the_older_submit(
     assert s.submit(f"{younger}-job", younger, 1, priority=0)
     started = s.start_next()
     assert started is not None and started.id == f"{older}-job"
+
+
+@pytest.mark.parametrize(("first", "second"), [((6, 3), (2, 1)), ((9, 3), (3, 1)),
+                                               ((10, 5), (2, 1)), ((21, 7), (3, 1))])
+@pytest.mark.parametrize("half_life", [60, HOUR, WEEK])
+@pytest.mark.parametrize("start", [1_000, 1_700_000_000])
+@pytest.mark.parametrize("older", ["first", "second"])
+def test_equal_usage_per_share_ties_at_unix_times_and_short_half_lives(
+        first: tuple[int, int], second: tuple[int, int], half_life: int, start: int,
+        older: str) -> None:
+    # Projected back to time 0, a minute's half-life at Unix-scale times scales usage by
+    # 2**28,000,000: a float of that size is 3.7e-9 apart from the next one, coarser than
+    # the grain equal keys are rounded to, so 9 on a share of 3 and 3 on a share of 1
+    # came out as different keys and the younger submit could start first.
+    _now, s = _clock(start)
+    for name, (used, share) in (("first", first), ("second", second)):
+        s.open_account(name, 10_000, share=share, half_life=half_life)
+        _charged(s, name, used)
+    younger = "second" if older == "first" else "first"
+    assert s.submit(f"{older}-job", older, 1, priority=0)
+    assert s.submit(f"{younger}-job", younger, 1, priority=0)
+    started = s.start_next()
+    assert started is not None and started.id == f"{older}-job"
+
+
+@pytest.mark.parametrize("half_life", [60, HOUR, WEEK])
+@pytest.mark.parametrize("start", [1_000, 1_700_000_000])
+def test_equal_usage_from_charges_half_a_life_apart_ties(half_life: int, start: int) -> None:
+    # a charged 2 one half-life before b is charged 1: from then on both have used the
+    # same, decayed, so the older submit (a's) starts first.
+    now, s = _clock(start)
+    s.open_account("a", 10_000, share=1, half_life=half_life)
+    s.open_account("b", 10_000, share=1, half_life=half_life)
+    _charged(s, "a", 2)
+    now[0] += half_life
+    _charged(s, "b", 1)
+    now[0] += 7
+    assert s.submit("a-job", "a", 1, priority=0)
+    assert s.submit("b-job", "b", 1, priority=0)
+    started = s.start_next()
+    assert started is not None and started.id == "a-job"
 
 
 def test_a_new_half_life_keeps_the_usage_so_far_and_decays_it_from_then_on() -> None:
