@@ -3,13 +3,13 @@
 A checkpoint is a cache of a fold: a facade opening a large journal starts from the
 newest valid one instead of folding every event, and a query reads from it only what its
 question needs (one account, every account's figures, the job list). Its bytes are
-(format version 5):
+(format version 6):
 
     b"gpu-credits checkpoint\\n"
     header: one line of JSON (sorted keys), then b"\\n"
     body: MessagePack, an array of five sections (below)
 
-The header holds `format` ("gpu-credits-checkpoint"), `version` (5), `position` (the
+The header holds `format` ("gpu-credits-checkpoint"), `version` (6), `position` (the
 highest journal position the state covers), `chain_hash` (the journal's hash at that
 position: the state belongs to that exact history), `last` (the (event time, position)
 of the last event folded), `schema` (each state class and its fields, in the order the
@@ -69,11 +69,14 @@ CHECKPOINT = "ledger"
 """Snapshot name under which the ledger's checkpoints are saved."""
 
 FORMAT = "gpu-credits-checkpoint"
-VERSION = 5
-"""The format version. 5: the ledger's `heads` is a dict of heaps, one per fair-share
-half-life, where it was one heap: the queue compares accounts of different half-lives by
-their usage at the pick's time (a version 4 tree would decode to a queue of the wrong
-shape). 4: the bytes of 3, but an account whose half-life changed while it
+VERSION = 6
+"""The format version. 6: an account's fair-share usage is two numbers, whole half-lives
+and the rest, and so is its key in the queue's heads, where each was one float (too
+coarse, at Unix-scale times and short half-lives, for equal usage per share to tie).
+5: the ledger's `heads` is a dict of heaps, one per fair-share half-life, where it was
+one heap: the queue compares accounts of different half-lives by their usage at the
+pick's time (a version 4 tree would decode to a queue of the wrong shape). 4: the bytes
+of 3, but an account whose half-life changed while it
 had fair-share usage holds that usage re-expressed under the new half-life, where a fold
 before it kept it as under the old one (scaled out of all proportion): a version 3
 checkpoint of such an account would answer otherwise than the fold, so it is stale.

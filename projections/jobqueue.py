@@ -92,7 +92,19 @@ _heappush: Final = heapq.heappush
 _heappop: Final = heapq.heappop
 _heapify: Final = heapq.heapify
 
-HeadKey = tuple[int, float, int, int, str]
+FAIR_GRAIN_BITS: Final = 32
+"""Fair-share keys are whole multiples of 2**-FAIR_GRAIN_BITS (see `AccountState.fair_key`)."""
+
+FairKey = tuple[float, int]
+"""An account's fair-share key, log2 of its usage per share projected to time 0, exactly
+`whole + grains / 2**FAIR_GRAIN_BITS` for (whole, grains), grains in [0, 2**FAIR_GRAIN_BITS):
+two numbers, as one float of that size (28 million for a minute's half-life at Unix-scale
+times) has no room for the grain. `NO_FAIR_KEY` without a share or usage."""
+
+NO_FAIR_KEY: Final[FairKey] = (-math.inf, 0)
+"""The key of an account without a share or usage: before every other."""
+
+HeadKey = tuple[int, FairKey, int, int, str]
 """(-priority, fair-share key, submit time, submit position, job id): smaller starts first
 among accounts of one half-life (see `key_at` for accounts of several)."""
 
@@ -100,13 +112,15 @@ Heads = dict[int, list[tuple[HeadKey, str]]]
 """Per half-life (seconds), the heap of (head key, account) of the accounts of that half-life."""
 
 
-def fair_key_at(fair_key: float, half_life: int, time: int) -> float | Fraction:
+def fair_key_at(fair_key: FairKey, half_life: int, time: int) -> float | Fraction:
     """A stored fair-share key (usage per share projected to time 0, log2) as it is at
     `time`: the key minus time / half_life, exactly, so that keys of one half-life keep
-    their order and their ties whatever the time. -inf (no share or no usage) stays."""
-    if fair_key == -math.inf:
-        return fair_key
-    return Fraction(fair_key) - Fraction(time, half_life)
+    their order and their ties whatever the time. No share or no usage is -inf."""
+    whole, grains = fair_key
+    if whole == -math.inf:
+        return whole
+    return (Fraction((int(whole) << FAIR_GRAIN_BITS) + grains, 1 << FAIR_GRAIN_BITS)
+            - Fraction(time, half_life))
 
 
 def key_at(key: HeadKey, half_life: int, time: int

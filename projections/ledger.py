@@ -52,13 +52,21 @@ from projections.events import (
 # re-exported).
 from projections.jobqueue import CANCELLED as CANCELLED
 from projections.jobqueue import FAILED as FAILED
+from projections.jobqueue import (
+    FAIR_GRAIN_BITS,
+    NO_FAIR_KEY,
+    FairKey,
+    Heads,
+    JobQueue,
+    blank_job,
+    pending_ahead,
+)
 from projections.jobqueue import JOB_STATES as JOB_STATES
 from projections.jobqueue import PENDING as PENDING
 from projections.jobqueue import REJECTED as REJECTED
 from projections.jobqueue import RUNNING as RUNNING
 from projections.jobqueue import SUCCEEDED as SUCCEEDED
 from projections.jobqueue import HeadKey as HeadKey
-from projections.jobqueue import Heads, JobQueue, blank_job, pending_ahead
 from projections.jobqueue import JobState as JobState
 from projections.outcomes import Outcome, outcome
 from projections.policy import Policy
@@ -91,7 +99,7 @@ _FAST_PATHS: Final[dict[str, tuple[Callable[[str | bytes], Any],
                                    Callable[[Any], DomainEvent]]]] = dict(FAST_PATHS)
 
 
-_FAIR_GRAIN: Final = 2.0 ** 32
+_FAIR_GRAIN: Final = 2.0 ** FAIR_GRAIN_BITS
 """Fair-share keys are rounded to multiples of 1 / _FAIR_GRAIN (see `fair_key`)."""
 
 
@@ -101,6 +109,37 @@ def _log2_add(a: float, b: float) -> float:
         return b
     hi, lo = (a, b) if a >= b else (b, a)
     return hi + math.log2(1.0 + 2.0 ** (lo - hi))
+
+
+def _split_log2(whole: int, rest: float) -> tuple[int, float]:
+    """log2 of a usage, whole + rest, as (whole, rest) with rest in [0, 1)."""
+    shift = math.floor(rest)
+    return whole + shift, rest - shift
+
+
+def usage_plus(whole: int, rest: float, charge: int, time: int,
+               half_life: int) -> tuple[int, float]:
+    """Usage log2 `whole + rest` (projected to time 0; rest -inf: none) with `charge` at
+    `time` added, weighted by 2**(time / half_life): as (whole, rest), rest in [0, 1).
+
+    time // half_life goes into the whole part exactly; the float holds only what is
+    left, so it keeps its precision at any time (time / half_life alone, as one float,
+    is only within 3.7e-9 at Unix-scale times and a minute's half-life)."""
+    charge_whole, charge_rest = divmod(time, half_life)
+    added = math.log2(charge) + charge_rest / half_life
+    if rest == -math.inf:
+        return _split_log2(charge_whole, added)
+    return _split_log2(charge_whole, _log2_add(float(whole - charge_whole) + rest, added))
+
+
+def usage_rebased(whole: int, rest: float, time: int, old: int,
+                  new: int) -> tuple[int, float]:
+    """Usage log2 `whole + rest` under half-life `old`, re-expressed under `new` as what
+    it is at `time`: log2 U(time) + time / new, as (whole, rest)."""
+    old_whole, old_rest = divmod(time, old)
+    new_whole, new_rest = divmod(time, new)
+    return _split_log2(whole - old_whole + new_whole,
+                       rest - old_rest / old + new_rest / new)
 
 
 def refill_due(account: AccountState, time: int) -> tuple[int, int]:
@@ -181,9 +220,11 @@ class AccountState:
     last_time: int = -(2**63)  # event time of the latest event touching this account
     queue: list[tuple[int, int, int, str]] = field(default_factory=list)
     head_key: HeadKey | None = None  # the key registered in its half-life's heads heap
-    # Fair share: log2 of the usage decayed to time 0 (see `usage_key`); -inf: no usage.
+    # Fair share: log2 of the usage decayed to time 0, usage_whole + usage_log2, the
+    # latter in [0, 1) (`usage_plus`); usage_log2 -inf: no usage.
     half_life: int = DEFAULT_HALF_LIFE
     usage_log2: float = -math.inf
+    usage_whole: int = 0
     # Refill: a token bucket feeding one general, non-expiring batch.
     refill_rate: int | None = None
     refill_cap: int | None = None
@@ -191,16 +232,20 @@ class AccountState:
     refill_carry: int = 0  # credit-seconds accrued but not yet a whole credit (x 3600)
     refill_batch: Batch | None = None
 
-    def fair_key(self) -> float:
-        """Decayed usage / share on a log scale, to a grain of 2**-32; -inf (first)
-        without a share or usage."""
+    def fair_key(self) -> FairKey:
+        """Decayed usage / share on a log scale, to a grain of 2**-32 (`FairKey`);
+        `NO_FAIR_KEY` (first) without a share or usage."""
         if self.share is None or self.usage_log2 == -math.inf:
-            return -math.inf
+            return NO_FAIR_KEY
         # Equal usage per share must tie (the older submit first), but the logarithms
         # of equal ratios can differ in their last bits (log2(6) - log2(3) is not exactly
         # 1): keys within a grain are one key. A grain of 2**-32 in log2 is a relative
-        # difference of 1.6e-10 in usage per share (one credit in six billion).
-        return round((self.usage_log2 - math.log2(self.share)) * _FAIR_GRAIN) / _FAIR_GRAIN
+        # difference of 1.6e-10 in usage per share (one credit in six billion). Rounded
+        # is only the small part, so the grain is always finer than its float's bits.
+        carry, grains = divmod(
+            round((self.usage_log2 - math.log2(self.share)) * _FAIR_GRAIN),
+            1 << FAIR_GRAIN_BITS)
+        return (float(self.usage_whole + carry), grains)
 
     def pool_balances_at(self, time: int) -> dict[str, int]:
         """Per pool, credits minus debt at `time` (>= this account's last event), counting
@@ -245,7 +290,9 @@ class AccountState:
         """Usage charged so far, decayed to `time` (for explanations)."""
         if self.usage_log2 == -math.inf:
             return 0.0
-        return float(2 ** (self.usage_log2 - time / self.half_life))
+        whole, rest = divmod(time, self.half_life)
+        return float(2 ** ((self.usage_whole - whole)
+                           + (self.usage_log2 - rest / self.half_life)))
 
     @property
     def blocked(self) -> bool:
@@ -458,7 +505,9 @@ class Ledger:
             # Usage is kept as log2(sum(charge * 2**(t / H))): under another H it must be
             # re-expressed as what it is at `time`, to decay from there at the new rate
             # (read as it was, 400 charged a minute ago counted as about 2**16,000).
-            account.usage_log2 += time / event.half_life - time / account.half_life
+            account.usage_whole, account.usage_log2 = usage_rebased(
+                account.usage_whole, account.usage_log2, time, account.half_life,
+                event.half_life)
         account.half_life = event.half_life
         account.refill_rate = event.refill_rate
         account.refill_cap = event.refill_cap
@@ -661,8 +710,8 @@ class Ledger:
         job.charge = charge
         account.running -= 1
         if charge and account.share is not None:
-            account.usage_log2 = _log2_add(account.usage_log2,
-                                           math.log2(charge) + time / account.half_life)
+            account.usage_whole, account.usage_log2 = usage_plus(
+                account.usage_whole, account.usage_log2, charge, time, account.half_life)
         self.queue.register(account, self.accounts, self.jobs,
                             force=account.share is not None)
         return outcome(position, event_id, _COMPLETE, time, job.account,

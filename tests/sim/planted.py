@@ -283,10 +283,14 @@ def usage_without_decay(monkeypatch: pytest.MonkeyPatch) -> None:
                   event: JobCompleted) -> Any:
         job = ledger._job(self.jobs, event.job)
         account = None if job is None else self.accounts.get(job.account)
-        before = None if account is None else account.usage_log2
+        before = None if account is None else (account.usage_whole, account.usage_log2)
         done = complete(self, position, event_id, time, event)
-        if account is not None and before is not None and account.usage_log2 != before:
-            account.usage_log2 = ledger._log2_add(before, math.log2(done.charge))
+        if account is not None and before is not None \
+                and (account.usage_whole, account.usage_log2) != before:
+            whole, rest = before
+            total = ledger._log2_add(whole + rest if rest != -math.inf else rest,
+                                     math.log2(done.charge))
+            account.usage_whole, account.usage_log2 = ledger._split_log2(0, total)
             self.queue.register(account, self.accounts, self.jobs, force=True)
         return done
 

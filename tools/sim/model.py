@@ -77,14 +77,18 @@ class Account:
     # (log2 of a charge, its time); a change of half-life leaves one, of the usage then.
     usage: list[tuple[float, int]] = field(default_factory=list)
 
-    def fair_key(self) -> float:
+    def fair_key(self) -> Fraction | None:
         """Decayed usage / share on a log scale, from every charge, projected to time 0
-        (without the -now / H that `fair_key_at` subtracts): -inf (first) without a share
-        or usage."""
+        (without the -now / H that `fair_key_at` subtracts), to a grain of 2**-32: None
+        (first) without a share or usage. Summed at the last charge's time T and then
+        moved by T / H exactly (T // H whole, the rest a float that keeps the grain), as
+        a float of T / H is too coarse for the grain at Unix-scale times."""
         if self.share is None or not self.usage:
-            return -math.inf
-        total = self.usage_log2(0)
-        return round((total - math.log2(self.share)) * FAIR_GRAIN) / FAIR_GRAIN
+            return None
+        last = max(time for _, time in self.usage)
+        whole, rest = divmod(last, self.half_life)
+        small = self.usage_log2(last) + rest / self.half_life - math.log2(self.share)
+        return whole + Fraction(round(small * FAIR_GRAIN), int(FAIR_GRAIN))
 
     def usage_log2(self, at: int) -> float:
         """log2 of the usage decayed to `at` (which may be before the charges: time 0)."""
@@ -99,7 +103,7 @@ class Account:
         """Usage / share at `time` on a log scale: the key projected to time 0 less
         time / H, exactly (so keys of one half-life tie as they did at time 0)."""
         key = self.fair_key()
-        return key if key == -math.inf else Fraction(key) - Fraction(time, self.half_life)
+        return -math.inf if key is None else key - Fraction(time, self.half_life)
 
     def advance(self, time: int) -> None:
         """Time passes to `time`: what expired goes, refill accrues."""
