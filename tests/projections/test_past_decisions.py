@@ -1,0 +1,155 @@
+"""Decisions placed in the past hold where they land and leave what is recorded valid.
+
+Each decision's answer is what a cold fold of the journal says of its event afterwards,
+and no recorded job step turns into an anomaly, except through a usage report (a fact,
+taken wherever it falls: docs/semantics.md, "Live decisions are never revised by later
+decisions")."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventstore import MemoryJournal
+from projections import GPUCreditTracker, Scheduler
+from projections.corrections import Corrections
+from projections.errors import InvalidTransition
+from projections.outcomes import Outcome
+from projections.projector import fold
+from projections.session import decision
+
+
+def _outcomes(journal: MemoryJournal) -> dict[int, Outcome]:
+    """Every event's outcome on a cold fold of the journal, by position."""
+    return {rec.position: outcome
+            for rec, outcome, _ in fold(journal.read(order="canonical"))}
+
+
+def _a_started_job_behind_a_rejected_one() -> tuple[MemoryJournal, Scheduler]:
+    """j1 (15) is rejected at 2 with 10 available; j2 (10) is accepted at 3, started at 4."""
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    scheduler.open_account("a", 10, at=0)
+    assert not scheduler.submit("j1", "a", 15, 1, at=2)
+    assert scheduler.submit("j2", "a", 10, 1, at=3)
+    assert scheduler.start_next(at=4).id == "j2"  # type: ignore[union-attr]
+    return journal, scheduler
+
+
+@pytest.mark.parametrize("how", ["tracker", "grant", "adjust"])
+def test_a_credit_in_the_past_may_not_hand_a_started_jobs_credits_to_another(
+        how: str) -> None:
+    """Credits at 1 make j1 affordable at 2: it would hold everything, j2 would be
+    rejected and the start a worker was handed an anomaly. Refused, nothing appended;
+    the same credit at the start's time is taken."""
+    journal, scheduler = _a_started_job_behind_a_rejected_one()
+    head = journal.head()
+
+    def credit(at: int) -> None:
+        if how == "tracker":
+            GPUCreditTracker(journal, account="a").grant(5, timestamp=at, expiry=100)
+        elif how == "grant":
+            Corrections(journal, clock=lambda: 0).grant("a", 5, at=at)
+        else:
+            Corrections(journal, clock=lambda: 0).adjust("a", 5, "goodwill", at=at)
+
+    with pytest.raises(InvalidTransition, match="would invalidate the start"):
+        credit(1)
+    assert journal.head() == head
+    assert scheduler.job_state("j2") == "running"
+    credit(4)
+    assert scheduler.job_state("j2") == "running"
+    assert not any(o.anomaly for o in _outcomes(journal).values())
+
+
+def test_a_credit_in_the_past_may_re_decide_a_job_still_pending() -> None:
+    """Nothing started after it: the rejected submit becomes accepted and the accepted
+    one rejected, as a late grant may do, with both revisions listed."""
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    scheduler.open_account("a", 10, at=0)
+    assert not scheduler.submit("j1", "a", 15, 1, at=2)
+    assert scheduler.submit("j2", "a", 10, 1, at=3)
+    GPUCreditTracker(journal, account="a").grant(5, timestamp=1, expiry=100)
+    assert (scheduler.job_state("j1"), scheduler.job_state("j2")) == ("pending", "rejected")
+    assert [r.type for r in scheduler.revisions] == ["submit", "submit"]
+
+
+_ACCOUNTS = ("a", "b")
+_CALL = st.one_of(
+    st.tuples(st.just("submit"), st.sampled_from(_ACCOUNTS), st.integers(0, 12),
+              st.integers(0, 2), st.integers(1, 20)),
+    st.tuples(st.just("start"), st.just(""), st.just(0), st.just(0), st.integers(1, 20)),
+    st.tuples(st.just("complete"), st.just(""), st.integers(1, 12), st.integers(0, 2),
+              st.integers(1, 20)),
+    st.tuples(st.just("cancel"), st.just(""), st.integers(1, 12), st.just(0),
+              st.integers(1, 20)),
+    st.tuples(st.just("grant"), st.sampled_from(_ACCOUNTS), st.integers(1, 10),
+              st.integers(1, 30), st.integers(1, 20)),
+    st.tuples(st.just("consume"), st.sampled_from(_ACCOUNTS), st.integers(1, 10),
+              st.just(0), st.integers(1, 20)),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 20), st.sampled_from([None, 1, 2]), st.lists(_CALL, min_size=5, max_size=30))
+def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothing(
+        balance: int, cap: int | None, calls: list[tuple[str, str, int, int, int]]) -> None:
+    """Calls at times in any order through both facades: each answer is the outcome a
+    cold fold of the journal gives its event; no recorded start, completion or cancel
+    (or the acceptance of a job that started) turns into an anomaly but through a usage
+    report; a retry under the same id answers the same and appends nothing; and the
+    live projection is the cold fold's."""
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    scheduler.open_account("a", balance, max_running=cap, at=0)
+    scheduler.open_account("b", 20 - balance, max_running=1, at=0)
+    trackers = {name: GPUCreditTracker(journal, account=name) for name in _ACCOUNTS}
+    submitted = 0
+
+    def call(kind: str, account: str, n: int, m: int, at: int) -> object:
+        if kind == "submit":
+            return scheduler.submit(f"j{submitted}", account, n, m, at=at)
+        if kind == "start":
+            return scheduler.start_next(at=at)
+        if kind == "complete":
+            return scheduler.complete(f"j{n}", m > 0, refund_fraction=0.5, at=at)
+        if kind == "cancel":
+            return scheduler.cancel(f"j{n}", at=at)
+        if kind == "grant":
+            return trackers[account].grant(n, timestamp=at, expiry=at + m)
+        return trackers[account].consume(n, timestamp=at)
+
+    for i, (kind, account, n, m, at) in enumerate(calls):
+        submitted += kind == "submit"
+        facade = scheduler if kind in ("submit", "start", "complete", "cancel") \
+            else trackers[account]
+        before, head = _outcomes(journal), journal.head()
+        try:
+            with decision(facade, event_id=f"d{i}"):
+                answer = call(kind, account, n, m, at)
+        except (ValueError, KeyError):
+            assert journal.head() == head
+            continue
+        after = _outcomes(journal)
+        if journal.head() > head:
+            mine = after[head + 1]
+            assert not mine.anomaly, mine
+            if kind == "submit":
+                assert answer == mine.ok
+            elif kind == "consume":
+                assert answer == mine.debt_after
+            elif kind == "start":
+                assert answer is not None
+            with decision(facade, event_id=f"d{i}"):
+                assert call(kind, account, n, m, at) == answer
+            assert journal.head() == head + 1
+        if kind != "consume":
+            turned = [after[p] for p, o in before.items() if after[p].anomaly and not o.anomaly]
+            assert not turned, (kind, at, turned)
+    cold = fold(journal.read(order="canonical"))
+    last = None
+    for _, _, last in cold:
+        pass
+    assert last is None or scheduler.ledger().digest() == last.digest()
