@@ -87,9 +87,11 @@ class Corrections(SessionFacade):
 
     def _decide(self, stream: str, at: int | None, make: Callable[[Draft], DomainEvent],
                 event_id: str | None, *, tried: bool = False) -> Outcome:
-        """Record what `make` builds at `at` (else now). `tried`: a decision that takes
-        credits away, refused if placed in the past where it would invalidate a recorded
-        event (a usage report is a fact and is taken wherever it falls)."""
+        """Record what `make` builds at `at` (else now). `tried`: a decision refused if
+        placed in the past where it would invalidate a recorded event: one that takes
+        credits away, and a credit too, which can make a submit affordable that then
+        holds what a later started job was accepted against (a usage report is a fact
+        and is taken wherever it falls)."""
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
             event = make(draft)
             built = [draft.event(self._time(draft, at), event, stream)]
@@ -123,7 +125,7 @@ class Corrections(SessionFacade):
                 require_expiry_after(expiry, when)
             return event
 
-        return self._decide(account, at, make, event_id)
+        return self._decide(account, at, make, event_id, tried=True)
 
     def consume(self, account: str, amount: int, *, at: int | None = None,
                 pool: str | None = None, memo: str | None = None,
@@ -138,7 +140,7 @@ class Corrections(SessionFacade):
                event_id: str | None = None) -> Outcome:
         """Record a manual credit (amount > 0) or debit (amount < 0) with its reason."""
         event = events.CreditsAdjusted(account, amount, reason, _pool(pool), memo)
-        return self._decide(account, at, lambda _: event, event_id, tried=amount < 0)
+        return self._decide(account, at, lambda _: event, event_id, tried=True)
 
     def void(self, grant_id: str, *, at: int | None = None, reason: str | None = None,
              memo: str | None = None, event_id: str | None = None) -> Outcome:

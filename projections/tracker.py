@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from eventstore import NewEvent
 from projections.events import (
     DEFAULT_GRANT_PRIORITY,
     CreditsConsumed,
     CreditsGranted,
+    DomainEvent,
     normalise_pool,
     require_int,
     require_name,
 )
-from projections.session import JournalArg, LedgerSession, SessionFacade
+from projections.placing import try_in_past
+from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
 from projections.validation import require_expiry_after
 
 
@@ -38,9 +41,18 @@ class GPUCreditTracker(SessionFacade):
         event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
                                memo)
         require_expiry_after(expiry, timestamp, "timestamp")
-        self._session.decide(
-            [self.account], lambda draft: [draft.event(timestamp, event, self.account)],
-            event_id=event_id, reads_state=False)
+        session = self._session
+
+        def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
+            built = [draft.event(timestamp, event, self.account)]
+            # Credits take nothing away by themselves, but a submit they make affordable
+            # holds credits a later accepted job was counted on: tried like any decision
+            # in the past. Without a job in the journal there is nothing to invalidate.
+            if draft.ledger.jobs:
+                try_in_past(session, draft, built)
+            return built
+
+        session.decide([self.account], build, event_id=event_id, reads_state=False)
 
     def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
                 event_id: str | None = None, memo: str | None = None,

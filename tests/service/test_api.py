@@ -1614,3 +1614,22 @@ def test_verify_answers_a_checkpoint_that_does_not_check_out(client: TestClient,
     answer = client.post("/v1/journal/verify").json()
     assert answer["ok"] is False and answer["first_bad_position"] == at
     assert "does not match its recorded digest" in answer["problem"]
+
+
+def test_a_grant_in_the_past_that_would_undo_a_started_job_is_a_conflict(
+        client: TestClient) -> None:
+    """Credits at 1 would make the job rejected at 2 affordable, holding what the job
+    started at 4 was accepted against: `409`, nothing appended; at 4 it is taken."""
+    assert client.post("/v1/accounts", json={"account": "a", "time": 0}).status_code == 201
+    client.post("/v1/accounts/a/grants", json={"amount": 10, "time": 0})
+    submit = {"account": "a", "cost": 15, "priority": 1, "time": 2}
+    assert client.post("/v1/jobs", json={**submit, "job": "j1"}).json()["accepted"] is False
+    submit.update(cost=10, time=3)
+    assert client.post("/v1/jobs", json={**submit, "job": "j2"}).json()["accepted"] is True
+    assert client.post("/v1/jobs/start-next", json={"time": 4}).json()["job"] == "j2"
+    before = head(client)
+    late = client.post("/v1/accounts/a/grants", json={"amount": 5, "time": 1})
+    assert "would invalidate the start" in problem(late, 409)["detail"]
+    assert head(client) == before
+    assert client.post("/v1/accounts/a/grants", json={"amount": 5, "time": 4}).status_code == 201
+    assert client.get("/v1/jobs/j2").json()["state"] == "running"
