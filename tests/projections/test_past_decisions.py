@@ -151,3 +151,29 @@ def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothin
             assert not turned, (kind, at, turned)
     cold = fold_canonical(journal)
     assert scheduler.ledger().digest() == cold.digest()
+
+
+def test_a_credit_decided_now_is_not_tried_at_the_time_it_was_asked_for() -> None:
+    """`decision(..., live=True)` records it at the latest event time, where it takes
+    nothing from the started job: it is taken there, not refused for the time given."""
+    journal, scheduler = _a_started_job_behind_a_rejected_one()
+    tracker = GPUCreditTracker(journal, account="a")
+    with decision(tracker, live=True):
+        tracker.grant(5, timestamp=1, expiry=100)
+    assert [rec.time for rec in journal.read(order="position")][-1] == 4
+    assert scheduler.job_state("j2") == "running"
+
+
+def test_a_job_decision_decided_now_is_decided_at_the_time_it_is_recorded() -> None:
+    """`at` earlier than the latest event, decided now: the start is recorded at 5, so it
+    picks among the jobs pending at 5 (j1 was cancelled there), not at 2."""
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    scheduler.open_account("a", 10, at=0)
+    assert scheduler.submit("j1", "a", 5, 5, at=1)
+    assert scheduler.submit("j2", "a", 5, 1, at=1)
+    scheduler.cancel("j1", at=5)
+    with decision(scheduler, live=True):
+        assert scheduler.start_next(at=2).id == "j2"  # type: ignore[union-attr]
+    assert [rec.time for rec in journal.read(order="position")][-1] == 5
+    assert not any(o.anomaly for o in _outcomes(journal).values())
