@@ -72,7 +72,10 @@ class Corrections(SessionFacade):
 
     def _time(self, draft: Draft, at: int | None) -> int:
         if at is not None:
-            when = given = require_int("at", at)
+            given = require_int("at", at)
+            # Decided now (`decision(..., live=True)`): recorded at the latest event time
+            # if `at` is earlier, so checked there.
+            when = draft.now(given) if draft.live else given
         else:
             given = clock_time(self._clock)
             when = draft.now(given)

@@ -71,7 +71,10 @@ def _event_time(draft: Draft, at: int | None, clock: Clock, allow_far_times: boo
     after 2200-01-01, which only a far latest event can give (the service's rule; the
     facade has always taken it)."""
     if at is not None:
-        return require_int("at", at)
+        given = require_int("at", at)
+        # Decided now (`decision(..., live=True)`): its event is recorded at the latest
+        # event time if `at` is earlier, so it is decided there, not at `at`.
+        return draft.now(given) if draft.live else given
     when = draft.now(clock_time(clock))
     # A retry rebuilds a decision the journal holds at the time it was taken: the rule is
     # for new decisions (the caller that took this one may have allowed far times).

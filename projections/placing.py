@@ -38,8 +38,11 @@ def try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[NewE
     a recorded event invalid. None when nothing is in the past, or for a retry.
 
     A retry's events were tried when first decided: the timeline now holds them already,
-    so trying them again would find the job submitted, started or settled by themselves."""
-    if draft.replaying or not built or min(new.time for new, _ in built) >= draft.ledger.last[0]:
+    so trying them again would find the job submitted, started or settled by themselves.
+    A live decision's events are recorded at the latest event time or later, whatever
+    time they were built with: none is in the past."""
+    if draft.replaying or draft.live or not built \
+            or min(new.time for new, _ in built) >= draft.ledger.last[0]:
         return None
     head = session.projector.position
     trial = [_Trial(head + 1 + i, new.id, new.type, new.time, new.payload)

@@ -165,11 +165,14 @@ class Draft:
     lives for one build: nothing of it outlives the decision.
     """
 
-    __slots__ = ("_id_base", "_ids", "_session", "ledger", "now_used", "original")
+    __slots__ = ("_id_base", "_ids", "_session", "ledger", "live", "now_used", "original")
 
     def __init__(self, session: LedgerSession, ledger: Ledger, event_id: str | None,
-                 original: RecordedEvent | None = None) -> None:
+                 original: RecordedEvent | None = None, *, live: bool = False) -> None:
         self.ledger = ledger
+        # Decided now (`decision(..., live=True)`): every event the build makes is moved
+        # up to the latest event time when it is recorded, so none lands in the past.
+        self.live = live
         self._session = session
         self._id_base = event_id
         self._ids = 0
@@ -693,7 +696,7 @@ class LedgerSession:
         (or take what this session recorded for the same command)."""
         original = self.journal.get(event_id) if event_id is not None else None
         if original is None:
-            draft = Draft(self, self.projector.ledger, event_id)
+            draft = Draft(self, self.projector.ledger, event_id, live=live)
             built = build(draft)
             return draft, [(self._live(new), e) for new, e in built] if live else built
         remembered = self._decided.get(original.id) if command is not None else None
