@@ -437,6 +437,22 @@ class AppendReadContract(_OnABackend):
         assert [e.id for e in journal.read(stream="x")] == ["before"]
         assert [e.id for e in journal.read(stream="y")] == []
 
+    def test_a_rolled_back_transaction_leaves_each_streams_version_and_latest_time(
+        self, journal: JournalLike
+    ) -> None:
+        journal.append([ev("x1", 5, "x"), ev("x2", 3, "x"), ev("y1", 4, "y")])
+        with pytest.raises(RuntimeError), journal.transaction(["k"]) as tx:
+            tx.append([ev("x3", 9, "x"), ev("y2", 2, "y"), ev("z1", 7, "z")])
+            tx.append([ev("x4", 8, "x")])
+            raise RuntimeError("decided against it")
+        assert [journal.stream_version(s) for s in "xyz"] == [2, 1, 0]
+        assert journal.max_time(["x"]) == 5 and journal.max_time(["y"]) == 4
+        assert journal.max_time(["z"]) is None and journal.max_time() == 5
+        # The next appends take the versions that follow the kept rows.
+        after = journal.append([ev("x5", 1, "x"), ev("z2", 1, "z")])
+        assert [(e.stream, e.version) for e in after] == [("x", 3), ("z", 1)]
+        assert journal.verify() is None
+
     def test_a_failed_append_inside_a_transaction_keeps_earlier_appends(
         self, journal: JournalLike
     ) -> None:
