@@ -90,14 +90,19 @@ _CALL = st.one_of(
               st.integers(1, 30), st.integers(1, 20)),
     st.tuples(st.just("consume"), st.sampled_from(_ACCOUNTS), st.integers(1, 10),
               st.just(0), st.integers(1, 20)),
+    st.tuples(st.just("adjust"), st.sampled_from(_ACCOUNTS), st.integers(-10, 10).filter(bool),
+              st.just(0), st.integers(1, 20)),
+    st.tuples(st.just("void"), st.just(""), st.integers(0, 30), st.just(0),
+              st.integers(1, 20)),
 )
+_CORRECTIONS = frozenset({"adjust", "void"})
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 20), st.sampled_from([None, 1, 2]), st.lists(_CALL, min_size=5, max_size=30))
 def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothing(
         balance: int, cap: int | None, calls: list[tuple[str, str, int, int, int]]) -> None:
-    """Calls at times in any order through both facades: each answer is the outcome a
+    """Calls at times in any order through the facades: each answer is the outcome a
     cold fold of the journal gives its event; no recorded start, completion or cancel
     (or the acceptance of a job that started) turns into an anomaly but through a usage
     report; a retry under the same id answers the same and appends nothing; and the
@@ -107,7 +112,9 @@ def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothin
     scheduler.open_account("a", balance, max_running=cap, at=0)
     scheduler.open_account("b", 20 - balance, max_running=1, at=0)
     trackers = {name: GPUCreditTracker(journal, account=name) for name in _ACCOUNTS}
+    corrections = Corrections(journal, clock=lambda: 0)
     submitted = 0
+    grants: list[str] = []
 
     def call(kind: str, account: str, n: int, m: int, at: int) -> object:
         if kind == "submit":
@@ -120,12 +127,18 @@ def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothin
             return scheduler.cancel(f"j{n}", at=at)
         if kind == "grant":
             return trackers[account].grant(n, timestamp=at, expiry=at + m)
+        if kind == "adjust":
+            return corrections.adjust(account, n, "fix", at=at).debt_after
+        if kind == "void":
+            return corrections.void(grants[n % len(grants)], at=at).ok
         return trackers[account].consume(n, timestamp=at)
 
     for i, (kind, account, n, m, at) in enumerate(calls):
         submitted += kind == "submit"
+        if kind == "void" and not grants:
+            continue
         facade = scheduler if kind in ("submit", "start", "complete", "cancel") \
-            else trackers[account]
+            else corrections if kind in _CORRECTIONS else trackers[account]
         before, head = _outcomes(journal), journal.head()
         try:
             with decision(facade, event_id=f"d{i}"):
@@ -139,13 +152,15 @@ def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothin
             assert not mine.anomaly, mine
             if kind == "submit":
                 assert answer == mine.ok
-            elif kind == "consume":
+            elif kind in ("consume", "adjust"):
                 assert answer == mine.debt_after
             elif kind == "start":
                 assert answer is not None
             with decision(facade, event_id=f"d{i}"):
                 assert call(kind, account, n, m, at) == answer
             assert journal.head() == head + 1
+            if kind == "grant":
+                grants.append(f"d{i}")
         if kind != "consume":
             turned = [after[p] for p, o in before.items() if after[p].anomaly and not o.anomaly]
             assert not turned, (kind, at, turned)
