@@ -192,3 +192,18 @@ def test_a_job_decision_decided_now_is_decided_at_the_time_it_is_recorded() -> N
         assert scheduler.start_next(at=2).id == "j2"  # type: ignore[union-attr]
     assert [rec.time for rec in journal.read(order="position")][-1] == 5
     assert not any(o.anomaly for o in _outcomes(journal).values())
+
+
+def test_a_grant_decided_now_must_expire_after_the_time_it_is_recorded_at() -> None:
+    """Decided now, the grant asked for at 1 is recorded at 10: an expiry of 5 would make
+    an event no file may hold (its export would not import back). Refused, nothing
+    appended; an expiry after 10 is taken."""
+    tracker = GPUCreditTracker(account="a")
+    tracker.grant(5, 10, 100)
+    with pytest.raises(ValueError, match="grant expiry 5 must be after its live time 10"), \
+            decision(tracker, live=True):
+        tracker.grant(5, timestamp=1, expiry=5)
+    assert tracker.journal.head() == 1
+    with decision(tracker, live=True):
+        tracker.grant(5, timestamp=1, expiry=11)
+    assert [(rec.time, rec.payload["expiry"]) for rec in tracker.journal.read()][-1] == (10, 11)
