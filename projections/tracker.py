@@ -44,7 +44,13 @@ class GPUCreditTracker(SessionFacade):
         session = self._session
 
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
-            built = [draft.event(timestamp, event, self.account)]
+            # Decided now, it is recorded at the latest event time if that is later: its
+            # expiry must come after that time, or the journal would hold a grant no
+            # file may (its export would not import back).
+            when = draft.now(timestamp) if draft.live else timestamp
+            if when != timestamp:
+                require_expiry_after(expiry, when, "live time")
+            built = [draft.event(when, event, self.account)]
             # Credits take nothing away by themselves, but a submit they make affordable
             # holds credits a later accepted job was counted on: tried like any decision
             # in the past. Without a job in the journal there is nothing to invalidate.
