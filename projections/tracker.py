@@ -35,6 +35,10 @@ class GPUCreditTracker(SessionFacade):
         """Grant `amount` credits valid for timestamp <= t < expiry (in `pool`, if named).
 
         `priority` (0-100): lower numbers are used first; `memo`: free text (a PO number).
+        Placed before a job that started, where the credits would let a submit rejected
+        then hold what that job was accepted against: `InvalidTransition`, nothing
+        recorded (docs/semantics.md, "Live decisions are never revised by later
+        decisions").
         """
         require_int("timestamp", timestamp)
         require_int("expiry", expiry)  # the event takes None (no expiry); this call does not

@@ -396,3 +396,23 @@ def test_one_credit_is_said_in_the_singular(run: Run) -> None:
     assert any("voided, 1 unused credit stop counting" in d for d in details)
     many = run("grant", "acme", "12", "--at", "7", "--id", "g3")
     assert "12 credits to acme" in many.stdout
+
+
+@pytest.mark.parametrize("command", [("grant", "acme", "5"),
+                                     ("adjust", "acme", "5", "--reason", "goodwill")])
+def test_a_credit_that_would_hand_a_started_jobs_credits_to_another_is_refused(
+        run: Run, db: str, command: tuple[str, ...]) -> None:
+    """Credits at 1 would make j1 (rejected at 2) affordable, holding what j2, started at
+    4, was accepted against: exit 2, one line, nothing appended; at 4 they are taken."""
+    jobs = ('{"type": "grant", "account": "acme", "amount": 10, "time": 0}\n'
+            '{"type": "submit", "account": "acme", "job": "j1", "cost": 15, "priority": 1, '
+            '"time": 2}\n'
+            '{"type": "submit", "account": "acme", "job": "j2", "cost": 10, "priority": 1, '
+            '"time": 3}\n'
+            '{"type": "start", "job": "j2", "time": 4}\n')
+    assert run("import", "-", input=jobs).exit_code == 0
+    refused = run(*command, "--at", "1")
+    assert refused.exit_code == 2 and len(error_lines(refused)) == 1
+    assert "would invalidate the start" in refused.stderr
+    assert journal_head(db) == 4
+    assert run(*command, "--at", "4").exit_code == 0
