@@ -7,11 +7,13 @@ decisions")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal
+from eventstore import Journal, MemoryJournal
 from projections import GPUCreditTracker, Scheduler
 from projections.corrections import Corrections
 from projections.errors import InvalidTransition
@@ -207,3 +209,19 @@ def test_a_grant_decided_now_must_expire_after_the_time_it_is_recorded_at() -> N
     with decision(tracker, live=True):
         tracker.grant(5, timestamp=1, expiry=11)
     assert [(rec.time, rec.payload["expiry"]) for rec in tracker.journal.read()][-1] == (10, 11)
+
+
+def test_a_live_grant_is_not_moved_past_its_own_expiry(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live decision moves up to a later time another account's decision committed
+    meanwhile (on PostgreSQL, where accounts lock apart), as a courtesy that spares a
+    re-projection. A grant whose expiry that time would pass stays at its own time: a
+    grant expiring before its time is an event no file may hold."""
+    journal = Journal(f"sqlite:///{tmp_path / 'ledger.db'}")
+    corrections = Corrections(journal, clock=lambda: 10)
+    corrections.grant("a", 5)
+    monkeypatch.setattr(journal, "max_time", lambda streams=None: 50)
+    corrections.grant("a", 5, expiry=20)
+    corrections.grant("a", 5, expiry=60)
+    assert [(rec.time, rec.payload.get("expiry")) for rec in journal.read()] == [
+        (10, None), (10, 20), (50, 60)]
