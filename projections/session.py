@@ -265,6 +265,12 @@ def _in_order_after(recorded: Sequence[RecordedEvent], last: tuple[int, int]) ->
     return True
 
 
+def _expires_by(new: NewEvent, time: int) -> bool:
+    """Whether `new` is a grant whose credits expire at or before `time`."""
+    expiry = new.payload.get("expiry") if new.type == "grant" else None
+    return isinstance(expiry, int) and expiry <= time
+
+
 class LedgerSession:
     """A projection kept current with one journal, and the way decisions are appended."""
 
@@ -879,6 +885,11 @@ class LedgerSession:
                           and rec.type != "reverse"), default=when)
             if latest <= when:
                 return built
+        if any(_expires_by(new, latest) for new, _ in built if new.time == when):
+            # A grant that expires by then would expire before its own time: an event no
+            # file may hold (its export would not import back). It stays where it was
+            # decided, before the other account's event, at the cost of a re-projection.
+            return built
         return [(dataclasses.replace(new, time=latest) if new.time == when else new, event)
                 for new, event in built]
 
