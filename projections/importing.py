@@ -1060,7 +1060,10 @@ class _Appender:
                     # came from: already present, as in the journal it came from.
                     self.erased_matches.append((line, event.id))
                     event = NewEvent(old.id, old.stream, old.type, old.time, dict(old.payload))
-                first[event.id] = (event, line)
+                # A repeat of a line an earlier chunk appended is named by that first line,
+                # as the plan of a whole file names it.
+                first[event.id] = (event, self.line_of(old.position)
+                                   if old is not None and old.position > self.start else line)
             kept[0].append(event)
             kept[1].append(line)
             kept[2].append(is_derived)

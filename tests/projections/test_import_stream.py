@@ -114,6 +114,22 @@ def test_a_streamed_import_does_what_the_in_memory_plan_does(
     assert _contents(journals[1]) == _contents(journals[0])
 
 
+def test_an_id_repeated_in_a_later_chunk_is_still_named_by_its_first_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line repeated word for word in a later chunk, then the id used for another event
+    in that chunk: the problem names the line that first used the id, as a whole file's
+    plan does, not the repeat."""
+    monkeypatch.setattr(importing, "APPEND_CHUNK", 2)
+    grant = {"type": "grant", "account": "a", "amount": 1, "time": 3, "id": "g1"}
+    other = {"type": "grant", "account": "a", "amount": 1, "time": 0}
+    lines = [other, {**other, "time": 1}, grant, {**other, "time": 2}, grant,
+             {**grant, "time": 0}]
+    for run in (_in_memory, _streamed):
+        journal = MemoryJournal()
+        assert run(journal, _jsonl(lines)) == [(6, "id 'g1' is used on line 3 for another event")]
+        assert journal.head() == 0
+
+
 def test_ids_used_twice_across_chunks_are_named_with_their_first_line(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importing, "APPEND_CHUNK", 2)
