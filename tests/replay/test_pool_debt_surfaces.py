@@ -12,6 +12,7 @@ reversals (of reversals too), most of it arriving late and in batches.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import given, note, settings
@@ -210,26 +211,35 @@ def test_live_projections_follow_the_model_batch_by_batch(batches: list[list[Row
     opened after a checkpoint saved mid-history resumes from it. After every batch each
     answers what the model says of the journal then."""
     note(f"batches: {batches!r}")
+    for i, journal, at, trackers in _arriving(batches, data):
+        want = model.fold(_events(batches, journal.head()), at)
+        for account in ACCOUNTS:
+            expected = want.get(account)
+            pools = expected.pools if expected is not None else {model.GENERAL: 0}
+            for tracker in trackers[account]:
+                assert tracker.get_balance(at) == sum(pools.values()), (account, at, i)
+                for pool, amount in pools.items():
+                    assert tracker.get_balance(at, pool=pool) == amount, (account, pool, at)
+                assert tracker.pool_balances(at) == pools, (account, at, i)
+
+
+def _arriving(batches: list[list[Row]], data: st.DataObject
+              ) -> Iterator[tuple[int, MemoryJournal, int, dict[str, list[GPUCreditTracker]]]]:
+    """The batches appended one by one to a journal that trackers of every account have
+    open from the start; after a drawn batch a checkpoint is saved and another tracker
+    of each account opened on it. After each batch: (its number, the journal, a drawn
+    time to ask at, each account's trackers)."""
     journal = MemoryJournal()
-    live = {account: GPUCreditTracker(journal, account) for account in ACCOUNTS}
+    trackers = {account: [GPUCreditTracker(journal, account)] for account in ACCOUNTS}
     saved_after = data.draw(st.integers(0, len(batches)), label="checkpoint after batch")
-    resumed: dict[str, GPUCreditTracker] = {}
     for i, batch in enumerate(batches, start=1):
         append(journal, [batch])
         if i == saved_after:
             replay(journal, checkpoint=True, checkpoint_every=data.draw(
                 st.integers(1, 4), label="every"))
-            resumed = {account: GPUCreditTracker(journal, account) for account in ACCOUNTS}
-        at = data.draw(st.integers(-1, 16), label="at")
-        want = model.fold(_events(batches, journal.head()), at)
-        for account in ACCOUNTS:
-            expected = want.get(account)
-            pools = expected.pools if expected is not None else {model.GENERAL: 0}
-            for tracker in (live[account], *([resumed[account]] if resumed else [])):
-                assert tracker.get_balance(at) == sum(pools.values()), (account, at, i)
-                for pool, amount in pools.items():
-                    assert tracker.get_balance(at, pool=pool) == amount, (account, pool, at)
-                assert tracker.pool_balances(at) == pools, (account, at, i)
+            for account in ACCOUNTS:
+                trackers[account].append(GPUCreditTracker(journal, account))
+        yield i, journal, data.draw(st.integers(-1, 16), label="at"), trackers
 
 
 def _last_of_each_time(lines: list[Any]) -> list[Any]:
@@ -333,26 +343,16 @@ def test_live_projections_with_jobs_in_pools_are_the_fold(batches: list[list[Row
     the batches arrive, and one opened on a checkpoint saved mid-history, answer per
     pool what a plain fold of the journal then does."""
     note(f"batches: {batches!r}")
-    journal = MemoryJournal()
-    live = {account: GPUCreditTracker(journal, account) for account in ACCOUNTS}
-    saved_after = data.draw(st.integers(0, len(batches)), label="checkpoint after batch")
-    resumed: dict[str, GPUCreditTracker] = {}
-    for i, batch in enumerate(batches, start=1):
-        append(journal, [batch])
-        if i == saved_after:
-            replay(journal, checkpoint=True, checkpoint_every=data.draw(
-                st.integers(1, 4), label="every"))
-            resumed = {account: GPUCreditTracker(journal, account) for account in ACCOUNTS}
-        at = data.draw(st.integers(-1, 16), label="at")
+    for i, journal, at, trackers in _arriving(batches, data):
         folded = fold_canonical(journal, to_time=at)
         for account in ACCOUNTS:
             want = Figures.of(folded.accounts.get(account), at)
-            for tracker in (live[account], *([resumed[account]] if resumed else [])):
+            for tracker in trackers[account]:
                 assert tracker.get_balance(at) == want.balance, (account, at, i)
                 for pool, amount in want.pools.items():
                     assert tracker.get_balance(at, pool=pool) == amount, (account, pool, at)
         digest = fold_canonical(journal).digest()
-        for tracker in (live["a"], *([resumed["a"]] if resumed else [])):
+        for tracker in trackers["a"]:
             assert tracker._session.digest() == digest, i
 
 
