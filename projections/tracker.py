@@ -12,7 +12,6 @@ from projections.events import (
     require_int,
     require_name,
 )
-from projections.placing import try_in_past
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
 from projections.validation import require_expiry_after
 
@@ -35,18 +34,15 @@ class GPUCreditTracker(SessionFacade):
         """Grant `amount` credits valid for timestamp <= t < expiry (in `pool`, if named).
 
         `priority` (0-100): lower numbers are used first; `memo`: free text (a PO number).
-        Placed before a job that started, where the credits would let a submit rejected
-        then hold what that job was accepted against: `InvalidTransition`, nothing
-        recorded (docs/semantics.md, "Live decisions are never revised by later
-        decisions").
+        A late grant is recorded wherever it falls, as the contract has it, and what
+        follows is re-projected, even where a job that started then turns out to have
+        been unaffordable (an anomaly, listed; `Corrections.grant` refuses that case).
         """
         require_int("timestamp", timestamp)
         require_int("expiry", expiry)  # the event takes None (no expiry); this call does not
         event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
                                memo)
         require_expiry_after(expiry, timestamp, "timestamp")
-        session = self._session
-
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
             # Decided now, it is recorded at the latest event time if that is later: its
             # expiry must come after that time, or the journal would hold a grant no
@@ -54,15 +50,9 @@ class GPUCreditTracker(SessionFacade):
             when = draft.now(timestamp) if draft.live else timestamp
             if when != timestamp:
                 require_expiry_after(expiry, when, "live time")
-            built = [draft.event(when, event, self.account)]
-            # Credits take nothing away by themselves, but a submit they make affordable
-            # holds credits a later accepted job was counted on: tried like any decision
-            # in the past. Without a job in the journal there is nothing to invalidate.
-            if draft.ledger.jobs:
-                try_in_past(session, draft, built)
-            return built
+            return [draft.event(when, event, self.account)]
 
-        session.decide([self.account], build, event_id=event_id, reads_state=False)
+        self._session.decide([self.account], build, event_id=event_id, reads_state=False)
 
     def consume(self, amount: int, timestamp: int, *, pool: str | None = None,
                 event_id: str | None = None, memo: str | None = None,
