@@ -56,5 +56,5 @@ def try_in_past(session: LedgerSession, draft: Draft, built: Sequence[tuple[NewE
         raise InvalidTransition(
             f"placing this at time {built[0][0].time} would invalidate the {c.type} "
             f"{c.event_id!r} recorded at position {c.position} (time {c.time}): "
-            f"{c.reason}; record it at a later time, or now (omit `at`)")
+            f"{c.reason}; record it at a later time, or now (give no time)")
     return outcomes

@@ -414,5 +414,8 @@ def test_a_credit_that_would_hand_a_started_jobs_credits_to_another_is_refused(
     refused = run(*command, "--at", "1")
     assert refused.exit_code == 2 and len(error_lines(refused)) == 1
     assert "would invalidate the start" in refused.stderr
+    # What to do, in words every surface shares: the library's `at`, the command line's
+    # `--at` and the service's `time` are each left out to record it now.
+    assert "record it at a later time, or now (give no time)" in refused.stderr
     assert journal_head(db) == 4
     assert run(*command, "--at", "4").exit_code == 0
