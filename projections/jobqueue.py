@@ -204,10 +204,7 @@ class JobQueue:
         grouped: Heads = {}
         for name, a in accounts.items():
             if a.head_key is not None:
-                entries = grouped.get(a.half_life)
-                if entries is None:
-                    entries = grouped[a.half_life] = []
-                entries.append((a.head_key, name))
+                grouped.setdefault(a.half_life, []).append((a.head_key, name))
         for entries in grouped.values():
             _heapify(entries)
         # In the order of the half-lives, whatever the accounts' order: the state one

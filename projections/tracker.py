@@ -43,6 +43,7 @@ class GPUCreditTracker(SessionFacade):
         event = CreditsGranted(self.account, amount, expiry, normalise_pool(pool), priority,
                                memo)
         require_expiry_after(expiry, timestamp, "timestamp")
+
         def build(draft: Draft) -> list[tuple[NewEvent, DomainEvent]]:
             # Decided now, it is recorded at the latest event time if that is later: its
             # expiry must come after that time, or the journal would hold a grant no
