@@ -217,12 +217,48 @@ def _not_json(request: Request, exc: RequestValidationError) -> str | None:
     return f"the body was sent {how}: send it as JSON, with Content-Type: application/json"
 
 
-def _validation_detail(exc: RequestValidationError) -> str:
+def _validation_detail(request: Request, exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:10]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-        parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+        said = f"{where or 'body'}: {err.get('msg', 'invalid')}"
+        loc = tuple(err.get("loc", ()))
+        if loc[:1] == ("query",) and len(loc) == 2 and "input" in err:
+            # A query parameter is one short value: say which was sent and what would do,
+            # not only the bound it crossed (`limit=0` of 1 to 1000).
+            sent = repr(err["input"])
+            sent = sent if len(sent) <= 80 else sent[:77] + "..."
+            said += f" (got {sent}"
+            valid = _query_range(request, str(loc[1]))
+            said += f"; give {valid})" if valid else ")"
+        parts.append(said)
     return "; ".join(parts) or "invalid request"
+
+
+def _query_range(request: Request, name: str) -> str | None:
+    """What the route takes for query parameter `name`, from its declared bounds: "a
+    whole number from 1 to 1000", or None when the route declares none."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    for field in getattr(dependant, "query_params", ()):
+        if field.alias != name:
+            continue
+        bounds: dict[str, int] = {}
+        for rule in field.field_info.metadata:
+            for key in ("ge", "le", "min_length", "max_length"):
+                if isinstance(getattr(rule, key, None), int):
+                    bounds[key] = getattr(rule, key)
+        low, high = bounds.get("ge"), bounds.get("le")
+        if low is not None and high is not None:
+            return f"a whole number from {low} to {high}"
+        if low is not None:
+            return f"a whole number, {low} or more"
+        if high is not None:
+            return f"a whole number, {high} or less"
+        shortest, longest = bounds.get("min_length"), bounds.get("max_length")
+        if shortest is not None and longest is not None:
+            return f"{shortest} to {longest} characters"
+    return None
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
@@ -269,7 +305,7 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        detail = _not_json(request, exc) or _validation_detail(exc)
+        detail = _not_json(request, exc) or _validation_detail(request, exc)
         return problem_response(422, detail, slug="invalid")
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
