@@ -1160,7 +1160,7 @@ def test_revisions_of_an_unknown_account_are_404_not_an_empty_list(client: TestC
     """A misspelt account must not read as "no late event changed anything"."""
     setup_account(client, "a")
     assert client.get("/v1/revisions", params={"account": "a"}).json() == {
-        "revisions": [], "next": None}
+        "revisions": [], "next": None, "seen": 0}
     body = problem(client.get("/v1/revisions", params={"account": "nobody"}), 404)
     assert body["type"].endswith("/unknown-account") and "nobody" in body["detail"]
 

@@ -259,3 +259,32 @@ def test_the_page_limits_edges_answer(client: TestClient, path: str) -> None:
     """1 and 1000 are limits like any other."""
     for limit in (1, 1000):
         assert client.get(f"{path}?limit={limit}").status_code == 200
+
+
+def test_a_poller_of_one_accounts_revisions_lists_each_new_one_once(
+        client: TestClient) -> None:
+    """At the end of an account's revisions `next` is none; `seen` is where to ask again
+    later (the other accounts' revisions it passed count in `after`), so a revision
+    that comes later is listed then, and none again."""
+    # Each account uses all it has at 10: every late usage before that adds to its debt.
+    grants = [{"type": "grant", "account": name, "amount": 5, "time": 0, "id": f"g-{name}"}
+              for name in ("a", "b")]
+    usage = [{"type": "consume", "account": name, "amount": 5, "time": 10, "id": f"u-{name}"}
+             for name in ("a", "b")]
+    assert client.post("/v1/events", json={"events": grants + usage}).status_code == 200
+
+    def late(account: str, i: int) -> None:
+        event = {"type": "consume", "account": account, "amount": 1, "time": 5,
+                 "id": f"late-{account}-{i}"}
+        assert client.post("/v1/events", json={"events": [event]}).status_code == 200
+
+    late("b", 1)
+    late("a", 1)
+    late("b", 2)
+    page = client.get("/v1/revisions", params={"account": "a"}).json()
+    assert [r["late_event_id"] for r in page["revisions"]] == ["late-a-1"]
+    assert page["next"] is None and page["seen"] == 3
+    late("a", 2)
+    again = client.get("/v1/revisions", params={"account": "a", "after": page["seen"]}).json()
+    assert [r["late_event_id"] for r in again["revisions"]] == ["late-a-2"]
+    assert again["seen"] == 4

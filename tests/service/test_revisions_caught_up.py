@@ -52,7 +52,7 @@ def test_after_a_write_only_the_new_events_are_folded() -> None:
         events = [GRANT, other, *({"type": "consume", "account": "a", "amount": 1,
                                    "time": 10 + i, "id": f"u{i}"} for i in range(20))]
         assert client.post("/v1/events", json={"events": events}).status_code == 200
-        assert client.get("/v1/revisions").json() == {"revisions": [], "next": None}
+        assert client.get("/v1/revisions").json() == {"revisions": [], "next": None, "seen": 0}
         froms: list[int] = []
 
         def spy(read: Any) -> Any:

@@ -364,10 +364,13 @@ class RevisionAnswer(Report):
 
 
 class RevisionsPage(Answer):
-    """A page of revisions; `next` is the `after` of the next page (none: no more)."""
+    """A page of revisions; `next` is the `after` of the next page (none: no more), `seen`
+    the `after` that lists only the revisions that come after those this page looked at
+    (`next` while there are more; at the end, the number of revisions so far)."""
 
     revisions: list[RevisionAnswer]
     next: int | None
+    seen: int
 
 
 class JournalPage(Answer):

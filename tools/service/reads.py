@@ -460,7 +460,12 @@ def revisions(request: Request,
         indexed = [(i, r) for i, r in indexed if r["account"] == account]
     page = indexed[:limit]
     more = len(indexed) > limit
-    return {"revisions": [r for _, r in page], "next": page[-1][0] + 1 if more else None}
+    following = page[-1][0] + 1 if more else None
+    # At the end, `next` is none and a client filtering by account could not tell where
+    # to ask again later: the revisions it skipped as other accounts' count in `after`.
+    # `seen` says, so a poller lists each new revision once.
+    seen = following if following is not None else max(after, len(rows))
+    return {"revisions": [r for _, r in page], "next": following, "seen": seen}
 
 
 def _journal_record(rec: RecordedEvent, personal: dict[str, Any]) -> dict[str, Any]:
