@@ -23,6 +23,7 @@ from projections.validation import MAX_SAFE_INT, loads_strict, require_int
 from tools import render, wording
 from tools.cli import (
     EXIT_CHECK_FAILED,
+    AllowFarTimes,
     AsKnownAtOption,
     CliError,
     DbOption,
@@ -142,6 +143,7 @@ def reconcile(
     as_known_at: AsKnownAtOption = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print every row as CSV.")] = False,
     as_json: JsonOption = False,
+    allow_far_times: AllowFarTimes = False,
     db: DbOption = None,
 ) -> None:
     """Compare an external charges file with the ledger; exit 1 on any difference.
@@ -162,7 +164,7 @@ def reconcile(
         line, column, what = not_utf8_at(exc)
         raise CliError(f"{source} is not UTF-8 text: {what} at line {line}, column {column}; "
                        "expected CSV") from None
-    rows = queries.parse_charges(text, source)
+    rows = queries.parse_charges(text, source, allow_far_times=allow_far_times)
     with open_journal(ctx, db) as journal:
         result = queries.reconcile(journal, rows, source=source, as_known_at=as_known_at)
     if as_json:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import orjson
 
 from eventstore import JournalLike
+from projections.importing import far_time_problem
 from projections.ledger import Ledger
 from projections.queries.common import recorded_position
 from projections.replay import lean_rows, ledger_at
@@ -159,8 +160,12 @@ class Reconciliation:
                                             "accounts", "time_range=span", "findings")
 
 
-def parse_charges(text: str, source: str) -> list[FileCharge]:
-    """The rows of a reconciliation file; `ReconcileFileError` listing every problem."""
+def parse_charges(text: str, source: str, *,
+                  allow_far_times: bool = False) -> list[FileCharge]:
+    """The rows of a reconciliation file; `ReconcileFileError` listing every problem.
+
+    A time after 2200-01-01 is refused as probably milliseconds unless `allow_far_times`,
+    as `import` refuses one."""
     # newline="": the csv module splits the lines itself (a CR alone ends one too, as
     # `import` reads a CSV), and a quoted cell keeps its line break.
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -227,6 +232,13 @@ def parse_charges(text: str, source: str) -> list[FileCharge]:
                 time = require_time("time", parse_time(time_text))
             except ValueError as exc:
                 problems.append(f"line {number}: {exc}")
+                continue
+            # Milliseconds read as seconds would put the file's range past every charge:
+            # nothing would be missing from the file, an all-clear for a file that lacks
+            # charges.
+            far = None if allow_far_times else far_time_problem("time", time)
+            if far is not None:
+                problems.append(f"line {number}: {far}")
                 continue
         rows.append(FileCharge(number, account, amount, job or None, event_id or None, time))
     if problems:

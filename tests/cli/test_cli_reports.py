@@ -489,6 +489,24 @@ def test_reconcile_skips_reversed_events(run: Run, month: Path, tmp_path: Path) 
     assert run("reconcile", path, "--as-known-at", "11").exit_code == 0
 
 
+def test_reconcile_refuses_times_in_milliseconds(run: Run, month: Path,
+                                                 tmp_path: Path) -> None:
+    # Read as seconds, a billing export's milliseconds put the file's range past every
+    # charge: each row matched by its job or id, and a's usage report u1, which the file
+    # lacks, not asked about: exit 0, all clear.
+    millis = "account,job,id,amount,time\na,j1,,10,5000000\nb,,u2,50,7258118400001\n"
+    result = run("reconcile", _charges(tmp_path, millis))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert error_lines(result) == [
+        f"gpu-credits: error: {tmp_path / 'charges.csv'}: 1 problem(s): line 3: time "
+        "7258118400001 is after 2200-01-01 (7258118400 in epoch seconds): probably "
+        "milliseconds; give seconds, or allow far times (--allow-far-times) if meant"]
+    # Meant: the range is the file's, and the charges before it are not asked about.
+    allowed = run("reconcile", _charges(tmp_path, millis), "--allow-far-times", "--json")
+    assert allowed.exit_code == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["time_range"] == {"from": 5000000, "to": 7258118400001}
+
+
 # -- whatif ----------------------------------------------------------------------------------
 
 
