@@ -7,7 +7,8 @@ usage report of 70 is a charge of 70, a manual debit (adjustment of -25) a charg
 
 Every row is `matched`, `amount_differs`, `missing_from_ledger` or `duplicate` (the same
 job or id under the same account as an earlier row); every charge in the ledger that the
-file lacks, for the accounts the file names and the time range it covers, is
+file lacks, for the accounts the file names and the time range it covers (its earliest
+to its latest time, both included; a date alone covers its whole day), is
 `missing_from_file`. A reversed event is no charge (as if it had never happened): a row
 naming a reversed usage report is missing from the ledger, and a job whose completion was
 reversed is not charged.
@@ -20,6 +21,7 @@ import io
 import re
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import date
 from typing import Any, ClassVar
 
 import orjson
@@ -62,6 +64,14 @@ class FileCharge:
     job: str | None
     event_id: str | None
     time: int | None
+    # The last second the row's time covers: the end of its day when the time is a date
+    # alone (2026-11-16), else the time itself.
+    until: int | None = None
+
+    @property
+    def covered_until(self) -> int | None:
+        """The latest moment the row's time covers (None: the row has no time)."""
+        return self.time if self.until is None else self.until
 
     @property
     def key(self) -> tuple[str, str]:
@@ -240,10 +250,27 @@ def parse_charges(text: str, source: str, *,
             if far is not None:
                 problems.append(f"line {number}: {far}")
                 continue
-        rows.append(FileCharge(number, account, amount, job or None, event_id or None, time))
+        # A date alone names a day, not its first second: a billing export dated by day
+        # covers the charges of its last day too.
+        until = None if time is None or not _is_date(time_text) else time + _DAY - 1
+        rows.append(FileCharge(number, account, amount, job or None, event_id or None, time,
+                               until))
     if problems:
         raise ReconcileFileError(source, problems)
     return rows
+
+
+_DAY = 86_400
+_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)  # an event time, never a compact date
+
+
+def _is_date(text: str) -> bool:
+    """Whether `text` is an ISO-8601 date without a time of day (2026-11-16)."""
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return not _INTEGER.fullmatch(text)
 
 
 def _numbered(reader: Any, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
@@ -360,7 +387,8 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     position = recorded_position(journal, as_known_at)
     out = Reconciliation(source, position)
     times = [r.time for r in rows if r.time is not None]
-    out.time_range = (min(times), max(times)) if times else None
+    ends = [r.covered_until for r in rows if r.covered_until is not None]
+    out.time_range = (min(times), max(ends)) if times else None
     charges = LedgerCharges(journal, position)
     # Only the charges of the file's time range can be missing from it; a row naming an
     # event outside the range finds it by id, a job by the projection's job index.

@@ -409,3 +409,28 @@ def test_a_bad_file_names_its_first_five_problems_and_counts_the_rest() -> None:
     assert "line 6:" in five and "more" not in five
     six = message(6)
     assert "line 6:" in six and "line 7:" not in six and six.endswith(" (and 1 more)")
+
+
+def test_a_time_written_as_a_date_covers_the_whole_day() -> None:
+    """A billing export dated by day covers each day it names: a charge later on the file's
+    last day is one the file must list, as one earlier on its first day is."""
+    day = 1_794_787_200  # 2026-11-16T00:00Z
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g", "a", "grant", day - 86_400, {"account": "a", "amount": 100}),
+        NewEvent("u-15", "a", "consume", day - 86_400 + 10, {"account": "a", "amount": 1}),
+        NewEvent("u-16", "a", "consume", day + 36_000, {"account": "a", "amount": 2}),
+        NewEvent("u-17", "a", "consume", day + 86_400, {"account": "a", "amount": 4})])
+
+    def missing(text: str) -> tuple[list[str | None], dict[str, int] | None]:
+        found = reconcile(journal, parse_charges(text, "f.csv"))
+        return ([f.event_id for f in found.findings if f.status == "missing_from_file"],
+                found.span)
+
+    assert missing("account,id,amount,time\na,u-15,1,2026-11-15\n") == (
+        [], {"from": day - 86_400, "to": day - 1})
+    assert missing("account,id,amount,time\na,u-15,1,2026-11-15\na,x,0,2026-11-16\n") == (
+        ["u-16"], {"from": day - 86_400, "to": day + 86_399})
+    # A time of day is a moment: the range ends there.
+    assert missing("account,id,amount,time\na,u-15,1,2026-11-15\na,x,0,2026-11-16T00:00Z\n"
+                   ) == ([], {"from": day - 86_400, "to": day})
