@@ -64,14 +64,19 @@ class Policy:
         if unknown:
             raise ValueError(f"unknown policy key(s) {', '.join(map(repr, unknown))}; "
                              f"expected {', '.join(POLICY_KEYS)}")
-        order = data.get("grant_order", "priority")
+        # A key given as null is the key left out, as `import` reads an optional field.
+        order = data.get("grant_order")
+        if order is None:
+            order = "priority"
         if order not in GRANT_ORDERS:
             raise ValueError(f"grant_order must be one of {', '.join(GRANT_ORDERS)}, "
                              f"got {order!r}")
         fraction = data.get("refund_fraction")
         if fraction is not None:
             fraction = require_fraction("refund_fraction", fraction)
-        caps = data.get("max_running", {})
+        caps = data.get("max_running")
+        if caps is None:
+            caps = {}
         if not isinstance(caps, dict):
             raise ValueError("max_running must be an object of account to cap, got "
                              f"{caps!r}")

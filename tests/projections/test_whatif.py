@@ -161,3 +161,10 @@ def test_figures_compare_at_the_journals_latest_event_time() -> None:
     assert late.at == 20
     (change,) = late.accounts
     assert (change.account, change.actual.balance, change.whatif.balance) == ("a", 0, 50)
+
+
+@pytest.mark.parametrize("key", ["grant_order", "refund_fraction", "max_running"])
+def test_a_policy_key_given_as_null_is_the_key_left_out(key: str) -> None:
+    # As an event's optional field is read by `import`: null is the field not given. Only
+    # refund_fraction was read so; a null grant_order or max_running was refused.
+    assert Policy.from_json({key: None}) == Policy.from_json({})
