@@ -123,16 +123,17 @@ def _journal(rows: list[Row]) -> MemoryJournal:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=journals(), policy=policies)
+@given(rows=journals(), policy=policies, data=st.data())
 def test_whatif_is_a_fold_of_the_journal_rewritten_to_the_policy(
-        rows: list[Row], policy: dict[str, Any]) -> None:
+        rows: list[Row], policy: dict[str, Any], data: st.DataObject) -> None:
     journal = _journal(rows)
     head = journal.head()
-    result = whatif(journal, Policy.from_json(policy))
+    known = data.draw(st.integers(len(ACCOUNTS), head), label="as known at")
+    result = whatif(journal, Policy.from_json(policy), as_known_at=known)
     assert journal.head() == head  # nothing written
 
-    actual = fold_as_known(journal)
-    model = fold_as_known(_journal(_rewritten(rows, policy)))
+    actual = fold_as_known(_journal(rows[:known]))
+    model = fold_as_known(_journal(_rewritten(rows[:known], policy)))
     at = result.at
     listed = {c.account: c for c in result.accounts}
     for name in sorted(set(actual.accounts) | set(model.accounts)):
