@@ -288,3 +288,31 @@ def test_a_poller_of_one_accounts_revisions_lists_each_new_one_once(
     again = client.get("/v1/revisions", params={"account": "a", "after": page["seen"]}).json()
     assert [r["late_event_id"] for r in again["revisions"]] == ["late-a-2"]
     assert again["seen"] == 4
+
+
+def test_after_past_the_end_is_refused_not_answered_empty(client: TestClient) -> None:
+    """A cursor past the journal's head, or past the revisions there are, was given by no
+    page (a typo, another journal's): an empty page would say "nothing new" until the
+    journal grew past it, and the events up to it would never be listed. As `as_known_at`
+    past the head, it is `422`, naming it and the range; up to the end is a page."""
+    events = [{"type": "grant", "account": "a", "amount": 5, "time": 0, "id": "g"},
+              {"type": "consume", "account": "a", "amount": 5, "time": 10, "id": "u"},
+              {"type": "consume", "account": "a", "amount": 1, "time": 5, "id": "late"}]
+    for event in events:
+        assert client.post("/v1/events", json={"events": [event]}).status_code == 200
+    assert client.get("/v1/journal", params={"after": 3}).json() == {"events": [],
+                                                                     "next": None}
+    for after in (4, 2**63):
+        answer = client.get("/v1/journal", params={"after": after})
+        assert answer.status_code == 422
+        detail = answer.json()["detail"]
+        assert detail.startswith(f"after: position {after} is past the journal's head 3")
+        assert "0 to 3" in detail
+    assert client.get("/v1/revisions", params={"after": 1}).json()["revisions"] == []
+    for after in (2, 2**70):
+        answer = client.get("/v1/revisions", params={"after": after, "account": "a"})
+        assert answer.status_code == 422
+        assert answer.json()["detail"] == (
+            f"after: {after} is more than the 1 revision(s) so far: give 0 to 1 (the "
+            "`next` or `seen` of the last page)")
+    assert client.get("/v1/journal/head").json()["position"] == 3  # nothing appended

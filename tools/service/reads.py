@@ -455,6 +455,12 @@ def revisions(request: Request,
             raise queries.unknown_account(account, ledger)
     cache: _RevisionCache = request.app.state.revisions
     rows = cache.rows(service.journal)
+    if after > len(rows):
+        # No page gave it (revisions only ever come after those listed): an empty page
+        # would hide the revisions up to it once they come.
+        raise ServiceProblem(422, f"after: {after} is more than the {len(rows)} revision(s) "
+                             f"so far: give 0 to {len(rows)} (the `next` or `seen` of the "
+                             "last page)", slug="invalid")
     indexed = list(enumerate(rows))[after:]
     if account is not None:
         indexed = [(i, r) for i, r in indexed if r["account"] == account]
@@ -464,7 +470,7 @@ def revisions(request: Request,
     # At the end, `next` is none and a client filtering by account could not tell where
     # to ask again later: the revisions it skipped as other accounts' count in `after`.
     # `seen` says, so a poller lists each new revision once.
-    seen = following if following is not None else max(after, len(rows))
+    seen = following if following is not None else len(rows)
     return {"revisions": [r for _, r in page], "next": following, "seen": seen}
 
 
@@ -483,6 +489,13 @@ def journal_page(request: Request,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
     """Events in the JSON Lines format with `id`, `position` and `recorded_at` (UTC)."""
     journal = service_of(request).journal
+    head = journal.head()
+    if after > head:
+        # As `as_known_at` past the head: no page gave it (a typo, another journal's),
+        # and an empty page would hide the events up to it once they are recorded.
+        raise ServiceProblem(422, f"after: position {after} is past the journal's head "
+                             f"{head}: give a position from 0 to {head} (the `next` of the "
+                             "last page, or the last position it listed)", slug="invalid")
     got = list(itertools.islice(journal.read(after_position=after, order="position"),
                                 limit + 1))
     page = got[:limit]
