@@ -6,8 +6,10 @@ the balance just before it and closes on the balance at its end, line by line; p
 from __future__ import annotations
 
 import json
+import tempfile
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from eventstore import MemoryJournal
 from projections import importing
 from projections.replay import replay
+from tests.contract.kit import cli_runner
 from tools.service.app import create_app
 
 ACCOUNTS = ("a", "b c", "ü")
@@ -316,3 +319,58 @@ def test_after_past_the_end_is_refused_not_answered_empty(client: TestClient) ->
             f"after: {after} is more than the 1 revision(s) so far: give 0 to 1 (the "
             "`next` or `seen` of the last page)")
     assert client.get("/v1/journal/head").json()["position"] == 3  # nothing appended
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ledgers(), st.data())
+def test_a_statement_is_the_same_on_the_command_line_and_over_http(
+        events: list[Event], data: st.DataObject) -> None:
+    """`statement ACCOUNT --from --to --as-known-at --csv` (and `--json`) prints what
+    `GET /v1/accounts/{account}/statement` answers with `Accept: text/csv` (and JSON)."""
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{folder}/ledger.db"
+        run = cli_runner(url)
+        with TestClient(create_app(url, clock=lambda: 1_000, mount_web=False)) as client:
+            for batch in arrive(events, data):
+                assert client.post("/v1/events", json={"events": batch}).status_code == 200
+            head = client.get("/v1/journal/head").json()["position"]
+            accounts = sorted({e["account"] for e in events if "account" in e})
+            account = data.draw(st.sampled_from(accounts), label="account")
+            start = data.draw(st.none() | st.integers(-2, 42), label="from")
+            end = data.draw(st.none() | st.integers(-2, 42), label="to")
+            if start is not None and end is not None and start > end:
+                start, end = end, start
+            known = data.draw(st.none() | st.integers(1, head), label="as known at")
+            params = {k: v for k, v in (("from", start), ("to", end),
+                                        ("as_known_at", known)) if v is not None}
+            path = f"/v1/accounts/{quote(account, safe='')}/statement"
+            csv = client.get(path, params=params, headers={"Accept": "text/csv"})
+            as_json = client.get(path, params=params)
+        args = [f"--{k.replace('_', '-')}={v}" for k, v in params.items()]
+        printed = run("statement", account, *args, "--csv")
+        assert (printed.exit_code, csv.status_code) in ((0, 200), (2, 404)), printed.stderr
+        if csv.status_code == 200:
+            assert printed.stdout == csv.text
+            printed = run("statement", account, *args, "--json")
+            assert json.loads(printed.stdout) == as_json.json()
+
+
+def test_statements_that_follow_one_another_tile_the_timeline(client: TestClient) -> None:
+    """Both ends of a window are included (docs/cli.md, "A statement"): the changes at
+    `from` open the window, those at `to` close it; windows [0, 9] and [10, 20] list each
+    change once, and the second opens where the first closed."""
+    events = [{"type": "grant", "account": "a", "amount": 50, "time": 0, "expiry": 10,
+               "id": "g"},
+              {"type": "consume", "account": "a", "amount": 5, "time": 9, "id": "u9"},
+              {"type": "consume", "account": "a", "amount": 7, "time": 10, "id": "u10"},
+              {"type": "grant", "account": "a", "amount": 20, "time": 20, "id": "g20"}]
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+    first = client.get("/v1/accounts/a/statement", params={"from": 0, "to": 9}).json()
+    second = client.get("/v1/accounts/a/statement", params={"from": 10, "to": 20}).json()
+    assert [(line["type"], line["event_id"]) for line in first["lines"]] == [("grant", "g"),
+                                                                    ("consume", "u9")]
+    assert [(line["type"], line["event_id"]) for line in second["lines"]] == [
+        ("expire", None), ("consume", "u10"), ("grant", "g20")]
+    assert second["opening"]["balance"] == first["closing"]["balance"] == 45
+    assert second["closing"]["balance"] == 13  # 7 of debt paid by g20
