@@ -185,25 +185,28 @@ def whatif(
     policy_file: Annotated[str, typer.Option(
         "--policy", metavar="FILE",
         help='JSON: {"grant_order": "priority"|"expiry", "refund_fraction": 0..1, '
-             '"max_running": {"account": cap}}, every key optional.')],
+             '"max_running": {"account": cap}}, every key optional; \'-\' reads stdin.')],
     as_known_at: AsKnownAtOption = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Fold the journal under another policy and show what would differ; writes nothing."""
+    # `-` is stdin, as for every other input file (`import`, `reconcile`).
+    source = "<stdin>" if policy_file == "-" else policy_file
     try:
+        data = sys.stdin.buffer.read() if policy_file == "-" else Path(policy_file).read_bytes()
         # A byte-order mark is taken, as in every other input file.
-        raw = Path(policy_file).read_bytes().decode("utf-8-sig")
+        raw = data.decode("utf-8-sig")
     except OSError as exc:
         raise CliError(f"cannot read {policy_file}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         line, column, what = not_utf8_at(exc)
-        raise CliError(f"{policy_file}: not UTF-8: {what} at line {line}, column {column}"
+        raise CliError(f"{source}: not UTF-8: {what} at line {line}, column {column}"
                        ) from None
     try:
         json.loads(raw)  # for where a syntax error is: line and column
     except json.JSONDecodeError as exc:
-        raise CliError(f"{policy_file}: not JSON (line {exc.lineno}, column {exc.colno}: "
+        raise CliError(f"{source}: not JSON (line {exc.lineno}, column {exc.colno}: "
                        f"{exc.msg})") from None
     except RecursionError:
         pass  # nested too deeply: the strict reader below says so
@@ -211,11 +214,11 @@ def whatif(
         # Read as every input file is: a repeated key is refused, not the last one winning.
         policy = Policy.from_json(loads_strict(raw))
     except ValueError as exc:
-        raise CliError(f"{policy_file}: {exc}") from None
+        raise CliError(f"{source}: {exc}") from None
     with open_journal(ctx, db) as journal:
         result = queries.whatif(journal, policy, as_known_at=as_known_at)
     for name in result.unknown_accounts:
-        render.warn(f"{policy_file} caps account {name!r}, which the journal does not "
+        render.warn(f"{source} caps account {name!r}, which the journal does not "
                     "hold: is it a typo?")
     if as_json:
         render.print_json(wording.to_dict(result))

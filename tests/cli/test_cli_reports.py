@@ -560,6 +560,16 @@ def test_whatif_reads_its_policy_file_strictly(run: Run, month: Path, tmp_path: 
     assert len(error_lines(result)) == 1 and named in result.stderr, result.stderr
 
 
+def test_whatif_reads_its_policy_from_stdin(run: Run, month: Path) -> None:
+    # `-` is stdin, as for `import` and `reconcile`; it was read as a file named "-".
+    result = run("whatif", "--policy", "-", "--json", input='{"refund_fraction": 0}')
+    assert result.exit_code == 0, result.stderr
+    assert [j["job"] for j in json.loads(result.stdout)["jobs"]] == ["j1"]
+    bad = run("whatif", "--policy", "-", input='{"refund_fraction": 2}')
+    assert bad.exit_code == 2 and error_lines(bad) == [
+        "gpu-credits: error: <stdin>: refund_fraction must be in [0, 1], got 2"]
+
+
 def test_whatif_names_a_policy_file_it_cannot_read(run: Run, month: Path,
                                                    tmp_path: Path) -> None:
     missing = run("whatif", "--policy", str(tmp_path / "nope.json"))
