@@ -9,7 +9,7 @@ import json
 import tempfile
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -244,6 +244,10 @@ def test_revision_pages_walked_while_events_arrive_list_each_revision_once(
     ("limit", "", "a whole number from 1 to 1000"),
     ("after", "-1", "a whole number, 0 or more"),
     ("after", "x", "a whole number, 0 or more"),
+    # Read as `at` and `as_known_at` are: digits, not Python's spellings of an int.
+    ("after", "1_0", "a whole number, 0 or more"),
+    ("limit", "%2B5", "a whole number from 1 to 1000"),
+    ("limit", "1_0", "a whole number from 1 to 1000"),
 ])
 def test_a_page_parameter_out_of_range_names_its_value_and_the_valid_range(
         client: TestClient, path: str, name: str, value: str, valid: str) -> None:
@@ -254,7 +258,7 @@ def test_a_page_parameter_out_of_range_names_its_value_and_the_valid_range(
     assert answer.headers["content-type"].startswith("application/problem+json")
     detail = answer.json()["detail"]
     assert detail.startswith(f"query.{name}: ")
-    assert f"got {value!r}" in detail and valid in detail, detail
+    assert f"got {unquote(value)!r}" in detail and valid in detail, detail
 
 
 @pytest.mark.parametrize("path", ["/v1/revisions", "/v1/journal"])

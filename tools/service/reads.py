@@ -12,6 +12,7 @@ import contextlib
 import io
 import itertools
 import logging
+import re
 import threading
 import time
 import weakref
@@ -62,6 +63,20 @@ _ERRORS = documented([
     (422, "invalid parameters"),
     (503, "database unavailable or service starting"),
 ])
+
+_PAGE_RANGES = {"after": "a whole number, 0 or more", "limit": "a whole number from 1 to 1000"}
+
+
+def _plain_page_numbers(request: Request) -> None:
+    """A page's `after` and `limit` read as `at` and `as_known_at` read integers: digits
+    (blanks around, as a query string's `+` arrives), not the other spellings of an int
+    Python takes (`1_000`, `+5`), which FastAPI's reading lets through."""
+    for name, valid in _PAGE_RANGES.items():
+        value = request.query_params.get(name)
+        if value is not None and not re.fullmatch(r"\s*-?[0-9]+\s*", value):
+            raise ServiceProblem(422, f"query.{name}: not a whole number (got {value!r}; "
+                                 f"give {valid})", slug="invalid")
+
 
 TimeParam = Annotated[str | None, Query(
     description="event time: an integer or ISO 8601 with an offset (default: the latest)",
@@ -446,6 +461,7 @@ def revisions(request: Request,
               account: Annotated[str | None, Query(min_length=1, max_length=200)] = None
               ) -> Any:
     """Each outcome a late event revised, before and after, in the order they came."""
+    _plain_page_numbers(request)
     service = service_of(request)
     if account is not None and not names_account(service.journal, account):
         # As every route naming an account: a misspelt one (or a stream of a job's
@@ -488,6 +504,7 @@ def journal_page(request: Request,
                  after: Annotated[int, Query(ge=0, description="the last position seen")] = 0,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
     """Events in the JSON Lines format with `id`, `position` and `recorded_at` (UTC)."""
+    _plain_page_numbers(request)
     journal = service_of(request).journal
     head = journal.head()
     if after > head:
