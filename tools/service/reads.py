@@ -513,8 +513,10 @@ def journal_page(request: Request,
         raise ServiceProblem(422, f"after: position {after} is past the journal's head "
                              f"{head}: give a position from 0 to {head} (the `next` of the "
                              "last page, or the last position it listed)", slug="invalid")
-    got = list(itertools.islice(journal.read(after_position=after, order="position"),
-                                limit + 1))
+    # Fetched a page at a time (and the one after it, to tell whether there is more),
+    # not the 5,000 rows a read fetches by default: a page costs its own size.
+    got = list(itertools.islice(journal.read(after_position=after, order="position",
+                                             batch_size=limit + 1), limit + 1))
     page = got[:limit]
     more = len(got) > limit
     return {"events": [_journal_record(r, p) for r, p in with_personal(journal, page)],
