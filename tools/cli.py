@@ -252,7 +252,8 @@ def refuse_in_memory(url: str) -> None:
 @contextmanager
 def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
                  create: bool | None = None, check_chain: bool = True,
-                 full_check: bool = False, keeps: bool = True) -> Iterator[JournalLike]:
+                 full_check: bool = False, keeps: bool = True,
+                 mark: bool = True) -> Iterator[JournalLike]:
     """The journal at the chosen URL.
 
     Only a command that appends creates or upgrades a database (`create` defaults to
@@ -262,7 +263,8 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
     answers from, nor appends to, an altered journal (exit 1). The check covers the
     events after the journal's last verified point (`anchors.check_chain`: a mark or a
     checkpoint); with `full_check`, every event (for commands that read them all
-    anyway). A command that writes records a new mark at the head when it succeeds.
+    anyway). A command that writes records a new mark at the head when it succeeds
+    (`mark=False`: the command sees to that itself).
     `keeps=False`: what the command writes is only there to be shown (`demo`), so an
     in-memory database is fine; any other command that writes refuses one.
     """
@@ -286,7 +288,7 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
         if check_chain:
             anchors.check_chain(journal, full=full_check)
         yield journal
-        if write and check_chain:
+        if write and check_chain and mark:
             # Checked up to here, this command's own events included: the next command
             # checks only what comes after.
             _advance_verified(journal)
@@ -294,23 +296,27 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
         journal.close()
 
 
-def _advance_verified(journal: JournalLike) -> None:
+def _advance_verified(journal: JournalLike, *, recorded: bool = True) -> None:
     """Record the verified mark at the head; a warning, not a failure, when it cannot be
     written (another writer holds the lock past lock_timeout, the disk filled up, the
     file turned read-only): what the command recorded is committed by now (an import
     that said `error` after appending 30,000 lines was retried as if nothing had
     happened; a `grant` that said the disk was full had recorded its grant, and its
     retry recorded a second), and the mark is a cache the next command does without.
-    A chain found broken is still an error."""
+    `recorded=False`: the command recorded no event (a replay), so the warning does not
+    tell its user to keep from running it again. A chain found broken is still an
+    error."""
     try:
         anchors.advance_verified(journal)
     except ChainBroken:
         raise
     except JournalError as exc:
+        done = ("what this command recorded is committed (do not run it again), but "
+                if recorded else "")
         sys.stderr.write(
-            f"{PROG}: warning: what this command recorded is committed (do not run it "
-            "again), but the journal's verified mark (a cache) was not moved to its head "
-            f"({exc}); the next command checks the chain from the previous mark\n")
+            f"{PROG}: warning: {done}the journal's verified mark (a cache) was not moved "
+            f"to its head ({exc}); the next command checks the chain from the previous "
+            "mark\n")
 
 
 def refuse_journal_file(out: Path, url: str) -> None:
@@ -901,11 +907,17 @@ def replay(
     # the digest is the answer, the checkpoint a cache.
     path = sqlite_path(database_url(ctx, db))
     read_only = path is not None and path.is_file() and not os.access(path, os.W_OK)
-    with open_journal(ctx, db, write=not read_only, create=False,
-                      full_check=True) as journal, \
-            render.progress_bar("replaying") as progress:
-        report = replay_journal(journal, to_time=until, progress=progress,
-                                checkpoint=until is None and not read_only)
+    with open_journal(ctx, db, write=not read_only, create=False, full_check=True,
+                      mark=False) as journal:
+        with render.progress_bar("replaying") as progress:
+            report = replay_journal(journal, to_time=until, progress=progress,
+                                    checkpoint=until is None and not read_only)
+        if not read_only and report.checkpoint_problem is None:
+            # A checkpoint saved at the head is a verified point already (this costs
+            # no write then). One that could not be saved is not followed by a try at
+            # the mark: the writer that held the lock past lock_timeout (a long import)
+            # most likely holds it still, and the replay would wait as long again.
+            _advance_verified(journal, recorded=False)
     if report.checkpoint_problem is not None:
         sys.stderr.write(f"{PROG}: warning: the replay stands, but no fresh checkpoint was "
                          f"saved ({report.checkpoint_problem}); the checkpoints saved "

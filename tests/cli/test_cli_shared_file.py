@@ -3,13 +3,17 @@ command changes the file under it."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
-from cli_helpers import SMALL, cli
+import pytest
+from cli_helpers import SMALL, Run, cli
 
 from eventstore import Journal
+from projections import GPUCreditTracker
 from projections.checkpoint import CHECKPOINT
 from projections.replay import verify
+from tools import cli as cli_app
 
 
 class _ReplayedMeanwhile(Journal):
@@ -44,3 +48,31 @@ def test_verify_passes_while_a_replay_replaces_the_checkpoints(tmp_path: Path) -
     # A checkpoint dropped by another process is a cache gone, not an altered journal.
     assert report.ok, report.problem
     assert report.first_bad_position is None
+
+
+def test_a_replay_beside_a_long_writer_waits_once_and_says_what_it_did(
+        run: Run, small: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process (a long import) holds SQLite's write lock for the whole replay:
+    the replay's digest stands, and it says once that no checkpoint was saved. It
+    recorded nothing, so it never says "what this command recorded is committed (do not
+    run it again)", and it does not wait for the lock a second time for the verified
+    mark, which that same writer holds."""
+    import functools
+
+    # Recorded by a service (which keeps no verified mark): the mark lies behind the head.
+    GPUCreditTracker(db, account="b").grant(5, 20, 30)
+    monkeypatch.setattr(cli_app, "Journal", functools.partial(Journal, lock_timeout=0.2))
+    other = sqlite3.connect(db.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        done = run("replay")
+    finally:
+        other.rollback()
+        other.close()
+    assert done.exit_code == 0, done.stderr
+    assert "digest " in done.stdout
+    assert done.stderr.splitlines() == [
+        "gpu-credits: warning: the replay stands, but no fresh checkpoint was saved "
+        f"(SQLite database {db} stayed locked by another writer for 0.2 s (the "
+        "lock_timeout); retry, or find the process holding a long write transaction); "
+        "the checkpoints saved before are kept"]
