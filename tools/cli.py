@@ -1013,13 +1013,20 @@ def verify(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
+VERDICT_LOCK_WAIT = 1.0
+"""Seconds `verify` waits for the write lock to keep its verdict: a reader answers beside
+a long writer (an import holding SQLite's one lock) rather than after lock_timeout."""
+
+
 def _record_verdict(ctx: typer.Context, db: str | None, verdict: Verification) -> None:
     """Keep the verdict beside the journal for the web view's summary, when this user may
     write the database (verify reads through a read-only connection; the record is written
     through another, which never creates or upgrades anything). A database it cannot write
-    keeps no record: the verdict printed is the same either way."""
+    now (or whose lock another writer holds past VERDICT_LOCK_WAIT) keeps no record: the
+    verdict printed is the same either way."""
     try:
-        with Journal(database_url(ctx, db), create=False, upgrade=False) as writable:
+        with Journal(database_url(ctx, db), create=False, upgrade=False,
+                     lock_timeout=VERDICT_LOCK_WAIT) as writable:
             record_verification(writable, verdict)
     except (JournalError, SQLAlchemyError, OSError, ValueError):
         pass
