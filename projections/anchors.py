@@ -127,8 +127,12 @@ def advance_verified(journal: JournalLike) -> Anchor:
     for rec in journal.read_verified(after=since):
         last = Anchor(rec.position, rec.hash)
     if since is None or last.position > since.position:
-        journal.drop_snapshots(VERIFIED)
-        journal.save_snapshot(VERIFIED, last.position, 0, last.hash, b"")
+        # One transaction: a new mark that cannot be written (another writer took the
+        # lock in between, a full disk) leaves the previous one, which the next command
+        # then checks from, instead of none (the whole chain checked by every command).
+        with journal.transaction():
+            journal.drop_snapshots(VERIFIED)
+            journal.save_snapshot(VERIFIED, last.position, 0, last.hash, b"")
     return last
 
 

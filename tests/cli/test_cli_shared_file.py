@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import SMALL, Run, cli
@@ -104,3 +105,30 @@ def test_verify_beside_a_long_writer_answers_without_waiting_for_its_lock(
     assert took < 5, f"verify waited {took:.1f} s for a write lock it does not need"
     with Journal(db, read_only=True) as journal:
         assert last_verification(journal) == kept
+
+
+def test_a_mark_that_cannot_be_moved_leaves_the_previous_one(
+        run: Run, small: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning says the next command checks the chain from the previous mark: so the
+    previous mark must still be there when the new one could not be written (another
+    writer took the lock in between, the disk filled up)."""
+    from eventstore import JournalError
+    from projections.anchors import VERIFIED
+
+    with Journal(db, read_only=True) as journal:
+        before = [(s.position, s.digest) for s in journal.snapshots(VERIFIED)]
+    assert before and before[0][0] == 12
+    save = Journal.save_snapshot
+
+    def full_disk(self: Journal, name: str, *args: Any) -> Any:
+        if name == VERIFIED:
+            raise JournalError("the disk is full")
+        return save(self, name, *args)
+
+    monkeypatch.setattr(Journal, "save_snapshot", full_disk)
+    done = run("grant", "b", "5")
+    assert done.exit_code == 0, done.stderr
+    assert "the next command checks the chain from the previous mark" in done.stderr
+    monkeypatch.undo()
+    with Journal(db, read_only=True) as journal:
+        assert [(s.position, s.digest) for s in journal.snapshots(VERIFIED)] == before
