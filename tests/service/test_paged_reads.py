@@ -100,8 +100,9 @@ def iso(t: int) -> str:
     return moment.isoformat() + "+01:00"
 
 
-def balance_at(client: TestClient, account: str, at: int) -> int:
-    answer = client.get(f"/v1/accounts/{account}/balance", params={"at": at})
+def balance_at(client: TestClient, account: str, at: int, known: int | None = None) -> int:
+    params = {"at": at} if known is None else {"at": at, "as_known_at": known}
+    answer = client.get(f"/v1/accounts/{account}/balance", params=params)
     assert answer.status_code == 200, answer.text
     return int(answer.json()["balance"])
 
@@ -123,7 +124,10 @@ def test_a_statement_window_opens_and_closes_on_the_balances_around_it(
         end = data.draw(st.none() | st.integers(-2, 42), label="to")
         if start is not None and end is not None and start > end:
             start, end = end, start
-        params = {k: v for k, v in (("from", start), ("to", end)) if v is not None}
+        head = client.get("/v1/journal/head").json()["position"]
+        known = data.draw(st.none() | st.integers(1, head), label="as known at")
+        params = {k: v for k, v in (("from", start), ("to", end), ("as_known_at", known))
+                  if v is not None}
         answer = client.get(f"/v1/accounts/{account}/statement", params=params)
         assert answer.status_code == 200, answer.text
         st_ = answer.json()
@@ -133,7 +137,7 @@ def test_a_statement_window_opens_and_closes_on_the_balances_around_it(
         if start is not None:
             assert st_["opening"]["time"] == start
         if start is not None and not refills:  # refill accrues up to `from` itself
-            assert st_["opening"]["balance"] == balance_at(client, account, start - 1)
+            assert st_["opening"]["balance"] == balance_at(client, account, start - 1, known)
         running = None
         for line in lines:
             assert start is None or line["time"] >= start
@@ -141,11 +145,11 @@ def test_a_statement_window_opens_and_closes_on_the_balances_around_it(
             if running is not None:
                 assert line["balance"] == running + line["change"], line
             running = line["balance"]
-        assert st_["closing"]["balance"] == balance_at(client, account, to)
+        assert st_["closing"]["balance"] == balance_at(client, account, to, known)
         if running is not None:
             assert running == st_["closing"]["balance"]
         # The same window given as ISO 8601 text with an offset is the same statement.
-        spelt = {k: iso(v) for k, v in params.items()}
+        spelt = {k: iso(v) if k != "as_known_at" else v for k, v in params.items()}
         again = client.get(f"/v1/accounts/{account}/statement", params=spelt)
         assert again.json() == st_
         csv = client.get(f"/v1/accounts/{account}/statement", params=params,
