@@ -456,7 +456,8 @@ class _RevisionCache:
             summary="What late events changed")
 def revisions(request: Request,
               after: Annotated[int, Query(ge=0, description="revisions already seen (the "
-                                                            "`next` of the last page)")] = 0,
+                                                            "`next` of the last page, or "
+                                                            "its `seen` at the end)")] = 0,
               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
               account: Annotated[str | None, Query(min_length=1, max_length=200)] = None
               ) -> Any:
