@@ -110,10 +110,12 @@ def record_verification(journal: JournalLike, verdict: Verification) -> str | No
     not be (a read-only journal). Never raises for a journal it cannot write."""
     state = json.dumps(verdict.as_dict(), sort_keys=True).encode()
     try:
-        # The newest replaces the others: a reader wants the last one, not a history.
-        journal.drop_snapshots(VERIFICATION)
-        journal.save_snapshot(VERIFICATION, verdict.head, 0, "ok" if verdict.ok else "failed",
-                              state)
+        # The newest replaces the others: a reader wants the last one, not a history. In
+        # one transaction: a verdict that cannot be written leaves the one before it.
+        with journal.transaction():
+            journal.drop_snapshots(VERIFICATION)
+            journal.save_snapshot(VERIFICATION, verdict.head, 0,
+                                  "ok" if verdict.ok else "failed", state)
     except Exception as exc:  # read-only database, permissions: the verdict stands anyway
         return f"{type(exc).__name__}: {exc}"
     return None

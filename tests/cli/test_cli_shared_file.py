@@ -132,3 +132,29 @@ def test_a_mark_that_cannot_be_moved_leaves_the_previous_one(
     monkeypatch.undo()
     with Journal(db, read_only=True) as journal:
         assert [(s.position, s.digest) for s in journal.snapshots(VERIFIED)] == before
+
+
+def test_a_verdict_that_cannot_be_kept_leaves_the_previous_one(
+        run: Run, small: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The web view shows the last verification kept: one that could not be written
+    (another writer took the lock in between, a full disk) leaves the one before, never
+    none ("never verified")."""
+    from eventstore import JournalError
+    from projections.verifications import VERIFICATION
+
+    assert run("verify").exit_code == 0
+    with Journal(db, read_only=True) as journal:
+        kept = last_verification(journal)
+    assert kept is not None and kept.ok
+    save = Journal.save_snapshot
+
+    def full_disk(self: Journal, name: str, *args: Any) -> Any:
+        if name == VERIFICATION:
+            raise JournalError("the disk is full")
+        return save(self, name, *args)
+
+    monkeypatch.setattr(Journal, "save_snapshot", full_disk)
+    assert run("verify").exit_code == 0
+    monkeypatch.undo()
+    with Journal(db, read_only=True) as journal:
+        assert last_verification(journal) == kept
