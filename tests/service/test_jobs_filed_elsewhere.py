@@ -120,6 +120,23 @@ def test_a_job_whose_submit_was_reversed_is_404_naming_the_reversed_submit(
         "unknown job 'j2' (no submit names it)")
 
 
+def test_a_job_whose_submits_were_reversed_names_them_in_timeline_order(
+        client: TestClient) -> None:
+    """The answer is the same whatever order the submits arrived in: the later one on the
+    timeline, recorded first, is still named second."""
+    post(client, GRANT_A, {"type": "submit", "account": "a", "job": "j1", "cost": 10,
+                           "priority": 1, "time": 30, "id": "s-late"})
+    post(client, {"type": "reverse", "event": "s-late", "reason": "duplicate", "time": 40,
+                  "id": "r1"})
+    post(client, {"type": "submit", "account": "a", "job": "j1", "cost": 10,
+                  "priority": 1, "time": 20, "id": "s-early"})
+    post(client, {"type": "reverse", "event": "s-early", "reason": "duplicate", "time": 40,
+                  "id": "r2"})
+    assert problem(client.get("/v1/jobs/j1"), 404)["detail"] == (
+        "unknown job 'j1': its submits 's-early', 's-late' were reversed, so it was never "
+        "submitted (`explain --job` lists its events)")
+
+
 def test_the_revisions_of_the_steps_of_a_job_whose_submit_was_reversed_are_its_accounts(
         client: TestClient) -> None:
     """The reversal of a submit revises what the job's start and completion did for the

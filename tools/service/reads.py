@@ -411,9 +411,10 @@ def _job_state(service: LedgerService, ledger: Ledger, job: str) -> dict[str, An
     state = ledger.jobs.get(job)
     if state is None:
         # A reversed submit still names the job: say so, not "no submit names it".
-        taken_out = [rec.id for rec in owners.uncounted_submits(service.journal, ledger,
-                                                                 {job})
-                     if rec.id in ledger.excluded]
+        # In timeline order: the answer must not depend on the order they arrived in.
+        taken_out = [rec.id for rec in sorted(
+            owners.uncounted_submits(service.journal, ledger, {job}),
+            key=lambda rec: (rec.time, rec.position)) if rec.id in ledger.excluded]
         if taken_out:
             listed = ", ".join(repr(event_id) for event_id in taken_out)
             were = "s " + listed + " were" if len(taken_out) > 1 else " " + listed + " was"
