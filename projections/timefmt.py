@@ -9,7 +9,7 @@ seed's `t = 12` stays `12` and never becomes a date in 1970.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from projections.events import TIMELINE_START
 
@@ -49,6 +49,33 @@ def parse_time(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return epoch_seconds(moment)
+
+
+def is_date_alone(text: str) -> bool:
+    """Whether `text` is an ISO-8601 date without a time of day (`2026-11-30`), not an
+    integer event time."""
+    cleaned = text.strip()
+    if _INTEGER.fullmatch(cleaned):
+        return False
+    try:
+        date.fromisoformat(cleaned)
+    except ValueError:
+        return False
+    return True
+
+
+DAY = 86_400
+"""Seconds in a day of UTC (event times have no leap seconds)."""
+
+
+def parse_end_time(text: str) -> int:
+    """The end of a window from `text`, included: a date alone is its whole day, so its
+    last second (`2026-11-30` is 2026-11-30T23:59:59Z); anything else as `parse_time`.
+
+    A month's window written `--from 2026-11-01 --to 2026-11-30` then holds the whole of
+    November, as people who write dates mean it, not November less its last day."""
+    when = parse_time(text)
+    return when + DAY - 1 if is_date_alone(text) else when
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -35,7 +35,7 @@ from projections import demo as demo_mod
 from projections.errors import LedgerError
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
-from projections.timefmt import format_time, iso, parse_time, spelled_date
+from projections.timefmt import format_time, iso, parse_end_time, parse_time, spelled_date
 from projections.validation import require_time
 from projections.verifications import Verification, record_verification
 from tools import render, wording
@@ -544,12 +544,14 @@ class NumbersCommand(TextCommand):
         return [*options, "--", *arguments] if arguments else options
 
 
-def _time_option(value: str | None, option: str) -> int | None:
+def _time_option(value: str | None, option: str, *, end: bool = False) -> int | None:
+    """The event time an option gives; `end`: the option ends a window, so a date alone
+    is its whole day (`parse_end_time`)."""
     if value is None:
         return None
     try:
         # Within +-(2**53 - 1), as every time is (docs/semantics.md, "Limits").
-        when = require_time("the time", parse_time(value))
+        when = require_time("the time", (parse_end_time if end else parse_time)(value))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
     day = spelled_date(value)
@@ -798,7 +800,9 @@ def statement(
     from_: Annotated[str | None, typer.Option(
         "--from", metavar="T", help="Start here, with an opening balance.")] = None,
     to: Annotated[str | None, typer.Option(
-        "--to", metavar="T", help="End here (default: the latest event time).")] = None,
+        "--to", metavar="T",
+        help="End here, T included (a date alone: its whole day; default: the latest event "
+             "time).")] = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV.")] = False,
     as_known_at: AsKnownAtOption = None,
     as_json: JsonOption = False,
@@ -812,7 +816,7 @@ def statement(
     """
     if as_csv and as_json:
         raise typer.BadParameter("choose one of --csv and --json", param_hint="--csv")
-    start, end = _time_option(from_, "--from"), _time_option(to, "--to")
+    start, end = _time_option(from_, "--from"), _time_option(to, "--to", end=True)
     if start is not None and end is not None and start > end:
         raise typer.BadParameter(f"--from {from_} is after --to {to}", param_hint="--from")
     with open_journal(ctx, db) as journal:
@@ -893,13 +897,14 @@ def replay(
     ctx: typer.Context,
     to: Annotated[str | None, typer.Option(
         "--to", metavar="T",
-        help="Only events with event time <= T (and every reversal, whatever its time).")
+        help="Only events with event time <= T (a date alone: its whole day), and every "
+             "reversal, whatever its time.")
     ] = None,
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
     """Rebuild every projection from the journal and print the state digest."""
-    until = _time_option(to, "--to")
+    until = _time_option(to, "--to", end=True)
     # Not read-only: a full replay records a checkpoint. Never creates a database.
     # Every event's chain checked, not only beyond the last checkpoint: the checkpoints
     # this replay saves will vouch for all of them. A file this process may not write (an

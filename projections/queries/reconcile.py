@@ -21,7 +21,6 @@ import io
 import re
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import date
 from typing import Any, ClassVar
 
 import orjson
@@ -32,7 +31,7 @@ from projections.ledger import Ledger
 from projections.queries.common import recorded_position
 from projections.replay import lean_rows, ledger_at
 from projections.reversals import reversed_ids
-from projections.timefmt import parse_time
+from projections.timefmt import DAY, is_date_alone, parse_time
 from projections.validation import require_time
 
 MATCHED = "matched"
@@ -252,7 +251,7 @@ def parse_charges(text: str, source: str, *,
                 continue
         # A date alone names a day, not its first second: a billing export dated by day
         # covers the charges of its last day too.
-        until = None if time is None or not _is_date(time_text) else time + _DAY - 1
+        until = None if time is None or not is_date_alone(time_text) else time + DAY - 1
         rows.append(FileCharge(number, account, amount, job or None, event_id or None, time,
                                until))
     if problems:
@@ -260,17 +259,6 @@ def parse_charges(text: str, source: str, *,
     return rows
 
 
-_DAY = 86_400
-_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)  # an event time, never a compact date
-
-
-def _is_date(text: str) -> bool:
-    """Whether `text` is an ISO-8601 date without a time of day (2026-11-16)."""
-    try:
-        date.fromisoformat(text)
-    except ValueError:
-        return False
-    return not _INTEGER.fullmatch(text)
 
 
 def _numbered(reader: Any, problems: list[str]) -> Iterator[tuple[int, list[str]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -11,7 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.events import TIMELINE_START
-from projections.timefmt import format_time, parse_micros, parse_time, spelled_date
+from projections.timefmt import (
+    format_time,
+    is_date_alone,
+    parse_end_time,
+    parse_micros,
+    parse_time,
+    spelled_date,
+)
 from tools.service.times import parse_event_time, parse_query_time
 
 
@@ -102,3 +110,41 @@ def test_an_integer_that_spells_a_date_is_read_as_a_time_and_the_day_s_spelling_
         '"at": 20261203', f'"at": {parse_time("2026-12-03")}')
     assert run("statement", "a", "--to", "20261340").stderr == ""
     assert "write --from 2026-01-01" in run("statement", "a", "--from", "20260101").stderr
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("2026-11-30", parse_time("2026-12-01") - 1),  # the day's last second
+    (" 2026-11-30 ", parse_time("2026-12-01") - 1),
+    ("2026-11-30T00:00Z", parse_time("2026-11-30")),  # a moment stays that moment
+    ("2026-11-30T23:59Z", parse_time("2026-11-30T23:59Z")),
+    ("1796083140", 1796083140), ("20261130", 20261130),  # integers are event times
+])
+def test_the_end_of_a_window_written_as_a_date_is_its_last_second(text: str,
+                                                                   value: int) -> None:
+    assert parse_end_time(text) == value
+    assert is_date_alone(text) == (parse_end_time(text) != parse_time(text))
+
+
+def test_a_statement_to_a_date_holds_that_whole_day(run: Run, tmp_path: Path) -> None:
+    """A month's statement written with dates holds its last day: the usage at noon on
+    the 30th is in, the one on the 1st of the next month is not, and `replay --to` reads
+    the date alike (the web view's ledger: tests/web/test_window_to_a_date.py)."""
+    from cli_helpers import imported
+    noon = parse_time("2026-11-30T12:00Z")
+    imported(run, tmp_path / "month.jsonl", "".join(json.dumps(e) + "\n" for e in [
+        {"type": "grant", "account": "a", "amount": 100, "time": parse_time("2026-11-01"),
+         "id": "g"},
+        {"type": "consume", "account": "a", "amount": 7, "time": noon, "id": "u-30th"},
+        {"type": "consume", "account": "a", "amount": 5, "time": parse_time("2026-12-01"),
+         "id": "u-1st"},
+    ]))
+    statement = run("statement", "a", "--from", "2026-11-01", "--to", "2026-11-30", "--json")
+    assert statement.exit_code == 0, statement.stderr
+    body = json.loads(statement.stdout)
+    assert [line["event_id"] for line in body["lines"]] == ["g", "u-30th"]
+    assert body["to"] == parse_time("2026-12-01") - 1 and body["closing"]["balance"] == 93
+    at_midnight = json.loads(run("statement", "a", "--to", "2026-11-30T00:00Z",
+                                 "--json").stdout)
+    assert [line["event_id"] for line in at_midnight["lines"]] == ["g"]
+    replayed = json.loads(run("replay", "--to", "2026-11-30", "--json").stdout)
+    assert (replayed["to"], replayed["events"]) == (parse_time("2026-12-01") - 1, 2)

@@ -51,7 +51,7 @@ from projections.queries.livejob import job_whereabouts, live_job_explanation
 from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
 from projections.queries.reports import window_end
 from projections.queries.walk import own_reversed
-from projections.timefmt import format_time, parse_time
+from projections.timefmt import format_time, parse_end_time, parse_time
 from projections.timeline import (
     ENTRY_ORDER,
     ExpiringEntry,
@@ -80,12 +80,13 @@ LINE_KINDS = ("account", "grant", "consume", "adjust", "void", "reverse", "submi
 # -- query strings -----------------------------------------------------------------------
 
 
-def parse_optional_time(name: str, text: str | None) -> int | None:
-    """An event time from a query parameter (integer or ISO-8601), None when empty."""
+def parse_optional_time(name: str, text: str | None, *, end: bool = False) -> int | None:
+    """An event time from a query parameter (integer or ISO-8601), None when empty;
+    `end`: it ends a window, so a date alone is its whole day (`parse_end_time`)."""
     if text is None or not text.strip():
         return None
     try:
-        return require_time(name, parse_time(query_text(text)))
+        return require_time(name, (parse_end_time if end else parse_time)(query_text(text)))
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
 
@@ -253,7 +254,7 @@ def ledger_filter(params: dict[str, str]) -> LedgerFilter:
         raise ValueError(f"kind: {kind!r} is not a kind of line; expected one of "
                          f"{', '.join(LINE_KINDS)}")
     start = parse_optional_time("from", params.get("from"))
-    end = parse_optional_time("to", params.get("to"))
+    end = parse_optional_time("to", params.get("to"), end=True)
     if start is not None and end is not None and start > end:
         raise ValueError(f"from {format_time(start)} is after to {format_time(end)}")
     # A pool is named exactly (a file may bring in "h100 " beside "h100"): not stripped.
