@@ -537,3 +537,166 @@ def test_writes_take_the_database_from_the_environment(cli: Run, db: str) -> Non
     result = cli("grant", "a", "5", "--at", "0", use_db=False, env={"GPU_CREDITS_DB": db})
     assert result.exit_code == 0, result.stderr
     assert balance_json(cli, "a")["balance"] == 5
+
+
+def test_db_option_wins_over_the_environment(cli: Run, loaded: Path, tmp_path: Path,
+                                             db: str) -> None:
+    elsewhere = {"GPU_CREDITS_DB": f"sqlite:///{tmp_path / 'other.db'}"}
+    for db_first in (False, True):
+        result = cli("balance", "a", "--json", "--at", "5", env=elsewhere, db_first=db_first)
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout)["balance"] == 80
+    assert not (tmp_path / "other.db").exists()
+
+
+def test_serve_defaults_to_127_0_0_1_port_8000() -> None:
+    import typer.main
+
+    from tools.cli import app
+
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    defaults = {p.name: p.default for p in serve.params}
+    assert (defaults["host"], defaults["port"]) == ("127.0.0.1", 8000)
+
+
+@needs("grant", "void")
+def test_void_takes_neither_at_nor_reason(cli: Run) -> None:
+    assert cli("grant", "a", "10", "--at", "0", "--id", "g").exit_code == 0
+    result = cli("void", "g")  # from now on: the grant stops counting
+    assert result.exit_code == 0, result.stderr
+    assert balance_json(cli, "a")["balance"] == 0
+    assert balance_json(cli, "a", "--at", "0")["balance"] == 10
+
+
+@needs("adjust")
+def test_an_adjustment_of_zero_is_exit_2_and_appends_nothing(cli: Run) -> None:
+    result = cli("adjust", "a", "0", "--reason", "nothing", "--at", "1")
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert cli("export").stdout.strip() == ""
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "grant", "account": "a", "amount": 1},
+    {"type": "grant", "account": "a", "time": 1},
+    {"type": "grant", "amount": 1, "time": 1},
+    {"type": "consume", "account": "a", "amount": 1},
+    {"type": "account", "max_running": 2},
+    {"type": "submit", "account": "a", "job": "j", "cost": 1, "time": 1},
+    {"type": "submit", "account": "a", "cost": 1, "priority": 1, "time": 1},
+    {"type": "start", "job": "j"},
+    {"type": "complete", "job": "j", "time": 2},
+    {"type": "cancel", "job": "j"},
+    {"type": "adjust", "account": "a", "amount": -1, "time": 1},
+    {"type": "void", "time": 1},
+    {"type": "reverse", "event": "g", "time": 1},
+    {"account": "a", "amount": 1, "time": 1},
+])
+def test_a_line_missing_a_required_field_is_exit_2_and_appends_nothing(
+        cli: Run, tmp_path: Path, event: dict[str, object]) -> None:
+    path = tmp_path / "missing.jsonl"
+    path.write_text(jsonl([{"type": "grant", "id": "g", "account": "a", "amount": 5,
+                            "time": 0}, event]))
+    result = cli("import", str(path))
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.strip()
+    assert cli("export").stdout.strip() == ""
+
+
+@pytest.mark.parametrize("priority", [-1, 101, 5.5, True, "10"])
+def test_a_grant_priority_outside_0_to_100_in_a_file_is_exit_2(
+        cli: Run, tmp_path: Path, priority: object) -> None:
+    path = tmp_path / "priority.jsonl"
+    path.write_text(jsonl([{"type": "grant", "account": "a", "amount": 1, "time": 0,
+                            "priority": priority}]))
+    assert cli("import", str(path)).exit_code == 2
+    assert cli("export").stdout.strip() == ""
+
+
+def test_optional_fields_default_to_no_expiry_the_general_pool_and_a_full_refund(
+        cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "defaults.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 100, "time": 0},
+        {"type": "submit", "account": "a", "job": "j", "cost": 30, "priority": 1, "time": 1},
+        {"type": "start", "job": "j", "time": 2},
+        {"type": "complete", "job": "j", "success": False, "time": 3},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    b = balance_json(cli, "a", "--at", "4000000000")  # never expires; nothing charged
+    assert (b["balance"], b["available"], b["pools"]) == (100, 100, {"general": 100})
+
+
+def test_a_memo_is_shown_in_statements_and_exports(cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "memo.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 100, "time": 0, "memo": "PO 4411"},
+        {"type": "consume", "account": "a", "amount": 5, "time": 1, "memo": "run 17"},
+        {"type": "adjust", "account": "a", "amount": -2, "time": 2, "reason": "fee",
+         "memo": "ticket 9"},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    exported = [json.loads(line) for line in cli("export").stdout.splitlines()]
+    assert [e.get("memo") for e in exported] == ["PO 4411", "run 17", "ticket 9"]
+    assert "run 17" in cli("export", "--format", "csv").stdout
+    for args in (("statement", "a"), ("statement", "a", "--csv"),
+                 ("statement", "a", "--json")):
+        result = cli(*args)
+        assert result.exit_code == 0, result.stderr
+        for memo in ("PO 4411", "run 17", "ticket 9"):
+            assert memo in result.stdout, (args, memo)
+
+
+def test_export_csv_round_trips_through_import(cli: Run, loaded: Path,
+                                               tmp_path: Path) -> None:
+    path = tmp_path / "journal.csv"
+    path.write_text(cli("export", "--format", "csv").stdout)
+    other = f"sqlite:///{tmp_path / 'again.db'}"
+    result = cli("import", str(path), "--db", other, use_db=False)
+    assert result.exit_code == 0, result.stderr
+    assert cli("export", "--db", other, use_db=False).stdout == cli("export").stdout
+
+
+@needs("whatif")
+def test_whatif_lists_a_job_charged_differently_and_nothing_for_an_empty_policy(
+        cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "failed.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 100, "time": 0},
+        {"type": "submit", "account": "a", "job": "jfail", "cost": 30, "priority": 1,
+         "time": 1},
+        {"type": "start", "job": "jfail", "time": 2},
+        {"type": "complete", "job": "jfail", "success": False, "time": 3},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    policy = tmp_path / "policy.json"
+    policy.write_text("{}")
+    same = cli("whatif", "--policy", str(policy), "--json")
+    assert same.exit_code == 0, same.stderr
+    assert "jfail" not in same.stdout
+    policy.write_text(json.dumps({"refund_fraction": 0}))
+    for extra in ((), ("--json",)):
+        differs = cli("whatif", "--policy", str(policy), *extra)
+        assert differs.exit_code == 0, differs.stderr
+        assert "jfail" in differs.stdout and "70" in differs.stdout
+    assert balance_json(cli, "a")["balance"] == 100
+
+
+@needs("reconcile", "adjust")
+def test_reconcile_matches_usage_and_adjustments_by_id_with_a_time_column(
+        cli: Run, loaded: Path, tmp_path: Path) -> None:
+    usage = next(json.loads(line)["id"] for line in cli("export").stdout.splitlines()
+                 if json.loads(line)["type"] == "consume")
+    assert cli("adjust", "a", "-5", "--reason", "fee", "--at", "7", "--id", "fee-1"
+               ).exit_code == 0
+    rows = f"account,amount,id,time\na,70,{usage},3\na,5,fee-1,7\n"
+    good = tmp_path / "by-id.csv"
+    good.write_text(rows)
+    result = cli("reconcile", str(good))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    differs = tmp_path / "differs.csv"
+    differs.write_text(rows.replace("a,5,fee-1", "a,6,fee-1"))
+    assert cli("reconcile", str(differs)).exit_code == 1
+    missing = tmp_path / "missing.csv"
+    missing.write_text(rows + "a,1,no-such-report,5\n")
+    assert cli("reconcile", str(missing), "--json").exit_code == 1

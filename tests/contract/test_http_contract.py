@@ -582,3 +582,142 @@ def test_retries_of_the_other_writes_answer_the_same_status_and_body(
         "job": "j", "state": "cancelled"}
     # The key of a cancel that recorded nothing (the job was cancelled already) too.
     assert twice("/v1/jobs/j/cancel", {"time": 4}, "cancel-j-again").status_code == 200
+
+
+FAR = 7_258_118_401  # one second after 2200-01-01T00:00Z
+
+
+FAR_WRITES: list[tuple[str, dict[str, Any]]] = [
+    ("/v1/events", {"events": [{"type": "consume", "account": "a", "amount": 1,
+                                "time": FAR}]}),
+    ("/v1/accounts", {"account": "b", "time": FAR}),
+    ("/v1/accounts/a/grants", {"amount": 1, "time": FAR}),
+    ("/v1/accounts/a/grants", {"amount": 1, "time": "2200-01-01T00:00:01Z"}),
+    ("/v1/accounts/a/usage", {"amount": 1, "time": FAR}),
+    ("/v1/jobs", {"job": "k", "account": "a", "cost": 1, "priority": 1, "time": FAR}),
+    ("/v1/jobs/start-next", {"time": FAR}),
+    ("/v1/jobs/run/complete", {"success": True, "time": FAR}),
+    ("/v1/jobs/wait/cancel", {"time": FAR}),
+]
+
+
+def test_far_event_times_are_422_on_every_write_and_append_nothing(
+        http: TestClient) -> None:
+    opened(http)
+    http.post("/v1/jobs", json={"job": "run", "account": "a", "cost": 1, "priority": 9,
+                                "time": 1})
+    http.post("/v1/jobs/start-next", json={"time": 2})
+    http.post("/v1/jobs", json={"job": "wait", "account": "a", "cost": 1, "priority": 0,
+                                "time": 3})
+    before = head(http)
+    for path, body in FAR_WRITES:
+        r = http.post(path, json=body)
+        assert r.status_code == 422, (path, body, r.text)
+        is_problem(r, 422)
+    assert head(http) == before
+
+
+def test_the_first_second_of_2200_and_far_expiries_are_ordinary(http: TestClient) -> None:
+    opened(http)
+    r = http.post("/v1/accounts/a/grants", json={"amount": 1, "time": 1, "expiry": FAR + 9})
+    assert r.status_code == 201, r.text
+    r = http.post("/v1/accounts/a/usage", json={"amount": 1, "time": "2200-01-01T00:00:00Z"})
+    assert r.status_code == 201, r.text
+
+
+KEYED_WRITES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("/v1/events", {"events": [{"type": "grant", "account": "a", "amount": 1, "time": 1}]},
+     {"events": [{"type": "grant", "account": "a", "amount": 2, "time": 1}]}),
+    ("/v1/accounts", {"account": "b"}, {"account": "b", "max_running": 1}),
+    ("/v1/accounts/a/usage", {"amount": 1, "time": 5}, {"amount": 2, "time": 5}),
+    ("/v1/jobs", {"job": "k", "account": "a", "cost": 1, "priority": 1, "time": 5},
+     {"job": "k", "account": "a", "cost": 2, "priority": 1, "time": 5}),
+    ("/v1/jobs/start-next", {"time": 5}, {"time": 6}),
+    ("/v1/jobs/wait/cancel", {"time": 5}, {"time": 6}),
+]
+
+
+def test_every_write_replays_its_key_and_refuses_it_with_another_body(
+        http: TestClient) -> None:
+    opened(http)
+    http.post("/v1/jobs", json={"job": "wait", "account": "a", "cost": 1, "priority": 0,
+                                "time": 3})
+    for n, (path, body, other) in enumerate(KEYED_WRITES):
+        key = {"Idempotency-Key": f"key-{n}"}
+        first = http.post(path, json=body, headers=key)
+        assert first.status_code in (200, 201), (path, first.text)
+        before = head(http)
+        again = http.post(path, json=body, headers=key)
+        assert (again.status_code, again.content) == (first.status_code, first.content), path
+        assert head(http) == before
+        r = http.post(path, json=other, headers=key)
+        assert r.status_code == 409, (path, r.text)
+        is_problem(r, 409)
+        assert head(http) == before
+
+
+def test_write_answers_have_their_status_and_keys(http: TestClient) -> None:
+    r = http.post("/v1/accounts", json={"account": "a", "max_running": 1})
+    assert r.status_code == 201, r.text
+    r = http.post("/v1/accounts/a/grants", json={"amount": 10, "time": 0})
+    assert r.status_code == 201 and isinstance(r.json()["id"], str)
+    r = http.post("/v1/accounts/a/usage", json={"amount": 4, "time": 1})
+    assert r.status_code == 201
+    assert isinstance(r.json()["id"], str) and r.json()["debt"] == 0
+    accepted = http.post("/v1/jobs", json={"job": "j", "account": "a", "cost": 5,
+                                           "priority": 1, "time": 2})
+    assert accepted.status_code == 201
+    assert {k: accepted.json()[k] for k in ("job", "accepted", "state")} == {
+        "job": "j", "accepted": True, "state": "pending"}
+    before = head(http)
+    rejected = http.post("/v1/jobs", json={"job": "r", "account": "a", "cost": 5,
+                                           "priority": 1, "time": 2})
+    assert rejected.status_code == 201
+    assert {k: rejected.json()[k] for k in ("job", "accepted", "state")} == {
+        "job": "r", "accepted": False, "state": "rejected"}
+    assert isinstance(rejected.json()["reason"], str) and rejected.json()["reason"]
+    assert head(http) == before + 1  # a recorded rejection, not an error
+    started = http.post("/v1/jobs/start-next", json={"time": 3})
+    assert (started.status_code, started.json()) == (
+        200, {"job": "j", "account": "a", "cost": 5, "priority": 1})
+    done = http.post("/v1/jobs/j/complete", json={"success": True, "time": 4})
+    assert done.status_code == 200
+    assert {k: done.json()[k] for k in ("job", "state", "charged")} == {
+        "job": "j", "state": "succeeded", "charged": 5}
+    job = http.get("/v1/jobs/j").json()
+    assert {k: job[k] for k in ("job", "account", "state", "cost", "priority", "charged")} \
+        == {"job": "j", "account": "a", "state": "succeeded", "cost": 5, "priority": 1,
+            "charged": 5}
+    assert http.get("/v1/jobs/r").json()["reason"] == rejected.json()["reason"]
+
+
+def test_accounts_lists_the_balance_object_of_each_account(http: TestClient) -> None:
+    opened(http, "a", 100)
+    opened(http, "b", 7)
+    http.post("/v1/accounts/b/grants", json={"amount": 3, "pool": "h100", "time": 1})
+    listed = http.get("/v1/accounts")
+    assert listed.status_code == 200
+    by_account = {item["account"]: item for item in listed.json()}
+    assert set(by_account) == {"a", "b"}
+    for account, item in by_account.items():
+        assert item == http.get(f"/v1/accounts/{account}/balance").json()
+        for key in ("balance", "available"):
+            assert isinstance(item[key], int) and not isinstance(item[key], bool)
+    assert by_account["b"]["pools"] == {"general": 7, "h100": 3}
+
+
+def test_an_account_event_without_time_takes_effect_from_the_start(
+        http: TestClient) -> None:
+    jobs = [{"type": "grant", "account": "a", "amount": 100, "time": 0},
+            {"type": "submit", "account": "a", "job": "j1", "cost": 1, "priority": 1,
+             "time": 1},
+            {"type": "submit", "account": "a", "job": "j2", "cost": 1, "priority": 1,
+             "time": 1},
+            {"type": "start", "job": "j1", "time": 2}]
+    cap = {"type": "account", "account": "a", "max_running": 1}
+    assert http.post("/v1/events", json={"events": [*jobs, cap]}).status_code == 200
+    # Recorded last but without a time: the cap held from the start, so j2 waits.
+    assert http.post("/v1/jobs/start-next", json={"time": 3}).status_code == 204
+    assert http.post("/v1/jobs/j1/complete", json={"success": True, "time": 4}
+                     ).status_code == 200
+    assert http.post("/v1/jobs/start-next", json={"time": 5}).json()["job"] == "j2"

@@ -57,3 +57,17 @@ def test_same_id_on_a_database_file_is_idempotent_across_openings(tmp_path: Path
         with pytest.raises(IdempotencyConflict):
             again.append([NewEvent("e1", "s", "t", 1, {"x": 2})])
         assert again.head() == 1
+
+
+def test_journal_url_keyword_creates_the_schema_through_alembic(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "fresh.db"
+    with closing(Journal(url=f"sqlite:///{path}")) as journal:
+        assert journal.head() == 0
+    conn = sqlite3.connect(path)
+    try:
+        versions = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    finally:
+        conn.close()
+    assert len(versions) == 1 and versions[0][0]
