@@ -721,3 +721,29 @@ def test_an_account_event_without_time_takes_effect_from_the_start(
     assert http.post("/v1/jobs/j1/complete", json={"success": True, "time": 4}
                      ).status_code == 200
     assert http.post("/v1/jobs/start-next", json={"time": 5}).json()["job"] == "j2"
+
+
+def test_a_retry_without_time_answers_the_same_after_the_clock_moved(
+        tmp_path: Path) -> None:
+    ticks = iter(range(100, 10_000, 10))  # every call of the clock is a later second
+    url = f"sqlite:///{tmp_path / 'moving.db'}"
+    with TestClient(create_app(url, clock=lambda: next(ticks), mount_web=False)) as client:
+        writes: list[tuple[str, dict[str, Any]]] = [
+            ("/v1/accounts", {"account": "a"}),
+            ("/v1/accounts/a/grants", {"amount": 100}),
+            ("/v1/accounts/a/usage", {"amount": 1}),
+            ("/v1/jobs", {"job": "j", "account": "a", "cost": 1, "priority": 1}),
+            ("/v1/jobs", {"job": "w", "account": "a", "cost": 1, "priority": 0}),
+            ("/v1/jobs/start-next", {}),
+            ("/v1/jobs/j/complete", {"success": True}),
+            ("/v1/jobs/w/cancel", {}),
+        ]
+        for n, (path, body) in enumerate(writes):
+            key = {"Idempotency-Key": f"live-{n}"}
+            first = client.post(path, json=body, headers=key)
+            assert first.status_code in (200, 201), (path, first.text)
+            before = head(client)
+            again = client.post(path, json=body, headers=key)
+            assert (again.status_code, again.content) == (first.status_code,
+                                                          first.content), path
+            assert head(client) == before
