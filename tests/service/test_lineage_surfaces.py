@@ -217,7 +217,7 @@ def _cli_json(cli: Run, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-@settings(max_examples=30, deadline=None,
+@settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(batches=journals(), restart=st.integers(1, 4),
