@@ -107,7 +107,7 @@ def balance_at(client: TestClient, account: str, at: int, known: int | None = No
     return int(answer.json()["balance"])
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ledgers(), st.data())
 def test_a_statement_window_opens_and_closes_on_the_balances_around_it(
