@@ -33,6 +33,7 @@ from eventstore import ChainBroken, Journal, JournalError, JournalLike, MemoryJo
 from projections import anchors, importing, owners, queries
 from projections import demo as demo_mod
 from projections.errors import LedgerError
+from projections.queries.common import names_account
 from projections.replay import replay as replay_journal
 from projections.replay import verify as verify_journal
 from projections.timefmt import format_time, iso, parse_end_time, parse_time, spelled_date
@@ -873,23 +874,41 @@ def explain(
 
 
 @app.command()
-def revisions(ctx: typer.Context, as_json: JsonOption = False, db: DbOption = None) -> None:
+def revisions(
+    ctx: typer.Context,
+    account: Annotated[str | None, typer.Option(
+        "--account", metavar="A",
+        help="Only the revisions of account A's events (as GET /v1/revisions?account=).")
+    ] = None,
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
     """What late events changed: each outcome they revised, before and after."""
     with open_journal(ctx, db, full_check=True) as journal:  # it replays every event
         with render.progress_bar("replaying") as progress:
             report = replay_journal(journal, progress=progress)
+        if account is not None and not names_account(journal, account):
+            # As every command naming an account: a misspelt one (or `job:<id>`, the
+            # stream of a job's events recorded before its submit) must not read as
+            # "nothing was revised".
+            raise queries.unknown_account(account, report.ledger)
         rows = queries.revision_rows(journal, report.revisions)
         # As `GET /v1/revisions`: the account the revised event belongs to as the fold
         # holds it, not the stream it was filed in.
         accounts = owners.revision_accounts(journal, report.ledger,
                                             (r.event_id for r in report.revisions))
+        if account is not None:
+            rows = [row for row in rows if accounts[row.revision.event_id] == account]
     if as_json:
         render.print_json([{**wording.to_dict(row), "account": accounts[row.revision.event_id]}
                            for row in rows])
     elif rows:
         render.print_table(render.revisions_table(rows))
     else:
-        render.console().print("no revisions: no late event changed an outcome")
+        render.console().print(
+            "no revisions: no late event changed an outcome" if account is None else
+            f"no revisions of account {account!r}: no late event changed an outcome of its "
+            "events")
 
 
 @app.command()

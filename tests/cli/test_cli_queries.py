@@ -424,6 +424,22 @@ def test_revisions_show_what_the_late_event_changed(run: Run, small: Path,
     assert "rejected; job 'j2' costs 5, only 0 available" in text
 
 
+def test_revisions_of_one_account(run: Run, small: Path, tmp_path: Path) -> None:
+    """`--account` keeps the revisions of that account's events, as `GET
+    /v1/revisions?account=` does; an account the journal does not name is an error, not
+    an empty list."""
+    _late(run, tmp_path)
+    every = as_json(run("revisions", "--json"))
+    assert isinstance(every, list) and every
+    assert as_json(run("revisions", "--account", "a", "--json")) == every
+    assert as_json(run("revisions", "--account", "b", "--json")) == []
+    assert "no revisions of account 'b'" in run("revisions", "--account", "b").stdout
+    unknown = run("revisions", "--account", "nobody")
+    assert unknown.exit_code == 2
+    assert error_lines(unknown) == [
+        "gpu-credits: error: unknown account 'nobody' (known: a, b)"]
+
+
 def test_replay_digest_and_to(run: Run, small: Path) -> None:
     full = _obj(as_json(run("replay", "--json")))
     assert (full["events"], full["revisions"], full["anomalies"]) == (12, 0, 0)
