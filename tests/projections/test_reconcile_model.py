@@ -10,13 +10,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal, NewEvent
 from projections.ledger import Ledger
 from projections.queries import reconcile
 from projections.queries.reconcile import FileCharge
+from tests.projections.journal_rows import Row, journal_of
 
 ACCOUNTS = ("a", "b", "c")
-Row = tuple[str, str, int, dict[str, Any]]  # id, type, time, payload
 Charge = tuple[str, str, str, int, int, int]  # kind ("job" or "id"), ref, account, amount,
 # time, position
 
@@ -67,14 +66,6 @@ def journals(draw: st.DrawFn) -> list[Row]:
             rows.append((f"c{n}", "complete", time + draw(st.integers(0, 2)), payload))
         ids.append(rows[-1][0])
     return rows
-
-
-def _journal(rows: list[Row]) -> MemoryJournal:
-    journal = MemoryJournal()
-    for event_id, kind, time, payload in rows:
-        stream = payload.get("account") or f"job:{payload.get('job', event_id)}"
-        journal.append([NewEvent(event_id, stream, kind, time, payload)])
-    return journal
 
 
 def _reversed(rows: list[Row]) -> set[str]:
@@ -170,7 +161,7 @@ def expected(rows: list[Row], file: list[FileCharge]) -> list[tuple[Any, ...]]:
 def test_reconcile_agrees_with_a_model_of_the_ledgers_charges(
         case: tuple[list[Row], int, list[FileCharge]]) -> None:
     rows, known, file = case
-    journal = _journal(rows)
+    journal = journal_of(rows)
     result = reconcile(journal, file, as_known_at=known)
     got = [(f.status, f.account, f.job, f.event_id, f.file_amount, f.ledger_amount)
            for f in result.findings]

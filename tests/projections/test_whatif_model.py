@@ -9,16 +9,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import MemoryJournal, NewEvent
 from projections.events import TIMELINE_START
 from projections.figures import Figures
 from projections.policy import Policy
 from projections.queries import whatif
 from projections.queries.common import fold_as_known
+from tests.projections.journal_rows import Row, journal_of
 
 ACCOUNTS = ("a", "b")
 POOLS = (None, "h100")
-Row = tuple[str, str, int, dict[str, Any]]  # id, type, time, payload
 
 
 @st.composite
@@ -114,26 +113,18 @@ def _rewritten(rows: list[Row], policy: dict[str, Any]) -> list[Row]:
     return out
 
 
-def _journal(rows: list[Row]) -> MemoryJournal:
-    journal = MemoryJournal()
-    for event_id, kind, time, payload in rows:
-        stream = payload.get("account") or f"job:{payload.get('job', event_id)}"
-        journal.append([NewEvent(event_id, stream, kind, time, payload)])
-    return journal
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=journals(), policy=policies, data=st.data())
 def test_whatif_is_a_fold_of_the_journal_rewritten_to_the_policy(
         rows: list[Row], policy: dict[str, Any], data: st.DataObject) -> None:
-    journal = _journal(rows)
+    journal = journal_of(rows)
     head = journal.head()
     known = data.draw(st.integers(len(ACCOUNTS), head), label="as known at")
     result = whatif(journal, Policy.from_json(policy), as_known_at=known)
     assert journal.head() == head  # nothing written
 
-    actual = fold_as_known(_journal(rows[:known]))
-    model = fold_as_known(_journal(_rewritten(rows[:known], policy)))
+    actual = fold_as_known(journal_of(rows[:known]))
+    model = fold_as_known(journal_of(_rewritten(rows[:known], policy)))
     at = result.at
     listed = {c.account: c for c in result.accounts}
     for name in sorted(set(actual.accounts) | set(model.accounts)):
