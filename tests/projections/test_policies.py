@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from eventstore import MemoryJournal, NewEvent
@@ -150,6 +152,22 @@ def test_balance_between_events_counts_what_the_bucket_has_accrued() -> None:
     assert t.get_balance(45 * 60) == 45
 
 
+def _assert_the_older_submit_starts(s: Scheduler, first: tuple[int, int],
+                                    second: tuple[int, int], older: str,
+                                    **account: Any) -> None:
+    """Accounts "first" and "second", each charged `used` on its `share` (the pairs
+    `first` and `second`: equal usage per share), one job each, `older`'s submitted
+    first: `older`'s starts. `account`: more of `open_account`'s arguments."""
+    for name, (used, share) in (("first", first), ("second", second)):
+        s.open_account(name, 10_000, share=share, **account)
+        _charged(s, name, used)
+    younger = "second" if older == "first" else "first"
+    assert s.submit(f"{older}-job", older, 1, priority=0)
+    assert s.submit(f"{younger}-job", younger, 1, priority=0)
+    started = s.start_next()
+    assert started is not None and started.id == f"{older}-job"
+
+
 @pytest.mark.parametrize(("first", "second"), [((6, 3), (2, 1)), ((2, 2), (1, 1)),
                                                ((3, 3), (1, 1)), ((4, 4), (1, 1))])
 @pytest.mark.parametrize("older", ["first", "second"])
@@ -158,14 +176,7 @@ def test_fair_share_equal_usage_per_share_starts_the_older_submit(
     # Each pair is one usage per share (6/3 = 2/1), but the logarithms of equal ratios can
     # differ in their last bits, one way or the other: rounding, not age, chose the job.
     _now, s = _clock()
-    for name, (used, share) in (("first", first), ("second", second)):
-        s.open_account(name, 10_000, share=share)
-        _charged(s, name, used)
-    younger = "second" if older == "first" else "first"
-    assert s.submit(f"{older}-job", older, 1, priority=0)
-    assert s.submit(f"{younger}-job", younger, 1, priority=0)
-    started = s.start_next()
-    assert started is not None and started.id == f"{older}-job"
+    _assert_the_older_submit_starts(s, first, second, older)
 
 
 @pytest.mark.parametrize(("first", "second"), [((6, 3), (2, 1)), ((9, 3), (3, 1)),
@@ -181,14 +192,7 @@ def test_equal_usage_per_share_ties_at_unix_times_and_short_half_lives(
     # the grain equal keys are rounded to, so 9 on a share of 3 and 3 on a share of 1
     # came out as different keys and the younger submit could start first.
     _now, s = _clock(start)
-    for name, (used, share) in (("first", first), ("second", second)):
-        s.open_account(name, 10_000, share=share, half_life=half_life)
-        _charged(s, name, used)
-    younger = "second" if older == "first" else "first"
-    assert s.submit(f"{older}-job", older, 1, priority=0)
-    assert s.submit(f"{younger}-job", younger, 1, priority=0)
-    started = s.start_next()
-    assert started is not None and started.id == f"{older}-job"
+    _assert_the_older_submit_starts(s, first, second, older, half_life=half_life)
 
 
 @pytest.mark.parametrize("half_life", [60, HOUR, WEEK])
