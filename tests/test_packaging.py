@@ -50,12 +50,14 @@ def _package_files(src: Path) -> set[str]:
             for p in (src / top).rglob("*") if p.is_file()}
 
 
-def _setup(src: Path, *args: str) -> None:
+def _setup(src: Path, *args: str) -> str:
+    """Run setup.py on `src`; its standard error (warnings included)."""
     # No C compiler (the accelerators are optional) and the fold as plain Python: seconds.
     env = {**os.environ, native.PURE_ENV: "1", "CC": "/bin/false", "LDSHARED": "/bin/false"}
     done = subprocess.run([sys.executable, "setup.py", *args], cwd=src, env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
 
 
 def _tree(folder: Path) -> set[str]:
@@ -64,9 +66,12 @@ def _tree(folder: Path) -> set[str]:
 
 def test_the_build_holds_every_package_whole_and_nothing_else(tmp_path: Path) -> None:
     src = _source(tmp_path)
-    _setup(src, "-q", "build_py", "--build-lib", "out")
+    warnings = _setup(src, "-q", "build_py", "--build-lib", "out")
     built = _tree(src / "out")
     assert built == _package_files(src)
+    # every install prints what setuptools says here: a data directory it does not list
+    # as a package costs a screen of "Package would be ignored" each
+    assert "Package would be ignored" not in warnings, warnings[-3000:]
     # what the command line, the service and the web view read at run time
     assert {"projections/queries/__init__.py", "tools/sim/__main__.py",
             "tools/web/templates/base.html", "tools/web/static/web.css",
