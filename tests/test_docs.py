@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -196,3 +199,82 @@ def test_every_repository_path_the_docs_name_exists(page: Path) -> None:
                 and not list(ROOT.glob(named))):
             missing.append(named)
     assert missing == []
+
+
+# The modules run as `python -m ...` whose command line is not an argparse parser: the
+# `gpu-credits` app (typer; the test above checks it as `python -m tools.cli` too) and
+# the simulator's writer, a worker process `tools.sim` starts with one URL.
+NOT_ARGPARSE = {"tools.cli", "tools.sim.writer"}
+
+
+class _Parsed(Exception):
+    """Raised in place of parsing: carries the parser a module's `main` built."""
+
+
+def _parser_of(module: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser `python -m module` reads its command line with, caught as it parses."""
+    def caught(parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        raise _Parsed(parser)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", caught)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", caught)
+    spec = importlib.util.find_spec(module)
+    assert spec is not None, f"no module {module}"
+    runs = f"{module}.__main__" if spec.submodule_search_locations else module
+    with pytest.raises(_Parsed) as parsed:
+        importlib.import_module(runs).main([])
+    parser: argparse.ArgumentParser = parsed.value.args[0]
+    return parser
+
+
+def _python_m_lines() -> dict[str, list[tuple[str, list[str]]]]:
+    """Every `python -m tools...` the pages show: module -> (page, words after it)."""
+    shown: dict[str, list[tuple[str, list[str]]]] = {}
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for span in _shown_code(page.read_text().replace("\\\n", " ")):
+            for line in re.finditer(r"python -m (tools(?:\.\w+)*)((?: [^\s`|;&)#]+)*)", span):
+                shown.setdefault(line[1], []).append((page.name, line[2].split()))
+    return shown
+
+
+@pytest.mark.parametrize("module", sorted(_python_m_lines()))
+def test_every_python_m_line_the_docs_show_names_a_module_and_options_it_has(
+        module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark or the simulator as the docs give it is what a reader pastes: a module
+    renamed, or an option dropped, shows here instead of in their shell. Its `--help`
+    names it as it is run and says whole sentences."""
+    if module in NOT_ARGPARSE:
+        assert importlib.util.find_spec(module) is not None
+        return
+    parser = _parser_of(module, monkeypatch)
+    known = {option for action in parser._actions for option in action.option_strings}
+    wrong = [f"{page}: python -m {module} takes no {word}"
+             for page, words in _python_m_lines()[module] for word in words
+             if re.fullmatch(r"--?[a-z][\w-]*", word.split("=")[0])
+             and word.split("=")[0] not in known]
+    assert wrong == []
+    assert parser.prog == f"python -m {module}"
+    description = (parser.description or "").strip()
+    assert not description or description.endswith("."), description
+
+
+MAKE_LINE = re.compile(r"(?:^|[\s`$])make ([a-z][\w-]*)((?: [A-Z_]+=\S+)*)")
+
+
+def test_every_make_line_the_docs_show_names_a_target_and_variables_it_reads() -> None:
+    """`make sim SEEDS=50` with a target or variable the Makefile no longer has would run
+    something else without a word (make ignores a variable nothing reads)."""
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.MULTILINE))
+    read = set(re.findall(r"\$\(([A-Z_]+)\)|\$\((?:if|or|filter) \$\(([A-Z_]+)\)", makefile))
+    variables = {name for pair in read for name in pair if name}
+    wrong = []
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for span in _shown_code(page.read_text()):
+            for line in MAKE_LINE.finditer(span):
+                if line[1] not in targets:
+                    wrong.append(f"{page.name}: {line[0].strip()}: no target {line[1]!r}")
+                for name in re.findall(r"([A-Z_]+)=", line[2]):
+                    if name not in variables:
+                        wrong.append(f"{page.name}: {line[0].strip()}: {name} is not read")
+    assert wrong == []

@@ -501,8 +501,9 @@ def journal_sizes(base: str, sizes: tuple[int, int], rounds: int,
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The docstring's first paragraph whole: its first line alone stopped mid-sentence.
     parser = argparse.ArgumentParser(prog="python -m tools.bench.service",
-                                     description=__doc__.splitlines()[0])
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="fewer requests per client")
     parser.add_argument("--only", action="append", choices=PARTS, metavar="PART",
                         help="run only this case with its baseline (repeatable; one of "

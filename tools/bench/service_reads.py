@@ -101,7 +101,8 @@ def run(events: int, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.service_reads",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=80_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)

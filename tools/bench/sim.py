@@ -114,8 +114,10 @@ def _rate(steps: int, seconds: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.sim", description=__doc__
                                      .split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=1, help="the seed every run takes "
+                        "(default 1)")
+    parser.add_argument("--steps", type=int, default=20_000, help="ops per run (default "
+                        "20000)")
     parser.add_argument("--runs", type=int, default=2, help="runs per row (the median is "
                         "reported; default 2)")
     parser.add_argument("--baseline", type=Path, default=None,

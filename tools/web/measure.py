@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from tools.web.browsing import app_for
 
+    # The docstring's first paragraph whole: its first line alone stopped mid-sentence.
     parser = argparse.ArgumentParser(prog="python -m tools.web.measure",
-                                     description=__doc__.splitlines()[0])
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("url", help="the journal's database URL")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="pages to ask for")
     parser.add_argument("--runs", type=int, default=5, help="visits of each kind per path")
