@@ -133,6 +133,10 @@ class Backend:
     name = "SQL"
     #: The driver's base exception, wrapped like SQLAlchemy would on the direct path.
     driver_error: type[Exception] = Exception
+    #: Whether a journal has its database to itself (a SQLite file), so that tables of
+    #: other names there, without a journal, are another application's: refused rather
+    #: than given the journal's. A PostgreSQL schema may be shared (docs/operations.md).
+    own_database = False
 
     def __init__(self, url: str, lock_timeout: float, *, read_only: bool = False) -> None:
         self.url = url

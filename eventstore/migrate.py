@@ -8,6 +8,7 @@ current folder.
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .backend import Backend
 from .errors import JournalNotFound, SchemaError
+from .schema import metadata
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -77,35 +79,82 @@ def known_revisions() -> set[str]:
     return {s.revision for s in _script().walk_revisions()}
 
 
-def current_revision(conn: Connection) -> str | None:
-    """The database's Alembic revision, None when it was never upgraded."""
-    from alembic.runtime.migration import MigrationContext
-
-    return MigrationContext.configure(conn).get_current_revision()
+JOURNAL_TABLES = frozenset(metadata.tables)
+"""The tables a journal's migrations create (beside `alembic_version`)."""
 
 
-def refuse_unknown(backend: Backend, current: str | None) -> None:
-    """Raise SchemaError if the database is at a revision this code does not know."""
-    if current is not None and current not in known_revisions():
+def revision_of(backend: Backend, tables: Collection[str], versions: Sequence[str] | None
+                ) -> str | None:
+    """The revision of a database holding `tables` whose `alembic_version` holds `versions`
+    (None: no such table); None for a database without a journal that one may be
+    created in. SchemaError for anything else: another application's database, a
+    journal's revision edited away, or a revision newer than this code's."""
+    where = f"{backend.name} database {backend.describe()}"
+    ours = sorted(set(tables) & JOURNAL_TABLES)
+    if not versions:
+        # No revision recorded: an empty database, or tables someone else made.
+        version_table = "no alembic_version table" if versions is None else (
+            "an empty alembic_version table")
+        if ours:
+            raise SchemaError(
+                f"{where} holds table(s) {', '.join(ours)} but {version_table}, so it is "
+                "not a journal this code can open as it stands: those tables were made by "
+                "another application, or the journal's revision was removed by hand; "
+                "check the URL, or restore the journal from a backup (nothing was written)")
+        others = sorted(t for t in tables if t != "alembic_version"
+                        and not t.startswith("sqlite_"))
+        if others and backend.own_database:
+            raise SchemaError(
+                f"{where} holds no journal but other tables ({', '.join(others[:5])}"
+                f"{', ...' if len(others) > 5 else ''}): it is another application's "
+                "database, not a gpu-credits journal; check the URL, or give a new file "
+                "(nothing was written)")
+        return None
+    if len(versions) > 1:
+        listed = ", ".join(repr(v) for v in sorted(versions))
         raise SchemaError(
-            f"{backend.name} database {backend.describe()} is at schema revision {current!r}, "
-            f"which this code does not know (its newest is {code_head()!r}): the database "
-            "was upgraded by a newer gpu-credits; upgrade this installation"
+            f"{where} records several schema revisions ({listed}) in its alembic_version "
+            f"table, where a journal records one (this code's is {code_head()!r}): it was "
+            "edited outside gpu-credits; restore the journal from a backup")
+    current = versions[0]
+    if current != HEAD_REVISION and current not in known_revisions():
+        if "journal_head" not in ours:
+            raise SchemaError(
+                f"{where} is at schema revision {current!r} of another application (it has "
+                "no journal_head table): not a gpu-credits journal; check the URL "
+                "(nothing was written)")
+        raise SchemaError(
+            f"{where} is at schema revision {current!r}, which this code does not know "
+            f"(its newest is {code_head()!r}): the database was upgraded by a newer "
+            "gpu-credits; upgrade this installation"
         )
+    return current
 
 
-def _revision(conn: Connection) -> str | None:
-    """The database's revision: HEAD_REVISION read cheaply when it is there, else asked of
-    Alembic (None when it was never upgraded)."""
+def _stored_revision(backend: Backend, conn: Connection) -> str | None:
+    """`revision_of` the database, read in the connection's transaction."""
+    from sqlalchemy import inspect
+
+    tables = inspect(conn).get_table_names()
+    versions = None
+    if "alembic_version" in tables:
+        versions = [str(v) for v in
+                    conn.execute(text("SELECT version_num FROM alembic_version")).scalars()]
+    return revision_of(backend, tables, versions)
+
+
+def _revision(backend: Backend, conn: Connection) -> str | None:
+    """The database's revision: HEAD_REVISION read cheaply when it is there, else looked
+    at whole (None when it holds no journal schema)."""
     if _at_head(conn):
         return HEAD_REVISION
     with conn.begin():
-        return current_revision(conn)
+        return _stored_revision(backend, conn)
 
 
 def require_journal(backend: Backend, conn: Connection) -> None:
     """Raise JournalNotFound unless the database holds a journal schema (writes nothing)."""
-    if _revision(conn) is None:
+    if _revision(backend, conn) is None:
         raise JournalNotFound(
             f"{backend.name} database {backend.describe()} holds no journal (no schema "
             "was written); check the URL, or create one with `gpu-credits db upgrade`"
@@ -114,10 +163,9 @@ def require_journal(backend: Backend, conn: Connection) -> None:
 
 def check(backend: Backend, conn: Connection) -> None:
     """Raise SchemaError unless the database is exactly at this code's head."""
-    current = _revision(conn)
+    current = _revision(backend, conn)
     if current == HEAD_REVISION:
         return
-    refuse_unknown(backend, current)
     if current != code_head():
         raise not_upgraded(backend, current)
 
@@ -134,18 +182,16 @@ def not_upgraded(backend: Backend, current: str | None) -> SchemaError:
 
 def upgrade(backend: Backend, conn: Connection) -> tuple[str | None, str]:
     """Upgrade to head under the write lock; return (revision before, revision after)."""
-    before = _revision(conn)
+    before = _revision(backend, conn)
     if before == HEAD_REVISION:
         return HEAD_REVISION, HEAD_REVISION
     head = code_head()
-    refuse_unknown(backend, before)
     if before == head:
         return before, head
     # Under the journal's write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an
     # advisory lock), so processes opening a fresh database together upgrade once.
     with backend.begin_write(conn, [MIGRATION_LOCK]):
-        before = current_revision(conn)
-        refuse_unknown(backend, before)
+        before = _stored_revision(backend, conn)
         if before != head:
             from alembic import command
 

@@ -39,6 +39,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
+from .. import migrate
 from ..backend import (
     Backend,
     BatchRow,
@@ -91,6 +92,7 @@ class SQLiteBackend(Backend):
 
     name = "SQLite"
     driver_error = sqlite3.Error
+    own_database = True
 
     def __init__(self, url: str, lock_timeout: float, *, read_only: bool = False) -> None:
         super().__init__(url, lock_timeout, read_only=read_only)
@@ -171,13 +173,7 @@ class SQLiteBackend(Backend):
         if self.read_only:
             self._ro_query = query
         try:
-            ro = sqlite3.connect(f"{self.path.absolute().as_uri()}?{query}", uri=True)
-            try:
-                found = ro.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-                ).fetchone()
-            finally:
-                ro.close()
+            tables, versions = self._look(query)
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc):
                 raise ConnectionProblem(
@@ -185,11 +181,26 @@ class SQLiteBackend(Backend):
                 ) from None
             raise ConnectionProblem(f"cannot read SQLite database {self.path}: "
                                     f"{_io_problem(exc, self.path)}") from None
-        if found is None:
+        if migrate.revision_of(self, tables, versions) is None:
             raise JournalNotFound(
                 f"SQLite database {self.path} holds no journal (no schema was written); "
                 "check the path, or create one with `gpu-credits db upgrade`"
             )
+
+    def _look(self, query: str = "mode=ro") -> tuple[list[str], list[str] | None]:
+        """The file's table names and its alembic_version rows (None: no such table),
+        read on a connection of its own opened with `query`, which writes nothing."""
+        assert self.path is not None
+        ro = sqlite3.connect(f"{self.path.absolute().as_uri()}?{query}", uri=True)
+        try:
+            tables = [str(name) for (name,) in ro.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if "alembic_version" not in tables:
+                return tables, None
+            return tables, [str(v) for (v,) in ro.execute(
+                "SELECT version_num FROM alembic_version")]
+        finally:
+            ro.close()
 
     def _read_only_query(self) -> str:
         """`mode=ro`, or `mode=ro&immutable=1` for a file SQLite cannot open read-only
@@ -245,6 +256,7 @@ class SQLiteBackend(Backend):
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
+            self._refuse_other_than_a_journal()
             return
         except OSError as exc:
             raise ConnectionProblem(
@@ -252,6 +264,19 @@ class SQLiteBackend(Backend):
                 "its folder exists and is writable"
             ) from None
         os.close(fd)
+
+    def _refuse_other_than_a_journal(self) -> None:
+        """SchemaError for an existing file that is not a journal (another application's
+        database, a journal's revision edited away), seen before the engine's first
+        connection switches the file to WAL mode: a refused file is left as it was."""
+        assert self.path is not None
+        try:
+            if self.path.stat().st_size == 0:
+                return  # an empty file (`touch`): a new journal's to fill
+            tables, versions = self._look()
+        except (OSError, sqlite3.Error):
+            return  # the engine's own connection reports what stands in the way
+        migrate.revision_of(self, tables, versions)
 
     def guard(self) -> AbstractContextManager[object]:
         """The in-memory database's connection lock; nothing for a file."""

@@ -90,7 +90,8 @@ def test_a_refusal_to_upgrade_creates_and_writes_nothing(tmp_path: Path) -> None
         conn.execute("CREATE TABLE users (id INTEGER)")
         conn.commit()
     before = other.read_bytes()
-    with pytest.raises(SchemaError, match="has no journal schema"):
+    # Not "run `gpu-credits db upgrade`": that would refuse another application's file too.
+    with pytest.raises(SchemaError, match="another application's database"):
         Journal(f"sqlite:///{other}", upgrade=False)
     assert other.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
