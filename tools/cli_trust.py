@@ -125,12 +125,20 @@ def erase(
     from the database; the events, every figure, the state digest, the hash chain and
     every anchor stay as they were, and `verify` still passes. The erasure is recorded as
     an `erase` event naming the events, never the person. Erasing again, or a user of
-    whom nothing is held, changes nothing (exit 0, with a warning).
+    whom nothing is held, changes nothing (exit 0, with a warning); an --event ID the
+    journal never recorded is refused (exit 2).
     """
     if user is None and not event:
         raise typer.BadParameter("give --user U or --event ID (or both)", param_hint="--user")
     with open_journal(ctx, db, write=True, create=False) as journal:
         ids = list(event or [])
+        # An id the journal never recorded is a typo, not "nothing held": event ids are in
+        # the chain, so naming it tells nothing about a person (unlike an unknown user).
+        unknown = [i for i in dict.fromkeys(ids) if journal.get(i) is None]
+        if unknown:
+            named = ", ".join(map(repr, unknown))
+            raise CliError(f"no event{'s' if len(unknown) > 1 else ''} {named} in the journal: "
+                           "--event must be the id of a recorded event; nothing was erased")
         if user is not None:
             ids += personal.events_of_user(journal, user)
         done = personal.erase_events(journal, ids, reason=reason)

@@ -318,6 +318,27 @@ def test_erase_command(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and not (tmp_path / "none.db").exists()
 
 
+def test_erase_refuses_an_event_id_the_journal_does_not_hold(tmp_path: Path) -> None:
+    """A mistyped --event ID is bad input (exit 2, naming it, nothing erased or
+    appended), not "nothing held": event ids are in the chain, so saying which one is
+    unknown tells nothing about a person, and a request answered with exit 0 would be
+    filed as done while the fields it meant stay."""
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    used = _cli("consume", "lab", "3", "--at", "20", "--user", ALICE, "--id", "u-1",
+                "--db", db)
+    assert used.exit_code == 0, used.stderr
+    head = _cli("head", "--db", db).stdout
+    for args in (["--event", "u-l"], ["--event", "u-1", "--event", "u-l"],
+                 ["--user", ALICE, "--event", "u-l"]):
+        refused = _cli("erase", *args, "--db", db)
+        assert refused.exit_code == 2, (args, refused.stdout, refused.stderr)
+        assert "'u-l'" in refused.stderr and "u-1" not in refused.stderr.replace("'u-l'", "")
+        assert _cli("head", "--db", db).stdout == head
+    assert ALICE in _cli("export", "--db", db).stdout
+    assert _cli("erase", "--event", "u-1", "--db", db).exit_code == 0
+    assert ALICE not in _cli("export", "--db", db).stdout
+
+
 def test_erase_says_what_it_erased_and_answers_json_when_nothing_is_held(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sentence names the user as given (a bracket in a name is text, not console
