@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 
 from alembic import context
-from sqlalchemy import create_engine
 
+from eventstore.backends import backend_for
+from eventstore.migrate import MIGRATION_LOCK
 from eventstore.schema import metadata
 
 config = context.config
@@ -47,7 +48,14 @@ else:
     if given is not None:
         _run(given)
     else:
-        engine = create_engine(_url())
-        with engine.begin() as conn:
-            _run(conn)
-        engine.dispose()
+        # Opened as `gpu-credits db upgrade` opens it: a new SQLite file made 0600 (a
+        # journal holds personal data), never another application's file, the journal's
+        # pragmas, and one transaction under the journal's write lock.
+        backend = backend_for(_url(), 10.0)
+        backend.prepare()
+        engine = backend.create_engine()
+        try:
+            with engine.connect() as conn, backend.begin_write(conn, [MIGRATION_LOCK]):
+                _run(conn)
+        finally:
+            engine.dispose()

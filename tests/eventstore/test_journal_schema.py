@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import importlib
 import io
+import os
 import pkgutil
 import sqlite3
 from collections.abc import Iterator
@@ -104,6 +105,27 @@ def test_migrations_do_not_depend_on_the_current_folder(
     with Journal("sqlite:///relative.db") as j:
         j.append([eventstore.NewEvent("a", "s", "t", 1, {})])
     assert (tmp_path / "relative.db").exists()
+
+
+def test_alembic_s_own_command_line_makes_a_journal_as_db_upgrade_does(
+        tmp_path: Path) -> None:
+    # migrations/alembic.ini offers `alembic -c migrations/alembic.ini -x url=... upgrade
+    # head`: the file it makes holds personal data, so it is the owner's alone whatever
+    # the umask, as one `gpu-credits db upgrade` makes.
+    from alembic.config import main as alembic_main
+
+    import migrations
+
+    ini = Path(migrations.__file__).parent / "alembic.ini"
+    path = tmp_path / "by-alembic.db"
+    umask = os.umask(0o022)
+    try:
+        alembic_main(argv=["-c", str(ini), "-x", f"url=sqlite:///{path}", "upgrade", "head"])
+    finally:
+        os.umask(umask)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    with Journal(f"sqlite:///{path}", upgrade=False) as journal:
+        assert journal.head() == 0
 
 
 def test_unreachable_postgres_is_one_clear_line() -> None:
