@@ -143,7 +143,8 @@ def serve(
     _say(f"serving {shown} on http://{where}:{bound_port} (API docs at /docs)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True,
-                             checkpoint_every=every, loopback_hosts_only=not configured)
+                             checkpoint_every=every, loopback_hosts_only=not configured,
+                             owns_process=True)
     # An answer's head and body in one write (tools/service/onewrite.py), with bounds on
     # what a connection may send and how slowly (tools/service/connections.py).
     config = uvicorn.Config(service_app, host=host, port=bound_port, access_log=False,

@@ -208,6 +208,30 @@ def test_serve_counts_a_token_listed_twice_under_its_role_once(
     assert result.exit_code == 0, result.output
     assert "2 token(s) configured (roles: auditor, worker)" in result.output
 
+def test_serve_runs_a_service_that_owns_its_process(tmp_path: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only `serve` keeps what its service loads out of the collector's passes: an app made
+    # by `create_app` elsewhere shares its process with others' objects.
+    from typer.testing import CliRunner
+
+    from tools.cli import app
+
+    served: list[Any] = []
+
+    def run(server: Any, **_: Any) -> None:
+        served.append(server.config.app)
+        server.started = True
+
+    monkeypatch.setattr("uvicorn.Server.run", run)
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", "serve"],
+                                env={})
+    assert result.exit_code == 0, result.output
+    assert [a.state.ledger.owns_process for a in served] == [True]
+    from tools.service.app import create_app
+
+    assert create_app(None).state.ledger.owns_process is False
+
+
 @pytest.mark.parametrize(("mode", "says"), [
     (0o600, None), (0o640, None), (0o400, None),
     (0o644, "may be read by any user (mode 0644)"),

@@ -181,7 +181,8 @@ def test_a_rebuilt_projection_frees_the_one_it_replaced(tmp_path: Path) -> None:
     import gc
     import weakref
 
-    svc = LedgerService(f"sqlite:///{tmp_path / 'rebuilt.db'}", clock=lambda: 10)
+    svc = LedgerService(f"sqlite:///{tmp_path / 'rebuilt.db'}", clock=lambda: 10,
+                        owns_process=True)
     svc.start()  # freezes what lives as long as the process out of the collector's passes
     try:
         assert gc.get_freeze_count() > 0
@@ -192,6 +193,29 @@ def test_a_rebuilt_projection_frees_the_one_it_replaced(tmp_path: Path) -> None:
         assert replaced() is None
         with svc.reading() as ledger:
             assert ledger.accounts["a"].balance == 100
+    finally:
+        svc.stop()
+        svc.close()
+        gc.unfreeze()  # what it froze is this test process's, not a service's
+
+
+def test_a_service_sharing_its_process_freezes_nothing(tmp_path: Path) -> None:
+    # Frozen, what a test or an embedding application left behind would never be
+    # collected, and the start's full pass walks all of it (in a test process late in
+    # the suite, a second and more at each service's start and rebuild).
+    import gc
+    import weakref
+
+    before = gc.get_freeze_count()
+    svc = LedgerService(f"sqlite:///{tmp_path / 'shared.db'}", clock=lambda: 10)
+    svc.start()
+    try:
+        assert gc.get_freeze_count() == before
+        svc.decide_now(commands.Grant("g0", "a", 100, None, None, None, None, 1))
+        replaced = weakref.ref(svc.session)
+        svc.reset()
+        gc.collect()
+        assert replaced() is None
     finally:
         svc.stop()
         svc.close()

@@ -130,7 +130,7 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
                mount_web: bool = True, manage_ledger: bool = True,
                fast_routes: bool = True,
                checkpoint_every: int | None = CHECKPOINT_EVERY,
-               loopback_hosts_only: bool = False) -> FastAPI:
+               loopback_hosts_only: bool = False, owns_process: bool = False) -> FastAPI:
     """The service on `journal` (a URL or a journal). `load_in_background`: answer
     /healthz at once and /readyz (and everything else) once the projection is caught up.
     `manage_ledger=False`: the caller starts and stops `app.state.ledger` itself (an app
@@ -139,9 +139,11 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     those). `checkpoint_every`: events committed after the newest checkpoint before the
     service writes another as it runs (None: only at shutdown). `loopback_hosts_only`:
     answer only requests addressed to a loopback name (`hosts.py`: what `serve` without
-    tokens asks for)."""
+    tokens asks for). `owns_process`: the service is what its process is for (`serve`),
+    so it keeps what it loads out of the cyclic collector's passes (`LedgerService`)."""
     service = LedgerService(journal, clock=clock, allow_far_times=allow_far_times,
-                            max_batch=max_batch, checkpoint_every=checkpoint_every)
+                            max_batch=max_batch, checkpoint_every=checkpoint_every,
+                            owns_process=owns_process)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -123,13 +123,17 @@ class LedgerService:
     def __init__(self, journal: JournalLike | str | None, *,
                  clock: Callable[[], int] | None = None, allow_far_times: bool = False,
                  max_batch: int = 512, defer_appends: bool = True,
-                 checkpoint_every: int | None = CHECKPOINT_EVERY) -> None:
+                 checkpoint_every: int | None = CHECKPOINT_EVERY,
+                 owns_process: bool = False) -> None:
+        """`owns_process`: the service is what its process is for (`gpu-credits serve`),
+        so what its start leaves alive lives as long as the process (see `start`)."""
         if checkpoint_every is not None and (type(checkpoint_every) is not int
                                              or checkpoint_every < 1):
             raise ValueError(f"checkpoint_every must be a positive integer or None (never), "
                              f"got {checkpoint_every!r}")
         self.journal = open_journal(journal)
         self.checkpoint_every = checkpoint_every
+        self.owns_process = owns_process
         # The position from which the next checkpoint is due (see `_checkpoint_if_due`).
         self._checkpoint_due = _NEVER
         # Write a batch's decisions in one append when no other writer is active (see
@@ -181,13 +185,17 @@ class LedgerService:
         check_chain(self.journal)
         self._load()
         self.load_error = None
-        # The projection, the imports and the app live as long as the process: leave
-        # them out of the cyclic collector's passes, which otherwise walk every one of
-        # them during whichever request triggers a full pass. (What they free by
-        # reference counting is still freed.) What the load left behind goes first.
-        gc.collect()
-        gc.freeze()
-        self._froze = True
+        if self.owns_process:
+            # The projection, the imports and the app live as long as the process: leave
+            # them out of the cyclic collector's passes, which otherwise walk every one of
+            # them during whichever request triggers a full pass. (What they free by
+            # reference counting is still freed.) What the load left behind goes first.
+            # A service sharing its process (a test's, an embedding application's) does
+            # not: it would freeze others' garbage for good, and its full pass here
+            # walks everything they hold.
+            gc.collect()
+            gc.freeze()
+            self._froze = True
         self.writer.start()
         self.ready.set()
 
