@@ -32,9 +32,11 @@ _DRIVERS = {"sqlite": {"", "pysqlite"}, "postgresql": {"", "psycopg"}, "postgres
 def _unsupported(url: str) -> ValueError:
     from ..backend import redact
 
+    # Only what a URL can be: the command line and the service pass this on, and Python's
+    # None (an in-memory journal) is no word a user can type there.
     return ValueError(
         f"unsupported journal URL {redact(url)!r}: use sqlite:///path.db or "
-        "postgresql+psycopg://user@host:port/database (or None for in-memory)"
+        "postgresql+psycopg://user@host:port/database"
     )
 
 
