@@ -247,11 +247,21 @@ def test_every_python_m_line_the_docs_show_names_a_module_and_options_it_has(
         assert importlib.util.find_spec(module) is not None
         return
     parser = _parser_of(module, monkeypatch)
-    known = {option for action in parser._actions for option in action.option_strings}
-    wrong = [f"{page}: python -m {module} takes no {word}"
-             for page, words in _python_m_lines()[module] for word in words
-             if re.fullmatch(r"--?[a-z][\w-]*", word.split("=")[0])
-             and word.split("=")[0] not in known]
+    actions = {option: action for action in parser._actions for option in action.option_strings}
+    wrong = []
+    for page, words in _python_m_lines()[module]:
+        choices: Any = None  # the values the option before takes, if it names them
+        for word in words:
+            option = word.split("=")[0]
+            if re.fullmatch(r"--?[a-z][\w-]*", option):
+                if option not in actions:
+                    wrong.append(f"{page}: python -m {module} takes no {option}")
+                choices = actions[option].choices if option in actions else None
+            elif (choices is not None and re.fullmatch(r"[a-z][\w-]*", word)
+                  and word not in choices):
+                # A scenario or part renamed: `--only replay` would be refused by argparse.
+                wrong.append(f"{page}: python -m {module}: {word!r} is none of "
+                             f"{sorted(choices)}")
     assert wrong == []
     assert parser.prog == f"python -m {module}"
     description = (parser.description or "").strip()
