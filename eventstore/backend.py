@@ -155,6 +155,15 @@ class Backend:
     def prepare(self) -> None:
         """Before the first connection of a journal that may create its database."""
 
+    def unwritable(self) -> str | None:
+        """Why the database cannot be written where it is, seen without writing (None:
+        nothing says so; a write may still be refused)."""
+        return None
+
+    def upgrade_advice(self) -> str:
+        """What to do about a journal schema older than the code's."""
+        return "run `gpu-credits db upgrade`"
+
     def create_engine(self) -> Engine:
         """Open the SQLAlchemy engine, with this database's settings."""
         raise NotImplementedError

@@ -174,9 +174,10 @@ def not_upgraded(backend: Backend, current: str | None) -> SchemaError:
     """What `check` raises for a database at `current` (None: no journal schema), which
     `gpu-credits db upgrade` brings to this code's revision."""
     state = "has no journal schema" if current is None else f"is at revision {current!r}"
+    advice = "run `gpu-credits db upgrade`" if current is None else backend.upgrade_advice()
     return SchemaError(
         f"{backend.name} database {backend.describe()} {state}; this code needs "
-        f"revision {code_head()!r}: run `gpu-credits db upgrade`"
+        f"revision {code_head()!r}: {advice}"
     )
 
 

@@ -267,8 +267,9 @@ class SQLiteBackend(Backend):
 
     def _refuse_other_than_a_journal(self) -> None:
         """SchemaError for an existing file that is not a journal (another application's
-        database, a journal's revision edited away), seen before the engine's first
-        connection switches the file to WAL mode: a refused file is left as it was."""
+        database, a journal's revision edited away), ReadOnlyJournal for an old journal
+        that cannot be upgraded where it is; seen before the engine's first connection
+        switches the file to WAL mode: a refused file is left as it was."""
         assert self.path is not None
         try:
             if self.path.stat().st_size == 0:
@@ -276,7 +277,31 @@ class SQLiteBackend(Backend):
             tables, versions = self._look()
         except (OSError, sqlite3.Error):
             return  # the engine's own connection reports what stands in the way
-        migrate.revision_of(self, tables, versions)
+        current = migrate.revision_of(self, tables, versions)
+        if current is not None and current != migrate.HEAD_REVISION and self.unwritable():
+            raise ReadOnlyJournal(str(migrate.not_upgraded(self, current)))
+
+    def unwritable(self) -> str | None:
+        """A read-only file system or a file this user may not write (a folder it may not
+        write in is not enough: the -wal and -shm files may be there already)."""
+        if self.path is None or not self.path.exists():
+            return None
+        if _read_only_fs(self.path):
+            return f"{self.path.absolute().parent} is on a read-only file system"
+        if not os.access(self.path, os.W_OK):
+            return f"this user may not write {self.path}"
+        return None
+
+    def upgrade_advice(self) -> str:
+        """Upgrade in place, or a copy where the file cannot be written: reading an old
+        journal needs it upgraded, so "run `gpu-credits db upgrade`" there led nowhere."""
+        why = self.unwritable()
+        if why is None:
+            return super().upgrade_advice()
+        assert self.path is not None
+        return (f"it cannot be upgraded where it is ({why}; nothing was written): copy "
+                f"{self.path.name} (and its -wal file, if there is one) into a folder you "
+                "can write, run `gpu-credits db upgrade --db sqlite:///COPY` and use the copy")
 
     def guard(self) -> AbstractContextManager[object]:
         """The in-memory database's connection lock; nothing for a file."""

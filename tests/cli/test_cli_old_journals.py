@@ -154,3 +154,25 @@ def test_an_upgraded_old_journal_has_exactly_today_s_schema(database_url: str,
     with Journal(database_url) as journal, journal._engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(ctx, metadata) == []
+
+
+def test_an_old_journal_on_a_read_only_medium_says_to_upgrade_a_copy(
+        tmp_path: Path, read_only_mount: Any) -> None:
+    # An auditor handed an old journal on a read-only medium was sent in a circle: the
+    # reads said "run `gpu-credits db upgrade`", which said nothing can be written there
+    # and "commands that only read still answer". Each now says to upgrade a copy.
+    folder = tmp_path / "medium"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'ledger.db'}"
+    _load(url, "rev0004")
+    read_only_mount(folder)
+    run = cli_runner(url)
+    for args in (("balance", "acme"), ("verify",), ("db", "upgrade"), ("grant", "acme", "5")):
+        result = run(*args)
+        assert result.exit_code == 2, args
+        assert "is at revision '0004'" in result.stderr, args
+        assert "read-only file system" in result.stderr, args
+        assert "copy ledger.db" in result.stderr, args
+        assert "gpu-credits db upgrade --db sqlite:///COPY" in result.stderr, args
+        assert "still answer" not in result.stderr, args
+    assert sorted(p.name for p in folder.iterdir()) == ["ledger.db"]
