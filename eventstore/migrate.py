@@ -201,7 +201,17 @@ def upgrade(backend: Backend, conn: Connection) -> tuple[str | None, str]:
             try:
                 command.upgrade(cfg, "head")
             except DBAPIError as exc:
-                if getattr(exc.orig, "sqlstate", None) == _INVALID_SCHEMA_NAME:
+                state = getattr(exc.orig, "sqlstate", None)
+                if state == _INSUFFICIENT_PRIVILEGE:
+                    said = str(exc.orig).strip().splitlines()[0]
+                    start = f"{before}:head" if before is not None else "head"
+                    raise SchemaError(
+                        f"{not_upgraded(backend, before)}; this database user may not "
+                        f"({said}; nothing was written): run it as the owner of the "
+                        "journal's schema, or have a DBA run the SQL that `alembic -c "
+                        f"migrations/alembic.ini -x url=URL upgrade {start} --sql` writes"
+                    ) from None
+                if state == _INVALID_SCHEMA_NAME:
                     raise SchemaError(
                         f"{backend.name} database {backend.describe()}: no schema to "
                         "create the journal in (the search_path names none that "
@@ -213,3 +223,6 @@ def upgrade(backend: Backend, conn: Connection) -> tuple[str | None, str]:
 
 _INVALID_SCHEMA_NAME = "3F000"
 """PostgreSQL's SQLSTATE for creating in a schema that does not exist."""
+
+_INSUFFICIENT_PRIVILEGE = "42501"
+"""PostgreSQL's SQLSTATE for a statement this user may not run (CREATE, ALTER, ...)."""

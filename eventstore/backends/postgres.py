@@ -79,6 +79,7 @@ _QUERY_CANCELED = "57014"
 _DEADLOCK_DETECTED = "40P01"
 _READ_ONLY_TRANSACTION = "25006"
 _DISK_FULL = "53100"
+INSUFFICIENT_PRIVILEGE = "42501"
 _UNIQUE_VIOLATION = "23505"
 _UNIQUE_EVENT_ID = "uq_events_event_id"  # schema.py's naming convention
 #: SQLSTATE classes and codes meaning the connection is gone: connection exceptions,
@@ -91,6 +92,9 @@ _CONNECTION_GONE = ("08", "57P01", "57P02", "57P03")
 # so the pool's logger gets a handler of its own that prints nothing. An application
 # that configures logging still sees the records (they propagate to its handlers).
 logging.getLogger("sqlalchemy.pool").addHandler(logging.NullHandler())
+# Likewise psycopg's "error ignored terminating <Pipeline ...>: pipeline aborted", logged
+# when a statement of a pipelined append failed (a write this user may not make).
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
 class PostgresBackend(Backend):
@@ -494,6 +498,12 @@ class PostgresBackend(Backend):
             return ReadOnlyJournal(
                 f"PostgreSQL {self.describe()} is open read-only: nothing was written"
             )
+        if state == INSUFFICIENT_PRIVILEGE:
+            return ReadOnlyJournal(
+                f"PostgreSQL {self.describe()}: this database user may not write there "
+                f"({_first_line(orig or exc)}): nothing was written; grant it what the journal "
+                "needs (SELECT, INSERT, UPDATE and DELETE on the journal's tables), or "
+                "connect as a user who has it")
         if state == _DISK_FULL:
             said = str(orig).strip().splitlines()[0] if str(orig).strip() else "disk full"
             return JournalError(
@@ -766,3 +776,9 @@ _EXECUTE_BEGIN_LOCKS_HEAD_PROBE = ("BEGIN;EXECUTE gpu_credits_locks_head(%(keys)
                                    "%(unbound)s)")
 _EXECUTE_INSERT_ARRAYS = "EXECUTE gpu_credits_insert(" + ", ".join(["%s"] * 9) + ")"
 _EXECUTE_MOVE_HEAD = "EXECUTE gpu_credits_move_head(%s, %s)"
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of a driver error's message (its type when it has none)."""
+    said = str(error).strip()
+    return said.splitlines()[0] if said else type(error).__name__

@@ -25,8 +25,10 @@ from eventstore import (
     JournalError,
     LockOrderConflict,
     LockTimeout,
+    ReadOnlyJournal,
     VersionConflict,
 )
+from eventstore.testing import write_at_revision
 
 
 @pytest.mark.postgres
@@ -638,3 +640,54 @@ def test_a_full_disk_on_the_server_is_said_so_and_stores_nothing(pg_fresh_url: s
         assert journal.head() == 4 and journal.verify() is None
     finally:
         journal.close()
+
+
+@contextmanager
+def _reader_role(url: str, *, select: bool = True) -> Iterator[str]:
+    """`url` as a role of its own that may use the schema (and read its tables when
+    `select`) but create and write nothing: a read-only database user."""
+    schema = re.search(r"search_path%3D([A-Za-z0-9_]+)", url)
+    assert schema is not None
+    name, role = schema.group(1), f"{schema.group(1)}_reader"
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" NOLOGIN')
+        conn.execute(f'GRANT USAGE ON SCHEMA "{name}" TO "{role}"')
+        if select:
+            conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{name}" TO "{role}"')
+    try:
+        yield f"{url}%20-crole%3D{role}"
+    finally:
+        with psycopg.connect(_dsn(url), autocommit=True) as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.mark.postgres
+def test_a_database_user_who_may_only_read_is_told_so_in_one_line(
+        pg_fresh_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    with Journal(pg_fresh_url) as owner:
+        owner.append([ev("a", 1)])
+    with _reader_role(pg_fresh_url) as url, Journal(url, create=False) as journal:
+        assert journal.head() == 1
+        with pytest.raises(ReadOnlyJournal) as caught:
+            journal.append([ev("b", 2)])
+        message = str(caught.value)
+        assert "permission denied for table" in message and "nothing was written" in message
+        assert "[SQL:" not in message and "\n" not in message
+        # A JournalError like any refused write: a replay then prints its digest and
+        # warns that it saved no checkpoint (a cache), as on a file it may not write.
+        with pytest.raises(ReadOnlyJournal):
+            journal.save_snapshot("ledger", 1, 1, "d", b"state")
+    assert "pipeline aborted" not in capfd.readouterr().err
+
+
+@pytest.mark.postgres
+def test_an_old_schema_a_database_user_may_not_upgrade_is_named_with_what_to_do(
+        pg_fresh_url: str) -> None:
+    write_at_revision(pg_fresh_url, "0004", [ev("a", 1)])
+    with _reader_role(pg_fresh_url) as url, pytest.raises(JournalError) as caught:
+        Journal(url)
+    message = str(caught.value)
+    assert "'0004'" in message and "permission denied" in message
+    assert "gpu-credits db upgrade" in message and "--sql" in message
+    assert "[SQL:" not in message and "\n" not in message
