@@ -756,7 +756,7 @@ def export(
 @app.command()
 def balance(
     ctx: typer.Context,
-    account: Annotated[str, typer.Argument(help="Account id.")],
+    account: Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id.")],
     at: Annotated[str | None, typer.Option(
         "--at", metavar="T", help="Event time (integer or ISO-8601; default: the latest).")
     ] = None,
@@ -797,7 +797,7 @@ def _known(journal: JournalLike, answer: Any) -> Any:
 @app.command()
 def statement(
     ctx: typer.Context,
-    account: Annotated[str, typer.Argument(help="Account id.")],
+    account: Annotated[str, typer.Argument(metavar="ACCOUNT", help="Account id.")],
     from_: Annotated[str | None, typer.Option(
         "--from", metavar="T", help="Start here, with an opening balance.")] = None,
     to: Annotated[str | None, typer.Option(
@@ -840,7 +840,7 @@ def statement(
 @app.command()
 def explain(
     ctx: typer.Context,
-    account: Annotated[str | None, typer.Argument(help="Account id.")] = None,
+    account: Annotated[str | None, typer.Argument(metavar="ACCOUNT", help="Account id.")] = None,
     job: Annotated[str | None, typer.Option("--job", metavar="JOB",
                                             help="Explain this job instead.")] = None,
     as_known_at: AsKnownAtOption = None,

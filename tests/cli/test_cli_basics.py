@@ -6,6 +6,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import SMALL, Run, as_json, error_lines
@@ -21,6 +22,24 @@ def test_help_lists_every_command() -> None:
     for command in ("demo", "import", "export", "balance", "statement", "explain",
                     "revisions", "replay", "verify", "db"):
         assert command in result.stdout
+
+
+def test_every_command_names_its_arguments_in_capitals_as_the_docs_do() -> None:
+    """`gpu-credits balance ACCOUNT`, as the docs and `grant ACCOUNT AMOUNT` write it: a
+    usage line reading `balance {account}` beside `grant {ACCOUNT} {AMOUNT}` reads as
+    two kinds of thing."""
+    import typer.main
+
+    def arguments(command: Any, path: str = "gpu-credits") -> list[tuple[str, str]]:
+        """(command, the name its usage line shows) for each argument, subcommands too."""
+        named = [(path, param.metavar or param.name) for param in command.params
+                 if param.param_type_name == "argument"]
+        for name, sub in getattr(command, "commands", {}).items():
+            named += arguments(sub, f"{path} {name}")
+        return named
+
+    shown = arguments(typer.main.get_command(app))
+    assert shown and [(c, name) for c, name in shown if not name.isupper()] == []
 
 
 @pytest.mark.parametrize(("argv", "lists"), [([], "balance"), (["db"], "upgrade")])
