@@ -228,6 +228,35 @@ def test_a_retry_that_spells_out_a_default_is_the_same_request_with_the_same_ans
         assert head(c) == at
 
 
+def test_a_completion_with_a_null_refund_fraction_is_one_without_it(
+        client: TestClient) -> None:
+    """`"refund_fraction": null` is the field left out (a full refund on failure), as
+    `import` and `POST /v1/events` read it; its retry without the field, or with 1.0
+    written out, is the same request."""
+    setup_account(client)
+    for job in ("j1", "j2"):
+        assert client.post("/v1/jobs", json={"job": job, "account": "a", "cost": 30,
+                                             "priority": 1, "time": 1}).status_code == 201
+    assert client.post("/v1/jobs/start-next", json={"time": 2}).status_code == 200
+    key = {"Idempotency-Key": "done-1"}
+    done = client.post("/v1/jobs/j1/complete", json={"success": False, "refund_fraction": None,
+                                                     "time": 3}, headers=key)
+    assert (done.status_code, done.json()) == (200, {"job": "j1", "state": "failed",
+                                                     "charged": 0})
+    at = head(client)
+    for retry in ({"success": False, "time": 3},
+                  {"success": False, "refund_fraction": 1.0, "time": 3}):
+        again = client.post("/v1/jobs/j1/complete", json=retry, headers=key)
+        assert (again.status_code, again.json()) == (200, done.json()), retry
+    assert head(client) == at
+    batch = client.post("/v1/events", json={"events": [
+        {"type": "start", "job": "j2", "time": 4},
+        {"type": "complete", "job": "j2", "success": False, "refund_fraction": None,
+         "time": 5}]})
+    assert batch.status_code == 200, batch.text
+    assert client.get("/v1/jobs/j2").json()["charged"] == 0
+
+
 @pytest.mark.parametrize("fast_routes", [True, False], ids=["fast", "fastapi"])
 def test_a_batch_that_spells_out_a_default_is_the_same_batch_with_the_same_answer(
         tmp_path: Path, clock: Clock, fast_routes: bool) -> None:

@@ -215,8 +215,10 @@ class CompleteBody(Body):
     """Settle a running job."""
 
     success: StrictBool
-    refund_fraction: float = Field(default=1.0, ge=0.0, le=1.0,
-                                   description="share of the cost released on failure")
+    # None (null, or left out) is the default, as `import` reads an optional field.
+    refund_fraction: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="share of the cost released on failure; none: all of it (1.0)")
     time: EventTime | None = None
 
 

@@ -160,7 +160,8 @@ async def complete(job: str, body: CompleteBody, request: Request,
                    idempotency_key: IdempotencyKey = None) -> Any:
     """Settle a running job: success charges its cost, failure `floor(cost * (1 - f))`."""
     return await _decide(request, body.time, idempotency_key, lambda key: commands.Complete(
-        key, job, body.success, float(body.refund_fraction), body.time))
+        key, job, body.success,
+        1.0 if body.refund_fraction is None else float(body.refund_fraction), body.time))
 
 
 @router.post("/jobs/{job:path}/cancel", response_model=JobCancelledAnswer, responses=_ERRORS,
