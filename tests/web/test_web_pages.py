@@ -695,6 +695,24 @@ def test_an_orphan_job_steps_page_answers_after_its_stream_was_asked_for() -> No
         assert r.headers["content-type"].startswith("text/html")
 
 
+@pytest.mark.parametrize(("fraction", "charged"), [(0.999, 1), (1e-05, 999), (0.125, 875)])
+def test_an_event_page_shows_a_refund_fraction_as_the_journal_holds_it(
+        fraction: float, charged: int) -> None:
+    """The fraction a completion's charge is computed from, spelled as export and the
+    journal page spell it: 0.999 rounded to "1.00" would read as a full refund of a job
+    that was charged 1."""
+    with _small_view([
+            {"type": "grant", "account": "acme", "amount": 1000, "time": 0},
+            {"type": "submit", "account": "acme", "job": "j", "cost": 1000, "priority": 1,
+             "time": 1},
+            {"type": "start", "job": "j", "time": 2},
+            {"type": "complete", "job": "j", "success": False, "refund_fraction": fraction,
+             "time": 3}]) as web:
+        fields = dict(row[:2] for row in cells(web.get("/events/4").text, "fields-table"))
+        assert web.get("/v1/jobs/j").json()["charged"] == charged
+    assert fields["refund_fraction"] == repr(fraction)
+
+
 def test_the_summary_before_any_timed_event_names_no_week(tmp_path: Path) -> None:
     url = _small(tmp_path, [{"type": "account", "account": "acme", "max_running": 2}])
     with TestClient(app_for(url)) as web:

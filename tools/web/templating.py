@@ -17,7 +17,8 @@ from tools import wording
 
 
 def num(value: Any) -> str:
-    """`1,234,567`; `-` for None."""
+    """`1,234,567`; a float (a refund fraction) as the journal and export spell it;
+    `-` for None."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -25,7 +26,9 @@ def num(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.2f}"
+        # Its shortest exact spelling, the one a charge is computed from: rounded to two
+        # places, a refund of 0.999 would read as 1.00, a full refund, beside a charge.
+        return repr(value)
     return str(value)
 
 
