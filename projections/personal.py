@@ -87,10 +87,16 @@ def _with_held(journal: JournalLike, batch: Sequence[RecordedEvent]
 
 def personal_of(journal: JournalLike, rec: RecordedEvent) -> dict[str, Any]:
     """The personal fields of one record: held beside it, or inline in an old record."""
-    inline = {k: rec.payload[k] for k in ("user", "memo") if k in rec.payload}
+    inline = {k: rec.payload[k] for k in inline_fields(rec)}
     if PRIVATE_KEY not in rec.payload:
         return inline
     return {**inline, **journal.private([rec.id]).get(rec.id, {})}
+
+
+def inline_fields(rec: RecordedEvent) -> list[str]:
+    """The personal fields a record carries inline in its chained payload (written before
+    they were kept apart): shown, and never erasable without breaking the chain."""
+    return [k for k in ("user", "memo") if k in rec.payload]
 
 
 def same_event(journal: JournalLike, old: RecordedEvent, new: NewEvent) -> bool:

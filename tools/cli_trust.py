@@ -139,20 +139,32 @@ def erase(
             named = ", ".join(map(repr, unknown))
             raise CliError(f"no event{'s' if len(unknown) > 1 else ''} {named} in the journal: "
                            "--event must be the id of a recorded event; nothing was erased")
+        # Records written before personal fields were kept apart (schema revision 0003)
+        # carry their memo in the chained payload: "nothing held" would be untrue.
+        given = [(i, journal.get(i)) for i in dict.fromkeys(ids)]
+        inline = sorted(i for i, rec in given if rec is not None and personal.inline_fields(rec))
         if user is not None:
             ids += personal.events_of_user(journal, user)
         done = personal.erase_events(journal, ids, reason=reason)
     for note in done.notes:
         render.warn(note)
     whom = f"user {user!r}" if user is not None else "the given event(s)"
-    if done.record is None:
+    if inline:
+        render.warn(f"the personal fields of event(s) {', '.join(map(repr, inline))} are "
+                    "inline in their chained records (written before they were kept apart, "
+                    "schema revision 0003) and cannot be erased without breaking the chain "
+                    "and every anchor: they stay, and are still shown")
+    if done.record is None and not inline:
         render.warn(f"nothing to erase: no personal data of {whom} is held (never recorded, "
                     "or already erased); nothing was appended")
+    elif done.record is None:
+        render.warn("nothing else to erase; nothing was appended")
     if as_json:
         render.print_json({
             "erased": len(done.erased), "events": list(done.erased),
             "erasure": None if done.record is None else done.record.id,
-            "position": None if done.record is None else done.record.position})
+            "position": None if done.record is None else done.record.position,
+            "not_erasable": inline})
     elif done.record is not None:
         render.console().print(
             f"erased the personal fields of {len(done.erased)} event(s) of {whom}: erasure "

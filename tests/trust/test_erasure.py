@@ -279,6 +279,21 @@ def test_an_old_journal_upgrades_with_its_chain_unchanged(old_url: str) -> None:
                 if line.memo] == ["PO 1", "old"]
 
 
+def test_erasing_an_old_record_s_inline_memo_says_it_stays(old_url: str) -> None:
+    # An operator answering an erasure request for event c1 was told "no personal data
+    # of the given event(s) is held (never recorded, or already erased)" while its memo,
+    # inline in the chained record, is still shown: the request was filed as done.
+    result = CliRunner().invoke(app, ["erase", "--event", "c1", "--event", "g1", "--json",
+                                      "--db", old_url])
+    assert result.exit_code == 0, result.stderr
+    assert "no personal data" not in result.stderr
+    assert "'c1', 'g1'" in result.stderr and "cannot be erased" in result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["erased"] == 0 and answer["not_erasable"] == ["c1", "g1"]
+    with Journal(old_url) as journal:
+        assert journal.head() == 2  # no erase event appended
+
+
 # -- the command line ---------------------------------------------------------------------
 
 
@@ -362,7 +377,7 @@ def test_erase_says_what_it_erased_and_answers_json_when_nothing_is_held(
     again = _cli("erase", "--user", user, "--json", "--db", db)
     assert again.exit_code == 0, again.stderr
     assert json.loads(again.stdout) == {"erased": 0, "events": [], "erasure": None,
-                                        "position": None}
+                                        "position": None, "not_erasable": []}
     assert "nothing to erase" in again.stderr
 
 
