@@ -273,8 +273,7 @@ def write_demo(journal: JournalLike, seed: int = 42, *,
     if head and journal.get(event_id(seed, 1)) is None:
         raise DemoRefused(
             f"the database already holds {head} events that are not the demo for seed {seed}; "
-            "the demo writes into an empty database (or one holding the same seed's demo): "
-            "use another --db, e.g. --db sqlite:///demo.db"
+            "the demo writes into an empty database (or one holding the same seed's demo)"
         )
     plan = simulate(seed)
     appended = sent = 0

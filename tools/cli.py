@@ -568,6 +568,17 @@ def _time_option(value: str | None, option: str, *, end: bool = False) -> int | 
 # -- commands -------------------------------------------------------------------------------
 
 
+def _another_demo_db(url: str, seed: int) -> str:
+    """A SQLite file in this folder for the seed's demo, neither `url` nor a file already
+    there: a hint that names the refused database (or another taken one) fails again."""
+    number = 1
+    while True:
+        name = f"demo-{seed}.db" if number == 1 else f"demo-{seed}-{number}.db"
+        if f"sqlite:///{name}" != url and not Path(name).exists():
+            return f"sqlite:///{name}"
+        number += 1
+
+
 @app.command()
 def demo(
     ctx: typer.Context,
@@ -585,7 +596,11 @@ def demo(
     # On an in-memory database the month is shown and then gone: a look at the product.
     with open_journal(ctx, db, write=True, keeps=False) as journal:
         with render.progress_bar("simulating and writing the month") as progress:
-            run = demo_mod.write_demo(journal, number, progress=progress)
+            try:
+                run = demo_mod.write_demo(journal, number, progress=progress)
+            except demo_mod.DemoRefused as exc:
+                other = _another_demo_db(database_url(ctx, db), number)
+                raise CliError(f"{exc}: use another --db, e.g. --db {other}") from None
         with render.progress_bar("replaying") as progress:
             report = replay_journal(journal, progress=progress, checkpoint=True)
         at = queries.latest_time(journal)

@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, as_json, error_lines
@@ -93,6 +94,21 @@ def test_demo_refuses_a_database_with_other_events(demo_db: str) -> None:
     assert result.exit_code == 2
     assert len(error_lines(result)) == 1
     assert "not the demo for seed 7" in result.stderr
+
+
+def test_a_refused_demo_suggests_a_database_it_would_write(
+        demo_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another seed on ./demo.db was told "use another --db, e.g. --db sqlite:///demo.db":
+    the very database refused, so following the hint failed the same way."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(demo_file, tmp_path / "demo.db")
+    result = CliRunner().invoke(app, ["demo", "--seed", "7", "--db", "sqlite:///demo.db"])
+    assert result.exit_code == 2
+    (line,) = error_lines(result)
+    suggested = line.rsplit("--db ", 1)[1].split()[0]
+    assert suggested != "sqlite:///demo.db", line
+    again = CliRunner().invoke(app, ["demo", "--seed", "7", "--db", suggested])
+    assert again.exit_code == 0, again.stderr
 
 
 def test_queries_on_the_demo(demo_db: str) -> None:
