@@ -39,7 +39,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from .. import migrate
 from ..backend import (
     Backend,
     BatchRow,
@@ -50,6 +49,7 @@ from ..backend import (
     request_statements,
 )
 from ..errors import ConnectionProblem, JournalError, JournalNotFound, LockTimeout, ReadOnlyJournal
+from ..migrate import HEAD_REVISION, not_upgraded, revision_of
 from ..records import COLUMNS_SQL, StoredRow
 
 # Execution option marking a connection whose next BEGIN must be IMMEDIATE.
@@ -181,7 +181,7 @@ class SQLiteBackend(Backend):
                 ) from None
             raise ConnectionProblem(f"cannot read SQLite database {self.path}: "
                                     f"{_io_problem(exc, self.path)}") from None
-        if migrate.revision_of(self, tables, versions) is None:
+        if revision_of(self, tables, versions) is None:
             raise JournalNotFound(
                 f"SQLite database {self.path} holds no journal (no schema was written); "
                 "check the path, or create one with `gpu-credits db upgrade`"
@@ -277,9 +277,9 @@ class SQLiteBackend(Backend):
             tables, versions = self._look()
         except (OSError, sqlite3.Error):
             return  # the engine's own connection reports what stands in the way
-        current = migrate.revision_of(self, tables, versions)
-        if current is not None and current != migrate.HEAD_REVISION and self.unwritable():
-            raise ReadOnlyJournal(str(migrate.not_upgraded(self, current)))
+        current = revision_of(self, tables, versions)
+        if current is not None and current != HEAD_REVISION and self.unwritable():
+            raise ReadOnlyJournal(str(not_upgraded(self, current)))
 
     def unwritable(self) -> str | None:
         """A read-only file system or a file this user may not write (a folder it may not
