@@ -60,7 +60,12 @@ def _at_head(conn: Connection) -> bool:
     """Whether the database is at HEAD_REVISION, read without Alembic (False if unsure)."""
     try:
         with conn.begin():
-            rows = conn.execute(text("SELECT version_num FROM alembic_version")).all()
+            # Naming journal_head (a condition always true) fails where it is missing:
+            # another application's Alembic at a revision numbered like ours is then
+            # looked at whole, and refused.
+            rows = conn.execute(text(
+                "SELECT version_num FROM alembic_version "
+                "WHERE NOT EXISTS (SELECT 1 FROM journal_head WHERE 1 = 0)")).all()
     except DBAPIError:  # no such table yet: let Alembic say what it is
         return False
     return [tuple(row) for row in rows] == [(HEAD_REVISION,)]
@@ -117,12 +122,15 @@ def revision_of(backend: Backend, tables: Collection[str], versions: Sequence[st
             f"table, where a journal records one (this code's is {code_head()!r}): it was "
             "edited outside gpu-credits; restore the journal from a backup")
     current = versions[0]
+    missing = [t for t in ("events", "journal_head") if t not in ours]
+    if missing:
+        # Every revision of the journal has both (0001 made them): this is another
+        # application's Alembic, whose revisions may well be numbered like ours.
+        raise SchemaError(
+            f"{where} is at schema revision {current!r} of another application (it has "
+            f"no {' or '.join(missing)} table): not a gpu-credits journal; check the URL "
+            "(nothing was written)")
     if current != HEAD_REVISION and current not in known_revisions():
-        if "journal_head" not in ours:
-            raise SchemaError(
-                f"{where} is at schema revision {current!r} of another application (it has "
-                "no journal_head table): not a gpu-credits journal; check the URL "
-                "(nothing was written)")
         raise SchemaError(
             f"{where} is at schema revision {current!r}, which this code does not know "
             f"(its newest is {code_head()!r}): the database was upgraded by a newer "

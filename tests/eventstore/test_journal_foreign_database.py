@@ -129,3 +129,23 @@ def test_an_empty_file_is_still_made_a_journal(tmp_path: Path) -> None:
         Journal(f"sqlite:///{path}", read_only=True)
     with Journal(f"sqlite:///{path}") as journal:
         assert journal.head() == 0
+
+
+@pytest.mark.parametrize("revision", ["0003", "0006"])
+@pytest.mark.parametrize("opening", sorted(OPENINGS))
+def test_another_application_whose_revisions_are_numbered_like_ours_is_refused(
+        database_url: str, opening: str, revision: str) -> None:
+    # Alembic projects often number their revisions 0001, 0002...: such an application's
+    # database was taken for an old journal and "upgraded", the journal's tables added
+    # and its alembic_version overwritten; or, at 0006, opened as a journal.
+    _execute(database_url,
+             "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY);"
+             f"INSERT INTO alembic_version VALUES ('{revision}');"
+             "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    before = _state(database_url)
+    with pytest.raises(JournalError) as caught:
+        OPENINGS[opening](database_url)
+    message = str(caught.value)
+    assert f"'{revision}'" in message and "not a gpu-credits journal" in message
+    assert "\n" not in message
+    assert _state(database_url) == before
