@@ -100,6 +100,27 @@ def test_invalid_grants_are_422_and_append_nothing(client: TestClient,
     assert head(client) == 0
 
 
+@pytest.mark.parametrize(("path", "body", "said"), [
+    ("/v1/accounts/a/grants", '{"amount": 5.0}', "amount: Input should be a valid integer "
+     "(got 5.0)"),
+    ("/v1/accounts/a/grants", '{"amount": "5.00"}', "amount: Input should be a valid "
+     "integer (got '5.00')"),
+    ("/v1/accounts/a/usage", '{"amount": 0}', "amount: Input should be greater than 0 "
+     "(got 0)"),
+    ("/v1/jobs", '{"job": "j", "account": "a", "cost": 1e1, "priority": 1}',
+     "cost: Input should be a valid integer (got 10.0)"),
+    ("/v1/jobs/j/complete", '{"success": false, "refund_fraction": "0.5"}',
+     "refund_fraction: Input should be a valid number (got '0.5')"),
+])
+def test_a_refused_body_field_names_the_value_sent(client: TestClient, path: str, body: str,
+                                                   said: str) -> None:
+    """As import and `POST /v1/events` do (`amount must be an integer, got 5.0`): a
+    client that wrote 5.00 for an amount is told which value of its body was refused."""
+    answer = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert problem(answer, 422)["detail"] == said
+    assert head(client) == 0
+
+
 def test_usage_of_an_unknown_account_is_404(client: TestClient) -> None:
     problem(client.post("/v1/accounts/nobody/usage", json={"amount": 1}), 404)
     problem(client.get("/v1/accounts/nobody/balance"), 404)

@@ -43,6 +43,7 @@ from projections.errors import (
     UnknownAccount,
     UnknownJob,
 )
+from projections.validation import show
 from tools.render import one_line
 from tools.service.models import Problem
 
@@ -231,6 +232,13 @@ def _validation_detail(request: Request, exc: RequestValidationError) -> str:
             said += f" (got {sent}"
             valid = _query_range(request, str(loc[1]))
             said += f"; give {valid})" if valid else ")"
+        elif (loc[:1] == ("body",) and len(loc) > 1
+              and err.get("type") not in ("value_error", "extra_forbidden")
+              and isinstance(err.get("input"), int | float | str)):
+            # A field of the body: name the value refused, as import and POST /v1/events
+            # do (`5.0`, `'5.00'`), not only the rule it broke. A check of ours (a time)
+            # names it already; an unknown field is refused whatever its value.
+            said += f" (got {show(err['input'])})"
         parts.append(said)
     return "; ".join(parts) or "invalid request"
 
