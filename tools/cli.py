@@ -403,7 +403,26 @@ def _root(ctx: typer.Context, db: DbOption = None, _version: VersionOption = Fal
     said_once = _SaidOnce()
     checkpoint_log = logging.getLogger("projections.checkpoint")
     checkpoint_log.addFilter(said_once)
-    ctx.call_on_close(lambda: checkpoint_log.removeFilter(said_once))
+    # Said as every warning of the command line is: without a handler, logging's last
+    # resort printed it bare, without the `gpu-credits: warning:` a script watches for;
+    # not passed on as well (serve's own handler would say it a second time).
+    said_as_warning = _WarningLine(logging.WARNING)
+    checkpoint_log.addHandler(said_as_warning)
+    checkpoint_log.propagate = False
+
+    def detach() -> None:
+        checkpoint_log.removeFilter(said_once)
+        checkpoint_log.removeHandler(said_as_warning)
+        checkpoint_log.propagate = True
+
+    ctx.call_on_close(detach)
+
+
+class _WarningLine(logging.Handler):
+    """A log record said as one `gpu-credits: warning:` line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        render.warn(record.getMessage())
 
 
 class _SaidOnce(logging.Filter):
