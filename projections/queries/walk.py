@@ -10,7 +10,8 @@ import heapq
 from dataclasses import dataclass, field
 
 from eventstore import RecordedEvent
-from projections.creditbook import Batch, BatchKey, CreditBook, Expiry
+from projections.creditbook import Batch, BatchKey, CreditBook, Expiry, heap_name
+from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL
 from projections.ledger import AccountState, Ledger
 from projections.outcomes import Outcome
 from projections.owners import Named, event_account
@@ -157,7 +158,7 @@ class AccountWalk:
                 # Only `CreditBook.grant` makes a batch, and it always adds to what was
                 # granted (a grant, a manual credit, a refill): an event that granted
                 # nothing made no batch to index.
-                self._learn_batches(state)
+                self._learn_batches(state, rec)
             credits = rec.type == "grant" or (rec.type == "adjust"
                                               and int(rec.payload.get("amount", 0)) > 0)
             added = rec.payload.get("amount", 0) if credits and not outcome.anomaly \
@@ -168,20 +169,27 @@ class AccountWalk:
         return Step(rec, outcome, expired, refill, on_release, on_arrival,
                     refill_paid_debt=min(refill, owed), declared_before=declared_before)
 
-    def _learn_batches(self, state: AccountState) -> None:
-        """Index the batches the last event created. A new batch is pushed onto its pool's
-        heap, so it lies on the path from the heap's last slot to its root (nothing pops
-        after a grant within one event); a refill's batch is the account's own."""
-        candidates: list[Batch] = []
-        for heap in state.book.heaps.values():
-            i = len(heap) - 1
-            while i >= 0:
-                candidates.append(heap[i])
-                i = (i - 1) // 2 if i else -1
-        if state.refill_batch is not None:
-            candidates.append(state.refill_batch)
-        for batch in candidates:
+    def _learn_batches(self, state: AccountState, rec: RecordedEvent) -> None:
+        """Index the batch `rec` created, if it can expire: only a grant makes one (a manual
+        credit and a refill never expire). It is pushed onto the heap of its pool and
+        priority, so it lies on the path from that heap's last slot to its root (nothing
+        pops after a grant within one event). Only that heap is looked at: looking through
+        every heap at every grant made a statement quadratic in the account's pools."""
+        if rec.type != "grant":
+            return
+        pool = rec.payload.get("pool")
+        priority = rec.payload.get("priority", DEFAULT_GRANT_PRIORITY)
+        if not isinstance(priority, int):
+            return  # refused by the fold: no batch
+        policy = self.ledger.policy
+        if policy is not None:
+            priority = policy.grant_priority(priority)
+        heap = state.book.heaps.get(
+            heap_name(pool if isinstance(pool, str) else GENERAL, priority), [])
+        i = len(heap) - 1
+        while i >= 0:
+            batch = heap[i]
             if batch.expiry is not None and id(batch) not in self._known:
                 self._known[id(batch)] = batch
                 heapq.heappush(self._by_expiry, (batch.expiry, len(self._known), batch))
-
+            i = (i - 1) // 2 if i else -1
