@@ -335,6 +335,10 @@ def refuse_journal_file(out: Path, url: str) -> None:
                            "choose another --out")
 
 
+STDIO = Path("-")
+"""`-` as a FILE: stdin to read (import, reconcile, whatif), stdout to write (--out)."""
+
+
 @contextmanager
 def output_file(out: Path, *, force: bool) -> Iterator[TextIO]:
     """A new file at `out`, mode 0600; an existing one only with `force`.
@@ -752,7 +756,8 @@ def export(
     fmt: Annotated[str, typer.Option("--format", metavar="jsonl|csv",
                                      help="Output format.")] = "jsonl",
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE",
-                                             help="Write here instead of stdout.")] = None,
+                                             help="Write here instead of stdout ('-': "
+                                                  "stdout).")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite FILE if it exists (never the journal's own file).")
     ] = False,
@@ -773,6 +778,7 @@ def export(
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter(f"expected jsonl or csv, got {fmt!r}", param_hint="--format")
     write = importing.write_csv if fmt == "csv" else importing.write_jsonl
+    out = None if out == STDIO else out
     if out is not None:
         refuse_journal_file(out, database_url(ctx, db))
     # It writes out every event: every event's chain is checked first, not only the

@@ -16,7 +16,15 @@ import typer
 from eventstore import Anchor, ChainReport, JournalLike
 from projections import anchors, personal, signing
 from tools import render
-from tools.cli import CliError, DbOption, JsonOption, app, open_journal, output_file
+from tools.cli import (
+    STDIO,
+    CliError,
+    DbOption,
+    JsonOption,
+    app,
+    open_journal,
+    output_file,
+)
 
 
 def _read_file(path: Path, what: str) -> bytes:
@@ -34,7 +42,8 @@ def head(
         help="Write a statement of the head signed with this Ed25519 private key (PEM or "
              "OpenSSH).")] = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", metavar="FILE", help="With --sign: write the statement here.")] = None,
+        "--out", metavar="FILE",
+        help="With --sign: write the statement here ('-': stdout).")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="With --out: overwrite an existing file.")] = False,
     as_json: JsonOption = False,
@@ -48,6 +57,7 @@ def head(
     """
     if out is not None and sign is None:
         raise typer.BadParameter("--out goes with --sign KEY", param_hint="--out")
+    out = None if out == STDIO else out
     key = signing.load_private_key(_read_file(sign, "signing key")) if sign else None
     with open_journal(ctx, db) as journal:
         anchor = anchors.head_anchor(journal)

@@ -147,6 +147,21 @@ def _keys(tmp_path: Path, name: str, seed: int) -> tuple[Path, Path]:
     return private, public
 
 
+def test_out_dash_is_stdout_as_a_dash_is_stdin(run: Run, small: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import -`, `reconcile -` and `whatif --policy -` read stdin; `export --out -` and
+    `head --sign KEY --out -` wrote a file named `-` in the folder instead of stdout."""
+    private, _ = _keys(tmp_path, "auditor", 7)
+    monkeypatch.chdir(tmp_path)
+    exported = run("export", "--out", "-")
+    assert exported.exit_code == 0, exported.stderr
+    assert exported.stdout == run("export").stdout and exported.stdout
+    signed = run("head", "--sign", str(private), "--out", "-")
+    assert signed.exit_code == 0, signed.stderr
+    assert json.loads(signed.stdout)["position"] == 12
+    assert not (tmp_path / "-").exists()
+
+
 def test_signed_anchor_round_trip(run: Run, small: Path, tmp_path: Path, db: str) -> None:
     private, public = _keys(tmp_path, "auditor", 7)
     _, other = _keys(tmp_path, "other", 8)
