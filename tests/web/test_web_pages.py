@@ -203,6 +203,11 @@ def test_event_page_shows_fields_hash_and_what_it_changed(client: TestClient) ->
     assert client.get("/events/1_0").status_code == 422
     moved = client.get("/event?id=demo42-00980", follow_redirects=False)
     assert moved.status_code == 303 and moved.headers["location"] == f"/events/{LATE_GRANT}"
+    # No id at all is a bad parameter (422, naming it), not an event that is not there.
+    for path in ("/event", "/event?id="):
+        missing = client.get(path)
+        assert missing.status_code == 422 and "id" in missing.text, path
+    assert client.get("/event?id=nobody").status_code == 404
 
 
 def test_verify_runs_in_the_background_and_reports(client: TestClient) -> None:

@@ -322,8 +322,12 @@ def event_page(request: Request, position: str) -> HTMLResponse:
 @router.get("/event", response_model=None, dependencies=[takes("id")])
 def event_by_id(request: Request, id: str = "") -> Response:
     """`/event?id=...`: the page of the event recorded under that id."""
+    if not id:
+        # No id is a bad request, not an event that is not there.
+        return problem(request, 422, "Bad parameter",
+                       "id: give the id of a recorded event, /event?id=ID")
     source = source_of(request)
-    position = pages.event_position(source.journal, id) if id else None
+    position = pages.event_position(source.journal, id)
     if position is None:
         return problem(request, 404, "No such event", f"no event is recorded under id {id!r}")
     return RedirectResponse(f"/events/{position}", status_code=303)
