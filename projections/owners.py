@@ -106,14 +106,17 @@ def named_among(events: Iterable[RecordedEvent]) -> Named:
     return found.get
 
 
-def account_events(journal: JournalLike, account: str, *,
-                   to_position: int | None = None) -> list[RecordedEvent] | None:
+def account_events(journal: JournalLike, account: str, *, to_position: int | None = None,
+                   to_time: int | None = None) -> list[RecordedEvent] | None:
     """Every event recorded up to `to_position` that decides `account`'s figures, in
     canonical order: its stream (its own events, its jobs' events, voids of its grants,
     reversals of any of these), and the events of its jobs recorded before their submit
-    was known (kept in a stream `job:<id>` of their own). None when the stream holds an
-    event that belongs to another account's figures (a job event whose job it never
-    submitted before): then only a fold of the whole journal answers.
+    was known (kept in a stream `job:<id>` of their own). With `to_time`, only those
+    with event time <= `to_time`, and its reversals at any time (a reversal counts at
+    every event time): a statement that ends early reads no event after its end. None
+    when the stream holds an event that belongs to another account's figures (a job
+    event whose job it never submitted before): then only a fold of the whole journal
+    answers.
 
     The credit book partitions by account, so these fold to the account's figures
     without reading the rest of the journal: a statement costs the account's events,
@@ -126,7 +129,12 @@ def account_events(journal: JournalLike, account: str, *,
     """
     if not account:
         return []  # no account has an empty name (and the journal has no such stream)
-    own = list(journal.read(stream=account, to_position=to_position, order="canonical"))
+    own = list(journal.read(stream=account, to_position=to_position, to_time=to_time,
+                            order="canonical"))
+    if to_time is not None:
+        own.extend(rec for rec in journal.read(stream=account, to_position=to_position,
+                                               type="reverse", order="canonical")
+                   if rec.time > to_time)
     jobs = {job for rec in own if rec.type == "submit"
             and isinstance(job := rec.payload.get("job"), str)}
     early: list[RecordedEvent] = []

@@ -390,7 +390,7 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     if to_time is None and from_time is not None and from_time > to:
         to = from_time  # a statement from after the last event runs to its own start
     position = recorded_position(journal, as_known_at)
-    events = account_events(journal, account, to_position=position)
+    events = account_events(journal, account, to_position=position, to_time=to)
     own = None if events is None else own_jobs(journal, account, events, position)
     if own is None:  # the account's stream is not the whole story: fold the whole journal
         events = None

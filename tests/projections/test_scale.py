@@ -40,3 +40,45 @@ def test_a_statement_of_an_account_with_many_pools_walks_each_grant_once() -> No
 def test_an_explanation_of_an_account_with_many_pools_walks_each_grant_once() -> None:
     small, large = _walk_lines(100, explain_account), _walk_lines(400, explain_account)
     assert large < 5 * small, (small, large)
+
+
+def _consumes_journal(count: int) -> MemoryJournal:
+    """One account granted once, then `count` usage reports, one per time unit; the
+    report at time 3 is reversed at the very end."""
+    journal = MemoryJournal()
+    journal.append([NewEvent("g", "a", "grant", 0, {"account": "a", "amount": 10**6})])
+    journal.append([NewEvent(f"c{i}", "a", "consume", i, {"account": "a", "amount": 1})
+                    for i in range(1, count + 1)])
+    journal.append([NewEvent("r", "a", "reverse", count + 1,
+                             {"event": "c3", "reason": "sent twice"})])
+    return journal
+
+
+def _statement_reading(count: int) -> tuple[Any, int]:
+    """A statement of times 10 to 20 in a journal of `count` reports, and the events it
+    read."""
+    journal = _consumes_journal(count)
+    read = journal.read
+    rows = 0
+
+    def counted(**filters: Any) -> Any:
+        nonlocal rows
+        for rec in read(**filters):
+            rows += 1
+            yield rec
+
+    journal.read = counted  # type: ignore[method-assign]
+    return statement(journal, "a", from_time=10, to_time=20), rows
+
+
+def test_a_statement_of_a_short_window_reads_the_account_up_to_its_end_only() -> None:
+    # It read every event of the account, those after the window too, to find the
+    # reversals among them: a hundred lines of a long-lived account held all of it.
+    small, small_rows = _statement_reading(100)
+    large, large_rows = _statement_reading(2000)
+    assert [(line.event_id, line.balance, line.status) for line in large.lines] == \
+        [(line.event_id, line.balance, line.status) for line in small.lines]
+    assert large.opening == small.opening
+    assert large_rows <= small_rows, (small_rows, large_rows)
+    # The reversal recorded after the window still counts in it.
+    assert small.opening is not None and small.opening.balance == 10**6 - 8
