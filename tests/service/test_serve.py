@@ -62,3 +62,17 @@ def test_port_0_announces_the_port_it_got(tmp_path: Path) -> None:
         _, rest = process.communicate(timeout=60)
     assert process.returncode == 0, rest.decode()
     assert "stopped: 0 decisions committed" in rest.decode()
+
+
+def test_serve_help_shows_the_checkpoint_interval_the_service_uses() -> None:
+    # The default is shown as written in the option (the service's module is imported only
+    # once serve runs, to keep every other command's start-up light): it must stay the
+    # service's own.
+    import typer.main
+
+    from tools.cli import app
+    from tools.service.ledger import CHECKPOINT_EVERY
+
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    option = next(p for p in serve.params if p.name == "checkpoint_every")
+    assert option.show_default == str(CHECKPOINT_EVERY)
