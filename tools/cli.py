@@ -923,7 +923,7 @@ def revisions(
     as_json: JsonOption = False,
     db: DbOption = None,
 ) -> None:
-    """What late events changed: each outcome they revised, before and after."""
+    """What late events and reversals changed: each outcome they revised, before and after."""
     with open_journal(ctx, db, full_check=True) as journal:  # it replays every event
         with render.progress_bar("replaying") as progress:
             report = replay_journal(journal, progress=progress)
@@ -946,9 +946,9 @@ def revisions(
         render.print_table(render.revisions_table(rows))
     else:
         render.console().print(
-            "no revisions: no late event changed an outcome" if account is None else
-            f"no revisions of account {account!r}: no late event changed an outcome of its "
-            "events")
+            "no revisions: no late event or reversal changed an outcome" if account is None
+            else f"no revisions of account {account!r}: no late event or reversal changed an "
+            "outcome of its events")
 
 
 @app.command()

@@ -474,7 +474,7 @@ def audit_table(audit: Audit, run: DemoRun | None = None) -> Table:
         ("rejected submits", f"{audit.rejected:,}", "the account could not pay"),
         ("anomalies", f"{audit.anomalies:,}", "kept in the journal, no effect"),
         ("revisions by late events", f"{audit.revisions:,}",
-         "outcomes a late event changed: gpu-credits revisions"),
+         "outcomes a late event or reversal changed: gpu-credits revisions"),
     ]
     for what, value, note in rows:
         table.add_row(what, value, note)

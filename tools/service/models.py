@@ -357,7 +357,7 @@ def _fields_of(value: type[Any]) -> Callable[[type[_Model]], type[_Model]]:
 
 @_fields_of(Revision)
 class RevisionAnswer(Report):
-    """A late event changed what an earlier-reported event did."""
+    """A late event or a reversal changed what an earlier-reported event did."""
 
     late_time: int | None
     late_type: str | None

@@ -454,7 +454,7 @@ class _RevisionCache:
 
 
 @router.get("/revisions", response_model=RevisionsPage, responses=_ERRORS,
-            summary="What late events changed")
+            summary="What late events and reversals changed")
 def revisions(request: Request,
               after: Annotated[int, Query(ge=0, description="revisions already seen (the "
                                                             "`next` of the last page, or "
