@@ -709,7 +709,9 @@ class GroupCommit:
         _deliver(items, results)
 
     def _failed(self, items: list[_Item], exc: BaseException) -> None:
-        """The batch's transaction failed: nothing of it committed."""
+        """The batch's transaction failed: nothing of it committed, unless the connection
+        was lost with its COMMIT in flight (then it may have: the projection is rebuilt
+        from the journal either way, and a retry under the same key answers from there)."""
         from tools.service.batching import PositionsMoved
 
         self._recover(exc)
@@ -788,8 +790,11 @@ class GroupCommit:
         return False
 
     def _recover(self, exc: BaseException) -> None:
-        log.warning("batch failed, nothing of it committed: %s: %s", type(exc).__name__,
-                    one_line(str(exc))[:300])
+        # A lost connection's own words say whether the batch may have committed (its
+        # COMMIT was in flight): the log must not tell the operator it did not.
+        log.warning("batch failed%s: %s: %s",
+                    "" if isinstance(exc, ConnectionProblem) else ", nothing of it committed",
+                    type(exc).__name__, one_line(str(exc))[:300])
         try:
             self._reset()
         except BaseException as again:  # the database may still be away: retry later

@@ -1,0 +1,117 @@
+"""A TCP proxy in front of PostgreSQL that a test can make refuse, cut or stall."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+
+class DatabaseProxy:
+    """Forwards 127.0.0.1:`port` to the database; `down()` cuts every connection and
+    refuses new ones until `up()`; `stall()` forwards nothing (both ways) until `up()`."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.refusing = False
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.accepted = 0
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._closing = False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refusing or self._closing:
+                _close(client)
+                continue
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                _close(client)
+                continue
+            with self._lock:
+                self.accepted += 1
+                self._pairs.append((client, server))
+            for src, dst in ((client, server), (server, client)):
+                thread = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self.flowing.wait()
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        _close(dst)
+
+    def cut(self) -> None:
+        """Cut every connection forwarded so far (new ones are still let through)."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for client, server in pairs:
+            _close(client)
+            _close(server)
+
+    def down(self) -> None:
+        """The database goes away: every connection is cut, new ones are refused."""
+        self.refusing = True
+        self.cut()
+
+    def stall(self) -> None:
+        """The database answers nothing (connections stay open)."""
+        self.flowing.clear()
+
+    def up(self) -> None:
+        """The database is back."""
+        self.refusing = False
+        self.flowing.set()
+
+    def close(self) -> None:
+        """Stop accepting, cut everything and end the threads."""
+        self._closing = True
+        self.flowing.set()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        self.cut()
+        for thread in self._threads:
+            thread.join(10)
+
+
+@contextlib.contextmanager
+def proxied(url: str) -> Iterator[tuple[DatabaseProxy, str]]:
+    """A proxy in front of `url`'s server, and `url` through it."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    proxy = DatabaseProxy(u.host or "127.0.0.1", u.port or 5432)
+    try:
+        yield proxy, u.set(host="127.0.0.1", port=proxy.port).render_as_string(
+            hide_password=False)
+    finally:
+        proxy.close()
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
