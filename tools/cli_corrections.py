@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from eventstore import MemoryJournal
+from eventstore import ConnectionProblem, MemoryJournal
 from projections.corrections import Corrections
 from projections.outcomes import Outcome
 from projections.timefmt import format_time
@@ -71,7 +72,8 @@ _SHARED = tuple(inspect.signature(_shared_options, eval_str=True).parameters.val
 class Recording:
     """One recording command's shared options: where to write, the event's id and memo,
     and how to answer. `rehearsal`: the command runs on an empty journal in memory and
-    says nothing (`_rehearse_on_a_new_file`)."""
+    says nothing (`_rehearse_on_a_new_file`). `id_chosen`: the command chose `event_id`
+    itself (no --id was given)."""
 
     ctx: typer.Context
     memo: str | None
@@ -80,6 +82,7 @@ class Recording:
     as_json: bool
     allow_far_times: bool = False
     rehearsal: bool = False
+    id_chosen: bool = False
 
     @contextmanager
     def writer(self) -> Iterator[Corrections]:
@@ -93,7 +96,18 @@ class Recording:
             yield Corrections(MemoryJournal(), allow_far_times=self.allow_far_times)
             return
         with open_journal(self.ctx, self.db, write=True) as journal:
-            yield Corrections(journal, allow_far_times=self.allow_far_times)
+            try:
+                yield Corrections(journal, allow_far_times=self.allow_far_times)
+            except ConnectionProblem as exc:
+                if not self.id_chosen:
+                    raise
+                # The connection may have been lost with the COMMIT in flight: the error
+                # advises a retry under the same id, which the user never saw. Without
+                # it, running the command again records the decision a second time.
+                raise ConnectionProblem(
+                    f"{exc}; this command's event id was {self.event_id}: run it again "
+                    f"with --id {self.event_id} (it appends nothing if it was recorded)"
+                ) from exc
 
     def creates_a_file(self) -> bool:
         """Whether the journal is a SQLite file that does not exist yet."""
@@ -131,7 +145,12 @@ def _recording(*, far_times: bool = True, **settings: Any) -> Callable[[_Body], 
         @functools.wraps(body)
         def command(ctx: typer.Context, **values: Any) -> None:
             options = {p.name: values.pop(p.name) for p in shared}
-            rec = Recording(ctx, **options)
+            chosen = options["event_id"] is None
+            if chosen:
+                # Chosen here (as the facade would: 128 random bits), not by the facade,
+                # so an error that leaves the outcome unknown can name it for the retry.
+                options["event_id"] = os.urandom(16).hex()
+            rec = Recording(ctx, **options, id_chosen=chosen)
             if rec.creates_a_file():
                 _rehearse_on_a_new_file(body, rec, values)
             body(rec, **values)

@@ -10,7 +10,11 @@ from collections.abc import Iterator
 
 class DatabaseProxy:
     """Forwards 127.0.0.1:`port` to the database; `down()` cuts every connection and
-    refuses new ones until `up()`; `stall()` forwards nothing (both ways) until `up()`."""
+    refuses new ones until `up()`; `stall()` forwards nothing (both ways) until `up()`.
+
+    `lose_commit_after = b"INSERT INTO events"`: on the next connection that sends those
+    bytes, its following COMMIT reaches the server, and the server's answer is dropped
+    and the connection cut (`cuts` counts it): committed, and the client cannot know."""
 
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)
@@ -20,6 +24,8 @@ class DatabaseProxy:
         self.flowing = threading.Event()
         self.flowing.set()
         self.accepted = 0
+        self.lose_commit_after: bytes | None = None
+        self.cuts = 0
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._closing = False
@@ -43,12 +49,15 @@ class DatabaseProxy:
             with self._lock:
                 self.accepted += 1
                 self._pairs.append((client, server))
-            for src, dst in ((client, server), (server, client)):
-                thread = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
+            state = {"inserted": False, "committing": False}
+            for src, dst, up in ((client, server, True), (server, client, False)):
+                thread = threading.Thread(target=self._pump, args=(src, dst, state, up),
+                                          daemon=True)
                 thread.start()
                 self._threads.append(thread)
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, state: dict[str, bool],
+              up: bool) -> None:
         while True:
             try:
                 data = src.recv(65536)
@@ -57,6 +66,18 @@ class DatabaseProxy:
             if not data:
                 break
             self.flowing.wait()
+            marker = self.lose_commit_after
+            if up and marker is not None:
+                if marker in data:
+                    state["inserted"] = True
+                if state["inserted"] and b"COMMIT" in data:
+                    self.lose_commit_after = None
+                    state["committing"] = True
+            elif not up and state["committing"]:
+                # The server has committed and answered: the answer is lost.
+                self.cuts += 1
+                _close(src)
+                break
             try:
                 dst.sendall(data)
             except OSError:
