@@ -479,11 +479,14 @@ def revisions(request: Request,
         raise ServiceProblem(422, f"after: {after} is more than the {len(rows)} revision(s) "
                              f"so far: give 0 to {len(rows)} (the `next` or `seen` of the "
                              "last page)", slug="invalid")
-    indexed = list(enumerate(rows))[after:]
-    if account is not None:
-        indexed = [(i, r) for i, r in indexed if r["account"] == account]
-    page = indexed[:limit]
-    more = len(indexed) > limit
+    # Only the rows the page shows (and one more, to say whether more follow) are read:
+    # listing every revision first made paging through them cost the square of their
+    # number.
+    matching = (i for i in range(after, len(rows))
+                if account is None or rows[i]["account"] == account)
+    found = [(i, rows[i]) for i in itertools.islice(matching, limit + 1)]
+    page = found[:limit]
+    more = len(found) > limit
     following = page[-1][0] + 1 if more else None
     # At the end, `next` is none and a client filtering by account could not tell where
     # to ask again later: the revisions it skipped as other accounts' count in `after`.
