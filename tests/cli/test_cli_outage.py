@@ -9,7 +9,7 @@ from contract.kit import cli_runner
 
 from eventstore import Journal
 from eventstore.testing import open_journal
-from tests.service.db_proxy import proxied
+from tests.service.db_proxy import APPEND, proxied
 
 pytestmark = pytest.mark.postgres
 
@@ -24,7 +24,7 @@ def test_a_command_whose_commit_answer_was_lost_can_be_retried_without_recording
     open_journal(pg_fresh_url).close()
     with proxied(pg_fresh_url) as (proxy, url):
         run = cli_runner(url)
-        proxy.lose_commit_after = b"INSERT INTO events"
+        proxy.lose_commit_after = APPEND
         lost = run(*command)
         assert proxy.cuts == 1 and lost.exit_code == 2
         (line,) = lost.stderr.splitlines()

@@ -7,13 +7,21 @@ import socket
 import threading
 from collections.abc import Iterator
 
+#: What an append of events sends: the INSERT itself, or the statement the journal
+#: prepared for it (once per connection: the PREPARE is not an append).
+APPEND = (b"INSERT INTO events", b"EXECUTE gpu_credits_insert")
+
+
+def _appends(data: bytes, markers: tuple[bytes, ...]) -> bool:
+    return b"PREPARE " not in data and any(m in data for m in markers)
+
 
 class DatabaseProxy:
     """Forwards 127.0.0.1:`port` to the database; `down()` cuts every connection and
     refuses new ones until `up()`; `stall()` forwards nothing (both ways) until `up()`.
 
-    `lose_commit_after = b"INSERT INTO events"`: on the next connection that sends those
-    bytes, its following COMMIT reaches the server, and the server's answer is dropped
+    `lose_commit_after = APPEND`: on the next connection that sends those bytes (an
+    append of events), its following COMMIT reaches the server, and the server's answer is dropped
     and the connection cut (`cuts` counts it): committed, and the client cannot know."""
 
     def __init__(self, host: str, port: int) -> None:
@@ -24,7 +32,7 @@ class DatabaseProxy:
         self.flowing = threading.Event()
         self.flowing.set()
         self.accepted = 0
-        self.lose_commit_after: bytes | None = None
+        self.lose_commit_after: tuple[bytes, ...] | None = None
         self.cuts = 0
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -68,7 +76,7 @@ class DatabaseProxy:
             self.flowing.wait()
             marker = self.lose_commit_after
             if up and marker is not None:
-                if marker in data:
+                if _appends(data, marker):
                     state["inserted"] = True
                 if state["inserted"] and b"COMMIT" in data:
                     self.lose_commit_after = None

@@ -8,24 +8,19 @@ the answer to a COMMIT that did commit.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.engine import make_url
 
 from eventstore import Journal
 from eventstore.testing import open_journal
 from projections.replay import fold_canonical
-from tests.service.db_proxy import DatabaseProxy, proxied
+from tests.service.db_proxy import APPEND, DatabaseProxy, proxied
 from tools.service import create_app
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "concurrency"))
-from concurrency_kit import CommitCutter
 
 pytestmark = pytest.mark.postgres
 
@@ -101,26 +96,14 @@ def test_a_service_whose_catch_up_cannot_reach_the_database_is_ready_once_it_is_
         _agrees_with_a_fresh_fold(client, pg_fresh_url)
 
 
-@pytest.fixture
-def cutter(pg_fresh_url: str) -> Iterator[tuple[CommitCutter, str]]:
-    open_journal(pg_fresh_url).close()
-    u = make_url(pg_fresh_url)
-    proxy = CommitCutter(u.host or "127.0.0.1", u.port or 5432)
-    try:
-        yield proxy, u.set(host="127.0.0.1", port=proxy.port).render_as_string(
-            hide_password=False)
-    finally:
-        proxy.close()
-
-
 def test_a_decision_whose_commit_answer_was_lost_is_not_logged_as_uncommitted(
-    cutter: tuple[CommitCutter, str], pg_fresh_url: str, caplog: pytest.LogCaptureFixture,
+    outage: tuple[DatabaseProxy, str], pg_fresh_url: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    proxy, url = cutter
+    proxy, url = outage
     with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
         assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
                            ).status_code == 201
-        proxy.armed.set()
+        proxy.lose_commit_after = APPEND
         with caplog.at_level(logging.WARNING, logger="gpu_credits.service"):
             lost = client.post("/v1/accounts/a/grants", json={"amount": 7}, headers=_key("g"))
         assert proxy.cuts == 1 and lost.status_code == 503
@@ -134,4 +117,33 @@ def test_a_decision_whose_commit_answer_was_lost_is_not_logged_as_uncommitted(
         retry = client.post("/v1/accounts/a/grants", json={"amount": 7}, headers=_key("g"))
         assert retry.status_code == 201 and retry.json()["position"] == 2
         assert client.get("/v1/journal/head").json()["position"] == 2
+        _agrees_with_a_fresh_fold(client, pg_fresh_url)
+
+
+def test_decisions_of_a_batch_whose_commit_answer_was_lost_are_each_recorded_once(
+    outage: tuple[DatabaseProxy, str], pg_fresh_url: str,
+) -> None:
+    proxy, url = outage
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
+                           ).status_code == 201
+        proxy.lose_commit_after = APPEND
+        keys = [f"g{i}" for i in range(24)]
+
+        def grant(key: str) -> Any:
+            return client.post("/v1/accounts/a/grants", json={"amount": 1}, headers=_key(key))
+
+        with ThreadPoolExecutor(8) as pool:
+            first = dict(zip(keys, pool.map(grant, keys), strict=True))
+        assert proxy.cuts == 1
+        assert {r.status_code for r in first.values()} <= {201, 503}
+        assert any(r.status_code == 503 for r in first.values())
+        for key in keys:  # every client retries until answered; the answers agree
+            again = grant(key)
+            assert again.status_code == 201, again.text
+            if first[key].status_code == 201:
+                assert again.json() == first[key].json()
+        positions = [grant(key).json()["position"] for key in keys]
+        assert sorted(positions) == list(range(2, 2 + len(keys)))  # each once, no gap
+        assert client.get("/v1/accounts/a/balance").json()["balance"] == len(keys)
         _agrees_with_a_fresh_fold(client, pg_fresh_url)
