@@ -15,9 +15,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from eventstore import JournalLike, RecordedEvent, SnapshotInfo
+from eventstore.reading import ReadFilters
 from projections.bulk import paused_gc
 from projections.ledger import Ledger
 from projections.outcomes import Revision
@@ -65,21 +66,19 @@ class JournalView:
         """The underlying journal's URL."""
         return self._journal.url
 
-    def read(self, *, after_position: int = 0, to_position: int | None = None,
-             from_time: int | None = None, to_time: int | None = None,
-             stream: str | None = None, after: tuple[int, int] | None = None,
-             order: Any = "canonical", batch_size: int = 5000) -> Iterator[RecordedEvent]:
-        """The journal's events within the view."""
-        bound = to_position
+    def read(self, **filters: Unpack[ReadFilters]) -> Iterator[RecordedEvent]:
+        """The journal's events within the view (every filter the journal takes: one
+        the view spelt out itself went stale when the journal learnt another)."""
         if self.position is not None:
-            bound = self.position if to_position is None else min(to_position, self.position)
+            to_position = filters.get("to_position")
+            filters["to_position"] = (self.position if to_position is None
+                                      else min(to_position, self.position))
         if self.stream is not None:
+            stream = filters.get("stream")
             if stream is not None and stream != self.stream:
                 return iter(())
-            stream = self.stream
-        return self._journal.read(after_position=after_position, to_position=bound,
-                                  from_time=from_time, to_time=to_time, stream=stream,
-                                  after=after, order=order, batch_size=batch_size)
+            filters["stream"] = self.stream
+        return self._journal.read(**filters)
 
     def head(self) -> int:
         """The view's position (never past the journal's head)."""
