@@ -300,6 +300,11 @@ class Backend:
         """A clear journal error for a driver error, or None to let it through."""
         return None
 
+    def translate_read(self, exc: DBAPIError) -> JournalError | None:
+        """As `translate`, for an error of a connection that only read (in a read
+        transaction of its own): nothing of it can have been written."""
+        return self.translate(exc)
+
     #: Whether `append_at` may leave the check of recorded ids to the insert: the
     #: database refuses a recorded id with an error `recorded_id` recognises, and the
     #: refusal ends the transaction with nothing written.

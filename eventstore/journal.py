@@ -30,7 +30,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -368,13 +368,18 @@ class Journal(JournalBase):
                 yield tx._check()
             return
         self._check_open()
-        with (
-            self._errors(),
-            self._backend.guard(),
-            self._pooled() as conn,
-            self._backend.one_statement(conn) if one_statement else conn.begin(),
-        ):
-            yield conn
+        with self._errors(), self._backend.guard(), self._pooled() as conn:
+            try:
+                with self._backend.one_statement(conn) if one_statement else conn.begin():
+                    yield conn
+            except DBAPIError as exc:
+                # This connection only read: if it is the one lost, nothing is in doubt
+                # (a write of the caller's, on a connection of its own, was translated
+                # there already).
+                err = self._backend.translate_read(exc) if conn.invalidated else None
+                if err is None:
+                    raise
+                raise err from exc
 
     @contextmanager
     def _writing(

@@ -482,6 +482,17 @@ class PostgresBackend(Backend):
                 and isinstance(orig, psycopg.Error)
                 and orig.diag.constraint_name == _UNIQUE_EVENT_ID)
 
+    def translate_read(self, exc: DBAPIError) -> JournalError | None:
+        if exc.connection_invalidated:
+            # Lost while reading: no COMMIT of ours was in doubt, whatever the driver saw.
+            u = make_url(self.url)
+            orig = exc.orig
+            first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+            return ConnectionProblem(
+                f"lost the connection to PostgreSQL at {u.host or 'localhost'}:"
+                f"{u.port or 5432} while reading ({first}); nothing was written: run it again")
+        return self.translate(exc)
+
     def translate(self, exc: DBAPIError) -> JournalError | None:
         """Lock waits -> LockTimeout; unreachable server or lost connection ->
         ConnectionProblem; a full disk -> JournalError saying so."""

@@ -37,3 +37,20 @@ def test_a_command_whose_commit_answer_was_lost_can_be_retried_without_recording
         assert again.exit_code == 0, again.stderr
     with Journal(pg_fresh_url) as journal:
         assert journal.head() == 1 and journal.verify() is None
+
+
+@pytest.mark.parametrize("command", [["verify"], ["replay"], ["balance", "acme"]])
+def test_a_read_whose_connection_is_lost_says_nothing_was_written(
+    pg_fresh_url: str, command: list[str],
+) -> None:
+    run = cli_runner(pg_fresh_url)
+    assert run("grant", "acme", "5", "--at", "100").exit_code == 0
+    with proxied(pg_fresh_url) as (proxy, url):
+        proxy.cut_on = b"FROM events"
+        lost = cli_runner(url)(*command)
+        assert proxy.cuts == 1 and lost.exit_code == 2
+        (line,) = lost.stderr.splitlines()
+        # Not "it may or may not have committed: retry with the same event ids": a read
+        # commits nothing, and has no event ids.
+        assert "while reading" in line and "nothing was written" in line, line
+        assert cli_runner(url)(*command).exit_code == 0

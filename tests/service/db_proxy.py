@@ -22,7 +22,9 @@ class DatabaseProxy:
 
     `lose_commit_after = APPEND`: on the next connection that sends those bytes (an
     append of events), its following COMMIT reaches the server, and the server's answer is dropped
-    and the connection cut (`cuts` counts it): committed, and the client cannot know."""
+    and the connection cut (`cuts` counts it): committed, and the client cannot know.
+    `cut_on = b"..."`: the next connection that sends those bytes is cut before they reach
+    the server (`cuts` counts it)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)
@@ -33,6 +35,7 @@ class DatabaseProxy:
         self.flowing.set()
         self.accepted = 0
         self.lose_commit_after: tuple[bytes, ...] | None = None
+        self.cut_on: bytes | None = None
         self.cuts = 0
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -74,6 +77,11 @@ class DatabaseProxy:
             if not data:
                 break
             self.flowing.wait()
+            if up and self.cut_on is not None and self.cut_on in data:
+                self.cut_on = None
+                self.cuts += 1
+                _close(src)
+                break
             marker = self.lose_commit_after
             if up and marker is not None:
                 if _appends(data, marker):
