@@ -206,10 +206,17 @@ def test_revision_pages_walked_while_events_arrive_list_each_revision_once(
         events: list[Event], data: st.DataObject) -> None:
     """A walk of `GET /v1/revisions` (with or without `account`), each page `after` the
     last one's cursor, while late events, voids and reversals arrive between pages, lists
-    every revision of the whole list once, in its order."""
+    every revision of the whole list once, in its order; but for a job's step recorded
+    before its submit, whose revision has an account only once the submit is."""
     journal = MemoryJournal()
     with TestClient(create_app(journal, clock=lambda: 1_000, mount_web=False)) as client:
         batches = arrive(events, data)
+        # The steps (start, complete, cancel) that arrive before their job's submit: a
+        # revision of one has no account (null) until the submit is recorded.
+        arrived = {e["id"]: n for n, batch in enumerate(batches) for e in batch}
+        submitted = {e["job"]: arrived[e["id"]] for e in events if e["type"] == "submit"}
+        orphans = {e["id"] for e in events if e["type"] in ("start", "complete", "cancel")
+                   and submitted.get(e["job"], len(batches)) > arrived[e["id"]]}
         assert client.post("/v1/events", json={"events": batches.pop(0)}).status_code == 200
         account = data.draw(st.none() | st.sampled_from(
             sorted({e["account"] for e in events if e["type"] == "grant"})
@@ -235,7 +242,24 @@ def test_revision_pages_walked_while_events_arrive_list_each_revision_once(
             if at_end and not batches:
                 break
         every = client.get("/v1/revisions", params={"limit": 1000}).json()["revisions"]
-        assert got == [r for r in every if account is None or r["account"] == account]
+    expected = [r for r in every if account is None or r["account"] == account]
+    if account is None:
+        # Every revision once, in order; one of an orphan step as its account stood then.
+        assert [_but_account(r) for r in got] == [_but_account(r) for r in expected]
+        for seen, now in zip(got, expected, strict=True):
+            assert seen["account"] == now["account"] or (
+                seen["account"] is None and seen["event_id"] in orphans), (seen, now)
+    else:
+        # A walk of one account's pages passes an orphan step's revision while it has no
+        # account, and does not come back for it once its job's submit gives it one
+        # (docs/http.md): only those may be missing, and nothing else may differ.
+        missed = [r for r in expected if r not in got]
+        assert got == [r for r in expected if r not in missed]
+        assert all(r["event_id"] in orphans for r in missed), missed
+
+
+def _but_account(revision: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in revision.items() if k != "account"}
 
 
 @pytest.mark.parametrize("path", ["/v1/revisions", "/v1/journal"])
