@@ -66,6 +66,10 @@ def test_an_outage_is_a_503_to_retry_and_the_service_recovers_without_a_restart(
             answer = client.get(read)
             assert answer.status_code == 503 and answer.headers["Retry-After"] == "5", read
         assert client.get("/healthz").status_code == 200  # alive: no restart wanted
+        # Not ready, in readiness's own shape (a supervisor reads `status`), while the
+        # projection the failed batch left cannot be rebuilt.
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json() == {"status": "rebuilding"}, ready.text
         proxy.up()
         for _ in range(2):  # the retry records it; its repeat answers the same
             granted = client.post("/v1/accounts/a/grants", json={"amount": 7}, headers=_key("g"))

@@ -196,6 +196,8 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     @app.get("/readyz", response_model=Health, response_model_exclude_none=True,
              tags=["operations"], summary="Readiness",
              responses={503: {"model": Health, "description": "not caught up yet, "
+                                                             "rebuilding after a batch "
+                                                             "that did not commit, "
                                                              "stopping, or failed"}})
     def readyz() -> Any:
         """Ready once the projection has caught up with the journal."""
@@ -204,8 +206,14 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
         if not service.ready.is_set() or service.stopping:
             return JSONResponse({"status": "stopping" if service.stopping else "starting"},
                                 status_code=503)
+        try:
+            position = service.head()  # rebuilds a projection a failed batch left stale
+        except problems.Unavailable:
+            # The rebuild cannot read the journal (the database is away): not ready, said
+            # in readiness's own shape; the /v1 answers give the cause and Retry-After.
+            return JSONResponse({"status": "rebuilding"}, status_code=503)
         phases = service.writer.phases()
-        return {"status": "ready", "position": service.head(), "batches": phases.batches,
+        return {"status": "ready", "position": position, "batches": phases.batches,
                 "decisions": phases.decisions, "largest_batch": service.writer.largest_batch,
                 "linger_seconds": round(phases.linger, 6),
                 "decide_seconds": round(phases.decide, 6),
