@@ -12,16 +12,14 @@ It compares each answer with the fold's outcome and with what the worker was tol
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import random
-import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from multiprocessing.synchronize import Barrier, Event
@@ -443,98 +441,3 @@ def _next_job(accounts: dict[str, _Account], jobs: dict[str, _Job]) -> str | Non
         if best is None or key < best:
             best = key
     return None if best is None else best[3]
-
-
-# -- a TCP proxy that loses the answer to a COMMIT ---------------------------------------
-
-
-class CommitCutter:
-    """Forwards PostgreSQL connections; when armed, lets the next COMMIT reach the server,
-    waits for the server's answer, drops it and cuts the connection.
-
-    The client then cannot know whether its transaction committed (it did): the
-    situation a retry with the same event id exists for.
-    """
-
-    def __init__(self, host: str, port: int) -> None:
-        self.upstream = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.cuts = 0
-        self._closing = False
-        self._sockets: list[socket.socket] = []  # every forwarded connection's two ends
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self) -> None:
-        while not self._closing:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream)
-            self._sockets += [client, server]
-            state = {"commit_sent": False}
-            for thread in (
-                    threading.Thread(target=self._up, args=(client, server, state), daemon=True),
-                    threading.Thread(target=self._down, args=(server, client, state),
-                                     daemon=True)):
-                thread.start()
-                self._threads.append(thread)
-
-    def _up(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
-        for data in _chunks(client):
-            if self.armed.is_set() and data[:1] == b"Q" and b"COMMIT" in data:
-                self.armed.clear()
-                state["commit_sent"] = True
-            try:
-                server.sendall(data)
-            except OSError:
-                return
-        _close(server)
-
-    def _down(self, server: socket.socket, client: socket.socket,
-              state: dict[str, bool]) -> None:
-        for data in _chunks(server):
-            if state["commit_sent"]:
-                # The server has committed and answered: the answer is lost.
-                self.cuts += 1
-                _close(client)
-                _close(server)
-                return
-            try:
-                client.sendall(data)
-            except OSError:
-                return
-        _close(client)
-
-    def close(self) -> None:
-        """Stop accepting, cut every connection forwarded, and end the threads: a
-        listener closed alone leaves its thread blocked in accept() for the rest of the
-        test process, and each forwarded connection's two threads with it."""
-        self._closing = True
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
-        self.listener.close()
-        for sock in self._sockets:
-            _close(sock)
-        for thread in self._threads:
-            thread.join(10)
-
-
-def _chunks(sock: socket.socket) -> Iterator[bytes]:
-    while True:
-        try:
-            data = sock.recv(65536)
-        except OSError:
-            return
-        if not data:
-            return
-        yield data
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()

@@ -17,13 +17,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from concurrency_kit import CommitCutter
 from sqlalchemy.engine import make_url
 
 from eventstore import ConnectionProblem, IdempotencyConflict, Journal, NewEvent
 from eventstore.testing import open_journal
 from projections import GPUCreditTracker, Scheduler, UnknownAccount
 from projections.session import decision
+from tests.service.db_proxy import DatabaseProxy, proxied
 
 
 def _admin_dsn(url: str) -> str:
@@ -51,15 +51,10 @@ def _backend_pid(journal: Journal) -> int:
 
 
 @pytest.fixture
-def cutter(pg_fresh_url: str) -> Iterator[tuple[CommitCutter, str]]:
+def cutter(pg_fresh_url: str) -> Iterator[tuple[DatabaseProxy, str]]:
     """A proxy in front of the test's PostgreSQL schema, and the URL through it."""
-    u = make_url(pg_fresh_url)
-    proxy = CommitCutter(u.host or "127.0.0.1", u.port or 5432)
-    try:
-        yield proxy, u.set(host="127.0.0.1", port=proxy.port).render_as_string(
-            hide_password=False)
-    finally:
-        proxy.close()
+    with proxied(pg_fresh_url) as (proxy, url):
+        yield proxy, url
 
 
 def _one_line(exc: BaseException) -> str:
@@ -91,12 +86,12 @@ def test_backend_killed_after_the_append_was_sent_then_retry_appends_once(
 
 @pytest.mark.postgres
 def test_commit_answer_lost_then_retry_returns_the_original_record(
-    cutter: tuple[CommitCutter, str],
+    cutter: tuple[DatabaseProxy, str],
 ) -> None:
     proxy, url = cutter
     event = NewEvent("req-2", "acct", "consume", 5, {"account": "acct", "amount": 3})
     with Journal(url) as journal:
-        proxy.armed.set()
+        proxy.lose_commit_after = ()  # the next COMMIT's answer
         with pytest.raises(ConnectionProblem) as err:
             journal.append([event])
         _one_line(err.value)
@@ -111,7 +106,7 @@ def test_commit_answer_lost_then_retry_returns_the_original_record(
 
 @pytest.mark.postgres
 def test_facade_retries_after_a_lost_commit_answer_get_the_original_outcome(
-    cutter: tuple[CommitCutter, str],
+    cutter: tuple[DatabaseProxy, str],
 ) -> None:
     proxy, url = cutter
     scheduler = Scheduler(url, clock=lambda: 1000)
@@ -121,10 +116,10 @@ def test_facade_retries_after_a_lost_commit_answer_get_the_original_outcome(
     def lose_the_answer(facade: object, event_id: str, call: Callable[..., Any],
                         *args: object, live: bool = False) -> Any:
         # First attempt: committed, answer lost. Retry: the original answer.
-        proxy.armed.set()
+        proxy.lose_commit_after = ()  # the next COMMIT's answer
         with pytest.raises(ConnectionProblem), decision(facade, event_id=event_id, live=live):
             call(*args)
-        assert proxy.cuts and not proxy.armed.is_set()
+        assert proxy.cuts and proxy.lose_commit_after is None
         proxy.cuts = 0
         with decision(facade, event_id=event_id, live=live):
             return call(*args)

@@ -23,6 +23,8 @@ class DatabaseProxy:
     `lose_commit_after = APPEND`: on the next connection that sends those bytes (an
     append of events), its following COMMIT reaches the server, and the server's answer is dropped
     and the connection cut (`cuts` counts it): committed, and the client cannot know.
+    `lose_commit_after = ()`: the same for the next COMMIT sent, whatever came before it
+    (a retry that appends nothing commits too).
     `cut_on = b"..."`: the next connection that sends those bytes is cut before they reach
     the server (`cuts` counts it)."""
 
@@ -84,7 +86,7 @@ class DatabaseProxy:
                 break
             marker = self.lose_commit_after
             if up and marker is not None:
-                if _appends(data, marker):
+                if not marker or _appends(data, marker):
                     state["inserted"] = True
                 if state["inserted"] and b"COMMIT" in data:
                     self.lose_commit_after = None
