@@ -97,6 +97,29 @@ logging.getLogger("sqlalchemy.pool").addHandler(logging.NullHandler())
 logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
+#: libpq settings every connection gets unless the URL sets them itself. Without them a
+#: server that vanished (powered off, a network partition, a failover that left the old
+#: address silent) holds a statement in flight for the kernel's retransmission limit,
+#: about 15 minutes on Linux, with the service's writer and every client waiting on it.
+#: Keepalives find a silent peer under an idle or waiting connection within 30 + 3 x 10 s;
+#: `tcp_user_timeout` (ms) ends one whose sent data stays unacknowledged for 60 s. A
+#: server that is merely slow still acknowledges at the TCP level and is not cut off.
+CONNECTION_DEFAULTS: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+
+
+def connection_defaults(url: str) -> dict[str, int]:
+    """`CONNECTION_DEFAULTS` less what `url`'s query sets (the operator's choice wins)."""
+    given = make_url(url).query
+    return {k: v for k, v in CONNECTION_DEFAULTS.items() if k not in given}
+
+
 class PostgresBackend(Backend):
     """A PostgreSQL database through psycopg 3."""
 
@@ -108,13 +131,14 @@ class PostgresBackend(Backend):
     copy_from = 1000
 
     def create_engine(self) -> Engine:
-        """A pooled engine; connecting gives up after 10 s with a clear error.
+        """A pooled engine; connecting gives up after 10 s with a clear error, and a
+        server that vanished (see `CONNECTION_DEFAULTS`) is found within about a minute.
 
         Every connection bounds its lock waits (head row, advisory keys) by
         lock_timeout, set once per connection rather than per transaction: one
         round trip less on every append.
         """
-        engine = create_engine(self.url, connect_args={"connect_timeout": 10})
+        engine = create_engine(self.url, connect_args=connection_defaults(self.url))
         ms = max(1, int(self.lock_timeout * 1000))
         read_only = "SET default_transaction_read_only = on" if self.read_only else None
 

@@ -3,6 +3,7 @@ die (and SQLite's one writer)."""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -227,6 +228,35 @@ def test_a_backend_killed_while_connecting_is_one_clear_error(
         assert "\n" not in message and "PostgreSQL" in message
         event.remove(j._engine, "connect", kill_self)
         assert j.append([ev("b")])[0].position == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("query, idle", [("", 30), ("keepalives_idle=7", 7)])
+def test_a_connection_finds_a_vanished_server_within_a_minute_unless_the_url_says_otherwise(
+        pg_fresh_url: str, query: str, idle: int) -> None:
+    """The journal's connections carry TCP keepalives and a user timeout: a server gone
+    silent ends a statement in flight in about a minute, not the kernel's 15. What the
+    URL sets itself is kept."""
+    import socket
+
+    url = f"{pg_fresh_url}{'&' if '?' in pg_fresh_url else '?'}{query}" if query else pg_fresh_url
+    j = Journal(url)
+    try:
+        with j._engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            # A duplicate of the connection's descriptor: closing it leaves the connection's.
+            sock = socket.socket(fileno=os.dup(raw.pgconn.socket))
+            try:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == idle
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 60_000
+            finally:
+                sock.close()
+    finally:
+        j.close()
 
 
 def test_an_unreachable_server_is_one_clear_error() -> None:
