@@ -7,6 +7,7 @@ memory; both satisfy `JournalLike`.
 
 from .errors import (
     ChainBroken,
+    CommitOutcomeUnknown,
     ConnectionProblem,
     IdempotencyConflict,
     JournalError,
@@ -43,6 +44,7 @@ __all__ = [
     "Batch",
     "ChainBroken",
     "ChainReport",
+    "CommitOutcomeUnknown",
     "ConnectionProblem",
     "Erasure",
     "IdempotencyConflict",

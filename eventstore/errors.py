@@ -34,6 +34,12 @@ class ConnectionProblem(JournalError):
     """The database cannot be reached."""
 
 
+class CommitOutcomeUnknown(ConnectionProblem):
+    """The connection was lost during a transaction, its COMMIT perhaps in flight: it may
+    or may not have committed. Retry under the same event ids, which appends nothing if
+    it did."""
+
+
 class JournalNotFound(JournalError):
     """A journal opened with create=False (or read_only=True) does not exist.
 

@@ -65,6 +65,7 @@ from ..backend import (
     request_statements,
 )
 from ..errors import (
+    CommitOutcomeUnknown,
     ConnectionProblem,
     JournalError,
     LockOrderConflict,
@@ -554,7 +555,7 @@ class PostgresBackend(Backend):
             if exc.connection_invalidated:
                 # An established connection died (server restart, pg_terminate_backend,
                 # network): a COMMIT in flight may or may not have happened.
-                return ConnectionProblem(
+                return CommitOutcomeUnknown(
                     f"lost the connection to PostgreSQL at {u.host or 'localhost'}:"
                     f"{u.port or 5432} during a transaction ({first}); it may or may not "
                     "have committed: retry with the same event ids (appends are idempotent)"

@@ -8,6 +8,8 @@ the answer to a COMMIT that did commit.
 from __future__ import annotations
 
 import logging
+import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -122,6 +124,50 @@ def test_a_decision_whose_commit_answer_was_lost_is_not_logged_as_uncommitted(
         assert retry.status_code == 201 and retry.json()["position"] == 2
         assert client.get("/v1/journal/head").json()["position"] == 2
         _agrees_with_a_fresh_fold(client, pg_fresh_url)
+
+
+@pytest.mark.parametrize("ahead", [True, False], ids=["decided-ahead", "decided-in-line"])
+def test_a_keyless_write_whose_commit_answer_was_lost_names_the_key_that_retries_it_safely(
+    outage: tuple[DatabaseProxy, str], pg_fresh_url: str, ahead: bool,
+) -> None:
+    """Sent without a key, a grant whose COMMIT's answer was lost may be recorded: sent
+    again as it was, it would be recorded twice. The 503 names the event id it was given,
+    to send it again under, and no Retry-After (waiting does not make a resend safe)."""
+    proxy, url = outage
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
+                           ).status_code == 201
+        if not ahead:  # decided inside its transaction, as after another writer's append
+            client.app.state.ledger._defer_after = math.inf  # type: ignore[attr-defined]
+        proxy.lose_commit_after = APPEND
+        lost = client.post("/v1/accounts/a/grants", json={"amount": 7})
+        assert proxy.cuts == 1 and lost.status_code == 503
+        assert "retry-after" not in lost.headers
+        detail = lost.json()["detail"]
+        named = re.findall(r"Idempotency-Key: ([0-9a-f]{32})", detail)
+        assert named and "may or may not" in detail, detail
+        again = client.post("/v1/accounts/a/grants", json={"amount": 7}, headers=_key(named[0]))
+        assert again.status_code == 201, again.text
+        assert (again.json()["id"], again.json()["position"]) == (named[0], 2)
+        assert client.get("/v1/accounts/a/balance").json()["balance"] == 7
+        assert client.get("/v1/journal/head").json()["position"] == 2
+        _agrees_with_a_fresh_fold(client, pg_fresh_url)
+
+
+def test_a_keyless_start_whose_commit_answer_was_lost_names_the_job_it_may_have_started(
+    outage: tuple[DatabaseProxy, str],
+) -> None:
+    proxy, url = outage
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        client.post("/v1/accounts/a/grants", json={"amount": 9}, headers=_key("g"))
+        assert client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 1,
+                                              "priority": 1}).status_code == 201
+        proxy.lose_commit_after = APPEND
+        lost = client.post("/v1/jobs/start-next", json={})
+        assert proxy.cuts == 1 and lost.status_code == 503
+        assert "retry-after" not in lost.headers
+        assert "job 'j1'" in lost.json()["detail"], lost.json()["detail"]
+        assert client.get("/v1/jobs/j1").json()["state"] == "running"
 
 
 def test_decisions_of_a_batch_whose_commit_answer_was_lost_are_each_recorded_once(

@@ -64,6 +64,7 @@ from typing import Any, Protocol
 from sqlalchemy.exc import SQLAlchemyError
 
 from eventstore import (
+    CommitOutcomeUnknown,
     ConnectionProblem,
     IdempotencyConflict,
     JournalError,
@@ -226,6 +227,45 @@ def _answering_failed(items: Sequence[_Item], exc: BaseException) -> None:
                                   "Idempotency-Key answers it; do not retry it without one")
     with contextlib.suppress(BaseException):  # the answering itself may be what broke
         _deliver(waiting, [problem] * len(waiting))
+
+
+class DecidedThenLost(Exception):
+    """A batch decided in its transaction (`answers`, one per command) whose COMMIT was
+    then lost (`failure`): the answers say what each write was to record."""
+
+    def __init__(self, failure: CommitOutcomeUnknown, answers: Sequence[Any]) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+        self.answers = list(answers)
+
+
+def _told_when_lost(item: _Item, exc: BaseException, answer: Any) -> BaseException:
+    """What the caller of a write sent without a key is told when its COMMIT may have
+    been lost. The journal's words advise a retry under the same event ids, which that
+    caller never saw: sent again as it was, a grant or a usage report would be recorded
+    twice, a start would start another job. No Retry-After: waiting does not make that
+    resend safe."""
+    command = item.command
+    if not isinstance(exc, CommitOutcomeUnknown) or command.key is not None or (
+            getattr(command, "event_ids", None) is not None):
+        return exc  # a key, or records carrying their own ids: the retry advised is safe
+    lost = ("the connection to the database was lost with this write's COMMIT in flight: "
+            "it may or may not be recorded")
+    if isinstance(answer, dict) and isinstance(answer.get("id"), str):
+        key = answer["id"]
+        how = (f"it was to be recorded as event {key!r}: send it again with "
+               f"Idempotency-Key: {key} (that answers what was recorded, or records it "
+               "now), not without a key, which may record it twice")
+    elif isinstance(answer, dict) and "job" in answer and "state" not in answer:
+        how = (f"it was to start job {answer['job']!r}: look at that job before starting "
+               "another (a start sent again without a key starts the next job)")
+    elif isinstance(answer, dict) and "job" in answer:
+        how = (f"the state of job {answer['job']!r} says whether it was recorded (sent "
+               "again, it is refused if it was)")
+    else:
+        how = ("it was sent without an Idempotency-Key: look for it in the journal before "
+               "sending it again, which may record it twice")
+    return ServiceProblem(503, f"{lost}; {how}", slug="unavailable")
 
 
 def _settle(waiter: asyncio.Future[Any], outcome: Any) -> None:
@@ -683,14 +723,16 @@ class GroupCommit:
         deciding = time.perf_counter()
         try:
             outcome = self._run_batch([i.command for i in items], self._wait_ahead)
-        except BaseException as exc:
+        except BaseException as raised:
             self.decide_seconds += time.perf_counter() - deciding
+            exc, answers = ((raised.failure, raised.answers)
+                            if isinstance(raised, DecidedThenLost) else (raised, None))
             if self._ahead is not None and not self._settle_ahead():
                 # Decided on top of a batch that did not commit: decide it again, from
                 # the journal's state (the projection was rebuilt).
                 self._commit(items)
                 return
-            self._failed(items, exc)
+            self._failed(items, exc, answers)
             return
         self.decide_seconds += time.perf_counter() - deciding
         if isinstance(outcome, Prepared):
@@ -708,10 +750,12 @@ class GroupCommit:
         self._answered = next(self._numbers)
         _deliver(items, results)
 
-    def _failed(self, items: list[_Item], exc: BaseException) -> None:
+    def _failed(self, items: list[_Item], exc: BaseException,
+                answers: Sequence[Any] | None = None) -> None:
         """The batch's transaction failed: nothing of it committed, unless the connection
         was lost with its COMMIT in flight (then it may have: the projection is rebuilt
-        from the journal either way, and a retry under the same key answers from there)."""
+        from the journal either way, and a retry under the same key answers from there).
+        `answers`: what the batch had decided, where known."""
         from tools.service.batching import PositionsMoved
 
         self._recover(exc)
@@ -731,7 +775,9 @@ class GroupCommit:
             for item in items:
                 self._commit([item])
         else:
-            _deliver(items, [exc] * len(items))
+            decided = list(answers) if answers is not None else [None] * len(items)
+            _deliver(items, [_told_when_lost(item, exc, answer)
+                             for item, answer in zip(items, decided, strict=True)])
 
     def _write(self, items: list[_Item], prepared: Prepared) -> None:
         """Hand a prepared batch to the committer; its answers go out once it committed."""
@@ -786,7 +832,7 @@ class GroupCommit:
             # back the futures once the last batch is settled).
             ahead.delivered.wait()
             return True
-        self._failed(ahead.items, failure)
+        self._failed(ahead.items, failure, ahead.results)
         return False
 
     def _recover(self, exc: BaseException) -> None:

@@ -26,12 +26,18 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from eventstore import JournalLike, LookUp
+from eventstore import CommitOutcomeUnknown, JournalLike, LookUp
 from projections.ledger import Ledger
 from projections.session import LedgerSession, lock_key, open_journal, with_queue
 from tools.service.batching import BatchJournal, Deferred, PositionsMoved
 from tools.service.bindings import REQUEST_LOCK, Bound, named_by
-from tools.service.groupcommit import Command, GroupCommit, Prepared, run_commands
+from tools.service.groupcommit import (
+    Command,
+    DecidedThenLost,
+    GroupCommit,
+    Prepared,
+    run_commands,
+)
 from tools.service.problems import Unavailable, detail_of
 
 
@@ -555,25 +561,34 @@ class LedgerService:
 
     def _decide_batch(self, commands: Sequence[Command], defer: bool) -> list[Any]:
         session = self.session
+        answers: list[Any] | None = None
         with session.lock:
             # Keys from the projection as it stands: a key missed because the projection
             # was behind is taken during the batch by the session, which then decides on
             # fresh state.
             locks, keys, single = _locks_and_keys(commands, session.ledger)
-            with self.batching.batch(locks, keys, single) as found:
-                commands = _answering_bound(commands, found, self.journal)
-                # Under the keys: nothing of theirs can be missed now. (The head, asked
-                # with the keys' records, spares the read when nobody else wrote, the
-                # usual case.)
-                if self.batching.start_head() != session.projector.position:
-                    session.catch_up()
-                    # Another writer is active: deferred appends would likely find their
-                    # positions taken; write one decision at a time for a while.
-                    self._defer_after = _time.monotonic() + DEFER_PAUSE
-                    defer = False
-                self.batching.caught_up(session.projector.position, defer_appends=defer)
-                self._caught_up_at = _time.monotonic()
-                return run_commands(commands, self)
+            try:
+                with self.batching.batch(locks, keys, single) as found:
+                    commands = _answering_bound(commands, found, self.journal)
+                    # Under the keys: nothing of theirs can be missed now. (The head,
+                    # asked with the keys' records, spares the read when nobody else
+                    # wrote, the usual case.)
+                    if self.batching.start_head() != session.projector.position:
+                        session.catch_up()
+                        # Another writer is active: deferred appends would likely find
+                        # their positions taken; write one decision at a time for a while.
+                        self._defer_after = _time.monotonic() + DEFER_PAUSE
+                        defer = False
+                    self.batching.caught_up(session.projector.position, defer_appends=defer)
+                    self._caught_up_at = _time.monotonic()
+                    answers = run_commands(commands, self)
+            except CommitOutcomeUnknown as exc:
+                if answers is None:
+                    raise
+                # Decided, and the COMMIT's answer lost: the answers name what each write
+                # was to record, for its caller to retry under (`groupcommit._told_when_lost`).
+                raise DecidedThenLost(exc, answers) from exc
+            return answers
 
 
 def _locks_and_keys(commands: Sequence[Command], ledger: Ledger
