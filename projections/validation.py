@@ -79,7 +79,10 @@ def show(value: object) -> str:
         return f"{sign}an integer of about 2**{value.bit_length() - 1}"
     text = repr(value)
     if len(text) > _SHOWN_DIGITS * 2:
-        return f"{text[:_SHOWN_DIGITS]}... ({len(text)} characters)"
+        # A string's own length, not its spelling's (quotes and escapes): the count is
+        # compared with a limit in characters (a name of 201 beside "at most 200").
+        length = len(value) if isinstance(value, str) else len(text)
+        return f"{text[:_SHOWN_DIGITS]}... ({length} characters)"
     return text
 
 
