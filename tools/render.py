@@ -530,9 +530,23 @@ def statement_csv(st: Statement, out: TextIO) -> None:
             "" if line.position is None else line.position,
             line.event_id or "", line.type, line.status, line.change, line.balance,
             line.reserved, line.job or "", line.pool or "",
-            " ".join(f"{g}:{a}" for g, a in line.grants), line.debt_paid, line.debt_created,
+            grants_cell(line.grants), line.debt_paid, line.debt_created,
             _statement_detail(line),
         ])
+
+
+_QUOTED_ID = re.compile(r"[ \"'\\]")
+"""What makes a grant id in a `grants` cell a JSON string: a space separates the pairs,
+and a quote or a backslash would be read as quoting by a shell-style split."""
+
+
+def grants_cell(grants: Sequence[tuple[str, int]]) -> str:
+    """A statement line's `grants` as one cell: `grant:credits` pairs separated by spaces.
+    An id is any printable text, so one holding a space, a quote or a backslash is written
+    as a JSON string (`"PO 4411":500`), which a shell-style split (Python's
+    `shlex.split`) reads back as it was; the credits follow the last colon."""
+    return " ".join(f"{json.dumps(g, ensure_ascii=False) if _QUOTED_ID.search(g) else g}:{a}"
+                    for g, a in grants)
 
 
 def _statement_detail(line: StatementLine) -> str:

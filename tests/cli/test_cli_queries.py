@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,30 @@ def test_statement_shows_memos_in_table_and_csv(run: Run, tmp_path: Path) -> Non
     assert "memo: PO 4411" in table.stdout and "memo: run 17" in table.stdout
     rows = list(csv.DictReader(io.StringIO(run("statement", "m", "--csv").stdout)))
     assert [r["detail"].partition("; memo: ")[2] for r in rows] == ["PO 4411", "run 17", ""]
+
+
+def _grant_pairs(cell: str) -> list[tuple[str, int]]:
+    """The `grants` cell read as documented: space-separated `grant:credits`, a grant id
+    holding a space, a quote or a backslash written as a JSON string (which a shell-style
+    split reads back)."""
+    return [(grant, int(credits))
+            for grant, _, credits in (pair.rpartition(":") for pair in shlex.split(cell))]
+
+
+def test_statement_csv_grants_read_back_whatever_the_grant_ids(run: Run,
+                                                               tmp_path: Path) -> None:
+    # Grant ids are printable text: a space, a colon or a quote in one must not make the
+    # cell read as other grants than those that paid.
+    ids = ["PO 4411", "a:b", '"q"', "it's", "a\\b", "plain", "x \\ y"]
+    for expiry, grant_id in enumerate(ids, 10):
+        assert run("grant", "g", "10", "--at", "0", "--expiry", str(expiry),
+                   "--id", grant_id).exit_code == 0
+    assert run("consume", "g", "65", "--at", "1").exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(run("statement", "g", "--csv").stdout)))
+    assert _grant_pairs(rows[-1]["grants"]) == [
+        ("PO 4411", 10), ("a:b", 10), ('"q"', 10), ("it's", 10), ("a\\b", 10),
+        ("plain", 10), ("x \\ y", 5)]
+    assert rows[-1]["grants"].startswith('"PO 4411":10 a:b:10 ')
 
 
 def test_statement_from_after_the_last_event_opens_with_the_balance_then(
