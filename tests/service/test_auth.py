@@ -332,6 +332,26 @@ def test_the_list_of_operations_is_the_documents(secured: TestClient) -> None:
     assert listed == documented
 
 
+def test_the_document_gives_refusals_as_they_are_sent(secured: TestClient) -> None:
+    """A client generated from the document expects what the service sends: a problem
+    in `application/problem+json` (never `application/json`), and the challenge of a
+    `401` and a `403` in `WWW-Authenticate`."""
+    paths = secured.get("/openapi.json").json()["paths"]
+    refusals = 0
+    for template, operations in paths.items():
+        for operation in operations.values():
+            for status, answer in operation["responses"].items():
+                if status.startswith("2") or not template.startswith("/v1"):
+                    continue
+                assert set(answer["content"]) == {"application/problem+json"}, status
+                schema = answer["content"]["application/problem+json"]["schema"]
+                assert schema["$ref"].endswith("/Problem"), status
+                if status in ("401", "403"):
+                    refusals += 1
+                    assert "WWW-Authenticate" in answer["headers"], status
+    assert refusals > 0
+
+
 def _is_problem(answer: Any, status: int, slug: str) -> None:
     assert answer.status_code == status, answer.text
     assert answer.headers["content-type"] == "application/problem+json"
@@ -362,6 +382,8 @@ def test_a_role_that_may_not_is_403_whatever_the_body(
             _is_problem(answer, 403, "forbidden")
             assert answer.json()["detail"] == (
                 f"role {role!r} may not do this; it needs {' or '.join(roles)}")
+            # RFC 6750, 3: a token that does not enable access gets a challenge too.
+            assert answer.headers["www-authenticate"] == 'Bearer error="insufficient_scope"'
     for role in roles:  # one that may is told what is wrong with the body
         answer = secured.request(method, path, content=b"{oops",
                                  headers={**BROKEN, **bearer(role)})

@@ -219,8 +219,12 @@ class Authority:
         """A 403 problem unless `role` is one of `roles`."""
         allowed = tuple(roles)
         if role not in allowed:
+            # RFC 6750, 3: a token that does not enable access is answered with a
+            # challenge, as a missing or unknown one is.
             raise ServiceProblem(403, f"role {role!r} may not do this; it needs "
-                                 f"{' or '.join(allowed)}", slug="forbidden")
+                                 f"{' or '.join(allowed)}", slug="forbidden",
+                                 headers={"WWW-Authenticate":
+                                          'Bearer error="insufficient_scope"'})
 
 
 READ = ROLES

@@ -158,11 +158,45 @@ def problem_body(status: int, detail: str, slug: str | None = None,
     return body
 
 
+CHALLENGES = {
+    401: "`Bearer` (no token), or `Bearer error=\"invalid_token\"` (one not configured)",
+    403: "`Bearer error=\"insufficient_scope\"`: the token's role may not do this",
+}
+"""The `WWW-Authenticate` of each refusal of a token (RFC 6750, 3), as documented."""
+
+
 def documented(answers: Sequence[tuple[int, str]]) -> dict[int | str, dict[str, Any]]:
     """A router's `responses` for the OpenAPI document: each status, with why it is
-    answered, as a `Problem` in `application/problem+json`."""
-    return {status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}}}
+    answered, as a `Problem` in `application/problem+json` (see `_problems_as_sent`),
+    a refused token's with its `WWW-Authenticate`."""
+    return {status: {"model": Problem, "description": why, "content": {PROBLEM_JSON: {}},
+                     **({"headers": {"WWW-Authenticate": {
+                         "description": CHALLENGES[status],
+                         "schema": {"type": "string"}}}} if status in CHALLENGES else {})}
             for status, why in answers}
+
+
+def _problems_as_sent(app: FastAPI) -> None:
+    """FastAPI puts the schema of a response's `model` under the route's own media type
+    (`application/json`) whatever `content` names: the document said a problem came as
+    `application/json`, with no schema for the `application/problem+json` it comes as.
+    Here the schema moves to the type that is sent."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = plain()
+            for operations in doc.get("paths", {}).values():
+                for operation in operations.values():
+                    for answer in (operation.get("responses") or {}).values() \
+                            if isinstance(operation, dict) else ():
+                        content = answer.get("content") or {}
+                        if PROBLEM_JSON in content and "application/json" in content:
+                            content[PROBLEM_JSON] = content.pop("application/json")
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def problem_response(status: int, detail: str, *, slug: str | None = None,
@@ -332,6 +366,7 @@ def install(app: FastAPI) -> None:
     async def on_domain(_: Request, exc: Exception) -> JSONResponse:
         return from_exception(exc)
 
+    _problems_as_sent(app)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     for kind in (ServiceProblem, LookupError, ValueError, JournalError, SQLAlchemyError,
