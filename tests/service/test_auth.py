@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from tests.service.conftest import TOKENS, bearer
 from tools.cli_serve import is_loopback
 from tools.service.auth import Authority, load_tokens, parse_tokens
+from tools.service.problems import ServiceProblem
 
 GRANT = ("/v1/accounts/a/grants", {"amount": 5, "time": 1})
 USAGE = ("/v1/accounts/a/usage", {"amount": 1, "time": 2})
@@ -63,6 +64,21 @@ def test_token_files() -> None:
     assert authority.role_of("bbbbbbbbbbbbbbbb") == "finance"
     assert authority.role_of("bbbbbbbbbbbbbbbc") is None
     assert authority.role_of("") is None
+
+
+@pytest.mark.parametrize("header", [
+    "Bearer \xa0aaaaaaaaaaaaaaaa", "Bearer aaaaaaaaaaaaaaaa\x85", "Bearer \taaaaaaaaaaaaaaaa",
+    "Bearer aaaaaaaaaaaaaaaa\x0b", "Bearer \x1caaaaaaaaaaaaaaaa", "Bearer aaaaaaaaaaaaaaaa\u3000",
+])
+def test_only_spaces_and_tabs_are_blanks_around_a_token(header: str) -> None:
+    """Blanks around the token are spaces (and tabs after it), as RFC 6750 and 9110
+    write them: a header's other bytes (read as Latin-1: a no-break space, NEL) are
+    part of what was sent, which is then not the token."""
+    authority = Authority(parse_tokens("auditor:aaaaaaaaaaaaaaaa", "f"))
+    assert authority.identify("Bearer  aaaaaaaaaaaaaaaa \t") == "auditor"
+    with pytest.raises(ServiceProblem) as refused:
+        authority.identify(header)
+    assert refused.value.status == 401
 
 
 def test_a_tokens_file_saved_with_a_byte_order_mark_is_read(tmp_path: Any) -> None:

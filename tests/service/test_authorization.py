@@ -74,6 +74,7 @@ UNKNOWN = {
     "another scheme": f"Token {AUDITOR}",
     "basic": "Basic " + base64.b64encode(f"auditor:{AUDITOR}".encode()).decode(),
     "a tab after the scheme": f"Bearer\t{AUDITOR}",
+    "a space and a tab after the scheme": f"Bearer \t{AUDITOR}",
     "the token in another case": f"Bearer {AUDITOR.upper()}",
     "a prefix of the token": f"Bearer {AUDITOR[:-1]}",
     "the token and more": f"Bearer {AUDITOR}x",

@@ -169,6 +169,20 @@ def exposure(path: str) -> str | None:
             f"writes it can add one; chmod 600 {path}")
 
 
+def bearer_token(header: str) -> str | None:
+    """The token of an `Authorization` header (`Bearer`, in any case, one or more spaces,
+    the token, blanks after it), or None when it names no bearer token.
+
+    Only spaces and tabs are blanks (RFC 6750, 2.1; RFC 9110, 5.6.3): `str.strip` also
+    took a no-break space or NEL (bytes a header may hold, read as Latin-1) as blanks, so
+    a token with them around it was taken for the token."""
+    scheme, _, rest = header.partition(" ")
+    presented = rest.lstrip(" ").rstrip(" \t")
+    if scheme.lower() != "bearer" or not presented:
+        return None
+    return presented
+
+
 class Authority:
     """Checks a request's bearer token against the configured ones."""
 
@@ -202,12 +216,12 @@ class Authority:
     def identify(self, header: str) -> str:
         """The role of an `Authorization` header's bearer token; a 401 problem when there
         is none or it is not known."""
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not presented.strip():
+        presented = bearer_token(header)
+        if presented is None:
             raise ServiceProblem(401, "this service needs a bearer token: "
                                  "Authorization: Bearer TOKEN", slug="unauthorized",
                                  headers={"WWW-Authenticate": "Bearer"})
-        role = self.role_of(presented.strip())
+        role = self.role_of(presented)
         if role is None:
             raise ServiceProblem(401, "the bearer token is not one this service knows",
                                  slug="unauthorized",

@@ -35,7 +35,7 @@ from projections.ledger import Ledger
 from projections.session import LedgerSession
 from projections.validation import loads_strict
 from tools.service import commands, writes
-from tools.service.auth import FINANCE, READ, WORKER, Authority
+from tools.service.auth import FINANCE, READ, WORKER, Authority, bearer_token
 from tools.service.ledger import STALE, Busy, LedgerService
 from tools.service.models import BalanceAnswer, EventsAnswer, EventsBody, UsageAnswer, UsageBody
 from tools.service.problems import from_exception
@@ -132,10 +132,10 @@ def _role(scope: Scope, authority: Authority, roles: tuple[str, ...]) -> None:
     raw = _header(scope, b"authorization")
     if raw is None:
         raise _Fallback
-    scheme, _, presented = raw.decode("latin-1").partition(" ")
-    if scheme.lower() != "bearer" or not presented.strip():
+    presented = bearer_token(raw.decode("latin-1"))
+    if presented is None:
         raise _Fallback
-    role = authority.role_of(presented.strip())
+    role = authority.role_of(presented)
     if role is None or role not in roles:
         raise _Fallback
     scope.setdefault("state", {})["role"] = role
