@@ -18,12 +18,17 @@ LOCAL = ("127.0.0.1:8000", "localhost:8000", "localhost", "LOCALHOST.", "[::1]:8
          "127.5.6.7")
 FOREIGN = ("evil.example:8000", "evil.example", "127.0.0.1.evil.example:8000",
            "localhost.evil.example", "10.0.0.1:8000", "[2001:db8::1]:8000", "0.0.0.0:8000",
-           "")
+           "", "[::1]evil.example", "[::1].evil.example:8000", "[::1]:8000.evil.example",
+           "127.0.0.1:evil.example")
 
 
 @pytest.mark.parametrize(("value", "name"), [
     ("localhost:8000", "localhost"), ("localhost.", "localhost"), ("[::1]:80", "[::1]"),
     ("[::1]", "[::1]"), ("::1", "::1"), ("127.0.0.1", "127.0.0.1"), ("a.b:1", "a.b"),
+    ("localhost:", "localhost"),
+    # Not a name and a port: the value as it is, which is no loopback name.
+    ("[::1]evil.example", "[::1]evil.example"), ("[::1]:80.evil", "[::1]:80.evil"),
+    ("127.0.0.1:evil", "127.0.0.1:evil"),
 ])
 def test_a_host_header_s_name_is_read_without_its_port(value: str, name: str) -> None:
     assert host_name(value) == name

@@ -22,12 +22,28 @@ LOOPBACK_NAMES = "localhost, 127.0.0.1 (any of 127.0.0.0/8) or [::1]"
 
 def host_name(value: str) -> str:
     """The name or address of a `Host` header's value, its port dropped (`[::1]:80` is
-    `[::1]`, `localhost.` is `localhost`)."""
+    `[::1]`, `localhost.` is `localhost`). A value that is not a name and a port
+    (`[::1]evil.example`, `127.0.0.1:evil`) is given back whole: it names no loopback
+    host, where taking its first part read `[::1]evil.example` as `[::1]`."""
     if value.startswith("["):
         end = value.find("]")
-        return value[:end + 1] if end > 0 else value
-    name = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+        if end < 0 or not _is_port(value[end + 1:]):
+            return value
+        return value[:end + 1]
+    if value.count(":") == 1:
+        name, port = value.split(":")
+        if not _is_port(":" + port):
+            return value
+    else:
+        name = value
     return name.rstrip(".") or name
+
+
+def _is_port(rest: str) -> bool:
+    """Whether what follows a host is nothing or `:` and a port (RFC 3986: digits, or
+    none)."""
+    return rest == "" or (rest.startswith(":") and (rest[1:] == "" or (
+        rest[1:].isascii() and rest[1:].isdigit())))
 
 
 class LoopbackHosts:
