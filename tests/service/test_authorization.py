@@ -170,6 +170,28 @@ def test_each_caller_gets_what_the_rule_says(app_client: TestClient, method: str
             _refused(answer, 403, header)
 
 
+@pytest.mark.parametrize(("method", "path"), sorted(RULES))
+def test_two_authorization_headers_are_refused_as_ambiguous(
+        app_client: TestClient, method: str, path: str) -> None:
+    """Which of two would count depends on who reads them (a proxy may take the last):
+    refused (RFC 6750, 3.1: `invalid_request`), as a Content-Type sent twice is."""
+    rule = RULES[(method, path)]
+    for first, second in (("finance", "auditor"), ("auditor", "finance"),
+                          ("worker", "worker")):
+        headers = [("Authorization", GOOD[first]), ("Authorization", GOOD[second])]
+        if method == "POST":
+            answer = app_client.post(_concrete(path), json={}, headers=headers)
+        else:
+            answer = app_client.request(method, _concrete(path), headers=headers)
+        if rule == OPEN:
+            assert answer.status_code not in (400, 401, 403), (first, second, answer.text)
+            continue
+        _refused(answer, 400, None)
+        assert answer.headers["www-authenticate"] == 'Bearer error="invalid_request"'
+        if method != "HEAD":
+            assert "one Authorization header" in answer.json()["detail"]
+
+
 @pytest.mark.parametrize("path", sorted({path for (_, path), rule in RULES.items()
                                          if rule != OPEN}))
 def test_other_methods_and_a_trailing_slash_show_nothing_without_a_token(

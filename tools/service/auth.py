@@ -169,6 +169,23 @@ def exposure(path: str) -> str | None:
             f"writes it can add one; chmod 600 {path}")
 
 
+def authorization(headers: Headers) -> str:
+    """The request's `Authorization` header ("" without one); a 400 problem when it is
+    sent more than once.
+
+    Which of two would count depends on who reads them (Starlette takes the first, a
+    proxy in front may take the last or join them): the service took the first, so a
+    request carrying one role's token to a proxy was another role's here. RFC 6750 (3.1)
+    answers a request that uses more than one way to send a token `invalid_request`."""
+    values = headers.getlist("authorization")
+    if len(values) > 1:
+        raise ServiceProblem(400, f"the request sends {len(values)} Authorization headers; "
+                             "send one Authorization header: Authorization: Bearer TOKEN",
+                             slug="invalid-authorization",
+                             headers={"WWW-Authenticate": 'Bearer error="invalid_request"'})
+    return values[0] if values else ""
+
+
 def bearer_token(header: str) -> str | None:
     """The token of an `Authorization` header (`Bearer`, in any case, one or more spaces,
     the token, blanks after it), or None when it names no bearer token.
@@ -207,7 +224,7 @@ class Authority:
         """The caller's role if it is one of `roles`; 401 / 403 problems otherwise."""
         if not self.enabled:
             return None
-        role = self.identify(request.headers.get("authorization", ""))
+        role = self.identify(authorization(request.headers))
         # Known before it is checked: the access log names who tried a forbidden call.
         request.state.role = role
         self.permit(role, roles)
@@ -324,7 +341,7 @@ class Gate:
         await self.app(scope, receive, send)
 
     def _decide(self, scope: Scope) -> None:
-        role = self.authority.identify(Headers(scope=scope).get("authorization", ""))
+        role = self.authority.identify(authorization(Headers(scope=scope)))
         # Before the role is checked: the access log names who tried a forbidden call.
         scope.setdefault("state", {})["role"] = role
         method, path = scope["method"], scope["path"]

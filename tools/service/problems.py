@@ -159,6 +159,7 @@ def problem_body(status: int, detail: str, slug: str | None = None,
 
 
 CHALLENGES = {
+    400: "`Bearer error=\"invalid_request\"`: `Authorization` sent more than once",
     401: "`Bearer` (no token), or `Bearer error=\"invalid_token\"` (one not configured)",
     403: "`Bearer error=\"insufficient_scope\"`: the token's role may not do this",
 }

@@ -58,6 +58,7 @@ T = TypeVar("T")
 router = APIRouter(prefix="/v1", dependencies=[Depends(needs(READ))])
 
 _ERRORS = documented([
+    (400, "`Authorization` sent more than once (when tokens are configured)"),
     (401, "no or unknown bearer token (when tokens are configured)"),
     (404, "unknown account or job"),
     (422, "invalid parameters"),

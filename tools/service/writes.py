@@ -57,6 +57,7 @@ IdempotencyKey = Annotated[str | None, Header(
                 "nothing appended; another body: 409)")]
 
 _ERRORS = documented([
+    (400, "`Authorization` sent more than once (when tokens are configured)"),
     (401, "no or unknown bearer token (when tokens are configured)"),
     (403, "the token's role may not do this"),
     (404, "unknown account or job"),
