@@ -186,6 +186,45 @@ def test_an_entry_without_a_role_does_not_show_the_token() -> None:
     assert "w0rker" not in str(refused.value)
 
 
+@pytest.mark.parametrize("entry", ["s3cr:et-token-value-0123", "pass:w0rd-0123456789ab",
+                                   "Xq9-z:w0rd-0123456789ab"])
+def test_an_entry_whose_token_holds_a_colon_does_not_show_its_start(entry: str) -> None:
+    """Without its role, what stands before a token's own colon is the token's start: not
+    shown, however short."""
+    with pytest.raises(ValueError, match="ROLE one of worker, finance, auditor") as refused:
+        parse_tokens(entry + "\n", "f")
+    assert entry.split(":")[0] not in str(refused.value)
+
+
+@pytest.mark.parametrize(("entry", "role", "meant"), [
+    ("wroker:worker-token-0123456789", "wroker", "worker"),
+    ("Finance:finance-token-0123456789", "Finance", "finance"),
+    ("auditors:auditor-token-0123456789", "auditors", "auditor"),
+])
+def test_a_misspelt_role_is_named_with_the_one_meant(entry: str, role: str,
+                                                      meant: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_tokens(entry, "f")
+    assert f"got role {role!r}" in str(refused.value)
+    assert f"did you mean {meant!r}?" in str(refused.value)
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ("worker:worker-token-0123456789  # the CI runner", "holds a space"),
+    ("worker:worker-token", "12 characters"),
+    ("worker:worker-token-\x7f0123456789", "character 14 is not printable ASCII"),
+    ("worker:worker-token-\u00e90123456789", "character 14 is not printable ASCII"),
+])
+def test_a_malformed_token_is_refused_saying_what_is_wrong(entry: str, why: str) -> None:
+    """Which rule the token breaks, never the token: "at least 16 characters" of a
+    30-character token holding a space (a comment after it) sent the reader looking
+    for the wrong thing."""
+    with pytest.raises(ValueError, match="without spaces or commas") as refused:
+        parse_tokens(entry, "f")
+    assert why in str(refused.value)
+    assert "token-0123" not in str(refused.value) and "CI runner" not in str(refused.value)
+
+
 @pytest.mark.parametrize(("content", "says"), [
     (f"worker:{SECRET}\nfinance:{SECRET}\n".encode(), "line 1 (worker) and "),
     ("auditor:t\u00f6k\u00e9n-secret-token-123\n".encode(), "printable ASCII"),

@@ -22,6 +22,7 @@ nor which token matched. Tokens are never logged.
 
 from __future__ import annotations
 
+import difflib
 import hmac
 import os
 import re
@@ -86,23 +87,45 @@ def _entry(entry: str, where: str) -> Token:
     role, sep, secret = entry.partition(":")
     role, secret = role.strip(), secret.strip()
     if not sep or role not in ROLES:
-        # What stands before the colon is shown only when it is short: without a colon
-        # (or with the role left out) it may be the token itself.
-        shown = f"got role {role!r}" if sep and len(role) < MIN_TOKEN_LENGTH \
-            else "got no role"
+        # What stands before the colon is shown only when it is a misspelt role: without
+        # a colon it may be the token itself, and with the role left out, before a
+        # colon of the token's own, the token's start (however short).
+        meant = difflib.get_close_matches(role.lower(), ROLES, n=1, cutoff=0.75)
+        if not sep or not role:
+            shown = "got no role"
+        elif meant:
+            shown = f"got role {role!r}; did you mean {meant[0]!r}?"
+        else:
+            shown = ("got another word before the first colon (not shown: it may be the "
+                     "start of a token)")
         raise ValueError(f"{where}: expected ROLE:TOKEN with ROLE one of "
                          f"{', '.join(ROLES)}, {shown}")
     # A header is read as Latin-1 and a token compared as UTF-8 bytes: a character beyond
     # ASCII could never match what a client sends. A space would end the header's token.
-    if len(secret) < MIN_TOKEN_LENGTH or not (secret.isascii() and secret.isprintable()) \
-            or " " in secret:
+    broken = _broken_rule(secret)
+    if broken is not None:
         raise ValueError(f"{where} ({role}): a token is at least {MIN_TOKEN_LENGTH} "
-                         "printable ASCII characters without spaces or commas")
+                         f"printable ASCII characters without spaces or commas; {broken}")
     if len(secret) > MAX_TOKEN_LENGTH:
         raise ValueError(f"{where} ({role}): a token is at most {MAX_TOKEN_LENGTH:,} "
                          f"characters, got {len(secret):,}: a request's line and headers "
                          f"hold at most {MAX_HEAD:,} bytes")
     return Token(role, secret.encode("ascii"), where)
+
+
+def _broken_rule(secret: str) -> str | None:
+    """Which rule of a token's characters `secret` breaks, in words that do not show it
+    (a length, a position), or None."""
+    if len(secret) < MIN_TOKEN_LENGTH:
+        return f"this one is {len(secret)} characters"
+    if " " in secret:
+        # Most often a comment after the token: only a whole line is one.
+        return ("this one holds a space (a '#' after a token is part of it: a comment is "
+                "a line of its own)")
+    for position, char in enumerate(secret, start=1):
+        if not (char.isascii() and char.isprintable()):
+            return f"its character {position} is not printable ASCII"
+    return None
 
 
 def _refuse_shared(tokens: list[Token]) -> None:
