@@ -9,9 +9,15 @@ the journal already holds that very name in that role: what was recorded stays
 reachable. The journal itself, its decoding and its files (import, `POST /v1/events`)
 keep the older rule (non-empty printable text), since a file may carry a journal that
 holds such a name, and replay must read every journal it ever wrote.
+
+The same goes for a name not in Unicode's composed form (NFC): `"cafe\\u0301"` (an `e`
+and a combining accent, as some file systems and macOS text hand it over) looks exactly
+like `"caf\\u00e9"` in every table, list and page, yet would be another account.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 from projections.events import DomainEvent
 from projections.ledger import Ledger
@@ -25,8 +31,19 @@ def padded(value: str) -> bool:
     return value[:1].isspace() or value[-1:].isspace()
 
 
+def inexact(value: str) -> bool:
+    """Whether `value` could not be a new name: padded, or not in Unicode's NFC form."""
+    return padded(value) or not unicodedata.is_normalized("NFC", value)
+
+
 def refusal(what: str, value: str) -> str:
     """Why `value` cannot be a new name (`what`: its role), and what would do."""
+    if not padded(value):
+        composed = unicodedata.normalize("NFC", value)
+        return (f"{what} {value!r} is not in Unicode's composed form (NFC); it looks like "
+                f"{composed!r}, but names are compared exactly, so it would name another "
+                f"{what}: write it as {composed!r} (escaped, {_escaped(composed)} rather "
+                f"than {_escaped(value)})")
     if not value.strip():
         return f"{what} {value!r} is only whitespace: give a name"
     return (f"{what} {value!r} begins or ends with whitespace; names are compared exactly, "
@@ -35,18 +52,26 @@ def refusal(what: str, value: str) -> str:
 
 
 def check_event_names(ledger: Ledger, event: DomainEvent) -> None:
-    """Refuse (ValueError) a padded name in `event` that `ledger` does not hold already."""
+    """Refuse (ValueError) a padded name, or one not in NFC, in `event` that `ledger`
+    does not hold already."""
     for role in _ROLES:
         value = getattr(event, role, None)
-        if value is None or not padded(value) or _known(ledger, event, role, value):
+        if value is None or not inexact(value) or _known(ledger, event, role, value):
             continue
         raise ValueError(refusal(role, value))
 
 
 def check_event_id(event_id: str) -> None:
-    """Refuse (ValueError) a padded event id for a new decision."""
-    if padded(event_id):
+    """Refuse (ValueError) a padded event id, or one not in NFC, for a new decision."""
+    if inexact(event_id):
         raise ValueError(refusal("event id", event_id))
+
+
+def _escaped(value: str) -> str:
+    """`value` in double quotes, each character beyond ASCII escaped as Python escapes it
+    (`"caf\\u00e9"`): the spelling that tells two look-alike names apart."""
+    return '"' + "".join(c if c.isascii() else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF
+                         else f"\\U{ord(c):08x}" for c in value) + '"'
 
 
 def _known(ledger: Ledger, event: DomainEvent, role: str, value: str) -> bool:

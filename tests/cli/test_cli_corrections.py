@@ -299,6 +299,17 @@ def test_a_new_name_padded_with_spaces_is_refused_and_says_how(run: Run, db: str
     assert _balance(run, "team a") == 5
 
 
+def test_a_new_name_in_decomposed_unicode_is_refused_naming_the_composed_one(
+        run: Run, db: str) -> None:
+    for args in (["grant", "cafe\u0301", "5", "--at", "1"],
+                 ["grant", "acme", "5", "--at", "1", "--id", "inv-\u00e9te\u0301"]):
+        refused = run(*args)
+        assert refused.exit_code == 2, args
+        assert "NFC" in refused.stderr and "Traceback" not in refused.stderr
+    assert journal_head(db) == 0
+    assert run("grant", "caf\u00e9", "5", "--at", "1").exit_code == 0
+
+
 def test_usage_of_an_account_never_seen_is_recorded_with_a_warning(run: Run) -> None:
     assert run("grant", "acme", "10", "--at", "1").exit_code == 0
     typo = run("consume", "acmee", "30", "--at", "2")

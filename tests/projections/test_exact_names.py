@@ -107,3 +107,44 @@ def test_names_a_journal_already_holds_stay_usable() -> None:
 def test_blank_names_say_so() -> None:
     with pytest.raises(ValueError, match=r"account '  ' is only whitespace: give a name"):
         GPUCreditTracker(MemoryJournal(), "  ").grant(5, 0, 10)
+
+
+# "é" as one code point (NFC, what most keyboards type) and as "e" plus a combining
+# acute accent (NFD, what some file systems and macOS text hand over): they look alike.
+COMPOSED, DECOMPOSED = "caf\u00e9", "cafe\u0301"
+
+
+@pytest.mark.parametrize("where", ["grant", "consume", "open", "pool", "job", "user",
+                                   "event id"])
+def test_a_new_name_in_another_unicode_form_is_refused_and_says_how(where: str) -> None:
+    # Two accounts that look alike in every table, list and page, told apart only by
+    # their code points: a live decision refuses the decomposed spelling of a new name,
+    # naming the composed one to write instead.
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal)
+    scheduler.open_account("ok", 100)
+    head = journal.head()
+    name = DECOMPOSED
+    tracker = GPUCreditTracker(journal, name if where in ("grant", "consume") else "ok")
+    calls = {
+        "grant": lambda: tracker.grant(5, 0, 10),
+        "consume": lambda: tracker.consume(5, 0),
+        "open": lambda: scheduler.open_account(name, 10),
+        "pool": lambda: tracker.grant(5, 0, 10, pool=name),
+        "job": lambda: scheduler.submit(name, "ok", 1, 0),
+        "user": lambda: scheduler.submit("j", "ok", 1, 0, user=name),
+        "event id": lambda: tracker.grant(5, 0, 10, event_id=name),
+    }
+    with pytest.raises(ValueError, match="NFC") as refused:
+        calls[where]()
+    assert f"write it as {COMPOSED!r}" in str(refused.value)
+    assert journal.head() == head  # nothing appended
+    GPUCreditTracker(journal, COMPOSED).grant(5, 0, 10, pool=COMPOSED, event_id=COMPOSED)
+
+
+def test_a_name_the_journal_holds_in_another_unicode_form_stays_usable() -> None:
+    journal = _imported({"type": "grant", "id": "g1", "account": DECOMPOSED, "amount": 50,
+                         "time": 0, "pool": DECOMPOSED})
+    tracker = GPUCreditTracker(journal, DECOMPOSED)
+    tracker.consume(10, 2, pool=DECOMPOSED)
+    assert tracker.get_balance(3) == 40

@@ -1237,6 +1237,23 @@ def test_a_new_name_padded_with_spaces_is_422_and_appends_nothing(client: TestCl
     assert inside.status_code == 201 and inside.json()["job"] == "j 1"
 
 
+def test_a_new_name_in_decomposed_unicode_is_422_naming_the_composed_one(
+        client: TestClient) -> None:
+    # "cafe" and a combining accent looks exactly like "caf\u00e9": another account
+    # nobody could tell apart.
+    setup_account(client)
+    before = head(client)
+    for path, body in (("/v1/accounts", {"account": "cafe\u0301"}),
+                       ("/v1/accounts/cafe%CC%81/grants", {"amount": 5, "time": 1}),
+                       ("/v1/accounts/a/usage", {"amount": 1, "time": 1,
+                                                 "pool": "cafe\u0301"}),
+                       ("/v1/jobs", {"job": "cafe\u0301", "account": "a", "cost": 1,
+                                     "priority": 1})):
+        detail = problem(client.post(path, json=body), 422)["detail"]
+        assert "NFC" in detail and "write it as 'caf\u00e9'" in detail, (path, detail)
+    assert head(client) == before
+
+
 def test_live_job_writes_after_a_far_event_are_refused_like_grants(db_url: str,
                                                                     clock: Clock) -> None:
     # A far event that stands (written by a caller that allowed it) would carry every
