@@ -88,6 +88,25 @@ def _usage_hint(exc: _ClickError) -> str:
     return f"(see '{path} --help')"
 
 
+def _dash_word_hint(exc: Exception, args: Sequence[str] | None) -> str:
+    """For an unknown short option in a command that takes arguments, the word typed and
+    how to write it as an argument: click reads `-acme` as the options -a -c -m -e and
+    names only `-a`, though an account, job or id may start with `-`."""
+    option = getattr(exc, "option_name", None)
+    ctx = cast(_ClickError, exc).ctx
+    if (type(exc).__name__ != "NoSuchOption" or not isinstance(option, str) or ctx is None
+            or option.startswith("--")
+            or not any(getattr(p, "param_type_name", "") == "argument"
+                       for p in ctx.command.params)):
+        return ""
+    words = list(sys.argv[1:] if args is None else args)
+    word = next((w for w in words if w.startswith(option) and not w.startswith("--")), option)
+    path = " ".join([PROG, *ctx.command_path.split()[1:]])
+    typed = f" (in {word!r})" if word != option else ""
+    return (f"{typed}; an argument that starts with - follows --: "
+            f"'{path} [OPTIONS] -- {word} ...'")
+
+
 def _is_help(exc: Exception) -> bool:
     """Whether a usage error is click's "no arguments, so here is the help" (a group called
     without a command), which is an answer, not an error. Named, as the class is not public."""
@@ -137,7 +156,8 @@ class _Group(TyperGroup):
             if _is_help(exc):  # a group called without a command: its help, exit 0
                 sys.stdout.write(usage.format_message() + "\n")
                 return 0
-            _say_error(f"{usage.format_message().rstrip('.')} {_usage_hint(usage)}")
+            message = usage.format_message().rstrip('.') + _dash_word_hint(exc, args)
+            _say_error(f"{message} {_usage_hint(usage)}")
             return EXIT_BAD_INPUT
         except ClickException as exc:
             error = cast(_ClickError, exc)

@@ -274,6 +274,23 @@ def test_negative_numbers_reach_arguments_and_option_values(run: Run, db: str) -
     assert named.exit_code == 0 and json.loads(named.stdout)["account"] == "-acme"
 
 
+@pytest.mark.parametrize("command", [("grant", "-acme", "5"), ("balance", "-acme"),
+                                     ("void", "-g1")])
+def test_a_name_read_as_an_option_is_named_with_the_way_to_write_it(
+        run: Run, db: str, command: tuple[str, ...]) -> None:
+    # Click reads `-acme` as the short options -a -c -m -e and names only `-a`: the error
+    # names the word typed and says that such an argument follows `--`.
+    result = run(*command)
+    assert result.exit_code == 2
+    assert error_lines(result) == [
+        f"gpu-credits: error: No such option: -{command[1][1]} (in '{command[1]}'); an "
+        f"argument that starts with - follows --: 'gpu-credits {command[0]} [OPTIONS] -- "
+        f"{command[1]} ...' (see 'gpu-credits {command[0]} --help')"]
+    # An option misspelt stays named as it was.
+    assert "No such option: --bogus (see" in run("grant", "acme", "5", "--bogus").stderr
+    assert journal_head(db) == 0
+
+
 @pytest.mark.parametrize("command", [("grant", "acme", "5"), ("consume", "acme", "5"),
                                      ("adjust", "acme", "5", "--reason", "r")])
 def test_a_bad_id_is_named_by_its_option(run: Run, db: str, command: tuple[str, ...]) -> None:
