@@ -89,3 +89,63 @@ def test_serve_without_tokens_refuses_other_names_and_with_tokens_does_not(
                                      "Authorization": "Bearer "
                                                       "a-long-enough-secret-for-the-auditor"})
         assert by_name.status_code == 200
+
+
+CROSS_SITE = (
+    {"Origin": "https://evil.example"},
+    {"Origin": "null"},  # a sandboxed frame, a page opened from a file
+    {"Origin": "http://127.0.0.1:3000"},  # another port of this machine: another origin
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:8000"},
+    {"Origin": "http://["},
+)
+
+
+@pytest.mark.parametrize("sent", CROSS_SITE)
+def test_another_site_s_page_may_not_post_to_a_service_without_tokens(
+        client: TestClient, sent: dict[str, str]) -> None:
+    """A page of any site may post to a loopback service without a CORS preflight when
+    the body is not JSON, or when there is none: `start-next` and `cancel` take no
+    body, so such a post started and cancelled jobs. Its browser names the page's
+    origin; a program that is no browser (curl, a worker) sends none."""
+    client.post("/v1/accounts/a/grants", json={"amount": 50, "time": 1})
+    for job in ("j1", "j2"):
+        client.post("/v1/jobs", json={"job": job, "account": "a", "cost": 5, "priority": 1,
+                                      "time": 2})
+    head = client.get("/v1/journal/head").json()
+    for path in ("/v1/jobs/start-next", "/v1/jobs/j2/cancel", "/v1/journal/verify"):
+        for content_type in (None, "text/plain", "application/x-www-form-urlencoded"):
+            headers = {**sent, **({"Content-Type": content_type} if content_type else {})}
+            answer = client.post(path, headers=headers, content=b"")
+            assert answer.status_code == 403, (path, headers, answer.text)
+            assert answer.headers["content-type"] == "application/problem+json"
+            problem = answer.json()
+            assert problem["type"].endswith("/cross-site") and "--tokens" in problem["detail"]
+    assert client.get("/v1/journal/head").json() == head  # nothing appended
+    # Reads stay answered (a page of another site cannot read their answers).
+    assert client.get("/v1/accounts", headers=sent).status_code == 200
+
+
+def test_a_post_of_this_service_s_own_pages_or_of_no_browser_is_answered(
+        client: TestClient) -> None:
+    client.post("/v1/accounts/a/grants", json={"amount": 50, "time": 1})
+    client.post("/v1/jobs", json={"job": "j1", "account": "a", "cost": 5, "priority": 1,
+                                  "time": 2})
+    # /docs's "Try it out": the service's own origin.
+    own = {"Origin": "http://127.0.0.1:8000", "Sec-Fetch-Site": "same-origin"}
+    assert client.post("/v1/journal/verify", headers=own).status_code == 200
+    assert client.post("/v1/jobs/start-next", json={}).json()["job"] == "j1"
+
+
+def test_with_tokens_another_site_s_page_is_left_to_the_token(tmp_path: Path) -> None:
+    """With tokens a page cannot send one (no cookie carries it, and a header would
+    need a CORS preflight the service does not answer): the token decides."""
+    from tools.service.auth import Token
+
+    app = create_app(f"sqlite:///{tmp_path / 'j.db'}", clock=lambda: 100, mount_web=False,
+                     tokens=[Token("auditor", b"a-long-enough-secret-0")])
+    with TestClient(app) as secured:
+        answer = secured.post("/v1/journal/verify", headers={
+            "Origin": "https://ledger-ui.example",
+            "Authorization": "Bearer a-long-enough-secret-0"})
+        assert answer.status_code == 200

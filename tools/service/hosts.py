@@ -12,12 +12,18 @@ is not needed: such a page has no token.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from tools.loopback import is_loopback
 from tools.service.problems import problem_response
 
 LOOPBACK_NAMES = "localhost, 127.0.0.1 (any of 127.0.0.0/8) or [::1]"
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing: a page of another site may send them (it cannot read the
+answers: the service sends no CORS headers)."""
 
 
 def host_name(value: str) -> str:
@@ -46,9 +52,41 @@ def _is_port(rest: str) -> bool:
         rest[1:].isascii() and rest[1:].isdigit())))
 
 
+def another_site(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """Where a request came from, when a browser says it is another site's page (None:
+    a page of this origin, or no browser's, which sends neither header): its
+    `Sec-Fetch-Site`, else an `Origin` that is not this `Host`."""
+    site = origin = host = None
+    for name, value in headers:
+        if name == b"sec-fetch-site" and site is None:
+            site = value.decode("latin-1")
+        elif name == b"origin" and origin is None:
+            origin = value.decode("latin-1")
+        elif name == b"host" and host is None:
+            host = value.decode("latin-1").lower()
+    if site in ("cross-site", "same-site"):
+        return f"a page of a {site.replace('-', ' ')} origin (Sec-Fetch-Site: {site})"
+    if origin is None:
+        return None
+    try:
+        netloc = urlsplit(origin).netloc.lower()
+    except ValueError:  # "http://[": no origin a page of this one would send
+        netloc = None
+    if origin == "null" or netloc != (host or ""):
+        return f"{origin[:200]!r} (Origin), not {(host or '')[:200]!r}"
+    return None
+
+
 class LoopbackHosts:
     """ASGI middleware: a request whose `Host` is not a loopback name is answered `400`,
-    before anything reads it."""
+    and one that would change something sent by another site's page `403`, before
+    anything reads it.
+
+    Why the second: any page may make its visitor's browser post to a service on their
+    loopback without a CORS preflight, with a body that is not JSON (refused: bodies are
+    strict) or with none, which `POST /v1/jobs/start-next`, `.../cancel` and
+    `/v1/journal/verify` take: such a page started and cancelled jobs. Its request names
+    the service's own loopback address in `Host`, so the first check lets it in."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -62,7 +100,23 @@ class LoopbackHosts:
                         await _refuse(scope, receive, send, given)
                         return
                     break
+            if scope["method"] not in SAFE_METHODS:
+                elsewhere = another_site(scope["headers"])
+                if elsewhere is not None:
+                    await _refuse_another_site(scope, receive, send, elsewhere)
+                    return
         await self.app(scope, receive, send)
+
+
+async def _refuse_another_site(scope: dict[str, Any], receive: Any, send: Any,
+                               elsewhere: str) -> None:
+    answer = problem_response(403, (
+        f"this service has no tokens, so it takes a {scope['method']} only from a program "
+        f"on this machine or a page of its own, and this one came from {elsewhere} (a web "
+        "page posting here would write to the ledger as you): nothing was done; give "
+        "serve --tokens FILE to take calls of other origins"), slug="cross-site",
+        headers={"Cache-Control": "no-store"})
+    await answer(scope, receive, send)
 
 
 async def _refuse(scope: dict[str, Any], receive: Any, send: Any, given: str) -> None:

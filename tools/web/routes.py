@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from projections.errors import UnknownAccount, UnknownJob
+from tools.service.hosts import another_site
 from tools.service.problems import ServiceProblem
 from tools.service.strict_body import query_refusal
 from tools.web import pages
@@ -282,16 +283,7 @@ def _from_another_site(request: Request) -> str | None:
     """Where a POST came from, when that is another site's page (None: this view's, or no
     browser's). A form on any site may post here without a token when the service has
     none, and each post starts a verification: a whole journal read."""
-    site = request.headers.get("sec-fetch-site")
-    if site in ("cross-site", "same-site"):
-        return f"a page of a {site.replace('-', ' ')} origin (Sec-Fetch-Site: {site})"
-    origin = request.headers.get("origin")
-    if origin is None:
-        return None
-    host = request.headers.get("host", "").lower()
-    if origin == "null" or urlsplit(origin).netloc.lower() != host:
-        return f"{origin[:200]!r} (Origin), not {host[:200]!r}"
-    return None
+    return another_site(request.scope["headers"])
 
 
 @router.get("/journal/verify", response_class=HTMLResponse, dependencies=[takes()])
