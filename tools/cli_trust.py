@@ -135,7 +135,8 @@ def erase(
     from the database; the events, every figure, the state digest, the hash chain and
     every anchor stay as they were, and `verify` still passes. The erasure is recorded as
     an `erase` event naming the events, never the person. Erasing again, or a user of
-    whom nothing is held, changes nothing (exit 0, with a warning); an --event ID the
+    whom nothing is held, changes nothing (exit 0, with a warning, which names a user held
+    under a spelling differing only in case, spaces or Unicode form); an --event ID the
     journal never recorded is refused (exit 2).
     """
     if user is None and not event:
@@ -153,8 +154,12 @@ def erase(
         # carry their memo in the chained payload: "nothing held" would be untrue.
         given = [(i, journal.get(i)) for i in dict.fromkeys(ids)]
         inline = sorted(i for i, rec in given if rec is not None and personal.inline_fields(rec))
+        like: list[str] = []
         if user is not None:
-            ids += personal.events_of_user(journal, user)
+            of_user = personal.events_of_user(journal, user)
+            ids += of_user
+            if not of_user:
+                like = personal.users_like(journal, user)
         done = personal.erase_events(journal, ids, reason=reason)
     for note in done.notes:
         render.warn(note)
@@ -164,6 +169,13 @@ def erase(
                     "inline in their chained records (written before they were kept apart, "
                     "schema revision 0003) and cannot be erased without breaking the chain "
                     "and every anchor: they stay, and are still shown")
+    if like:
+        # Names are compared exactly: a request spelled otherwise than the usage reports
+        # erased nothing, and "nothing held" alone would read as done.
+        holds = ", ".join(f"user {u!r}" for u in like)
+        render.warn(f"no personal data of user {user!r} is held, but the journal holds "
+                    f"{holds}, spelled otherwise only in letter case, spaces or Unicode "
+                    "form: if that is the person, erase --user with that spelling")
     if done.record is None and not inline:
         render.warn(f"nothing to erase: no personal data of {whom} is held (never recorded, "
                     "or already erased); nothing was appended")

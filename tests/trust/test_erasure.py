@@ -448,3 +448,20 @@ def test_the_service_records_users_apart_and_shows_them_until_erased(tmp_path: P
         assert lines[-1]["type"] == "erase"
         assert figures() == balance
         assert client.post("/v1/journal/verify", json={}).json()["ok"] is True
+
+
+def test_erasing_a_user_spelled_otherwise_names_the_users_held(tmp_path: Path) -> None:
+    # An erasure request rarely spells the name as the usage reports did: a miss only by
+    # letter case, spaces or Unicode form must not read as "nothing held" and stop there.
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    assert _cli("grant", "lab", "100", "--at", "1", "--db", db).exit_code == 0
+    for at, user in ((2, "Alice Smith"), (3, "Zo\u00eb"), (4, "Bob")):
+        used = _cli("consume", "lab", "1", "--at", str(at), "--user", user, "--db", db)
+        assert used.exit_code == 0, used.stderr
+    for asked, held in (("alice  smith", "Alice Smith"), ("ZOE\u0308", "Zo\u00eb")):
+        missed = _cli("erase", "--user", asked, "--db", db)
+        assert missed.exit_code == 0 and "nothing to erase" in missed.stderr
+        assert f"holds user {held!r}, spelled otherwise only" in missed.stderr, missed.stderr
+        assert "Bob" not in missed.stderr
+    unknown = _cli("erase", "--user", "Carol", "--db", db)
+    assert "nothing to erase" in unknown.stderr and "holds user" not in unknown.stderr
