@@ -407,6 +407,16 @@ def test_the_document_gives_refusals_as_they_are_sent(secured: TestClient) -> No
     assert refusals > 0
 
 
+def test_without_tokens_the_document_asks_for_none(client: TestClient) -> None:
+    """No scheme, no operation needing one, and none of the refusals of a token."""
+    doc = client.get("/openapi.json").json()
+    assert "securitySchemes" not in doc.get("components", {})
+    for template, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            assert "security" not in operation, (method, template)
+            assert not {"400", "401", "403"} & set(operation["responses"]), (method, template)
+
+
 def _is_problem(answer: Any, status: int, slug: str) -> None:
     assert answer.status_code == status, answer.text
     assert answer.headers["content-type"] == "application/problem+json"

@@ -259,8 +259,8 @@ def _without_security(app: FastAPI) -> None:
                     if isinstance(operation, dict):
                         operation.pop("security", None)
                         responses = operation.get("responses", {})
-                        responses.pop("401", None)
-                        responses.pop("403", None)
+                        for status in ("400", "401", "403"):  # a token's refusals
+                            responses.pop(status, None)
             app.openapi_schema = doc
         return app.openapi_schema
 
