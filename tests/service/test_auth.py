@@ -467,6 +467,11 @@ def test_a_bad_path_or_key_without_a_token_is_401(secured: TestClient) -> None:
     # The role's right is decided before the path and the key are read too.
     _is_problem(secured.post("/v1/accounts/%ff/grants", json={"amount": 1},
                              headers=bearer("auditor")), 403, "forbidden")
+    # A name with a line break: the routes' patterns (`.`) do not match one.
+    _is_problem(secured.post("/v1/accounts/a%0A/grants", json={"amount": 1},
+                             headers=bearer("worker")), 403, "forbidden")
+    _is_problem(secured.post("/v1/jobs/j%0Ab/cancel", json={},
+                             headers=bearer("finance")), 403, "forbidden")
     _is_problem(secured.post("/v1/accounts/a/grants", json={"amount": 1},
                              headers={**bearer("worker"),
                                       "Idempotency-Key": "caf\u00e9".encode()}),

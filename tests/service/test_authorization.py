@@ -192,6 +192,23 @@ def test_two_authorization_headers_are_refused_as_ambiguous(
             assert "one Authorization header" in answer.json()["detail"]
 
 
+@pytest.mark.parametrize(("method", "path"), sorted(
+    key for key, rule in RULES.items() if rule != OPEN and not key[1].startswith("/v1")))
+def test_a_page_s_token_is_decided_before_its_path_and_headers(
+        app_client: TestClient, method: str, path: str) -> None:
+    """As under /v1: without a token, what was wrong with a page's path, query or headers
+    is not told (the table's 401), and with one it is."""
+    concrete = _concrete(path.replace("{account}", "a%0A").replace("{job}", "j%0A")
+                         .replace("{position}", "1%0A"))  # a control character in a name
+    for headers in ([("Content-Type", "text/plain"), ("Content-Type", "text/csv")],
+                    [("Idempotency-Key", "k1"), ("Idempotency-Key", "k2")]):
+        answer = app_client.request(method, concrete, headers=headers)
+        _refused(answer, 401, None)
+        answer = app_client.request(method, concrete,
+                                    headers=[*headers, ("Authorization", GOOD["auditor"])])
+        assert answer.status_code == 422, (headers, answer.text)
+
+
 @pytest.mark.parametrize("path", sorted({path for (_, path), rule in RULES.items()
                                          if rule != OPEN}))
 def test_other_methods_and_a_trailing_slash_show_nothing_without_a_token(

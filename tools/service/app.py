@@ -233,8 +233,13 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
     app.add_middleware(StrictRequests, routers=[writes.router, reads.router])
     if app.state.authority.enabled:
         # Outside every check that reads the request: who may call is decided first.
+        pages: list[Any] = []
+        if mount_web:
+            from tools.web.routes import router as web_pages
+
+            pages.append(web_pages)
         app.add_middleware(Gate, authority=app.state.authority,
-                           routers=[writes.router, reads.router])
+                           routers=[writes.router, reads.router], pages=pages)
     if loopback_hosts_only:
         # Before anything reads the request, inside the access log.
         app.add_middleware(LoopbackHosts)

@@ -318,9 +318,17 @@ PREFIX = "/v1"
 """Every path under it needs a token when tokens are configured."""
 
 
+def _any_name(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """A route's path pattern matching names that hold a line break too: its `.` did
+    not, so a grant on `/v1/accounts/a%0A/grants` matched no route here, and a role that
+    may not grant was told what was wrong with the path (422) instead of 403. Such a
+    path is refused (422) afterwards, to the callers allowed it."""
+    return re.compile(pattern.pattern, pattern.flags | re.DOTALL)
+
+
 class Gate:
-    """ASGI middleware: with tokens configured, answer 401 and 403 for a `/v1` request
-    before anything reads it.
+    """ASGI middleware: with tokens configured, answer 401 and 403 for a `/v1` request,
+    and 401 for one of the web view's pages (`pages`), before anything reads it.
 
     Why in front of everything: the strict body and path checks (`strict_body.py`), the
     fast routes and FastAPI's own body parsing all read the request before a route's
@@ -333,9 +341,15 @@ class Gate:
     goes on to its 404 or 405."""
 
     def __init__(self, app: ASGIApp, authority: Authority,
-                 routers: Iterable[APIRouter]) -> None:
+                 routers: Iterable[APIRouter], pages: Iterable[APIRouter] = ()) -> None:
         self.app = app
         self.authority = authority
+        # Routes outside /v1 that any role may call and no other caller (the web view's
+        # pages): decided here too, else the strict checks told a caller without a token
+        # what was wrong with a page's path or headers (422) where the table says 401.
+        self._pages = [(_any_name(route.path_regex), frozenset(route.methods or ()))
+                       for router in pages for route in router.routes
+                       if isinstance(route, APIRoute)]
         self._routes: list[tuple[re.Pattern[str], frozenset[str], list[tuple[str, ...]]]] = []
         # Per method, the roles every route of it lets in: for those no route is matched
         # (every read, for any role: most requests).
@@ -347,21 +361,32 @@ class Gate:
                 needed = [d.dependency.roles for d in route.dependencies
                           if isinstance(d.dependency, Needs)]
                 methods = frozenset(route.methods or ())
-                self._routes.append((route.path_regex, methods, needed))
+                self._routes.append((_any_name(route.path_regex), methods, needed))
                 allowed = frozenset(ROLES).intersection(*needed)
                 for method in methods:
                     self._everywhere[method] = allowed & self._everywhere.get(
                         method, frozenset(ROLES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (scope["path"] == PREFIX
-                                        or scope["path"].startswith(PREFIX + "/")):
-            try:
-                self._decide(scope)
-            except ServiceProblem as refused:
-                await from_exception(refused)(scope, receive, send)
-                return
+        if scope["type"] == "http":
+            path = scope["path"]
+            api = path == PREFIX or path.startswith(PREFIX + "/")
+            if api or self._is_page(scope):
+                try:
+                    if api:
+                        self._decide(scope)
+                    else:  # any role reads a page
+                        scope.setdefault("state", {})["role"] = self.authority.identify(
+                            authorization(Headers(scope=scope)))
+                except ServiceProblem as refused:
+                    await from_exception(refused)(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
+
+    def _is_page(self, scope: Scope) -> bool:
+        method, path = scope["method"], scope["path"]
+        return any(method in methods and pattern.match(path)
+                   for pattern, methods in self._pages)
 
     def _decide(self, scope: Scope) -> None:
         role = self.authority.identify(authorization(Headers(scope=scope)))
