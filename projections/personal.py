@@ -17,7 +17,6 @@ shown as such and cannot be erased without breaking the chain (nothing of it is 
 from __future__ import annotations
 
 import secrets
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from projections.events import (
     to_payload,
 )
 from projections.replay import rows_of_type
+from projections.validation import spelled_like
 
 ERASURE_STREAM = "$erasures"
 """The stream erasure events are recorded in (they belong to no account)."""
@@ -126,19 +126,13 @@ def events_of_user(journal: JournalLike, user: str) -> list[str]:
             if fields.get("user") == user]
 
 
-def _loose(name: str) -> str:
-    """`name` with letter case, runs of spaces and Unicode form set aside."""
-    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
-
-
 def users_like(journal: JournalLike, user: str) -> list[str]:
     """The users whose personal fields are held under a spelling other than `user` that
     differs only in letter case, spaces or Unicode form (`Alice Smith` for `alice  smith`):
     an erasure request that names none of them exactly has found nothing, and should say
     whom it may have meant."""
-    key = _loose(user)
     held = {fields.get("user") for _, _, fields in journal.private_parts()}
-    return sorted(u for u in held if isinstance(u, str) and u != user and _loose(u) == key)
+    return spelled_like(user, (u for u in held if isinstance(u, str)))
 
 
 def erased_ids(journal: JournalLike) -> frozenset[str]:

@@ -89,10 +89,40 @@ def show(value: object) -> str:
 def show_name(name: str) -> str:
     """A name as a list of names shows it: as written when that reads unambiguously, else
     quoted like `show` (an empty name; leading, trailing or doubled spaces; a comma, which
-    separates the list; a leading quote; anything not printable)."""
+    separates the list; a leading quote; anything not printable), and a name not in
+    Unicode's composed form (NFC) quoted with its characters beyond ASCII escaped, so it
+    is told apart from the composed name it looks exactly like."""
     plain = (name != "" and name == name.strip() and name.isprintable() and "  " not in name
              and "," not in name and name[0] not in "'\"")
-    return name if plain else show(name)
+    composed = unicodedata.is_normalized("NFC", name)
+    return name if plain and composed else show(name) if composed else spelling(name)
+
+
+def spelling(name: str) -> str:
+    """`repr(name)`, except that a name not in NFC has its characters beyond ASCII
+    escaped (`'cafe\\u0301'`, not `'café'`): it looks exactly like its composed form."""
+    if unicodedata.is_normalized("NFC", name):
+        return show(name)
+    text = "'" + "".join(
+        "\\" + c if c in "'\\" else c if c.isascii() and c.isprintable()
+        else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+        for c in name) + "'"
+    if len(text) > _SHOWN_DIGITS * 2:
+        return f"{text[:_SHOWN_DIGITS]}... ({len(name)} characters)"
+    return text
+
+
+def loose(name: str) -> str:
+    """`name` with letter case, runs of spaces and Unicode form set aside: two names with
+    the same `loose` look alike, or nearly, yet are compared exactly."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def spelled_like(name: str, names: Iterable[str]) -> list[str]:
+    """The `names` other than `name` that differ from it only in letter case, spaces or
+    Unicode form, sorted."""
+    key = loose(name)
+    return sorted(n for n in names if n != name and loose(n) == key)
 
 
 def show_keys(keys: Iterable[str]) -> str:

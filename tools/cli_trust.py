@@ -15,6 +15,7 @@ import typer
 
 from eventstore import Anchor, ChainReport, JournalLike
 from projections import anchors, personal, signing
+from projections.validation import spelling
 from tools import render
 from tools.cli import (
     STDIO,
@@ -172,7 +173,7 @@ def erase(
     if like:
         # Names are compared exactly: a request spelled otherwise than the usage reports
         # erased nothing, and "nothing held" alone would read as done.
-        holds = ", ".join(f"user {u!r}" for u in like)
+        holds = ", ".join(f"user {spelling(u)}" for u in like)
         render.warn(f"no personal data of user {user!r} is held, but the journal holds "
                     f"{holds}, spelled otherwise only in letter case, spaces or Unicode "
                     "form: if that is the person, erase --user with that spelling")

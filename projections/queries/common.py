@@ -11,7 +11,7 @@ from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.replay import ledger_at, rows_of_type
 from projections.timefmt import format_micros, parse_micros
-from projections.validation import show_name
+from projections.validation import show_name, spelled_like, spelling
 
 _KNOWN_SHOWN = 20
 
@@ -136,8 +136,14 @@ def names_text(names: Iterable[str]) -> str:
 def unknown_account(name: str, known: Ledger | Iterable[str]) -> UnknownAccount:
     """The error for an account the journal does not know, naming the ones it does (a
     ledger's accounts, or their names)."""
-    names = known.accounts if isinstance(known, Ledger) else known
-    return UnknownAccount(f"unknown account {name!r} (known: {names_text(names)})")
+    names = list(known.accounts if isinstance(known, Ledger) else known)
+    # Names are compared exactly: say which held names a miss only by letter case, spaces
+    # or Unicode form may have meant (one beyond the names listed, or looking the same).
+    like = spelled_like(name, names)
+    held = (f"; the journal holds {', '.join(map(spelling, like))}, spelled otherwise only "
+            "in letter case, spaces or Unicode form") if like else ""
+    return UnknownAccount(f"unknown account {spelling(name)}{held} "
+                          f"(known: {names_text(names)})")
 
 
 _MAKES_AN_ACCOUNT = ("account", "grant", "consume", "adjust")

@@ -198,12 +198,16 @@ ERROR = "gpu-credits: error: "
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    # A name with a doubled inner space is not the known name with one.
-    (["balance", "team  a"], "unknown account 'team  a' (known: ' pad', team a)"),
-    (["balance", "team a  "], "unknown account 'team a  ' (known: ' pad', team a)"),
+    # A name with a doubled inner space is not the known name with one, which the error
+    # names as the one it may have meant.
+    (["balance", "team  a"], "unknown account 'team  a'; the journal holds 'team a', "
+     "spelled otherwise only in letter case, spaces or Unicode form (known: ' pad', team a)"),
+    (["balance", "team a  "], "unknown account 'team a  '; the journal holds 'team a', "
+     "spelled otherwise only in letter case, spaces or Unicode form (known: ' pad', team a)"),
     # A known name with a leading space is listed with it, quoted (as is any name a
     # plain list would make ambiguous).
-    (["balance", "pad"], "unknown account 'pad' (known: ' pad', team a)"),
+    (["balance", "pad"], "unknown account 'pad'; the journal holds ' pad', spelled "
+     "otherwise only in letter case, spaces or Unicode form (known: ' pad', team a)"),
     (["adjust", "team a", "5", "--reason", "   "], "got '   '"),
     (["statement", "team a", "--from", "x  \t y"], "not a time: 'x  \\t y'"),
     # A value the message does not quote with repr (a path) keeps its tabs and spaces.

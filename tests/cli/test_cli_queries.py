@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import shlex
 from pathlib import Path
@@ -121,6 +122,25 @@ def test_unknown_account_names_the_known_ones(run: Run, small: Path) -> None:
         result = run(*command)
         assert result.exit_code == 2
         assert error_lines(result) == ["gpu-credits: error: unknown account 'x' (known: a, b)"]
+
+
+def test_an_unknown_account_spelled_otherwise_names_the_ones_held(run: Run,
+                                                                 tmp_path: Path) -> None:
+    # Names are compared exactly; a miss only by letter case, spaces or Unicode form says
+    # which names it may have meant, and two names that look alike (composed and
+    # decomposed) are told apart in the list.
+    lines = [{"type": "grant", "account": name, "amount": 1, "time": 0}
+             for name in ("Acme Labs", "caf\u00e9", "cafe\u0301", *(f"t{i}" for i in range(30)))]
+    imported(run, tmp_path / "n.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+    missed = run("balance", "acme  labs")
+    assert missed.exit_code == 2
+    assert error_lines(missed)[0].startswith(
+        "gpu-credits: error: unknown account 'acme  labs'; the journal holds 'Acme Labs', "
+        "spelled otherwise only in letter case, spaces or Unicode form (known: Acme Labs, ")
+    both = error_lines(run("statement", "CAF\u00c9"))[0]
+    assert "holds 'cafe\\u0301', 'caf\u00e9', spelled otherwise" in both, both
+    assert "(known: Acme Labs, 'cafe\\u0301', caf\u00e9, t0," in both, both
+    assert "spelled otherwise" not in run("balance", "nobody").stderr
 
 
 @pytest.mark.parametrize("checkpoint", [False, True], ids=["folded", "from-a-checkpoint"])

@@ -1456,7 +1456,9 @@ def test_problems_quote_values_exactly_as_given(client: TestClient) -> None:
     is not the account 'team a' it lists as known."""
     setup_account(client, "team a")
     missing = problem(client.get("/v1/accounts/team  a/balance"), 404)
-    assert missing["detail"] == "unknown account 'team  a' (known: team a)"
+    assert missing["detail"] == (
+        "unknown account 'team  a'; the journal holds 'team a', spelled otherwise only in "
+        "letter case, spaces or Unicode form (known: team a)")
     bad = {"events": [{"type": "void", "grant": "g  1", "time": 0}]}
     refused = problem(client.post("/v1/events", json=bad), 422)
     assert refused["errors"] == [{"index": 0, "detail": "void names event 'g  1', which is "
