@@ -58,7 +58,7 @@ from projections.timeline import (
     grant_burndown,
     unordered_expiring_entries,
 )
-from projections.validation import require_time
+from projections.validation import loose, require_time
 from tools import wording
 from tools.service.times import query_text
 from tools.web.source import AuditSource
@@ -204,11 +204,13 @@ def summary(source: AuditSource, params: dict[str, str]) -> dict[str, Any]:
     """The summary page: accounts (those whose name contains `q`, a page of them), credits
     expiring soon, the head, the last verify."""
     figures = summary_figures(source)
-    wanted = (params.get("q") or "").strip().casefold()
-    names = [n for n in figures.names if wanted in n.casefold()] if wanted else figures.names
+    # Letter case, spaces and Unicode form set aside on both sides: `café` typed in a
+    # browser (composed) finds an account a file brought in decomposed, which looks the same.
+    wanted = loose(params.get("q") or "")
+    names = [n for n in figures.names if wanted in loose(n)] if wanted else figures.names
     accounts = pager("page", params.get("page"), len(names), ACCOUNTS_PAGE, latest=False)
     shown = names[accounts.first:accounts.first + ACCOUNTS_PAGE]
-    expiring = [e for e in figures.expiring if wanted in e[1].casefold()] if wanted \
+    expiring = [e for e in figures.expiring if wanted in loose(e[1])] if wanted \
         else figures.expiring
     soonest = figures.soonest if not wanted else soonest_expiring(expiring)
     rows, at = account_rows(source, shown, figures.at)
