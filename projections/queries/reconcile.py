@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -383,7 +384,8 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     span = out.time_range or (None, None)
     jobs, events = charges.between(*span)
     named = {r.event_id for r in rows if r.event_id is not None}
-    events.update(charges.events((named | {i.strip() for i in named}) - events.keys()))
+    forms = named | {i.strip() for i in named} | {_composed(i) for i in named}
+    events.update(charges.events(forms - events.keys()))
     ledger = charges.ledger
     rows = [replace(r, account=_as_known(r.account, ledger.accounts),
                     job=None if r.job is None else _as_known(r.job, ledger.jobs),
@@ -438,12 +440,22 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
 
 def _as_known(name: str, known: Container[str]) -> str:
     """`name` as the file writes it when the ledger knows it; else without surrounding
-    spaces when the ledger knows that (a spreadsheet's or a hand-written file's stray
-    space); else as written, to be reported as not in the ledger."""
+    spaces, and in Unicode's composed form, when the ledger knows that (a spreadsheet's
+    or a hand-written file's stray space; a name another system handed over decomposed,
+    `cafe` and a combining accent for `caf\u00e9`, which looks the same); else as
+    written, to be reported as not in the ledger."""
     if name in known:
         return name
     trimmed = name.strip()
-    return trimmed if trimmed in known else name
+    if trimmed in known:
+        return trimmed
+    composed = _composed(name)
+    return composed if composed in known else name
+
+
+def _composed(name: str) -> str:
+    """`name` without surrounding spaces, in Unicode's composed form (NFC)."""
+    return unicodedata.normalize("NFC", name.strip())
 
 
 def _why_missing(ledger: Ledger, row: FileCharge) -> Note:

@@ -253,6 +253,28 @@ def test_names_in_the_file_are_exact_and_a_stray_space_is_forgiven_only_when_unk
         MISSING_FROM_LEDGER, " pad", " u9")
 
 
+def test_a_name_the_file_writes_decomposed_is_read_as_the_composed_one_held() -> None:
+    # A billing system on macOS may hand over "caf\u00e9" as "cafe" and a combining accent:
+    # it looks the same, and names nothing else the ledger holds.
+    from projections.queries.reconcile import MATCHED, MISSING_FROM_LEDGER, parse_charges
+
+    journal = MemoryJournal()
+    journal.append([
+        NewEvent("g1", "caf\u00e9", "grant", 1, {"account": "caf\u00e9", "amount": 100}),
+        NewEvent("u-\u00e9t\u00e9", "caf\u00e9", "consume", 2,
+                 {"account": "caf\u00e9", "amount": 5})])
+    found = reconcile(journal, parse_charges(
+        "account,id,amount\ncafe\u0301 ,u-e\u0301te\u0301,5\n", "f.csv")).findings
+    assert [(f.status, f.account, f.event_id) for f in found] == [
+        (MATCHED, "caf\u00e9", "u-\u00e9t\u00e9")]
+    # A name the ledger holds as written is read so, decomposed or not.
+    journal.append([NewEvent("g2", "cafe\u0301", "grant", 3,
+                             {"account": "cafe\u0301", "amount": 100})])
+    found = reconcile(journal, parse_charges("account,id,amount\ncafe\u0301,u9,5\n",
+                                             "f.csv")).findings
+    assert [(f.status, f.account) for f in found] == [(MISSING_FROM_LEDGER, "cafe\u0301")]
+
+
 def test_a_row_under_another_account_does_not_make_the_right_row_a_duplicate() -> None:
     """A duplicate repeats an earlier row's charge: the same job or id under the same
     account. A row naming a job under an account the ledger does not charge it to claims
