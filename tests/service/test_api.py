@@ -1237,6 +1237,23 @@ def test_a_new_name_padded_with_spaces_is_422_and_appends_nothing(client: TestCl
     assert inside.status_code == 201 and inside.json()["job"] == "j 1"
 
 
+def test_a_bad_name_is_named_by_the_field_the_request_sent(client: TestClient) -> None:
+    # The service's fields are `account` and `job`, not the facade's `account_id` and
+    # `job_id`, in a body and in a path alike.
+    setup_account(client)
+    before = head(client)
+    for path, body, field in (
+            ("/v1/accounts", {"account": "a\u200fb"}, "account"),
+            ("/v1/jobs", {"job": "j\u200f", "account": "a", "cost": 1, "priority": 1}, "job"),
+            ("/v1/jobs", {"job": "j", "account": "a\u00a0", "cost": 1, "priority": 1},
+             "account"),
+            ("/v1/jobs/j%E2%80%8F/cancel", {}, "job"),
+            ("/v1/jobs/j%E2%80%8F/complete", {"success": True}, "job")):
+        detail = problem(client.post(path, json=body), 422)["detail"]
+        assert detail.startswith(f"{field} must be printable text"), (path, detail)
+    assert head(client) == before
+
+
 def test_a_new_name_in_decomposed_unicode_is_422_naming_the_composed_one(
         client: TestClient) -> None:
     # "cafe" and a combining accent looks exactly like "caf\u00e9": another account

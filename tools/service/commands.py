@@ -24,6 +24,7 @@ from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.session import job_key, lock_key
+from projections.validation import require_name
 from tools.service.bindings import (
     answer_from_binding,
     cancel_fingerprint,
@@ -64,6 +65,7 @@ class OpenAccount:
         return [self.account]
 
     def run(self, service: LedgerService) -> AnswerDict:
+        require_name("account", self.account)  # the body's field, not the facade's argument
         outcome = jobs.open_account(service.session, self.account, max_running=self.max_running,
                                     at=self.time, clock=service.clock, event_id=self.key,
                                     allow_far_times=service.allow_far_times).outcome
@@ -149,6 +151,8 @@ class Submit:
         return [self.account, QUEUE_SHARED, job_key(self.job)]
 
     def run(self, service: LedgerService) -> AnswerDict:
+        require_name("job", self.job)  # the body's fields, not the facade's arguments
+        require_name("account", self.account)
         outcome = jobs.submit(service.session, self.job, self.account, self.cost,
                               self.priority, at=self.time, pool=self.pool, user=self.user,
                               clock=service.clock, event_id=self.key,
@@ -208,6 +212,7 @@ class Complete:
         return jobs.job_locks(ledger, self.job)
 
     def run(self, service: LedgerService) -> AnswerDict:
+        require_name("job", self.job)  # the path's name, not the facade's argument
         session = service.session
         decision = jobs.complete(session, self.job, self.success,
                                  refund_fraction=self.refund_fraction, at=self.time,
@@ -241,6 +246,7 @@ class Cancel:
         return jobs.job_locks(ledger, self.job)
 
     def run(self, service: LedgerService) -> AnswerDict:
+        require_name("job", self.job)  # the path's name, not the facade's argument
         decision = jobs.cancel(service.session, self.job, at=self.time,
                                clock=service.clock, event_id=self.key,
                                allow_far_times=service.allow_far_times)
