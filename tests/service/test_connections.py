@@ -38,6 +38,7 @@ class Quick(GuardedProtocol):
 
     head_timeout = 0.5
     body_grace = 0.5
+    shutdown_drain = 0.5
 
 
 def serving(http: Any = Quick) -> contextlib.AbstractContextManager[int]:
@@ -207,3 +208,66 @@ def test_serve_runs_the_guarded_protocol(tmp_path: Path) -> None:
                  431, "headers-too-large")
         assert _exchange(port, _get(b"/healthz")).startswith(b"HTTP/1.1 200 ")
     assert '"status": 431' in (tmp_path / "serve.log").read_text()
+
+
+BIG = 16 * 2**20
+"""An answer larger than what the kernel's socket buffers hold for a client that does not
+read (about 6 MB on loopback here)."""
+
+
+async def big_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers `BIG` bytes (as a large statement or journal export does)."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(BIG).encode())]})
+    await send({"type": "http.response.body", "body": b"x" * BIG})
+
+
+class QuickReader(Quick):
+    """An answer's reading timed by its grace alone, and short."""
+
+    answer_grace = 0.5
+    answer_rate = 2**40
+
+
+def _not_reading(port: int) -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    conn.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    return conn
+
+
+def _dropped(conn: socket.socket, within: float = 1.5) -> bool:
+    """Whether the server ends the connection within `within` seconds as it is read (a
+    window this small takes minutes to carry the whole answer)."""
+    conn.settimeout(0.2)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if not conn.recv(1 << 20):
+                return True
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            pass
+    return False
+
+
+def test_an_answer_nobody_reads_is_dropped_with_its_connection() -> None:
+    # Before, the connection and the answer's bytes stayed as long as the client did:
+    # 12 clients not reading a 16 MB statement held 820 MB of the service's memory.
+    with in_thread(big_app, http=QuickReader) as port, _not_reading(port) as conn:
+        time.sleep(1.5)  # the answer is written, and stuck; past the grace
+        assert _dropped(conn)
+
+
+def test_a_stop_does_not_wait_for_a_client_that_does_not_read() -> None:
+    # Before, SIGTERM waited for uvicorn's graceful timeout (30 s for `serve`).
+    with in_thread(big_app, http=Quick, timeout_graceful_shutdown=30) as port:
+        conn = _not_reading(port)
+        time.sleep(0.3)  # the answer is written, and stuck
+        began = time.monotonic()
+    took = time.monotonic() - began
+    conn.close()
+    assert took < 3, f"the stop took {took:.1f} s"

@@ -17,6 +17,15 @@ read. So:
 * A body must arrive at `BODY_RATE` bytes a second on average, with `BODY_GRACE`
   seconds to spare (a 32 MiB batch of events: about 9 minutes): else the connection
   closes, and the request is abandoned as if the client had gone.
+* An answer must be read at `ANSWER_RATE` bytes a second on average, with `ANSWER_GRACE`
+  seconds to spare, counted from when it was written whole (the app's part is done, the
+  bytes wait in the process for the client): else the connection is dropped with them.
+  Once the service stops, within `SHUTDOWN_DRAIN` seconds at most. Measured before: a
+  client that asked for a large statement (16 MB) and read none of it held its
+  connection and the answer's bytes as long as it stayed connected (12 such clients,
+  820 MB of the process), and a SIGTERM waited uvicorn's whole graceful timeout (30 s)
+  for it before the process could exit. An answer the kernel's socket buffers take
+  whole (a few MB on loopback) is not the process's to hold: nothing is timed then.
 
 Between requests uvicorn's own keep-alive timeout (5 s) closes an idle connection. The
 refusals are `application/problem+json`, as every other error, and logged on the access
@@ -26,8 +35,11 @@ log like every request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import socket
+import struct
 import time
 from typing import Any
 
@@ -46,6 +58,15 @@ BODY_RATE = 64 * 1024
 BODY_GRACE = 30.0
 """...with this many seconds to spare."""
 
+ANSWER_RATE = 64 * 1024
+"""Bytes a second an answer must be read at, on average..."""
+
+ANSWER_GRACE = 30.0
+"""...with this many seconds to spare."""
+
+SHUTDOWN_DRAIN = 5.0
+"""Seconds an answer still unread when the service stops may take to be read."""
+
 _REASONS = {408: "Request Timeout", 414: "URI Too Long",
             431: "Request Header Fields Too Large"}
 
@@ -59,6 +80,9 @@ class GuardedProtocol(OneWriteProtocol):
     head_timeout = HEAD_TIMEOUT
     body_rate = BODY_RATE
     body_grace = BODY_GRACE
+    answer_rate = ANSWER_RATE
+    answer_grace = ANSWER_GRACE
+    shutdown_drain = SHUTDOWN_DRAIN
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -70,6 +94,8 @@ class GuardedProtocol(OneWriteProtocol):
         self._tail = b""  # its last 3 bytes: the head's end may straddle two reads
         self._line_done = False  # the request line has ended
         self._began = 0.0
+        self._unread: asyncio.TimerHandle | None = None  # drops an answer nobody reads
+        self._stopping = False
 
     # -- timers ---------------------------------------------------------------------------
     #
@@ -113,7 +139,52 @@ class GuardedProtocol(OneWriteProtocol):
         if self._guard is not None:
             self._guard.cancel()
             self._guard = None
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
         super().connection_lost(exc)
+
+    # -- answers nobody reads -------------------------------------------------------------
+    #
+    # A separate timer: the bounds above time what arrives, and a kept-alive client may
+    # send its next request while the last answer is still on its way out. uvicorn closes
+    # such a connection (keep-alive, a stop) with `transport.close()`, which waits for the
+    # bytes to go out: for a client that reads nothing, forever.
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        pending = self.transport.get_write_buffer_size()
+        if pending:
+            self._read_within(self.shutdown_drain if self._stopping
+                              else self.answer_grace + pending / self.answer_rate)
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        super().shutdown()
+        if self._unread is not None:
+            self._read_within(self.shutdown_drain)
+
+    def _read_within(self, seconds: float) -> None:
+        """Drop the connection unless what it has to send is read within `seconds` (or
+        by the deadline already set, if sooner)."""
+        deadline = self.loop.time() + seconds
+        if self._unread is not None:
+            if self._unread.when() <= deadline:
+                return
+            self._unread.cancel()
+        self._unread = self.loop.call_at(deadline, self._not_read)
+
+    def _not_read(self) -> None:
+        self._unread = None
+        if self.transport.get_write_buffer_size():
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                # A reset, not a close: the kernel would otherwise go on holding (and
+                # offering) the megabytes its own buffers took of the answer.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                    struct.pack("ii", 1, 0))
+            self.transport.abort()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
