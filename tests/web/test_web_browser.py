@@ -307,3 +307,23 @@ def test_the_api_docs_render_from_this_origin_alone(page: Page, base_url: str) -
     tab.wait_for_selector(status)
     assert tab.inner_text(status).strip().startswith("200")
     assert elsewhere == [] and refused == [] and log.errors == []
+
+
+def test_chart_figures_show_times_as_the_tables_do(browser: Any, tmp_path: Path) -> None:
+    """The charts' figures tables spell a time as every table of the page does: a seed's
+    small integer as it is (not a day of 1970), epoch seconds as ISO 8601."""
+    lines = [{"type": "grant", "account": "a", "amount": 10, "time": 5, "expiry": 12},
+             {"type": "grant", "account": "a", "amount": 7, "time": 1793491200,
+              "expiry": 1793491200_000000},
+             {"type": "consume", "account": "a", "amount": 3, "time": 1793491300}]
+    with _tabs_on(browser, tmp_path, lines) as tabs:
+        for _width, base, tab in tabs:
+            errors: list[str] = []
+            tab.on("pageerror", lambda error, seen=errors: seen.append(str(error)))
+            open_settled(tab, base + "/accounts/a")
+            for chart in ("#timeline-chart", "#burndown-chart"):
+                tab.wait_for_selector(f"{chart}[data-drawn='yes']", timeout=20_000)
+            times = set(tab.locator(".chart-figures tbody th").all_text_contents())
+            assert {"5", "12", "2026-11-01T00:00:00Z"} <= times, times
+            assert not any(t.startswith("1970") for t in times), times
+            assert errors == []

@@ -17,10 +17,17 @@
   var legend = { markers: { dash: markerDash } };
 
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
-  // Times as the tables show them: ISO 8601 in UTC (uPlot's own are M/D, local style).
-  function iso(ts) { return ts == null ? "-" : new Date(ts * 1e3).toISOString().replace(".000Z", "Z"); }
+  // Times as the tables show them (projections/timefmt.py, format_time): ISO 8601 in UTC
+  // for epoch seconds from 2000 to 2100, any other integer as it is (a seed's t = 12 is
+  // no day of 1970; uPlot's own times are M/D, local style).
+  function looksLikeEpoch(ts) { return ts >= 946684800 && ts < 4102444800; }
+  function iso(ts) {
+    if (ts == null) { return "-"; }
+    return looksLikeEpoch(ts) ? new Date(ts * 1e3).toISOString().replace(".000Z", "Z") : String(ts);
+  }
   function isoTick(ts) {
     var s = iso(ts);
+    if (!looksLikeEpoch(ts)) { return s; }
     return s.slice(11, 19) === "00:00:00" ? s.slice(0, 10) : s.slice(0, 10) + "\n" + s.slice(11, 16) + "Z";
   }
   var timeAxis = { space: 80, values: function (u, vs) { return vs.map(isoTick); } };
