@@ -79,7 +79,7 @@ from projections.personal import (
 )
 from projections.replay import ledger_at
 from projections.session import QUEUE_SHARED
-from projections.timefmt import format_micros
+from projections.timefmt import format_micros, parse_offset_time
 from projections.validation import (
     loads_strict,
     read_float,
@@ -239,6 +239,9 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
     event_id = record.get("id")
     if event_id is not None:
         require_name("id", event_id)
+    if any(isinstance(record.get(name), str) for name in _SPELLED_TIMES):
+        record = {**record, **{name: _spelled_time(name, record[name])
+                               for name in _SPELLED_TIMES if isinstance(record.get(name), str)}}
     if "time" in record and record["time"] is not None:
         time = require_time("time", record["time"])
     elif kind in _TIMELESS:
@@ -258,6 +261,24 @@ def parse_record_generic(record: Mapping[str, Any]) -> tuple[str | None, int, Do
         require_time("expiry", event.expiry)
         require_expiry_after(event.expiry, time)
     return event_id, time, event
+
+
+_SPELLED_TIMES = ("time", "expiry")
+"""The fields a line may give as ISO 8601 text, as a body sent to the service may."""
+
+_DIGITS = re.compile(r"-?[0-9]+")
+
+
+def _spelled_time(name: str, text: str) -> int:
+    """A time a line gives as text: ISO 8601 with its offset, as `POST /v1/events` takes
+    it (digits in a string are not a JSON integer, and are refused alike)."""
+    if _DIGITS.fullmatch(text.strip()):
+        raise ValueError(f"{name} must be a JSON integer or ISO 8601 text with an offset, "
+                         f"not digits in a string: {text!r}")
+    try:
+        return parse_offset_time(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def _parse_json_line(text: str) -> tuple[str | None, int, DomainEvent]:

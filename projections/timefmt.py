@@ -51,6 +51,22 @@ def parse_time(text: str) -> int:
     return epoch_seconds(moment)
 
 
+def parse_offset_time(text: str) -> int:
+    """An event time from ISO 8601 text that says its offset (`2026-11-03T12:00:00Z`,
+    `...+05:30`), as a line of events or a body gives one: whoever wrote it had no local
+    time this side could mean, so a time without an offset is refused, with the spelling
+    that would be taken. A fraction of a second is rounded down. Raises ValueError."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not a time: {text!r}; expected an integer or ISO 8601 with an "
+                         "offset such as 2026-11-03T12:00:00Z") from None
+    if parsed.tzinfo is None:
+        utc = f"{text}Z" if len(text) > 10 else f"{text}T00:00:00Z"
+        raise ValueError(f"{text!r} has no offset; write it as {utc} (UTC) or with +HH:MM")
+    return epoch_seconds(parsed)
+
+
 def is_date_alone(text: str) -> bool:
     """Whether `text` is an ISO-8601 date without a time of day (`2026-11-30`), not an
     integer event time."""

@@ -71,6 +71,28 @@ def test_good_records() -> None:
     assert (event_id, time, event.pool) == ("g", 1, "general")  # type: ignore[union-attr]
 
 
+def test_a_line_may_give_its_times_as_iso_8601_with_an_offset_as_a_batch_over_http_does(
+        ) -> None:
+    """`POST /v1/events` takes lines of this format with ISO 8601 times: a file of them
+    imports alike, the same event (and so the same derived id) as its integer spelling."""
+    journal = MemoryJournal()
+    spelled = _lines({"type": "grant", "account": "a", "amount": 5,
+                      "time": "2026-11-01T05:30:00+05:30", "expiry": "2026-11-02T00:00:00Z"})
+    plain = _lines({"type": "grant", "account": "a", "amount": 5, "time": 1793491200,
+                    "expiry": 1793577600})
+    first = import_file(journal, spelled, "spelled.jsonl")
+    assert (first.appended, journal.get(plan_import(plain, "f", journal).events[0].id)
+            .time) == (1, 1793491200)
+    assert import_file(journal, plain, "plain.jsonl").already_present == 1
+    for time, told in (("2026-11-01", "2026-11-01T00:00:00Z"),
+                       ("1793491200", "digits in a string"), ("soon", "not a time")):
+        with pytest.raises(ValueError, match=f"{time!r}.*{told}|{told}.*{time!r}"):
+            parse_record({"type": "consume", "account": "a", "amount": 1, "time": time})
+    with pytest.raises(ValueError, match=r"expiry.*'2026-11-02'"):
+        parse_record({"type": "grant", "account": "a", "amount": 1, "time": 1,
+                      "expiry": "2026-11-02"})
+
+
 def test_problems_name_their_lines_and_blank_lines_are_skipped() -> None:
     data = b'\n{"type": "cancel", "job": "j", "time": 1}\n\n{oops\n\xff\n'
     entries, problems = read_jsonl(data)

@@ -8,7 +8,6 @@ bare `2026-11-03T12:00` is refused rather than guessed.
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
@@ -16,7 +15,7 @@ from pydantic import BeforeValidator, WithJsonSchema
 # 2200-01-01T00:00Z: event times after this are probably milliseconds (refused unless the
 # service was started with --allow-far-times); expiries may be later.
 from projections.events import FAR_TIME
-from projections.timefmt import epoch_seconds
+from projections.timefmt import parse_offset_time
 from projections.validation import require_time
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only, as every integer read
@@ -57,16 +56,7 @@ def _event_time(value: Any, *, digits: bool) -> int:
                                  f"an offset, not digits in a string: {value!r}")
             moment = int(text)
         else:
-            try:
-                parsed = datetime.fromisoformat(text)
-            except ValueError:
-                raise ValueError(f"not a time: {value!r}; expected an integer or ISO 8601 "
-                                 "with an offset such as 2026-11-03T12:00:00Z") from None
-            if parsed.tzinfo is None:
-                utc = f"{text}Z" if len(text) > 10 else f"{text}T00:00:00Z"
-                raise ValueError(f"{value!r} has no offset; write it as "
-                                 f"{utc} (UTC) or with +HH:MM")
-            moment = epoch_seconds(parsed)
+            moment = parse_offset_time(text)
     else:
         raise ValueError(f"a time is an integer or ISO 8601 text with an offset, got {value!r}")
     return require_time("a time", moment)
