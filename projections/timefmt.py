@@ -29,6 +29,13 @@ def looks_like_epoch(value: int) -> bool:
     return EPOCH_LOW <= value < EPOCH_HIGH
 
 
+def from_iso(text: str) -> datetime:
+    """`datetime.fromisoformat`, which also reads a `z` in lowercase as RFC 3339 allows
+    (the `date-time` of the OpenAPI document): it took a lowercase `t` and refused the
+    `z`. Raises ValueError."""
+    return datetime.fromisoformat(text[:-1] + "Z" if text.endswith("z") else text)
+
+
 def parse_time(text: str) -> int:
     """An event time from `text`: an integer, or an ISO-8601 date or date-time.
 
@@ -40,7 +47,7 @@ def parse_time(text: str) -> int:
     if _INTEGER.fullmatch(cleaned):
         return int(cleaned)
     try:
-        moment = datetime.fromisoformat(cleaned)
+        moment = from_iso(cleaned)
     except ValueError:
         raise ValueError(
             f"not a time: {text!r}; expected an integer or ISO-8601 such as "
@@ -57,7 +64,7 @@ def parse_offset_time(text: str) -> int:
     time this side could mean, so a time without an offset is refused, with the spelling
     that would be taken. A fraction of a second is rounded down. Raises ValueError."""
     try:
-        parsed = datetime.fromisoformat(text)
+        parsed = from_iso(text)
     except ValueError:
         raise ValueError(f"not a time: {text!r}; expected an integer or ISO 8601 with an "
                          "offset such as 2026-11-03T12:00:00Z") from None
@@ -153,7 +160,7 @@ def parse_micros(text: str) -> int:
     For `--as-known-at`: recorded-at times are kept in microseconds. Raises ValueError.
     """
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = from_iso(text.strip())
     except ValueError:
         raise ValueError(
             f"not an ISO-8601 time: {text!r}; expected e.g. 2026-11-03T12:00Z"

@@ -47,6 +47,16 @@ def test_a_fraction_of_a_second_rounds_down_on_both_sides_of_1970(
     assert parse_time(text) == parse_event_time(text) == second
 
 
+@pytest.mark.parametrize("text", ["2026-11-03T12:00:00z", "2026-11-03t12:00:00z",
+                                  "2026-11-03T12:00:00.5z"])
+def test_a_lowercase_z_is_utc_as_rfc_3339_allows_everywhere(text: str) -> None:
+    """RFC 3339 (the `date-time` of the OpenAPI document) allows `t` and `z` in lowercase:
+    the `t` was taken and the `z` refused, on every surface alike."""
+    noon = 1793491200 + 2 * 86400 + 12 * 3600
+    assert parse_time(text) == parse_event_time(text) == parse_query_time(text) == noon
+    assert parse_micros(text) == noon * 1_000_000 + (500_000 if ".5" in text else 0)
+
+
 def test_parse_time_rejects_words() -> None:
     with pytest.raises(ValueError, match="ISO-8601"):
         parse_time("tomorrow")
