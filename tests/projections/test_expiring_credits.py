@@ -86,6 +86,28 @@ def test_expiry_is_exclusive() -> None:
     assert tracker.get_balance(5) == -1
 
 
+def test_a_statement_lists_an_expiry_before_the_events_of_its_second() -> None:
+    """Credits expiring at T are gone for every event at T (docs/semantics.md, "Credits"):
+    the statement's `expire` line comes first among the changes at T, and what a job
+    holding them releases at T expires after the completion's line."""
+    from projections.queries import statement
+
+    journal = MemoryJournal()
+    scheduler = Scheduler(journal, clock=lambda: 0)
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.grant(10, 0, 100)
+    tracker.grant(10, 0, 200)
+    assert scheduler.submit("j", "a", 8, 1, at=50)
+    assert scheduler.start_next(at=60) is not None
+    assert tracker.consume(1, 100) == 0
+    scheduler.complete("j", success=False, refund_fraction=0.5, at=100)
+    lines = [(line.time, line.type, line.change, line.balance)
+             for line in statement(journal, "a").lines if line.time == 100]
+    assert lines == [(100, "expire", -2, 18), (100, "consume", -1, 17),
+                     (100, "complete", -4, 13), (100, "expire", -4, 9)]
+    assert tracker.get_balance(99) == 20 and tracker.get_balance(100) == 9
+
+
 # -- edge cases -----------------------------------------------------------------------------
 
 
