@@ -271,3 +271,42 @@ def test_a_stop_does_not_wait_for_a_client_that_does_not_read() -> None:
     took = time.monotonic() - began
     conn.close()
     assert took < 3, f"the stop took {took:.1f} s"
+
+
+def _edge_log(app: Any, caplog: pytest.LogCaptureFixture) -> str:
+    import asyncio
+    import logging
+
+    from tools.service.app import Edge
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise AssertionError(f"nothing is sent to a client that has gone: {message}")
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/events",
+             "client": ("127.0.0.1", 5000)}
+    with (caplog.at_level(logging.INFO, logger="gpu_credits.access"),
+          contextlib.suppress(RuntimeError)):
+        asyncio.run(Edge(app)(scope, receive, send))
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "gpu_credits.access"]
+    return line
+
+
+def test_a_request_whose_client_went_away_is_not_logged_as_a_500(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Before, a client that hung up mid-body was logged "status": 500, as if the service
+    # had failed: 200 such clients, 200 server errors on the access log.
+    async def reads_the_body(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    assert '"status": 499' in _edge_log(reads_the_body, caplog)
+
+
+def test_an_app_that_fails_is_still_logged_as_a_500(caplog: pytest.LogCaptureFixture) -> None:
+    async def fails(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise RuntimeError("a bug")
+
+    assert '"status": 500' in _edge_log(fails, caplog)

@@ -50,6 +50,10 @@ API_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"no
 """Sent with every `/v1` answer: no copy of a balance (or of a refusal) in a browser's
 or a proxy's cache, and a body read as the type it is sent as, never sniffed."""
 
+CLIENT_GONE = 499
+"""The access log's status for a request its client left before it was answered (nginx's
+"client closed request"): nothing was sent."""
+
 _API_NAMES = frozenset(name for name, _ in API_HEADERS)
 _API_PATHS = PREFIX + "/"
 
@@ -79,14 +83,16 @@ class Edge:
             return
         start = _time.perf_counter()
         status = 500
+        started = False
         head = scope["method"] == "HEAD"
         path = scope["path"]
         api = path == PREFIX or path.startswith(_API_PATHS)
 
         async def sending(message: dict[str, Any]) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started = True
                 if api:
                     headers = message.get("headers") or ()
                     for name, _ in headers:  # names are lower case in ASGI
@@ -104,9 +110,23 @@ class Edge:
                 message = {**message, "body": b""}
             await send(message)
 
+        gone = False
+
+        async def receiving() -> Any:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+            return message
+
         try:
             # A copy for HEAD: the access log and the server still see the HEAD sent.
-            await self.app({**scope, "method": "GET"} if head else scope, receive, sending)
+            await self.app({**scope, "method": "GET"} if head else scope, receiving,
+                           sending)
+            if gone and not started:
+                # Nothing answered because nobody was left to answer (a client that hung
+                # up mid-body): not the server's failure, which the 500 would say.
+                status = CLIENT_GONE
         finally:
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
