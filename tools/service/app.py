@@ -50,10 +50,6 @@ API_HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"no
 """Sent with every `/v1` answer: no copy of a balance (or of a refusal) in a browser's
 or a proxy's cache, and a body read as the type it is sent as, never sniffed."""
 
-CLIENT_GONE = 499
-"""The access log's status for a request its client left before it was answered (nginx's
-"client closed request"): nothing was sent."""
-
 _API_NAMES = frozenset(name for name, _ in API_HEADERS)
 _API_PATHS = PREFIX + "/"
 
@@ -126,7 +122,7 @@ class Edge:
             if gone and not started:
                 # Nothing answered because nobody was left to answer (a client that hung
                 # up mid-body): not the server's failure, which the 500 would say.
-                status = CLIENT_GONE
+                status = problems.CLIENT_GONE
         finally:
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")

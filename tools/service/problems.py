@@ -73,6 +73,11 @@ _SLUGS = {
 }
 
 
+CLIENT_GONE = 499
+"""The access log's status for a request its client left before it was answered (nginx's
+"client closed request"): nothing was sent."""
+
+
 class ServiceProblem(Exception):
     """An error answer with an explicit status (auth, readiness, a bad query)."""
 
