@@ -209,8 +209,8 @@ def test_tables_and_filters_work_without_javascript(browser: Any, base_url: str)
 
 
 @contextmanager
-def _tabs_on(browser: Any, tmp_path: Path, lines: list[dict[str, Any]]) -> Iterator[
-        Iterator[tuple[int, str, Any]]]:
+def _tabs_on(browser: Any, tmp_path: Path, lines: list[dict[str, Any]], *,
+             allow_far_times: bool = False) -> Iterator[Iterator[tuple[int, str, Any]]]:
     """A service on a journal of these import lines, and a tab at each width (1280, 390
     px) in turn: (width, base URL, tab)."""
     import json
@@ -221,7 +221,8 @@ def _tabs_on(browser: Any, tmp_path: Path, lines: list[dict[str, Any]]) -> Itera
 
     url = f"sqlite:///{tmp_path / 'lines.db'}"
     with Journal(url) as journal:
-        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "lines.jsonl")
+        import_file(journal, "\n".join(map(json.dumps, lines)).encode(), "lines.jsonl",
+                    allow_far_times=allow_far_times)
 
     def tabs(base: str) -> Iterator[tuple[int, str, Any]]:
         for width in (1280, 390):
@@ -326,4 +327,23 @@ def test_chart_figures_show_times_as_the_tables_do(browser: Any, tmp_path: Path)
             times = set(tab.locator(".chart-figures tbody th").all_text_contents())
             assert {"5", "12", "2026-11-01T00:00:00Z"} <= times, times
             assert not any(t.startswith("1970") for t in times), times
+            assert errors == []
+
+
+def test_charts_draw_times_a_browser_date_cannot_hold(browser: Any, tmp_path: Path) -> None:
+    """Event times up to 2**53 - 1 are valid (far ones allowed): the charts draw them and
+    their figures show the integers, where a JavaScript date (up to the year 275760)
+    threw and left both charts undrawn."""
+    lines = [{"type": "grant", "account": "a", "amount": 10, "time": 9007199254740000,
+              "expiry": 9007199254740991},
+             {"type": "consume", "account": "a", "amount": 1, "time": 9007199254740990}]
+    with _tabs_on(browser, tmp_path, lines, allow_far_times=True) as tabs:
+        for _width, base, tab in tabs:
+            errors: list[str] = []
+            tab.on("pageerror", lambda error, seen=errors: seen.append(str(error)))
+            open_settled(tab, base + "/accounts/a")
+            for chart in ("#timeline-chart", "#burndown-chart"):
+                tab.wait_for_selector(f"{chart}[data-drawn='yes']", timeout=20_000)
+            times = set(tab.locator(".chart-figures tbody th").all_text_contents())
+            assert {"9007199254740000", "9007199254740990"} <= times, times
             assert errors == []
