@@ -34,13 +34,14 @@ def test_padded_means_not_equal_to_its_strip_or_blank(value: str) -> None:
     assert padded(value) == (value != value.strip() or (value != "" and not value.strip()))
 
 
-@given(padded_names(), st.sampled_from(["grant", "consume", "open", "pool", "job", "user",
-                                        "event id"]))
-def test_every_live_decision_refuses_a_new_padded_name(name: str, where: str) -> None:
-    journal = MemoryJournal()
+LIVE_DECISIONS = ("grant", "consume", "open", "pool", "job", "user", "event id")
+"""Where a live decision takes a new name (`_decide_naming`)."""
+
+
+def _decide_naming(journal: MemoryJournal, where: str, name: str) -> None:
+    """The live decision `where` taking `name` as its new name, on a journal that holds
+    account `ok` (granted 100)."""
     scheduler = Scheduler(journal)
-    scheduler.open_account("ok", 100)
-    head = journal.head()
     tracker = GPUCreditTracker(journal, name if where in ("grant", "consume") else "ok")
     calls = {
         "grant": lambda: tracker.grant(5, 0, 10),
@@ -51,8 +52,21 @@ def test_every_live_decision_refuses_a_new_padded_name(name: str, where: str) ->
         "user": lambda: scheduler.submit("j", "ok", 1, 0, user=name),
         "event id": lambda: tracker.grant(5, 0, 10, event_id=name),
     }
+    calls[where]()
+
+
+def _with_account_ok() -> MemoryJournal:
+    journal = MemoryJournal()
+    Scheduler(journal).open_account("ok", 100)
+    return journal
+
+
+@given(padded_names(), st.sampled_from(LIVE_DECISIONS))
+def test_every_live_decision_refuses_a_new_padded_name(name: str, where: str) -> None:
+    journal = _with_account_ok()
+    head = journal.head()
     with pytest.raises(ValueError, match="whitespace") as refused:
-        calls[where]()
+        _decide_naming(journal, where, name)
     assert repr(name) in str(refused.value)
     assert journal.head() == head  # nothing appended
 
@@ -114,29 +128,15 @@ def test_blank_names_say_so() -> None:
 COMPOSED, DECOMPOSED = "caf\u00e9", "cafe\u0301"
 
 
-@pytest.mark.parametrize("where", ["grant", "consume", "open", "pool", "job", "user",
-                                   "event id"])
+@pytest.mark.parametrize("where", LIVE_DECISIONS)
 def test_a_new_name_in_another_unicode_form_is_refused_and_says_how(where: str) -> None:
     # Two accounts that look alike in every table, list and page, told apart only by
     # their code points: a live decision refuses the decomposed spelling of a new name,
     # naming the composed one to write instead.
-    journal = MemoryJournal()
-    scheduler = Scheduler(journal)
-    scheduler.open_account("ok", 100)
+    journal = _with_account_ok()
     head = journal.head()
-    name = DECOMPOSED
-    tracker = GPUCreditTracker(journal, name if where in ("grant", "consume") else "ok")
-    calls = {
-        "grant": lambda: tracker.grant(5, 0, 10),
-        "consume": lambda: tracker.consume(5, 0),
-        "open": lambda: scheduler.open_account(name, 10),
-        "pool": lambda: tracker.grant(5, 0, 10, pool=name),
-        "job": lambda: scheduler.submit(name, "ok", 1, 0),
-        "user": lambda: scheduler.submit("j", "ok", 1, 0, user=name),
-        "event id": lambda: tracker.grant(5, 0, 10, event_id=name),
-    }
     with pytest.raises(ValueError, match="NFC") as refused:
-        calls[where]()
+        _decide_naming(journal, where, DECOMPOSED)
     assert f"write it as {COMPOSED!r}" in str(refused.value)
     assert journal.head() == head  # nothing appended
     GPUCreditTracker(journal, COMPOSED).grant(5, 0, 10, pool=COMPOSED, event_id=COMPOSED)

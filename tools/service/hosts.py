@@ -110,20 +110,23 @@ class LoopbackHosts:
 
 async def _refuse_another_site(scope: dict[str, Any], receive: Any, send: Any,
                                elsewhere: str) -> None:
-    answer = problem_response(403, (
+    await _answer(scope, receive, send, 403, "cross-site", (
         f"this service has no tokens, so it takes a {scope['method']} only from a program "
         f"on this machine or a page of its own, and this one came from {elsewhere} (a web "
         "page posting here would write to the ledger as you): nothing was done; give "
-        "serve --tokens FILE to take calls of other origins"), slug="cross-site",
-        headers={"Cache-Control": "no-store"})
-    await answer(scope, receive, send)
+        "serve --tokens FILE to take calls of other origins"))
 
 
 async def _refuse(scope: dict[str, Any], receive: Any, send: Any, given: str) -> None:
-    answer = problem_response(400, (
+    await _answer(scope, receive, send, 400, "misdirected", (
         f"this service has no tokens, so it answers only requests addressed to {LOOPBACK_NAMES}, "
         f"and this one was addressed to {given[:200]!r} (a web page reaching it through "
         "another name would read and write the ledger as you): use one of those names, or "
-        "give serve --tokens FILE to reach it by any name"), slug="misdirected",
-        headers={"Cache-Control": "no-store"})
+        "give serve --tokens FILE to reach it by any name"))
+
+
+async def _answer(scope: dict[str, Any], receive: Any, send: Any, status: int, slug: str,
+                  detail: str) -> None:
+    """A refusal made before anything read the request, never kept by a cache."""
+    answer = problem_response(status, detail, slug=slug, headers={"Cache-Control": "no-store"})
     await answer(scope, receive, send)
