@@ -625,6 +625,15 @@ def _released_to_debt(ex: AccountExplanation
     return [(key, tuple(paid)) for key, paid in sorted(by_release.items())]
 
 
+def _released(ex: JobExplanation) -> str:
+    """`released 10 (6 lapsed: their grant had ended)`: released credits of a grant that
+    expired or was voided meanwhile never became usable again."""
+    text = f"released {ex.released or 0:,}"
+    if ex.lapsed:
+        text += f" ({ex.lapsed:,} lapsed: their grant had expired or was voided)"
+    return text
+
+
 def explain_job(ex: JobExplanation) -> None:
     """A job's life and the reasons behind it."""
     out = console()
@@ -640,9 +649,9 @@ def explain_job(ex: JobExplanation) -> None:
         out.print(Text(f"  accepted: reserved {ex.cost:,} from {_lineage(ex.held_from)}"))
     if ex.charge is not None:
         out.print(Text(f"  charged {ex.charge:,}, paid by {_lineage(ex.paid_by)}"
-                       + (f"; released {ex.released:,}" if ex.released else "")))
+                       + (f"; {_released(ex)}" if ex.released else "")))
     elif ex.state == "cancelled" and ex.released is not None:
-        out.print(f"  cancelled: released {ex.released:,}")
+        out.print(f"  cancelled: {_released(ex)}")
     if ex.waiting:
         out.print(Text(f"  {wording.text(ex.waiting)}"))
     table = _table("Events")

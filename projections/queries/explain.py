@@ -11,7 +11,7 @@ import orjson
 
 from eventstore import JournalLike, RecordedEvent
 from projections.checkpoint import CheckpointError
-from projections.creditbook import Expiry, Lineage
+from projections.creditbook import Batch, Expiry, Lineage
 from projections.errors import UnknownJob
 from projections.events import DEFAULT_GRANT_PRIORITY, GENERAL, TIMELINE_START
 from projections.figures import Figures
@@ -368,14 +368,17 @@ class JobExplanation:
     charge: int | None = None
     paid_by: Lineage = ()
     released: int | None = None
+    # Of `released`, the credits whose grant had expired or been voided by then: they
+    # lapsed as they were released, and never became usable again.
+    lapsed: int | None = None
     waiting: Waiting | None = None  # a pending job: why it has not started
     ahead: int | None = None  # a pending job: pending jobs that start before it
     events: list[JobEvent] = field(default_factory=list)
 
     json_keys: ClassVar[tuple[str, ...]] = (
         "job", "account", "state", "cost", "priority", "pool", "submitted_at:time",
-        "accepted", "reason", "held_from", "charge", "paid_by", "released", "waiting",
-        "ahead", "events")
+        "accepted", "reason", "held_from", "charge", "paid_by", "released", "lapsed",
+        "waiting", "ahead", "events")
 
 
 def waiting_reason(ledger: Ledger, job_id: str) -> tuple[Waiting, int]:
@@ -414,6 +417,28 @@ def explain_job(journal: JournalLike, job_id: str, *,
         out.waiting, out.ahead = waiting_reason(
             ledger_at(journal, to_position=position), job_id)
     return out
+
+
+def _in_heap(ledger: Ledger, account: str | None) -> list[tuple[Batch, int]]:
+    """The account's usable credits, batch by batch, before an event touches it."""
+    state = ledger.accounts.get(account) if account is not None else None
+    if state is None:
+        return []
+    return [(b, b.amount) for heap in state.book.heaps.values() for b in heap if b.in_heap]
+
+
+def _lapsed_on_release(outcome: Outcome, in_heap: list[tuple[Batch, int]]) -> int:
+    """Of what an event's settlement released, the credits that lapsed: its outcome's
+    expiries are first those the event's touch evicted (batches in the heap before it,
+    out of it now), then those released into a batch already ended (as the statement
+    tells them apart, `queries.walk`)."""
+    evicted = sum(amount for batch, amount in in_heap if not batch.in_heap)
+    seen = lapsed = 0
+    for e in outcome.expired:
+        if seen >= evicted:
+            lapsed += e.amount
+        seen += e.amount
+    return lapsed
 
 
 def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
@@ -467,10 +492,17 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
     pending job's place in the queue, `waiting`, is the ledger's at the last event)."""
     ledger = Ledger(excluded=excluded)
     found: list[tuple[RecordedEvent, Outcome]] = []
+    lapsed: dict[str, int] = {}
     for rec in events:
+        if rec.payload.get("job") != job_id:
+            apply_recorded(ledger, rec)
+            continue
+        in_heap = _in_heap(ledger, rec.payload.get("account") or (
+            job.account if (job := ledger.jobs.get(job_id)) is not None else None))
         outcome = apply_recorded(ledger, rec)
-        if rec.payload.get("job") == job_id:
-            found.append((rec, outcome))
+        found.append((rec, outcome))
+        if outcome.expired:
+            lapsed[rec.id] = _lapsed_on_release(outcome, in_heap)
     job = ledger.jobs.get(job_id)
     if job is None and not found:
         raise UnknownJob(f"unknown job {job_id!r} (no event names it)")
@@ -493,8 +525,10 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
         elif rec.type == "complete" and not outcome.anomaly:
             out.paid_by = outcome.paid_by
             out.released = outcome.released
+            out.lapsed = lapsed.get(rec.id, 0) if outcome.released is not None else None
         elif rec.type == "cancel" and not outcome.anomaly and outcome.released:
             out.released = outcome.released
+            out.lapsed = lapsed.get(rec.id, 0)
     if job is not None and job.state == PENDING:
         out.waiting, out.ahead = waiting_reason(ledger, job_id)
     elif job is not None and job.state == RUNNING:

@@ -411,6 +411,24 @@ def test_explain_job_charge_and_payers(run: Run, small: Path) -> None:
     assert [e["type"] for e in ex["events"]] == ["submit", "start", "complete"]
 
 
+def test_explain_job_says_what_it_released_lapsed(run: Run, tmp_path: Path) -> None:
+    # Held 6 of g1 (expiring at 20) and 4 of g2; failed at 30, all refunded: g1's 6 lapse
+    # as they are released, and g3's unused 5 expire at that moment too (not the job's).
+    imported(run, tmp_path / "lapse.jsonl", "".join(json.dumps(e) + "\n" for e in [
+        {"type": "grant", "id": "g1", "account": "a", "amount": 50, "expiry": 20, "time": 0},
+        {"type": "consume", "account": "a", "amount": 44, "time": 1},
+        {"type": "grant", "id": "g2", "account": "a", "amount": 40, "time": 2},
+        {"type": "submit", "account": "a", "job": "j", "cost": 10, "priority": 1, "time": 3},
+        {"type": "start", "job": "j", "time": 4},
+        {"type": "grant", "id": "g3", "account": "a", "amount": 5, "expiry": 25, "time": 5},
+        {"type": "complete", "job": "j", "success": False, "refund_fraction": 1.0,
+         "time": 30}]))
+    ex = _obj(as_json(run("explain", "--job", "j", "--json")))
+    assert (ex["charge"], ex["released"], ex["lapsed"]) == (0, 10, 6)
+    text = run("explain", "--job", "j").stdout
+    assert "released 10 (6 lapsed: their grant had expired or was voided)" in text
+
+
 def test_explain_pending_job_says_why(run: Run, tmp_path: Path) -> None:
     path = tmp_path / "queue.jsonl"
     path.write_text(

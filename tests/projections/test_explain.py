@@ -32,6 +32,31 @@ def test_credits_released_after_their_grants_expiry_count_as_expired() -> None:
     assert (grant.used, grant.expired, grant.remaining, grant.held) == (0, 50, 0, [])
 
 
+def test_a_job_says_how_much_of_what_it_released_lapsed_with_its_grant() -> None:
+    # Held 10: 6 of g1 (expiring at 20), 4 of g2 (never expiring; g1 goes first by its
+    # expiry). The job fails at 30 with everything refunded: g1's 6 lapse as they are
+    # released; g3's 5, unused and expired at 25, are evicted at the same moment (not the
+    # job's); only g2's 4 are usable again.
+    journal = _journal(
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 50, "expiry": 20}),
+        NewEvent("u", "a", "consume", 1, {"account": "a", "amount": 44}),
+        NewEvent("g2", "a", "grant", 2, {"account": "a", "amount": 40}),
+        _submit("s", "j", 3, 10),
+        NewEvent("st", "job:j", "start", 4, {"job": "j"}),
+        NewEvent("g3", "a", "grant", 5, {"account": "a", "amount": 5, "expiry": 25}),
+        NewEvent("c", "job:j", "complete", 30, {"job": "j", "success": False,
+                                                "refund_fraction": 1.0}))
+    explained = explain_job(journal, "j")
+    assert explained.held_from == (("g1", 6), ("g2", 4))
+    assert (explained.charge, explained.released, explained.lapsed) == (0, 10, 6)
+    # Cancelled before the expiry, nothing it released lapses.
+    early = _journal(
+        NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 50, "expiry": 20}),
+        _submit("s", "j", 3, 10),
+        NewEvent("c", "job:j", "cancel", 10, {"job": "j"}))
+    assert (explain_job(early, "j").released, explain_job(early, "j").lapsed) == (10, 0)
+
+
 def test_reversed_grants_and_consumes_have_no_lineage() -> None:
     journal = _journal(
         NewEvent("g1", "a", "grant", 0, {"account": "a", "amount": 100}),
