@@ -202,10 +202,10 @@ def _refuse_nul(event_id: str, obj: object, where: str = "payload") -> None:
 
 
 def snapshot_bounds(from_time: int | None, before_position: int | None,
-                    through_id: int | None) -> None:
+                    through_id: int | None, from_id: int | None = None) -> None:
     """Raise ValueError unless drop_snapshots' bounds are each None or a 64-bit int."""
     for name, bound in (("from_time", from_time), ("before_position", before_position),
-                        ("through_id", through_id)):
+                        ("through_id", through_id), ("from_id", from_id)):
         if bound is not None:
             require_int(name, bound)
 

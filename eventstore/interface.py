@@ -173,9 +173,10 @@ class JournalLike(Protocol):
 
     def drop_snapshots(self, name: str, *, from_time: int | None = None,
                        before_position: int | None = None,
-                       through_id: int | None = None) -> int:
+                       through_id: int | None = None,
+                       from_id: int | None = None) -> int:
         """Drop snapshots with event_time >= from_time, position < before_position and
-        id <= through_id (each bound: none if None); return how many."""
+        from_id <= id <= through_id (each bound: none if None); return how many."""
         ...
 
     def close(self) -> None:

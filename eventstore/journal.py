@@ -1076,10 +1076,11 @@ class Journal(JournalBase):
 
     def drop_snapshots(self, name: str, *, from_time: int | None = None,
                        before_position: int | None = None,
-                       through_id: int | None = None) -> int:
+                       through_id: int | None = None,
+                       from_id: int | None = None) -> int:
         """Drop snapshots with event_time >= from_time, position < before_position and
-        id <= through_id (each bound: none if None); return how many."""
-        appending.snapshot_bounds(from_time, before_position, through_id)
+        from_id <= id <= through_id (each bound: none if None); return how many."""
+        appending.snapshot_bounds(from_time, before_position, through_id, from_id)
         stmt = delete(snapshots).where(snapshots.c.name == name)
         if from_time is not None:
             stmt = stmt.where(snapshots.c.event_time >= from_time)
@@ -1087,6 +1088,8 @@ class Journal(JournalBase):
             stmt = stmt.where(snapshots.c.position < before_position)
         if through_id is not None:
             stmt = stmt.where(snapshots.c.id <= through_id)
+        if from_id is not None:
+            stmt = stmt.where(snapshots.c.id >= from_id)
         with self._writing() as conn:
             return int(conn.execute(stmt).rowcount)
 

@@ -579,10 +579,11 @@ class MemoryJournal(JournalBase):
 
     def drop_snapshots(self, name: str, *, from_time: int | None = None,
                        before_position: int | None = None,
-                       through_id: int | None = None) -> int:
+                       through_id: int | None = None,
+                       from_id: int | None = None) -> int:
         """Drop snapshots with event_time >= from_time, position < before_position and
-        id <= through_id (each bound: none if None); return how many."""
-        appending.snapshot_bounds(from_time, before_position, through_id)
+        from_id <= id <= through_id (each bound: none if None); return how many."""
+        appending.snapshot_bounds(from_time, before_position, through_id, from_id)
         with self._lock:
             doomed = [
                 k
@@ -591,6 +592,7 @@ class MemoryJournal(JournalBase):
                 and (from_time is None or s.info.event_time >= from_time)
                 and (before_position is None or s.info.position < before_position)
                 and (through_id is None or s.info.id <= through_id)
+                and (from_id is None or s.info.id >= from_id)
             ]
             for k in doomed:
                 if self._tx_depth:

@@ -515,6 +515,12 @@ class AppendReadContract(_OnABackend):
         assert s6.id > s5.id
         assert journal.drop_snapshots("ledger", through_id=s5.id) == 1
         assert journal.snapshots("ledger") == [s6]
+        # `from_id` with `through_id`: exactly one, whatever its neighbours' times.
+        s7 = journal.save_snapshot("ledger", 3, 2, "d7", b"w")
+        assert journal.drop_snapshots("ledger", from_id=s6.id, through_id=s6.id) == 1
+        assert journal.snapshots("ledger") == [s7]
+        assert journal.drop_snapshots("ledger", from_id=s7.id + 1) == 0
+        assert journal.drop_snapshots("ledger", from_id=s7.id, through_id=s7.id) == 1
         with pytest.raises(ValueError):
             journal.save_snapshot("ledger", 1, 1, "d", "not bytes")  # type: ignore[arg-type]
 
@@ -549,7 +555,7 @@ class AppendReadContract(_OnABackend):
         with pytest.raises(ValueError, match="64 bits"):
             journal.bind_request("k", "f", "answer", [1, wide])
         assert journal.request("k") is None
-        for bound in ("from_time", "before_position", "through_id"):
+        for bound in ("from_time", "before_position", "through_id", "from_id"):
             with pytest.raises(ValueError, match="64 bits"):
                 journal.drop_snapshots("ledger", **{bound: wide})
             with pytest.raises(ValueError):

@@ -104,6 +104,32 @@ def test_a_graceful_stop_leaves_a_checkpoint_for_the_next_start(tmp_path: Path) 
     again.close()
 
 
+def test_restarts_do_not_pile_up_checkpoints(tmp_path: Path) -> None:
+    """Each graceful stop saves a checkpoint: one restarted after every few decisions
+    (a daily deploy) kept every one, a whole copy of the state each, and `verify`
+    re-derived them all. One saved closer to the one before it than a replay spaces its
+    own replaces the previous newest; the oldest stays, and so does the newest."""
+    from eventstore import Journal
+    from projections.checkpoint import CHECKPOINT
+
+    url = f"sqlite:///{tmp_path / 'restarts.db'}"
+    for k in range(5):
+        svc = LedgerService(url, clock=lambda: 10)
+        svc.start()
+        svc.decide_now(commands.Grant(f"g{k}", "a", 100, None, None, None, None, 1))
+        svc.stop()
+        svc.close()
+    with Journal(url) as journal:
+        assert [i.position for i in journal.snapshots(CHECKPOINT)] == [1, 5]
+    again = LedgerService(url, clock=lambda: 10)
+    again.start()
+    with again.reading() as ledger:
+        assert ledger.accounts["a"].balance == 500
+    assert again.session.projector._ingested == 0  # from the newest
+    again.writer.stop()
+    again.close()
+
+
 def _granted_then_used(svc: LedgerService) -> LedgerService:
     """`svc` started, then a grant of 100 to a and ten usage reports of 1 decided (11
     events), and the checkpoint queued last written."""

@@ -218,7 +218,7 @@ class LedgerService:
         session = self._session
         if session is None or self._stale or self.writer.failure is not None:
             return  # (a stopped writer may have left decisions it never committed)
-        from projections.checkpoint import CHECKPOINT, save_checkpoint
+        from projections.checkpoint import CHECKPOINT, save_checkpoint, thin_checkpoints
 
         try:
             with session.lock:
@@ -230,6 +230,8 @@ class LedgerService:
                     started = _time.perf_counter()
                     if save_checkpoint(self.journal, session.ledger, position) is not None:
                         newest = position
+                        # Each stop saves one: a service restarted often piled them up.
+                        thin_checkpoints(self.journal, self.checkpoint_every or CHECKPOINT_EVERY)
                         log.info("checkpoint %s at position %d in %.2f s", when, position,
                                  _time.perf_counter() - started)
                 self._schedule_checkpoint(newest)
