@@ -611,9 +611,18 @@ def valid_views(journal: JournalLike, infos: Iterable[SnapshotInfo],
         try:
             view = load_view(journal, info)
         except (CheckpointError, KeyError) as exc:
+            if isinstance(exc, KeyError) and not still_saved(journal, info):
+                # Dropped since it was listed (a replay replacing it, a service thinning
+                # them at its stop): a cache gone, nothing to warn of or to replay for.
+                continue
             ignored_checkpoint(info, exc)
             continue
         yield info, view
+
+
+def still_saved(journal: JournalLike, info: SnapshotInfo) -> bool:
+    """Whether the checkpoint `info` is still among the journal's saved ones."""
+    return any(saved.id == info.id for saved in journal.snapshots(CHECKPOINT))
 
 
 def ignored_checkpoint(info: SnapshotInfo, exc: Exception) -> None:

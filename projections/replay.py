@@ -33,6 +33,7 @@ from projections.checkpoint import (
     ignored_checkpoint,
     load_view,
     log,
+    still_saved,
     valid_views,
 )
 from projections.checkpoint import invalidate_after as invalidate_after
@@ -722,11 +723,6 @@ def excluded_as_known(journal: JournalLike, to_position: int | None) -> frozense
     return reversed_ids(_reversals(journal, to_position))
 
 
-def _still_saved(journal: JournalLike, info: SnapshotInfo) -> bool:
-    """Whether the checkpoint `info` is still among the journal's saved ones."""
-    return any(saved.id == info.id for saved in journal.snapshots(CHECKPOINT))
-
-
 VERIFY_STAGES = ("checking the hash chain", "re-deriving the checkpoints", "replaying")
 """The stages of `verify`, in order, as its `stage` callback names them."""
 
@@ -780,7 +776,7 @@ def verify(journal: JournalLike, *, progress: Progress | None = None,
             stale.append(f"checkpoint {info.id} at position {info.position}: {exc}")
             continue
         except (CheckpointError, KeyError) as exc:  # a damaged cache entry is a finding
-            if isinstance(exc, KeyError) and not _still_saved(journal, info):
+            if isinstance(exc, KeyError) and not still_saved(journal, info):
                 # Dropped since it was listed, by another process (a replay that saved
                 # fresh ones, a writer tidying after a late event): a cache gone, which
                 # says nothing about the journal. It was told as an altered journal.
