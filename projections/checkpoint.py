@@ -626,10 +626,11 @@ def still_saved(journal: JournalLike, info: SnapshotInfo) -> bool:
 
 
 def ignored_checkpoint(info: SnapshotInfo, exc: Exception) -> None:
-    """Warn, in one line, that a checkpoint is passed over and why."""
-    log.warning("checkpoint %s at position %s ignored (%s): folding from the journal "
-                "instead (gpu-credits replay saves fresh checkpoints)", info.id,
-                info.position, exc)
+    """Warn, in one line, that a checkpoint is passed over and why: the reader goes on
+    to the next older one that checks out, or folds from the start without one."""
+    log.warning("checkpoint %s at position %s ignored (%s): starting from an older "
+                "checkpoint, or the journal's first event, instead (gpu-credits replay "
+                "saves fresh checkpoints)", info.id, info.position, exc)
 
 
 SPACING = 10_000

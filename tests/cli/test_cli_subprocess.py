@@ -79,7 +79,7 @@ def test_a_checkpoint_passed_over_is_said_once_per_command_with_the_way_out(
         # A warning line as every other: a script watching stderr for the prefix sees it.
         assert done.stderr.splitlines() == [
             "gpu-credits: warning: checkpoint 2 at position 12 ignored (its own hash does "
-            "not match its bytes): folding from the journal instead (gpu-credits replay "
-            "saves fresh checkpoints)"], command
+            "not match its bytes): starting from an older checkpoint, or the journal's "
+            "first event, instead (gpu-credits replay saves fresh checkpoints)"], command
     assert cli("replay", "--db", url, cwd=tmp_path).returncode == 0
     assert cli("accounts", "--db", url, cwd=tmp_path).stderr == ""

@@ -114,6 +114,10 @@ def test_poisoned_checkpoint_bytes_are_never_executed(
     assert found is not None and found[0].id == good.id  # the good one, not the poison
     assert any("ignored" in r.getMessage() and "\n" not in r.getMessage()
                for r in caplog.records)
+    # It names what the reader starts from instead: the older good one here, where it
+    # said the journal would be folded (an operator then expected a slow start).
+    assert all("starting from an older checkpoint, or the journal's first event"
+               in r.getMessage() for r in caplog.records if "ignored" in r.getMessage())
     report = verify(journal)
     assert not report.ok and report.problem is not None and "unreadable" in report.problem
     assert not marker.exists()
