@@ -152,9 +152,16 @@ def _compiled_fixed(stmt: Select[Any], dialect: Dialect) -> SQLCompiler:
 
 def _moved_on(at: int, head: int, recorded: int, events: int) -> str:
     """Why `append_at` wrote nothing: the head elsewhere, or events recorded already."""
-    return (f"the append was to start at position {at}, after the journal's head, which is "
-            f"at {head}; {recorded} of its {events} events are recorded already or repeated: "
-            "the journal moved on since they were placed; decide them again")
+    ids = f"{recorded} of its {events} events are recorded already or repeated"
+    if head == at - 1:
+        why = f"the head is there, but {ids}"
+    elif head >= at:
+        why = f"the journal's head has moved on to {head}" + (f", and {ids}" if recorded
+                                                                else "")
+    else:
+        why = f"the journal's head is at {head}: what was to be written before it is not"
+    return (f"the append was placed at position {at}, right after a head at {at - 1}; "
+            f"{why}: nothing was appended; decide them again")
 
 
 def _snapshot(row: Sequence[Any]) -> SnapshotInfo:

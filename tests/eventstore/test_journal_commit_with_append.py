@@ -19,12 +19,18 @@ def test_it_commits_the_events_at_the_positions_given(database_url: str) -> None
         assert journal.verify() is None
 
 
-@pytest.mark.parametrize("at", [2, 4])
-def test_a_head_elsewhere_writes_nothing(database_url: str, at: int) -> None:
+@pytest.mark.parametrize("at, why", [
+    (2, "the journal's head has moved on to 2:"),
+    (4, "the journal's head is at 2: what was to be written before it is not")])
+def test_a_head_elsewhere_writes_nothing(database_url: str, at: int, why: str) -> None:
     with Journal(database_url) as journal:
         journal.append([ev("a"), ev("b")])
-        with pytest.raises(VersionConflict, match=f"start at position {at}.*head.*at 2"):
+        with pytest.raises(VersionConflict) as refused:
             journal.append_at([ev("c")], at=at, locks=["k"])
+        said = str(refused.value)
+        assert said.startswith(f"the append was placed at position {at}, right after a "
+                               f"head at {at - 1}; {why}"), said
+        assert said.endswith("nothing was appended; decide them again"), said
         assert journal.head() == 2
         assert journal.get("c") is None
 
@@ -32,7 +38,8 @@ def test_a_head_elsewhere_writes_nothing(database_url: str, at: int) -> None:
 def test_an_event_recorded_already_writes_nothing(database_url: str) -> None:
     with Journal(database_url) as journal:
         journal.append([ev("a")])
-        with pytest.raises(VersionConflict, match="1 of its 2 events are recorded"):
+        with pytest.raises(VersionConflict, match="the head is there, but 1 of its 2 "
+                                                  "events are recorded"):
             journal.append_at([ev("a"), ev("b")], at=2)
         assert journal.head() == 1
         assert journal.get("b") is None
