@@ -123,6 +123,15 @@ def test_a_refused_body_field_names_the_value_sent(client: TestClient, path: str
 
 def test_usage_of_an_unknown_account_is_404(client: TestClient) -> None:
     problem(client.post("/v1/accounts/nobody/usage", json={"amount": 1}), 404)
+
+
+@pytest.mark.parametrize("path", ["a%09b", "x" * 201])
+def test_usage_of_a_name_no_account_can_have_is_422_as_for_a_grant(client: TestClient,
+                                                                    path: str) -> None:
+    for route in ("usage", "grants"):
+        refused = problem(client.post(f"/v1/accounts/{path}/{route}", json={"amount": 1}),
+                          422)
+        assert "account" in refused["detail"], refused
     problem(client.get("/v1/accounts/nobody/balance"), 404)
     problem(client.get("/v1/accounts/nobody/statement"), 404)
     problem(client.get("/v1/jobs/nothing"), 404)

@@ -119,6 +119,9 @@ class Usage:
         return [self.account]
 
     def run(self, service: LedgerService) -> AnswerDict:
+        # A name no account can have is a bad request (422, as a grant to it is), not an
+        # account that happens not to exist.
+        require_name("account", self.account)
         # The writer holds the session's lock and this account's key: the check and the
         # decision see the same state.
         account = service.session.ledger.accounts.get(self.account)
