@@ -7,6 +7,7 @@ the answer to a COMMIT that did commit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -45,6 +46,15 @@ def outage(pg_fresh_url: str) -> Iterator[tuple[DatabaseProxy, str]]:
         yield got
 
 
+@contextlib.contextmanager
+def _serving_account_a(url: str) -> Iterator[TestClient]:
+    """A client of a service on `url` (its clock at 100) where account `a` is open."""
+    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
+        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
+                           ).status_code == 201
+        yield client
+
+
 def _until(check: Callable[[], Any], seconds: float = 10.0) -> Any:
     deadline = time.monotonic() + seconds
     while not (got := check()):
@@ -57,9 +67,7 @@ def test_an_outage_is_a_503_to_retry_and_the_service_recovers_without_a_restart(
     outage: tuple[DatabaseProxy, str], pg_fresh_url: str,
 ) -> None:
     proxy, url = outage
-    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
-        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
-                           ).status_code == 201
+    with _serving_account_a(url) as client:
         proxy.down()
         refused = client.post("/v1/accounts/a/grants", json={"amount": 7}, headers=_key("g"))
         assert refused.status_code == 503 and refused.headers["Retry-After"] == "5"
@@ -106,9 +114,7 @@ def test_a_decision_whose_commit_answer_was_lost_is_not_logged_as_uncommitted(
     outage: tuple[DatabaseProxy, str], pg_fresh_url: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     proxy, url = outage
-    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
-        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
-                           ).status_code == 201
+    with _serving_account_a(url) as client:
         proxy.lose_commit_after = APPEND
         with caplog.at_level(logging.WARNING, logger="gpu_credits.service"):
             lost = client.post("/v1/accounts/a/grants", json={"amount": 7}, headers=_key("g"))
@@ -134,9 +140,7 @@ def test_a_keyless_write_whose_commit_answer_was_lost_names_the_key_that_retries
     again as it was, it would be recorded twice. The 503 names the event id it was given,
     to send it again under, and no Retry-After (waiting does not make a resend safe)."""
     proxy, url = outage
-    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
-        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
-                           ).status_code == 201
+    with _serving_account_a(url) as client:
         if not ahead:  # decided inside its transaction, as after another writer's append
             client.app.state.ledger._defer_after = math.inf  # type: ignore[attr-defined]
         proxy.lose_commit_after = APPEND
@@ -174,9 +178,7 @@ def test_decisions_of_a_batch_whose_commit_answer_was_lost_are_each_recorded_onc
     outage: tuple[DatabaseProxy, str], pg_fresh_url: str,
 ) -> None:
     proxy, url = outage
-    with TestClient(create_app(url, clock=lambda: 100, mount_web=False)) as client:
-        assert client.post("/v1/accounts", json={"account": "a"}, headers=_key("open")
-                           ).status_code == 201
+    with _serving_account_a(url) as client:
         proxy.lose_commit_after = APPEND
         keys = [f"g{i}" for i in range(24)]
 
