@@ -21,6 +21,7 @@ import unicodedata
 
 from projections.events import DomainEvent
 from projections.ledger import Ledger
+from projections.validation import escaped
 
 _ROLES = ("account", "job", "pool", "user")
 """The fields of an event that name something a later call can name again."""
@@ -40,10 +41,10 @@ def refusal(what: str, value: str) -> str:
     """Why `value` cannot be a new name (`what`: its role), and what would do."""
     if not padded(value):
         composed = unicodedata.normalize("NFC", value)
+        wanted, given = escaped(composed, '"'), escaped(value, '"')
         return (f"{what} {value!r} is not in Unicode's composed form (NFC); it looks like "
                 f"{composed!r}, but names are compared exactly, so it would name another "
-                f"{what}: write it as {composed!r} (escaped, {_escaped(composed)} rather "
-                f"than {_escaped(value)})")
+                f"{what}: write it as {composed!r} (escaped, {wanted} rather than {given})")
     if not value.strip():
         return f"{what} {value!r} is only whitespace: give a name"
     return (f"{what} {value!r} begins or ends with whitespace; names are compared exactly, "
@@ -65,13 +66,6 @@ def check_event_id(event_id: str) -> None:
     """Refuse (ValueError) a padded event id, or one not in NFC, for a new decision."""
     if inexact(event_id):
         raise ValueError(refusal("event id", event_id))
-
-
-def _escaped(value: str) -> str:
-    """`value` in double quotes, each character beyond ASCII escaped as Python escapes it
-    (`"caf\\u00e9"`): the spelling that tells two look-alike names apart."""
-    return '"' + "".join(c if c.isascii() else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF
-                         else f"\\U{ord(c):08x}" for c in value) + '"'
 
 
 def _known(ledger: Ledger, event: DomainEvent, role: str, value: str) -> bool:

@@ -103,13 +103,20 @@ def spelling(name: str) -> str:
     escaped (`'cafe\\u0301'`, not `'café'`): it looks exactly like its composed form."""
     if unicodedata.is_normalized("NFC", name):
         return show(name)
-    text = "'" + "".join(
-        "\\" + c if c in "'\\" else c if c.isascii() and c.isprintable()
-        else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
-        for c in name) + "'"
+    text = escaped(name)
     if len(text) > _SHOWN_DIGITS * 2:
         return f"{text[:_SHOWN_DIGITS]}... ({len(name)} characters)"
     return text
+
+
+def escaped(text: str, quote: str = "'") -> str:
+    """`text` in `quote`s, each character beyond printable ASCII written as its Python
+    escape (`\\u0301`), the quote and the backslash escaped: the spelling that tells two
+    look-alike names apart."""
+    return quote + "".join(
+        "\\" + c if c in quote + "\\" else c if c.isascii() and c.isprintable()
+        else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+        for c in text) + quote
 
 
 def loose(name: str) -> str:

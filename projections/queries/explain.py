@@ -27,7 +27,7 @@ from projections.queries.common import (
 )
 from projections.queries.effects import Effect, event_effect
 from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
-from projections.queries.walk import AccountWalk, Step, own_reversed
+from projections.queries.walk import AccountWalk, Step, own_reversed, split_expired
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
 
 
@@ -427,20 +427,6 @@ def _in_heap(ledger: Ledger, account: str | None) -> list[tuple[Batch, int]]:
     return [(b, b.amount) for heap in state.book.heaps.values() for b in heap if b.in_heap]
 
 
-def _lapsed_on_release(outcome: Outcome, in_heap: list[tuple[Batch, int]]) -> int:
-    """Of what an event's settlement released, the credits that lapsed: its outcome's
-    expiries are first those the event's touch evicted (batches in the heap before it,
-    out of it now), then those released into a batch already ended (as the statement
-    tells them apart, `queries.walk`)."""
-    evicted = sum(amount for batch, amount in in_heap if not batch.in_heap)
-    seen = lapsed = 0
-    for e in outcome.expired:
-        if seen >= evicted:
-            lapsed += e.amount
-        seen += e.amount
-    return lapsed
-
-
 def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
     """The account whose own events tell all of `job_id`'s life as known at `position`:
     the one that submitted it, found in the job index of a checkpoint or among the
@@ -502,7 +488,8 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
         outcome = apply_recorded(ledger, rec)
         found.append((rec, outcome))
         if outcome.expired:
-            lapsed[rec.id] = _lapsed_on_release(outcome, in_heap)
+            released, _ = split_expired(rec, outcome, in_heap)
+            lapsed[rec.id] = sum(e.amount for e in released)
     job = ledger.jobs.get(job_id)
     if job is None and not found:
         raise UnknownJob(f"unknown job {job_id!r} (no event names it)")

@@ -48,6 +48,30 @@ def expired_batches(book: CreditBook, at: int) -> list[Batch]:
     return sorted(found, key=_expiry_order)
 
 
+def split_expired(rec: RecordedEvent, outcome: Outcome,
+                  in_heap: list[tuple[Batch, int]]) -> tuple[list[Expiry], list[Expiry]]:
+    """Of the expiries of `rec`'s `outcome`: those a settlement released into a batch
+    already ended (they lapsed on release), and a grant's own credits voided before it
+    took effect. `in_heap`: the account's batches in its heaps before the event, with
+    their amounts. What the event's touch evicted (batches of `in_heap` out of the heap
+    now) is at the head of `outcome.expired`, and is neither; nor is a void's own lapse,
+    told on its line."""
+    evicted = sum(amount for b, amount in in_heap if not b.in_heap)
+    on_release: list[Expiry] = []
+    on_arrival: list[Expiry] = []
+    seen = 0
+    for e in outcome.expired:
+        if e.voided and rec.type == "void":
+            continue  # the void's own change, on its line
+        if e.voided and rec.type == "grant" and e.grant_id == rec.id:
+            on_arrival.append(e)
+            continue
+        if seen >= evicted:
+            on_release.append(e)
+        seen += e.amount
+    return on_release, on_arrival
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One event of an account, and what time passing did to the account first."""
@@ -135,22 +159,8 @@ class AccountWalk:
         declared_before = account_settings(state) if rec.type == "account" \
             and state is not None and state.declared else None
         outcome = apply_recorded(ledger, rec)
-        # What advance() evicted now is at the head of outcome.expired; the rest expired
-        # when a settlement released credits into a batch already expired.
-        evicted = sum(amount for b, amount in in_heap if not b.in_heap)
+        on_release, on_arrival = split_expired(rec, outcome, in_heap)
         self.announced = {k: b for k, b in self.announced.items() if b.in_heap}
-        on_release: list[Expiry] = []
-        on_arrival: list[Expiry] = []
-        seen = 0
-        for e in outcome.expired:
-            if e.voided and rec.type == "void":
-                continue  # the void's own change, on its line
-            if e.voided and rec.type == "grant" and e.grant_id == rec.id:
-                on_arrival.append(e)
-                continue
-            if seen >= evicted:
-                on_release.append(e)
-            seen += e.amount
         refill = 0
         state = self.state
         if state is not None:
