@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -61,6 +62,12 @@ never split across lines and every row of a table is one line (for grep, cut, aw
 
 MIN_TEXT_WIDTH = 8
 """The narrowest a text column gets when a table must fit the screen."""
+
+_FIGURE = re.compile(r"[-+]?[0-9][0-9,.]*|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]+Z", re.ASCII)
+"""A figure or a time, as the tables write them: `-1,234`, `0.5`, `2026-11-01T00:00:00Z`."""
+
+_AROUND = "()[]{},;:'\""
+"""Punctuation a figure in a text cell may stand in: `(paid by g1 1,000)`."""
 
 
 class _Console(Console):
@@ -116,9 +123,11 @@ def fit(table: Table, out: Console) -> int:
     """Give the table's text columns widths that fit `out`, numbers keeping theirs.
 
     Numeric and time columns (no_wrap) keep their full width; text columns share what is
-    left, never below `MIN_TEXT_WIDTH`, and wrap. Returns the width the table needs: more
-    than the console's only when its numbers alone do not fit, and then the table is
-    printed wider rather than cropping a number.
+    left, never below `MIN_TEXT_WIDTH` nor below the widest figure or time in them
+    (`_widest_figure`: a figure split over two lines reads as two figures), and wrap
+    between words, folding a word (an id) longer than the column. Returns the width the
+    table needs: more than the console's only when its numbers alone do not fit, and then
+    the table is printed wider rather than cropping a number.
     """
     options = out.options
     measures = [table._measure_column(out, options.update_width(PIPE_WIDTH), column)
@@ -139,13 +148,26 @@ def fit(table: Table, out: Console) -> int:
         share = left // len(pending)
         index, natural = pending[0]
         padding = table._get_padding_width(index)
-        width = max(min(natural, share), MIN_TEXT_WIDTH + padding)
+        floor = max(MIN_TEXT_WIDTH, _widest_figure(table.columns[index]._cells))
+        width = max(min(natural, share), floor + padding)
         assigned[index] = width
         left -= width
         pending.pop(0)
     for index, width in assigned.items():
         table.columns[index].width = width - table._get_padding_width(index)
     return fixed + sum(assigned.values()) + table._extra_width
+
+
+def _widest_figure(cells: Sequence[Any]) -> int:
+    """The width of the widest word of `cells` that holds a figure or a time (with the
+    punctuation around it, which wraps with it), 0 when none does."""
+    widest = 0
+    for cell in cells:
+        text = cell if isinstance(cell, str) else cell.plain if isinstance(cell, Text) else ""
+        for word in text.split():
+            if len(word) > widest and _FIGURE.fullmatch(word.strip(_AROUND)):
+                widest = cell_len(word)
+    return widest
 
 
 def print_table(table: Table, out: Console | None = None) -> None:
@@ -449,9 +471,9 @@ def balances_table(rows: Sequence[tuple[str, Figures]], at: int) -> Table:
 def audit_table(audit: Audit, run: DemoRun | None = None) -> Table:
     """The audit summary: events, credits granted and expired, debt, rejections, revisions."""
     table = _table("Audit summary", show_header=False)
-    table.add_column("what")
+    table.add_column("what", overflow="fold")
     table.add_column("value", justify="right")
-    table.add_column("note", style="dim")
+    table.add_column("note", overflow="fold", style="dim")
     rows: list[tuple[str, str, str]] = []
     if run is not None:
         plan = run.plan
@@ -501,7 +523,7 @@ def statement_table(st: Statement) -> Table:
     table.add_column("type", no_wrap=True)
     for name in ("change", "balance", "reserved"):
         _number_column(table, name)
-    table.add_column("detail", ratio=1, min_width=20)
+    table.add_column("detail", overflow="fold", ratio=1, min_width=20)
     lines = [st.opening] if st.opening is not None else []
     for line in [*lines, *st.lines]:
         style = {"rejected": "yellow", "anomaly": "magenta"}.get(line.status, "")
@@ -581,9 +603,9 @@ def explain_account(ex: AccountExplanation) -> None:
     spends = _table("Consumption and job charges, and the grants that paid")
     _time_column(spends)
     spends.add_column("event", overflow="fold", max_width=22)
-    spends.add_column("what", ratio=1)
+    spends.add_column("what", overflow="fold", ratio=1)
     _number_column(spends, "amount")
-    spends.add_column("paid by", ratio=1)
+    spends.add_column("paid by", overflow="fold", ratio=1)
     _number_column(spends, "debt created")
     for s in ex.spends:
         if s.kind == "job" and not s.amount:
@@ -659,7 +681,7 @@ def explain_job(ex: JobExplanation) -> None:
     _number_column(table, "pos")
     table.add_column("event", overflow="fold", max_width=22)
     table.add_column("type", no_wrap=True)
-    table.add_column("detail", ratio=1, min_width=20)
+    table.add_column("detail", overflow="fold", ratio=1, min_width=20)
     for e in ex.events:
         table.add_row(format_time(e.time), str(e.position), Text(e.event_id), e.type,
                       Text(wording.text(e.effect), style="" if e.ok else "yellow"))
