@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import orjson
 
 from eventstore import JournalLike
+from projections.csvcells import ESCAPE, unguard
 from projections.importing import far_time_problem
 from projections.ledger import Ledger
 from projections.queries.common import recorded_position
@@ -384,7 +385,7 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     span = out.time_range or (None, None)
     jobs, events = charges.between(*span)
     named = {r.event_id for r in rows if r.event_id is not None}
-    forms = named | {i.strip() for i in named} | {_composed(i) for i in named}
+    forms = {form for i in named for form in _forms(i)}
     events.update(charges.events(forms - events.keys()))
     ledger = charges.ledger
     rows = [replace(r, account=_as_known(r.account, ledger.accounts),
@@ -439,18 +440,26 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
 
 
 def _as_known(name: str, known: Container[str]) -> str:
-    """`name` as the file writes it when the ledger knows it; else without surrounding
-    spaces, and in Unicode's composed form, when the ledger knows that (a spreadsheet's
-    or a hand-written file's stray space; a name another system handed over decomposed,
-    `cafe` and a combining accent for `caf\u00e9`, which looks the same); else as
-    written, to be reported as not in the ledger."""
-    if name in known:
-        return name
-    trimmed = name.strip()
-    if trimmed in known:
-        return trimmed
-    composed = _composed(name)
-    return composed if composed in known else name
+    """`name` as the file writes it when the ledger knows it; else the first other form of
+    it (`_forms`) the ledger knows; else as written, to be reported as not in the
+    ledger."""
+    return next((form for form in _forms(name) if form in known), name)
+
+
+def _forms(name: str) -> list[str]:
+    """The names a cell may stand for, the cell as written first: without surrounding
+    spaces, and in Unicode's composed form (a spreadsheet's or a hand-written file's
+    stray space; a name another system handed over decomposed, `cafe` and a combining
+    accent for `caf\u00e9`, which looks the same); and without the apostrophe every CSV
+    this project writes puts before a cell a spreadsheet would run as a formula
+    (`'=acct` for `=acct`, `''x` for `'x`: `csvcells.unguard`, as `import` reads it), so
+    a file made from `statement --csv` or `export --format csv` names what it was
+    given."""
+    forms = [name, name.strip(), _composed(name)]
+    if name.startswith(ESCAPE):
+        bare = unguard(name)
+        forms += [bare, bare.strip(), _composed(bare)]
+    return list(dict.fromkeys(forms))
 
 
 def _composed(name: str) -> str:

@@ -144,6 +144,56 @@ def test_reconcile_csv_escapes(db: str, tmp_path: Path) -> None:
     assert "'=evil()" in {c for row in _cells(result.stdout) for c in row}
 
 
+def test_reconcile_reads_back_the_cells_a_statement_csv_guarded(tmp_path: Path) -> None:
+    """A charges file made from `statement --csv` (its `account`, `job` and `event_id`
+    cells, apostrophe included) matches the ledger it came from: reconcile reads a cell
+    the ledger does not know as written the way `import` reads an exported one."""
+    db = f"sqlite:///{tmp_path / 'charged.db'}"
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(e) + "\n" for e in (
+        {"type": "grant", "account": ACCOUNT, "amount": 100, "time": 1},
+        {"type": "submit", "account": ACCOUNT, "job": JOB, "cost": 10, "priority": 1,
+         "time": 2},
+        {"type": "start", "job": JOB, "time": 3},
+        {"type": "complete", "job": JOB, "success": True, "time": 4},
+        {"type": "consume", "account": ACCOUNT, "amount": 5, "time": 5, "id": "+SUM(A1)"})))
+    assert _run("import", str(data), "--db", db).exit_code == 0
+    result = _run("statement", ACCOUNT, "--csv", "--db", db)
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    usage = next(r for r in rows if r["type"] == "consume")
+    job = next(r for r in rows if r["type"] == "complete")
+    assert (usage["event_id"], job["job"]) == (ESCAPE + "+SUM(A1)", ESCAPE + JOB)
+    charges = tmp_path / "charges.csv"
+    with charges.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["account", "job", "id", "amount"])
+        writer.writerow([ESCAPE + ACCOUNT, job["job"], "", -int(job["change"])])
+        writer.writerow([ESCAPE + ACCOUNT, "", usage["event_id"], -int(usage["change"])])
+    result = _run("reconcile", str(charges), "--json", "--db", db)
+    assert result.exit_code == 0, result.stdout
+    answer = json.loads(result.stdout)
+    assert answer["counts"]["matched"] == 2
+    assert {(f["account"], f["job"], f["id"]) for f in answer["findings"]} == {
+        (ACCOUNT, JOB, None), (ACCOUNT, None, "+SUM(A1)")}
+
+
+def test_reconcile_takes_a_name_starting_with_an_apostrophe_as_written_when_known(
+        tmp_path: Path) -> None:
+    """An account whose own name starts with an apostrophe matches written as it is
+    (`'quoted`) or as a guarded CSV writes it (`''quoted`)."""
+    url = f"sqlite:///{tmp_path / 'quoted.db'}"
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(e) + "\n" for e in (
+        {"type": "grant", "account": "'quoted", "amount": 10, "time": 1},
+        {"type": "consume", "account": "'quoted", "amount": 4, "time": 2, "id": "u1"})))
+    assert _run("import", str(data), "--db", url).exit_code == 0
+    for written in ("'quoted", "''quoted"):
+        charges = tmp_path / "charges.csv"
+        charges.write_text(f"account,id,amount\n{written},u1,4\n")
+        result = _run("reconcile", str(charges), "--json", "--db", url)
+        assert result.exit_code == 0, (written, result.stdout)
+
+
 @pytest.fixture
 def client(db: str) -> Iterator[TestClient]:
     with TestClient(create_app(db)) as c:
