@@ -203,8 +203,8 @@ def test_charts_have_their_figures_as_tables_and_lines_told_apart_without_colour
     assert burn == ["Time (UTC)"] + [f"{g['grant']} ({g['pool']})" for g in data["grants"]]
 
     # Each pool's line has its own dash, and the legend's marker shows it.
-    styles = tab.locator("#timeline-chart .u-legend .u-marker").evaluate_all(
-        "ms => ms.map(m => m.style.borderStyle).filter(s => s)")
+    styles = tab.locator("#timeline-chart .u-legend .u-marker line").evaluate_all(
+        "ls => ls.map(l => l.getAttribute('stroke-dasharray'))")
     assert len(pools) >= 2 and len(set(styles[:2])) == 2, styles
     assert log.errors == []
 
@@ -232,5 +232,77 @@ def test_printed_pages_hold_tables_whole_without_navigation(
         heads = tab.locator("table.data thead").evaluate_all(
             "hs => hs.map(h => getComputedStyle(h).display)")
         assert heads and set(heads) == {"table-header-group"}
+    finally:
+        context.close()
+
+
+LINES = """chart => [...document.querySelectorAll(`#${chart} .u-legend .u-series`)].slice(1)
+    .map(row => { const line = row.querySelector('.u-marker line');
+        return [row.querySelector('.u-label').textContent,
+                line ? line.getAttribute('stroke-dasharray') : null,
+                line ? getComputedStyle(line).stroke : null]; })"""
+"""Each line of a chart as its legend shows it: label, dash pattern, colour."""
+
+CONTRAST_ON_WHITE = """c => { const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map(Number)
+    .map(v => v / 255).map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+    return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05); }"""
+
+
+@pytest.mark.parametrize("chart", ("timeline-chart", "burndown-chart"))
+def test_every_line_of_a_chart_has_a_pattern_of_its_own_shown_in_its_legend(
+        page: Page, base_url: str, chart: str) -> None:
+    """Debt is not told from a balance by its colour alone, nor any line from another:
+    each is drawn with a dash pattern no other line of the chart has, its legend marker
+    draws that pattern, and its colour stands 3:1 against the white chart (WCAG 1.4.11)."""
+    tab, log = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    lines = tab.evaluate(LINES, chart)
+    assert len(lines) >= 3, lines
+    patterns = [pattern for _, pattern, _ in lines]
+    assert None not in patterns, lines
+    assert len(set(patterns)) == len(patterns), lines
+    for label, _, colour in lines:
+        assert tab.evaluate(CONTRAST_ON_WHITE, colour) >= 3, (label, colour)
+    assert log.errors == []
+
+
+def test_an_account_page_without_javascript_shows_its_figures(browser: Any,
+                                                             base_url: str) -> None:
+    """The charts are not drawn, but their figures are in the page: the tables open from
+    the keyboard as they do with the script."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  java_script_enabled=False)
+    try:
+        tab = context.new_page()
+        tab.goto(f"{base_url}/accounts/{ACCOUNT}")
+        for chart in ("timeline-chart", "burndown-chart"):
+            figures = tab.locator(f"#{chart}-figures")
+            figures.locator("summary").focus()
+            tab.keyboard.press("Enter")
+            table = figures.get_by_role("table")
+            assert table.is_visible()
+            assert table.locator("tbody tr").count() > 1
+        assert tab.get_by_role("table", name="Ledger", exact=True).locator("tbody tr").count() > 1
+    finally:
+        context.close()
+
+
+def test_a_chart_s_figures_opened_print_and_closed_do_not(browser: Any, base_url: str) -> None:
+    """A page prints what it shows: the balance chart's figures, opened, print with it;
+    the burn-down's, left closed, print as its picture only."""
+    context = browser.new_context(viewport={"width": 700, "height": 1000})
+    try:
+        tab = context.new_page()
+        opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+        tab.locator("#timeline-chart-figures > summary").click()
+        tab.emulate_media(media="print")
+        shown = tab.evaluate("""() => ['timeline-chart-figures', 'burndown-chart-figures']
+            .map(id => getComputedStyle(document.getElementById(id)).display)""")
+        assert shown[0] != "none" and shown[1] == "none", shown
+        assert tab.locator("#timeline-chart-table tbody tr").last.is_visible()
+        cut = tab.evaluate("""() => {
+            const s = document.querySelector('#timeline-chart-figures .scroll');
+            return [s.scrollHeight - s.clientHeight, s.scrollWidth - s.clientWidth]; }""")
+        assert cut == [0, 0]
     finally:
         context.close()

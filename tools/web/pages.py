@@ -623,6 +623,47 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
     return source.cached(("timeline", account, position), build)
 
 
+@dataclass(frozen=True, slots=True)
+class FiguresTable:
+    """A chart's figures as a table: a time column, then one column per line drawn;
+    `rows` are (time, the value of each line, None where the line is not drawn)."""
+
+    names: list[str]
+    rows: list[tuple[int, list[int | None]]]
+
+
+def chart_tables(data: dict[str, Any]) -> tuple[FiguresTable, FiguresTable]:
+    """The balance chart's and the burn-down's figures, from the chart's JSON
+    (`timeline_json`): the numbers `static/web.js` draws, line for line, so a reader
+    without the script, or without sight of the picture, reads the same figures."""
+    pools: list[str] = data["pools"]
+    timeline = FiguresTable(
+        [f"balance {pool}" for pool in pools] + ["available (all)", "held", "debt"],
+        [(p["time"], [p["pools"].get(pool, 0) for pool in pools]
+          + [p["available"], p["held"], p["debt"]])
+         for p in data["points"] if p["time"] is not None])  # the start has no time
+    grants = data["grants"]
+    times = sorted({step[0] for g in grants for step in g["steps"]})
+    columns: list[list[int | None]] = []
+    for g in grants:
+        steps = g["steps"]
+        first = steps[0][0] if steps else None
+        last = steps[-1] if steps else None
+        column: list[int | None] = []
+        k, current = 0, None
+        for t in times:
+            while k < len(steps) and steps[k][0] <= t:
+                current = steps[k][1]
+                k += 1
+            # Not drawn before it was granted, nor after it ran out for good.
+            ended = last is not None and last[1] == 0 and t > last[0]
+            column.append(None if first is None or t < first or ended else current)
+        columns.append(column)
+    burndown = FiguresTable([f"{g['grant']} ({g['pool']})" for g in grants],
+                            [(t, [c[i] for c in columns]) for i, t in enumerate(times)])
+    return timeline, burndown
+
+
 # -- jobs, journal, events ---------------------------------------------------------------
 
 

@@ -219,8 +219,10 @@ def account_page(request: Request, account: str) -> HTMLResponse:
         return problem(request, 404, "Unknown account", str(exc))
     except ValueError as exc:
         return problem(request, 422, "Bad filter", str(exc))
+    timeline, burndown = pages.chart_tables(
+        pages.timeline_json(source_of(request), account, page.position))
     return render(request, "account.html", title=f"Account {account}", page=page,
-                  params=params, kinds=pages.LINE_KINDS)
+                  params=params, kinds=pages.LINE_KINDS, timeline=timeline, burndown=burndown)
 
 
 def _json_problem(status: int, title: str, detail: str) -> JSONResponse:

