@@ -239,6 +239,9 @@ def parse_duration(text: str) -> int:
     Raises ValueError naming the accepted forms.
     """
     cleaned = text.strip().lower()
+    if _CALENDAR.fullmatch(cleaned):
+        raise ValueError(f"not a duration: {text!r}: months and years vary in length; give "
+                         "days or weeks instead (30d or P30D for 30 days, 52w for 52 weeks)")
     seconds = _iso_duration(cleaned) if cleaned.startswith("p") else _unit_duration(cleaned)
     if seconds is None or seconds <= 0:
         raise ValueError(f"not a duration: {text!r}; expected a positive whole number of "
@@ -246,6 +249,11 @@ def parse_duration(text: str) -> int:
                          "7 days, P7D, PT12H")
     return seconds
 
+
+# ISO 8601 years or months (before any T: `PT1M` is a minute), or a unit of months or
+# years (`1mo`, `3 months`, `1y`, `2 years`); lowercased.
+_CALENDAR = re.compile(r"p(?:\d+y)?(?:\d+m)?(?<!p)(?:\d+[wd])*(?:t.*)?"
+                       r"|\d+ *(?:mo|mos|month|months|y|yr|yrs|year|years)", re.ASCII)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _UNIT_WORDS = {"sec": "s", "second": "s", "min": "m", "minute": "m", "hour": "h",

@@ -162,6 +162,18 @@ def test_expiring_rejects_a_bad_duration(run: Run, month: Path, bad: str) -> Non
     assert "7d" in result.stderr and "--within" in result.stderr
 
 
+@pytest.mark.parametrize("calendar", ["P1M", "P1Y", "P1Y2M", "p2mt3h", "1mo", "3 months",
+                                      "1y", "2 years", "1yr"])
+def test_a_duration_in_months_or_years_is_refused_saying_why(calendar: str) -> None:
+    # A month or a year has no one length in seconds: the refusal says so and what to
+    # give instead, where a generic "not a duration" left the user guessing.
+    with pytest.raises(ValueError, match="months and years vary in length") as caught:
+        parse_duration(calendar)
+    assert repr(calendar) in str(caught.value) and "30d" in str(caught.value)
+    # Minutes stay minutes: the ISO M after T, and the unit letter m.
+    assert parse_duration("PT1M") == parse_duration("1m") == 60
+
+
 def test_expiring_before_any_timed_event_has_no_window_to_show(run: Run,
                                                                tmp_path: Path) -> None:
     opened = tmp_path / "opened.jsonl"
