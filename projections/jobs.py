@@ -44,7 +44,7 @@ from projections.placing import try_in_past
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
 from projections.session import Decision, Draft, LedgerSession, job_key
-from projections.validation import clock_time, show_name
+from projections.validation import clock_time, show_name, spelling
 
 Clock = Callable[[], int]
 Built = list[tuple[NewEvent, DomainEvent]]
@@ -223,7 +223,7 @@ def started_job(session: LedgerSession, decision: Decision) -> Job | None:
             # A retry's job whose submit a reversal took out since: as it was started.
             job = session.job_before(decision.outcome.event_id, started.job)
         if job is None:
-            raise UnknownJob(f"unknown job {started.job!r}")
+            raise UnknownJob(f"unknown job {spelling(started.job)}")
         return Job(job.id, job.account, job.cost, job.priority)
 
 
@@ -238,7 +238,7 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
     def build(draft: Draft) -> Built:
         job = draft.ledger.jobs.get(job_id)
         if job is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
+            raise UnknownJob(f"unknown job {spelling(job_id)}")
         if job.state != RUNNING:
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                     "can complete")
@@ -259,7 +259,7 @@ def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
     def build(draft: Draft) -> Built:
         job = draft.ledger.jobs.get(job_id)
         if job is None:
-            raise UnknownJob(f"unknown job {job_id!r}")
+            raise UnknownJob(f"unknown job {spelling(job_id)}")
         if job.state == CANCELLED:
             return []
         if job.state != PENDING:

@@ -29,6 +29,7 @@ from projections.queries.effects import Effect, event_effect
 from projections.queries.ownjobs import NOT_HELD, jobs_differ, own_jobs, submitted_jobs
 from projections.queries.walk import AccountWalk, Step, own_reversed, split_expired
 from projections.replay import excluded_as_known, lean_rows, ledger_at, view_at
+from projections.validation import spelling
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,7 +493,7 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
             lapsed[rec.id] = sum(e.amount for e in released)
     job = ledger.jobs.get(job_id)
     if job is None and not found:
-        raise UnknownJob(f"unknown job {job_id!r} (no event names it)")
+        raise UnknownJob(f"unknown job {spelling(job_id)} (no event names it)")
     out = JobExplanation(job_id, None if job is None else job.account,
                          "never submitted" if job is None else job.state)
     if job is not None:

@@ -24,6 +24,7 @@ from projections.ledger import Ledger
 from projections.owners import job_stream, job_streams, uncounted_submits
 from projections.queries.explain import JobExplanation, job_explanation
 from projections.queries.history import excluded_by
+from projections.validation import spelling
 
 StreamEvents = Callable[[str, int | None], list[RecordedEvent]]
 """Reads one stream's events recorded up to a position (None: the head), in any order."""
@@ -102,7 +103,7 @@ def live_job_explanation(journal: JournalLike, where: JobWhereabouts,
         last = max((i for i, rec in enumerate(ordered) if rec.payload.get("job") == job),
                    default=None)
         if last is None:
-            raise UnknownJob(f"unknown job {job!r} (no event names it)")
+            raise UnknownJob(f"unknown job {spelling(job)} (no event names it)")
         # Nothing after the job's last event changes what its events did: fold up to it.
         return job_explanation(ordered[:last + 1], job,
                                excluded=excluded_by(events) | where.reversed_ids)

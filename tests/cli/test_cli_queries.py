@@ -460,6 +460,9 @@ def test_explain_unknown_job(run: Run, small: Path) -> None:
     result = run("explain", "--job", "nope")
     assert result.exit_code == 2
     assert error_lines(result) == ["gpu-credits: error: unknown job 'nope' (no event names it)"]
+    long = run("explain", "--job", "j" * 300)
+    assert error_lines(long) == [
+        f"gpu-credits: error: unknown job '{'j' * 39}... (300 characters) (no event names it)"]
 
 
 # -- revisions, replay, verify ------------------------------------------------------------

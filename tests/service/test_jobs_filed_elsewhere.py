@@ -120,6 +120,18 @@ def test_a_job_whose_submit_was_reversed_is_404_naming_the_reversed_submit(
         "unknown job 'j2' (no submit names it)")
 
 
+def test_an_unknown_job_is_named_shortened_and_a_decomposed_one_escaped(
+        client: TestClient) -> None:
+    # A path may hold any length of id: the refusal stays one short line (it echoed
+    # every character of a 10,000-character id), and a decomposed id is told apart from
+    # the composed one it looks exactly like, as an unknown account is.
+    long = "j" * 10_000
+    assert problem(client.get(f"/v1/jobs/{long}"), 404)["detail"] == (
+        f"unknown job '{'j' * 39}... (10000 characters) (no submit names it)")
+    assert problem(client.get("/v1/jobs/cafe\u0301"), 404)["detail"] == (
+        "unknown job 'cafe\\u0301' (no submit names it)")
+
+
 def test_a_job_whose_submits_were_reversed_names_them_in_timeline_order(
         client: TestClient) -> None:
     """The answer is the same whatever order the submits arrived in: the later one on the

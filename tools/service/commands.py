@@ -24,7 +24,7 @@ from projections.jobs import QUEUE, QUEUE_SHARED
 from projections.ledger import Ledger
 from projections.replay import invalidate_after
 from projections.session import job_key, lock_key
-from projections.validation import require_name
+from projections.validation import require_name, spelling
 from tools.service.bindings import (
     answer_from_binding,
     cancel_fingerprint,
@@ -227,7 +227,7 @@ class Complete:
         # completed again the other way (the job's state now is that completion's).
         told = bool(decision.outcomes) and decision.outcome.ok
         if not told and job is None:
-            raise UnknownJob(f"unknown job {self.job!r}")
+            raise UnknownJob(f"unknown job {spelling(self.job)}")
         charged = decision.outcome.charge
         if charged is None and job is not None:
             charged = job.charge
@@ -259,7 +259,7 @@ class Cancel:
             return {"job": self.job, "state": "cancelled"}
         job = service.session.ledger.jobs.get(self.job)
         if job is None:
-            raise UnknownJob(f"unknown job {self.job!r}")
+            raise UnknownJob(f"unknown job {spelling(self.job)}")
         if not decision.events and self.key is not None:
             # Cancelled before: nothing recorded names the key. Bind it, as a start-next
             # that found nothing, so that it is not free for another request meanwhile.

@@ -36,6 +36,7 @@ from projections.queries.livejob import job_whereabouts, live_job_explanation
 from projections.replay import verify as verify_journal
 from projections.revisionlog import RevisionLog
 from projections.session import LedgerSession
+from projections.validation import spelling
 from projections.verifications import Verification, record_verification
 from tools import render, wording
 from tools.service.auth import READ, needs
@@ -438,9 +439,9 @@ def _job_state(service: LedgerService, ledger: Ledger, job: str) -> dict[str, An
         if taken_out:
             listed = ", ".join(repr(event_id) for event_id in taken_out)
             were = "s " + listed + " were" if len(taken_out) > 1 else " " + listed + " was"
-            raise UnknownJob(f"unknown job {job!r}: its submit{were} reversed, so it was "
+            raise UnknownJob(f"unknown job {spelling(job)}: its submit{were} reversed, so it was "
                              "never submitted (`explain --job` lists its events)")
-        raise UnknownJob(f"unknown job {job!r} (no submit names it)")
+        raise UnknownJob(f"unknown job {spelling(job)} (no submit names it)")
     return {"job": job, "account": state.account, "state": state.state, "cost": state.cost,
             "priority": state.priority, "pool": state.pool, "charged": state.charge,
             "paid_by": [], "reason": None}
