@@ -5,6 +5,8 @@ the service's app (no browser)."""
 
 from __future__ import annotations
 
+import re
+
 from fastapi.testclient import TestClient
 from pagetext import cells
 
@@ -59,3 +61,38 @@ def test_a_figures_table_escapes_the_names_it_labels_its_cells_with() -> None:
     assert "<script>" not in html and "&#34;&gt;&lt;script&gt;" in html
     assert html.count("<tr>") == 2 and '<td class="num"' in html and ">1,234</td>" in html
     assert '<th scope="row" class="time" data-label="Time (UTC)">12</th>' in html
+
+
+def _paragraph(html: str, pid: str) -> str:
+    found = re.search(rf'<p[^>]*id="{pid}"[^>]*>(.*?)</p>', html, re.S)
+    assert found, f"no paragraph {pid}"
+    return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+
+
+def test_a_filtered_ledger_says_what_it_was_filtered_by_outside_its_form(
+        client: TestClient) -> None:
+    """The filters' form is not printed: the line that counts the ledger's lines names
+    the filters, so a printed statement says which lines it holds."""
+    html = client.get(f"/accounts/{ACCOUNT}?pool=a100&kind=consume"
+                      "&from=2026-11-05T00:00:00Z&to=2026-11-20T12:00:00Z").text
+    note = _paragraph(html, "ledger-note")
+    for said in ("pool a100", "kind consume", "from 2026-11-05T00:00:00Z",
+                 "to 2026-11-20T12:00:00Z"):
+        assert said in note, note
+    whole = _paragraph(client.get(f"/accounts/{ACCOUNT}").text, "ledger-note")
+    assert "pool" not in whole and "kind" not in whole, whole
+
+
+def test_a_page_s_title_says_which_view_it_is(client: TestClient) -> None:
+    """The title, a printout's header and a tab's name, tells an account as known earlier
+    from the account now, and one page of the journal from another."""
+    def title(path: str) -> str:
+        found = re.search(r"<title>(.*?)</title>", client.get(path).text, re.S)
+        assert found
+        return found.group(1)
+
+    assert title(f"/accounts/{ACCOUNT}").startswith(f"Account {ACCOUNT} ·")
+    assert title(f"/accounts/{ACCOUNT}?as_known_at={LATE_GRANT - 1}").startswith(
+        f"Account {ACCOUNT} as known at #{LATE_GRANT - 1:,} ·")
+    assert title("/journal?after=50").startswith("Journal, events 51 to 100 ·")
+    assert title("/?q=lumen").startswith("Accounts matching lumen ·")

@@ -238,6 +238,14 @@ class LedgerFilter:
     pool: str | None = None
     kind: str | None = None
 
+    def named(self) -> str:
+        """The filters in words (`pool h100, kind consume, from T, to T`); empty for none."""
+        said = [f"pool {self.pool}" if self.pool else "",
+                f"kind {self.kind}" if self.kind else "",
+                f"from {format_time(self.from_time)}" if self.from_time is not None else "",
+                f"to {format_time(self.to_time)}" if self.to_time is not None else ""]
+        return ", ".join(s for s in said if s)
+
     def keeps(self, line: StatementLine) -> bool:
         """Whether `line` passes every filter."""
         if self.from_time is not None and line.time < self.from_time:
@@ -308,6 +316,8 @@ class AccountPage:
     grants_pager: Pager = field(default_factory=lambda: Pager())
     revisions_pager: Pager = field(default_factory=lambda: Pager())
     """The page of `grants` and of `revisions` shown (they hold that page only)."""
+    filters: LedgerFilter = field(default_factory=lambda: LedgerFilter())
+    """The ledger's filters, named beside its lines (the form is not printed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,7 +581,7 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
                        {r.revision.event_id for r in revisions or ()},
                        len(kept), first if paged else 0,
                        ledger_pager.page if paged else 1, ledger_pager.pages if paged else 1,
-                       grants_pager, revisions_pager)
+                       grants_pager, revisions_pager, filters)
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",

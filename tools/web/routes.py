@@ -147,7 +147,11 @@ def summary_page(request: Request) -> HTMLResponse:
         context = pages.summary(source_of(request), params)
     except ValueError as exc:
         return problem(request, 422, "Bad parameter", str(exc))
-    return render(request, "summary.html", title="Accounts", params=params, **context)
+    # The title, a tab's name and a printout's header, says which view this is.
+    title = f"Accounts matching {context['q']}" if context.get("q") else "Accounts"
+    if context.get("pages", 1) > 1:
+        title += f", page {context['page']:,} of {context['pages']:,}"
+    return render(request, "summary.html", title=title, params=params, **context)
 
 
 def _suffix_is_a_route(request: Request, suffix: str) -> bool:
@@ -221,7 +225,10 @@ def account_page(request: Request, account: str) -> HTMLResponse:
         return problem(request, 422, "Bad filter", str(exc))
     timeline, burndown = pages.chart_tables(
         pages.timeline_json(source_of(request), account, page.position))
-    return render(request, "account.html", title=f"Account {account}", page=page,
+    title = f"Account {account}"
+    if page.position < page.head:
+        title += f" as known at #{page.position:,}"
+    return render(request, "account.html", title=title, page=page,
                   params=params, kinds=pages.LINE_KINDS, timeline=timeline, burndown=burndown)
 
 
@@ -253,7 +260,10 @@ def journal_page(request: Request) -> HTMLResponse:
     except ValueError as exc:
         return problem(request, 422, "Bad parameter", str(exc))
     revisions, total = pages.recent_revisions(source)
-    return render(request, "journal.html", title="Journal", page=page, params=params,
+    title = "Journal"
+    if page.events:
+        title += f", events {page.after + 1:,} to {min(page.after + page.limit, page.head):,}"
+    return render(request, "journal.html", title=title, page=page, params=params,
                   head=pages.head_record(source.journal), revisions=revisions,
                   revisions_total=total, verify=last_verify(source.journal, source.verifier))
 
