@@ -653,7 +653,7 @@ def demo(
         audit = queries.audit(report.ledger, events=report.events,
                               revisions=len(report.revisions), at=at)
         render.print_table(render.audit_table(audit, run), out)
-        out.print(f"State digest: {audit.digest}")
+        out.print(f"State digest: {audit.digest}", soft_wrap=True)
         url = render.redact(database_url(ctx, db))
         if in_memory(url):
             out.print(f"\n{url} is in memory: this month is gone with the command. Give a "
@@ -664,7 +664,7 @@ def demo(
         out.print(f"\nWritten to {url}. Try:")
         for command in ("accounts", f"statement {account}", f"explain {account}",
                         f"explain --job {job}", "expiring --within 7d", "revisions", "verify"):
-            out.print(f"  {program_path()}{where} {command}")
+            out.print(f"  {program_path()}{where} {command}", soft_wrap=True)
 
 
 @app.command("import")
@@ -1017,10 +1017,12 @@ def replay(
         render.print_json(summary)
         return
     span = f" up to {format_time(until)}" if until is not None else ""
-    render.console().print(
-        f"replayed {report.events} events{span} (journal position {report.position}): "
-        f"{len(report.revisions)} revisions, {len(report.anomalies)} anomalies\n"
-        f"digest {report.digest}")
+    out = render.console()
+    out.print(f"replayed {report.events} events{span} (journal position {report.position}): "
+              f"{len(report.revisions)} revisions, {len(report.anomalies)} anomalies")
+    # The answer, copied and compared: one line at any width (the terminal may show it
+    # over several rows, but never splits it with a line break).
+    out.print(f"digest {report.digest}", soft_wrap=True)
 
 
 @app.command()
