@@ -96,3 +96,6 @@ def test_a_page_s_title_says_which_view_it_is(client: TestClient) -> None:
         f"Account {ACCOUNT} as known at #{LATE_GRANT - 1:,} ·")
     assert title("/journal?after=50").startswith("Journal, events 51 to 100 ·")
     assert title("/?q=lumen").startswith("Accounts matching lumen ·")
+    # The heading stays the page's name: the view is said below it.
+    assert "<h1>Journal</h1>" in client.get("/journal?after=50").text
+    assert "<h1>Accounts</h1>" in client.get("/?q=lumen").text

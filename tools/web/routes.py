@@ -151,7 +151,8 @@ def summary_page(request: Request) -> HTMLResponse:
     title = f"Accounts matching {context['q']}" if context.get("q") else "Accounts"
     if context.get("pages", 1) > 1:
         title += f", page {context['page']:,} of {context['pages']:,}"
-    return render(request, "summary.html", title=title, params=params, **context)
+    return render(request, "summary.html", title=title, heading="Accounts", params=params,
+                  **context)
 
 
 def _suffix_is_a_route(request: Request, suffix: str) -> bool:
@@ -263,7 +264,8 @@ def journal_page(request: Request) -> HTMLResponse:
     title = "Journal"
     if page.events:
         title += f", events {page.after + 1:,} to {min(page.after + page.limit, page.head):,}"
-    return render(request, "journal.html", title=title, page=page, params=params,
+    return render(request, "journal.html", title=title, heading="Journal", page=page,
+                  params=params,
                   head=pages.head_record(source.journal), revisions=revisions,
                   revisions_total=total, verify=last_verify(source.journal, source.verifier))
 
