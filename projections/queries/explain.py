@@ -138,10 +138,11 @@ class AccountExplanation:
     rejections: list[Rejection]
     anomalies: list[tuple[int, str, str]]  # (time, event id, why)
     debt: dict[str, int]
+    as_known_at: int | None = None  # the position the answer is as known at
 
-    json_keys: ClassVar[tuple[str, ...]] = ("account", "at:time", "*figures", "grants",
-                                            "spends", "rejections", "anomalies",
-                                            "debt_by_pool=debt")
+    json_keys: ClassVar[tuple[str, ...]] = ("account", "at:time", "as_known_at",
+                                            "*figures", "grants", "spends", "rejections",
+                                            "anomalies", "debt_by_pool=debt")
 
 
 class LineageBuilder:
@@ -296,7 +297,9 @@ def explain_account(journal: JournalLike, account: str, *,
         # explanation, as `balance` answers zeros then.)
         raise unknown_account(account, walk.ledger if events is None
                               else ledger_at(journal, to_position=position))
-    return builder.finish(at)
+    out = builder.finish(at)
+    out.as_known_at = position
+    return out
 
 
 def _lineage(journal: JournalLike, account: str, events: list[RecordedEvent] | None,
@@ -376,10 +379,12 @@ class JobExplanation:
     ahead: int | None = None  # a pending job: pending jobs that start before it
     events: list[JobEvent] = field(default_factory=list)
 
+    # `charged` is what `jobs --json` and the service call a job's charge; `charge` is
+    # the same figure under this answer's earlier name, kept for the scripts that read it.
     json_keys: ClassVar[tuple[str, ...]] = (
         "job", "account", "state", "cost", "priority", "pool", "submitted_at:time",
-        "accepted", "reason", "held_from", "charge", "paid_by", "released", "lapsed",
-        "waiting", "ahead", "events")
+        "accepted", "reason", "held_from", "charged=charge", "charge", "paid_by",
+        "released", "lapsed", "waiting", "ahead", "events")
 
 
 def waiting_reason(ledger: Ledger, job_id: str) -> tuple[Waiting, int]:

@@ -171,6 +171,7 @@ class HistoryFold:
         if private is not None:
             lines.fill_memos(private)
         explanation = self._lineage.finish(at, expired)
+        explanation.as_known_at = as_known_at
         statement = Statement(self.account, None, at, None, lines.lines,
                               explanation.figures.balance, as_known_at)
         return AccountHistory(statement, explanation, self._points.finish(at, walk.state),

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from cli_helpers import Run, imported
+from cli_helpers import Run, as_json, imported
 
 LONG_ACCOUNT = "acct-" + "x" * 110
 LONG_GRANT = "grant-" + "g" * 100
@@ -91,3 +91,32 @@ def test_a_long_id_folds_whole_in_a_narrow_terminal(run: Run, ledger: Path,
     for long_id in (LONG_GRANT, LONG_JOB):
         run_of = long_id[long_id.index("-") + 1]
         assert narrow.count(run_of) >= len(long_id) - long_id.index("-") - 1, narrow
+
+
+# -- the same concept, the same key in every --json answer ------------------------------------
+
+
+def test_a_jobs_charge_has_one_key_in_every_json_answer(run: Run, ledger: Path) -> None:
+    """`jobs --json` and the HTTP job say `charged`; `explain --job --json` says it too
+    (and keeps `charge`, its earlier name)."""
+    rows = as_json(run("jobs", "--json"))
+    assert isinstance(rows, dict)
+    listed = next(j for j in rows["jobs"] if j["job"] == LONG_JOB)
+    explained = as_json(run("explain", "--job", LONG_JOB, "--json"))
+    assert isinstance(explained, dict)
+    assert listed["charged"] == explained["charged"] == explained["charge"] == 98765432101
+
+
+@pytest.mark.parametrize("args", [("balance", WIDE_ACCOUNT), ("statement", WIDE_ACCOUNT),
+                                  ("explain", WIDE_ACCOUNT), ("accounts",), ("jobs",),
+                                  ("expiring",)], ids=lambda a: a[0])
+def test_every_answer_as_known_at_a_position_says_which(run: Run, ledger: Path,
+                                                        args: tuple[str, ...]) -> None:
+    """Every query that takes `--as-known-at` names the position it answered as known at,
+    under the one key `as_known_at`, so a script can ask again and get the same answer."""
+    head = 9
+    for asked in (None, 8):
+        extra = () if asked is None else ("--as-known-at", str(asked))
+        answer = as_json(run(*args, *extra, "--json"))
+        assert isinstance(answer, dict)
+        assert answer["as_known_at"] == (head if asked is None else asked), args
