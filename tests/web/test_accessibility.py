@@ -283,6 +283,11 @@ def test_an_account_page_without_javascript_shows_its_figures(browser: Any,
             assert table.is_visible()
             assert table.locator("tbody tr").count() > 1
         assert tab.get_by_role("table", name="Ledger", exact=True).locator("tbody tr").count() > 1
+        # No blank box where a chart would be, and no picture a screen reader would name
+        # that is not there.
+        assert tab.evaluate("""() => [...document.querySelectorAll('.chart')]
+            .map(c => getComputedStyle(c).display)""") == ["none", "none"]
+        assert tab.get_by_role("img").count() == 0
     finally:
         context.close()
 
