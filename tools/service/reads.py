@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import heapq
 import io
 import itertools
 import logging
@@ -16,11 +18,13 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
+from urllib.parse import urlencode
 
 import anyio
+import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -179,40 +183,92 @@ def _figures(account: str, figures: queries.Figures, at: int, position: int) -> 
     return {"account": account, **wording.to_dict(figures), "at": at, "as_known_at": position}
 
 
+ACCOUNTS_ON_THE_LOOP = 2_000
+"""A listing of at most this many accounts is read on the event loop when the projection
+is free; a longer one on a worker thread (10^5 accounts take seconds, for which the loop
+would answer no one else)."""
+
+
 @router.get("/accounts", response_model=list[BalanceAnswer], responses=_ERRORS,
             summary="Every account's balance")
-async def accounts(request: Request, at: TimeParam = None,
-                   as_known_at: KnownParam = None) -> Any:
+async def accounts(request: Request, response: Response, at: TimeParam = None,
+                   as_known_at: KnownParam = None,
+                   after: Annotated[str | None, Query(
+                       min_length=1, max_length=200,
+                       description="list only the accounts whose names sort after this "
+                                   "one (the last of the previous page)")] = None,
+                   limit: Annotated[int | None, Query(
+                       ge=1, le=10_000,
+                       description="at most this many accounts; a `Link` header "
+                                   "(rel=\"next\") gives the next page when more follow "
+                                   "(default: every account)")] = None) -> Any:
     """Every account with its figures at event time `at`, as the journal stood at
     position `as_known_at` (by default: at the journal's latest event time, as it stands):
-    the accounts and figures of `gpu-credits accounts --json`, each as a balance object."""
+    the accounts and figures of `gpu-credits accounts --json`, each as a balance object,
+    in order of name; a page of them with `after` and `limit`."""
     service = service_of(request)
     when = _time("at", at)
     if when is not None or as_known_at is not None:
-        return await run_in_threadpool(_accounts_as_known, service, when, as_known_at)
+        rows = await run_in_threadpool(_accounts_as_known, service, when, as_known_at,
+                                       after, limit)
+        return _account_page(request, response, rows, limit)
 
-    def read(_: LedgerSession, ledger: Ledger) -> list[dict[str, Any]] | None:
+    def read(_: LedgerSession, ledger: Ledger, *, on_loop: bool = True
+             ) -> list[dict[str, Any]] | None:
         at, position = _latest(service, ledger), service.head()
-        if at is None:
+        if at is None or (on_loop and limit is None and after is None
+                          and len(ledger.accounts) > ACCOUNTS_ON_THE_LOOP):
             return None
-        return [_figures(name, figures, at, position)
-                for name, figures in queries.account_figures(ledger, at)]
+        names = _page_of(ledger.accounts, after, limit)
+        return [_figures(name, queries.Figures.of(ledger.accounts[name], at), at, position)
+                for name in names]
 
     answer = await _from_projection(service, read)
     if answer is None:
-        answer = await run_in_threadpool(_read_with_times, service, read)
-    return answer
+        answer = await run_in_threadpool(_read_with_times, service,
+                                         functools.partial(read, on_loop=False))
+    assert answer is not None  # the reversals' times are loaded: `_latest` knows
+    return _account_page(request, response, answer, limit)
 
 
-def _accounts_as_known(service: LedgerService, when: int | None,
-                       as_known_at: str | None) -> list[dict[str, Any]]:
+def _page_of(names: Iterable[str], after: str | None, limit: int | None) -> list[str]:
+    """The names after `after` in order, at most `limit` + 1 of them (the one more says
+    whether another page follows)."""
+    following = names if after is None else (n for n in names if n > after)
+    return sorted(following) if limit is None else heapq.nsmallest(limit + 1, following)
+
+
+def _account_page(request: Request, response: Response, rows: list[dict[str, Any]],
+                  limit: int | None) -> Any:
+    """`rows` as the answer: the page of `limit` with a `Link` to the next when one more
+    was read; encoded at once (a balance object of plain ints and names needs no model
+    to check it, and 10^5 of them took FastAPI's encoder seconds)."""
+    headers: dict[str, str] = {}
+    if limit is not None and len(rows) > limit:
+        rows = rows[:limit]
+        query = [(k, v) for k, v in request.query_params.multi_items() if k != "after"]
+        following = urlencode([*query, ("after", rows[-1]["account"])])
+        headers["Link"] = f'<{request.url.path}?{following}>; rel="next"'
+    try:
+        body = orjson.dumps(rows)
+    except orjson.JSONEncodeError:  # an integer past 64 bits: FastAPI's own encoder
+        response.headers.update(headers)
+        return rows
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _accounts_as_known(service: LedgerService, when: int | None, as_known_at: str | None,
+                       after: str | None = None, limit: int | None = None
+                       ) -> list[dict[str, Any]]:
     """Every account at `when` as known at a position: from the journal (its checkpoints
     and events), as `accounts --at --as-known-at` reads it; an account opened after
-    `when`, or recorded after the position, is not listed."""
+    `when`, or recorded after the position, is not listed. A page of them with `after`
+    and `limit` (one more, as `_page_of`)."""
     journal = service.journal
     report = queries.accounts(journal, at=when, as_known_at=_known(journal, as_known_at))
+    wanted = set(_page_of((row.account for row in report.rows), after, limit))
     return [_figures(row.account, row.figures, report.at, report.as_known_at)
-            for row in report.rows]
+            for row in report.rows if row.account in wanted]
 
 
 @router.get("/accounts/{account:path}/balance", response_model=BalanceAnswer, responses=_ERRORS,
