@@ -311,3 +311,26 @@ def test_a_chart_s_figures_opened_print_and_closed_do_not(browser: Any, base_url
         assert cut == [0, 0]
     finally:
         context.close()
+
+
+def test_a_verification_the_service_cannot_start_is_said_in_the_live_region(
+        page: Page, base_url: str) -> None:
+    """htmx swaps nothing for an error answer: without a word in the live region the button
+    would seem to do nothing. The answer's status is said there, and announced (not busy);
+    a later answer that comes through takes the word away."""
+    tab, log = page
+    opened(tab, base_url + "/journal")
+    tab.route("**/journal/verify", lambda route: route.fulfill(
+        status=503, content_type="application/problem+json",
+        body='{"title": "Database unavailable", "status": 503}'))
+    tab.locator("#verify-button").focus()
+    tab.keyboard.press("Enter")
+    trouble = tab.locator("#verify-live #verify-trouble")
+    trouble.wait_for()
+    assert "503" in trouble.inner_text() and "could not be started" in trouble.inner_text()
+    assert tab.evaluate("""() => [document.getElementById('verify-live').getAttribute('aria-busy'),
+        document.activeElement.id]""") == ["false", "verify-button"]
+    tab.unroute("**/journal/verify")
+    start_and_wait_for_verdict(tab, lambda: tab.keyboard.press("Enter"))
+    assert trouble.count() == 0
+    assert [e for e in log.errors if "503" not in e] == []

@@ -149,8 +149,41 @@
   document.addEventListener("htmx:afterSettle", function () {
     var live = document.getElementById("verify-live");
     if (!live) { return; }
+    var trouble = document.getElementById("verify-trouble");
+    if (trouble) { trouble.remove(); }  // an answer came through: what it shows is current
     var running = live.querySelector("#verify-status[data-running]") !== null;
     live.setAttribute("aria-busy", running ? "true" : "false");
+  });
+
+  // htmx swaps nothing for an error answer (or none at all): the button would seem to do
+  // nothing, and a progress shown would stand still as if current. Say so in the live
+  // region, not busy, so it is announced; the same words again are not re-announced.
+  function verifyTrouble(evt) {
+    var live = document.getElementById("verify-live");
+    var elt = evt.detail && evt.detail.elt;
+    if (!live || !elt) { return; }
+    var starting = elt.matches && elt.matches("form[hx-post='/journal/verify']");
+    if (!starting && elt.id !== "verify-status") { return; }
+    var xhr = evt.detail.xhr, why = "the service did not answer";
+    if (evt.type === "htmx:responseError" && xhr) {
+      why = "HTTP " + xhr.status;
+      try { var problem = JSON.parse(xhr.responseText); if (problem.title) { why += ", " + problem.title; } }
+      catch (e) { /* not a problem document: the status says enough */ }
+    }
+    var text = starting ? "The verification could not be started (" + why + "). Try again in a moment."
+      : "The verification's progress could not be read (" + why + "): what is shown may be out of date. Reload the page to see where it stands.";
+    var trouble = document.getElementById("verify-trouble");
+    if (!trouble) {
+      trouble = document.createElement("p");
+      trouble.id = "verify-trouble";
+      trouble.className = "problem";
+      live.appendChild(trouble);
+    }
+    live.setAttribute("aria-busy", "false");
+    if (trouble.textContent !== text) { trouble.textContent = text; }
+  }
+  ["htmx:responseError", "htmx:sendError", "htmx:timeout"].forEach(function (name) {
+    document.addEventListener(name, verifyTrouble);
   });
 
   if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", init); }
