@@ -21,9 +21,11 @@ import typer
 
 from eventstore import ConnectionProblem, MemoryJournal
 from projections.corrections import Corrections
+from projections.events import GENERAL
+from projections.figures import Figures
 from projections.outcomes import Outcome
 from projections.timefmt import format_time
-from projections.validation import MAX_AMOUNT, require_name
+from projections.validation import MAX_AMOUNT, loose, require_name
 from tools import render
 from tools.cli import (
     AllowFarTimes,
@@ -216,6 +218,28 @@ def _warn_new_account(rec: Recording, account: str, what: str, event_id: str) ->
                 f"gpu-credits reverse {event_id} --reason ... takes it out")
 
 
+def _pools_before(writer: Corrections, account: str) -> set[str]:
+    """The pools `account` lists before the call (`Figures`: every pool it has been seen
+    in); none for an account with no event."""
+    state = writer.ledger().accounts.get(account)
+    return set() if state is None else set(Figures.of(state, state.last_time).pools)
+
+
+def _warn_new_pool(rec: Recording, account: str, pool: str | None, pools: set[str],
+                   outcome: Outcome, what: str) -> None:
+    """Warn that a usage or debit made debt in a pool the account was never seen in: a
+    misspelt pool (`H100` for `h100`) draws on no credits but the general ones."""
+    if not pool or pool == GENERAL or pool in pools or not pools or not outcome.debt_created:
+        return
+    like = sorted(p for p in pools if loose(p) == loose(pool))
+    hint = (f"; {', '.join(like)} {'is' if len(like) == 1 else 'are'} spelled otherwise "
+            "only in letter case, spaces or Unicode form") if like else ""
+    rec.warn(f"pool {pool!r} had no event of account {account!r} before this one (its "
+             f"pools: {', '.join(sorted(pools))}{hint}), and {outcome.debt_created:,} of "
+             f"this {what} is debt; if the pool is misspelt, gpu-credits reverse "
+             f"{outcome.event_id} --reason ... takes it out")
+
+
 @_recording()
 def consume(
     rec: Recording,
@@ -232,10 +256,12 @@ def consume(
     credits = int_option(amount, "AMOUNT", _CREDITS)
     with rec.writer() as writer:
         unknown = writer.journal.stream_version(account) == 0
+        pools = set() if unknown else _pools_before(writer, account)
         outcome = writer.consume(account, credits, at=_time_option(at, "--at"), pool=pool,
                                  memo=rec.memo, event_id=rec.event_id, user=user)
     if unknown:
         _warn_new_account(rec, account, "usage", outcome.event_id)
+    _warn_new_pool(rec, account, pool, pools, outcome, "usage")
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
     rec.say(outcome, f"recorded usage {outcome.event_id}: {credits_text(credits)} of {account} "
@@ -264,10 +290,12 @@ def adjust(
     with rec.writer() as writer:
         # A credit opens the account, as a grant does; a debit only owes, as usage does.
         unknown = credits < 0 and writer.journal.stream_version(account) == 0
+        pools = set() if unknown or credits > 0 else _pools_before(writer, account)
         outcome = writer.adjust(account, credits, reason, at=_time_option(at, "--at"),
                                 pool=pool, memo=rec.memo, event_id=rec.event_id)
     if unknown:
         _warn_new_account(rec, account, "debit", outcome.event_id)
+    _warn_new_pool(rec, account, pool, pools, outcome, "debit")
     debt = outcome.debt_after
     kind = "credit" if credits > 0 else "debit"
     text = (f"recorded {kind} {outcome.event_id}: {credits_text(credits, signed=True)} for "

@@ -353,6 +353,29 @@ def test_a_debit_of_an_account_never_seen_warns_as_usage_does(run: Run) -> None:
         assert done.exit_code == 0 and done.stderr == "", quiet
 
 
+def test_usage_in_a_pool_the_account_never_had_that_makes_debt_warns(run: Run) -> None:
+    assert run("grant", "acme", "100", "--pool", "h100", "--at", "1").exit_code == 0
+    typo = run("consume", "acme", "10", "--pool", "H100", "--at", "2")
+    assert typo.exit_code == 0 and "debt after it: 10" in typo.stdout
+    (warning,) = [line for line in typo.stderr.splitlines() if line]
+    assert "warning: pool 'H100' had no event of account 'acme' before this one" in warning
+    assert "(its pools: h100; h100 is spelled otherwise only in letter case, spaces or " \
+        "Unicode form)" in warning
+    assert "10 of this usage is debt" in warning and "gpu-credits reverse" in warning
+    # Usage in a new pool that general credits pay makes no debt: no news. Nor does more
+    # usage in a pool the account had, or a debit in a pool just used.
+    assert run("grant", "acme", "50", "--at", "3").exit_code == 0
+    for quiet in (("consume", "acme", "5", "--pool", "l40s", "--at", "4"),
+                  ("consume", "acme", "500", "--pool", "H100", "--at", "5"),
+                  ("adjust", "acme", "-5", "--pool", "l40s", "--reason", "fix", "--at", "6")):
+        done = run(*quiet)
+        assert done.exit_code == 0 and done.stderr == "", quiet
+    debit = run("adjust", "acme", "-5", "--pool", "a100", "--reason", "fix", "--at", "7")
+    assert debit.exit_code == 0
+    assert "pool 'a100' had no event of account 'acme' before this one (its pools: " \
+        "H100, general, h100, l40s)" in debit.stderr and "5 of this debit is debt" in debit.stderr
+
+
 @pytest.mark.parametrize(("argv", "named"), [
     # Each command builds one event; of several bad fields the first declared is named
     # (docs/semantics.md): for grant, consume and adjust the account, then the amount.
