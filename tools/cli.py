@@ -113,15 +113,6 @@ def _is_help(exc: Exception) -> bool:
     return type(exc).__name__ == "NoArgsIsHelpError"
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no real file descriptor (tests capture stdout)
-        pass
-
-
 class _Group(TyperGroup):
     """The root command: turns every error into one line on stderr and an exit status."""
 
@@ -143,7 +134,7 @@ class _Group(TyperGroup):
             return result
         except BrokenPipeError:
             # The reader went away (`| head`): it has what it wanted; nothing to report.
-            _silence_stdout()
+            render.silence_stdout()
             raise typer.Exit(0) from None
 
     def _run(self, args: Sequence[str] | None, prog_name: str, complete_var: str | None,
@@ -883,13 +874,14 @@ def statement(
     with open_journal(ctx, db) as journal:
         st = _known(journal, lambda: queries.statement(journal, account, from_time=start,
                                                        to_time=end, as_known_at=as_known_at))
-    if as_json:
-        render.print_json(wording.to_dict(st))
-    elif as_csv:
-        render.statement_csv(st, render.script_stdout())
-    else:
-        render.print_table(render.statement_table(st))
-        render.print_table(render.subtotals_table(st.subtotals))
+    with render.check_answer():
+        if as_json:
+            render.print_json(wording.to_dict(st))
+        elif as_csv:
+            render.statement_csv(st, render.script_stdout())
+        else:
+            render.print_table(render.statement_table(st))
+            render.print_table(render.subtotals_table(st.subtotals))
     problems = st.subtotals.problems
     if problems:
         render.warn(f"statement of {account} does not add up: "
@@ -1068,32 +1060,33 @@ def verify(
     verdict = Verification.of(report, head=head, by="cli", finished_at=time.time())
     _record_verdict(ctx, db, replace(verdict, ok=ok, first_bad_position=first_bad,
                                      problem=problem))
-    if as_json:
-        out: dict[str, Any] = {"ok": ok, "first_bad_position": first_bad, "problem": problem,
-                               "events": report.checked_events,
-                               "checkpoints": report.checked_checkpoints,
-                               "stale_checkpoints": list(report.stale_checkpoints)}
-        if checks:
-            out["anchors"] = [anchors.report_dict(c, a) for a, c in checks]
-        render.print_json(out)
-    elif ok:
-        out_ = render.console()
-        if report.checked_checkpoints:
-            out_.print(
-                f"ok: {report.checked_events} events, hash chain intact, replay reproduces "
-                f"the {report.checked_checkpoints} recorded checkpoint(s)")
-        elif not report.stale_checkpoints:
-            out_.print(
-                f"ok: {report.checked_events} events, hash chain intact; no checkpoint "
-                "recorded yet to compare replay with (gpu-credits replay records one)")
+    with render.check_answer():
+        if as_json:
+            out: dict[str, Any] = {"ok": ok, "first_bad_position": first_bad, "problem": problem,
+                                   "events": report.checked_events,
+                                   "checkpoints": report.checked_checkpoints,
+                                   "stale_checkpoints": list(report.stale_checkpoints)}
+            if checks:
+                out["anchors"] = [anchors.report_dict(c, a) for a, c in checks]
+            render.print_json(out)
+        elif ok:
+            out_ = render.console()
+            if report.checked_checkpoints:
+                out_.print(
+                    f"ok: {report.checked_events} events, hash chain intact, replay reproduces "
+                    f"the {report.checked_checkpoints} recorded checkpoint(s)")
+            elif not report.stale_checkpoints:
+                out_.print(
+                    f"ok: {report.checked_events} events, hash chain intact; no checkpoint "
+                    "recorded yet to compare replay with (gpu-credits replay records one)")
+            else:
+                out_.print(f"ok: {report.checked_events} events, hash chain intact")
+            if report.stale_checkpoints:
+                out_.print(f"note: {wording.stale_checkpoints_text(len(report.stale_checkpoints))}")
+            for anchor_, _ in checks:
+                out_.print(f"ok: holds anchor {anchor_} unchanged", soft_wrap=True)
         else:
-            out_.print(f"ok: {report.checked_events} events, hash chain intact")
-        if report.stale_checkpoints:
-            out_.print(f"note: {wording.stale_checkpoints_text(len(report.stale_checkpoints))}")
-        for anchor_, _ in checks:
-            out_.print(f"ok: holds anchor {anchor_} unchanged", soft_wrap=True)
-    else:
-        render.console().print(f"FAILED at position {first_bad}: {problem}")
+            render.console().print(f"FAILED at position {first_bad}: {problem}")
     if not ok:
         _say_error(f"verification failed at position {first_bad}: {problem}")
         raise typer.Exit(EXIT_CHECK_FAILED)

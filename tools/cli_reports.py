@@ -167,14 +167,15 @@ def reconcile(
     rows = queries.parse_charges(text, source, allow_far_times=allow_far_times)
     with open_journal(ctx, db) as journal:
         result = queries.reconcile(journal, rows, source=source, as_known_at=as_known_at)
-    if as_json:
-        render.print_json(wording.to_dict(result))
-    elif as_csv:
-        render.reconcile_csv(result, render.script_stdout())
-    else:
-        if not result.ok:
-            render.print_table(render.reconcile_table(result))
-        render.console().print(render.reconcile_summary(result))
+    with render.check_answer():
+        if as_json:
+            render.print_json(wording.to_dict(result))
+        elif as_csv:
+            render.reconcile_csv(result, render.script_stdout())
+        else:
+            if not result.ok:
+                render.print_table(render.reconcile_table(result))
+            render.console().print(render.reconcile_summary(result))
     if not result.ok:
         raise typer.Exit(EXIT_CHECK_FAILED)
 

@@ -331,6 +331,29 @@ def tolerant_streams() -> None:
         sys.stderr = _DroppingStderr(own)
 
 
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (tests capture stdout)
+        pass
+
+
+@contextmanager
+def check_answer() -> Iterator[None]:
+    """Around what a check (`verify`, `reconcile`, a statement that must add up) prints
+    before its verdict: a reader that goes away (`| head -1`) has what it wanted, and the
+    command goes on to give its verdict (exit 1 and its stderr line when the check failed)
+    rather than the 0 of an answer cut short, so `set -o pipefail` sees a failed check."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout, in UTF-8 (see `script_stdout`)."""
     script_stdout().write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")

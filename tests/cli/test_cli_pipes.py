@@ -1,0 +1,68 @@
+"""A check's verdict survives a reader that goes away.
+
+`gpu-credits verify | head -1` or `reconcile charges.csv | head` gives the reader what it
+wanted and stops writing; the exit status is still the check's: 1 when it failed, so
+`set -o pipefail` (or `${PIPESTATUS[0]}`) sees a failed check as failed, never as the
+success of a reader that left early.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import ROOT, SMALL, Run, db_path, imported, tamper
+
+
+def _reader_gone(args: list[str], db: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """gpu-credits ARGS with a stdout pipe its reader closed before it wrote a byte."""
+    command = [sys.executable, "-m", "tools.cli", *args, "--db", db]
+    script = (f"import subprocess, sys; p = subprocess.Popen({command!r}, cwd={str(cwd)!r}, "
+              "stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True); "
+              "p.stdout.close(); err = p.stderr.read(); code = p.wait(); "
+              "sys.stderr.write(err); sys.exit(code)")
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def charges(run: Run, small: Path, tmp_path: Path) -> Path:
+    """A charges file that disagrees with the small ledger: j1 was charged 4, not 5."""
+    path = tmp_path / "charges.csv"
+    path.write_text("account,job,amount\na,j1,5\n")
+    return path
+
+
+@pytest.mark.parametrize("form", [[], ["--json"], ["--csv"]], ids=["table", "json", "csv"])
+def test_a_failed_reconcile_exits_1_when_its_reader_went_away(
+        charges: Path, db: str, tmp_path: Path, form: list[str]) -> None:
+    done = _reader_gone(["reconcile", str(charges), *form], db, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args", [["statement", "a"], ["statement", "a", "--csv"],
+                                  ["jobs", "--json"]], ids=lambda a: " ".join(a))
+def test_an_answer_that_checks_nothing_exits_0_when_its_reader_went_away(
+        run: Run, small: Path, db: str, tmp_path: Path, args: list[str]) -> None:
+    done = _reader_gone(args, db, tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]], ids=["text", "json"])
+def test_a_failed_verify_exits_1_and_says_why_when_its_reader_went_away(
+        run: Run, db: str, tmp_path: Path, form: list[str]) -> None:
+    imported(run, tmp_path / "small.jsonl", SMALL)
+    tamper(db_path(db), 5, '"amount":70', '"amount":71')
+    done = _reader_gone(["verify", *form], db, tmp_path)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-credits: error: verification failed")
+
+
+def test_a_passing_verify_exits_0_when_its_reader_went_away(
+        run: Run, small: Path, db: str, tmp_path: Path) -> None:
+    done = _reader_gone(["verify"], db, tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
