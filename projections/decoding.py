@@ -49,7 +49,7 @@ from projections.events import (
     from_payload,
 )
 from projections.native import pure_requested
-from projections.validation import Int, Name, Text
+from projections.validation import Int, Name, Text, may_be_newer, stored_text
 
 
 def _wire(cls: type[Any], *, record: bool = False) -> type[msgspec.Struct]:
@@ -262,8 +262,22 @@ def decode_event(event_type: str, payload: str | bytes | Mapping[str, Any]) -> D
             return fast[1](fast[0](payload))
         except _NOT_FAST:
             pass
-        return from_payload(event_type, load_json(payload))
+        return _from_stored(event_type, load_json(payload))
     return _decode_other(event_type, payload)
+
+
+def _from_stored(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
+    """`from_payload` of what a journal holds: a name or text refused only for a code
+    point this Python's Unicode does not know yet is read as written
+    (`projections.validation.stored_text`), so every install folds it alike."""
+    try:
+        return from_payload(event_type, payload)
+    except ValueError:
+        if not any(isinstance(v, str) and any(map(may_be_newer, v))
+                   for v in payload.values()):
+            raise
+    with stored_text():
+        return from_payload(event_type, payload)
 
 
 _NOT_FAST = (msgspec.ValidationError, msgspec.DecodeError, _Refused)
@@ -289,4 +303,4 @@ def _decode_other(event_type: str, payload: str | bytes | Mapping[str, Any]) -> 
             except _NOT_FAST:
                 pass
         payload = load_json(payload.decode() if isinstance(payload, bytes) else payload)
-    return from_payload(event_type, payload)  # type: ignore[arg-type]
+    return _from_stored(event_type, payload)  # type: ignore[arg-type]

@@ -20,10 +20,12 @@ offending value and what would be valid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import msgspec
@@ -252,6 +254,51 @@ def unprintable(value: str) -> str:
     return "every character is printable"
 
 
+def is_noncharacter(char: str) -> bool:
+    """Whether `char` is one of Unicode's 66 noncharacters (U+FDD0..U+FDEF and the last
+    two code points of every plane): unassigned for good, never a character to write."""
+    code = ord(char)
+    return 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE
+
+
+def may_be_newer(char: str) -> bool:
+    """Whether `char` is unassigned in this Python's Unicode database
+    (`unicodedata.unidata_version`) but may be a character of a later Unicode: an
+    unassigned code point that is not a noncharacter. A journal another install wrote,
+    its Python knowing a later Unicode, may name it (an emoji added since)."""
+    return unicodedata.category(char) == "Cn" and not is_noncharacter(char)
+
+
+_STORED: ContextVar[bool] = ContextVar("stored", default=False)
+"""True while `stored_text` reads what a journal holds (this thread or task only)."""
+
+
+@contextlib.contextmanager
+def stored_text() -> Iterator[None]:
+    """Within the block, names and free text are checked as a journal holds them: a code
+    point unassigned in this Python's Unicode (`may_be_newer`) passes as printable.
+
+    Whether a character is printable is the Unicode database's answer, and Python 3.11
+    knows Unicode 14 while 3.12 knows 15: a memo with an emoji added in 15 is recorded
+    by an install on 3.12 and was, on 3.11, a payload no fold could read, an anomaly, so
+    the same journal gave other balances and another digest there. What was checked when
+    it was written is folded as written, by every install; what is written is still
+    checked against the Unicode this Python knows (`require_name`, `require_text`)."""
+    token = _STORED.set(True)
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
+def _printable(value: str) -> bool:
+    """`str.isprintable`, and inside `stored_text` also a code point this Python's
+    Unicode does not know yet (`may_be_newer`)."""
+    if value.isprintable():
+        return True
+    return _STORED.get() and all(c.isprintable() or may_be_newer(c) for c in value)
+
+
 def require_name(name: str, value: object) -> str:
     """A name: a non-empty printable string of at most MAX_NAME_LENGTH characters."""
     if not isinstance(value, str) or not value:
@@ -259,7 +306,7 @@ def require_name(name: str, value: object) -> str:
     if len(value) > MAX_NAME_LENGTH:
         raise ValueError(f"{name} must be at most {MAX_NAME_LENGTH} characters, "
                          f"got {len(value)}")
-    if not value.isprintable():
+    if not _printable(value):
         raise ValueError(f"{name} must be {PRINTABLE_RULE}; {unprintable(value)}, "
                          f"got {show(value)}")
     return value
@@ -270,7 +317,7 @@ def require_text(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{name} must be text that is not blank (not empty, not only spaces), "
                          f"got {show(value)}")
-    if not value.isprintable():
+    if not _printable(value):
         raise ValueError(f"{name} must be {PRINTABLE_RULE}; {unprintable(value)}, "
                          f"got {show(value)}")
     if len(value) > MAX_TEXT_LENGTH:
