@@ -6,7 +6,9 @@ the service's app (no browser)."""
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 
+import pytest
 from fastapi.testclient import TestClient
 from pagetext import cells
 
@@ -99,3 +101,51 @@ def test_a_page_s_title_says_which_view_it_is(client: TestClient) -> None:
     # The heading stays the page's name: the view is said below it.
     assert "<h1>Journal</h1>" in client.get("/journal?after=50").text
     assert "<h1>Accounts</h1>" in client.get("/?q=lumen").text
+
+
+class _Rows(HTMLParser):
+    """Per table id: for each body row, how many of its cells are row headers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[int]] = {}
+        self.table: str | None = None
+        self.in_body = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "table":
+            self.table = a.get("id") or "?"
+            self.tables[self.table] = []
+        elif tag == "tbody":
+            self.in_body = True
+        elif tag == "tr" and self.in_body and self.table:
+            self.tables[self.table].append(0)
+        elif tag == "th" and self.in_body and self.table and a.get("scope") == "row":
+            self.tables[self.table][-1] += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tbody":
+            self.in_body = False
+
+
+ROW_HEADED = {
+    "/": ("accounts-table", "expiring-table"),
+    f"/accounts/{ACCOUNT}": ("grants-table", "ledger-table", "revisions-table",
+                             "timeline-chart-table", "burndown-chart-table"),
+    "/jobs/lumen-0191": ("job-events", "paid-by"),
+    "/events/980": ("fields-table", "changed-table"),
+    "/journal": ("journal-table", "revisions-table"),
+}
+
+
+@pytest.mark.parametrize("path", ROW_HEADED)
+def test_every_row_of_a_table_has_a_header_a_screen_reader_names_it_by(
+        client: TestClient, path: str) -> None:
+    """Moving down a column, a screen reader says which row it is in: a ledger line's
+    time, a grant's id, an event's position; not the bare figure."""
+    parser = _Rows()
+    parser.feed(client.get(path).text)
+    for table in ROW_HEADED[path]:
+        rows = parser.tables[table]
+        assert rows and rows == [1] * len(rows), (table, rows[:10])

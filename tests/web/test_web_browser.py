@@ -182,7 +182,8 @@ def test_every_table_fits_a_narrow_screen(browser: Any, base_url: str) -> None:
                 .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
                 .map(([id, box]) => id + ': ' + box.scrollWidth + ' > ' + box.clientWidth)""")
             assert wide == [], f"{path}: {wide}"
-            labels = tab.evaluate("""() => [...document.querySelectorAll('table.stack td')]
+            labels = tab.evaluate("""() => [...document.querySelectorAll(
+                    'table.stack td, table.stack tbody th')]
                 .filter(td => !td.hasAttribute('colspan') && !td.dataset.label).length""")
             assert labels == 0, f"{path}: stacked cells without their column's name"
     finally:
@@ -276,7 +277,8 @@ def test_long_free_text_and_ids_keep_every_table_in_its_box(browser: Any, tmp_pa
                     .filter(([id, box]) => box.scrollWidth > box.clientWidth + 1)
                     .map(([id, box]) => `${id}: ${box.scrollWidth} > ${box.clientWidth}`)""")
                 assert wide == [], f"{path} at {width} px: {wide}"
-                broken = tab.evaluate("""() => [...document.querySelectorAll('td.num, td.time')]
+                broken = tab.evaluate("""() => [...document.querySelectorAll(
+                        'td.num, td.time, tbody th.num, tbody th.time')]
                     .filter(td => {
                         const range = document.createRange();
                         range.selectNodeContents(td);
