@@ -149,3 +149,37 @@ def test_every_row_of_a_table_has_a_header_a_screen_reader_names_it_by(
     for table in ROW_HEADED[path]:
         rows = parser.tables[table]
         assert rows and rows == [1] * len(rows), (table, rows[:10])
+
+
+class _Links(HTMLParser):
+    """Each link's visible text and its aria-label, where it has one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[list[str]] = []
+        self.open = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            label = dict(attrs).get("aria-label")
+            self.open = label is not None
+            if self.open:
+                self.links.append([label or "", ""])
+
+    def handle_data(self, data: str) -> None:
+        if self.open:
+            self.links[-1][1] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self.open = False
+
+
+def test_a_link_s_spoken_name_holds_the_text_it_shows(client: TestClient) -> None:
+    """A speech user says what they see ("click 1,026"): a link named for a screen reader
+    holds its visible text (WCAG 2.5.3), thousands separator and all."""
+    parser = _Links()
+    parser.feed(client.get(f"/accounts/{ACCOUNT}").text)
+    assert parser.links and any("," in text for _, text in parser.links)
+    for label, text in parser.links:
+        assert text.strip() in label, (label, text)
