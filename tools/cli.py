@@ -162,7 +162,7 @@ class _Group(TyperGroup):
             return exc.code
         except importing.ImportRejected as exc:
             for problem in exc.problems:
-                sys.stderr.write(problem.render(exc.source) + "\n")
+                sys.stderr.write(render.shown(problem.render(exc.source)) + "\n")
             _say_error(f"{exc.bad_lines} invalid line(s) in {exc.source}; nothing appended")
             return EXIT_BAD_INPUT
         except ChainBroken as exc:
@@ -698,7 +698,7 @@ def import_(
                     journal, after=result.after, latest_before=result.latest_before,
                     progress=progress, count=result.appended)
     for warning in result.warnings:
-        sys.stderr.write(f"{PROG}: warning: {warning}\n")
+        sys.stderr.write(f"{PROG}: warning: {render.one_line(warning)}\n")
     render.import_summary(source, result.appended, result.already_present, effects)
 
 

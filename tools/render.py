@@ -106,11 +106,24 @@ _LINE_BREAK = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")
 """A line break (any that `str.splitlines` breaks at) with the whitespace around it."""
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+"""A control character that is not a tab nor a line break: an escape sequence starts with
+one (ESC, `\x1b`), and a terminal acts on it rather than show it."""
+
+
+def shown(text: str) -> str:
+    """`text` with each control character (not a tab, not a line break) written as its
+    escape (`\x1b`), as `repr` writes it: a file name or a database's message a line
+    quotes as it was given cannot recolour, retitle or rewrite the user's terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def one_line(text: str) -> str:
     """`text` on one line: each line break, with the indentation around it, becomes one
-    space, and the ends lose their whitespace. Every other character stays as it is, so
-    a value a message quotes (`'team  a'`, `'   '`, `' pad'`) is shown as it was given."""
-    return _LINE_BREAK.sub(" ", text).strip()
+    space, the ends lose their whitespace, and a control character is escaped (`shown`).
+    Every other character stays as it is, so a value a message quotes (`'team  a'`,
+    `'   '`, `' pad'`) is shown as it was given."""
+    return shown(_LINE_BREAK.sub(" ", text).strip())
 
 
 def redact(text: str) -> str:
@@ -741,6 +754,7 @@ def import_summary(source: str, appended: int, already_present: int,
     where to look at them."""
     out = console()
     events = "event" if appended == 1 else "events"
+    source = shown(source)
     out.print(Text(f"{source}: appended {appended:,} {events}, {already_present:,} "
                    f"already present; {effects.late:,} late, {effects.revisions:,} "
                    f"revision(s), {len(effects.anomalies):,} anomaly(ies)"))

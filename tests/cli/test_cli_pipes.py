@@ -66,3 +66,28 @@ def test_a_passing_verify_exits_0_when_its_reader_went_away(
         run: Run, small: Path, db: str, tmp_path: Path) -> None:
     done = _reader_gone(["verify"], db, tmp_path)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+# -- what a file name can hold ---------------------------------------------------------------
+
+
+ESCAPE_NAME = "c\x1b[31mred\x07.jsonl"
+
+
+def test_a_file_name_cannot_send_control_codes_to_the_terminal(tmp_path: Path,
+                                                               db: str) -> None:
+    """A file name is the user's, but what it holds is anyone's who named the file: its
+    control characters are shown escaped (`\\x1b`), in the summary and in an error, never
+    sent to the terminal as they are (an escape sequence could recolour or rewrite it)."""
+    from cli_helpers import cli
+
+    (tmp_path / ESCAPE_NAME).write_text(
+        '{"type": "grant", "account": "a", "amount": 5, "time": 1}\n')
+    done = cli("import", ESCAPE_NAME, "--db", db, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "c\\x1b[31mred\\x07.jsonl: appended 1 event" in done.stdout
+    missing = cli("import", "no" + ESCAPE_NAME, "--db", db, cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "\x1b" not in missing.stderr and "\x07" not in missing.stderr
+    assert "cannot read noc\\x1b[31mred\\x07.jsonl" in missing.stderr
