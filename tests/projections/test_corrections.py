@@ -82,6 +82,18 @@ def test_a_positive_adjustment_pays_debt_then_stays_without_expiry() -> None:
     assert balance(journal, 10**9) == 20
 
 
+def test_a_credit_adjustment_pays_the_debt_so_later_usage_owes_nothing() -> None:
+    """The balance alone cannot tell paid debt from debt beside active credits: the debt
+    after the next usage report can."""
+    journal = journal_of(
+        ("u1", "consume", 1, {"account": "a", "amount": 30}),
+        ("x1", "adjust", 2, {"account": "a", "amount": 50, "reason": "goodwill"}),
+    )
+    tracker = GPUCreditTracker(journal, "a")
+    assert tracker.consume(20, 3) == 0
+    assert tracker.get_balance(3) == 0
+
+
 def test_a_credit_adjustment_opens_the_account_and_a_debit_alone_does_not() -> None:
     journal = journal_of(
         ("x1", "adjust", 1, {"account": "a", "amount": 20, "reason": "goodwill"}),
@@ -182,6 +194,32 @@ def test_a_void_before_its_grant_on_the_timeline_voids_all_of_it() -> None:
     assert balance(journal, 5) == 0
     totals = fold_canonical(journal).accounts["a"].book.totals
     assert (totals.granted, totals.voided, totals.expired) == (100, 100, 100)
+
+
+def test_a_void_at_its_grants_own_time_recorded_first_voids_all_of_it() -> None:
+    """Stopping from T on, a void at the grant's time T leaves nothing of it to count,
+    even at T (the void is first at T: it was recorded first)."""
+    journal = journal_of(
+        ("v1", "void", 3, {"grant": "g1"}),
+        ("g1", "grant", 3, {"account": "a", "amount": 100}),
+    )
+    assert balance(journal, 3) == 0 and balance(journal, 5) == 0
+    totals = fold_canonical(journal).accounts["a"].book.totals
+    assert (totals.granted, totals.voided) == (100, 100)
+
+
+def test_a_grant_voided_twice_before_it_arrives_stopped_at_the_first_void() -> None:
+    """Only an import can record two voids of one grant; the earlier one is when its
+    credits stopped counting, whichever was recorded first."""
+    journal = journal_of(
+        ("v2", "void", 2, {"grant": "g1"}),
+        ("g1", "grant", 3, {"account": "a", "amount": 100}),
+    )
+    journal.append([NewEvent("v1", "a", "void", 1, {"grant": "g1"})])
+    tracker = GPUCreditTracker(journal, "a")
+    assert tracker.get_balance(5) == 0
+    with pytest.raises(ValueError, match="already voided from 1"):
+        Corrections(journal).void("g1", at=5)
 
 
 def test_a_void_of_a_grant_a_job_holds_all_of_lapses_what_the_job_gives_back() -> None:

@@ -128,6 +128,15 @@ def test_answers_as_known_before_the_reversal_still_show_the_event() -> None:
         tracker.get_balance(5, as_known_at=4)
 
 
+def test_as_known_at_a_position_the_events_at_the_asked_time_count() -> None:
+    """`get_balance(t, as_known_at=p)` answers from the events with event time <= t."""
+    journal = journal_of([("g1", "grant", 0, {"account": "a", "amount": 100}),
+                          ("u1", "consume", 1, {"account": "a", "amount": 30})])
+    tracker = GPUCreditTracker(journal, "a")
+    assert tracker.get_balance(1, as_known_at=2) == tracker.get_balance(1) == 70
+    assert tracker.get_balance(0, as_known_at=2) == 100
+
+
 def test_a_reversal_is_listed_in_the_revisions() -> None:
     journal = journal_of([("u1", "consume", 1, {"account": "a", "amount": 30}),
                           ("u2", "consume", 2, {"account": "a", "amount": 5})])
