@@ -15,6 +15,7 @@ from eventstore import MemoryJournal
 from projections import (
     AccountExists,
     DuplicateJob,
+    GPUCreditTracker,
     InvalidTransition,
     LedgerError,
     Scheduler,
@@ -121,6 +122,19 @@ def test_rejected_submit_is_recorded_and_takes_its_id() -> None:
     assert figures(s) == (10, 0, 10, 0)
     with pytest.raises(DuplicateJob):
         s.submit("j", "a", 1, 0)
+
+
+def test_a_submit_is_paid_from_what_is_available_after_debt_in_another_pool() -> None:
+    """Credits of pool gpu cannot pay general debt, but the debt still lowers what the
+    account has available: a submit in gpu may use at most min(usable(gpu), available)."""
+    s, journal = make(a=0)
+    tracker = GPUCreditTracker(journal, "a")
+    assert tracker.consume(10, 1) == 10  # general debt
+    tracker.grant(20, 2, 100, pool="gpu")  # pool credits: they leave general debt owed
+    assert figures(s) == (10, 0, 10, 0)
+    assert not s.submit("j1", "a", cost=15, priority=1, pool="gpu", at=3)
+    assert s.submit("j2", "a", cost=10, priority=1, pool="gpu", at=4)
+    assert figures(s) == (10, 10, 0, 0)
 
 
 def test_zero_cost_job_runs_and_charges_nothing() -> None:
