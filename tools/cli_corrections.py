@@ -126,7 +126,9 @@ class Recording:
         if self.rehearsal:
             return
         if not self.as_json:
-            render.console().print(text, markup=False)
+            # One line at any width: the id it names is what `void` and `reverse` take,
+            # copied from the terminal (which may show it over rows, never split it).
+            render.console().print(text, markup=False, soft_wrap=True)
             return
         record: dict[str, Any] = {"id": outcome.event_id, "type": outcome.type,
                                   "time": outcome.time, **fields, "memo": self.memo}

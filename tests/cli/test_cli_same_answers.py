@@ -236,3 +236,19 @@ def test_every_answer_is_the_same_bytes_from_postgresql(
     answers = _ask(pg_fresh_url, ENVIRONMENTS["baseline"])
     differ = [k for k in baseline if answers[k] != baseline[k]]
     assert differ == [], (differ[:1], answers[differ[0]] if differ else None)
+
+
+@pytest.mark.parametrize("args", [
+    ("grant", "a", "5", "--at", "20", "--memo", "a memo long enough to wrap"),
+    ("consume", "a", "3", "--at", "21"),
+    ("adjust", "a", "-1", "--reason", "a typo fixed", "--at", "22"),
+], ids=["grant", "consume", "adjust"])
+def test_what_a_recorded_event_says_is_one_line_at_any_width(
+        args: tuple[str, ...], run: Run, tmp_path: Path) -> None:
+    """The id it names is what `void` and `reverse` take: never split by a line break."""
+    imported(run, tmp_path / "small.jsonl", SMALL)
+    done = run(*args, "--id", "an-id-long-enough-to-be-split-over-rows",
+               env={"COLUMNS": "30"})
+    assert done.exit_code == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1, done.stdout
+    assert "an-id-long-enough-to-be-split-over-rows:" in done.stdout
