@@ -113,6 +113,22 @@ def test_a_reversal_of_a_reversal_restores_the_event() -> None:
     assert reversed_ids({"r1": "u1", "r2": "r1", "r3": "r2"}) == {"u1", "r2"}
 
 
+@pytest.mark.parametrize("ring", [
+    {"r1": "r2", "r2": "r1"},
+    {"r2": "r1", "r1": "r2"},
+    {"r1": "r1"},
+    {"r1": "r2", "r2": "r3", "r3": "r1"},
+    {"r3": "r1", "r1": "r2", "r2": "r3"},
+])
+def test_reversals_naming_each_other_in_a_ring_all_count_as_in(ring: dict[str, str]) -> None:
+    """Only a hand-made journal holds a ring (an import refuses one): it is a
+    contradiction, and nothing on it is dropped, whatever order the reversals are known in."""
+    assert reversed_ids(ring) == frozenset()
+    # What a ring member names is the ring's; a reversal outside it still counts.
+    assert reversed_ids({**ring, "x1": "u1"}) == {"u1"}
+    assert reversed_ids({"x1": "r1", **ring}) == {"r1"}
+
+
 def test_answers_as_known_before_the_reversal_still_show_the_event() -> None:
     journal = journal_of([("g1", "grant", 0, {"account": "a", "amount": 100}),
                           ("u1", "consume", 1, {"account": "a", "amount": 30})])
