@@ -325,10 +325,8 @@ def _advance_verified(journal: JournalLike, *, recorded: bool = True) -> None:
     except JournalError as exc:
         done = ("what this command recorded is committed (do not run it again), but "
                 if recorded else "")
-        sys.stderr.write(
-            f"{PROG}: warning: {done}the journal's verified mark (a cache) was not moved "
-            f"to its head ({exc}); the next command checks the chain from the previous "
-            "mark\n")
+        render.warn(f"{done}the journal's verified mark (a cache) was not moved to its "
+                    f"head ({exc}); the next command checks the chain from the previous mark")
 
 
 def refuse_journal_file(out: Path, url: str) -> None:
@@ -698,7 +696,7 @@ def import_(
                     journal, after=result.after, latest_before=result.latest_before,
                     progress=progress, count=result.appended)
     for warning in result.warnings:
-        sys.stderr.write(f"{PROG}: warning: {render.one_line(warning)}\n")
+        render.warn(warning)
     render.import_summary(source, result.appended, result.already_present, effects)
 
 
@@ -995,13 +993,12 @@ def replay(
             # most likely holds it still, and the replay would wait as long again.
             _advance_verified(journal, recorded=False)
     if report.checkpoint_problem is not None:
-        sys.stderr.write(f"{PROG}: warning: the replay stands, but no fresh checkpoint was "
-                         f"saved ({report.checkpoint_problem}); the checkpoints saved "
-                         "before are kept\n")
+        render.warn(f"the replay stands, but no fresh checkpoint was saved "
+                    f"({report.checkpoint_problem}); the checkpoints saved before are kept")
     if read_only and until is None:
-        sys.stderr.write(f"{PROG}: warning: {path} is read-only here: no checkpoint was "
-                         "saved (reads fold the journal from its newest saved one); run "
-                         "replay where the file can be written to save one\n")
+        render.warn(f"{path} is read-only here: no checkpoint was saved (reads fold the "
+                    "journal from its newest saved one); run replay where the file can be "
+                    "written to save one")
     summary = {"digest": report.digest, "events": report.events, "position": report.position,
                "to": until, "revisions": len(report.revisions),
                "anomalies": len(report.anomalies)}

@@ -236,8 +236,9 @@ def _encodable(table: Table, encoding: str) -> None:
 
 
 def warn(message: str) -> None:
-    """One warning line on stderr: the answer stands, but something deserves a look."""
-    sys.stderr.write(f"gpu-credits: warning: {one_line(message)}\n")
+    """One warning line on stderr: the answer stands, but something deserves a look. A
+    database's message it quotes loses its line breaks and its passwords (`redact`)."""
+    sys.stderr.write(f"gpu-credits: warning: {redact(one_line(message))}\n")
     sys.stderr.flush()
 
 

@@ -91,3 +91,22 @@ def test_a_file_name_cannot_send_control_codes_to_the_terminal(tmp_path: Path,
     assert missing.returncode == 2
     assert "\x1b" not in missing.stderr and "\x07" not in missing.stderr
     assert "cannot read noc\\x1b[31mred\\x07.jsonl" in missing.stderr
+
+
+def test_a_warning_from_the_database_is_one_line_without_its_password(
+        run: Run, small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database's message runs over lines (the statement, a link) and may quote its URL:
+    the warning that carries it is one line, the password shown as ***."""
+    from eventstore import JournalError
+    from projections import anchors
+
+    def refuse(journal: object) -> None:
+        raise JournalError("disk I/O error\n[SQL: UPDATE journal_marks]\n"
+                           "(at postgresql+psycopg://ledger:s3cret@db/ledger)")
+
+    monkeypatch.setattr(anchors, "advance_verified", refuse)
+    result = run("grant", "a", "5", "--at", "20")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-credits: warning: ")
+    assert "s3cret" not in result.stderr and "ledger:***@db" in result.stderr
