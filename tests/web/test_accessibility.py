@@ -334,3 +334,34 @@ def test_a_verification_the_service_cannot_start_is_said_in_the_live_region(
     start_and_wait_for_verdict(tab, lambda: tab.keyboard.press("Enter"))
     assert trouble.count() == 0
     assert [e for e in log.errors if "503" not in e] == []
+
+
+BROKEN_WORDS = """selector => {
+    const broken = [];
+    for (const el of document.querySelectorAll(selector)) {
+        const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+        for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+            for (const m of node.data.matchAll(/\\S+/g)) {
+                const range = document.createRange();
+                range.setStart(node, m.index);
+                range.setEnd(node, m.index + m[0].length);
+                const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+                if (tops.size > 1) broken.push(m[0]);
+            }
+        }
+    }
+    return broken; }"""
+"""The words of the elements `selector` picks that are split over two lines."""
+
+
+def test_printed_tables_keep_their_short_words_whole(browser: Any, base_url: str) -> None:
+    """On the sheet, the tables are squeezed to its width: ids and free text may break
+    anywhere, but a column's name and a link such as "before it" keep their words whole."""
+    context = browser.new_context(viewport={"width": 700, "height": 1000})
+    try:
+        tab = context.new_page()
+        opened(tab, f"{base_url}/accounts/{ACCOUNT}?as_known_at={979}")
+        tab.emulate_media(media="print")
+        assert tab.evaluate(BROKEN_WORDS, "table.data thead th, table.data td.words") == []
+    finally:
+        context.close()

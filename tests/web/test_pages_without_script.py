@@ -183,3 +183,11 @@ def test_a_link_s_spoken_name_holds_the_text_it_shows(client: TestClient) -> Non
     assert parser.links and any("," in text for _, text in parser.links)
     for label, text in parser.links:
         assert text.strip() in label, (label, text)
+
+
+def test_a_search_of_the_accounts_says_what_it_searched_for_outside_its_form(
+        client: TestClient) -> None:
+    """The search form is not printed: the count of accounts found names the search."""
+    note = _paragraph(client.get("/?q=lumen").text, "accounts-note")
+    assert "match “lumen”" in note, note
+    assert "match" not in _paragraph(client.get("/").text, "accounts-note")
