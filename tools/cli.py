@@ -81,11 +81,27 @@ def _say_error(message: str) -> None:
     sys.stderr.flush()
 
 
-def _usage_hint(exc: _ClickError) -> str:
+def _usage_hint(exc: _ClickError, group: object, args: Sequence[str] | None) -> str:
     if exc.ctx is None:
-        return f"(see '{PROG} --help')"
-    path = " ".join([PROG, *exc.ctx.command_path.split()[1:]])
+        # Click's parser names no command for an option given without its value (`balance
+        # a --at`): the command is the one the words name, as click would have run it.
+        path = " ".join([PROG, *_command_words(group, args)])
+    else:
+        path = " ".join([PROG, *exc.ctx.command_path.split()[1:]])
     return f"(see '{path} --help')"
+
+
+def _command_words(group: object, args: Sequence[str] | None) -> list[str]:
+    """The command and subcommand names among `args` (`db upgrade`), in order: `group`
+    and each command found has its subcommands in `commands` when it has any."""
+    words: list[str] = []
+    command = group
+    for word in list(sys.argv[1:] if args is None else args):
+        found = getattr(command, "commands", {}).get(word)
+        if found is not None:
+            words.append(word)
+            command = found
+    return words
 
 
 def _dash_word_hint(exc: Exception, args: Sequence[str] | None) -> str:
@@ -148,7 +164,7 @@ class _Group(TyperGroup):
                 sys.stdout.write(usage.format_message() + "\n")
                 return 0
             message = usage.format_message().rstrip('.') + _dash_word_hint(exc, args)
-            _say_error(f"{message} {_usage_hint(usage)}")
+            _say_error(f"{message} {_usage_hint(usage, self, args)}")
             return EXIT_BAD_INPUT
         except ClickException as exc:
             error = cast(_ClickError, exc)

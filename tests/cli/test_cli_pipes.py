@@ -110,3 +110,18 @@ def test_a_warning_from_the_database_is_one_line_without_its_password(
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu-credits: warning: ")
     assert "s3cret" not in result.stderr and "ledger:***@db" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "command"), [
+    (["balance", "a", "--at"], "balance"), (["statement", "a", "--from"], "statement"),
+    (["--db", "sqlite:///x.db", "explain", "--job"], "explain"), (["db", "upgrade", "--bogus"],
+                                                                 "db upgrade"),
+    (["balance"], "balance"), (["--bogus"], None)])
+def test_a_usage_error_points_to_the_help_of_its_command(run: Run, args: list[str],
+                                                         command: str | None) -> None:
+    """An option given without its value is the command's usage error: the hint names that
+    command's help, as for an unknown option or a missing argument."""
+    result = run(*args, use_db=False)
+    assert result.exit_code == 2
+    hint = "gpu-credits" + (f" {command}" if command else "") + " --help"
+    assert result.stderr.rstrip().endswith(f"(see '{hint}')"), result.stderr
