@@ -273,8 +273,8 @@ def _from_stored(event_type: str, payload: Mapping[str, Any]) -> DomainEvent:
     try:
         return from_payload(event_type, payload)
     except ValueError:
-        if not any(isinstance(v, str) and any(map(may_be_newer, v))
-                   for v in payload.values()):
+        if not isinstance(payload, Mapping) or not any(
+                isinstance(v, str) and any(map(may_be_newer, v)) for v in payload.values()):
             raise
     with stored_text():
         return from_payload(event_type, payload)

@@ -107,3 +107,9 @@ def test_a_stored_character_no_unicode_makes_printable_is_still_an_anomaly(
                                             "memo": f"x{char}{NEWER}"}))
     with pytest.raises(ValueError, match="must be printable"):
         decode_event("grant", {"account": f"a{char}{NEWER}", "amount": 3})
+
+
+def test_a_stored_payload_that_is_not_an_object_is_still_refused_as_a_value() -> None:
+    """What the fold makes an anomaly of (a ValueError), not an error that stops it."""
+    with pytest.raises(ValueError, match="missing account, amount"):
+        decode_event("grant", f'"{NEWER}"')
