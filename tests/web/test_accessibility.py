@@ -365,3 +365,46 @@ def test_printed_tables_keep_their_short_words_whole(browser: Any, base_url: str
         assert tab.evaluate(BROKEN_WORDS, "table.data thead th, table.data td.words") == []
     finally:
         context.close()
+
+
+def test_a_chart_s_lines_are_hidden_and_shown_from_the_keyboard(page: Page,
+                                                                base_url: str) -> None:
+    """A click on a legend's entry hides its line, and one more shows it: from the
+    keyboard too, each entry a toggle button (outside the picture, whose content a
+    screen reader does not read) that says whether its line is shown."""
+    tab, log = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    entries = tab.locator("#timeline-chart .u-legend tr.u-series [role=button]")
+    lines = tab.evaluate(LINES, "timeline-chart")
+    assert entries.count() == len(lines)
+    assert tab.evaluate("""() => [...document.querySelectorAll('.u-legend [role=button]')]
+        .filter(b => b.closest('[role=img]') || b.tabIndex !== 0).length""") == 0
+    debt = entries.nth(len(lines) - 1)
+    assert "debt" in debt.inner_text() and debt.get_attribute("aria-pressed") == "true"
+    tab.keyboard.press("Tab")  # from the keyboard: focus is shown from here on
+    debt.focus()
+    style, width, contrast = tab.evaluate(OUTLINE)
+    assert (style, width) == ("solid", "3px") and contrast >= 3
+    tab.keyboard.press("Enter")
+    row = tab.locator("#timeline-chart .u-legend tr.u-series").nth(len(lines))
+    assert "u-off" in (row.get_attribute("class") or "")
+    assert debt.get_attribute("aria-pressed") == "false"
+    tab.keyboard.press(" ")
+    assert "u-off" not in (row.get_attribute("class") or "")
+    assert debt.get_attribute("aria-pressed") == "true"
+    assert tab.evaluate("() => document.activeElement.getAttribute('role')") == "button"
+    assert tab.locator("#timeline-chart [role=img]").count() == 1
+    assert log.errors == []
+
+
+def test_a_chart_that_could_not_be_drawn_says_so_to_a_screen_reader(
+        page: Page, base_url: str) -> None:
+    """Its words are not inside an image, whose content a screen reader does not read."""
+    tab, _ = page
+    tab.route("**/timeline.json*", lambda route: route.fulfill(
+        status=503, content_type="application/problem+json", body="{}"))
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    chart = tab.locator("#timeline-chart")
+    assert "could not be drawn" in chart.inner_text()
+    assert chart.get_attribute("role") is None
+    assert tab.get_by_role("img").count() == 0

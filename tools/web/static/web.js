@@ -40,6 +40,41 @@
     });
   }
 
+  // A click on a legend's entry hides its line (uPlot's own handler on the entry's
+  // cell), one more shows it. Each entry becomes a toggle button: reached with Tab,
+  // pressed with Enter or Space, saying whether its line is shown. The picture alone is
+  // the image (a screen reader reads nothing inside an image, so no button may be there);
+  // the legend beside it is a list of buttons, not a data table.
+  function keyboardLegend(u, el) {
+    var wrap = u.root.querySelector(".u-wrap");
+    if (wrap) {
+      wrap.setAttribute("role", "img");
+      wrap.setAttribute("aria-label", el.getAttribute("aria-label"));
+      el.removeAttribute("role");
+    }
+    var legendTable = u.root.querySelector(".u-legend");
+    if (legendTable) { legendTable.setAttribute("role", "presentation"); }
+    var entries = [];
+    u.root.querySelectorAll(".u-legend tr.u-series").forEach(function (row, i) {
+      if (i === 0) { return; }
+      var cell = row.querySelector("th");
+      if (!cell) { return; }
+      cell.tabIndex = 0;
+      cell.setAttribute("role", "button");
+      entries.push([cell, i]);
+      cell.addEventListener("keydown", function (e) {
+        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); cell.click(); }
+      });
+      cell.addEventListener("click", pressed);  // after uPlot's own: every entry's state
+    });
+    function pressed() {
+      entries.forEach(function (entry) {
+        entry[0].setAttribute("aria-pressed", u.series[entry[1]].show ? "true" : "false");
+      });
+    }
+    pressed();
+  }
+
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
   // Times as the tables show them (projections/timefmt.py, format_time): ISO 8601 in UTC
   // for epoch seconds from 2000 to 2100, any other integer as it is (a seed's t = 12 is
@@ -115,10 +150,17 @@
   function draw(el, json) {
     el.innerHTML = "";
     var built = el.dataset.kind === "burndown" ? burndownOpts(json, el) : timelineOpts(json, el);
-    if (!built.data[0].length) { el.textContent = "Nothing to draw yet."; el.dataset.drawn = "empty"; return; }
+    // No picture: its words are read, not named as an image that is not there.
+    if (!built.data[0].length) {
+      el.removeAttribute("role");
+      el.textContent = "Nothing to draw yet.";
+      el.dataset.drawn = "empty";
+      return;
+    }
     var series = built.opts.series.map(function (sr) { return { stroke: sr.stroke, dash: sr.dash }; });
     var plot = new uPlot(built.opts, built.data, el);
     patternMarkers(plot, series);
+    keyboardLegend(plot, el);
     el.dataset.drawn = "yes";
     var resize = function () { plot.setSize({ width: widthOf(el), height: built.opts.height }); };
     window.addEventListener("resize", resize);
@@ -138,6 +180,7 @@
   function init() {
     document.querySelectorAll(".chart[data-src]").forEach(function (el) {
       load(el.dataset.src).then(function (json) { draw(el, json); }, function (err) {
+        el.removeAttribute("role");
         el.textContent = "The chart could not be drawn (" + err.message + "); the tables below hold the same figures.";
         el.dataset.drawn = "failed";
       });
