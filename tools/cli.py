@@ -129,6 +129,15 @@ def _is_help(exc: Exception) -> bool:
     return type(exc).__name__ == "NoArgsIsHelpError"
 
 
+def _help_reader_gone(exc: SystemExit) -> bool:
+    """Whether `exc` is Rich's answer to stdout's reader gone, from the console Typer
+    prints a help with (`gpu-credits --help | head -1`): Rich points stdout at /dev/null
+    and exits 1, where every other answer cut short by its reader exits 0 (`invoke`)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and frames[-1].name == "on_broken_pipe" \
+        and "rich" in Path(frames[-1].filename).parts
+
+
 class _Group(TyperGroup):
     """The root command: turns every error into one line on stderr and an exit status."""
 
@@ -136,7 +145,13 @@ class _Group(TyperGroup):
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
         render.tolerant_streams()
-        code = self._run(args, prog_name or PROG, complete_var, windows_expand_args, extra)
+        try:
+            code = self._run(args, prog_name or PROG, complete_var, windows_expand_args,
+                             extra)
+        except SystemExit as exc:
+            if not _help_reader_gone(exc):
+                raise
+            code = 0  # the help's reader went away: answered as any other answer's
         if standalone_mode:
             sys.exit(code)
         return code

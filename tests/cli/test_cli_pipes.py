@@ -125,3 +125,18 @@ def test_a_usage_error_points_to_the_help_of_its_command(run: Run, args: list[st
     assert result.exit_code == 2
     hint = "gpu-credits" + (f" {command}" if command else "") + " --help"
     assert result.stderr.rstrip().endswith(f"(see '{hint}')"), result.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["statement", "--help"], ["db"]],
+                         ids=lambda a: " ".join(a) or "no-args")
+def test_help_to_a_reader_gone_exits_0(tmp_path: Path, args: list[str]) -> None:
+    """`gpu-credits --help | head -1` is answered as every other reader that went away:
+    exit 0, nothing on stderr (the help's own console exited 1)."""
+    command = [sys.executable, "-m", "tools.cli", *args]
+    script = (f"import subprocess, sys; p = subprocess.Popen({command!r}, "
+              "stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True); "
+              "p.stdout.close(); err = p.stderr.read(); code = p.wait(); "
+              "sys.stderr.write(err); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
