@@ -191,3 +191,42 @@ def test_a_search_of_the_accounts_says_what_it_searched_for_outside_its_form(
     note = _paragraph(client.get("/?q=lumen").text, "accounts-note")
     assert "match “lumen”" in note, note
     assert "match" not in _paragraph(client.get("/").text, "accounts-note")
+
+
+class _Ids(HTMLParser):
+    """Every id of a page, and every id its labels and ARIA attributes point to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: list[str] = []
+        self.pointed: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.append(a["id"] or "")
+        for name in ("aria-labelledby", "aria-describedby", "aria-controls", "for"):
+            self.pointed += (a.get(name) or "").split()
+
+
+@pytest.mark.parametrize("path", (
+    "/", "/?q=lumen", f"/accounts/{ACCOUNT}", f"/accounts/{ACCOUNT}?as_known_at=979",
+    "/jobs/lumen-0191", "/jobs/cobalt-0074", "/events/980", "/journal", "/accounts/nobody"))
+def test_ids_are_unique_and_what_names_a_thing_points_at_it(client: TestClient,
+                                                           path: str) -> None:
+    """As served, and with the verification's status swapped in as htmx swaps it (by the
+    button's post or the poll): one element per id, and every label, heading or control
+    an attribute names is there."""
+    html = client.get(path, headers={"accept": "text/html"}).text
+    pages = [html]
+    if 'id="verify-status"' in html:
+        fragment = client.get("/journal/verify").text
+        start = html.index('<div id="verify-status"')
+        end = html.index("</div>", start) + len("</div>")
+        assert html[start:end].count("<div") == 1  # the status holds no div of its own
+        pages.append(html[:start] + fragment + html[end:])
+    for page in pages:
+        parser = _Ids()
+        parser.feed(page)
+        assert sorted({i for i in parser.ids if parser.ids.count(i) > 1}) == []
+        assert [i for i in parser.pointed if i not in parser.ids] == []
