@@ -408,3 +408,20 @@ def test_a_chart_that_could_not_be_drawn_says_so_to_a_screen_reader(
     assert "could not be drawn" in chart.inner_text()
     assert chart.get_attribute("role") is None
     assert tab.get_by_role("img").count() == 0
+
+
+def test_a_chart_printed_from_a_wide_window_is_drawn_at_the_sheet_s_width(
+        page: Page, base_url: str) -> None:
+    """Drawn for a 1,240 px window and shrunk to a sheet's 700 px, its axes' figures
+    printed at half their size; it is drawn anew at the sheet's width for the print, and
+    at the window's again after."""
+    tab, log = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    widths = """() => [...document.querySelectorAll('.chart .u-wrap')].map(w => w.offsetWidth)"""
+    before = tab.evaluate(widths)
+    assert len(before) == 2 and min(before) > 1000, before
+    tab.evaluate("() => window.dispatchEvent(new Event('beforeprint'))")
+    assert max(tab.evaluate(widths)) <= 700
+    tab.evaluate("() => window.dispatchEvent(new Event('afterprint'))")
+    assert tab.evaluate(widths) == before
+    assert log.errors == []

@@ -93,6 +93,9 @@
   var timeSeries = { label: "time (UTC)", value: function (u, v) { return iso(v); } };
   function fmt(v) { return v == null ? "-" : Math.round(v).toLocaleString("en-US"); }
 
+  // The width between a sheet's margins (A4 and Letter less 12 mm each side, @page in
+  // web.css), in CSS px: a chart is printed at most this wide.
+  var PRINT_WIDTH = 700;
   function widthOf(el) { return Math.max(280, el.clientWidth || el.parentNode.clientWidth || 600); }
 
   function timelineOpts(data, el) {
@@ -162,8 +165,16 @@
     patternMarkers(plot, series);
     keyboardLegend(plot, el);
     el.dataset.drawn = "yes";
-    var resize = function () { plot.setSize({ width: widthOf(el), height: built.opts.height }); };
+    var printing = false;
+    var resize = function () {
+      var width = printing ? Math.min(widthOf(el), PRINT_WIDTH) : widthOf(el);
+      plot.setSize({ width: width, height: built.opts.height });
+    };
     window.addEventListener("resize", resize);
+    // Drawn for a wide window, then shrunk to the sheet, its axes' figures would print at
+    // half their size: drawn anew at the sheet's width for the print, at the window's after.
+    window.addEventListener("beforeprint", function () { printing = true; resize(); });
+    window.addEventListener("afterprint", function () { printing = false; resize(); });
   }
 
   var fetched = {};
