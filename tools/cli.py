@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -384,7 +385,9 @@ def output_file(out: Path, *, force: bool) -> Iterator[TextIO]:
     """A new file at `out`, mode 0600; an existing one only with `force`.
 
     Exclusive creation without `force`, so a file that appears meanwhile is not
-    clobbered either; a write that fails removes what it started.
+    clobbered either; a write that fails removes what it started: the regular file at
+    `out` it opened, never a path that leads elsewhere (`--out /dev/stdout`, a symbolic
+    link, a FIFO, a device such as /dev/null, which a failed write removed as root).
     """
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
     try:
@@ -393,14 +396,27 @@ def output_file(out: Path, *, force: bool) -> Iterator[TextIO]:
         raise CliError(f"{out} already exists; give --force to overwrite it") from None
     except OSError as exc:
         raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    opened = os.fstat(fd)
     try:
         with open(fd, "w", encoding="utf-8", newline="") as handle:
             yield handle
     except BaseException as exc:
-        out.unlink(missing_ok=True)
+        _remove_if_ours(out, opened)
         if isinstance(exc, OSError):
             raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
         raise
+
+
+def _remove_if_ours(out: Path, opened: os.stat_result) -> None:
+    """Remove `out` when it is the regular file the command opened (not a link to it,
+    not another file put there meanwhile)."""
+    try:
+        now = out.lstat()
+    except OSError:
+        return
+    if stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino) == (opened.st_dev,
+                                                                   opened.st_ino):
+        out.unlink(missing_ok=True)
 
 
 def version_text() -> str:

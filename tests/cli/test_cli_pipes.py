@@ -8,12 +8,14 @@ success of a reader that left early.
 
 from __future__ import annotations
 
+import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, SMALL, Run, db_path, imported, tamper
+from cli_helpers import ROOT, SMALL, Run, cli, db_path, imported, tamper
 
 
 def _reader_gone(args: list[str], db: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -79,8 +81,6 @@ def test_a_file_name_cannot_send_control_codes_to_the_terminal(tmp_path: Path,
     """A file name is the user's, but what it holds is anyone's who named the file: its
     control characters are shown escaped (`\\x1b`), in the summary and in an error, never
     sent to the terminal as they are (an escape sequence could recolour or rewrite it)."""
-    from cli_helpers import cli
-
     (tmp_path / ESCAPE_NAME).write_text(
         '{"type": "grant", "account": "a", "amount": 5, "time": 1}\n')
     done = cli("import", ESCAPE_NAME, "--db", db, cwd=tmp_path)
@@ -140,3 +140,44 @@ def test_help_to_a_reader_gone_exits_0(tmp_path: Path, args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+# -- --out over what is not a file of the command's own ------------------------------------
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_failed_export_never_removes_a_path_it_did_not_create(
+        run: Run, small: Path, tmp_path: Path) -> None:
+    """`--out LINK --force` where LINK leads to a device (`/dev/stdout` does) that fails
+    the write: the error is said, and LINK stays; only a file the export made itself is
+    removed when its write fails."""
+    link = tmp_path / "out.jsonl"
+    link.symlink_to("/dev/full")
+    result = run("export", "--out", str(link), "--force")
+    assert result.exit_code == 2 and "No space left on device" in result.stderr
+    assert link.is_symlink() and Path("/dev/full").exists()
+
+
+def test_a_fifo_whose_reader_left_stays_a_fifo(run: Run, tmp_path: Path, db: str) -> None:
+    """`export --out FIFO --force` whose reader goes away: the FIFO is not removed."""
+    import os
+    import threading
+
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(
+        json.dumps({"type": "consume", "account": "a", "amount": 1, "time": 10 + i}) + "\n"
+        for i in range(5_000)))
+    assert run("import", str(big)).exit_code == 0
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def read_one_line() -> None:
+        with open(fifo, encoding="utf-8") as reader:
+            reader.readline()
+
+    reader = threading.Thread(target=read_one_line)
+    reader.start()
+    done = cli("export", "--out", str(fifo), "--force", "--db", db, cwd=tmp_path)
+    reader.join(timeout=60)
+    assert done.returncode in (0, 2), done.stderr
+    assert fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
