@@ -230,3 +230,14 @@ def test_ids_are_unique_and_what_names_a_thing_points_at_it(client: TestClient,
         parser.feed(page)
         assert sorted({i for i in parser.ids if parser.ids.count(i) > 1}) == []
         assert [i for i in parser.pointed if i not in parser.ids] == []
+
+
+def test_each_chart_s_figures_open_from_a_control_named_for_that_chart(
+        client: TestClient) -> None:
+    """A screen reader's list of controls tells the balance chart's table from the
+    burn-down's."""
+    html = client.get(f"/accounts/{ACCOUNT}").text
+    names = [" ".join(re.sub(r"<[^>]+>", "", s).split())
+             for s in re.findall(r"<summary>(.*?)</summary>", html, re.S)]
+    assert len(names) == 2 and names[0].startswith("Balance over time: the figures as a table")
+    assert names[1].startswith("Grant burn-down: the figures as a table")
