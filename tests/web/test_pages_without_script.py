@@ -241,3 +241,18 @@ def test_each_chart_s_figures_open_from_a_control_named_for_that_chart(
              for s in re.findall(r"<summary>(.*?)</summary>", html, re.S)]
     assert len(names) == 2 and names[0].startswith("Balance over time: the figures as a table")
     assert names[1].startswith("Grant burn-down: the figures as a table")
+
+
+@pytest.mark.parametrize(("path", "title"), (
+    ("/accounts/nobody", "Unknown account: account nobody ·"),
+    (f"/accounts/{ACCOUNT}?kind=nothing", f"Bad filter: account {ACCOUNT} ·"),
+    ("/jobs/no-such-job", "Unknown job: job no-such-job ·"),
+    ("/events/999999", "No such event: event #999,999 ·"),
+))
+def test_an_error_page_s_title_names_what_was_asked_for(client: TestClient, path: str,
+                                                        title: str) -> None:
+    """A tab or a printout of an error page says which account, job or event it was."""
+    html = client.get(path).text
+    found = re.search(r"<title>(.*?)</title>", html, re.S)
+    assert found and found.group(1).startswith(title), found and found.group(1)
+    assert f"<h1>{title.split(':')[0]}</h1>" in html

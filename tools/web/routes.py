@@ -130,9 +130,12 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     return HTMLResponse(body, status_code=status, headers=PAGE_HEADERS)
 
 
-def problem(request: Request, status: int, title: str, detail: str) -> HTMLResponse:
-    """An error page naming what was wrong and what would be right."""
-    return render(request, "error.html", status=status, title=title, detail=detail)
+def problem(request: Request, status: int, title: str, detail: str, *,
+            asked: str | None = None) -> HTMLResponse:
+    """An error page naming what was wrong and what would be right; its title (a tab's
+    name, a printout's header) names what was `asked` for: `account acme`."""
+    return render(request, "error.html", status=status, heading=title, detail=detail,
+                  title=f"{title}: {asked}" if asked else title)
 
 
 def _params(request: Request) -> dict[str, str]:
@@ -175,9 +178,9 @@ def account_csv(request: Request, account: str) -> Response:
     try:
         page = pages.account_page(source_of(request), account, params, paged=False)
     except UnknownAccount as exc:
-        return problem(request, 404, "Unknown account", str(exc))
+        return problem(request, 404, "Unknown account", str(exc), asked=f"account {account}")
     except ValueError as exc:
-        return problem(request, 422, "Bad filter", str(exc))
+        return problem(request, 422, "Bad filter", str(exc), asked=f"account {account}")
     return Response(pages.ledger_csv(page), media_type="text/csv; charset=utf-8",
                     headers={**DOWNLOAD_HEADERS, "Content-Disposition":
                              attachment(f"{account}-ledger-{page.position}.csv")})
@@ -221,9 +224,9 @@ def account_page(request: Request, account: str) -> HTMLResponse:
     try:
         page = pages.account_page(source_of(request), account, params)
     except UnknownAccount as exc:
-        return problem(request, 404, "Unknown account", str(exc))
+        return problem(request, 404, "Unknown account", str(exc), asked=f"account {account}")
     except ValueError as exc:
-        return problem(request, 422, "Bad filter", str(exc))
+        return problem(request, 422, "Bad filter", str(exc), asked=f"account {account}")
     timeline, burndown = pages.chart_tables(
         pages.timeline_json(source_of(request), account, page.position))
     title = f"Account {account}"
@@ -245,7 +248,7 @@ def job_page(request: Request, job: str) -> HTMLResponse:
     try:
         explanation, positions = pages.job_page(source_of(request), job)
     except UnknownJob as exc:
-        return problem(request, 404, "Unknown job", str(exc))
+        return problem(request, 404, "Unknown job", str(exc), asked=f"job {job}")
     return render(request, "job.html", title=f"Job {job}", job=explanation,
                   grant_positions=positions)
 
@@ -321,7 +324,7 @@ def event_page(request: Request, position: str) -> HTMLResponse:
     if page is None:
         return problem(request, 404, "No such event",
                        f"no event at position {at:,}; the journal holds positions 1 to "
-                       f"{source.head():,}")
+                       f"{source.head():,}", asked=f"event #{at:,}")
     return render(request, "event.html", title=f"Event {page.record.id}", page=page)
 
 
