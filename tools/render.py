@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TextIO
 
 from rich import box
@@ -322,6 +322,44 @@ class _DroppingStderr(io.TextIOBase):
             pass
 
 
+class AnswerNotWritten(OSError):
+    """stdout refused the answer (`> /dev/full`, a full disk, an I/O error): said as what
+    could not be written, as `--out FILE` names its file."""
+
+    def __str__(self) -> str:
+        return f"cannot write the answer to stdout: {self.strerror}"
+
+
+class _StdoutFile(io.FileIO):
+    """The process's stdout, whose refusal names it (`AnswerNotWritten`), once: what is
+    still buffered then is dropped, not refused again by the interpreter's last flush
+    (exit 120 and a traceback after the error was said). A reader gone stays a
+    BrokenPipeError, which the command line answers on its own."""
+
+    refused = False
+
+    def write(self, data: Any) -> int:
+        if self.refused:
+            return len(data)
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.refused = True
+            raise AnswerNotWritten(exc.errno, exc.strerror) from None
+
+
+def _named_stdout(stream: io.TextIOWrapper) -> io.TextIOWrapper:
+    """`stream` (the process's own stdout) over a `_StdoutFile`: the same descriptor,
+    encoding and buffering."""
+    stream.flush()
+    raw = _StdoutFile(stream.fileno(), "w", closefd=False)
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding,
+                            errors=stream.errors, line_buffering=stream.line_buffering,
+                            write_through=stream.write_through)
+
+
 def tolerant_streams() -> None:
     """Let stdout and stderr show, not refuse, what their encoding lacks.
 
@@ -329,11 +367,16 @@ def tolerant_streams() -> None:
     account `Ünïcödé 🚀` would stop half-printed at its first such character; the
     character is written as its escape (`\\U0001f680`) instead. UTF-8 streams are left
     as they are; what scripts read goes through `script_stdout`. A closed stdout refuses
-    every write with an error; a closed stderr, or one that stops taking what is said
+    every write with an error, and one that refuses a write (a full disk) says it was
+    stdout (`AnswerNotWritten`); a closed stderr, or one that stops taking what is said
     there (`_DroppingStderr`), swallows it (the exit status still tells).
     """
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
+    elif sys.stdout is sys.__stdout__ and isinstance(sys.stdout, io.TextIOWrapper):
+        # The process's own, not a test's capture; without a descriptor, left as it is.
+        with suppress(OSError, ValueError):
+            sys.stdout = _named_stdout(sys.stdout)
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - until exit
     for stream in (sys.stdout, sys.stderr):

@@ -142,6 +142,23 @@ def test_help_to_a_reader_gone_exits_0(tmp_path: Path, args: list[str]) -> None:
     assert (done.returncode, done.stderr) == (0, "")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["balance", "a"], ["balance", "a", "--json"],
+                                  ["export"], ["statement", "a", "--csv"]],
+                         ids=lambda a: " ".join(a))
+def test_a_full_stdout_is_named_in_the_error(run: Run, small: Path, db: str,
+                                             tmp_path: Path, args: list[str]) -> None:
+    """stdout on a full disk (`> /dev/full`) is an error that says what could not be
+    written, as `--out FILE` names its file: exit 2, one line."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "tools.cli", *args, "--db", db],
+                              cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr == ("gpu-credits: error: cannot write the answer to stdout: "
+                           "No space left on device\n")
+
+
 # -- --out over what is not a file of the command's own ------------------------------------
 
 
