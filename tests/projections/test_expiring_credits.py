@@ -245,6 +245,28 @@ def test_debt_is_per_pool_and_paid_in_documented_order() -> None:
     assert_invariants(tracker.ledger())
 
 
+def test_pool_credits_pay_only_their_pools_debt() -> None:
+    tracker = GPUCreditTracker()
+    assert tracker.consume(5, 0) == 5
+    assert tracker.consume(2, 0, pool="h100") == 7
+    tracker.grant(10, 1, 10, pool="h100")  # pays h100's 2; general's 5 stay owed
+    assert per_pool(tracker, 1) == {"general": -5, "h100": 8, "a100": 0}
+    assert tracker.consume(1, 2) == 6  # general usage: h100 credits cannot pay it
+
+
+def test_credits_of_several_pools_expiring_by_one_event_are_told_in_expiry_order() -> None:
+    """An outcome lists what expired by its event earliest expiry first (then pool),
+    whatever order the account first used its pools in."""
+    tracker = GPUCreditTracker()
+    tracker.grant(7, 0, 10, pool="zz")
+    tracker.grant(5, 1, 5)
+    tracker.grant(3, 2, 8, pool="mm")
+    tracker.consume(1, 20)
+    expired = outcomes(tracker)[-1].expired
+    assert [(e.expiry, e.pool, e.amount) for e in expired] == [
+        (5, "general", 5), (8, "mm", 3), (10, "zz", 7)]
+
+
 def per_pool(tracker: GPUCreditTracker, t: int) -> dict[str, int]:
     return {pool: tracker.get_balance(t, pool=pool) for pool in ("general", "h100", "a100")}
 
