@@ -18,6 +18,7 @@ from projections.events import (
     from_payload,
     to_payload,
 )
+from projections.queries import explain_job
 from projections.replay import fold_canonical
 
 
@@ -103,6 +104,18 @@ def test_a_credit_adjustment_opens_the_account_and_a_debit_alone_does_not() -> N
     assert scheduler.submit("j1", "a", 15, 0)
     with pytest.raises(UnknownAccount):
         scheduler.submit("j2", "b", 1, 0)
+
+
+def test_a_submit_recorded_to_an_account_known_only_from_usage_is_to_an_unknown_account(
+        ) -> None:
+    """Usage alone opens no account: a submit to it (only an import can record one) is
+    rejected as to an unknown account, not for want of credits."""
+    journal = journal_of(
+        ("u1", "consume", 1, {"account": "b", "amount": 5}),
+        ("s1", "submit", 2, {"account": "b", "job": "j1", "cost": 0, "priority": 0}),
+    )
+    job = explain_job(journal, "j1")
+    assert (job.accepted, job.reason) == (False, "unknown account 'b'")
 
 
 def test_both_facades_name_the_journal_they_share() -> None:

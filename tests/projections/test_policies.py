@@ -132,6 +132,13 @@ def test_refill_in_a_million_small_steps_equals_one_big_step() -> None:
     assert total == 7 * 1_000_000 // 3600
 
 
+def test_a_full_bucket_drops_the_part_of_a_credit_accrued_meanwhile() -> None:
+    # 1 credit an hour, cap 1: by 1.5 h the bucket is full (1) and the half hour past it
+    # is dropped, so the next half hour makes no credit: c2 is owed.
+    journal = _refilling(1, 1, ("c1", 5400, 1), ("c2", 7200, 1))
+    assert replay(journal).ledger.accounts["a"].balance == -1
+
+
 def test_refill_pays_debt_first() -> None:
     ledger = replay(_refilling(3600, 100, ("c1", 0, 30), ("c2", 40, 1))).ledger
     # 1 credit per second: 40 by t=40, 30 pay the debt, 10 stay, then 1 is consumed.

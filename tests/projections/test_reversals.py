@@ -153,6 +153,13 @@ def test_as_known_at_a_position_the_events_at_the_asked_time_count() -> None:
     assert tracker.get_balance(0, as_known_at=2) == 100
 
 
+@pytest.mark.parametrize("position", [-1, True, 1.0])
+def test_as_known_at_is_a_position_from_0(position: Any) -> None:
+    journal = journal_of([("g1", "grant", 0, {"account": "a", "amount": 100})])
+    with pytest.raises(ValueError, match="as_known_at"):
+        GPUCreditTracker(journal, "a").get_balance(5, as_known_at=position)
+
+
 def test_a_reversal_is_listed_in_the_revisions() -> None:
     journal = journal_of([("u1", "consume", 1, {"account": "a", "amount": 30}),
                           ("u2", "consume", 2, {"account": "a", "amount": 5})])
