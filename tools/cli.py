@@ -846,7 +846,7 @@ def export(
             return
         with output_file(out, force=force) as handle:
             count = write(records, handle, recorded=recorded)
-    render.console(stderr=True).print(f"wrote {count} events to {out}")
+    render.console(stderr=True).print(f"wrote {count} events to {render.shown(str(out))}")
 
 
 @app.command()

@@ -69,7 +69,8 @@ def head(
         else:
             with output_file(out, force=force) as handle:
                 handle.write(text)
-            render.console(stderr=True).print(f"wrote a signed anchor of {anchor} to {out}")
+            render.console(stderr=True).print(
+                f"wrote a signed anchor of {anchor} to {render.shown(str(out))}")
         return
     if as_json:
         render.print_json({"position": anchor.position, "hash": anchor.hash})

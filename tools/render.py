@@ -429,7 +429,7 @@ def _progress(show: bool) -> Progress:
 def progress_bar(description: str) -> Iterator[Any]:
     """A Rich progress bar on stderr (only on a terminal); yields progress(done, total)."""
     with _progress(True) as bar:
-        task = bar.add_task(description, total=None)
+        task = bar.add_task(shown(description), total=None)
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
@@ -932,7 +932,7 @@ _STATUS_TEXT = {"matched": "matched", "amount_differs": "amount differs",
 
 def reconcile_table(rec: Reconciliation) -> Table:
     """Every finding that is not a match (matches are only counted)."""
-    table = _table(f"Differences between {rec.source} and the ledger")
+    table = _table(f"Differences between {shown(rec.source)} and the ledger")
     table.add_column("status", overflow="fold")
     _number_column(table, "line")
     table.add_column("account", overflow="fold")
@@ -961,7 +961,7 @@ def reconcile_summary(rec: Reconciliation) -> str:
              if counts[k] or k == "matched"]
     span = ("" if rec.time_range is None else
             f" between {format_time(rec.time_range[0])} and {format_time(rec.time_range[1])}")
-    return (f"{rec.source}: " + ", ".join(parts)
+    return (f"{shown(rec.source)}: " + ", ".join(parts)
             + f" (ledger charges compared for {len(rec.accounts)} account(s){span})")
 
 

@@ -87,6 +87,14 @@ def test_a_file_name_cannot_send_control_codes_to_the_terminal(tmp_path: Path,
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "c\\x1b[31mred\\x07.jsonl: appended 1 event" in done.stdout
+    charges = tmp_path / ("charges" + ESCAPE_NAME)
+    charges.write_text("account,job,amount\na,nope,1\n")
+    reconciled = cli("reconcile", charges.name, "--db", db, cwd=tmp_path)
+    assert reconciled.returncode == 1, reconciled.stderr
+    assert "\x1b" not in reconciled.stdout and "chargesc\\x1b[31m" in reconciled.stdout
+    exported = cli("export", "--out", "out" + ESCAPE_NAME, "--db", db, cwd=tmp_path)
+    assert exported.returncode == 0 and "\x1b" not in exported.stderr, exported.stderr
+    assert "to outc\\x1b[31mred\\x07.jsonl" in exported.stderr
     missing = cli("import", "no" + ESCAPE_NAME, "--db", db, cwd=tmp_path)
     assert missing.returncode == 2
     assert "\x1b" not in missing.stderr and "\x07" not in missing.stderr
