@@ -419,10 +419,11 @@ def print_json(value: Any) -> None:
 def _progress(show: bool) -> Progress:
     err = console(stderr=True)
     # markup=False: the description may carry a file name or an account.
+    # A dumb terminal cannot redraw a line: no bar there (Rich left a blank line behind).
     return Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                     MofNCompleteColumn(),
                     TimeElapsedColumn(), console=err, transient=True,
-                    disable=not (show and err.is_terminal))
+                    disable=not (show and err.is_terminal and not err.is_dumb_terminal))
 
 
 @contextmanager

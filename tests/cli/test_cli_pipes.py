@@ -206,3 +206,37 @@ def test_a_fifo_whose_reader_left_stays_a_fifo(run: Run, tmp_path: Path, db: str
     reader.join(timeout=60)
     assert done.returncode in (0, 2), done.stderr
     assert fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+@pytest.mark.parametrize("term", ["dumb", "xterm-256color"])
+def test_no_progress_bar_and_no_blank_line_on_a_dumb_terminal(run: Run, small: Path,
+                                                               db: str, term: str) -> None:
+    """A progress bar needs a terminal that can redraw a line: on TERM=dumb none is drawn,
+    and nothing at all (not a stray blank line) reaches stderr; other terminals show it."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        env = {**os.environ, "TERM": term, "PYTHONPATH": str(ROOT)}
+        env.pop("COLUMNS", None)
+        done = subprocess.run([sys.executable, "-m", "tools.cli", "replay", "--db", db],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, env=env,
+                              timeout=120, check=False)
+        os.close(terminal)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0 and b"digest" in done.stdout
+    if term == "dumb":
+        assert said == b""
+    else:
+        assert b"replaying" in said
