@@ -206,7 +206,7 @@ def _web_paid_by(html: str) -> list[tuple[str, int]]:
     out = []
     for row in rows:
         cells = [re.sub(r"<[^>]+>", "", c).strip()
-                 for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+                 for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)]
         out.append((cells[0], int(cells[1].replace(",", ""))))
     return out
 
