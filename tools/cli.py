@@ -982,7 +982,7 @@ def revisions(
 ) -> None:
     """What late events and reversals changed: each outcome they revised, before and after."""
     with open_journal(ctx, db, full_check=True) as journal:  # it replays every event
-        with render.progress_bar("replaying") as progress:
+        with render.progress_bar("replaying", show=not as_json) as progress:
             report = replay_journal(journal, progress=progress)
         if account is not None and not names_account(journal, account):
             # As every command naming an account: a misspelt one (or `job:<id>`, the
@@ -1030,7 +1030,7 @@ def replay(
     read_only = path is not None and path.is_file() and not os.access(path, os.W_OK)
     with open_journal(ctx, db, write=not read_only, create=False, full_check=True,
                       mark=False) as journal:
-        with render.progress_bar("replaying") as progress:
+        with render.progress_bar("replaying", show=not as_json) as progress:
             report = replay_journal(journal, to_time=until, progress=progress,
                                     checkpoint=until is None and not read_only)
         if not read_only and report.checkpoint_problem is None:

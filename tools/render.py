@@ -427,9 +427,10 @@ def _progress(show: bool) -> Progress:
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Any]:
-    """A Rich progress bar on stderr (only on a terminal); yields progress(done, total)."""
-    with _progress(True) as bar:
+def progress_bar(description: str, *, show: bool = True) -> Iterator[Any]:
+    """A Rich progress bar on stderr (only on a terminal, and never when `show` is False:
+    a `--json` answer is for a script); yields progress(done, total)."""
+    with _progress(show) as bar:
         task = bar.add_task(shown(description), total=None)
 
         def update(done: int, total: int) -> None:
