@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Unpack
 
 from . import appending
-from .errors import ChainBroken
+from .errors import ChainBroken, went_back
 from .hashing import GENESIS_HASH, chained, linked, load_json, pinned, seal
 from .reading import ReadFilters, ReadQuery
 from .records import (
@@ -242,13 +242,28 @@ class JournalBase(Reader):
         `after` is (position, hash) of the last record the caller already trusts (a
         verified checkpoint, an anchor); None starts from the empty journal. Raises
         ChainBroken naming the first position that does not chain, before that
-        event is yielded: a reader never acts on an altered record. A tail removed
-        from the end is not visible here; `verify_chain(anchor=...)` proves that.
+        event is yielded: a reader never acts on an altered record.
+
+        The journal must still hold `after` as the caller trusts it: a journal that ends
+        before it (restored from an older copy under a running reader, or its tail cut)
+        raises ChainBroken at its first missing position, and one whose stored hash at
+        `after` is another (the same length, another history) at the position after it,
+        never an empty read that looks like "nothing new". The record at `after` comes in
+        the same query as those after it. A tail removed from the end of a journal
+        nobody read that far is not visible here; `verify_chain(anchor=...)` proves that.
         """
         start = Anchor.of(*after) if after is not None else Anchor(0, GENESIS_HASH)
-        q = ReadQuery.make(self.head(), after_position=start.position, to_position=to_position,
+        head = self.head()
+        if start.position > head:
+            raise went_back(head, start.position)
+        if start.position == 0:
+            q = ReadQuery.make(head, after_position=0, to_position=to_position,
+                               order="position", batch_size=batch_size)
+            return map(to_event, chained(self._rows(q, None), start.hash, 0))
+        q = ReadQuery.make(head, after_position=start.position - 1, to_position=to_position,
                            order="position", batch_size=batch_size)
-        return map(to_event, chained(self._rows(q, None), start.hash, start.position))
+        return map(to_event, chained(_holding(self._rows(q, None), start), start.hash,
+                                     start.position))
 
     def stored_hash(self, position: int) -> str | None:
         """The chain hash stored at `position` (the genesis hash at 0), None when the
@@ -518,3 +533,23 @@ class _PrivateCheck:
                 f"{event_id!r}) is gone, and no erasure record names it: it was deleted "
                 "outside the journal",
             )
+
+
+def _holding(rows: Iterable[StoredRow], start: Anchor) -> Iterator[StoredRow]:
+    """The rows after `start`, once the first row read, the record at `start`, proves
+    the journal still holds it with the trusted hash (stored, as a verified point is
+    compared: its content is checked when it is read)."""
+    it = iter(rows)
+    first = next(it, None)
+    if first is None or first[0] != start.position:
+        raise ChainBroken(
+            start.position,
+            f"journal chain broken at position {start.position}: it is missing, and it "
+            "was read before: the journal was altered")
+    if first[8] != start.hash:
+        raise ChainBroken(
+            start.position + 1,
+            f"the journal's chain hash at position {start.position} is not the one read "
+            "there before: the journal was rewritten, or replaced by another copy (a "
+            "restore), since; nothing is answered from what it no longer holds")
+    yield from it

@@ -60,3 +60,15 @@ class ChainBroken(JournalError):
     def __init__(self, position: int, message: str) -> None:
         super().__init__(message)
         self.position = position
+
+
+def went_back(head: int, trusted: int) -> ChainBroken:
+    """The error for a journal that ends at `head`, before position `trusted` that its
+    reader already read (and may have answered from): at the first missing position."""
+    return ChainBroken(
+        head + 1,
+        f"the journal ends at position {head}, but it was read up to position {trusted}: "
+        f"records {head + 1}..{trusted} are gone (the database was restored from an older "
+        "copy, or its newest records removed); nothing is answered from what it no longer "
+        "holds",
+    )

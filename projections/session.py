@@ -58,6 +58,7 @@ from eventstore import (
 )
 from eventstore.appending import describe
 from eventstore.backend import FIRST, SHARED
+from eventstore.errors import went_back
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
@@ -498,10 +499,16 @@ class LedgerSession:
         return self._chained_from_verified(after_position)
 
     def _chained_from_verified(self, after_position: int) -> Iterator[RecordedEvent]:
+        last = self._verified[0]
         for rec in self.journal.read_verified(after=self._verified):
             self._verified = (rec.position, rec.hash)
+            last = rec.position
             if rec.position > after_position:
                 yield rec
+        if last < after_position:
+            # The journal ends before what this projection holds (restored from an
+            # older copy under it): never go on answering from what it no longer has.
+            raise went_back(last, after_position)
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
                live: bool = False, reads_state: bool = True,

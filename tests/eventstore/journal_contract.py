@@ -759,6 +759,34 @@ class ChainContract(_OnABackend):
             list(journal.read_verified((4, "0" * 64)))
         assert caught.value.position == 5
 
+    def test_a_verified_read_from_past_the_end_says_the_journal_went_back(
+        self, journal: JournalLike
+    ) -> None:
+        # A reader that trusts position 10 (a service that read it) finds the journal
+        # restored from an older copy, holding 7: never an empty read, as if nothing new.
+        filled(journal)
+        trusted = journal.head_anchor()
+        _truncate_to_7_and_move_the_head(journal)
+        with pytest.raises(ChainBroken, match="ends at position 7") as caught:
+            list(journal.read_verified(trusted))
+        assert caught.value.position == 8
+        assert "8..10" in str(caught.value)
+
+    def test_a_verified_read_from_a_point_held_otherwise_fails(
+        self, journal: JournalLike
+    ) -> None:
+        # The same length, another history (an older copy restored, then as many other
+        # events appended): the record at the trusted position is not the trusted one.
+        filled(journal)
+        trusted = journal.head_anchor()
+        rows = stored_rows(journal)
+        replace_rows(journal, rehash([*rows[:6], rows[7], rows[6], *rows[8:]]))
+        assert journal.head() == trusted.position
+        with pytest.raises(ChainBroken) as caught:
+            list(journal.read_verified(trusted))
+        assert caught.value.position == trusted.position + 1
+        assert "position 10" in str(caught.value)
+
     def test_a_verified_read_finds_a_missing_position(self, journal: JournalLike) -> None:
         filled(journal)
         rows = stored_rows(journal)

@@ -13,6 +13,7 @@ queues the command for the group-commit writer and returns its answer after its 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import threading
@@ -116,6 +117,11 @@ class RememberedAnswers:
             self._items[key] = (command, answer)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        """Answer every key from the journal from now on."""
+        with self._lock:
+            self._items.clear()
 
     def forget(self, key: str) -> None:
         """Answer `key` from the journal from now on."""
@@ -276,8 +282,16 @@ class LedgerService:
                 # the writer is deciding on).
                 return
             replaced = self._session is not None
+            # (Its position only: a reference would keep the replaced projection alive.)
+            held = -1 if self._session is None else self._session.projector.position
             # Opening a session resumes from the newest valid checkpoint and catches up.
             self._session = LedgerSession(self.batching)  # type: ignore[arg-type,unused-ignore]
+            if self._session.projector.position < held:
+                # The journal holds less than the projection replaced (restored from an
+                # older copy under the service, or a batch that did not commit): a
+                # remembered answer may name a record it no longer has. A retry is
+                # decided from the journal instead, as by a restarted process.
+                self.answers.clear()
             self._stale = False
             if replaced and self._froze:
                 # The projection replaced was frozen out of the collector's passes (see
@@ -473,6 +487,10 @@ class LedgerService:
         if key is not None:
             remembered = self.answers.get(key, command)
             if remembered is not NOT_REMEMBERED:
+                if _time.monotonic() - self._caught_up_at > READ_FRESHNESS:
+                    # As fresh as a read: a journal restored behind this answer (or cut)
+                    # is found here, and refused, rather than told it holds the event.
+                    await asyncio.wrap_future(self.refreshed())
                 return remembered
         if self.stopping:
             raise Unavailable("the service is stopping; retry with the same key")

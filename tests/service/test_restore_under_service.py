@@ -1,0 +1,72 @@
+"""A running service whose SQLite journal is restored from an older backup under it.
+
+`sqlite3 ledger.db ".restore backup.db"` (SQLite's backup API, into the file the service
+holds open) takes the journal back to the backup's head. The service then holds in
+memory decisions the journal no longer has: it must say so (503) rather than answer
+from them, and record nothing on top of a journal it no longer knows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from eventstore import Journal
+from tools.service import create_app
+from tools.service.ledger import READ_FRESHNESS
+
+
+def _grant(client: TestClient, key: str) -> Any:
+    return client.post("/v1/accounts/acct/grants", json={"amount": 5},
+                       headers={"Idempotency-Key": key})
+
+
+def _copy(source: Path, target: Path) -> None:
+    """SQLite's online backup: `.backup` (source = the live file) or `.restore`."""
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
+def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
+        tmp_path: Path) -> None:
+    live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
+    with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
+                               mount_web=False)) as client:
+        assert _grant(client, "k1").status_code == 201
+        _copy(live, backup)  # the backup holds position 1
+        assert _grant(client, "k2").status_code == 201
+        assert _grant(client, "k3").status_code == 201
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 15
+
+        _copy(backup, live)  # restored under the running service
+        time.sleep(READ_FRESHNESS * 2)
+
+        read = client.get("/v1/accounts/acct/balance")
+        assert read.status_code == 503, read.text
+        assert "ends at position 1" in read.json()["detail"]
+        assert "2..3" in read.json()["detail"]
+
+        write = _grant(client, "k4")
+        assert write.status_code == 503, write.text
+        with Journal(f"sqlite:///{live}", read_only=True) as journal:
+            assert journal.head() == 1  # nothing recorded on a journal it did not know
+
+        # The refused write rebuilt the projection from the journal as it stands: a
+        # retry of a request acknowledged before, gone with the restore, is recorded
+        # anew, never told it is held at a position the journal no longer has.
+        retry = _grant(client, "k3")
+        assert retry.status_code == 201, retry.text
+        assert retry.json()["position"] == 2
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 10
+
+    with Journal(f"sqlite:///{live}", read_only=True) as journal:
+        assert [e.id for e in journal.read(order="position")] == ["k1", "k3"]
+        assert journal.verify() is None
