@@ -108,12 +108,12 @@ _LINE_BREAK = re.compile(r"\s*[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]\s*")
 
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
 """A control character that is not a tab nor a line break: an escape sequence starts with
-one (ESC, `\x1b`), and a terminal acts on it rather than show it."""
+one (ESC, `\\x1b`), and a terminal acts on it rather than show it."""
 
 
 def shown(text: str) -> str:
     """`text` with each control character (not a tab, not a line break) written as its
-    escape (`\x1b`), as `repr` writes it: a file name or a database's message a line
+    escape (`\\x1b`), as `repr` writes it: a file name or a database's message a line
     quotes as it was given cannot recolour, retitle or rewrite the user's terminal."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
