@@ -425,3 +425,20 @@ def test_a_chart_printed_from_a_wide_window_is_drawn_at_the_sheet_s_width(
     tab.evaluate("() => window.dispatchEvent(new Event('afterprint'))")
     assert tab.evaluate(widths) == before
     assert log.errors == []
+
+
+def test_a_printed_chart_s_legend_names_its_lines_without_the_pointer_s_readings(
+        browser: Any, base_url: str) -> None:
+    """On screen the legend shows the figures under the pointer; on paper there is no
+    pointer, only a column of dashes: the legend prints each line's pattern and name."""
+    context = browser.new_context(viewport={"width": 700, "height": 1000})
+    try:
+        tab = context.new_page()
+        opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+        tab.emulate_media(media="print")
+        shown = tab.evaluate("""() => [...document.querySelectorAll('.chart .u-legend')]
+            .map(l => l.innerText.replace(/\\s+/g, ' ').trim())""")
+        assert len(shown) == 2 and all("balance a100" in s or "(a100)" in s for s in shown)
+        assert [s for s in shown if "-" in s.replace("demo42-", "") or "time" in s] == []
+    finally:
+        context.close()
