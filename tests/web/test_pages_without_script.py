@@ -256,3 +256,31 @@ def test_an_error_page_s_title_names_what_was_asked_for(client: TestClient, path
     found = re.search(r"<title>(.*?)</title>", html, re.S)
     assert found and found.group(1).startswith(title), found and found.group(1)
     assert f"<h1>{title.split(':')[0]}</h1>" in html
+
+
+def test_a_ledger_prints_whole_from_its_all_lines_page(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of the ledger prints that page: for a whole statement on paper the ledger's
+    pager links to every line on one page, filters kept, which prints them all."""
+    from projections.queries import statement
+    from tools.web import pages
+
+    monkeypatch.setattr(pages, "LEDGER_PAGE", 50)
+    every = statement(client.app.state.ledger.journal, ACCOUNT).lines  # type: ignore[attr-defined]
+    paged = client.get(f"/accounts/{ACCOUNT}").text
+    assert f'href="/accounts/{ACCOUNT}?page=all#ledger"' in paged
+    whole = client.get(f"/accounts/{ACCOUNT}?page=all")
+    assert whole.status_code == 200
+    rows = cells(whole.text, "ledger-table")
+    assert [r[5] for r in rows] == [f"{line.balance:,}" for line in every]
+    assert 'aria-label="Ledger pages"' not in whole.text  # one page: no pager
+    note = _paragraph(whole.text, "ledger-note")
+    assert note.startswith(f"{len(every):,} matching"), note
+    assert f'href="/accounts/{ACCOUNT}#ledger">The ledger 50 lines a page' in whole.text
+    kinds = cells(client.get(f"/accounts/{ACCOUNT}?kind=complete&page=all").text,
+                  "ledger-table")
+    assert kinds and {r[2].split()[0] for r in kinds} == {"complete"}
+    monkeypatch.setattr(pages, "ALL_LINES", 100)
+    too_many = client.get(f"/accounts/{ACCOUNT}?page=all")
+    assert too_many.status_code == 422 and "ledger.csv" in too_many.text
+    assert "?page=all" not in client.get(f"/accounts/{ACCOUNT}").text

@@ -318,6 +318,8 @@ class AccountPage:
     """The page of `grants` and of `revisions` shown (they hold that page only)."""
     filters: LedgerFilter = field(default_factory=lambda: LedgerFilter())
     """The ledger's filters, named beside its lines (the form is not printed)."""
+    whole: bool = False  # every line that passes the filters on this one page (page=all)
+    offers_whole: bool = False  # paged, and few enough lines for page=all
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +531,10 @@ def account_history(source: AuditSource, account: str, position: int) -> Account
 LEDGER_PAGE = 200
 """Ledger lines per page of the account page (the CSV download has them all)."""
 
+ALL_LINES = 10_000
+"""Most ledger lines `page=all` shows on one page, to print a whole statement; more is a
+422 that points at the CSV download, which holds them all."""
+
 GRANTS_PAGE = 100
 """Grants per page of the account page."""
 
@@ -571,7 +577,16 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
     revisions_pager = pager("revisions_page", params.get("revisions_page"),
                             None if revisions is None else len(revisions), REVISIONS_PAGE)
     kept = [line for line in stmt.lines if filters.keeps(line)]
-    ledger_pager = pager("page", params.get("page"), len(kept), LEDGER_PAGE)
+    # `page=all`: the whole ledger on one page, for a statement printed whole (a page of
+    # it prints that page); bounded, as a page must render.
+    whole = paged and params.get("page") == "all"
+    if whole and len(kept) > ALL_LINES:
+        raise ValueError(f"page: all shows at most {ALL_LINES:,} lines and {len(kept):,} "
+                         f"match: narrow them with from and to, or download them all "
+                         f"(ledger.csv)")
+    paged = paged and not whole
+    ledger_pager = pager("page", None if whole else params.get("page"), len(kept),
+                         LEDGER_PAGE)
     first = ledger_pager.first
     return AccountPage(account, position, head, stmt.to_time, expl, stmt,
                        kept[first:first + LEDGER_PAGE] if paged else kept, grants, pools,
@@ -581,7 +596,8 @@ def account_page(source: AuditSource, account: str, params: dict[str, str], *,
                        {r.revision.event_id for r in revisions or ()},
                        len(kept), first if paged else 0,
                        ledger_pager.page if paged else 1, ledger_pager.pages if paged else 1,
-                       grants_pager, revisions_pager, filters)
+                       grants_pager, revisions_pager, filters, whole,
+                       paged and ledger_pager.pages > 1 and len(kept) <= ALL_LINES)
 
 
 CSV_COLUMNS = ("time", "position", "event_id", "type", "pool", "job", "change", "balance",

@@ -233,7 +233,8 @@ def account_page(request: Request, account: str) -> HTMLResponse:
     if page.position < page.head:
         title += f" as known at #{page.position:,}"
     return render(request, "account.html", title=title, page=page,
-                  params=params, kinds=pages.LINE_KINDS, timeline=timeline, burndown=burndown)
+                  params=params, kinds=pages.LINE_KINDS, timeline=timeline, burndown=burndown,
+                  ledger_page_size=pages.LEDGER_PAGE)
 
 
 def _json_problem(status: int, title: str, detail: str) -> JSONResponse:
