@@ -396,7 +396,8 @@ class JournalBase(Reader):
                 return ChainReport(
                     False, last, last + 1,
                     f"the journal ends at position {last}, before the anchor's position "
-                    f"{mark.position}: records {last + 1}..{mark.position} were removed",
+                    f"{mark.position}: records {last + 1}..{mark.position} were removed, "
+                    "or the journal was restored from a copy older than the anchor",
                 )
             if at_anchor != mark.hash:
                 return ChainReport(

@@ -42,6 +42,7 @@ import io
 import itertools
 import json
 import re
+import shlex
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1095,7 +1096,14 @@ class _Appender:
         if old.position > self.start:
             return f"id {event.id!r} is used on line {self.line_of(old.position)} for another event"
         why = f"id {event.id!r} is already recorded at position {old.position} as another event"
-        if derived and _differs_only_in_person(old, event):
+        if PRIVATE_KEY in old.payload and not event.private and _differs_only_in_person(
+                old, event):
+            # A copy made before an erasure, caught up from an export made after it.
+            why += (" (the same event without its user and memo: they were erased where "
+                    "the file came from, and this journal still holds them; erase them "
+                    f"here too, gpu-credits erase --event {shlex.quote(event.id)}, then "
+                    "import the file again)")
+        elif derived and _differs_only_in_person(old, event):
             why += (" (the same event for another user: the id a line without one gets "
                     "leaves its user out; give such lines an id)")
         return why

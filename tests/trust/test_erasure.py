@@ -246,6 +246,29 @@ def test_a_copy_of_an_erased_journal_takes_a_re_delivery_as_the_journal_does() -
     assert answers[0].warnings == answers[1].warnings != ()
     assert copy.head() == journal.head()
 
+def test_a_copy_made_before_an_erasure_is_told_to_erase_before_catching_up() -> None:
+    """A copy (export, then import) made before the erasure still holds the fields. A
+    later export, which holds the event without them and the `erase` event, is refused
+    there naming the event and the way out: erase it in the copy too, then import."""
+    journal = MemoryJournal()
+    import_file(journal, _data(LINES), "day1")
+    copy = MemoryJournal()
+    import_file(copy, _data([line for _, line in export_records(journal)]), "before")
+    erase_user(journal, ALICE)
+    later = _data([line for _, line in export_records(journal)])
+    with pytest.raises(ImportRejected) as refused:
+        import_file(copy, later, "after")
+    said = str(refused.value)
+    assert "erased where the file came from" in said
+    assert "gpu-credits erase --event" in said
+    assert copy.head() == journal.head() - 1  # nothing appended
+    erase_user(copy, ALICE)
+    done = import_file(copy, later, "after")
+    assert done.appended == 1  # the file's record of its erasure, beside the copy's own
+    assert personal.events_of_user(copy, ALICE) == []
+    assert verify(copy).ok
+
+
 # -- a journal written before personal fields were kept apart ----------------------------
 
 
