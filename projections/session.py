@@ -286,6 +286,9 @@ class LedgerSession:
         # (position, chain hash) of the last event known to chain from the start or from
         # a checkpoint: reads go on from there, checked (a stored journal only).
         self._verified: tuple[int, str] = (0, GENESIS_HASH)
+        # `written` moves it from the committer's thread, which must not wait for `lock`
+        # (held by a batch decided ahead that waits for this one's commit).
+        self._verified_lock = threading.Lock()
         # The recent decisions this session recorded under a caller's id, with the
         # command that made them: a retry of the same command answers from them instead
         # of rebuilding its accounts' state from their whole history.
@@ -487,6 +490,19 @@ class LedgerSession:
                 # The journal hashed these from the verified head: they chain.
                 self._verified = (recorded[-1].position, recorded[-1].hash)
             return True
+
+    def written(self, recorded: Sequence[RecordedEvent]) -> None:
+        """Records this session decided ahead, as the journal committed them (with their
+        hashes, which a group commit learns only then): they chain from the verified
+        point when they follow it, which then moves past them. So the next look at the
+        journal starts from the hash at what this projection folded, and a journal that
+        holds another history there (restored from a copy under the service, then
+        written on) is refused there, never folded on top of this one."""
+        if not recorded or len(recorded[-1].hash) != 64:
+            return
+        with self._verified_lock:
+            if self._verified[0] == recorded[0].position - 1:
+                self._verified = (recorded[-1].position, recorded[-1].hash)
 
     def _read_checked(self, after_position: int) -> Iterable[Recorded]:
         """Events after `after_position` in arrival order; from a stored journal, each

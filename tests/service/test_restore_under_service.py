@@ -16,6 +16,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from eventstore import Journal
+from projections import GPUCreditTracker
 from tools.service import create_app
 from tools.service.ledger import READ_FRESHNESS
 
@@ -70,3 +71,34 @@ def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
     with Journal(f"sqlite:///{live}", read_only=True) as journal:
         assert [e.id for e in journal.read(order="position")] == ["k1", "k3"]
         assert journal.verify() is None
+
+
+def test_a_restore_then_other_writes_past_what_the_service_read_are_not_mixed_in(
+        tmp_path: Path) -> None:
+    """Restored, then written on by another process until the journal is longer than
+    what the service read: the service's projection holds records the journal does not,
+    and the journal's new records do not follow them. Never folded together."""
+    live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
+    with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
+                               mount_web=False)) as client:
+        assert _grant(client, "k1").status_code == 201
+        _copy(live, backup)
+        assert _grant(client, "k2").status_code == 201
+        assert _grant(client, "k3").status_code == 201
+
+        _copy(backup, live)
+        with Journal(f"sqlite:///{live}") as journal:
+            tracker = GPUCreditTracker(journal, account="acct")
+            for _ in range(3):
+                tracker.grant(100, 100, 10**6)
+            assert journal.head() == 4  # past the 3 the service read
+        time.sleep(READ_FRESHNESS * 2)
+
+        read = client.get("/v1/accounts/acct/balance")
+        assert read.status_code == 503, read.text
+        assert "position 3" in read.json()["detail"]
+        write = _grant(client, "k9")
+        assert write.status_code == 503, write.text
+        # Rebuilt from the journal as it stands: 5 + 3 * 100, then the retry of k9.
+        assert _grant(client, "k9").status_code == 201
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 310

@@ -573,10 +573,13 @@ class LedgerService:
     def _write_ahead(self, deferred: Deferred) -> None:
         """The committer's part: write a batch decided ahead."""
         try:
-            self.batching.written(deferred)
+            recorded = self.batching.written(deferred)
         except PositionsMoved:
             self._defer_after = _time.monotonic() + DEFER_PAUSE
             raise
+        session = self._session
+        if session is not None:
+            session.written(recorded)
         self._settled()  # before the answers go out: a read after one sees it
 
     def _decide_batch(self, commands: Sequence[Command], defer: bool) -> list[Any]:
