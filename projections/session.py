@@ -646,6 +646,12 @@ class LedgerSession:
             built = self._after_latest(built, draft.now_used)
             recorded = tx.append([new for new, _ in built])
             if not draft.replaying:
+                if recorded and recorded[0].position <= self.projector.position:
+                    # Appended where this projection already holds records: the journal
+                    # went back under it (restored from an older copy). Refused, inside
+                    # the transaction: a decision on what the journal no longer holds
+                    # records nothing.
+                    raise went_back(recorded[0].position - 1, self.projector.position)
                 self._not_overtaken(tx, recorded, held)
         return draft, built, recorded
 
