@@ -442,3 +442,30 @@ def test_a_printed_chart_s_legend_names_its_lines_without_the_pointer_s_readings
         assert [s for s in shown if "-" in s.replace("demo42-", "") or "time" in s] == []
     finally:
         context.close()
+
+
+def test_the_script_lists_the_figures_of_a_chart_the_page_does_not(
+        page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `FIGURES_CELLS` the page does not list a chart's figures: the script does, as
+    the page would have, from the chart's JSON."""
+    from tools.web import pages
+
+    monkeypatch.setattr(pages, "FIGURES_CELLS", 500)
+    tab, log = page
+    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
+    src = tab.locator("#timeline-chart").get_attribute("data-src")
+    with urlopen(base_url + src) as r:
+        data = json.load(r)
+    points = [p for p in data["points"] if p["time"] is not None]
+    figures = tab.locator("#timeline-chart-figures")
+    assert figures.locator("summary").inner_text() == (
+        f"Balance over time: the figures as a table ({len(points)} times)")
+    figures.locator("summary").click()
+    table = figures.get_by_role("table")
+    assert table.locator("tbody tr").count() == len(points)
+    assert table.locator("tbody tr").last.locator("th").inner_text() == (
+        tab.evaluate("t => new Date(t * 1000).toISOString().replace('.000Z', 'Z')",
+                     points[-1]["time"]))
+    assert tab.locator("#burndown-chart-figures").count() == 1  # listed by the page
+    assert serious_violations(tab) == []
+    assert log.errors == []

@@ -284,3 +284,17 @@ def test_a_ledger_prints_whole_from_its_all_lines_page(
     too_many = client.get(f"/accounts/{ACCOUNT}?page=all")
     assert too_many.status_code == 422 and "ledger.csv" in too_many.text
     assert "?page=all" not in client.get(f"/accounts/{ACCOUNT}").text
+
+
+def test_a_chart_of_many_times_leaves_its_figures_to_the_script(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listed in the page, the figures of an account of 10,000 events made it 4 MB: past
+    `FIGURES_CELLS` cells the page says how many times there are and the script lists
+    them, as it draws the chart, from the chart's JSON."""
+    from tools.web import pages
+
+    monkeypatch.setattr(pages, "FIGURES_CELLS", 500)  # the burn-down (48 x 5) stays
+    html = client.get(f"/accounts/{ACCOUNT}").text
+    assert 'id="timeline-chart-table"' not in html and 'id="burndown-chart-table"' in html
+    note = _paragraph(html, "timeline-chart-figures-note")
+    assert "164 times" in note and "timeline.json" in html, note

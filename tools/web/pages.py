@@ -649,6 +649,13 @@ def timeline_json(source: AuditSource, account: str, position: int) -> dict[str,
     return source.cached(("timeline", account, position), build)
 
 
+FIGURES_CELLS = 12_000
+"""Most cells of a chart's figures listed in the account page (some 500 KiB of HTML):
+listed in the page, the figures of an account of 10,000 events made it 4 MB. Past this
+the page says how many times there are, and the script lists them from the chart's JSON
+as it draws the chart."""
+
+
 @dataclass(frozen=True, slots=True)
 class FiguresTable:
     """A chart's figures as a table: a time column, then one column per line drawn;
@@ -656,6 +663,10 @@ class FiguresTable:
 
     names: list[str]
     rows: list[tuple[int, list[int | None]]]
+
+    def listed(self) -> bool:
+        """Whether the page lists them (few enough cells: `FIGURES_CELLS`)."""
+        return len(self.rows) * (len(self.names) + 1) <= FIGURES_CELLS
 
 
 def chart_tables(data: dict[str, Any]) -> tuple[FiguresTable, FiguresTable]:

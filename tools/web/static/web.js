@@ -49,8 +49,9 @@
     var wrap = u.root.querySelector(".u-wrap");
     if (wrap) {
       wrap.setAttribute("role", "img");
-      wrap.setAttribute("aria-label", el.getAttribute("aria-label"));
+      wrap.setAttribute("aria-label", el.dataset.label);
       el.removeAttribute("role");
+      el.removeAttribute("aria-label");
     }
     var legendTable = u.root.querySelector(".u-legend");
     if (legendTable) { legendTable.setAttribute("role", "presentation"); }
@@ -150,12 +151,70 @@
              data: [xs].concat(cols) };
   }
 
+  // The chart's figures as a table (a time column, then one per line drawn), collapsed
+  // after the chart, where the page did not list them (too many: pages.FIGURES_CELLS):
+  // the same table the page lists for a smaller chart (templates/_tables.html).
+  function figuresTable(el, built) {
+    if (document.getElementById(el.id + "-figures")) { return; }  // listed by the page
+    var details = document.createElement("details");
+    details.className = "chart-figures";
+    details.id = el.id + "-figures";
+    var summary = document.createElement("summary");
+    var n = built.data[0].length;
+    summary.textContent = el.dataset.title + ": the figures as a table (" +
+      n.toLocaleString("en-US") + " time" + (n === 1 ? "" : "s") + ")";
+    details.appendChild(summary);
+    var box = document.createElement("div");
+    box.className = "scroll";
+    box.tabIndex = 0;
+    box.setAttribute("role", "region");
+    box.setAttribute("aria-label", el.dataset.label + ": figures");
+    var table = document.createElement("table");
+    table.className = "data stack";  // one block per time on a narrow screen
+    table.id = el.id + "-table";
+    var caption = document.createElement("caption");
+    caption.className = "sr-only";
+    caption.textContent = el.dataset.label;
+    table.appendChild(caption);
+    var head = table.createTHead().insertRow();
+    var names = built.opts.series.map(function (s, i) { return i === 0 ? "Time (UTC)" : s.label; });
+    names.forEach(function (name, i) {
+      var th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = name;
+      if (i > 0) { th.className = "num"; }
+      head.appendChild(th);
+    });
+    var body = table.createTBody();
+    built.data[0].forEach(function (t, row) {
+      var tr = body.insertRow();
+      var th = document.createElement("th");
+      th.scope = "row";
+      th.className = "time";
+      th.textContent = iso(t);
+      th.dataset.label = names[0];
+      tr.appendChild(th);
+      for (var c = 1; c < built.data.length; c++) {
+        var td = tr.insertCell();
+        td.className = "num";
+        td.dataset.label = names[c];
+        var v = built.data[c][row];
+        td.textContent = v == null ? "" : fmt(v);
+      }
+    });
+    box.appendChild(table);
+    details.appendChild(box);
+    var figure = el.closest("figure") || el;
+    figure.parentNode.insertBefore(details, figure.nextSibling);
+  }
+
   function draw(el, json) {
     el.innerHTML = "";
     var built = el.dataset.kind === "burndown" ? burndownOpts(json, el) : timelineOpts(json, el);
     // No picture: its words are read, not named as an image that is not there.
     if (!built.data[0].length) {
       el.removeAttribute("role");
+      el.removeAttribute("aria-label");
       el.textContent = "Nothing to draw yet.";
       el.dataset.drawn = "empty";
       return;
@@ -163,6 +222,7 @@
     var series = built.opts.series.map(function (sr) { return { stroke: sr.stroke, dash: sr.dash }; });
     var plot = new uPlot(built.opts, built.data, el);
     patternMarkers(plot, series);
+    figuresTable(el, built);
     keyboardLegend(plot, el);
     el.dataset.drawn = "yes";
     var printing = false;
@@ -192,6 +252,7 @@
     document.querySelectorAll(".chart[data-src]").forEach(function (el) {
       load(el.dataset.src).then(function (json) { draw(el, json); }, function (err) {
         el.removeAttribute("role");
+        el.removeAttribute("aria-label");
         el.textContent = "The chart could not be drawn (" + err.message + "); the tables below hold the same figures.";
         el.dataset.drawn = "failed";
       });
