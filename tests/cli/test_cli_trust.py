@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
 
+from tests.sqlite_copies import online_backup
 from tools.cli import app
 
 
@@ -107,23 +108,13 @@ def test_a_truncated_tail_fails_against_the_anchor(run: Run, small: Path, db: st
     assert "failed at position 12" in line and "records 12..12 were removed" in line
 
 
-def _sqlite_backup(source: Path, target: Path) -> None:
-    """SQLite's online backup (`sqlite3 SOURCE ".backup TARGET"`; `.restore` the other way)."""
-    src, dst = sqlite3.connect(source), sqlite3.connect(target)
-    try:
-        src.backup(dst)
-    finally:
-        src.close()
-        dst.close()
-
-
 def test_a_backup_older_than_an_anchor_fails_verify_saying_so(
         run: Run, small: Path, db: str, tmp_path: Path) -> None:
     backup = tmp_path / "backup.db"
-    _sqlite_backup(db_path(db), backup)  # at position 12
+    online_backup(db_path(db), backup)  # at position 12
     assert run("grant", "a", "5", "--at", "20").exit_code == 0
     anchor = _head(run)  # kept outside: position 13
-    _sqlite_backup(backup, db_path(db))  # the restore
+    online_backup(backup, db_path(db))  # the restore
     # Consistent on its own, its own verified mark included: only the anchor tells.
     assert run("verify").exit_code == 0
     result = run("verify", "--anchor", anchor)

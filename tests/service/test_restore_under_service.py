@@ -8,7 +8,6 @@ from them, and record nothing on top of a journal it no longer knows.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from eventstore import Journal
 from projections import GPUCreditTracker
+from tests.sqlite_copies import online_backup
 from tools.service import create_app
 from tools.service.ledger import READ_FRESHNESS
 
@@ -26,28 +26,18 @@ def _grant(client: TestClient, key: str) -> Any:
                        headers={"Idempotency-Key": key})
 
 
-def _copy(source: Path, target: Path) -> None:
-    """SQLite's online backup: `.backup` (source = the live file) or `.restore`."""
-    src, dst = sqlite3.connect(source), sqlite3.connect(target)
-    try:
-        src.backup(dst)
-    finally:
-        src.close()
-        dst.close()
-
-
 def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
         tmp_path: Path) -> None:
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
                                mount_web=False)) as client:
         assert _grant(client, "k1").status_code == 201
-        _copy(live, backup)  # the backup holds position 1
+        online_backup(live, backup)  # the backup holds position 1
         assert _grant(client, "k2").status_code == 201
         assert _grant(client, "k3").status_code == 201
         assert client.get("/v1/accounts/acct/balance").json()["balance"] == 15
 
-        _copy(backup, live)  # restored under the running service
+        online_backup(backup, live)  # restored under the running service
         time.sleep(READ_FRESHNESS * 2)
 
         read = client.get("/v1/accounts/acct/balance")
@@ -82,11 +72,11 @@ def test_a_restore_then_other_writes_past_what_the_service_read_are_not_mixed_in
     with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
                                mount_web=False)) as client:
         assert _grant(client, "k1").status_code == 201
-        _copy(live, backup)
+        online_backup(live, backup)
         assert _grant(client, "k2").status_code == 201
         assert _grant(client, "k3").status_code == 201
 
-        _copy(backup, live)
+        online_backup(backup, live)
         with Journal(f"sqlite:///{live}") as journal:
             tracker = GPUCreditTracker(journal, account="acct")
             for _ in range(3):

@@ -4,33 +4,23 @@ journal no longer holds, and a decision it refuses records nothing."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from eventstore import ChainBroken, Journal
 from projections import GPUCreditTracker
-
-
-def _copy(source: Path, target: Path) -> None:
-    """SQLite's online backup (`.backup`, or `.restore` the other way)."""
-    src, dst = sqlite3.connect(source), sqlite3.connect(target)
-    try:
-        src.backup(dst)
-    finally:
-        src.close()
-        dst.close()
+from tests.sqlite_copies import online_backup
 
 
 def test_a_decision_on_a_journal_restored_behind_it_records_nothing(tmp_path: Path) -> None:
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     tracker = GPUCreditTracker(f"sqlite:///{live}", account="a")
     tracker.grant(10, 1, 100)
-    _copy(live, backup)
+    online_backup(live, backup)
     tracker.grant(10, 2, 100)
     tracker.grant(10, 3, 100)
-    _copy(backup, live)
+    online_backup(backup, live)
     with pytest.raises(ChainBroken, match="ends at position 1") as caught:
         tracker.consume(1, 6)
     assert caught.value.position == 2

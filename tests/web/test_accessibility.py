@@ -176,14 +176,20 @@ def test_verification_is_announced_and_keeps_the_focus(page: Page, base_url: str
     assert log.errors == []
 
 
-def test_charts_have_their_figures_as_tables_and_lines_told_apart_without_colour(
-        page: Page, base_url: str) -> None:
-    tab, log = page
+def _timeline(tab: Any, base_url: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The account page opened in `tab`: its balance chart's JSON, and the points of it
+    with a time (the ones its figures table lists)."""
     opened(tab, f"{base_url}/accounts/{ACCOUNT}")
     src = tab.locator("#timeline-chart").get_attribute("data-src")
     with urlopen(base_url + src) as r:
-        data = json.load(r)
-    points = [p for p in data["points"] if p["time"] is not None]
+        data: dict[str, Any] = json.load(r)
+    return data, [p for p in data["points"] if p["time"] is not None]
+
+
+def test_charts_have_their_figures_as_tables_and_lines_told_apart_without_colour(
+        page: Page, base_url: str) -> None:
+    tab, log = page
+    data, points = _timeline(tab, base_url)
     pools = data["pools"]
 
     figures = tab.locator("#timeline-chart-figures")
@@ -452,11 +458,7 @@ def test_the_script_lists_the_figures_of_a_chart_the_page_does_not(
 
     monkeypatch.setattr(pages, "FIGURES_CELLS", 500)
     tab, log = page
-    opened(tab, f"{base_url}/accounts/{ACCOUNT}")
-    src = tab.locator("#timeline-chart").get_attribute("data-src")
-    with urlopen(base_url + src) as r:
-        data = json.load(r)
-    points = [p for p in data["points"] if p["time"] is not None]
+    _, points = _timeline(tab, base_url)
     figures = tab.locator("#timeline-chart-figures")
     assert figures.locator("summary").inner_text() == (
         f"Balance over time: the figures as a table ({len(points)} times)")
