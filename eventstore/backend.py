@@ -101,6 +101,8 @@ def request_statements(rows: Sequence[RequestRow], placeholder: str
 
 
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
+_HEAD_HOLDING = ("SELECT coalesce(max(position), 0), (SELECT hash FROM events WHERE "
+                 "position = {p}) FROM events")
 
 SHARED = "shared:"
 """Prefix of a lock key taken in shared mode (see PostgresBackend.lock_more)."""
@@ -228,6 +230,17 @@ class Backend:
         query (about 260 us against 70 on PostgreSQL)."""
         with self.direct(conn):
             return int(dbapi(conn).execute(_HEAD).fetchone()[0])
+
+    #: The driver's parameter placeholder.
+    placeholder = "?"
+
+    def head_holding(self, conn: Connection, position: int) -> tuple[int, str | None]:
+        """The last position and the chain hash stored at `position` (None when no
+        record is there), in one statement, asked of the driver as `head` is."""
+        with self.direct(conn):
+            row = dbapi(conn).execute(_HEAD_HOLDING.format(p=self.placeholder),
+                                      (position,)).fetchone()
+        return int(row[0]), row[1]
 
     def head_and_existing(self, conn: Connection, ids: Sequence[str]
                           ) -> tuple[int, list[StoredRow]]:

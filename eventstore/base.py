@@ -272,6 +272,14 @@ class JournalBase(Reader):
         record can still be used (its content is checked when it is read)."""
         return self._stored_hash(position, self.head(), None)
 
+    def head_holding(self, position: int) -> tuple[int, str | None]:
+        """`head()`, and `stored_hash(position)` as of the same moment: what a reader
+        that verified the journal up to `position` asks to tell "nothing new" from "the
+        same length, another history" (restored from an older copy, then written on up
+        to there). One statement on a SQL journal, as `head()` alone is."""
+        head = self.head()
+        return head, self._stored_hash(position, head, None) if position <= head else None
+
     def _stored_hash(self, position: int, head: int, tx: Any) -> str | None:
         if position == 0:
             return GENESIS_HASH

@@ -72,3 +72,16 @@ def went_back(head: int, trusted: int) -> ChainBroken:
         "copy, or its newest records removed); nothing is answered from what it no longer "
         "holds",
     )
+
+
+def rewritten_under(position: int) -> ChainBroken:
+    """The error for a journal whose record at `position`, the last its reader read (and
+    the one a write was to chain from), now holds another chain hash: the journal was
+    rewritten, or restored from an older copy and written on up to there, since."""
+    return ChainBroken(
+        position + 1,
+        f"the journal's chain hash at position {position} is not the one read there "
+        "before: the journal was rewritten, or restored from an older copy and written "
+        "on, since it was read; nothing was appended, and nothing is answered from what "
+        "it no longer holds",
+    )

@@ -54,6 +54,7 @@ from .errors import (
     LockOrderConflict,
     ReadOnlyJournal,
     VersionConflict,
+    rewritten_under,
 )
 from .hashing import GENESIS_HASH, pinned
 from .reading import ReadQuery
@@ -195,6 +196,9 @@ class SqlTransaction(Reader):
         # Whether it locked the journal's head (an append did, until the transaction
         # ends): from then on a key held elsewhere is refused, never waited for.
         self.holds_head = False
+        # (position, chain hash) its appends must chain from when the head is there
+        # (`expect_head`); None: whatever the head holds.
+        self.expected_head: tuple[int, str] | None = None
 
     def _check(self) -> Connection:
         if not self.open:
@@ -213,6 +217,14 @@ class SqlTransaction(Reader):
     def head(self) -> int:
         """The last position as this transaction sees it."""
         return self._journal._head(self)
+
+    def expect_head(self, position: int, hash_: str) -> None:
+        """What its caller read the journal as ending with: an append of this transaction
+        that finds the head at `position` holding another chain hash (the journal
+        restored from an older copy, then written on by another process up to there)
+        raises ChainBroken and writes nothing. Checked against the head the append reads
+        anyway: no round trip of its own."""
+        self.expected_head = (require_int("position", position), hash_)
 
     def hold_head(self) -> int:
         """Lock the journal's head now, as an append does, and return its position: no
@@ -484,7 +496,8 @@ class Journal(JournalBase):
     def append_at(self, events: Sequence[NewEvent], *, at: int,
                   locks: Iterable[str] = (),
                   requests: Sequence[tuple[str, str, str, Sequence[int]]] = (),
-                  unbound: Sequence[str] = ()) -> list[RecordedEvent]:
+                  unbound: Sequence[str] = (),
+                  after_hash: str | None = None) -> list[RecordedEvent]:
         """Append every event as new at positions `at`, `at` + 1, ..., in a transaction
         of its own holding `locks` (as `transaction` takes them), and commit: for a
         writer that decided the events before and only needs them written where it
@@ -503,7 +516,12 @@ class Journal(JournalBase):
         `unbound`: request keys the writer found bound to nothing when it decided, before
         it held `locks`; one bound since (a request that appended nothing, decided by
         another writer under the same key) raises VersionConflict, writing nothing: the
-        events would record a second answer under that key."""
+        events would record a second answer under that key.
+
+        `after_hash`: the chain hash the writer read at `at` - 1 (what it decided on). A
+        head there holding another (the journal restored from an older copy, then
+        written on by another process up to there) raises ChainBroken, writing nothing:
+        checked against the head the probe reads anyway, in the same round trip."""
         keys = [require_text("lock key", k) for k in locks]
         require_int("at", at)
         spans = [(key, fingerprint, answer, *validate_request(key, fingerprint, answer, positions))
@@ -521,7 +539,8 @@ class Journal(JournalBase):
         try:
             with self._new_write(self._backend.own_transaction) as conn:
                 recorded = self._append(conn, batch, None, None, True, at, keys, committed,
-                                        spans, sorted(set(unbound)))
+                                        spans, sorted(set(unbound)),
+                                        None if after_hash is None else (at - 1, after_hash))
         except IntegrityError as exc:
             if not self._backend.recorded_id(exc):
                 raise
@@ -567,11 +586,14 @@ class Journal(JournalBase):
         committed: list[Callable[[], None]] | None = None,
         requests: Sequence[tuple[str, str, str, int | None, int | None]] = (),
         unbound: Sequence[str] = (),
+        after: tuple[int, str] | None = None,
     ) -> list[RecordedEvent]:
         """`committed` (`append_at` only): where to leave what to note once the
         transaction has committed; `requests` (`append_at` only): the request keys to
         bind with the rows (key, fingerprint, answer, first and last position named);
-        `unbound` (`append_at` only): request keys that must still be bound to nothing."""
+        `unbound` (`append_at` only): request keys that must still be bound to nothing;
+        `after`: (position, hash) the caller read the journal's head as (else
+        `tx.expected_head`), refused when the head is there with another hash."""
         # Lock the head first: from here until commit no other append can run, so
         # the duplicate and version checks below cannot be overtaken.
         ids = batch.ids
@@ -598,6 +620,10 @@ class Journal(JournalBase):
                 f"record is at {probe.last_position}"
                 + (" with another hash" if probe.position == probe.last_position else "")
                 + "; nothing was appended")
+        if after is None and tx is not None:
+            after = tx.expected_head
+        if after is not None and probe.position == after[0] and probe.hash != after[1]:
+            raise rewritten_under(after[0])
         if probe.any_bound:
             # Asked with the probe, after the locks and the head's: a binding committed
             # before them is seen (a statement of its own, a snapshot of its own), and
@@ -879,6 +905,14 @@ class Journal(JournalBase):
     def head(self) -> int:
         """The last position, 0 when empty."""
         return self._head(None)
+
+    def head_holding(self, position: int) -> tuple[int, str | None]:
+        """`head()` and `stored_hash(position)` in one statement, as of one moment."""
+        require_int("position", position)
+        if position == 0:
+            return self.head(), GENESIS_HASH
+        with self._reading(one_statement=True) as conn:
+            return self._backend.head_holding(conn, position)
 
     def _hold_head(self, tx: SqlTransaction) -> int:
         with self._writing(tx=tx) as conn:

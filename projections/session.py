@@ -58,7 +58,7 @@ from eventstore import (
 )
 from eventstore.appending import describe
 from eventstore.backend import FIRST, SHARED
-from eventstore.errors import went_back
+from eventstore.errors import rewritten_under, went_back
 from eventstore.hashing import GENESIS_HASH, canonical_json
 from projections.anchors import hash_at
 from projections.bulk import paused_gc
@@ -504,6 +504,12 @@ class LedgerSession:
             if self._verified[0] == recorded[0].position - 1:
                 self._verified = (recorded[-1].position, recorded[-1].hash)
 
+    @property
+    def verified(self) -> tuple[int, str]:
+        """(position, chain hash) of the last record known to chain from the start or a
+        checkpoint: where the next look at a stored journal continues from."""
+        return self._verified
+
     def _read_checked(self, after_position: int) -> Iterable[Recorded]:
         """Events after `after_position` in arrival order; from a stored journal, each
         checked to chain from the last verified one (`ChainBroken` names the first altered
@@ -618,6 +624,13 @@ class LedgerSession:
         its catch-up and its append."""
         with self.journal.transaction([lock_key(k) for k in held]) as tx:
             self._catch_up_in(tx)
+            expect = getattr(tx, "expect_head", None)  # a SQL journal's transaction
+            if expect is not None and self._verified[0] == self.projector.position > 0:
+                # The head the append chains from must still hold what this projection
+                # folded: a journal restored from an older copy and written on by another
+                # process up to the same position holds another history there. Checked
+                # with the head the append reads anyway, inside the transaction.
+                expect(*self._verified)
             draft, built = self._build(build, event_id, live, held, reads_state,
                                        command)
             for _ in range(_MAX_LOCK_ROUNDS):
@@ -701,7 +714,17 @@ class LedgerSession:
         if self._in_memory:  # the transaction is the journal: see `_read_checked`
             self.projector.catch_up(self._read_checked(before))
         else:
-            events = tx.read(after_position=before, order="position")
+            # From a SQL journal's own transaction, the record at the verified point comes
+            # in the same query: a journal restored from an older copy and written on by
+            # another process up to there or past it holds another record there, and
+            # what follows it is not folded on top of this projection. (A service's
+            # batch checks its appends' head instead, see `BatchJournal.chained_from`.)
+            start = self._verified
+            check = start[0] == before > 0 and hasattr(tx, "expect_head")
+            events = tx.read(after_position=before - 1 if check else before,
+                             order="position")
+            if check:
+                events = _holding(events, start)
             first = next(events, None)
             if first is None:
                 # Nothing to catch up on (the usual case): not a look at the batches
@@ -1025,3 +1048,20 @@ def decision(facade: object, *, event_id: str | None = None,
 def payload_summary(outcome: Outcome) -> dict[str, Any]:
     """A JSON-ready summary of an outcome, for facades' callers."""
     return {"position": outcome.position, "event_id": outcome.event_id, **outcome.reported()}
+
+
+def _holding(records: Iterator[RecordedEvent], start: tuple[int, str]
+             ) -> Iterator[RecordedEvent]:
+    """The records after `start`, read from it: the first, when it is the record at
+    `start`, must hold the hash verified there (else ChainBroken: the journal was
+    rewritten or restored and written on since), and is left out. A journal that ends
+    before `start` yields nothing here: the append that follows says so."""
+    first = next(records, None)
+    if first is None:
+        return
+    if first.position == start[0]:
+        if first.hash != start[1]:
+            raise rewritten_under(start[0])
+    else:
+        yield first
+    yield from records

@@ -131,6 +131,8 @@ class PostgresBackend(Backend):
     #: at 100 rows the INSERT cost 10 % less and joins the pipeline of the head's update).
     copy_from = 1000
 
+    placeholder = "%s"
+
     def create_engine(self) -> Engine:
         """A pooled engine; connecting gives up after 10 s with a clear error, and a
         server that vanished (see `CONNECTION_DEFAULTS`) is found within about a minute.

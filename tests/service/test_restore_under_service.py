@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from eventstore import Journal
 from projections import GPUCreditTracker
-from tests.sqlite_copies import online_backup
+from tests.sqlite_copies import online_backup, restored_tables, saved_tables
 from tools.service import create_app
 from tools.service.ledger import READ_FRESHNESS
 
@@ -92,3 +93,104 @@ def test_a_restore_then_other_writes_past_what_the_service_read_are_not_mixed_in
         # Rebuilt from the journal as it stands: 5 + 3 * 100, then the retry of k9.
         assert _grant(client, "k9").status_code == 201
         assert client.get("/v1/accounts/acct/balance").json()["balance"] == 310
+
+
+def test_a_restore_then_other_writes_up_to_what_the_service_read_are_refused(
+        tmp_path: Path) -> None:
+    """Restored, then written on by another process up to exactly the head the service
+    read, with other events: the heads compare equal, the histories do not. A read is
+    refused, and a write records nothing on the other history; then the service rebuilds
+    from the journal as it stands."""
+    live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
+    with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
+                               mount_web=False)) as client:
+        assert _grant(client, "k1").status_code == 201
+        online_backup(live, backup)
+        assert _grant(client, "k2").status_code == 201
+        assert _grant(client, "k3").status_code == 201
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 15
+
+        online_backup(backup, live)
+        with Journal(f"sqlite:///{live}") as journal:
+            tracker = GPUCreditTracker(journal, account="acct")
+            for _ in range(2):
+                tracker.grant(100, 100, 10**6)
+            assert journal.head() == 3  # where the service read up to, another history
+        time.sleep(READ_FRESHNESS * 2)
+
+        read = client.get("/v1/accounts/acct/balance")
+        assert read.status_code == 503, read.text
+        assert "position 3" in read.json()["detail"]
+        assert "restore" in read.json()["detail"]
+
+
+def test_a_write_on_a_journal_rewritten_up_to_what_the_service_read_records_nothing(
+        tmp_path: Path) -> None:
+    """The same, with the write coming first (no read looked at the journal since): the
+    append that chains onto the stored head finds there a hash other than the one the
+    service folded, and writes nothing."""
+    live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
+    with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
+                               mount_web=False)) as client:
+        assert _grant(client, "k1").status_code == 201
+        online_backup(live, backup)
+        assert _grant(client, "k2").status_code == 201
+        assert _grant(client, "k3").status_code == 201
+
+        online_backup(backup, live)
+        with Journal(f"sqlite:///{live}") as journal:
+            tracker = GPUCreditTracker(journal, account="acct")
+            for _ in range(2):
+                tracker.grant(100, 100, 10**6)
+            other = [e.id for e in journal.read(order="position")]
+        write = _grant(client, "k9")
+        assert write.status_code == 503, write.text
+        assert "restored from an older copy and written on" in write.json()["detail"]
+        with Journal(f"sqlite:///{live}", read_only=True) as journal:
+            assert [e.id for e in journal.read(order="position")] == other
+
+        # Rebuilt from the journal as it stands: 5 + 2 * 100, then the retry of k9.
+        retry = _grant(client, "k9")
+        assert retry.status_code == 201, retry.text
+        assert retry.json()["position"] == 4
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 210
+    with Journal(f"sqlite:///{live}", read_only=True) as journal:
+        assert journal.verify() is None
+
+
+@pytest.mark.postgres
+def test_a_database_rolled_back_and_rewritten_under_the_service_on_postgres(
+        pg_fresh_url: str) -> None:
+    """A PostgreSQL database rolled back to a copy under the service, then written on by
+    another process up to the head the service read: a write records nothing there (and
+    the service rebuilds), a read after more such writes is refused."""
+    with TestClient(create_app(pg_fresh_url, clock=lambda: 100,
+                               mount_web=False)) as client:
+        assert _grant(client, "k1").status_code == 201
+        copy = saved_tables(pg_fresh_url)
+        assert _grant(client, "k2").status_code == 201
+        assert _grant(client, "k3").status_code == 201
+
+        restored_tables(pg_fresh_url, copy)
+        tracker = GPUCreditTracker(pg_fresh_url, account="acct")
+        for _ in range(2):
+            tracker.grant(100, 100, 10**6)
+        write = _grant(client, "k9")
+        assert write.status_code == 503, write.text
+        assert "restored from an older copy and written on" in write.json()["detail"]
+        with Journal(pg_fresh_url, read_only=True) as journal:
+            assert journal.head() == 3
+        retry = _grant(client, "k9")
+        assert retry.status_code == 201, retry.text
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 210
+
+        copy = saved_tables(pg_fresh_url)  # holds k9, at 4
+        assert _grant(client, "k10").status_code == 201
+        restored_tables(pg_fresh_url, copy)
+        tracker.grant(100, 100, 10**6)  # another record at 5
+        time.sleep(READ_FRESHNESS * 2)
+        read = client.get("/v1/accounts/acct/balance")
+        assert read.status_code == 503, read.text
+        assert "position 5" in read.json()["detail"]
+    with Journal(pg_fresh_url, read_only=True) as journal:
+        assert journal.verify() is None

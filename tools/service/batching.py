@@ -198,6 +198,11 @@ class BatchJournal:
     def __init__(self, journal: JournalLike) -> None:
         self._journal = journal
         self._batch: _Batch | None = None
+        # (position, chain hash) the projection deciding the batches last verified, or
+        # None: an append that finds the journal's head there with another hash (the
+        # journal restored from an older copy, then written on up to there) writes
+        # nothing (`Journal.append_at`'s `after_hash`, a transaction's `expect_head`).
+        self.chained_from: Callable[[], tuple[int, str] | None] = lambda: None
 
     @property
     def url(self) -> str | None:
@@ -236,6 +241,7 @@ class BatchJournal:
             wanted = frozenset(ids)
             # The head comes with the keys' records and bindings, in one query.
             found = self._journal.look_up(wanted, request_keys)
+            self._expect(tx, found.head)
             batch.start_head, batch.recorded = found.head, found.recorded
             batch.looked_up = wanted
             try:
@@ -266,6 +272,7 @@ class BatchJournal:
                 if tx.head() != base:
                     raise PositionsMoved(f"the journal moved past {base} before the batch "
                                          "decided ahead of it was written")
+                self._expect(tx, base)
                 if deferred.unbound and self._journal.look_up((), deferred.unbound).bound:
                     # A key taken meanwhile by a request that appended nothing (as
                     # `written` checks with `append_at`'s `unbound`).
@@ -300,11 +307,15 @@ class BatchJournal:
         if isinstance(self._journal, Journal):
             # A SQL journal checks where the events land before it writes, and takes the
             # keys, writes and commits in two round trips (request keys bound in them).
+            # The hash they chain from is checked against the head it reads anyway. (The
+            # point as it stands now: the batch ahead has committed, and moved it.)
+            point = self.chained_from()
             try:
-                return self._journal.append_at(deferred.events, at=first,
-                                               locks=sorted(deferred.locks),
-                                               requests=deferred.requests,
-                                               unbound=deferred.unbound)
+                return self._journal.append_at(
+                    deferred.events, at=first, locks=sorted(deferred.locks),
+                    requests=deferred.requests, unbound=deferred.unbound,
+                    after_hash=point[1] if point is not None and point[0] == first - 1
+                    else None)
             except VersionConflict as exc:
                 raise PositionsMoved(str(exc)) from exc
         with self._journal.transaction(sorted(deferred.locks)) as tx:
@@ -315,6 +326,13 @@ class BatchJournal:
             for request in deferred.requests:
                 self._journal.bind_request(*request)
             return recorded
+
+    def _expect(self, tx: Transaction, head: int) -> None:
+        """Have `tx`'s appends chain from the verified point when the head is there."""
+        point = self.chained_from()
+        expect = getattr(tx, "expect_head", None)  # a SQL journal's transaction
+        if point is not None and point[0] == head and expect is not None:
+            expect(*point)
 
     def _bind_alone(self, deferred: Deferred) -> None:
         """Write the request keys of a batch decided ahead that appends nothing: under

@@ -154,6 +154,7 @@ class LedgerService:
         self._defer_after = 0.0
         # The journal as the session and the commands see it inside a batch.
         self.batching = BatchJournal(self.journal)
+        self.batching.chained_from = self._verified_point
         self.clock = clock or wall_clock
         self.allow_far_times = allow_far_times
         self._session: LedgerSession | None = None
@@ -178,6 +179,12 @@ class LedgerService:
         self.writer = GroupCommit(self._run_batch, self.reset, max_batch=max_batch,
                                   pause=self._reads_wait, context=self._keeping_connection)
         self.answers = RememberedAnswers()
+
+    def _verified_point(self) -> tuple[int, str] | None:
+        """Where the live projection's last look at the journal verified it: what the
+        writer's appends must chain from (see `BatchJournal.chained_from`)."""
+        session = self._session
+        return None if session is None or self._stale else session.verified
 
     def _keeping_connection(self) -> AbstractContextManager[object]:
         """Held by the writer's threads: each runs one short transaction after another,
@@ -379,7 +386,7 @@ class LedgerService:
         if now - self._caught_up_at > READ_FRESHNESS:
             # The head is asked without the lock, so reads answering at once from the
             # event loop (read_at_once) do not find it taken for a round trip.
-            if self.journal.head() != session.projector.position:
+            if self._journal_moved(session):
                 with self._waiting_read(session) as session:
                     session.catch_up()
             self._caught_up_at = now
@@ -466,10 +473,24 @@ class LedgerService:
         now = _time.monotonic()
         if session is None or self._stale or now - self._caught_up_at <= READ_FRESHNESS:
             return  # a batch (or another look) has just looked
-        if self.journal.head() != session.projector.position:
+        if self._journal_moved(session):
             with session.lock:
                 session.catch_up()
         self._caught_up_at = now
+
+    def _journal_moved(self, session: LedgerSession) -> bool:
+        """Whether the journal holds anything the projection does not: a head elsewhere,
+        or, at the same head, another chain hash where the projection last verified it
+        (restored from an older copy, then written on by another process up to there).
+        One statement, as the head alone was; the catch-up then says what changed (and
+        refuses a history that is not the one folded)."""
+        holding = getattr(self.journal, "head_holding", None)
+        if holding is None:
+            return bool(self.journal.head() != session.projector.position)
+        position, hash_ = session.verified
+        head, stored = holding(position)
+        return bool(head != session.projector.position
+                    or (head >= position and stored != hash_))
 
     def head(self) -> int:
         """The projection's journal position."""
