@@ -163,6 +163,23 @@ class AppendReadContract(_OnABackend):
         assert journal.head() == 1 and journal.get("z") is None
         assert isinstance(err.value, ValueError)
 
+    @pytest.mark.parametrize(
+        "other",
+        [
+            ev("a", 2, amount=10),  # time
+            ev("a", 1, amount=11),  # payload
+            ev("a", 1, "other-stream", amount=10),  # stream
+            ev("a", 1, type="other-type", amount=10),  # type
+            NewEvent("a", "s", "t", 1, {"amount": 10}, private={"name": "x"}),  # private
+        ],
+    )
+    def test_one_id_twice_in_a_batch_with_any_field_other_is_a_conflict(
+        self, journal: JournalLike, other: NewEvent
+    ) -> None:
+        with pytest.raises(IdempotencyConflict, match="'a' appears twice in one batch"):
+            journal.append([ev("a", 1, amount=10), ev("b", 1), other])
+        assert journal.head() == 0
+
     def test_conflict_within_one_batch_appends_nothing(self, journal: JournalLike) -> None:
         with pytest.raises(IdempotencyConflict, match="'a'"):
             journal.append([ev("a", 1, v=1), ev("b", 1), ev("a", 1, v=2)])
