@@ -14,7 +14,7 @@ from eventstore.hashing import canonical_json, load_json
 from projections.decoding import decode_event, decode_record
 from projections.events import EVENT_TYPES, from_payload
 from projections.importing import PAYLOAD_FIELDS, parse_record, parse_record_generic
-from projections.validation import MAX_INT, MAX_NAME_LENGTH, MAX_TEXT_LENGTH
+from projections.validation import MAX_INT, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, stored_text
 
 # Values near every bound the vocabulary checks, and of every JSON type.
 _INTS = st.sampled_from([0, 1, 2, -1, 50, 99, 100, 101, 3600, MAX_INT, MAX_INT + 1, -MAX_INT,
@@ -92,7 +92,18 @@ def test_events_near_validity_decode_as_from_payload_builds_them(
         event: tuple[str, dict[str, Any]]) -> None:
     kind, payload = event
     text = canonical_json(payload)
-    assert _outcome(decode_event, kind, text) == _outcome(from_payload, kind, payload)
+    assert _outcome(decode_event, kind, text) == _outcome(_from_stored_payload, kind, payload)
+
+
+def _from_stored_payload(kind: str, payload: dict[str, Any]) -> Any:
+    """`from_payload` as a journal's payload is read: a name or text refused by it is
+    read again as stored text (a code point a later Unicode may have assigned passes),
+    so that every install folds what another wrote alike."""
+    try:
+        return from_payload(kind, payload)
+    except ValueError:
+        with stored_text():
+            return from_payload(kind, payload)
 
 
 _ENVELOPE_VALUES = st.one_of(_VALUES, st.sampled_from(["e-1", "e\n1", 5, 0, -1, 2**53]),
