@@ -250,9 +250,11 @@ def decode_event(event_type: str, payload: str | bytes | Mapping[str, Any]) -> D
     """The event of `event_type` a stored payload describes: the payload's JSON text as
     the journal stores it, or the decoded mapping.
 
-    Exactly `from_payload(event_type, json.loads(text))`, faster: ValueError or TypeError
-    (the same message as `from_payload`) for a payload that is not a valid event; a text
-    that is not JSON raises as `eventstore.hashing.load_json` does.
+    Exactly `from_payload(event_type, json.loads(text))`, faster, except that a name or
+    text refused only for a code point a later Unicode may have assigned is read as
+    written (`_from_stored`): ValueError or TypeError (the same message as
+    `from_payload`) for a payload that is not a valid event; a text that is not JSON
+    raises as `eventstore.hashing.load_json` does.
     """
     # The journal's own text (an exact str starting with "{") first, with the fewest
     # steps: a replay comes here once per event.
