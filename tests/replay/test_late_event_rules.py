@@ -13,7 +13,13 @@ import pytest
 
 from eventstore import MemoryJournal, NewEvent
 from projections.projector import Projector
-from projections.replay import account_reader, journal_reader, lean_records, locator
+from projections.replay import (
+    account_reader,
+    fold_canonical,
+    journal_reader,
+    lean_records,
+    locator,
+)
 from tests.replay.test_replay import assert_equals_a_cold_fold
 
 
@@ -45,3 +51,27 @@ def test_a_batch_taken_in_parts_never_revises_its_own_first_event(by_account: bo
         projector.ingest_batch([rec], known_before=records[0].position)
     assert_equals_a_cold_fold(projector.ledger, journal, records[-1].position)
     assert projector.revisions == []
+
+
+@pytest.mark.parametrize("by_account", [True, False])
+def test_an_event_reversed_before_it_arrived_does_not_move_the_applied_end(
+        by_account: bool) -> None:
+    """A batch's event that a reversal recorded earlier already took out is skipped by
+    the fold, and the applied end (`Ledger.last`, what a late event is judged by and a
+    checkpoint's time is) stays where a cold fold leaves it, however the batch is
+    re-projected."""
+    journal = MemoryJournal()
+    journal.append([_grant("early", "a", 10, 20)])
+    journal.append([NewEvent("undo", "a", "reverse", 25, {"event": "use", "reason": "undo"})])
+    journal.append([_consume("use", "a", 5, 40), _grant("late-grant", "a", 3, 10)])
+    projector = _projector(journal, by_account)
+    ends = {b.first: b.last for b in journal.batches()}
+    records = list(lean_records(journal, order="position"))
+    while records:
+        end = ends.get(records[0].position, records[0].position)
+        batch = [rec for rec in records if rec.position <= end]
+        records = records[len(batch):]
+        projector.ingest_batch(batch)
+    cold = fold_canonical(journal)
+    assert_equals_a_cold_fold(projector.ledger, journal, journal.head())
+    assert projector.ledger.last == cold.last == (20, 1)
