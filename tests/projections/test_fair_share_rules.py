@@ -80,3 +80,18 @@ def test_a_new_half_life_keeps_the_usage_as_it_is_at_its_time() -> None:
     account = fold.ledger.accounts["a"]
     assert math.isclose(account.decayed_usage(10 + 2 * HOUR), 16.0, rel_tol=1e-9)
     assert math.isclose(account.decayed_usage(10 + 2 * HOUR + 24 * HOUR), 8.0, rel_tol=1e-9)
+
+
+def test_equal_usage_per_share_ties_and_the_older_submit_goes_first() -> None:
+    """6 charged on a share of 3 and 2 on a share of 1 tie, though their logarithms
+    differ in the last bits: whichever account submitted first starts first."""
+    for older, younger in (("three", "one"), ("one", "three")):
+        fold = _funded("three", "one")
+        fold.account("three", 2, share=3)
+        fold.account("one", 2, share=1)
+        fold.charged("three", "t0", 6, 3)
+        fold.charged("one", "o0", 2, 3)
+        fold.add("submit", 4, account=older, job="first", cost=1, priority=0, pool=None)
+        fold.add("submit", 5, account=younger, job="second", cost=1, priority=0, pool=None)
+        job = fold.ledger.next_job(6)
+        assert job is not None and job.id == "first", older
