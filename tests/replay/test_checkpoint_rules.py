@@ -89,3 +89,15 @@ def test_the_newest_checkpoint_stays_though_a_late_event_lands_before_it() -> No
     journal.append([_grant("late", 1, 15)])
     assert invalidate_after(journal, 15) == 0
     assert [info.position for info in journal.snapshots(CHECKPOINT)] == [2]
+
+
+def test_a_replay_saves_no_checkpoint_that_a_later_arrival_lands_before() -> None:
+    """Due at positions 1, 2 and 3: the state at 2 ends at time 20, and the event
+    recorded at 3 lands at 15, so only 1 and the end (which holds it) are saved."""
+    journal = MemoryJournal()
+    for event in (_grant("g1", 1, 10), _grant("g2", 1, 20), _grant("late", 1, 15)):
+        journal.append([event])
+    replay(journal, checkpoint=True, checkpoint_every=1)
+    saved = journal.snapshots(CHECKPOINT)
+    assert sorted(info.position for info in saved) == [1, 3]
+    assert all(checkpoint_is_valid(journal, info) for info in saved)
