@@ -75,3 +75,27 @@ def test_an_event_reversed_before_it_arrived_does_not_move_the_applied_end(
     cold = fold_canonical(journal)
     assert_equals_a_cold_fold(projector.ledger, journal, journal.head())
     assert projector.ledger.last == cold.last == (20, 1)
+
+
+@pytest.mark.parametrize("by_account", [True, False])
+def test_one_job_id_submitted_late_in_two_accounts_goes_to_the_earlier(
+        by_account: bool) -> None:
+    """Two late submits of one job id in one batch, by two accounts: who holds the job
+    crosses the accounts (the earlier on the timeline takes it, the other is refused as
+    a duplicate), so neither is refolded for its account alone."""
+    journal = MemoryJournal()
+    journal.append([_grant("ga", "a", 100, 1), _grant("gb", "b", 100, 1)])
+    journal.append([_consume("now", "a", 1, 50)])
+    job = {"job": "j", "cost": 5, "priority": 0, "pool": None}
+    journal.append([NewEvent("sa", "a", "submit", 20, {"account": "a", **job}),
+                    NewEvent("sb", "b", "submit", 10, {"account": "b", **job})])
+    projector = _projector(journal, by_account)
+    ends = {b.first: b.last for b in journal.batches()}
+    records = list(lean_records(journal, order="position"))
+    while records:
+        end = ends.get(records[0].position, records[0].position)
+        batch = [rec for rec in records if rec.position <= end]
+        records = records[len(batch):]
+        projector.ingest_batch(batch)
+    assert_equals_a_cold_fold(projector.ledger, journal, journal.head())
+    assert projector.ledger.jobs["j"].account == "b"
