@@ -64,6 +64,25 @@ def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
         assert journal.verify() is None
 
 
+def _restored_and_written_on(client: TestClient, live: Path, backup: Path, grants: int,
+                             *, read: bool = False) -> list[str]:
+    """Three grants through the service (5 credits each; with `read`, its balance read
+    after them), the file restored to its copy after the first, then `grants` of 100 by
+    another process: the journal's ids."""
+    assert _grant(client, "k1").status_code == 201
+    online_backup(live, backup)
+    assert _grant(client, "k2").status_code == 201
+    assert _grant(client, "k3").status_code == 201
+    if read:
+        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 15
+    online_backup(backup, live)
+    with Journal(f"sqlite:///{live}") as journal:
+        tracker = GPUCreditTracker(journal, account="acct")
+        for _ in range(grants):
+            tracker.grant(100, 100, 10**6)
+        return [e.id for e in journal.read(order="position")]
+
+
 def test_a_restore_then_other_writes_past_what_the_service_read_are_not_mixed_in(
         tmp_path: Path) -> None:
     """Restored, then written on by another process until the journal is longer than
@@ -72,17 +91,7 @@ def test_a_restore_then_other_writes_past_what_the_service_read_are_not_mixed_in
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
                                mount_web=False)) as client:
-        assert _grant(client, "k1").status_code == 201
-        online_backup(live, backup)
-        assert _grant(client, "k2").status_code == 201
-        assert _grant(client, "k3").status_code == 201
-
-        online_backup(backup, live)
-        with Journal(f"sqlite:///{live}") as journal:
-            tracker = GPUCreditTracker(journal, account="acct")
-            for _ in range(3):
-                tracker.grant(100, 100, 10**6)
-            assert journal.head() == 4  # past the 3 the service read
+        assert len(_restored_and_written_on(client, live, backup, 3)) == 4  # past 3 read
         time.sleep(READ_FRESHNESS * 2)
 
         read = client.get("/v1/accounts/acct/balance")
@@ -104,18 +113,8 @@ def test_a_restore_then_other_writes_up_to_what_the_service_read_are_refused(
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
                                mount_web=False)) as client:
-        assert _grant(client, "k1").status_code == 201
-        online_backup(live, backup)
-        assert _grant(client, "k2").status_code == 201
-        assert _grant(client, "k3").status_code == 201
-        assert client.get("/v1/accounts/acct/balance").json()["balance"] == 15
-
-        online_backup(backup, live)
-        with Journal(f"sqlite:///{live}") as journal:
-            tracker = GPUCreditTracker(journal, account="acct")
-            for _ in range(2):
-                tracker.grant(100, 100, 10**6)
-            assert journal.head() == 3  # where the service read up to, another history
+        # Where the service read up to, another history.
+        assert len(_restored_and_written_on(client, live, backup, 2, read=True)) == 3
         time.sleep(READ_FRESHNESS * 2)
 
         read = client.get("/v1/accounts/acct/balance")
@@ -132,17 +131,7 @@ def test_a_write_on_a_journal_rewritten_up_to_what_the_service_read_records_noth
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
                                mount_web=False)) as client:
-        assert _grant(client, "k1").status_code == 201
-        online_backup(live, backup)
-        assert _grant(client, "k2").status_code == 201
-        assert _grant(client, "k3").status_code == 201
-
-        online_backup(backup, live)
-        with Journal(f"sqlite:///{live}") as journal:
-            tracker = GPUCreditTracker(journal, account="acct")
-            for _ in range(2):
-                tracker.grant(100, 100, 10**6)
-            other = [e.id for e in journal.read(order="position")]
+        other = _restored_and_written_on(client, live, backup, 2)
         write = _grant(client, "k9")
         assert write.status_code == 503, write.text
         assert "restored from an older copy and written on" in write.json()["detail"]
