@@ -39,6 +39,20 @@ def _projector(journal: MemoryJournal, by_account: bool, **options: Any) -> Proj
                      **options)
 
 
+def _ingested_by_batches(journal: MemoryJournal, by_account: bool) -> Projector:
+    """A projection of `journal` fed each batch of events appended together as one, in
+    arrival order, as a replay feeds them."""
+    projector = _projector(journal, by_account)
+    ends = {b.first: b.last for b in journal.batches()}
+    records = list(lean_records(journal, order="position"))
+    while records:
+        end = ends.get(records[0].position, records[0].position)
+        batch = [rec for rec in records if rec.position <= end]
+        records = records[len(batch):]
+        projector.ingest_batch(batch)
+    return projector
+
+
 @pytest.mark.parametrize("by_account", [True, False])
 def test_a_batch_taken_in_parts_never_revises_its_own_first_event(by_account: bool) -> None:
     """The first event of a batch handed over a part at a time is known with the batch:
@@ -64,14 +78,7 @@ def test_an_event_reversed_before_it_arrived_does_not_move_the_applied_end(
     journal.append([_grant("early", "a", 10, 20)])
     journal.append([NewEvent("undo", "a", "reverse", 25, {"event": "use", "reason": "undo"})])
     journal.append([_consume("use", "a", 5, 40), _grant("late-grant", "a", 3, 10)])
-    projector = _projector(journal, by_account)
-    ends = {b.first: b.last for b in journal.batches()}
-    records = list(lean_records(journal, order="position"))
-    while records:
-        end = ends.get(records[0].position, records[0].position)
-        batch = [rec for rec in records if rec.position <= end]
-        records = records[len(batch):]
-        projector.ingest_batch(batch)
+    projector = _ingested_by_batches(journal, by_account)
     cold = fold_canonical(journal)
     assert_equals_a_cold_fold(projector.ledger, journal, journal.head())
     assert projector.ledger.last == cold.last == (20, 1)
@@ -89,13 +96,6 @@ def test_one_job_id_submitted_late_in_two_accounts_goes_to_the_earlier(
     job = {"job": "j", "cost": 5, "priority": 0, "pool": None}
     journal.append([NewEvent("sa", "a", "submit", 20, {"account": "a", **job}),
                     NewEvent("sb", "b", "submit", 10, {"account": "b", **job})])
-    projector = _projector(journal, by_account)
-    ends = {b.first: b.last for b in journal.batches()}
-    records = list(lean_records(journal, order="position"))
-    while records:
-        end = ends.get(records[0].position, records[0].position)
-        batch = [rec for rec in records if rec.position <= end]
-        records = records[len(batch):]
-        projector.ingest_batch(batch)
+    projector = _ingested_by_batches(journal, by_account)
     assert_equals_a_cold_fold(projector.ledger, journal, journal.head())
     assert projector.ledger.jobs["j"].account == "b"

@@ -13,13 +13,20 @@ from projections import GPUCreditTracker
 from tests.sqlite_copies import online_backup, restored_tables, saved_tables
 
 
-def test_a_decision_on_a_journal_restored_behind_it_records_nothing(tmp_path: Path) -> None:
+def _read_past_a_backup(tmp_path: Path) -> tuple[Path, Path, GPUCreditTracker]:
+    """A long-lived tracker that recorded 3 grants of 10, its file backed up after the
+    first: the file, the backup, the tracker."""
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     tracker = GPUCreditTracker(f"sqlite:///{live}", account="a")
     tracker.grant(10, 1, 100)
     online_backup(live, backup)
     tracker.grant(10, 2, 100)
     tracker.grant(10, 3, 100)
+    return live, backup, tracker
+
+
+def test_a_decision_on_a_journal_restored_behind_it_records_nothing(tmp_path: Path) -> None:
+    live, backup, tracker = _read_past_a_backup(tmp_path)
     online_backup(backup, live)
     with pytest.raises(ChainBroken, match="ends at position 1") as caught:
         tracker.consume(1, 6)
@@ -37,12 +44,7 @@ def test_a_decision_on_a_journal_restored_behind_it_records_nothing(tmp_path: Pa
 def _restored_then_rewritten_to_the_same_head(tmp_path: Path) -> tuple[Path, GPUCreditTracker]:
     """A long-lived tracker that read 3 records; its file restored from a copy holding 1,
     then written up to 3 again, with other events, by another process."""
-    live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
-    tracker = GPUCreditTracker(f"sqlite:///{live}", account="a")
-    tracker.grant(10, 1, 100)
-    online_backup(live, backup)
-    tracker.grant(10, 2, 100)
-    tracker.grant(10, 3, 100)
+    live, backup, tracker = _read_past_a_backup(tmp_path)
     assert tracker.get_balance(5) == 30
     online_backup(backup, live)
     other = GPUCreditTracker(f"sqlite:///{live}", account="a")
