@@ -65,6 +65,15 @@ def filled(journal: JournalLike, n: int = 10) -> JournalLike:
     return journal
 
 
+OTHER_CONTENTS_OF_A = [
+    ev("a", 2, amount=10),  # time
+    ev("a", 1, amount=11),  # payload
+    ev("a", 1, "other-stream", amount=10),  # stream
+    ev("a", 1, type="other-type", amount=10),  # type
+]
+"""Events with the id of `ev("a", 1, amount=10)` and another content, a field each."""
+
+
 class _OnABackend:
     """What every part of the contract needs: a journal, opened the backend's way."""
 
@@ -144,12 +153,7 @@ class AppendReadContract(_OnABackend):
 
     @pytest.mark.parametrize(
         "other",
-        [
-            ev("a", 2, amount=10),  # time
-            ev("a", 1, amount=11),  # payload
-            ev("a", 1, "other-stream", amount=10),  # stream
-            ev("a", 1, type="other-type", amount=10),  # type
-        ],
+        OTHER_CONTENTS_OF_A,
     )
     def test_same_id_other_content_is_a_conflict(
         self, journal: JournalLike, other: NewEvent
@@ -166,10 +170,7 @@ class AppendReadContract(_OnABackend):
     @pytest.mark.parametrize(
         "other",
         [
-            ev("a", 2, amount=10),  # time
-            ev("a", 1, amount=11),  # payload
-            ev("a", 1, "other-stream", amount=10),  # stream
-            ev("a", 1, type="other-type", amount=10),  # type
+            *OTHER_CONTENTS_OF_A,
             NewEvent("a", "s", "t", 1, {"amount": 10}, private={"name": "x"}),  # private
         ],
     )
