@@ -110,3 +110,8 @@ def test_a_long_list_is_read_off_the_event_loop(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(reads, "ACCOUNTS_ON_THE_LOOP", 2)
         assert len(client.get("/v1/accounts").json()) == 3
         assert threads == [False] * 3
+        threads.clear()
+        # So is a long page, or all the names after one (a page without its limit).
+        assert len(client.get("/v1/accounts?limit=3").json()) == 3
+        assert len(client.get("/v1/accounts?after=0").json()) == 3
+        assert threads == [False] * 6

@@ -216,8 +216,8 @@ async def accounts(request: Request, response: Response, at: TimeParam = None,
     def read(_: LedgerSession, ledger: Ledger, *, on_loop: bool = True
              ) -> list[dict[str, Any]] | None:
         at, position = _latest(service, ledger), service.head()
-        if at is None or (on_loop and limit is None and after is None
-                          and len(ledger.accounts) > ACCOUNTS_ON_THE_LOOP):
+        held = len(ledger.accounts)
+        if at is None or (on_loop and min(limit or held, held) > ACCOUNTS_ON_THE_LOOP):
             return None
         names = _page_of(ledger.accounts, after, limit)
         return [_figures(name, queries.Figures.of(ledger.accounts[name], at), at, position)
