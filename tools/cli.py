@@ -772,15 +772,21 @@ def _checked_before_a_new_file(ctx: typer.Context, db: str | None, stream: IO[by
 
 @contextmanager
 def _input_file(file: str) -> Iterator[IO[bytes]]:
-    """The file to import, opened for reading twice (stdin is copied to a temporary file
-    first, a chunk at a time: an import reads its input twice, never whole)."""
+    """The file to import, opened for reading twice (stdin, or a pipe such as
+    `<(zcat events.jsonl.gz)`, is copied to a temporary file first, a chunk at a time: an
+    import reads its input twice, never whole)."""
     if file != "-":
         try:
             stream = open(file, "rb")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
         with stream:
-            yield stream
+            if stream.seekable():
+                yield stream
+                return
+            with tempfile.TemporaryFile() as spool:
+                shutil.copyfileobj(stream, spool)
+                yield spool
         return
     with tempfile.TemporaryFile() as spool:
         shutil.copyfileobj(sys.stdin.buffer, spool)

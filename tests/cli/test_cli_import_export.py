@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
 from cli_helpers import LATE, SMALL, Run, as_json, error_lines, journal_head, lines_of
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from eventstore import Journal
 from tools.cli import app
@@ -210,6 +212,26 @@ def test_import_from_stdin(run: Run) -> None:
     assert result.exit_code == 0, result.stderr
     assert "<stdin>: appended 12 events" in result.stdout
     assert "appended 0 events" in run("import", "-", input=SMALL).stdout
+
+
+def test_import_from_a_pipe(run: Run, tmp_path: Path) -> None:
+    # `gpu-credits import <(zcat events.jsonl.gz)` names a pipe, which cannot be read twice
+    # the way a file is: it is read once, like stdin.
+    fifo = tmp_path / "events.pipe"
+    os.mkfifo(fifo)
+
+    def imported_through_the_pipe() -> Result:
+        writer = threading.Thread(target=fifo.write_text, args=(SMALL,), daemon=True)
+        writer.start()
+        try:
+            return run("import", str(fifo))
+        finally:
+            writer.join(timeout=10)
+
+    result = imported_through_the_pipe()
+    assert result.exit_code == 0, result.stderr
+    assert f"{fifo}: appended 12 events" in result.stdout
+    assert "appended 0 events, 12 already present" in imported_through_the_pipe().stdout
 
 
 def test_a_missing_file_is_one_line(run: Run, tmp_path: Path) -> None:
