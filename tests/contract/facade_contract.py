@@ -239,6 +239,16 @@ class SchedulerContract(_OnOneJournal):
             "b-high", "low", None]
         assert scheduler.accounts["a"].running == 1
 
+    def test_the_oldest_submit_is_the_earliest_on_the_timeline_not_the_first_recorded(
+            self, scheduler: Scheduler) -> None:
+        # "Oldest" is by the canonical order (event time, then position): a submit that
+        # arrives late, timed before one already recorded, is the older of the two.
+        scheduler.open_account("a", 100, at=0)
+        assert scheduler.submit("recorded-first", "a", 1, 5, at=5) is True
+        assert scheduler.submit("timed-first", "a", 1, 5, at=2) is True
+        assert [getattr(scheduler.start_next(at=t), "id", None) for t in (6, 7)] == [
+            "timed-first", "recorded-first"]
+
     @pytest.mark.parametrize(("success", "fraction", "charged"), [
         (True, None, 30), (False, 1.0, 0), (False, 0.5, 15), (False, 0.0, 30),
         (False, 0.3, 21), (False, None, 0)])

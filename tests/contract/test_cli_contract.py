@@ -700,3 +700,104 @@ def test_reconcile_matches_usage_and_adjustments_by_id_with_a_time_column(
     missing = tmp_path / "missing.csv"
     missing.write_text(rows + "a,1,no-such-report,5\n")
     assert cli("reconcile", str(missing), "--json").exit_code == 1
+
+
+@needs("void")
+def test_among_equal_priority_and_expiry_the_grant_earlier_on_the_timeline_pays_first(
+        cli: Run, tmp_path: Path) -> None:
+    # "The earlier grant" is by the canonical order (event time, then position): B,
+    # recorded second but timed first, pays; voiding B then takes only what B has left.
+    path = tmp_path / "grants.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 5, "time": 5, "expiry": 100, "id": "A"},
+        {"type": "grant", "account": "a", "amount": 5, "time": 0, "expiry": 100, "id": "B"},
+        {"type": "consume", "account": "a", "amount": 3, "time": 6},
+        {"type": "void", "grant": "B", "time": 7, "reason": "contract cancelled"},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    assert balance_json(cli, "a", "--at", "7")["balance"] == 5
+
+
+@needs("reconcile")
+def test_reconcile_reports_every_row_and_the_charges_the_file_lacks_in_its_range(
+        cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "usage.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 100, "time": 0},
+        {"type": "grant", "account": "b", "amount": 100, "time": 0},
+        *({"type": "consume", "account": "a", "amount": amount, "time": time,
+           "id": f"u{time}"} for time, amount in ((2, 10), (4, 7), (5, 20), (8, 1))),
+        {"type": "consume", "account": "b", "amount": 5, "time": 5, "id": "ub"},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    charges = tmp_path / "charges.csv"
+    charges.write_text("account,amount,id,time\na,10,u2,2\na,21,u5,5\na,4,nope,6\n")
+    expected = {("matched", "u2"), ("amount_differs", "u5"), ("missing_from_ledger", "nope"),
+                # In the file's range (2 to 6) and account: u4. Not u8 (at 8), not b's.
+                ("missing_from_file", "u4")}
+    result = cli("reconcile", str(charges), "--json")
+    assert result.exit_code == 1, result.stderr
+    assert {(f["status"], f["id"]) for f in json.loads(result.stdout)["findings"]} == expected
+    result = cli("reconcile", str(charges), "--csv")
+    assert result.exit_code == 1, result.stderr
+    assert {(row["status"], row["id"]) for row in csv.DictReader(io.StringIO(result.stdout))
+            } == expected
+
+
+def test_explain_names_the_grants_that_paid_and_why_a_job_was_rejected(
+        cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "explained.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100, "id": "g1"},
+        {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 50, "id": "g2"},
+        {"type": "consume", "account": "a", "amount": 15, "time": 1, "id": "u"},
+        {"type": "submit", "account": "a", "job": "big", "cost": 100, "priority": 1,
+         "time": 2},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    account = json.loads(cli("explain", "a", "--json").stdout)
+    assert {g["grant"]: [(u["event_id"], u["amount"]) for u in g["uses"]]
+            for g in account["grants"]} == {"g1": [("u", 5)], "g2": [("u", 10)]}
+    job = json.loads(cli("explain", "--job", "big", "--json").stdout)
+    assert (job["state"], job["accepted"], job["charged"]) == ("rejected", False, None)
+    assert "100" in job["reason"] and "5 available" in job["reason"]
+    text = cli("explain", "--job", "big").stdout
+    assert "rejected" in text and "costs 100" in text
+
+
+@needs("whatif")
+def test_whatif_grant_order_expiry_ignores_grant_priorities(
+        cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "priorities.jsonl"
+    path.write_text(jsonl([
+        {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 5,
+         "priority": 90},
+        {"type": "grant", "account": "a", "amount": 10, "time": 0, "priority": 10},
+        {"type": "consume", "account": "a", "amount": 10, "time": 1},
+        {"type": "consume", "account": "a", "amount": 1, "time": 6},
+    ]))
+    assert cli("import", str(path)).exit_code == 0
+    policy = tmp_path / "policy.json"
+    # As recorded the priority-10 grant paid at 1 and the other expired unused at 5; by
+    # expiry alone the expiring one pays and the other is left.
+    policy.write_text(json.dumps({"grant_order": "expiry"}))
+    result = cli("whatif", "--policy", str(policy), "--json")
+    assert result.exit_code == 0, result.stderr
+    (account,) = json.loads(result.stdout)["accounts"]
+    assert (account["actual"]["balance"], account["whatif"]["balance"]) == (-1, 9)
+    policy.write_text(json.dumps({"grant_order": "priority"}))
+    assert json.loads(cli("whatif", "--policy", str(policy), "--json").stdout
+                      )["changed"] is False
+
+
+@needs("jobs")
+def test_jobs_lists_state_cost_charge_and_account_filtered(cli: Run, loaded: Path) -> None:
+    def listed(*args: str) -> list[tuple[object, ...]]:
+        result = cli("jobs", *args, "--json")
+        assert result.exit_code == 0, result.stderr
+        return [(j["job"], j["account"], j["state"], j["cost"], j["charged"])
+                for j in json.loads(result.stdout)["jobs"]]
+
+    assert listed() == [("j1", "a", "succeeded", 8, 8), ("j2", "a", "cancelled", 8, None)]
+    assert listed("--state", "cancelled") == [("j2", "a", "cancelled", 8, None)]
+    assert listed("--account", "a", "--state", "running") == []

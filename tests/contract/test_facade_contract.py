@@ -6,7 +6,9 @@ is checked once, at the end.
 
 from __future__ import annotations
 
+import inspect
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,54 @@ def test_the_facades_take_a_database_url_string(tmp_path: Path) -> None:
     again = GPUCreditTracker(journal=url, account="a")
     assert [again.get_balance(t) for t in (0, 4, 5, 49)] == [100, 100, 70, 70]
     assert Scheduler(journal=Journal(url=url), clock=lambda: 11).accounts["a"].reserved == 20
+
+
+def _parameters(function: Callable[..., object]) -> list[tuple[str, str, object]]:
+    return [(p.name, p.kind.name, p.default) for p in
+            inspect.signature(function).parameters.values()]
+
+
+def test_the_facades_have_the_contract_names_arguments_and_defaults() -> None:
+    # What a caller may write: the contract's arguments in its order and kinds (the
+    # positional ones may be given by name too); anything the facades add comes after
+    # them, keyword-only with a default, so no call the contract allows changes meaning.
+    empty = inspect.Parameter.empty
+    positional, keyword = "POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY"
+    contract: dict[Callable[..., object], list[tuple[str, str, object]]] = {
+        GPUCreditTracker: [("journal", positional, None), ("account", positional, "default")],
+        GPUCreditTracker.grant: [("self", positional, empty), ("amount", positional, empty),
+                                 ("timestamp", positional, empty),
+                                 ("expiry", positional, empty)],
+        GPUCreditTracker.consume: [("self", positional, empty), ("amount", positional, empty),
+                                   ("timestamp", positional, empty)],
+        GPUCreditTracker.get_balance: [("self", positional, empty),
+                                       ("timestamp", positional, empty)],
+        Scheduler: [("journal", positional, None), ("clock", positional, None)],
+        Scheduler.open_account: [("self", positional, empty), ("account_id", positional, empty),
+                                 ("balance", positional, 0), ("max_running", keyword, None)],
+        Scheduler.submit: [("self", positional, empty), ("job_id", positional, empty),
+                           ("account_id", positional, empty), ("cost", positional, empty),
+                           ("priority", positional, empty), ("at", keyword, None)],
+        Scheduler.start_next: [("self", positional, empty), ("at", keyword, None)],
+        Scheduler.complete: [("self", positional, empty), ("job_id", positional, empty),
+                             ("success", positional, empty),
+                             ("refund_fraction", keyword, 1.0), ("at", keyword, None)],
+        Scheduler.cancel: [("self", positional, empty), ("job_id", positional, empty),
+                           ("at", keyword, None)],
+    }
+    for function, promised in contract.items():
+        have = _parameters(function)
+        promised_names = {name for name, _, _ in promised}
+        assert [p for p in have if p[0] in promised_names] == promised, function
+        extra = [p for p in have if p[0] not in promised_names]
+        assert all(kind == keyword and default is not empty for _, kind, default in extra), (
+            function, extra)
+    # The Job start_next returns, and the view accounts[...] gives, have the named fields.
+    s = Scheduler(clock=lambda: 1)
+    s.open_account("a", 5)
+    assert s.submit("j", "a", 2, 3) is True
+    job = s.start_next()
+    assert job is not None
+    assert (job.id, job.account_id, job.cost, job.priority) == ("j", "a", 2, 3)
+    view = s.accounts["a"]
+    assert (view.balance, view.reserved, view.available, view.running) == (5, 2, 3, 1)
