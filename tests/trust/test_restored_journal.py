@@ -1,111 +1,159 @@
-"""A long-lived facade (a worker's `GPUCreditTracker` or `Scheduler`) whose SQLite
-journal is restored from an older backup under it: it refuses to answer from what the
-journal no longer holds, and a decision it refuses records nothing."""
+"""A long-lived facade (a worker's `GPUCreditTracker` or `Scheduler`) whose journal is
+restored from an older backup under it: it refuses to answer from what the journal no
+longer holds, and a decision it refuses records nothing. Each test runs with either
+facade: their decisions share the session's code, but not the calls that reach it."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from eventstore import ChainBroken, Journal
-from projections import GPUCreditTracker
+from projections import GPUCreditTracker, Scheduler
 from tests.sqlite_copies import online_backup, restored_tables, saved_tables
 
-
-def _read_past_a_backup(tmp_path: Path) -> tuple[Path, Path, GPUCreditTracker]:
-    """A long-lived tracker that recorded 3 grants of 10, its file backed up after the
-    first: the file, the backup, the tracker."""
-    live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
-    tracker = GPUCreditTracker(f"sqlite:///{live}", account="a")
-    tracker.grant(10, 1, 100)
-    online_backup(live, backup)
-    tracker.grant(10, 2, 100)
-    tracker.grant(10, 3, 100)
-    return live, backup, tracker
+_JOBS = itertools.count(1)
 
 
-def test_a_decision_on_a_journal_restored_behind_it_records_nothing(tmp_path: Path) -> None:
-    live, backup, tracker = _read_past_a_backup(tmp_path)
-    online_backup(backup, live)
-    with pytest.raises(ChainBroken, match="ends at position 1") as caught:
-        tracker.consume(1, 6)
-    assert caught.value.position == 2
-    assert "2..3" in str(caught.value)
-    with Journal(f"sqlite:///{live}", read_only=True) as journal:
-        assert journal.head() == 1  # the refused consume left nothing
-    with pytest.raises(ChainBroken, match="ends at position 1"):
-        tracker.get_balance(5)
-    # A fresh facade opens the journal as it stands.
-    assert GPUCreditTracker(f"sqlite:///{live}", account="a").get_balance(5) == 10
+class _Worker:
+    """A long-lived facade of either kind, on account "a": `record` makes one decision
+    that records one event, `figure` reads the sum of what was recorded through it (a
+    tracker's balance, a scheduler's reserved credits)."""
+
+    def __init__(self, kind: str, url: str) -> None:
+        self.tracker = GPUCreditTracker(url, account="a") if kind == "tracker" else None
+        self.scheduler = None if kind == "tracker" else Scheduler(url, clock=lambda: 1000)
+
+    def open(self) -> None:
+        """Open account "a" with credits for every job, if this kind needs it."""
+        if self.scheduler is not None:
+            self.scheduler.open_account("a", 10**6, at=0)
+
+    def record(self, amount: int, time: int) -> None:
+        if self.tracker is not None:
+            self.tracker.grant(amount, time, 10**6)
+        else:
+            assert self.scheduler is not None
+            self.scheduler.submit(f"j{next(_JOBS)}", "a", amount, 1, at=time)
+
+    def figure(self) -> int:
+        if self.tracker is not None:
+            return self.tracker.get_balance(500)
+        assert self.scheduler is not None
+        return self.scheduler.accounts["a"].reserved
 
 
-
-def _restored_then_rewritten_to_the_same_head(tmp_path: Path) -> tuple[Path, GPUCreditTracker]:
-    """A long-lived tracker that read 3 records; its file restored from a copy holding 1,
-    then written up to 3 again, with other events, by another process."""
-    live, backup, tracker = _read_past_a_backup(tmp_path)
-    assert tracker.get_balance(5) == 30
-    online_backup(backup, live)
-    other = GPUCreditTracker(f"sqlite:///{live}", account="a")
-    other.grant(100, 2, 100)
-    other.grant(100, 3, 100)
-    with Journal(f"sqlite:///{live}", read_only=True) as journal:
-        assert journal.head() == 3
-    return live, tracker
+KINDS = ["tracker", "scheduler"]
 
 
-def test_a_read_on_a_journal_rewritten_up_to_its_head_is_refused(tmp_path: Path) -> None:
-    _, tracker = _restored_then_rewritten_to_the_same_head(tmp_path)
-    with pytest.raises(ChainBroken, match="position 3") as caught:
-        tracker.get_balance(5)
-    assert caught.value.position == 4
-
-
-def test_a_decision_on_a_journal_rewritten_up_to_its_head_records_nothing(
-        tmp_path: Path) -> None:
-    live, tracker = _restored_then_rewritten_to_the_same_head(tmp_path)
-    with pytest.raises(ChainBroken, match="position 3"):
-        tracker.consume(1, 6)
-    with Journal(f"sqlite:///{live}", read_only=True) as journal:
-        assert journal.head() == 3  # the refused consume left nothing
+def _head(url: str) -> int:
+    with Journal(url, read_only=True) as journal:
         assert journal.verify() is None
-    assert GPUCreditTracker(f"sqlite:///{live}", account="a").get_balance(5) == 210
+        return journal.head()
 
 
+def _copies(url: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """How an operator copies this database and puts the copy back under whoever holds
+    it open: a SQLite file's online backup and `.restore`, a PostgreSQL dump restored."""
+    if url.startswith("sqlite:///"):
+        live = Path(url.removeprefix("sqlite:///"))
+        backup = live.with_name("backup.db")
+        return (lambda: online_backup(live, backup)), (lambda: online_backup(backup, live))
+    saved: list[dict[str, list[tuple[object, ...]]]] = []
+    return (lambda: saved.append(saved_tables(url))), (lambda: restored_tables(url, saved[-1]))
+
+
+def _read_past_a_backup(kind: str, url: str) -> tuple[Callable[[], None], _Worker, int]:
+    """A long-lived worker that recorded 3 events of 10, the journal copied after the
+    first: how to restore the copy, the worker, the copy's head."""
+    save, restore = _copies(url)
+    worker = _Worker(kind, url)
+    worker.open()
+    worker.record(10, 1)
+    save()
+    worker.record(10, 2)
+    worker.record(10, 3)
+    return restore, worker, _head(url) - 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_decision_on_a_journal_restored_behind_it_records_nothing(
+        tmp_path: Path, kind: str) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    restore, worker, copied = _read_past_a_backup(kind, url)
+    restore()
+    with pytest.raises(ChainBroken, match=f"ends at position {copied}") as caught:
+        worker.record(1, 6)
+    assert caught.value.position == copied + 1
+    assert f"{copied + 1}..{copied + 2}" in str(caught.value)
+    assert _head(url) == copied  # the refused decision left nothing
+    with pytest.raises(ChainBroken, match=f"ends at position {copied}"):
+        worker.figure()
+    # A fresh facade opens the journal as it stands.
+    assert _Worker(kind, url).figure() == 10
+
+
+def _restored_then_rewritten_to_the_same_head(kind: str, url: str) -> tuple[_Worker, int]:
+    """A long-lived worker that read 3 events; its journal restored from a copy holding
+    1, then written up to 3 again, with other events, by another process: the worker and
+    the head it read."""
+    restore, worker, copied = _read_past_a_backup(kind, url)
+    assert worker.figure() == 30
+    restore()
+    other = _Worker(kind, url)
+    other.record(100, 2)
+    other.record(100, 3)
+    assert _head(url) == copied + 2
+    return worker, copied + 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_read_on_a_journal_rewritten_up_to_its_head_is_refused(
+        tmp_path: Path, kind: str) -> None:
+    worker, head = _restored_then_rewritten_to_the_same_head(
+        kind, f"sqlite:///{tmp_path / 'ledger.db'}")
+    with pytest.raises(ChainBroken, match=f"position {head}") as caught:
+        worker.figure()
+    assert caught.value.position == head + 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_decision_on_a_journal_rewritten_up_to_its_head_records_nothing(
+        tmp_path: Path, kind: str) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    worker, head = _restored_then_rewritten_to_the_same_head(kind, url)
+    with pytest.raises(ChainBroken, match=f"position {head}"):
+        worker.record(1, 6)
+    assert _head(url) == head  # the refused decision left nothing
+    assert _Worker(kind, url).figure() == 210
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_decision_on_a_journal_rewritten_past_its_head_records_nothing(
-        tmp_path: Path) -> None:
-    live, tracker = _restored_then_rewritten_to_the_same_head(tmp_path)
-    GPUCreditTracker(f"sqlite:///{live}", account="a").grant(100, 4, 100)
-    with pytest.raises(ChainBroken, match="position 3"):
-        tracker.consume(1, 6)
-    with Journal(f"sqlite:///{live}", read_only=True) as journal:
-        assert journal.head() == 4  # the refused consume left nothing
-    with pytest.raises(ChainBroken, match="position 3"):
-        tracker.get_balance(5)
+        tmp_path: Path, kind: str) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    worker, head = _restored_then_rewritten_to_the_same_head(kind, url)
+    _Worker(kind, url).record(100, 4)
+    with pytest.raises(ChainBroken, match=f"position {head}"):
+        worker.record(1, 6)
+    assert _head(url) == head + 1  # the refused decision left nothing
+    with pytest.raises(ChainBroken, match=f"position {head}"):
+        worker.figure()
 
 
 @pytest.mark.postgres
 def test_a_journal_restored_and_rewritten_on_postgres_is_refused(pg_fresh_url: str) -> None:
     """A PostgreSQL database rolled back to a copy under a long-lived tracker, then
     written on by another process up to (then past) the head the tracker read."""
-    tracker = GPUCreditTracker(pg_fresh_url, account="a")
-    tracker.grant(10, 1, 100)
-    copy = saved_tables(pg_fresh_url)
-    tracker.grant(10, 2, 100)
-    tracker.grant(10, 3, 100)
-    assert tracker.get_balance(5) == 30
-    restored_tables(pg_fresh_url, copy)
-    other = GPUCreditTracker(pg_fresh_url, account="a")
-    other.grant(100, 2, 100)
-    other.grant(100, 3, 100)
-    with pytest.raises(ChainBroken, match="position 3"):
-        tracker.consume(1, 6)
-    with pytest.raises(ChainBroken, match="position 3"):
-        tracker.get_balance(5)
-    other.grant(100, 4, 100)
-    with pytest.raises(ChainBroken, match="position 3"):
-        tracker.consume(1, 6)
-    with Journal(pg_fresh_url, read_only=True) as journal:
-        assert journal.head() == 4  # the refused consumes left nothing
-        assert journal.verify() is None
+    worker, head = _restored_then_rewritten_to_the_same_head("tracker", pg_fresh_url)
+    with pytest.raises(ChainBroken, match=f"position {head}"):
+        worker.record(1, 6)
+    with pytest.raises(ChainBroken, match=f"position {head}"):
+        worker.figure()
+    _Worker("tracker", pg_fresh_url).record(100, 4)
+    with pytest.raises(ChainBroken, match=f"position {head}"):
+        worker.record(1, 6)
+    assert _head(pg_fresh_url) == head + 1  # the refused decisions left nothing
