@@ -62,26 +62,28 @@ class ChainBroken(JournalError):
         self.position = position
 
 
-def went_back(head: int, trusted: int) -> ChainBroken:
+def went_back(head: int, trusted: int, remedy: str = "") -> ChainBroken:
     """The error for a journal that ends at `head`, before position `trusted` that its
-    reader already read (and may have answered from): at the first missing position."""
+    reader already read (and may have answered from): at the first missing position.
+    `remedy`: what its reader can do, said after what happened."""
     return ChainBroken(
         head + 1,
         f"the journal ends at position {head}, but it was read up to position {trusted}: "
         f"records {head + 1}..{trusted} are gone (the database was restored from an older "
         "copy, or its newest records removed); nothing is answered from what it no longer "
-        "holds",
+        "holds" + (f"; {remedy}" if remedy else ""),
     )
 
 
-def rewritten_under(position: int) -> ChainBroken:
+def rewritten_under(position: int, remedy: str = "") -> ChainBroken:
     """The error for a journal whose record at `position`, the last its reader read (and
     the one a write was to chain from), now holds another chain hash: the journal was
-    rewritten, or restored from an older copy and written on up to there, since."""
+    rewritten, or restored from an older copy and written on up to there, since.
+    `remedy`: what its reader can do, said after what happened."""
     return ChainBroken(
         position + 1,
         f"the journal's chain hash at position {position} is not the one read there "
         "before: the journal was rewritten, or restored from an older copy and written "
         "on, since it was read; nothing was appended, and nothing is answered from what "
-        "it no longer holds",
+        "it no longer holds" + (f"; {remedy}" if remedy else ""),
     )

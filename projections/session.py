@@ -664,7 +664,8 @@ class LedgerSession:
                     # went back under it (restored from an older copy). Refused, inside
                     # the transaction: a decision on what the journal no longer holds
                     # records nothing.
-                    raise went_back(recorded[0].position - 1, self.projector.position)
+                    raise went_back(recorded[0].position - 1, self.projector.position,
+                                    REOPEN)
                 self._not_overtaken(tx, recorded, held)
         return draft, built, recorded
 
@@ -720,11 +721,12 @@ class LedgerSession:
             # what follows it is not folded on top of this projection. (A service's
             # batch checks its appends' head instead, see `BatchJournal.chained_from`.)
             start = self._verified
-            check = start[0] == before > 0 and hasattr(tx, "expect_head")
-            events = tx.read(after_position=before - 1 if check else before,
+            check = start[0] == before and hasattr(tx, "expect_head")
+            events = tx.read(after_position=before - 1 if check and before > 0 else before,
                              order="position")
+            folded: list[RecordedEvent] = []
             if check:
-                events = _holding(events, start)
+                events = _holding(events, start, folded)
             first = next(events, None)
             if first is None:
                 # Nothing to catch up on (the usual case): not a look at the batches
@@ -738,6 +740,17 @@ class LedgerSession:
             # 416 s (on SQLite, every other writer's lock then timed out).
             self.projector.catch_up(itertools.chain((first,), events),
                                     batches=self._batches_after(before))
+            if folded and folded[0].position == self.projector.position:
+                # What it folded was read in position order from the verified point, each
+                # record checked against its predecessor's stored hash and its own content
+                # (`read` checks every row so), the first against the hash verified there:
+                # it chains, and the verified point moves to the head this projection
+                # holds. Left behind, the next decision would neither check the head it
+                # appends to nor the record it last folded: a journal restored from a
+                # copy taken before this catch-up and written on up to (or past) here
+                # would be chained onto, and a read would fold the other history's
+                # records on top of this one's.
+                self._verified = (folded[0].position, folded[0].hash)
         return self.projector.position != before
 
     def _batches_after(self, position: int) -> dict[int, int]:
@@ -1050,18 +1063,31 @@ def payload_summary(outcome: Outcome) -> dict[str, Any]:
     return {"position": outcome.position, "event_id": outcome.event_id, **outcome.reported()}
 
 
-def _holding(records: Iterator[RecordedEvent], start: tuple[int, str]
-             ) -> Iterator[RecordedEvent]:
+REOPEN = ("this projection holds what the journal no longer does: open a new facade "
+          "(GPUCreditTracker, Scheduler) to work on the journal as it stands, after "
+          "checking it against the newest anchor kept outside it (gpu-credits verify "
+          "--anchor POSITION:HASH)")
+"""What a decision refused on a journal restored or rewritten under its session can do."""
+
+
+def _holding(records: Iterator[RecordedEvent], start: tuple[int, str],
+             last: list[RecordedEvent]) -> Iterator[RecordedEvent]:
     """The records after `start`, read from it: the first, when it is the record at
     `start`, must hold the hash verified there (else ChainBroken: the journal was
     rewritten or restored and written on since), and is left out. A journal that ends
-    before `start` yields nothing here: the append that follows says so."""
+    before `start` yields nothing here: the append that follows says so. Once every
+    record is taken, `last` holds the last one yielded (nothing if none was)."""
     first = next(records, None)
     if first is None:
         return
+    rec: RecordedEvent | None = None
     if first.position == start[0]:
         if first.hash != start[1]:
-            raise rewritten_under(start[0])
+            raise rewritten_under(start[0], REOPEN)
     else:
+        rec = first
         yield first
-    yield from records
+    for rec in records:  # the last one stays in `rec`
+        yield rec
+    if rec is not None:
+        last.append(rec)

@@ -89,6 +89,7 @@ def test_a_decision_on_a_journal_restored_behind_it_records_nothing(
         worker.record(1, 6)
     assert caught.value.position == copied + 1
     assert f"{copied + 1}..{copied + 2}" in str(caught.value)
+    assert "open a new facade" in str(caught.value)  # what to do
     assert _head(url) == copied  # the refused decision left nothing
     with pytest.raises(ChainBroken, match=f"ends at position {copied}"):
         worker.figure()
@@ -142,6 +143,43 @@ def test_a_decision_on_a_journal_rewritten_past_its_head_records_nothing(
     assert _head(url) == head + 1  # the refused decision left nothing
     with pytest.raises(ChainBroken, match=f"position {head}"):
         worker.figure()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("longer", [False, True], ids=["as-long", "longer"])
+def test_a_decision_after_folding_another_writers_events_then_a_rewrite_records_nothing(
+        database_url: str, kind: str, longer: bool) -> None:
+    """A worker's decision catches up on another writer's event (inside its own
+    transaction, not a verified read) and records on top of it; the journal is then
+    restored from a copy taken before that decision and written on by a third process,
+    as long as what the worker folded or longer. Its next decision, and its next read,
+    must find that the record it last folded is not there any more: were the point it
+    checks left where it was before that catch-up, the decision would chain onto the
+    other history (and the read fold the other history's events on top of its own)."""
+    save, restore = _copies(database_url)
+    worker = _Worker(kind, database_url)
+    worker.open()
+    worker.record(10, 1)
+    _Worker(kind, database_url).record(10, 2)  # another writer: unseen by the worker
+    save()
+    worker.record(10, 3)  # folds the other writer's event, then records its own
+    head = _head(database_url)
+    restore()
+    third = _Worker(kind, database_url)
+    third.record(100, 4)
+    if longer:
+        third.record(100, 5)
+    assert _head(database_url) == head + longer
+
+    with pytest.raises(ChainBroken, match=f"chain hash at position {head}") as caught:
+        worker.record(1, 6)
+    assert caught.value.position == head + 1
+    assert "open a new facade" in str(caught.value)  # what to do
+    assert _head(database_url) == head + longer  # the refused decision left nothing
+    with pytest.raises(ChainBroken, match=f"chain hash at position {head}"):
+        worker.figure()
+    # A fresh facade works on the journal as it stands.
+    assert _Worker(kind, database_url).figure() == 20 + 100 * (1 + longer)
 
 
 @pytest.mark.postgres
