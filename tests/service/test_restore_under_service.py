@@ -123,25 +123,51 @@ def test_a_restore_then_other_writes_up_to_what_the_service_read_are_refused(
         assert "restore" in read.json()["detail"]
 
 
+WRITE_PATHS = ["written-ahead", "opened-ahead", "own-transaction"]
+"""How a write reaches the journal: a grant decided ahead of its transaction and
+written by the committer (`append_at`'s after_hash); a batch of events with a job's,
+which needs the journal while the batch is decided ahead, so that the transaction is
+opened then (`BatchJournal.ahead`); a grant decided in the batch's own transaction, the
+service deciding nothing ahead (`BatchJournal.batch`). Each names the hash it chains
+from by a check of its own."""
+
+
+def _write(client: TestClient, path: str, key: str) -> tuple[Any, int | None]:
+    """A write of 5 credits to "acct" by `path`: the response, and the position it
+    answers (None when refused)."""
+    if path == "own-transaction":
+        client.app.state.ledger.defer_appends = False  # type: ignore[attr-defined]
+    if path != "opened-ahead":
+        answer = _grant(client, key)
+        return answer, answer.json().get("position") if answer.status_code == 201 else None
+    # A job's event is looked up in the journal (its job's account): the batch decided
+    # ahead opens its transaction for it.
+    answer = client.post("/v1/events", headers={"Idempotency-Key": key}, json={"events": [
+        {"type": "grant", "account": "acct", "amount": 5, "time": 100},
+        {"type": "submit", "account": "acct", "job": "j9", "cost": 1, "priority": 1,
+         "time": 100}]})
+    return answer, answer.json()["positions"][0] if answer.status_code == 200 else None
+
+
+@pytest.mark.parametrize("path", WRITE_PATHS)
 def test_a_write_on_a_journal_rewritten_up_to_what_the_service_read_records_nothing(
-        tmp_path: Path) -> None:
+        tmp_path: Path, path: str) -> None:
     """The same, with the write coming first (no read looked at the journal since): the
     append that chains onto the stored head finds there a hash other than the one the
-    service folded, and writes nothing."""
+    service folded, and writes nothing, whichever way the write reaches the journal."""
     live, backup = tmp_path / "ledger.db", tmp_path / "backup.db"
     with TestClient(create_app(f"sqlite:///{live}", clock=lambda: 100,
                                mount_web=False)) as client:
         other = _restored_and_written_on(client, live, backup, 2)
-        write = _grant(client, "k9")
+        write, _ = _write(client, path, "k9")
         assert write.status_code == 503, write.text
         assert "restored from an older copy and written on" in write.json()["detail"]
         with Journal(f"sqlite:///{live}", read_only=True) as journal:
             assert [e.id for e in journal.read(order="position")] == other
 
         # Rebuilt from the journal as it stands: 5 + 2 * 100, then the retry of k9.
-        retry = _grant(client, "k9")
-        assert retry.status_code == 201, retry.text
-        assert retry.json()["position"] == 4
+        retry, position = _write(client, path, "k9")
+        assert position == 4, retry.text
         assert client.get("/v1/accounts/acct/balance").json()["balance"] == 210
     with Journal(f"sqlite:///{live}", read_only=True) as journal:
         assert journal.verify() is None
