@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from eventstore import (
@@ -138,12 +139,18 @@ def test_a_projection_that_cannot_be_reloaded_says_why_and_when_to_retry(
 
 
 def test_a_start_up_that_cannot_load_says_when_to_retry_as_its_cause_does(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the start-up load fails and is retried, a request's 503 names the cause and
     its Retry-After: none for a journal whose chain is broken (no wait mends it), 5 s for
     a database out of reach. (It said 1 s whatever the cause: a client told so retried a
-    broken journal every second, forever.)"""
+    broken journal every second, forever.) A shutdown meanwhile does not wait for the
+    next try: with an hour between tries, it still ends (it waited the wait out)."""
+    import threading
     import time
+
+    from tools.service import app as app_module
+
+    monkeypatch.setattr(app_module, "LOAD_RETRY_SECONDS", 3600.0)
 
     path = tmp_path / "j.db"
     url = f"sqlite:///{path}"
@@ -153,13 +160,18 @@ def test_a_start_up_that_cannot_load_says_when_to_retry_as_its_cause_does(
     with sqlite3.connect(path) as db:  # the tail cut behind the journal's back
         db.execute("DELETE FROM events WHERE position = 3")
     app = create_app(url, clock=lambda: 100, mount_web=False, load_in_background=True)
-    with TestClient(app) as client:
-        deadline = time.monotonic() + 30
-        while app.state.ledger.load_error is None:
-            assert time.monotonic() < deadline, "the load did not fail"
-            time.sleep(0.02)
-        refused = client.get("/v1/accounts")
-        assert refused.status_code == 503, refused.text
-        assert "ChainBroken" in refused.json()["detail"]
-        assert "retry-after" not in refused.headers
-        assert client.get("/readyz").status_code == 503
+    client = TestClient(app).__enter__()
+    deadline = time.monotonic() + 30
+    while app.state.ledger.load_error is None:
+        assert time.monotonic() < deadline, "the load did not fail"
+        time.sleep(0.02)
+    refused = client.get("/v1/accounts")
+    assert refused.status_code == 503, refused.text
+    assert "ChainBroken" in refused.json()["detail"]
+    assert "retry-after" not in refused.headers
+    assert client.get("/readyz").status_code == 503
+    shutdown = threading.Thread(target=client.__exit__, args=(None, None, None),
+                                daemon=True)
+    shutdown.start()
+    shutdown.join(60)
+    assert not shutdown.is_alive(), "the shutdown waited for the next try to load"

@@ -167,9 +167,10 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
             yield
             return
         loader: threading.Thread | None = None
+        stop_retrying = threading.Event()
         if load_in_background:
-            loader = threading.Thread(target=_start, args=(service,), name="catch-up",
-                                      daemon=True)
+            loader = threading.Thread(target=_start, args=(service, stop_retrying),
+                                      name="catch-up", daemon=True)
             loader.start()
         else:
             service.start()
@@ -179,7 +180,8 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
             # Uvicorn has stopped taking requests and waited for those in flight: the
             # writer now commits what is queued, then the connections close.
             if loader is not None:
-                service.stopping = True  # a loader still retrying gives up
+                service.stopping = True  # a loader still retrying gives up, at once
+                stop_retrying.set()
                 loader.join()
             service.stop()
             service.close()
@@ -288,10 +290,16 @@ def _without_security(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _start(service: LedgerService, retry_every: float = 2.0) -> None:
+LOAD_RETRY_SECONDS = 2.0
+"""How long a start-up that could not load the journal waits before trying again."""
+
+
+def _start(service: LedgerService, stop: threading.Event) -> None:
     """Load the projection; while the database cannot be read, try again (the process
-    stays alive and not ready, which is what an orchestrator should see)."""
-    while not service.stopping:
+    stays alive and not ready, which is what an orchestrator should see) until `stop`
+    is set, which ends the wait between tries too: a shutdown does not wait it out."""
+    retry_every = LOAD_RETRY_SECONDS
+    while not service.stopping and not stop.is_set():
         try:
             service.start()
             return
@@ -299,6 +307,6 @@ def _start(service: LedgerService, retry_every: float = 2.0) -> None:
             service.load_error = exc
             log.warning("cannot load the journal yet (%s: %s); retrying in %g s",
                         type(exc).__name__, one_line(str(exc))[:200], retry_every)
-            _time.sleep(retry_every)
+            stop.wait(retry_every)
 
 
