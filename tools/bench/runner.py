@@ -351,13 +351,14 @@ def run_isolated(path: str, params: Mapping[str, Any], runs: int, *, profile: bo
 
 
 def run_in_process(path: str, params: Mapping[str, Any], runs: int) -> dict[str, Any]:
-    """The same as `run_isolated` in this process (no RSS isolation): for tests."""
+    """The same as `run_isolated` in this process (no RSS isolation): for tests. No
+    collection before each run: in a test process holding a long session's objects a
+    full collection cost 20 ms or more, five times the toy case it cleared up for."""
     seconds: dict[str, list[float]] = {}
     notes: dict[str, Any] = {}
     try:
         fn = resolve(path)
         for _ in range(runs):
-            gc.collect()
             t = Timing()
             fn(t, **params)
             for k, v in t.seconds.items():
