@@ -137,6 +137,42 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[key] = value
 
 
+EXAMPLES_ENV = "GPU_CREDITS_EXAMPLES"
+
+
+def examples_factor() -> float:
+    """The factor on every property test's examples: the counts written in the tests
+    keep `make test` within its budget; a longer hunt multiplies them (e.g. 10)."""
+    raw = os.environ.get(EXAMPLES_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = -1.0
+    if not factor > 0 or factor == float("inf"):
+        raise pytest.UsageError(f"{EXAMPLES_ENV}={raw!r}: give a positive number, the "
+                                "factor on each property test's examples (e.g. 10)")
+    return factor
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    factor = examples_factor()
+    if factor == 1.0:
+        return
+    from hypothesis import settings
+
+    for item in items:
+        # A test method's item holds it bound: the settings are the function's.
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        # The settings a @given test runs with are read from it at each call.
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if getattr(test, "is_hypothesis_test", False) and current is not None:
+            scaled = max(1, round(current.max_examples * factor))
+            test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+                current, max_examples=scaled)
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     """A fresh SQLite database URL for this test (the file does not exist yet)."""

@@ -72,7 +72,7 @@ def _printed(table: Table, width: int, *, terminal: bool, quick: bool) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(table=report_tables(), width=st.sampled_from([40, 80, 120, 100_000]),
        terminal=st.booleans())
 def test_the_quick_layout_prints_what_rich_prints(table: Table, width: int,

@@ -120,7 +120,7 @@ def _alter(rows: list[tuple[Any, ...]], data: st.DataObject) -> list[Any]:
 
 
 @needs_c
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(RECORDS, max_size=6), st.data())
 def test_the_c_check_does_what_the_python_check_does(records: list[Any],
                                                      data: st.DataObject) -> None:
@@ -136,7 +136,7 @@ def test_the_c_check_does_what_the_python_check_does(records: list[Any],
 
 
 @needs_c
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(CLEAN_RECORDS, st.data())
 def test_an_untouched_chain_passes_and_each_edit_stops_it_at_its_row(
         records: list[Any], data: st.DataObject) -> None:
@@ -317,7 +317,7 @@ def with_predecessors(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 
 @needs_c
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(RECORDS, max_size=6), st.data())
 def test_the_c_link_check_does_what_the_python_one_does(records: list[Any],
                                                         data: st.DataObject) -> None:
@@ -349,7 +349,7 @@ def test_a_row_read_without_a_predecessor_is_refused_alike_at_the_64_bit_edges(
 
 
 @needs_c
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(CLEAN_RECORDS, st.data())
 def test_an_edit_stops_the_link_check_at_its_row_in_any_order(
         records: list[Any], data: st.DataObject) -> None:
@@ -400,7 +400,7 @@ def _by_position(rows: list[tuple[Any, ...]]) -> dict[Any, Any]:
 
 
 @needs_c
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(RECORDS, max_size=6), st.data())
 def test_the_c_check_by_position_does_what_the_python_one_does(
         records: list[Any], data: st.DataObject) -> None:
@@ -430,7 +430,7 @@ def test_the_c_check_by_position_does_what_the_python_one_does(
 
 
 @needs_c
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(CLEAN_RECORDS, st.data())
 def test_an_edit_stops_the_check_by_position_at_its_row_in_any_order(
         records: list[Any], data: st.DataObject) -> None:

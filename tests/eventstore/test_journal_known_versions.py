@@ -59,7 +59,7 @@ def _two(url: str) -> Iterator[tuple[Journal, Journal]]:
         yield first, second
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(OPS)
 def test_sqlite_versions_match_the_count(ops: list[tuple[str, int, list[str]]]) -> None:
     with tempfile.TemporaryDirectory() as tmp, _two(f"sqlite:///{Path(tmp) / 'j.db'}") as two:

@@ -281,7 +281,7 @@ def test_a_text_array_literal_is_read_back_as_the_strings_it_was_made_of(
     names = st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=12)
     tricky = st.sampled_from(['"', "\\", "{", "}", ",", " ", "NULL", "\\\"", "a b", "", "'"])
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=75, deadline=None)
     @given(st.lists(names | tricky, max_size=8))
     def round_trips(values: list[str]) -> None:
         with journal.transaction() as tx:
@@ -461,7 +461,7 @@ def test_append_at_without_the_id_probe_answers_as_with_it(pg_url: str) -> None:
     does, with the same errors."""
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=40, deadline=None,
+    @settings(max_examples=20, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(_APPENDS)
     def check(appends: list[tuple[list[str], int, bool, str]]) -> None:

@@ -89,7 +89,7 @@ def check_against_model(journal: JournalLike, runs: list[list[tuple[str, Content
     assert journal.verify() is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(RUNS)
 def test_memory_journal_matches_the_model(runs: list[list[tuple[str, Content]]]) -> None:
     check_against_model(MemoryJournal(), runs)

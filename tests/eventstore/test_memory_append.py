@@ -89,7 +89,7 @@ def canonical(payload: Mapping[str, Any]) -> Any:
                   for k, v in payload.items())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(RUNS)
 def test_quick_and_planned_appends_record_and_refuse_alike(runs: list[list[NewEvent]]) -> None:
     quick = MemoryJournal(clock=lambda: CLOCK)

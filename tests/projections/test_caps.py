@@ -36,7 +36,7 @@ def _payload(op: tuple[str, Any]) -> dict[str, Any]:
     return {"job": arg}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(OPS)
 def test_running_jobs_never_exceed_the_cap_and_a_cap_below_them_changes_nothing(
         ops: list[tuple[str, Any]]) -> None:

@@ -32,7 +32,7 @@ def _mutable_objects(root: Any) -> dict[int, Any]:
     return found
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories())
 def test_a_copy_holds_the_same_state_and_shares_nothing_that_changes(
         events: list[Event]) -> None:

@@ -70,7 +70,7 @@ def recorded(event: Event) -> NewEvent:
     return NewEvent(event.id, "a", event.kind, event.time, payload)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=histories())
 def test_the_fold_agrees_with_the_plain_model(history: list[Event]) -> None:
     journal = MemoryJournal()

@@ -84,7 +84,7 @@ def run(ops: list[tuple[Any, ...]], tracker: GPUCreditTracker) -> CreditModel:
     return model
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops_strategy)
 def test_tracker_agrees_with_linear_model(ops: list[tuple[Any, ...]]) -> None:
     journal = MemoryJournal()
@@ -121,7 +121,7 @@ def test_tracker_agrees_with_linear_model_on_a_sqlite_file(ops: list[tuple[Any, 
 
 
 @pytest.mark.parametrize("every", [1, 3])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops_strategy)
 def test_tracker_agrees_with_model_when_snapshots_are_frequent(
     every: int, ops: list[tuple[Any, ...]]
@@ -137,7 +137,7 @@ def test_tracker_agrees_with_model_when_snapshots_are_frequent(
         assert session.projector.snapshot_count() > 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     calls=st.lists(
         st.one_of(

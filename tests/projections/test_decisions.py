@@ -230,7 +230,7 @@ _CALLS = st.lists(st.tuples(st.sampled_from(["grant", "consume", "reverse"]),
                             st.integers(1, 30), st.integers(0, 40)), min_size=1, max_size=25)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(_CALLS)
 def test_every_retry_is_told_what_its_first_call_was_told(calls: list[tuple[str, int, int]]
                                                           ) -> None:
@@ -269,7 +269,7 @@ _JOB_CALLS = st.lists(st.tuples(st.sampled_from(["submit", "start", "complete", 
                       min_size=1, max_size=30)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(_JOB_CALLS)
 def test_every_job_decision_retried_elsewhere_answers_as_first_told(
         calls: list[tuple[str, int, int, bool]]) -> None:

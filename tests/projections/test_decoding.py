@@ -36,7 +36,7 @@ def _outcome(fn: Any, *args: Any) -> tuple[str, Any]:
         return type(exc).__name__, str(exc)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=750, deadline=None)
 @given(st.sampled_from(EVENT_TYPES), st.dictionaries(_FIELDS, _VALUES, max_size=8))
 def test_the_fast_path_agrees_with_from_payload(kind: str, payload: dict[str, Any]) -> None:
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -86,7 +86,7 @@ _MINIMAL: dict[str, dict[str, Any]] = {
     "erase": {"events": ["e"]}}
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(_events())
 def test_events_near_validity_decode_as_from_payload_builds_them(
         event: tuple[str, dict[str, Any]]) -> None:
@@ -134,7 +134,7 @@ def _records(draw: st.DrawFn) -> dict[str, Any]:
     return record
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(_records())
 def test_a_record_reads_in_one_pass_as_field_by_field(record: dict[str, Any]) -> None:
     expected = _outcome(parse_record_generic, record)
@@ -249,7 +249,7 @@ def _built(build: Any, wire: Any) -> tuple[str, Any]:
                                     getattr(event, f.name)) for f in dataclasses.fields(event)])
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(_wire_values())
 def test_the_c_builders_build_what_the_python_definition_builds(
         case: tuple[type[Any], Any]) -> None:

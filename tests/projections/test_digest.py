@@ -55,7 +55,7 @@ job_ids = st.text(st.characters(categories=("L", "N", "P", "S")), min_size=1,
                   max_size=6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(jobs=st.lists(st.tuples(job_ids, st.integers(0, 200), st.booleans()), max_size=25,
                      unique_by=lambda j: j[0]),
        anomalies=st.integers(0, 2), slice_size=st.integers(1, 5))
@@ -81,7 +81,7 @@ _json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_json_values)
 def test_the_fast_canonical_encoder_writes_the_bytes_json_dumps_writes(value: object) -> None:
     want = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -57,7 +57,7 @@ def _deepest_walk(ledger: Ledger, until: int) -> int:
 def test_the_heap_walk_finds_what_a_full_scan_finds() -> None:
     below_the_top = 0
 
-    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(journal=heaped_arrivals(), at=st.integers(-1, 26), span=st.integers(0, 26))
     def check(journal: MemoryJournal, at: int, span: int) -> None:
         nonlocal below_the_top

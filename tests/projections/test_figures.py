@@ -59,7 +59,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, int, dict[str, Any]]]:
     return events
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=histories())
 def test_figures_at_an_accounts_last_event_are_the_folds_running_figures(
         events: list[tuple[str, int, dict[str, Any]]]) -> None:

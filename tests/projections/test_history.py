@@ -55,7 +55,7 @@ def answers(journal: MemoryJournal, account: str, position: int) -> tuple[Any, A
         return None
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=arrivals())
 def test_one_fold_answers_what_the_statement_and_the_explanation_answer(
         journal: MemoryJournal) -> None:
@@ -71,7 +71,7 @@ def test_one_fold_answers_what_the_statement_and_the_explanation_answer(
             assert (to_dict(history.statement), to_dict(history.explanation)) == expected
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=arrivals())
 def test_what_an_event_changed_is_the_same_with_or_without_the_whole_statement(
         journal: MemoryJournal) -> None:
@@ -86,7 +86,7 @@ def test_what_an_event_changed_is_the_same_with_or_without_the_whole_statement(
                 assert alone[0].position == rec.position
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=arrivals())
 def test_the_timeline_is_account_timeline_with_a_point_for_each_void(
         journal: MemoryJournal) -> None:

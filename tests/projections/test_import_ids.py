@@ -36,7 +36,7 @@ records = st.lists(st.fixed_dictionaries({
 }), min_size=1, max_size=12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(records=records, more=records)
 def test_a_grown_file_appends_only_its_new_lines(records: list[Record],
                                                  more: list[Record]) -> None:
@@ -47,7 +47,7 @@ def test_a_grown_file_appends_only_its_new_lines(records: list[Record],
     assert (again.appended, again.already_present) == (len(more), len(records))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(records=records)
 def test_a_plan_gives_each_line_the_id_an_import_records(records: list[Record]) -> None:
     # The service's batches are planned (`plan_entries`), files are streamed
@@ -61,7 +61,7 @@ def test_a_plan_gives_each_line_the_id_an_import_records(records: list[Record]) 
     assert len(set(planned)) == len(records)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(records=records)
 def test_crlf_spacing_and_key_order_append_nothing(records: list[Record]) -> None:
     journal = MemoryJournal()
@@ -71,7 +71,7 @@ def test_crlf_spacing_and_key_order_append_nothing(records: list[Record]) -> Non
     assert (redelivered.appended, redelivered.already_present) == (0, len(records))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(records=records, data=st.data())
 def test_a_reordered_file_appends_nothing(records: list[Record], data: st.DataObject) -> None:
     journal = MemoryJournal()

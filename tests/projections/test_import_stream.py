@@ -77,7 +77,7 @@ _LINE = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(before=st.lists(_LINE, max_size=4), lines=st.lists(_LINE, max_size=14),
        chunk=st.integers(1, 4))
 def test_a_streamed_import_does_what_the_in_memory_plan_does(

@@ -258,7 +258,7 @@ def _random_history(ops: list[tuple[str, int, int]]) -> MemoryJournal:
     return journal
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["grant", "consume", "submit", "start"]),
                           st.integers(0, 30), st.integers(1, 40)), max_size=25))
 def test_exports_import_back_to_the_same_digest(ops: list[tuple[str, int, int]]) -> None:
@@ -411,7 +411,7 @@ def test_exports_carry_what_the_journal_recorded_and_import_ignores_it() -> None
     assert grant is not None and grant.payload == {"account": "a", "amount": 10}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.lists(st.one_of(st.floats(0, 1), st.sampled_from([1e-05, 5e-324, -0.0, 1 / 3])),
                 min_size=1, max_size=6))
 def test_refund_fractions_of_every_spelling_import_back_from_either_format(

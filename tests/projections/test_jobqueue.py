@@ -38,7 +38,7 @@ def test_the_ledger_is_encoded_with_its_queue_as_the_heaps_of_heads() -> None:
     assert heads[2][0] == 0 and len(heads[2]) == 1 + len(ledger.heads[DEFAULT_HALF_LIFE])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 30), st.integers(0, 3),
                           st.booleans()), max_size=25))
 def test_copies_and_decoded_trees_pick_the_same_next_job(

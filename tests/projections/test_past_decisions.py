@@ -109,7 +109,7 @@ _CALL = st.one_of(
 _CORRECTIONS = frozenset({"grant", "adjust", "void"})
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.integers(0, 20), st.sampled_from([None, 1, 2]), st.lists(_CALL, min_size=5, max_size=30))
 def test_every_decision_in_the_past_is_what_the_fold_says_and_invalidates_nothing(
         balance: int, cap: int | None, calls: list[tuple[str, str, int, int, int]]) -> None:

@@ -139,11 +139,11 @@ def test_the_generated_journals_hold_credit_and_debit_adjustments_and_voids() ->
 
     wanted = {"void", "credit", "debit", "late void"}
     found = find(journals(), lambda j: kinds(j) >= wanted,
-                 settings=settings(max_examples=300, database=None, phases=[Phase.generate]))
+                 settings=settings(max_examples=150, database=None, phases=[Phase.generate]))
     assert kinds(found) >= wanted
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals(), st.integers(0, 60))
 def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) -> None:
     ledger = fold_canonical(journal)
@@ -171,7 +171,7 @@ def test_statements_add_up_to_the_balance(journal: MemoryJournal, extra: int) ->
         assert part.subtotals.consistent, part.subtotals.problems
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals())
 def test_every_state_on_the_timeline_keeps_the_invariants(journal: MemoryJournal) -> None:
     # The generated journals hold what only files can: an account declared again with
@@ -182,7 +182,7 @@ def test_every_state_on_the_timeline_keeps_the_invariants(journal: MemoryJournal
         assert violations(ledger) == [], rec
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals())
 def test_every_grant_accounts_for_its_credits(journal: MemoryJournal) -> None:
     for name, account in fold_canonical(journal).accounts.items():
@@ -199,7 +199,7 @@ def test_every_grant_accounts_for_its_credits(journal: MemoryJournal) -> None:
 
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals(), st.integers(0, 20))
 def test_each_running_balance_is_the_balance_at_its_time(journal: MemoryJournal,
                                                          extra: int) -> None:
@@ -345,7 +345,7 @@ def test_audit_debt_is_what_balance_says_after_the_refill_accrued_since() -> Non
     assert totals.debt == -GPUCreditTracker(journal, account="r").get_balance(1200) == 10
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals(), st.integers(0, 60), st.data())
 def test_a_statement_from_the_account_stream_is_the_one_from_the_whole_journal(
         journal: MemoryJournal, extra: int, data: st.DataObject) -> None:
@@ -571,7 +571,7 @@ def test_a_position_is_ascii_digits(text: str) -> None:
 # -- a pending job's place in the queue ------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_jobs_ahead_of_a_pending_job_are_those_start_next_starts_before_it(
         data: st.DataObject) -> None:

@@ -100,7 +100,7 @@ def charges(journal: MemoryJournal, position: int) -> tuple[dict[str, Any], dict
             {k: (c.account, c.amount, c.time, c.position) for k, c in events.items()})
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=journals(), cut=st.integers(0, 19), known=st.integers(0, 19))
 def test_charges_from_the_projection_are_those_of_a_straight_fold(
         events: list[Raw], cut: int, known: int) -> None:
@@ -170,7 +170,7 @@ def reconciled(jobs: dict[str, Any], events: dict[str, Any],
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=journals(), cut=st.integers(0, 19), data=st.data())
 def test_reconcile_gives_the_verdicts_of_every_row_against_every_charge(
         events: list[Raw], cut: int, data: st.DataObject) -> None:

@@ -156,7 +156,7 @@ def expected(rows: list[Row], file: list[FileCharge]) -> list[tuple[Any, ...]]:
     return found
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_reconcile_agrees_with_a_model_of_the_ledgers_charges(
         case: tuple[list[Row], int, list[FileCharge]]) -> None:

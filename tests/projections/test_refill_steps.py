@@ -29,7 +29,7 @@ def _figures(events: list[NewEvent], at: int) -> tuple[int, int, dict[str, int]]
     return figures.balance, figures.debt, {p: v for p, v in figures.pools.items() if v}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rate=st.integers(1, 7200), cap=st.integers(1, 50),
        debts=st.lists(st.tuples(st.sampled_from([None, "a100", "h100"]),
                                 st.integers(1, 120)), min_size=1, max_size=3),

@@ -81,7 +81,7 @@ def test_a_refill_batch_counts_the_debt_its_released_credits_paid() -> None:
     assert statement(journal, "a").lines[-1].debt_paid == 4
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journals())
 def test_statement_lines_trace_every_change_of_balance_and_debt(
         journal: MemoryJournal) -> None:

@@ -316,7 +316,7 @@ def test_a_reversal_of_a_late_timed_reversal_reaches_back_to_the_event_it_puts_b
     assert causes == {"unrev-a"}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[
+@settings(max_examples=30, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(events=journals().filter(bool), data=st.data())
 @pytest.mark.parametrize("held", [True, False], ids=["rows held", "rows read again"])

@@ -109,7 +109,7 @@ def _answers(journal: MemoryJournal, account: str) -> tuple[Any, ...]:
         return (str(exc),)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=journals())
 def test_the_streams_answer_is_the_whole_folds(journal: MemoryJournal) -> None:
     own = {account: _answers(journal, account) for account in ACCOUNTS}

@@ -274,7 +274,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 
 SchedulerMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None,
+    max_examples=75, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestSchedulerMachine = SchedulerMachine.TestCase

@@ -164,21 +164,21 @@ def _points_alike(journal: MemoryJournal, after: int, joined: int = 0) -> None:
         assert [list(p.pools) for p in points] == [list(p.pools) for p in expected]  # order
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(journal=histories(), after=st.integers(0, 15))
 def test_every_point_is_what_the_accounts_state_says_then(journal: MemoryJournal,
                                                           after: int) -> None:
     _points_alike(journal, after)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(journal=crowds(), after=st.integers(0, 60), joined=st.integers(0, 60))
 def test_every_point_is_what_the_state_says_with_many_jobs_held_and_settled_in_any_order(
         journal: MemoryJournal, after: int, joined: int) -> None:
     _points_alike(journal, after, joined)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(journal=crowds(), joined=st.integers(0, 60))
 def test_held_by_pool_followed_hold_by_hold_is_the_books_own_sum(journal: MemoryJournal,
                                                                 joined: int) -> None:
@@ -237,7 +237,7 @@ def test_a_timeline_walks_each_hold_a_few_times_not_every_hold_at_every_event() 
     assert CountedPortions.walks <= 4 * jobs, CountedPortions.walks
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(journal=histories(), after=st.integers(0, 15))
 def test_figures_per_pool_add_up_to_the_accounts_figures(journal: MemoryJournal,
                                                          after: int) -> None:

@@ -280,7 +280,7 @@ _records = st.dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(_records.map(json.dumps), st.text(max_size=40)), min_size=1,
                 max_size=5))
 def test_import_is_all_or_nothing_on_any_lines(lines: list[str]) -> None:

@@ -10,7 +10,7 @@ from projections.queries.walk import AccountWalk, expired_batches
 from tests.replay.test_replay import _journal, histories
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(histories())
 def test_the_walk_reports_every_expired_batch_a_full_scan_finds(events: list[Any]) -> None:
     journal = _journal(sorted(events, key=lambda e: e[2]))

@@ -113,7 +113,7 @@ def _rewritten(rows: list[Row], policy: dict[str, Any]) -> list[Row]:
     return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=journals(), policy=policies, data=st.data())
 def test_whatif_is_a_fold_of_the_journal_rewritten_to_the_policy(
         rows: list[Row], policy: dict[str, Any], data: st.DataObject) -> None:

@@ -93,7 +93,7 @@ def _recorded(events: list[Event], cut: int, every: int | None) -> MemoryJournal
     return journal
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(shared_job_histories(), st.data())
 def test_an_accounts_jobs_from_the_job_index_are_the_folds(
         events: list[Event], data: st.DataObject) -> None:
@@ -115,7 +115,7 @@ def test_an_accounts_jobs_from_the_job_index_are_the_folds(
                        if j.account == account or job in named}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(shared_job_histories(), st.data())
 def test_statements_checking_their_job_ids_in_the_index_are_those_of_a_fold(
         events: list[Event], data: st.DataObject) -> None:

@@ -122,7 +122,7 @@ def _revised(projector: Projector) -> list[tuple[Any, ...]]:
     return sorted((r.position, repr(r.before), repr(r.after)) for r in projector.revisions)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.sampled_from([1, 2, 5, 1000]))
 def test_per_account_reprojection_equals_a_full_fold_after_every_event(
         events: list[Event], rnd: random.Random, snapshot_every: int) -> None:
@@ -330,7 +330,7 @@ def corrections(draw: st.DrawFn) -> list[Event]:
     return events
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(corrections(), st.randoms(use_true_random=False), st.sampled_from([1, 3, 1000]))
 def test_reversals_in_any_arrival_order_equal_a_full_fold_after_every_event(
         events: list[Event], rnd: random.Random, snapshot_every: int) -> None:
@@ -428,7 +428,7 @@ def test_a_void_recorded_apart_from_its_grant_keeps_reversals_on_the_whole_timel
     assert projector.ledger.digest() == fold_canonical(journal).digest()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.data())
 def test_a_projector_started_from_a_saved_state_refolds_late_events_as_a_full_fold(
         events: list[Event], rnd: random.Random, data: st.DataObject) -> None:
@@ -511,7 +511,7 @@ def slightly_late(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
     return [events[i] for i in order], batches
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(slightly_late(), st.sampled_from([1, 2, 3]), st.booleans())
 def test_a_stream_of_slightly_late_events_over_many_snapshots_equals_a_full_fold(
         drawn: tuple[list[Event], list[int]], snapshot_every: int, in_batches: bool) -> None:
@@ -570,7 +570,7 @@ def test_late_usage_of_many_accounts_refolds_from_a_snapshot_not_the_empty_ledge
     assert projector.ledger.digest() == fold_canonical(journal).digest()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.sampled_from([1, 2, 5]),
        st.booleans())
 def test_states_of_the_past_kept_as_snapshots_stay_right_under_later_late_events(

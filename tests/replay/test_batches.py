@@ -81,7 +81,7 @@ def _by_batch(journal: MemoryJournal) -> list[list[Any]]:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(batched(), st.sampled_from([1, 2, 5, 1000]), st.booleans(),
        st.sampled_from([1, 50_000]), st.sampled_from([1, 2, 1000]))
 def test_every_batch_leaves_the_state_of_a_full_fold_and_revises_only_what_was_known(
@@ -114,7 +114,7 @@ def test_every_batch_leaves_the_state_of_a_full_fold_and_revises_only_what_was_k
             assert all(first <= r.late_position <= last and r.position < first for r in new)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(batched(), st.sampled_from([1, 2, 5, 1000]))
 def test_both_refold_paths_revise_the_same_events_and_name_the_documented_cause(
         batches: list[list[Event]], snapshot_every: int) -> None:
@@ -156,7 +156,7 @@ def test_both_refold_paths_revise_the_same_events_and_name_the_documented_cause(
         assert own and own[0] == r.late_position
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(batched())
 def test_replay_of_a_journal_appended_in_batches_equals_a_full_fold(
         batches: list[list[Event]]) -> None:
@@ -263,7 +263,7 @@ def mostly_in_order(draw: st.DrawFn) -> list[list[Event]]:
     return [events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(mostly_in_order(), st.sampled_from([1, 2, 3]))
 def test_a_batch_handed_over_in_parts_makes_what_the_whole_batch_makes(
         batches: list[list[Event]], streamed: int) -> None:

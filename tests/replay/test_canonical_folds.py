@@ -23,7 +23,7 @@ def _state(ledger: Ledger) -> tuple[object, ...]:
             ledger.last)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.data())
 def test_each_state_equals_a_whole_fold_to_its_position(
         events: list[Event], rnd: random.Random, data: st.DataObject) -> None:

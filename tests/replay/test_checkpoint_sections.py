@@ -53,7 +53,7 @@ def _drawn_checkpointed(events: list[Any], data: st.DataObject) -> MemoryJournal
     return _checkpointed(list(order), cut, data.draw(st.integers(1, 5)))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(histories(), st.data())
 def test_each_section_decodes_to_the_part_of_the_ledger_it_holds(
         events: list[Any], data: st.DataObject) -> None:
@@ -74,7 +74,7 @@ def test_each_section_decodes_to_the_part_of_the_ledger_it_holds(
     assert all(jobs[j] is job for j, job in own_live.items())
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(histories(), st.data())
 def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
         events: list[Any], data: st.DataObject) -> None:
@@ -95,7 +95,7 @@ def test_one_account_from_its_section_and_its_own_events_equals_a_fold(
         assert not got.jobs or {j: canonical_job(got, j) for j in got.jobs} == mine
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories(), st.data())
 def test_one_account_from_a_checkpoint_leaves_out_what_later_reversals_take_out(
         events: list[Any], data: st.DataObject) -> None:
@@ -119,7 +119,7 @@ def test_one_account_from_a_checkpoint_leaves_out_what_later_reversals_take_out(
             assert figures == Figures.of(want.accounts[account], time)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(histories(), st.data())
 def test_reports_and_explanations_from_checkpoints_equal_those_from_a_fold(
         events: list[Any], data: st.DataObject) -> None:
@@ -287,7 +287,7 @@ def test_a_step_of_the_accounts_job_filed_in_another_accounts_stream_is_seen(
     assert queries.balance(journal, "a", at=4).figures == want
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories_in_files(), st.data())
 def test_one_accounts_balance_from_a_checkpoint_is_its_row_of_accounts(
         events: list[dict[str, Any]], data: st.DataObject) -> None:

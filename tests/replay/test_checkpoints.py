@@ -38,7 +38,7 @@ from tests.replay.test_replay import cut_timelines, fold_on, folded_to_cut, hist
 HASH = "ab" * 32
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(cut_timelines())
 def test_a_decoded_checkpoint_folds_on_exactly_like_the_ledger_it_was_taken_from(
         cut_timeline: tuple[list[Any], int]) -> None:
@@ -351,7 +351,7 @@ def test_a_replay_cut_short_keeps_the_checkpoints_it_would_have_replaced(
     journal.close()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(histories(), st.data())
 def test_ledger_at_from_checkpoints_equals_a_fold_at_every_position_and_time(
         events: list[Any], data: st.DataObject) -> None:
@@ -422,7 +422,7 @@ def _append_in_batches(journal: Any, events: list[Any], data: st.DataObject) -> 
 
 
 @pytest.mark.parametrize("where", ["memory", "sqlite"])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(events=histories(), data=st.data())
 def test_a_session_resumes_from_the_newest_checkpoint_though_late_events_land_before_it(
         where: str, events: list[Any], data: st.DataObject,

@@ -113,7 +113,7 @@ def _starts_before(ledger: Ledger, job_id: str) -> int | None:
     return None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batches=recorded())
 def test_every_surface_picks_the_models_next_job(batches: list[list[Row]]) -> None:
     journal = append(MemoryJournal(), batches)
@@ -187,7 +187,7 @@ def facade_ops(draw: st.DrawFn) -> list[tuple[str, int, int, int]]:
         st.sampled_from([1, 2, 3, 6, 9, 700])), min_size=5, max_size=40))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(ops=facade_ops())
 def test_start_next_through_the_facade_starts_the_models_job(
         ops: list[tuple[str, int, int, int]]) -> None:

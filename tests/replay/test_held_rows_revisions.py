@@ -26,7 +26,7 @@ def _log(journal: MemoryJournal, monkeypatch: Any, held_rows: int) -> RevisionLo
     return log
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.sampled_from([0, 3, 12, 10**6]))
 def test_held_rows_give_the_revisions_read_from_the_journal(
         events: list[Event], rnd: random.Random, held_rows: int) -> None:

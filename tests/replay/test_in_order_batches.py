@@ -29,7 +29,7 @@ def _notes(projector: Projector) -> tuple[Any, ...]:
             projector._unpartitioned, sorted(projector._voided_from.items(), key=repr))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(histories())
 def test_the_compiled_loop_folds_an_in_order_batch_as_the_per_event_loop(
         events: list[Event]) -> None:
@@ -53,7 +53,7 @@ def test_the_compiled_loop_folds_an_in_order_batch_as_the_per_event_loop(
     assert _notes(compiled) == _notes(per_event)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(histories(), st.lists(st.integers(1, 6), min_size=1, max_size=30))
 def test_plain_rows_are_ingested_as_their_lean_records(
         events: list[Event], sizes: list[int]) -> None:

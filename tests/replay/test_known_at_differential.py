@@ -223,7 +223,7 @@ def assert_agrees(journal: JournalLike, batches: list[list[Row]], position: int,
         assert got[key] == value, key
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(recorded().filter(bool), st.data())
 def test_as_known_at_is_a_fold_of_the_journal_then(batches: list[list[Row]],
                                                    data: st.DataObject) -> None:
@@ -286,7 +286,7 @@ def _reported(batches: list[list[Row]], position: int) -> dict[int, dict[str, An
     return _reported_in(append(MemoryJournal(), prefix(batches, position)))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(recorded(batched=False).filter(bool))
 def test_revisions_are_exactly_what_each_arrival_changed(batches: list[list[Row]]) -> None:
     journal = append(MemoryJournal(), batches)
@@ -302,7 +302,7 @@ def test_revisions_are_exactly_what_each_arrival_changed(batches: list[list[Row]
         assert sorted(got, key=lambda r: r[:2]) == want
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(recorded().filter(bool), st.data())
 def test_facades_open_while_events_arrive_answer_as_a_fold_of_them(
         batches: list[list[Row]], data: st.DataObject) -> None:
@@ -431,7 +431,7 @@ def test_facade_decisions_in_the_past_answer_as_a_fold_of_the_journal(
                    for r in replay(journal).revisions}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(recorded().filter(bool))
 def test_revisions_of_batches_are_what_each_batch_changed_of_what_was_known(
         batches: list[list[Row]]) -> None:

@@ -116,7 +116,7 @@ def run(opening: tuple[int, int | None, int, int | None], ops: list[tuple[Any, .
     assert Scheduler(journal).state_digest() == scheduler.state_digest()
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(opening=openings, ops=ops_strategy)
 def test_live_state_equals_a_cold_fold_with_late_usage_reports(
     opening: tuple[int, int | None, int, int | None], ops: list[tuple[Any, ...]],
@@ -125,7 +125,7 @@ def test_live_state_equals_a_cold_fold_with_late_usage_reports(
 
 
 @pytest.mark.parametrize("every", [1, 4])
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(opening=openings, ops=ops_strategy)
 def test_live_state_equals_a_cold_fold_when_snapshots_are_frequent(
     every: int, opening: tuple[int, int | None, int, int | None], ops: list[tuple[Any, ...]]
@@ -151,7 +151,7 @@ domain_event = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), events=st.lists(domain_event, min_size=1, max_size=25))
 def test_replay_digest_does_not_depend_on_arrival_order(
     data: st.DataObject, events: list[Any]

@@ -155,7 +155,7 @@ def _check(journal: JournalLike, batches: list[list[Row]], position: int, at: in
                                  for line in part.lines) == sum(expected.debt.values()), label
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(recorded().filter(bool), st.data())
 def test_every_surface_is_the_model_as_known_at_any_position(batches: list[list[Row]],
                                                              data: st.DataObject) -> None:
@@ -167,7 +167,7 @@ def test_every_surface_is_the_model_as_known_at_any_position(batches: list[list[
     _check(journal, batches, journal.head(), at)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(recorded().filter(bool), st.data())
 def test_answers_from_checkpoints_are_the_model(batches: list[list[Row]],
                                                 data: st.DataObject) -> None:
@@ -182,7 +182,7 @@ def test_answers_from_checkpoints_are_the_model(batches: list[list[Row]],
         _check(journal, batches, journal.head(), at)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(recorded().filter(bool))
 def test_explanation_accounts_for_every_debt_paid(batches: list[list[Row]]) -> None:
     """The explanation's debt per pool is the model's, and what each grant or credit
@@ -203,7 +203,7 @@ def test_explanation_accounts_for_every_debt_paid(batches: list[list[Row]]) -> N
                 assert paid[line.event_id] == line.debt_paid, line
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(recorded().filter(bool), st.data())
 def test_live_projections_follow_the_model_batch_by_batch(batches: list[list[Row]],
                                                           data: st.DataObject) -> None:
@@ -247,7 +247,7 @@ def _last_of_each_time(lines: list[Any]) -> list[Any]:
             if i + 1 == len(lines) or lines[i + 1].time != line.time]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(recorded(jobs=True).filter(bool), st.data())
 def test_jobs_in_pools_every_surface_is_the_fold(batches: list[list[Row]],
                                                  data: st.DataObject) -> None:
@@ -335,7 +335,7 @@ def test_jobs_in_pools_every_surface_is_the_fold(batches: list[list[Row]],
                 journal, account).debt
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(recorded(jobs=True).filter(bool), st.data())
 def test_live_projections_with_jobs_in_pools_are_the_fold(batches: list[list[Row]],
                                                           data: st.DataObject) -> None:
@@ -356,7 +356,7 @@ def test_live_projections_with_jobs_in_pools_are_the_fold(batches: list[list[Row
             assert tracker._session.digest() == digest, i
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(recorded().filter(bool))
 def test_revisions_of_debt_are_what_each_batch_changed_in_the_model(
         batches: list[list[Row]]) -> None:

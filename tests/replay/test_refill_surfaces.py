@@ -143,7 +143,7 @@ def _last_of_each_time(lines: list[Any]) -> list[Any]:
             if i + 1 == len(lines) or lines[i + 1].time != line.time]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(recorded(elsewhere=True), st.data())
 def test_statement_lines_opening_and_debt_are_the_folds(batches: list[list[Row]],
                                                         data: st.DataObject) -> None:
@@ -176,7 +176,7 @@ def test_statement_lines_opening_and_debt_are_the_folds(batches: list[list[Row]]
                 assert line.balance == _figures(journal, account, line.time).balance, line
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(recorded(), st.data())
 def test_history_explanation_and_timeline_are_the_folds(batches: list[list[Row]],
                                                         data: st.DataObject) -> None:
@@ -261,7 +261,7 @@ def test_export_import_whatif_and_checkpoints_keep_the_folds(batches: list[list[
     assert _plain(jobs(journal)) == _plain(jobs(plain))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(recorded().filter(bool), st.data())
 def test_as_known_at_is_a_fold_of_the_journal_then(batches: list[list[Row]],
                                                    data: st.DataObject) -> None:

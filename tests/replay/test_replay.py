@@ -99,7 +99,7 @@ def assert_equals_a_cold_fold(ledger: Ledger, journal: MemoryJournal, position: 
     assert all(ledger.jobs[job_id] is job for job_id, job in ledger.live.items())
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(histories(), st.randoms(use_true_random=False))
 def test_every_arrival_order_gives_the_same_digest(events: list[Any], rnd: random.Random) -> None:
     in_order = replay(_journal(sorted(events, key=lambda e: e[2])))
@@ -117,7 +117,7 @@ def _reported_outcomes(journal: MemoryJournal, to_position: int) -> dict[int, di
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.integers(1, 4),
        st.sampled_from([1, 3, 50_000]))
 def test_incremental_reprojection_equals_full_replay_and_finds_every_revision(
@@ -143,7 +143,7 @@ def test_incremental_reprojection_equals_full_replay_and_finds_every_revision(
     assert sorted(got, key=lambda r: r[:2]) == sorted(expected_revisions, key=lambda r: r[:2])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(histories(), st.randoms(use_true_random=False), st.data())
 def test_as_known_at_equals_a_replay_of_the_truncated_journal(
         events: list[Any], rnd: random.Random, data: st.DataObject) -> None:
@@ -323,7 +323,7 @@ def test_a_retried_grant_or_usage_report_answers_as_first_without_refolding_hist
     assert journal.head() == head
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(cut_timelines())
 def test_restore_gives_the_state_at_its_snapshot_however_the_ledger_went_on(
         cut_timeline: tuple[list[Any], int]) -> None:

@@ -57,7 +57,7 @@ def _command(key: str, request: tuple[str, Any]) -> Command:
     return commands.AppendEvents(key, tuple(entries), keyed, fingerprint)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(_STEPS)
 def test_every_key_answers_as_it_first_did(steps: list[tuple[int, int, str]]) -> None:
     _check(MemoryJournal(), steps)

@@ -135,7 +135,7 @@ def test_tokens_are_checked_as_the_routes_check_them(
          ("POST", "/v1/accounts/a/usage", {"amount": 1}, {"Authorization": "Basic x"}))
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.dictionaries(
     st.sampled_from(["amount", "pool", "time", "memo", "user", "other"]),
@@ -259,7 +259,7 @@ def _encoded(encode: Any, answer: dict[str, Any]) -> bytes | str:
         return type(exc).__name__
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.fixed_dictionaries(
     {"id": _TEXT, "debt": _INTS, "account": _TEXT, "amount": _INTS, "pool": _TEXT,
      "time": _INTS, "position": _INTS}), st.dictionaries(
@@ -282,7 +282,7 @@ def test_usage_answers_encode_as_the_model_encodes_them(
         lambda a: _json(_USAGE_ANSWER, a), shuffled)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.fixed_dictionaries({"appended": _VALUES, "already_present": _INTS,
                               "positions": st.lists(st.one_of(_INTS, _VALUES), max_size=5)}),
        st.dictionaries(st.sampled_from(["positions", "extra"]), _VALUES, max_size=1))
@@ -309,7 +309,7 @@ def _object(members: list[tuple[str, Any]]) -> str:
     return "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in members) + "}"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(_EVENT, max_size=4), st.sampled_from(["events", "event", "a:b"]),
        st.sampled_from(["", " ", "\n"]))
 def test_a_batch_body_is_read_as_the_strict_reader_and_the_model_read_it(

@@ -73,7 +73,7 @@ def test_a_resumed_service_names_payers_and_reasons_from_the_jobs_streams() -> N
     assert whole == []
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(histories(), st.data())
 def test_a_resumed_service_answers_every_job_read_as_one_that_folded_every_event(

@@ -342,7 +342,7 @@ def _check(make: Callable[[], JournalLike], script: Script) -> None:
             journal.close()
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_SCRIPT)
 def test_mixed_batches_decide_as_one_at_a_time_on_sqlite(
@@ -353,7 +353,7 @@ def test_mixed_batches_decide_as_one_at_a_time_on_sqlite(
     _check(make, script)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(_SCRIPT)
 def test_mixed_batches_decide_as_one_at_a_time_in_memory(
         script: Script) -> None:

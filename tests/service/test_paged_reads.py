@@ -107,7 +107,7 @@ def balance_at(client: TestClient, account: str, at: int, known: int | None = No
     return int(answer.json()["balance"])
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ledgers(), st.data())
 def test_a_statement_window_opens_and_closes_on_the_balances_around_it(
@@ -158,7 +158,7 @@ def test_a_statement_window_opens_and_closes_on_the_balances_around_it(
         assert len(csv.text.splitlines()) == 1 + len(lines)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ledgers(), st.data())
 def test_journal_pages_walked_while_events_arrive_import_as_the_same_ledger(
@@ -199,7 +199,7 @@ def test_journal_pages_walked_while_events_arrive_import_as_the_same_ledger(
     assert replay(copy).digest == replay(journal).digest
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ledgers(), st.data())
 def test_revision_pages_walked_while_events_arrive_list_each_revision_once(
@@ -353,7 +353,7 @@ def test_after_past_the_end_is_refused_not_answered_empty(client: TestClient) ->
     assert client.get("/v1/journal/head").json()["position"] == 3  # nothing appended
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(ledgers(), st.data())
 def test_a_statement_is_the_same_on_the_command_line_and_over_http(

@@ -79,7 +79,7 @@ def by_http(cost: int, fraction: float) -> int:
         return charged
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(cost=costs, fraction=fractions)
 def test_every_path_charges_a_failed_job_alike(cost: int, fraction: float) -> None:
     charge = exact(cost, fraction)

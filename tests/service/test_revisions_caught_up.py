@@ -82,7 +82,7 @@ def test_the_web_view_and_the_api_share_one_projector() -> None:
         assert state.web_source.revision_log is state.revision_log
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(histories(), st.data())
 def test_revisions_asked_after_every_batch_are_a_replays(

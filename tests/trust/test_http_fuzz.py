@@ -52,7 +52,7 @@ def _import_accepts(events: list[dict[str, Any]]) -> bool:
     return True
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=75, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_events, min_size=1, max_size=3), st.integers(0, 10**9))
 def test_a_rejected_body_appends_nothing(client: TestClient, events: list[dict[str, Any]],

@@ -121,7 +121,7 @@ def answers(batches: list[list[Event]], model: dict[str, str | None]) -> dict[st
     return found
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(histories(), st.data())
 def test_every_account_grouped_answer_is_the_same_whatever_the_arrival_order(

@@ -44,7 +44,7 @@ def stream(journal: MemoryJournal, account: str, position: int) -> list[Recorded
     return list(journal.read(stream=account, to_position=position, order="position"))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=appends(), data=st.data())
 def test_a_fold_extended_as_the_head_moves_answers_what_a_fresh_fold_answers(
         journal: MemoryJournal, data: st.DataObject) -> None:

@@ -39,7 +39,7 @@ def _whole(journal: MemoryJournal, account: str) -> tuple[Any, ...]:
         return _answers(journal, account)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(journal=journals())
 def test_the_account_page_answers_as_the_whole_fold(journal: MemoryJournal) -> None:
     whole = {account: _whole(journal, account) for account in ACCOUNTS}

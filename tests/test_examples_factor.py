@@ -1,0 +1,58 @@
+"""GPU_CREDITS_EXAMPLES: the factor on every property test's examples, for longer hunts
+than `make test` has time for (docs/operations.md, "Running the tests")."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import EXAMPLES_ENV, examples_factor, pytest_collection_modifyitems
+
+
+@pytest.mark.parametrize(("raw", "factor"), [(None, 1.0), ("", 1.0), ("3", 3.0),
+                                             (" 0.5 ", 0.5)])
+def test_the_factor_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                 raw: str | None, factor: float) -> None:
+    if raw is None:
+        monkeypatch.delenv(EXAMPLES_ENV, raising=False)
+    else:
+        monkeypatch.setenv(EXAMPLES_ENV, raw)
+    assert examples_factor() == factor
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "x", "inf", "nan"])
+def test_a_factor_that_is_not_a_positive_number_stops_the_run(
+        monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv(EXAMPLES_ENV, raw)
+    with pytest.raises(pytest.UsageError, match=EXAMPLES_ENV):
+        examples_factor()
+
+
+def test_each_property_test_runs_its_examples_times_the_factor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test function's item holds the function; a test method's, the method bound."""
+    drawn: list[int] = []
+
+    @settings(max_examples=7, database=None)
+    @given(st.integers())
+    def prop(x: int) -> None:
+        drawn.append(x)
+
+    class Case:
+        @settings(max_examples=5, database=None)
+        @given(st.integers())
+        def test_prop(self, x: int) -> None:
+            drawn.append(x)
+
+    class Item:
+        def __init__(self, obj: object) -> None:
+            self.obj = obj
+
+    case = Case()
+    monkeypatch.setenv(EXAMPLES_ENV, "3")
+    pytest_collection_modifyitems([Item(prop), Item(case.test_prop)])  # type: ignore[list-item]
+    prop()
+    assert len(drawn) == 21
+    case.test_prop()
+    assert len(drawn) == 21 + 15
