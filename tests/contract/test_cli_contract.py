@@ -28,6 +28,13 @@ def jsonl(events: list[dict[str, object]], end: str = "\n") -> str:
     return "".join(json.dumps(e) + end for e in events)
 
 
+def imported(cli: Run, path: Path, events: list[dict[str, object]]) -> None:
+    """Write `events` as a JSON Lines file at `path` and import it."""
+    path.write_text(jsonl(events))
+    result = cli("import", str(path))
+    assert result.exit_code == 0, result.stderr
+
+
 @pytest.fixture
 def loaded(cli: Run, tmp_path: Path) -> Path:
     path = tmp_path / "events.jsonl"
@@ -309,12 +316,10 @@ def test_single_event_commands(cli: Run) -> None:
 
 @needs("grant", "consume", "void", "reverse")
 def test_void_and_reverse_by_id(cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "ids.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "ids.jsonl", [
         {"type": "grant", "id": "g1", "account": "a", "amount": 100, "time": 0},
         {"type": "consume", "id": "u1", "account": "a", "amount": 30, "time": 1},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     result = cli("void", "g1", "--at", "5", "--reason", "cancelled")
     assert result.exit_code == 0, result.stderr
     assert balance_json(cli, "a", "--at", "4")["balance"] == 70
@@ -615,27 +620,23 @@ def test_a_grant_priority_outside_0_to_100_in_a_file_is_exit_2(
 
 def test_optional_fields_default_to_no_expiry_the_general_pool_and_a_full_refund(
         cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "defaults.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "defaults.jsonl", [
         {"type": "grant", "account": "a", "amount": 100, "time": 0},
         {"type": "submit", "account": "a", "job": "j", "cost": 30, "priority": 1, "time": 1},
         {"type": "start", "job": "j", "time": 2},
         {"type": "complete", "job": "j", "success": False, "time": 3},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     b = balance_json(cli, "a", "--at", "4000000000")  # never expires; nothing charged
     assert (b["balance"], b["available"], b["pools"]) == (100, 100, {"general": 100})
 
 
 def test_a_memo_is_shown_in_statements_and_exports(cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "memo.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "memo.jsonl", [
         {"type": "grant", "account": "a", "amount": 100, "time": 0, "memo": "PO 4411"},
         {"type": "consume", "account": "a", "amount": 5, "time": 1, "memo": "run 17"},
         {"type": "adjust", "account": "a", "amount": -2, "time": 2, "reason": "fee",
          "memo": "ticket 9"},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     exported = [json.loads(line) for line in cli("export").stdout.splitlines()]
     assert [e.get("memo") for e in exported] == ["PO 4411", "run 17", "ticket 9"]
     assert "run 17" in cli("export", "--format", "csv").stdout
@@ -660,15 +661,13 @@ def test_export_csv_round_trips_through_import(cli: Run, loaded: Path,
 @needs("whatif")
 def test_whatif_lists_a_job_charged_differently_and_nothing_for_an_empty_policy(
         cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "failed.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "failed.jsonl", [
         {"type": "grant", "account": "a", "amount": 100, "time": 0},
         {"type": "submit", "account": "a", "job": "jfail", "cost": 30, "priority": 1,
          "time": 1},
         {"type": "start", "job": "jfail", "time": 2},
         {"type": "complete", "job": "jfail", "success": False, "time": 3},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     policy = tmp_path / "policy.json"
     policy.write_text("{}")
     same = cli("whatif", "--policy", str(policy), "--json")
@@ -707,29 +706,25 @@ def test_among_equal_priority_and_expiry_the_grant_earlier_on_the_timeline_pays_
         cli: Run, tmp_path: Path) -> None:
     # "The earlier grant" is by the canonical order (event time, then position): B,
     # recorded second but timed first, pays; voiding B then takes only what B has left.
-    path = tmp_path / "grants.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "grants.jsonl", [
         {"type": "grant", "account": "a", "amount": 5, "time": 5, "expiry": 100, "id": "A"},
         {"type": "grant", "account": "a", "amount": 5, "time": 0, "expiry": 100, "id": "B"},
         {"type": "consume", "account": "a", "amount": 3, "time": 6},
         {"type": "void", "grant": "B", "time": 7, "reason": "contract cancelled"},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     assert balance_json(cli, "a", "--at", "7")["balance"] == 5
 
 
 @needs("reconcile")
 def test_reconcile_reports_every_row_and_the_charges_the_file_lacks_in_its_range(
         cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "usage.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "usage.jsonl", [
         {"type": "grant", "account": "a", "amount": 100, "time": 0},
         {"type": "grant", "account": "b", "amount": 100, "time": 0},
         *({"type": "consume", "account": "a", "amount": amount, "time": time,
            "id": f"u{time}"} for time, amount in ((2, 10), (4, 7), (5, 20), (8, 1))),
         {"type": "consume", "account": "b", "amount": 5, "time": 5, "id": "ub"},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     charges = tmp_path / "charges.csv"
     charges.write_text("account,amount,id,time\na,10,u2,2\na,21,u5,5\na,4,nope,6\n")
     expected = {("matched", "u2"), ("amount_differs", "u5"), ("missing_from_ledger", "nope"),
@@ -746,15 +741,13 @@ def test_reconcile_reports_every_row_and_the_charges_the_file_lacks_in_its_range
 
 def test_explain_names_the_grants_that_paid_and_why_a_job_was_rejected(
         cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "explained.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "explained.jsonl", [
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 100, "id": "g1"},
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 50, "id": "g2"},
         {"type": "consume", "account": "a", "amount": 15, "time": 1, "id": "u"},
         {"type": "submit", "account": "a", "job": "big", "cost": 100, "priority": 1,
          "time": 2},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     account = json.loads(cli("explain", "a", "--json").stdout)
     assert {g["grant"]: [(u["event_id"], u["amount"]) for u in g["uses"]]
             for g in account["grants"]} == {"g1": [("u", 5)], "g2": [("u", 10)]}
@@ -768,15 +761,13 @@ def test_explain_names_the_grants_that_paid_and_why_a_job_was_rejected(
 @needs("whatif")
 def test_whatif_grant_order_expiry_ignores_grant_priorities(
         cli: Run, tmp_path: Path) -> None:
-    path = tmp_path / "priorities.jsonl"
-    path.write_text(jsonl([
+    imported(cli, tmp_path / "priorities.jsonl", [
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "expiry": 5,
          "priority": 90},
         {"type": "grant", "account": "a", "amount": 10, "time": 0, "priority": 10},
         {"type": "consume", "account": "a", "amount": 10, "time": 1},
         {"type": "consume", "account": "a", "amount": 1, "time": 6},
-    ]))
-    assert cli("import", str(path)).exit_code == 0
+    ])
     policy = tmp_path / "policy.json"
     # As recorded the priority-10 grant paid at 1 and the other expired unused at 5; by
     # expiry alone the expiring one pays and the other is left.
