@@ -163,8 +163,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     from hypothesis import settings
 
     for item in items:
-        # A test method's item holds it bound: the settings are the function's.
-        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        obj = getattr(item, "obj", None)
+        test = getattr(obj, "__func__", obj)  # a test method's item holds it bound
         # The settings a @given test runs with are read from it at each call.
         current = getattr(test, "_hypothesis_internal_use_settings", None)
         if getattr(test, "is_hypothesis_test", False) and current is not None:
