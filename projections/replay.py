@@ -48,6 +48,7 @@ from projections.projector import REVERSE, Projector, as_lean
 from projections.projector import Lean as Lean
 from projections.projector import LeanRow as LeanRow
 from projections.reversals import reversed_ids
+from projections.validation import require_int, require_time
 
 Progress = Callable[[int, int], None]
 
@@ -336,6 +337,10 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     the end and a late event in a fresh process refolds from a recent one, not from the
     start.
     """
+    if to_time is not None:
+        require_time("to_time", to_time)
+    if to_position is not None:
+        require_int("to_position", to_position, 0)
     head = journal.head() if to_position is None else min(to_position, journal.head())
     saving = checkpoint and to_time is None and to_position is None
     at = checkpoint_positions(head, checkpoint_every) if saving else frozenset()

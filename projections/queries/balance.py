@@ -17,6 +17,7 @@ from projections.queries.common import (
     recorded_position,
     unknown_account,
 )
+from projections.validation import require_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ def balance(journal: JournalLike, account: str, *, at: int | None = None,
             as_known_at: int | str | None = None, pool: str | None = None) -> BalanceReport:
     """`account`'s figures at event time `at` (default: the journal's latest event time),
     from only the events recorded at positions <= `as_known_at` (default: all)."""
-    when = latest_time(journal) if at is None else at
+    when = latest_time(journal) if at is None else require_time("at", at)
     position = recorded_position(journal, as_known_at)
     # One account: its section of a checkpoint and its own events after it, when they
     # tell it all; else the whole ledger.

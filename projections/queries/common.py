@@ -11,7 +11,7 @@ from projections.events import TIMELINE_START
 from projections.ledger import Ledger
 from projections.replay import ledger_at, rows_of_type
 from projections.timefmt import format_micros, parse_micros
-from projections.validation import show_name, spelled_like, spelling
+from projections.validation import require_int, show_name, spelled_like, spelling
 
 _KNOWN_SHOWN = 20
 
@@ -68,6 +68,9 @@ def known_position(journal: JournalLike, value: int | str | None, *,
                                  f"({known_positions(head)}) or an ISO-8601 recorded-at "
                                  f"time such as 2026-11-03T12:00Z, got {value!r}") from None
             return journal.position_at(micros)
+    # A script's `True` is not position 1, nor 1.0 a position at all: checked as the
+    # facades check their `as_known_at`.
+    value = require_int("as_known_at", value)
     if value < 0:
         raise ValueError(f"a position is not negative, got {value}; {known_positions(head)}")
     if value > head:

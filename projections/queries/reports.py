@@ -22,7 +22,7 @@ from projections.queries.common import (
     unknown_account,
 )
 from projections.replay import exact_view, excluded_as_known, rows_of_type, view_at
-from projections.validation import MAX_TIME
+from projections.validation import MAX_TIME, require_int, require_time
 
 DEFAULT_WITHIN = 7 * 86_400
 """`expiring` looks this far ahead unless told otherwise: seven days, in seconds."""
@@ -86,7 +86,7 @@ def accounts(journal: JournalLike, *, at: int | None = None,
              as_known_at: int | str | None = None) -> AccountsReport:
     """Every account's balance, reserved, available, debt and pools at event time `at`
     (default: the latest), from the events recorded up to `as_known_at`."""
-    when = latest_time(journal) if at is None else at
+    when = latest_time(journal) if at is None else require_time("at", at)
     position = recorded_position(journal, as_known_at)
     view = exact_view(journal, to_position=position, to_time=when)
     if view is not None:
@@ -209,9 +209,9 @@ def expiring(journal: JournalLike, *, within: int = DEFAULT_WITHIN, at: int | No
              as_known_at: int | str | None = None) -> ExpiringReport:
     """Credits that expire (or stop counting by a void) within `within` seconds of event
     time `at` (default: the journal's latest event time)."""
-    if within <= 0:
+    if require_int("within", within) <= 0:
         raise ValueError(f"the window must be positive, got {within} seconds")
-    when = latest_time(journal) if at is None else at
+    when = latest_time(journal) if at is None else require_time("at", at)
     position = recorded_position(journal, as_known_at)
     until = window_end(when, within)
     ahead = voids_ahead(journal, when, until, position)

@@ -32,6 +32,7 @@ from projections.queries.ownjobs import jobs_differ, own_jobs
 from projections.queries.walk import AccountWalk, Step
 from projections.replay import excluded_as_known
 from projections.reversals import reversed_ids
+from projections.validation import require_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +386,10 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
     """Every change to `account` with event time <= `to_time` (default: the latest), with
     a running balance; with `from_time`, an opening line and the changes from then on;
     from the events recorded up to `as_known_at` (default: all)."""
+    if from_time is not None:
+        require_time("from_time", from_time)
+    if to_time is not None:
+        require_time("to_time", to_time)
     latest = latest_time(journal)
     to = latest if to_time is None else to_time
     if to_time is None and from_time is not None and from_time > to:

@@ -292,6 +292,50 @@ def test_unknown_names() -> None:
     assert balance(journal, "late", at=10).figures.balance == 0
 
 
+_BAD_TIMES = [(True, "got True (bool)"), (5.0, "got 5.0 (float)"),
+              (math.nan, "got nan (float)"), ("5", "got '5' (str)"),
+              (10**400, "at most 9007199254740991, got an integer of about 2**1328"),
+              (-(2**60), "got -1152921504606846976")]
+_TIME_QUERIES = [
+    ("from_time", lambda j, v: statement(j, "a", from_time=v)),
+    ("to_time", lambda j, v: statement(j, "a", to_time=v)),
+    ("at", lambda j, v: balance(j, "a", at=v)),
+    ("at", lambda j, v: accounts(j, at=v)),
+    ("at", lambda j, v: expiring(j, at=v)),
+    ("to_time", lambda j, v: replay(j, to_time=v)),
+]
+
+
+@pytest.mark.parametrize(("value", "shown"), _BAD_TIMES, ids=repr)
+@pytest.mark.parametrize(("name", "ask"), _TIME_QUERIES, ids=repr)
+def test_a_query_names_its_bad_time_argument_and_what_it_takes(
+        name: str, ask: Any, value: object, shown: str) -> None:
+    """A time or position a script passes to a query is checked as the facades check
+    theirs: a ValueError naming the argument and the value (shortened when huge), never
+    a TypeError from deep inside, another argument's name, or an answer for `True`."""
+    journal = MemoryJournal()
+    GPUCreditTracker(journal, account="a").grant(5, 0, 10)
+    with pytest.raises(ValueError) as refused:
+        ask(journal, value)
+    assert str(refused.value).startswith(f"{name} must be ")
+    assert shown in str(refused.value) and len(str(refused.value)) < 200
+    assert journal.head() == 1
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (True, "as_known_at must be an integer, got True (bool)"),
+    (1.0, "as_known_at must be an integer, got 1.0 (float)"),
+    (10**400, "as_known_at must be at most 9007199254740991, got an integer of about"),
+])
+def test_a_query_names_a_bad_as_known_at_position(value: object, shown: str) -> None:
+    """`as_known_at` is a position or ISO-8601 text: `True` is not position 1."""
+    journal = MemoryJournal()
+    GPUCreditTracker(journal, account="a").grant(5, 0, 10)
+    with pytest.raises(ValueError) as refused:
+        balance(journal, "a", as_known_at=value)
+    assert str(refused.value).startswith(shown)
+
+
 def test_explain_job_for_events_of_a_job_never_submitted() -> None:
     journal = MemoryJournal()
     journal.append([NewEvent("s", "job:ghost", "start", 3, {"job": "ghost"})])
