@@ -36,6 +36,7 @@ from projections.placing import try_in_past
 from projections.session import Draft, JournalArg, LedgerSession, SessionFacade
 from projections.validation import (
     clock_time,
+    require_clock,
     require_expiry_after,
     require_int,
     require_name,
@@ -63,9 +64,9 @@ class Corrections(SessionFacade):
     def __init__(self, journal: JournalArg | LedgerSession = None,
                  clock: Callable[[], int] | None = None, *,
                  allow_far_times: bool = False) -> None:
+        self._clock = require_clock(clock) or _wall_clock
         self._session = (journal if isinstance(journal, LedgerSession)
                          else LedgerSession(journal))
-        self._clock = clock or _wall_clock
         self.allow_far_times = allow_far_times
 
     # -- deciding ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from projections.figures import Figures
 from projections.jobs import QUEUE, QUEUE_SHARED, Job, wall_clock
 from projections.ledger import AccountState, JobState, Ledger
 from projections.session import JournalArg, LedgerSession, SessionFacade
+from projections.validation import require_clock
 
 __all__ = ["QUEUE", "QUEUE_SHARED", "AccountView", "AccountsView", "Job", "Scheduler"]
 
@@ -127,8 +128,8 @@ class Scheduler(SessionFacade):
 
     def __init__(self, journal: JournalArg = None,
                  clock: Callable[[], int] | None = None) -> None:
+        self._clock = require_clock(clock) or wall_clock
         self._session = LedgerSession(journal)
-        self._clock = clock or wall_clock
         self._accounts = AccountsView(self)
 
     @property

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -165,6 +166,16 @@ def clock_time(clock: Callable[[], object]) -> int:
                          "(float): for the wall clock in whole seconds pass "
                          "clock=lambda: int(time.time()), or no clock")
     return require_int("clock()", value)
+
+
+def require_clock(clock: object) -> Callable[[], int] | None:
+    """A facade's `clock` argument: None (the wall clock) or a zero-argument callable,
+    refused when the facade is made rather than at its first decision."""
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a zero-argument callable returning an integer "
+                        f"event time, such as lambda: int(time.time()), or None for the "
+                        f"wall clock; got {show(clock)}")
+    return clock  # what it returns is checked at each decision (clock_time)
 
 
 def _at_least(low: int, high: int) -> str:
@@ -333,6 +344,11 @@ def optional_text(name: str, value: object) -> str | None:
 
 def require_fraction(name: str, value: object) -> float:
     """Return `value` as a float in [0, 1] (an int or a finite float, not a bool)."""
+    if isinstance(value, numbers.Number) and not isinstance(value, bool | int | float):
+        # A Fraction or Decimal would be stored as a float all the same: the caller
+        # decides that rounding, not the ledger.
+        raise ValueError(f"{name} must be an int or a float in [0, 1]: pass float({name}), "
+                         f"got {show(value)}")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{name} must be a number in [0, 1], got {show(value)}")
     try:

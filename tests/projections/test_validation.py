@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+import time
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -183,6 +188,27 @@ def test_scheduler_and_import_refuse_the_same_jobs(cost: object, priority: objec
         scheduler.submit("j", "a", cost, priority)  # type: ignore[arg-type]
     assert not _import_one({"type": "submit", "account": "a", "job": "j", "cost": cost,
                             "priority": priority, "time": 1})
+
+
+@pytest.mark.parametrize("make", [Scheduler, Corrections])
+@pytest.mark.parametrize("clock", [5, 0, "now", time.time()])
+def test_a_clock_that_cannot_be_called_is_refused_when_the_facade_is_made(
+        make: Any, clock: object) -> None:
+    """Not at the first decision with "'int' object is not callable", and a falsy one (0)
+    is not quietly the wall clock."""
+    journal = MemoryJournal()
+    with pytest.raises(TypeError, match=r"^clock must be a zero-argument callable .*got "
+                                        + re.escape(show(clock))):
+        make(journal, clock=clock)
+    assert journal.head() == 0
+
+
+@pytest.mark.parametrize("value", [Fraction(1, 2), Decimal("0.5")])
+def test_a_fraction_of_another_number_type_is_refused_saying_to_pass_a_float(
+        value: object) -> None:
+    with pytest.raises(ValueError, match=r"refund_fraction must be an int or a float in "
+                                         r"\[0, 1\]: pass float\(refund_fraction\), got"):
+        require_fraction("refund_fraction", value)
 
 
 # -- strict JSON Lines --------------------------------------------------------------------
