@@ -39,7 +39,7 @@ from projections.events import (
     require_name,
     require_non_negative_int,
 )
-from projections.ledger import CANCELLED, PENDING, RUNNING, Ledger, cap_below_running
+from projections.ledger import CANCELLED, PENDING, RUNNING, JobState, Ledger, cap_below_running
 from projections.placing import try_in_past
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
@@ -227,6 +227,18 @@ def started_job(session: LedgerSession, decision: Decision) -> Job | None:
         return Job(job.id, job.account, job.cost, job.priority)
 
 
+def _not_before_submit(draft: Draft, job: JobState, what: str, at: int | None,
+                       when: int) -> None:
+    """Refuse a step the caller placed (`at`) before its job's submit: on the corrected
+    timeline the job would not exist yet, which the fold can only call an unknown job."""
+    submitted = job.order[0] if job.order is not None else None
+    if at is None or draft.live or draft.replaying or submitted is None or when >= submitted:
+        return
+    raise InvalidTransition(f"job {job.id!r} was submitted at time {submitted}; a {what} at "
+                            f"time {when} would come before it: give a time of {submitted} "
+                            "or later, or no time (now)")
+
+
 def complete(session: LedgerSession, job_id: str, success: bool, *,
              refund_fraction: float = 1.0, at: int | None = None, clock: Clock = wall_clock,
              event_id: str | None = None, allow_far_times: bool = True) -> Decision:
@@ -242,7 +254,9 @@ def complete(session: LedgerSession, job_id: str, success: bool, *,
         if job.state != RUNNING:
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a running job "
                                     "can complete")
-        built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, job.account)]
+        when = _event_time(draft, at, clock, allow_far_times)
+        _not_before_submit(draft, job, "completion", at, when)
+        built = [draft.event(when, event, job.account)]
         try_in_past(session, draft, built)
         return built
 
@@ -266,6 +280,7 @@ def cancel(session: LedgerSession, job_id: str, *, at: int | None = None,
             raise InvalidTransition(f"job {job_id!r} is {job.state}; only a pending job "
                                     "can be cancelled")
         when = _event_time(draft, at, clock, allow_far_times)
+        _not_before_submit(draft, job, "cancel", at, when)
         built = [draft.event(when, JobCancelled(job_id), job.account)]
         try_in_past(session, draft, built)
         return built

@@ -468,11 +468,21 @@ def test_complete_at_a_time_before_the_job_started_is_refused() -> None:
     assert s.ledger().anomalies == []
 
 
-def test_cancel_at_a_time_before_the_job_was_submitted_is_refused() -> None:
+@pytest.mark.parametrize("running", [False, True])
+def test_cancel_or_complete_at_a_time_before_the_job_was_submitted_is_refused(
+        running: bool) -> None:
+    """Saying when the job was submitted, not "unknown job" of a job the caller can see."""
     s, journal = timed()
+    if running:
+        assert s.start_next(at=110) is not None
     head = journal.head()
-    with pytest.raises((ValueError, KeyError)):
-        s.cancel("p", at=90)  # p did not exist at 90
+    with pytest.raises(InvalidTransition, match=(
+            r"^job 'p' was submitted at time 100; a (cancel|completion) at time 90 would "
+            r"come before it: give a time of 100 or later, or no time \(now\)$")):
+        if running:
+            s.complete("p", True, at=90)
+        else:
+            s.cancel("p", at=90)  # p did not exist at 90
     assert journal.head() == head
     assert s.ledger().anomalies == []
 
