@@ -94,7 +94,10 @@ def require_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"{name} must fit in 64 bits, got {value}")
+        # Thousands of digits would bury the message: their count tells enough.
+        shown = str(value) if value.bit_length() <= 128 else \
+            f"an integer of {value.bit_length()} bits"
+        raise ValueError(f"{name} must fit in 64 bits, got {shown}")
     return value
 
 

@@ -252,7 +252,7 @@ class JournalBase(Reader):
         the same query as those after it. A tail removed from the end of a journal
         nobody read that far is not visible here; `verify_chain(anchor=...)` proves that.
         """
-        start = Anchor.of(*after) if after is not None else Anchor(0, GENESIS_HASH)
+        start = Anchor.read(after) if after is not None else Anchor(0, GENESIS_HASH)
         head = self.head()
         if start.position > head:
             raise went_back(head, start.position)
@@ -348,15 +348,16 @@ class JournalBase(Reader):
 
     # -- verifying -------------------------------------------------------------
 
-    def verify(self, anchor: Anchor | tuple[int, str] | None = None) -> int | None:
+    def verify(self, anchor: Anchor | tuple[int, str] | str | None = None) -> int | None:
         """The first position whose hash or place in the 1..N sequence is wrong, else None.
 
-        With an anchor, also the anchored position when the journal no longer holds
-        that prefix unchanged (see `verify_chain`).
+        With an anchor (an `Anchor`, a (position, hash) pair, or the text POSITION:HASH
+        `gpu-credits head` prints), also the anchored position when the journal no longer
+        holds that prefix unchanged (see `verify_chain`).
         """
         return self.verify_chain(anchor=anchor).first_bad_position
 
-    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None,
+    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | str | None = None,
                      progress: Callable[[int, int], None] | None = None) -> ChainReport:
         """Walk the whole chain and say whether it is whole, and where it breaks if not.
 
@@ -371,7 +372,7 @@ class JournalBase(Reader):
         `progress(done, total)` is called now and then while the chain is walked, with
         `total` the last position (known before the walk starts).
         """
-        mark = Anchor.of(*anchor) if anchor is not None else None
+        mark = Anchor.read(anchor) if anchor is not None else None
         (head_pos, head_hash), (last, _) = self._ends()
         q = ReadQuery.make(last, to_position=last, order="position", batch_size=_VERIFY_BATCH)
         prev, done = GENESIS_HASH, 0

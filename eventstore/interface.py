@@ -134,11 +134,11 @@ class JournalLike(Protocol):
         """Delete these events' private parts, appending `record` to say so (one transaction)."""
         ...
 
-    def verify(self, anchor: Anchor | tuple[int, str] | None = None) -> int | None:
+    def verify(self, anchor: Anchor | tuple[int, str] | str | None = None) -> int | None:
         """The first position whose hash or place in the 1..N sequence is wrong, else None."""
         ...
 
-    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | None = None,
+    def verify_chain(self, *, anchor: Anchor | tuple[int, str] | str | None = None,
                      progress: Callable[[int, int], None] | None = None) -> ChainReport:
         """Whether the chain is whole (and holds the anchored prefix), and where it breaks;
         `progress(done, total)` now and then on the way."""

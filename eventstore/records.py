@@ -129,6 +129,19 @@ class Anchor(NamedTuple):
         return cls.of(int(pos), digest)
 
     @classmethod
+    def read(cls, value: object) -> Anchor:
+        """An anchor as a caller may hold it: an Anchor, a (position, hash) pair, or the
+        text POSITION:HASH as written down; ValueError naming anything else."""
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, tuple) and len(value) == 2:
+            return cls.of(*value)
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
+        raise ValueError("an anchor is an Anchor, a (position, hash) pair or the text "
+                         f"POSITION:HASH, got {shown}")
+
+    @classmethod
     def of(cls, position: object, digest: object) -> Anchor:
         """A checked Anchor: position an int >= 0, hash 64 lowercase hex digits."""
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
