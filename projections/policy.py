@@ -31,6 +31,27 @@ class Policy:
     refund_fraction: float | None = None
     max_running: Mapping[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Validation lives with the value: a policy made in Python is held to what a
+        # policy file is, so whatif never folds under a refund of 2 or a cap of 0.
+        if self.grant_order not in GRANT_ORDERS:
+            raise ValueError(f"grant_order must be one of {', '.join(GRANT_ORDERS)}, "
+                             f"got {self.grant_order!r}")
+        if self.refund_fraction is not None:
+            object.__setattr__(self, "refund_fraction",
+                               require_fraction("refund_fraction", self.refund_fraction))
+        caps = self.max_running
+        if not isinstance(caps, Mapping):
+            shown = repr(caps)
+            shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
+            raise ValueError(f"max_running must be an object of account to cap, got {shown}")
+        for account, cap in caps.items():
+            # A name no account can have (empty, a control character) is no typo to warn
+            # about but a policy that could never apply.
+            require_name("an account of max_running", account)
+            require_positive_int(f"max_running[{account!r}]", cap)
+        object.__setattr__(self, "max_running", dict(caps))  # the caller's may change
+
     def grant_priority(self, priority: int) -> int:
         """The priority a grant is drawn with."""
         return DEFAULT_GRANT_PRIORITY if self.grant_order == "expiry" else priority
@@ -66,23 +87,7 @@ class Policy:
                              f"expected {', '.join(POLICY_KEYS)}")
         # A key given as null is the key left out, as `import` reads an optional field.
         order = data.get("grant_order")
-        if order is None:
-            order = "priority"
-        if order not in GRANT_ORDERS:
-            raise ValueError(f"grant_order must be one of {', '.join(GRANT_ORDERS)}, "
-                             f"got {order!r}")
-        fraction = data.get("refund_fraction")
-        if fraction is not None:
-            fraction = require_fraction("refund_fraction", fraction)
         caps = data.get("max_running")
-        if caps is None:
-            caps = {}
-        if not isinstance(caps, dict):
-            raise ValueError("max_running must be an object of account to cap, got "
-                             f"{caps!r}")
-        for account, cap in caps.items():
-            # A name no account can have (empty, a control character) is no typo to warn
-            # about but a policy that could never apply.
-            require_name("an account of max_running", account)
-            require_positive_int(f"max_running[{account!r}]", cap)
-        return cls(str(order), fraction, dict(caps))
+        # The checks are the constructor's (`__post_init__`).
+        return cls("priority" if order is None else order, data.get("refund_fraction"),
+                   {} if caps is None else caps)

@@ -114,6 +114,9 @@ def whatif(journal: JournalLike, policy: Policy, *,
            as_known_at: int | str | None = None) -> WhatIf:
     """Fold the journal as recorded and under `policy`; list balances per account and pool,
     and jobs, that differ, at the journal's latest event time."""
+    if not isinstance(policy, Policy):
+        raise TypeError("policy must be a projections.policy.Policy (Policy.from_json(data) "
+                        f"reads a policy file's JSON), got {type(policy).__name__}")
     position = recorded_position(journal, as_known_at)
     at = latest_time(journal)
     actual = fold_as_known(journal, to_position=position)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from eventstore import MemoryJournal, NewEvent
@@ -21,6 +23,31 @@ def test_a_policy_capping_an_account_the_journal_lacks_names_it() -> None:
 def test_a_policy_capping_a_name_no_account_can_have_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match="an account of max_running"):
         Policy.from_json({"max_running": {name: 1}})
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: Policy(refund_fraction=2), "refund_fraction must be in [0, 1], got 2"),
+    (lambda: Policy(grant_order="newest"),
+     "grant_order must be one of priority, expiry, got 'newest'"),
+    (lambda: Policy(max_running={"a": 0}), "max_running['a'] must be a positive integer, got 0"),
+    (lambda: Policy(max_running=[("a", 1)]),
+     "max_running must be an object of account to cap, got [('a', 1)]"),
+])
+def test_a_policy_made_in_python_is_checked_as_one_read_from_a_file(
+        make: Any, message: str) -> None:
+    """Validation lives with the value: not only `from_json` refuses a bad policy."""
+    with pytest.raises(ValueError) as refused:
+        make()
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("policy", [{"grant_order": "expiry"}, None])
+def test_whatif_names_a_policy_that_is_not_one(policy: object) -> None:
+    journal = _journal(NewEvent("g", "a", "grant", 1, {"account": "a", "amount": 10}))
+    with pytest.raises(TypeError, match=r"^policy must be a projections.policy.Policy "
+                                        r"\(Policy.from_json\(data\) reads a policy "
+                                        r"file's JSON\), got "):
+        whatif(journal, policy)  # type: ignore[arg-type]
 
 
 def _journal(*events: NewEvent) -> MemoryJournal:
