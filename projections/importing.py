@@ -836,6 +836,11 @@ def import_file(journal: JournalLike, data: bytes, source: str, *, fmt: str = "j
                 progress: Progress | None = None,
                 allow_far_times: bool = False) -> ImportResult:
     """Validate then append a whole file: all or nothing (ImportRejected names bad lines)."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        # The file's bytes, not text: ids and the UTF-8 check are of what was delivered.
+        raise TypeError("data must be bytes (a file's content as open(path, 'rb').read() "
+                        f"gives), got {type(data).__name__}"
+                        + (": pass text.encode()" if isinstance(data, str) else ""))
     return import_stream(journal, io.BytesIO(data), source, fmt=fmt, checking=progress,
                          allow_far_times=allow_far_times)
 

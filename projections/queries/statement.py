@@ -390,6 +390,9 @@ def statement(journal: JournalLike, account: str, *, from_time: int | None = Non
         require_time("from_time", from_time)
     if to_time is not None:
         require_time("to_time", to_time)
+        if from_time is not None and from_time > to_time:
+            raise ValueError(f"from_time {from_time} is after to_time {to_time}: a statement "
+                             "runs from from_time to to_time, both included")
     latest = latest_time(journal)
     to = latest if to_time is None else to_time
     if to_time is None and from_time is not None and from_time > to:

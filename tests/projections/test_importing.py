@@ -433,3 +433,13 @@ def test_refund_fractions_of_every_spelling_import_back_from_either_format(
         fresh = MemoryJournal()
         import_file(fresh, out.getvalue().encode(), "export", fmt=fmt)
         assert replay(fresh).digest == replay(journal).digest, fmt
+
+
+def test_import_file_given_text_says_to_pass_bytes() -> None:
+    """Not "a bytes-like object is required" from inside io.BytesIO."""
+    journal = MemoryJournal()
+    with pytest.raises(TypeError, match=r"^data must be bytes \(a file's content as "
+                                        r"open\(path, 'rb'\).read\(\) gives\), got str: "
+                                        r"pass text.encode\(\)$"):
+        import_file(journal, '{"type": "account", "account": "a"}', "f")  # type: ignore[arg-type]
+    assert journal.head() == 0

@@ -322,6 +322,16 @@ def test_a_query_names_its_bad_time_argument_and_what_it_takes(
     assert journal.head() == 1
 
 
+def test_a_statement_from_after_its_end_is_refused_as_the_command_line_refuses_it() -> None:
+    """Not an opening line at 50 and nothing after it, for a range that holds nothing."""
+    journal = MemoryJournal()
+    GPUCreditTracker(journal, account="a").grant(5, 0, 100)
+    with pytest.raises(ValueError, match=r"^from_time 50 is after to_time 10: a statement "
+                                         r"runs from from_time to to_time, both included"):
+        statement(journal, "a", from_time=50, to_time=10)
+    assert statement(journal, "a", from_time=10, to_time=10).opening is not None
+
+
 @pytest.mark.parametrize(("value", "shown"), [
     (True, "as_known_at must be an integer, got True (bool)"),
     (1.0, "as_known_at must be an integer, got 1.0 (float)"),
