@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from projections import jobs
-from projections.errors import UnknownAccount, UnknownJob
+from projections.errors import UnknownJob
 from projections.events import DEFAULT_HALF_LIFE
 from projections.figures import Figures
 from projections.jobs import QUEUE, QUEUE_SHARED, Job, wall_clock
@@ -148,7 +148,11 @@ class Scheduler(SessionFacade):
     def _opened_in(ledger: Ledger, account_id: str) -> AccountState:
         account = ledger.accounts.get(account_id)
         if account is None or not account.opened:
-            raise UnknownAccount(f"unknown account {account_id!r}")
+            # Named as a submit names it: the open accounts, and one it may have meant.
+            # Imported here: `projections.queries` is not the facades' to load.
+            from projections.queries.common import unknown_account
+            raise unknown_account(account_id, sorted(
+                name for name, state in ledger.accounts.items() if state.opened))
         return account
 
     def _opened(self, account_id: str) -> None:

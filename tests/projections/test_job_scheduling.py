@@ -385,6 +385,18 @@ def test_error_classes_are_what_the_contract_promises() -> None:
     assert issubclass(UnknownJob, KeyError)
 
 
+def test_an_unknown_account_in_the_accounts_view_names_the_open_ones() -> None:
+    """As a submit naming it does: an account a grant alone made is not open."""
+    s = Scheduler(clock=lambda: 1)
+    s.open_account("b", 5)
+    s.open_account("Alice", 5)
+    with pytest.raises(UnknownAccount) as missing:
+        s.accounts["alice"]
+    assert str(missing.value) == ("unknown account 'alice'; the journal holds 'Alice', "
+                                  "spelled otherwise only in letter case, spaces or Unicode "
+                                  "form (known: Alice, b)")
+
+
 def test_cancelling_an_already_cancelled_job_is_a_no_op() -> None:
     s, journal = scenario()
     before = state(s, journal)
