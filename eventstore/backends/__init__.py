@@ -10,6 +10,7 @@ is one line here and one module beside the others.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,8 +45,16 @@ def backend_for(url: str | None, lock_timeout: float, *, read_only: bool = False
     """The backend for a URL: None or sqlite:... -> SQLite, postgresql... -> PostgreSQL."""
     if url is None:
         url = "sqlite://"
+    if isinstance(url, os.PathLike):
+        # A pathlib.Path to the file is the usual slip: say the URL that names it.
+        path = os.fspath(url)
+        raise ValueError(f"a journal URL is text, got the path {path!r}: for a SQLite file "
+                         f"pass 'sqlite:///{path}'")
     if not isinstance(url, str):
-        raise ValueError(f"a journal URL must be a str or None, got {type(url).__name__}")
+        shown = repr(url)
+        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
+        raise ValueError("a journal URL must be a str such as 'sqlite:///ledger.db', or None "
+                         f"(in memory), got {shown} ({type(url).__name__})")
     head, sep, rest = url.partition(":")
     scheme, _, driver = head.lower().partition("+")
     target = REGISTRY.get(scheme)

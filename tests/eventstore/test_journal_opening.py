@@ -59,6 +59,19 @@ def test_a_file_without_a_journal_is_not_given_a_schema(
     assert path.stat().st_size == 0
 
 
+@pytest.mark.parametrize(("url", "message"), [
+    (Path("ledger.db"), "a journal URL is text, got the path 'ledger.db': for a SQLite file "
+                        "pass 'sqlite:///ledger.db'"),
+    (5, "a journal URL must be a str such as 'sqlite:///ledger.db', or None (in memory), "
+        "got 5 (int)"),
+])
+def test_a_journal_url_that_is_not_text_is_named(url: object, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        Journal(url)  # type: ignore[arg-type]
+    assert str(refused.value) == message
+    assert not Path("ledger.db").exists()
+
+
 def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
     with pytest.raises(JournalNotFound, match="not a file"):
         Journal(sqlite_url(tmp_path), read_only=True)
