@@ -371,7 +371,8 @@ class Journal(JournalBase):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise JournalError(f"this journal ({self._backend.describe()}) is closed")
+            raise JournalError(f"this journal ({self._backend.describe()}) is closed: open it "
+                               "again with Journal(url) to read or write it")
 
     @contextmanager
     def _reading(self, tx: SqlTransaction | None = None, *,

@@ -72,6 +72,16 @@ def test_a_journal_url_that_is_not_text_is_named(url: object, message: str) -> N
     assert not Path("ledger.db").exists()
 
 
+def test_a_closed_journal_says_how_to_go_on(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    journal = Journal(url)
+    journal.close()
+    with pytest.raises(JournalError) as refused:
+        journal.head()
+    assert str(refused.value) == (f"this journal ({url}) is closed: open it "
+                                  "again with Journal(url) to read or write it")
+
+
 def test_a_directory_is_not_a_journal(tmp_path: Path) -> None:
     with pytest.raises(JournalNotFound, match="not a file"):
         Journal(sqlite_url(tmp_path), read_only=True)
