@@ -561,5 +561,6 @@ def _holding(rows: Iterable[StoredRow], start: Anchor) -> Iterator[StoredRow]:
             start.position + 1,
             f"the journal's chain hash at position {start.position} is not the one read "
             "there before: the journal was rewritten, or replaced by another copy (a "
-            "restore), since; nothing is answered from what it no longer holds")
+            "restore), since; nothing is answered from what it no longer holds",
+            moved_under=True)
     yield from it

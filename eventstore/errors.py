@@ -55,11 +55,15 @@ class ChainBroken(JournalError):
     """Events read with their chain checked do not chain: the journal was altered.
 
     `position` is the first position whose record does not follow from the one before.
+    `moved_under`: not a record altered but the journal moved under its reader (restored
+    from an older copy, or rewritten, since the reader read it): the reader may start
+    again on the journal as it stands.
     """
 
-    def __init__(self, position: int, message: str) -> None:
+    def __init__(self, position: int, message: str, *, moved_under: bool = False) -> None:
         super().__init__(message)
         self.position = position
+        self.moved_under = moved_under
 
 
 def went_back(head: int, trusted: int, remedy: str = "") -> ChainBroken:
@@ -72,6 +76,7 @@ def went_back(head: int, trusted: int, remedy: str = "") -> ChainBroken:
         f"records {head + 1}..{trusted} are gone (the database was restored from an older "
         "copy, or its newest records removed); nothing is answered from what it no longer "
         "holds" + (f"; {remedy}" if remedy else ""),
+        moved_under=True,
     )
 
 
@@ -86,4 +91,5 @@ def rewritten_under(position: int, remedy: str = "") -> ChainBroken:
         "before: the journal was rewritten, or restored from an older copy and written "
         "on, since it was read; nothing was appended, and nothing is answered from what "
         "it no longer holds" + (f"; {remedy}" if remedy else ""),
+        moved_under=True,
     )

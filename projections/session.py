@@ -48,6 +48,7 @@ from contextvars import ContextVar
 from typing import Any, NoReturn
 
 from eventstore import (
+    ChainBroken,
     IdempotencyConflict,
     JournalLike,
     LockOrderConflict,
@@ -522,15 +523,22 @@ class LedgerSession:
 
     def _chained_from_verified(self, after_position: int) -> Iterator[RecordedEvent]:
         last = self._verified[0]
-        for rec in self.journal.read_verified(after=self._verified):
-            self._verified = (rec.position, rec.hash)
-            last = rec.position
-            if rec.position > after_position:
-                yield rec
+        try:
+            for rec in self.journal.read_verified(after=self._verified):
+                self._verified = (rec.position, rec.hash)
+                last = rec.position
+                if rec.position > after_position:
+                    yield rec
+        except ChainBroken as exc:
+            if not exc.moved_under:
+                raise
+            # Restored or rewritten under this projection: the journal's words, and
+            # what this reader can do about it, as a refused decision says.
+            raise ChainBroken(exc.position, f"{exc}; {REOPEN}", moved_under=True) from None
         if last < after_position:
             # The journal ends before what this projection holds (restored from an
             # older copy under it): never go on answering from what it no longer has.
-            raise went_back(last, after_position)
+            raise went_back(last, after_position, REOPEN)
 
     def decide(self, locks: Iterable[str], build: Build, *, event_id: str | None = None,
                live: bool = False, reads_state: bool = True,

@@ -91,8 +91,9 @@ def test_a_decision_on_a_journal_restored_behind_it_records_nothing(
     assert f"{copied + 1}..{copied + 2}" in str(caught.value)
     assert "open a new facade" in str(caught.value)  # what to do
     assert _head(url) == copied  # the refused decision left nothing
-    with pytest.raises(ChainBroken, match=f"ends at position {copied}"):
+    with pytest.raises(ChainBroken, match=f"ends at position {copied}") as caught:
         worker.figure()
+    assert "open a new facade" in str(caught.value)  # a read says what to do too
     # A fresh facade opens the journal as it stands.
     assert _Worker(kind, url).figure() == 10
 
@@ -176,8 +177,9 @@ def test_a_decision_after_folding_another_writers_events_then_a_rewrite_records_
     assert caught.value.position == head + 1
     assert "open a new facade" in str(caught.value)  # what to do
     assert _head(database_url) == head + longer  # the refused decision left nothing
-    with pytest.raises(ChainBroken, match=f"chain hash at position {head}"):
+    with pytest.raises(ChainBroken, match=f"chain hash at position {head}") as caught:
         worker.figure()
+    assert "open a new facade" in str(caught.value)  # a read says what to do too
     # A fresh facade works on the journal as it stands.
     assert _Worker(kind, database_url).figure() == 20 + 100 * (1 + longer)
 
@@ -195,3 +197,30 @@ def test_a_journal_restored_and_rewritten_on_postgres_is_refused(pg_fresh_url: s
     with pytest.raises(ChainBroken, match=f"position {head}"):
         worker.record(1, 6)
     assert _head(pg_fresh_url) == head + 1  # the refused decisions left nothing
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_record_altered_in_place_is_not_taken_for_a_journal_moved_under_its_reader(
+        tmp_path: Path, kind: str) -> None:
+    """Another writer's record edited in place before the worker read it: refused as an
+    altered journal, without the advice a restore gets (a new facade would find the same
+    edit)."""
+    import re
+    import sqlite3
+
+    path = tmp_path / "ledger.db"
+    worker = _Worker(kind, f"sqlite:///{path}")
+    worker.open()
+    worker.record(10, 1)
+    _Worker(kind, f"sqlite:///{path}").record(10, 2)
+    with sqlite3.connect(path) as db:
+        position, payload = db.execute(
+            "SELECT position, payload FROM events ORDER BY position DESC LIMIT 1").fetchone()
+        edited = re.sub(r"\b10\b", "11", payload, count=1)
+        assert edited != payload
+        db.execute("UPDATE events SET payload = ? WHERE position = ?", (edited, position))
+    with pytest.raises(ChainBroken) as caught:
+        worker.figure()
+    assert caught.value.position == position
+    assert not caught.value.moved_under
+    assert "open a new facade" not in str(caught.value)
