@@ -34,7 +34,7 @@ from projections.queries.common import recorded_position
 from projections.replay import lean_rows, ledger_at
 from projections.reversals import reversed_ids
 from projections.timefmt import DAY, is_date_alone, parse_time
-from projections.validation import require_time
+from projections.validation import require_time, show
 
 MATCHED = "matched"
 AMOUNT_DIFFERS = "amount_differs"
@@ -374,6 +374,11 @@ def reconcile(journal: JournalLike, rows: list[FileCharge], *, source: str = "<f
     """Compare the file's rows with the ledger; list the ledger's charges the file lacks
     (for the accounts the file names, between its earliest and latest time if it has
     times)."""
+    rows = list(rows)
+    strays = [row for row in rows if not isinstance(row, FileCharge)]
+    if strays:
+        raise TypeError(f"reconcile takes the rows parse_charges reads from a charges file "
+                        f"(FileCharge), got {type(strays[0]).__name__} {show(strays[0])}")
     position = recorded_position(journal, as_known_at)
     out = Reconciliation(source, position)
     times = [r.time for r in rows if r.time is not None]

@@ -456,3 +456,11 @@ def test_a_time_written_as_a_date_covers_the_whole_day() -> None:
     # A time of day is a moment: the range ends there.
     assert missing("account,id,amount,time\na,u-15,1,2026-11-15\na,x,0,2026-11-16T00:00Z\n"
                    ) == ([], {"from": day - 86_400, "to": day})
+
+
+@pytest.mark.parametrize("row", ["x", {"account": "a", "amount": 5}, None])
+def test_rows_that_are_not_charges_read_from_a_file_are_refused_by_type(row: object) -> None:
+    journal = MemoryJournal()
+    with pytest.raises(TypeError, match=r"parse_charges.*got (str 'x'|dict|NoneType)"):
+        reconcile(journal, [row])  # type: ignore[list-item]
+    assert journal.head() == 0
