@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters, so that an error naming it stays one
+    readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
 class JournalError(Exception):
     """Base class of every journal error."""
 

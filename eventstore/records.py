@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from eventstore.errors import shown
+
 PRIVATE_KEY = "$private"
 """Payload key of a record that has a private part: the part's salted hash (its seal)."""
 
@@ -136,10 +138,8 @@ class Anchor(NamedTuple):
             return cls.parse(value)
         if isinstance(value, tuple) and len(value) == 2:
             return cls.of(*value)
-        shown = repr(value)
-        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
         raise ValueError("an anchor is an Anchor, a (position, hash) pair or the text "
-                         f"POSITION:HASH, got {shown}")
+                         f"POSITION:HASH, got {shown(value)}")
 
     @classmethod
     def of(cls, position: object, digest: object) -> Anchor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from projections.events import DEFAULT_GRANT_PRIORITY, require_fraction, require_positive_int
-from projections.validation import require_name
+from projections.validation import require_name, show
 
 GRANT_ORDERS = ("priority", "expiry")
 POLICY_KEYS = ("grant_order", "refund_fraction", "max_running")
@@ -42,9 +42,8 @@ class Policy:
                                require_fraction("refund_fraction", self.refund_fraction))
         caps = self.max_running
         if not isinstance(caps, Mapping):
-            shown = repr(caps)
-            shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
-            raise ValueError(f"max_running must be an object of account to cap, got {shown}")
+            raise ValueError("max_running must be an object of account to cap, got "
+                             f"{show(caps)}")
         for account, cap in caps.items():
             # A name no account can have (empty, a control character) is no typo to warn
             # about but a policy that could never apply.

@@ -19,7 +19,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
@@ -775,21 +775,19 @@ def _input_file(file: str) -> Iterator[IO[bytes]]:
     """The file to import, opened for reading twice (stdin, or a pipe such as
     `<(zcat events.jsonl.gz)`, is copied to a temporary file first, a chunk at a time: an
     import reads its input twice, never whole)."""
-    if file != "-":
-        try:
-            stream = open(file, "rb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
-        with stream:
+    with ExitStack() as stack:
+        if file == "-":
+            stream = sys.stdin.buffer
+        else:
+            try:
+                stream = stack.enter_context(open(file, "rb"))
+            except OSError as exc:
+                raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
             if stream.seekable():
                 yield stream
                 return
-            with tempfile.TemporaryFile() as spool:
-                shutil.copyfileobj(stream, spool)
-                yield spool
-        return
-    with tempfile.TemporaryFile() as spool:
-        shutil.copyfileobj(sys.stdin.buffer, spool)
+        spool = stack.enter_context(tempfile.TemporaryFile())
+        shutil.copyfileobj(stream, spool)
         yield spool
 
 

@@ -13,6 +13,8 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
+from eventstore.errors import shown
+
 if TYPE_CHECKING:
     from ..backend import Backend
 
@@ -51,10 +53,8 @@ def backend_for(url: str | None, lock_timeout: float, *, read_only: bool = False
         raise ValueError(f"a journal URL is text, got the path {path!r}: for a SQLite file "
                          f"pass 'sqlite:///{path}'")
     if not isinstance(url, str):
-        shown = repr(url)
-        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
         raise ValueError("a journal URL must be a str such as 'sqlite:///ledger.db', or None "
-                         f"(in memory), got {shown} ({type(url).__name__})")
+                         f"(in memory), got {shown(url)} ({type(url).__name__})")
     head, sep, rest = url.partition(":")
     scheme, _, driver = head.lower().partition("+")
     target = REGISTRY.get(scheme)
