@@ -9,6 +9,7 @@ the compiled fold, the way `pip install` does: it runs with GPU_CREDITS_BUILD_WH
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.machinery
 import json
 import os
@@ -45,9 +46,13 @@ def _source(tmp_path: Path) -> Path:
 
 
 def _package_files(src: Path) -> set[str]:
-    """Every file of the four packages: modules, templates, static files, migrations."""
+    """Every file of the four packages: modules, templates, static files, migrations; not
+    what running setup.py left beside them (it imports projections/native.py, and where
+    bytecode is written that leaves a .pyc in the copy)."""
     return {p.relative_to(src).as_posix() for top in TOP_LEVEL
-            for p in (src / top).rglob("*") if p.is_file()}
+            for p in (src / top).rglob("*") if p.is_file() and not any(
+                fnmatch.fnmatch(part, pattern) for part in p.relative_to(src).parts
+                for pattern in BUILT)}
 
 
 def _setup(src: Path, *args: str) -> str:
