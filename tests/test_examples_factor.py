@@ -51,7 +51,7 @@ def test_each_property_test_runs_its_examples_times_the_factor(
 
     case = Case()
     monkeypatch.setenv(EXAMPLES_ENV, "3")
-    pytest_collection_modifyitems([Item(prop), Item(case.test_prop)])  # type: ignore[list-item]
+    pytest_collection_modifyitems(None, [Item(prop), Item(case.test_prop)])  # type: ignore[arg-type,list-item]
     prop()
     assert len(drawn) == 21
     case.test_prop()

@@ -14,6 +14,7 @@ from typing import Any
 
 import planted
 import pytest
+from matrix import full_matrix
 from planted import BUGS
 
 from eventstore import NewEvent
@@ -165,9 +166,15 @@ def test_an_interrupted_postgres_run_leaves_no_schema_behind(
     assert _sim_schemas(pg_database_url) == before
 
 
+# Each signal and each way of running once; GPU_CREDITS_FULL_MATRIX=1 adds the other pairs.
+SIGNAL_RUNS = [(signal.SIGTERM, 2), (signal.SIGINT, 1)] + (
+    [(signal.SIGTERM, 1), (signal.SIGINT, 2)] if full_matrix() else [])
+
+
 @pytest.mark.postgres
-@pytest.mark.parametrize("jobs", [1, 2], ids=["alone", "in two jobs"])
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(("signum", "jobs"), SIGNAL_RUNS, ids=[
+    f"{signal.Signals(signum).name}-{'alone' if jobs == 1 else 'in two jobs'}"
+    for signum, jobs in SIGNAL_RUNS])
 def test_a_run_stopped_by_a_signal_stops_between_ops_and_drops_its_schemas(
         pg_database_url: str, signum: int, jobs: int) -> None:
     # Between ops: a signal in the middle of one would cut a transaction, a batch or a
