@@ -161,8 +161,11 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
         # would become rejected, its charge vanish, its place go to another job.
         tried = try_in_past(session, draft, built)
         if tried and not tried[0].ok and tried[0].reason == f"unknown account {account_id!r}":
-            raise UnknownAccount(f"account {account_id!r} did not exist at time "
-                                 f"{built[0][0].time}")
+            time = built[0][0].time
+            opened = session.opened_after(account_id, time)
+            raise UnknownAccount(f"account {account_id!r} did not exist at time {time}" + (
+                f"; it is opened at time {opened}: submit at that time or later"
+                if opened is not None else ""))
         return built
 
     # The job id's key too: another account's submit of this id waits, then finds it.

@@ -973,6 +973,28 @@ class LedgerSession:
             return account
         return self.projector.state_at(time).accounts.get(name)
 
+    def opened_after(self, name: str, time: int) -> int | None:
+        """The earliest event time after `time` at which account `name` stands opened, or
+        None: for an error's hint, so read from the journal (the account's own events) and
+        judged by the fold, never kept beside it."""
+        times = sorted({rec.time for rec in self._read_account(
+            name, (time, 2 ** 63 - 1), self.projector.position)})
+
+        def opened(when: int) -> bool:
+            account = self.account_at(name, when)
+            return account is not None and account.opened
+
+        # Nothing makes an opened account unopened later on the timeline: the first time
+        # it stands opened is found by halving.
+        low, high = 0, len(times)
+        while low < high:
+            middle = (low + high) // 2
+            if opened(times[middle]):
+                high = middle
+            else:
+                low = middle + 1
+        return times[low] if low < len(times) else None
+
     def known_position(self, as_known_at: int) -> int:
         """Validate an as-known-at position: 0..head (past the head is an error, as on
         the command line: whoever asks about position 900 of a 300-event journal has the

@@ -533,3 +533,40 @@ def test_steps_of_a_job_rejected_for_its_unknown_account_are_anomalies() -> None
         (False, True, None, f"{kind} of job 'j1' which is rejected")
         for kind in ("start", "complete", "cancel")]
     assert ledger.accounts == {} and ledger.jobs["j1"].state == "rejected"
+
+
+def test_a_submit_before_its_account_opened_says_when_it_opens() -> None:
+    """Found among the account's own events by the fold: a usage report before the
+    opening (which does not open it) and grants after it do not move the answer."""
+    journal = MemoryJournal()
+    s = Scheduler(journal, clock=lambda: 1_000)
+    tracker = GPUCreditTracker(journal, account="a")
+    tracker.consume(5, 200)
+    s.open_account("a", 10, at=500)
+    tracker.grant(20, 600, 10_000)
+    tracker.grant(20, 700, 10_000)
+    recorded = len(list(journal.read()))
+    with pytest.raises(UnknownAccount) as early:
+        s.submit("j", "a", 1, 1, at=100)
+    assert str(early.value) == ("account 'a' did not exist at time 100; it is opened at "
+                                "time 500: submit at that time or later")
+    with pytest.raises(UnknownAccount, match="did not exist at time 499; it is opened at "
+                                             "time 500:"):
+        s.submit("j", "a", 1, 1, at=499)
+    assert len(list(journal.read())) == recorded  # the refusals appended nothing
+    assert s.submit("j", "a", 1, 1, at=500)
+
+
+@pytest.mark.parametrize("opening", range(1, 9))
+def test_the_opening_named_is_the_first_of_many_events(opening: int) -> None:
+    """Each time halved to is an event of the account's own, whichever one opens it."""
+    journal = MemoryJournal()
+    s = Scheduler(journal, clock=lambda: 1_000)
+    tracker = GPUCreditTracker(journal, account="a")
+    for t in range(1, 9):  # usage reports, then the grant that opens, then more grants
+        if t < opening:
+            tracker.consume(1, t * 10)
+        else:
+            tracker.grant(5, t * 10, 10_000)
+    with pytest.raises(UnknownAccount, match=f"it is opened at time {opening * 10}:"):
+        s.submit("j", "a", 1, 1, at=5)
