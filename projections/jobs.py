@@ -44,7 +44,7 @@ from projections.placing import try_in_past
 from projections.session import QUEUE as QUEUE
 from projections.session import QUEUE_SHARED as QUEUE_SHARED
 from projections.session import Decision, Draft, LedgerSession, job_key
-from projections.validation import clock_time, show_name, spelling
+from projections.validation import clock_time, spelling
 
 Clock = Callable[[], int]
 Built = list[tuple[NewEvent, DomainEvent]]
@@ -151,10 +151,10 @@ def submit(session: LedgerSession, job_id: str, account_id: str, cost: int, prio
                                "submit back): submit under a new job id")
         account = ledger.accounts.get(account_id)
         if account is None or not account.opened:
-            known = sorted(n for n, a in ledger.accounts.items() if a.opened)
-            listed = ", ".join(show_name(n) for n in known[:10]) or "none"
-            raise UnknownAccount(f"unknown account {account_id!r}; open it first "
-                                 f"(known: {listed})")
+            # Imported here: `projections.queries` is not the facades' to load.
+            from projections.queries.common import unknown_account
+            raise unknown_account(account_id, sorted(
+                n for n, a in ledger.accounts.items() if a.opened), advice="open it first")
         built = [draft.event(_event_time(draft, at, clock, allow_far_times), event, account_id)]
         # Placed in the past it may re-decide jobs still pending (a revision), never
         # make a recorded start, completion or cancel invalid: a job handed to a worker

@@ -136,15 +136,18 @@ def names_text(names: Iterable[str]) -> str:
     return f"{shown}, and {more} more" if more > 0 else shown
 
 
-def unknown_account(name: str, known: Ledger | Iterable[str]) -> UnknownAccount:
+def unknown_account(name: str, known: Ledger | Iterable[str],
+                    advice: str | None = None) -> UnknownAccount:
     """The error for an account the journal does not know, naming the ones it does (a
-    ledger's accounts, or their names)."""
+    ledger's accounts, or their names); `advice` is said when no held name looks like it."""
     names = list(known.accounts if isinstance(known, Ledger) else known)
     # Names are compared exactly: say which held names a miss only by letter case, spaces
     # or Unicode form may have meant (one beyond the names listed, or looking the same).
+    # Then advice such as "open it first" would make a second account spelled alike.
     like = spelled_like(name, names)
     held = (f"; the journal holds {', '.join(map(spelling, like))}, spelled otherwise only "
-            "in letter case, spaces or Unicode form") if like else ""
+            "in letter case, spaces or Unicode form") if like else (
+        f"; {advice}" if advice else "")
     return UnknownAccount(f"unknown account {spelling(name)}{held} "
                           f"(known: {names_text(names)})")
 

@@ -397,6 +397,22 @@ def test_an_unknown_account_in_the_accounts_view_names_the_open_ones() -> None:
                                   "form (known: Alice, b)")
 
 
+def test_a_submit_to_an_account_spelled_like_an_open_one_is_not_told_to_open_it() -> None:
+    """Opening 'alice' would make a second account beside 'Alice': the submit names the
+    held spelling as the accounts view does, and advises opening only a name like none."""
+    s = Scheduler(clock=lambda: 1)
+    s.open_account("b", 5)
+    s.open_account("Alice", 5)
+    with pytest.raises(UnknownAccount) as alike:
+        s.submit("j", "alice", 1, 1)
+    with pytest.raises(UnknownAccount) as viewed:
+        s.accounts["alice"]
+    assert str(alike.value) == str(viewed.value)
+    with pytest.raises(UnknownAccount) as other:
+        s.submit("j", "carol", 1, 1)
+    assert str(other.value) == "unknown account 'carol'; open it first (known: Alice, b)"
+
+
 def test_cancelling_an_already_cancelled_job_is_a_no_op() -> None:
     s, journal = scenario()
     before = state(s, journal)
