@@ -12,6 +12,7 @@ import pytest
 from invariants import assert_invariants
 
 from eventstore import MemoryJournal
+from eventstore.testing import open_journal
 from projections import (
     AccountExists,
     DuplicateJob,
@@ -551,10 +552,10 @@ def test_steps_of_a_job_rejected_for_its_unknown_account_are_anomalies() -> None
     assert ledger.accounts == {} and ledger.jobs["j1"].state == "rejected"
 
 
-def test_a_submit_before_its_account_opened_says_when_it_opens() -> None:
+def test_a_submit_before_its_account_opened_says_when_it_opens(journal_url: str) -> None:
     """Found among the account's own events by the fold: a usage report before the
     opening (which does not open it) and grants after it do not move the answer."""
-    journal = MemoryJournal()
+    journal = open_journal(journal_url)
     s = Scheduler(journal, clock=lambda: 1_000)
     tracker = GPUCreditTracker(journal, account="a")
     tracker.consume(5, 200)
@@ -571,6 +572,7 @@ def test_a_submit_before_its_account_opened_says_when_it_opens() -> None:
         s.submit("j", "a", 1, 1, at=499)
     assert len(list(journal.read())) == recorded  # the refusals appended nothing
     assert s.submit("j", "a", 1, 1, at=500)
+    journal.close()
 
 
 @pytest.mark.parametrize("opening", range(1, 9))
