@@ -748,7 +748,9 @@ def explain_job(ex: JobExplanation) -> None:
         out.print(f"  cost {ex.cost:,}, priority {ex.priority}{pool}, submitted "
                   f"{format_time(ex.submitted_at)}")
     if ex.accepted is False:
-        out.print(Text(f"  rejected at submit: {ex.reason}", style="yellow"))
+        later = "" if ex.account_opened_at is None else (
+            f"; the account is opened later, at {format_time(ex.account_opened_at)}")
+        out.print(Text(f"  rejected at submit: {ex.reason}{later}", style="yellow"))
     elif ex.accepted:
         out.print(Text(f"  accepted: reserved {ex.cost:,} from {_lineage(ex.held_from)}"))
     if ex.charge is not None:

@@ -368,6 +368,9 @@ class JobExplanation:
     submitted_at: int | None = None
     accepted: bool | None = None
     reason: str | None = None  # why the submit was rejected (the fold's reason)
+    # A submit rejected because its account was not open then: the event time from which
+    # the account stands opened, when an event recorded later on the timeline opens it.
+    account_opened_at: int | None = None
     held_from: Lineage = ()  # grants the submit reserved from
     charge: int | None = None
     paid_by: Lineage = ()
@@ -383,8 +386,8 @@ class JobExplanation:
     # the same figure under this answer's earlier name, kept for the scripts that read it.
     json_keys: ClassVar[tuple[str, ...]] = (
         "job", "account", "state", "cost", "priority", "pool", "submitted_at:time",
-        "accepted", "reason", "held_from", "charged=charge", "charge", "paid_by",
-        "released", "lapsed", "waiting", "ahead", "events")
+        "accepted", "reason", "account_opened_at:time", "held_from", "charged=charge",
+        "charge", "paid_by", "released", "lapsed", "waiting", "ahead", "events")
 
 
 def waiting_reason(ledger: Ledger, job_id: str) -> tuple[Waiting, int]:
@@ -478,21 +481,37 @@ def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
 
 
 def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
-                    excluded: frozenset[str] = frozenset()) -> JobExplanation:
+                    excluded: frozenset[str] = frozenset(),
+                    later: Iterable[RecordedEvent] = ()) -> JobExplanation:
     """`explain_job` from `events` in canonical order (`excluded`: the reversed ids). The
     events up to the job's last one are enough: nothing later changes what it did (a
-    pending job's place in the queue, `waiting`, is the ledger's at the last event)."""
+    pending job's place in the queue, `waiting`, is the ledger's at the last event).
+    `later`: the events after those, folded only to find when an account that was not
+    open at the job's submit is opened (`account_opened_at`)."""
     ledger = Ledger(excluded=excluded)
     found: list[tuple[RecordedEvent, Outcome]] = []
     lapsed: dict[str, int] = {}
+    submitted = False  # the submit this answer reports was folded
+    unopened: str | None = None  # its account, when that was not open at its time
+    opened_at: int | None = None
     for rec in events:
         if rec.payload.get("job") != job_id:
             apply_recorded(ledger, rec)
+            if unopened is not None and opened_at is None and (
+                    state := ledger.accounts.get(unopened)) is not None and state.opened:
+                opened_at = rec.time
             continue
-        in_heap = _in_heap(ledger, rec.payload.get("account") or (
-            job.account if (job := ledger.jobs.get(job_id)) is not None else None))
+        account = rec.payload.get("account") or (
+            job.account if (job := ledger.jobs.get(job_id)) is not None else None)
+        in_heap = _in_heap(ledger, account)
+        was_open = (state := ledger.accounts.get(account or "")) is not None and state.opened
         outcome = apply_recorded(ledger, rec)
         found.append((rec, outcome))
+        if rec.type == "submit" and not submitted and rec.id not in excluded \
+                and not outcome.anomaly:
+            submitted = True
+            if not outcome.ok and not was_open:
+                unopened = account
         if outcome.expired:
             released, _ = split_expired(rec, outcome, in_heap)
             lapsed[rec.id] = sum(e.amount for e in released)
@@ -514,6 +533,7 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
             out.submitted_at = rec.time
             out.accepted = outcome.ok
             out.reason = None if outcome.ok else outcome.reason
+            out.account_opened_at = opened_at
             out.held_from = outcome.paid_by
         elif rec.type == "complete" and not outcome.anomaly:
             out.paid_by = outcome.paid_by
@@ -526,5 +546,11 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
         out.waiting, out.ahead = waiting_reason(ledger, job_id)
     elif job is not None and job.state == RUNNING:
         out.waiting = Waiting(RUNNING_HELD, held=job.cost)
+    if unopened is not None and opened_at is None and out.accepted is False:
+        for rec in later:  # the answer is built: the ledger is not read again
+            apply_recorded(ledger, rec)
+            if (state := ledger.accounts.get(unopened)) is not None and state.opened:
+                out.account_opened_at = rec.time
+                break
     return out
 

@@ -106,7 +106,8 @@ def live_job_explanation(journal: JournalLike, where: JobWhereabouts,
             raise UnknownJob(f"unknown job {spelling(job)} (no event names it)")
         # Nothing after the job's last event changes what its events did: fold up to it.
         return job_explanation(ordered[:last + 1], job,
-                               excluded=excluded_by(events) | where.reversed_ids)
+                               excluded=excluded_by(events) | where.reversed_ids,
+                               later=ordered[last + 1:])
 
     found: JobExplanation | None = None
     if not where.elsewhere:

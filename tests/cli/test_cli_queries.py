@@ -573,3 +573,22 @@ def test_iso_times_are_accepted(run: Run, small: Path, command: str) -> None:
             "statement": ["statement", "a", "--to", "2026-11-03T12:00Z"],
             "explain": ["explain", "a"]}[command]
     assert run(*args).exit_code == 0
+
+
+def test_explain_job_says_when_an_account_not_open_at_the_submit_is_opened(
+        run: Run, tmp_path: Path) -> None:
+    imported(run, tmp_path / "early.jsonl", "\n".join([
+        '{"type": "submit", "time": "2026-01-01T00:00:00Z", "account": "a", "job": "j1", '
+        '"cost": 5, "priority": 1}',
+        '{"type": "account", "time": "2026-01-02T00:00:00Z", "account": "a"}',
+    ]) + "\n")
+    said = run("explain", "--job", "j1")
+    assert said.exit_code == 0, said.stderr
+    assert ("rejected at submit: unknown account 'a'; the account is opened later, at "
+            "2026-01-02T00:00:00Z") in said.stdout
+    told = as_json(run("explain", "--job", "j1", "--json"))
+    assert isinstance(told, dict) and told["account_opened_at"] == 1767312000
+    before = run("explain", "--job", "j1", "--as-known-at", "1")
+    assert "rejected at submit: unknown account 'a'\n" in before.stdout
+    assert as_json(run("explain", "--job", "j1", "--json", "--as-known-at", "1")
+                   ) == {**told, "account_opened_at": None}

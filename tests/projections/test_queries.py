@@ -899,3 +899,55 @@ def test_an_account_declared_again_says_what_it_changed_not_that_it_opened() -> 
                 "3600, refill_rate 60 -> none, refill_cap 100 -> none",
         "open-b": "account opened",
     }
+
+
+def _opening(event_id: str, kind: str, time: int) -> NewEvent:
+    fields: dict[str, Any] = {
+        "usage": {"account": "a", "amount": 3},
+        "account": {"account": "a"},
+        "grant": {"account": "a", "amount": 50, "expiry": 1_000},
+        "credit": {"account": "a", "amount": 50, "reason": "goodwill"},
+        "debit": {"account": "a", "amount": -5, "reason": "billed twice"},
+    }[kind]
+    kind = {"usage": "consume", "credit": "adjust", "debit": "adjust"}.get(kind, kind)
+    return NewEvent(event_id, "a", kind, time, fields)
+
+
+@pytest.mark.parametrize(("later", "opened"), [
+    ((), None),
+    ((("u", "usage", 20), ("d", "debit", 25)), None),  # neither opens the account
+    ((("o", "account", 30),), 30),
+    ((("g", "grant", 40),), 40),
+    ((("c", "credit", 45),), 45),
+    ((("u", "usage", 20), ("g", "grant", 40), ("o", "account", 50)), 40),
+    ((("o", "account", 30), ("r", "reverse o", 31)), None),  # taken out of the timeline
+    ((("o", "account", 30), ("r", "reverse o", 31), ("g", "grant", 60)), 60),
+], ids=["never", "usage-and-debit", "account", "grant", "credit", "first-of-three",
+        "reversed", "reversed-then-granted"])
+def test_a_submit_refused_before_its_account_opened_says_when_it_is_opened(
+        later: tuple[tuple[str, str, int], ...], opened: int | None) -> None:
+    journal = MemoryJournal()
+    journal.append([NewEvent("s", "a", "submit", 10,
+                             {"job": "j", "account": "a", "cost": 5, "priority": 1})])
+    for event_id, kind, time in later:
+        if kind.startswith("reverse "):
+            target = kind.split()[1]
+            journal.append([NewEvent(event_id, "a", "reverse", 30,
+                                     {"event": target, "reason": "recorded by mistake"})])
+        else:
+            journal.append([_opening(event_id, kind, time)])
+    ex = explain_job(journal, "j")
+    assert (ex.accepted, ex.reason) == (False, "unknown account 'a'")
+    assert ex.account_opened_at == opened
+    assert explain_job(journal, "j", as_known_at=1).account_opened_at is None
+
+
+def test_a_submit_refused_for_its_cost_has_no_opening_to_name() -> None:
+    journal = MemoryJournal()
+    journal.append([_opening("o", "account", 5),
+                    NewEvent("s", "a", "submit", 10,
+                             {"job": "j", "account": "a", "cost": 5, "priority": 1}),
+                    _opening("g", "grant", 20)])
+    ex = explain_job(journal, "j")
+    assert ex.accepted is False and ex.reason != "unknown account 'a'"
+    assert ex.account_opened_at is None

@@ -260,6 +260,25 @@ def test_markup_in_names_is_escaped(tmp_path: object) -> None:
             assert "<script>x" not in body and "<img src=x" not in body, path
 
 
+def test_a_job_refused_before_its_account_opened_says_when_it_is_opened(
+        tmp_path: object) -> None:
+    from pathlib import Path
+
+    from eventstore import Journal, NewEvent
+
+    url = f"sqlite:///{Path(str(tmp_path)) / 'early.db'}"
+    journal = Journal(url)
+    journal.append([NewEvent("s", "a", "submit", 1_767_225_600,
+                             {"job": "j1", "account": "a", "cost": 5, "priority": 1})])
+    journal.append([NewEvent("o", "a", "account", 1_767_312_000, {"account": "a"})])
+    journal.close()
+    with TestClient(app_for(url)) as c:
+        why = c.get("/jobs/j1").text.split('id="why">', 1)[1].split("</p>", 1)[0]
+        assert why.startswith("Rejected at submit: unknown account &#39;a&#39;; the account "
+                              "is opened later, at ")
+        assert "2026-01-02" in why
+
+
 def test_pages_need_a_read_token_when_the_service_has_tokens(demo_db: str) -> None:
     from tools.service.app import create_app
     from tools.service.auth import Token
