@@ -371,6 +371,7 @@ def test_the_whole_journal_check_holds_the_fold_to_the_reference_model(
         return reference
 
     monkeypatch.setattr(model, "fold", one_more_running)
+    world.reference = None  # else the model of the last check is carried on, not folded
     problems = full_check(world)
     assert any(p.startswith("account 'a' at time 6: the fold says ") for p in problems), \
         problems
@@ -646,3 +647,59 @@ def test_the_reference_model_starts_jobs_by_fair_share() -> None:
     charged(7500, "k", 50)
     add(7600, "account", account="h", share=1, half_life=60)
     assert first(7600, "h", "k") == "k"
+
+
+@pytest.mark.parametrize("line", [
+    {"type": "consume", "account": "a", "amount": 5, "time": 8, "id": "u3"},  # after all
+    {"type": "consume", "account": "a", "amount": 5, "time": 4, "id": "u3"},  # late
+    {"type": "reverse", "event": "u1", "reason": "wrong", "time": 8, "id": "r1"},
+    {"type": "reverse", "event": "u3", "reason": "wrong", "time": 9, "id": "r1"},
+], ids=["after", "late", "reverses-a-folded-event", "reverses-a-new-event"])
+def test_the_reference_model_carried_on_is_the_model_of_the_whole_journal(
+        line: dict[str, Any]) -> None:
+    # Each check folds into the model only what was recorded since the last one, where
+    # that comes to a fold of the whole journal; any other model differs from the fold's.
+    world = _world()
+    ops = [_op("finance", line)]
+    if line["id"] == "r1" and line["event"] == "u3":
+        ops.insert(0, _op("reporter", {"type": "consume", "account": "a", "amount": 5,
+                                       "time": 8, "id": "u3"}))
+    for op in ops:
+        assert world.execute(op) == []
+    assert full_check(world) == []
+    assert world.reference is not None and world.reference.model is not None
+    whole = model.fold(world.learn())
+    assert world.reference.model.figures(9) == whole.figures(9)
+    assert world.reference.model.told == whole.told
+
+
+@pytest.mark.parametrize("reversed_id", ["g1", None], ids=["folded", "none"])
+def test_checkpoints_are_judged_by_a_fold_carried_on_where_it_is_the_same(
+        reversed_id: str | None) -> None:
+    # The judge of the last checkpoint is carried on to the next where that gives the
+    # fold up to it; a reversal of an event it folded makes it fold whole again. Either
+    # way a right checkpoint passes and a wrong one is found.
+    from eventstore import NewEvent
+    from projections.checkpoint import save_checkpoint
+    from projections.replay import fold_canonical
+    from tools.sim.checks import Verification
+
+    world = _world()
+    journal = world.journal
+    verification = Verification(journal)
+    assert save_checkpoint(journal, fold_canonical(journal, to_position=4), 4) is not None
+    assert verification.since_last(world.digest) == []
+    more = [NewEvent("g2", "a", "grant", 7, {"account": "a", "amount": 9, "expiry": 900})]
+    if reversed_id is not None:
+        more.append(NewEvent("r1", "a", "reverse", 8, {"event": reversed_id,
+                                                         "reason": "wrong"}))
+    journal.append(more)
+    head = journal.head()
+    right = fold_canonical(journal, to_position=head)
+    assert save_checkpoint(journal, right, head) is not None
+    assert verification.since_last(right.digest()) == []
+    wrong = fold_canonical(journal, to_position=head - 1)
+    info = save_checkpoint(journal, wrong, head)
+    assert info is not None
+    (problem,) = verification.since_last(right.digest())
+    assert problem.startswith(f"verify: checkpoint {info.id} at position {head} records ")

@@ -17,15 +17,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
 from eventstore import ChainBroken, JournalLike, RecordedEvent
 from projections.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint
+from projections.decoding import decode_event
+from projections.events import EventReversed
 from projections.invariants import violations
 from projections.ledger import Ledger
-from projections.projector import Projector
+from projections.projector import REVERSE, Projector
 from projections.replay import (
     REPLAY_REMEMBERS,
     account_reader,
@@ -33,8 +36,10 @@ from projections.replay import (
     fold_canonical,
     journal_reader,
     lean_records,
+    lean_rows,
     locator,
 )
+from projections.reversals import reversed_ids
 from projections.session import session_of
 from tools.sim import model
 from tools.sim.world import LINEAGE_TYPES, Op, World, revisable
@@ -70,14 +75,16 @@ def full_check(world: World) -> list[str]:
             problems.append(f"the live projection of {name} has digest {live[:16]}…, a fresh "
                             f"fold of the journal {digest[:16]}…")
             break
-    reference = model.fold(records)
+    if world.reference is None:
+        world.reference = CarriedModel()
+    reference = world.reference.fold(log, excluded)
     problems += _compare(ledger, reference, outcomes)
     later_revised = revisable(log)
     problems += _told(world, log, reference, later_revised)
     problems += _chain_since_last_check(world, log)
     if world.verification is None:
         world.verification = Verification(world.journal)
-    problems += world.verification.since_last(digest)
+    problems += world.verification.since_last(digest, log)
     problems += _revisions(world, reference, log)
     ids = {rec.id for rec in records}
     if ids != world.recorded or len(records) != len(ids):
@@ -86,6 +93,48 @@ def full_check(world: World) -> list[str]:
         problems.append(f"the journal holds {len(records)} events; not acknowledged: {extra}; "
                         f"acknowledged but missing: {lost}")
     return problems
+
+
+class CarriedModel:
+    """The reference model's fold of a world's journal (`model.fold`), carried on from
+    check to check when that gives exactly the model a fold of the whole journal gives:
+    when every event recorded since the last fold comes after every event folded on the
+    timeline (canonical order: the whole is the folded part, then the new part), and no
+    reversal since changed whether a folded event takes part. Otherwise folded whole
+    again. The model is the checks' to read, never to change."""
+
+    def __init__(self) -> None:
+        self.model: model.Model | None = None
+        self.folded = 0  # how many of the log's records it folded (arrival order)
+        self.last: Any = None  # the last of them: the log still holds it, or refold
+        self.top = (-model.NEVER, 0)  # the greatest (time, position) folded
+        self.excluded: frozenset[str] = frozenset()  # as of the last fold
+        self.ids: set[str] = set()  # the ids folded
+
+    def fold(self, log: list[RecordedEvent], excluded: frozenset[str]) -> model.Model:
+        """The model of all of `log` (arrival order); `excluded`: `model.excluded_ids`
+        of it."""
+        n = self.folded
+        new = log[n:]
+        changed = excluded ^ self.excluded
+        if self.model is None or not n or len(log) < n or log[n - 1] is not self.last \
+                or (new and min(new, key=_canonical).time < self.top[0]) \
+                or any(eid in self.ids for eid in changed):
+            self.model = model.fold(log)
+            new = log
+            self.ids = set()
+        else:
+            carried = self.model
+            for rec in sorted(new, key=_canonical):
+                if rec.id not in excluded and rec.type != "reverse":
+                    model.fold_one(carried, rec)
+                carried.last_time = rec.time
+        self.ids.update(rec.id for rec in new)
+        if new:
+            top = max(new, key=_canonical)
+            self.top = max(self.top, (top.time, top.position))
+        self.folded, self.last, self.excluded = len(log), log[-1] if log else None, excluded
+        return self.model
 
 
 # (event time, position): a key taken in C, since a sort of the whole journal by a
@@ -287,11 +336,19 @@ class Verification:
             recent_outcomes=REPLAY_REMEMBERS, remember_once_late=True,
             locate=locator(journal), account_reader=account_reader(journal))
         self.checkpoints: set[int] = set()  # ids of the checkpoints judged
+        # The checkpoints' judge: a canonical fold up to `judged` (position, the id there,
+        # the latest event time up to it), carried on to the next checkpoint (`_fold_to`).
+        self.judge: Ledger | None = None
+        self.judged: tuple[int, str, int] = (0, "", -(2**63))
 
-    def since_last(self, digest: str) -> list[str]:
+    def since_last(self, digest: str, log: list[RecordedEvent] | None = None) -> list[str]:
         """Verify what was recorded since the last call; `digest`: a fresh canonical
-        fold's of the whole journal, which the replayed state must equal."""
-        problems = self._checkpoints()
+        fold's of the whole journal, which the replayed state must equal; `log`: the
+        journal's records in arrival order, as the checks read and chained them (default:
+        read whole)."""
+        if log is None:
+            log = list(self.journal.read(order="position"))
+        problems = self._checkpoints(log)
         head = self.journal.head()
         ledger = self.catch_up()
         broken = violations(ledger)
@@ -324,7 +381,67 @@ class Verification:
         ledger: Ledger = projector.ledger
         return ledger
 
-    def _checkpoints(self) -> list[str]:
+    def _fold_to(self, position: int, log: list[RecordedEvent]) -> Ledger:
+        """`fold_canonical(journal, to_position=position)`: the judge carried on from the
+        last checkpoint judged when that gives the same fold: when the events between
+        come after every event it folded on the timeline (none earlier than the latest
+        time up to it) and their reversals change whether an event takes part only for
+        events it did not fold (a fold of the whole is then the judge's events, then
+        these, in the same order, the same ones left out). Else folded whole. What it
+        gives is the next judgement's to carry on."""
+        if not 0 < position <= len(log):
+            return fold_canonical(self.journal, to_position=position)
+        at, at_id, latest = self.judged
+        ledger = self.judge
+        rows: list[Any] = []
+        excluded: frozenset[str] | None = None
+        if ledger is not None and 0 < at <= position and self._holds(at, at_id):
+            rows = list(lean_rows(self.journal, after_position=at, to_position=position,
+                                  order="canonical"))
+            if not rows or rows[0][3] >= latest:
+                excluded = self._excluded_after(ledger, rows, at)
+        if ledger is not None and excluded is not None:
+            ledger.excluded = excluded
+            if rows:
+                ledger.apply_rows(rows)
+                latest = max(latest, rows[-1][3])
+        else:
+            ledger = fold_canonical(self.journal, to_position=position)
+            latest = max(rec.time for rec in log[:position])
+        self.judge, self.judged = ledger, (position, log[position - 1].id, latest)
+        return ledger
+
+    def _holds(self, position: int, event_id: str) -> bool:
+        """Whether the journal holds `event_id` at `position` (what the judge folded)."""
+        rec = self.journal.get(event_id)
+        return rec is not None and rec.position == position
+
+    def _excluded_after(self, ledger: Ledger, rows: list[Any], at: int) -> frozenset[str] | None:
+        """The events out of a fold that adds `rows` to `ledger` (a fold up to position
+        `at`): reversed by a reversal it folded (`Ledger.reversals`, every reversal that
+        decodes, as `fold_canonical` reads them) or by one of `rows`. None when that
+        changes whether an event it folded takes part."""
+        reversals = {row[1]: row[4] for row in rows if row[2] == REVERSE}
+        if not reversals:
+            return ledger.excluded
+        known = dict(ledger.reversals)
+        for event_id, payload in reversals.items():
+            try:
+                event = decode_event(REVERSE, payload)
+            except json.JSONDecodeError:
+                raise  # as the fold does: the row was not written by the journal
+            except (ValueError, TypeError):
+                continue
+            if isinstance(event, EventReversed):
+                known[event_id] = event.event
+        excluded = reversed_ids(known)
+        for event_id in excluded ^ ledger.excluded:
+            rec = self.journal.get(event_id)
+            if rec is not None and rec.position <= at:
+                return None
+        return excluded
+
+    def _checkpoints(self, log: list[RecordedEvent]) -> list[str]:
         problems: list[str] = []
         for info in sorted(self.journal.snapshots(CHECKPOINT),
                            key=lambda s: (s.position, s.id)):
@@ -337,7 +454,7 @@ class Verification:
                 problems.append(f"verify: checkpoint {info.id} at position {info.position} "
                                 f"is unreadable: {exc}")
                 continue
-            rebuilt = fold_canonical(self.journal, to_position=info.position).digest()
+            rebuilt = self._fold_to(info.position, log).digest()
             if stored != info.digest or rebuilt != info.digest:
                 problems.append(f"verify: checkpoint {info.id} at position {info.position} "
                                 f"records digest {info.digest[:16]}…, holds {stored[:16]}…, "

@@ -274,6 +274,12 @@ def fold(records: Iterable[Any]) -> Model:
     return model
 
 
+def fold_one(model: Model, rec: Any) -> None:
+    """Fold one more record, which comes after every one folded (canonical order) and is
+    neither a reversal nor reversed: what `fold` does with it."""
+    _apply(model, rec)
+
+
 def _apply(model: Model, rec: Any) -> None:
     p = rec.payload
     if rec.type == "void":

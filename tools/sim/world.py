@@ -53,7 +53,7 @@ from tools.sim.service import (
 )
 
 if TYPE_CHECKING:
-    from tools.sim.checks import Verification
+    from tools.sim.checks import CarriedModel, Verification
 
 Op = dict[str, Any]
 
@@ -121,6 +121,7 @@ class World:
     chained: tuple[int, str] = (0, GENESIS_HASH)  # (position, hash) verified to chain
     digest: str = ""  # a fresh fold's digest, as of the last whole-journal check
     verification: Verification | None = None  # `verify` carried on, check after check
+    reference: CarriedModel | None = None  # the reference model, carried on likewise
     # Every recorded event in arrival order: on the memory journal, as each append
     # answered (see `_note_answers`); read from any other journal, each event once.
     log: list[RecordedEvent] = field(default_factory=list)
