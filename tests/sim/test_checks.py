@@ -673,12 +673,13 @@ def test_the_reference_model_carried_on_is_the_model_of_the_whole_journal(
     assert world.reference.model.told == whole.told
 
 
-@pytest.mark.parametrize("reversed_id", ["g1", None], ids=["folded", "none"])
+@pytest.mark.parametrize("reversed_id", ["g1", "st1", None],
+                         ids=["folded-by-both", "folded-by-the-last", "none"])
 def test_checkpoints_are_judged_by_a_fold_carried_on_where_it_is_the_same(
         reversed_id: str | None) -> None:
-    # The judge of the last checkpoint is carried on to the next where that gives the
-    # fold up to it; a reversal of an event it folded makes it fold whole again. Either
-    # way a right checkpoint passes and a wrong one is found.
+    # The judge of the last checkpoints is carried on to the next where that gives the
+    # fold up to it; a reversal of an event it folded makes it carry on an older one's,
+    # or fold whole. Either way a right checkpoint passes and a wrong one is found.
     from eventstore import NewEvent
     from projections.checkpoint import save_checkpoint
     from projections.replay import fold_canonical
@@ -687,7 +688,9 @@ def test_checkpoints_are_judged_by_a_fold_carried_on_where_it_is_the_same(
     world = _world()
     journal = world.journal
     verification = Verification(journal)
-    assert save_checkpoint(journal, fold_canonical(journal, to_position=4), 4) is not None
+    for position in (2, 4):
+        assert save_checkpoint(journal, fold_canonical(journal, to_position=position),
+                               position) is not None
     assert verification.since_last(world.digest) == []
     more = [NewEvent("g2", "a", "grant", 7, {"account": "a", "amount": 9, "expiry": 900})]
     if reversed_id is not None:

@@ -27,7 +27,7 @@ from projections.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint
 from projections.decoding import decode_event
 from projections.events import EventReversed
 from projections.invariants import violations
-from projections.ledger import Ledger
+from projections.ledger import Ledger, restore, snapshot
 from projections.projector import REVERSE, Projector
 from projections.replay import (
     REPLAY_REMEMBERS,
@@ -317,6 +317,11 @@ def known_around(world: World, op: Op) -> list[str]:
     return []
 
 
+JUDGES_KEPT = 8
+"""The folds of the last checkpoints judged that `Verification` keeps to carry on from (a
+reversal of an event one of them folded sends the judge back to an older one)."""
+
+
 class Verification:
     """`projections.replay.verify` carried on from where it last stopped, so checking
     it every K steps costs in proportion to the events since, not to the journal.
@@ -336,10 +341,10 @@ class Verification:
             recent_outcomes=REPLAY_REMEMBERS, remember_once_late=True,
             locate=locator(journal), account_reader=account_reader(journal))
         self.checkpoints: set[int] = set()  # ids of the checkpoints judged
-        # The checkpoints' judge: a canonical fold up to `judged` (position, the id there,
-        # the latest event time up to it), carried on to the next checkpoint (`_fold_to`).
-        self.judge: Ledger | None = None
-        self.judged: tuple[int, str, int] = (0, "", -(2**63))
+        # The checkpoints' judges: canonical folds of the journal up to the last ones
+        # judged, each (its position, the id there, the latest event time up to it, the
+        # fold's snapshot), carried on to the next checkpoint (`_fold_to`).
+        self.kept: list[tuple[int, str, int, Any]] = []
 
     def since_last(self, digest: str, log: list[RecordedEvent] | None = None) -> list[str]:
         """Verify what was recorded since the last call; `digest`: a fresh canonical
@@ -382,33 +387,37 @@ class Verification:
         return ledger
 
     def _fold_to(self, position: int, log: list[RecordedEvent]) -> Ledger:
-        """`fold_canonical(journal, to_position=position)`: the judge carried on from the
-        last checkpoint judged when that gives the same fold: when the events between
-        come after every event it folded on the timeline (none earlier than the latest
-        time up to it) and their reversals change whether an event takes part only for
-        events it did not fold (a fold of the whole is then the judge's events, then
-        these, in the same order, the same ones left out). Else folded whole. What it
-        gives is the next judgement's to carry on."""
+        """`fold_canonical(journal, to_position=position)`: a fold kept from one of the
+        last checkpoints judged (the newest that serves), carried on, when that gives
+        the same fold: when the events between come after every event it folded on the
+        timeline (none earlier than the latest time up to it) and their reversals change
+        whether an event takes part only for events it did not fold (a fold of the whole
+        is then its events, then these, in the same order, the same ones left out). Else
+        folded whole. What it gives is kept for the next judgements."""
         if not 0 < position <= len(log):
             return fold_canonical(self.journal, to_position=position)
-        at, at_id, latest = self.judged
-        ledger = self.judge
-        rows: list[Any] = []
-        excluded: frozenset[str] | None = None
-        if ledger is not None and 0 < at <= position and self._holds(at, at_id):
-            rows = list(lean_rows(self.journal, after_position=at, to_position=position,
-                                  order="canonical"))
-            if not rows or rows[0][3] >= latest:
-                excluded = self._excluded_after(ledger, rows, at)
-        if ledger is not None and excluded is not None:
+        for at, at_id, latest, kept in reversed(self.kept):
+            if at > position or not self._holds(at, at_id):
+                continue
+            between = log[at:position]  # as the journal holds them (see `since_last`)
+            if between and min(rec.time for rec in between) < latest:
+                continue
+            ledger = restore(kept)
+            excluded = self._excluded_after(
+                ledger, [rec for rec in between if rec.type == REVERSE], at)
+            if excluded is None:
+                continue
             ledger.excluded = excluded
-            if rows:
-                ledger.apply_rows(rows)
-                latest = max(latest, rows[-1][3])
+            if between:
+                ledger.apply_rows(lean_rows(self.journal, after_position=at,
+                                            to_position=position, order="canonical"))
+                latest = max(latest, max(rec.time for rec in between))
+            break
         else:
             ledger = fold_canonical(self.journal, to_position=position)
             latest = max(rec.time for rec in log[:position])
-        self.judge, self.judged = ledger, (position, log[position - 1].id, latest)
+        self.kept.append((position, log[position - 1].id, latest, snapshot(ledger)))
+        del self.kept[:-JUDGES_KEPT]
         return ledger
 
     def _holds(self, position: int, event_id: str) -> bool:
@@ -416,28 +425,29 @@ class Verification:
         rec = self.journal.get(event_id)
         return rec is not None and rec.position == position
 
-    def _excluded_after(self, ledger: Ledger, rows: list[Any], at: int) -> frozenset[str] | None:
-        """The events out of a fold that adds `rows` to `ledger` (a fold up to position
-        `at`): reversed by a reversal it folded (`Ledger.reversals`, every reversal that
-        decodes, as `fold_canonical` reads them) or by one of `rows`. None when that
-        changes whether an event it folded takes part."""
-        reversals = {row[1]: row[4] for row in rows if row[2] == REVERSE}
+    def _excluded_after(self, ledger: Ledger, reversals: list[RecordedEvent],
+                        at: int) -> frozenset[str] | None:
+        """The events out of a fold that adds the events after position `at` to
+        `ledger` (a fold up to `at`), `reversals` among them: reversed by a reversal it
+        folded (`Ledger.reversals`, every reversal that decodes, as `fold_canonical`
+        reads them) or by one of `reversals`. None when that changes whether an event it
+        folded takes part."""
         if not reversals:
             return ledger.excluded
         known = dict(ledger.reversals)
-        for event_id, payload in reversals.items():
+        for rec in reversals:
             try:
-                event = decode_event(REVERSE, payload)
+                event = decode_event(REVERSE, rec.payload)
             except json.JSONDecodeError:
                 raise  # as the fold does: the row was not written by the journal
             except (ValueError, TypeError):
                 continue
             if isinstance(event, EventReversed):
-                known[event_id] = event.event
+                known[rec.id] = event.event
         excluded = reversed_ids(known)
         for event_id in excluded ^ ledger.excluded:
-            rec = self.journal.get(event_id)
-            if rec is not None and rec.position <= at:
+            target = self.journal.get(event_id)
+            if target is not None and target.position <= at:
                 return None
         return excluded
 
