@@ -37,6 +37,7 @@ ones current as late events re-project them.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import itertools
@@ -985,15 +986,9 @@ class LedgerSession:
             return account is not None and account.opened
 
         # Nothing makes an opened account unopened later on the timeline: the first time
-        # it stands opened is found by halving.
-        low, high = 0, len(times)
-        while low < high:
-            middle = (low + high) // 2
-            if opened(times[middle]):
-                high = middle
-            else:
-                low = middle + 1
-        return times[low] if low < len(times) else None
+        # it stands opened is found by halving (False sorts before True).
+        first = bisect.bisect_left(times, True, key=opened)
+        return times[first] if first < len(times) else None
 
     def known_position(self, as_known_at: int) -> int:
         """Validate an as-known-at position: 0..head (past the head is an error, as on
