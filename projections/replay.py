@@ -441,9 +441,15 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     if replaced is not None and unsaved is None:
         journal.drop_snapshots(CHECKPOINT, through_id=replaced)
     ledger = projector.ledger
+    # The ledger lists anomalies in the order its folds met them: a refold after a late
+    # event meets an earlier one after later ones. Reported in canonical order, the list
+    # is the same however the replay got there (in parts, from a checkpoint).
+    positions = {event_id: rec.position for event_id, rec in journal.get_many(
+        {event_id for _, event_id, _ in ledger.anomalies}).items()}
+    anomalies = sorted(ledger.anomalies, key=lambda a: (a[0], positions.get(a[1], 0)))
     # Every event read, reversed ones and reversals too (`ledger.applied` counts what the
     # fold applied: "replayed 1 event" of a journal of three was a puzzle to an auditor).
-    return ReplayReport(taken, list(projector.revisions), list(ledger.anomalies),
+    return ReplayReport(taken, list(projector.revisions), anomalies,
                         ledger, head, checkpoint_problem=unsaved)
 
 

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import projections.replay as replay_module
@@ -263,6 +263,15 @@ def mostly_in_order(draw: st.DrawFn) -> list[list[Event]]:
     return [events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
+# A refold in a later part (e5, late) met the cancel's anomaly (e4, time 1) after the
+# start's (e10, time 2): the report listed them in that order, the whole batch by time.
+@example([[("e2", "a", "submit", 1, {"account": "a", "job": "j2", "cost": 0, "priority": 0})],
+          [("e3", "b", "submit", 1, {"account": "b", "job": "j3", "cost": 0, "priority": 0}),
+           ("e4", "a", "cancel", 1, {"job": "j2"}), ("e6", "a", "account", 2, {"account": "a"}),
+           ("e5", "a", "account", 1, {"account": "a"}),
+           *[(f"e{n}", "a", "account", 2, {"account": "a"}) for n in (7, 8, 9)],
+           ("e10", "b", "start", 2, {"job": "j3"}),
+           *[(f"e{n}", "a", "account", 2, {"account": "a"}) for n in (11, 12, 13, 14)]]], 3)
 @settings(max_examples=100, deadline=None)
 @given(mostly_in_order(), st.sampled_from([1, 2, 3]))
 def test_a_batch_handed_over_in_parts_makes_what_the_whole_batch_makes(
