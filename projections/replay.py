@@ -444,9 +444,11 @@ def replay(journal: JournalLike, *, to_time: int | None = None,
     # The ledger lists anomalies in the order its folds met them: a refold after a late
     # event meets an earlier one after later ones. Reported in canonical order, the list
     # is the same however the replay got there (in parts, from a checkpoint).
-    positions = {event_id: rec.position for event_id, rec in journal.get_many(
-        {event_id for _, event_id, _ in ledger.anomalies}).items()}
-    anomalies = sorted(ledger.anomalies, key=lambda a: (a[0], positions.get(a[1], 0)))
+    anomalies = list(ledger.anomalies)
+    if len(anomalies) > 1:  # most journals hold none: no read for them
+        positions = {event_id: rec.position for event_id, rec in journal.get_many(
+            {event_id for _, event_id, _ in anomalies}).items()}
+        anomalies.sort(key=lambda a: (a[0], positions.get(a[1], 0)))
     # Every event read, reversed ones and reversals too (`ledger.applied` counts what the
     # fold applied: "replayed 1 event" of a journal of three was a puzzle to an auditor).
     return ReplayReport(taken, list(projector.revisions), anomalies,

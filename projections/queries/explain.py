@@ -480,6 +480,11 @@ def job_account(journal: JournalLike, job_id: str, position: int) -> str | None:
     return owner
 
 
+def _opened(ledger: Ledger, account: str) -> bool:
+    state = ledger.accounts.get(account)
+    return state is not None and state.opened
+
+
 def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
                     excluded: frozenset[str] = frozenset(),
                     later: Iterable[RecordedEvent] = ()) -> JobExplanation:
@@ -497,14 +502,13 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
     for rec in events:
         if rec.payload.get("job") != job_id:
             apply_recorded(ledger, rec)
-            if unopened is not None and opened_at is None and (
-                    state := ledger.accounts.get(unopened)) is not None and state.opened:
+            if unopened is not None and opened_at is None and _opened(ledger, unopened):
                 opened_at = rec.time
             continue
         account = rec.payload.get("account") or (
             job.account if (job := ledger.jobs.get(job_id)) is not None else None)
         in_heap = _in_heap(ledger, account)
-        was_open = (state := ledger.accounts.get(account or "")) is not None and state.opened
+        was_open = account is not None and _opened(ledger, account)
         outcome = apply_recorded(ledger, rec)
         found.append((rec, outcome))
         if rec.type == "submit" and not submitted and rec.id not in excluded \
@@ -549,7 +553,7 @@ def job_explanation(events: Iterable[RecordedEvent], job_id: str, *,
     if unopened is not None and opened_at is None and out.accepted is False:
         for rec in later:  # the answer is built: the ledger is not read again
             apply_recorded(ledger, rec)
-            if (state := ledger.accounts.get(unopened)) is not None and state.opened:
+            if _opened(ledger, unopened):
                 out.account_opened_at = rec.time
                 break
     return out
