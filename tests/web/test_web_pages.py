@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pagetext import cells
 
-from projections.queries import statement, to_dict
+from projections.queries import JobExplanation, statement, to_dict
 from tools.web.browsing import app_for
 
 LATE_GRANT = 980
@@ -563,7 +563,7 @@ def test_the_ledger_pages_from_the_latest_lines_and_the_csv_has_them_all(
     assert len(list(csv.DictReader(io.StringIO(csv_text)))) == len(every)
 
 
-def _kind_of_life(explanation: Any) -> tuple[object, ...]:
+def _kind_of_life(explanation: JobExplanation) -> tuple[object, ...]:
     """What sets a job's page apart from another's: its state, its acceptance, whether it
     waits, lapsed, was paid by several grants or refused before its account opened."""
     return (explanation.state, explanation.accepted, explanation.reason is None,
@@ -588,7 +588,7 @@ def test_a_jobs_page_folds_its_account_only_up_to_the_job_and_answers_as_explain
     # a minute (870 jobs), so it is asked for the first and last job of each kind of life
     # the pages tell, and for every 25th job besides.
     kinds: dict[tuple[object, ...], list[str]] = {}
-    pages = {}
+    pages: dict[str, dict[str, Any]] = {}
     for job in jobs:
         explanation, _ = job_page(source, job)
         pages[job] = to_dict(explanation)
