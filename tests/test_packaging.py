@@ -114,6 +114,25 @@ def test_a_plain_python_build_in_place_leaves_no_compiled_fold_to_vouch_for(
     assert not (src / "projections" / native.BUILD_RECORD).exists()
 
 
+def test_only_a_build_translates_the_fold(tmp_path: Path) -> None:
+    """pip runs setup.py for its build requirements and its metadata before the build:
+    those two must not type-check and translate the fold to C (mypyc writes its C into
+    build/), which doubled an install's time; the build itself must."""
+    src = _source(tmp_path)
+    env = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"}
+    env.pop(native.PURE_ENV, None)
+    # (dist_info, the metadata hook's command, takes the same path but needs the wheel
+    # package, which the test environment does not install)
+    done = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base",
+                           str(tmp_path)], cwd=src, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (src / "build").exists(), _tree(src / "build")
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=src, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert any(name.endswith(".c") for name in _tree(src / "build")), done.stderr[-3000:]
+
+
 def test_the_sdist_holds_the_packages_and_no_part_of_the_test_suite(tmp_path: Path) -> None:
     src = _source(tmp_path)
     (src / "tests").mkdir()
