@@ -14,6 +14,13 @@ class JournalError(Exception):
     """Base class of every journal error."""
 
 
+class NotAJournalURL(TypeError, ValueError):
+    """What was given for a journal is not a URL (a number, bytes, a path).
+
+    A TypeError, as Python calls an argument of the wrong kind, and a ValueError, as
+    `Journal` raised it first and code written against that catches it."""
+
+
 class IdempotencyConflict(JournalError, ValueError):
     """An event id was appended before with other content."""
 

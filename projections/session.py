@@ -55,6 +55,7 @@ from eventstore import (
     LockOrderConflict,
     MemoryJournal,
     NewEvent,
+    NotAJournalURL,
     RecordedEvent,
     Transaction,
 )
@@ -244,14 +245,15 @@ def open_journal(journal: JournalArg) -> JournalLike:
     """None: a plain in-memory journal; a string: a database URL; else the journal itself."""
     if journal is None:
         return MemoryJournal()
-    if isinstance(journal, str):
+    if isinstance(journal, str | os.PathLike):  # a path is refused there, with its URL
         from eventstore import Journal  # type: ignore[attr-defined,unused-ignore]
 
-        opened: JournalLike = Journal(journal)
+        opened: JournalLike = Journal(journal)  # type: ignore[arg-type,unused-ignore]
         return opened
     if not all(hasattr(journal, name) for name in ("read", "transaction", "head", "url")):
-        raise TypeError(f"journal must be None (in memory), a database URL such as "
-                        f"'sqlite:///ledger.db', or an eventstore journal; got {journal!r}")
+        raise NotAJournalURL(f"journal must be None (in memory), a database URL such as "
+                             f"'sqlite:///ledger.db', or an eventstore journal; "
+                             f"got {journal!r}")
     return journal
 
 

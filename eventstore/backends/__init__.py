@@ -13,7 +13,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from eventstore.errors import shown
+from eventstore.errors import NotAJournalURL, shown
 
 if TYPE_CHECKING:
     from ..backend import Backend
@@ -50,10 +50,10 @@ def backend_for(url: str | None, lock_timeout: float, *, read_only: bool = False
     if isinstance(url, os.PathLike):
         # A pathlib.Path to the file is the usual slip: say the URL that names it.
         path = os.fspath(url)
-        raise ValueError(f"a journal URL is text, got the path {path!r}: for a SQLite file "
+        raise NotAJournalURL(f"a journal URL is text, got the path {path!r}: for a SQLite file "
                          f"pass 'sqlite:///{path}'")
     if not isinstance(url, str):
-        raise ValueError("a journal URL must be a str such as 'sqlite:///ledger.db', or None "
+        raise NotAJournalURL("a journal URL must be a str such as 'sqlite:///ledger.db', or None "
                          f"(in memory), got {shown(url)} ({type(url).__name__})")
     head, sep, rest = url.partition(":")
     scheme, _, driver = head.lower().partition("+")

@@ -66,8 +66,10 @@ def test_a_file_without_a_journal_is_not_given_a_schema(
         "got 5 (int)"),
 ])
 def test_a_journal_url_that_is_not_text_is_named(url: object, message: str) -> None:
-    with pytest.raises(ValueError) as refused:
+    # A TypeError as Python names the wrong kind of argument, still the ValueError it was
+    with pytest.raises(TypeError) as refused:
         Journal(url)  # type: ignore[arg-type]
+    assert isinstance(refused.value, ValueError)
     assert str(refused.value) == message
     assert not Path("ledger.db").exists()
 

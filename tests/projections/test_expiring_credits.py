@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -561,8 +562,17 @@ def test_tracker_credits_expire_for_the_scheduler_too() -> None:
 def test_a_journal_that_is_none_of_the_three_kinds_is_refused_by_name(bad: object) -> None:
     with pytest.raises(TypeError, match=r"journal must be None \(in memory\), a database URL"):
         GPUCreditTracker(bad)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=re.escape(repr(bad))):
+    # the same kinds of error as the journal's own refusal of such a URL
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
         Scheduler(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("facade", [GPUCreditTracker, Scheduler])
+def test_a_path_for_a_journal_is_answered_with_its_url(facade: Any, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with pytest.raises(TypeError, match=re.escape(f"pass 'sqlite:///{path}'")):
+        facade(path)
+    assert not path.exists()
 
 
 def test_a_second_expiry_with_no_grant_between_still_ends_its_credits() -> None:
