@@ -139,6 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 EXAMPLES_ENV = "GPU_CREDITS_EXAMPLES"
+_WRITTEN_SETTINGS = "_gpu_credits_written_settings"
 
 
 def examples_factor() -> float:
@@ -182,10 +183,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         test = getattr(obj, "__func__", obj)  # a test method's item holds it bound
         # The settings a @given test runs with are read from it at each call.
         current = getattr(test, "_hypothesis_internal_use_settings", None)
-        if getattr(test, "is_hypothesis_test", False) and current is not None:
-            scaled = max(1, round(current.max_examples * factor))
-            test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
-                current, max_examples=scaled)
+        if not getattr(test, "is_hypothesis_test", False) or current is None:
+            continue
+        # Every case of a parametrized test holds the same function: each scales the
+        # count written in the test, kept aside the first time, never the last one's.
+        written = getattr(test, _WRITTEN_SETTINGS, None)
+        if written is None:
+            written = current
+            setattr(test, _WRITTEN_SETTINGS, written)
+        scaled = max(1, round(written.max_examples * factor))
+        test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+            written, max_examples=scaled)
 
 
 @pytest.fixture

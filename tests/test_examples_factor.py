@@ -56,3 +56,29 @@ def test_each_property_test_runs_its_examples_times_the_factor(
     assert len(drawn) == 21
     case.test_prop()
     assert len(drawn) == 21 + 15
+
+
+def test_a_parametrized_property_test_is_scaled_once_whatever_its_cases(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case of a parametrized test holds the one function: scaled once per case,
+    a test of four cases drew 30 * 0.5**4 = 2 examples in the pure-Python rerun, and
+    30 * 10**4 under a hunt's factor of 10 (each case then ran out its time)."""
+    drawn: list[int] = []
+
+    @settings(max_examples=30, database=None)
+    @given(st.integers())
+    def prop(x: int) -> None:
+        drawn.append(x)
+
+    class Item:
+        def __init__(self, obj: object) -> None:
+            self.obj = obj
+
+    monkeypatch.setenv(EXAMPLES_ENV, "0.5")
+    cases = [Item(prop) for _ in range(4)]
+    pytest_collection_modifyitems(None, cases)  # type: ignore[arg-type]
+    # A second collection in the same process (a session run again) scales from the
+    # written count too, not from the last run's.
+    pytest_collection_modifyitems(None, cases)  # type: ignore[arg-type]
+    prop()
+    assert len(drawn) == 15
