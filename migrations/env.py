@@ -40,7 +40,10 @@ def _url() -> str:
 
 
 if context.is_offline_mode():
-    context.configure(url=_url(), target_metadata=metadata, literal_binds=True)
+    # One transaction on every dialect, as `db upgrade` runs it: Alembic leaves BEGIN and
+    # COMMIT out of a SQLite script unless told that its DDL is transactional (it is).
+    context.configure(url=_url(), target_metadata=metadata, literal_binds=True,
+                      transactional_ddl=True)
     with context.begin_transaction():
         context.run_migrations()
 else:

@@ -221,6 +221,26 @@ def test_a_sqlite_script_is_written_from_empty_and_refused_where_it_cannot_know(
         _offline_script("sqlite:///never.db", "0005:head")
 
 
+@pytest.mark.parametrize("url", ["sqlite:///never.db",
+                                 "postgresql+psycopg://nobody@127.0.0.1:1/none"])
+def test_an_upgrade_script_is_one_transaction(url: str, tmp_path: Path) -> None:
+    # A DBA's script stopped midway (an error, a lost session) must leave the database at
+    # its old revision, as `gpu-credits db upgrade` does: Alembic brackets a script in
+    # BEGIN/COMMIT on SQLite only when told that its DDL is transactional.
+    script = _offline_script(url, "0003:head")
+    lines = [line for line in script.splitlines() if line.strip()
+             and not line.startswith("--")]
+    assert lines[0] == "BEGIN;" and lines[-1] == "COMMIT;"
+    assert script.count("BEGIN;") == 1 and script.count("COMMIT;") == 1
+    if url.startswith("sqlite"):
+        path = tmp_path / "at-0003.db"
+        write_at_revision(f"sqlite:///{path}", "0003", [ev("a", 1)])
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            conn.executescript(script)
+        with Journal(f"sqlite:///{path}", upgrade=False) as journal:
+            assert journal.head() == 1 and journal.verify() is None
+
+
 #: Each released revision's code (its module without docstring and comments), hashed. A
 #: journal already at a revision never runs it again, so editing a released one changes
 #: nothing on the journals that need it (revision 0005 once gained two columns that way):
