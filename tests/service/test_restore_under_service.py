@@ -45,6 +45,14 @@ def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
         assert read.status_code == 503, read.text
         assert "ends at position 1" in read.json()["detail"]
         assert "2..3" in read.json()["detail"]
+        # Readiness says what the reads do: a supervisor or load balancer reading it
+        # must not keep sending traffic to a service that refuses every read, nor be
+        # told a position the journal no longer has.
+        time.sleep(READ_FRESHNESS * 2)
+        ready = client.get("/readyz")
+        assert ready.status_code == 503, ready.text
+        assert ready.json() == {"status": "unavailable"}
+        assert client.get("/healthz").status_code == 200  # alive: a write recovers it
 
         write = _grant(client, "k4")
         assert write.status_code == 503, write.text
@@ -117,6 +125,9 @@ def test_a_restore_then_other_writes_up_to_what_the_service_read_are_refused(
         assert len(_restored_and_written_on(client, live, backup, 2, read=True)) == 3
         time.sleep(READ_FRESHNESS * 2)
 
+        # Readiness looks first, at the same head: the chain hash tells the histories apart.
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json() == {"status": "unavailable"}
         read = client.get("/v1/accounts/acct/balance")
         assert read.status_code == 503, read.text
         assert "position 3" in read.json()["detail"]

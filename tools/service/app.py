@@ -17,8 +17,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
-from eventstore import JournalLike
+from eventstore import JournalError, JournalLike
 from tools.render import one_line
 from tools.service import apidocs, problems, reads, writes
 from tools.service.auth import PREFIX, Authority, Gate, Token
@@ -216,6 +217,10 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
              responses={503: {"model": Health, "description": "not caught up yet, "
                                                              "rebuilding after a batch "
                                                              "that did not commit, "
+                                                             "unavailable (the journal "
+                                                             "cannot be read as it was: "
+                                                             "out of reach, or restored "
+                                                             "under the service), "
                                                              "stopping, or failed"}})
     def readyz() -> Any:
         """Ready once the projection has caught up with the journal."""
@@ -225,11 +230,18 @@ def create_app(journal: JournalLike | str | None, *, tokens: Iterable[Token] = (
             return JSONResponse({"status": "stopping" if service.stopping else "starting"},
                                 status_code=503)
         try:
-            position = service.head()  # rebuilds a projection a failed batch left stale
+            # As fresh as a read, and refused where a read is: a journal restored from
+            # an older copy (or rewritten) under the service, or out of reach, refuses
+            # every /v1 read, so a supervisor must not be told the service is ready (nor
+            # a position the journal no longer has).
+            with service.reading_session() as held:  # rebuilds a stale projection
+                position = held.projector.position
         except problems.Unavailable:
             # The rebuild cannot read the journal (the database is away): not ready, said
             # in readiness's own shape; the /v1 answers give the cause and Retry-After.
             return JSONResponse({"status": "rebuilding"}, status_code=503)
+        except (JournalError, SQLAlchemyError):
+            return JSONResponse({"status": "unavailable"}, status_code=503)
         phases = service.writer.phases()
         return {"status": "ready", "position": position, "batches": phases.batches,
                 "decisions": phases.decisions, "largest_batch": service.writer.largest_batch,

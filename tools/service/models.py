@@ -421,7 +421,8 @@ class VerifyAnswer(Answer):
 class Health(Answer):
     """Liveness or readiness."""
 
-    status: Literal["ok", "ready", "starting", "rebuilding", "stopping", "failed"]
+    status: Literal["ok", "ready", "starting", "rebuilding", "unavailable", "stopping",
+                    "failed"]
     position: int | None = Field(default=None, description="the projection's journal position")
     batches: int | None = Field(default=None, description="decision batches committed")
     decisions: int | None = Field(default=None, description="decisions in those batches")
