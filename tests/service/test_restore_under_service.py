@@ -45,6 +45,9 @@ def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
         assert read.status_code == 503, read.text
         assert "ends at position 1" in read.json()["detail"]
         assert "2..3" in read.json()["detail"]
+        # What to do, said to an HTTP client and its operator, not a facade's caller.
+        assert "GPUCreditTracker" not in read.json()["detail"]
+        assert "restart the service" in read.json()["detail"]
         # Readiness says what the reads do: a supervisor or load balancer reading it
         # must not keep sending traffic to a service that refuses every read, nor be
         # told a position the journal no longer has.
@@ -56,6 +59,8 @@ def test_a_restore_behind_what_the_service_served_is_refused_not_answered(
 
         write = _grant(client, "k4")
         assert write.status_code == 503, write.text
+        assert "GPUCreditTracker" not in write.json()["detail"]
+        assert "retry it" in write.json()["detail"]
         with Journal(f"sqlite:///{live}", read_only=True) as journal:
             assert journal.head() == 1  # nothing recorded on a journal it did not know
 

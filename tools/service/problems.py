@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from eventstore import (
+    ChainBroken,
     ConnectionProblem,
     IdempotencyConflict,
     JournalError,
@@ -43,6 +44,7 @@ from projections.errors import (
     UnknownAccount,
     UnknownJob,
 )
+from projections.session import REOPEN
 from projections.validation import show
 from tools.render import one_line
 from tools.service.models import Problem
@@ -142,12 +144,23 @@ READ_ONLY_DETAIL = (
 open it without read_only=True; an HTTP client cannot, and retrying here never helps."""
 
 
+SERVICE_REOPEN = (
+    "to answer from the journal as it stands, restart the service, or send a write (one "
+    "refused so records nothing, and the service rebuilds from the journal: retry it); "
+    "first check the journal against the newest anchor kept outside it (gpu-credits "
+    "verify --anchor POSITION:HASH)")
+"""What the service's client or operator can do about a journal restored or rewritten
+under the service: the facades' advice (`REOPEN`, open a new facade) is not theirs."""
+
+
 def detail_of(exc: BaseException) -> str:
     """One line saying what was wrong (never a traceback)."""
     if isinstance(exc, ServiceProblem):
         return exc.detail
     if isinstance(exc, ReadOnlyJournal):
         return READ_ONLY_DETAIL
+    if isinstance(exc, ChainBroken) and exc.moved_under:
+        return one_line(str(exc).replace(REOPEN, SERVICE_REOPEN))
     text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     return one_line(text) or type(exc).__name__
 
