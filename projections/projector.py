@@ -326,7 +326,13 @@ class Projector:
         # A snapshot costs in proportion to what can still change (finished jobs are
         # shared, not copied); spacing snapshots in proportion to it keeps their amortised
         # cost per event constant, and dense enough that a late event refolds little.
-        size = len(ledger.live) + len(ledger.accounts) + 1
+        # The credit batches count too: grants nothing uses pile up (each a batch every
+        # copy holds), and spaced by jobs and accounts alone the copies grew quadratic.
+        batches = 0
+        for account in ledger.accounts.values():
+            for heap in account.book.heaps.values():
+                batches += len(heap)
+        size = len(ledger.live) + len(ledger.accounts) + batches + 1
         spacing = max(self._min_every, self._factor * size)
         # An account re-projected alone restores and refolds about its share of what a
         # whole-timeline refold would: it weighs as that share of one.

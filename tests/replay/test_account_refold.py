@@ -208,7 +208,9 @@ def test_a_late_usage_report_refolds_only_its_own_account() -> None:
     projector.ingest(late)
     assert projector.refolded_by_account == 1
     assert set(read) == {"b"}
-    assert len(read) < 30  # b's events after the snapshot before the late one, not 300
+    # b's events after the snapshot before the late one: not b's 100, nor all 300. (The
+    # snapshots are spaced by the batches the state holds, here up to 300.)
+    assert len(read) < 50
     assert projector.ledger.digest() == fold_canonical(journal).digest()
 
 
@@ -363,7 +365,7 @@ def test_a_reversal_of_a_usage_report_refolds_only_its_own_account() -> None:
     assert projector.excluded == {"use"}
     assert projector.refolded_by_account == refolded + 1
     assert set(read) == {"b"}
-    assert len(read) < 40  # b's events after the snapshot before the usage, not 330
+    assert len(read) < 55  # b's events after the snapshot before the usage: not 110, nor 330
     assert projector.ledger.digest() == fold_canonical(journal).digest()
     (redo,) = journal.append([NewEvent("redo", "b", "reverse", 3_401,
                                        {"event": "undo", "reason": "it was right"})])
