@@ -133,6 +133,18 @@ class PostgresBackend(Backend):
 
     placeholder = "%s"
 
+    def __init__(self, url: str, lock_timeout: float, *, read_only: bool = False) -> None:
+        super().__init__(url, lock_timeout, read_only=read_only)
+        # A raw '@' in a password: the URL parser ends the password at the first '@' and
+        # takes the rest for the host, which every message then shows (the password's
+        # tail, in "cannot reach PostgreSQL at ..."). Refused before anything is shown.
+        authority = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
+        if authority.count("@") > 1:
+            raise ValueError(
+                "the PostgreSQL URL holds '@' more than once before its host: a user name "
+                "or password holding '@' must write it %40 (and ':' %3A, '/' %2F); the URL "
+                "is not shown, as it would show part of the password")
+
     def create_engine(self) -> Engine:
         """A pooled engine; connecting gives up after 10 s with a clear error, and a
         server that vanished (see `CONNECTION_DEFAULTS`) is found within about a minute.

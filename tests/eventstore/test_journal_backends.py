@@ -57,6 +57,18 @@ def test_an_unknown_scheme_is_refused_without_showing_the_password(url: str) -> 
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.parametrize("url", ["postgresql+psycopg://app:hun@ter2@127.0.0.1:1/ledger",
+                                 "postgresql://app:p@ss@zq9@db/ledger"])
+def test_a_password_holding_a_raw_at_sign_is_refused_without_showing_any_of_it(
+        url: str) -> None:
+    # The URL parser ends the password at its first '@', so the rest of it was taken for
+    # the host and shown in the "cannot reach PostgreSQL at ter2@127.0.0.1" that followed.
+    with pytest.raises(ValueError, match="%40") as caught:
+        backend_for(url, 1.0)
+    message = str(caught.value)
+    assert "ter2" not in message and "ss@" not in message and "zq9" not in message
+
+
 def test_every_registered_backend_names_an_importable_class() -> None:
     import importlib
 
