@@ -289,13 +289,18 @@ class Journal(JournalBase):
                 raise migrate.not_upgraded(self._backend, None) from None
         else:
             self._backend.require_existing()
+        #: (revision before, revision after) when opening upgraded an existing journal
+        #: (not a new one): an earlier release can no longer open it, worth saying.
+        self.upgraded: tuple[str, str] | None = None
         self._engine = self._backend.create_engine()
         try:
             with self._errors(), self._backend.guard(), self._engine.connect() as conn:
                 if not create:
                     migrate.require_journal(self._backend, conn)
                 if upgrade:
-                    migrate.upgrade(self._backend, conn)
+                    before, after = migrate.upgrade(self._backend, conn)
+                    if before is not None and before != after:
+                        self.upgraded = (before, after)
                 else:
                     migrate.check(self._backend, conn)
         except BaseException:

@@ -328,6 +328,7 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
             journal = Journal(url, create=False) if write else Journal(url, read_only=True)
     except ArgumentError as exc:
         raise CliError(f"cannot use database URL {render.redact(url)!r}: {exc}") from None
+    say_upgraded(journal)
     try:
         if check_chain:
             anchors.check_chain(journal, full=full_check)
@@ -338,6 +339,16 @@ def open_journal(ctx: typer.Context, db: str | None, *, write: bool = False,
             _advance_verified(journal)
     finally:
         journal.close()
+
+
+def say_upgraded(journal: Journal) -> None:
+    """A note on stderr when opening the journal upgraded its schema (a command that
+    writes does so on the way): from then on an earlier release refuses it."""
+    if journal.upgraded is not None:
+        before, after = journal.upgraded
+        render.warn(f"upgraded the journal's schema at {render.redact(str(journal.url))} "
+                    f"from {before} to {after}: an earlier release of gpu-credits can no "
+                    "longer open it")
 
 
 def _advance_verified(journal: JournalLike, *, recorded: bool = True) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from sqlalchemy.engine import make_url
 
-from tools.cli import CliError, DbOption, app, database_url
+from tools.cli import CliError, DbOption, app, database_url, say_upgraded
 from tools.loopback import is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
@@ -124,6 +124,7 @@ def serve(
     except BaseException:
         sock.close()
         raise
+    say_upgraded(journal)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if read_only:
         _say("the journal is open read-only: reads and the web view answer, every write "

@@ -110,6 +110,22 @@ def test_an_old_journal_s_ids_still_dedupe(database_url: str, name: str) -> None
     assert ok_json(run("head", "--json"))["position"] == len(old["export"])
 
 
+def test_a_command_that_upgrades_an_old_journal_on_the_way_says_so(
+        database_url: str) -> None:
+    # An earlier release refuses a journal upgraded by this one (docs/operations.md,
+    # "Never downgrade"): a grant that crossed that line without a word left its operator
+    # believing the old release could still open it.
+    _load(database_url, "rev0004")
+    run = cli_runner(database_url)
+    granted = run("grant", "acme", "5", "--at", "1793650300")
+    assert granted.exit_code == 0, granted.stderr
+    said = [line for line in granted.stderr.splitlines() if "upgraded" in line]
+    assert len(said) == 1 and f"from 0004 to {code_head()}" in said[0], granted.stderr
+    assert "earlier release" in said[0]
+    again = run("grant", "acme", "5", "--at", "1793650400")
+    assert again.exit_code == 0 and "upgraded" not in again.stderr
+
+
 def test_files_imported_by_the_first_release_without_ids_are_new_to_this_one(
         database_url: str) -> None:
     # Release 0001 gave a line without an id one from the file's hash and the line's
