@@ -98,7 +98,7 @@ def serve(
     """
     import uvicorn
 
-    from eventstore import Journal
+    from eventstore import Journal, ReadOnlyJournal
     from tools.service import create_app
     from tools.service.auth import exposure, load_tokens
     from tools.service.connections import GuardedProtocol
@@ -121,6 +121,13 @@ def serve(
     sock = listening_socket(host, port)
     try:
         journal = Journal(url, read_only=read_only, lock_timeout=lock_timeout)
+    except ReadOnlyJournal as exc:
+        sock.close()
+        if read_only:
+            raise
+        # "Commands that only read still answer" names none that serves: this one does.
+        raise CliError(f"{exc}; serve --read-only answers the reads and the web view "
+                       "from it") from None
     except BaseException:
         sock.close()
         raise

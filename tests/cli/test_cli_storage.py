@@ -109,6 +109,13 @@ def test_an_auditors_read_only_copy_answers_every_reading_command(
     write = run("grant", "b", "5")
     assert write.exit_code == 2
     assert "is on a read-only file system: nothing can be written there" in write.stderr
+    # `serve` refused there names the flag that serves such a copy (told only that
+    # "commands that only read still answer", its operator had no command to run).
+    served = run("serve", "--port", "0")
+    assert served.exit_code == 2
+    assert "read-only file system" in served.stderr
+    assert "serve --read-only" in served.stderr
+    assert len(served.stderr.strip().splitlines()) == 1, served.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["ledger.db"]
 
 
