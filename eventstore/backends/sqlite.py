@@ -375,7 +375,8 @@ class SQLiteBackend(Backend):
 
     def after_erase(self, engine: Engine) -> tuple[str, ...]:
         """Checkpoint the WAL into the file and truncate it: page images written before the
-        erasure (holding the erased text) are in the WAL until then."""
+        erasure (holding the erased text) are in the WAL, or in the database file, until
+        the checkpoint writes the zeroed pages over them."""
         if self.in_memory:
             return ()
         with self.guard(), engine.connect() as conn:
@@ -383,7 +384,8 @@ class SQLiteBackend(Backend):
         if busy is not None and busy[0]:
             return (f"SQLite could not truncate the write-ahead log of {self.describe()} "
                     "now (another connection is reading): earlier copies of the erased "
-                    "pages stay in its -wal file until the next checkpoint; run "
+                    "pages stay in the database file or its -wal file until a checkpoint "
+                    "overwrites them; run "
                     "`gpu-credits erase` again (it retries) or wait for the readers to end",)
         return ()
 

@@ -6,6 +6,7 @@ or deletion of a private part behind the journal's back is found at its position
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -290,6 +291,33 @@ def test_erased_text_is_gone_from_the_sqlite_file(tmp_path: Path) -> None:
         assert f"{SECRET}-1".encode() not in data, path
     kept = b"".join(p.read_bytes() for p in tmp_path.iterdir())
     assert f"{SECRET}-0".encode() in kept
+
+
+def test_an_erasure_a_reader_keeps_from_finishing_says_where_the_text_still_is(
+        tmp_path: Path) -> None:
+    # Written and folded into the database file before (its writer closed), the erased
+    # text stays in that file, not in the -wal, until a checkpoint can overwrite it: the
+    # note sent its reader looking in the -wal file alone, where it is not.
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with Journal(url) as journal:
+        journal.append([private_ev("e1", 1)])
+    assert not (tmp_path / "j.db-wal").exists()
+    assert SECRET.encode() in (tmp_path / "j.db").read_bytes()
+    reader = sqlite3.connect(tmp_path / "j.db")
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchall()  # a read held open
+        with Journal(url, lock_timeout=0.2) as journal:
+            done = journal.erase(["e1"], _erasure())
+            assert done.erased == ("e1",)
+            (note,) = done.notes
+        assert SECRET.encode() in (tmp_path / "j.db").read_bytes()
+        assert "database file" in note and "gpu-credits erase" in note
+    finally:
+        reader.close()
+    with Journal(url, lock_timeout=0.2) as journal:  # no reader now: it finishes the job
+        assert journal.erase(["e1"], _erasure("erase-2")).notes == ()
+    assert not any(SECRET.encode() in p.read_bytes() for p in tmp_path.iterdir())
 
 
 @pytest.mark.postgres
