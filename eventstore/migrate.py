@@ -163,6 +163,16 @@ def _revision(backend: Backend, conn: Connection) -> str | None:
 def require_journal(backend: Backend, conn: Connection) -> None:
     """Raise JournalNotFound unless the database holds a journal schema (writes nothing)."""
     if _revision(backend, conn) is None:
+        if conn.dialect.name == "postgresql":
+            with conn.begin():
+                schema = conn.execute(text("SELECT current_schema()")).scalar()
+            if schema is None:
+                # `db upgrade` cannot create a journal there either: say what can.
+                raise JournalNotFound(
+                    f"{backend.name} database {backend.describe()}: no journal, and no "
+                    "schema to hold one (the search_path names none that exists); check "
+                    "the URL, or create the schema first (CREATE SCHEMA ...), then run "
+                    "`gpu-credits db upgrade`")
         raise JournalNotFound(
             f"{backend.name} database {backend.describe()} holds no journal (no schema "
             "was written); check the URL, or create one with `gpu-credits db upgrade`"

@@ -243,6 +243,11 @@ def test_postgres_url_naming_a_schema_that_does_not_exist_is_one_clear_error(
     with pytest.raises(SchemaError, match="no schema to create the journal in") as err:
         Journal(url)
     assert "\n" not in str(err.value) and "CREATE SCHEMA" in str(err.value)
+    # A reader (`balance`, `verify`) says the same: it sent the operator to `gpu-credits
+    # db upgrade`, which cannot create a journal in a schema that is not there.
+    with pytest.raises(JournalNotFound) as read:
+        Journal(url, read_only=True)
+    assert "CREATE SCHEMA" in str(read.value) and "\n" not in str(read.value)
 
 
 @pytest.mark.parametrize("query", ["mode=ro", "uri=true&mode=ro", "cache=shared",
