@@ -312,6 +312,7 @@ class Projector:
         # refold does) left nearly every late refold to start from the empty ledger.
         self._snap_stale: list[frozenset[str]] = []
         self._since_snapshot = 0
+        self._batches = 0  # credit batches the state held at the last snapshot
         # Snapshots once late: the first one as soon as a late event has been seen. Late
         # events come in runs, and the ones after the first then refold from there, not
         # each from the start (a journal with 2% of its events late refolded three times
@@ -322,17 +323,18 @@ class Projector:
 
     # -- snapshots ---------------------------------------------------------------------
 
-    def _interval(self, ledger: Ledger) -> int:
+    def _interval(self, ledger: Ledger, *, recount: bool = False) -> int:
         # A snapshot costs in proportion to what can still change (finished jobs are
         # shared, not copied); spacing snapshots in proportion to it keeps their amortised
         # cost per event constant, and dense enough that a late event refolds little.
         # The credit batches count too: grants nothing uses pile up (each a batch every
         # copy holds), and spaced by jobs and accounts alone the copies grew quadratic.
-        batches = 0
-        for account in ledger.accounts.values():
-            for heap in account.book.heaps.values():
-                batches += len(heap)
-        size = len(ledger.live) + len(ledger.accounts) + batches + 1
+        # They are counted as a snapshot is taken (which walks them all anyway), not at
+        # each late event, which would walk every account's pools for one account's event.
+        if recount:
+            self._batches = sum(len(heap) for account in ledger.accounts.values()
+                                for heap in account.book.heaps.values())
+        size = len(ledger.live) + len(ledger.accounts) + self._batches + 1
         spacing = max(self._min_every, self._factor * size)
         # An account re-projected alone restores and refolds about its share of what a
         # whole-timeline refold would: it weighs as that share of one.
@@ -354,7 +356,7 @@ class Projector:
         if self._since_snapshot < self._next_snapshot:
             return
         self._since_snapshot = 0
-        self._next_snapshot = self._interval(ledger)
+        self._next_snapshot = self._interval(ledger, recount=True)
         self._snap_keys.append(ledger.last)
         self._snap_states.append(snapshot(ledger))
         self._snap_stale.append(frozenset())
