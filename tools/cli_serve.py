@@ -149,6 +149,10 @@ def serve(
     bound_host, bound_port = sock.getsockname()[:2]
     where = f"[{bound_host}]" if ":" in bound_host else bound_host
     _say(f"serving {shown} on http://{where}:{bound_port} (API docs at /docs)")
+    if journal.head() == 0:
+        # A mistyped --db opens a new ledger, which workers would then write to.
+        _say(f"the journal at {shown} holds no events yet: a new ledger (if you meant "
+             "another, stop this one and give its --db)")
     service_app = create_app(journal, tokens=configured, allow_far_times=allow_far_times,
                              max_batch=max_batch, load_in_background=True,
                              checkpoint_every=every, loopback_hosts_only=not configured,

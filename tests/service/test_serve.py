@@ -64,6 +64,32 @@ def test_port_0_announces_the_port_it_got(tmp_path: Path) -> None:
     assert "stopped: 0 decisions committed" in rest.decode()
 
 
+def test_an_empty_journal_is_said_at_start_up_and_one_with_events_is_not(
+        tmp_path: Path) -> None:
+    """A mistyped --db is a new, empty ledger that workers would then write to: serve
+    says that what it serves holds nothing yet, where the operator reads its start-up."""
+    for events in (False, True):
+        db = tmp_path / f"ledger-{events}.db"
+        if events:
+            from eventstore import Journal, NewEvent
+
+            with Journal(f"sqlite:///{db}") as journal:
+                journal.append([NewEvent("open", "a", "account", 0, {"account": "a"})])
+        process = _serve(db, "--port", "0")
+        try:
+            assert process.stderr is not None
+            lines = [process.stderr.readline().decode() for _ in range(2)]
+            port = int(re.findall(r":(\d+) \(API docs", lines[1])[0])
+            wait_ready(port, process, timeout=60)
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, rest = process.communicate(timeout=60)
+        said = "".join(lines) + rest.decode()
+        empty = (f"gpu-credits: the journal at sqlite:///{db} holds no events yet: a new "
+                 "ledger (if you meant another, stop this one and give its --db)\n")
+        assert (empty in said) is not events, said
+
+
 def test_serve_help_shows_the_checkpoint_interval_the_service_uses() -> None:
     # The default is shown as written in the option (the service's module is imported only
     # once serve runs, to keep every other command's start-up light): it must stay the
