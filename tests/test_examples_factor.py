@@ -29,6 +29,13 @@ def test_a_factor_that_is_not_a_positive_number_stops_the_run(
         examples_factor()
 
 
+class Item:
+    """What the collection hook reads of a pytest item: the test it runs."""
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+
 def test_each_property_test_runs_its_examples_times_the_factor(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A test function's item holds the function; a test method's, the method bound."""
@@ -44,10 +51,6 @@ def test_each_property_test_runs_its_examples_times_the_factor(
         @given(st.integers())
         def test_prop(self, x: int) -> None:
             drawn.append(x)
-
-    class Item:
-        def __init__(self, obj: object) -> None:
-            self.obj = obj
 
     case = Case()
     monkeypatch.setenv(EXAMPLES_ENV, "3")
@@ -69,10 +72,6 @@ def test_a_parametrized_property_test_is_scaled_once_whatever_its_cases(
     @given(st.integers())
     def prop(x: int) -> None:
         drawn.append(x)
-
-    class Item:
-        def __init__(self, obj: object) -> None:
-            self.obj = obj
 
     monkeypatch.setenv(EXAMPLES_ENV, "0.5")
     cases = [Item(prop) for _ in range(4)]
