@@ -194,13 +194,18 @@ def grant(
                                pool=pool, priority=rank, memo=rec.memo,
                                event_id=rec.event_id)
     paid = sum(a for _, a in outcome.paid_debt)
-    text = (f"recorded grant {outcome.event_id}: {credits_text(credits)} to {account} at "
-            f"{format_time(outcome.time)}")
+    text = (f"recorded grant {outcome.event_id}: {credits_text(credits)} to {account}"
+            f"{_in_pool(pool)} at {format_time(outcome.time)}")
     text += f", expires {format_time(until)}" if until is not None else ", no expiry"
     if paid:
         text += f"; {paid:,} paid debt first"
     rec.say(outcome, text, account=account, amount=credits, expiry=until,
             pool=pool or "general", priority=rank, paid_debt=paid)
+
+
+def _in_pool(pool: str | None) -> str:
+    """The pool a confirmation names, when the command was given one."""
+    return "" if pool is None else f" in pool {pool}"
 
 
 def _rehearse_on_a_new_file(body: _Body, rec: Recording, values: dict[str, Any]) -> None:
@@ -266,8 +271,9 @@ def consume(
     _warn_new_pool(rec, account, pool, pools, outcome, "usage")
     debt = outcome.debt_after or 0
     extra = {"user": user} if user is not None else {}
-    rec.say(outcome, f"recorded usage {outcome.event_id}: {credits_text(credits)} of {account} "
-                     f"at {format_time(outcome.time)}; debt after it: {debt:,}",
+    rec.say(outcome, f"recorded usage {outcome.event_id}: {credits_text(credits)} of {account}"
+                     f"{_in_pool(pool)} at {format_time(outcome.time)}; debt after it: "
+                     f"{debt:,}",
             account=account, amount=credits, pool=pool or "general", debt=debt, **extra)
 
 

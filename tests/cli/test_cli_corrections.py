@@ -431,6 +431,15 @@ def test_a_first_command_on_a_new_file_records_once_and_warns_once(run: Run,
     assert journal_head(db) == 1
 
 
+def test_a_grant_and_a_usage_report_in_a_pool_say_the_pool(run: Run) -> None:
+    granted = run("grant", "acme", "10", "--pool", "h100", "--at", "1", "--id", "g1")
+    assert granted.stdout.startswith("recorded grant g1: 10 credits to acme in pool h100 at ")
+    used = run("consume", "acme", "4", "--pool", "h100", "--at", "2", "--id", "u1")
+    assert used.stdout.startswith("recorded usage u1: 4 credits of acme in pool h100 at ")
+    plain = run("grant", "acme", "1", "--at", "3", "--id", "g2")
+    assert plain.stdout.startswith("recorded grant g2: 1 credit to acme at ")
+
+
 def test_one_credit_is_said_in_the_singular(run: Run) -> None:
     granted = run("grant", "acme", "1", "--at", "1", "--expiry", "9", "--id", "g1")
     assert "recorded grant g1: 1 credit to acme" in granted.stdout
