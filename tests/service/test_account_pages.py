@@ -84,7 +84,10 @@ def test_after_lists_the_names_sorting_after_it_and_the_link_keeps_the_query() -
         assert client.get("/v1/accounts?after=d&limit=3").json() == []
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=10001", "limit=x", "after="])
+# `limit` in digits, as the journal's and the revisions' pages read it: the other
+# spellings of an int Python takes (`1_000`, `%2B5`, `5.0`) were read as a limit here.
+@pytest.mark.parametrize("query", ["limit=0", "limit=10001", "limit=x", "after=",
+                                   "limit=1_000", "limit=%2B5", "limit=5.0"])
 def test_a_bad_page_is_refused(query: str) -> None:
     with TestClient(create_app(_journal(["a"]), clock=lambda: 1_000,
                                mount_web=False)) as client:

@@ -72,13 +72,15 @@ _ERRORS = documented([
 ])
 
 _PAGE_RANGES = {"after": "a whole number, 0 or more", "limit": "a whole number from 1 to 1000"}
+# `GET /v1/accounts` pages by name: only its `limit` is a number.
+_ACCOUNT_PAGE_RANGES = {"limit": "a whole number from 1 to 10000"}
 
 
-def _plain_page_numbers(request: Request) -> None:
+def _plain_page_numbers(request: Request, ranges: dict[str, str] = _PAGE_RANGES) -> None:
     """A page's `after` and `limit` read as `at` and `as_known_at` read integers: digits
     (blanks around, as a query string's `+` arrives), not the other spellings of an int
     Python takes (`1_000`, `+5`), which FastAPI's reading lets through."""
-    for name, valid in _PAGE_RANGES.items():
+    for name, valid in ranges.items():
         value = request.query_params.get(name)
         if value is not None and not re.fullmatch(r"\s*-?[0-9]+\s*", value):
             raise ServiceProblem(422, f"query.{name}: not a whole number (got {value!r}; "
@@ -206,6 +208,7 @@ async def accounts(request: Request, response: Response, at: TimeParam = None,
     position `as_known_at` (by default: at the journal's latest event time, as it stands):
     the accounts and figures of `gpu-credits accounts --json`, each as a balance object,
     in order of name; a page of them with `after` and `limit`."""
+    _plain_page_numbers(request, _ACCOUNT_PAGE_RANGES)
     service = service_of(request)
     when = _time("at", at)
     if when is not None or as_known_at is not None:
