@@ -689,6 +689,20 @@ def test_a_refused_batch_names_every_bad_event_whatever_is_wrong_with_it(
     assert head(client) == 0
 
 
+@pytest.mark.parametrize("key", [None, "k"])
+def test_an_id_used_twice_in_a_batch_names_the_other_event_by_its_index(
+        client: TestClient, key: str | None) -> None:
+    """A batch's events are named by index from 0, not by `import`'s lines from 1: "line
+    1" beside "event 1" read as the event itself."""
+    grant = {"type": "grant", "account": "a", "time": 1, "id": "x"}
+    bad = client.post("/v1/events", headers={} if key is None else {"Idempotency-Key": key},
+                      json={"events": [{**grant, "amount": 1}, {**grant, "amount": 2}]})
+    body = problem(bad, 422)
+    assert body["errors"] == [{"index": 1,
+                               "detail": "id 'x' is used by event 0 for another event"}]
+    assert head(client) == 0
+
+
 def test_a_refused_batch_shows_a_number_too_large_for_a_float_as_written(
         client: TestClient) -> None:
     # The body's 1e400 is read as an infinite float: the problem names what was sent.

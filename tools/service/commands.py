@@ -10,6 +10,7 @@ Idempotency-Key, even after a restart, answers the same.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -390,7 +391,7 @@ class AppendEvents:
         plan = importing.plan_entries(self.entries, "request", journal,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
-            raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
+            raise EventsRejected(_by_index(plan.problems))
         before = journal.head()
         # Hold the key of every stream written, as the import resolved them (a job event
         # goes to its job's account, found only now); already held keys cost nothing.
@@ -514,7 +515,7 @@ class AppendEvents:
         plan = importing.plan_entries(entries, "request", service.batching,
                                       allow_far_times=service.allow_far_times)
         if not plan.ok:
-            raise EventsRejected([(p.line - 1, p.message) for p in plan.problems])
+            raise EventsRejected(_by_index(plan.problems))
         if any(not INT64_MIN <= e.time <= INT64_MAX for e in plan.events):
             return None  # the journal refuses it (with --allow-far-times): refuse it there
         if service.batching.recorded_ahead([e.id for e in plan.events]):
@@ -541,6 +542,18 @@ class AppendEvents:
         return answer
 
 
+_OTHER_LINE = re.compile(r"is used on line (\d+) for another event")
+
+
+def _by_index(problems: Sequence[importing.Problem]) -> list[tuple[int, str]]:
+    """The planner's problems by a batch's index (from 0) rather than `import`'s line
+    (from 1), the other event a message names too: "event 1: id 'x' is used on line 1"
+    named the event it refused, not the one that holds the id."""
+    return [(p.line - 1, _OTHER_LINE.sub(lambda m: f"is used by event {int(m[1]) - 1} "
+                                         "for another event", p.message))
+            for p in problems]
+
+
 def every_problem(service: LedgerService, entries: list[importing.Entry],
                   problems: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """The records that did not parse (`problems`), with what planning the others
@@ -550,7 +563,7 @@ def every_problem(service: LedgerService, entries: list[importing.Entry],
     plan = importing.plan_entries(
         entries, "request", service.journal, allow_far_times=service.allow_far_times,
         problems=[importing.Problem(index + 1, why) for index, why in problems])
-    return sorted(((p.line - 1, p.message) for p in plan.problems), key=lambda p: p[0])
+    return sorted(_by_index(plan.problems), key=lambda p: p[0])
 
 
 # Records whose stream or validity depends on events already recorded.
