@@ -137,10 +137,20 @@ class Problem:
 
     line: int
     message: str
+    #: (the id, the other line that uses it) when this line's id is another line's: a
+    #: caller numbering its records otherwise (the HTTP service's batch, from 0) says it
+    #: in its own numbers
+    used_by: tuple[str, int] | None = None
 
     def render(self, source: str) -> str:
         """`FILE:LINE: what is wrong`."""
         return f"{source}:{self.line}: {self.message}"
+
+
+def id_used_twice(line: int, event_id: str, other: int) -> Problem:
+    """Line `line` gives id `event_id`, which line `other` uses for another event."""
+    return Problem(line, f"id {event_id!r} is used on line {other} for another event",
+                   (event_id, other))
 
 
 @dataclass(frozen=True, slots=True)
@@ -643,8 +653,7 @@ def plan_entries(entries: Sequence[Entry], source: str, journal: JournalLike, *,
             event_id = content_id(content, occurrence)
         first = seen.get(event_id)
         if first is not None and first.whole != entry.whole:
-            plan.problems.append(Problem(entry.line, f"id {event_id!r} is used on line "
-                                         f"{first.line} for another event"))
+            plan.problems.append(id_used_twice(entry.line, event_id, first.line))
             continue
         seen.setdefault(event_id, entry)
         try:
@@ -1074,14 +1083,13 @@ class _Appender:
             earlier = first.get(event.id)
             if earlier is not None:
                 if not same_new_event(earlier[0], event):
-                    self.problems.append(Problem(line, f"id {event.id!r} is used on line "
-                                                       f"{earlier[1]} for another event"))
+                    self.problems.append(id_used_twice(line, event.id, earlier[1]))
                     continue
             else:
                 if old is not None and not same_event(self.journal, old, event):
                     if not self._erased_copy(old, event):
-                        self.problems.append(Problem(line, self._conflict(old, event,
-                                                                          is_derived)))
+                        self.problems.append(self._conflict(line, old, event,
+                                                            is_derived))
                         continue
                     # The copy's record of an event whose fields were erased where it
                     # came from: already present, as in the journal it came from.
@@ -1096,10 +1104,11 @@ class _Appender:
             kept[2].append(is_derived)
         return kept
 
-    def _conflict(self, old: RecordedEvent, event: NewEvent, derived: bool) -> str:
-        """Why a line whose id names `old` is refused."""
+    def _conflict(self, line: int, old: RecordedEvent, event: NewEvent,
+                  derived: bool) -> Problem:
+        """Why line `line`, whose id names `old`, is refused."""
         if old.position > self.start:
-            return f"id {event.id!r} is used on line {self.line_of(old.position)} for another event"
+            return id_used_twice(line, event.id, self.line_of(old.position))
         why = f"id {event.id!r} is already recorded at position {old.position} as another event"
         if PRIVATE_KEY in old.payload and not event.private and _differs_only_in_person(
                 old, event):
@@ -1111,7 +1120,7 @@ class _Appender:
         elif derived and _differs_only_in_person(old, event):
             why += (" (the same event for another user: the id a line without one gets "
                     "leaves its user out; give such lines an id)")
-        return why
+        return Problem(line, why)
 
     def erased_warnings(self, source: str) -> list[str]:
         """A warning for the lines taken as events whose personal fields were erased."""

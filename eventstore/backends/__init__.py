@@ -50,11 +50,11 @@ def backend_for(url: str | None, lock_timeout: float, *, read_only: bool = False
     if isinstance(url, os.PathLike):
         # A pathlib.Path to the file is the usual slip: say the URL that names it.
         path = os.fspath(url)
-        raise NotAJournalURL(f"a journal URL is text, got the path {path!r}: for a SQLite file "
-                         f"pass 'sqlite:///{path}'")
+        raise NotAJournalURL(f"a journal URL is text, got the path {path!r}: for a SQLite "
+                             f"file pass 'sqlite:///{path}'")
     if not isinstance(url, str):
-        raise NotAJournalURL("a journal URL must be a str such as 'sqlite:///ledger.db', or None "
-                         f"(in memory), got {shown(url)} ({type(url).__name__})")
+        raise NotAJournalURL("a journal URL must be a str such as 'sqlite:///ledger.db', or "
+                             f"None (in memory), got {shown(url)} ({type(url).__name__})")
     head, sep, rest = url.partition(":")
     scheme, _, driver = head.lower().partition("+")
     target = REGISTRY.get(scheme)

@@ -10,7 +10,6 @@ Idempotency-Key, even after a restart, answers the same.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -542,15 +541,12 @@ class AppendEvents:
         return answer
 
 
-_OTHER_LINE = re.compile(r"is used on line (\d+) for another event")
-
-
 def _by_index(problems: Sequence[importing.Problem]) -> list[tuple[int, str]]:
     """The planner's problems by a batch's index (from 0) rather than `import`'s line
     (from 1), the other event a message names too: "event 1: id 'x' is used on line 1"
     named the event it refused, not the one that holds the id."""
-    return [(p.line - 1, _OTHER_LINE.sub(lambda m: f"is used by event {int(m[1]) - 1} "
-                                         "for another event", p.message))
+    return [(p.line - 1, p.message if p.used_by is None else
+             f"id {p.used_by[0]!r} is used by event {p.used_by[1] - 1} for another event")
             for p in problems]
 
 
